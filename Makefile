@@ -1,0 +1,48 @@
+# xum developer targets. Only python3 and git are needed on the machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test test-reliability test-reliability-sample lint typecheck fmt schema bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+run: install
+	$(BIN)/xumd
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+fmt: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+schema: install
+	$(BIN)/python -m xum_protocol.schema protocol/schema
+
+test-reliability: install
+	$(BIN)/python -m pytest -q -m reliability -o addopts=""
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# A bounded sample of the reliability suite, for CI (a few minutes at most).
+test-reliability-sample: install
+	XUM_RELIABILITY_SAMPLE=1 $(BIN)/python -m pytest -q -m reliability -o addopts="" --timeout=600 || test $$? -eq 5

@@ -1,0 +1,5 @@
+import sys
+
+from xumd.main import main
+
+sys.exit(main())

@@ -1,0 +1,17 @@
+"""The composition root: build every service and wire them, in one place.
+
+Order matters: features that others depend on are installed first, and startup hooks (recovery)
+run in installation order before the daemon is ready.
+"""
+
+from __future__ import annotations
+
+from xumd.app import App
+from xumd.rpc import spec_examples
+from xumd.services import daemon_service
+
+
+def install_features(app: App) -> None:
+    daemon_service.install(app)
+    if app.config.enable_test_methods:
+        spec_examples.install(app.router)

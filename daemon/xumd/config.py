@@ -1,0 +1,58 @@
+"""Daemon configuration: defaults, overridden by ROOT/config.toml, then by the command line.
+
+Every duration is in seconds (floats), so tests can use milliseconds.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from xum_protocol.framing import DEFAULT_MAX_FRAME
+
+
+class CleanupConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backoff_initial_s: float = Field(default=1.0, gt=0)
+    backoff_max_s: float = Field(default=300.0, gt=0)
+    backoff_jitter: float = Field(default=0.2, ge=0, le=1)
+    batch_size: int = Field(default=16, ge=1)
+    poll_interval_s: float = Field(default=30.0, gt=0)
+    step_timeout_s: float = Field(default=600.0, gt=0)
+
+
+class DaemonConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_frame_bytes: int = Field(default=DEFAULT_MAX_FRAME, ge=1024)
+    max_inflight_per_connection: int = Field(default=64, ge=1)
+    write_queue_messages: int = Field(default=1024, ge=1)
+    shutdown_grace_s: float = Field(default=10.0, gt=0)
+    drain_deadline_s: float = Field(default=10.0, gt=0)
+    lock_wait_s: float = Field(default=30.0, gt=0)
+    git_timeout_s: float = Field(default=120.0, gt=0)
+    script_timeout_s: float = Field(default=600.0, gt=0)
+    stop_grace_s: float = Field(default=5.0, ge=0)
+    enable_test_methods: bool = False
+    cleanup: CleanupConfig = Field(default_factory=CleanupConfig)
+
+
+class ConfigError(Exception):
+    pass
+
+
+def load(path: Path, overrides: dict[str, Any] | None = None) -> DaemonConfig:
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from exc
+    data.update(overrides or {})
+    try:
+        return DaemonConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration in {path}: {exc}") from exc

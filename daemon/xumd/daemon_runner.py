@@ -1,0 +1,93 @@
+"""Start-up and exit of one daemon process: root lock, store, socket, serve, clean exit."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import anyio
+
+from xumd import faults, logs
+from xumd.app import App
+from xumd.bootstrap import install_features
+from xumd.config import ConfigError, load
+from xumd.paths import RootPaths, default_root
+from xumd.rootlock import RootLockedError, acquire
+from xumd.rpc.server import SocketSetupError, bind_socket, systemd_socket
+from xumd.sdnotify import Notifier
+from xumd.store import Store, StoreError
+
+log = logs.get("xumd.main")
+
+EXIT_ALREADY_RUNNING = 3
+EXIT_SETUP = 4
+
+
+def _fail(code: int, message: str) -> int:
+    sys.stderr.write(f"xumd: {message}\n")
+    log.error("daemon.start_failed", reason=message)
+    return code
+
+
+def prepare_root(root: Path) -> Path:
+    root = root.expanduser().absolute()
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # The root holds the socket and every checkout's state: owner only.
+    os.chmod(root, 0o700)
+    return root
+
+
+def run_daemon(root_arg: Path | None, socket_arg: Path | None) -> int:
+    try:
+        root = prepare_root(root_arg or default_root())
+    except OSError as exc:
+        return _fail(EXIT_SETUP, f"cannot use root {root_arg or default_root()}: {exc}")
+    paths = RootPaths(root)
+    # The lock comes before anything else touches the root: state, socket, checkouts.
+    try:
+        lock = acquire(paths.lock)
+    except RootLockedError as exc:
+        return _fail(EXIT_ALREADY_RUNNING, str(exc))
+    try:
+        faults.arm_from_env()
+        config = load(paths.config)
+        store = Store(paths.database)
+        store.migrate()
+    except (ValueError, ConfigError, StoreError) as exc:
+        lock.release()
+        return _fail(EXIT_SETUP, str(exc))
+
+    socket_path = socket_arg or (
+        Path(os.environ["XUM_SOCKET"]) if os.environ.get("XUM_SOCKET") else paths.socket
+    )
+    owned_socket = False
+    try:
+        sock = systemd_socket()
+        if sock is None:
+            sock = bind_socket(socket_path)
+            owned_socket = True
+    except SocketSetupError as exc:
+        store.close()
+        lock.release()
+        return _fail(EXIT_SETUP, str(exc))
+    socket_ino = os.stat(socket_path).st_ino if owned_socket else None
+
+    app = App(paths, config, store, Notifier())
+    app.socket_path = socket_path
+    install_features(app)
+    app.server.attach(sock)
+    log.info("daemon.starting", root=str(root), socket=str(socket_path), pid=os.getpid())
+    try:
+        anyio.run(app.run)
+    finally:
+        if owned_socket:
+            # Remove our socket only: never a file someone put there after us.
+            try:
+                if os.stat(socket_path).st_ino == socket_ino:
+                    os.unlink(socket_path)
+            except FileNotFoundError:
+                pass
+        store.close()
+        lock.release()
+    return 0

@@ -1,0 +1,58 @@
+"""Named fault points (design section 6).
+
+Each step between a durable write and its effect calls a point with a stable name. With
+`XUM_FAULT=<name>` in the environment the daemon SIGKILLs itself when it reaches that point, so a
+crash test can kill at every point and check the invariants after a restart. `xumd
+--list-fault-points` prints every declared name; a point is declared at import time, so a new point
+is covered by the crash harness automatically.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+ENV_VAR = "XUM_FAULT"
+
+_registry: dict[str, str] = {}
+_armed: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FaultPoint:
+    name: str
+
+    def __call__(self) -> None:
+        hit(self.name)
+
+
+def declare(name: str, doc: str = "") -> FaultPoint:
+    """Declare a point at import time; the same name may be declared once only."""
+    if name in _registry:
+        raise RuntimeError(f"fault point {name} declared twice")
+    _registry[name] = doc
+    return FaultPoint(name)
+
+
+def all_points() -> dict[str, str]:
+    return dict(sorted(_registry.items()))
+
+
+def arm_from_env() -> str | None:
+    """Arm the point named by XUM_FAULT (if any); unknown names are a startup error."""
+    global _armed
+    name = os.environ.get(ENV_VAR) or None
+    if name is not None and name not in _registry:
+        raise ValueError(f"{ENV_VAR}={name!r} names no fault point (see xumd --list-fault-points)")
+    _armed = name
+    return name
+
+
+def hit(name: str) -> None:
+    if _armed is not None and name == _armed:
+        # No logging framework here: the line must reach stderr before the kill.
+        sys.stderr.write(f"xumd: fault point {name} reached; SIGKILL\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,90 @@
+"""One daemon per root: an exclusive flock on ROOT/xumd.lock (design invariant 7).
+
+The kernel drops a flock when its holder dies, SIGKILL included, so a lock left by a crashed
+daemon never blocks a restart. The file's content (pid, start time) is diagnostics only: the lock
+is the flock, never the file's existence.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+
+
+class RootLockedError(Exception):
+    """Another daemon holds the root."""
+
+    def __init__(self, root: Path, holder: dict[str, Any]) -> None:
+        pid = holder.get("pid", "?")
+        started = holder.get("started_at")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else "?"
+        super().__init__(
+            f"another xumd (pid {pid}, started {when}) is already running on {root}; "
+            f"stop it first (`xum daemon stop --root {root}` or `kill {pid}`)"
+        )
+        self.holder = holder
+
+
+@dataclass(slots=True)
+class RootLock:
+    path: Path
+    fd: int
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    try:
+        raw = os.pread(fd, 4096, 0)
+        data = orjson.loads(raw) if raw else {}
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def acquire(path: Path) -> RootLock:
+    """Take the root lock without waiting, or raise RootLockedError naming the holder."""
+    # os.open makes the descriptor non-inheritable (PEP 446): children never hold the lock.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_holder(fd)
+        os.close(fd)
+        raise RootLockedError(path.parent, holder) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    me = psutil.Process()
+    info = {"pid": me.pid, "process_start_time": me.create_time(), "started_at": time.time()}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, orjson.dumps(info) + b"\n", 0)
+    os.fsync(fd)
+    return RootLock(path, fd)
+
+
+def read_holder(path: Path) -> dict[str, Any] | None:
+    """The running daemon's diagnostics, or None when no daemon holds the root."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_holder(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -1,0 +1,1 @@
+"""JSON-RPC transport (server, connection) and dispatch (router)."""

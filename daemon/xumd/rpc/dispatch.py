@@ -1,0 +1,219 @@
+"""Dispatch: handlers registered by method name with typed params (the pygls way).
+
+The router knows nothing about sockets. It turns one decoded JSON-RPC message into at most one
+response object, so the transport and the tests can drive it alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+from pydantic import BaseModel, ValidationError
+from xum_protocol.errors import ErrorKind, code_for
+from xum_protocol.methods import METHODS
+
+from xumd import logs
+from xumd.errors import XumError
+
+log = logs.get("xumd.rpc")
+
+RequestId = int | str | float | None
+
+
+class Peer(Protocol):
+    """What a handler may know of the connection that asked."""
+
+    id: int
+    pid: int | None
+    uid: int | None
+    protocol: str
+
+    def notify(self, method: str, params: dict[str, Any]) -> bool: ...
+
+    def on_close(self, callback: Callable[[], None]) -> None: ...
+
+
+@dataclass(slots=True)
+class RequestContext:
+    peer: Peer
+    method: str
+    request_id: RequestId
+
+
+Handler = Callable[[Any, RequestContext], Awaitable[BaseModel]]
+
+
+@dataclass(slots=True)
+class _Route:
+    params: type[BaseModel]
+    handler: Handler
+    allowed_while_stopping: bool
+
+
+def error_object(
+    kind: ErrorKind, message: str, data: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {"kind": kind.value}
+    if data:
+        payload.update(data)
+    return {"code": code_for(kind), "message": message, "data": payload}
+
+
+def error_response(
+    request_id: RequestId, kind: ErrorKind, message: str, data: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": error_object(kind, message, data)}
+
+
+def _valid_id(value: Any) -> bool:
+    # bool is an int subclass in Python, but not a JSON-RPC id.
+    return value is None or (isinstance(value, int | float | str) and not isinstance(value, bool))
+
+
+def _validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
+    # Keep what a client needs and drop input echoes (they may be huge or secret).
+    return [
+        {"loc": [str(part) for part in err["loc"]], "msg": err["msg"], "type": err["type"]}
+        for err in exc.errors(include_url=False, include_input=False)[:20]
+    ]
+
+
+@dataclass
+class Router:
+    routes: dict[str, _Route] = field(default_factory=dict)
+    stopping: Callable[[], bool] = lambda: False
+    active: int = 0
+    _idle: anyio.Event | None = None
+
+    async def wait_idle(self) -> None:
+        """Return once no request is being handled (callers bound this with a deadline)."""
+        while self.active:
+            if self._idle is None:
+                self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def add(
+        self,
+        name: str,
+        handler: Handler,
+        params: type[BaseModel] | None = None,
+        *,
+        allowed_while_stopping: bool = False,
+    ) -> None:
+        if name in self.routes:
+            raise RuntimeError(f"method {name} registered twice")
+        if params is None:
+            spec = METHODS.get(name)
+            if spec is None:
+                raise RuntimeError(f"method {name} is not in the protocol's method table")
+            params = spec.params
+        self.routes[name] = _Route(params, handler, allowed_while_stopping)
+
+    def method(
+        self, name: str, *, allowed_while_stopping: bool = False
+    ) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            self.add(name, handler, allowed_while_stopping=allowed_while_stopping)
+            return handler
+
+        return register
+
+    async def handle(self, message: Any, peer: Peer) -> dict[str, Any] | None:
+        """Answer one (non-batch) message; None for a notification."""
+        if not isinstance(message, dict):
+            return error_response(None, ErrorKind.INVALID_REQUEST, "a request must be an object")
+        has_id = "id" in message
+        request_id = message.get("id")
+        if has_id and not _valid_id(request_id):
+            return error_response(
+                None, ErrorKind.INVALID_REQUEST, "id must be a string, a number or null"
+            )
+        method = message.get("method")
+        params = message.get("params")
+        if (
+            message.get("jsonrpc") != "2.0"
+            or not isinstance(method, str)
+            or ("params" in message and not isinstance(params, dict | list))
+        ):
+            return error_response(
+                request_id,
+                ErrorKind.INVALID_REQUEST,
+                "not a JSON-RPC 2.0 request: needs jsonrpc '2.0', a string method, "
+                "and params that are an object or an array",
+            )
+        self.active += 1
+        try:
+            response = await self._call(method, params, peer, request_id)
+        finally:
+            self.active -= 1
+            if not self.active and self._idle is not None:
+                self._idle.set()
+                self._idle = None
+        return response if has_id else None
+
+    async def _call(
+        self, method: str, raw_params: Any, peer: Peer, request_id: RequestId
+    ) -> dict[str, Any]:
+        route = self.routes.get(method)
+        if route is None:
+            return error_response(
+                request_id, ErrorKind.METHOD_NOT_FOUND, f"method {method!r} not found"
+            )
+        if self.stopping() and not route.allowed_while_stopping:
+            return error_response(
+                request_id, ErrorKind.SHUTTING_DOWN, "the daemon is shutting down"
+            )
+        try:
+            params = self._parse_params(route.params, raw_params)
+        except ValidationError as exc:
+            return error_response(
+                request_id,
+                ErrorKind.INVALID_PARAMS,
+                f"invalid params for {method}: {exc.error_count()} problem(s)",
+                {"errors": _validation_errors(exc)},
+            )
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            result = await route.handler(params, RequestContext(peer, method, request_id))
+            return {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "result": result.model_dump(mode="json"),
+            }
+        except XumError as exc:
+            outcome = exc.kind.value
+            return error_response(request_id, exc.kind, exc.message, exc.data)
+        except Exception:
+            outcome = "internal"
+            log.exception("rpc.internal_error", method=method)
+            return error_response(
+                request_id, ErrorKind.INTERNAL, f"internal error in {method}; see the daemon log"
+            )
+        finally:
+            log.debug(
+                "rpc.request",
+                method=method,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                outcome=outcome,
+                conn=peer.id,
+            )
+
+    @staticmethod
+    def _parse_params(model: type[BaseModel], raw: Any) -> BaseModel:
+        if raw is None:
+            raw = {}
+        if isinstance(raw, list) and hasattr(model, "from_positional"):
+            return model.from_positional(raw)  # type: ignore[no-any-return]
+        if isinstance(raw, list):
+            # By-position params map onto the model's fields in declaration order.
+            names = list(model.model_fields)
+            if len(raw) > len(names):
+                raw = {**dict(zip(names, raw, strict=False)), "__extra_positional__": raw}
+            else:
+                raw = dict(zip(names, raw, strict=False))
+        return model.model_validate(raw)

@@ -1,0 +1,64 @@
+"""The JSON-RPC 2.0 specification's example methods (subtract, sum, update, notify_hello,
+get_data), served only with `enable_test_methods`, so the spec's own examples can be run
+verbatim against a real daemon."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from xumd.rpc.dispatch import RequestContext, Router
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    args: list[Any] = []
+
+    @classmethod
+    def from_positional(cls, raw: list[Any]) -> _Args:
+        return cls(args=raw)
+
+
+class _Subtract(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    minuend: float
+    subtrahend: float
+
+    @classmethod
+    def from_positional(cls, raw: list[Any]) -> _Subtract:
+        return cls.model_validate(dict(zip(("minuend", "subtrahend"), raw, strict=False)))
+
+
+class _Bare(BaseModel):
+    """The spec's examples return bare values; xum methods never do, so this one unwraps."""
+
+    value: Any
+
+    def model_dump(self, **kwargs: Any) -> Any:
+        return self.value
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+def install(router: Router) -> None:
+    async def subtract(p: _Subtract, ctx: RequestContext) -> BaseModel:
+        return _Bare(value=_number(p.minuend - p.subtrahend))
+
+    async def total(p: _Args, ctx: RequestContext) -> BaseModel:
+        return _Bare(value=_number(sum(float(x) for x in p.args)))
+
+    async def nothing(p: _Args, ctx: RequestContext) -> BaseModel:
+        return _Bare(value=None)
+
+    async def get_data(p: _Args, ctx: RequestContext) -> BaseModel:
+        return _Bare(value=["hello", 5])
+
+    router.add("subtract", subtract, _Subtract)
+    router.add("sum", total, _Args)
+    router.add("update", nothing, _Args)
+    router.add("notify_hello", nothing, _Args)
+    router.add("notify_sum", nothing, _Args)
+    router.add("get_data", get_data, _Args)

@@ -1,0 +1,1 @@
+"""Daemon services, one concern each; `xumd.bootstrap` composes them."""

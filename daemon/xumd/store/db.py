@@ -1,0 +1,128 @@
+"""The state store: SQLite in WAL mode with synchronous=FULL, one connection, one writer.
+
+Every call runs on the event loop thread and is short (single-row reads and writes, indexed). That
+is deliberate: a transaction never spans an `await`, so a read-check-write sequence (the
+compare-and-swap on a workspace's incarnation, for example) cannot interleave with another task.
+Migrations are numbered SQL files applied in order; a database written by a newer schema is refused,
+never overwritten.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+_MIGRATION_RE = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
+
+
+class StoreError(Exception):
+    pass
+
+
+def _migrations() -> list[tuple[int, str, str]]:
+    found: list[tuple[int, str, str]] = []
+    for entry in resources.files("xumd.store").joinpath("migrations").iterdir():
+        match = _MIGRATION_RE.fullmatch(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    return found
+
+
+def latest_schema_version() -> int:
+    migrations = _migrations()
+    return migrations[-1][0] if migrations else 0
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._db = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=5.0
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+        self._db.row_factory = sqlite3.Row
+        self._depth = 0
+        try:
+            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                raise StoreError(f"{path}: cannot switch to WAL mode (got {mode})")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(f"{path} is not a usable xum state database: {exc}") from exc
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def migrate(self) -> int:
+        """Apply pending migrations; refuse a database from a newer xumd. Returns the version."""
+        current = self.schema_version
+        migrations = _migrations()
+        latest = migrations[-1][0] if migrations else 0
+        if current > latest:
+            raise StoreError(
+                f"{self.path} was written by a newer xumd (schema {current}; this xumd knows up to "
+                f"{latest}); refusing to touch it. Upgrade xumd or use another --root."
+            )
+        for number, name, sql in migrations:
+            if number <= current:
+                continue
+            try:
+                # executescript commits any open transaction first, so BEGIN is in the script.
+                self._db.executescript(
+                    f"BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version={number};\nCOMMIT;"
+                )
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"migration {name} failed: {exc}") from exc
+        return self.schema_version
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic unit; nested calls join the outer transaction."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self._db
+            finally:
+                self._depth -= 1
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield self._db
+        except BaseException:
+            self._depth = 0
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            self._depth = 0
+            self._db.execute("COMMIT")
+
+    def execute(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+        return self._db.execute(sql, args)
+
+    def one(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self._db.execute(sql, args).fetchone()
+        return row
+
+    def all(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        return list(self._db.execute(sql, args).fetchall())
+
+    def ping(self) -> bool:
+        return bool(self._db.execute("SELECT 1").fetchone()[0] == 1)
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,1 @@
+"""Params, results and events of every method, one module per domain."""

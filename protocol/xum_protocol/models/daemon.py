@@ -1,0 +1,57 @@
+"""hello, daemon.status, daemon.shutdown."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from xum_protocol.methods_base import MethodSpec
+from xum_protocol.models.base import Params, Result
+
+
+class ClientInfo(Params):
+    name: str = Field(min_length=1, max_length=200)
+    version: str = Field(default="", max_length=200)
+
+
+class HelloParams(Params):
+    protocol: str = Field(max_length=32, description="The client's protocol version, e.g. '1.0'.")
+    client: ClientInfo | None = None
+
+
+class ServerInfo(Result):
+    name: str
+    version: str
+
+
+class HelloResult(Result):
+    protocol: str
+    server: ServerInfo
+    root: str
+    capabilities: list[str]
+
+
+class EmptyParams(Params):
+    pass
+
+
+class DaemonStatusResult(Result):
+    pid: int
+    root: str
+    version: str
+    protocol: str
+    started_at: float
+    uptime_s: float
+    connections: int
+    shutting_down: bool = False
+    details: dict[str, object] = Field(default_factory=dict)
+
+
+class ShutdownResult(Result):
+    stopping: bool
+
+
+METHODS = [
+    MethodSpec("hello", HelloParams, HelloResult, "Handshake: negotiate the protocol version."),
+    MethodSpec("daemon.status", EmptyParams, DaemonStatusResult, "The daemon's pid, root, uptime."),
+    MethodSpec("daemon.shutdown", EmptyParams, ShutdownResult, "Begin a graceful stop."),
+]

@@ -1,0 +1,7 @@
+"""Protocol models of the `workspace` domain."""
+
+from __future__ import annotations
+
+from xum_protocol.methods_base import MethodSpec
+
+METHODS: list[MethodSpec] = []

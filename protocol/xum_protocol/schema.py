@@ -1,0 +1,47 @@
+"""Generate JSON Schema for the whole protocol: `python -m xum_protocol.schema DIR`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from xum_protocol.errors import ERROR_CODES
+from xum_protocol.methods import METHODS
+from xum_protocol.version import PROTOCOL_VERSION
+
+
+def build_schema() -> dict[str, Any]:
+    methods: dict[str, Any] = {}
+    for name in sorted(METHODS):
+        spec = METHODS[name]
+        methods[name] = {
+            "summary": spec.summary,
+            "params": spec.params.model_json_schema(),
+            "result": spec.result.model_json_schema(mode="serialization"),
+        }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "xum protocol",
+        "protocol": PROTOCOL_VERSION,
+        "errors": {kind.value: code for kind, code in ERROR_CODES.items()},
+        "methods": methods,
+    }
+
+
+def render() -> bytes:
+    return orjson.dumps(build_schema(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0] if args else "protocol/schema")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "xum-protocol.schema.json").write_bytes(render())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

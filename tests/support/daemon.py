@@ -1,0 +1,163 @@
+"""A real xumd process for integration tests.
+
+Readiness is an event, not a sleep: the test passes its own NOTIFY_SOCKET (a datagram socket) and
+waits, with a deadline, for the daemon's READY=1 — exactly what systemd would see.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from xum_client import Client
+
+XUMD = [sys.executable, "-m", "xumd"]
+
+
+def short_tmpdir(prefix: str = "xum-") -> Path:
+    """A short directory under /tmp: Unix socket paths are limited to 107 bytes."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def write_config(root: Path, text: str) -> None:
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (root / "config.toml").write_text(text)
+
+
+class DaemonProcess:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+        log_level: str = "debug",
+    ) -> None:
+        self.root = root
+        self.env = env or {}
+        self.args = args or []
+        self.log_level = log_level
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = root.parent / f"{root.name}.xumd.log"
+        self._notify_dir = short_tmpdir("xumn-")
+        self._notify_path = self._notify_dir / "n"
+        self._notify: socket.socket | None = None
+        self.notify_messages: list[str] = []
+
+    @property
+    def socket_path(self) -> Path:
+        return self.root / "xumd.sock"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, *, wait_ready: bool = True, timeout: float = 20.0) -> DaemonProcess:
+        if self._notify is None:
+            self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._notify.bind(str(self._notify_path))
+        env = {**os.environ, "NOTIFY_SOCKET": str(self._notify_path), **self.env}
+        env.pop("XUM_SOCKET", None)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            [*XUMD, "--root", str(self.root), "--log-level", self.log_level, *self.args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
+        log.close()
+        if wait_ready:
+            self.wait_for_notify("READY=1", timeout)
+        return self
+
+    def wait_for_notify(self, field: str, timeout: float = 20.0) -> str:
+        assert self._notify is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            for message in self.notify_messages:
+                if field in message.split("\n"):
+                    self.notify_messages.remove(message)
+                    return message
+            left = deadline - time.monotonic()
+            if left <= 0 or (
+                self.proc is not None and self.proc.poll() is not None and not self._pending()
+            ):
+                raise TimeoutError(
+                    f"xumd did not send {field} within {timeout}s "
+                    f"(exit={self.proc.poll() if self.proc else None}); "
+                    f"log:\n{self.log_text()[-4000:]}"
+                )
+            self._notify.settimeout(min(left, 0.5))
+            try:
+                self.notify_messages.append(self._notify.recv(4096).decode())
+            except TimeoutError:
+                continue
+
+    def _pending(self) -> bool:
+        assert self._notify is not None
+        self._notify.setblocking(False)
+        try:
+            self.notify_messages.append(self._notify.recv(4096).decode())
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            self._notify.setblocking(True)
+
+    def client(self, **kwargs: Any) -> Client:
+        return Client(self.root, **kwargs)
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        with self.client() as client:
+            return client.call(method, params)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        return self.proc.wait(10)
+
+    def restart(self, **kwargs: Any) -> DaemonProcess:
+        if self.proc is not None and self.proc.poll() is None:
+            self.terminate()
+        return self.start(**kwargs)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._notify is not None:
+            self._notify.close()
+            self._notify = None
+        shutil.rmtree(self._notify_dir, ignore_errors=True)
