@@ -7,11 +7,18 @@ run in installation order before the daemon is ready.
 from __future__ import annotations
 
 from xumd.app import App
+from xumd.lifecycle.seams import LifecycleHooks
 from xumd.rpc import spec_examples
 from xumd.services import daemon_service
 
 
 def install_features(app: App) -> None:
+    app.provide(LifecycleHooks())
     daemon_service.install(app)
+    # Feature installs, in dependency order (each line owned by its feature):
+    # lifecycle (projects, workspaces)  -> xumd.lifecycle.feature.install(app)
+    # cleanup obligations + retry       -> xumd.cleanup.feature.install(app)
+    # processes + leases                -> xumd.processes.feature.install(app)
+    # turns + recovery                  -> xumd.recovery.feature.install(app)
     if app.config.enable_test_methods:
         spec_examples.install(app.router)

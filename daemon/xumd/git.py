@@ -1,0 +1,105 @@
+"""The git runner: argv only (never a shell), `--` before paths, a deadline on every call, bounded
+output that keeps the diagnostic tail, and admin operations serialised per repository (parallel
+`git worktree add` in one repository fails at random inside git)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from xum_protocol.errors import ErrorKind
+
+from xumd.errors import XumError
+from xumd.procutil import CommandNotFound, CommandResult, run_command
+
+# Git must never prompt (no TTY behind a daemon) nor read the user's pager/editor settings.
+_BASE_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "GIT_EDITOR": "true",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "LC_ALL": "C",
+}
+
+
+class GitError(XumError):
+    def __init__(self, result: CommandResult, what: str) -> None:
+        tail = result.output.tail_text(1500).strip()
+        super().__init__(
+            ErrorKind.TIMEOUT if result.timed_out else ErrorKind.OPERATION_FAILED,
+            f"{what}: {result.describe()}" + (f": {tail}" if tail else ""),
+            argv=result.argv,
+            returncode=result.returncode,
+            output_tail=tail,
+        )
+        self.result = result
+
+
+@dataclass
+class Git:
+    timeout_s: float = 120.0
+    binary: str = "git"
+
+    def __post_init__(self) -> None:
+        self._repo_locks: dict[str, anyio.Lock] = {}
+
+    @asynccontextmanager
+    async def admin_lock(self, repo: Path, *, wait_s: float = 60.0) -> AsyncIterator[None]:
+        """Serialise admin operations (worktree add/move/remove/prune, ref updates) per repo."""
+        key = os.path.realpath(repo)
+        lock = self._repo_locks.setdefault(key, anyio.Lock())
+        with anyio.move_on_after(wait_s) as scope:
+            await lock.acquire()
+        if scope.cancelled_caught:
+            raise XumError(
+                ErrorKind.TIMEOUT,
+                f"timed out after {wait_s}s waiting for git operations on {repo} to finish",
+                waited_for=f"git admin lock of {repo}",
+            )
+        try:
+            yield
+        finally:
+            lock.release()
+
+    async def run(
+        self,
+        repo: Path,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_s: float | None = None,
+        check: bool = True,
+        what: str | None = None,
+    ) -> CommandResult:
+        argv = [self.binary, "-C", str(repo), *args]
+        full_env = {**os.environ, **_BASE_ENV, **(env or {})}
+        try:
+            result = await run_command(
+                argv,
+                env=full_env,
+                timeout_s=timeout_s or self.timeout_s,
+                stdin=stdin,
+                # SIGTERM lets git remove its own lock files; SIGKILL only after a grace.
+                grace_s=5.0,
+            )
+        except CommandNotFound as exc:
+            raise XumError(
+                ErrorKind.OPERATION_FAILED, f"git is not installed or not on PATH ({exc})"
+            ) from None
+        if check and not result.ok:
+            raise GitError(result, what or f"git {args[0] if args else ''}")
+        return result
+
+    async def out(self, repo: Path, *args: str, **kwargs: object) -> str:
+        """Run and return stdout+stderr as text, stripped."""
+        result = await self.run(repo, *args, **kwargs)  # type: ignore[arg-type]
+        return result.output.text().strip()
+
+
+def pathspec(paths: Sequence[str]) -> list[str]:
+    """Paths always follow `--`, so a file named `-rf` is a path and never an option."""
+    return ["--", *paths]

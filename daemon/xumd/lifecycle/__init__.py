@@ -1,0 +1,1 @@
+"""Projects and workspaces under one lifecycle coordinator."""

@@ -1,0 +1,87 @@
+"""The on-disk incarnation marker: proof that a directory is the checkout a row names.
+
+Worktree runtime: `git worktree add --lock --reason "xum <workspace-id> <incarnation>"` writes the
+reason into the worktree's admin dir (`<common-git-dir>/worktrees/<name>/locked`): atomic with the
+add, invisible to `git status`, and it protects the worktree from `git worktree prune` and `git gc`.
+The checkout's `.git` file points at that admin dir, so from the checkout alone we can find it.
+
+Directory runtime: a file `.xum-incarnation` at the top of the directory holds the same line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "xum"
+DIRECTORY_MARKER = ".xum-incarnation"
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    workspace_id: str
+    incarnation: str
+
+    def reason(self) -> str:
+        return f"{PREFIX} {self.workspace_id} {self.incarnation}"
+
+
+def parse(text: str) -> Marker | None:
+    parts = text.strip().split()
+    if len(parts) == 3 and parts[0] == PREFIX:
+        return Marker(parts[1], parts[2])
+    return None
+
+
+def worktree_admin_dir(checkout: Path) -> Path | None:
+    """The admin dir a worktree checkout's `.git` file points to, without following symlinks
+    out of the checkout (a `.git` that is a symlink or a directory is not ours)."""
+    dotgit = checkout / ".git"
+    try:
+        if dotgit.is_symlink() or not dotgit.is_file():
+            return None
+        text = dotgit.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    admin = Path(text[len("gitdir:") :].strip())
+    if not admin.is_absolute():
+        admin = (checkout / admin).resolve()
+    return admin
+
+
+def read_worktree_marker(checkout: Path) -> Marker | None:
+    admin = worktree_admin_dir(checkout)
+    if admin is None:
+        return None
+    try:
+        return parse((admin / "locked").read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+
+
+def read_directory_marker(directory: Path) -> Marker | None:
+    try:
+        return parse((directory / DIRECTORY_MARKER).read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+
+
+def write_directory_marker(directory: Path, marker: Marker) -> None:
+    """Write-then-rename, fsynced, so a crash leaves the old marker or the new one."""
+    target = directory / DIRECTORY_MARKER
+    tmp = directory / f"{DIRECTORY_MARKER}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, (marker.reason() + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+
+
+def read_marker(path: Path) -> Marker | None:
+    """Whichever marker the directory carries (worktree first)."""
+    return read_worktree_marker(path) or read_directory_marker(path)

@@ -1,0 +1,305 @@
+"""Child processes: own process group, bounded output, deadlines, whole-tree kill, identity probes.
+
+Every child the daemon starts (git, setup/teardown scripts, supervised processes) goes through
+here, so the rules hold everywhere: argv only (never a shell unless the caller passes `sh -c`
+explicitly for a trusted script), a new session so the child and its descendants form one group,
+a deadline on every wait, and SIGTERM-then-SIGKILL of the whole tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import psutil
+
+from xumd import logs
+
+log = logs.get("xumd.proc")
+
+DEFAULT_OUTPUT_LIMIT = 64 * 1024
+
+
+# -- identity and liveness ---------------------------------------------------------------------
+
+
+def start_time(pid: int) -> float | None:
+    """The process's start time (psutil create_time), or None when there is no such process."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def same_process_alive(pid: int, recorded_start: float | None) -> bool:
+    """True while the process with this pid *and* this start time runs: pid reuse is not life."""
+    if pid <= 0:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        started = proc.create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, ValueError):
+        return False
+    except psutil.AccessDenied:
+        return True
+    # create_time is derived from boot time and clock ticks: allow rounding, not reuse.
+    return recorded_start is None or abs(started - recorded_start) < 0.05
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of the group exists (kill(-pgid, 0) does not say ESRCH)."""
+    if pgid <= 1:
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg(…, 0) also counts zombies; a group of zombies only is not alive.
+    return any(_live_member(p, pgid) for p in psutil.process_iter(["pid"]))
+
+
+def _live_member(proc: psutil.Process, pgid: int) -> bool:
+    try:
+        return os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE
+    except (OSError, psutil.Error):
+        return False
+
+
+def tree_pids(pid: int) -> list[int]:
+    """pid and every descendant still running."""
+    try:
+        parent = psutil.Process(pid)
+        return [pid, *(c.pid for c in parent.children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
+# -- killing ---------------------------------------------------------------------------------
+
+
+def _signal_pids(pids: Sequence[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    if pgid > 1 and pgid != os.getpgrp():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+
+async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float = 0.02) -> bool:
+    """SIGTERM the group (and the tree), wait up to `grace_s`, then SIGKILL every member.
+
+    Descendants are collected before signalling, so a child that escaped the group (setsid)
+    is still reached when it was a descendant at that moment. Returns True when nothing of the
+    tree or the group is left.
+    """
+    members = set(tree_pids(pid))
+    if pgid:
+        _signal_group(pgid, signal.SIGTERM)
+    _signal_pids(sorted(members), signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        members |= set(tree_pids(pid))
+        if not _any_alive(members) and not (pgid and group_alive(pgid)):
+            return True
+        await anyio.sleep(poll_s)
+    members |= set(tree_pids(pid))
+    if pgid:
+        _signal_group(pgid, signal.SIGKILL)
+    _signal_pids(sorted(members), signal.SIGKILL)
+    # SIGKILL cannot be ignored; give the kernel a moment to reap, bounded.
+    with anyio.move_on_after(2.0):
+        while _any_alive(members) or (pgid and group_alive(pgid)):
+            await anyio.sleep(poll_s)
+        return True
+    log.warning("proc.tree_survived_sigkill", pid=pid, pgid=pgid)
+    return False
+
+
+def _any_alive(pids: set[int]) -> bool:
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+# -- bounded output ----------------------------------------------------------------------------
+
+
+@dataclass
+class BoundedOutput:
+    """Keeps the head and the diagnostic tail of a stream, and counts what fell between."""
+
+    limit: int = DEFAULT_OUTPUT_LIMIT
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+    dropped: int = 0
+
+    def feed(self, data: bytes) -> None:
+        half = self.limit // 2
+        room = half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self.tail += data
+        excess = len(self.tail) - (self.limit - half)
+        if excess > 0:
+            del self.tail[:excess]
+            self.dropped += excess
+
+    def text(self) -> str:
+        middle = f"\n[... {self.dropped} bytes dropped ...]\n" if self.dropped else ""
+        return (
+            bytes(self.head).decode(errors="replace")
+            + middle
+            + bytes(self.tail).decode(errors="replace")
+        )
+
+    def tail_text(self, size: int = 2048) -> str:
+        joined = bytes(self.head + self.tail) if not self.dropped else bytes(self.tail)
+        return joined[-size:].decode(errors="replace")
+
+
+# -- running commands --------------------------------------------------------------------------
+
+
+@dataclass
+class CommandResult:
+    argv: list[str]
+    returncode: int | None
+    output: BoundedOutput
+    timed_out: bool
+    duration_s: float
+    pid: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        if self.timed_out:
+            return f"{self.argv[0]} timed out after {self.duration_s:.1f}s"
+        if self.returncode is not None and self.returncode < 0:
+            return f"{self.argv[0]} killed by signal {-self.returncode}"
+        return f"{self.argv[0]} exited with {self.returncode}"
+
+
+async def _feed_stdin(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        await stream.send(data)
+    with contextlib.suppress(OSError):
+        await stream.aclose()
+
+
+async def _read_into(
+    stream: anyio.abc.ByteReceiveStream | None, output: BoundedOutput, scope: anyio.CancelScope
+) -> None:
+    if stream is None:
+        return
+    with scope:
+        try:
+            async for chunk in stream:
+                output.feed(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+    scope.cancel()  # marks "done" for _wait_cancelled_or_done
+
+
+async def _wait_cancelled_or_done(scope: anyio.CancelScope) -> None:
+    while not scope.cancel_called:
+        await anyio.sleep(0.01)
+
+
+class CommandNotFound(Exception):
+    pass
+
+
+async def run_command(
+    argv: Sequence[str],
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float,
+    grace_s: float = 5.0,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    stdin: bytes | None = None,
+    on_start: object = None,
+) -> CommandResult:
+    """Run argv in its own session with merged stdout/stderr, bounded output and a deadline.
+
+    On timeout or cancellation the whole tree gets SIGTERM, then SIGKILL after `grace_s`;
+    cancellation is re-raised after the tree is gone (shielded, bounded).
+    """
+    if not argv:
+        raise ValueError("empty argv")
+    started = time.monotonic()
+    output = BoundedOutput(output_limit)
+    try:
+        proc = await anyio.open_process(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise CommandNotFound(f"{argv[0]}: command not found") from exc
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
+            raise CommandNotFound(f"{argv[0]}: {exc.strerror}") from exc
+        raise
+    if callable(on_start):
+        on_start(proc.pid)
+    timed_out = False
+    try:
+        with anyio.move_on_after(timeout_s) as scope:
+            async with anyio.create_task_group() as tg:
+                if stdin is not None and proc.stdin is not None:
+                    tg.start_soon(_feed_stdin, proc.stdin, stdin)
+                reader = anyio.CancelScope()
+                tg.start_soon(_read_into, proc.stdout, output, reader)
+                await proc.wait()
+                # A descendant may still hold the pipe open: read what is buffered, briefly.
+                with anyio.move_on_after(0.5):
+                    await _wait_cancelled_or_done(reader)
+                reader.cancel()
+        timed_out = scope.cancelled_caught
+    finally:
+        # The command's process group does not outlive the command: leftovers (a background
+        # job a script forgot, or the whole tree on timeout/cancel) are stopped, bounded.
+        if proc.returncode is None or group_alive(proc.pid):
+            with anyio.CancelScope(shield=True):
+                await kill_tree(proc.pid, proc.pid, grace_s)
+                with anyio.move_on_after(2.0):
+                    await proc.wait()
+    return CommandResult(
+        argv=list(argv),
+        returncode=proc.returncode,
+        output=output,
+        timed_out=timed_out,
+        duration_s=time.monotonic() - started,
+        pid=proc.pid,
+    )
