@@ -57,6 +57,23 @@ def status(obj: Ctx) -> None:
     )
 
 
+def _register_commands() -> None:
+    # Each domain module adds its own commands (owned by its feature).
+    from importlib import import_module
+
+    for name in ("project", "workspace", "cleanup", "process", "turn"):
+        try:
+            module = import_module(f"xum_client.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"xum_client.commands.{name}":
+                raise
+            continue
+        module.register(cli)
+
+
+_register_commands()
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

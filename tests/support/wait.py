@@ -1,0 +1,26 @@
+"""Waiting in tests: on a condition with a deadline, never a bare sleep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def until(
+    condition: Callable[[], T],
+    timeout: float = 20.0,
+    interval: float = 0.02,
+    message: str = "condition",
+) -> T:
+    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
