@@ -1,0 +1,77 @@
+"""`python -m bench [--quick] [--json [PATH]] [--only GROUPS] [--repeats N] [--large]`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable
+
+from bench import report
+from bench.settings import Settings
+from bench.stats import Figure
+
+# Suite name -> module with `run(settings) -> list[Figure]`, in run order.
+SUITES = {"rpc": "bench.rpc"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer/shorter runs (for checks)")
+    parser.add_argument("--repeats", type=int, default=None, help="repetitions per figure")
+    parser.add_argument(
+        "--large", action="store_true", help="also the large synthetic repository (slow)"
+    )
+    parser.add_argument(
+        "--only", default="", help=f"comma-separated suites to run ({', '.join(SUITES)})"
+    )
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="PATH",
+        help="write the figures as JSON to PATH ('-' or no PATH: stdout; the table then goes "
+        "to stderr)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    settings = Settings.make(quick=args.quick, repeats=args.repeats, large=args.large)
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(SUITES)
+    unknown = [s for s in chosen if s not in SUITES]
+    if unknown:
+        sys.stderr.write(f"unknown suite(s): {', '.join(unknown)}; known: {', '.join(SUITES)}\n")
+        return 2
+    host = report.machine()
+    figures: list[Figure] = []
+    started = time.monotonic()
+    for name in chosen:
+        run: Callable[[Settings], list[Figure]] = importlib.import_module(SUITES[name]).run
+        suite_started = time.monotonic()
+        figures.extend(run(settings))
+        sys.stderr.write(f"bench: suite {name} took {time.monotonic() - suite_started:.1f}s\n")
+    sys.stderr.write(f"bench: total {time.monotonic() - started:.1f}s\n")
+    table_out = sys.stderr if args.json == "-" else sys.stdout
+    table_out.write(
+        f"xum bench ({'quick' if settings.quick else 'full'}, {settings.repeats} repetitions; "
+        f"{host['cpus']} CPUs, {host['cpu']}, Python {host['python']}, {host['git']})\n\n"
+    )
+    report.table(figures, table_out)
+    table_out.flush()
+    if args.json is not None:
+        payload = json.dumps(report.as_json(figures, settings.as_dict(), host), indent=2)
+        if args.json == "-":
+            sys.stdout.write(payload + "\n")
+        else:
+            with open(args.json, "w", encoding="utf-8") as out:
+                out.write(payload + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
