@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,6 +30,19 @@ from xumd.sdnotify import Notifier
 from xumd.store import Store
 
 log = logs.get("xumd.app")
+
+CONNECTION_FLUSH_S = 1.0
+"""At the end of a shutdown: how long connections get to flush their last answers."""
+HARD_STOP_MARGIN_S = 5.0
+
+
+def _hard_exit(budget: float) -> None:
+    # From a timer thread: the event loop may be stuck, so no logging framework here.
+    os.write(2, f"xumd: shutdown exceeded its {budget:.1f}s budget; exiting now\n".encode())
+    os._exit(EXIT_FORCED)
+
+
+EXIT_FORCED = 70
 
 T = TypeVar("T")
 Hook = Callable[[], Awaitable[None]]
@@ -62,6 +76,7 @@ class App:
         self._startup: list[tuple[str, Hook]] = []
         self._background: list[tuple[str, Hook]] = []
         self._drains: list[_Drain] = []
+        self._hard_stop: threading.Timer | None = None
         self.status_providers: dict[str, Callable[[], Any]] = {}
 
     # -- composition ---------------------------------------------------------------------------
@@ -105,6 +120,7 @@ class App:
             # idempotent, so a stop requested during them simply takes effect after them.
             await background.start(self._watch_signals)
             for name, fn in self._startup:
+                self.notifier.status(f"starting: {name}")
                 started = time.perf_counter()
                 await fn()
                 ms = round((time.perf_counter() - started) * 1000, 2)
@@ -118,6 +134,8 @@ class App:
                             await self.server.serve(connections, work)
 
                     connections.start_soon(accept_loop)
+                    # The socket already listens (bound before the event loop started), so a
+                    # client that connects now waits in the backlog: ready is true already.
                     self.ready = True
                     self.notifier.ready(f"serving {self.paths.root}")
                     log.info("daemon.ready", root=str(self.paths.root), pid=os.getpid())
@@ -126,28 +144,59 @@ class App:
                     if self.notifier.watchdog_s:
                         background.start_soon(self._watchdog, self.notifier.watchdog_s)
                     await self.shutdown_requested.wait()
-                    self.stopping = True
-                    self.notifier.stopping()
+                    self._begin_stop()
+                    # 1. Stop accepting: new clients get ECONNREFUSED from now on.
                     accept.cancel()
+                    # 2. In-flight requests get the grace period to answer; new ones on open
+                    # connections are refused with `shutting_down` by the router meanwhile.
                     with anyio.move_on_after(self.config.shutdown_grace_s) as grace:
                         await self.router.wait_idle()
                     if grace.cancelled_caught:
                         log.warning("daemon.requests_cancelled", active=self.router.active)
+                    # Still running: cancelled; each answers `shutting_down` (see connection.py).
                     work.cancel_scope.cancel()
+                # 3. Registered drains, each under its own deadline.
                 for drain in self._drains:
                     left = await self._run_drain(drain)
                     if left:
                         pending[drain.name] = left
-                # Give connections a moment to flush their last answers, then close them.
-                with anyio.move_on_after(0.5):
-                    while any(c for c in self.server.connections):
-                        for conn in list(self.server.connections):
-                            conn.close()
-                        await anyio.sleep(0.01)
+                # 4. Connections: stop reading, flush what is queued, close; then force.
+                await self._close_connections()
                 connections.cancel_scope.cancel()
             background.cancel_scope.cancel()
+        self._cancel_hard_stop()
         log.info("daemon.stopped", pending=pending)
         return pending
+
+    def _begin_stop(self) -> None:
+        self.stopping = True
+        self.notifier.stopping()
+        # Every step below has its own deadline; this is the backstop should a step ignore
+        # cancellation (a blocking call in a thread, say): the process exits regardless.
+        budget = (
+            self.config.shutdown_grace_s
+            + sum(d.deadline_s for d in self._drains)
+            + CONNECTION_FLUSH_S
+            + HARD_STOP_MARGIN_S
+        )
+        self._hard_stop = threading.Timer(budget, _hard_exit, args=(budget,))
+        self._hard_stop.daemon = True
+        self._hard_stop.start()
+        log.info("daemon.stopping", budget_s=round(budget, 3), drains=len(self._drains))
+
+    def _cancel_hard_stop(self) -> None:
+        if self._hard_stop is not None:
+            self._hard_stop.cancel()
+
+    async def _close_connections(self) -> None:
+        for conn in list(self.server.connections):
+            conn.stop_reading()
+        with anyio.move_on_after(CONNECTION_FLUSH_S):
+            while self.server.connections:
+                await anyio.sleep(0.01)
+        for conn in list(self.server.connections):
+            log.warning("daemon.connection_forced_closed", conn=conn.id, peer_pid=conn.pid)
+            conn.close()
 
     async def _run_drain(self, drain: _Drain) -> list[str]:
         started = time.perf_counter()
@@ -182,10 +231,25 @@ class App:
                     os._exit(128 + signum)
                 self.request_shutdown(signal.Signals(signum).name)
 
+    def healthy(self) -> str | None:
+        """Why the daemon is not healthy, or None: the loop runs (we are called from it), the
+        listener accepts (or we are stopping on purpose), and the store answers."""
+        if not (self.server.serving or self.stopping):
+            return "the listener is not accepting"
+        try:
+            if not self.store.ping():
+                return "the store does not answer"
+        except Exception as exc:
+            return f"the store does not answer: {exc}"
+        return None
+
     async def _watchdog(self, interval_s: float) -> None:
-        # Ping at half the interval, and only while the daemon is really healthy: the loop runs
-        # (this task is scheduled) and the store answers.
+        # Ping three times per interval (systemd suggests at least two), and only while healthy:
+        # a stuck loop or a dead listener stops the pings, and systemd restarts the daemon.
         while True:
-            if self.store.ping():
+            problem = self.healthy()
+            if problem is None:
                 self.notifier.watchdog()
-            await anyio.sleep(interval_s / 2)
+            else:
+                log.warning("daemon.unhealthy", reason=problem)
+            await anyio.sleep(interval_s / 3)

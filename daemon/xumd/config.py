@@ -29,7 +29,9 @@ class DaemonConfig(BaseModel):
 
     max_frame_bytes: int = Field(default=DEFAULT_MAX_FRAME, ge=1024)
     max_inflight_per_connection: int = Field(default=64, ge=1)
+    max_batch_items: int = Field(default=1000, ge=1)
     write_queue_messages: int = Field(default=1024, ge=1)
+    write_queue_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     shutdown_grace_s: float = Field(default=10.0, gt=0)
     drain_deadline_s: float = Field(default=10.0, gt=0)
     lock_wait_s: float = Field(default=30.0, gt=0)

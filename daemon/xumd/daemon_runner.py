@@ -14,12 +14,13 @@ from xumd.bootstrap import install_features
 from xumd.config import ConfigError, load
 from xumd.paths import RootPaths, default_root
 from xumd.rootlock import RootLockedError, acquire
-from xumd.rpc.server import SocketSetupError, bind_socket, systemd_socket
+from xumd.rpc.server import SocketSetupError, bind_socket, socket_name, systemd_socket
 from xumd.sdnotify import Notifier
 from xumd.store import Store, StoreError
 
 log = logs.get("xumd.main")
 
+EXIT_FAILED = 1
 EXIT_ALREADY_RUNNING = 3
 EXIT_SETUP = 4
 
@@ -72,14 +73,27 @@ def run_daemon(root_arg: Path | None, socket_arg: Path | None) -> int:
         lock.release()
         return _fail(EXIT_SETUP, str(exc))
     socket_ino = os.stat(socket_path).st_ino if owned_socket else None
+    if not owned_socket:
+        socket_path = Path(socket_name(sock))
 
     app = App(paths, config, store, Notifier())
     app.socket_path = socket_path
     install_features(app)
     app.server.attach(sock)
-    log.info("daemon.starting", root=str(root), socket=str(socket_path), pid=os.getpid())
+    log.info(
+        "daemon.starting",
+        root=str(root),
+        socket=str(socket_path),
+        activated=not owned_socket,
+        pid=os.getpid(),
+    )
+    code = 0
     try:
         anyio.run(app.run)
+    except Exception:
+        # A startup step or the serving loop failed: logged, non-zero exit (systemd restarts).
+        log.exception("daemon.failed")
+        code = EXIT_FAILED
     finally:
         if owned_socket:
             # Remove our socket only: never a file someone put there after us.
@@ -90,4 +104,4 @@ def run_daemon(root_arg: Path | None, socket_arg: Path | None) -> int:
                 pass
         store.close()
         lock.release()
-    return 0
+    return code

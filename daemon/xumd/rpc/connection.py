@@ -1,11 +1,17 @@
 """One client connection: read NDJSON frames, dispatch each, write responses in order of completion.
 
-Reads and writes are separate tasks. Writes go through a bounded queue; a client that stops reading
-fills it and is disconnected, so a slow or dead client never holds memory or blocks anyone else.
-Requests on one connection run concurrently (bounded per connection), so a long archive does not
-hold up a status call pipelined behind it. Requests run in the server's task group, not the
-connection's: a client that disconnects mid-archive does not cancel the archive half-way; its
-answer is dropped.
+Reads and writes are separate tasks, joined by a bounded outbox (messages and bytes). Responses
+wait for room in it, and each frame holds one of a bounded number of in-flight slots until its
+response is queued; so a client that sends without reading is slowed down by backpressure (its
+reader stops admitting frames) and never holds more than a bounded amount of memory. Event
+notifications cannot wait: a subscriber whose outbox is full is disconnected. Nothing here is
+shared between connections, so one slow or dead client never blocks another.
+
+Requests on one connection run concurrently, so a long archive does not hold up a status call
+pipelined behind it. They run in the server's task group, not the connection's: a client that
+disconnects mid-archive does not cancel the archive half-way; its answer is dropped. At shutdown
+the server cancels requests still running after the grace period; each then answers
+`shutting_down`, so a request with an id never goes unanswered.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.version import PROTOCOL_VERSION
 
 from xumd import logs
-from xumd.rpc.dispatch import Router, error_response
+from xumd.rpc.dispatch import Router, error_response, expects_reply
+from xumd.rpc.outbox import Outbox, OutboxClosed
 
 log = logs.get("xumd.conn")
 
 _ids = itertools.count(1)
+
+STREAM_CLOSE_DEADLINE_S = 1.0
 
 
 class Connection:
@@ -40,6 +49,8 @@ class Connection:
         max_frame: int,
         max_inflight: int,
         queue_size: int,
+        queue_bytes: int,
+        max_batch: int,
         work: anyio.abc.TaskGroup,
     ) -> None:
         self.id = next(_ids)
@@ -49,19 +60,21 @@ class Connection:
         self._stream = stream
         self._router = router
         self._max_frame = max_frame
+        self._max_batch = max_batch
         self._work = work
         self._inflight = anyio.Semaphore(max_inflight)
         self._max_inflight = max_inflight
-        self._send, self._outbox = anyio.create_memory_object_stream[bytes](queue_size)
+        self._outbox = Outbox(queue_size, queue_bytes)
         self._close_callbacks: list[Callable[[], None]] = []
         self._closed = False
         self._cancel = anyio.CancelScope()
+        self._reading = anyio.CancelScope()
 
     # -- Peer protocol (what handlers see) -------------------------------------------------
 
     def notify(self, method: str, params: dict[str, Any]) -> bool:
         """Queue a notification; False if the connection is gone or too slow (then it closes)."""
-        return self._enqueue({"jsonrpc": "2.0", "method": method, "params": params})
+        return self._enqueue_nowait({"jsonrpc": "2.0", "method": method, "params": params})
 
     def on_close(self, callback: Callable[[], None]) -> None:
         if self._closed:
@@ -70,32 +83,52 @@ class Connection:
             self._close_callbacks.append(callback)
 
     def close(self) -> None:
+        """Close now: queued answers are dropped."""
         self._cancel.cancel()
+
+    def stop_reading(self) -> None:
+        """Close gracefully: read no more frames, let in-flight frames answer, flush, close."""
+        self._reading.cancel()
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _enqueue(self, message: Any) -> bool:
+    def _enqueue_nowait(self, message: Any) -> bool:
         if self._closed:
             return False
         try:
-            self._send.send_nowait(framing.encode(message))
-        except anyio.WouldBlock:
-            log.warning("conn.slow_client_dropped", conn=self.id, pid=self.pid)
-            self._cancel.cancel()
+            if self._outbox.put_nowait(framing.encode(message)):
+                return True
+        except OutboxClosed:
             return False
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return False
-        return True
+        log.warning(
+            "conn.slow_client_dropped",
+            conn=self.id,
+            pid=self.pid,
+            queued=len(self._outbox),
+            queued_bytes=self._outbox.queued_bytes,
+        )
+        self._cancel.cancel()
+        return False
+
+    async def _enqueue(self, message: Any) -> None:
+        """Queue a response, waiting for room (backpressure on this connection only)."""
+        if self._closed:
+            return
+        try:
+            await self._outbox.put(framing.encode(message))
+        except OutboxClosed:
+            pass
 
     async def serve(self) -> None:
         with self._cancel:
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._writer)
-                    await self._reader()
-                    # EOF: let in-flight requests answer, then stop the writer.
+                    with self._reading:
+                        await self._reader()
+                    # EOF, oversize frame or graceful close: in-flight frames answer first.
                     await self._drain_inflight()
-                    self._send.close()
+                    self._outbox.close()
             finally:
                 self._finish()
         await self._aclose_stream()
@@ -108,7 +141,7 @@ class Connection:
         if self._closed:
             return
         self._closed = True
-        self._send.close()
+        self._outbox.close()
         for callback in self._close_callbacks:
             try:
                 callback()
@@ -116,17 +149,16 @@ class Connection:
                 log.exception("conn.close_callback_failed", conn=self.id)
 
     async def _aclose_stream(self) -> None:
-        with anyio.move_on_after(1, shield=True):
+        with anyio.move_on_after(STREAM_CLOSE_DEADLINE_S, shield=True):
             await self._stream.aclose()
 
     async def _writer(self) -> None:
-        async with self._outbox:
-            async for frame in self._outbox:
-                try:
-                    await self._stream.send(frame)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                    self._cancel.cancel()
-                    return
+        while (frame := await self._outbox.get()) is not None:
+            try:
+                await self._stream.send(frame)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                self._cancel.cancel()
+                return
 
     async def _reader(self) -> None:
         reader = BufferedByteReceiveStream(self._stream)
@@ -141,7 +173,7 @@ class Connection:
                 return
             except anyio.DelimiterNotFound:
                 log.warning("conn.frame_too_large", conn=self.id, limit=self._max_frame)
-                self._enqueue(
+                self._enqueue_nowait(
                     error_response(
                         None,
                         ErrorKind.FRAME_TOO_LARGE,
@@ -164,28 +196,75 @@ class Connection:
             try:
                 message = framing.decode(frame)
             except ValueError:
-                self._enqueue(
+                await self._enqueue(
                     error_response(None, ErrorKind.PARSE_ERROR, "parse error: invalid JSON")
                 )
                 return
             if isinstance(message, list):
-                if not message:
-                    self._enqueue(error_response(None, ErrorKind.INVALID_REQUEST, "empty batch"))
-                    return
-                answers: list[dict[str, Any] | None] = [None] * len(message)
-
-                async def one(index: int, item: Any) -> None:
-                    answers[index] = await self._router.handle(item, self)
-
-                async with anyio.create_task_group() as batch:
-                    for index, item in enumerate(message):
-                        batch.start_soon(one, index, item)
-                replies = [a for a in answers if a is not None]
-                if replies:
-                    self._enqueue(replies)
+                await self._process_batch(message)
                 return
-            reply = await self._router.handle(message, self)
+            try:
+                reply = await self._router.handle(message, self)
+            except anyio.get_cancelled_exc_class():
+                self._answer_cancelled([message], [None], batch=False)
+                raise
             if reply is not None:
-                self._enqueue(reply)
+                await self._enqueue(reply)
         finally:
             self._inflight.release()
+
+    async def _process_batch(self, batch: list[Any]) -> None:
+        if not batch:
+            await self._enqueue(
+                error_response(None, ErrorKind.INVALID_REQUEST, "invalid request: empty batch")
+            )
+            return
+        if len(batch) > self._max_batch:
+            # Bounded work per frame: each item would be a task and an answer.
+            await self._enqueue(
+                error_response(
+                    None,
+                    ErrorKind.INVALID_REQUEST,
+                    f"invalid request: a batch holds at most {self._max_batch} messages",
+                    {"limit": self._max_batch},
+                )
+            )
+            return
+        answers: list[dict[str, Any] | None] = [None] * len(batch)
+
+        async def one(index: int, item: Any) -> None:
+            answers[index] = await self._router.handle(item, self)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for index, item in enumerate(batch):
+                    tg.start_soon(one, index, item)
+        except anyio.get_cancelled_exc_class():
+            self._answer_cancelled(batch, answers, batch=True)
+            raise
+        replies = [answer for answer in answers if answer is not None]
+        # A batch of notifications only gets no response at all, not an empty array.
+        if replies:
+            await self._enqueue(replies)
+
+    def _answer_cancelled(
+        self, messages: list[Any], answers: list[dict[str, Any] | None], *, batch: bool
+    ) -> None:
+        """Cancelled at shutdown: answers already made go out, the rest get `shutting_down`."""
+        replies: list[dict[str, Any]] = []
+        for message, answer in zip(messages, answers, strict=True):
+            if answer is not None:
+                replies.append(answer)
+                continue
+            wanted, request_id = expects_reply(message)
+            if wanted:
+                replies.append(
+                    error_response(
+                        request_id,
+                        ErrorKind.SHUTTING_DOWN,
+                        "the daemon is shutting down; the request was cancelled",
+                    )
+                )
+        if not replies:
+            return
+        self._enqueue_nowait(replies if batch else replies[0])

@@ -74,6 +74,24 @@ def _valid_id(value: Any) -> bool:
     return value is None or (isinstance(value, int | float | str) and not isinstance(value, bool))
 
 
+def expects_reply(message: Any) -> tuple[bool, RequestId]:
+    """Whether `message` (one decoded batch item or frame) gets a response, and its id.
+
+    Everything gets a response except a notification: a well-formed request without an `id`.
+    Malformed messages are answered with `id: null`, as the specification says."""
+    if not isinstance(message, dict):
+        return True, None
+    if "id" not in message:
+        well_formed = (
+            message.get("jsonrpc") == "2.0"
+            and isinstance(message.get("method"), str)
+            and ("params" not in message or isinstance(message.get("params"), dict | list))
+        )
+        return (not well_formed), None
+    request_id = message.get("id")
+    return True, request_id if _valid_id(request_id) else None
+
+
 def _validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
     # Keep what a client needs and drop input echoes (they may be huge or secret).
     return [

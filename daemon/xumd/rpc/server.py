@@ -29,23 +29,39 @@ class SocketSetupError(Exception):
 
 
 def systemd_socket() -> socket.socket | None:
-    """The listening socket systemd passed (LISTEN_FDS/LISTEN_PID), if it is for us."""
+    """The listening socket systemd passed (LISTEN_FDS/LISTEN_PID), if it is for us.
+
+    sd_listen_fds(3) semantics: the variables count only when LISTEN_PID is our pid; the first
+    passed descriptor is fd 3; the variables are removed so children do not see them."""
     if os.environ.get("LISTEN_PID") != str(os.getpid()):
         return None
     try:
         count = int(os.environ.get("LISTEN_FDS", "0"))
     except ValueError:
         return None
+    finally:
+        for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+            os.environ.pop(name, None)
     if count < 1:
         return None
-    # Do not pass these on to children.
-    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
-        os.environ.pop(name, None)
-    sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    if count > 1:
+        log.warning("server.extra_listen_fds", count=count, used=SD_LISTEN_FDS_START)
+    try:
+        sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    except OSError as exc:
+        raise SocketSetupError(f"LISTEN_FDS is set but fd 3 is not a socket: {exc}") from exc
     if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
         raise SocketSetupError("systemd passed a socket that is not a Unix stream socket")
+    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        raise SocketSetupError("systemd passed a socket that is not listening")
+    # Do not pass it on to children.
     os.set_inheritable(sock.fileno(), False)
     return sock
+
+
+def socket_name(sock: socket.socket) -> str:
+    name = sock.getsockname()
+    return os.fsdecode(name) if isinstance(name, bytes | str) else str(name)
 
 
 def bind_socket(path: Path) -> socket.socket:
@@ -87,11 +103,16 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
     return pid, uid, gid
 
 
+ACCEPT_RETRY_S = 0.1
+"""After an accept error (out of descriptors): pause, then accept again; never crash the loop."""
+
+
 class Server:
     def __init__(self, router: Router, config: DaemonConfig) -> None:
         self._router = router
         self._config = config
         self.connections: set[Connection] = set()
+        self.serving = False
         self._sock: socket.socket | None = None
 
     def attach(self, sock: socket.socket) -> None:
@@ -103,9 +124,19 @@ class Server:
             raise RuntimeError("Server.serve() before attach()")
         listener = await anyio.abc.SocketListener.from_socket(self._sock)
         async with listener:
-            while True:
-                stream = await listener.accept()
-                conn_tg.start_soon(self._serve_one, stream, work_tg)
+            self.serving = True
+            try:
+                while True:
+                    try:
+                        stream = await listener.accept()
+                    except OSError as exc:
+                        # EMFILE/ENFILE/ENOBUFS: the client waits in the backlog meanwhile.
+                        log.error("server.accept_failed", error=str(exc))
+                        await anyio.sleep(ACCEPT_RETRY_S)
+                        continue
+                    conn_tg.start_soon(self._serve_one, stream, work_tg)
+            finally:
+                self.serving = False
 
     async def _serve_one(self, stream: SocketStream, work_tg: anyio.abc.TaskGroup) -> None:
         raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
@@ -133,6 +164,8 @@ class Server:
             max_frame=self._config.max_frame_bytes,
             max_inflight=self._config.max_inflight_per_connection,
             queue_size=self._config.write_queue_messages,
+            queue_bytes=self._config.write_queue_bytes,
+            max_batch=self._config.max_batch_items,
             work=work_tg,
         )
         self.connections.add(conn)

@@ -122,7 +122,8 @@ class Store:
         return list(self._db.execute(sql, args).fetchall())
 
     def ping(self) -> bool:
-        return bool(self._db.execute("SELECT 1").fetchone()[0] == 1)
+        """A cheap liveness check that reads the database file (its header), not just SQLite."""
+        return self._db.execute("PRAGMA user_version").fetchone() is not None
 
     def close(self) -> None:
         self._db.close()
