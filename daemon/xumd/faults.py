@@ -17,34 +17,51 @@ from dataclasses import dataclass
 ENV_VAR = "XUM_FAULT"
 
 _registry: dict[str, str] = {}
+_simulated: dict[str, str] = {}
 _armed: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class FaultPoint:
     name: str
+    simulate: bool = False
 
     def __call__(self) -> None:
-        hit(self.name)
+        if not self.simulate:
+            hit(self.name)
+
+    @property
+    def active(self) -> bool:
+        """A simulation point (declared with simulate=True) is armed: behave as it says.
+
+        Simulation points do not kill the daemon; they stand for a failure that a kill cannot
+        produce (a confirmation that never arrives), so the crash harness does not list them.
+        """
+        return self.simulate and _armed == self.name
 
 
-def declare(name: str, doc: str = "") -> FaultPoint:
+def declare(name: str, doc: str = "", *, simulate: bool = False) -> FaultPoint:
     """Declare a point at import time; the same name may be declared once only."""
-    if name in _registry:
+    if name in _registry or name in _simulated:
         raise RuntimeError(f"fault point {name} declared twice")
-    _registry[name] = doc
-    return FaultPoint(name)
+    (_simulated if simulate else _registry)[name] = doc
+    return FaultPoint(name, simulate)
 
 
 def all_points() -> dict[str, str]:
+    """The kill points (what `--list-fault-points` prints for the crash harness)."""
     return dict(sorted(_registry.items()))
+
+
+def simulated_points() -> dict[str, str]:
+    return dict(sorted(_simulated.items()))
 
 
 def arm_from_env() -> str | None:
     """Arm the point named by XUM_FAULT (if any); unknown names are a startup error."""
     global _armed
     name = os.environ.get(ENV_VAR) or None
-    if name is not None and name not in _registry:
+    if name is not None and name not in _registry and name not in _simulated:
         raise ValueError(f"{ENV_VAR}={name!r} names no fault point (see xumd --list-fault-points)")
     _armed = name
     return name

@@ -1,7 +1,182 @@
-"""Protocol models of the `process` domain."""
+"""Protocol models of the `process` domain: supervised agents, terminals, MCP servers, commands."""
 
 from __future__ import annotations
 
-from xum_protocol.methods_base import MethodSpec
+from typing import Literal
 
-METHODS: list[MethodSpec] = []
+from pydantic import Field
+
+from xum_protocol.methods_base import MethodSpec
+from xum_protocol.models.base import Params, Result
+
+ProcessKind = Literal["agent", "terminal", "mcp", "exec"]
+ProcessState = Literal["running", "stopping", "pending_stop", "exited"]
+OutputEncoding = Literal["utf-8", "base64"]
+
+
+class SpawnParams(Params):
+    workspace_id: str = Field(min_length=1, max_length=64)
+    kind: ProcessKind
+    argv: list[str] = Field(min_length=1, max_length=4096, description="Program and arguments.")
+    env: dict[str, str] | None = Field(default=None, description="Added to the daemon's env.")
+    pty: bool = Field(default=False, description="Run on a pseudo-terminal (terminals).")
+    cols: int | None = Field(default=None, ge=1, le=4096)
+    rows: int | None = Field(default=None, ge=1, le=4096)
+    label: str | None = Field(default=None, max_length=200)
+    foreground: bool = Field(
+        default=False,
+        description="Bind to the calling connection: stopped when it closes, unless moved to "
+        "the background (`process.background`, exec only).",
+    )
+
+
+class ProcessExit(Result):
+    code: int | None = None
+    signal: str | None = None
+    settled_by: Literal["exit", "probe", "unknown"] = Field(
+        description="`exit`: the exit status was read; `probe`: the process was found gone "
+        "(its status could not be read); `unknown`: adopted after a restart and gone."
+    )
+    at: float
+
+
+class ProcessInfo(Result):
+    id: str
+    workspace_id: str
+    kind: ProcessKind
+    argv: list[str]
+    label: str
+    pid: int | None
+    pgid: int | None
+    started_at: float
+    state: ProcessState
+    pty: bool
+    foreground: bool
+    adopted: bool = Field(default=False, description="Found alive at start-up through its lease.")
+    lease_id: str | None = None
+    exit: ProcessExit | None = None
+
+
+class ProcessRef(Params):
+    process_id: str = Field(min_length=1, max_length=64)
+
+
+class ListParams(Params):
+    workspace_id: str | None = None
+
+
+class ListResult(Result):
+    processes: list[ProcessInfo]
+
+
+class OutputParams(Params):
+    process_id: str = Field(min_length=1, max_length=64)
+    since: int = Field(default=0, ge=0, description="Byte offset from a previous `next`.")
+    wait_s: float = Field(
+        default=0, ge=0, le=30, description="Wait up to this long for output or the exit."
+    )
+    encoding: OutputEncoding = "utf-8"
+    max_bytes: int = Field(default=65536, ge=1, le=1 << 20)
+
+
+class OutputResult(Result):
+    data: str = Field(description="The bytes in `encoding` (utf-8 with replacement, or base64).")
+    encoding: OutputEncoding
+    start: int = Field(description="Offset of the first byte returned.")
+    next: int = Field(description="Pass as `since` to continue.")
+    dropped: int = Field(description="Bytes between `since` and `start` that were not kept.")
+    dropped_total: int
+    exited: bool
+    exit: ProcessExit | None = None
+
+
+class WriteParams(Params):
+    process_id: str = Field(min_length=1, max_length=64)
+    data: str = Field(default="", max_length=1 << 20)
+    encoding: OutputEncoding = "utf-8"
+    eof: bool = Field(default=False, description="Close stdin after writing (pipes only).")
+
+
+class WriteResult(Result):
+    written: int
+
+
+class ResizeParams(Params):
+    process_id: str = Field(min_length=1, max_length=64)
+    cols: int = Field(ge=1, le=4096)
+    rows: int = Field(ge=1, le=4096)
+
+
+class SignalParams(Params):
+    process_id: str = Field(min_length=1, max_length=64)
+    signal: str = Field(min_length=1, max_length=16, description="e.g. TERM, SIGINT, HUP")
+
+
+class WaitParams(Params):
+    process_id: str = Field(min_length=1, max_length=64)
+    timeout_s: float = Field(default=30, ge=0, le=3600)
+
+
+class StopParams(Params):
+    process_id: str = Field(min_length=1, max_length=64)
+    grace_s: float | None = Field(default=None, ge=0, le=600)
+
+
+class ReleaseAllParams(Params):
+    workspace_id: str = Field(min_length=1, max_length=64)
+    deadline_s: float | None = Field(default=None, gt=0, le=600)
+
+
+class ReleaseAllResult(Result):
+    stopped: list[str]
+    still_running: list[ProcessInfo]
+
+
+class HoldersParams(Params):
+    workspace_id: str = Field(min_length=1, max_length=64)
+
+
+class HolderInfo(Result):
+    kind: str
+    pid: int | None
+    label: str
+    since: float | None = None
+
+
+class HoldersResult(Result):
+    holders: list[HolderInfo]
+    message: str | None = Field(default=None, description="The `busy` message, if any holder.")
+
+
+class ProcessResult(Result):
+    process: ProcessInfo
+
+
+METHODS = [
+    MethodSpec("process.spawn", SpawnParams, ProcessResult, "Start a supervised process."),
+    MethodSpec("process.list", ListParams, ListResult, "Supervised processes."),
+    MethodSpec("process.get", ProcessRef, ProcessResult, "One supervised process."),
+    MethodSpec("process.output", OutputParams, OutputResult, "Output since an offset."),
+    MethodSpec("process.write", WriteParams, WriteResult, "Write to stdin or the PTY."),
+    MethodSpec("process.resize", ResizeParams, ProcessResult, "Resize a PTY."),
+    MethodSpec("process.signal", SignalParams, ProcessResult, "Signal the process group."),
+    MethodSpec("process.wait", WaitParams, ProcessResult, "Wait for the exit, bounded."),
+    MethodSpec("process.stop", StopParams, ProcessResult, "SIGTERM, grace, SIGKILL the tree."),
+    MethodSpec(
+        "process.background", ProcessRef, ProcessResult, "Detach a foreground exec from its caller."
+    ),
+    MethodSpec(
+        "process.release_all",
+        ReleaseAllParams,
+        ReleaseAllResult,
+        "Stop a workspace's processes, bounded; reports what still runs.",
+    ),
+    MethodSpec(
+        "process.holders",
+        HoldersParams,
+        HoldersResult,
+        "Who uses a workspace's checkout (the quiescence check).",
+    ),
+]
+
+__all__ = ["METHODS", "ProcessInfo", "ProcessKind", "ProcessState"]

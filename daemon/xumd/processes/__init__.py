@@ -1,0 +1,1 @@
+"""Supervised processes, durable use leases, and quiescence probes (issue 6)."""

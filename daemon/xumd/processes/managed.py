@@ -1,0 +1,77 @@
+"""One supervised process as the supervisor knows it."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from xumd.processes.ring import OutputRing
+from xumd.processes.spawn import Child
+
+DEFAULT_LABELS = {"agent": "agent", "terminal": "terminal", "mcp": "MCP server"}
+
+
+def default_label(kind: str, argv: list[str]) -> str:
+    return DEFAULT_LABELS.get(kind) or (os.path.basename(argv[0]) if argv else kind)
+
+
+def describe_status(returncode: int) -> tuple[int | None, str | None]:
+    """(exit code, signal name) from a Popen returncode (negative: killed by that signal)."""
+    if returncode < 0:
+        try:
+            return None, signal.Signals(-returncode).name
+        except ValueError:
+            return None, f"SIG{-returncode}"
+    return returncode, None
+
+
+@dataclass
+class Managed:
+    id: str
+    workspace_id: str
+    kind: str
+    argv: list[str]
+    label: str
+    pty: bool
+    lease_id: str | None
+    pid: int | None
+    pgid: int | None
+    start_time: float | None
+    started_at: float
+    checkout: Path
+    child: Child | None = None
+    ring: OutputRing = field(default_factory=OutputRing)
+    foreground_peer: int | None = None
+    adopted: bool = False
+    state: str = "running"  # running | stopping | pending_stop | exited
+    exit: dict[str, Any] | None = None
+    exited: anyio.Event = field(default_factory=anyio.Event)
+    confirm_lost: bool = False
+    """The watcher will not confirm the exit (reading it failed): a probe must settle it."""
+
+    @property
+    def live_state(self) -> bool:
+        return self.state != "exited"
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "workspace_id": self.workspace_id,
+            "kind": self.kind,
+            "argv": self.argv,
+            "label": self.label,
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "started_at": self.started_at,
+            "state": self.state,
+            "pty": self.pty,
+            "foreground": self.foreground_peer is not None,
+            "adopted": self.adopted,
+            "lease_id": self.lease_id,
+            "exit": self.exit,
+        }

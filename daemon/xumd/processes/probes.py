@@ -1,0 +1,125 @@
+"""Liveness and usage probes: is a holder still alive, and who else uses a checkout?
+
+Liveness rule (pid reuse is not liveness): a holder recorded as (pid, start time, pgid) is alive
+while the process with that pid *and* that start time runs. When the pid is gone, it is still alive
+while any process of its recorded group runs: Linux never hands out a pid that is in use as a
+process-group id, so a group that still has members is the holder's own group. When the pid now
+belongs to a process with another start time, the pid was reused, which the kernel only does once
+the old group is empty: dead.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from xumd.procutil import same_process_alive
+
+_START_TOLERANCE_S = 0.05
+
+
+def _status(pid: int) -> tuple[float, bool] | None:
+    """(start time, zombie) of pid, or None when there is no such process."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.create_time(), proc.status() == psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, ValueError):
+        return None
+    except psutil.AccessDenied:
+        return None
+
+
+def group_members(pgid: int, *, exclude_zombies: bool = True) -> list[int]:
+    """Pids of the live members of process group `pgid` (kill(-pgid, 0) first: cheap ESRCH)."""
+    if pgid <= 1:
+        return []
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass
+    members: list[int] = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) != pgid:
+                continue
+        except OSError:
+            continue
+        if exclude_zombies and proc.info.get("status") == psutil.STATUS_ZOMBIE:
+            continue
+        members.append(proc.pid)
+    return members
+
+
+def holder_alive(pid: int | None, start_time: float | None, pgid: int | None) -> bool:
+    """The liveness rule above. A holder with no pid yet is judged by the caller."""
+    if pid is None or pid <= 0:
+        return False
+    status = _status(pid)
+    if status is not None:
+        started, zombie = status
+        same = start_time is None or abs(started - start_time) < _START_TOLERANCE_S
+        if not same:
+            return False  # reused pid: the old group is necessarily empty
+        if not zombie:
+            return True
+    return bool(pgid and group_members(pgid))
+
+
+def owner_alive(pid: int, start_time: float | None) -> bool:
+    return same_process_alive(pid, start_time)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    pid: int
+    name: str
+    since: float
+    where: str  # "cwd" or "open file"
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def find_users(
+    checkout: Path, *, exclude_pids: set[int], exclude_pgids: set[int], limit: int = 64
+) -> list[Usage]:
+    """Processes of this user whose cwd or an open file lies inside `checkout`.
+
+    Blocking (it reads /proc of every process): run it in a worker thread under a deadline.
+    The daemon's own direct children (git, scripts) are not users: they act for the daemon.
+    """
+    try:
+        root = os.path.realpath(checkout)
+    except OSError:
+        return []
+    me = os.getpid()
+    uid = os.getuid()
+    found: list[Usage] = []
+    for proc in psutil.process_iter(["pid", "ppid", "name", "uids", "create_time", "status"]):
+        info = proc.info
+        pid = info["pid"]
+        if pid == me or info.get("ppid") == me or pid in exclude_pids:
+            continue
+        uids = info.get("uids")
+        if uids is None or uids.real != uid or info.get("status") == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            if os.getpgid(pid) in exclude_pgids:
+                continue
+            cwd = proc.cwd()
+            where = "cwd" if _inside(cwd, root) else None
+            if where is None and any(_inside(f.path, root) for f in proc.open_files()):
+                where = "open file"
+        except (OSError, psutil.Error):
+            continue
+        if where:
+            found.append(Usage(pid, info.get("name") or "process", info["create_time"], where))
+            if len(found) >= limit:
+                break
+    return found

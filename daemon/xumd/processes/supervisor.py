@@ -1,0 +1,606 @@
+"""The process supervisor: spawn, watch, talk to, stop and adopt supervised processes.
+
+Rules it keeps (design invariants 3 and 5):
+- a spawn writes the lease (durable) before the program runs (see `spawn.py`'s start gate), in the
+  workspace's shared reservation, so it can only start in an active workspace;
+- every wait is bounded; a stop is SIGTERM to the group, then SIGKILL of the whole tree after the
+  grace, then confirmation by the exit status or, when that never comes, by a probe;
+- a process whose exit is unconfirmed stays a holder (`pending_stop`) of its workspace only.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from xum_protocol.errors import ErrorKind
+
+from xumd import faults, logs
+from xumd.errors import XumError
+from xumd.events import EventBus
+from xumd.lifecycle.seams import WorkspaceRef
+from xumd.processes import probes
+from xumd.processes.leases import LeaseStore, new_id
+from xumd.processes.managed import Managed, default_label, describe_status
+from xumd.processes.ring import OutputRing
+from xumd.processes.spawn import ProgramNotFound, resolve_program, set_winsize, start_child
+from xumd.procutil import kill_tree, start_time
+
+log = logs.get("xumd.processes.supervisor")
+
+PROCESS_PREFIX = "proc_"
+_ID_RE = re.compile(r"([a-z]+_)([0-9a-f]{16})")
+_ENV_DROP = (
+    "NOTIFY_SOCKET",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "XUM_FAULT",
+)
+
+AFTER_INTENT = faults.declare("process.spawn.after_intent", "lease written, child not started")
+AFTER_RECORD = faults.declare(
+    "process.spawn.after_record", "child started and recorded, program gated (not running)"
+)
+EXIT_UNCONFIRMED = faults.declare(
+    "process.exit.unconfirmed",
+    "simulate: a process's exit status is never read (only a probe can settle it)",
+    simulate=True,
+)
+
+Admit = Callable[[str], AbstractAsyncContextManager[WorkspaceRef]]
+CONFIRM_S = 2.0
+
+
+def check_id(value: str, prefix: str, what: str) -> str:
+    match = _ID_RE.fullmatch(value)
+    if match is None or match.group(1) != prefix:
+        if match is not None or ("_" in value and not value.startswith(prefix)):
+            raise XumError(
+                ErrorKind.INVALID_SCOPE,
+                f"{value!r} is not a {what} id (a {what} id starts with {prefix!r})",
+                id=value,
+            )
+        raise XumError(ErrorKind.NOT_FOUND, f"{what} {value!r} not found", id=value)
+    return value
+
+
+def parse_signal(name: str) -> signal.Signals:
+    key = name.strip().upper()
+    if key.isdigit():
+        try:
+            return signal.Signals(int(key))
+        except ValueError:
+            pass
+    else:
+        try:
+            return signal.Signals[key if key.startswith("SIG") else "SIG" + key]
+        except KeyError:
+            pass
+    raise XumError(ErrorKind.INVALID_PARAMS, f"unknown signal {name!r}", signal=name)
+
+
+def child_env(extra: dict[str, str] | None, **xum: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _ENV_DROP}
+    for key, value in (extra or {}).items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise XumError(ErrorKind.INVALID_PARAMS, f"invalid environment variable {key!r}")
+        env[key] = value
+    env.update(xum)
+    return env
+
+
+class Supervisor:
+    def __init__(
+        self,
+        leases: LeaseStore,
+        events: EventBus,
+        admit: Admit,
+        *,
+        grace_s: float = 5.0,
+        probe_interval_s: float = 2.0,
+        head_bytes: int = 32 * 1024,
+        tail_bytes: int = 224 * 1024,
+    ) -> None:
+        self.leases = leases
+        self.events = events
+        self.admit = admit
+        self.grace_s = grace_s
+        self.probe_interval_s = probe_interval_s
+        self.head_bytes = head_bytes
+        self.tail_bytes = tail_bytes
+        self.procs: dict[str, Managed] = {}
+        self.stopping = False
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._peers_watched: set[int] = set()
+        self.exit_listeners: list[Callable[[Managed], None]] = []
+
+    # -- life of the supervisor --------------------------------------------------------------
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Own the watchers' task group and run the settle loop until cancelled."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            for managed in list(self.procs.values()):
+                if managed.child is not None and managed.live_state:
+                    tg.start_soon(self._watch, managed)
+            task_status.started()
+            try:
+                while True:
+                    await anyio.sleep(self.probe_interval_s)
+                    self.settle()
+                    self.leases.reclaim_dead(skip=self._is_ours)
+            finally:
+                self._tg = None
+
+    def _is_ours(self, lease: Any) -> bool:
+        return bool(lease.process_id and lease.process_id in self.procs)
+
+    def adopt(self) -> list[Managed]:
+        """At start-up: leases of processes a previous daemon spawned. Live ones are adopted
+        (reported, stoppable); dead ones, and dead external holders, are reclaimed."""
+        adopted: list[Managed] = []
+        _live, reclaimed = self.leases.reclaim_dead()
+        for lease in self.leases.rows():
+            if not lease.process_id or lease.process_id in self.procs:
+                continue
+            detail = lease.detail
+            managed = Managed(
+                id=lease.process_id,
+                workspace_id=lease.workspace_id,
+                kind=lease.kind,
+                argv=list(detail.get("argv") or []),
+                label=lease.label,
+                pty=bool(detail.get("pty")),
+                lease_id=lease.id,
+                pid=lease.pid,
+                pgid=lease.pgid,
+                start_time=lease.start_time,
+                started_at=lease.created_at,
+                checkout=Path(detail.get("checkout") or "/"),
+                ring=OutputRing(self.head_bytes, self.tail_bytes),
+                adopted=True,
+                confirm_lost=True,  # not our child any more: only a probe can see it end
+            )
+            managed.ring.close()
+            self.procs[managed.id] = managed
+            adopted.append(managed)
+            log.info("process.adopted", process=managed.id, pid=managed.pid, kind=managed.kind)
+        if reclaimed:
+            log.info("lease.reclaimed_at_start", count=len(reclaimed))
+        return adopted
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def get(self, process_id: str) -> Managed:
+        check_id(process_id, PROCESS_PREFIX, "process")
+        managed = self.procs.get(process_id)
+        if managed is None:
+            raise XumError(ErrorKind.NOT_FOUND, f"process {process_id!r} not found", id=process_id)
+        return managed
+
+    def select(self, workspace_id: str | None = None) -> list[Managed]:
+        found = [m for m in self.procs.values() if workspace_id in (None, m.workspace_id)]
+        return sorted(found, key=lambda m: (m.started_at, m.id))
+
+    # -- spawn -------------------------------------------------------------------------------
+
+    async def spawn(
+        self,
+        *,
+        workspace_id: str,
+        kind: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        pty: bool = False,
+        cols: int | None = None,
+        rows: int | None = None,
+        label: str | None = None,
+        foreground_peer: int | None = None,
+    ) -> Managed:
+        if self.stopping or self._tg is None:
+            raise XumError(ErrorKind.SHUTTING_DOWN, "the process supervisor is not running")
+        if not argv or any("\0" in arg for arg in argv) or not argv[0]:
+            raise XumError(ErrorKind.INVALID_PARAMS, "argv must be a non-empty program and args")
+        if foreground_peer is not None and kind not in ("exec", "terminal"):
+            raise XumError(ErrorKind.INVALID_PARAMS, f"a {kind} cannot run in the foreground")
+        if (cols or rows) and not pty:
+            raise XumError(ErrorKind.INVALID_PARAMS, "cols/rows need pty: true")
+        process_id = new_id(PROCESS_PREFIX)
+        async with self.admit(workspace_id) as ref:
+            checkout = Path(ref.path)
+            if not checkout.is_dir():
+                raise XumError(
+                    ErrorKind.INVALID_STATE,
+                    f"the checkout of workspace {ref.name!r} is missing: {checkout}",
+                    id=workspace_id,
+                )
+            extra = {"XUM_WORKSPACE_ID": ref.id, "XUM_PROCESS_ID": process_id}
+            if pty:
+                extra.setdefault("TERM", (env or {}).get("TERM") or "xterm-256color")
+            full_env = child_env(env, **extra)
+            try:
+                resolve_program(argv[0], path_env=full_env.get("PATH"), cwd=checkout)
+            except ProgramNotFound as exc:
+                raise XumError(ErrorKind.INVALID_PARAMS, str(exc), program=argv[0]) from None
+            label = label or default_label(kind, argv)
+            lease = self.leases.write_intent(
+                workspace_id=ref.id,
+                kind=kind,
+                holder=process_id,
+                label=label,
+                process_id=process_id,
+                detail={"argv": argv, "pty": pty, "checkout": str(checkout)},
+            )
+            AFTER_INTENT()
+            try:
+                child = start_child(
+                    argv, cwd=checkout, env=full_env, pty=pty, cols=cols or 80, rows=rows or 24
+                )
+            except OSError as exc:
+                self.leases.remove(lease.id, reason="spawn failed")
+                raise XumError(
+                    ErrorKind.OPERATION_FAILED, f"cannot start {argv[0]}: {exc.strerror}"
+                ) from None
+            try:
+                started = start_time(child.pid)
+                self.leases.record_pid(lease.id, child.pid, child.pid, started)
+                AFTER_RECORD()
+                child.open_gate()
+            except BaseException:
+                # Nothing half-started: the gated shim exits without running the program.
+                child.close_gate()
+                with anyio.CancelScope(shield=True):
+                    await kill_tree(child.pid, child.pid, 1.0)
+                child.popen.wait(timeout=2)
+                child.close_all()
+                self.leases.remove(lease.id, reason="spawn failed")
+                raise
+            managed = Managed(
+                id=process_id,
+                workspace_id=ref.id,
+                kind=kind,
+                argv=list(argv),
+                label=label,
+                pty=pty,
+                lease_id=lease.id,
+                pid=child.pid,
+                pgid=child.pid,
+                start_time=started,
+                started_at=time.time(),
+                checkout=checkout,
+                child=child,
+                ring=OutputRing(self.head_bytes, self.tail_bytes),
+                foreground_peer=foreground_peer,
+            )
+            self.procs[process_id] = managed
+            self._tg.start_soon(self._watch, managed)
+        log.info("process.started", process=process_id, pid=child.pid, kind=kind, workspace=ref.id)
+        self.events.publish("process.started", process=managed.info())
+        return managed
+
+    # -- watching ----------------------------------------------------------------------------
+
+    async def _watch(self, managed: Managed) -> None:
+        child = managed.child
+        assert child is not None
+        reader_done = anyio.Event()
+        returncode: int | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                reader = anyio.CancelScope()
+                tg.start_soon(self._read_output, managed, reader, reader_done)
+                returncode = await _wait_exit(child.popen)
+                # A descendant may hold the output open: read what is there, briefly.
+                with anyio.move_on_after(0.5):
+                    await reader_done.wait()
+                reader.cancel()
+        except Exception:
+            log.exception("process.watch_failed", process=managed.id)
+        finally:
+            with contextlib.suppress(Exception):
+                anyio.notify_closing(child.output_fd)
+            child.close_all()
+            managed.ring.close()
+        if returncode is None or EXIT_UNCONFIRMED.active:
+            # The exit status could not be read: the settle probe decides (fail closed).
+            managed.confirm_lost = True
+            log.warning("process.exit_unconfirmed", process=managed.id, pid=managed.pid)
+            return
+        code, sig = describe_status(returncode)
+        # The group does not outlive its leader: leftovers are stopped before the lease goes.
+        if managed.pgid and probes.group_members(managed.pgid):
+            with anyio.CancelScope(shield=True):
+                await kill_tree(managed.pid or 0, managed.pgid, self.grace_s)
+        self._finish(managed, code, sig, "exit")
+
+    async def _read_output(
+        self, managed: Managed, scope: anyio.CancelScope, done: anyio.Event
+    ) -> None:
+        child = managed.child
+        assert child is not None
+        fd = child.output_fd
+        with scope:
+            while True:
+                try:
+                    await anyio.wait_readable(fd)
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                except (OSError, anyio.ClosedResourceError):
+                    break  # EIO: the PTY's other side is closed
+                if not data:
+                    break
+                managed.ring.feed(data)
+        done.set()
+
+    def _finish(self, managed: Managed, code: int | None, sig: str | None, settled_by: str) -> None:
+        if managed.state == "exited":
+            return
+        if managed.lease_id:
+            self.leases.remove(managed.lease_id, reason=f"exited ({settled_by})")
+        managed.state = "exited"
+        managed.exit = {"code": code, "signal": sig, "settled_by": settled_by, "at": time.time()}
+        managed.ring.close()
+        managed.exited.set()
+        log.info("process.exited", process=managed.id, code=code, signal=sig, settled_by=settled_by)
+        self.events.publish("process.exited", process=managed.info())
+        for listener in self.exit_listeners:
+            try:
+                listener(managed)
+            except Exception:
+                log.exception("process.exit_listener_failed", process=managed.id)
+
+    def settle(self, workspace_id: str | None = None) -> list[Managed]:
+        """Settle, by probe, the processes whose exit nobody will confirm (adopted ones, lost
+        confirmations): gone when neither the pid with its start time nor its group lives."""
+        settled: list[Managed] = []
+        for managed in self.select(workspace_id):
+            if not managed.live_state or not managed.confirm_lost:
+                continue
+            if probes.holder_alive(managed.pid, managed.start_time, managed.pgid):
+                continue
+            self._finish(managed, None, None, "unknown" if managed.adopted else "probe")
+            settled.append(managed)
+        return settled
+
+    # -- talking to it -----------------------------------------------------------------------
+
+    async def output(
+        self, managed: Managed, since: int, wait_s: float, max_bytes: int, encoding: str
+    ) -> dict[str, Any]:
+        if wait_s > 0 and managed.ring.total <= since and managed.live_state:
+            with anyio.move_on_after(wait_s):
+                await managed.ring.wait_beyond(since, wait_s)
+                if managed.ring.closed and managed.live_state:
+                    # Output ended: the exit follows at once (or the probe settles it).
+                    with anyio.move_on_after(max(0.0, wait_s)):
+                        await managed.exited.wait()
+        chunk = managed.ring.read(since, max_bytes)
+        data = (
+            base64.b64encode(chunk.data).decode()
+            if encoding == "base64"
+            else chunk.data.decode(errors="replace")
+        )
+        end = chunk.start + len(chunk.data)
+        return {
+            "data": data,
+            "encoding": encoding,
+            "start": chunk.start,
+            "next": end,
+            "dropped": chunk.dropped,
+            "dropped_total": managed.ring.dropped,
+            "exited": not managed.live_state and end >= managed.ring.total,
+            "exit": managed.exit,
+        }
+
+    def _require_child(self, managed: Managed, what: str) -> Any:
+        if not managed.live_state:
+            raise XumError(ErrorKind.INVALID_STATE, f"process {managed.id} has exited")
+        if managed.child is None or managed.child.input_fd is None:
+            reason = "it was adopted after a restart" if managed.adopted else "its input is closed"
+            raise XumError(ErrorKind.INVALID_STATE, f"cannot {what} process {managed.id}: {reason}")
+        return managed.child
+
+    async def write(self, managed: Managed, data: bytes, eof: bool) -> int:
+        child = self._require_child(managed, "write to")
+        fd = child.input_fd
+        view = memoryview(data)
+        written = 0
+        with anyio.move_on_after(10) as scope:
+            while written < len(view):
+                try:
+                    written += os.write(fd, view[written:])
+                except BlockingIOError:
+                    await anyio.wait_writable(fd)
+                except OSError as exc:
+                    raise XumError(
+                        ErrorKind.INVALID_STATE,
+                        f"process {managed.id} input closed: {exc.strerror}",
+                    ) from None
+        if scope.cancelled_caught:
+            raise XumError(
+                ErrorKind.TIMEOUT,
+                f"timed out writing to process {managed.id} (it does not read its input)",
+                waited_for="process input",
+                written=written,
+            )
+        if eof:
+            if child.pty:
+                os.write(fd, b"\x04")
+            else:
+                child.close_input()
+        return written
+
+    def resize(self, managed: Managed, cols: int, rows: int) -> None:
+        child = self._require_child(managed, "resize")
+        if not child.pty:
+            raise XumError(ErrorKind.INVALID_STATE, f"process {managed.id} has no PTY")
+        set_winsize(child.output_fd, cols, rows)
+        with contextlib.suppress(OSError):
+            if managed.pgid:
+                os.killpg(managed.pgid, signal.SIGWINCH)
+
+    def signal(self, managed: Managed, sig: signal.Signals) -> None:
+        if not managed.live_state or not managed.pgid:
+            raise XumError(ErrorKind.INVALID_STATE, f"process {managed.id} has exited")
+        try:
+            os.killpg(managed.pgid, sig)
+        except ProcessLookupError:
+            raise XumError(ErrorKind.INVALID_STATE, f"process {managed.id} is gone") from None
+
+    async def wait(self, managed: Managed, timeout_s: float) -> Managed:
+        with anyio.move_on_after(timeout_s):
+            await managed.exited.wait()
+        if managed.live_state:
+            raise XumError(
+                ErrorKind.TIMEOUT,
+                f"process {managed.id} still {managed.state} after {timeout_s}s",
+                waited_for=f"exit of {managed.id}",
+                state=managed.state,
+            )
+        return managed
+
+    # -- stopping ----------------------------------------------------------------------------
+
+    async def stop(self, managed: Managed, grace_s: float | None = None) -> Managed:
+        """SIGTERM to the group, SIGKILL to the whole tree after the grace, then confirm."""
+        if not managed.live_state:
+            return managed
+        grace = self.grace_s if grace_s is None else grace_s
+        if managed.state == "running":
+            managed.state = "stopping"
+            self.events.publish("process.stopping", process=managed.info())
+        if managed.pid:
+            with anyio.CancelScope(shield=True):
+                await kill_tree(managed.pid, managed.pgid, grace)
+        with anyio.move_on_after(CONFIRM_S):
+            await managed.exited.wait()
+        if managed.live_state:
+            self.settle(managed.workspace_id)
+        if managed.live_state:
+            managed.state = "pending_stop"
+            log.warning("process.stop_unconfirmed", process=managed.id, pid=managed.pid)
+        return managed
+
+    async def stop_many(self, targets: list[Managed], deadline_s: float) -> list[Managed]:
+        """Stop these concurrently within the deadline; returns those still not exited."""
+        # Leave room after the grace for the SIGKILL (bounded at 2s) and the confirmation.
+        grace = min(self.grace_s, max(deadline_s - CONFIRM_S - 2.5, deadline_s / 4))
+        with anyio.move_on_after(deadline_s):
+            async with anyio.create_task_group() as tg:
+                for managed in targets:
+                    tg.start_soon(self.stop, managed, grace)
+        return [m for m in targets if m.live_state]
+
+    async def release_all(
+        self, workspace_id: str, deadline_s: float
+    ) -> tuple[list[str], list[Managed]]:
+        targets = [m for m in self.select(workspace_id) if m.live_state]
+        left = await self.stop_many(targets, deadline_s)
+        return [m.id for m in targets if not m.live_state], left
+
+    # -- foreground and background -----------------------------------------------------------
+
+    def watch_peer(self, peer: Any) -> None:
+        if peer.id in self._peers_watched:
+            return
+        self._peers_watched.add(peer.id)
+        peer.on_close(lambda: self._peer_closed(peer.id))
+
+    def _peer_closed(self, peer_id: int) -> None:
+        self._peers_watched.discard(peer_id)
+        targets = [m for m in self.procs.values() if m.foreground_peer == peer_id and m.live_state]
+        if targets and self._tg is not None:
+            log.info("process.session_released", peer=peer_id, processes=[m.id for m in targets])
+            self._tg.start_soon(self.stop_many, targets, self.grace_s + CONFIRM_S + 4.0)
+
+    async def background(self, managed: Managed) -> Managed:
+        """Detach a foreground exec from its caller. A refused or failed move stops the command,
+        and it stays `pending_stop` until its exit is confirmed (or a probe settles it)."""
+        if managed.kind != "exec":
+            raise XumError(
+                ErrorKind.INVALID_STATE,
+                f"only an exec can move to the background, not a {managed.kind}",
+            )
+        if managed.foreground_peer is None and managed.state == "running":
+            return managed
+        refusal: XumError | None = None
+        if managed.state != "running":
+            refusal = XumError(
+                ErrorKind.INVALID_STATE,
+                f"process {managed.id} is being stopped ({managed.state}); it cannot move to the "
+                "background",
+            )
+        else:
+            try:
+                async with self.admit(managed.workspace_id):
+                    if managed.state == "running":
+                        managed.foreground_peer = None
+                        self.events.publish("process.backgrounded", process=managed.info())
+                        return managed
+            except XumError as exc:
+                refusal = exc
+            except Exception as exc:  # a failed move is handled like a refused one
+                log.exception("process.background_failed", process=managed.id)
+                refusal = XumError(ErrorKind.OPERATION_FAILED, f"move failed: {exc}")
+            if refusal is None:
+                refusal = XumError(ErrorKind.INVALID_STATE, f"process {managed.id} ended meanwhile")
+        if managed.live_state:
+            managed.state = "pending_stop"
+            self.events.publish("process.stopping", process=managed.info())
+            if self._tg is not None:
+                self._tg.start_soon(self.stop, managed, None)
+        refusal.data.update(process_id=managed.id, state=managed.state)
+        raise refusal
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    async def shutdown(self, deadline_s: float, *, keep_agents: bool = False) -> list[Managed]:
+        self.stopping = True
+        targets = [
+            m
+            for m in self.procs.values()
+            if m.live_state and not (keep_agents and m.kind == "agent")
+        ]
+        left = await self.stop_many(targets, deadline_s)
+        if keep_agents:
+            for managed in self.procs.values():
+                if managed.kind == "agent" and managed.live_state:
+                    log.info("process.kept", process=managed.id, pid=managed.pid)
+        return left
+
+
+async def _wait_exit(popen: Any) -> int:
+    """The child's exit status, without a thread: a pidfd becomes readable when it exits."""
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except (OSError, AttributeError):
+        pidfd = None
+    if pidfd is not None:
+        try:
+            while popen.poll() is None:
+                with anyio.move_on_after(1.0):
+                    await anyio.wait_readable(pidfd)
+        finally:
+            with contextlib.suppress(Exception):
+                anyio.notify_closing(pidfd)
+            os.close(pidfd)
+    else:
+        while popen.poll() is None:
+            await anyio.sleep(0.05)
+    return int(popen.returncode)
