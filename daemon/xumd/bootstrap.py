@@ -7,6 +7,7 @@ run in installation order before the daemon is ready.
 from __future__ import annotations
 
 from xumd.app import App
+from xumd.lifecycle import feature as lifecycle_feature
 from xumd.lifecycle.seams import LifecycleHooks
 from xumd.rpc import spec_examples
 from xumd.services import daemon_service
@@ -16,7 +17,7 @@ def install_features(app: App) -> None:
     app.provide(LifecycleHooks())
     daemon_service.install(app)
     # Feature installs, in dependency order (each line owned by its feature):
-    # lifecycle (projects, workspaces)  -> xumd.lifecycle.feature.install(app)
+    lifecycle_feature.install(app)  # lifecycle (projects, workspaces)
     # cleanup obligations + retry       -> xumd.cleanup.feature.install(app)
     # processes + leases                -> xumd.processes.feature.install(app)
     # turns + recovery                  -> xumd.recovery.feature.install(app)

@@ -2,6 +2,180 @@
 
 from __future__ import annotations
 
-from xum_protocol.methods_base import MethodSpec
+from typing import Literal
 
-METHODS: list[MethodSpec] = []
+from pydantic import Field
+
+from xum_protocol.methods_base import MethodSpec
+from xum_protocol.models.base import Params, Result
+from xum_protocol.models.cleanup import CleanupStatus
+
+Runtime = Literal["worktree", "directory"]
+WorkspaceState = Literal["creating", "active", "archiving", "archived", "restoring", "removing"]
+ScriptStatus = Literal["pending", "running", "ok", "failed", "timeout", "untrusted", "none"]
+
+
+class ScriptResult(Result):
+    """What a setup/teardown phase did. `untrusted` carries the hash and how to trust it."""
+
+    status: ScriptStatus
+    output: str = ""
+    error: str | None = None
+    config_hash: str | None = None
+    hint: str | None = None
+    commands: int = 0
+
+
+class SnapshotInfo(Result):
+    ref: str
+    commit: str
+    files: list[str] = Field(default_factory=list, description="Paths that differ from HEAD.")
+
+
+class DroppedInfo(Result):
+    """Ignored files that the snapshot does not hold (deleted with the checkout)."""
+
+    count: int = 0
+    bytes: int = 0
+    paths: list[str] = Field(default_factory=list, description="Top-level ignored paths.")
+    preserved: list[str] = Field(
+        default_factory=list, description="Ignored files kept in the archive store (preserve)."
+    )
+
+
+class WorkspaceInfo(Result):
+    id: str
+    project_id: str
+    name: str
+    runtime: Runtime
+    path: str
+    branch: str | None
+    base: str | None
+    state: WorkspaceState
+    incarnation: str
+    interrupted: bool
+    interrupted_reason: str | None = None
+    setup: ScriptResult
+    snapshot: SnapshotInfo | None = None
+    last_cleanup: CleanupStatus | None = None
+    handle_id: str | None = None
+    owner_workspace_id: str | None = None
+    created_at: float
+    updated_at: float
+
+
+class WorkspaceCreateParams(Params):
+    project_id: str = Field(min_length=1, max_length=200)
+    name: str = Field(max_length=256)
+    runtime: Runtime = "worktree"
+    branch: str | None = Field(default=None, min_length=1, max_length=250)
+    base: str | None = Field(default=None, min_length=1, max_length=250)
+
+
+class WorkspaceResult(Result):
+    workspace: WorkspaceInfo
+
+
+class WorkspaceCreateResult(Result):
+    workspace: WorkspaceInfo
+    setup: ScriptResult
+    cleared_locks: list[str] = Field(default_factory=list)
+
+
+class WorkspaceListParams(Params):
+    project_id: str | None = Field(default=None, max_length=200)
+    state: WorkspaceState | None = None
+
+
+class WorkspaceListResult(Result):
+    workspaces: list[WorkspaceInfo]
+
+
+class WorkspaceIdParams(Params):
+    workspace_id: str = Field(min_length=1, max_length=200)
+
+
+class WorkspaceRenameParams(Params):
+    workspace_id: str = Field(min_length=1, max_length=200)
+    name: str = Field(max_length=256)
+
+
+class WorkspaceRenameResult(Result):
+    workspace: WorkspaceInfo
+    previous_name: str
+    previous_path: str
+    branch_renamed: bool
+
+
+class WorkspaceArchiveParams(Params):
+    workspace_id: str = Field(min_length=1, max_length=200)
+    stop: bool = Field(default=False, description="Stop the daemon's own processes first.")
+
+
+class WorkspaceArchiveResult(Result):
+    workspace: WorkspaceInfo
+    snapshot: SnapshotInfo | None
+    dropped: DroppedInfo
+    cleanup: CleanupStatus
+    stopped: list[str] = Field(default_factory=list)
+
+
+class RestoredInfo(Result):
+    snapshot: SnapshotInfo | None = None
+    preserved: list[str] = Field(default_factory=list)
+
+
+class WorkspaceUnarchiveResult(Result):
+    workspace: WorkspaceInfo
+    restored: RestoredInfo
+    setup: ScriptResult
+
+
+class WorkspaceRemoveParams(Params):
+    workspace_id: str = Field(min_length=1, max_length=200)
+    force: bool = Field(
+        default=False, description="Snapshot uncommitted work first instead of refusing."
+    )
+
+
+class WorkspaceRemoveResult(Result):
+    workspace_id: str
+    removed: bool
+    branch: str | None
+    snapshot: SnapshotInfo | None
+    dropped: DroppedInfo
+    cleanup: CleanupStatus
+
+
+METHODS = [
+    MethodSpec(
+        "workspace.create",
+        WorkspaceCreateParams,
+        WorkspaceCreateResult,
+        "Create a workspace (git worktree on a new branch, or a plain directory).",
+    ),
+    MethodSpec("workspace.list", WorkspaceListParams, WorkspaceListResult, "Workspaces."),
+    MethodSpec("workspace.get", WorkspaceIdParams, WorkspaceResult, "One workspace."),
+    MethodSpec(
+        "workspace.rename", WorkspaceRenameParams, WorkspaceRenameResult, "Rename (journaled)."
+    ),
+    MethodSpec(
+        "workspace.archive",
+        WorkspaceArchiveParams,
+        WorkspaceArchiveResult,
+        "Snapshot, archive logically, then tear down and delete the checkout.",
+    ),
+    MethodSpec(
+        "workspace.unarchive",
+        WorkspaceIdParams,
+        WorkspaceUnarchiveResult,
+        "Recreate the checkout and restore its snapshot exactly.",
+    ),
+    MethodSpec(
+        "workspace.remove",
+        WorkspaceRemoveParams,
+        WorkspaceRemoveResult,
+        "Delete the checkout and the row; branch and snapshot refs are kept.",
+    ),
+    MethodSpec("workspace.keep", WorkspaceIdParams, WorkspaceResult, "Clear the interrupted flag."),
+]

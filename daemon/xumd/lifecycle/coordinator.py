@@ -1,0 +1,255 @@
+"""The lifecycle coordinator: per-workspace reservations and per-directory exclusion.
+
+Reservations (design invariant 6):
+- `shared(workspace_id)` is for ownership mutations (spawn a process, acquire a lease). It is
+  admitted only while no structural mutation has closed admission (else `busy` at once, naming the
+  operation), and validates *after* holding the reservation that the workspace exists and is active.
+- `exclusive(workspace_id, op)` is for structural mutations. It waits (bounded) for an earlier
+  structural mutation of the same workspace, closes admission, drains the shared holders already
+  admitted (bounded: `timeout` naming them), then resolves the row under the reservation. A row
+  that vanished meanwhile is `not_found`, never an empty target.
+
+Directory exclusion: `directory(path)` keys a path by its realpath *and* by the filesystem identity
+(st_dev, st_ino) of its nearest existing ancestor plus the remaining components, so symlink, `..`
+and alias spellings of one path exclude each other. Creation, restore and cleanup take it; the
+waiter revalidates the directory after it gets it.
+
+Everything here is in-process state: one daemon per root (invariant 7) makes it sufficient.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+from xum_protocol.errors import ErrorKind
+
+from xumd import logs
+from xumd.errors import XumError
+from xumd.lifecycle import ids, rows
+from xumd.lifecycle.seams import WorkspaceRef
+from xumd.store import Store
+
+log = logs.get("xumd.lifecycle.coordinator")
+
+
+@dataclass
+class _Reservation:
+    exclusive: anyio.Lock = field(default_factory=anyio.Lock)
+    closed_by: str | None = None
+    shared: dict[int, str] = field(default_factory=dict)
+    changed: anyio.Event = field(default_factory=anyio.Event)
+    users: int = 0
+
+    def signal(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+@dataclass(frozen=True, slots=True)
+class DirKey:
+    """A directory's identity for exclusion: two keys conflict when either part is equal."""
+
+    realpath: str
+    identity: tuple[int, int, str]
+
+    def conflicts(self, other: DirKey) -> bool:
+        return self.realpath == other.realpath or self.identity == other.identity
+
+
+def dir_key(path: Path | str) -> DirKey:
+    real = os.path.realpath(path)
+    anchor = Path(real)
+    tail: list[str] = []
+    while True:
+        try:
+            st = os.stat(anchor)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if anchor.parent == anchor:
+                raise
+            tail.insert(0, anchor.name)
+            anchor = anchor.parent
+    return DirKey(real, (st.st_dev, st.st_ino, "/".join(tail)))
+
+
+class Coordinator:
+    def __init__(self, store: Store, *, wait_s: float = 30.0) -> None:
+        self.store = store
+        self.wait_s = wait_s
+        self._reservations: dict[str, _Reservation] = {}
+        self._tokens = itertools.count(1)
+        self._dirs: dict[int, DirKey] = {}
+        self._dirs_changed = anyio.Event()
+
+    # -- reservations ------------------------------------------------------------------------
+
+    def _get(self, key: str) -> _Reservation:
+        res = self._reservations.get(key)
+        if res is None:
+            res = self._reservations[key] = _Reservation()
+        res.users += 1
+        return res
+
+    def _put(self, key: str, res: _Reservation) -> None:
+        res.users -= 1
+        if res.users == 0 and self._reservations.get(key) is res:
+            del self._reservations[key]
+
+    def closed_by(self, key: str) -> str | None:
+        res = self._reservations.get(key)
+        return res.closed_by if res else None
+
+    @asynccontextmanager
+    async def _shared(self, key: str, label: str, what: str) -> AsyncIterator[None]:
+        res = self._get(key)
+        try:
+            if res.closed_by is not None:
+                raise XumError(
+                    ErrorKind.BUSY,
+                    f"busy: {what} {key} is being changed ({res.closed_by} in progress)",
+                    operation=res.closed_by,
+                    holders=[{"kind": "operation", "label": res.closed_by, "pid": os.getpid()}],
+                )
+            token = next(self._tokens)
+            res.shared[token] = label
+            try:
+                yield
+            finally:
+                res.shared.pop(token, None)
+                res.signal()
+        finally:
+            self._put(key, res)
+
+    @asynccontextmanager
+    async def _exclusive(
+        self, key: str, op: str, what: str, timeout: float | None
+    ) -> AsyncIterator[None]:
+        wait_s = self.wait_s if timeout is None else timeout
+        res = self._get(key)
+        try:
+            with anyio.move_on_after(wait_s) as scope:
+                await res.exclusive.acquire()
+            if scope.cancelled_caught:
+                raise XumError(
+                    ErrorKind.TIMEOUT,
+                    f"timed out after {wait_s}s waiting for {res.closed_by or 'another change'} "
+                    f"of {what} {key} to finish",
+                    waited_for=f"{res.closed_by or 'structural change'} of {key}",
+                )
+            try:
+                res.closed_by = op
+                res.signal()
+                await self._drain(res, key, what, wait_s)
+                yield
+            finally:
+                res.closed_by = None
+                res.signal()
+                res.exclusive.release()
+        finally:
+            self._put(key, res)
+
+    async def _drain(self, res: _Reservation, key: str, what: str, wait_s: float) -> None:
+        with anyio.move_on_after(wait_s):
+            while res.shared:
+                await res.changed.wait()
+        if res.shared:
+            labels = sorted(set(res.shared.values()))
+            raise XumError(
+                ErrorKind.TIMEOUT,
+                f"timed out after {wait_s}s waiting for admitted work on {what} {key} to end: "
+                + ", ".join(labels),
+                waited_for=labels,
+            )
+
+    # -- workspaces ----------------------------------------------------------------------------
+
+    def _ref(self, workspace_id: str, *, active: bool) -> WorkspaceRef:
+        row = rows.get_workspace(self.store, workspace_id)
+        if row is None:
+            raise XumError(
+                ErrorKind.NOT_FOUND, f"workspace {workspace_id!r} not found", id=workspace_id
+            )
+        if active and row.state != "active":
+            raise XumError(
+                ErrorKind.INVALID_STATE,
+                f"workspace {row.name!r} ({workspace_id}) is {row.state}, not active",
+                id=workspace_id,
+                state=row.state,
+            )
+        return row.ref()
+
+    @asynccontextmanager
+    async def shared(
+        self, workspace_id: str, *, label: str = "ownership mutation"
+    ) -> AsyncIterator[WorkspaceRef]:
+        """A shared reservation: validated (exists, active) after it is held."""
+        ids.check_id(workspace_id, ids.WORKSPACE, "workspace")
+        async with self._shared(workspace_id, label, "workspace"):
+            yield self._ref(workspace_id, active=True)
+
+    @asynccontextmanager
+    async def exclusive(
+        self, workspace_id: str, op: str, *, timeout: float | None = None
+    ) -> AsyncIterator[WorkspaceRef]:
+        """Structural: admission closed, admitted holders drained, row resolved under it."""
+        ids.check_id(workspace_id, ids.WORKSPACE, "workspace")
+        async with self._exclusive(workspace_id, op, "workspace", timeout):
+            yield self._ref(workspace_id, active=False)
+
+    # -- projects (create admits under shared; project.remove is exclusive) ------------------
+
+    @asynccontextmanager
+    async def project_shared(self, project_id: str, *, label: str) -> AsyncIterator[None]:
+        async with self._shared(project_id, label, "project"):
+            yield
+
+    @asynccontextmanager
+    async def project_exclusive(
+        self, project_id: str, op: str, *, timeout: float | None = None
+    ) -> AsyncIterator[None]:
+        async with self._exclusive(project_id, op, "project", timeout):
+            yield
+
+    # -- directories ---------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def directory(
+        self, path: Path | str, *, timeout: float | None = None, label: str = ""
+    ) -> AsyncIterator[DirKey]:
+        """Exclusive use of one directory, whatever spelling reached it (bounded wait)."""
+        wait_s = self.wait_s if timeout is None else timeout
+        key = dir_key(path)
+        with anyio.move_on_after(wait_s) as scope:
+            while any(key.conflicts(other) for other in self._dirs.values()):
+                await self._wait_dirs()
+        if scope.cancelled_caught:
+            raise XumError(
+                ErrorKind.TIMEOUT,
+                f"timed out after {wait_s}s waiting for another operation on {key.realpath}",
+                waited_for=f"directory {key.realpath}",
+            )
+        token = next(self._tokens)
+        self._dirs[token] = key
+        log.debug("coordinator.directory_acquired", path=key.realpath, label=label)
+        try:
+            yield key
+        finally:
+            del self._dirs[token]
+            self._dirs_changed.set()
+            self._dirs_changed = anyio.Event()
+
+    async def _wait_dirs(self) -> None:
+        await self._dirs_changed.wait()
+
+    def status(self) -> dict[str, object]:
+        return {
+            "closed": {k: r.closed_by for k, r in self._reservations.items() if r.closed_by},
+            "shared": {k: len(r.shared) for k, r in self._reservations.items() if r.shared},
+            "directories": sorted(k.realpath for k in self._dirs.values()),
+        }

@@ -1,0 +1,131 @@
+"""Install the lifecycle feature: coordinator, script runner, workspace and project services,
+their handlers, and the event snapshot providers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xum_protocol.models.project import (
+    ProjectAddParams,
+    ProjectIdParams,
+    ProjectListParams,
+    ProjectListResult,
+    ProjectRemoveParams,
+    ProjectRemoveResult,
+    ProjectResult,
+    ProjectTrustParams,
+    ProjectTrustResult,
+)
+from xum_protocol.models.workspace import (
+    WorkspaceArchiveParams,
+    WorkspaceArchiveResult,
+    WorkspaceCreateParams,
+    WorkspaceCreateResult,
+    WorkspaceIdParams,
+    WorkspaceListParams,
+    WorkspaceListResult,
+    WorkspaceRemoveParams,
+    WorkspaceRemoveResult,
+    WorkspaceRenameParams,
+    WorkspaceRenameResult,
+    WorkspaceResult,
+    WorkspaceUnarchiveResult,
+)
+
+from xumd.app import App
+from xumd.git import Git
+from xumd.lifecycle import rows
+from xumd.lifecycle.coordinator import Coordinator
+from xumd.lifecycle.projects import ProjectService
+from xumd.lifecycle.scripts import ScriptRunner
+from xumd.lifecycle.service import WorkspaceService
+from xumd.lifecycle.snapshot import Snapshotter
+from xumd.rpc.dispatch import RequestContext
+
+
+def install(app: App) -> None:
+    git = app.find(Git) or app.provide(Git(timeout_s=app.config.git_timeout_s))
+    coord = app.provide(Coordinator(app.store, wait_s=app.config.lock_wait_s))
+    scripts = app.provide(
+        ScriptRunner(
+            app.store,
+            app.paths.root,
+            timeout_s=app.config.script_timeout_s,
+            grace_s=app.config.stop_grace_s,
+        )
+    )
+    snapshots = Snapshotter(git, app.paths.root / "tmp", app.paths.archive_store)
+    workspaces = app.provide(WorkspaceService(app, coord, git, scripts, snapshots))
+    projects = app.provide(ProjectService(app, coord, git, workspaces))
+
+    # -- projects ------------------------------------------------------------------------------
+
+    async def project_add(p: ProjectAddParams, ctx: RequestContext) -> ProjectResult:
+        return ProjectResult(project=projects.info(await projects.add(p)))
+
+    async def project_list(p: ProjectListParams, ctx: RequestContext) -> ProjectListResult:
+        return ProjectListResult(projects=[projects.info(r) for r in rows.list_projects(app.store)])
+
+    async def project_get(p: ProjectIdParams, ctx: RequestContext) -> ProjectResult:
+        return ProjectResult(project=projects.info(projects.get(p.project_id)))
+
+    async def project_remove(p: ProjectRemoveParams, ctx: RequestContext) -> ProjectRemoveResult:
+        return await projects.remove(p.project_id, p.force)
+
+    async def project_trust(p: ProjectTrustParams, ctx: RequestContext) -> ProjectTrustResult:
+        return projects.trust(p.project_id, p.hash)
+
+    # -- workspaces ----------------------------------------------------------------------------
+
+    async def ws_create(p: WorkspaceCreateParams, ctx: RequestContext) -> WorkspaceCreateResult:
+        return await workspaces.create(p)
+
+    async def ws_list(p: WorkspaceListParams, ctx: RequestContext) -> WorkspaceListResult:
+        return WorkspaceListResult(workspaces=workspaces.list_workspaces(p.project_id, p.state))
+
+    async def ws_get(p: WorkspaceIdParams, ctx: RequestContext) -> WorkspaceResult:
+        return workspaces.get(p.workspace_id)
+
+    async def ws_rename(p: WorkspaceRenameParams, ctx: RequestContext) -> WorkspaceRenameResult:
+        return await workspaces.rename(p.workspace_id, p.name)
+
+    async def ws_archive(p: WorkspaceArchiveParams, ctx: RequestContext) -> WorkspaceArchiveResult:
+        return await workspaces.archive(p.workspace_id, stop=p.stop)
+
+    async def ws_unarchive(p: WorkspaceIdParams, ctx: RequestContext) -> WorkspaceUnarchiveResult:
+        return await workspaces.unarchive(p.workspace_id)
+
+    async def ws_remove(p: WorkspaceRemoveParams, ctx: RequestContext) -> WorkspaceRemoveResult:
+        return await workspaces.remove(p.workspace_id, force=p.force)
+
+    async def ws_keep(p: WorkspaceIdParams, ctx: RequestContext) -> WorkspaceResult:
+        return await workspaces.keep(p.workspace_id)
+
+    for name, handler in (
+        ("project.add", project_add),
+        ("project.list", project_list),
+        ("project.get", project_get),
+        ("project.remove", project_remove),
+        ("project.trust", project_trust),
+        ("workspace.create", ws_create),
+        ("workspace.list", ws_list),
+        ("workspace.get", ws_get),
+        ("workspace.rename", ws_rename),
+        ("workspace.archive", ws_archive),
+        ("workspace.unarchive", ws_unarchive),
+        ("workspace.remove", ws_remove),
+        ("workspace.keep", ws_keep),
+    ):
+        app.router.add(name, handler)
+
+    # -- events and status -----------------------------------------------------------------------
+
+    def projects_snapshot() -> list[dict[str, Any]]:
+        return [projects.info(r).model_dump(mode="json") for r in rows.list_projects(app.store)]
+
+    def workspaces_snapshot() -> list[dict[str, Any]]:
+        return [workspaces.info(r).model_dump(mode="json") for r in rows.list_workspaces(app.store)]
+
+    app.events.add_snapshot_provider("projects", projects_snapshot)
+    app.events.add_snapshot_provider("workspaces", workspaces_snapshot)
+    app.status_providers["lifecycle"] = coord.status

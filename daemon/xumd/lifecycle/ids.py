@@ -1,0 +1,52 @@
+"""Ids and names: `prj_`/`ws_` plus 16 hex chars; a wrong prefix is `invalid_scope`."""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from xum_protocol.errors import ErrorKind
+from xum_protocol.names import name_problem
+
+from xumd.errors import XumError
+
+PROJECT = "prj_"
+WORKSPACE = "ws_"
+_ID_RE = re.compile(r"([a-z]+_)([0-9a-f]{16})")
+
+
+def new_id(prefix: str) -> str:
+    return prefix + secrets.token_hex(8)
+
+
+def new_incarnation() -> str:
+    return secrets.token_hex(16)
+
+
+def check_id(value: str, prefix: str, what: str) -> str:
+    """An id of the wrong kind is invalid_scope; a malformed one is simply not found."""
+    match = _ID_RE.fullmatch(value)
+    if match and match.group(1) != prefix:
+        raise XumError(
+            ErrorKind.INVALID_SCOPE,
+            f"{value!r} is not a {what} id (a {what} id starts with {prefix!r})",
+            id=value,
+        )
+    if not match:
+        if "_" in value and not value.startswith(prefix):
+            raise XumError(
+                ErrorKind.INVALID_SCOPE,
+                f"{value!r} is not a {what} id (a {what} id starts with {prefix!r})",
+                id=value,
+            )
+        raise XumError(ErrorKind.NOT_FOUND, f"{what} {value!r} not found", id=value)
+    return value
+
+
+def check_name(name: str, what: str = "workspace") -> str:
+    problem = name_problem(name)
+    if problem:
+        raise XumError(
+            ErrorKind.INVALID_NAME, f"invalid {what} name {name!r}: {problem}", name=name
+        )
+    return name

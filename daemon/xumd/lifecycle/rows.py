@@ -1,0 +1,199 @@
+"""Project and workspace rows: typed views of the store and the few writes they need.
+
+Every function is synchronous and runs inside the caller's transaction when there is one, so a
+read-check-write (compare-and-swap on `incarnation`/`version`) cannot interleave with another task.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xumd.lifecycle.seams import WorkspaceRef
+from xumd.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectRow:
+    id: str
+    name: str
+    path: Path
+    dev: int
+    ino: int
+    kind: str
+    workspaces_dir: str | None
+    trusted_config_hash: str | None
+    created_at: float
+    updated_at: float
+
+    @staticmethod
+    def of(row: sqlite3.Row) -> ProjectRow:
+        return ProjectRow(
+            id=row["id"],
+            name=row["name"],
+            path=Path(row["path"]),
+            dev=row["dev"],
+            ino=row["ino"],
+            kind=row["kind"],
+            workspaces_dir=row["workspaces_dir"],
+            trusted_config_hash=row["trusted_config_hash"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceRow:
+    id: str
+    project_id: str
+    name: str
+    runtime: str
+    path: Path
+    branch: str | None
+    base: str | None
+    branch_created: bool
+    state: str
+    incarnation: str
+    dev: int | None
+    ino: int | None
+    interrupted: bool
+    interrupted_reason: str | None
+    setup_status: str
+    setup_output: str | None
+    snapshot_ref: str | None
+    snapshot_commit: str | None
+    last_cleanup: str | None
+    handle_id: str | None
+    owner_workspace_id: str | None
+    version: int
+    created_at: float
+    updated_at: float
+
+    @staticmethod
+    def of(row: sqlite3.Row) -> WorkspaceRow:
+        return WorkspaceRow(
+            id=row["id"],
+            project_id=row["project_id"],
+            name=row["name"],
+            runtime=row["runtime"],
+            path=Path(row["path"]),
+            branch=row["branch"],
+            base=row["base"],
+            branch_created=bool(row["branch_created"]),
+            state=row["state"],
+            incarnation=row["incarnation"],
+            dev=row["dev"],
+            ino=row["ino"],
+            interrupted=bool(row["interrupted"]),
+            interrupted_reason=row["interrupted_reason"],
+            setup_status=row["setup_status"],
+            setup_output=row["setup_output"],
+            snapshot_ref=row["snapshot_ref"],
+            snapshot_commit=row["snapshot_commit"],
+            last_cleanup=row["last_cleanup"],
+            handle_id=row["handle_id"],
+            owner_workspace_id=row["owner_workspace_id"],
+            version=row["version"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+    def ref(self) -> WorkspaceRef:
+        return WorkspaceRef(self.id, self.project_id, self.name, self.path, self.incarnation)
+
+    def setup_detail(self) -> dict[str, Any]:
+        if not self.setup_output:
+            return {}
+        try:
+            value = json.loads(self.setup_output)
+        except ValueError:
+            return {"output": self.setup_output}
+        return value if isinstance(value, dict) else {}
+
+
+# -- projects ----------------------------------------------------------------------------------
+
+
+def get_project(store: Store, project_id: str) -> ProjectRow | None:
+    row = store.one("SELECT * FROM projects WHERE id = ?", (project_id,))
+    return ProjectRow.of(row) if row else None
+
+
+def project_by_name(store: Store, name: str) -> ProjectRow | None:
+    row = store.one("SELECT * FROM projects WHERE name = ?", (name,))
+    return ProjectRow.of(row) if row else None
+
+
+def list_projects(store: Store) -> list[ProjectRow]:
+    return [ProjectRow.of(r) for r in store.all("SELECT * FROM projects ORDER BY created_at, id")]
+
+
+# -- workspaces --------------------------------------------------------------------------------
+
+
+def get_workspace(store: Store, workspace_id: str) -> WorkspaceRow | None:
+    row = store.one("SELECT * FROM workspaces WHERE id = ?", (workspace_id,))
+    return WorkspaceRow.of(row) if row else None
+
+
+def workspace_by_name(store: Store, project_id: str, name: str) -> WorkspaceRow | None:
+    row = store.one(
+        "SELECT * FROM workspaces WHERE project_id = ? AND name = ?", (project_id, name)
+    )
+    return WorkspaceRow.of(row) if row else None
+
+
+def list_workspaces(
+    store: Store, project_id: str | None = None, state: str | None = None
+) -> list[WorkspaceRow]:
+    sql = "SELECT * FROM workspaces WHERE 1=1"
+    args: list[Any] = []
+    if project_id is not None:
+        sql += " AND project_id = ?"
+        args.append(project_id)
+    if state is not None:
+        sql += " AND state = ?"
+        args.append(state)
+    sql += " ORDER BY created_at, id"
+    return [WorkspaceRow.of(r) for r in store.all(sql, args)]
+
+
+def workspace_at_path(store: Store, path: Path) -> WorkspaceRow | None:
+    row = store.one("SELECT * FROM workspaces WHERE path = ?", (str(path),))
+    return WorkspaceRow.of(row) if row else None
+
+
+def update_workspace(
+    store: Store, workspace_id: str, *, expect_incarnation: str | None = None, **fields: Any
+) -> WorkspaceRow | None:
+    """Update fields (bumping version); with `expect_incarnation`, only when the row still has
+    that incarnation (compare-and-swap). Returns the new row, or None when nothing matched."""
+    fields["updated_at"] = time.time()
+    sets = ", ".join(f"{name} = ?" for name in fields)
+    sql = f"UPDATE workspaces SET {sets}, version = version + 1 WHERE id = ?"
+    args: list[Any] = [*fields.values(), workspace_id]
+    if expect_incarnation is not None:
+        sql += " AND incarnation = ?"
+        args.append(expect_incarnation)
+    cursor = store.execute(sql, args)
+    if cursor.rowcount != 1:
+        return None
+    return get_workspace(store, workspace_id)
+
+
+def delete_workspace_with_tombstone(store: Store, row: WorkspaceRow) -> None:
+    store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (row.id,))
+    store.execute("DELETE FROM workspaces WHERE id = ?", (row.id,))
+    store.execute(
+        "INSERT OR REPLACE INTO workspace_tombstones"
+        " (id, project_id, name, branch, snapshot_ref, removed_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (row.id, row.project_id, row.name, row.branch, row.snapshot_ref, time.time()),
+    )
+
+
+def is_tombstoned(store: Store, workspace_id: str) -> bool:
+    return store.one("SELECT 1 FROM workspace_tombstones WHERE id = ?", (workspace_id,)) is not None

@@ -1,0 +1,219 @@
+"""Setup and teardown scripts from `.xum/config.toml`, run only for a trusted config.
+
+Running a repository's scripts is running code from the repository, so (like direnv's allow) the
+daemon runs them only when the project trusts that exact file content: `project.trust` stores its
+sha256, and a changed file is untrusted again. Each command runs with `/bin/sh -c` in the checkout,
+in its own process group, with a per-command deadline and whole-tree kill (xumd.procutil), and its
+output is bounded (head + diagnostic tail).
+
+Config:
+    [scripts]
+    setup = ["npm ci"]
+    teardown = ["docker compose down"]
+    preserve = [".env*"]      # ignored files kept across archive/unarchive (also top-level)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from xumd import logs
+from xumd.lifecycle import rows
+from xumd.lifecycle.seams import WorkspaceRef
+from xumd.procutil import BoundedOutput, CommandNotFound, run_command
+from xumd.store import Store
+
+log = logs.get("xumd.lifecycle.scripts")
+
+CONFIG_RELPATH = Path(".xum") / "config.toml"
+Phase = Literal["setup", "teardown"]
+OUTPUT_LIMIT = 32 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectConfig:
+    path: Path
+    hash: str
+    setup: list[str] = field(default_factory=list)
+    teardown: list[str] = field(default_factory=list)
+    preserve: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ScriptOutcome:
+    status: str  # ok | failed | timeout | untrusted | none
+    output: str = ""
+    error: str | None = None
+    config_hash: str | None = None
+    hint: str | None = None
+    commands: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "output": self.output,
+            "error": self.error,
+            "config_hash": self.config_hash,
+            "hint": self.hint,
+            "commands": self.commands,
+        }
+
+
+def config_file(checkout: Path, project_path: Path | None = None) -> Path | None:
+    """The config that applies: the checkout's own, else the project's (directory runtime)."""
+    for base in (checkout, project_path):
+        if base is None:
+            continue
+        candidate = base / CONFIG_RELPATH
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _strings(value: Any, key: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"[scripts] {key} must be a list of strings")
+    return list(value)
+
+
+def load_config(path: Path) -> ProjectConfig:
+    raw = path.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+        scripts = data.get("scripts", {})
+        if not isinstance(scripts, dict):
+            raise ValueError("[scripts] must be a table")
+        preserve = _strings(scripts.get("preserve"), "preserve") + _strings(
+            data.get("preserve"), "preserve"
+        )
+        return ProjectConfig(
+            path=path,
+            hash=digest,
+            setup=_strings(scripts.get("setup"), "setup"),
+            teardown=_strings(scripts.get("teardown"), "teardown"),
+            preserve=preserve,
+        )
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as exc:
+        return ProjectConfig(path=path, hash=digest, error=f"{path}: {exc}")
+
+
+def preserve_globs(checkout: Path, project_path: Path | None = None) -> list[str]:
+    """Preserving ignored files runs no code, so it needs no trust."""
+    found = config_file(checkout, project_path)
+    if found is None:
+        return []
+    try:
+        return load_config(found).preserve
+    except OSError:
+        return []
+
+
+class ScriptRunner:
+    def __init__(self, store: Store, root: Path, *, timeout_s: float, grace_s: float = 5.0):
+        self.store = store
+        self.root = root
+        self.timeout_s = timeout_s
+        self.grace_s = grace_s
+
+    async def run(
+        self,
+        phase: Phase,
+        *,
+        project_id: str,
+        workspace: WorkspaceRef,
+        cwd: Path,
+    ) -> ScriptOutcome:
+        project = rows.get_project(self.store, project_id)
+        found = config_file(cwd, project.path if project else None)
+        if found is None:
+            return ScriptOutcome(status="none")
+        try:
+            config = load_config(found)
+        except OSError as exc:
+            return ScriptOutcome(status="failed", error=f"cannot read {found}: {exc}")
+        commands = config.setup if phase == "setup" else config.teardown
+        if config.error:
+            return ScriptOutcome(status="failed", error=config.error, config_hash=config.hash)
+        if not commands:
+            return ScriptOutcome(status="none", config_hash=config.hash)
+        trusted = project.trusted_config_hash if project else None
+        if trusted != config.hash:
+            return ScriptOutcome(
+                status="untrusted",
+                config_hash=config.hash,
+                commands=len(commands),
+                error=f"{found} is not trusted"
+                + (" (it changed since it was trusted)" if trusted else ""),
+                hint=f"review {found}, then run: xum project trust {project_id} --hash "
+                f"{config.hash}",
+            )
+        return await self._run_commands(phase, commands, config.hash, workspace, cwd)
+
+    async def _run_commands(
+        self, phase: Phase, commands: list[str], digest: str, ws: WorkspaceRef, cwd: Path
+    ) -> ScriptOutcome:
+        env = {
+            **os.environ,
+            "XUM_WORKSPACE_ID": ws.id,
+            "XUM_WORKSPACE_NAME": ws.name,
+            "XUM_ROOT": str(self.root),
+        }
+        output = BoundedOutput(OUTPUT_LIMIT)
+        for index, command in enumerate(commands, 1):
+            output.feed(f"$ {command}\n".encode())
+            log.info("script.start", phase=phase, workspace=ws.id, index=index)
+            try:
+                result = await run_command(
+                    ["/bin/sh", "-c", command],
+                    cwd=cwd,
+                    env=env,
+                    timeout_s=self.timeout_s,
+                    grace_s=self.grace_s,
+                    output_limit=OUTPUT_LIMIT,
+                )
+            except (CommandNotFound, OSError) as exc:
+                return ScriptOutcome(
+                    status="failed",
+                    output=output.text(),
+                    error=f"{phase} command {index} could not start: {exc}",
+                    config_hash=digest,
+                    commands=len(commands),
+                )
+            output.feed(result.output.text().encode())
+            log.info(
+                "script.done",
+                phase=phase,
+                workspace=ws.id,
+                index=index,
+                returncode=result.returncode,
+                timed_out=result.timed_out,
+            )
+            if result.timed_out:
+                return ScriptOutcome(
+                    status="timeout",
+                    output=output.text(),
+                    error=f"{phase} command {index} ({command!r}) timed out after "
+                    f"{self.timeout_s}s; its process tree was killed",
+                    config_hash=digest,
+                    commands=len(commands),
+                )
+            if not result.ok:
+                return ScriptOutcome(
+                    status="failed",
+                    output=output.text(),
+                    error=f"{phase} command {index} ({command!r}) exited with {result.returncode}",
+                    config_hash=digest,
+                    commands=len(commands),
+                )
+        return ScriptOutcome(
+            status="ok", output=output.text(), config_hash=digest, commands=len(commands)
+        )

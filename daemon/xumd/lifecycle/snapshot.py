@@ -1,0 +1,328 @@
+"""Snapshots of a checkout's uncommitted work, without touching the user's index, stash or files.
+
+A snapshot is a commit W under `refs/xum/snapshots/<ws-id>/<incarnation>`, shaped like a stash:
+- W's tree is the whole working state (tracked files as on disk plus untracked-not-ignored ones),
+  so `git show W:<path>` gives any file as it was;
+- W's parents are HEAD and I, where I's tree is the staged state (the index), so a restore can
+  tell staged from unstaged, and untracked (in W but in neither I nor HEAD) stays untracked.
+Both trees are written through a *temporary* index (GIT_INDEX_FILE, a copy of the real one):
+`git write-tree` and `git add -A` would otherwise write the user's index.
+
+Ignored files are not snapshotted; `dropped` reports them (count, bytes, top-level paths), and
+`preserve` globs copy matching ones into ROOT/archive/<ws-id>/ for unarchive.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+
+from xumd.git import Git
+
+SNAPSHOT_NS = "refs/xum/snapshots"
+_IDENT = {
+    "GIT_AUTHOR_NAME": "xum",
+    "GIT_AUTHOR_EMAIL": "xum@localhost",
+    "GIT_COMMITTER_NAME": "xum",
+    "GIT_COMMITTER_EMAIL": "xum@localhost",
+}
+_MAX_TOP_PATHS = 50
+
+
+def snapshot_ref(workspace_id: str, incarnation: str) -> str:
+    return f"{SNAPSHOT_NS}/{workspace_id}/{incarnation}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkState:
+    head: str
+    head_tree: str
+    staged_tree: str
+    work_tree: str
+
+    @property
+    def dirty(self) -> bool:
+        return self.staged_tree != self.head_tree or self.work_tree != self.head_tree
+
+
+@dataclass(slots=True)
+class Snapshot:
+    ref: str
+    commit: str
+    files: list[str]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"ref": self.ref, "commit": self.commit, "files": self.files}
+
+
+@dataclass(slots=True)
+class Dropped:
+    count: int = 0
+    bytes: int = 0
+    paths: list[str] = field(default_factory=list)
+    preserved: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "count": self.count,
+            "bytes": self.bytes,
+            "paths": self.paths,
+            "preserved": self.preserved,
+        }
+
+
+class Snapshotter:
+    def __init__(self, git: Git, tmp_dir: Path, archive_dir: Path) -> None:
+        self.git = git
+        self.tmp_dir = tmp_dir
+        self.archive_dir = archive_dir
+
+    # -- capture -------------------------------------------------------------------------------
+
+    async def _rev(self, checkout: Path, spec: str) -> str:
+        return await self.git.out(checkout, "rev-parse", "--verify", "--quiet", spec)
+
+    async def capture(self, checkout: Path) -> WorkState:
+        """Write the staged and the working trees through a temporary index copy."""
+        head = await self._rev(checkout, "HEAD^{commit}")
+        head_tree = await self._rev(checkout, "HEAD^{tree}")
+        git_dir = Path(await self.git.out(checkout, "rev-parse", "--absolute-git-dir"))
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp_index = self.tmp_dir / f"index-{secrets.token_hex(6)}"
+        try:
+            real_index = git_dir / "index"
+            if real_index.exists():
+                shutil.copyfile(real_index, tmp_index)
+            env = {"GIT_INDEX_FILE": str(tmp_index)}
+            staged = await self.git.out(checkout, "write-tree", env=env)
+            await self.git.run(checkout, "add", "-A", "--", ".", env=env, what="git add -A")
+            work = await self.git.out(checkout, "write-tree", env=env)
+        finally:
+            tmp_index.unlink(missing_ok=True)
+        return WorkState(head, head_tree, staged, work)
+
+    async def changed_paths(self, checkout: Path, a: str, b: str) -> list[str]:
+        out = await self.git.run(checkout, "diff-tree", "-r", "-z", "--name-only", a, b)
+        return [p for p in out.output.text().split("\0") if p]
+
+    async def files_of(self, checkout: Path, state: WorkState) -> list[str]:
+        files = set(await self.changed_paths(checkout, state.head_tree, state.work_tree))
+        files |= set(await self.changed_paths(checkout, state.head_tree, state.staged_tree))
+        return sorted(files)
+
+    async def take(
+        self, checkout: Path, workspace_id: str, incarnation: str, state: WorkState | None = None
+    ) -> Snapshot | None:
+        """Commit the uncommitted state under the workspace's ref; None when there is none.
+        Idempotent: the ref name is per incarnation and is simply overwritten on replay."""
+        state = state or await self.capture(checkout)
+        if not state.dirty:
+            return None
+        index_commit = await self.git.out(
+            checkout,
+            "commit-tree",
+            state.staged_tree,
+            "-p",
+            state.head,
+            "-m",
+            f"xum index of {workspace_id} ({incarnation})",
+            env=_IDENT,
+        )
+        commit = await self.git.out(
+            checkout,
+            "commit-tree",
+            state.work_tree,
+            "-p",
+            state.head,
+            "-p",
+            index_commit,
+            "-m",
+            f"xum snapshot of {workspace_id} ({incarnation})",
+            env=_IDENT,
+        )
+        ref = snapshot_ref(workspace_id, incarnation)
+        await self.git.run(
+            checkout, "update-ref", "-m", "xum snapshot", ref, commit, what="git update-ref"
+        )
+        return Snapshot(ref=ref, commit=commit, files=await self.files_of(checkout, state))
+
+    async def holds(self, checkout: Path, state: WorkState, snapshot_commit: str | None) -> bool:
+        """True when `snapshot_commit` holds exactly this uncommitted state."""
+        if not snapshot_commit:
+            return False
+        result = await self.git.run(
+            checkout,
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            f"{snapshot_commit}^{{tree}}",
+            f"{snapshot_commit}^2^{{tree}}",
+            check=False,
+        )
+        if not result.ok:
+            return False
+        trees = result.output.text().split()
+        return trees == [state.work_tree, state.staged_tree]
+
+    # -- restore -------------------------------------------------------------------------------
+
+    async def restore(self, checkout: Path, commit: str) -> list[str]:
+        """Make the checkout's files W's tree and its index I's tree (staged stays staged,
+        untracked stays untracked). Returns the paths that differ from HEAD."""
+        index_commit = await self._rev(checkout, f"{commit}^2")
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp_index = self.tmp_dir / f"index-{secrets.token_hex(6)}"
+        try:
+            env = {"GIT_INDEX_FILE": str(tmp_index)}
+            await self.git.run(checkout, "read-tree", commit, env=env)
+            await self.git.run(checkout, "checkout-index", "-a", "-f", env=env)
+        finally:
+            tmp_index.unlink(missing_ok=True)
+        deleted = await self.git.run(
+            checkout, "diff-tree", "-r", "-z", "--name-only", "--diff-filter=D", "HEAD", commit
+        )
+        root = os.path.realpath(checkout)
+        for rel in (p for p in deleted.output.text().split("\0") if p):
+            target = os.path.realpath(os.path.join(root, os.path.dirname(rel)))
+            if target == root or target.startswith(root + os.sep):
+                Path(target, os.path.basename(rel)).unlink(missing_ok=True)
+        await self.git.run(checkout, "read-tree", index_commit)
+        await self.git.run(checkout, "update-index", "-q", "--refresh", check=False)
+        head_tree = await self._rev(checkout, "HEAD^{tree}")
+        files = set(await self.changed_paths(checkout, head_tree, commit))
+        files |= set(await self.changed_paths(checkout, head_tree, index_commit))
+        return sorted(files)
+
+    # -- dirty files (for not_safe) ------------------------------------------------------------
+
+    async def dirty_files(self, checkout: Path) -> list[str]:
+        out = await self.git.run(
+            checkout, "status", "--porcelain=v1", "-z", "--untracked-files=all"
+        )
+        entries = out.output.text().split("\0")
+        files: list[str] = []
+        skip = False
+        for entry in entries:
+            if skip:
+                skip = False
+                continue
+            if len(entry) < 4:
+                continue
+            if entry[0] in "RC":
+                skip = True  # the next entry is the rename's source
+            files.append(entry[3:])
+        return files
+
+    # -- ignored files: report and preserve ----------------------------------------------------
+
+    async def ignored(self, checkout: Path) -> list[str]:
+        out = await self.git.run(
+            checkout, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"
+        )
+        return [p for p in out.output.text().split("\0") if p]
+
+    async def report_and_preserve(
+        self, checkout: Path, workspace_id: str, incarnation: str, globs: list[str]
+    ) -> Dropped:
+        entries = await self.ignored(checkout)
+        return await anyio.to_thread.run_sync(
+            self._report_and_preserve, checkout, workspace_id, incarnation, entries, globs
+        )
+
+    def _report_and_preserve(
+        self,
+        checkout: Path,
+        workspace_id: str,
+        incarnation: str,
+        entries: list[str],
+        globs: list[str],
+    ) -> Dropped:
+        dropped = Dropped()
+        top: list[str] = []
+        matched: list[str] = []
+        for entry in entries:
+            first = entry.rstrip("/").split("/")[0] + (
+                "/" if "/" in entry.rstrip("/") or entry.endswith("/") else ""
+            )
+            if first not in top:
+                top.append(first)
+            full = checkout / entry
+            for rel, size in _walk_files(checkout, full):
+                dropped.count += 1
+                dropped.bytes += size
+                if globs and _matches(rel, globs):
+                    matched.append(rel)
+        dropped.paths = top[:_MAX_TOP_PATHS]
+        store = self.archive_dir / workspace_id
+        tmp = self.archive_dir / f".{workspace_id}.{secrets.token_hex(4)}"
+        if matched:
+            for rel in matched:
+                dest = tmp / "files" / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(checkout / rel, dest, follow_symlinks=False)
+            manifest = {"workspace_id": workspace_id, "incarnation": incarnation, "files": matched}
+            (tmp / "manifest.json").write_text(json.dumps(manifest))
+            if store.exists():
+                shutil.rmtree(store)
+            os.replace(tmp, store)
+            dropped.preserved = matched
+            dropped.count -= len(matched)
+            dropped.bytes -= sum((store / "files" / r).lstat().st_size for r in matched)
+        return dropped
+
+    def restore_preserved(self, workspace_id: str, checkout: Path) -> list[str]:
+        store = self.archive_dir / workspace_id
+        try:
+            manifest = json.loads((store / "manifest.json").read_text())
+        except (OSError, ValueError):
+            return []
+        restored: list[str] = []
+        for rel in manifest.get("files", []):
+            src = store / "files" / rel
+            dest = checkout / rel
+            if not src.exists() and not src.is_symlink():
+                continue
+            if dest.exists() or dest.is_symlink():
+                continue  # never overwrite what the new checkout already has
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest, follow_symlinks=False)
+            restored.append(rel)
+        return restored
+
+    def discard_preserved(self, workspace_id: str) -> None:
+        shutil.rmtree(self.archive_dir / workspace_id, ignore_errors=True)
+
+
+def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
+    found: list[tuple[str, int]] = []
+    try:
+        st = full.lstat()
+    except OSError:
+        return found
+    if not full.is_dir() or full.is_symlink():
+        found.append((str(full.relative_to(checkout)), st.st_size))
+        return found
+    for dirpath, _dirs, files in os.walk(full):
+        for name in files:
+            path = Path(dirpath) / name
+            try:
+                size = path.lstat().st_size
+            except OSError:
+                continue
+            found.append((str(path.relative_to(checkout)), size))
+    return found
+
+
+def _matches(rel: str, globs: list[str]) -> bool:
+    base = rel.rsplit("/", 1)[-1]
+    return any(
+        fnmatch.fnmatchcase(rel, g) or ("/" not in g and fnmatch.fnmatchcase(base, g))
+        for g in globs
+    )
