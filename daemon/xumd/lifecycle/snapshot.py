@@ -157,10 +157,10 @@ class Snapshotter:
         """True when `snapshot_commit` holds exactly this uncommitted state."""
         if not snapshot_commit:
             return False
+        # (`rev-parse --verify` takes one name only.)
         result = await self.git.run(
             checkout,
             "rev-parse",
-            "--verify",
             "--quiet",
             f"{snapshot_commit}^{{tree}}",
             f"{snapshot_commit}^2^{{tree}}",
