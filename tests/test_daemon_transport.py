@@ -182,3 +182,15 @@ def test_outbox_put_waits_for_room() -> None:
 def test_request_lines_are_json_objects() -> None:
     # Guard for the helpers above: STATUS is one valid JSON-RPC frame.
     assert json.loads(STATUS)["method"] == "daemon.status"
+
+
+def test_unencodable_result_becomes_an_internal_error_with_its_id() -> None:
+    from xum_protocol import framing
+    from xumd.rpc.connection import _unencodable
+
+    response = {"jsonrpc": "2.0", "id": 7, "result": {"n": 2**70}}
+    with pytest.raises(TypeError):
+        framing.encode(response)
+    fixed = json.loads(framing.encode(_unencodable([response, response])))
+    assert [item["id"] for item in fixed] == [7, 7]
+    assert {item["error"]["code"] for item in fixed} == {-32603}

@@ -38,6 +38,29 @@ _ids = itertools.count(1)
 STREAM_CLOSE_DEADLINE_S = 1.0
 
 
+LINGER_S = 0.5
+LINGER_BYTES = 1024 * 1024
+
+
+async def close_stream(stream: SocketStream, *, linger: bool = False) -> None:
+    """Close `stream`. With `linger`, first half-close and discard what the peer still sends
+    (bounded in time and bytes): closing a Unix socket with unread input makes the peer's next
+    read fail with ECONNRESET, and it would lose our last answer (a refusal, an oversize error)."""
+    if linger:
+        with anyio.move_on_after(LINGER_S):
+            try:
+                await stream.send_eof()
+                discarded = 0
+                while discarded < LINGER_BYTES:
+                    discarded += len(await stream.receive())
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+            except OSError:
+                pass
+    with anyio.move_on_after(STREAM_CLOSE_DEADLINE_S, shield=True):
+        await stream.aclose()
+
+
 class Connection:
     def __init__(
         self,
@@ -69,6 +92,7 @@ class Connection:
         self._closed = False
         self._cancel = anyio.CancelScope()
         self._reading = anyio.CancelScope()
+        self._saw_eof = False
 
     # -- Peer protocol (what handlers see) -------------------------------------------------
 
@@ -92,11 +116,20 @@ class Connection:
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _encode(self, message: Any) -> bytes:
+        try:
+            return framing.encode(message)
+        except (TypeError, ValueError) as exc:
+            # A result the codec cannot write (an integer over 64 bits, say) must not take the
+            # connection or the daemon down: the client gets an internal error with its id.
+            log.error("conn.encode_failed", conn=self.id, error=str(exc))
+            return framing.encode(_unencodable(message))
+
     def _enqueue_nowait(self, message: Any) -> bool:
         if self._closed:
             return False
         try:
-            if self._outbox.put_nowait(framing.encode(message)):
+            if self._outbox.put_nowait(self._encode(message)):
                 return True
         except OutboxClosed:
             return False
@@ -115,7 +148,7 @@ class Connection:
         if self._closed:
             return
         try:
-            await self._outbox.put(framing.encode(message))
+            await self._outbox.put(self._encode(message))
         except OutboxClosed:
             pass
 
@@ -131,7 +164,10 @@ class Connection:
                     self._outbox.close()
             finally:
                 self._finish()
-        await self._aclose_stream()
+        if self._cancel.cancel_called:
+            await close_stream(self._stream)
+        else:
+            await close_stream(self._stream, linger=not self._saw_eof)
 
     async def _drain_inflight(self) -> None:
         for _ in range(self._max_inflight):
@@ -148,10 +184,6 @@ class Connection:
             except Exception:
                 log.exception("conn.close_callback_failed", conn=self.id)
 
-    async def _aclose_stream(self) -> None:
-        with anyio.move_on_after(STREAM_CLOSE_DEADLINE_S, shield=True):
-            await self._stream.aclose()
-
     async def _writer(self) -> None:
         while (frame := await self._outbox.get()) is not None:
             try:
@@ -167,6 +199,7 @@ class Connection:
                 frame = await reader.receive_until(framing.DELIMITER, self._max_frame)
             except anyio.IncompleteRead:
                 # EOF. A final frame without its newline is still a frame.
+                self._saw_eof = True
                 rest = bytes(reader.buffer)
                 if rest.strip():
                     await self._admit(rest)
@@ -193,25 +226,31 @@ class Connection:
 
     async def _process(self, frame: bytes) -> None:
         try:
-            try:
-                message = framing.decode(frame)
-            except ValueError:
-                await self._enqueue(
-                    error_response(None, ErrorKind.PARSE_ERROR, "parse error: invalid JSON")
-                )
-                return
-            if isinstance(message, list):
-                await self._process_batch(message)
-                return
-            try:
-                reply = await self._router.handle(message, self)
-            except anyio.get_cancelled_exc_class():
-                self._answer_cancelled([message], [None], batch=False)
-                raise
-            if reply is not None:
-                await self._enqueue(reply)
+            await self._process_frame(frame)
+        except Exception:
+            # Last line of defence: a bug here must cost one answer, never the daemon.
+            log.exception("conn.process_failed", conn=self.id)
         finally:
             self._inflight.release()
+
+    async def _process_frame(self, frame: bytes) -> None:
+        try:
+            message = framing.decode(frame)
+        except ValueError:
+            await self._enqueue(
+                error_response(None, ErrorKind.PARSE_ERROR, "parse error: invalid JSON")
+            )
+            return
+        if isinstance(message, list):
+            await self._process_batch(message)
+            return
+        try:
+            reply = await self._router.handle(message, self)
+        except anyio.get_cancelled_exc_class():
+            self._answer_cancelled([message], [None], batch=False)
+            raise
+        if reply is not None:
+            await self._enqueue(reply)
 
     async def _process_batch(self, batch: list[Any]) -> None:
         if not batch:
@@ -268,3 +307,13 @@ class Connection:
         if not replies:
             return
         self._enqueue_nowait(replies if batch else replies[0])
+
+
+def _unencodable(message: Any) -> Any:
+    """`message` with every response in it replaced by an internal error for the same id."""
+    if isinstance(message, list):
+        return [_unencodable(item) for item in message]
+    request_id = message.get("id") if isinstance(message, dict) else None
+    return error_response(
+        request_id, ErrorKind.INTERNAL, "internal error: the result could not be encoded"
+    )

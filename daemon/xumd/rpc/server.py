@@ -16,7 +16,7 @@ from xum_protocol.errors import ErrorKind
 from xumd import logs
 from xumd.config import DaemonConfig
 from xumd.paths import socket_path_problem
-from xumd.rpc.connection import Connection
+from xumd.rpc.connection import Connection, close_stream
 from xumd.rpc.dispatch import Router, error_response
 
 log = logs.get("xumd.server")
@@ -154,7 +154,7 @@ class Server:
                         )
                     )
                 )
-            await stream.aclose()
+            await close_stream(stream, linger=True)
             return
         conn = Connection(
             stream,
@@ -172,6 +172,9 @@ class Server:
         log.debug("server.connected", conn=conn.id, peer_pid=pid)
         try:
             await conn.serve()
+        except Exception:
+            # One connection's failure is logged and ends that connection only.
+            log.exception("server.connection_failed", conn=conn.id)
         finally:
             self.connections.discard(conn)
             log.debug("server.disconnected", conn=conn.id)

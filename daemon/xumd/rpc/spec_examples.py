@@ -60,7 +60,8 @@ class _Slept(BaseModel):
 
 
 def _number(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else value
+    # Whole results print as integers (the spec's examples show 19, not 19.0) while exact.
+    return int(value) if float(value).is_integer() and abs(value) <= 2**53 else value
 
 
 def install(router: Router) -> None:

@@ -83,6 +83,8 @@ def install(app: App) -> None:
         peer.on_close(unsubscribe)
         return SubscribeResult(epoch=app.events.epoch, seq=seq, snapshot=snapshot)
 
+    # Requests being handled right now (daemon.status itself included).
+    app.status_providers["rpc"] = lambda: {"active": app.router.active}
     app.router.add("hello", hello, allowed_while_stopping=True)
     app.router.add("daemon.status", status, allowed_while_stopping=True)
     app.router.add("daemon.shutdown", shutdown, allowed_while_stopping=True)
