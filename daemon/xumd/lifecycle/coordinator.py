@@ -4,10 +4,10 @@ Reservations (design invariant 6):
 - `shared(workspace_id)` is for ownership mutations (spawn a process, acquire a lease). It is
   admitted only while no structural mutation has closed admission (else `busy` at once, naming the
   operation), and validates *after* holding the reservation that the workspace exists and is active.
-- `exclusive(workspace_id, op)` is for structural mutations. It waits (bounded) for an earlier
-  structural mutation of the same workspace, closes admission, drains the shared holders already
-  admitted (bounded: `timeout` naming them), then resolves the row under the reservation. A row
-  that vanished meanwhile is `not_found`, never an empty target.
+- `exclusive(workspace_id, op)` is for structural mutations. It refuses `busy` at once while
+  another structural mutation of the same workspace runs, closes admission, drains the shared
+  holders already admitted (bounded: `timeout` naming them), then resolves the row under the
+  reservation. A row that vanished meanwhile is `not_found`, never an empty target.
 
 Directory exclusion: `directory(path)` keys a path by its realpath *and* by the filesystem identity
 (st_dev, st_ino) of its nearest existing ancestor plus the remaining components, so symlink, `..`
@@ -133,15 +133,16 @@ class Coordinator:
         wait_s = self.wait_s if timeout is None else timeout
         res = self._get(key)
         try:
-            with anyio.move_on_after(wait_s) as scope:
-                await res.exclusive.acquire()
-            if scope.cancelled_caught:
+            # Two structural mutations of one target never queue: the later one is refused at
+            # once, naming the one in progress (so racing archive/remove never both succeed).
+            if res.exclusive.locked():
                 raise XumError(
-                    ErrorKind.TIMEOUT,
-                    f"timed out after {wait_s}s waiting for {res.closed_by or 'another change'} "
-                    f"of {what} {key} to finish",
-                    waited_for=f"{res.closed_by or 'structural change'} of {key}",
+                    ErrorKind.BUSY,
+                    f"busy: {what} {key} is being changed ({res.closed_by} in progress)",
+                    operation=res.closed_by,
+                    holders=[{"kind": "operation", "label": res.closed_by, "pid": os.getpid()}],
                 )
+            await res.exclusive.acquire()
             try:
                 res.closed_by = op
                 res.signal()

@@ -1,0 +1,221 @@
+"""The lifecycle coordinator in-process: reservations, admission, drains, directory exclusion."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from xumd.errors import XumError
+from xumd.lifecycle.coordinator import Coordinator, dir_key
+from xumd.store import Store
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    db = Store(tmp_path / "state.db")
+    db.migrate()
+    now = time.time()
+    db.execute(
+        "INSERT INTO projects (id, name, path, dev, ino, kind, created_at, updated_at)"
+        " VALUES ('prj_0000000000000001', 'p', '/p', 1, 1, 'git', ?, ?)",
+        (now, now),
+    )
+    for ws_id, state in (("ws_00000000000000a1", "active"), ("ws_00000000000000a2", "archived")):
+        db.execute(
+            "INSERT INTO workspaces (id, project_id, name, runtime, path, state, incarnation,"
+            " created_at, updated_at) VALUES (?, 'prj_0000000000000001', ?, 'worktree', ?, ?,"
+            " 'inc', ?, ?)",
+            (ws_id, ws_id, f"/w/{ws_id}", state, now, now),
+        )
+    yield db
+    db.close()
+
+
+ACTIVE = "ws_00000000000000a1"
+ARCHIVED = "ws_00000000000000a2"
+MISSING = "ws_00000000000000ff"
+
+
+async def test_shared_validates_after_holding(store: Store) -> None:
+    coord = Coordinator(store, wait_s=1)
+    async with coord.shared(ACTIVE) as ref:
+        assert ref.id == ACTIVE and ref.incarnation == "inc"
+    with pytest.raises(XumError) as info:
+        async with coord.shared(MISSING):
+            pass
+    assert info.value.kind.value == "not_found"
+    with pytest.raises(XumError) as info:
+        async with coord.shared(ARCHIVED):
+            pass
+    assert info.value.kind.value == "invalid_state"
+    with pytest.raises(XumError) as info:
+        async with coord.shared("prj_0000000000000001"):
+            pass
+    assert info.value.kind.value == "invalid_scope"
+
+
+async def test_exclusive_closes_admission_and_drains_shared(store: Store) -> None:
+    coord = Coordinator(store, wait_s=5)
+    order: list[str] = []
+    release = anyio.Event()
+    admitted = anyio.Event()
+
+    async def holder() -> None:
+        async with coord.shared(ACTIVE, label="terminal in pid 4121"):
+            admitted.set()
+            await release.wait()
+            order.append("shared released")
+
+    async def structural() -> None:
+        async with coord.exclusive(ACTIVE, "archive"):
+            order.append("exclusive acquired")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+        await admitted.wait()
+        tg.start_soon(structural)
+        # Wait until admission is closed, then a new shared is refused at once, naming it.
+        with anyio.fail_after(2):
+            while coord.closed_by(ACTIVE) is None:
+                await anyio.sleep(0.001)
+        with pytest.raises(XumError) as info:
+            async with coord.shared(ACTIVE):
+                pass
+        assert info.value.kind.value == "busy"
+        assert "archive" in info.value.message
+        assert order == []
+        release.set()
+    assert order == ["shared released", "exclusive acquired"]
+    assert coord.closed_by(ACTIVE) is None
+    async with coord.shared(ACTIVE):  # admission reopened
+        pass
+
+
+async def test_drain_is_bounded_and_names_holders(store: Store) -> None:
+    coord = Coordinator(store, wait_s=0.2)
+    release = anyio.Event()
+    admitted = anyio.Event()
+
+    async def holder() -> None:
+        async with coord.shared(ACTIVE, label="agent in pid 977"):
+            admitted.set()
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+        await admitted.wait()
+        started = time.monotonic()
+        with pytest.raises(XumError) as info:
+            async with coord.exclusive(ACTIVE, "remove"):
+                pass
+        assert time.monotonic() - started < 2
+        assert info.value.kind.value == "timeout"
+        assert "agent in pid 977" in info.value.message
+        assert coord.closed_by(ACTIVE) is None  # admission reopened after the refusal
+        release.set()
+
+
+async def test_second_structural_mutation_is_busy_at_once(store: Store) -> None:
+    coord = Coordinator(store, wait_s=5)
+    inside = anyio.Event()
+    release = anyio.Event()
+
+    async def first() -> None:
+        async with coord.exclusive(ACTIVE, "remove"):
+            inside.set()
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        await inside.wait()
+        with pytest.raises(XumError) as info:
+            async with coord.exclusive(ACTIVE, "archive"):
+                pass
+        assert info.value.kind.value == "busy"
+        assert "remove" in info.value.message
+        release.set()
+
+
+async def test_row_removed_before_reservation_is_not_found(store: Store) -> None:
+    coord = Coordinator(store, wait_s=5)
+    async with coord.exclusive(ACTIVE, "remove"):
+        store.execute("DELETE FROM workspaces WHERE id = ?", (ACTIVE,))
+    with pytest.raises(XumError) as info:
+        async with coord.exclusive(ACTIVE, "archive"):
+            pytest.fail("acted on a vanished workspace")
+    assert info.value.kind.value == "not_found"
+
+
+def test_dir_key_spellings(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    spellings = [
+        real / "ws",
+        link / "ws",
+        real / "sub" / ".." / "ws",
+        link / "sub" / ".." / "ws",
+        Path(str(real) + "//ws"),
+    ]
+    keys = {dir_key(p) for p in spellings}
+    assert len({k.realpath for k in keys}) == 1
+    assert len({k.identity for k in keys}) == 1
+    assert not dir_key(real / "other").conflicts(dir_key(real / "ws"))
+
+
+@pytest.mark.parametrize("spelling", ["symlink", "dotdot"])
+async def test_directory_exclusion_shared_by_spellings(tmp_path: Path, spelling: str) -> None:
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    other = link / "ws" if spelling == "symlink" else real / "sub" / ".." / "ws"
+    coord = Coordinator(Store(tmp_path / "s.db"), wait_s=5)
+    order: list[str] = []
+    inside = anyio.Event()
+    release = anyio.Event()
+
+    async def cleanup() -> None:
+        async with coord.directory(real / "ws"):
+            inside.set()
+            await release.wait()
+            order.append("cleanup done")
+
+    async def creation() -> None:
+        async with coord.directory(other) as key:
+            order.append("create acquired")
+            # the waiter revalidates after it gets the directory
+            assert not os.path.lexists(key.realpath)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cleanup)
+        await inside.wait()
+        tg.start_soon(creation)
+        await anyio.sleep(0.05)
+        assert order == []  # still excluded
+        release.set()
+    assert order == ["cleanup done", "create acquired"]
+
+
+async def test_directory_wait_is_bounded(tmp_path: Path) -> None:
+    coord = Coordinator(Store(tmp_path / "s.db"), wait_s=5)
+    async with coord.directory(tmp_path / "x"):
+        with pytest.raises(XumError) as info:
+            async with coord.directory(tmp_path / "." / "x", timeout=0.1):
+                pass
+    assert info.value.kind.value == "timeout"
+    assert str(tmp_path / "x") in info.value.message
+    async with coord.directory(tmp_path / "x", timeout=0.1):
+        pass
