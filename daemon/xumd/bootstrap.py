@@ -7,8 +7,10 @@ run in installation order before the daemon is ready.
 from __future__ import annotations
 
 from xumd.app import App
+from xumd.cleanup import feature as cleanup_feature
 from xumd.lifecycle import feature as lifecycle_feature
 from xumd.lifecycle.seams import LifecycleHooks
+from xumd.processes import feature as processes_feature
 from xumd.rpc import spec_examples
 from xumd.services import daemon_service
 
@@ -18,8 +20,8 @@ def install_features(app: App) -> None:
     daemon_service.install(app)
     # Feature installs, in dependency order (each line owned by its feature):
     lifecycle_feature.install(app)  # lifecycle (projects, workspaces)
-    # cleanup obligations + retry       -> xumd.cleanup.feature.install(app)
-    # processes + leases                -> xumd.processes.feature.install(app)
+    cleanup_feature.install(app)  # cleanup obligations + retry (after lifecycle)
+    processes_feature.install(app)  # processes + leases (after lifecycle and cleanup)
     # turns + recovery                  -> xumd.recovery.feature.install(app)
     if app.config.enable_test_methods:
         spec_examples.install(app.router)

@@ -1,0 +1,67 @@
+"""Install the cleanup feature: the service, `cleanup.list` / `cleanup.retry`, the status provider
+(`daemon.status` details['cleanup']), the background retry service and its shutdown drain."""
+
+from __future__ import annotations
+
+from xum_protocol.models.cleanup import (
+    CleanupListParams,
+    CleanupListResult,
+    CleanupRetryParams,
+    CleanupRetryResult,
+    CleanupStatus,
+    Obligation,
+)
+
+from xumd.app import App
+from xumd.cleanup.obligations import PENDING
+from xumd.cleanup.retry import RetryService
+from xumd.cleanup.service import PATH_LANE, RECLAIM_LANE, CleanupService
+from xumd.rpc.dispatch import RequestContext
+
+STATUS_KEY = "cleanup"
+
+
+def install(app: App) -> CleanupService:
+    service = app.provide(CleanupService(app))
+    retry = app.provide(RetryService(service))
+
+    async def list_(params: CleanupListParams, ctx: RequestContext) -> CleanupListResult:
+        service.flush_announcements()
+        found = service.obligations.list(
+            workspace_id=params.workspace_id, state=params.state, limit=params.limit
+        )
+        return CleanupListResult(
+            obligations=[ob.model() for ob in found],
+            pending=service.obligations.count(PENDING),
+        )
+
+    async def retry_(params: CleanupRetryParams, ctx: RequestContext) -> CleanupRetryResult:
+        if params.obligation_id is None and params.workspace_id is None:
+            result = await service.run_cycle(PATH_LANE)
+            retry.poke(RECLAIM_LANE)
+            touched = result.attempted
+        else:
+            workspace_id = service.require_known(
+                obligation_id=params.obligation_id, workspace_id=params.workspace_id
+            )
+            await service.run_workspace(workspace_id, force=True, include_reclaim=True)
+            touched = [workspace_id]
+        statuses: dict[str, CleanupStatus] = {}
+        attempted: list[Obligation] = []
+        for workspace_id in touched:
+            status = service.status(workspace_id)
+            if status is not None:
+                statuses[workspace_id] = status
+            attempted.extend(ob.model() for ob in service.obligations.for_workspace(workspace_id))
+        if params.obligation_id is not None:
+            attempted = [ob for ob in attempted if ob.id == params.obligation_id] + [
+                ob for ob in attempted if ob.id != params.obligation_id
+            ]
+        return CleanupRetryResult(attempted=attempted, workspaces=statuses)
+
+    app.router.add("cleanup.list", list_)
+    app.router.add("cleanup.retry", retry_)
+    app.status_providers[STATUS_KEY] = lambda: service.summary().model_dump(mode="json")
+    app.after_ready("cleanup-retry", retry.run)
+    app.on_shutdown("cleanup-retry", retry.stop)
+    return service

@@ -1,0 +1,101 @@
+"""Fencing: may this obligation still act on this directory? (design invariant 4)
+
+Called under the directory exclusion, just before acting. Two checks, both must pass:
+- the store: the workspace row still names the obligation's incarnation and is not live (or the
+  row is gone and the id is tombstoned), and no live workspace claims the path;
+- the disk: the path is a real directory (a symlink is never followed), with the recorded
+  filesystem identity (st_dev, st_ino) and an incarnation marker the obligation recorded.
+A failed check is an abandon reason: the obligation is closed and the directory left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from xumd.cleanup.obligations import ABANDONED, ObligationRow
+from xumd.lifecycle.marker import read_marker
+from xumd.store import Store
+
+LIVE_STATES = ("creating", "active", "restoring")
+"""A workspace in one of these states owns its checkout: cleanup never acts on it."""
+
+OWN_STATES = ("archiving", "archived", "removing")
+"""States in which a workspace's own (same-incarnation) obligations may act."""
+
+SUPERSEDED = "path now holds another incarnation"
+FOREIGN = "directory replaced by a foreign one"
+
+
+def row_problem(store: Store, ob: ObligationRow) -> str | None:
+    """Why the store no longer allows `ob` to act, or None."""
+    if ob.workspace_id:
+        row = store.one(
+            "SELECT state, incarnation FROM workspaces WHERE id = ?", (ob.workspace_id,)
+        )
+        if row is not None:
+            if row["incarnation"] != ob.incarnation:
+                return f"{SUPERSEDED} (workspace {ob.workspace_id} was materialised again)"
+            if row["state"] not in OWN_STATES:
+                return (
+                    f"workspace {ob.workspace_id} is {row['state']} again; cleanup never acts on it"
+                )
+        elif not store.one("SELECT 1 FROM workspace_tombstones WHERE id = ?", (ob.workspace_id,)):
+            return f"workspace {ob.workspace_id} is unknown (no row and no tombstone)"
+    marks = ",".join("?" * len(LIVE_STATES))
+    live = store.one(
+        f"SELECT id, state FROM workspaces WHERE path = ? AND id != ? AND state IN ({marks})",
+        (ob.path, ob.workspace_id, *LIVE_STATES),
+    )
+    if live is not None:
+        return f"{SUPERSEDED} (live workspace {live['id']} is {live['state']} there)"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class DirCheck:
+    present: bool
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.present and self.problem is None
+
+
+def accepted_markers(
+    store_siblings: list[ObligationRow], ob: ObligationRow
+) -> set[tuple[str, str]]:
+    """Markers that prove the directory is the one recorded: the obligation's own and those of
+    sibling obligations recorded for the same directory identity (archived workspaces sharing
+    one checkout), abandoned ones excepted."""
+    found = {(ob.workspace_id, ob.incarnation)}
+    found.update((s.workspace_id, s.incarnation) for s in store_siblings if s.state != ABANDONED)
+    return found
+
+
+def check_directory(
+    path: Path, identity: tuple[int, int] | None, markers: set[tuple[str, str]]
+) -> DirCheck:
+    """Inspect `path` without following a symlink placed there."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return DirCheck(present=False)
+    except OSError as exc:
+        return DirCheck(present=True, problem=f"cannot inspect {path}: {exc.strerror}")
+    if stat.S_ISLNK(st.st_mode):
+        return DirCheck(True, f"{FOREIGN} (a symlink now sits at the path; not followed)")
+    if not stat.S_ISDIR(st.st_mode):
+        return DirCheck(True, f"{FOREIGN} (not a directory)")
+    marker = read_marker(path)
+    if marker is not None and (marker.workspace_id, marker.incarnation) not in markers:
+        return DirCheck(
+            True, f"{SUPERSEDED} (its marker names {marker.workspace_id} {marker.incarnation})"
+        )
+    if identity is not None and (st.st_dev, st.st_ino) != identity:
+        return DirCheck(True, f"{FOREIGN} (filesystem identity changed)")
+    if marker is None:
+        return DirCheck(True, f"{FOREIGN} (no xum incarnation marker)")
+    return DirCheck(True)

@@ -1,0 +1,276 @@
+"""The physical steps: teardown, trash (rename into the trash area + drop git's admin entry), and
+reclaim (delete the trash entry). Each returns an `Outcome`; the service records it.
+
+Durable order inside a step: whatever a replay needs (the trash path) is in the obligation row
+before the effect; every step is idempotent on replay (a trash step finding the path empty and the
+directory in the trash completes; a reclaim finding the entry gone completes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from xumd import faults, logs
+from xumd.cleanup import fence
+from xumd.cleanup.obligations import ABANDONED, ObligationRow, Obligations
+from xumd.cleanup.reclaim import Interrupted, delete_tree
+from xumd.git import Git
+from xumd.lifecycle.marker import parse as parse_marker
+
+log = logs.get("xumd.cleanup.steps")
+
+AFTER_TEARDOWN = faults.declare(
+    "cleanup.teardown.after_run", "teardown ran; its completion is not committed yet"
+)
+BEFORE_TRASH = faults.declare("cleanup.trash.before_rename", "trash path committed; not moved yet")
+AFTER_TRASH = faults.declare(
+    "cleanup.trash.after_rename", "checkout moved into the trash; git admin entry still there"
+)
+AFTER_RECLAIM = faults.declare(
+    "cleanup.reclaim.after_delete", "trash entry deleted; completion not committed yet"
+)
+
+TAIL_CHARS = 1500
+"""How much of a failing teardown's output (its diagnostic tail) goes into last_error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    state: str  # completed | failed | abandoned
+    error: str | None = None
+    reason: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def done(**detail: Any) -> Outcome:
+        return Outcome("completed", detail=detail)
+
+    @staticmethod
+    def failed(error: str) -> Outcome:
+        return Outcome("failed", error=error)
+
+    @staticmethod
+    def abandoned(reason: str) -> Outcome:
+        return Outcome("abandoned", reason=reason)
+
+
+TeardownFn = Callable[[ObligationRow, Path], Awaitable[Outcome]]
+"""Run the teardown of `ob` in the checkout; the default calls the lifecycle's ScriptRunner."""
+
+
+class Steps:
+    def __init__(
+        self,
+        obligations: Obligations,
+        *,
+        trash_dir: Path,
+        git: Git,
+        teardown: TeardownFn,
+        now: Callable[[], float],
+    ) -> None:
+        self.obligations = obligations
+        self.store = obligations.store
+        self.trash_dir = trash_dir
+        self.git = git
+        self.teardown_fn = teardown
+        self.now = now
+
+    # -- fences ----------------------------------------------------------------------------------
+
+    def _fence(self, ob: ObligationRow) -> tuple[fence.DirCheck, str | None]:
+        """(directory check, store problem), read now: the caller holds the directory exclusion."""
+        problem = fence.row_problem(self.store, ob)
+        markers = fence.accepted_markers(self.obligations.siblings(ob), ob)
+        return fence.check_directory(Path(ob.path), ob.identity, markers), problem
+
+    # -- teardown --------------------------------------------------------------------------------
+
+    async def teardown(self, ob: ObligationRow) -> Outcome:
+        check, problem = self._fence(ob)
+        if problem:
+            return Outcome.abandoned(problem)
+        if not check.present:
+            return Outcome.abandoned("the checkout directory is gone; teardown was not run")
+        if check.problem:
+            return Outcome.abandoned(check.problem)
+        outcome = await self.teardown_fn(ob, Path(ob.path))
+        AFTER_TEARDOWN()
+        return outcome
+
+    # -- trash -----------------------------------------------------------------------------------
+
+    def _trash_path(self, ob: ObligationRow, checkout_dev: int) -> tuple[Path, ObligationRow]:
+        """The trash path, on the checkout's filesystem, committed before anything moves."""
+        planned = Path(ob.detail.get("trash_path") or self.trash_dir / ob.id)
+        planned.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if os.stat(planned.parent).st_dev != checkout_dev:
+            # A rename cannot cross filesystems: use a trash area next to the checkout instead
+            # (still instant, still outside the path the user sees).
+            alt_dir = Path(ob.path).parent / ".xum-trash"
+            alt_dir.mkdir(mode=0o700, exist_ok=True)
+            planned = alt_dir / ob.id
+        if str(planned) != ob.detail.get("trash_path"):
+            ob = self.obligations.set_detail(ob, self.now(), {"trash_path": str(planned)})
+        return planned, ob
+
+    async def trash(self, ob: ObligationRow) -> Outcome:
+        check, problem = self._fence(ob)
+        path = Path(ob.path)
+        moved = False
+        trash_path = Path(ob.detail["trash_path"]) if ob.detail.get("trash_path") else None
+        if check.present:
+            if problem:
+                return Outcome.abandoned(problem)
+            if check.problem:
+                return Outcome.abandoned(check.problem)
+            checkout_dev = os.lstat(path).st_dev
+            trash_path, ob = self._trash_path(ob, checkout_dev)
+            if os.path.lexists(trash_path):
+                return Outcome.failed(f"trash entry {trash_path} already exists; not overwritten")
+            BEFORE_TRASH()
+            os.rename(path, trash_path)
+            moved = True
+            # The rename moved whatever sat at the path at that instant: prove it was the
+            # fenced directory, or put it back and leave it alone.
+            st = os.lstat(trash_path)
+            if ob.identity is not None and (st.st_dev, st.st_ino) != ob.identity:
+                os.rename(trash_path, path)
+                return Outcome.abandoned(f"{fence.FOREIGN} (swapped during the move)")
+            AFTER_TRASH()
+            log.info("cleanup.trashed", obligation=ob.id, path=str(path), trash=str(trash_path))
+        elif trash_path is not None and self._is_ours(trash_path, ob):
+            moved = True  # a replay after a crash between the rename and the commit
+        if ob.detail.get("runtime") == "worktree":
+            dropped = await self._drop_admin_entry(ob)
+        else:
+            dropped = None
+        detail: dict[str, Any] = {"moved": moved, "admin_entry": dropped}
+        if not moved:
+            detail["note"] = "the checkout was already gone"
+        return Outcome.done(**detail)
+
+    def _is_ours(self, trash_path: Path, ob: ObligationRow) -> bool:
+        try:
+            st = os.lstat(trash_path)
+        except OSError:
+            return False
+        return stat.S_ISDIR(st.st_mode) and (
+            ob.identity is None or (st.st_dev, st.st_ino) == ob.identity
+        )
+
+    async def _drop_admin_entry(self, ob: ObligationRow) -> str:
+        """Drop git's admin entry of this worktree (`<common>/worktrees/<name>`), only when it is
+        provably ours: its `locked` reason carries our marker, or it is unlocked and still points
+        at our (now empty) path. xum locks its worktrees, so `git worktree prune` would skip the
+        entry until unlocked; and pruning would touch other worktrees' entries too. Removing this
+        one directory is exactly what prune does for it, and nothing else."""
+        admin_text = ob.detail.get("admin_dir")
+        repo = ob.detail.get("repo")
+        if not admin_text or not repo:
+            return "unknown"
+        admin = Path(admin_text)
+        async with self.git.admin_lock(Path(repo)):
+            try:
+                st = os.lstat(admin)
+            except FileNotFoundError:
+                return "already gone"
+            if not stat.S_ISDIR(st.st_mode) or admin.parent.name != "worktrees":
+                return "left alone (not a worktree admin dir)"
+            locked = _read(admin / "locked")
+            gitdir = _read(admin / "gitdir")
+            ours = False
+            if locked is not None:
+                found = parse_marker(locked)
+                ours = found is not None and (found.workspace_id, found.incarnation) == (
+                    ob.workspace_id,
+                    ob.incarnation,
+                )
+            elif gitdir is not None:
+                target = Path(gitdir.strip())
+                ours = target == Path(ob.path) / ".git" and not os.path.lexists(target)
+            if not ours:
+                return "left alone (names another worktree)"
+            shutil.rmtree(admin)
+            log.info("cleanup.admin_entry_dropped", obligation=ob.id, admin=str(admin))
+            return "dropped"
+
+    # -- reclaim ---------------------------------------------------------------------------------
+
+    def _reclaim_source(self, ob: ObligationRow) -> tuple[Path | None, str | None]:
+        """(trash entry to delete, abandon reason)."""
+        if ob.detail.get("trash_path"):
+            return Path(ob.detail["trash_path"]), None
+        trash_ob = self.obligations.get(str(ob.detail.get("trash_ob", "")))
+        if trash_ob is None:
+            return None, "its trash step is unknown"
+        if trash_ob.state == ABANDONED:
+            return None, "its trash step was abandoned; nothing was moved to the trash"
+        if not trash_ob.detail.get("moved"):
+            return None, None
+        return Path(trash_ob.detail["trash_path"]), None
+
+    async def reclaim(self, ob: ObligationRow) -> Outcome:
+        source, reason = self._reclaim_source(ob)
+        if reason:
+            return Outcome.abandoned(reason)
+        if source is None:
+            return Outcome.done(bytes=0, needed=False)
+        try:
+            st = os.lstat(source)
+        except FileNotFoundError:
+            return Outcome.done(bytes=int(ob.detail.get("bytes") or 0))
+        if not stat.S_ISDIR(st.st_mode):
+            return Outcome.abandoned(f"trash entry {source} is not a directory; left alone")
+        if ob.identity is not None and (st.st_dev, st.st_ino) != ob.identity:
+            return Outcome.abandoned(f"trash entry {source} is not the directory moved there")
+        stop = threading.Event()
+        try:
+            freed = await anyio.to_thread.run_sync(
+                delete_tree, source, stop, abandon_on_cancel=True
+            )
+        except Interrupted:
+            return Outcome.failed("interrupted")
+        except OSError as exc:
+            return Outcome.failed(f"deleting {source}: {exc}")
+        finally:
+            # Cancelled (shutdown): the worker stops at its next entry.
+            stop.set()
+        AFTER_RECLAIM()
+        log.info("cleanup.reclaimed", obligation=ob.id, bytes=freed)
+        return Outcome.done(bytes=freed, needed=True)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        if path.is_symlink():
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            log.warning("cleanup.read_failed", path=str(path), error=exc.strerror)
+        return None
+
+
+def teardown_outcome(status: str, error: str | None, output: str) -> Outcome:
+    """Map a ScriptOutcome to a step outcome; a failure keeps the output's diagnostic tail."""
+    if status in ("ok", "none"):
+        return Outcome.done(teardown=status)
+    head = error or f"teardown {status}"
+    tail = output[-TAIL_CHARS:].strip() if output else ""
+    return Outcome.failed(f"{head}\n{tail}" if tail else head)
+
+
+def ensure_dir(path: Path) -> None:
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700, parents=True)

@@ -1,0 +1,174 @@
+"""Scheduling of cleanup retries with a fake clock: capped jittered backoff, a rotating cursor (a
+target that keeps failing cannot starve another), no hot loop, and a bounded shutdown that kills a
+teardown's whole process tree."""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+from xumd.cleanup.backoff import Backoff
+from xumd.cleanup.retry import RetryService
+from xumd.cleanup.service import CycleResult
+
+from tests.support.daemon import short_tmpdir
+from tests.test_cleanup_support import (
+    ScriptTeardown,
+    World,
+    add_workspace,
+    make_dir_checkout,
+    make_world,
+)
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    path = short_tmpdir("xums-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def plan_dir(world: World, wid: str, name: str) -> Path:
+    inc = secrets.token_hex(8)
+    path = world.root / "workspaces" / name
+    ident = make_dir_checkout(path, wid, inc)
+    add_workspace(world.app, world.project_id, wid, path, inc)
+    world.plan(wid, path, inc, ident)
+    return path
+
+
+def test_backoff_is_exponential_capped_and_jittered() -> None:
+    backoff = Backoff(1.0, 300.0, 0.2, random.Random(1))
+    assert [backoff.base(n) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
+    assert backoff.base(9) == 256.0 and backoff.base(10) == 300.0 and backoff.base(10_000) == 300.0
+    delays = [backoff.delay(50) for _ in range(200)]
+    assert all(240.0 <= d <= 300.0 for d in delays), "capped, jitter only shortens"
+    assert len({round(d, 6) for d in delays}) > 150, "jittered: failures spread out"
+    assert Backoff(1.0, 300.0, 0.0).delay(3) == 4.0
+
+
+async def test_rotating_cursor_a_failing_target_cannot_starve_another(base: Path) -> None:
+    # A (sorts first) fails forever; B succeeds. One target per cycle.
+    world = make_world(base, None, batch_size=1, backoff_initial_s=1.0, backoff_jitter=0.0)
+    a, b = "ws_" + "a" * 16, "ws_" + "b" * 16
+    world.service.steps.teardown_fn = ScriptTeardown(
+        f'[ "$XUM_WORKSPACE_ID" != "{a}" ] || {{ echo broken >&2; exit 1; }}'
+    )
+    plan_dir(world, a, "a")
+    path_b = plan_dir(world, b, "b")
+    first = await world.service.run_cycle("path")
+    assert first.attempted == [a] and first.full
+    world.clock.advance(5.0)  # both are due now (A's backoff has passed)
+    second = await world.service.run_cycle("path")
+    assert second.attempted == [b], "B is attempted before A is retried"
+    assert world.states(b)["trash"] == "completed" and not path_b.exists()
+    third = await world.service.run_cycle("path")
+    assert third.attempted == [a]
+    assert world.states(a)["teardown"] == "pending"
+
+
+async def test_backoff_per_obligation_grows_and_never_hot_loops(base: Path) -> None:
+    world = make_world(
+        base,
+        ScriptTeardown("exit 1"),
+        backoff_initial_s=1.0,
+        backoff_max_s=8.0,
+        backoff_jitter=0.0,
+        poll_interval_s=30.0,
+    )
+    retry = RetryService(world.service, world.clock)
+    wid = "ws_" + "c" * 16
+    plan_dir(world, wid, "c")
+    start = world.clock.now
+    gaps = []
+    attempts_at = []
+    for _ in range(8):
+        result = await world.service.run_cycle("path")
+        delay = retry.next_delay(result)
+        assert delay > 0, "everything fails: the lane sleeps"
+        attempts_at.append(world.clock.now)
+        gaps.append(delay)
+        again = await world.service.run_cycle("path")
+        assert again.attempted == [], "a failed step is not due again at once"
+        assert retry.next_delay(again) == pytest.approx(delay)
+        world.clock.advance(delay)
+    assert gaps == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0, 8.0]
+    ob = world.service.obligations.for_workspace(wid)[0]
+    assert ob.attempts == 8 and ob.last_error is not None
+    assert world.clock.now - start == sum(gaps)
+
+
+def test_next_delay_rules(base: Path) -> None:
+    world = make_world(base, None, backoff_initial_s=0.5, poll_interval_s=30.0)
+    retry = RetryService(world.service, world.clock)
+    now = world.clock.now
+    assert retry.next_delay(CycleResult(attempted=["w"], full=True, next_due=now)) == 0.0
+    assert retry.next_delay(CycleResult(next_due=None)) == 30.0
+    assert retry.next_delay(CycleResult(next_due=now + 1000)) == 30.0
+    # Due but nothing could run (blocked, or run by a request): never a hot loop.
+    assert retry.next_delay(CycleResult(skipped=1, full=True, next_due=now - 5)) == 0.5
+
+
+async def test_startup_with_many_pending_returns_at_once(base: Path) -> None:
+    """Discovery is a bounded query per cycle, never a scan on the readiness path."""
+    world = make_world(base, ScriptTeardown("exit 1"), batch_size=4)
+    with world.app.store.transaction():
+        for i in range(2000):
+            world.service.plan_checkout_removal(
+                workspace_id=f"ws_{i:016x}",
+                project_id=world.project_id,
+                incarnation="i",
+                runtime="directory",
+                repo_path=world.repo,
+                checkout=world.root / "workspaces" / f"w{i}",
+                dev=1,
+                ino=i,
+                teardown=True,
+            )
+    started = time.perf_counter()
+    targets = world.service.obligations.due_workspaces(
+        world.clock.now, ("teardown",), after=None, limit=4
+    )
+    assert len(targets) == 4
+    assert time.perf_counter() - started < 0.5
+    assert world.service.summary().pending == 6000
+
+
+async def test_shutdown_kills_a_hanging_teardown_tree_and_keeps_the_obligation(
+    base: Path,
+) -> None:
+    pids = base / "pids"
+    # The teardown and its child ignore SIGTERM and hang.
+    teardown = ScriptTeardown(
+        f"trap '' TERM; (trap '' TERM; sleep 300) & echo $! >> {pids}; echo $$ >> {pids}; wait",
+        timeout_s=300,
+        grace_s=0.5,
+    )
+    world = make_world(base, teardown)
+    retry = RetryService(world.service)  # the real clock: this is about real processes
+    wid = "ws_" + "d" * 16
+    path = plan_dir(world, wid, "d")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(retry.run)
+        with anyio.fail_after(10):
+            while not (pids.exists() and len(pids.read_text().split()) == 2):
+                await anyio.sleep(0.02)
+        started = time.monotonic()
+        with anyio.fail_after(5):
+            await retry.stop()
+        took = time.monotonic() - started
+    assert took < 4.0
+    for pid in map(int, pids.read_text().split()):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
+    ob = world.service.obligations.for_workspace(wid)[0]
+    assert ob.kind == "teardown" and ob.state == "pending" and ob.attempts == 0
+    assert path.is_dir()
+    assert os.path.exists(path / ".xum-incarnation")
