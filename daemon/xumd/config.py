@@ -24,6 +24,22 @@ class CleanupConfig(BaseModel):
     step_timeout_s: float = Field(default=600.0, gt=0)
 
 
+class ProcessesConfig(BaseModel):
+    """The process supervisor (issue 6)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep_processes: bool = Field(
+        default=False, description="Leave agents running at shutdown (adopted at the next start)."
+    )
+    probe_interval_s: float = Field(default=2.0, gt=0)
+    output_head_bytes: int = Field(default=32 * 1024, ge=0)
+    output_tail_bytes: int = Field(default=224 * 1024, ge=1024)
+    auto_archive_attempts: int = Field(default=6, ge=1)
+    auto_archive_backoff_initial_s: float = Field(default=1.0, gt=0)
+    auto_archive_backoff_max_s: float = Field(default=60.0, gt=0)
+
+
 class DaemonConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -40,6 +56,7 @@ class DaemonConfig(BaseModel):
     stop_grace_s: float = Field(default=5.0, ge=0)
     enable_test_methods: bool = False
     cleanup: CleanupConfig = Field(default_factory=CleanupConfig)
+    processes: ProcessesConfig = Field(default_factory=ProcessesConfig)
 
 
 class ConfigError(Exception):

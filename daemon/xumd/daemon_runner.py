@@ -39,7 +39,9 @@ def prepare_root(root: Path) -> Path:
     return root
 
 
-def run_daemon(root_arg: Path | None, socket_arg: Path | None) -> int:
+def run_daemon(
+    root_arg: Path | None, socket_arg: Path | None, *, keep_processes: bool = False
+) -> int:
     try:
         root = prepare_root(root_arg or default_root())
     except OSError as exc:
@@ -53,6 +55,8 @@ def run_daemon(root_arg: Path | None, socket_arg: Path | None) -> int:
     try:
         faults.arm_from_env()
         config = load(paths.config)
+        if keep_processes:
+            config.processes.keep_processes = True
         store = Store(paths.database)
         store.migrate()
     except (ValueError, ConfigError, StoreError) as exc:

@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: console on a TTY, JSON lines otherwise",
     )
+    parser.add_argument(
+        "--keep-processes",
+        action="store_true",
+        help="leave agents running at shutdown; the next start adopts them through their leases",
+    )
     parser.add_argument("--version", action="version", version=f"xumd {__version__}")
     parser.add_argument(
         "--list-fault-points", action="store_true", help="print every fault point name and exit"
@@ -58,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from xumd.daemon_runner import run_daemon
 
-    return run_daemon(args.root, args.socket)
+    return run_daemon(args.root, args.socket, keep_processes=args.keep_processes)
 
 
 if __name__ == "__main__":

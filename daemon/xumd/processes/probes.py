@@ -92,7 +92,8 @@ def find_users(
     """Processes of this user whose cwd or an open file lies inside `checkout`.
 
     Blocking (it reads /proc of every process): run it in a worker thread under a deadline.
-    The daemon's own direct children (git, scripts) are not users: they act for the daemon.
+    The daemon's own children are not excused: a structural change holds the workspace's
+    exclusive reservation, so none of its own work runs there, and failing closed is safer.
     """
     try:
         root = os.path.realpath(checkout)
@@ -101,10 +102,10 @@ def find_users(
     me = os.getpid()
     uid = os.getuid()
     found: list[Usage] = []
-    for proc in psutil.process_iter(["pid", "ppid", "name", "uids", "create_time", "status"]):
+    for proc in psutil.process_iter(["pid", "name", "uids", "create_time", "status"]):
         info = proc.info
         pid = info["pid"]
-        if pid == me or info.get("ppid") == me or pid in exclude_pids:
+        if pid == me or pid in exclude_pids:
             continue
         uids = info.get("uids")
         if uids is None or uids.real != uid or info.get("status") == psutil.STATUS_ZOMBIE:

@@ -124,6 +124,7 @@ class Supervisor:
         self.procs: dict[str, Managed] = {}
         self.stopping = False
         self._tg: anyio.abc.TaskGroup | None = None
+        self._serving = anyio.Event()
         self._peers_watched: set[int] = set()
         self.exit_listeners: list[Callable[[Managed], None]] = []
 
@@ -135,6 +136,7 @@ class Supervisor:
         """Own the watchers' task group and run the settle loop until cancelled."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            self._serving.set()
             for managed in list(self.procs.values()):
                 if managed.child is not None and managed.live_state:
                     tg.start_soon(self._watch, managed)
@@ -212,6 +214,10 @@ class Supervisor:
         label: str | None = None,
         foreground_peer: int | None = None,
     ) -> Managed:
+        if self._tg is None and not self.stopping:
+            # Requests may arrive a moment before the background services run: wait, bounded.
+            with anyio.move_on_after(5.0):
+                await self._serving.wait()
         if self.stopping or self._tg is None:
             raise XumError(ErrorKind.SHUTTING_DOWN, "the process supervisor is not running")
         if not argv or any("\0" in arg for arg in argv) or not argv[0]:

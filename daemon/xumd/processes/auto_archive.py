@@ -1,0 +1,142 @@
+"""Auto-archive: a workspace created with `auto_archive: "on_agent_exit"` is archived when its
+agent exits successfully, through the normal archive path (WorkspaceService.archive: same
+reservation, quiescence check and snapshot as a user's archive).
+
+Transient refusals (busy, timeout, a cleanup still pending, a failed step) are retried with capped
+exponential backoff; the outcome is published as an event and stored on the workspace row
+(`workspaces.auto_archive_outcome`, JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from xum_protocol.errors import ErrorKind
+
+from xumd import logs
+from xumd.errors import XumError
+from xumd.events import EventBus
+from xumd.processes.managed import Managed
+from xumd.store import Store
+
+log = logs.get("xumd.processes.auto_archive")
+
+ON_AGENT_EXIT = "on_agent_exit"
+TRANSIENT = {
+    ErrorKind.BUSY,
+    ErrorKind.TIMEOUT,
+    ErrorKind.CLEANUP_PENDING,
+    ErrorKind.OPERATION_FAILED,
+    ErrorKind.INTERNAL,
+}
+
+Archive = Callable[[str], Awaitable[Any]]
+Spawner = Callable[..., Any]
+
+
+class AutoArchiver:
+    def __init__(
+        self,
+        store: Store,
+        events: EventBus,
+        archive: Archive,
+        *,
+        attempts: int = 6,
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+    ) -> None:
+        self.store = store
+        self.events = events
+        self.archive = archive
+        self.attempts = attempts
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.start_soon: Spawner | None = None
+        self._running: set[str] = set()
+
+    def wanted(self, managed: Managed) -> bool:
+        if managed.kind != "agent" or not managed.exit or managed.exit.get("code") != 0:
+            return False
+        row = self.store.one(
+            "SELECT auto_archive, state FROM workspaces WHERE id = ?", (managed.workspace_id,)
+        )
+        return row is not None and row["auto_archive"] == ON_AGENT_EXIT and row["state"] == "active"
+
+    def on_exit(self, managed: Managed) -> None:
+        """Exit listener (synchronous): start the archive task for a successful agent exit."""
+        if managed.workspace_id in self._running or not self.wanted(managed):
+            return
+        if self.start_soon is None:
+            log.warning("auto_archive.not_running", workspace=managed.workspace_id)
+            return
+        self._running.add(managed.workspace_id)
+        self.start_soon(self.run, managed.workspace_id, managed.id)
+
+    async def run(self, workspace_id: str, process_id: str) -> dict[str, Any]:
+        try:
+            return await self._attempts(workspace_id, process_id)
+        finally:
+            self._running.discard(workspace_id)
+
+    async def _attempts(self, workspace_id: str, process_id: str) -> dict[str, Any]:
+        delay = self.backoff_initial_s
+        last_error: str | None = None
+        for attempt in range(1, self.attempts + 1):
+            try:
+                await self.archive(workspace_id)
+            except XumError as exc:
+                last_error = f"{exc.kind.value}: {exc.message}"
+                if exc.kind not in TRANSIENT:
+                    return self._record(workspace_id, process_id, "failed", attempt, last_error)
+                log.info(
+                    "auto_archive.retry", workspace=workspace_id, attempt=attempt, error=last_error
+                )
+            except Exception as exc:
+                log.exception("auto_archive.error", workspace=workspace_id)
+                last_error = f"internal: {exc}"
+            else:
+                return self._record(workspace_id, process_id, "archived", attempt, None)
+            if attempt < self.attempts:
+                self._record(workspace_id, process_id, "retrying", attempt, last_error, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, self.backoff_max_s)
+        return self._record(workspace_id, process_id, "gave_up", self.attempts, last_error)
+
+    def _record(  # noqa: PLR0917 - private, called with the outcome's fields in order
+        self,
+        workspace_id: str,
+        process_id: str,
+        status: str,
+        attempts: int,
+        error: str | None,
+        retry_in_s: float | None = None,
+    ) -> dict[str, Any]:
+        outcome: dict[str, Any] = {
+            "status": status,
+            "attempts": attempts,
+            "error": error,
+            "process_id": process_id,
+            "at": time.time(),
+            "next_attempt_at": time.time() + retry_in_s if retry_in_s is not None else None,
+        }
+        with self.store.transaction() as db:
+            db.execute(
+                "UPDATE workspaces SET auto_archive_outcome = ? WHERE id = ?",
+                (json.dumps(outcome), workspace_id),
+            )
+        log.info("auto_archive.outcome", workspace=workspace_id, status=status, attempts=attempts)
+        self.events.publish("workspace.auto_archive", workspace_id=workspace_id, outcome=outcome)
+        return outcome
+
+
+def outcome(store: Store, workspace_id: str) -> dict[str, Any] | None:
+    """The latest auto-archive outcome of a workspace (for workspace.get)."""
+    row = store.one("SELECT auto_archive_outcome FROM workspaces WHERE id = ?", (workspace_id,))
+    if row is None or not row["auto_archive_outcome"]:
+        return None
+    found: dict[str, Any] = json.loads(row["auto_archive_outcome"])
+    return found

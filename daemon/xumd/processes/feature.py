@@ -1,0 +1,287 @@
+"""Install the processes feature: supervisor, leases, quiescence hooks, auto-archive, handlers.
+
+Wiring:
+- spawns and `lease.acquire` go through the lifecycle coordinator's shared reservation;
+- `LifecycleHooks` gets the holder probe and the stopper (structural ops and archive {stop});
+- start-up adopts live processes of a previous daemon through their leases (before readiness);
+- the supervisor's watchers and settle loop run as a background service; shutdown stops every
+  process (bounded), or leaves agents running with `--keep-processes`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from xum_protocol.errors import ErrorKind
+from xum_protocol.models.lease import (
+    AcquireParams,
+    LeaseInfo,
+    LeaseListParams,
+    LeaseListResult,
+    LeaseRef,
+    LeaseResult,
+    ReleaseResult,
+)
+from xum_protocol.models.process import (
+    HolderInfo,
+    HoldersParams,
+    HoldersResult,
+    ListParams,
+    ListResult,
+    OutputParams,
+    OutputResult,
+    ProcessInfo,
+    ProcessRef,
+    ProcessResult,
+    ReleaseAllParams,
+    ReleaseAllResult,
+    ResizeParams,
+    SignalParams,
+    SpawnParams,
+    StopParams,
+    WaitParams,
+    WriteParams,
+    WriteResult,
+)
+
+from xumd import logs
+from xumd.app import App
+from xumd.errors import XumError
+from xumd.lifecycle.seams import LifecycleHooks, WorkspaceRef, busy_message
+from xumd.processes.auto_archive import AutoArchiver
+from xumd.processes.leases import LEASE_PREFIX, LeaseStore
+from xumd.processes.managed import Managed
+from xumd.processes.quiescence import Quiescence
+from xumd.processes.supervisor import Supervisor, check_id, parse_signal
+from xumd.rpc.dispatch import RequestContext
+
+log = logs.get("xumd.processes.feature")
+
+
+def _info(managed: Managed) -> ProcessInfo:
+    return ProcessInfo.model_validate(managed.info())
+
+
+def install(app: App) -> None:
+    cfg = app.config.processes
+    leases = app.provide(LeaseStore(app.store, app.events))
+
+    @asynccontextmanager
+    async def admit(workspace_id: str) -> AsyncIterator[WorkspaceRef]:
+        from xumd.lifecycle.coordinator import Coordinator
+
+        coord = app.find(Coordinator)
+        if coord is None:
+            raise XumError(ErrorKind.INTERNAL, "the lifecycle coordinator is not installed")
+        async with coord.shared(workspace_id, label="process/lease") as ref:
+            yield ref
+
+    sup = app.provide(
+        Supervisor(
+            leases,
+            app.events,
+            admit,
+            grace_s=app.config.stop_grace_s,
+            probe_interval_s=cfg.probe_interval_s,
+            head_bytes=cfg.output_head_bytes,
+            tail_bytes=cfg.output_tail_bytes,
+        )
+    )
+    quiet = app.provide(Quiescence(sup, leases))
+
+    async def archive(workspace_id: str) -> Any:
+        from xumd.lifecycle.service import WorkspaceService
+
+        return await app.get(WorkspaceService).archive(workspace_id)
+
+    auto = app.provide(
+        AutoArchiver(
+            app.store,
+            app.events,
+            archive,
+            attempts=cfg.auto_archive_attempts,
+            backoff_initial_s=cfg.auto_archive_backoff_initial_s,
+            backoff_max_s=cfg.auto_archive_backoff_max_s,
+        )
+    )
+    sup.exit_listeners.append(auto.on_exit)
+
+    hooks = app.get(LifecycleHooks)
+    hooks.holder_probes.append(quiet.holders)
+    hooks.stoppers.append(quiet.stop)
+
+    # -- start, serve, stop --------------------------------------------------------------------
+
+    async def adopt() -> None:
+        for managed in sup.adopt():
+            app.events.publish("process.adopted", process=managed.info())
+
+    async def serve_with_auto() -> None:
+        async with anyio.create_task_group() as tg:
+            auto.start_soon = tg.start_soon
+            await sup.serve()
+
+    async def drain() -> None:
+        left = await sup.shutdown(
+            max(1.0, app.config.drain_deadline_s - 0.5), keep_agents=cfg.keep_processes
+        )
+        if left:
+            log.warning("processes.drain_left", processes=[m.id for m in left])
+
+    app.on_startup("processes.adopt", adopt)
+    app.after_ready("processes.supervisor", serve_with_auto)
+    app.on_shutdown("processes", drain)
+    app.status_providers["processes"] = lambda: {
+        "running": sum(1 for m in sup.procs.values() if m.live_state),
+        "pending_stop": sum(1 for m in sup.procs.values() if m.state == "pending_stop"),
+        "leases": len(leases.rows()),
+    }
+    app.events.add_snapshot_provider(
+        "processes", lambda: [m.info() for m in sup.select() if m.live_state]
+    )
+
+    # -- process.* -----------------------------------------------------------------------------
+
+    async def spawn(p: SpawnParams, ctx: RequestContext) -> ProcessResult:
+        if p.foreground:
+            sup.watch_peer(ctx.peer)
+        managed = await sup.spawn(
+            workspace_id=p.workspace_id,
+            kind=p.kind,
+            argv=list(p.argv),
+            env=dict(p.env) if p.env else None,
+            pty=p.pty,
+            cols=p.cols,
+            rows=p.rows,
+            label=p.label,
+            foreground_peer=ctx.peer.id if p.foreground else None,
+        )
+        return ProcessResult(process=_info(managed))
+
+    async def list_(p: ListParams, ctx: RequestContext) -> ListResult:
+        return ListResult(processes=[_info(m) for m in sup.select(p.workspace_id)])
+
+    async def get(p: ProcessRef, ctx: RequestContext) -> ProcessResult:
+        return ProcessResult(process=_info(sup.get(p.process_id)))
+
+    async def output(p: OutputParams, ctx: RequestContext) -> OutputResult:
+        managed = sup.get(p.process_id)
+        found = await sup.output(managed, p.since, p.wait_s, p.max_bytes, p.encoding)
+        return OutputResult.model_validate(found)
+
+    async def write(p: WriteParams, ctx: RequestContext) -> WriteResult:
+        managed = sup.get(p.process_id)
+        if p.encoding == "base64":
+            try:
+                data = base64.b64decode(p.data, validate=True)
+            except (binascii.Error, ValueError):
+                raise XumError(ErrorKind.INVALID_PARAMS, "data is not valid base64") from None
+        else:
+            data = p.data.encode()
+        return WriteResult(written=await sup.write(managed, data, p.eof))
+
+    async def resize(p: ResizeParams, ctx: RequestContext) -> ProcessResult:
+        managed = sup.get(p.process_id)
+        sup.resize(managed, p.cols, p.rows)
+        return ProcessResult(process=_info(managed))
+
+    async def signal_(p: SignalParams, ctx: RequestContext) -> ProcessResult:
+        sig = parse_signal(p.signal)
+        managed = sup.get(p.process_id)
+        sup.signal(managed, sig)
+        return ProcessResult(process=_info(managed))
+
+    async def wait(p: WaitParams, ctx: RequestContext) -> ProcessResult:
+        return ProcessResult(process=_info(await sup.wait(sup.get(p.process_id), p.timeout_s)))
+
+    async def stop(p: StopParams, ctx: RequestContext) -> ProcessResult:
+        return ProcessResult(process=_info(await sup.stop(sup.get(p.process_id), p.grace_s)))
+
+    async def background(p: ProcessRef, ctx: RequestContext) -> ProcessResult:
+        return ProcessResult(process=_info(await sup.background(sup.get(p.process_id))))
+
+    async def release_all(p: ReleaseAllParams, ctx: RequestContext) -> ReleaseAllResult:
+        _workspace_ref(p.workspace_id)
+        deadline = p.deadline_s or app.config.stop_grace_s + 5.0
+        stopped, left = await sup.release_all(p.workspace_id, deadline)
+        return ReleaseAllResult(stopped=stopped, still_running=[_info(m) for m in left])
+
+    def _workspace_ref(workspace_id: str) -> WorkspaceRef:
+        from xumd.lifecycle import rows
+
+        check_id(workspace_id, "ws_", "workspace")
+        row = rows.get_workspace(app.store, workspace_id)
+        if row is None:
+            raise XumError(
+                ErrorKind.NOT_FOUND, f"workspace {workspace_id!r} not found", id=workspace_id
+            )
+        return row.ref()
+
+    async def holders(p: HoldersParams, ctx: RequestContext) -> HoldersResult:
+        found = await quiet.holders(_workspace_ref(p.workspace_id))
+        return HoldersResult(
+            holders=[HolderInfo.model_validate(h.as_dict()) for h in found],
+            message=busy_message(found) if found else None,
+        )
+
+    # -- lease.* -------------------------------------------------------------------------------
+
+    def _lease_info(lease: Any, live: bool) -> LeaseInfo:
+        return LeaseInfo.model_validate(lease.as_info(live))
+
+    async def lease_acquire(p: AcquireParams, ctx: RequestContext) -> LeaseResult:
+        async with admit(p.workspace_id) as ref:
+            try:
+                lease, created = leases.acquire_external(
+                    workspace_id=ref.id, kind=p.kind, pid=p.pid, label=p.label
+                )
+            except LookupError as exc:
+                raise XumError(ErrorKind.INVALID_PARAMS, str(exc), pid=p.pid) from None
+        return LeaseResult(lease=_lease_info(lease, True), created=created)
+
+    async def lease_release(p: LeaseRef, ctx: RequestContext) -> ReleaseResult:
+        check_id(p.lease_id, LEASE_PREFIX, "lease")
+        lease = leases.get(p.lease_id)
+        if lease is None:
+            raise XumError(ErrorKind.NOT_FOUND, f"lease {p.lease_id!r} not found", id=p.lease_id)
+        if lease.process_id and lease.process_id in sup.procs:
+            raise XumError(
+                ErrorKind.INVALID_STATE,
+                f"lease {p.lease_id} covers process {lease.process_id}; stop it with process.stop",
+                process_id=lease.process_id,
+            )
+        leases.remove(lease.id)
+        return ReleaseResult(released=lease.id)
+
+    async def lease_list(p: LeaseListParams, ctx: RequestContext) -> LeaseListResult:
+        if p.workspace_id is not None:
+            check_id(p.workspace_id, "ws_", "workspace")
+        sup.settle(p.workspace_id)
+        live, reclaimed = leases.reclaim_dead(p.workspace_id, skip=sup._is_ours)
+        return LeaseListResult(
+            leases=[_lease_info(x, True) for x in live], reclaimed=[x.id for x in reclaimed]
+        )
+
+    for name, handler in (
+        ("process.spawn", spawn),
+        ("process.list", list_),
+        ("process.get", get),
+        ("process.output", output),
+        ("process.write", write),
+        ("process.resize", resize),
+        ("process.signal", signal_),
+        ("process.wait", wait),
+        ("process.stop", stop),
+        ("process.background", background),
+        ("process.release_all", release_all),
+        ("process.holders", holders),
+        ("lease.acquire", lease_acquire),
+        ("lease.release", lease_release),
+        ("lease.list", lease_list),
+    ):
+        app.router.add(name, handler)
