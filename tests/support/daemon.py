@@ -40,10 +40,15 @@ class DaemonProcess:
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
         log_level: str = "debug",
+        socket_path: Path | None = None,
+        launcher: list[str] | None = None,
     ) -> None:
         self.root = root
         self.env = env or {}
         self.args = args or []
+        # A command that starts xumd (socket activation tests): it is prepended to the argv.
+        self.launcher = launcher or []
+        self._socket_path = socket_path
         self.log_level = log_level
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = root.parent / f"{root.name}.xumd.log"
@@ -54,7 +59,12 @@ class DaemonProcess:
 
     @property
     def socket_path(self) -> Path:
-        return self.root / "xumd.sock"
+        return self._socket_path or self.root / "xumd.sock"
+
+    @property
+    def notify_path(self) -> Path:
+        """The fake NOTIFY_SOCKET this daemon reports READY=1 etc. to."""
+        return self._notify_path
 
     @property
     def pid(self) -> int:
@@ -70,7 +80,15 @@ class DaemonProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            [*XUMD, "--root", str(self.root), "--log-level", self.log_level, *self.args],
+            [
+                *self.launcher,
+                *XUMD,
+                "--root",
+                str(self.root),
+                "--log-level",
+                self.log_level,
+                *self.args,
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -116,6 +134,8 @@ class DaemonProcess:
             self._notify.setblocking(True)
 
     def client(self, **kwargs: Any) -> Client:
+        if self._socket_path is not None:
+            kwargs.setdefault("socket_path", self._socket_path)
         return Client(self.root, **kwargs)
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -77,6 +77,14 @@ def bind_socket(path: Path) -> socket.socket:
     else:
         if not stat.S_ISSOCK(mode):
             raise SocketSetupError(f"{path} exists and is not a socket; refusing to replace it")
+        if _has_listener(path):
+            # Not a daemon of this root (we hold its lock): most likely the systemd socket
+            # unit, which would be left listening on a path we had stolen.
+            raise SocketSetupError(
+                f"{path} is held by a listening socket that is not an xumd on this root (the "
+                "systemd socket unit xumd.socket?); stop it (`systemctl --user stop xumd.socket`)"
+                " or start xumd through it (`systemctl --user start xumd`), or use --socket"
+            )
         path.unlink()  # stale: its daemon is gone, since we hold the root lock
         log.info("server.stale_socket_replaced", path=str(path))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -91,6 +99,26 @@ def bind_socket(path: Path) -> socket.socket:
     os.chmod(path, 0o600)
     sock.listen(128)
     return sock
+
+
+_SO_ACCEPTCON = 0x00010000
+
+
+def _has_listener(path: Path) -> bool:
+    """Whether some process listens on the Unix socket bound at `path` (Linux: /proc/net/unix;
+    elsewhere we cannot tell without connecting, which would trigger socket activation)."""
+    target = os.fsdecode(path)
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as table:
+            next(table, None)  # header
+            for line in table:
+                fields = line.split(None, 7)
+                listening = len(fields) == 8 and int(fields[3], 16) & _SO_ACCEPTCON
+                if listening and fields[7].rstrip("\n") == target:
+                    return True
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
