@@ -237,8 +237,9 @@ class WorkspaceService:
             with self.store.transaction():
                 self.store.execute(
                     "INSERT INTO workspaces (id, project_id, name, runtime, path, branch, base,"
-                    " branch_created, state, incarnation, setup_status, created_at, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'creating', ?, 'pending', ?, ?)",
+                    " branch_created, state, incarnation, setup_status, created_at, updated_at,"
+                    " auto_archive)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'creating', ?, 'pending', ?, ?, ?)",
                     (
                         workspace_id,
                         project.id,
@@ -251,6 +252,7 @@ class WorkspaceService:
                         incarnation,
                         now,
                         now,
+                        params.auto_archive,
                     ),
                 )
         except sqlite3.IntegrityError:

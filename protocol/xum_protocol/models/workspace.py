@@ -70,6 +70,9 @@ class WorkspaceCreateParams(Params):
     runtime: Runtime = "worktree"
     branch: str | None = Field(default=None, min_length=1, max_length=250)
     base: str | None = Field(default=None, min_length=1, max_length=250)
+    auto_archive: Literal["on_agent_exit"] | None = Field(
+        default=None, description="Archive the workspace when its agent process exits with 0."
+    )
 
 
 class WorkspaceResult(Result):
