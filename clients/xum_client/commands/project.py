@@ -1,0 +1,82 @@
+"""`xum project add|ls|show|rm|trust`."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from xum_client.cli import Ctx
+from xum_client.commands._resolve import project_id
+
+
+def register(cli: click.Group) -> None:
+    @cli.group()
+    def project() -> None:
+        """Projects: repositories registered with the daemon."""
+
+    @project.command("add")
+    @click.argument("path", type=click.Path(exists=True, file_okay=False))
+    @click.option("--name", help="display name (default: the directory's name)")
+    @click.option("--workspaces-dir", help="where its workspaces go (default ROOT/workspaces/NAME)")
+    @click.pass_obj
+    def add(obj: Ctx, path: str, name: str | None, workspaces_dir: str | None) -> None:
+        """Register the repository at PATH."""
+        params: dict[str, object] = {"path": os.path.abspath(path)}
+        if name:
+            params["name"] = name
+        if workspaces_dir:
+            params["workspaces_dir"] = os.path.abspath(workspaces_dir)
+        with obj.client() as client:
+            result = client.call("project.add", params)
+        p = result["project"]
+        obj.emit(result, f"added {p['name']} ({p['id']}) at {p['path']}")
+
+    @project.command("ls")
+    @click.pass_obj
+    def ls(obj: Ctx) -> None:
+        """List projects."""
+        with obj.client() as client:
+            result = client.call("project.list")
+        lines = [
+            f"{p['id']}  {p['name']:<20} {p['kind']:<9} {p['path']}" for p in result["projects"]
+        ]
+        obj.emit(result, "\n".join(lines) if lines else "no projects")
+
+    @project.command("show")
+    @click.argument("project_ref")
+    @click.pass_obj
+    def show(obj: Ctx, project_ref: str) -> None:
+        """Show one project (id or name)."""
+        with obj.client() as client:
+            result = client.call("project.get", {"project_id": project_id(client, project_ref)})
+        obj.emit(result["project"] if not obj.as_json else result, None)
+
+    @project.command("rm")
+    @click.argument("project_ref")
+    @click.option("--force", is_flag=True, help="snapshot uncommitted work instead of refusing")
+    @click.pass_obj
+    def rm(obj: Ctx, project_ref: str, force: bool) -> None:
+        """Remove every workspace of the project, then the project (never the repository)."""
+        with obj.client() as client:
+            pid = project_id(client, project_ref)
+            result = client.call("project.remove", {"project_id": pid, "force": force})
+        lines = [f"removed project {result['project']['name']} ({pid})"]
+        for ws in result["workspaces"]:
+            cleanup = (ws.get("result") or {}).get("cleanup", {}).get("status")
+            lines.append(f"  workspace {ws['name']}: removed (cleanup {cleanup})")
+        obj.emit(result, "\n".join(lines))
+
+    @project.command("trust")
+    @click.argument("project_ref")
+    @click.option("--hash", "digest", help="trust exactly this config hash")
+    @click.pass_obj
+    def trust(obj: Ctx, project_ref: str, digest: str | None) -> None:
+        """Trust the project's .xum/config.toml so its setup/teardown scripts run."""
+        params: dict[str, object] = {}
+        with obj.client() as client:
+            params["project_id"] = project_id(client, project_ref)
+            if digest:
+                params["hash"] = digest
+            result = client.call("project.trust", params)
+        obj.emit(result, f"trusted {result['config_path']} (sha256 {result['config_hash']})")

@@ -1,0 +1,224 @@
+"""`xum ws new|ls|show|mv|archive|unarchive|rm|keep` and `xum events`.
+
+A workspace is addressed by its id (ws_...) or as PROJECT/NAME.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from xum_client.cli import Ctx
+from xum_client.commands._resolve import project_id, short, workspace_id
+from xum_client.sync import Client
+
+LONG_TIMEOUT_S = 3600.0
+"""Setup scripts and teardown run inside create/unarchive/archive/remove: wait for them."""
+
+
+def _long(obj: Ctx) -> Client:
+    return Client(obj.root, timeout=LONG_TIMEOUT_S, client_name="xum-cli")
+
+
+def _setup_line(setup: dict[str, Any]) -> str:
+    line = f"setup: {setup['status']}"
+    if setup.get("error"):
+        line += f" ({setup['error']})"
+    if setup.get("hint"):
+        line += f"\n  {setup['hint']}"
+    return line
+
+
+def _cleanup_line(cleanup: dict[str, Any]) -> str:
+    line = f"cleanup: {cleanup['status']}"
+    if cleanup.get("status") == "pending" and cleanup.get("next_attempt_at"):
+        line += f", next attempt at {cleanup['next_attempt_at']:.0f}"
+    if cleanup.get("last_error") or cleanup.get("reason"):
+        line += f" ({cleanup.get('last_error') or cleanup.get('reason')})"
+    return line
+
+
+def _dropped_line(dropped: dict[str, Any]) -> str:
+    if not dropped.get("count") and not dropped.get("preserved"):
+        return "dropped: no ignored files"
+    line = f"dropped: {dropped['count']} ignored file(s), {dropped['bytes']} bytes"
+    if dropped.get("paths"):
+        line += " in " + ", ".join(dropped["paths"][:10])
+    if dropped.get("preserved"):
+        line += f"; preserved {len(dropped['preserved'])}"
+    return line
+
+
+def register(cli: click.Group) -> None:
+    @cli.group("ws")
+    def ws() -> None:
+        """Workspaces (address them as ws_... or PROJECT/NAME)."""
+
+    @ws.command("new")
+    @click.argument("project_ref")
+    @click.argument("name")
+    @click.option("--branch", help="branch to create or check out (default xum/NAME)")
+    @click.option("--base", help="commit to branch from (default: the repository's HEAD)")
+    @click.option("--runtime", type=click.Choice(["worktree", "directory"]), default="worktree")
+    @click.pass_obj
+    def new(  # noqa: PLR0917 - one parameter per click option
+        obj: Ctx, project_ref: str, name: str, branch: str | None, base: str | None, runtime: str
+    ) -> None:
+        """Create workspace NAME in PROJECT."""
+        with _long(obj) as client:
+            params: dict[str, Any] = {
+                "project_id": project_id(client, project_ref),
+                "name": name,
+                "runtime": runtime,
+            }
+            if branch:
+                params["branch"] = branch
+            if base:
+                params["base"] = base
+            result = client.call("workspace.create", params)
+        w = result["workspace"]
+        human = f"created {w['name']} ({w['id']}) at {w['path']}\n{_setup_line(result['setup'])}"
+        if result["setup"].get("output") and result["setup"]["status"] != "ok":
+            human += "\n" + result["setup"]["output"]
+        obj.emit(result, human)
+
+    @ws.command("ls")
+    @click.option("--project", "project_ref", help="only this project (id or name)")
+    @click.option("--state", help="only this state")
+    @click.pass_obj
+    def ls(obj: Ctx, project_ref: str | None, state: str | None) -> None:
+        """List workspaces."""
+        with obj.client() as client:
+            params: dict[str, Any] = {}
+            if project_ref:
+                params["project_id"] = project_id(client, project_ref)
+            if state:
+                params["state"] = state
+            result = client.call("workspace.list", params)
+        lines = [short(w) for w in result["workspaces"]]
+        obj.emit(result, "\n".join(lines) if lines else "no workspaces")
+
+    @ws.command("show")
+    @click.argument("ref")
+    @click.pass_obj
+    def show(obj: Ctx, ref: str) -> None:
+        """Show one workspace, with its setup output and last cleanup."""
+        with obj.client() as client:
+            result = client.call("workspace.get", {"workspace_id": workspace_id(client, ref)})
+        w = result["workspace"]
+        human = [short(w), _setup_line(w["setup"])]
+        if w["setup"].get("output"):
+            human.append(w["setup"]["output"].rstrip())
+        if w.get("snapshot"):
+            human.append(f"snapshot: {w['snapshot']['ref']} {w['snapshot']['commit']}")
+        if w.get("last_cleanup"):
+            human.append(_cleanup_line(w["last_cleanup"]))
+        obj.emit(result, "\n".join(human))
+
+    @ws.command("mv")
+    @click.argument("ref")
+    @click.argument("new_name")
+    @click.pass_obj
+    def mv(obj: Ctx, ref: str, new_name: str) -> None:
+        """Rename a workspace (moves its checkout; renames a default xum/ branch)."""
+        with _long(obj) as client:
+            wid = workspace_id(client, ref)
+            result = client.call("workspace.rename", {"workspace_id": wid, "name": new_name})
+        w = result["workspace"]
+        obj.emit(result, f"renamed {result['previous_name']} -> {w['name']} at {w['path']}")
+
+    @ws.command("archive")
+    @click.argument("ref")
+    @click.option("--stop", is_flag=True, help="stop the daemon's processes in it first")
+    @click.pass_obj
+    def archive(obj: Ctx, ref: str, stop: bool) -> None:
+        """Snapshot uncommitted work, archive, and delete the checkout (branch kept)."""
+        with _long(obj) as client:
+            wid = workspace_id(client, ref)
+            result = client.call("workspace.archive", {"workspace_id": wid, "stop": stop})
+        snap = result["snapshot"]
+        lines = [
+            f"archived {result['workspace']['name']}",
+            f"snapshot: {snap['ref']} ({len(snap['files'])} file(s))"
+            if snap
+            else "snapshot: none (no uncommitted work)",
+            _dropped_line(result["dropped"]),
+            _cleanup_line(result["cleanup"]),
+        ]
+        obj.emit(result, "\n".join(lines))
+
+    @ws.command("unarchive")
+    @click.argument("ref")
+    @click.pass_obj
+    def unarchive(obj: Ctx, ref: str) -> None:
+        """Recreate the checkout and restore its snapshot."""
+        with _long(obj) as client:
+            result = client.call("workspace.unarchive", {"workspace_id": workspace_id(client, ref)})
+        w = result["workspace"]
+        restored = result["restored"]
+        files = len((restored.get("snapshot") or {}).get("files", []))
+        obj.emit(
+            result,
+            f"restored {w['name']} at {w['path']} ({files} file(s) from the snapshot, "
+            f"{len(restored['preserved'])} preserved)\n{_setup_line(result['setup'])}",
+        )
+
+    @ws.command("rm")
+    @click.argument("ref")
+    @click.option("--force", is_flag=True, help="snapshot uncommitted work instead of refusing")
+    @click.pass_obj
+    def rm(obj: Ctx, ref: str, force: bool) -> None:
+        """Remove a workspace (branch and snapshots are kept)."""
+        with _long(obj) as client:
+            wid = workspace_id(client, ref)
+            result = client.call("workspace.remove", {"workspace_id": wid, "force": force})
+        lines = [f"removed {wid} (branch {result['branch'] or '-'} kept)"]
+        if result["snapshot"]:
+            lines.append(f"snapshot: {result['snapshot']['ref']}")
+        lines.append(_cleanup_line(result["cleanup"]))
+        obj.emit(result, "\n".join(lines))
+
+    @ws.command("keep")
+    @click.argument("ref")
+    @click.pass_obj
+    def keep(obj: Ctx, ref: str) -> None:
+        """Keep an interrupted workspace (it becomes active)."""
+        with _long(obj) as client:
+            result = client.call("workspace.keep", {"workspace_id": workspace_id(client, ref)})
+        obj.emit(result, f"kept {result['workspace']['name']}: {result['workspace']['state']}")
+
+    @cli.command("events")
+    @click.option("--type", "types", multiple=True, help="only event types with this prefix")
+    @click.option("--count", type=int, default=None, help="exit after this many events")
+    @click.pass_obj
+    def events(obj: Ctx, types: tuple[str, ...], count: int | None) -> None:
+        """Print the snapshot's sequence number, then every event as it happens."""
+        with Client(obj.root, timeout=None, client_name="xum-cli") as client:
+            params: dict[str, Any] = {"types": list(types)} if types else {}
+            result = client.call("events.subscribe", params)
+            if obj.as_json:
+                click.echo(json.dumps({"snapshot": result}))
+            else:
+                snap = result["snapshot"]
+                click.echo(
+                    f"# epoch {result['epoch']} seq {result['seq']}: "
+                    f"{len(snap.get('projects', []))} project(s), "
+                    f"{len(snap.get('workspaces', []))} workspace(s)"
+                )
+            seen = 0
+            while count is None or seen < count:
+                message = client.next_notification()
+                if message.get("method") != "event":
+                    continue
+                event = message["params"]
+                seen += 1
+                if obj.as_json:
+                    click.echo(json.dumps(event))
+                else:
+                    data = event.get("data", {})
+                    ws = data.get("workspace") or {}
+                    what = ws.get("name") or data.get("workspace_id") or ""
+                    state = ws.get("state", "")
+                    click.echo(f"{event['seq']:>6} {event['type']:<28} {what} {state}".rstrip())
