@@ -1,0 +1,283 @@
+"""Cleanup end to end: a real daemon, real git, real teardown scripts (trusted .xum/config.toml),
+real SIGKILL. The teardown's behaviour is controlled by files the test creates."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.lifecycle_helpers import add_project, assert_git_healthy, create, worktrees
+from tests.support.daemon import DaemonProcess, write_config
+from tests.support.gitrepo import git, make_repo
+from tests.support.wait import until
+
+FAST = (
+    "[cleanup]\nbackoff_initial_s = 0.2\nbackoff_max_s = 0.4\nbackoff_jitter = 0.1\n"
+    "poll_interval_s = 0.5\n"
+)
+
+
+@pytest.fixture
+def ctl(tmp_short: Path) -> Path:
+    path = tmp_short / "ctl"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def repo(tmp_short: Path, ctl: Path) -> Path:
+    return make_repo(tmp_short / "repo", {"README.md": "hi\n", ".xum/config.toml": ""})
+
+
+def _write_teardown(repo: Path, ctl: Path) -> None:
+    import json
+
+    script = (
+        f'if [ -f {ctl}/hang ]; then trap "" TERM; (trap "" TERM; sleep 300) & '
+        f"echo $! >> {ctl}/pids; echo $$ >> {ctl}/pids; wait; fi; "
+        f"if [ -f {ctl}/ok ]; then echo torn down; exit 0; fi; "
+        "echo stopping services; echo 'fatal: database still in use' >&2; exit 3"
+    )
+    (repo / ".xum" / "config.toml").write_text(f"[scripts]\nteardown = [{json.dumps(script)}]\n")
+    git(repo, "add", ".xum/config.toml")
+    git(repo, "commit", "-q", "-m", "teardown")
+
+
+@pytest.fixture
+def started(root: Path, repo: Path, ctl: Path) -> Iterator[tuple[DaemonProcess, dict[str, Any]]]:
+    _write_teardown(repo, ctl)
+    write_config(root, FAST)
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        daemon.call("project.trust", {"project_id": project["id"]})
+        yield daemon, project
+    finally:
+        daemon.close()
+
+
+def ws_get(daemon: DaemonProcess, wid: str) -> dict[str, Any]:
+    result: dict[str, Any] = daemon.call("workspace.get", {"workspace_id": wid})["workspace"]
+    return result
+
+
+def obligations(daemon: DaemonProcess, wid: str) -> dict[str, dict[str, Any]]:
+    listed = daemon.call("cleanup.list", {"workspace_id": wid})["obligations"]
+    return {o["kind"]: o for o in listed}
+
+
+def archive_pending(
+    daemon: DaemonProcess, project: dict[str, Any], name: str, **extra: Any
+) -> dict[str, Any]:
+    ws = create(daemon, project["id"], name, **extra)["workspace"]
+    (Path(ws["path"]) / "node_modules").mkdir()
+    (Path(ws["path"]) / "node_modules" / "dep.js").write_text("x" * 4000)
+    result = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    cleanup = result["cleanup"]
+    assert cleanup["status"] == "pending", cleanup
+    return {**ws, "archive": result}
+
+
+def test_teardown_fails_then_the_service_completes_it(
+    started: tuple[DaemonProcess, dict[str, Any]], repo: Path, ctl: Path
+) -> None:
+    daemon, project = started
+    with daemon.client() as watcher:
+        watcher.call("events.subscribe", {"types": ["cleanup."]})
+        ws = archive_pending(daemon, project, "one")
+        cleanup = ws["archive"]["cleanup"]
+        assert cleanup["attempts"] == 1
+        assert cleanup["next_attempt_at"] > time.time() - 1
+        assert "database still in use" in cleanup["last_error"]
+        assert "exited with 3" in cleanup["last_error"]
+        path = Path(ws["path"])
+        assert path.is_dir(), "deletion waits for the teardown"
+        assert ws_get(daemon, ws["id"])["last_cleanup"]["status"] == "pending"
+        assert obligations(daemon, ws["id"])["teardown"]["state"] == "pending"
+        status = daemon.call("daemon.status")["details"]["cleanup"]
+        assert status["pending"] == 3 and status["oldest"]["workspace_id"] == ws["id"]
+
+        (ctl / "ok").touch()  # no call: the service retries on its own
+        until(
+            lambda: (ws_get(daemon, ws["id"])["last_cleanup"] or {}).get("status") == "completed",
+            message="the retry service to complete the cleanup",
+        )
+        assert not os.path.lexists(path)
+        assert str(path) not in worktrees(repo)
+        until(
+            lambda: obligations(daemon, ws["id"])["reclaim"]["state"] == "completed",
+            message="reclaim",
+        )
+        reclaim = obligations(daemon, ws["id"])["reclaim"]
+        assert reclaim["bytes"] >= 4000
+        assert list((daemon.root / "trash").iterdir()) == []
+        assert_git_healthy(repo)
+        assert daemon.call("daemon.status")["details"]["cleanup"]["pending"] == 0
+        # Every state change was an event (queued before the answer to a later call).
+        watcher.call("daemon.status")
+        events = [
+            n["params"]["data"]["obligation"]
+            for n in watcher.notifications
+            if n["params"]["type"] == "cleanup.obligation_changed"
+        ]
+        seen = {(e["kind"], e["state"]) for e in events}
+        assert {("teardown", "pending"), ("teardown", "completed")} <= seen
+        assert {("trash", "completed"), ("reclaim", "completed")} <= seen
+
+
+def test_sigkill_with_pending_obligations_then_restart_completes(
+    started: tuple[DaemonProcess, dict[str, Any]], repo: Path, ctl: Path
+) -> None:
+    daemon, project = started
+    one = archive_pending(daemon, project, "one")
+    two = archive_pending(daemon, project, "two")
+    daemon.kill()
+    (ctl / "ok").touch()
+    daemon.start()
+    for ws in (one, two):
+        until(
+            lambda ws=ws: all(
+                o["state"] == "completed" for o in obligations(daemon, ws["id"]).values()
+            ),
+            message=f"cleanup of {ws['name']} after the restart",
+        )
+        assert not os.path.lexists(ws["path"])
+    assert_git_healthy(repo)
+
+
+def test_crash_between_trash_rename_and_commit_is_replayed(
+    root: Path, repo: Path, ctl: Path
+) -> None:
+    _write_teardown(repo, ctl)
+    (ctl / "ok").touch()
+    write_config(root, FAST)
+    daemon = DaemonProcess(root, env={"XUM_FAULT": "cleanup.trash.after_rename"}).start()
+    try:
+        project = add_project(daemon, repo)
+        daemon.call("project.trust", {"project_id": project["id"]})
+        ws = create(daemon, project["id"], "one")["workspace"]
+        with pytest.raises(Exception):  # noqa: B017 - the daemon dies mid-call
+            daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        assert daemon.wait() == -9
+        assert not os.path.lexists(ws["path"])  # moved into the trash, not yet committed
+        daemon.env = {}
+        daemon.start()
+        until(
+            lambda: all(o["state"] == "completed" for o in obligations(daemon, ws["id"]).values()),
+            message="replayed trash + reclaim",
+        )
+        assert str(ws["path"]) not in worktrees(repo)
+        assert list((root / "trash").iterdir()) == []
+        assert_git_healthy(repo)
+    finally:
+        daemon.close()
+
+
+def test_stale_obligation_never_touches_the_live_replacement(
+    started: tuple[DaemonProcess, dict[str, Any]], repo: Path, ctl: Path, tmp_short: Path
+) -> None:
+    daemon, project = started
+    # Directory runtime: with a worktree, git itself refuses to add a checkout where a locked
+    # (missing) one is registered, so the replacement could not appear while this is pending.
+    ws = archive_pending(daemon, project, "one", runtime="directory")
+    path = Path(ws["path"])
+    # The old checkout is moved away by hand; the workspace is unarchived at the same path.
+    shutil.move(str(path), str(tmp_short / "old-checkout"))
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["workspace"]
+    assert restored["state"] == "active" and restored["path"] == ws["path"]
+    (path / "new-work.txt").write_text("precious")
+    (ctl / "ok").touch()
+    daemon.call("cleanup.retry", {"workspace_id": ws["id"]})
+    obs = obligations(daemon, ws["id"])
+    assert obs["teardown"]["state"] == "abandoned"
+    assert "another incarnation" in obs["teardown"]["reason"]
+    assert (path / "new-work.txt").read_text() == "precious"
+    assert ws_get(daemon, ws["id"])["state"] == "active"
+
+
+def test_foreign_directory_in_the_path_is_left_alone(
+    started: tuple[DaemonProcess, dict[str, Any]], ctl: Path, tmp_short: Path
+) -> None:
+    daemon, project = started
+    ws = archive_pending(daemon, project, "one")
+    path = Path(ws["path"])
+    shutil.move(str(path), str(tmp_short / "old-checkout"))
+    foreign = tmp_short / "foreign"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("years of work")
+    os.rename(foreign, path)
+    (ctl / "ok").touch()
+    until(
+        lambda: all(
+            obligations(daemon, ws["id"])[k]["state"] == "abandoned" for k in ("teardown", "trash")
+        ),
+        message="the stale obligations to be abandoned by the service",
+    )
+    obs = obligations(daemon, ws["id"])
+    assert "replaced by a foreign one" in obs["teardown"]["reason"]
+    assert (path / "thesis.tex").read_text() == "years of work"
+    listed = daemon.call("cleanup.list", {"state": "abandoned"})["obligations"]
+    assert {o["id"] for o in listed} >= {obs["teardown"]["id"], obs["trash"]["id"]}
+    assert ws_get(daemon, ws["id"])["last_cleanup"]["status"] == "failed"
+
+
+def test_shutdown_with_a_hanging_teardown_is_bounded_and_kills_the_tree(
+    started: tuple[DaemonProcess, dict[str, Any]], ctl: Path
+) -> None:
+    daemon, project = started
+    ws = archive_pending(daemon, project, "one")
+    (ctl / "hang").touch()  # the next (background) attempt hangs and ignores SIGTERM
+    until(
+        lambda: (ctl / "pids").exists() and len((ctl / "pids").read_text().split()) == 2,
+        message="the hanging teardown to start",
+    )
+    pids = [int(p) for p in (ctl / "pids").read_text().split()]
+    started_at = time.monotonic()
+    assert daemon.terminate(timeout=30) == 0
+    took = time.monotonic() - started_at
+    assert took < 15, took
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
+    (ctl / "hang").unlink()
+    (ctl / "ok").touch()
+    daemon.start()
+    until(
+        lambda: all(o["state"] == "completed" for o in obligations(daemon, ws["id"]).values()),
+        message="the obligation to complete after the restart",
+    )
+
+
+def test_retry_scopes_and_errors(started: tuple[DaemonProcess, dict[str, Any]], ctl: Path) -> None:
+    from tests.lifecycle_helpers import rpc_error
+
+    daemon, project = started
+    ws = archive_pending(daemon, project, "one")
+    teardown = obligations(daemon, ws["id"])["teardown"]
+    again = daemon.call("cleanup.retry", {"obligation_id": teardown["id"]})
+    assert again["attempted"][0]["id"] == teardown["id"]
+    assert again["workspaces"][ws["id"]]["status"] == "pending"
+    assert again["workspaces"][ws["id"]]["attempts"] >= 2
+    (ctl / "ok").touch()
+    done = daemon.call("cleanup.retry", {"workspace_id": ws["id"]})
+    assert done["workspaces"][ws["id"]]["status"] == "completed"
+    assert not os.path.lexists(ws["path"])
+    assert rpc_error(daemon, "cleanup.retry", {"obligation_id": "ob_0000000000000000"}).kind == (
+        "not_found"
+    )
+    assert rpc_error(daemon, "cleanup.retry", {"obligation_id": ws["id"]}).kind == "invalid_scope"
+    assert rpc_error(daemon, "cleanup.retry", {"workspace_id": "ws_0000000000000000"}).kind == (
+        "not_found"
+    )
+    assert (
+        rpc_error(
+            daemon, "cleanup.retry", {"workspace_id": ws["id"], "obligation_id": teardown["id"]}
+        ).kind
+        == "invalid_params"
+    )
