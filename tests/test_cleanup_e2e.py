@@ -281,3 +281,56 @@ def test_retry_scopes_and_errors(started: tuple[DaemonProcess, dict[str, Any]], 
         ).kind
         == "invalid_params"
     )
+
+
+def test_cli_cleanup_ls_retry_and_status_line(
+    started: tuple[DaemonProcess, dict[str, Any]], ctl: Path
+) -> None:
+    from click.testing import CliRunner
+    from xum_client.cli import cli
+    from xum_client.commands.cleanup import status_line
+
+    daemon, project = started
+    ws = archive_pending(daemon, project, "one")
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["--root", str(daemon.root), "cleanup", "ls"])
+    assert listed.exit_code == 0, listed.output
+    assert "teardown" in listed.output and "pending" in listed.output
+    line = status_line(daemon.call("daemon.status")["details"]["cleanup"])
+    assert line.startswith("3 pending obligation(s); oldest teardown of " + ws["id"])
+    (ctl / "ok").touch()
+    retried = runner.invoke(cli, ["--root", str(daemon.root), "cleanup", "retry", ws["id"]])
+    assert retried.exit_code == 0, retried.output
+    assert f"{ws['id']}: cleanup completed" in retried.output
+    assert "reclaim completed" in retried.output
+    assert status_line(daemon.call("daemon.status")["details"]["cleanup"]).startswith("0 pending")
+
+
+def test_readiness_does_not_wait_for_ten_thousand_obligations(root: Path) -> None:
+    """The retry service starts after READY=1: a backlog never slows readiness."""
+    import sqlite3
+
+    daemon = DaemonProcess(root).start()
+    daemon.terminate()
+    db = sqlite3.connect(root / "state.db")
+    now = time.time()
+    db.executemany(
+        "INSERT INTO cleanup_obligations (id, workspace_id, project_id, kind, seq, path, "
+        "incarnation, state, next_attempt_at, detail, created_at, updated_at) "
+        "VALUES (?, ?, 'prj_0000000000000000', 'teardown', 0, ?, 'i', 'pending', ?, '{}', ?, ?)",
+        [
+            (f"ob_{i:016x}", f"ws_{i:016x}", f"/nonexistent/{i}", now + 200, now, now)
+            for i in range(10_000)
+        ],
+    )
+    db.commit()
+    db.close()
+    started = time.monotonic()
+    daemon.start()
+    try:
+        took = time.monotonic() - started
+        assert took < 5.0, took
+        status = daemon.call("daemon.status")["details"]["cleanup"]
+        assert status["pending"] == 10_000
+    finally:
+        daemon.close()
