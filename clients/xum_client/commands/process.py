@@ -1,0 +1,263 @@
+"""`xum run`, `xum term`, `xum ps`, `xum kill`, `xum lease ls`: supervised processes and leases.
+
+`run` and `term` attach: the process is spawned in the foreground of this connection (the daemon
+stops it if the CLI goes away), its output is streamed by long-polling `process.output`, and
+stdin goes to `process.write` over a second connection (one request at a time per connection).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+from xum_client.errors import ConnectionLost, XumRpcError
+from xum_client.sync import Client
+
+POLL_S = 5.0
+
+
+def _obj(ctx: click.Context) -> Any:
+    return ctx.find_root().obj
+
+
+def resolve_workspace(client: Client, ref: str) -> str:
+    """A workspace id, or a unique workspace name (`name` or `project/name`)."""
+    if ref.startswith("ws_"):
+        return ref
+    found = client.call("workspace.list", {})["workspaces"]
+    project_name, _, name = ref.rpartition("/")
+    matches = [w for w in found if w["name"] == name]
+    if project_name:
+        projects = {p["id"]: p["name"] for p in client.call("project.list", {})["projects"]}
+        matches = [w for w in matches if projects.get(w["project_id"]) == project_name]
+    if len(matches) != 1:
+        what = "no workspace" if not matches else f"{len(matches)} workspaces"
+        raise click.ClickException(f"{what} named {ref!r}; use the id or project/name")
+    workspace_id: str = matches[0]["id"]
+    return workspace_id
+
+
+def exit_status(exit_info: dict[str, Any] | None) -> int:
+    if not exit_info:
+        return 1
+    if exit_info.get("code") is not None:
+        return int(exit_info["code"])
+    sig = exit_info.get("signal")
+    if sig:
+        with contextlib.suppress(KeyError):
+            return 128 + int(signal.Signals[sig])
+    return 1
+
+
+class _Side:
+    """The second connection: stdin, signals and resizes, serialised by a lock."""
+
+    def __init__(self, root: str | None, process_id: str) -> None:
+        self.client = Client(root, client_name="xum-cli-input")
+        self.process_id = process_id
+        self.lock = threading.Lock()
+
+    def call(self, method: str, **params: Any) -> None:
+        with self.lock, contextlib.suppress(XumRpcError, ConnectionLost, OSError):
+            self.client.call(method, {"process_id": self.process_id, **params})
+
+    def pump(self, raw: bool) -> None:
+        """Forward stdin until EOF (daemon thread: it dies with the CLI)."""
+        fd = sys.stdin.fileno()
+        while True:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                return
+            if not data:
+                if not raw:
+                    self.call("process.write", data="", eof=True)
+                return
+            self.call("process.write", data=base64.b64encode(data).decode(), encoding="base64")
+
+
+def _stream(client: Client, process_id: str) -> dict[str, Any] | None:
+    """Copy the output to stdout until the process exited and everything was read."""
+    since = 0
+    out = sys.stdout.buffer
+    while True:
+        chunk = client.call(
+            "process.output",
+            {"process_id": process_id, "since": since, "wait_s": POLL_S, "encoding": "base64"},
+        )
+        if chunk["dropped"]:
+            sys.stderr.write(f"\n[xum: {chunk['dropped']} bytes of output were dropped]\n")
+        data = base64.b64decode(chunk["data"])
+        if data:
+            out.write(data)
+            out.flush()
+        since = chunk["next"]
+        if chunk["exited"]:
+            exit_info: dict[str, Any] | None = chunk["exit"]
+            return exit_info
+
+
+def _parse_env(pairs: tuple[str, ...]) -> dict[str, str] | None:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env")
+        env[key] = value
+    return env or None
+
+
+def register(cli: click.Group) -> None:
+    @cli.command(context_settings={"ignore_unknown_options": True})
+    @click.argument("workspace")
+    @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+    @click.option("--kind", type=click.Choice(["exec", "agent", "mcp"]), default="exec")
+    @click.option("--env", "env_pairs", multiple=True, help="KEY=VALUE (repeatable)")
+    @click.pass_context
+    def run(
+        ctx: click.Context,
+        workspace: str,
+        argv: tuple[str, ...],
+        kind: str,
+        env_pairs: tuple[str, ...],
+    ) -> None:
+        """Run a command in a workspace: stream its output, forward stdin, exit with its code.
+
+        xum run WS -- make test
+        """
+        obj = _obj(ctx)
+        with obj.client() as client:
+            ws = resolve_workspace(client, workspace)
+            process = client.call(
+                "process.spawn",
+                {
+                    "workspace_id": ws,
+                    "kind": kind,
+                    "argv": list(argv),
+                    "env": _parse_env(env_pairs),
+                    "foreground": kind == "exec",
+                },
+            )["process"]
+            side = _Side(obj.root, process["id"])
+            threading.Thread(target=side.pump, args=(False,), daemon=True).start()
+            previous = signal.signal(
+                signal.SIGINT, lambda *_: side.call("process.signal", signal="INT")
+            )
+            try:
+                exit_info = _stream(client, process["id"])
+            finally:
+                signal.signal(signal.SIGINT, previous)
+        sys.exit(exit_status(exit_info))
+
+    @cli.command()
+    @click.argument("workspace")
+    @click.option("--shell", default=None, help="default: $SHELL, else /bin/sh")
+    @click.pass_context
+    def term(ctx: click.Context, workspace: str, shell: str | None) -> None:
+        """An interactive terminal (PTY) in a workspace."""
+        import termios
+        import tty
+
+        obj = _obj(ctx)
+        if not sys.stdin.isatty():
+            raise click.ClickException("xum term needs a terminal on stdin")
+        size = os.get_terminal_size()
+        with obj.client() as client:
+            ws = resolve_workspace(client, workspace)
+            process = client.call(
+                "process.spawn",
+                {
+                    "workspace_id": ws,
+                    "kind": "terminal",
+                    "argv": [shell or os.environ.get("SHELL") or "/bin/sh"],
+                    "pty": True,
+                    "cols": size.columns or 80,
+                    "rows": size.lines or 24,
+                    "foreground": True,
+                },
+            )["process"]
+            side = _Side(obj.root, process["id"])
+
+            def on_winch(*_: Any) -> None:
+                now = os.get_terminal_size()
+                side.call("process.resize", cols=now.columns or 80, rows=now.lines or 24)
+
+            saved = termios.tcgetattr(sys.stdin.fileno())
+            previous = signal.signal(signal.SIGWINCH, on_winch)
+            try:
+                # TCSANOW: keep what the user typed ahead (TCSAFLUSH would discard it).
+                tty.setraw(sys.stdin.fileno(), termios.TCSANOW)
+                threading.Thread(target=side.pump, args=(True,), daemon=True).start()
+                exit_info = _stream(client, process["id"])
+            finally:
+                termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
+                signal.signal(signal.SIGWINCH, previous)
+        sys.exit(exit_status(exit_info))
+
+    @cli.command()
+    @click.argument("workspace", required=False)
+    @click.option("--all", "show_all", is_flag=True, help="include exited processes")
+    @click.pass_context
+    def ps(ctx: click.Context, workspace: str | None, show_all: bool) -> None:
+        """Supervised processes (of one workspace, or all)."""
+        obj = _obj(ctx)
+        with obj.client() as client:
+            params = {"workspace_id": resolve_workspace(client, workspace)} if workspace else {}
+            found = client.call("process.list", params)["processes"]
+        found = [p for p in found if show_all or p["state"] != "exited"]
+        lines = [f"{'ID':22} {'WORKSPACE':22} {'KIND':9} {'PID':>7} {'STATE':13} COMMAND"]
+        for p in found:
+            lines.append(
+                f"{p['id']:22} {p['workspace_id']:22} {p['kind']:9} {p['pid'] or '-':>7} "
+                f"{p['state'] + (' (adopted)' if p['adopted'] else ''):13} {' '.join(p['argv'])}"
+            )
+        obj.emit({"processes": found}, "\n".join(lines))
+
+    @cli.command()
+    @click.argument("process_id")
+    @click.option(
+        "--signal", "-s", "sig", default=None, help="send this signal instead of stopping"
+    )
+    @click.option("--grace", type=float, default=None, help="seconds between SIGTERM and SIGKILL")
+    @click.pass_context
+    def kill(ctx: click.Context, process_id: str, sig: str | None, grace: float | None) -> None:
+        """Stop a process (SIGTERM, grace, SIGKILL of its tree), or send it a signal."""
+        obj = _obj(ctx)
+        with obj.client() as client:
+            if sig:
+                result = client.call("process.signal", {"process_id": process_id, "signal": sig})
+            else:
+                params: dict[str, Any] = {"process_id": process_id}
+                if grace is not None:
+                    params["grace_s"] = grace
+                result = client.call("process.stop", params)
+        p = result["process"]
+        obj.emit(result, f"{p['id']} {p['state']}" + (f" {p['exit']}" if p.get("exit") else ""))
+
+    @cli.group()
+    def lease() -> None:
+        """Use leases on workspaces."""
+
+    @lease.command("ls")
+    @click.argument("workspace", required=False)
+    @click.pass_context
+    def lease_ls(ctx: click.Context, workspace: str | None) -> None:
+        """Live leases (dead holders' leases are reclaimed on the way)."""
+        obj = _obj(ctx)
+        with obj.client() as client:
+            params = {"workspace_id": resolve_workspace(client, workspace)} if workspace else {}
+            result = client.call("lease.list", params)
+        lines = [f"{'ID':23} {'WORKSPACE':22} {'KIND':10} {'PID':>7} LABEL"]
+        for x in result["leases"]:
+            lines.append(
+                f"{x['id']:23} {x['workspace_id']:22} {x['kind']:10} {x['pid'] or '-':>7} "
+                f"{x['label']}"
+            )
+        obj.emit(result, "\n".join(lines))
