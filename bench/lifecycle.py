@@ -1,0 +1,160 @@
+"""Lifecycle figures on identical synthetic repositories: workspace.create vs bare
+`git worktree add -b`; workspace.archive vs `git worktree remove --force` and vs that plus a
+bare snapshot (`git stash create`, then `git add -A` on a temporary index, write-tree,
+commit-tree); workspace.remove vs `git worktree remove --force`."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import procs, synth
+from bench.client import Conn
+from bench.settings import Settings
+from bench.stats import Figure
+
+ADD = "git worktree add -b (identical repository)"
+REMOVE = "git worktree remove --force"
+SNAP_REMOVE = "git stash create + git add -A on a temp index + commit-tree, then " + REMOVE
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def floor_snapshot(checkout: Path, ref: str) -> None:
+    """What a minimal tool must do to save staged, unstaged and untracked work without touching
+    the user's index or stash: the same result xum's snapshot commit gives."""
+    synth.git(checkout, "stash", "create")
+    index = Path(
+        synth.git(checkout, "rev-parse", "--path-format=absolute", "--git-path", "index").strip()
+    )
+    with tempfile.NamedTemporaryFile(dir=index.parent, prefix="bench-index") as tmp:
+        shutil.copyfile(index, tmp.name)
+        env = {"GIT_INDEX_FILE": tmp.name}
+        synth.git(checkout, "add", "-A", env=env)
+        tree = synth.git(checkout, "write-tree", env=env).strip()
+    commit = synth.git(checkout, "commit-tree", tree, "-p", "HEAD", "-m", "snapshot").strip()
+    synth.git(checkout, "update-ref", ref, commit)
+
+
+def _wait_trash_empty(root: Path, timeout: float = 300.0) -> None:
+    """Background reclaim (deleting trashed checkouts) must not overlap the next measurement."""
+    trash = root / "trash"
+    deadline = time.monotonic() + timeout
+    while trash.exists() and any(trash.iterdir()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"reclaim of {trash} did not finish within {timeout}s")
+        time.sleep(0.05)
+
+
+class _Xum:
+    def __init__(self, sock: Path) -> None:
+        self.sock = sock
+        self.loop = asyncio.new_event_loop()
+        self.conn: Conn = self.loop.run_until_complete(Conn.open(sock, hello=True))
+
+    def call(self, method: str, params: dict[str, Any]) -> Any:
+        return self.loop.run_until_complete(self.conn.call(method, params))
+
+    def timed(self, method: str, params: dict[str, Any]) -> tuple[float, Any]:
+        started = time.perf_counter()
+        result = self.call(method, params)
+        return time.perf_counter() - started, result
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.conn.close())
+        self.loop.close()
+
+
+def _sizes(settings: Settings) -> list[tuple[str, int]]:
+    sizes = [("small", settings.small_files)]
+    if settings.large:
+        sizes.append(("large", settings.large_files))
+    return sizes
+
+
+def run(settings: Settings) -> list[Figure]:
+    figures: list[Figure] = []
+    for label, files in _sizes(settings):
+        figures.extend(_run_size(settings, label, files))
+    return figures
+
+
+def _run_size(settings: Settings, label: str, files: int) -> list[Figure]:
+    tag = f"{label} repo, {files:,} files"
+    create = Figure("lifecycle", f"workspace.create ({tag})", "ms", ADD)
+    archive = Figure("lifecycle", f"workspace.archive, dirty, vs remove ({tag})", "ms", REMOVE)
+    archive_snap = Figure(
+        "lifecycle", f"workspace.archive, dirty, vs snapshot+remove ({tag})", "ms", SNAP_REMOVE
+    )
+    remove = Figure("lifecycle", f"workspace.remove, clean ({tag})", "ms", REMOVE)
+    work = procs.short_dir("xbl-")
+    root = work / "root"
+    daemon: procs.Launched | None = None
+    xum: _Xum | None = None
+    try:
+        template = synth.make_template(work / "template", files)
+        xrepo = synth.copy(template, work / "xrepo")
+        frepo = synth.copy(template, work / "frepo")
+        shutil.rmtree(template)
+        floor_dir = work / "floor-wt"
+        floor_dir.mkdir()
+        daemon = procs.xumd(root).start()
+        xum = _Xum(daemon.socket_path)
+        project = xum.call("project.add", {"path": str(xrepo)})["project"]["id"]
+        for rep in range(-1, settings.repeats):  # rep -1 warms the page cache, not recorded
+            name = f"b{rep + 1}" if rep >= 0 else "warm"
+            xum_first = rep % 2 == 0
+
+            def xum_create(n: str = name) -> tuple[float, dict[str, Any]]:
+                return xum.timed("workspace.create", {"project_id": project, "name": n})  # type: ignore[union-attr]
+
+            fpath = floor_dir / name
+            floor_add = lambda p=fpath, n=name: synth.git(  # noqa: E731
+                frepo, "worktree", "add", "-q", "-b", f"floor/{n}", str(p), "HEAD"
+            )
+            if xum_first:
+                x_create, ws = xum_create()
+                f_create = _timed(floor_add)
+            else:
+                f_create = _timed(floor_add)
+                x_create, ws = xum_create()
+            ws_id, xpath = ws["workspace"]["id"], Path(ws["workspace"]["path"])
+            synth.dirty(xpath)
+            synth.dirty(fpath)
+            f_snap = _timed(lambda p=fpath, n=name: floor_snapshot(p, f"refs/bench/{n}"))
+            f_remove = _timed(
+                lambda p=fpath: synth.git(frepo, "worktree", "remove", "--force", str(p))
+            )
+            x_archive, _ = xum.timed("workspace.archive", {"workspace_id": ws_id})
+            _wait_trash_empty(root)
+            # remove: a fresh, clean workspace and worktree each
+            clean = xum.call("workspace.create", {"project_id": project, "name": f"c{name}"})
+            cpath = floor_dir / f"c{name}"
+            synth.git(frepo, "worktree", "add", "-q", "-b", f"floor/c{name}", str(cpath), "HEAD")
+            f_rm_clean = _timed(
+                lambda p=cpath: synth.git(frepo, "worktree", "remove", "--force", str(p))
+            )
+            x_remove, _ = xum.timed("workspace.remove", {"workspace_id": clean["workspace"]["id"]})
+            _wait_trash_empty(root)
+            if rep < 0:
+                continue
+            create.add(x_create * 1000, f_create * 1000)
+            archive.add(x_archive * 1000, f_remove * 1000)
+            archive_snap.add(x_archive * 1000, (f_snap + f_remove) * 1000)
+            remove.add(x_remove * 1000, f_rm_clean * 1000)
+    finally:
+        if xum is not None:
+            xum.close()
+        if daemon is not None:
+            daemon.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return [create, archive, archive_snap, remove]
