@@ -135,14 +135,15 @@ class Coordinator:
         try:
             # Two structural mutations of one target never queue: the later one is refused at
             # once, naming the one in progress (so racing archive/remove never both succeed).
-            if res.exclusive.locked():
+            try:
+                res.exclusive.acquire_nowait()
+            except anyio.WouldBlock:
                 raise XumError(
                     ErrorKind.BUSY,
                     f"busy: {what} {key} is being changed ({res.closed_by} in progress)",
                     operation=res.closed_by,
                     holders=[{"kind": "operation", "label": res.closed_by, "pid": os.getpid()}],
-                )
-            await res.exclusive.acquire()
+                ) from None
             try:
                 res.closed_by = op
                 res.signal()
