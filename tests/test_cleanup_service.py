@@ -329,3 +329,21 @@ async def test_orphan_trash_is_adopted_and_reclaimed(world: World) -> None:
     assert done is not None and done.state == "completed" and done.detail["bytes"] == 1000
     world.service.housekeeping()  # nothing new to adopt
     assert world.service.obligations.count("pending") == 0
+
+
+async def test_unarchive_in_progress_makes_cleanup_wait_not_abandon(
+    world: World, flag: Path
+) -> None:
+    flag.write_text("ok")
+    wid, inc, path, ident = new_dir_ws(world, "a")
+    world.plan(wid, path, inc, ident)
+    # An unarchive committed its intent (new incarnation, restoring) and may still roll back.
+    set_workspace(world.app, wid, incarnation=secrets.token_hex(8), state="restoring")
+    status = await world.service.run_workspace(wid)
+    assert status.status == "pending" and "waiting" in (status.last_error or "")
+    assert path.is_dir()
+    # It rolled back: the old incarnation is archived again; the cleanup proceeds.
+    set_workspace(world.app, wid, incarnation=inc, state="archived")
+    world.clock.advance(5)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed" and not os.path.lexists(path)

@@ -29,28 +29,52 @@ SUPERSEDED = "path now holds another incarnation"
 FOREIGN = "directory replaced by a foreign one"
 
 
-def row_problem(store: Store, ob: ObligationRow) -> str | None:
-    """Why the store no longer allows `ob` to act, or None."""
+TRANSITIONAL_STATES = ("creating", "restoring")
+"""A workspace passing through these may still roll back to the state our fence expects: an
+obligation waits (retried with backoff) rather than being abandoned for good."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowProblem:
+    reason: str
+    final: bool
+    """True: abandon. False: not now (a transition in progress may still roll back)."""
+
+
+def row_problem(store: Store, ob: ObligationRow) -> RowProblem | None:
+    """Why the store does not allow `ob` to act now, or None."""
     if ob.workspace_id:
         row = store.one(
             "SELECT state, incarnation FROM workspaces WHERE id = ?", (ob.workspace_id,)
         )
         if row is not None:
+            transitional = row["state"] in TRANSITIONAL_STATES
             if row["incarnation"] != ob.incarnation:
-                return f"{SUPERSEDED} (workspace {ob.workspace_id} was materialised again)"
+                return RowProblem(
+                    f"{SUPERSEDED} (workspace {ob.workspace_id} was materialised again"
+                    + (f", {row['state']})" if transitional else ")"),
+                    final=not transitional,
+                )
             if row["state"] not in OWN_STATES:
-                return (
-                    f"workspace {ob.workspace_id} is {row['state']} again; cleanup never acts on it"
+                return RowProblem(
+                    f"workspace {ob.workspace_id} is {row['state']} again; cleanup never acts "
+                    "on it",
+                    final=not transitional,
                 )
         elif not store.one("SELECT 1 FROM workspace_tombstones WHERE id = ?", (ob.workspace_id,)):
-            return f"workspace {ob.workspace_id} is unknown (no row and no tombstone)"
+            return RowProblem(
+                f"workspace {ob.workspace_id} is unknown (no row and no tombstone)", final=True
+            )
     marks = ",".join("?" * len(LIVE_STATES))
     live = store.one(
         f"SELECT id, state FROM workspaces WHERE path = ? AND id != ? AND state IN ({marks})",
         (ob.path, ob.workspace_id, *LIVE_STATES),
     )
     if live is not None:
-        return f"{SUPERSEDED} (live workspace {live['id']} is {live['state']} there)"
+        return RowProblem(
+            f"{SUPERSEDED} (live workspace {live['id']} is {live['state']} there)",
+            final=live["state"] not in TRANSITIONAL_STATES,
+        )
     return None
 
 

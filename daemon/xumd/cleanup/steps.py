@@ -88,7 +88,7 @@ class Steps:
 
     # -- fences ----------------------------------------------------------------------------------
 
-    def _fence(self, ob: ObligationRow) -> tuple[fence.DirCheck, str | None]:
+    def _fence(self, ob: ObligationRow) -> tuple[fence.DirCheck, fence.RowProblem | None]:
         """(directory check, store problem), read now: the caller holds the directory exclusion."""
         problem = fence.row_problem(self.store, ob)
         markers = fence.accepted_markers(self.obligations.siblings(ob), ob)
@@ -99,7 +99,7 @@ class Steps:
     async def teardown(self, ob: ObligationRow) -> Outcome:
         check, problem = self._fence(ob)
         if problem:
-            return Outcome.abandoned(problem)
+            return _refused(problem)
         if not check.present:
             return Outcome.abandoned("the checkout directory is gone; teardown was not run")
         if check.problem:
@@ -129,9 +129,11 @@ class Steps:
         path = Path(ob.path)
         moved = False
         trash_path = Path(ob.detail["trash_path"]) if ob.detail.get("trash_path") else None
+        if problem and not problem.final:
+            return _refused(problem)
         if check.present:
             if problem:
-                return Outcome.abandoned(problem)
+                return _refused(problem)
             if check.problem:
                 return Outcome.abandoned(check.problem)
             checkout_dev = os.lstat(path).st_dev
@@ -249,6 +251,12 @@ class Steps:
         AFTER_RECLAIM()
         log.info("cleanup.reclaimed", obligation=ob.id, bytes=freed)
         return Outcome.done(bytes=freed, needed=True)
+
+
+def _refused(problem: fence.RowProblem) -> Outcome:
+    if problem.final:
+        return Outcome.abandoned(problem.reason)
+    return Outcome.failed(f"waiting: {problem.reason}")
 
 
 def _read(path: Path) -> str | None:
