@@ -270,3 +270,36 @@ def test_refused_background_move_is_settled_by_the_probe(root: Path, tmp_short: 
         assert daemon.call("process.holders", {"workspace_id": ws})["holders"] == []
     finally:
         daemon.close()
+
+
+def test_pending_stop_survives_a_daemon_sigkill_until_settled(root: Path, tmp_short: Path) -> None:
+    write_config(root, CONFIG.replace("stop_grace_s = 0.5", "stop_grace_s = 60"))
+    ws = insert_workspace(root, tmp_short / "checkouts" / "w")
+    daemon = DaemonProcess(root).start()
+    try:
+        with daemon.client() as owner:
+            cmd = owner.call(
+                "process.spawn",
+                {"workspace_id": ws, "kind": "exec", "argv": stubborn_argv(0), "foreground": True},
+            )["process"]
+            until(lambda: "pid" in output_text(daemon, cmd["id"]))
+        until(
+            lambda: (
+                daemon.call("process.get", {"process_id": cmd["id"]})["process"]["state"]
+                == "stopping"
+            )
+        )
+        assert err(daemon, "process.background", {"process_id": cmd["id"]}).data["state"] == (
+            "pending_stop"
+        )
+        daemon.kill()
+        assert alive(cmd["pid"])
+        daemon.start()
+        holders = daemon.call("process.holders", {"workspace_id": ws})["holders"]
+        assert [(h["kind"], h["pid"]) for h in holders] == [("pending_stop", cmd["pid"])]
+        os.killpg(cmd["pgid"], signal.SIGKILL)
+        done = daemon.call("process.wait", {"process_id": cmd["id"], "timeout_s": 10})["process"]
+        assert done["exit"]["settled_by"] == "unknown"
+        assert daemon.call("process.holders", {"workspace_id": ws})["holders"] == []
+    finally:
+        daemon.close()

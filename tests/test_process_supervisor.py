@@ -181,3 +181,16 @@ async def test_spawn_gate_failure_runs_nothing(tmp_path: Path) -> None:
     child.close_all()
     assert not marker.exists()
     await anyio.sleep(0)
+
+
+async def test_exited_processes_are_pruned_to_a_bound(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.sup.keep_exited = 2
+    async with running(h):
+        ref = h.workspace()
+        done = []
+        for _ in range(4):
+            m = await h.sup.spawn(workspace_id=ref.id, kind="exec", argv=["true"])
+            await h.sup.wait(m, 10)
+            done.append(m.id)
+        assert sorted(h.sup.procs) == sorted(done[-2:])

@@ -161,6 +161,14 @@ class LeaseStore:
         if lease is not None:
             self._publish("lease.acquired", lease, True)
 
+    def update_detail(self, lease_id: str, **changes: Any) -> None:
+        with self.store.transaction() as db:
+            row = db.execute("SELECT detail FROM leases WHERE id = ?", (lease_id,)).fetchone()
+            if row is None:
+                return
+            detail = {**json.loads(row["detail"] or "{}"), **changes}
+            db.execute("UPDATE leases SET detail = ? WHERE id = ?", (json.dumps(detail), lease_id))
+
     def acquire_external(
         self, *, workspace_id: str, kind: str, pid: int, label: str
     ) -> tuple[Lease, bool]:

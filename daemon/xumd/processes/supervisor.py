@@ -113,6 +113,7 @@ class Supervisor:
         probe_interval_s: float = 2.0,
         head_bytes: int = 32 * 1024,
         tail_bytes: int = 224 * 1024,
+        keep_exited: int = 256,
     ) -> None:
         self.leases = leases
         self.events = events
@@ -121,6 +122,7 @@ class Supervisor:
         self.probe_interval_s = probe_interval_s
         self.head_bytes = head_bytes
         self.tail_bytes = tail_bytes
+        self.keep_exited = keep_exited
         self.procs: dict[str, Managed] = {}
         self.stopping = False
         self._tg: anyio.abc.TaskGroup | None = None
@@ -176,6 +178,7 @@ class Supervisor:
                 checkout=Path(detail.get("checkout") or "/"),
                 ring=OutputRing(self.head_bytes, self.tail_bytes),
                 adopted=True,
+                state="pending_stop" if detail.get("stop_requested") else "running",
                 confirm_lost=True,  # not our child any more: only a probe can see it end
             )
             managed.ring.close()
@@ -365,11 +368,27 @@ class Supervisor:
         managed.exited.set()
         log.info("process.exited", process=managed.id, code=code, signal=sig, settled_by=settled_by)
         self.events.publish("process.exited", process=managed.info())
+        self._prune()
         for listener in self.exit_listeners:
             try:
                 listener(managed)
             except Exception:
                 log.exception("process.exit_listener_failed", process=managed.id)
+
+    def _mark_pending(self, managed: Managed) -> None:
+        """A stop whose exit is not confirmed yet. Durable (in the lease), so that a restarted
+        daemon still reports it as `pending_stop` until a probe settles it."""
+        managed.state = "pending_stop"
+        if managed.lease_id:
+            self.leases.update_detail(managed.lease_id, stop_requested=True)
+
+    def _prune(self) -> None:
+        """Keep the newest exited processes only (their output and exit), so memory is bounded."""
+        exited = [m for m in self.procs.values() if not m.live_state]
+        for managed in sorted(exited, key=lambda m: m.exit["at"] if m.exit else 0)[
+            : max(0, len(exited) - self.keep_exited)
+        ]:
+            del self.procs[managed.id]
 
     def settle(self, workspace_id: str | None = None) -> list[Managed]:
         """Settle, by probe, the processes whose exit nobody will confirm (adopted ones, lost
@@ -499,7 +518,7 @@ class Supervisor:
         if managed.live_state:
             self.settle(managed.workspace_id)
         if managed.live_state:
-            managed.state = "pending_stop"
+            self._mark_pending(managed)
             log.warning("process.stop_unconfirmed", process=managed.id, pid=managed.pid)
         return managed
 
@@ -567,7 +586,7 @@ class Supervisor:
             if refusal is None:
                 refusal = XumError(ErrorKind.INVALID_STATE, f"process {managed.id} ended meanwhile")
         if managed.live_state:
-            managed.state = "pending_stop"
+            self._mark_pending(managed)
             self.events.publish("process.stopping", process=managed.info())
             if self._tg is not None:
                 self._tg.start_soon(self.stop, managed, None)
