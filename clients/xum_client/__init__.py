@@ -1,6 +1,41 @@
-"""Python client for xumd: sync (`Client`) and async (`AsyncClient`), handshake built in."""
+"""Python client for xumd: sync (`Client`) and async (`AsyncClient`), handshake built in.
 
-from xum_client.errors import DaemonNotRunning, XumRpcError
-from xum_client.sync import Client, socket_path_for
+`AsyncClient` (anyio, pydantic models) is imported lazily, so `import xum_client` stays light for
+the CLI.
+"""
 
-__all__ = ["Client", "DaemonNotRunning", "XumRpcError", "socket_path_for"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from xum_client.errors import (
+    ClientTimeout,
+    ConnectionLost,
+    DaemonNotRunning,
+    XumClientError,
+    XumRpcError,
+)
+from xum_client.sync import Client, default_root, socket_path_for
+
+if TYPE_CHECKING:
+    from xum_client.aio import AsyncClient
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ClientTimeout",
+    "ConnectionLost",
+    "DaemonNotRunning",
+    "XumClientError",
+    "XumRpcError",
+    "default_root",
+    "socket_path_for",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AsyncClient":
+        from xum_client.aio import AsyncClient
+
+        return AsyncClient
+    raise AttributeError(f"module 'xum_client' has no attribute {name!r}")

@@ -1,47 +1,177 @@
 """`xum`: the command line client.
 
-Heavy imports (rich) stay inside the commands that print tables: start-up time matters for a CLI
-run in editor hooks.
+Start-up time matters for a CLI run from editor hooks and scripts, so the start-up path imports
+only click and the light sync client: domain command modules (`commands/<domain>.py`) load the
+first time one of their commands is asked for, rich loads only to draw a table on a terminal, and
+pydantic never loads for the built-in commands.
+
+Exit codes: 0 ok; 1 error; 2 usage; 3 not found; 4 no daemon on the root.
+`--json` is accepted by every command (before or after its name) and prints machine-readable output.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
-from xum_client.errors import DaemonNotRunning, NotFound, XumRpcError
-from xum_client.sync import Client
+from xum_client.errors import DaemonNotRunning, NotFound, XumClientError, XumRpcError
+from xum_client.sync import Client, default_root, socket_path_for
 
+EXIT_OK = 0
 EXIT_ERROR = 1
+EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_NO_DAEMON = 4
 
+DOMAINS = ("project", "workspace", "cleanup", "process", "turn")
+"""Modules under xum_client.commands that add commands, each with `register(cli)`."""
+
 
 class Ctx:
+    """What every command gets with `@click.pass_obj`."""
+
     def __init__(self, root: str | None, as_json: bool) -> None:
         self.root = root
         self.as_json = as_json
 
-    def client(self) -> Client:
-        return Client(self.root, client_name="xum-cli")
+    @property
+    def root_path(self) -> str:
+        return str(self.root or default_root())
+
+    def client(self, **kwargs: Any) -> Client:
+        kwargs.setdefault("client_name", "xum-cli")
+        return Client(self.root, **kwargs)
 
     def emit(self, data: Any, human: str | None = None) -> None:
+        """Print `data` as JSON with --json (or when there is no human form), else `human`."""
         if self.as_json or human is None:
             click.echo(json.dumps(data, indent=None if self.as_json else 2, default=str))
         else:
             click.echo(human)
 
+    def table(
+        self, data: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = ""
+    ) -> None:
+        """`data` as JSON with --json; else a table (rich on a terminal, plain text otherwise)."""
+        if self.as_json:
+            self.emit(data)
+            return
+        cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+        if sys.stdout.isatty():
+            from rich.console import Console
+            from rich.table import Table
 
-@click.group()
-@click.option("--root", envvar="XUM_ROOT", help="daemon root (default ~/.local/state/xum)")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+            table = Table(*columns, title=title or None)
+            for row in cells:
+                table.add_row(*row)
+            Console().print(table)
+            return
+        widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(columns)]
+        lines = [list(columns), *cells]
+        for line in lines:
+            click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False)).rstrip())
+
+
+# -- --json on every command ------------------------------------------------------------------
+
+
+def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        obj = ctx.find_object(Ctx)
+        if obj is not None:
+            obj.as_json = True
+
+
+def _with_json_option(command: click.Command) -> click.Command:
+    """Give `command` (and, for a group, every subcommand) a `--json` flag, once."""
+    if not any("--json" in getattr(p, "opts", ()) for p in command.params):
+        command.params.append(
+            click.Option(
+                ["--json", "xum_json"],
+                is_flag=True,
+                expose_value=False,
+                is_eager=True,
+                callback=_set_json,
+                help="Machine-readable output.",
+            )
+        )
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _with_json_option(sub)
+    return command
+
+
+class XumGroup(click.Group):
+    """Built-in commands are defined here; domain modules load on first use (start-up time)."""
+
+    _domains_loaded = False
+
+    def load_domains(self) -> None:
+        if self._domains_loaded:
+            return
+        self._domains_loaded = True
+        from importlib import import_module
+
+        for name in DOMAINS:
+            try:
+                module = import_module(f"xum_client.commands.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"xum_client.commands.{name}":
+                    raise
+                continue
+            module.register(self)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None:
+            self.load_domains()
+            command = super().get_command(ctx, cmd_name)
+        return _with_json_option(command) if command is not None else None
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self.load_domains()
+        return super().list_commands(ctx)
+
+
+@click.group(cls=XumGroup, epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 no daemon.")
+@click.option(
+    "--root",
+    envvar="XUM_ROOT",
+    help="Daemon root (env XUM_ROOT; default $XDG_STATE_HOME/xum, i.e. ~/.local/state/xum).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.version_option("0.1.0", prog_name="xum")
 @click.pass_context
 def cli(ctx: click.Context, root: str | None, as_json: bool) -> None:
-    """xum: talk to the workspace lifecycle daemon."""
+    """xum: talk to the workspace lifecycle daemon (xumd)."""
     ctx.obj = Ctx(root, as_json)
+
+
+def _status_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        ("daemon", f"xumd {result['version']} (protocol {result['protocol']})"),
+        ("pid", str(result["pid"])),
+        ("root", str(result["root"])),
+        ("uptime", f"{result['uptime_s']:.0f}s"),
+        ("connections", str(result["connections"])),
+        ("state", "shutting down" if result.get("shutting_down") else "serving"),
+    ]
+
+
+def _show_status(obj: Ctx, result: dict[str, Any]) -> None:
+    if obj.as_json:
+        obj.emit(result)
+    elif sys.stdout.isatty():
+        obj.table(result, ["", ""], _status_lines(result))
+    else:
+        for key, value in _status_lines(result):
+            click.echo(f"{key + ':':<13}{value}")
 
 
 @cli.command()
@@ -49,36 +179,136 @@ def cli(ctx: click.Context, root: str | None, as_json: bool) -> None:
 def status(obj: Ctx) -> None:
     """Show the daemon's status."""
     with obj.client() as client:
-        result = client.call("daemon.status")
-    obj.emit(
-        result,
-        f"xumd {result['version']} pid {result['pid']} on {result['root']}, "
-        f"up {result['uptime_s']:.0f}s, {result['connections']} connection(s)",
-    )
+        _show_status(obj, client.call("daemon.status"))
 
 
-def _register_commands() -> None:
-    # Each domain module adds its own commands (owned by its feature).
-    from importlib import import_module
-
-    for name in ("project", "workspace", "cleanup", "process", "turn"):
-        try:
-            module = import_module(f"xum_client.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"xum_client.commands.{name}":
-                raise
-            continue
-        module.register(cli)
+# -- xum daemon ... ---------------------------------------------------------------------------
 
 
-_register_commands()
+def lock_holder(root: str) -> dict[str, Any] | None:
+    """The running daemon's lock diagnostics (pid, start time), or None when none holds it."""
+    import fcntl
 
-
-def main() -> None:
     try:
-        cli.main(standalone_mode=False)
+        fd = os.open(os.path.join(root, "xumd.lock"), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except ValueError:
+                data = {}
+            return data if isinstance(data, dict) else {}
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+@cli.group()
+def daemon() -> None:
+    """Run, stop, inspect and install the daemon."""
+
+
+@daemon.command("run")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--socket", "socket_path", help="Socket path (for roots too deep for one).")
+@click.pass_obj
+def daemon_run(obj: Ctx, log_level: str | None, socket_path: str | None) -> None:
+    """Run xumd in the foreground on the root (replaces this process)."""
+    argv = [sys.executable, "-m", "xumd"]
+    if obj.root:
+        argv += ["--root", obj.root]
+    if log_level:
+        argv += ["--log-level", log_level]
+    if socket_path:
+        argv += ["--socket", socket_path]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+
+
+@daemon.command("status")
+@click.pass_obj
+def daemon_status(obj: Ctx) -> None:
+    """The daemon's status; says why when it does not answer (exit 4)."""
+    root = obj.root_path
+    try:
+        with obj.client(timeout=10) as client:
+            result = client.call("daemon.status")
+    except DaemonNotRunning as exc:
+        holder = lock_holder(root)
+        info: dict[str, Any] = {"running": False, "root": root, "socket": exc.socket_path}
+        if holder is not None:
+            # Alive (it holds the lock) but not answering: starting up, or stuck.
+            info.update(running=True, answering=False, pid=holder.get("pid"))
+            message = (
+                f"xumd pid {holder.get('pid', '?')} holds {root} but does not answer on "
+                f"{exc.socket_path} ({exc.reason})"
+            )
+            obj.emit(info, f"xum: {message}")
+            sys.exit(EXIT_ERROR)
+        obj.emit(info, f"xum: {exc}")
+        sys.exit(EXIT_NO_DAEMON)
+    _show_status(obj, {"running": True, **result} if obj.as_json else result)
+
+
+@daemon.command("stop")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the exit.")
+@click.pass_obj
+def daemon_stop(obj: Ctx, timeout: float) -> None:
+    """Ask the daemon to stop gracefully and wait until it has exited."""
+    root = obj.root_path
+    with obj.client(timeout=10) as client:
+        pid = client.call("daemon.status")["pid"]
+        client.call("daemon.shutdown")
+    deadline = time.monotonic() + timeout
+    while lock_holder(root) is not None:
+        if time.monotonic() > deadline:
+            raise click.ClickException(
+                f"xumd pid {pid} is still stopping after {timeout:.0f}s; it may be draining "
+                f"(see its log), or stop it with `kill {pid}`"
+            )
+        time.sleep(0.05)
+    obj.emit({"stopped": True, "pid": pid, "root": root}, f"xumd pid {pid} stopped")
+
+
+@daemon.command("install")
+@click.option("--dry-run", is_flag=True, help="Print what would be written; write nothing.")
+@click.pass_obj
+def daemon_install(obj: Ctx, dry_run: bool) -> None:
+    """Install xumd as a user service (systemd; launchd on macOS) and print how to start it."""
+    from xum_client.install import install
+
+    plan = install(root=obj.root, dry_run=dry_run)
+    if obj.as_json:
+        obj.emit(plan)
+        return
+    for path, text in plan["files"].items():
+        if dry_run:
+            click.echo(f"# {path}\n{text}")
+        else:
+            click.echo(f"wrote {path}")
+    click.echo("\nthen run:")
+    for command in plan["commands"]:
+        click.echo(f"  {command}")
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
     except click.exceptions.Abort:
+        click.echo("aborted", err=True)
         sys.exit(EXIT_ERROR)
+    except click.UsageError as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -91,3 +321,17 @@ def main() -> None:
     except XumRpcError as exc:
         click.echo(f"xum: {exc.kind}: {exc}", err=True)
         sys.exit(EXIT_ERROR)
+    except XumClientError as exc:
+        click.echo(f"xum: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_NOT_FOUND",
+    "EXIT_NO_DAEMON",
+    "Ctx",
+    "cli",
+    "main",
+    "socket_path_for",
+]

@@ -1,4 +1,7 @@
-"""Typed client exceptions: one class per error kind, all carrying `kind`, `code` and `data`."""
+"""Typed client exceptions: one class per error kind, all carrying `kind`, `code` and `data`.
+
+Light on purpose (no pydantic): the CLI imports it on its start-up path.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +11,32 @@ from xum_protocol.errors import ErrorKind
 
 
 class XumClientError(Exception):
-    pass
+    """Anything the client raises."""
 
 
 class DaemonNotRunning(XumClientError):
+    """Nothing answers on the root's socket."""
+
     def __init__(self, root: str, socket_path: str, reason: str) -> None:
         super().__init__(
-            f"no daemon on {root} ({reason}); start it with `xum daemon run` or the systemd unit"
+            f"no daemon on {root}; start it with `xum daemon run` or the systemd unit ({reason})"
         )
         self.root = root
         self.socket_path = socket_path
+        self.reason = reason
 
 
 class ConnectionLost(XumClientError):
-    pass
+    """The daemon closed the connection, or sent something that is not an answer."""
+
+
+class ClientTimeout(XumClientError):
+    """No answer within the client's timeout."""
 
 
 class XumRpcError(XumClientError):
+    """A JSON-RPC error from the daemon: `kind` (e.g. 'not_found'), `code`, `message`, `data`."""
+
     kind: str
     code: int
     data: dict[str, Any]
@@ -37,49 +49,104 @@ class XumRpcError(XumClientError):
         self.kind = str(self.data.get("kind", "unknown"))
 
 
-class NotFound(XumRpcError):
-    pass
+class ParseError(XumRpcError): ...
 
 
-class Busy(XumRpcError):
-    pass
+class InvalidRequest(XumRpcError): ...
 
 
-class Conflict(XumRpcError):
-    pass
+class MethodNotFound(XumRpcError): ...
 
 
-class InvalidParams(XumRpcError):
-    pass
+class InvalidParams(XumRpcError): ...
 
 
-class ProtocolMismatch(XumRpcError):
-    pass
+class InternalError(XumRpcError): ...
 
 
-class NotSafe(XumRpcError):
-    pass
+class NotFound(XumRpcError): ...
 
 
-class RpcTimeout(XumRpcError):
-    pass
+class Busy(XumRpcError): ...
 
 
-_BY_KIND: dict[str, type[XumRpcError]] = {
+class Conflict(XumRpcError): ...
+
+
+class InvalidName(XumRpcError): ...
+
+
+class InvalidScope(XumRpcError): ...
+
+
+class NotSafe(XumRpcError): ...
+
+
+class CleanupPending(XumRpcError): ...
+
+
+class ShuttingDown(XumRpcError): ...
+
+
+class ProtocolMismatch(XumRpcError): ...
+
+
+class RpcTimeout(XumRpcError): ...
+
+
+class FrameTooLarge(XumRpcError): ...
+
+
+class InvalidState(XumRpcError): ...
+
+
+class Untrusted(XumRpcError): ...
+
+
+class OperationFailed(XumRpcError): ...
+
+
+class InvalidPath(XumRpcError): ...
+
+
+class PermissionDenied(XumRpcError): ...
+
+
+ERROR_CLASSES: dict[str, type[XumRpcError]] = {
+    ErrorKind.PARSE_ERROR: ParseError,
+    ErrorKind.INVALID_REQUEST: InvalidRequest,
+    ErrorKind.METHOD_NOT_FOUND: MethodNotFound,
+    ErrorKind.INVALID_PARAMS: InvalidParams,
+    ErrorKind.INTERNAL: InternalError,
     ErrorKind.NOT_FOUND: NotFound,
     ErrorKind.BUSY: Busy,
     ErrorKind.CONFLICT: Conflict,
-    ErrorKind.INVALID_PARAMS: InvalidParams,
-    ErrorKind.PROTOCOL_MISMATCH: ProtocolMismatch,
+    ErrorKind.INVALID_NAME: InvalidName,
+    ErrorKind.INVALID_SCOPE: InvalidScope,
     ErrorKind.NOT_SAFE: NotSafe,
+    ErrorKind.CLEANUP_PENDING: CleanupPending,
+    ErrorKind.SHUTTING_DOWN: ShuttingDown,
+    ErrorKind.PROTOCOL_MISMATCH: ProtocolMismatch,
     ErrorKind.TIMEOUT: RpcTimeout,
+    ErrorKind.FRAME_TOO_LARGE: FrameTooLarge,
+    ErrorKind.INVALID_STATE: InvalidState,
+    ErrorKind.UNTRUSTED: Untrusted,
+    ErrorKind.OPERATION_FAILED: OperationFailed,
+    ErrorKind.INVALID_PATH: InvalidPath,
+    ErrorKind.PERMISSION_DENIED: PermissionDenied,
 }
+_BY_KIND = ERROR_CLASSES  # the name earlier code used
 
 
 def from_error_object(error: Any) -> XumRpcError:
+    """The typed exception for a JSON-RPC error object (unknown kinds: XumRpcError)."""
     if not isinstance(error, dict):
         return XumRpcError(-32603, f"malformed error object: {error!r}")
     raw = error.get("data")
     data: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    cls = _BY_KIND.get(str(data.get("kind")), XumRpcError)
-    return cls(int(error.get("code", -32603)), str(error.get("message", "")), data)
+    cls = ERROR_CLASSES.get(str(data.get("kind")), XumRpcError)
+    try:
+        code = int(error.get("code", -32603))
+    except (TypeError, ValueError):
+        code = -32603
+    return cls(code, str(error.get("message", "")), data)

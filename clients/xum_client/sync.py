@@ -1,22 +1,50 @@
-"""Blocking client: one socket, one request at a time; notifications are queued for the caller."""
+"""Blocking client: one socket, one request at a time; notifications are queued for the caller.
+
+Light on purpose (no pydantic, no anyio): the CLI uses it on its start-up path. Typed calls
+(`call_model`) import the protocol models only when used.
+"""
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import socket
 from collections import deque
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from xum_protocol import framing
 from xum_protocol.version import PROTOCOL_VERSION
 
-from xum_client.errors import ConnectionLost, DaemonNotRunning, from_error_object
+from xum_client.errors import (
+    ClientTimeout,
+    ConnectionLost,
+    DaemonNotRunning,
+    XumClientError,
+    from_error_object,
+)
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    M = TypeVar("M", bound=BaseModel)
+
+CLIENT_VERSION = "0.1.0"
+
+
+# The stdlib codec, not orjson: loading orjson costs a CLI run about 10 ms, more than the
+# encoding of a few small messages ever will. The frames are the same NDJSON.
+def encode(message: Any) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def decode(line: bytes) -> Any:
+    return json.loads(line)
 
 
 def default_root() -> Path:
+    """XUM_ROOT, else $XDG_STATE_HOME/xum, else ~/.local/state/xum (as the daemon decides)."""
     env = os.environ.get("XUM_ROOT")
     if env:
         return Path(env)
@@ -25,9 +53,53 @@ def default_root() -> Path:
 
 
 def socket_path_for(root: Path | str | None = None) -> Path:
+    """XUM_SOCKET (when no root is given), else ROOT/xumd.sock."""
     if root is None and os.environ.get("XUM_SOCKET"):
         return Path(os.environ["XUM_SOCKET"])
     return Path(root or default_root()) / "xumd.sock"
+
+
+def hello_params(client_name: str) -> dict[str, Any]:
+    return {
+        "protocol": PROTOCOL_VERSION,
+        "client": {"name": client_name, "version": CLIENT_VERSION},
+    }
+
+
+def connect_unix(path: str, root: str, timeout: float | None) -> socket.socket:
+    """A connected socket, or DaemonNotRunning saying why not."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        sock.close()
+        reason = "no socket at " + path if isinstance(exc, FileNotFoundError) else "stale socket"
+        raise DaemonNotRunning(root, path, reason) from None
+    except PermissionError:
+        sock.close()
+        raise XumClientError(
+            f"permission denied on {path}: the daemon belongs to another user"
+        ) from None
+    except OSError as exc:
+        sock.close()
+        raise DaemonNotRunning(root, path, exc.strerror or str(exc)) from None
+    return sock
+
+
+def check_reply(reply: Any, request_id: int) -> dict[str, Any]:
+    """The result of `reply` for `request_id`, or the typed error it carries."""
+    if not isinstance(reply, dict):
+        raise ConnectionLost(f"unexpected reply: {reply!r}")
+    if "error" in reply and reply.get("id") in (request_id, None):
+        # id null: the daemon could not read our request (e.g. a frame too large).
+        raise from_error_object(reply["error"])
+    if reply.get("id") != request_id or "result" not in reply:
+        raise ConnectionLost(f"unexpected reply: {reply!r}")
+    result = reply["result"]
+    if not isinstance(result, dict):
+        raise ConnectionLost(f"a result must be an object, got {result!r}")
+    return result
 
 
 class Client:
@@ -42,45 +114,62 @@ class Client:
     ) -> None:
         self.root = str(root or default_root())
         self.socket_path = str(socket_path or socket_path_for(root))
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
-        try:
-            self._sock.connect(self.socket_path)
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            self._sock.close()
-            raise DaemonNotRunning(self.root, self.socket_path, exc.strerror or str(exc)) from None
+        self._sock = connect_unix(self.socket_path, self.root, timeout)
         self._file = self._sock.makefile("rb")
         self._ids = itertools.count(1)
         self.notifications: deque[dict[str, Any]] = deque()
         self.server: dict[str, Any] | None = None
         if handshake:
-            self.server = self.call(
-                "hello", {"protocol": PROTOCOL_VERSION, "client": {"name": client_name}}
-            )
+            try:
+                self.server = self.call("hello", hello_params(client_name))
+            except BaseException:
+                self.close()
+                raise
 
-    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    def call(self, method: str, params: dict[str, Any] | list[Any] | None = None) -> dict[str, Any]:
+        """Call `method`; returns its result object or raises the typed error."""
         request_id = next(self._ids)
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
         if params is not None:
             message["params"] = params
-        self._sock.sendall(framing.encode(message))
+        try:
+            self._sock.sendall(encode(message))
+        except BrokenPipeError:
+            raise ConnectionLost("the daemon closed the connection") from None
+        except TimeoutError:
+            raise ClientTimeout(f"timed out sending {method}") from None
         while True:
             reply = self.read_message()
             if isinstance(reply, dict) and "method" in reply and "id" not in reply:
                 self.notifications.append(reply)
                 continue
-            if not isinstance(reply, dict) or reply.get("id") != request_id:
-                raise ConnectionLost(f"unexpected reply: {reply!r}")
-            if "error" in reply:
-                raise from_error_object(reply["error"])
-            result: dict[str, Any] = reply["result"]
-            return result
+            return check_reply(reply, request_id)
+
+    def call_model(self, method: str, params: BaseModel | None, result: type[M]) -> M:
+        """Typed call: params and result are protocol models."""
+        raw = params.model_dump(mode="json", exclude_none=True) if params is not None else None
+        return result.model_validate(self.call(method, raw))
+
+    def notify(self, method: str, params: dict[str, Any] | list[Any] | None = None) -> None:
+        """Send a notification (no answer comes)."""
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self._sock.sendall(encode(message))
 
     def read_message(self) -> Any:
-        line = self._file.readline()
+        try:
+            line = self._file.readline()
+        except TimeoutError:
+            raise ClientTimeout("no answer from the daemon in time") from None
+        except ConnectionResetError:
+            raise ConnectionLost("the daemon reset the connection") from None
         if not line:
             raise ConnectionLost("the daemon closed the connection")
-        return framing.decode(line)
+        try:
+            return decode(line)
+        except ValueError:
+            raise ConnectionLost(f"the daemon sent invalid JSON: {line[:200]!r}") from None
 
     def next_notification(self) -> dict[str, Any]:
         if self.notifications:

@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
 from xum_protocol.errors import ErrorKind
 from xum_protocol.methods import METHODS
 from xum_protocol.models.daemon import (
@@ -83,9 +84,33 @@ def install(app: App) -> None:
         peer.on_close(unsubscribe)
         return SubscribeResult(epoch=app.events.epoch, seq=seq, snapshot=snapshot)
 
+    if app.config.enable_test_methods:
+        _install_test_methods(app)
     # Requests being handled right now (daemon.status itself included).
     app.status_providers["rpc"] = lambda: {"active": app.router.active}
     app.router.add("hello", hello, allowed_while_stopping=True)
     app.router.add("daemon.status", status, allowed_while_stopping=True)
     app.router.add("daemon.shutdown", shutdown, allowed_while_stopping=True)
     app.router.add("events.subscribe", subscribe)
+
+
+class _PublishParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(min_length=1, max_length=200)
+    data: dict[str, Any] = Field(default_factory=dict)
+    count: int = Field(default=1, ge=1, le=100_000)
+
+
+class _Published(BaseModel):
+    seq: int
+
+
+def _install_test_methods(app: App) -> None:
+    """`test.publish` (enable_test_methods only): publish events, for subscription tests."""
+
+    async def publish(params: _PublishParams, ctx: RequestContext) -> _Published:
+        for _ in range(params.count):
+            event = app.events.publish(params.type, **params.data)
+        return _Published(seq=event.seq)
+
+    app.router.add("test.publish", publish, _PublishParams)

@@ -1,0 +1,247 @@
+"""Async client (anyio): one connection, concurrent calls matched by id, events as a stream.
+
+    async with AsyncClient(root) as client:          # connects and says hello
+        status = await client.status()               # a DaemonStatusResult
+        result = await client.call("workspace.list", {"project": "prj_..."})  # a plain dict
+        async with client.subscribe(["workspace."]) as events:
+            print(events.snapshot)                    # SubscribeResult
+            async for event in events:               # Event models, in sequence order
+                ...
+
+Reconnect-free on purpose: a lost connection fails every pending call with ConnectionLost and
+the caller decides what to do. Errors are the typed exceptions of `xum_client.errors`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+from pydantic import BaseModel
+from xum_protocol import framing
+from xum_protocol.models.daemon import DaemonStatusResult, HelloResult, ShutdownResult
+from xum_protocol.models.events import EVENT_NOTIFICATION, Event, SubscribeResult
+
+from xum_client.errors import (
+    ClientTimeout,
+    ConnectionLost,
+    DaemonNotRunning,
+    XumClientError,
+)
+from xum_client.sync import check_reply, default_root, hello_params, socket_path_for
+
+M = TypeVar("M", bound=BaseModel)
+
+MAX_FRAME = framing.DEFAULT_MAX_FRAME
+NOTIFICATION_BUFFER = 1024
+"""Events waiting for the caller; when full, the connection is dropped (never silent loss)."""
+
+
+class _Pending:
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.reply: Any = None
+
+
+class EventStream:
+    """The events of one subscription: `snapshot` first, then Event models in order."""
+
+    def __init__(self, snapshot: SubscribeResult, receive: Any) -> None:
+        self.snapshot = snapshot
+        self._receive = receive
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        while True:
+            try:
+                message = await self._receive.receive()
+            except anyio.EndOfStream:
+                raise StopAsyncIteration from None
+            if message.get("method") == EVENT_NOTIFICATION:
+                return Event.model_validate(message.get("params") or {})
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        root: Path | str | None = None,
+        *,
+        socket_path: Path | str | None = None,
+        timeout: float | None = 60.0,
+        handshake: bool = True,
+        client_name: str = "xum-client",
+    ) -> None:
+        self.root = str(root or default_root())
+        self.socket_path = str(socket_path or socket_path_for(root))
+        self.timeout = timeout
+        self.server: HelloResult | None = None
+        self._handshake = handshake
+        self._client_name = client_name
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._stream: anyio.abc.SocketStream | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._lost: str | None = None
+        self._send_lock = anyio.Lock()
+        self._notify_send, self._notify_receive = anyio.create_memory_object_stream[dict[str, Any]](
+            NOTIFICATION_BUFFER
+        )
+
+    # -- connection ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncClient:
+        try:
+            self._stream = await anyio.connect_unix(self.socket_path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            reason = "stale socket" if isinstance(exc, ConnectionRefusedError) else "no socket"
+            raise DaemonNotRunning(self.root, self.socket_path, reason) from None
+        except PermissionError:
+            raise XumClientError(
+                f"permission denied on {self.socket_path}: the daemon belongs to another user"
+            ) from None
+        except OSError as exc:
+            raise DaemonNotRunning(self.root, self.socket_path, exc.strerror or str(exc)) from None
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._reader)
+        if self._handshake:
+            try:
+                self.server = await self.call_model(
+                    "hello", hello_params(self._client_name), HelloResult
+                )
+            except BaseException:
+                await self.aclose()
+                raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._tg is None:
+            return
+        tg, self._tg = self._tg, None
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
+        if self._stream is not None:
+            await self._stream.aclose()
+        self._fail_pending("the client was closed")
+
+    def _fail_pending(self, reason: str) -> None:
+        self._lost = self._lost or reason
+        for pending in self._pending.values():
+            pending.done.set()
+        self._notify_send.close()
+
+    async def _reader(self) -> None:
+        assert self._stream is not None
+        reader = BufferedByteReceiveStream(self._stream)
+        try:
+            while True:
+                line = await reader.receive_until(framing.DELIMITER, MAX_FRAME)
+                if not line.strip():
+                    continue
+                message = framing.decode(line)
+                if isinstance(message, dict) and "method" in message and "id" not in message:
+                    try:
+                        self._notify_send.send_nowait(message)
+                    except anyio.WouldBlock:
+                        self._fail_pending("too many unread events; the connection was dropped")
+                        return
+                    continue
+                request_id = message.get("id") if isinstance(message, dict) else None
+                pending = self._pending.get(request_id) if isinstance(request_id, int) else None
+                if pending is not None:
+                    pending.reply = message
+                    pending.done.set()
+                elif isinstance(message, dict) and "error" in message:
+                    # id null: the daemon could not read a request; every waiter learns why.
+                    for waiting in self._pending.values():
+                        waiting.reply = message
+                        waiting.done.set()
+        except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError):
+            self._fail_pending("the daemon closed the connection")
+        except (anyio.DelimiterNotFound, ValueError):
+            self._fail_pending("the daemon sent an unreadable frame")
+        except OSError as exc:
+            self._fail_pending(f"connection error: {exc}")
+
+    # -- calls -----------------------------------------------------------------------------
+
+    async def call(
+        self,
+        method: str,
+        params: Mapping[str, Any] | Sequence[Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Call `method`; returns its result object or raises the typed error."""
+        if self._stream is None or self._tg is None:
+            raise XumClientError("not connected: use `async with AsyncClient(...)`")
+        if self._lost:
+            raise ConnectionLost(self._lost)
+        request_id = next(self._ids)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
+        if params is not None:
+            message["params"] = dict(params) if isinstance(params, Mapping) else list(params)
+        pending = self._pending[request_id] = _Pending()
+        limit = self.timeout if timeout is None else timeout
+        try:
+            with anyio.fail_after(limit):
+                async with self._send_lock:
+                    await self._stream.send(framing.encode(message))
+                await pending.done.wait()
+        except TimeoutError:
+            raise ClientTimeout(f"no answer to {method} within {limit}s") from None
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            raise ConnectionLost("the daemon closed the connection") from None
+        finally:
+            self._pending.pop(request_id, None)
+        if pending.reply is None:
+            raise ConnectionLost(self._lost or "the connection was lost")
+        return check_reply(pending.reply, request_id)
+
+    async def call_model(
+        self,
+        method: str,
+        params: BaseModel | Mapping[str, Any] | None,
+        result: type[M],
+        *,
+        timeout: float | None = None,
+    ) -> M:
+        """Typed call: params may be a protocol model; the result is validated as `result`."""
+        raw = (
+            params.model_dump(mode="json", exclude_none=True)
+            if isinstance(params, BaseModel)
+            else params
+        )
+        return result.model_validate(await self.call(method, raw, timeout=timeout))
+
+    async def status(self) -> DaemonStatusResult:
+        return await self.call_model("daemon.status", None, DaemonStatusResult)
+
+    async def shutdown(self) -> ShutdownResult:
+        return await self.call_model("daemon.shutdown", None, ShutdownResult)
+
+    @asynccontextmanager
+    async def subscribe(self, types: list[str] | None = None) -> AsyncIterator[EventStream]:
+        """Subscribe on this connection; the stream ends when the connection does."""
+        params = {"types": types} if types is not None else {}
+        snapshot = await self.call_model("events.subscribe", params, SubscribeResult)
+        yield EventStream(snapshot, self._notify_receive)
