@@ -148,17 +148,19 @@ def test_async_no_daemon(tmp_short: Path) -> None:
 
 def test_async_subscription_snapshot_then_events_in_order(test_daemon: DaemonProcess) -> None:
     async def main() -> None:
-        async with AsyncClient(test_daemon.root) as client:
-            async with client.subscribe(["test."]) as events:
-                start = events.snapshot.seq
-                await client.call("test.publish", {"type": "test.burst", "count": 20})
-                seen = []
-                with anyio.fail_after(10):
-                    async for event in events:
-                        seen.append(event.seq)
-                        if len(seen) == 20:
-                            break
-                assert seen == list(range(start + 1, start + 21))
+        async with (
+            AsyncClient(test_daemon.root) as client,
+            client.subscribe(["test."]) as events,
+        ):
+            start = events.snapshot.seq
+            await client.call("test.publish", {"type": "test.burst", "count": 20})
+            seen = []
+            with anyio.fail_after(10):
+                async for event in events:
+                    seen.append(event.seq)
+                    if len(seen) == 20:
+                        break
+            assert seen == list(range(start + 1, start + 21))
 
     anyio.run(main)
 
