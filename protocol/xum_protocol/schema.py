@@ -1,4 +1,8 @@
-"""Generate JSON Schema for the whole protocol: `python -m xum_protocol.schema DIR`."""
+"""Generate JSON Schema for the whole protocol: `make schema` (`python -m xum_protocol.schema DIR`).
+
+The output, protocol/schema/xum-protocol.schema.json, is committed for plugin authors; a test
+fails when it is stale, so a change to any model is followed by `make schema`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import orjson
 
 from xum_protocol.errors import ERROR_CODES
 from xum_protocol.methods import METHODS
+from xum_protocol.models.events import EVENT_NOTIFICATION, Event
 from xum_protocol.version import PROTOCOL_VERSION
 
 
@@ -26,9 +31,19 @@ def build_schema() -> dict[str, Any]:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "xum protocol",
         "protocol": PROTOCOL_VERSION,
+        "framing": "JSON-RPC 2.0, one message per line (NDJSON, UTF-8); see docs/PROTOCOL.md",
         "errors": {kind.value: code for kind, code in ERROR_CODES.items()},
         "methods": methods,
+        "notifications": {
+            EVENT_NOTIFICATION: {
+                "summary": "One event on a connection subscribed with events.subscribe.",
+                "params": Event.model_json_schema(mode="serialization"),
+            }
+        },
     }
+
+
+SCHEMA_FILE = "xum-protocol.schema.json"
 
 
 def render() -> bytes:
@@ -39,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     out = Path(args[0] if args else "protocol/schema")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "xum-protocol.schema.json").write_bytes(render())
+    (out / SCHEMA_FILE).write_bytes(render())
     return 0
 
 
