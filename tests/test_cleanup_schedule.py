@@ -16,6 +16,7 @@ import anyio
 import psutil
 import pytest
 from xumd.cleanup.backoff import Backoff
+from xumd.cleanup.clock import SystemClock
 from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import CycleResult
 
@@ -153,7 +154,7 @@ async def test_shutdown_kills_a_hanging_teardown_tree_and_keeps_the_obligation(
         grace_s=0.5,
     )
     world = make_world(base, teardown)
-    retry = RetryService(world.service)  # the real clock: this is about real processes
+    retry = RetryService(world.service, SystemClock())  # real processes, real time
     wid = "ws_" + "d" * 16
     path = plan_dir(world, wid, "d")
     async with anyio.create_task_group() as tg:
@@ -172,3 +173,24 @@ async def test_shutdown_kills_a_hanging_teardown_tree_and_keeps_the_obligation(
     assert ob.kind == "teardown" and ob.state == "pending" and ob.attempts == 0
     assert path.is_dir()
     assert os.path.exists(path / ".xum-incarnation")
+
+
+async def test_a_registry_change_wakes_the_service(base: Path) -> None:
+    # Nothing would run on the timer (30s poll): only the workspace event can wake the lane.
+    world = make_world(base, ScriptTeardown("true"), poll_interval_s=30.0)
+    retry = RetryService(world.service, SystemClock())  # real sleeps, fake (frozen) due times
+    wid = "ws_" + "e" * 16
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(retry.run)
+        await anyio.sleep(0.1)  # let the lanes run their first (empty) cycle and sleep
+        cycles = retry.cycles
+        path = plan_dir(world, wid, "e")
+        world.app.events.publish("process.output", data="chatty")  # not a registry change
+        await anyio.sleep(0.2)
+        assert retry.cycles == cycles and path.exists()
+        world.app.events.publish("workspace.state_changed", workspace={"id": wid})
+        with anyio.fail_after(5):
+            while path.exists():
+                await anyio.sleep(0.02)
+        await retry.stop()
+    assert world.states(wid)["trash"] == "completed"

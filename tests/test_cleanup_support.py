@@ -37,9 +37,12 @@ class FakeClock:
         return self.now
 
     async def sleep(self, seconds: float) -> None:
+        """Returns once the test has advanced the clock far enough (never a hot loop)."""
         import anyio
 
-        await anyio.sleep(0)  # the scheduling tests call run_cycle directly, never sleep
+        target = self.now + seconds
+        while self.now < target:
+            await anyio.sleep(0.01)
 
     def advance(self, seconds: float) -> None:
         self.now += seconds

@@ -2,7 +2,7 @@
 
 - Started after readiness (`app.after_ready`): a daemon with 10,000 pending obligations is ready
   as fast as one with none; discovery is the store itself, read in bounded batches.
-- Wakes at start, after every registry change (any event that is not its own `cleanup.*`), when a
+- Wakes at start, after every registry change (`workspace.*`, `project.*` events), when a
   step it depends on finishes (`poke`), and on a timer (poll_interval_s or the next due time).
 - Never spins: a cycle that attempted nothing waits at least `backoff_initial_s`; failures are
   pushed out by the per-obligation capped backoff.
@@ -21,6 +21,8 @@ from xumd.cleanup.service import LANES, CleanupService, CycleResult
 
 log = logs.get("xumd.cleanup.retry")
 
+REGISTRY_EVENTS = ("workspace.", "project.")
+
 
 class RetryService:
     def __init__(self, service: CleanupService, clock: Clock | None = None) -> None:
@@ -38,8 +40,9 @@ class RetryService:
             self._wake[name].set()
 
     def _on_event(self, event: Event) -> None:
-        # Our own obligation events would only wake us for work we just did.
-        if not event.type.startswith("cleanup."):
+        # Registry changes only: our own obligation events would wake us for work we just did,
+        # and chatty events (process output) must not turn into a query each.
+        if event.type.startswith(REGISTRY_EVENTS):
             self.poke()
 
     async def run(self) -> None:
