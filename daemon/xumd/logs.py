@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any, TextIO
 
 import structlog
 
@@ -11,11 +12,13 @@ LEVELS = ("debug", "info", "warning", "error")
 
 
 def configure(level: str = "info", *, json: bool | None = None) -> None:
+    """Log to stderr at `level`; JSON lines unless stderr is a terminal (or `json` says)."""
     as_json = not sys.stderr.isatty() if json is None else json
     numeric = getattr(logging, level.upper())
     processors: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
+        structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.format_exc_info,
     ]
@@ -25,11 +28,25 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
     structlog.configure(
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_logger_factory,
         cache_logger_on_first_use=True,
     )
 
 
 def get(name: str) -> structlog.stdlib.BoundLogger:
+    """A logger whose every line names its module (`"logger": "xumd.rpc"`)."""
     logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
     return logger
+
+
+class _NamedPrintLogger(structlog.PrintLogger):
+    """A PrintLogger that knows its name, for `add_logger_name` (loggers are created lazily,
+    at first use, so module-level `get()` calls made before `configure` still get it)."""
+
+    def __init__(self, file: TextIO, name: str) -> None:
+        super().__init__(file)
+        self.name = name
+
+
+def _logger_factory(*args: Any) -> _NamedPrintLogger:
+    return _NamedPrintLogger(sys.stderr, str(args[0]) if args else "xumd")

@@ -3,6 +3,12 @@
 Every call runs on the event loop thread and is short (single-row reads and writes, indexed). That
 is deliberate: a transaction never spans an `await`, so a read-check-write sequence (the
 compare-and-swap on a workspace's incarnation, for example) cannot interleave with another task.
+Why that is safe for the loop: the daemon is the database's only writer (the root lock), so a call
+never waits on another writer except someone opening state.db by hand, and `busy_timeout` bounds
+even that; WAL lets readers proceed during a write. A call or transaction slower than
+`SLOW_MS` is logged (`store.slow_call`, `store.slow_transaction`), so a regression shows up in
+the log instead of as a silently stalled event loop. Work that is not short (scanning a
+checkout, running git) never happens inside a transaction.
 Migrations are numbered SQL files applied in order; a database written by a newer schema is refused,
 never overwritten.
 """
@@ -11,11 +17,20 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from xumd import logs
+
+log = logs.get("xumd.store")
+
+SLOW_MS = 100.0
+"""A store call or transaction longer than this is logged: the event loop waited that long."""
+BUSY_TIMEOUT_MS = 5000
 
 _MIGRATION_RE = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
 
@@ -50,13 +65,14 @@ class Store:
             raise StoreError(f"cannot open the state database {path}: {exc}") from exc
         self._db.row_factory = sqlite3.Row
         self._depth = 0
+        self.slow_ms = SLOW_MS
         try:
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
                 raise StoreError(f"{path}: cannot switch to WAL mode (got {mode})")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         except sqlite3.DatabaseError as exc:
             self._db.close()
             raise StoreError(f"{path} is not a usable xum state database: {exc}") from exc
@@ -99,6 +115,7 @@ class Store:
             finally:
                 self._depth -= 1
             return
+        started = time.perf_counter()
         self._db.execute("BEGIN IMMEDIATE")
         self._depth = 1
         try:
@@ -110,16 +127,36 @@ class Store:
         else:
             self._depth = 0
             self._db.execute("COMMIT")
+        finally:
+            self._check_slow("store.slow_transaction", started)
+
+    def _check_slow(self, event: str, started: float, sql: str = "") -> None:
+        ms = (time.perf_counter() - started) * 1000
+        if ms > self.slow_ms:
+            # The statement's text only (never its arguments: they may hold paths or names).
+            log.warning(event, ms=round(ms, 2), sql=sql[:200])
 
     def execute(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
-        return self._db.execute(sql, args)
+        started = time.perf_counter()
+        try:
+            return self._db.execute(sql, args)
+        finally:
+            self._check_slow("store.slow_call", started, sql)
 
     def one(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = self._db.execute(sql, args).fetchone()
-        return row
+        started = time.perf_counter()
+        try:
+            row: sqlite3.Row | None = self._db.execute(sql, args).fetchone()
+            return row
+        finally:
+            self._check_slow("store.slow_call", started, sql)
 
     def all(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
-        return list(self._db.execute(sql, args).fetchall())
+        started = time.perf_counter()
+        try:
+            return list(self._db.execute(sql, args).fetchall())
+        finally:
+            self._check_slow("store.slow_call", started, sql)
 
     def ping(self) -> bool:
         """A cheap liveness check that reads the database file (its header), not just SQLite."""
