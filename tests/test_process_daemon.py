@@ -85,6 +85,10 @@ def test_run_a_command_in_a_workspace_and_refuse_bad_input(
     assert not_pid.kind == "invalid_params" and "not a running process" in str(not_pid)
     assert err(daemon, "process.get", {"process_id": "proc_" + "0" * 16}).kind == "not_found"
     assert err(daemon, "process.get", {"process_id": ws["id"]}).kind == "invalid_scope"
+    unknown_ws = "ws_" + "0" * 16
+    assert err(daemon, "process.list", {"workspace_id": unknown_ws}).kind == "not_found"
+    assert err(daemon, "lease.list", {"workspace_id": unknown_ws}).kind == "not_found"
+    assert err(daemon, "process.holders", {"workspace_id": unknown_ws}).kind == "not_found"
 
     daemon.call("workspace.archive", {"workspace_id": ws["id"]})
     archived = err(

@@ -194,3 +194,28 @@ async def test_exited_processes_are_pruned_to_a_bound(tmp_path: Path) -> None:
             await h.sup.wait(m, 10)
             done.append(m.id)
         assert sorted(h.sup.procs) == sorted(done[-2:])
+
+
+async def test_release_all_is_bounded_and_reports_what_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running(Harness(tmp_path, grace_s=0.2)) as h:
+        ref = h.workspace()
+        quick = await h.sup.spawn(workspace_id=ref.id, kind="exec", argv=stubborn_argv(1))
+        await wait_for(lambda: len(pids_in(quick.ring.head.decode())) == 2)
+        stopped, left = await h.sup.release_all(ref.id, 6.0)
+        assert stopped == [quick.id] and left == []
+
+        stuck = await h.sup.spawn(workspace_id=ref.id, kind="agent", argv=["sleep", "60"])
+
+        async def kill_never_lands(pid: int, pgid: int | None, grace_s: float) -> bool:
+            await anyio.sleep(3600)  # a fault: the process never dies (e.g. stuck in D state)
+            return False
+
+        monkeypatch.setattr("xumd.processes.supervisor.kill_tree", kill_never_lands)
+        started = time.monotonic()
+        stopped, left = await h.sup.release_all(ref.id, 0.5)
+        assert time.monotonic() - started < 1.5
+        assert stopped == [] and [m.id for m in left] == [stuck.id]
+        monkeypatch.undo()
+        await h.sup.stop(stuck, 0.2)

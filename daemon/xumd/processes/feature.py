@@ -163,7 +163,18 @@ def install(app: App) -> None:
         )
         return ProcessResult(process=_info(managed))
 
+    def _known_workspace(workspace_id: str | None) -> None:
+        """A filter naming an unknown workspace is an error, not an empty list. A removed
+        workspace whose processes or leases are still around is known."""
+        if workspace_id is None:
+            return
+        check_id(workspace_id, "ws_", "workspace")
+        if sup.select(workspace_id) or leases.rows(workspace_id):
+            return
+        _workspace_ref(workspace_id)
+
     async def list_(p: ListParams, ctx: RequestContext) -> ListResult:
+        _known_workspace(p.workspace_id)
         return ListResult(processes=[_info(m) for m in sup.select(p.workspace_id)])
 
     async def get(p: ProcessRef, ctx: RequestContext) -> ProcessResult:
@@ -259,8 +270,7 @@ def install(app: App) -> None:
         return ReleaseResult(released=lease.id)
 
     async def lease_list(p: LeaseListParams, ctx: RequestContext) -> LeaseListResult:
-        if p.workspace_id is not None:
-            check_id(p.workspace_id, "ws_", "workspace")
+        _known_workspace(p.workspace_id)
         sup.settle(p.workspace_id)
         live, reclaimed = leases.reclaim_dead(p.workspace_id, skip=sup._is_ours)
         return LeaseListResult(

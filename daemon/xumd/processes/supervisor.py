@@ -511,8 +511,9 @@ class Supervisor:
             managed.state = "stopping"
             self.events.publish("process.stopping", process=managed.info())
         if managed.pid:
-            with anyio.CancelScope(shield=True):
-                await kill_tree(managed.pid, managed.pgid, grace)
+            # Not shielded: a caller's deadline (release_all, shutdown) bounds the whole stop;
+            # a stop cut short leaves the process reported as still running, never waited on.
+            await kill_tree(managed.pid, managed.pgid, grace)
         with anyio.move_on_after(CONFIRM_S):
             await managed.exited.wait()
         if managed.live_state:
