@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-reliability test-reliability-sample lint typecheck fmt schema bench clean
+.PHONY: install run test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean
 
 install: $(STAMP)
 
@@ -33,6 +33,10 @@ fmt: install
 
 schema: install
 	$(BIN)/python -m xum_protocol.schema protocol/schema
+
+# The systemd units and launchd plist in systemd/ are rendered from xum_client/units.py.
+units: install
+	$(BIN)/python -m xum_client.units systemd
 
 test-reliability: install
 	$(BIN)/python -m pytest -q -m reliability -o addopts=""

@@ -133,7 +133,7 @@ def test_repository_units_are_up_to_date() -> None:
     for name, text in units.repository_files().items():
         path = REPO / "systemd" / name
         assert path.exists() and path.read_text() == text, (
-            f"systemd/{name} is stale: run `.venv/bin/python -m xum_client.units systemd`"
+            f"systemd/{name} is stale: run `make units`"
         )
 
 
