@@ -15,6 +15,7 @@ Config:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tomllib
@@ -123,6 +124,10 @@ class ScriptRunner:
         self.root = root
         self.timeout_s = timeout_s
         self.grace_s = grace_s
+        # Set by the processes feature (xumd.processes.leases.LeaseStore): each run holds a
+        # durable use lease (kind setup/teardown) with its child's pid, so it makes the
+        # workspace busy and survives a daemon crash.
+        self.leases: Any = None
 
     async def run(
         self,
@@ -158,6 +163,11 @@ class ScriptRunner:
             )
         return await self._run_commands(phase, commands, config.hash, workspace, cwd)
 
+    def _lease(self, ws: WorkspaceRef, phase: Phase) -> Any:
+        if self.leases is None:
+            return contextlib.nullcontext(None)
+        return self.leases.covering(ws.id, phase, label=f"{phase} script")
+
     async def _run_commands(
         self, phase: Phase, commands: list[str], digest: str, ws: WorkspaceRef, cwd: Path
     ) -> ScriptOutcome:
@@ -172,14 +182,16 @@ class ScriptRunner:
             output.feed(f"$ {command}\n".encode())
             log.info("script.start", phase=phase, workspace=ws.id, index=index)
             try:
-                result = await run_command(
-                    ["/bin/sh", "-c", command],
-                    cwd=cwd,
-                    env=env,
-                    timeout_s=self.timeout_s,
-                    grace_s=self.grace_s,
-                    output_limit=OUTPUT_LIMIT,
-                )
+                async with self._lease(ws, phase) as lease:
+                    result = await run_command(
+                        ["/bin/sh", "-c", command],
+                        cwd=cwd,
+                        env=env,
+                        timeout_s=self.timeout_s,
+                        grace_s=self.grace_s,
+                        output_limit=OUTPUT_LIMIT,
+                        on_start=lease.on_start if lease is not None else None,
+                    )
             except (CommandNotFound, OSError) as exc:
                 return ScriptOutcome(
                     status="failed",

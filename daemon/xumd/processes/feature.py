@@ -111,6 +111,13 @@ def install(app: App) -> None:
     )
     sup.exit_listeners.append(auto.on_exit)
 
+    # Setup/teardown runs hold a lease too (ScriptRunner wraps each command in `covering`).
+    from xumd.lifecycle.scripts import ScriptRunner
+
+    runner = app.find(ScriptRunner)
+    if runner is not None:
+        runner.leases = leases
+
     hooks = app.get(LifecycleHooks)
     hooks.holder_probes.append(quiet.holders)
     hooks.stoppers.append(quiet.stop)
