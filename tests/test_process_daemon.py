@@ -209,6 +209,7 @@ def test_keep_processes_leaves_agents_running_for_the_next_start(
 ) -> None:
     ws = insert_workspace(root, tmp_short / "checkouts" / "w")
     daemon = DaemonProcess(root, args=["--keep-processes"]).start()
+    agent: dict[str, Any] = {"pid": 0}
     try:
         agent = spawn(daemon, ws, ["sleep", "60"], kind="agent")
         cmd = spawn(daemon, ws, ["sleep", "60"])
@@ -224,7 +225,7 @@ def test_keep_processes_leaves_agents_running_for_the_next_start(
         assert not alive(agent["pid"])
     finally:
         daemon.close()
-        if alive(agent["pid"]):
+        if agent["pid"] and alive(agent["pid"]):
             os.kill(agent["pid"], signal.SIGKILL)
 
 

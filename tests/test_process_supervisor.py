@@ -215,7 +215,7 @@ async def test_release_all_is_bounded_and_reports_what_still_runs(
         monkeypatch.setattr("xumd.processes.supervisor.kill_tree", kill_never_lands)
         started = time.monotonic()
         stopped, left = await h.sup.release_all(ref.id, 0.5)
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 3.0  # 0.5s deadline, slack for a loaded machine
         assert stopped == [] and [m.id for m in left] == [stuck.id]
         monkeypatch.undo()
         await h.sup.stop(stuck, 0.2)

@@ -475,10 +475,8 @@ class Supervisor:
         child = self._require_child(managed, "resize")
         if not child.pty:
             raise XumError(ErrorKind.INVALID_STATE, f"process {managed.id} has no PTY")
+        # The kernel sends SIGWINCH to the terminal's foreground process group itself.
         set_winsize(child.output_fd, cols, rows)
-        with contextlib.suppress(OSError):
-            if managed.pgid:
-                os.killpg(managed.pgid, signal.SIGWINCH)
 
     def signal(self, managed: Managed, sig: signal.Signals) -> None:
         if not managed.live_state or not managed.pgid:
