@@ -55,7 +55,7 @@ def test_sync_typed_call(test_daemon: DaemonProcess) -> None:
 
 def test_sync_timeout(test_daemon: DaemonProcess) -> None:
     with Client(test_daemon.root, timeout=0.3) as client, pytest.raises(ClientTimeout):
-        client.call("test.sleep", {"seconds": 5})
+        client.call("test.sleep", {"seconds": 1.5})
 
 
 def test_no_daemon_and_stale_socket(tmp_short: Path) -> None:
@@ -115,7 +115,7 @@ def test_async_typed_errors_and_timeout(test_daemon: DaemonProcess) -> None:
             with pytest.raises(MethodNotFound):
                 await client.call("no.such")
             with pytest.raises(ClientTimeout):
-                await client.call("test.sleep", {"seconds": 5}, timeout=0.2)
+                await client.call("test.sleep", {"seconds": 1.5}, timeout=0.2)
             # The connection is still usable after a client-side timeout.
             assert (await client.status()).pid == test_daemon.pid
 

@@ -122,3 +122,54 @@ def test_unknown_fault_point_refused(root: Path) -> None:
     )
     assert done.returncode == 4
     assert "no.such.point" in done.stderr
+
+
+def test_version_and_help() -> None:
+    version = subprocess.run(
+        [sys.executable, "-m", "xumd", "--version"], capture_output=True, text=True, timeout=30
+    )
+    assert version.returncode == 0 and version.stdout.startswith("xumd ")
+    help_text = subprocess.run(
+        [sys.executable, "-m", "xumd", "--help"], capture_output=True, text=True, timeout=30
+    )
+    assert help_text.returncode == 0
+    for option in ("--root", "--socket", "--log-level", "--list-fault-points"):
+        assert option in help_text.stdout
+
+
+def test_fault_points_are_listed_one_per_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "xumd", "--list-fault-points"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    names = done.stdout.splitlines()
+    assert names == sorted(set(names))
+    assert all(name and " " not in name and "." in name for name in names)
+
+
+def test_root_from_xdg_state_home(tmp_short: Path) -> None:
+    state = tmp_short / "state"
+    env = {"XDG_STATE_HOME": str(state)}
+    proc = DaemonProcess(state / "xum", env=env)
+    proc.args = []
+    # Started without --root: the launcher below drops it, so the default must be used.
+    proc.launcher = [sys.executable, "-c", _DROP_ROOT]
+    proc.start()
+    try:
+        assert proc.call("daemon.status")["root"] == str(state / "xum")
+        assert stat.S_IMODE((state / "xum").stat().st_mode) == 0o700
+    finally:
+        proc.close()
+
+
+# Runs `python -m xumd` with the `--root X` pair removed from its argv.
+_DROP_ROOT = (
+    "import os, sys\n"
+    "argv = sys.argv[1:]\n"
+    "i = argv.index('--root')\n"
+    "del argv[i:i + 2]\n"
+    "os.environ.pop('XUM_ROOT', None)\n"
+    "os.execv(argv[0], argv)\n"
+)
