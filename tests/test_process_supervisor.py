@@ -217,5 +217,8 @@ async def test_release_all_is_bounded_and_reports_what_still_runs(
         stopped, left = await h.sup.release_all(ref.id, 0.5)
         assert time.monotonic() - started < 3.0  # 0.5s deadline, slack for a loaded machine
         assert stopped == [] and [m.id for m in left] == [stuck.id]
+        assert stuck.state == "pending_stop"  # reported, and it keeps blocking cleanup
+        holders = await h.quiet.holders(ref)
+        assert [(x.kind, x.pid) for x in holders] == [("pending_stop", stuck.pid)]
         monkeypatch.undo()
         await h.sup.stop(stuck, 0.2)

@@ -529,7 +529,11 @@ class Supervisor:
             async with anyio.create_task_group() as tg:
                 for managed in targets:
                     tg.start_soon(self.stop, managed, grace)
-        return [m for m in targets if m.live_state]
+        left = [m for m in targets if m.live_state]
+        for managed in left:
+            # Cut short by the deadline: an unconfirmed stop, reported, blocking cleanup.
+            self._mark_pending(managed)
+        return left
 
     async def release_all(
         self, workspace_id: str, deadline_s: float
@@ -551,7 +555,15 @@ class Supervisor:
         targets = [m for m in self.procs.values() if m.foreground_peer == peer_id and m.live_state]
         if targets and self._tg is not None:
             log.info("process.session_released", peer=peer_id, processes=[m.id for m in targets])
-            self._tg.start_soon(self.stop_many, targets, self.grace_s + CONFIRM_S + 4.0)
+            self._tg.start_soon(self._release_session, peer_id, targets)
+
+    async def _release_session(self, peer_id: int, targets: list[Managed]) -> None:
+        """Bounded: what still runs afterwards is reported (logged, and `pending_stop`)."""
+        left = await self.stop_many(targets, self.grace_s + CONFIRM_S + 4.0)
+        if left:
+            log.warning(
+                "process.session_release_left", peer=peer_id, processes=[m.id for m in left]
+            )
 
     async def background(self, managed: Managed) -> Managed:
         """Detach a foreground exec from its caller. A refused or failed move stops the command,
