@@ -14,7 +14,7 @@ from bench.settings import Settings
 from bench.stats import Figure
 
 # Suite name -> module with `run(settings) -> list[Figure]`, in run order.
-SUITES = {"rpc": "bench.rpc", "lifecycle": "bench.lifecycle"}
+SUITES = {"rpc": "bench.rpc", "lifecycle": "bench.lifecycle", "scale": "bench.scale"}
 
 
 def _parser() -> argparse.ArgumentParser:

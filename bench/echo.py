@@ -1,9 +1,10 @@
 """The floor for RPC figures: a bare asyncio NDJSON server on a Unix socket.
 
 It decodes each line with orjson and answers with a result of the same shape and size as
-`daemon.status` (so both sides move the same bytes), but does no dispatch, no validation, no
-logging and no bookkeeping. Run as `python -m bench.echo SOCKET`; it sends READY=1 to
-NOTIFY_SOCKET once it listens, exactly like xumd.
+`daemon.status` (so both sides move the same bytes), or with a canned result file given as the
+second argument; `test.publish` is broadcast to every other connection (the fan-out floor).
+No dispatch, no validation, no logging, no bookkeeping. Run as `python -m bench.echo SOCKET
+[RESULT.json]`; it sends READY=1 to NOTIFY_SOCKET once it listens, exactly like xumd.
 """
 
 from __future__ import annotations
@@ -30,7 +31,20 @@ _STATUS = {
 }
 
 
+_PAYLOAD: object = _STATUS
+_WRITERS: set[asyncio.StreamWriter] = set()
+
+
+def _broadcast(params: object, sender: asyncio.StreamWriter) -> None:
+    """The floor of event fan-out: one line written to every other connection."""
+    line = orjson.dumps({"jsonrpc": "2.0", "method": "event", "params": params}) + b"\n"
+    for other in _WRITERS:
+        if other is not sender:
+            other.write(line)
+
+
 async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    _WRITERS.add(writer)
     try:
         while True:
             line = await reader.readline()
@@ -41,13 +55,16 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
             except orjson.JSONDecodeError:
                 writer.write(b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}\n')
                 continue
+            if isinstance(message, dict) and message.get("method") == "test.publish":
+                _broadcast(message.get("params"), writer)
             if isinstance(message, dict) and "id" in message:
-                reply = {"jsonrpc": "2.0", "id": message["id"], "result": _STATUS}
+                reply = {"jsonrpc": "2.0", "id": message["id"], "result": _PAYLOAD}
                 writer.write(orjson.dumps(reply) + b"\n")
                 await writer.drain()
     except (ConnectionError, asyncio.IncompleteReadError):
         pass
     finally:
+        _WRITERS.discard(writer)
         writer.close()
 
 
@@ -72,4 +89,7 @@ async def _main(path: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2:  # a canned result (e.g. a captured workspace.list answer)
+        with open(sys.argv[2], "rb") as canned:
+            _PAYLOAD = orjson.loads(canned.read())
     asyncio.run(_main(sys.argv[1]))

@@ -91,12 +91,15 @@ def xumd(root: Path, *, log_level: str = "warning", env: dict[str, str] | None =
     return Launched(argv, root / "xumd.sock", env)
 
 
-def echo_server(socket_path: Path) -> Launched:
+def echo_server(socket_path: Path, payload: Path | None = None) -> Launched:
     argv = [sys.executable, "-m", "bench.echo", str(socket_path)]
-    return Launched(argv, socket_path, {"PYTHONPATH": _repo_root()})
+    if payload is not None:
+        argv.append(str(payload))
+    return Launched(argv, socket_path, {"PYTHONPATH": repo_path()})
 
 
-def _repo_root() -> str:
+def repo_path() -> str:
+    """PYTHONPATH for a child that imports the bench package."""
     here = Path(__file__).resolve().parent.parent
     existing = os.environ.get("PYTHONPATH")
     return f"{here}{os.pathsep}{existing}" if existing else str(here)

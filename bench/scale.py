@@ -1,0 +1,288 @@
+"""Scale figures: startup and workspace.list with 10,000 workspaces and 1,000 pending
+obligations on record; 64 parallel creates across 4 repositories; event fan-out to 100
+subscribers."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import procs, synth
+from bench.client import Conn
+from bench.settings import Settings
+from bench.stats import Figure
+
+DAY = 86_400.0
+
+
+def _hex() -> str:
+    return secrets.token_hex(8)
+
+
+def populate(root: Path, workspaces: int, obligations: int) -> None:
+    """Rows written straight into the real schema (the daemon migrated it), with real
+    directories and incarnation markers for the active ones, so a startup pass that reconciles
+    records with the disk finds them consistent."""
+    project_dir = root.parent / "proj"
+    project_dir.mkdir()
+    st = project_dir.stat()
+    now = time.time()
+    db = sqlite3.connect(root / "state.db")
+    with db:
+        db.execute(
+            "INSERT INTO projects (id, name, path, dev, ino, kind, created_at, updated_at)"
+            " VALUES ('prj_0000000000000001', 'proj', ?, ?, ?, 'directory', ?, ?)",
+            (str(project_dir), st.st_dev, st.st_ino, now, now),
+        )
+        base = root / "workspaces" / "proj"
+        base.mkdir(parents=True)
+        for index in range(workspaces):
+            ws_id, inc = f"ws_{_hex()}", secrets.token_hex(16)
+            path = base / f"w{index}"
+            state = "archived" if index % 10 == 9 else "active"
+            dev = ino = None
+            if state == "active":
+                path.mkdir()
+                (path / ".xum-incarnation").write_text(f"xum {ws_id} {inc}\n")
+                pst = path.stat()
+                dev, ino = pst.st_dev, pst.st_ino
+            db.execute(
+                "INSERT INTO workspaces (id, project_id, name, runtime, path, state, incarnation,"
+                " dev, ino, setup_status, created_at, updated_at)"
+                " VALUES (?, 'prj_0000000000000001', ?, 'directory', ?, ?, ?, ?, ?, 'none', ?, ?)",
+                (ws_id, f"w{index}", str(path), state, inc, dev, ino, now, now),
+            )
+        for index in range(obligations):
+            db.execute(
+                "INSERT INTO cleanup_obligations (id, workspace_id, project_id, kind, seq, path,"
+                " incarnation, state, attempts, next_attempt_at, last_error, detail, created_at,"
+                " updated_at) VALUES (?, ?, 'prj_0000000000000001', 'reclaim', 0, ?, ?,"
+                " 'pending', 3, ?, 'device busy (synthetic)', '{}', ?, ?)",
+                (
+                    f"ob_{_hex()}",
+                    f"ws_{_hex()}",
+                    str(root / "trash" / f"gone{index}"),
+                    secrets.token_hex(16),
+                    now + DAY,  # on record and pending, not due during the measurement
+                    now,
+                    now,
+                ),
+            )
+    db.close()
+
+
+async def _rtt(sock: Path, method: str, params: dict[str, Any], count: int) -> list[float]:
+    conn = await Conn.open(sock, hello=True)
+    try:
+        await conn.call(method, params)  # warm-up
+        out = []
+        for _ in range(count):
+            started = time.perf_counter()
+            await conn.call(method, params)
+            out.append(time.perf_counter() - started)
+        return out
+    finally:
+        await conn.close()
+
+
+def _sqlite_read_s(db: Path) -> float:
+    started = time.perf_counter()
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute("SELECT * FROM workspaces")]
+    conn.close()
+    orjson.dumps(rows)
+    return time.perf_counter() - started
+
+
+def _records(settings: Settings) -> list[Figure]:
+    tag = f"{settings.list_workspaces:,} workspaces, {settings.list_obligations:,} obligations"
+    ready = Figure(
+        "scale", f"time to ready ({tag})", "ms", "python that reads every row, then READY=1"
+    )
+    listing = Figure(
+        "scale",
+        f"workspace.list, all ({tag})",
+        "ms",
+        "sqlite read of the rows + the same answer bytes from the echo server",
+    )
+    work = procs.short_dir("xbs-")
+    root = work / "root"
+    try:
+        procs.xumd(root).start().stop()
+        populate(root, settings.list_workspaces, settings.list_obligations)
+        for _ in range(settings.repeats):
+            floor = procs.Launched(
+                [procs.sys.executable, "-m", "bench.floor_reader", str(root / "state.db")],
+                work / "unused.sock",
+                {"PYTHONPATH": procs.repo_path()},
+            ).start()
+            floor.stop()
+            daemon = procs.xumd(root).start()
+            try:
+                assert daemon.ready_s is not None and floor.ready_s is not None
+                ready.add(daemon.ready_s * 1000, floor.ready_s * 1000)
+                answer = asyncio.run(_capture(daemon.socket_path))
+                canned = work / "answer.json"
+                canned.write_bytes(orjson.dumps(answer))
+                echo = procs.echo_server(work / "echo.sock", canned).start()
+                try:
+                    count = 3 if settings.quick else 10
+                    mine = asyncio.run(_rtt(daemon.socket_path, "workspace.list", {}, count))
+                    base = asyncio.run(_rtt(echo.socket_path, "workspace.list", {}, count))
+                    read = min(_sqlite_read_s(root / "state.db") for _ in range(3))
+                    listing.add(min(mine) * 1000, (min(base) + read) * 1000)
+                finally:
+                    echo.stop()
+            finally:
+                daemon.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return [ready, listing]
+
+
+async def _capture(sock: Path) -> Any:
+    conn = await Conn.open(sock, hello=True)
+    try:
+        return await conn.call("workspace.list", {})
+    finally:
+        await conn.close()
+
+
+def _parallel_creates(settings: Settings) -> Figure:
+    total = settings.parallel_creates
+    per_repo = total // 4
+    fig = Figure(
+        "scale",
+        f"{total} parallel workspace.create across 4 repos (wall)",
+        "ms",
+        "4 threads, one per repo, each doing git worktree add -b in turn",
+    )
+    work = procs.short_dir("xbp-")
+    try:
+        template = synth.make_template(work / "template", 200)
+        xrepos = [synth.copy(template, work / f"x{i}") for i in range(4)]
+        frepos = [synth.copy(template, work / f"f{i}") for i in range(4)]
+        daemon = procs.xumd(work / "root").start()
+        try:
+            projects = asyncio.run(_add_projects(daemon.socket_path, xrepos))
+            for rep in range(settings.repeats):
+                started = time.perf_counter()
+                asyncio.run(_creates(daemon.socket_path, projects, per_repo, rep))
+                mine = time.perf_counter() - started
+
+                def adds(repo: Path, r: int = rep) -> None:
+                    for k in range(per_repo):
+                        name = f"r{r}-{k}"
+                        synth.git(
+                            repo,
+                            "worktree",
+                            "add",
+                            "-q",
+                            "-b",
+                            name,
+                            str(repo.parent / f"{repo.name}-wt" / name),
+                            "HEAD",
+                        )
+
+                threads = [threading.Thread(target=adds, args=(repo,)) for repo in frepos]
+                started = time.perf_counter()
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                fig.add(mine * 1000, (time.perf_counter() - started) * 1000)
+        finally:
+            daemon.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return fig
+
+
+async def _add_projects(sock: Path, repos: list[Path]) -> list[str]:
+    conn = await Conn.open(sock, hello=True)
+    try:
+        return [(await conn.call("project.add", {"path": str(r)}))["project"]["id"] for r in repos]
+    finally:
+        await conn.close()
+
+
+async def _creates(sock: Path, projects: list[str], per_repo: int, rep: int) -> None:
+    conns = [await Conn.open(sock) for _ in range(per_repo * len(projects))]
+    try:
+        await asyncio.gather(
+            *(
+                conn.call(
+                    "workspace.create",
+                    {"project_id": projects[i % len(projects)], "name": f"r{rep}-{i}"},
+                )
+                for i, conn in enumerate(conns)
+            )
+        )
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+EVENT = {
+    "type": "workspace.state_changed",
+    "data": {"workspace": {"id": "ws_" + "0" * 16, "state": "active", "path": "/tmp/x" * 10}},
+}
+
+
+async def _fanout_once(sock: Path, subscribers: int, daemon: bool) -> float:
+    subs = [await Conn.open(sock) for _ in range(subscribers)]
+    trigger = await Conn.open(sock)
+    try:
+        if daemon:
+            for sub in subs:
+                await sub.call("events.subscribe", {})
+        else:
+            for sub in subs:  # same round trip as a subscription, to the floor
+                await sub.call("daemon.status", {})
+        started = time.perf_counter()
+        await trigger.call("test.publish", EVENT)
+        await asyncio.gather(*(sub.read_message() for sub in subs))
+        return time.perf_counter() - started
+    finally:
+        for conn in [*subs, trigger]:
+            await conn.close()
+
+
+def _fanout(settings: Settings) -> Figure:
+    fig = Figure(
+        "scale",
+        f"event fan-out to {settings.subscribers} subscribers (publish -> last received)",
+        "ms",
+        "bare asyncio server writing the line to every connection",
+    )
+    work = procs.short_dir("xbf-")
+    try:
+        root = work / "root"
+        root.mkdir(mode=0o700)
+        (root / "config.toml").write_text("enable_test_methods = true\n")
+        daemon = procs.xumd(root).start()
+        echo = procs.echo_server(work / "echo.sock").start()
+        try:
+            for _ in range(settings.repeats):
+                mine = asyncio.run(_fanout_once(daemon.socket_path, settings.subscribers, True))
+                base = asyncio.run(_fanout_once(echo.socket_path, settings.subscribers, False))
+                fig.add(mine * 1000, base * 1000)
+        finally:
+            echo.stop()
+            daemon.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return fig
+
+
+def run(settings: Settings) -> list[Figure]:
+    return [*_records(settings), _parallel_creates(settings), _fanout(settings)]
