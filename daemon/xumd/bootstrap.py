@@ -11,8 +11,10 @@ from xumd.cleanup import feature as cleanup_feature
 from xumd.lifecycle import feature as lifecycle_feature
 from xumd.lifecycle.seams import LifecycleHooks
 from xumd.processes import feature as processes_feature
+from xumd.recovery import feature as recovery_feature
 from xumd.rpc import spec_examples
 from xumd.services import daemon_service
+from xumd.turns import feature as turns_feature
 
 
 def install_features(app: App) -> None:
@@ -22,6 +24,7 @@ def install_features(app: App) -> None:
     lifecycle_feature.install(app)  # lifecycle (projects, workspaces)
     cleanup_feature.install(app)  # cleanup obligations + retry (after lifecycle)
     processes_feature.install(app)  # processes + leases (after lifecycle and cleanup)
-    # turns + recovery                  -> xumd.recovery.feature.install(app)
+    turns_feature.install(app)  # delegated turns (after lifecycle)
+    recovery_feature.install(app)  # startup pass + strays (last: runs after the others' hooks)
     if app.config.enable_test_methods:
         spec_examples.install(app.router)

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from xum_protocol.methods_base import MethodSpec
-from xum_protocol.models import cleanup, daemon, events, lease, process, project, turn, workspace
+from xum_protocol.models import (
+    cleanup,
+    daemon,
+    events,
+    lease,
+    process,
+    project,
+    recovery,
+    turn,
+    workspace,
+)
 
-_DOMAINS = (daemon, project, workspace, cleanup, process, lease, turn, events)
+_DOMAINS = (daemon, project, workspace, cleanup, process, lease, turn, recovery, events)
 
 METHODS: dict[str, MethodSpec] = {}
 for _domain in _DOMAINS:

@@ -14,8 +14,9 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,16 @@ RENAME_AFTER_MOVE = faults.declare("workspace.rename.after_move")
 RENAME_AFTER_BRANCH = faults.declare("workspace.rename.after_branch")
 
 UNDO_DEADLINE_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class IntentBinding:
+    """A delegated turn's binding, written by the daemon in the target's intent transaction
+    (never from client params): `record(workspace_id)` runs inside that same transaction."""
+
+    handle_id: str
+    owner_workspace_id: str
+    record: Callable[[str], None]
 
 
 def _err(kind: ErrorKind, message: str, **data: Any) -> XumError:
@@ -198,15 +209,20 @@ class WorkspaceService:
 
     # -- create ----------------------------------------------------------------------------------
 
-    async def create(self, params: WorkspaceCreateParams) -> WorkspaceCreateResult:
+    async def create(
+        self, params: WorkspaceCreateParams, binding: IntentBinding | None = None
+    ) -> WorkspaceCreateResult:
         project = self.project(params.project_id)
         ids.check_name(params.name)
         async with self.coord.project_shared(project.id, label=f"create {params.name}"):
             project = self.project(params.project_id)
-            return await self._create(project, params)
+            return await self._create(project, params, binding)
 
     async def _create(
-        self, project: ProjectRow, params: WorkspaceCreateParams
+        self,
+        project: ProjectRow,
+        params: WorkspaceCreateParams,
+        binding: IntentBinding | None = None,
     ) -> WorkspaceCreateResult:
         name = params.name
         runtime = params.runtime
@@ -238,8 +254,8 @@ class WorkspaceService:
                 self.store.execute(
                     "INSERT INTO workspaces (id, project_id, name, runtime, path, branch, base,"
                     " branch_created, state, incarnation, setup_status, created_at, updated_at,"
-                    " auto_archive)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'creating', ?, 'pending', ?, ?, ?)",
+                    " auto_archive, handle_id, owner_workspace_id)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'creating', ?, 'pending', ?, ?, ?, ?, ?)",
                     (
                         workspace_id,
                         project.id,
@@ -253,8 +269,12 @@ class WorkspaceService:
                         now,
                         now,
                         params.auto_archive,
+                        binding.handle_id if binding else None,
+                        binding.owner_workspace_id if binding else None,
                     ),
                 )
+                if binding is not None:
+                    binding.record(workspace_id)
         except sqlite3.IntegrityError:
             raise _err(
                 ErrorKind.CONFLICT, f"project {project.name!r} already has a workspace {name!r}"

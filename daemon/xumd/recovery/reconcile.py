@@ -1,0 +1,358 @@
+"""The startup pass: reconcile every workspace row (and rename journal, and turn) with the disk.
+
+Runs before readiness, after the root lock. Design section 6: a crash lands between an intent
+committed in the store and its effect on disk, or between the effect and its completion. For each
+in-between state the pass rolls forward or back when the disk proves which, and otherwise flags
+the row `interrupted` with a reason for the user to resolve with ordinary calls (`workspace.keep`,
+`workspace.remove`, `workspace.archive`, `workspace.unarchive`, a rename again). It never deletes:
+the only destructive consequence it may plan is a fenced cleanup obligation for a checkout it
+just rolled back (an unarchive that never finished restoring), whose content the snapshot holds.
+
+Cost: one query for all rows, an lstat per settled row (identity agrees: done), marker reads only
+for in-between rows, one transaction for every change; git runs only for a rename journal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xumd import faults, logs
+from xumd.git import Git
+from xumd.lifecycle import rows
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.recovery.disk import Probe, identity_agrees, probe
+
+if TYPE_CHECKING:
+    from xumd.app import App
+    from xumd.lifecycle.service import WorkspaceService
+    from xumd.turns.service import TurnService
+
+log = logs.get("xumd.recovery")
+
+AFTER_COMMIT = faults.declare(
+    "recovery.reconcile.after_commit", "row repairs committed; events and renames not yet done"
+)
+RENAME_AFTER_BRANCH = faults.declare(
+    "recovery.rename.after_branch", "branch renamed by a roll-forward; row not yet updated"
+)
+
+SETUP_FINISHED = ("ok", "failed", "timeout", "untrusted", "none")
+
+
+@dataclass
+class Change:
+    row: WorkspaceRow
+    fields: dict[str, Any]
+    action: str
+    plan_removal: Probe | None = None
+    """Plan a cleanup of this checkout (identity from the probe) in the same transaction."""
+
+
+@dataclass
+class RecoveryReport:
+    rows: int = 0
+    actions: dict[str, int] = field(default_factory=dict)
+    interrupted: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    turns: dict[str, int] = field(default_factory=dict)
+    ms: float = 0.0
+
+    def count(self, action: str) -> None:
+        self.actions[action] = self.actions.get(action, 0) + 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "actions": dict(self.actions),
+            "interrupted_now": len(self.interrupted),
+            "missing_checkouts": len(self.missing),
+            "turns": dict(self.turns),
+            "ms": self.ms,
+        }
+
+
+def _flag(reason: str, **fields: Any) -> dict[str, Any]:
+    return {"interrupted": 1, "interrupted_reason": reason, **fields}
+
+
+class Reconciler:
+    def __init__(
+        self, app: App, workspaces: WorkspaceService, git: Git, turns: TurnService | None
+    ) -> None:
+        self.app = app
+        self.store = app.store
+        self.workspaces = workspaces
+        self.git = git
+        self.turns = turns
+
+    async def run(self) -> RecoveryReport:
+        started = time.perf_counter()
+        report = RecoveryReport()
+        all_rows = rows.list_workspaces(self.store)
+        report.rows = len(all_rows)
+        projects = {p.id: p for p in rows.list_projects(self.store)}
+        journals = {
+            r["workspace_id"]: dict(r) for r in self.store.all("SELECT * FROM rename_journal")
+        }
+        changes: list[Change] = []
+        for row in all_rows:
+            if row.id in journals:
+                continue  # below, one by one (it may need git)
+            change = self._decide(row, report)
+            if change is not None:
+                changes.append(change)
+        with self.store.transaction():
+            applied = [c for c in changes if self._apply(c, projects)]
+            if self.turns is not None:
+                report.turns = self.turns.reconcile()
+        AFTER_COMMIT()
+        for change in applied:
+            self._announce(change, report)
+        for workspace_id, journal in journals.items():
+            current = rows.get_workspace(self.store, workspace_id)
+            if current is None:
+                with self.store.transaction():
+                    self._drop_journal(workspace_id)
+                continue
+            await self._rename(current, journal, projects.get(current.project_id), report)
+        report.ms = round((time.perf_counter() - started) * 1000, 2)
+        log.info("recovery.done", **report.as_dict())
+        return report
+
+    # -- decisions (pure: no writes) -------------------------------------------------------------
+
+    def _decide(self, row: WorkspaceRow, report: RecoveryReport) -> Change | None:
+        if row.state == "active":
+            if not identity_agrees(row) and not probe(row).ours:
+                # Deleted or replaced by hand: reported, not flagged (archive/remove handle it).
+                report.missing.append(row.id)
+            return None
+        if row.state == "creating":
+            return self._creating(row)
+        if row.state == "archiving":
+            return self._archiving(row)
+        if row.state == "restoring":
+            return self._restoring(row)
+        if row.state == "removing":
+            return self._removing(row)
+        return None  # archived: nothing on disk to agree with
+
+    def _creating(self, row: WorkspaceRow) -> Change | None:
+        if row.interrupted:
+            return None  # flagged by an earlier start; the user decides
+        disk = probe(row)
+        if disk.ours and row.setup_status in SETUP_FINISHED:
+            return Change(row, {"state": "active", "dev": disk.dev, "ino": disk.ino}, "completed")
+        if disk.ours:
+            reason = (
+                "creation was interrupted after the checkout was made; setup never finished "
+                "(keep it or remove it)"
+            )
+            return Change(row, _flag(reason, dev=disk.dev, ino=disk.ino), "interrupted")
+        if disk.absent:
+            reason = "creation was interrupted before the checkout was made (remove it)"
+        else:
+            reason = f"creation was interrupted; {disk.detail} (remove it; that is left alone)"
+        return Change(row, _flag(reason), "interrupted")
+
+    def _archiving(self, row: WorkspaceRow) -> Change:
+        # Nothing is deleted before `archived` commits: the checkout is intact, roll back.
+        disk = probe(row)
+        if disk.ours or disk.absent:
+            return Change(row, {"state": "active"}, "archive_rolled_back")
+        reason = f"archive was interrupted; {disk.detail}"
+        return Change(row, _flag(reason, state="active"), "interrupted")
+
+    def _restoring(self, row: WorkspaceRow) -> Change:
+        disk = probe(row)
+        if disk.absent:
+            return Change(row, {"state": "archived"}, "unarchive_rolled_back")
+        if not disk.ours:
+            reason = f"unarchive was interrupted; {disk.detail} (left alone)"
+            return Change(row, _flag(reason, state="archived"), "interrupted")
+        if row.ino is not None:
+            # The restore finished (identity recorded after it): roll forward.
+            fields: dict[str, Any] = {"state": "active"}
+            if row.setup_status not in SETUP_FINISHED:
+                fields.update(
+                    _flag("unarchive was interrupted during setup (keep it or remove it)"),
+                    setup_status="failed",
+                    setup_output=json.dumps({"error": "setup was interrupted by a crash"}),
+                )
+            return Change(row, fields, "unarchive_completed")
+        # Recreated but the restore may be partial: roll back. Everything in that checkout is
+        # in the branch, the snapshot commit and the archive store, so a fenced cleanup frees it.
+        return Change(row, {"state": "archived"}, "unarchive_rolled_back", plan_removal=disk)
+
+    def _removing(self, row: WorkspaceRow) -> Change:
+        # The row is deleted in the same transaction that plans the cleanup: a `removing` row
+        # means nothing was deleted yet. Roll back; the user removes again (or keeps).
+        disk = probe(row)
+        if row.interrupted:
+            return Change(row, {"state": "creating"}, "remove_rolled_back")
+        reason = "removal was interrupted before it was committed; remove again or keep it"
+        if disk.ours:
+            return Change(row, _flag(reason, state="active"), "remove_rolled_back")
+        if disk.absent:
+            return Change(row, _flag(reason, state="archived"), "remove_rolled_back")
+        return Change(row, _flag(f"{reason}; {disk.detail}", state="archived"), "interrupted")
+
+    # -- writes (inside the one transaction) ------------------------------------------------------
+
+    def _apply(self, change: Change, projects: dict[str, ProjectRow]) -> bool:
+        row = change.row
+        new = rows.update_workspace(
+            self.store, row.id, expect_incarnation=row.incarnation, **change.fields
+        )
+        if new is None:
+            return False
+        if change.plan_removal is not None:
+            project = projects.get(row.project_id)
+            if project is not None:
+                self.workspaces.cleanup.plan_checkout_removal(
+                    workspace_id=row.id,
+                    project_id=row.project_id,
+                    incarnation=row.incarnation,
+                    runtime=row.runtime,
+                    repo_path=project.path,
+                    checkout=row.path,
+                    dev=change.plan_removal.dev,
+                    ino=change.plan_removal.ino,
+                    teardown=False,
+                )
+        change.row = new
+        return True
+
+    def _announce(self, change: Change, report: RecoveryReport) -> None:
+        row = change.row
+        report.count(change.action)
+        self.workspaces.publish("workspace.state_changed", row, recovered=change.action)
+        if change.fields.get("interrupted"):
+            report.interrupted.append(row.id)
+            self.workspaces.publish("workspace.interrupted", row, reason=row.interrupted_reason)
+        log.warning(
+            "recovery.workspace_reconciled",
+            workspace=row.id,
+            action=change.action,
+            state=row.state,
+            interrupted=row.interrupted,
+        )
+
+    def _drop_journal(self, workspace_id: str) -> None:
+        self.store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (workspace_id,))
+
+    # -- rename journals (design section 6) --------------------------------------------------------
+
+    async def _branch_exists(self, project: ProjectRow, branch: str) -> bool:
+        found = await self.git.run(
+            project.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+        )
+        return found.ok
+
+    async def _rename(
+        self,
+        row: WorkspaceRow,
+        journal: dict[str, Any],
+        project: ProjectRow | None,
+        report: RecoveryReport,
+    ) -> None:
+        """Roll back when only the old state is on disk, forward when only the new one is (with
+        this incarnation's marker and identity), otherwise flag for the user. The row keeps the
+        old name/path/branch until the rename's last transaction, so 'back' means: drop the
+        journal (and undo a branch rename)."""
+        if project is None or journal["incarnation"] != row.incarnation:
+            self._settle_rename(row, None, "rename journal does not match the workspace", report)
+            return
+        from_path, to_path = journal["from_path"], journal["to_path"]
+        from_branch, to_branch = journal["from_branch"], journal["to_branch"]
+        branch_moves = bool(from_branch and to_branch and from_branch != to_branch)
+        old_there = new_there = True
+        if row.state == "active":
+            old = probe(row, row.path.__class__(from_path))
+            new = probe(row, row.path.__class__(to_path))
+            old_there, new_there = old.ours, new.ours
+            if (old_there and os.path.lexists(to_path)) or (
+                new_there and os.path.lexists(from_path)
+            ):
+                old_there = new_there = False  # both spellings exist: not provable
+        branch_at_old = branch_at_new = False
+        if branch_moves:
+            assert from_branch and to_branch
+            branch_at_old = await self._branch_exists(project, from_branch)
+            branch_at_new = await self._branch_exists(project, to_branch)
+            if branch_at_old == branch_at_new:
+                self._settle_rename(
+                    row,
+                    None,
+                    f"rename was interrupted: branches {from_branch!r} and {to_branch!r} "
+                    f"{'both' if branch_at_old else 'neither'} exist",
+                    report,
+                )
+                return
+        if row.state != "active":
+            # Archived: only the branch moved (or nothing).
+            old_there, new_there = (branch_at_old, branch_at_new) if branch_moves else (True, False)
+        if old_there and not new_there:
+            if branch_moves and branch_at_new:
+                assert from_branch and to_branch
+                await self._move_branch(project, to_branch, from_branch)
+            self._settle_rename(row, None, None, report)
+            return
+        if new_there and not old_there:
+            other = rows.workspace_by_name(self.store, row.project_id, journal["to_name"])
+            if other is not None and other.id != row.id:
+                self._settle_rename(
+                    row, None, f"rename was interrupted; {journal['to_name']!r} is taken", report
+                )
+                return
+            if branch_moves and branch_at_old:
+                assert from_branch and to_branch
+                await self._move_branch(project, from_branch, to_branch)
+                RENAME_AFTER_BRANCH()
+            forward = {"name": journal["to_name"], "path": to_path, "branch": to_branch}
+            self._settle_rename(row, forward, None, report)
+            return
+        self._settle_rename(
+            row,
+            None,
+            f"rename {journal['from_name']!r} -> {journal['to_name']!r} was interrupted and the "
+            f"disk shows neither state ({from_path}, {to_path}); check both paths",
+            report,
+        )
+
+    async def _move_branch(self, project: ProjectRow, src: str, dst: str) -> None:
+        async with self.git.admin_lock(project.path):
+            await self.git.run(
+                project.path, "branch", "-m", "--", src, dst, what="git branch -m (recovery)"
+            )
+
+    def _settle_rename(
+        self,
+        row: WorkspaceRow,
+        forward: dict[str, Any] | None,
+        problem: str | None,
+        report: RecoveryReport,
+    ) -> None:
+        fields = dict(forward or {})
+        if problem:
+            fields.update(_flag(problem))
+        with self.store.transaction():
+            new = (
+                rows.update_workspace(
+                    self.store, row.id, expect_incarnation=row.incarnation, **fields
+                )
+                if fields
+                else row
+            )
+            self._drop_journal(row.id)
+        action = (
+            "interrupted"
+            if problem
+            else ("rename_rolled_forward" if forward else "rename_rolled_back")
+        )
+        if new is not None:
+            self._announce(Change(new, fields, action), report)

@@ -1,0 +1,189 @@
+"""Strays: checkouts under the xum root, and git admin entries pointing into it, that no workspace
+row claims (design invariant 3). Listed with what they contain; never deleted by the daemon.
+
+`scan` is cheap (directory listings and one small file per admin entry, no git) and runs at
+startup for the status count; `describe` adds the content (files, uncommitted changes, branch),
+which needs git, only when a client asks (`workspace.strays`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from xum_protocol.models.recovery import StrayInfo
+
+from xumd import logs
+from xumd.git import Git
+from xumd.lifecycle import marker, rows, views
+from xumd.paths import RootPaths
+from xumd.store import Store
+
+log = logs.get("xumd.recovery.strays")
+
+MAX_FILES = 100_000
+MAX_UNCOMMITTED = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Stray:
+    kind: str  # checkout | admin_entry
+    path: str
+    project_id: str | None
+    admin_dir: str | None
+    repo: str | None
+
+
+def _claimed(store: Store) -> set[str]:
+    """Every path a row, a rename journal or an unfinished cleanup step claims."""
+    claimed = {r["path"] for r in store.all("SELECT path FROM workspaces")}
+    for r in store.all("SELECT from_path, to_path FROM rename_journal"):
+        claimed.update((r["from_path"], r["to_path"]))
+    for r in store.all(
+        "SELECT path, detail FROM cleanup_obligations WHERE state IN ('pending', 'failed')"
+    ):
+        claimed.add(r["path"])
+    return claimed
+
+
+def _real(paths: set[str]) -> set[str]:
+    return {os.path.realpath(p) for p in paths}
+
+
+def _children(directory: Path) -> list[Path]:
+    try:
+        with os.scandir(directory) as entries:
+            return [
+                Path(e.path)
+                for e in entries
+                # Dot entries are the daemon's own (.xum-trash of the cleanup feature).
+                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+            ]
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return []
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _inside(path: str, tops: list[str]) -> bool:
+    return any(path == t or path.startswith(t.rstrip("/") + "/") for t in tops)
+
+
+def scan(store: Store, paths: RootPaths, project_id: str | None = None) -> list[Stray]:
+    claimed = _claimed(store)
+    claimed_real: set[str] | None = None
+
+    def unclaimed(path: str) -> bool:
+        nonlocal claimed_real
+        if path in claimed:
+            return False
+        if claimed_real is None:
+            claimed_real = _real(claimed)
+        return os.path.realpath(path) not in claimed_real
+
+    projects = rows.list_projects(store)
+    if project_id is not None:
+        projects = [p for p in projects if p.id == project_id]
+    by_dir: dict[str, str | None] = {}
+    for project in projects:
+        by_dir[str(views.workspaces_dir(paths.workspaces, project))] = project.id
+    if project_id is None:
+        # Directories of projects that are gone still hold checkouts nobody claims.
+        for child in _children(paths.workspaces):
+            by_dir.setdefault(str(child), None)
+    tops = sorted({str(paths.root), *by_dir})
+
+    found: dict[str, Stray] = {}
+    for directory, owner in by_dir.items():
+        for checkout in _children(Path(directory)):
+            if unclaimed(str(checkout)):
+                found[str(checkout)] = Stray("checkout", str(checkout), owner, None, None)
+
+    for project in projects:
+        if project.kind != "git":
+            continue
+        admin_root = project.path / ".git" / "worktrees"
+        for admin in _children(admin_root):
+            gitdir = _read(admin / "gitdir")
+            if not gitdir:
+                continue
+            target = str(Path(gitdir).parent)
+            if not _inside(target, tops) and not _inside(os.path.realpath(target), tops):
+                continue  # the user's own worktree elsewhere: not ours to judge
+            if not unclaimed(target):
+                continue
+            prior = found.get(target)
+            found[target] = Stray(
+                "checkout" if prior or os.path.isdir(target) else "admin_entry",
+                target,
+                project.id,
+                str(admin),
+                str(project.path),
+            )
+    return sorted(found.values(), key=lambda s: s.path)
+
+
+def _count_files(top: Path) -> tuple[int, bool]:
+    count = 0
+    for directory, dirs, files in os.walk(top):
+        if directory == str(top) and ".git" in dirs:
+            dirs.remove(".git")
+        count += len(files)
+        if count >= MAX_FILES:
+            return MAX_FILES, True
+    return count, False
+
+
+async def describe(stray: Stray, git: Git, store: Store) -> StrayInfo:
+    path = Path(stray.path)
+    exists = path.is_dir()
+    info: dict[str, object] = {
+        "kind": stray.kind,
+        "path": stray.path,
+        "project_id": stray.project_id,
+        "admin_dir": stray.admin_dir,
+        "exists": exists,
+    }
+    found = marker.read_marker(path) if exists else None
+    if found is None and stray.admin_dir:
+        found = marker.parse(_read(Path(stray.admin_dir) / "locked") or "")
+    if found is not None:
+        info["marker"] = found.reason()
+        if rows.is_tombstoned(store, found.workspace_id):
+            info["note"] = f"left by removed workspace {found.workspace_id}"
+        elif rows.get_workspace(store, found.workspace_id) is not None:
+            info["note"] = f"carries the marker of workspace {found.workspace_id} (elsewhere)"
+    if stray.admin_dir and not exists:
+        head = _read(Path(stray.admin_dir) / "HEAD") or ""
+        if head.startswith("ref: refs/heads/"):
+            info["branch"] = head[len("ref: refs/heads/") :]
+        elif head:
+            info["head"] = head
+        info.setdefault("note", "git admin entry whose checkout is gone")
+    if not exists:
+        return StrayInfo.model_validate(info)
+    files, truncated = await anyio.to_thread.run_sync(_count_files, path)
+    info["files"], info["files_truncated"] = files, truncated
+    if os.path.lexists(path / ".git"):
+        branch = await git.run(path, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+        if branch.ok:
+            info["branch"] = branch.output.text().strip()
+        commit = await git.run(path, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
+        if commit.ok:
+            info["head"] = commit.output.text().strip()
+        status = await git.run(
+            path, "status", "--porcelain=v1", "--untracked-files=all", check=False
+        )
+        if status.ok:
+            lines = [ln[3:] for ln in status.output.text().splitlines() if len(ln) > 3]
+            info["uncommitted"] = lines[:MAX_UNCOMMITTED]
+        else:
+            info.setdefault("note", "git status failed: " + status.describe())
+    return StrayInfo.model_validate(info)

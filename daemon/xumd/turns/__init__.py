@@ -1,0 +1,1 @@
+"""Delegated workspace turns (handles binding an owner workspace to a target workspace)."""

@@ -1,0 +1,40 @@
+"""Install delegated turns: the service and the `turn.*` handlers."""
+
+from __future__ import annotations
+
+from xum_protocol.models.turn import (
+    TurnCreateParams,
+    TurnCreateResult,
+    TurnIdParams,
+    TurnListParams,
+    TurnListResult,
+    TurnResult,
+)
+
+from xumd.app import App
+from xumd.lifecycle.coordinator import Coordinator
+from xumd.lifecycle.service import WorkspaceService
+from xumd.rpc.dispatch import RequestContext
+from xumd.turns.service import TurnService, turn_info
+
+
+def install(app: App) -> TurnService:
+    turns = app.provide(TurnService(app, app.get(WorkspaceService), app.get(Coordinator)))
+
+    async def create(p: TurnCreateParams, ctx: RequestContext) -> TurnCreateResult:
+        return await turns.create(p)
+
+    async def get(p: TurnIdParams, ctx: RequestContext) -> TurnResult:
+        return TurnResult(turn=turn_info(turns.get(p.handle_id)))
+
+    async def list_(p: TurnListParams, ctx: RequestContext) -> TurnListResult:
+        return TurnListResult(turns=[turn_info(t) for t in turns.list_for(p.owner_workspace_id)])
+
+    async def end(p: TurnIdParams, ctx: RequestContext) -> TurnResult:
+        return TurnResult(turn=turn_info(turns.end(p.handle_id)))
+
+    app.router.add("turn.create", create)
+    app.router.add("turn.get", get)
+    app.router.add("turn.list", list_)
+    app.router.add("turn.end", end)
+    return turns

@@ -1,0 +1,240 @@
+"""Drivers: for each fault-point prefix, the operation that reaches the point over the socket, and
+how a user completes (or undoes) it afterwards with ordinary calls. A point whose name matches no
+prefix has no driver: the crash matrix fails, so a new point is never silently uncovered."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.crash.invariants import Before, branches
+from tests.crash.world import World, make_dirty
+
+
+@dataclass
+class Run:
+    before: Before
+    subject: str | None
+    finish: Callable[[World], None]
+    """Complete or undo the interrupted operation with ordinary calls (asserting they work)."""
+    info: dict[str, Any]
+
+
+def _ok(world: World, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    answer = world.try_call(method, params)
+    assert isinstance(answer, dict), f"{method} {params} failed after recovery: {answer}"
+    return answer
+
+
+def _dirty_workspace(world: World, name: str = "a") -> tuple[dict[str, Any], Before]:
+    ws = world.create(name)
+    dirty = make_dirty(Path(ws["path"]))
+    return ws, Before(branches=branches(world.repo), dirty={ws["id"]: dirty})
+
+
+def _ensure_active(world: World, wid: str) -> None:
+    """Whatever state the crash left, bring the workspace back to active with ordinary calls."""
+    w = world.ws(wid)
+    assert w is not None, f"{wid} vanished"
+    if w["state"] == "archived":
+        world.finish_cleanup()
+        _ok(world, "workspace.unarchive", {"workspace_id": wid})
+    w = world.ws(wid)
+    assert w is not None and w["state"] == "active", f"{wid} is not active: {w}"
+
+
+# -- drivers (each starts the daemon with `point` armed and dies there) ----------------------------
+
+
+def drive_create(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    before = Before(branches=branches(world.repo))
+    world.expect_killed("workspace.create", {"project_id": world.project_id, "name": "a"})
+
+    def finish(w: World) -> None:
+        found = [x for x in w.workspaces() if x["name"] == "a"]
+        if not found:
+            _ok(w, "workspace.create", {"project_id": w.project_id, "name": "a"})
+        else:
+            assert found[0]["state"] == "active", found[0]
+        _ok(w, "workspace.archive", {"workspace_id": _id_of(w, "a")})
+
+    return Run(before, None, finish, {})
+
+
+def _id_of(world: World, name: str) -> str:
+    for w in world.workspaces():
+        if w["name"] == name:
+            return str(w["id"])
+    raise AssertionError(f"no workspace {name}")
+
+
+def drive_archive(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    ws, before = _dirty_workspace(world)
+    world.expect_killed("workspace.archive", {"workspace_id": ws["id"]})
+
+    def finish(w: World) -> None:
+        current = w.ws(ws["id"])
+        assert current is not None
+        if current["state"] == "active":
+            _ok(w, "workspace.archive", {"workspace_id": ws["id"]})
+        _ensure_active(w, ws["id"])
+
+    return Run(before, ws["id"], finish, {})
+
+
+def drive_unarchive(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    ws, before = _dirty_workspace(world)
+    _ok(world, "workspace.archive", {"workspace_id": ws["id"]})
+    world.finish_cleanup()
+    world.expect_killed("workspace.unarchive", {"workspace_id": ws["id"]})
+
+    def finish(w: World) -> None:
+        _ensure_active(w, ws["id"])
+
+    return Run(before, ws["id"], finish, {})
+
+
+def drive_remove(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    ws, before = _dirty_workspace(world)
+    world.expect_killed("workspace.remove", {"workspace_id": ws["id"], "force": True})
+
+    def finish(w: World) -> None:
+        if w.ws(ws["id"]) is not None:
+            _ok(w, "workspace.remove", {"workspace_id": ws["id"], "force": True})
+        assert w.ws(ws["id"]) is None
+
+    return Run(before, ws["id"], finish, {})
+
+
+def drive_rename(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    ws, before = _dirty_workspace(world)
+    before.renamed = {"xum/a": "xum/b"}
+    world.expect_killed("workspace.rename", {"workspace_id": ws["id"], "name": "b"})
+
+    def finish(w: World) -> None:
+        current = w.ws(ws["id"])
+        assert current is not None
+        if current["name"] == "a":
+            _ok(w, "workspace.rename", {"workspace_id": ws["id"], "name": "b"})
+        current = w.ws(ws["id"])
+        assert current is not None and current["name"] == "b", current
+        assert current["branch"] == "xum/b" and Path(current["path"]).name == "b", current
+        assert not Path(ws["path"]).exists(), "the old path is still there"
+
+    return Run(before, ws["id"], finish, {})
+
+
+def drive_turn(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    owner, before = _dirty_workspace(world, "owner")
+    world.expect_killed("turn.create", {"owner_workspace_id": owner["id"], "mode": "new"})
+
+    def finish(w: World) -> None:
+        turns = _ok(w, "turn.list", {"owner_workspace_id": owner["id"]})["turns"]
+        assert len(turns) == 1, turns
+        turn = turns[0]
+        target = w.ws(turn["target_workspace_id"])
+        if turn["state"] == "open" and target is not None:
+            assert target["handle_id"] == turn["id"]
+            assert target["owner_workspace_id"] == owner["id"]
+            _ok(
+                w,
+                "turn.create",
+                {
+                    "owner_workspace_id": owner["id"],
+                    "mode": "existing",
+                    "target_workspace_id": target["id"],
+                },
+            )
+            _ok(w, "turn.end", {"handle_id": turn["id"]})
+        else:
+            assert turn["state"] == "failed", turn
+            _ok(w, "turn.create", {"owner_workspace_id": owner["id"], "mode": "new"})
+
+    return Run(before, owner["id"], finish, {})
+
+
+def drive_cleanup(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    ws, before = _dirty_workspace(world)
+    (Path(ws["path"]) / "node_modules").mkdir()
+    (Path(ws["path"]) / "node_modules" / "dep.js").write_text("ignored\n")
+    # The archive answers (its logical part is committed) or not; the daemon dies in cleanup.
+    world.expect_killed("workspace.archive", {"workspace_id": ws["id"]})
+
+    def finish(w: World) -> None:
+        _ensure_active(w, ws["id"])
+
+    return Run(before, ws["id"], finish, {})
+
+
+def drive_spawn(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    ws, before = _dirty_workspace(world)
+    world.expect_killed(
+        "process.spawn", {"workspace_id": ws["id"], "kind": "exec", "argv": ["sleep", "30"]}
+    )
+
+    def finish(w: World) -> None:
+        _ok(w, "workspace.archive", {"workspace_id": ws["id"], "stop": True})
+        _ensure_active(w, ws["id"])
+
+    return Run(before, ws["id"], finish, {})
+
+
+RECOVERY_SETUP: dict[str, str] = {
+    "recovery.rename.": "workspace.rename.after_move",
+    "recovery.": "workspace.create.after_checkout",
+}
+"""A recovery point is reached during a restart: first crash where recovery has work."""
+
+
+def drive_recovery(world: World, point: str) -> Run:
+    inner = _longest(RECOVERY_SETUP, point)
+    assert inner is not None
+    setup_point = RECOVERY_SETUP[inner]
+    run = driver_for(setup_point)
+    assert run is not None
+    first = run(world, setup_point)
+    world.start(point, wait_ready=False)
+    world.wait_killed()
+    return first
+
+
+DRIVERS: dict[str, Callable[[World, str], Run]] = {
+    "workspace.create.": drive_create,
+    "workspace.archive.": drive_archive,
+    "workspace.unarchive.": drive_unarchive,
+    "workspace.remove.": drive_remove,
+    "workspace.rename.": drive_rename,
+    "workspace.setup.": drive_create,
+    "turn.create.": drive_turn,
+    "cleanup.": drive_cleanup,
+    "process.spawn.": drive_spawn,
+    "recovery.": drive_recovery,
+}
+
+
+def _longest(table: dict[str, Any], point: str) -> str | None:
+    matches = [prefix for prefix in table if point.startswith(prefix)]
+    return max(matches, key=len) if matches else None
+
+
+def driver_for(point: str) -> Callable[[World, str], Run] | None:
+    prefix = _longest(DRIVERS, point)
+    return DRIVERS[prefix] if prefix else None
