@@ -53,6 +53,7 @@ class _Drain:
     name: str
     fn: Hook
     deadline_s: float
+    stage: int = 50
 
 
 class App:
@@ -102,8 +103,17 @@ class App:
     def after_ready(self, name: str, fn: Hook) -> None:
         self._background.append((name, fn))
 
-    def on_shutdown(self, name: str, fn: Hook, deadline_s: float | None = None) -> None:
-        self._drains.append(_Drain(name, fn, deadline_s or self.config.drain_deadline_s))
+    def on_shutdown(
+        self, name: str, fn: Hook, deadline_s: float | None = None, *, stage: int = 50
+    ) -> None:
+        """Add a drain. Drains run by `stage` (lower first), then in registration order:
+        the daemon's own processes stop (stage 10) before services that may be waiting on them
+        (cleanup retry, stage 50) are drained."""
+        self._drains.append(_Drain(name, fn, deadline_s or self.config.drain_deadline_s, stage))
+        self._drains.sort(key=lambda d: d.stage)
+
+    def drain_order(self) -> list[str]:
+        return [d.name for d in self._drains]
 
     def request_shutdown(self, reason: str) -> None:
         if not self.shutdown_requested.is_set():

@@ -142,7 +142,7 @@ def install(app: App) -> None:
 
     app.on_startup("processes.adopt", adopt)
     app.after_ready("processes.supervisor", serve_with_auto)
-    app.on_shutdown("processes", drain)
+    app.on_shutdown("processes", drain, stage=10)
     app.status_providers["processes"] = lambda: {
         "running": sum(1 for m in sup.procs.values() if m.live_state),
         "pending_stop": sum(1 for m in sup.procs.values() if m.state == "pending_stop"),
