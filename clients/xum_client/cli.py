@@ -161,6 +161,11 @@ def _status_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("uptime", f"{result['uptime_s']:.0f}s"),
         ("connections", str(result["connections"])),
         ("state", "shutting down" if result.get("shutting_down") else "serving"),
+        *(
+            [("interrupted", str(recovery["interrupted"])), ("strays", str(recovery["strays"]))]
+            if (recovery := (result.get("details") or {}).get("recovery"))
+            else []
+        ),
     ]
 
 

@@ -189,6 +189,15 @@ def register(cli: click.Group) -> None:
             result = client.call("workspace.keep", {"workspace_id": workspace_id(client, ref)})
         obj.emit(result, f"kept {result['workspace']['name']}: {result['workspace']['state']}")
 
+    @ws.command("strays")
+    @click.option("--project", "project_ref", help="only this project (id or name)")
+    @click.pass_obj
+    def strays(obj: Ctx, project_ref: str | None) -> None:
+        """Checkouts under the root that no workspace claims (never deleted by xumd)."""
+        from xum_client.commands.turn import show_strays
+
+        show_strays(obj, project_ref)
+
     @cli.command("events")
     @click.option("--type", "types", multiple=True, help="only event types with this prefix")
     @click.option("--count", type=int, default=None, help="exit after this many events")

@@ -63,6 +63,10 @@ ARCHIVE_AFTER_COMMIT = faults.declare("workspace.archive.after_commit")
 UNARCHIVE_AFTER_INTENT = faults.declare("workspace.unarchive.after_intent")
 UNARCHIVE_AFTER_CHECKOUT = faults.declare("workspace.unarchive.after_checkout")
 UNARCHIVE_AFTER_RESTORE = faults.declare("workspace.unarchive.after_restore")
+UNARCHIVE_AFTER_SETUP = faults.declare("workspace.unarchive.after_setup")
+SETUP_AFTER_INTENT = faults.declare(
+    "workspace.setup.after_intent", "setup_status=running committed; the script has not run"
+)
 REMOVE_AFTER_INTENT = faults.declare("workspace.remove.after_intent")
 REMOVE_AFTER_SNAPSHOT = faults.declare("workspace.remove.after_snapshot")
 REMOVE_AFTER_COMMIT = faults.declare("workspace.remove.after_commit")
@@ -195,6 +199,7 @@ class WorkspaceService:
         with self.store.transaction():
             row = self._update(row, setup_status="running", setup_output=None)
         self.publish("workspace.updated", row)
+        SETUP_AFTER_INTENT()
         try:
             outcome = await self.scripts.run(
                 "setup", project_id=row.project_id, workspace=row.ref(), cwd=row.path
@@ -583,6 +588,7 @@ class WorkspaceService:
                     await self._undo_unarchive(project, old, row, made)
                 raise
             row, outcome = await self._setup(row)
+            UNARCHIVE_AFTER_SETUP()
             with self.store.transaction():
                 row = self._update(row, state="active", **self._script_fields(outcome))
             self.snapshots.discard_preserved(row.id)

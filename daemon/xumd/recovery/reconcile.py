@@ -300,6 +300,7 @@ class Reconciler:
             if branch_moves and branch_at_new:
                 assert from_branch and to_branch
                 await self._move_branch(project, to_branch, from_branch)
+                RENAME_AFTER_BRANCH()
             self._settle_rename(row, None, None, report)
             return
         if new_there and not old_there:
