@@ -1,0 +1,1 @@
+"""Coverage-guided fuzzing (atheris) of the framing and dispatch layer; optional, see README."""
