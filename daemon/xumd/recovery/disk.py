@@ -61,12 +61,12 @@ def probe(row: WorkspaceRow, path: Path | None = None, *, incarnation: str | Non
     return Probe(Found.OURS, st.st_dev, st.st_ino)
 
 
-def identity_agrees(row: WorkspaceRow) -> bool:
+def same_identity(path: str, dev: int | None, ino: int | None) -> bool:
     """Fast path for settled rows: one lstat; the recorded identity is the proof."""
-    if row.ino is None:
+    if ino is None:
         return False
     try:
-        st = os.lstat(row.path)
+        st = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == (row.dev, row.ino)
+    return stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == (dev, ino)

@@ -24,7 +24,7 @@ from xumd import faults, logs
 from xumd.git import Git
 from xumd.lifecycle import rows
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
-from xumd.recovery.disk import Probe, identity_agrees, probe
+from xumd.recovery.disk import Probe, probe, same_identity
 
 if TYPE_CHECKING:
     from xumd.app import App
@@ -92,16 +92,24 @@ class Reconciler:
     async def run(self) -> RecoveryReport:
         started = time.perf_counter()
         report = RecoveryReport()
-        all_rows = rows.list_workspaces(self.store)
-        report.rows = len(all_rows)
+        # Slim rows first: a settled row whose identity agrees costs one lstat, no objects.
+        slim = self.store.all("SELECT id, state, path, dev, ino FROM workspaces")
+        report.rows = len(slim)
         projects = {p.id: p for p in rows.list_projects(self.store)}
         journals = {
             r["workspace_id"]: dict(r) for r in self.store.all("SELECT * FROM rename_journal")
         }
         changes: list[Change] = []
-        for row in all_rows:
-            if row.id in journals:
-                continue  # below, one by one (it may need git)
+        for entry in slim:
+            if entry["id"] in journals or entry["state"] == "archived":
+                continue  # journals: below, one by one (git); archived: nothing on disk
+            if entry["state"] == "active" and same_identity(
+                entry["path"], entry["dev"], entry["ino"]
+            ):
+                continue
+            row = rows.get_workspace(self.store, entry["id"])
+            if row is None:
+                continue
             change = self._decide(row, report)
             if change is not None:
                 changes.append(change)
@@ -127,7 +135,7 @@ class Reconciler:
 
     def _decide(self, row: WorkspaceRow, report: RecoveryReport) -> Change | None:
         if row.state == "active":
-            if not identity_agrees(row) and not probe(row).ours:
+            if not probe(row).ours:
                 # Deleted or replaced by hand: reported, not flagged (archive/remove handle it).
                 report.missing.append(row.id)
             return None

@@ -52,11 +52,11 @@ def _real(paths: set[str]) -> set[str]:
     return {os.path.realpath(p) for p in paths}
 
 
-def _children(directory: Path) -> list[Path]:
+def _children(directory: Path | str) -> list[str]:
     try:
         with os.scandir(directory) as entries:
             return [
-                Path(e.path)
+                e.path
                 for e in entries
                 # Dot entries are the daemon's own (.xum-trash of the cleanup feature).
                 if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
@@ -97,20 +97,21 @@ def scan(store: Store, paths: RootPaths, project_id: str | None = None) -> list[
     if project_id is None:
         # Directories of projects that are gone still hold checkouts nobody claims.
         for child in _children(paths.workspaces):
-            by_dir.setdefault(str(child), None)
+            by_dir.setdefault(child, None)
     tops = sorted({str(paths.root), *by_dir})
 
     found: dict[str, Stray] = {}
     for directory, owner in by_dir.items():
-        for checkout in _children(Path(directory)):
-            if unclaimed(str(checkout)):
-                found[str(checkout)] = Stray("checkout", str(checkout), owner, None, None)
+        for checkout in _children(directory):
+            if unclaimed(checkout):
+                found[checkout] = Stray("checkout", checkout, owner, None, None)
 
     for project in projects:
         if project.kind != "git":
             continue
         admin_root = project.path / ".git" / "worktrees"
-        for admin in _children(admin_root):
+        for admin_dir in _children(admin_root):
+            admin = Path(admin_dir)
             gitdir = _read(admin / "gitdir")
             if not gitdir:
                 continue
