@@ -149,3 +149,27 @@ def test_missing_active_checkout_is_reported_not_flagged(world: World) -> None:
     assert status["last_pass"]["missing_checkouts"] == 1
     after = world.ws(ws["id"])
     assert after is not None and after["state"] == "active" and not after["interrupted"]
+
+
+def test_interrupted_creation_removed_by_the_user_keeps_the_branch(world: World) -> None:
+    world.start()
+    world.add_project()
+    world.start("workspace.setup.after_intent")
+    world.expect_killed("workspace.create", {"project_id": world.project_id, "name": "a"})
+    world.start()
+    (ws,) = world.workspaces()
+    assert ws["interrupted"] and Path(ws["path"]).is_dir()
+    (Path(ws["path"]) / "work.txt").write_text("made after the crash\n")
+    # A confirmed removal: not_safe while work is unsaved, then with force (snapshot first).
+    with pytest.raises(XumRpcError) as refused:
+        world.call("workspace.remove", {"workspace_id": ws["id"]})
+    assert refused.value.data["kind"] == "not_safe"
+    removed = world.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+    assert removed["branch"] == "xum/a" and removed["snapshot"] is not None
+    world.finish_cleanup()
+    assert not Path(ws["path"]).exists()
+    assert "xum/a" in branches(world.repo)
+    before = Before(
+        branches=branches(world.repo), dirty={ws["id"]: {"work.txt": "made after the crash\n"}}
+    )
+    assert not check(world, before, where="after remove")

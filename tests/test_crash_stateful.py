@@ -1,0 +1,197 @@
+"""Property-based crash test (hypothesis stateful): interleave lifecycle operations, daemon
+kills at random fault points (SIGKILL), plain SIGKILLs while idle, and restarts, and check the
+invariants after every step. Bounded in `make test`; many more examples under reliability."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from xum_client.errors import XumClientError, XumRpcError
+
+from tests.crash.invariants import Before, branches, check
+from tests.crash.world import World
+from tests.support.daemon import short_tmpdir
+from tests.support.gitrepo import git
+from tests.test_crash_matrix import POINTS
+
+NAMES = ["a", "b", "c"]
+OPS = ["create", "archive", "unarchive", "remove", "rename", "keep", "turn"]
+EXPECTED_KINDS = {
+    "invalid_state",
+    "conflict",
+    "not_found",
+    "cleanup_pending",
+    "busy",
+    "invalid_scope",
+    "not_safe",
+}
+"""Refusals an operation may meet in a random state; anything else (`internal`) fails."""
+OP_POINTS = [p for p in POINTS if not p.startswith(("recovery.", "process."))]
+RECOVERY_POINTS = [p for p in POINTS if p.startswith("recovery.")]
+
+
+class CrashMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.base = short_tmpdir("xumh-")
+        self.world = World(self.base)
+        self.world.start()
+        self.world.add_project()
+        self.dirty: dict[str, dict[str, str]] = {}
+        self.renamed: dict[str, str] = {}
+        self.before = Before()
+        self.version = 0
+
+    def teardown(self) -> None:
+        self.world.close()
+        if not os.environ.get("XUM_KEEP_TMP"):
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _by_name(self, name: str) -> dict[str, Any] | None:
+        for w in self.world.workspaces():
+            if w["name"] == name:
+                return w
+        return None
+
+    def _snapshot_before(self, renamed: dict[str, str] | None = None) -> None:
+        self.before = Before(
+            branches=branches(self.world.repo), dirty=self.dirty, renamed=renamed or {}
+        )
+
+    def _request(self, op: str, name: str, other: str) -> tuple[str, dict[str, Any]] | None:
+        w = self._by_name(name)
+        pid = self.world.project_id
+        if op == "create":
+            return "workspace.create", {"project_id": pid, "name": name}
+        if w is None:
+            return None
+        wid = w["id"]
+        if op == "remove":
+            return "workspace.remove", {"workspace_id": wid, "force": True}
+        if op == "rename":
+            return "workspace.rename", {"workspace_id": wid, "name": other}
+        if op == "turn":
+            return "turn.create", {"owner_workspace_id": wid, "mode": "new", "name": other}
+        method = {"archive": "workspace.archive", "unarchive": "workspace.unarchive"}
+        return method.get(op, "workspace.keep"), {"workspace_id": wid}
+
+    def _run(self, op: str, name: str, other: str) -> None:
+        request = self._request(op, name, other)
+        if request is None:
+            return
+        method, params = request
+        renamed = {f"xum/{name}": f"xum/{other}"} if op == "rename" else {}
+        self._snapshot_before(renamed)
+        try:
+            self.world.call(method, params)
+        except XumRpcError as exc:
+            kind = exc.data.get("kind")
+            assert kind in EXPECTED_KINDS, f"{method} {params}: {kind}: {exc}"
+
+    # -- rules -----------------------------------------------------------------------------------
+
+    @rule(op=st.sampled_from(OPS), name=st.sampled_from(NAMES), other=st.sampled_from(NAMES))
+    def operate(self, op: str, name: str, other: str) -> None:
+        self._run(op, name, other)
+
+    @rule(name=st.sampled_from(NAMES))
+    def make_dirty(self, name: str) -> None:
+        w = self._by_name(name)
+        if w is None or w["state"] != "active" or not Path(w["path"]).is_dir():
+            return
+        self.version += 1
+        files = {
+            "README.md": f"edit {self.version}\n",
+            f"new{self.version % 3}.txt": f"untracked {self.version}\n",
+        }
+        for rel, content in files.items():
+            (Path(w["path"]) / rel).write_text(content)
+        git(Path(w["path"]), "add", "--", "README.md")
+        self.dirty.setdefault(w["id"], {}).update(files)
+        self._snapshot_before()
+
+    @rule(
+        point=st.sampled_from(OP_POINTS),
+        op=st.sampled_from(OPS),
+        name=st.sampled_from(NAMES),
+        other=st.sampled_from(NAMES),
+    )
+    def crash_during(self, point: str, op: str, name: str, other: str) -> None:
+        """Arm a fault point and run an operation; the daemon dies there if it reaches it."""
+        self.world.start(point)
+        try:
+            self._run(op, name, other)
+        except (XumClientError, OSError):
+            pass  # the connection died with the daemon
+        proc = self.world.d.proc
+        assert proc is not None
+        if proc.poll() is None and point.startswith("cleanup."):
+            # A cleanup step may come from the background retry: give it its bounded chance.
+            try:
+                proc.wait(2)
+            except Exception:
+                pass
+        if proc.poll() is not None:
+            assert proc.returncode == -signal.SIGKILL, self.world.d.log_text()[-2000:]
+        self.world.start()
+
+    @rule(point=st.sampled_from(RECOVERY_POINTS))
+    def crash_in_recovery(self, point: str) -> None:
+        self.world.start(point, wait_ready=False)
+        proc = self.world.d.proc
+        assert proc is not None
+        try:
+            self.world.d.wait_for_notify("READY=1", 20)
+        except TimeoutError:
+            assert proc.wait(10) == -signal.SIGKILL
+        self.world.start()
+
+    @rule()
+    def kill_idle(self) -> None:
+        self.world.d.kill()
+        self.world.start()
+
+    @rule()
+    def resolve_interrupted(self) -> None:
+        self._snapshot_before()
+        for w in self.world.workspaces():
+            if w["interrupted"]:
+                kept = self.world.try_call("workspace.keep", {"workspace_id": w["id"]})
+                if isinstance(kept, XumRpcError):
+                    self.world.call("workspace.remove", {"workspace_id": w["id"], "force": True})
+
+    # -- invariants ------------------------------------------------------------------------------
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        problems = check(self.world, self.before, where="after step")
+        assert not problems, "\n".join(problems)
+
+
+def _settings(examples: int, steps: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=examples <= 3,
+    )
+
+
+TestCrashBounded = CrashMachine.TestCase
+TestCrashBounded.settings = _settings(3, 6)
+
+
+@pytest.mark.reliability
+class TestCrashMany(CrashMachine.TestCase):  # type: ignore[name-defined,misc]
+    settings = _settings(40, 15)
