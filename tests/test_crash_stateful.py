@@ -193,5 +193,6 @@ TestCrashBounded.settings = _settings(3, 6)
 
 
 @pytest.mark.reliability
+@pytest.mark.timeout(1800)
 class TestCrashMany(CrashMachine.TestCase):  # type: ignore[name-defined,misc]
-    settings = _settings(40, 15)
+    settings = _settings(int(os.environ.get("XUM_CRASH_EXAMPLES", "20")), 12)
