@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -114,25 +115,23 @@ def _run_size(settings: Settings, label: str, files: int) -> list[Figure]:
             name = f"b{rep + 1}" if rep >= 0 else "warm"
             xum_first = rep % 2 == 0
 
-            def xum_create(n: str = name) -> tuple[float, dict[str, Any]]:
-                return xum.timed("workspace.create", {"project_id": project, "name": n})  # type: ignore[union-attr]
-
             fpath = floor_dir / name
-            floor_add = lambda p=fpath, n=name: synth.git(  # noqa: E731
-                frepo, "worktree", "add", "-q", "-b", f"floor/{n}", str(p), "HEAD"
+            floor_add = partial(
+                synth.git, frepo, "worktree", "add", "-q", "-b", f"floor/{name}", str(fpath), "HEAD"
             )
+            create_params = {"project_id": project, "name": name}
             if xum_first:
-                x_create, ws = xum_create()
+                x_create, ws = xum.timed("workspace.create", create_params)
                 f_create = _timed(floor_add)
             else:
                 f_create = _timed(floor_add)
-                x_create, ws = xum_create()
+                x_create, ws = xum.timed("workspace.create", create_params)
             ws_id, xpath = ws["workspace"]["id"], Path(ws["workspace"]["path"])
             synth.dirty(xpath)
             synth.dirty(fpath)
-            f_snap = _timed(lambda p=fpath, n=name: floor_snapshot(p, f"refs/bench/{n}"))
+            f_snap = _timed(partial(floor_snapshot, fpath, f"refs/bench/{name}"))
             f_remove = _timed(
-                lambda p=fpath: synth.git(frepo, "worktree", "remove", "--force", str(p))
+                partial(synth.git, frepo, "worktree", "remove", "--force", str(fpath))
             )
             x_archive, _ = xum.timed("workspace.archive", {"workspace_id": ws_id})
             _wait_trash_empty(root)
@@ -141,7 +140,7 @@ def _run_size(settings: Settings, label: str, files: int) -> list[Figure]:
             cpath = floor_dir / f"c{name}"
             synth.git(frepo, "worktree", "add", "-q", "-b", f"floor/c{name}", str(cpath), "HEAD")
             f_rm_clean = _timed(
-                lambda p=cpath: synth.git(frepo, "worktree", "remove", "--force", str(p))
+                partial(synth.git, frepo, "worktree", "remove", "--force", str(cpath))
             )
             x_remove, _ = xum.timed("workspace.remove", {"workspace_id": clean["workspace"]["id"]})
             _wait_trash_empty(root)

@@ -8,6 +8,7 @@ import asyncio
 import secrets
 import shutil
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -121,7 +122,7 @@ def _records(settings: Settings) -> list[Figure]:
         populate(root, settings.list_workspaces, settings.list_obligations)
         for _ in range(settings.repeats):
             floor = procs.Launched(
-                [procs.sys.executable, "-m", "bench.floor_reader", str(root / "state.db")],
+                [sys.executable, "-m", "bench.floor_reader", str(root / "state.db")],
                 work / "unused.sock",
                 {"PYTHONPATH": procs.repo_path()},
             ).start()
