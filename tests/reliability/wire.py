@@ -88,10 +88,20 @@ def received(messages: list[Any]) -> tuple[Owed, list[dict[str, Any]]]:
 
 
 def connect(path: Path, timeout: float = 10.0) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    sock.connect(str(path))
-    return sock
+    """Connect, retrying while the listen backlog is full: a Unix socket with a timeout gets
+    EAGAIN at once, instead of waiting, when the daemon has not accepted the earlier ones yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(path))
+            return sock
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
 
 
 def read_all(sock: socket.socket, timeout: float = 15.0) -> list[Any]:
