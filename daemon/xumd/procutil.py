@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +29,12 @@ from xumd import logs
 log = logs.get("xumd.proc")
 
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
+
+# A command the daemon runs must not outlive a crashed daemon: a git left running after a SIGKILL
+# could finish `worktree add` after the next daemon's recovery pass looked at the disk. On Linux,
+# util-linux's setpriv sets the parent-death signal (kept across exec) with one extra exec; SIGTERM
+# lets git remove its own lock files. Where setpriv is missing, commands run without it.
+_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 
 
 # -- identity and liveness ---------------------------------------------------------------------
@@ -213,22 +221,34 @@ async def _feed_stdin(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
 
 
 async def _read_into(
-    stream: anyio.abc.ByteReceiveStream | None, output: BoundedOutput, scope: anyio.CancelScope
+    stream: anyio.abc.ByteReceiveStream | None,
+    output: BoundedOutput,
+    scope: anyio.CancelScope,
+    done: anyio.Event,
 ) -> None:
-    if stream is None:
-        return
-    with scope:
-        try:
-            async for chunk in stream:
-                output.feed(chunk)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            pass
-    scope.cancel()  # marks "done" for _wait_cancelled_or_done
+    try:
+        if stream is None:
+            return
+        with scope:
+            try:
+                async for chunk in stream:
+                    output.feed(chunk)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass
+    finally:
+        done.set()
 
 
-async def _wait_cancelled_or_done(scope: anyio.CancelScope) -> None:
-    while not scope.cancel_called:
-        await anyio.sleep(0.01)
+def _with_parent_death_signal(argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:
+    """argv wrapped so that the child gets SIGTERM if the daemon dies; the program is resolved
+    first, so a missing program is still a clear CommandNotFound rather than setpriv's 127."""
+    if _SETPRIV is None:
+        return list(argv)
+    path = (env or os.environ).get("PATH", os.defpath)
+    program = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=path)
+    if program is None:
+        raise CommandNotFound(f"{argv[0]}: command not found")
+    return [_SETPRIV, "--pdeathsig", "TERM", "--", program, *argv[1:]]
 
 
 class CommandNotFound(Exception):
@@ -257,7 +277,7 @@ async def run_command(
     output = BoundedOutput(output_limit)
     try:
         proc = await anyio.open_process(
-            list(argv),
+            _with_parent_death_signal(argv, env),
             cwd=cwd,
             env=dict(env) if env is not None else None,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -279,12 +299,12 @@ async def run_command(
             async with anyio.create_task_group() as tg:
                 if stdin is not None and proc.stdin is not None:
                     tg.start_soon(_feed_stdin, proc.stdin, stdin)
-                reader = anyio.CancelScope()
-                tg.start_soon(_read_into, proc.stdout, output, reader)
+                reader, read_all = anyio.CancelScope(), anyio.Event()
+                tg.start_soon(_read_into, proc.stdout, output, reader, read_all)
                 await proc.wait()
                 # A descendant may still hold the pipe open: read what is buffered, briefly.
                 with anyio.move_on_after(0.5):
-                    await _wait_cancelled_or_done(reader)
+                    await read_all.wait()
                 reader.cancel()
         timed_out = scope.cancelled_caught
     finally:
