@@ -44,7 +44,7 @@ class CleanupPort(Protocol):
         teardown: bool,
     ) -> list[str]: ...
 
-    async def run_workspace(self, workspace_id: str) -> CleanupStatus: ...
+    async def run_workspace(self, workspace_id: str, *, force: bool = False) -> CleanupStatus: ...
 
     def status(self, workspace_id: str) -> CleanupStatus | None: ...
 
@@ -114,7 +114,7 @@ class InterimCleanup:
     def status(self, workspace_id: str) -> CleanupStatus | None:
         return self._status.get(workspace_id)
 
-    async def run_workspace(self, workspace_id: str) -> CleanupStatus:
+    async def run_workspace(self, workspace_id: str, *, force: bool = False) -> CleanupStatus:
         plan = self._plans.pop(workspace_id, None)
         if plan is None:
             return self._status.get(workspace_id) or CleanupStatus(status="not_needed")

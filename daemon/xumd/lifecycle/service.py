@@ -91,6 +91,12 @@ def _err(kind: ErrorKind, message: str, **data: Any) -> XumError:
     return XumError(kind, message, **data)
 
 
+def _some(files: list[str], most: int = 20) -> str:
+    """A bounded list of paths for an error message."""
+    more = f" and {len(files) - most} more" if len(files) > most else ""
+    return ", ".join(files[:most]) + more
+
+
 class WorkspaceService:
     def __init__(
         self,
@@ -496,9 +502,9 @@ class WorkspaceService:
                 stopped=stopped,
             )
 
-    async def _run_cleanup(self, workspace_id: str) -> CleanupStatus:
+    async def _run_cleanup(self, workspace_id: str, *, force: bool = False) -> CleanupStatus:
         try:
-            return await self.cleanup.run_workspace(workspace_id)
+            return await self.cleanup.run_workspace(workspace_id, force=force)
         except XumError as exc:
             # The logical change is committed; the physical one is reported as it is.
             return CleanupStatus(status="pending", last_error=exc.message)
@@ -562,6 +568,7 @@ class WorkspaceService:
                     state=row.state,
                 )
             project = self.project(row.project_id)
+            await self._settle_old_checkout(row)
             self._check_path_free(row)
             old = row
             with self.store.transaction():
@@ -596,6 +603,29 @@ class WorkspaceService:
             return WorkspaceUnarchiveResult(
                 workspace=self.info(row), restored=restored, setup=self._status_of(outcome)
             )
+
+    async def _settle_old_checkout(self, row: WorkspaceRow) -> None:
+        """Run the archive's pending cleanup now (forced), before the new incarnation exists:
+        it frees the path and drops the old incarnation's locked git admin entry, without which
+        `git worktree add` refuses the path ("missing but locked"). The cleanup takes the
+        directory exclusion itself, so this runs before unarchive takes it. An old checkout that
+        gained work after the archive (which the snapshot does not hold) is refused first:
+        trashing it would lose that work."""
+        status = self.cleanup.status(row.id)
+        if status is None or status.status != "pending":
+            return
+        if row.runtime == "worktree" and self._owns_checkout(row):
+            state = await self.snapshots.capture(row.path)
+            files = await self.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
+            if files:
+                raise _err(
+                    ErrorKind.NOT_SAFE,
+                    f"the archived checkout of {row.name!r} at {row.path} has work that its "
+                    f"snapshot does not hold: {_some(files)}; commit it or move it away first",
+                    files=files[:100],
+                    path=str(row.path),
+                )
+        await self._run_cleanup(row.id, force=True)
 
     def _check_path_free(self, row: WorkspaceRow) -> None:
         if not os.path.lexists(row.path):
@@ -713,9 +743,8 @@ class WorkspaceService:
                         raise _err(
                             ErrorKind.NOT_SAFE,
                             f"workspace {row.name!r} has uncommitted work that no snapshot "
-                            f"holds: {', '.join(files[:20])}"
-                            + (f" and {len(files) - 20} more" if len(files) > 20 else "")
-                            + "; commit it, archive the workspace, or remove with force",
+                            f"holds: {_some(files)}; commit it, archive the workspace, or "
+                            "remove with force",
                             files=files,
                         )
             elif owns and not force and self._directory_has_content(row):

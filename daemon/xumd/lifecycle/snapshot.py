@@ -171,6 +171,19 @@ class Snapshotter:
         trees = result.output.text().split()
         return trees == [state.work_tree, state.staged_tree]
 
+    async def unsaved_files(
+        self, checkout: Path, state: WorkState, snapshot_commit: str | None
+    ) -> list[str]:
+        """Paths whose uncommitted state `snapshot_commit` does not hold (all dirty paths when
+        there is no snapshot); empty when nothing would be lost."""
+        if not state.dirty:
+            return []
+        if not snapshot_commit:
+            return await self.files_of(checkout, state)
+        files = set(await self.changed_paths(checkout, snapshot_commit, state.work_tree))
+        files |= set(await self.changed_paths(checkout, f"{snapshot_commit}^2", state.staged_tree))
+        return sorted(files)
+
     # -- restore -------------------------------------------------------------------------------
 
     async def restore(self, checkout: Path, commit: str) -> list[str]:
