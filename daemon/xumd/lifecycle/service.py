@@ -39,10 +39,10 @@ from xum_protocol.models.workspace import (
 )
 
 from xumd import faults, logs
+from xumd.cleanup.service import CleanupService
 from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import gitlocks, ids, marker, rows, views
-from xumd.lifecycle.cleanup_port import CleanupPort, InterimCleanup, find_cleanup
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptOutcome, ScriptRunner, preserve_globs
@@ -112,13 +112,13 @@ class WorkspaceService:
         self.git = git
         self.scripts = scripts
         self.snapshots = snapshots
-        self._interim = InterimCleanup(git, scripts)
 
     # -- helpers -------------------------------------------------------------------------------
 
     @property
-    def cleanup(self) -> CleanupPort:
-        return find_cleanup(self.app) or self._interim
+    def cleanup(self) -> CleanupService:
+        # Looked up when used: the cleanup feature is installed after this one.
+        return self.app.get(CleanupService)
 
     def _hooks(self) -> LifecycleHooks:
         return self.app.find(LifecycleHooks) or LifecycleHooks()
