@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,25 +17,23 @@ from tests.lifecycle_helpers import add_project, create
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import make_repo
 from tests.support.wait import until
-from tests.test_process_support import alive, insert_workspace, pids_in, stubborn_argv
+from tests.test_process_support import (
+    alive,
+    external_processes,
+    insert_workspace,
+    pids_in,
+    stubborn_argv,
+)
 
 CONFIG = "stop_grace_s = 0.5\ndrain_deadline_s = 8\n[processes]\nprobe_interval_s = 0.1\n"
+
+external = pytest.fixture(external_processes, name="external")
 
 
 @pytest.fixture
 def root(tmp_short: Path) -> Path:
     write_config(tmp_short / "root", CONFIG)
     return tmp_short / "root"
-
-
-@pytest.fixture
-def external() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def err(daemon: DaemonProcess, method: str, params: dict[str, Any]) -> XumRpcError:
@@ -166,13 +163,20 @@ def _lease_rows(root: Path) -> list[tuple[Any, ...]]:
         db.close()
 
 
+def _stubborn_tree(
+    daemon: DaemonProcess, ws: str, kind: str, *, depth: int
+) -> tuple[dict[str, Any], list[int]]:
+    """A process ignoring SIGTERM with `depth` generations of children; (process, tree pids)."""
+    proc = spawn(daemon, ws, stubborn_argv(depth), kind=kind)
+    until(lambda: len(pids_in(output_text(daemon, proc["id"]))) == depth + 1)
+    return proc, pids_in(output_text(daemon, proc["id"]))
+
+
 def test_leases_survive_a_daemon_sigkill_and_children_are_adopted(
     daemon: DaemonProcess, tmp_short: Path
 ) -> None:
     ws = _direct_workspace(daemon, tmp_short)
-    agent = spawn(daemon, ws, stubborn_argv(1), kind="agent")
-    until(lambda: len(pids_in(output_text(daemon, agent["id"]))) == 2)
-    pids = pids_in(output_text(daemon, agent["id"]))
+    agent, pids = _stubborn_tree(daemon, ws, "agent", depth=1)
     daemon.kill()
     assert all(alive(pid) for pid in pids)
     daemon.start()
@@ -194,9 +198,7 @@ def test_shutdown_kills_a_stubborn_tree_within_the_deadline(
     daemon: DaemonProcess, tmp_short: Path
 ) -> None:
     ws = _direct_workspace(daemon, tmp_short)
-    proc = spawn(daemon, ws, stubborn_argv(2), kind="mcp")
-    until(lambda: len(pids_in(output_text(daemon, proc["id"]))) == 3)
-    pids = pids_in(output_text(daemon, proc["id"]))
+    _proc, pids = _stubborn_tree(daemon, ws, "mcp", depth=2)
     started = time.monotonic()
     assert daemon.terminate() == 0
     assert time.monotonic() - started < 8 + 2
@@ -247,32 +249,44 @@ def test_crash_between_record_and_gate_runs_nothing(root: Path, tmp_short: Path)
         daemon.close()
 
 
+def _stopping_foreground_command(daemon: DaemonProcess, ws: str) -> dict[str, Any]:
+    """A foreground command that ignores SIGTERM, whose caller went away: it is being stopped."""
+    with daemon.client() as owner:
+        cmd: dict[str, Any] = owner.call(
+            "process.spawn",
+            {"workspace_id": ws, "kind": "exec", "argv": stubborn_argv(0), "foreground": True},
+        )["process"]
+        until(lambda: "pid" in output_text(daemon, cmd["id"]))
+    # The caller's connection closed: its foreground command is being stopped.
+    until(lambda: process_state(daemon, cmd["id"]) == "stopping")
+    return cmd
+
+
+def _pending_holder_settled(daemon: DaemonProcess, ws: str, cmd: dict[str, Any]) -> str:
+    """The unconfirmed stop holds the workspace until the group dies: how it was settled."""
+    holders = daemon.call("process.holders", {"workspace_id": ws})["holders"]
+    assert [(h["kind"], h["pid"]) for h in holders] == [("pending_stop", cmd["pid"])]
+    os.killpg(cmd["pgid"], signal.SIGKILL)
+    done = daemon.call("process.wait", {"process_id": cmd["id"], "timeout_s": 10})["process"]
+    assert daemon.call("process.holders", {"workspace_id": ws})["holders"] == []
+    settled_by: str = done["exit"]["settled_by"]
+    return settled_by
+
+
+def process_state(daemon: DaemonProcess, process_id: str) -> str:
+    state: str = daemon.call("process.get", {"process_id": process_id})["process"]["state"]
+    return state
+
+
 def test_refused_background_move_is_settled_by_the_probe(root: Path, tmp_short: Path) -> None:
     write_config(root, CONFIG.replace("stop_grace_s = 0.5", "stop_grace_s = 60"))
     ws = insert_workspace(root, tmp_short / "checkouts" / "w")
     daemon = DaemonProcess(root, env={"XUM_FAULT": "process.exit.unconfirmed"}).start()
     try:
-        with daemon.client() as owner:
-            cmd = owner.call(
-                "process.spawn",
-                {"workspace_id": ws, "kind": "exec", "argv": stubborn_argv(0), "foreground": True},
-            )["process"]
-            until(lambda: "pid" in output_text(daemon, cmd["id"]))
-        # The caller's connection closed: its foreground command is being stopped.
-        until(
-            lambda: (
-                daemon.call("process.get", {"process_id": cmd["id"]})["process"]["state"]
-                == "stopping"
-            )
-        )
+        cmd = _stopping_foreground_command(daemon, ws)
         refused = err(daemon, "process.background", {"process_id": cmd["id"]})
         assert refused.data["state"] == "pending_stop"
-        holders = daemon.call("process.holders", {"workspace_id": ws})["holders"]
-        assert [(h["kind"], h["pid"]) for h in holders] == [("pending_stop", cmd["pid"])]
-        os.killpg(cmd["pgid"], signal.SIGKILL)
-        done = daemon.call("process.wait", {"process_id": cmd["id"], "timeout_s": 10})["process"]
-        assert done["exit"]["settled_by"] == "probe"
-        assert daemon.call("process.holders", {"workspace_id": ws})["holders"] == []
+        assert _pending_holder_settled(daemon, ws, cmd) == "probe"
     finally:
         daemon.close()
 
@@ -282,29 +296,13 @@ def test_pending_stop_survives_a_daemon_sigkill_until_settled(root: Path, tmp_sh
     ws = insert_workspace(root, tmp_short / "checkouts" / "w")
     daemon = DaemonProcess(root).start()
     try:
-        with daemon.client() as owner:
-            cmd = owner.call(
-                "process.spawn",
-                {"workspace_id": ws, "kind": "exec", "argv": stubborn_argv(0), "foreground": True},
-            )["process"]
-            until(lambda: "pid" in output_text(daemon, cmd["id"]))
-        until(
-            lambda: (
-                daemon.call("process.get", {"process_id": cmd["id"]})["process"]["state"]
-                == "stopping"
-            )
-        )
+        cmd = _stopping_foreground_command(daemon, ws)
         assert err(daemon, "process.background", {"process_id": cmd["id"]}).data["state"] == (
             "pending_stop"
         )
         daemon.kill()
         assert alive(cmd["pid"])
         daemon.start()
-        holders = daemon.call("process.holders", {"workspace_id": ws})["holders"]
-        assert [(h["kind"], h["pid"]) for h in holders] == [("pending_stop", cmd["pid"])]
-        os.killpg(cmd["pgid"], signal.SIGKILL)
-        done = daemon.call("process.wait", {"process_id": cmd["id"], "timeout_s": 10})["process"]
-        assert done["exit"]["settled_by"] == "unknown"
-        assert daemon.call("process.holders", {"workspace_id": ws})["holders"] == []
+        assert _pending_holder_settled(daemon, ws, cmd) == "unknown"
     finally:
         daemon.close()

@@ -35,10 +35,10 @@ def anyio_backend() -> str:
 async def test_exec_output_exit_code_and_lease_lifetime(tmp_path: Path) -> None:
     async with running(Harness(tmp_path)) as h:
         ref = h.workspace()
-        m = await h.sup.spawn(
-            workspace_id=ref.id,
-            kind="exec",
-            argv=[PY, "-c", "import os,sys; print(os.getcwd()); sys.exit(3)"],
+        m = await h.spawn(
+            ref,
+            [PY, "-c", "import os,sys; print(os.getcwd()); sys.exit(3)"],
+            "exec",
         )
         # Written before the program ran, with the pid and start time of the child.
         lease = h.leases.for_process(m.id)
@@ -58,11 +58,11 @@ async def test_bad_input_leaves_nothing_behind(tmp_path: Path) -> None:
     async with running(Harness(tmp_path)) as h:
         ref = h.workspace()
         with pytest.raises(XumError) as missing:
-            await h.sup.spawn(workspace_id=ref.id, kind="exec", argv=["no-such-program-xum"])
+            await h.spawn(ref, ["no-such-program-xum"])
         assert missing.value.kind == "invalid_params"
         assert "no-such-program-xum" in missing.value.message
         with pytest.raises(XumError) as empty:
-            await h.sup.spawn(workspace_id=ref.id, kind="exec", argv=[])
+            await h.spawn(ref, [])
         assert empty.value.kind == "invalid_params"
         with pytest.raises(XumError) as unknown_ws:
             await h.sup.spawn(workspace_id="ws_" + "0" * 16, kind="exec", argv=["true"])
@@ -81,10 +81,10 @@ async def test_bad_input_leaves_nothing_behind(tmp_path: Path) -> None:
 async def test_pty_terminal_size_resize_and_input(tmp_path: Path) -> None:
     async with running(Harness(tmp_path)) as h:
         ref = h.workspace()
-        m = await h.sup.spawn(
-            workspace_id=ref.id,
-            kind="terminal",
-            argv=["sh", "-c", "stty size; tty >/dev/null && echo tty-ok; read x; stty size"],
+        m = await h.spawn(
+            ref,
+            ["sh", "-c", "stty size; tty >/dev/null && echo tty-ok; read x; stty size"],
+            "terminal",
             pty=True,
             cols=100,
             rows=30,
@@ -104,10 +104,10 @@ async def test_output_ring_keeps_head_and_tail_and_counts_drops(tmp_path: Path) 
     h.sup.head_bytes, h.sup.tail_bytes = 100, 100
     async with running(h):
         ref = h.workspace()
-        m = await h.sup.spawn(
-            workspace_id=ref.id,
-            kind="exec",
-            argv=[PY, "-c", "import sys; sys.stdout.write('H' * 100 + 'x' * 5000 + 'T' * 100)"],
+        m = await h.spawn(
+            ref,
+            [PY, "-c", "import sys; sys.stdout.write('H' * 100 + 'x' * 5000 + 'T' * 100)"],
+            "exec",
         )
         await h.sup.wait(m, 10)
         first = await h.sup.output(m, 0, 0, 65536, "utf-8")
@@ -121,7 +121,7 @@ async def test_output_ring_keeps_head_and_tail_and_counts_drops(tmp_path: Path) 
 async def test_stop_kills_a_stubborn_tree_within_the_deadline(tmp_path: Path) -> None:
     async with running(Harness(tmp_path, grace_s=0.5)) as h:
         ref = h.workspace()
-        m = await h.sup.spawn(workspace_id=ref.id, kind="agent", argv=stubborn_argv(2))
+        m = await h.spawn(ref, stubborn_argv(2), "agent")
         text = await wait_for(
             lambda: len(pids_in(m.ring.head.decode())) == 3 and m.ring.head.decode()
         )
@@ -138,7 +138,7 @@ async def test_stop_kills_a_stubborn_tree_within_the_deadline(tmp_path: Path) ->
 async def test_signal_and_wait_timeout(tmp_path: Path) -> None:
     async with running(Harness(tmp_path)) as h:
         ref = h.workspace()
-        m = await h.sup.spawn(workspace_id=ref.id, kind="mcp", argv=["sleep", "30"])
+        m = await h.spawn(ref, ["sleep", "30"], "mcp")
         with pytest.raises(XumError) as timeout:
             await h.sup.wait(m, 0.1)
         assert timeout.value.kind == "timeout"
@@ -154,12 +154,8 @@ async def test_foreground_exec_is_stopped_when_its_caller_goes(tmp_path: Path) -
     async with running(Harness(tmp_path, grace_s=0.3)) as h:
         ref = h.workspace()
         peer = FakePeer(7)
-        fg = await h.sup.spawn(
-            workspace_id=ref.id, kind="exec", argv=["sleep", "30"], foreground_peer=peer.id
-        )
-        bg = await h.sup.spawn(
-            workspace_id=ref.id, kind="exec", argv=["sleep", "30"], foreground_peer=peer.id
-        )
+        fg = await h.spawn(ref, ["sleep", "30"], foreground_peer=peer.id)
+        bg = await h.spawn(ref, ["sleep", "30"], foreground_peer=peer.id)
         h.sup.watch_peer(peer)
         assert (await h.sup.background(bg)).foreground_peer is None
         peer.close()
@@ -190,7 +186,7 @@ async def test_exited_processes_are_pruned_to_a_bound(tmp_path: Path) -> None:
         ref = h.workspace()
         done = []
         for _ in range(4):
-            m = await h.sup.spawn(workspace_id=ref.id, kind="exec", argv=["true"])
+            m = await h.spawn(ref, ["true"])
             await h.sup.wait(m, 10)
             done.append(m.id)
         assert sorted(h.sup.procs) == sorted(done[-2:])
@@ -201,12 +197,12 @@ async def test_release_all_is_bounded_and_reports_what_still_runs(
 ) -> None:
     async with running(Harness(tmp_path, grace_s=0.2)) as h:
         ref = h.workspace()
-        quick = await h.sup.spawn(workspace_id=ref.id, kind="exec", argv=stubborn_argv(1))
+        quick = await h.spawn(ref, stubborn_argv(1))
         await wait_for(lambda: len(pids_in(quick.ring.head.decode())) == 2)
         stopped, left = await h.sup.release_all(ref.id, 6.0)
         assert stopped == [quick.id] and left == []
 
-        stuck = await h.sup.spawn(workspace_id=ref.id, kind="agent", argv=["sleep", "60"])
+        stuck = await h.spawn(ref, ["sleep", "60"], "agent")
 
         async def kill_never_lands(pid: int, pgid: int | None, grace_s: float) -> bool:
             await anyio.sleep(3600)  # a fault: the process never dies (e.g. stuck in D state)

@@ -3,11 +3,14 @@ real processes, and workspace rows written straight into a daemon's state databa
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 import sqlite3
+import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from xumd.errors import XumError
 from xumd.events import EventBus
 from xumd.lifecycle.seams import WorkspaceRef
 from xumd.processes.leases import LeaseStore
+from xumd.processes.managed import Managed
 from xumd.processes.quiescence import Quiescence
 from xumd.processes.supervisor import Supervisor
 from xumd.store import Store
@@ -106,6 +110,11 @@ class Harness:
             raise XumError(ErrorKind.NOT_FOUND, f"workspace {workspace_id!r} not found")
         yield ref
 
+    async def spawn(
+        self, ref: WorkspaceRef, argv: list[str], kind: str = "exec", **extra: Any
+    ) -> Managed:
+        return await self.sup.spawn(workspace_id=ref.id, kind=kind, argv=argv, **extra)
+
     def lease_rows(self) -> list[sqlite3.Row]:
         return self.store.all("SELECT * FROM leases")
 
@@ -130,15 +139,22 @@ def alive(pid: int) -> bool:
 
 
 async def wait_for(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """Poll a condition with a deadline inside an event loop (never a bare sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for condition")
-        await anyio.sleep(0.02)
+    """Poll a condition inside an event loop, under an anyio deadline (never a bare sleep)."""
+    with anyio.fail_after(timeout):
+        while not (value := condition()):
+            await anyio.sleep(0.02)
+    return value
+
+
+def external_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The `external` fixture: processes a test starts itself (editors, terminals), SIGKILLed as
+    a group afterwards. Test modules use `external = pytest.fixture(external_processes, ...)`."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
 
 def insert_workspace(root: Path, checkout: Path, *, state: str = "active") -> str:

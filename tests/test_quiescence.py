@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,24 +13,23 @@ from xumd import faults
 from xumd.errors import XumError
 from xumd.lifecycle.seams import busy_message
 
-from tests.test_process_support import FakePeer, Harness, running, stubborn_argv, wait_for
+from tests.test_process_support import (
+    FakePeer,
+    Harness,
+    external_processes,
+    running,
+    stubborn_argv,
+    wait_for,
+)
 
 pytestmark = pytest.mark.anyio
+
+external = pytest.fixture(external_processes, name="external")
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def external() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def _start(procs: list[subprocess.Popen[bytes]], argv: list[str], cwd: Path) -> int:
@@ -46,11 +44,9 @@ async def test_busy_names_every_holder_kind_with_its_pid(
     async with running(Harness(tmp_path)) as h:
         ref = h.workspace()
         other = h.workspace("other")
-        term = await h.sup.spawn(
-            workspace_id=ref.id, kind="terminal", argv=["sleep", "60"], pty=True
-        )
-        mcp = await h.sup.spawn(workspace_id=ref.id, kind="mcp", argv=["sleep", "60"])
-        agent = await h.sup.spawn(workspace_id=ref.id, kind="agent", argv=["sleep", "60"])
+        term = await h.spawn(ref, ["sleep", "60"], "terminal", pty=True)
+        mcp = await h.spawn(ref, ["sleep", "60"], "mcp")
+        agent = await h.spawn(ref, ["sleep", "60"], "agent")
         editor_pid = _start(external, ["sleep", "60"], tmp_path)
         h.leases.acquire_external(workspace_id=ref.id, kind="editor", pid=editor_pid, label="vim")
         async with h.leases.covering(ref.id, "setup", label="setup script") as run:
@@ -118,7 +114,7 @@ async def test_archive_stop_stops_own_processes_but_external_holders_remain(
 ) -> None:
     async with running(Harness(tmp_path, grace_s=0.3)) as h:
         ref = h.workspace()
-        agent = await h.sup.spawn(workspace_id=ref.id, kind="agent", argv=stubborn_argv(1))
+        agent = await h.spawn(ref, stubborn_argv(1), "agent")
         editor_pid = _start(external, ["sleep", "60"], tmp_path)
         h.leases.acquire_external(workspace_id=ref.id, kind="editor", pid=editor_pid, label="code")
         left = await h.quiet.stop(ref, 8.0)
@@ -139,9 +135,7 @@ async def test_refused_background_move_stays_pending_until_settled(
         ref = h.workspace()
         other = h.workspace("other")
         peer = FakePeer(3)
-        cmd = await h.sup.spawn(
-            workspace_id=ref.id, kind="exec", argv=stubborn_argv(0), foreground_peer=peer.id
-        )
+        cmd = await h.spawn(ref, stubborn_argv(0), foreground_peer=peer.id)
         await wait_for(lambda: b"pid" in cmd.ring.head)
         h.sup.watch_peer(peer)
         peer.close()  # the caller's session goes: its foreground command is being stopped
@@ -171,9 +165,7 @@ async def test_admission_closed_refuses_the_move_and_stops_the_command(tmp_path:
     async with running(Harness(tmp_path, grace_s=0.2)) as h:
         ref = h.workspace()
         peer = FakePeer(4)
-        cmd = await h.sup.spawn(
-            workspace_id=ref.id, kind="exec", argv=["sleep", "60"], foreground_peer=peer.id
-        )
+        cmd = await h.spawn(ref, ["sleep", "60"], foreground_peer=peer.id)
         h.admission_closed.add(ref.id)
         with pytest.raises(XumError) as refused:
             await h.sup.background(cmd)

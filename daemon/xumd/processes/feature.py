@@ -52,12 +52,13 @@ from xum_protocol.models.process import (
 from xumd import logs
 from xumd.app import App
 from xumd.errors import XumError
+from xumd.lifecycle.ids import check_id
 from xumd.lifecycle.seams import LifecycleHooks, WorkspaceRef, busy_message
 from xumd.processes.auto_archive import AutoArchiver
 from xumd.processes.leases import LEASE_PREFIX, LeaseStore
 from xumd.processes.managed import Managed
 from xumd.processes.quiescence import Quiescence
-from xumd.processes.supervisor import Supervisor, check_id, parse_signal
+from xumd.processes.supervisor import Supervisor, parse_signal
 from xumd.rpc.dispatch import RequestContext
 
 log = logs.get("xumd.processes.feature")

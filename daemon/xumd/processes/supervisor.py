@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import re
 import signal
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from xum_protocol.errors import ErrorKind
 from xumd import faults, logs
 from xumd.errors import XumError
 from xumd.events import EventBus
+from xumd.lifecycle.ids import check_id
 from xumd.lifecycle.seams import WorkspaceRef
 from xumd.processes import probes
 from xumd.processes.leases import LeaseStore, new_id
@@ -39,7 +39,6 @@ from xumd.procutil import kill_tree, start_time
 log = logs.get("xumd.processes.supervisor")
 
 PROCESS_PREFIX = "proc_"
-_ID_RE = re.compile(r"([a-z]+_)([0-9a-f]{16})")
 _ENV_DROP = (
     "NOTIFY_SOCKET",
     "LISTEN_FDS",
@@ -62,19 +61,6 @@ EXIT_UNCONFIRMED = faults.declare(
 
 Admit = Callable[[str], AbstractAsyncContextManager[WorkspaceRef]]
 CONFIRM_S = 2.0
-
-
-def check_id(value: str, prefix: str, what: str) -> str:
-    match = _ID_RE.fullmatch(value)
-    if match is None or match.group(1) != prefix:
-        if match is not None or ("_" in value and not value.startswith(prefix)):
-            raise XumError(
-                ErrorKind.INVALID_SCOPE,
-                f"{value!r} is not a {what} id (a {what} id starts with {prefix!r})",
-                id=value,
-            )
-        raise XumError(ErrorKind.NOT_FOUND, f"{what} {value!r} not found", id=value)
-    return value
 
 
 def parse_signal(name: str) -> signal.Signals:
