@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 
-from xumd import __version__, logs
+from xumd import __version__, logs, loopguard
 from xumd.config import DaemonConfig
 from xumd.events import EventBus
 from xumd.paths import RootPaths
@@ -125,6 +125,7 @@ class App:
     async def run(self) -> dict[str, list[str]]:
         """Serve until shutdown; returns what each drain left pending (for the exit log)."""
         pending: dict[str, list[str]] = {}
+        loopguard.install()
         async with anyio.create_task_group() as background:
             # Signals are handled from the first moment; startup steps (recovery) are
             # idempotent, so a stop requested during them simply takes effect after them.

@@ -55,11 +55,6 @@ def _unread(sock: socket.socket) -> int:
     return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * 4))[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="xumd.rpc.connection: receive_until only checks the cap before each read, so a frame "
-    "that arrives in two reads is accepted up to max_frame_bytes + 64 KiB - 1",
-)
 def test_frame_cap_is_exact(fuzz_daemon: DaemonProcess) -> None:
     """A frame of cap + 4 KiB, delivered in two reads, is refused like any oversized frame."""
     frame = b'{"jsonrpc":"2.0","id":1,"method":"daemon.status","params":{"x":"'

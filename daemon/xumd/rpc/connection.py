@@ -200,25 +200,35 @@ class Connection:
             except anyio.IncompleteRead:
                 # EOF. A final frame without its newline is still a frame.
                 self._saw_eof = True
-                rest = bytes(reader.buffer)
-                if rest.strip():
-                    await self._admit(rest)
+                frame = bytes(reader.buffer)
+                if len(frame) > self._max_frame:
+                    self._refuse_oversize()
+                elif frame.strip():
+                    await self._admit(frame)
                 return
             except anyio.DelimiterNotFound:
-                log.warning("conn.frame_too_large", conn=self.id, limit=self._max_frame)
-                self._enqueue_nowait(
-                    error_response(
-                        None,
-                        ErrorKind.FRAME_TOO_LARGE,
-                        f"frame exceeds the {self._max_frame}-byte limit; closing the connection",
-                        {"limit": self._max_frame},
-                    )
-                )
+                self._refuse_oversize()
                 return
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 return
+            # receive_until checks the size only before each read, so a frame that arrived in
+            # two reads can exceed the cap by up to one read: the cap is enforced exactly here.
+            if len(frame) > self._max_frame:
+                self._refuse_oversize()
+                return
             if frame.strip():
                 await self._admit(frame)
+
+    def _refuse_oversize(self) -> None:
+        log.warning("conn.frame_too_large", conn=self.id, limit=self._max_frame)
+        self._enqueue_nowait(
+            error_response(
+                None,
+                ErrorKind.FRAME_TOO_LARGE,
+                f"frame exceeds the {self._max_frame}-byte limit; closing the connection",
+                {"limit": self._max_frame},
+            )
+        )
 
     async def _admit(self, frame: bytes) -> None:
         await self._inflight.acquire()

@@ -97,7 +97,8 @@ def bind_socket(path: Path) -> socket.socket:
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o600)
-    sock.listen(128)
+    # A burst of clients (editor start-up, an orchestrator fanning out) must not see EAGAIN.
+    sock.listen(socket.SOMAXCONN)
     return sock
 
 
