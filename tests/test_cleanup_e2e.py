@@ -336,3 +336,60 @@ def test_readiness_does_not_wait_for_ten_thousand_obligations(root: Path) -> Non
         assert status["pending"] == 10_000
     finally:
         daemon.close()
+
+
+def _teardown_config(repo: Path, ctl: Path, *, setup: bool) -> None:
+    import json
+
+    scripts = {"teardown": [f"touch {ctl}/torn-down"]}
+    if setup:
+        scripts["setup"] = [f"touch {ctl}/set-up"]
+    lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in scripts.items())
+    (repo / ".xum" / "config.toml").write_text(f"[scripts]\n{lines}")
+    git(repo, "add", ".xum/config.toml")
+    git(repo, "commit", "-q", "-m", "scripts")
+
+
+def test_never_trusted_teardown_does_not_block_the_deletion(
+    root: Path, repo: Path, ctl: Path
+) -> None:
+    """Setup never ran (config never trusted): nothing to tear down, so the checkout goes."""
+    _teardown_config(repo, ctl, setup=True)
+    write_config(root, FAST)
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "never-trusted")["workspace"]
+        assert ws["setup"]["status"] == "untrusted"
+        result = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        assert result["cleanup"]["status"] == "completed", result["cleanup"]
+        assert not os.path.lexists(ws["path"])
+        teardown = obligations(daemon, ws["id"])["teardown"]
+        assert teardown["state"] == "completed"
+        assert teardown["detail"]["teardown"] == "skipped"
+        assert not (ctl / "torn-down").exists()
+    finally:
+        daemon.close()
+
+
+def test_teardown_owed_by_a_trusted_setup_blocks_until_trusted_again(
+    root: Path, repo: Path, ctl: Path
+) -> None:
+    """Setup ran under a trusted config that changed since: its teardown is owed (fail closed)."""
+    _teardown_config(repo, ctl, setup=True)
+    write_config(root, FAST)
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        daemon.call("project.trust", {"project_id": project["id"]})
+        ws = create(daemon, project["id"], "owed")["workspace"]
+        assert ws["setup"]["status"] == "ok" and (ctl / "set-up").exists()
+        config = Path(ws["path"]) / ".xum" / "config.toml"
+        config.write_text(config.read_text() + "# changed\n")
+        result = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        assert result["cleanup"]["status"] == "pending", result["cleanup"]
+        assert "trust" in result["cleanup"]["last_error"]
+        assert Path(ws["path"]).is_dir(), "the checkout stays until its teardown can run"
+        assert not (ctl / "torn-down").exists()
+    finally:
+        daemon.close()

@@ -58,6 +58,9 @@ LANES: dict[str, tuple[str, ...]] = {
     RECLAIM_LANE: ("reclaim",),
 }
 
+SETUP_NEVER_RAN = ("untrusted", "none", "pending", None)
+"""Setup statuses under which no setup script of the project ever ran in the checkout."""
+
 KEEP_COMPLETED_S = 24 * 3600.0
 KEEP_ABANDONED_S = 7 * 24 * 3600.0
 
@@ -143,7 +146,9 @@ class CleanupService:
         inside the caller's `store.transaction()`, so the logical change and its obligations
         commit together; they are attempted only after that commit."""
         now = self.clock.time()
-        row = self.store.one("SELECT name FROM workspaces WHERE id = ?", (workspace_id,))
+        row = self.store.one(
+            "SELECT name, setup_status FROM workspaces WHERE id = ?", (workspace_id,)
+        )
         admin = worktree_admin_dir(checkout) if runtime == "worktree" else None
         base = {"runtime": runtime, "repo": str(repo_path), "name": row["name"] if row else ""}
         seq = self.obligations.next_seq(workspace_id)
@@ -174,7 +179,8 @@ class CleanupService:
 
         with self.store.transaction():
             if teardown:
-                add("teardown", {})
+                # Whether setup ran decides what an untrusted config means at teardown time.
+                add("teardown", {"setup_status": row["setup_status"] if row else None})
             trash_id = new_id()
             add(
                 "trash",
@@ -315,6 +321,7 @@ class CleanupService:
             lock.release()
 
     async def _script_teardown(self, ob: ObligationRow, cwd: Path) -> Outcome:
+        """Run the project's teardown scripts (only a trusted config runs; see ScriptRunner)."""
         runner = _lifecycle_service(self.app, "xumd.lifecycle.scripts", "ScriptRunner")
         if runner is None:
             return Outcome.failed("no script runner is installed; teardown cannot run")
@@ -326,6 +333,16 @@ class CleanupService:
             incarnation=ob.incarnation,
         )
         result = await runner.run("teardown", project_id=ob.project_id, workspace=ref, cwd=cwd)
+        if result.status == "untrusted" and ob.detail.get("setup_status") in SETUP_NEVER_RAN:
+            # Setup never ran under a trusted config, so nothing of it needs tearing down:
+            # blocking the deletion on a script the user never allowed would keep the checkout
+            # forever. A config trusted at setup time and changed since still blocks (fail
+            # closed): that setup's teardown is owed.
+            return Outcome.done(
+                teardown="skipped",
+                reason="teardown not run: the project's config is not trusted and setup never "
+                "ran under it",
+            )
         error = result.error
         if getattr(result, "hint", None):
             error = f"{error} ({result.hint})"
