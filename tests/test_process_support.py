@@ -79,7 +79,14 @@ def make_ref(checkout: Path) -> WorkspaceRef:
 
 
 class Harness:
-    def __init__(self, base: Path, *, grace_s: float = 1.0, probe_interval_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        base: Path,
+        *,
+        grace_s: float = 1.0,
+        probe_interval_s: float = 0.05,
+        **supervisor: Any,
+    ) -> None:
         self.base = base
         self.store = Store(base / "state.db")
         self.store.migrate()
@@ -89,7 +96,12 @@ class Harness:
         self.leases = LeaseStore(self.store, self.events)
         self.refs: dict[str, WorkspaceRef] = {}
         self.sup = Supervisor(
-            self.leases, self.events, self.admit, grace_s=grace_s, probe_interval_s=probe_interval_s
+            self.leases,
+            self.events,
+            self.admit,
+            grace_s=grace_s,
+            probe_interval_s=probe_interval_s,
+            **supervisor,
         )
         self.quiet = Quiescence(self.sup, self.leases)
         self.admission_closed: set[str] = set()

@@ -30,9 +30,12 @@ class ProcessesConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     keep_processes: bool = Field(
-        default=False, description="Leave agents running at shutdown (adopted at the next start)."
+        default=False,
+        description="Start agents and MCP servers (without a PTY) on durable I/O under "
+        "ROOT/processes and leave them running at shutdown; the next start adopts them.",
     )
     probe_interval_s: float = Field(default=2.0, gt=0)
+    output_poll_s: float = Field(default=0.1, gt=0, le=5, description="Durable output polling.")
     output_head_bytes: int = Field(default=32 * 1024, ge=0)
     output_tail_bytes: int = Field(default=224 * 1024, ge=1024)
     auto_archive_attempts: int = Field(default=6, ge=1)

@@ -83,8 +83,34 @@ class _Side:
             self.call("process.write", data=base64.b64encode(data).decode(), encoding="base64")
 
 
-def _stream(client: Client, process_id: str) -> dict[str, Any] | None:
+class DaemonStopping(click.ClickException):
+    exit_code = 75  # EX_TEMPFAIL: the command did not finish here; see the message
+
+
+def daemon_stop_note(process: dict[str, Any]) -> str:
+    """What happens to `process` now that the daemon stops (its `on_daemon_stop`)."""
+    if process.get("on_daemon_stop") == "keep":
+        return (
+            f"the daemon is stopping; {process['kind']} {process['id']} keeps running and is "
+            "adopted at the next start (`xum ps`; its output continues in `process.output`)"
+        )
+    what = "terminals never outlive" if process.get("kind") == "terminal" else "it is stopped with"
+    return (
+        f"the daemon is stopping; {process['kind']} {process['id']} is stopped ({what} the daemon)"
+    )
+
+
+def _stream(client: Client, process: dict[str, Any]) -> dict[str, Any] | None:
     """Copy the output to stdout until the process exited and everything was read."""
+    try:
+        return _copy_output(client, process["id"])
+    except (ConnectionLost, XumRpcError) as exc:
+        if isinstance(exc, XumRpcError) and exc.kind != "shutting_down":
+            raise
+        raise DaemonStopping(daemon_stop_note(process)) from None
+
+
+def _copy_output(client: Client, process_id: str) -> dict[str, Any] | None:
     since = 0
     out = sys.stdout.buffer
     while True:
@@ -101,6 +127,8 @@ def _stream(client: Client, process_id: str) -> dict[str, Any] | None:
         since = chunk["next"]
         if chunk["exited"]:
             exit_info: dict[str, Any] | None = chunk["exit"]
+            if exit_info and exit_info.get("stop_reason") == "shutdown":
+                sys.stderr.write("\n[xum: stopped because the daemon shut down]\n")
             return exit_info
 
 
@@ -151,7 +179,7 @@ def register(cli: click.Group) -> None:
                 signal.SIGINT, lambda *_: side.call("process.signal", signal="INT")
             )
             try:
-                exit_info = _stream(client, process["id"])
+                exit_info = _stream(client, process)
             finally:
                 signal.signal(signal.SIGINT, previous)
         sys.exit(exit_status(exit_info))
@@ -195,7 +223,7 @@ def register(cli: click.Group) -> None:
                 # TCSANOW: keep what the user typed ahead (TCSAFLUSH would discard it).
                 tty.setraw(sys.stdin.fileno(), termios.TCSANOW)
                 threading.Thread(target=side.pump, args=(True,), daemon=True).start()
-                exit_info = _stream(client, process["id"])
+                exit_info = _stream(client, process)
             finally:
                 termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
                 signal.signal(signal.SIGWINCH, previous)
@@ -212,11 +240,15 @@ def register(cli: click.Group) -> None:
             params = {"workspace_id": resolve_workspace(client, workspace)} if workspace else {}
             found = client.call("process.list", params)["processes"]
         found = [p for p in found if show_all or p["state"] != "exited"]
-        lines = [f"{'ID':22} {'WORKSPACE':22} {'KIND':9} {'PID':>7} {'STATE':13} COMMAND"]
+        # ON STOP: what a daemon stop does to it (keep: left running, adopted at the next start).
+        lines = [
+            f"{'ID':22} {'WORKSPACE':22} {'KIND':9} {'PID':>7} {'STATE':19} {'ON STOP':7} COMMAND"
+        ]
         for p in found:
+            state = p["state"] + (" (adopted)" if p["adopted"] else "")
             lines.append(
                 f"{p['id']:22} {p['workspace_id']:22} {p['kind']:9} {p['pid'] or '-':>7} "
-                f"{p['state'] + (' (adopted)' if p['adopted'] else ''):13} {' '.join(p['argv'])}"
+                f"{state:19} {p.get('on_daemon_stop', 'stop'):7} {' '.join(p['argv'])}"
             )
         obj.emit({"processes": found}, "\n".join(lines))
 

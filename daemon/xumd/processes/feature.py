@@ -5,7 +5,8 @@ Wiring:
 - `LifecycleHooks` gets the holder probe and the stopper (structural ops and archive {stop});
 - start-up adopts live processes of a previous daemon through their leases (before readiness);
 - the supervisor's watchers and settle loop run as a background service; shutdown stops every
-  process (bounded), or leaves agents running with `--keep-processes`.
+  process (bounded), except, with `--keep-processes`, agents and MCP servers started on durable
+  I/O under ROOT/processes (see docs/PROCESSES.md), which are left running and adopted.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ def install(app: App) -> None:
             probe_interval_s=cfg.probe_interval_s,
             head_bytes=cfg.output_head_bytes,
             tail_bytes=cfg.output_tail_bytes,
+            io_dir=app.paths.root / "processes",
+            keep_processes=cfg.keep_processes,
+            output_poll_s=cfg.output_poll_s,
         )
     )
     quiet = app.provide(Quiescence(sup, leases))
@@ -135,9 +139,7 @@ def install(app: App) -> None:
             await sup.serve()
 
     async def drain() -> None:
-        left = await sup.shutdown(
-            max(1.0, app.config.drain_deadline_s - 0.5), keep_agents=cfg.keep_processes
-        )
+        left = await sup.shutdown(max(1.0, app.config.drain_deadline_s - 0.5))
         if left:
             log.warning("processes.drain_left", processes=[m.id for m in left])
 
@@ -148,6 +150,9 @@ def install(app: App) -> None:
         "running": sum(1 for m in sup.procs.values() if m.live_state),
         "pending_stop": sum(1 for m in sup.procs.values() if m.state == "pending_stop"),
         "leases": len(leases.rows()),
+        "keep_processes": sup.keep_processes,
+        "kept_at_stop": sum(1 for m in sup.procs.values() if m.on_daemon_stop == "keep"),
+        **({"keep_problem": sup.keep_problem} if sup.keep_problem else {}),
     }
     app.events.add_snapshot_provider(
         "processes", lambda: [m.info() for m in sup.select() if m.live_state]

@@ -10,6 +10,8 @@ from typing import Any
 
 import anyio
 
+from xumd.processes.durable import DurableIO
+from xumd.processes.output_log import OutputLog
 from xumd.processes.ring import OutputRing
 from xumd.processes.spawn import Child
 
@@ -45,7 +47,14 @@ class Managed:
     started_at: float
     checkout: Path
     child: Child | None = None
-    ring: OutputRing = field(default_factory=OutputRing)
+    ring: OutputRing | OutputLog = field(default_factory=OutputRing)
+    io: DurableIO | None = None
+    """Durable output file and stdin FIFO (a process that may outlive the daemon), or None:
+    pipes or a PTY to this daemon."""
+    on_daemon_stop: str = "stop"
+    """`keep`: left running when the daemon stops, adopted at the next start; `stop`: stopped."""
+    stop_reason: str | None = None
+    """Why the daemon stopped it: request, session, release, shutdown (None: not stopped)."""
     foreground_peer: int | None = None
     adopted: bool = False
     state: str = "running"  # running | stopping | pending_stop | exited
@@ -74,4 +83,13 @@ class Managed:
             "adopted": self.adopted,
             "lease_id": self.lease_id,
             "exit": self.exit,
+            "on_daemon_stop": self.on_daemon_stop,
         }
+
+    @property
+    def output_source(self) -> str:
+        """`file`: durable, offsets survive restarts; `memory`: this daemon's ring; `none`:
+        adopted without a durable file, nothing is captured."""
+        if self.io is not None:
+            return "file"
+        return "none" if self.adopted else "memory"

@@ -86,7 +86,8 @@ def _nonblocking(fd: int) -> None:
 @dataclass
 class Child:
     popen: subprocess.Popen[bytes]
-    output_fd: int
+    output_fd: int | None
+    """The read end of its output pipe or the PTY master; None: it writes to a durable file."""
     input_fd: int | None
     gate_fd: int | None
     pty: bool
@@ -121,8 +122,10 @@ class Child:
     def close_all(self) -> None:
         self.close_gate()
         self.close_input()
-        with contextlib.suppress(OSError):
-            os.close(self.output_fd)
+        if self.output_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.output_fd)
+        self.output_fd = None
         self.input_fd = None
 
 
@@ -134,13 +137,23 @@ def start_child(
     pty: bool,
     cols: int = 80,
     rows: int = 24,
+    stdio: tuple[int, int] | None = None,
 ) -> Child:
-    """Start the gated shim in a new session; the program runs once `open_gate()` is called."""
+    """Start the gated shim in a new session; the program runs once `open_gate()` is called.
+
+    `stdio`: (stdin, stdout) descriptors the child gets instead of pipes to the daemon (a durable
+    FIFO and output file, see durable.py); the caller keeps ownership and closes them after."""
     gate_r, gate_w = os.pipe()
     parent_fds: list[int] = []
     child_fds: list[int] = [gate_r]
+    output_fd: int | None
+    input_fd: int | None
     try:
-        if pty:
+        if stdio is not None:
+            args = [*_shim(gate_r, ""), *argv]
+            stdin, stdout = stdio
+            output_fd = input_fd = None
+        elif pty:
             master, slave = os.openpty()
             parent_fds.append(master)
             child_fds.append(slave)
@@ -176,6 +189,7 @@ def start_child(
         for fd in child_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-    for fd in {output_fd, input_fd}:
-        _nonblocking(fd)
+    for own in (output_fd, input_fd):
+        if own is not None:
+            _nonblocking(own)
     return Child(popen, output_fd, input_fd, gate_w, pty)

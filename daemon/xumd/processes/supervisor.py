@@ -6,6 +6,18 @@ Rules it keeps (design invariants 3 and 5):
 - every wait is bounded; a stop is SIGTERM to the group, then SIGKILL of the whole tree after the
   grace, then confirmation by the exit status or, when that never comes, by a probe;
 - a process whose exit is unconfirmed stays a holder (`pending_stop`) of its workspace only.
+
+Keeping processes across a daemon restart (`keep_processes`; docs/PROCESSES.md has the whole
+design): agents and MCP servers without a PTY are *keepable*. When the daemon keeps processes,
+a keepable one is started on durable I/O (durable.py: its output goes to a bounded file under
+ROOT, its stdin is a FIFO it holds itself) instead of pipes to the daemon, so the daemon can stop
+without the child getting SIGPIPE/EPIPE or EOF. At shutdown it is left running (`process.kept`),
+and the next daemon adopts it through its lease (adoption.py), follows the same file with the
+same offsets, and writes to the same FIFO. Everything else is stopped at shutdown, with
+`stop_reason: "shutdown"` in its exit: terminals and PTYs (the daemon holds the PTY master, and
+closing it hangs up the session), and commands (exec: their exit status is the point, and an
+adopting daemon is not the parent that can read it; a foreground one is bound to its caller's
+connection, which ends with the daemon).
 """
 
 from __future__ import annotations
@@ -29,11 +41,19 @@ from xumd.errors import XumError
 from xumd.events import EventBus
 from xumd.lifecycle.ids import check_id
 from xumd.lifecycle.seams import WorkspaceRef
-from xumd.processes import probes
+from xumd.processes import adoption, durable, probes
+from xumd.processes.durable import DurableIO
 from xumd.processes.leases import LeaseStore, new_id
 from xumd.processes.managed import Managed, default_label, describe_status
+from xumd.processes.output_log import OutputLog, hole_punching_problem
 from xumd.processes.ring import OutputRing
-from xumd.processes.spawn import ProgramNotFound, resolve_program, set_winsize, start_child
+from xumd.processes.spawn import (
+    Child,
+    ProgramNotFound,
+    resolve_program,
+    set_winsize,
+    start_child,
+)
 from xumd.procutil import kill_tree, start_time
 
 log = logs.get("xumd.processes.supervisor")
@@ -61,6 +81,8 @@ EXIT_UNCONFIRMED = faults.declare(
 
 Admit = Callable[[str], AbstractAsyncContextManager[WorkspaceRef]]
 CONFIRM_S = 2.0
+KEEPABLE_KINDS = frozenset({"agent", "mcp"})
+"""Kinds that may outlive the daemon (keep_processes), when they run without a PTY."""
 
 
 def parse_signal(name: str) -> signal.Signals:
@@ -100,6 +122,9 @@ class Supervisor:
         head_bytes: int = 32 * 1024,
         tail_bytes: int = 224 * 1024,
         keep_exited: int = 256,
+        io_dir: Path | None = None,
+        keep_processes: bool = False,
+        output_poll_s: float = 0.1,
     ) -> None:
         self.leases = leases
         self.events = events
@@ -109,6 +134,19 @@ class Supervisor:
         self.head_bytes = head_bytes
         self.tail_bytes = tail_bytes
         self.keep_exited = keep_exited
+        self.io_dir = io_dir
+        self.output_poll_s = output_poll_s
+        self.keep_problem: str | None = None
+        """Why keep_processes is not in effect although asked for (None: it is, or not asked)."""
+        if keep_processes:
+            self.keep_problem = (
+                "no directory for durable output"
+                if io_dir is None
+                else hole_punching_problem(io_dir)
+            )
+            if self.keep_problem:
+                log.warning("processes.keep_unavailable", reason=self.keep_problem)
+        self.keep_processes = keep_processes and self.keep_problem is None
         self.procs: dict[str, Managed] = {}
         self.stopping = False
         self._tg: anyio.abc.TaskGroup | None = None
@@ -128,6 +166,8 @@ class Supervisor:
             for managed in list(self.procs.values()):
                 if managed.child is not None and managed.live_state:
                     tg.start_soon(self._watch, managed)
+                elif managed.adopted and managed.live_state:
+                    tg.start_soon(self._watch_adopted, managed)
             task_status.started()
             try:
                 while True:
@@ -140,39 +180,24 @@ class Supervisor:
     def _is_ours(self, lease: Any) -> bool:
         return bool(lease.process_id and lease.process_id in self.procs)
 
+    def keepable(self, kind: str, pty: bool, foreground: bool) -> bool:
+        return self.keep_processes and kind in KEEPABLE_KINDS and not pty and not foreground
+
     def adopt(self) -> list[Managed]:
         """At start-up: leases of processes a previous daemon spawned. Live ones are adopted
-        (reported, stoppable); dead ones, and dead external holders, are reclaimed."""
+        (reported, stoppable, their durable output followed); dead ones, and dead external
+        holders, are reclaimed. A durable process that ended while no daemon ran is kept as an
+        exited record, so its output can still be read. Unclaimed output directories go."""
         adopted: list[Managed] = []
-        _live, reclaimed = self.leases.reclaim_dead()
-        for lease in self.leases.rows():
-            if not lease.process_id or lease.process_id in self.procs:
-                continue
-            detail = lease.detail
-            managed = Managed(
-                id=lease.process_id,
-                workspace_id=lease.workspace_id,
-                kind=lease.kind,
-                argv=list(detail.get("argv") or []),
-                label=lease.label,
-                pty=bool(detail.get("pty")),
-                lease_id=lease.id,
-                pid=lease.pid,
-                pgid=lease.pgid,
-                start_time=lease.start_time,
-                started_at=lease.created_at,
-                checkout=Path(detail.get("checkout") or "/"),
-                ring=OutputRing(self.head_bytes, self.tail_bytes),
-                adopted=True,
-                state="pending_stop" if detail.get("stop_requested") else "running",
-                confirm_lost=True,  # not our child any more: only a probe can see it end
-            )
-            managed.ring.close()
+        for managed in adoption.adopt(self):
             self.procs[managed.id] = managed
-            adopted.append(managed)
-            log.info("process.adopted", process=managed.id, pid=managed.pid, kind=managed.kind)
-        if reclaimed:
-            log.info("lease.reclaimed_at_start", count=len(reclaimed))
+            if managed.live_state:
+                adopted.append(managed)
+            else:
+                self.events.publish("process.exited", process=managed.info())
+        if self.io_dir is not None:
+            durable.sweep(self.io_dir, {m.id for m in self.procs.values() if m.io is not None})
+        self._prune()
         return adopted
 
     # -- lookup ------------------------------------------------------------------------------
@@ -233,29 +258,44 @@ class Supervisor:
             except ProgramNotFound as exc:
                 raise XumError(ErrorKind.INVALID_PARAMS, str(exc), program=argv[0]) from None
             label = label or default_label(kind, argv)
+            keep = self.keepable(kind, pty, foreground_peer is not None)
+            detail: dict[str, Any] = {"argv": argv, "pty": pty, "checkout": str(checkout)}
+            if keep:
+                detail["io"] = "file"
             lease = self.leases.write_intent(
                 workspace_id=ref.id,
                 kind=kind,
                 holder=process_id,
                 label=label,
                 process_id=process_id,
-                detail={"argv": argv, "pty": pty, "checkout": str(checkout)},
+                detail=detail,
             )
             AFTER_INTENT()
+            io: DurableIO | None = None
             try:
-                child = start_child(
-                    argv, cwd=checkout, env=full_env, pty=pty, cols=cols or 80, rows=rows or 24
+                if keep:
+                    assert self.io_dir is not None
+                    io = DurableIO.create(self.io_dir, process_id)
+                child = _start_on(
+                    io, argv, checkout, full_env, pty=pty, cols=cols or 80, rows=rows or 24
                 )
             except OSError as exc:
+                if io is not None:
+                    io.remove()
                 self.leases.remove(lease.id, reason="spawn failed")
                 raise XumError(
-                    ErrorKind.OPERATION_FAILED, f"cannot start {argv[0]}: {exc.strerror}"
+                    ErrorKind.OPERATION_FAILED, f"cannot start {argv[0]}: {exc.strerror or exc}"
                 ) from None
             try:
                 started = start_time(child.pid)
                 self.leases.record_pid(lease.id, child.pid, child.pid, started)
                 AFTER_RECORD()
                 child.open_gate()
+                ring = (
+                    io.open_log(head_limit=self.head_bytes, tail_limit=self.tail_bytes)
+                    if io is not None
+                    else OutputRing(self.head_bytes, self.tail_bytes)
+                )
             except BaseException:
                 # Nothing half-started: the gated shim exits without running the program.
                 child.close_gate()
@@ -263,6 +303,8 @@ class Supervisor:
                     await kill_tree(child.pid, child.pid, 1.0)
                 child.popen.wait(timeout=2)
                 child.close_all()
+                if io is not None:
+                    io.remove()
                 self.leases.remove(lease.id, reason="spawn failed")
                 raise
             managed = Managed(
@@ -279,7 +321,9 @@ class Supervisor:
                 started_at=time.time(),
                 checkout=checkout,
                 child=child,
-                ring=OutputRing(self.head_bytes, self.tail_bytes),
+                ring=ring,
+                io=io,
+                on_daemon_stop="keep" if keep else "stop",
                 foreground_peer=foreground_peer,
             )
             self.procs[process_id] = managed
@@ -298,7 +342,11 @@ class Supervisor:
         try:
             async with anyio.create_task_group() as tg:
                 reader = anyio.CancelScope()
-                tg.start_soon(self._read_output, managed, reader, reader_done)
+                if isinstance(managed.ring, OutputLog):
+                    tg.start_soon(self._follow, managed.ring, reader)
+                    reader_done.set()
+                else:
+                    tg.start_soon(self._read_output, managed, reader, reader_done)
                 returncode = await _wait_exit(child.popen)
                 # A descendant may hold the output open: read what is there, briefly.
                 with anyio.move_on_after(0.5):
@@ -307,10 +355,12 @@ class Supervisor:
         except Exception:
             log.exception("process.watch_failed", process=managed.id)
         finally:
-            with contextlib.suppress(Exception):
-                anyio.notify_closing(child.output_fd)
+            if child.output_fd is not None:
+                with contextlib.suppress(Exception):
+                    anyio.notify_closing(child.output_fd)
             child.close_all()
-            managed.ring.close()
+            if not isinstance(managed.ring, OutputLog):
+                managed.ring.close()  # a log is closed at the exit (a kept one never is)
         if returncode is None or EXIT_UNCONFIRMED.active:
             # The exit status could not be read: the settle probe decides (fail closed).
             managed.confirm_lost = True
@@ -323,11 +373,30 @@ class Supervisor:
                 await kill_tree(managed.pid or 0, managed.pgid, self.grace_s)
         self._finish(managed, code, sig, "exit")
 
+    async def _follow(self, output: OutputLog, scope: anyio.CancelScope) -> None:
+        with scope:
+            await output.follow(self.output_poll_s)
+
+    async def _watch_adopted(self, managed: Managed) -> None:
+        """Not our child: its output is followed in its file, and its end is noticed through a
+        pidfd (any process can be watched, not only a child) and settled by the probe (its
+        group may outlive it). A process that survives its leader is settled by the loop."""
+        async with anyio.create_task_group() as tg:
+            follower = anyio.CancelScope()
+            if isinstance(managed.ring, OutputLog):
+                tg.start_soon(self._follow, managed.ring, follower)
+            if managed.pid:
+                await adoption.leader_gone(managed.pid, managed.start_time)
+                self.settle(managed.workspace_id)
+            await managed.exited.wait()
+            follower.cancel()
+
     async def _read_output(
         self, managed: Managed, scope: anyio.CancelScope, done: anyio.Event
     ) -> None:
-        child = managed.child
-        assert child is not None
+        child, ring = managed.child, managed.ring
+        assert child is not None and child.output_fd is not None
+        assert isinstance(ring, OutputRing)
         fd = child.output_fd
         with scope:
             while True:
@@ -340,7 +409,7 @@ class Supervisor:
                     break  # EIO: the PTY's other side is closed
                 if not data:
                     break
-                managed.ring.feed(data)
+                ring.feed(data)
         done.set()
 
     def _finish(self, managed: Managed, code: int | None, sig: str | None, settled_by: str) -> None:
@@ -350,7 +419,11 @@ class Supervisor:
             self.leases.remove(managed.lease_id, reason=f"exited ({settled_by})")
         managed.state = "exited"
         managed.exit = {"code": code, "signal": sig, "settled_by": settled_by, "at": time.time()}
+        if managed.stop_reason:
+            managed.exit["stop_reason"] = managed.stop_reason
         managed.ring.close()
+        if managed.io is not None:
+            managed.io.close_writer()
         managed.exited.set()
         log.info("process.exited", process=managed.id, code=code, signal=sig, settled_by=settled_by)
         self.events.publish("process.exited", process=managed.info())
@@ -375,6 +448,8 @@ class Supervisor:
             : max(0, len(exited) - self.keep_exited)
         ]:
             del self.procs[managed.id]
+            if managed.io is not None:
+                managed.io.remove()
 
     def settle(self, workspace_id: str | None = None) -> list[Managed]:
         """Settle, by probe, the processes whose exit nobody will confirm (adopted ones, lost
@@ -394,6 +469,8 @@ class Supervisor:
     async def output(
         self, managed: Managed, since: int, wait_s: float, max_bytes: int, encoding: str
     ) -> dict[str, Any]:
+        if isinstance(managed.ring, OutputLog) and not managed.ring.closed:
+            managed.ring.refresh()  # what was written since the last poll, at no cost
         if wait_s > 0 and managed.ring.total <= since and managed.live_state:
             with anyio.move_on_after(wait_s):
                 await managed.ring.wait_beyond(since, wait_s)
@@ -417,6 +494,7 @@ class Supervisor:
             "dropped_total": managed.ring.dropped,
             "exited": not managed.live_state and end >= managed.ring.total,
             "exit": managed.exit,
+            "source": managed.output_source,
         }
 
     def _require_child(self, managed: Managed, what: str) -> Any:
@@ -427,9 +505,31 @@ class Supervisor:
             raise XumError(ErrorKind.INVALID_STATE, f"cannot {what} process {managed.id}: {reason}")
         return managed.child
 
+    def _input_fd(self, managed: Managed, eof: bool) -> int:
+        """Where `process.write` goes: the durable stdin FIFO, or the pipe / PTY master."""
+        if managed.io is None:
+            fd: int = self._require_child(managed, "write to").input_fd
+            return fd
+        if not managed.live_state:
+            raise XumError(ErrorKind.INVALID_STATE, f"process {managed.id} has exited")
+        if eof:
+            raise XumError(
+                ErrorKind.INVALID_STATE,
+                f"the stdin of process {managed.id} cannot be closed: it may outlive the daemon, "
+                "so it reads a FIFO it holds open itself (it never ends); end the input in-band, "
+                "or stop the process",
+                process_id=managed.id,
+            )
+        try:
+            return managed.io.writer()
+        except OSError as exc:
+            raise XumError(
+                ErrorKind.INVALID_STATE,
+                f"process {managed.id} no longer reads its input: {exc.strerror or exc}",
+            ) from None
+
     async def write(self, managed: Managed, data: bytes, eof: bool) -> int:
-        child = self._require_child(managed, "write to")
-        fd = child.input_fd
+        fd = self._input_fd(managed, eof)
         view = memoryview(data)
         written = 0
         with anyio.move_on_after(10) as scope:
@@ -451,6 +551,8 @@ class Supervisor:
                 written=written,
             )
         if eof:
+            child = managed.child
+            assert child is not None  # durable stdin refused eof above
             if child.pty:
                 os.write(fd, b"\x04")
             else:
@@ -458,11 +560,11 @@ class Supervisor:
         return written
 
     def resize(self, managed: Managed, cols: int, rows: int) -> None:
-        child = self._require_child(managed, "resize")
-        if not child.pty:
+        if not managed.pty:
             raise XumError(ErrorKind.INVALID_STATE, f"process {managed.id} has no PTY")
+        child = self._require_child(managed, "resize")
         # The kernel sends SIGWINCH to the terminal's foreground process group itself.
-        set_winsize(child.output_fd, cols, rows)
+        set_winsize(child.input_fd, cols, rows)
 
     def signal(self, managed: Managed, sig: signal.Signals) -> None:
         if not managed.live_state or not managed.pgid:
@@ -486,11 +588,15 @@ class Supervisor:
 
     # -- stopping ----------------------------------------------------------------------------
 
-    async def stop(self, managed: Managed, grace_s: float | None = None) -> Managed:
-        """SIGTERM to the group, SIGKILL to the whole tree after the grace, then confirm."""
+    async def stop(
+        self, managed: Managed, grace_s: float | None = None, reason: str = "request"
+    ) -> Managed:
+        """SIGTERM to the group, SIGKILL to the whole tree after the grace, then confirm.
+        `reason` (request, session, release, shutdown) goes into the exit as `stop_reason`."""
         if not managed.live_state:
             return managed
         grace = self.grace_s if grace_s is None else grace_s
+        managed.stop_reason = managed.stop_reason or reason
         if managed.state == "running":
             managed.state = "stopping"
             self.events.publish("process.stopping", process=managed.info())
@@ -507,14 +613,16 @@ class Supervisor:
             log.warning("process.stop_unconfirmed", process=managed.id, pid=managed.pid)
         return managed
 
-    async def stop_many(self, targets: list[Managed], deadline_s: float) -> list[Managed]:
+    async def stop_many(
+        self, targets: list[Managed], deadline_s: float, reason: str = "release"
+    ) -> list[Managed]:
         """Stop these concurrently within the deadline; returns those still not exited."""
         # Leave room after the grace for the SIGKILL (bounded at 2s) and the confirmation.
         grace = min(self.grace_s, max(deadline_s - CONFIRM_S - 2.5, deadline_s / 4))
         with anyio.move_on_after(deadline_s):
             async with anyio.create_task_group() as tg:
                 for managed in targets:
-                    tg.start_soon(self.stop, managed, grace)
+                    tg.start_soon(self.stop, managed, grace, reason)
         left = [m for m in targets if m.live_state]
         for managed in left:
             # Cut short by the deadline: an unconfirmed stop, reported, blocking cleanup.
@@ -545,7 +653,7 @@ class Supervisor:
 
     async def _release_session(self, peer_id: int, targets: list[Managed]) -> None:
         """Bounded: what still runs afterwards is reported (logged, and `pending_stop`)."""
-        left = await self.stop_many(targets, self.grace_s + CONFIRM_S + 4.0)
+        left = await self.stop_many(targets, self.grace_s + CONFIRM_S + 4.0, "session")
         if left:
             log.warning(
                 "process.session_release_left", peer=peer_id, processes=[m.id for m in left]
@@ -586,24 +694,29 @@ class Supervisor:
             self._mark_pending(managed)
             self.events.publish("process.stopping", process=managed.info())
             if self._tg is not None:
-                self._tg.start_soon(self.stop, managed, None)
+                self._tg.start_soon(self.stop, managed, None, "session")
         refusal.data.update(process_id=managed.id, state=managed.state)
         raise refusal
 
     # -- shutdown ----------------------------------------------------------------------------
 
-    async def shutdown(self, deadline_s: float, *, keep_agents: bool = False) -> list[Managed]:
+    async def shutdown(self, deadline_s: float) -> list[Managed]:
+        """Stop every process, bounded, except those kept (`on_daemon_stop: keep`), which are
+        left running for the next daemon to adopt. Returns what is still running unkept."""
         self.stopping = True
-        targets = [
-            m
-            for m in self.procs.values()
-            if m.live_state and not (keep_agents and m.kind == "agent")
-        ]
-        left = await self.stop_many(targets, deadline_s)
-        if keep_agents:
-            for managed in self.procs.values():
-                if managed.kind == "agent" and managed.live_state:
-                    log.info("process.kept", process=managed.id, pid=managed.pid)
+        live = [m for m in self.procs.values() if m.live_state]
+        targets = [m for m in live if m.on_daemon_stop != "keep"]
+        left = await self.stop_many(targets, deadline_s, "shutdown")
+        for managed in live:
+            if managed.on_daemon_stop == "keep":
+                if managed.io is not None:
+                    managed.io.close_writer()
+                log.info("process.kept", process=managed.id, pid=managed.pid, kind=managed.kind)
+                self.events.publish("process.kept", process=managed.info())
+        # Exited records live in this daemon's memory only: their output files go with them.
+        for managed in self.procs.values():
+            if managed.io is not None and not managed.live_state:
+                managed.io.remove()
         return left
 
 
@@ -626,3 +739,24 @@ async def _wait_exit(popen: Any) -> int:
         while popen.poll() is None:
             await anyio.sleep(0.05)
     return int(popen.returncode)
+
+
+def _start_on(
+    io: DurableIO | None,
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    *,
+    pty: bool,
+    cols: int,
+    rows: int,
+) -> Child:
+    """Start the gated child on its durable FIFO and output file, or on pipes / a PTY."""
+    if io is None:
+        return start_child(argv, cwd=cwd, env=env, pty=pty, cols=cols, rows=rows)
+    stdin, stdout = io.child_stdio()
+    try:
+        return start_child(argv, cwd=cwd, env=env, pty=False, stdio=(stdin, stdout))
+    finally:
+        os.close(stdin)
+        os.close(stdout)

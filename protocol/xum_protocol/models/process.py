@@ -12,6 +12,9 @@ from xum_protocol.models.base import Params, Result
 ProcessKind = Literal["agent", "terminal", "mcp", "exec"]
 ProcessState = Literal["running", "stopping", "pending_stop", "exited"]
 OutputEncoding = Literal["utf-8", "base64"]
+OnDaemonStop = Literal["keep", "stop"]
+StopReason = Literal["request", "session", "release", "shutdown"]
+OutputSource = Literal["memory", "file", "none"]
 
 
 class SpawnParams(Params):
@@ -38,6 +41,12 @@ class ProcessExit(Result):
         "(its status could not be read); `unknown`: adopted after a restart and gone."
     )
     at: float
+    stop_reason: StopReason | None = Field(
+        default=None,
+        description="Why the daemon stopped it: `request` (process.stop), `session` (its "
+        "foreground caller went away), `release` (release_all, archive {stop}), `shutdown` (the "
+        "daemon stopped and did not keep it). Absent: it ended on its own.",
+    )
 
 
 class ProcessInfo(Result):
@@ -55,6 +64,12 @@ class ProcessInfo(Result):
     adopted: bool = Field(default=False, description="Found alive at start-up through its lease.")
     lease_id: str | None = None
     exit: ProcessExit | None = None
+    on_daemon_stop: OnDaemonStop = Field(
+        default="stop",
+        description="`keep`: left running when the daemon stops and adopted at the next start "
+        "(keep_processes; agents and MCP servers without a PTY, on durable I/O); `stop`: stopped "
+        "at shutdown (terminals and PTYs, commands, or keep_processes off).",
+    )
 
 
 class ProcessRef(Params):
@@ -88,13 +103,23 @@ class OutputResult(Result):
     dropped_total: int
     exited: bool
     exit: ProcessExit | None = None
+    source: OutputSource = Field(
+        default="memory",
+        description="`memory`: this daemon's ring (lost at a restart); `file`: a durable file "
+        "under ROOT (offsets stay valid across restarts); `none`: adopted without a durable "
+        "file, its output is not captured.",
+    )
 
 
 class WriteParams(Params):
     process_id: str = Field(min_length=1, max_length=64)
     data: str = Field(default="", max_length=1 << 20)
     encoding: OutputEncoding = "utf-8"
-    eof: bool = Field(default=False, description="Close stdin after writing (pipes only).")
+    eof: bool = Field(
+        default=False,
+        description="Close stdin after writing (pipes only; refused for durable stdin, which "
+        "can outlive the daemon and never ends).",
+    )
 
 
 class WriteResult(Result):
