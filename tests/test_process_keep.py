@@ -44,6 +44,8 @@ while True:
     time.sleep(0.05)
 """
 
+WAIT_FOR_STOP_FILE = "echo hello; while [ ! -e stop ]; do sleep 0.05; done; echo bye"
+
 
 @pytest.fixture
 def root(tmp_short: Path) -> Path:
@@ -190,6 +192,40 @@ def test_without_keep_processes_shutdown_stops_everything_and_leaves_nothing(
         daemon.start()
         assert daemon.call("process.list")["processes"] == []
         assert daemon.call("lease.list")["leases"] == []
+    finally:
+        daemon.close()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_ended_while_down_is_readable_and_a_restart_without_keep_stops_the_adopted(
+    root: Path, tmp_short: Path
+) -> None:
+    write_config(root, CONFIG + "keep_processes = true\n")
+    checkout = tmp_short / "checkouts" / "w"
+    ws = insert_workspace(root, checkout)
+    daemon = DaemonProcess(root).start()
+    pids: list[int] = []
+    try:
+        quits = spawn(daemon, ws, "agent", ["sh", "-c", WAIT_FOR_STOP_FILE])
+        stays = spawn(daemon, ws, "mcp", ["sleep", "60"])
+        pids += [quits["pid"], stays["pid"]]
+        until(lambda: text_with(daemon, quits["id"], "hello"))
+        shutdown_watching_events(daemon)
+        (checkout / "stop").touch()  # the agent ends while no daemon runs
+        until(lambda: not alive(quits["pid"]))
+        write_config(root, CONFIG)  # the next daemon does not keep processes
+        daemon.start()
+        ended = daemon.call("process.get", {"process_id": quits["id"]})["process"]
+        assert ended["state"] == "exited" and ended["exit"]["settled_by"] == "unknown"
+        assert output(daemon, quits["id"])["data"] == "hello\nbye\n"
+        adopted = daemon.call("process.get", {"process_id": stays["id"]})["process"]
+        assert adopted["adopted"] and adopted["on_daemon_stop"] == "stop"
+        events = shutdown_watching_events(daemon)
+        assert not [e for e in events if e["type"] == "process.kept"]
+        assert not alive(stays["pid"])
+        assert list((root / "processes").iterdir()) == []
     finally:
         daemon.close()
         for pid in pids:

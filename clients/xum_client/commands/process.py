@@ -94,10 +94,12 @@ def daemon_stop_note(process: dict[str, Any]) -> str:
             f"the daemon is stopping; {process['kind']} {process['id']} keeps running and is "
             "adopted at the next start (`xum ps`; its output continues in `process.output`)"
         )
-    what = "terminals never outlive" if process.get("kind") == "terminal" else "it is stopped with"
-    return (
-        f"the daemon is stopping; {process['kind']} {process['id']} is stopped ({what} the daemon)"
+    why = (
+        "terminals never outlive the daemon"
+        if process.get("kind") == "terminal"
+        else "only agents and MCP servers without a PTY are kept, with keep_processes"
     )
+    return f"the daemon is stopping; {process['kind']} {process['id']} is stopped ({why})"
 
 
 def _stream(client: Client, process: dict[str, Any]) -> dict[str, Any] | None:

@@ -22,7 +22,6 @@ from xumd import logs
 from xumd.processes.durable import DurableIO
 from xumd.processes.leases import Lease
 from xumd.processes.managed import Managed
-from xumd.processes.output_log import OutputLog
 from xumd.processes.ring import OutputRing
 from xumd.procutil import same_process_alive
 
@@ -52,8 +51,8 @@ def adopt(sup: Supervisor) -> list[Managed]:
         managed = _record(sup, lease, io)
         managed.state = "pending_stop" if lease.detail.get("stop_requested") else "running"
         managed.confirm_lost = True  # not our child any more: only a probe can see it end
-        managed.on_daemon_stop = "keep" if io is not None and sup.keep_processes else "stop"
-        if io is None:
+        managed.on_daemon_stop = "keep" if managed.io is not None and sup.keep_processes else "stop"
+        if managed.io is None:
             managed.ring.close()  # nothing of its output reaches this daemon
         found.append(managed)
         log.info(
@@ -75,13 +74,22 @@ def _durable_io(io_dir: Path | None, lease: Lease) -> DurableIO | None:
     return io
 
 
+def _open_log(sup: Supervisor, managed: Managed) -> None:
+    """Follow the durable output; a file that cannot be opened must not stop the start-up: the
+    process is still adopted (a holder, stoppable), its output is then not captured."""
+    if managed.io is None:
+        return
+    try:
+        managed.ring = managed.io.open_log(head_limit=sup.head_bytes, tail_limit=sup.tail_bytes)
+    except OSError as exc:
+        log.warning("process.io_unreadable", process=managed.id, error=str(exc))
+        managed.io = None
+
+
 def _record(sup: Supervisor, lease: Lease, io: DurableIO | None) -> Managed:
     assert lease.process_id is not None
-    ring: OutputRing | OutputLog = OutputRing(sup.head_bytes, sup.tail_bytes)
-    if io is not None:
-        ring = io.open_log(head_limit=sup.head_bytes, tail_limit=sup.tail_bytes)
     detail = lease.detail
-    return Managed(
+    managed = Managed(
         id=lease.process_id,
         workspace_id=lease.workspace_id,
         kind=lease.kind,
@@ -94,10 +102,12 @@ def _record(sup: Supervisor, lease: Lease, io: DurableIO | None) -> Managed:
         start_time=lease.start_time,
         started_at=lease.created_at,
         checkout=Path(detail.get("checkout") or "/"),
-        ring=ring,
+        ring=OutputRing(sup.head_bytes, sup.tail_bytes),
         io=io,
         adopted=True,
     )
+    _open_log(sup, managed)
+    return managed
 
 
 def _ended_meanwhile(sup: Supervisor, lease: Lease, io: DurableIO) -> Managed:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -98,6 +99,10 @@ def install(app: App) -> None:
         )
     )
     quiet = app.provide(Quiescence(sup, leases))
+    if sup.keep_processes and os.environ.get("INVOCATION_ID"):
+        # A systemd service: with KillMode=mixed or control-group, the unit's stop SIGKILLs what
+        # is left in its cgroup, kept processes included (docs/PROCESSES.md, "systemd").
+        log.warning("processes.keep_under_systemd", needs="KillMode=process")
 
     async def archive(workspace_id: str) -> Any:
         from xumd.lifecycle.service import WorkspaceService
