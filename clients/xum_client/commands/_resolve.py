@@ -8,6 +8,11 @@ from xum_client.errors import InvalidParams, NotFound
 from xum_client.sync import Client
 
 
+def given(**values: Any) -> dict[str, Any]:
+    """The options the user gave (None and empty dropped), as request params."""
+    return {key: value for key, value in values.items() if value}
+
+
 def _not_found(message: str) -> NotFound:
     return NotFound(-32001, message, {"kind": "not_found"})
 

@@ -7,7 +7,7 @@ import os
 import click
 
 from xum_client.cli import Ctx
-from xum_client.commands._resolve import project_id
+from xum_client.commands._resolve import given, project_id
 
 
 def register(cli: click.Group) -> None:
@@ -22,11 +22,10 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     def add(obj: Ctx, path: str, name: str | None, workspaces_dir: str | None) -> None:
         """Register the repository at PATH."""
-        params: dict[str, object] = {"path": os.path.abspath(path)}
-        if name:
-            params["name"] = name
-        if workspaces_dir:
-            params["workspaces_dir"] = os.path.abspath(workspaces_dir)
+        params = {
+            "path": os.path.abspath(path),
+            **given(name=name, workspaces_dir=workspaces_dir and os.path.abspath(workspaces_dir)),
+        }
         with obj.client() as client:
             result = client.call("project.add", params)
         p = result["project"]
@@ -73,10 +72,7 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     def trust(obj: Ctx, project_ref: str, digest: str | None) -> None:
         """Trust the project's .xum/config.toml so its setup/teardown scripts run."""
-        params: dict[str, object] = {}
         with obj.client() as client:
-            params["project_id"] = project_id(client, project_ref)
-            if digest:
-                params["hash"] = digest
-            result = client.call("project.trust", params)
+            pid = project_id(client, project_ref)
+            result = client.call("project.trust", {"project_id": pid, **given(hash=digest)})
         obj.emit(result, f"trusted {result['config_path']} (sha256 {result['config_hash']})")

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from xum_client.cli import Ctx
-from xum_client.commands._resolve import project_id, short, workspace_id
+from xum_client.commands._resolve import given, project_id, short, workspace_id
 from xum_client.sync import Client
 
 LONG_TIMEOUT_S = 3600.0
@@ -20,6 +20,13 @@ LONG_TIMEOUT_S = 3600.0
 
 def _long(obj: Ctx) -> Client:
     return Client(obj.root, timeout=LONG_TIMEOUT_S, client_name="xum-cli")
+
+
+def _on_workspace(obj: Ctx, method: str, ref: str, **params: Any) -> dict[str, Any]:
+    """Resolve REF (id or PROJECT/NAME) and call `method` on it, waiting as long as the
+    scripts that run inside the call may take."""
+    with _long(obj) as client:
+        return client.call(method, {"workspace_id": workspace_id(client, ref), **params})
 
 
 def _setup_line(setup: dict[str, Any]) -> str:
@@ -68,15 +75,12 @@ def register(cli: click.Group) -> None:
     ) -> None:
         """Create workspace NAME in PROJECT."""
         with _long(obj) as client:
-            params: dict[str, Any] = {
+            params = {
                 "project_id": project_id(client, project_ref),
                 "name": name,
                 "runtime": runtime,
+                **given(branch=branch, base=base),
             }
-            if branch:
-                params["branch"] = branch
-            if base:
-                params["base"] = base
             result = client.call("workspace.create", params)
         w = result["workspace"]
         human = f"created {w['name']} ({w['id']}) at {w['path']}\n{_setup_line(result['setup'])}"
@@ -91,12 +95,8 @@ def register(cli: click.Group) -> None:
     def ls(obj: Ctx, project_ref: str | None, state: str | None) -> None:
         """List workspaces."""
         with obj.client() as client:
-            params: dict[str, Any] = {}
-            if project_ref:
-                params["project_id"] = project_id(client, project_ref)
-            if state:
-                params["state"] = state
-            result = client.call("workspace.list", params)
+            pid = project_id(client, project_ref) if project_ref else None
+            result = client.call("workspace.list", given(project_id=pid, state=state))
         lines = [short(w) for w in result["workspaces"]]
         obj.emit(result, "\n".join(lines) if lines else "no workspaces")
 
@@ -123,9 +123,7 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     def mv(obj: Ctx, ref: str, new_name: str) -> None:
         """Rename a workspace (moves its checkout; renames a default xum/ branch)."""
-        with _long(obj) as client:
-            wid = workspace_id(client, ref)
-            result = client.call("workspace.rename", {"workspace_id": wid, "name": new_name})
+        result = _on_workspace(obj, "workspace.rename", ref, name=new_name)
         w = result["workspace"]
         obj.emit(result, f"renamed {result['previous_name']} -> {w['name']} at {w['path']}")
 
@@ -135,9 +133,7 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     def archive(obj: Ctx, ref: str, stop: bool) -> None:
         """Snapshot uncommitted work, archive, and delete the checkout (branch kept)."""
-        with _long(obj) as client:
-            wid = workspace_id(client, ref)
-            result = client.call("workspace.archive", {"workspace_id": wid, "stop": stop})
+        result = _on_workspace(obj, "workspace.archive", ref, stop=stop)
         snap = result["snapshot"]
         lines = [
             f"archived {result['workspace']['name']}",
@@ -154,8 +150,7 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     def unarchive(obj: Ctx, ref: str) -> None:
         """Recreate the checkout and restore its snapshot."""
-        with _long(obj) as client:
-            result = client.call("workspace.unarchive", {"workspace_id": workspace_id(client, ref)})
+        result = _on_workspace(obj, "workspace.unarchive", ref)
         w = result["workspace"]
         restored = result["restored"]
         files = len((restored.get("snapshot") or {}).get("files", []))
@@ -171,10 +166,8 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     def rm(obj: Ctx, ref: str, force: bool) -> None:
         """Remove a workspace (branch and snapshots are kept)."""
-        with _long(obj) as client:
-            wid = workspace_id(client, ref)
-            result = client.call("workspace.remove", {"workspace_id": wid, "force": force})
-        lines = [f"removed {wid} (branch {result['branch'] or '-'} kept)"]
+        result = _on_workspace(obj, "workspace.remove", ref, force=force)
+        lines = [f"removed {result['workspace_id']} (branch {result['branch'] or '-'} kept)"]
         if result["snapshot"]:
             lines.append(f"snapshot: {result['snapshot']['ref']}")
         lines.append(_cleanup_line(result["cleanup"]))
@@ -185,8 +178,7 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     def keep(obj: Ctx, ref: str) -> None:
         """Keep an interrupted workspace (it becomes active)."""
-        with _long(obj) as client:
-            result = client.call("workspace.keep", {"workspace_id": workspace_id(client, ref)})
+        result = _on_workspace(obj, "workspace.keep", ref)
         obj.emit(result, f"kept {result['workspace']['name']}: {result['workspace']['state']}")
 
     @ws.command("strays")

@@ -25,20 +25,13 @@ def new_incarnation() -> str:
 
 def check_id(value: str, prefix: str, what: str) -> str:
     """An id of the wrong kind is invalid_scope; a malformed one is simply not found."""
-    match = _ID_RE.fullmatch(value)
-    if match and match.group(1) != prefix:
+    if "_" in value and not value.startswith(prefix):  # another kind's prefix
         raise XumError(
             ErrorKind.INVALID_SCOPE,
             f"{value!r} is not a {what} id (a {what} id starts with {prefix!r})",
             id=value,
         )
-    if not match:
-        if "_" in value and not value.startswith(prefix):
-            raise XumError(
-                ErrorKind.INVALID_SCOPE,
-                f"{value!r} is not a {what} id (a {what} id starts with {prefix!r})",
-                id=value,
-            )
+    if not _ID_RE.fullmatch(value):
         raise XumError(ErrorKind.NOT_FOUND, f"{what} {value!r} not found", id=value)
     return value
 

@@ -27,6 +27,7 @@ from xumd import logs
 from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import ids, rows, views
+from xumd.lifecycle.context import require_project
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.rows import ProjectRow
 from xumd.lifecycle.scripts import config_file, load_config
@@ -50,11 +51,7 @@ class ProjectService:
         return views.project_info(project, self.app.paths.workspaces)
 
     def get(self, project_id: str) -> ProjectRow:
-        ids.check_id(project_id, ids.PROJECT, "project")
-        project = rows.get_project(self.store, project_id)
-        if project is None:
-            raise XumError(ErrorKind.NOT_FOUND, f"project {project_id!r} not found", id=project_id)
-        return project
+        return require_project(self.store, project_id)
 
     async def add(self, params: ProjectAddParams) -> ProjectRow:
         raw = params.path

@@ -9,12 +9,32 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from xumd.lifecycle.seams import WorkspaceRef
 from xumd.store import Store
+
+T = TypeVar("T")
+
+
+_CONVERT: dict[str, Callable[[Any], Any]] = {"Path": Path, "bool": bool}
+_COLUMNS: dict[type, list[tuple[str, Callable[[Any], Any] | None]]] = {}
+
+
+def _from_row(cls: type[T], row: sqlite3.Row) -> T:
+    """A row dataclass from a store row: each field by its column name, with paths as Path
+    and SQLite's 0/1 as bool (the field's annotation says which). The plan is computed once
+    per class: startup reads every row."""
+    plan = _COLUMNS.get(cls)
+    if plan is None:
+        plan = _COLUMNS[cls] = [
+            (f.name, _CONVERT.get(str(f.type)))
+            for f in fields(cls)  # type: ignore[arg-type]
+        ]
+    return cls(**{name: conv(row[name]) if conv else row[name] for name, conv in plan})
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,18 +52,7 @@ class ProjectRow:
 
     @staticmethod
     def of(row: sqlite3.Row) -> ProjectRow:
-        return ProjectRow(
-            id=row["id"],
-            name=row["name"],
-            path=Path(row["path"]),
-            dev=row["dev"],
-            ino=row["ino"],
-            kind=row["kind"],
-            workspaces_dir=row["workspaces_dir"],
-            trusted_config_hash=row["trusted_config_hash"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
+        return _from_row(ProjectRow, row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,32 +84,7 @@ class WorkspaceRow:
 
     @staticmethod
     def of(row: sqlite3.Row) -> WorkspaceRow:
-        return WorkspaceRow(
-            id=row["id"],
-            project_id=row["project_id"],
-            name=row["name"],
-            runtime=row["runtime"],
-            path=Path(row["path"]),
-            branch=row["branch"],
-            base=row["base"],
-            branch_created=bool(row["branch_created"]),
-            state=row["state"],
-            incarnation=row["incarnation"],
-            dev=row["dev"],
-            ino=row["ino"],
-            interrupted=bool(row["interrupted"]),
-            interrupted_reason=row["interrupted_reason"],
-            setup_status=row["setup_status"],
-            setup_output=row["setup_output"],
-            snapshot_ref=row["snapshot_ref"],
-            snapshot_commit=row["snapshot_commit"],
-            last_cleanup=row["last_cleanup"],
-            handle_id=row["handle_id"],
-            owner_workspace_id=row["owner_workspace_id"],
-            version=row["version"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
+        return _from_row(WorkspaceRow, row)
 
     def ref(self) -> WorkspaceRef:
         return WorkspaceRef(self.id, self.project_id, self.name, self.path, self.incarnation)

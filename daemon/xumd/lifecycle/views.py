@@ -8,9 +8,10 @@ from pathlib import Path
 
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.project import ProjectInfo
-from xum_protocol.models.workspace import ScriptResult, SnapshotInfo, WorkspaceInfo
+from xum_protocol.models.workspace import DroppedInfo, ScriptResult, SnapshotInfo, WorkspaceInfo
 
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.lifecycle.snapshot import Dropped, Snapshot
 
 CleanupLookup = Callable[[str], CleanupStatus | None]
 
@@ -77,3 +78,11 @@ def workspace_info(row: WorkspaceRow, lookup: CleanupLookup | None = None) -> Wo
             "updated_at": row.updated_at,
         }
     )
+
+
+def snapshot_info(snap: Snapshot | None) -> SnapshotInfo | None:
+    return SnapshotInfo.model_validate(snap.as_dict()) if snap else None
+
+
+def dropped_info(dropped: Dropped) -> DroppedInfo:
+    return DroppedInfo.model_validate(dropped.as_dict())

@@ -1,0 +1,98 @@
+"""workspace.archive: (1) snapshot the uncommitted work and preserve chosen ignored files,
+(2) the logical archive (`archived`) committed together with the cleanup obligations, (3) the
+cleanup attempted now and reported as it is (`completed`, `pending`, ...), never better."""
+
+from __future__ import annotations
+
+import os
+
+from xum_protocol.errors import ErrorKind
+from xum_protocol.models.workspace import WorkspaceArchiveResult
+
+from xumd import faults
+from xumd.errors import XumError
+from xumd.lifecycle import dirstore, rows, views
+from xumd.lifecycle.checkout import clear_stale_locks
+from xumd.lifecycle.context import Context, invalid_state
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.lifecycle.scripts import preserve_globs
+from xumd.lifecycle.seams import WorkspaceRef, busy_message
+from xumd.lifecycle.snapshot import Dropped, Snapshot
+
+ARCHIVE_AFTER_INTENT = faults.declare("workspace.archive.after_intent")
+ARCHIVE_AFTER_SNAPSHOT = faults.declare("workspace.archive.after_snapshot")
+ARCHIVE_AFTER_COMMIT = faults.declare("workspace.archive.after_commit")
+
+
+async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> WorkspaceArchiveResult:
+    async with ctx.coord.exclusive(workspace_id, "archive") as ref:
+        row = ctx.row(ref.id)
+        if row.state != "active":
+            raise invalid_state(
+                row, f"workspace {row.name!r} is {row.state}; only an active workspace is archived"
+            )
+        stopped = await _stop(ctx, ref, row) if stop else []
+        await ctx.quiescent(row, "archive")
+        project = ctx.project(row.project_id)
+        with ctx.store.transaction():
+            row = ctx.update(row, state="archiving")
+        ctx.publish("workspace.state_changed", row)
+        ARCHIVE_AFTER_INTENT()
+        try:
+            snap, dropped = await _save_work(ctx, project, row)
+        except BaseException:
+            ctx.roll_back(row, state="active")
+            raise
+        ARCHIVE_AFTER_SNAPSHOT()
+        with ctx.store.transaction():
+            row = ctx.update(row, state="archived", **_snapshot_fields(snap))
+            ctx.plan_cleanup(project, row, teardown=True)
+        ctx.publish("workspace.state_changed", row)
+        ARCHIVE_AFTER_COMMIT()
+        status = await ctx.run_cleanup(row.id)
+        row = rows.get_workspace(ctx.store, row.id) or row
+        return WorkspaceArchiveResult(
+            workspace=ctx.info(row),
+            snapshot=views.snapshot_info(snap),
+            dropped=views.dropped_info(dropped),
+            cleanup=status,
+            stopped=stopped,
+        )
+
+
+def _snapshot_fields(snap: Snapshot | None) -> dict[str, str]:
+    return {"snapshot_ref": snap.ref, "snapshot_commit": snap.commit} if snap else {}
+
+
+async def _stop(ctx: Context, ref: WorkspaceRef, row: WorkspaceRow) -> list[str]:
+    """Stop the daemon's own processes in the workspace first (a user-visible step)."""
+    left = await ctx.hooks().stop_all(ref, ctx.app.config.stop_grace_s + 5.0)
+    if left:
+        raise XumError(
+            ErrorKind.BUSY,
+            f"cannot archive {row.name!r}: could not stop " + busy_message(left)[len("busy: ") :],
+            holders=[h.as_dict() for h in left],
+        )
+    return ["the daemon's processes in the workspace"]
+
+
+async def _save_work(
+    ctx: Context, project: ProjectRow, row: WorkspaceRow
+) -> tuple[Snapshot | None, Dropped]:
+    """Snapshot uncommitted work and preserve chosen ignored files, touching nothing."""
+    if not ctx.owns_checkout(row):
+        if os.path.lexists(row.path):
+            raise XumError(
+                ErrorKind.CONFLICT,
+                f"{row.path} does not carry the marker of {row.id}; refusing to snapshot it",
+                path=str(row.path),
+            )
+        return None, Dropped()  # deleted by hand: nothing left to save
+    globs = preserve_globs(row.path, project.path)
+    if row.runtime == "directory":
+        return None, await dirstore.save(ctx.app.paths.archive_store, row)
+    async with ctx.git.admin_lock(project.path):
+        await clear_stale_locks(ctx.git, project.path)
+        snap = await ctx.snapshots.take(row.path, row.id, row.incarnation)
+    dropped = await ctx.snapshots.report_and_preserve(row.path, row.id, row.incarnation, globs)
+    return snap, dropped

@@ -1,0 +1,176 @@
+"""What every workspace operation shares: its collaborators, lookups under the caller's
+reservation, the compare-and-swap update, events, quiescence and the cleanup hand-off.
+
+The operations themselves live in one module each (create, archive, unarchive, remove, rename,
+keep); `xumd.lifecycle.service.WorkspaceService` is the facade the rest of the daemon uses.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from xum_protocol.errors import ErrorKind
+from xum_protocol.models.cleanup import CleanupStatus
+from xum_protocol.models.workspace import WorkspaceInfo
+
+from xumd.cleanup.service import CleanupService
+from xumd.errors import XumError
+from xumd.git import Git
+from xumd.lifecycle import ids, marker, rows, views
+from xumd.lifecycle.coordinator import Coordinator
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.lifecycle.scripts import ScriptRunner
+from xumd.lifecycle.seams import LifecycleHooks, busy_message
+from xumd.lifecycle.snapshot import Snapshotter
+
+if TYPE_CHECKING:
+    from xumd.app import App
+
+UNDO_DEADLINE_S = 60.0
+"""How long an undo (after a failure or a cancellation) may take, shielded."""
+
+
+def require_project(store: Any, project_id: str) -> ProjectRow:
+    ids.check_id(project_id, ids.PROJECT, "project")
+    project = rows.get_project(store, project_id)
+    if project is None:
+        raise XumError(ErrorKind.NOT_FOUND, f"project {project_id!r} not found", id=project_id)
+    return project
+
+
+def some(paths: list[str], most: int = 20) -> str:
+    """A bounded list of paths for an error message."""
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return ", ".join(paths[:most]) + more
+
+
+def invalid_state(row: WorkspaceRow, message: str, **data: Any) -> XumError:
+    return XumError(ErrorKind.INVALID_STATE, message, state=row.state, **data)
+
+
+class Context:
+    def __init__(
+        self,
+        app: App,
+        coord: Coordinator,
+        git: Git,
+        scripts: ScriptRunner,
+        snapshots: Snapshotter,
+    ) -> None:
+        self.app = app
+        self.store = app.store
+        self.coord = coord
+        self.git = git
+        self.scripts = scripts
+        self.snapshots = snapshots
+
+    @property
+    def cleanup(self) -> CleanupService:
+        # Looked up when used: the cleanup feature is installed after this one.
+        return self.app.get(CleanupService)
+
+    def hooks(self) -> LifecycleHooks:
+        return self.app.find(LifecycleHooks) or LifecycleHooks()
+
+    # -- rows and views ----------------------------------------------------------------------------
+
+    def info(self, row: WorkspaceRow) -> WorkspaceInfo:
+        return views.workspace_info(row, self.cleanup.status)
+
+    def publish(self, event: str, row: WorkspaceRow, **extra: Any) -> None:
+        self.app.events.publish(event, workspace=self.info(row).model_dump(mode="json"), **extra)
+
+    def project(self, project_id: str) -> ProjectRow:
+        return require_project(self.store, project_id)
+
+    def row(self, workspace_id: str) -> WorkspaceRow:
+        ids.check_id(workspace_id, ids.WORKSPACE, "workspace")
+        row = rows.get_workspace(self.store, workspace_id)
+        if row is None:
+            raise XumError(
+                ErrorKind.NOT_FOUND, f"workspace {workspace_id!r} not found", id=workspace_id
+            )
+        return row
+
+    def path_for(self, project: ProjectRow, name: str) -> Path:
+        return views.workspaces_dir(self.app.paths.workspaces, project) / name
+
+    def update(self, row: WorkspaceRow, **fields: Any) -> WorkspaceRow:
+        """CAS on the incarnation the caller resolved; a mismatch is a lost race, not success."""
+        new = rows.update_workspace(
+            self.store, row.id, expect_incarnation=row.incarnation, **fields
+        )
+        if new is None:
+            raise XumError(
+                ErrorKind.NOT_FOUND,
+                f"workspace {row.id!r} changed or vanished during the operation",
+                id=row.id,
+            )
+        return new
+
+    def roll_back(self, row: WorkspaceRow, **fields: Any) -> None:
+        """Put a row back after a failed step (CAS; a row that changed meanwhile is left)."""
+        with self.store.transaction():
+            back = rows.update_workspace(
+                self.store, row.id, expect_incarnation=row.incarnation, **fields
+            )
+        if back is not None:
+            self.publish("workspace.state_changed", back)
+
+    # -- checks ------------------------------------------------------------------------------------
+
+    def owns_checkout(self, row: WorkspaceRow) -> bool:
+        """The path exists and carries this row's marker (and identity, when recorded)."""
+        if not row.path.is_dir():
+            return False
+        found = marker.read_marker(row.path)
+        if found is None or (found.workspace_id, found.incarnation) != (row.id, row.incarnation):
+            return False
+        if row.ino is not None:
+            st = row.path.stat()
+            return (st.st_dev, st.st_ino) == (row.dev, row.ino)
+        return True
+
+    async def quiescent(self, row: WorkspaceRow, op: str) -> None:
+        holders = await self.hooks().holders(row.ref())
+        if holders:
+            raise XumError(
+                ErrorKind.BUSY,
+                f"cannot {op} {row.name!r}: " + busy_message(holders),
+                holders=[h.as_dict() for h in holders],
+            )
+
+    @asynccontextmanager
+    async def directories(self, *paths: Path) -> AsyncIterator[None]:
+        """Directory exclusion for several paths, always taken in one order (no deadlock)."""
+        async with AsyncExitStack() as stack:
+            for path in sorted({os.path.realpath(p) for p in paths}):
+                await stack.enter_async_context(self.coord.directory(path))
+            yield
+
+    # -- cleanup hand-off --------------------------------------------------------------------------
+
+    def plan_cleanup(self, project: ProjectRow, row: WorkspaceRow, *, teardown: bool) -> None:
+        """Plan the checkout's removal; inside the caller's transaction (see CleanupService)."""
+        self.cleanup.plan_checkout_removal(
+            workspace_id=row.id,
+            project_id=row.project_id,
+            incarnation=row.incarnation,
+            runtime=row.runtime,
+            repo_path=project.path,
+            checkout=row.path,
+            dev=row.dev,
+            ino=row.ino,
+            teardown=teardown,
+        )
+
+    async def run_cleanup(self, workspace_id: str, *, force: bool = False) -> CleanupStatus:
+        try:
+            return await self.cleanup.run_workspace(workspace_id, force=force)
+        except XumError as exc:
+            # The logical change is committed; the physical one is reported as it is.
+            return CleanupStatus(status="pending", last_error=exc.message)

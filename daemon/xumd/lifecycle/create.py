@@ -1,0 +1,218 @@
+"""workspace.create: the intent row (state `creating`, planned path, branch, fresh incarnation,
+delegation binding) is committed before anything exists on disk; then the checkout, setup, and
+`active`. A create that fails part-way undoes exactly what it made."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+from xum_protocol.errors import ErrorKind
+from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreateResult
+
+from xumd import faults, logs
+from xumd.errors import XumError
+from xumd.lifecycle import checkout, ids, rows, setup
+from xumd.lifecycle.context import UNDO_DEADLINE_S, Context
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+
+log = logs.get("xumd.lifecycle.create")
+
+CREATE_AFTER_INTENT = faults.declare("workspace.create.after_intent")
+CREATE_AFTER_CHECKOUT = faults.declare("workspace.create.after_checkout")
+CREATE_AFTER_SETUP = faults.declare("workspace.create.after_setup")
+
+
+@dataclass(frozen=True, slots=True)
+class IntentBinding:
+    """A delegated turn's binding, written by the daemon in the target's intent transaction
+    (never from client params): `record(workspace_id)` runs inside that same transaction."""
+
+    handle_id: str
+    owner_workspace_id: str
+    record: Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class BranchPlan:
+    branch: str
+    base: str
+    """The resolved commit the branch starts from (or points at, when it exists)."""
+    create: bool
+    """True when this create makes the branch (and so its undo deletes it)."""
+
+
+async def create(
+    ctx: Context, params: WorkspaceCreateParams, binding: IntentBinding | None = None
+) -> WorkspaceCreateResult:
+    project = ctx.project(params.project_id)
+    ids.check_name(params.name)
+    async with ctx.coord.project_shared(project.id, label=f"create {params.name}"):
+        project = ctx.project(params.project_id)
+        return await _create(ctx, project, params, binding)
+
+
+def _check_params(ctx: Context, project: ProjectRow, params: WorkspaceCreateParams) -> None:
+    if params.runtime == "worktree" and project.kind != "git":
+        raise XumError(
+            ErrorKind.INVALID_PARAMS,
+            f"project {project.name!r} is not a git repository; use runtime 'directory'",
+        )
+    if params.runtime == "directory" and (params.branch or params.base):
+        raise XumError(ErrorKind.INVALID_PARAMS, "runtime 'directory' takes no branch or base")
+    existing = rows.workspace_by_name(ctx.store, project.id, params.name)
+    if existing is not None:
+        raise XumError(
+            ErrorKind.CONFLICT,
+            f"project {project.name!r} already has a workspace {params.name!r} ({existing.id})",
+            id=existing.id,
+        )
+
+
+def _insert_intent(
+    ctx: Context,
+    project: ProjectRow,
+    params: WorkspaceCreateParams,
+    plan: BranchPlan | None,
+    binding: IntentBinding | None,
+) -> str:
+    workspace_id = ids.new_id(ids.WORKSPACE)
+    now = time.time()
+    try:
+        with ctx.store.transaction():
+            ctx.store.execute(
+                "INSERT INTO workspaces (id, project_id, name, runtime, path, branch, base,"
+                " branch_created, state, incarnation, setup_status, created_at, updated_at,"
+                " auto_archive, handle_id, owner_workspace_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'creating', ?, 'pending', ?, ?, ?, ?, ?)",
+                (
+                    workspace_id,
+                    project.id,
+                    params.name,
+                    params.runtime,
+                    str(ctx.path_for(project, params.name)),
+                    plan.branch if plan else None,
+                    plan.base if plan else None,
+                    int(plan.create) if plan else 0,
+                    ids.new_incarnation(),
+                    now,
+                    now,
+                    params.auto_archive,
+                    binding.handle_id if binding else None,
+                    binding.owner_workspace_id if binding else None,
+                ),
+            )
+            if binding is not None:
+                binding.record(workspace_id)
+    except sqlite3.IntegrityError:
+        raise XumError(
+            ErrorKind.CONFLICT,
+            f"project {project.name!r} already has a workspace {params.name!r}",
+        ) from None
+    return workspace_id
+
+
+async def _create(
+    ctx: Context,
+    project: ProjectRow,
+    params: WorkspaceCreateParams,
+    binding: IntentBinding | None,
+) -> WorkspaceCreateResult:
+    _check_params(ctx, project, params)
+    plan = await _plan_branch(ctx, project, params) if params.runtime == "worktree" else None
+    row = ctx.row(_insert_intent(ctx, project, params, plan, binding))
+    ctx.publish("workspace.created", row)
+    CREATE_AFTER_INTENT()
+    cleared: list[str] = []
+    made = False
+    try:
+        async with ctx.coord.directory(row.path, label=f"create {row.id}"):
+            # Revalidate after the wait: the row is still ours, and nothing is at the path
+            # (a cleanup that held the directory may just have emptied it, or not).
+            row = ctx.row(row.id)
+            if os.path.lexists(row.path):
+                raise XumError(
+                    ErrorKind.CONFLICT,
+                    f"{row.path} already exists; choose another name",
+                    path=str(row.path),
+                )
+            row.path.parent.mkdir(parents=True, exist_ok=True)
+            made = True
+            if plan is not None:
+                new_from = plan.base if plan.create else None
+                cleared = await checkout.add_worktree(
+                    ctx.git, project.path, row, plan.branch, new_from
+                )
+            else:
+                checkout.make_directory(row)
+        CREATE_AFTER_CHECKOUT()
+        st = row.path.stat()
+        with ctx.store.transaction():
+            row = ctx.update(row, dev=st.st_dev, ino=st.st_ino)
+        row, outcome = await setup.run(ctx, row)
+        CREATE_AFTER_SETUP()
+        row = setup.activate(ctx, row, outcome)
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
+            await _undo(ctx, project, row, made, exc)
+        raise
+    ctx.publish("workspace.state_changed", row)
+    log.info("workspace.created", workspace=row.id, project=project.id, path=str(row.path))
+    return WorkspaceCreateResult(
+        workspace=ctx.info(row), setup=setup.result(outcome), cleared_locks=cleared
+    )
+
+
+async def _plan_branch(
+    ctx: Context, project: ProjectRow, params: WorkspaceCreateParams
+) -> BranchPlan:
+    branch = params.branch or f"xum/{params.name}"
+    check = await ctx.git.run(project.path, "check-ref-format", "--branch", branch, check=False)
+    if not check.ok:
+        raise XumError(ErrorKind.INVALID_NAME, f"{branch!r} is not a valid branch name")
+    exists = await ctx.git.run(
+        project.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+    )
+    if exists.ok and params.base:
+        raise XumError(
+            ErrorKind.CONFLICT,
+            f"branch {branch!r} already exists; omit base to check it out, or pick a branch",
+            branch=branch,
+        )
+    spec = f"refs/heads/{branch}" if exists.ok else (params.base or "HEAD")
+    resolved = await ctx.git.run(
+        project.path, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}", check=False
+    )
+    if not resolved.ok:
+        raise XumError(
+            ErrorKind.NOT_FOUND, f"base {spec!r} is not a commit in {project.path}", base=spec
+        )
+    return BranchPlan(branch, resolved.output.text().strip(), create=not exists.ok)
+
+
+async def _undo(
+    ctx: Context, project: ProjectRow, row: WorkspaceRow, made: bool, cause: BaseException
+) -> None:
+    """Undo exactly what this create made: the worktree (or directory), the branch if it
+    was created here, then the intent row."""
+    log.warning("workspace.create_undo", workspace=row.id, cause=repr(cause))
+    if made:
+        await checkout.discard(ctx.git, project.path, row)
+    if made and row.branch_created and row.branch and row.base:
+        async with ctx.git.admin_lock(project.path):
+            # Only when it still points where we created it: never drop others' work.
+            await ctx.git.run(
+                project.path,
+                "update-ref",
+                "-d",
+                f"refs/heads/{row.branch}",
+                row.base,
+                check=False,
+            )
+    with ctx.store.transaction():
+        ctx.store.execute("DELETE FROM workspaces WHERE id = ?", (row.id,))
+    ctx.app.events.publish("workspace.removed", workspace_id=row.id, reason="create failed")

@@ -1,0 +1,49 @@
+"""The setup phase of create and unarchive: `setup_status=running` committed before the script
+runs (so a crash mid-setup is visible at startup), then the row made `active` with the outcome."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from xum_protocol.models.workspace import ScriptResult
+
+from xumd import faults, logs
+from xumd.lifecycle.context import Context
+from xumd.lifecycle.rows import WorkspaceRow
+from xumd.lifecycle.scripts import ScriptOutcome
+
+log = logs.get("xumd.lifecycle.setup")
+
+SETUP_AFTER_INTENT = faults.declare(
+    "workspace.setup.after_intent", "setup_status=running committed; the script has not run"
+)
+
+
+async def run(ctx: Context, row: WorkspaceRow) -> tuple[WorkspaceRow, ScriptOutcome]:
+    with ctx.store.transaction():
+        row = ctx.update(row, setup_status="running", setup_output=None)
+    ctx.publish("workspace.updated", row)
+    SETUP_AFTER_INTENT()
+    try:
+        outcome = await ctx.scripts.run(
+            "setup", project_id=row.project_id, workspace=row.ref(), cwd=row.path
+        )
+    except Exception as exc:  # a setup that cannot even start is reported, not raised
+        log.exception("workspace.setup_crashed", workspace=row.id)
+        outcome = ScriptOutcome(status="failed", error=f"setup could not run: {exc}")
+    return row, outcome
+
+
+def activate(ctx: Context, row: WorkspaceRow, outcome: ScriptOutcome) -> WorkspaceRow:
+    """Commit `active` with the setup's outcome (status, and its detail as JSON)."""
+    detail: dict[str, Any] = outcome.as_dict()
+    detail.pop("status")
+    with ctx.store.transaction():
+        return ctx.update(
+            row, state="active", setup_status=outcome.status, setup_output=json.dumps(detail)
+        )
+
+
+def result(outcome: ScriptOutcome) -> ScriptResult:
+    return ScriptResult.model_validate(outcome.as_dict())

@@ -1,0 +1,152 @@
+"""workspace.unarchive: settle the archive's pending cleanup, then recreate the checkout at its
+path (new incarnation, `restoring` committed first), restore the snapshot exactly, run setup,
+`active`. A failure before setup undoes the new checkout and puts the archived row back."""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+from xum_protocol.errors import ErrorKind
+from xum_protocol.models.workspace import RestoredInfo, SnapshotInfo, WorkspaceUnarchiveResult
+
+from xumd import faults, logs
+from xumd.errors import XumError
+from xumd.lifecycle import checkout, dirstore, ids, setup
+from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+
+log = logs.get("xumd.lifecycle.unarchive")
+
+UNARCHIVE_AFTER_INTENT = faults.declare("workspace.unarchive.after_intent")
+UNARCHIVE_AFTER_CHECKOUT = faults.declare("workspace.unarchive.after_checkout")
+UNARCHIVE_AFTER_RESTORE = faults.declare("workspace.unarchive.after_restore")
+UNARCHIVE_AFTER_SETUP = faults.declare("workspace.unarchive.after_setup")
+
+
+async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult:
+    async with ctx.coord.exclusive(workspace_id, "unarchive") as ref:
+        row = ctx.row(ref.id)
+        if row.state != "archived":
+            raise invalid_state(
+                row, f"workspace {row.name!r} is {row.state}; only an archived one is unarchived"
+            )
+        project = ctx.project(row.project_id)
+        await _settle_old_checkout(ctx, row)
+        _check_path_free(ctx, row)
+        old = row
+        with ctx.store.transaction():
+            row = ctx.update(
+                row, state="restoring", incarnation=ids.new_incarnation(), dev=None, ino=None
+            )
+        ctx.publish("workspace.state_changed", row)
+        UNARCHIVE_AFTER_INTENT()
+        made = False
+        try:
+            async with ctx.coord.directory(row.path, label=f"unarchive {row.id}"):
+                _check_path_free(ctx, row)
+                row.path.parent.mkdir(parents=True, exist_ok=True)
+                made = True
+                await _recreate(ctx, project, row)
+            UNARCHIVE_AFTER_CHECKOUT()
+            restored = await _restore(ctx, row)
+            UNARCHIVE_AFTER_RESTORE()
+            st = row.path.stat()
+            with ctx.store.transaction():
+                row = ctx.update(row, dev=st.st_dev, ino=st.st_ino)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
+                await _undo(ctx, project, old, row, made)
+            raise
+        row, outcome = await setup.run(ctx, row)
+        UNARCHIVE_AFTER_SETUP()
+        row = setup.activate(ctx, row, outcome)
+        ctx.snapshots.discard_preserved(row.id)
+        ctx.publish("workspace.state_changed", row)
+        return WorkspaceUnarchiveResult(
+            workspace=ctx.info(row), restored=restored, setup=setup.result(outcome)
+        )
+
+
+async def _settle_old_checkout(ctx: Context, row: WorkspaceRow) -> None:
+    """Run the archive's pending cleanup now (forced), before the new incarnation exists: it
+    frees the path and drops the old incarnation's locked git admin entry, without which
+    `git worktree add` refuses the path ("missing but locked"). The cleanup takes the directory
+    exclusion itself, so this runs before unarchive takes it. An old checkout that gained work
+    after the archive (which the snapshot does not hold) is refused first: trashing it would
+    lose that work."""
+    status = ctx.cleanup.status(row.id)
+    if status is None or status.status != "pending":
+        return
+    if row.runtime == "worktree" and ctx.owns_checkout(row):
+        state = await ctx.snapshots.capture(row.path)
+        files = await ctx.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
+        if files:
+            raise XumError(
+                ErrorKind.NOT_SAFE,
+                f"the archived checkout of {row.name!r} at {row.path} has work that its "
+                f"snapshot does not hold: {some(files)}; commit it or move it away first",
+                files=files[:100],
+                path=str(row.path),
+            )
+    await ctx.run_cleanup(row.id, force=True)
+
+
+def _check_path_free(ctx: Context, row: WorkspaceRow) -> None:
+    if not os.path.lexists(row.path):
+        return
+    status = ctx.cleanup.status(row.id)
+    if status is not None and status.status in ("pending", "failed"):
+        why = status.last_error or status.reason
+        raise XumError(
+            ErrorKind.CLEANUP_PENDING,
+            f"{row.path} still holds the archived checkout (cleanup {status.status}"
+            + (f": {why}" if why else "")
+            + ")",
+            cleanup=status.model_dump(mode="json"),
+            path=str(row.path),
+        )
+    raise XumError(ErrorKind.CONFLICT, f"{row.path} exists; move it away first", path=str(row.path))
+
+
+async def _recreate(ctx: Context, project: ProjectRow, row: WorkspaceRow) -> None:
+    if row.runtime == "directory":
+        checkout.make_directory(row)
+        return
+    assert row.branch is not None
+    exists = await ctx.git.run(
+        project.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{row.branch}", check=False
+    )
+    if exists.ok:
+        await checkout.add_worktree(ctx.git, project.path, row, row.branch, None)
+    elif row.snapshot_commit:
+        # The branch was deleted by hand: bring it back where the snapshot was taken.
+        await checkout.add_worktree(
+            ctx.git, project.path, row, row.branch, f"{row.snapshot_commit}^1"
+        )
+    else:
+        raise XumError(
+            ErrorKind.NOT_FOUND,
+            f"branch {row.branch!r} no longer exists and no snapshot holds its work",
+            branch=row.branch,
+        )
+
+
+async def _restore(ctx: Context, row: WorkspaceRow) -> RestoredInfo:
+    if row.runtime == "directory":
+        return await dirstore.restore(ctx.app.paths.archive_store, row)
+    snap: SnapshotInfo | None = None
+    if row.snapshot_commit and row.snapshot_ref:
+        files = await ctx.snapshots.restore(row.path, row.snapshot_commit)
+        snap = SnapshotInfo(ref=row.snapshot_ref, commit=row.snapshot_commit, files=files)
+    preserved = ctx.snapshots.restore_preserved(row.id, row.path)
+    return RestoredInfo(snapshot=snap, preserved=preserved)
+
+
+async def _undo(
+    ctx: Context, project: ProjectRow, old: WorkspaceRow, row: WorkspaceRow, made: bool
+) -> None:
+    log.warning("workspace.unarchive_undo", workspace=row.id)
+    if made:
+        await checkout.discard(ctx.git, project.path, row)
+    ctx.roll_back(row, state="archived", incarnation=old.incarnation, dev=old.dev, ino=old.ino)
