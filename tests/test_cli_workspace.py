@@ -120,3 +120,20 @@ def test_cli_events(daemon: DaemonProcess, repo: Path) -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_cli_show_reports_auto_archive(daemon: DaemonProcess, repo: Path) -> None:
+    from tests.support.wait import until
+
+    xum(daemon, "project", "add", str(repo))
+    created = xum_json(daemon, "ws", "new", "repo", "auto", "--auto-archive", "on_agent_exit")
+    assert created["workspace"]["auto_archive"] == "on_agent_exit"
+    assert "auto-archive: on_agent_exit\n" in xum(daemon, "ws", "show", "repo/auto").stdout + "\n"
+    params = {"workspace_id": created["workspace"]["id"], "kind": "agent", "argv": ["true"]}
+    daemon.call("process.spawn", params)
+    until(
+        lambda: (
+            "last: archived after 1 attempt(s)" in xum(daemon, "ws", "show", "repo/auto").stdout
+        ),
+        message="the outcome in `xum ws show`",
+    )

@@ -18,6 +18,7 @@ from tests.lifecycle_helpers import (
 )
 from tests.support.daemon import DaemonProcess
 from tests.support.gitrepo import git, make_repo
+from tests.support.wait import until
 
 
 @pytest.fixture
@@ -208,3 +209,27 @@ def test_create_directory_runtime(
     marker = (path / ".xum-incarnation").read_text().strip()
     assert marker == f"xum {ws['id']} {ws['incarnation']}"
     assert ws["branch"] is None
+
+
+def test_get_shows_the_auto_archive_setting_and_its_outcome(
+    daemon: DaemonProcess, project: dict[str, Any]
+) -> None:
+    plain = create(daemon, project["id"], "plain")["workspace"]
+    assert plain["auto_archive"] is None and plain["auto_archive_outcome"] is None
+    auto = create(daemon, project["id"], "auto", auto_archive="on_agent_exit")["workspace"]
+    assert auto["auto_archive"] == "on_agent_exit" and auto["auto_archive_outcome"] is None
+    params = {"workspace_id": auto["id"], "kind": "agent", "argv": ["true"]}
+    agent = daemon.call("process.spawn", params)["process"]
+
+    def outcome() -> dict[str, Any] | None:
+        got = daemon.call("workspace.get", {"workspace_id": auto["id"]})["workspace"]
+        found: dict[str, Any] | None = got["auto_archive_outcome"]
+        return found if found and found["status"] == "archived" else None
+
+    found = until(outcome, message="the auto-archive outcome on workspace.get")
+    assert found["attempts"] == 1 and found["process_id"] == agent["id"] and found["error"] is None
+    listed = daemon.call("workspace.list", {"project_id": project["id"]})["workspaces"]
+    by_name = {w["name"]: w for w in listed}
+    assert by_name["auto"]["state"] == "archived"
+    assert by_name["auto"]["auto_archive_outcome"]["status"] == "archived"
+    assert by_name["plain"]["auto_archive_outcome"] is None

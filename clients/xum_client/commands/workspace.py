@@ -47,6 +47,16 @@ def _cleanup_line(cleanup: dict[str, Any]) -> str:
     return line
 
 
+def _auto_archive_line(ws: dict[str, Any]) -> str:
+    line = f"auto-archive: {ws['auto_archive']}"
+    outcome = ws.get("auto_archive_outcome")
+    if outcome:
+        line += f"; last: {outcome['status']} after {outcome.get('attempts', 0)} attempt(s)"
+        if outcome.get("error"):
+            line += f" ({outcome['error']})"
+    return line
+
+
 def _dropped_line(dropped: dict[str, Any]) -> str:
     if not dropped.get("count") and not dropped.get("preserved"):
         return "dropped: no ignored files"
@@ -69,9 +79,20 @@ def register(cli: click.Group) -> None:
     @click.option("--branch", help="branch to create or check out (default xum/NAME)")
     @click.option("--base", help="commit to branch from (default: the repository's HEAD)")
     @click.option("--runtime", type=click.Choice(["worktree", "directory"]), default="worktree")
+    @click.option(
+        "--auto-archive",
+        type=click.Choice(["on_agent_exit"]),
+        help="archive it when its agent exits with 0",
+    )
     @click.pass_obj
     def new(  # noqa: PLR0917 - one parameter per click option
-        obj: Ctx, project_ref: str, name: str, branch: str | None, base: str | None, runtime: str
+        obj: Ctx,
+        project_ref: str,
+        name: str,
+        branch: str | None,
+        base: str | None,
+        runtime: str,
+        auto_archive: str | None,
     ) -> None:
         """Create workspace NAME in PROJECT."""
         with _long(obj) as client:
@@ -79,7 +100,7 @@ def register(cli: click.Group) -> None:
                 "project_id": project_id(client, project_ref),
                 "name": name,
                 "runtime": runtime,
-                **given(branch=branch, base=base),
+                **given(branch=branch, base=base, auto_archive=auto_archive),
             }
             result = client.call("workspace.create", params)
         w = result["workspace"]
@@ -115,6 +136,8 @@ def register(cli: click.Group) -> None:
             human.append(f"snapshot: {w['snapshot']['ref']} {w['snapshot']['commit']}")
         if w.get("last_cleanup"):
             human.append(_cleanup_line(w["last_cleanup"]))
+        if w.get("auto_archive"):
+            human.append(_auto_archive_line(w))
         obj.emit(result, "\n".join(human))
 
     @ws.command("mv")

@@ -78,6 +78,8 @@ class WorkspaceRow:
     last_cleanup: str | None
     handle_id: str | None
     owner_workspace_id: str | None
+    auto_archive: str | None
+    auto_archive_outcome: str | None
     version: int
     created_at: float
     updated_at: float

@@ -5,14 +5,23 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+from pydantic import BaseModel
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.project import ProjectInfo
-from xum_protocol.models.workspace import DroppedInfo, ScriptResult, SnapshotInfo, WorkspaceInfo
+from xum_protocol.models.workspace import (
+    AutoArchiveOutcome,
+    DroppedInfo,
+    ScriptResult,
+    SnapshotInfo,
+    WorkspaceInfo,
+)
 
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped, Snapshot
 
+M = TypeVar("M", bound=BaseModel)
 CleanupLookup = Callable[[str], CleanupStatus | None]
 
 
@@ -35,17 +44,20 @@ def project_info(project: ProjectRow, root_workspaces: Path) -> ProjectInfo:
     )
 
 
+def _stored(model: type[M], text: str | None) -> M | None:
+    """A JSON column (some written by other features) as its model; an unreadable one is shown
+    as absent: workspace.get never fails on it."""
+    if not text:
+        return None
+    try:
+        return model.model_validate(json.loads(text))
+    except ValueError:  # bad JSON, or pydantic's ValidationError
+        return None
+
+
 def _last_cleanup(row: WorkspaceRow, lookup: CleanupLookup | None) -> CleanupStatus | None:
-    if lookup is not None:
-        found = lookup(row.id)
-        if found is not None:
-            return found
-    if row.last_cleanup:
-        try:
-            return CleanupStatus.model_validate(json.loads(row.last_cleanup))
-        except ValueError:
-            return None
-    return None
+    found = lookup(row.id) if lookup is not None else None
+    return found or _stored(CleanupStatus, row.last_cleanup)
 
 
 def workspace_info(row: WorkspaceRow, lookup: CleanupLookup | None = None) -> WorkspaceInfo:
@@ -74,6 +86,8 @@ def workspace_info(row: WorkspaceRow, lookup: CleanupLookup | None = None) -> Wo
             "last_cleanup": _last_cleanup(row, lookup),
             "handle_id": row.handle_id,
             "owner_workspace_id": row.owner_workspace_id,
+            "auto_archive": row.auto_archive,
+            "auto_archive_outcome": _stored(AutoArchiveOutcome, row.auto_archive_outcome),
             "created_at": row.created_at,
             "updated_at": row.updated_at,
         }

@@ -43,6 +43,20 @@ class DroppedInfo(Result):
     )
 
 
+AutoArchive = Literal["on_agent_exit"]
+
+
+class AutoArchiveOutcome(Result):
+    """The latest auto-archive attempt of a workspace (set when its agent exited)."""
+
+    status: str = Field(description="archived | retrying | failed | gave_up")
+    attempts: int = 0
+    error: str | None = Field(default=None, description="The last attempt's error kind: message.")
+    process_id: str | None = Field(default=None, description="The agent whose exit started it.")
+    at: float | None = None
+    next_attempt_at: float | None = Field(default=None, description="When `retrying`.")
+
+
 class WorkspaceInfo(Result):
     id: str
     project_id: str
@@ -60,6 +74,10 @@ class WorkspaceInfo(Result):
     last_cleanup: CleanupStatus | None = None
     handle_id: str | None = None
     owner_workspace_id: str | None = None
+    auto_archive: AutoArchive | None = Field(
+        default=None, description="When the workspace archives itself (set at create)."
+    )
+    auto_archive_outcome: AutoArchiveOutcome | None = None
     created_at: float
     updated_at: float
 
@@ -70,7 +88,7 @@ class WorkspaceCreateParams(Params):
     runtime: Runtime = "worktree"
     branch: str | None = Field(default=None, min_length=1, max_length=250)
     base: str | None = Field(default=None, min_length=1, max_length=250)
-    auto_archive: Literal["on_agent_exit"] | None = Field(
+    auto_archive: AutoArchive | None = Field(
         default=None, description="Archive the workspace when its agent process exits with 0."
     )
 
