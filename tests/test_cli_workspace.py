@@ -137,3 +137,37 @@ def test_cli_show_reports_auto_archive(daemon: DaemonProcess, repo: Path) -> Non
         ),
         message="the outcome in `xum ws show`",
     )
+
+
+def test_cli_status_shows_cleanup_backlog_and_interrupted(root: Path, repo: Path) -> None:
+    from tests.support.daemon import write_config
+
+    # A teardown that fails, retried only in two minutes: its obligations stay pending.
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text('[scripts]\nteardown = ["exit 3"]\n')
+    git(repo, "add", ".xum")
+    git(repo, "commit", "-q", "-m", "cfg")
+    write_config(root, "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\n")
+    daemon = DaemonProcess(root, env={"XUM_FAULT": "workspace.create.after_checkout"}).start()
+    try:
+        pid = xum_json(daemon, "project", "add", str(repo))["project"]["id"]
+        xum(daemon, "project", "trust", "repo")
+        assert xum(daemon, "ws", "new", "repo", "cut", ok=False).returncode != 0
+        assert daemon.wait() == -9  # killed at the fault point, mid-create
+        daemon.env = {}
+        daemon.start()
+        one = daemon.call("workspace.create", {"project_id": pid, "name": "one"})["workspace"]
+        archived = daemon.call("workspace.archive", {"workspace_id": one["id"]})
+        assert archived["cleanup"]["status"] == "pending"
+
+        lines = xum(daemon, "status").stdout.splitlines()
+
+        assert "interrupted: 1" in lines
+        (cleanup,) = [line for line in lines if line.startswith("cleanup:")]
+        assert cleanup.startswith(
+            f"cleanup:     3 pending obligation(s); oldest teardown of {one['id']}"
+        )
+        assert "1 attempt(s)" in cleanup
+        assert xum_json(daemon, "status")["details"]["cleanup"]["pending"] == 3
+    finally:
+        daemon.close()

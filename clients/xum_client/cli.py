@@ -154,6 +154,13 @@ def cli(ctx: click.Context, root: str | None, as_json: bool) -> None:
 
 
 def _status_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
+    details = result.get("details") or {}
+    cleanup: list[tuple[str, str]] = []
+    if "cleanup" in details:
+        # Imported here, after the daemon answered: start-up stays light.
+        from xum_client.commands.cleanup import status_line
+
+        cleanup = [("cleanup", status_line(details["cleanup"]))]
     return [
         ("daemon", f"xumd {result['version']} (protocol {result['protocol']})"),
         ("pid", str(result["pid"])),
@@ -163,9 +170,10 @@ def _status_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("state", "shutting down" if result.get("shutting_down") else "serving"),
         *(
             [("interrupted", str(recovery["interrupted"])), ("strays", str(recovery["strays"]))]
-            if (recovery := (result.get("details") or {}).get("recovery"))
+            if (recovery := details.get("recovery"))
             else []
         ),
+        *cleanup,
     ]
 
 
