@@ -344,15 +344,11 @@ def test_untrusted_scripts_never_run(tmp_short: Path, daemon: DaemonProcess) -> 
     removed = daemon.call(
         "workspace.remove", {"workspace_id": created["workspace"]["id"], "force": True}
     )
-    # The teardown cannot run untrusted: the physical cleanup waits (fail closed), and says why.
-    until(
-        lambda: any(
-            "not trusted" in (o["last_error"] or "") for o in pending_obligations(daemon.root)
-        ),
-        30,
-        message="the untrusted teardown reported as such",
-    )
-    assert removed["cleanup"]["status"] in {"pending", "failed"}, removed["cleanup"]
+    # The teardown cannot run untrusted; since setup never ran either, nothing of it is owed:
+    # the checkout goes and the result says the teardown was skipped (a teardown owed by a
+    # trusted setup blocks instead: tests/test_cleanup_e2e.py).
+    assert removed["cleanup"]["status"] == "completed", removed["cleanup"]
+    assert not Path(created["workspace"]["path"]).exists()
     assert not Path(f"{marker}-setup").exists()
     assert not Path(f"{marker}-teardown").exists()
     # Trusted: it runs. Changed afterwards: untrusted again, and nothing of the change runs.
