@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,16 @@ def root(tmp_short: Path) -> Path:
     return tmp_short / "root"
 
 
+@pytest.fixture
+def pids() -> Iterator[list[int]]:
+    """Pids a test expects to end: SIGKILLed afterwards if they did not."""
+    found: list[int] = []
+    yield found
+    for pid in found:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def output(daemon: DaemonProcess, process_id: str, since: int = 0, **extra: Any) -> dict[str, Any]:
     params = {"process_id": process_id, "since": since, "max_bytes": 1 << 20, **extra}
     return daemon.call("process.output", params)
@@ -88,12 +99,11 @@ def shutdown_watching_events(daemon: DaemonProcess) -> list[dict[str, Any]]:
 
 
 def test_kept_agent_survives_a_restart_with_its_output_and_input(
-    root: Path, tmp_short: Path
+    root: Path, tmp_short: Path, pids: list[int]
 ) -> None:
     write_config(root, CONFIG + "keep_processes = true\n")
     ws = insert_workspace(root, tmp_short / "checkouts" / "w")
     daemon = DaemonProcess(root).start()
-    pids: list[int] = []
     try:
         agent = spawn(daemon, ws, "agent", [PY, "-c", AGENT])
         term = spawn(daemon, ws, "terminal", ["sleep", "60"], pty=True)
@@ -164,18 +174,14 @@ def test_kept_agent_survives_a_restart_with_its_output_and_input(
         assert daemon.call("lease.list")["leases"] == []
     finally:
         daemon.close()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
 
 
 def test_without_keep_processes_shutdown_stops_everything_and_leaves_nothing(
-    root: Path, tmp_short: Path
+    root: Path, tmp_short: Path, pids: list[int]
 ) -> None:
     write_config(root, CONFIG)
     ws = insert_workspace(root, tmp_short / "checkouts" / "w")
     daemon = DaemonProcess(root).start()
-    pids: list[int] = []
     try:
         agent = spawn(daemon, ws, "agent", [PY, "-c", AGENT])
         mcp = spawn(daemon, ws, "mcp", ["sleep", "60"])
@@ -194,19 +200,15 @@ def test_without_keep_processes_shutdown_stops_everything_and_leaves_nothing(
         assert daemon.call("lease.list")["leases"] == []
     finally:
         daemon.close()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
 
 
 def test_ended_while_down_is_readable_and_a_restart_without_keep_stops_the_adopted(
-    root: Path, tmp_short: Path
+    root: Path, tmp_short: Path, pids: list[int]
 ) -> None:
     write_config(root, CONFIG + "keep_processes = true\n")
     checkout = tmp_short / "checkouts" / "w"
     ws = insert_workspace(root, checkout)
     daemon = DaemonProcess(root).start()
-    pids: list[int] = []
     try:
         quits = spawn(daemon, ws, "agent", ["sh", "-c", WAIT_FOR_STOP_FILE])
         stays = spawn(daemon, ws, "mcp", ["sleep", "60"])
@@ -228,6 +230,3 @@ def test_ended_while_down_is_readable_and_a_restart_without_keep_stops_the_adopt
         assert list((root / "processes").iterdir()) == []
     finally:
         daemon.close()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)

@@ -36,7 +36,7 @@ from pathlib import Path
 import anyio
 
 from xumd import logs
-from xumd.processes.ring import Chunk
+from xumd.processes.ring import Chunk, Waitable
 
 log = logs.get("xumd.processes.output_log")
 
@@ -98,7 +98,7 @@ def _align_down(value: int, block: int) -> int:
     return value // block * block
 
 
-class OutputLog:
+class OutputLog(Waitable):
     """Reads a process's output file as a bounded stream (the same read API as OutputRing)."""
 
     def __init__(self, path: Path, meta_path: Path, *, head_limit: int, tail_limit: int) -> None:
@@ -146,14 +146,6 @@ class OutputLog:
             end = self.hole_start  # the head only: the next read reports the gap
         count = min(max_bytes, end - start)
         return Chunk(start, self._pread(start, count) if count > 0 else b"", dropped)
-
-    async def wait_beyond(self, offset: int, timeout: float) -> None:
-        """Return once there are bytes past `offset`, the stream closed, or the timeout passed."""
-        with anyio.move_on_after(timeout):
-            while self.total <= offset and not self.closed:
-                if self._changed is None:
-                    self._changed = anyio.Event()
-                await self._changed.wait()
 
     async def follow(self, interval_s: float) -> None:
         """Poll the file until the log is closed (see the module's note on polling)."""
@@ -223,8 +215,3 @@ class OutputLog:
         finally:
             os.close(fd)
         os.replace(tmp, self.meta_path)
-
-    def _wake(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None

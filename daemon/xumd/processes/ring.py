@@ -19,8 +19,30 @@ class Chunk:
     dropped: int
 
 
+class Waitable:
+    """Long-poll support for a byte stream (the ring, and the durable log): readers wait for
+    bytes past an offset; `_wake()` after each change."""
+
+    total: int
+    closed: bool
+    _changed: anyio.Event | None
+
+    async def wait_beyond(self, offset: int, timeout: float) -> None:
+        """Return once there are bytes past `offset`, the stream closed, or the timeout passed."""
+        with anyio.move_on_after(timeout):
+            while self.total <= offset and not self.closed:
+                if self._changed is None:
+                    self._changed = anyio.Event()
+                await self._changed.wait()
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+
 @dataclass
-class OutputRing:
+class OutputRing(Waitable):
     head_limit: int = 32 * 1024
     tail_limit: int = 224 * 1024
     head: bytearray = field(default_factory=bytearray)
@@ -67,16 +89,3 @@ class OutputRing:
         start = max(since, self.tail_start)
         offset = start - self.tail_start
         return Chunk(start, bytes(self.tail[offset : offset + max_bytes]), start - since)
-
-    async def wait_beyond(self, offset: int, timeout: float) -> None:
-        """Return once there are bytes past `offset`, the stream closed, or the timeout passed."""
-        with anyio.move_on_after(timeout):
-            while self.total <= offset and not self.closed:
-                if self._changed is None:
-                    self._changed = anyio.Event()
-                await self._changed.wait()
-
-    def _wake(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
