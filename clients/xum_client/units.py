@@ -60,7 +60,8 @@ ExecStart={exec_start}
 # Pings come from a task that checks real health (event loop, listener, state database).
 WatchdogSec={WATCHDOG_S}
 # SIGTERM to xumd alone, which stops its own children in order (bounded); whatever is left
-# after TimeoutStopSec is SIGKILLed.
+# after TimeoutStopSec is SIGKILLed. With `--keep-processes` (agents that outlive a daemon
+# restart), systemd would still SIGKILL them at a stop: use a drop-in with KillMode=process.
 KillMode=mixed
 KillSignal=SIGTERM
 TimeoutStopSec={STOP_TIMEOUT_S}
@@ -71,10 +72,12 @@ RestartSec=2
 RestartPreventExitStatus=3 4
 # Hardening that still lets xumd manage checkouts anywhere in the user's home: no privilege
 # gain (setuid binaries, sudo included, do not elevate for xumd or the agents it starts),
-# private files by default, no realtime scheduling, no personality or foreign-ABI tricks.
-# Filesystem sandboxing (ProtectHome, ProtectSystem) is left out on purpose: checkouts and
-# their tools live in the home directory and wherever the user's repositories are.
-UMask=0077
+# no realtime scheduling, no personality or foreign-ABI tricks. The usual umask: a checkout xum
+# creates must have the same file modes as one the user creates (xum's own state is private
+# through its 0700 root). Filesystem sandboxing (ProtectHome, ProtectSystem) is left out on
+# purpose: checkouts and their tools live in the home directory and wherever the user's
+# repositories are.
+UMask=0022
 NoNewPrivileges=yes
 LockPersonality=yes
 RestrictRealtime=yes
