@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,6 +225,7 @@ async def _read_into(
     output: BoundedOutput,
     scope: anyio.CancelScope,
     done: anyio.Event,
+    on_output: Callable[[bytes], None] | None = None,
 ) -> None:
     try:
         if stream is None:
@@ -233,6 +234,8 @@ async def _read_into(
             try:
                 async for chunk in stream:
                     output.feed(chunk)
+                    if on_output is not None:
+                        on_output(chunk)  # e.g. setup progress events; must not raise
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass
     finally:
@@ -265,6 +268,7 @@ async def run_command(
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
     stdin: bytes | None = None,
     on_start: object = None,
+    on_output: Callable[[bytes], None] | None = None,
 ) -> CommandResult:
     """Run argv in its own session with merged stdout/stderr, bounded output and a deadline.
 
@@ -300,7 +304,7 @@ async def run_command(
                 if stdin is not None and proc.stdin is not None:
                     tg.start_soon(_feed_stdin, proc.stdin, stdin)
                 reader, read_all = anyio.CancelScope(), anyio.Event()
-                tg.start_soon(_read_into, proc.stdout, output, reader, read_all)
+                tg.start_soon(_read_into, proc.stdout, output, reader, read_all, on_output)
                 await proc.wait()
                 # A descendant may still hold the pipe open: read what is buffered, briefly.
                 with anyio.move_on_after(0.5):

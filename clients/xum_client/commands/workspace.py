@@ -11,11 +11,13 @@ from typing import Any
 import click
 
 from xum_client.cli import Ctx
+from xum_client.commands._progress import by_id, by_name, setup_progress
 from xum_client.commands._resolve import given, project_id, short, workspace_id
 from xum_client.sync import Client
 
 LONG_TIMEOUT_S = 3600.0
-"""Setup scripts and teardown run inside create/unarchive/archive/remove: wait for them."""
+"""Setup scripts and teardown run inside create/unarchive/archive/remove: wait for them (on a
+terminal, setup output is shown as it comes: _progress.py)."""
 
 
 def _long(obj: Ctx) -> Client:
@@ -96,16 +98,19 @@ def register(cli: click.Group) -> None:
     ) -> None:
         """Create workspace NAME in PROJECT."""
         with _long(obj) as client:
+            pid = project_id(client, project_ref)
             params = {
-                "project_id": project_id(client, project_ref),
+                "project_id": pid,
                 "name": name,
                 "runtime": runtime,
                 **given(branch=branch, base=base, auto_archive=auto_archive),
             }
-            result = client.call("workspace.create", params)
+            with setup_progress(obj, by_name(pid, name), f"creating {name}") as display:
+                result = client.call("workspace.create", params)
         w = result["workspace"]
         human = f"created {w['name']} ({w['id']}) at {w['path']}\n{_setup_line(result['setup'])}"
-        if result["setup"].get("output") and result["setup"]["status"] != "ok":
+        streamed = display is not None and display.streamed
+        if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
             human += "\n" + result["setup"]["output"]
         obj.emit(result, human)
 
@@ -173,7 +178,10 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     def unarchive(obj: Ctx, ref: str) -> None:
         """Recreate the checkout and restore its snapshot."""
-        result = _on_workspace(obj, "workspace.unarchive", ref)
+        with _long(obj) as client:
+            wid = workspace_id(client, ref)
+            with setup_progress(obj, by_id(wid), f"restoring {ref}"):
+                result = client.call("workspace.unarchive", {"workspace_id": wid})
         w = result["workspace"]
         restored = result["restored"]
         files = len((restored.get("snapshot") or {}).get("files", []))

@@ -21,7 +21,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from xumd import logs
 from xumd.lifecycle import rows
@@ -34,6 +34,16 @@ log = logs.get("xumd.lifecycle.scripts")
 CONFIG_RELPATH = Path(".xum") / "config.toml"
 Phase = Literal["setup", "teardown"]
 OUTPUT_LIMIT = 32 * 1024
+
+
+class ScriptProgress(Protocol):
+    """Told as a run goes (setup shows it to clients: lifecycle.progress.ScriptEvents)."""
+
+    def started(self, index: int, count: int, command: str) -> None: ...
+
+    def printed(self, data: bytes) -> None: ...
+
+    def finished(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +146,7 @@ class ScriptRunner:
         project_id: str,
         workspace: WorkspaceRef,
         cwd: Path,
+        progress: ScriptProgress | None = None,
     ) -> ScriptOutcome:
         project = rows.get_project(self.store, project_id)
         found = config_file(cwd, project.path if project else None)
@@ -161,15 +172,25 @@ class ScriptRunner:
                 hint=f"review {found}, then run: xum project trust {project_id} --hash "
                 f"{config.hash}",
             )
-        return await self._run_commands(phase, commands, config.hash, workspace, cwd)
+        try:
+            return await self._run_commands(phase, commands, config.hash, workspace, cwd, progress)
+        finally:
+            if progress is not None:
+                progress.finished()
 
     def _lease(self, ws: WorkspaceRef, phase: Phase) -> Any:
         if self.leases is None:
             return contextlib.nullcontext(None)
         return self.leases.covering(ws.id, phase, label=f"{phase} script")
 
-    async def _run_commands(
-        self, phase: Phase, commands: list[str], digest: str, ws: WorkspaceRef, cwd: Path
+    async def _run_commands(  # noqa: PLR0917 - private; the run's fields in order
+        self,
+        phase: Phase,
+        commands: list[str],
+        digest: str,
+        ws: WorkspaceRef,
+        cwd: Path,
+        progress: ScriptProgress | None,
     ) -> ScriptOutcome:
         env = {
             **os.environ,
@@ -178,9 +199,21 @@ class ScriptRunner:
             "XUM_ROOT": str(self.root),
         }
         output = BoundedOutput(OUTPUT_LIMIT)
+
+        def outcome(status: str, error: str | None = None) -> ScriptOutcome:
+            return ScriptOutcome(
+                status=status,
+                output=output.text(),
+                error=error,
+                config_hash=digest,
+                commands=len(commands),
+            )
+
         for index, command in enumerate(commands, 1):
             output.feed(f"$ {command}\n".encode())
             log.info("script.start", phase=phase, workspace=ws.id, index=index)
+            if progress is not None:
+                progress.started(index, len(commands), command)
             try:
                 async with self._lease(ws, phase) as lease:
                     result = await run_command(
@@ -191,15 +224,10 @@ class ScriptRunner:
                         grace_s=self.grace_s,
                         output_limit=OUTPUT_LIMIT,
                         on_start=lease.on_start if lease is not None else None,
+                        on_output=progress.printed if progress is not None else None,
                     )
             except (CommandNotFound, OSError) as exc:
-                return ScriptOutcome(
-                    status="failed",
-                    output=output.text(),
-                    error=f"{phase} command {index} could not start: {exc}",
-                    config_hash=digest,
-                    commands=len(commands),
-                )
+                return outcome("failed", f"{phase} command {index} could not start: {exc}")
             output.feed(result.output.text().encode())
             log.info(
                 "script.done",
@@ -210,22 +238,14 @@ class ScriptRunner:
                 timed_out=result.timed_out,
             )
             if result.timed_out:
-                return ScriptOutcome(
-                    status="timeout",
-                    output=output.text(),
-                    error=f"{phase} command {index} ({command!r}) timed out after "
+                return outcome(
+                    "timeout",
+                    f"{phase} command {index} ({command!r}) timed out after "
                     f"{self.timeout_s}s; its process tree was killed",
-                    config_hash=digest,
-                    commands=len(commands),
                 )
             if not result.ok:
-                return ScriptOutcome(
-                    status="failed",
-                    output=output.text(),
-                    error=f"{phase} command {index} ({command!r}) exited with {result.returncode}",
-                    config_hash=digest,
-                    commands=len(commands),
+                return outcome(
+                    "failed",
+                    f"{phase} command {index} ({command!r}) exited with {result.returncode}",
                 )
-        return ScriptOutcome(
-            status="ok", output=output.text(), config_hash=digest, commands=len(commands)
-        )
+        return outcome("ok")

@@ -10,6 +10,7 @@ from xum_protocol.models.workspace import ScriptResult
 
 from xumd import faults, logs
 from xumd.lifecycle.context import Context
+from xumd.lifecycle.progress import ScriptEvents
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.scripts import ScriptOutcome
 
@@ -26,8 +27,13 @@ async def run(ctx: Context, row: WorkspaceRow) -> tuple[WorkspaceRow, ScriptOutc
     ctx.publish("workspace.updated", row)
     SETUP_AFTER_INTENT()
     try:
+        ref = row.ref()
         outcome = await ctx.scripts.run(
-            "setup", project_id=row.project_id, workspace=row.ref(), cwd=row.path
+            "setup",
+            project_id=row.project_id,
+            workspace=ref,
+            cwd=row.path,
+            progress=ScriptEvents(ctx.app.events, ref, "setup"),
         )
     except Exception as exc:  # a setup that cannot even start is reported, not raised
         log.exception("workspace.setup_crashed", workspace=row.id)
