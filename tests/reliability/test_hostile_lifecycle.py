@@ -22,7 +22,6 @@ from xum_client.errors import XumClientError
 from tests.reliability.budget import size
 from tests.reliability.lifecycle_support import (
     check_invariants,
-    pending_obligations,
     rows,
     small_repo,
     wait_cleanup_idle,
