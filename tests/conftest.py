@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.crash.world import World
 from tests.support.daemon import DaemonProcess, short_tmpdir
 
 
@@ -26,3 +27,15 @@ def daemon(root: Path) -> Iterator[DaemonProcess]:
     proc = DaemonProcess(root).start()
     yield proc
     proc.close()
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    """A crash-test world: a template repository, a root, a daemon launcher (tests/crash)."""
+    base = short_tmpdir("xumw-")
+    w = World(base)
+    try:
+        yield w
+    finally:
+        w.close()
+        shutil.rmtree(base, ignore_errors=True)

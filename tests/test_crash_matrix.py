@@ -5,17 +5,14 @@ calls and check them again. A point with no driver fails the test: coverage is a
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 from tests.crash.drivers import driver_for
 from tests.crash.invariants import check, resolve
 from tests.crash.world import World
-from tests.support.daemon import short_tmpdir
 
 
 def fault_points() -> list[str]:
@@ -47,17 +44,6 @@ def test_every_point_has_a_driver() -> None:
         "recovery.",
     ):
         assert any(p.startswith(prefix) for p in POINTS), f"no fault point for {prefix}"
-
-
-@pytest.fixture
-def world() -> Iterator[World]:
-    base = short_tmpdir("xumc-")
-    w = World(base)
-    try:
-        yield w
-    finally:
-        w.close()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.parametrize("point", POINTS)

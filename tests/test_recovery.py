@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +13,6 @@ from xum_client.errors import XumRpcError
 
 from tests.crash.invariants import Before, branches, check, resolve
 from tests.crash.world import World, make_dirty
-from tests.support.daemon import short_tmpdir
-
-
-@pytest.fixture
-def world() -> Iterator[World]:
-    base = short_tmpdir("xumr-")
-    w = World(base)
-    try:
-        yield w
-    finally:
-        w.close()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def db(world: World) -> sqlite3.Connection:

@@ -10,28 +10,13 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.crash.world import World
-from tests.support.daemon import short_tmpdir
 from tests.support.gitrepo import git
 
 XUM = str(Path(sys.executable).parent / "xum")
-
-
-@pytest.fixture
-def world() -> Iterator[World]:
-    base = short_tmpdir("xums-")
-    w = World(base)
-    try:
-        yield w
-    finally:
-        w.close()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def xum(world: World, *args: str) -> str:

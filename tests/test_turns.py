@@ -3,8 +3,6 @@ target's intent row; a client can never forge it; a crash keeps the target bound
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +10,6 @@ import pytest
 from xum_client.errors import XumRpcError
 
 from tests.crash.world import World
-from tests.support.daemon import short_tmpdir
-
-
-@pytest.fixture
-def world() -> Iterator[World]:
-    base = short_tmpdir("xumt-")
-    w = World(base)
-    try:
-        yield w
-    finally:
-        w.close()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def kind_of(world: World, method: str, params: dict[str, Any]) -> str:
