@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import anyio
 from xum_protocol.errors import ErrorKind
+from xum_protocol.models.base import CONTROL_RE
 from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreateResult
 
 from xumd import faults, logs
@@ -171,9 +172,24 @@ async def _plan_branch(
     ctx: Context, project: ProjectRow, params: WorkspaceCreateParams
 ) -> BranchPlan:
     branch = params.branch or f"xum/{params.name}"
+    if CONTROL_RE.search(branch):
+        raise XumError(
+            ErrorKind.INVALID_NAME,
+            f"{branch!r} is not a valid branch name: it contains control characters",
+            branch=branch,
+        )
+    if params.base is not None and CONTROL_RE.search(params.base):
+        raise XumError(
+            ErrorKind.INVALID_PARAMS,
+            f"base {params.base!r} contains control characters; pass a commit, branch or tag",
+            base=params.base,
+        )
     check = await ctx.git.run(project.path, "check-ref-format", "--branch", branch, check=False)
-    if not check.ok:
-        raise XumError(ErrorKind.INVALID_NAME, f"{branch!r} is not a valid branch name")
+    # `--branch` also expands `@{-1}` and the like; only a name that is itself valid is taken.
+    if not check.ok or check.output.text().strip() != branch:
+        raise XumError(
+            ErrorKind.INVALID_NAME, f"{branch!r} is not a valid branch name", branch=branch
+        )
     exists = await ctx.git.run(
         project.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
     )
@@ -185,7 +201,13 @@ async def _plan_branch(
         )
     spec = f"refs/heads/{branch}" if exists.ok else (params.base or "HEAD")
     resolved = await ctx.git.run(
-        project.path, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}", check=False
+        project.path,
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        "--end-of-options",  # a base like `-h` or `--upload-pack=x` is a revision, not an option
+        f"{spec}^{{commit}}",
+        check=False,
     )
     if not resolved.ok:
         raise XumError(

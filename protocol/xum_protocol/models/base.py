@@ -6,13 +6,60 @@ import every model of the protocol but use a few per run; building them all cost
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import re
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+"""ASCII control characters (NUL, newline, escape, DEL, ...)."""
+
+Label = Annotated[
+    str,
+    Field(
+        max_length=200,
+        pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="Display text: no control characters (it is printed to terminals).",
+    ),
+]
+
+
+def _nul_in(value: Any, where: str) -> str | None:
+    """Where a NUL character is inside `value` (strings, lists and dict keys/values)."""
+    if isinstance(value, str):
+        return where if "\0" in value else None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _nul_in(item, f"{where}[{index}]")
+            if found:
+                return found
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found = _nul_in(key, f"{where} key {key!r}") or _nul_in(item, f"{where}[{key!r}]")
+            if found:
+                return found
+    return None
 
 
 class Params(BaseModel):
-    """Request params: unknown fields are refused, so a typo is an error and not a silent no-op."""
+    """Request params: unknown fields are refused, so a typo is an error and not a silent no-op.
+
+    No string of any params may carry a NUL character: every one of them may end up in an argv,
+    an environment, a path or a log line, where a NUL is either impossible (the OS refuses it)
+    or a truncation. Fields that are raw data (bytes for a terminal) opt out by name."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    nul_allowed: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _refuse_nul(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str | list | tuple | dict) and info.field_name not in cls.nul_allowed:
+            where = _nul_in(value, info.field_name or "value")
+            if where:
+                raise ValueError(f"{where} contains a NUL character")
+        return value
 
 
 class Result(BaseModel):

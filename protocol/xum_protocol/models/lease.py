@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from xum_protocol.methods_base import MethodSpec
-from xum_protocol.models.base import Params, Result
+from xum_protocol.models.base import Label, Params, Result
 
 LEASE_KIND_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 
@@ -28,7 +28,7 @@ class AcquireParams(Params):
     workspace_id: str = Field(min_length=1, max_length=64)
     kind: str = Field(pattern=LEASE_KIND_PATTERN, description="e.g. editor, terminal, tool")
     pid: int = Field(ge=1, le=2**31 - 1)
-    label: str = Field(default="", max_length=200)
+    label: Label = ""
 
 
 class LeaseRef(Params):

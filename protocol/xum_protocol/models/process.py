@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from xum_protocol.methods_base import MethodSpec
-from xum_protocol.models.base import Params, Result
+from xum_protocol.models.base import Label, Params, Result
 
 ProcessKind = Literal["agent", "terminal", "mcp", "exec"]
 ProcessState = Literal["running", "stopping", "pending_stop", "exited"]
@@ -25,12 +25,22 @@ class SpawnParams(Params):
     pty: bool = Field(default=False, description="Run on a pseudo-terminal (terminals).")
     cols: int | None = Field(default=None, ge=1, le=4096)
     rows: int | None = Field(default=None, ge=1, le=4096)
-    label: str | None = Field(default=None, max_length=200)
+    label: Label | None = None
     foreground: bool = Field(
         default=False,
         description="Bind to the calling connection: stopped when it closes, unless moved to "
         "the background (`process.background`, exec only).",
     )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str] | None) -> dict[str, str] | None:
+        # A name with '=' (or none at all) cannot be an environment entry: `NAME=value` would
+        # be split elsewhere than the caller meant.
+        for name in env or {}:
+            if not name or "=" in name:
+                raise ValueError(f"env name {name!r} is empty or contains '='")
+        return env
 
 
 class ProcessExit(Result):
@@ -112,6 +122,9 @@ class OutputResult(Result):
 
 
 class WriteParams(Params):
+    # Bytes for stdin or a terminal: NUL is a valid byte there (Ctrl-@), not a name.
+    nul_allowed: ClassVar[frozenset[str]] = frozenset({"data"})
+
     process_id: str = Field(min_length=1, max_length=64)
     data: str = Field(default="", max_length=1 << 20)
     encoding: OutputEncoding = "utf-8"
