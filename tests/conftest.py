@@ -3,11 +3,14 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.crash.world import World
+from tests.lifecycle_helpers import add_project
 from tests.support.daemon import DaemonProcess, short_tmpdir
+from tests.support.gitrepo import make_repo
 
 
 @pytest.fixture
@@ -39,3 +42,15 @@ def world() -> Iterator[World]:
     finally:
         w.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def repo(tmp_short: Path) -> Path:
+    """A small git repository made by the test (override in a module for other content)."""
+    return make_repo(tmp_short / "repo")
+
+
+@pytest.fixture
+def project(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
+    """`repo` registered with the `daemon` as a project."""
+    return add_project(daemon, repo)

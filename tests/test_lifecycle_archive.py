@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from tests.lifecycle_helpers import (
-    add_project,
     assert_git_healthy,
     branch_exists,
     create,
@@ -34,11 +33,6 @@ FILES = {
 @pytest.fixture
 def repo(tmp_short: Path) -> Path:
     return make_repo(tmp_short / "repo", FILES)
-
-
-@pytest.fixture
-def project(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
-    return add_project(daemon, repo)
 
 
 def dirty_up(path: Path) -> None:

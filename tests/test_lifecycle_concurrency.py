@@ -7,28 +7,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pytest
 from xum_client.errors import XumRpcError
 
 from tests.lifecycle_helpers import (
-    add_project,
     assert_git_healthy,
     branch_exists,
     create,
     worktrees,
 )
 from tests.support.daemon import DaemonProcess
-from tests.support.gitrepo import git, make_repo
-
-
-@pytest.fixture
-def repo(tmp_short: Path) -> Path:
-    return make_repo(tmp_short / "repo")
-
-
-@pytest.fixture
-def project(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
-    return add_project(daemon, repo)
+from tests.support.gitrepo import git
 
 
 def race(calls: list[Callable[[], dict[str, Any]]]) -> list[dict[str, Any] | XumRpcError]:

@@ -6,10 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.lifecycle_helpers import (
-    add_project,
     assert_git_healthy,
     branch_exists,
     create,
@@ -17,17 +14,7 @@ from tests.lifecycle_helpers import (
     worktrees,
 )
 from tests.support.daemon import DaemonProcess
-from tests.support.gitrepo import git, make_repo
-
-
-@pytest.fixture
-def repo(tmp_short: Path) -> Path:
-    return make_repo(tmp_short / "repo")
-
-
-@pytest.fixture
-def project(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
-    return add_project(daemon, repo)
+from tests.support.gitrepo import git
 
 
 def test_rename_moves_checkout_and_default_branch(

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import psutil
-import pytest
 
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import git
 from tests.support.wait import until
 
 
@@ -18,11 +17,6 @@ def with_config(repo: Path, text: str) -> None:
     (repo / ".xum" / "config.toml").write_text(text)
     git(repo, "add", ".xum")
     git(repo, "commit", "-q", "-m", "xum config")
-
-
-@pytest.fixture
-def repo(tmp_short: Path) -> Path:
-    return make_repo(tmp_short / "repo")
 
 
 SETUP = (

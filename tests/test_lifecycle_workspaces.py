@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from tests.lifecycle_helpers import (
-    add_project,
     assert_git_healthy,
     branch_exists,
     create,
@@ -24,11 +23,6 @@ from tests.support.wait import until
 @pytest.fixture
 def repo(tmp_short: Path) -> Path:
     return make_repo(tmp_short / "repo", {"README.md": "hello\n", ".gitignore": "ignored/\n"})
-
-
-@pytest.fixture
-def project(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
-    return add_project(daemon, repo)
 
 
 # -- projects ------------------------------------------------------------------------------------
