@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +88,46 @@ def test_events_and_subscription_snapshot(daemon: DaemonProcess, repo: Path) -> 
         snap = later.call("events.subscribe", {})["snapshot"]
     assert [p["id"] for p in snap["projects"]] == [project["id"]]
     assert snap["workspaces"] == []
+
+
+def test_one_repository_is_one_project_whichever_spelling(
+    daemon: DaemonProcess, repo: Path, tmp_short: Path
+) -> None:
+    """A `.git` file pointing at R, a linked worktree of R, and R itself share R's git common
+    dir: only the first is a project, the others are `conflict` naming it."""
+    fake = tmp_short / "fake"
+    fake.mkdir()
+    (fake / ".git").write_text(f"gitdir: {repo / '.git'}\n")
+    first = add_project(daemon, fake)
+    error = rpc_error(daemon, "project.add", {"path": str(repo), "name": "real"})
+    assert error.kind == "conflict", error
+    assert first["id"] in str(error) and error.data["id"] == first["id"]
+    linked = tmp_short / "linked"
+    git(repo, "worktree", "add", "-q", "--detach", str(linked))
+    assert rpc_error(daemon, "project.add", {"path": str(linked)}).kind == "conflict"
+    assert [p["id"] for p in daemon.call("project.list", {})["projects"]] == [first["id"]]
+    # Once that project is removed, the repository can be added again.
+    daemon.call("project.remove", {"project_id": first["id"]})
+    assert add_project(daemon, repo)["path"] == str(repo.resolve())
+
+
+def test_project_rows_from_before_the_git_identity_are_checked_too(
+    root: Path, repo: Path, tmp_short: Path
+) -> None:
+    """A project recorded before its git common dir was (NULL columns) still conflicts."""
+    daemon = DaemonProcess(root).start()
+    project = add_project(daemon, repo)
+    daemon.close()
+    db = sqlite3.connect(root / "state.db")
+    with db:
+        db.execute("UPDATE projects SET git_dir = NULL, git_dev = NULL, git_ino = NULL")
+    db.close()
+    fake = tmp_short / "fake"
+    fake.mkdir()
+    (fake / ".git").write_text(f"gitdir: {repo / '.git'}\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        error = rpc_error(daemon, "project.add", {"path": str(fake)})
+        assert error.kind == "conflict" and error.data["id"] == project["id"], error
+    finally:
+        daemon.close()

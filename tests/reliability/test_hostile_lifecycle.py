@@ -297,11 +297,6 @@ def test_git_file_pointing_at_another_repository(tmp_short: Path, daemon: Daemon
     assert worktrees(other) == {}, "a worktree was left in the other repository"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lifecycle projects.add compares realpath and st_dev/st_ino of the directory only, "
-    "not the git common dir: two projects can share one repository through a .git file",
-)
 def test_one_repository_is_one_project(tmp_short: Path, daemon: DaemonProcess) -> None:
     other = small_repo(tmp_short / "other", files=10)
     fake = tmp_short / "fake"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,31 @@ if TYPE_CHECKING:
 log = logs.get("xumd.lifecycle.projects")
 
 
+@dataclass(frozen=True, slots=True)
+class GitIdentity:
+    """A repository's git common dir: its realpath and filesystem identity."""
+
+    path: str
+    dev: int
+    ino: int
+
+    def same(self, other: GitIdentity | None) -> bool:
+        return other is not None and (
+            other.path == self.path or (other.dev, other.ino) == (self.dev, self.ino)
+        )
+
+
+def _registered(raw: str, other: ProjectRow, **data: str) -> XumError:
+    through = f" (the same git repository {data['repository']})" if data else ""
+    return XumError(
+        ErrorKind.CONFLICT,
+        f"{raw} is already registered as project {other.name!r} ({other.id}){through}",
+        id=other.id,
+        name=other.name,
+        **data,
+    )
+
+
 class ProjectService:
     def __init__(self, app: App, coord: Coordinator, git: Git, workspaces: WorkspaceService):
         self.app = app
@@ -62,16 +88,14 @@ class ProjectService:
             raise XumError(ErrorKind.INVALID_PATH, f"{raw} is not a directory", path=raw)
         st = real.stat()
         kind = await self._kind(real)
+        repo = await self._git_identity(real) if kind == "git" else None
         name = params.name or real.name
         ids.check_name(name, "project")
         for other in rows.list_projects(self.store):
             if other.path == real or (other.dev, other.ino) == (st.st_dev, st.st_ino):
-                raise XumError(
-                    ErrorKind.CONFLICT,
-                    f"{raw} is already registered as project {other.name!r} ({other.id})",
-                    id=other.id,
-                    name=other.name,
-                )
+                raise _registered(raw, other)
+            if repo is not None and repo.same(await self._recorded_identity(other)):
+                raise _registered(raw, other, repository=repo.path)
             if other.name == name:
                 raise XumError(
                     ErrorKind.CONFLICT,
@@ -93,7 +117,8 @@ class ProjectService:
             with self.store.transaction():
                 self.store.execute(
                     "INSERT INTO projects (id, name, path, dev, ino, kind, workspaces_dir,"
-                    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " git_dir, git_dev, git_ino, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         project_id,
                         name,
@@ -102,13 +127,18 @@ class ProjectService:
                         st.st_ino,
                         kind,
                         workspaces_dir,
+                        repo.path if repo else None,
+                        repo.dev if repo else None,
+                        repo.ino if repo else None,
                         now,
                         now,
                     ),
                 )
         except sqlite3.IntegrityError:
+            # Another add won the race after our checks (the unique indexes say which).
             raise XumError(
-                ErrorKind.CONFLICT, f"{raw} or the name {name!r} is already registered"
+                ErrorKind.CONFLICT,
+                f"{raw}, its repository or the name {name!r} is already registered",
             ) from None
         project = self.get(project_id)
         self.app.events.publish("project.added", project=self.info(project).model_dump(mode="json"))
@@ -128,6 +158,50 @@ class ProjectService:
                 repository=top,
             )
         return "git"
+
+    async def _git_identity(self, path: Path) -> GitIdentity:
+        """The repository behind `path`: its git common dir, whatever `.git` file or linked
+        worktree leads there (two projects on one repository would fight over its worktrees
+        and `xum/<name>` branches)."""
+        result = await self.git.run(
+            path, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False
+        )
+        common = result.output.text().strip() if result.ok else ""
+        try:
+            real = os.path.realpath(common) if common else ""
+            st = os.stat(real) if real else None
+        except OSError:
+            st = None
+        if st is None:
+            raise XumError(
+                ErrorKind.OPERATION_FAILED,
+                f"cannot find the git directory of {path}: {result.output.text().strip()!r}",
+                path=str(path),
+            )
+        return GitIdentity(real, st.st_dev, st.st_ino)
+
+    async def _recorded_identity(self, project: ProjectRow) -> GitIdentity | None:
+        """A project's recorded repository; one recorded before the columns existed (or whose
+        repository is gone) is looked up now and filled in when found."""
+        if project.kind != "git":
+            return None
+        if (
+            project.git_dir is not None
+            and project.git_dev is not None
+            and project.git_ino is not None
+        ):
+            return GitIdentity(project.git_dir, project.git_dev, project.git_ino)
+        try:
+            found = await self._git_identity(project.path)
+        except XumError:
+            return None  # its repository is not there now; nothing to share
+        with self.store.transaction():
+            self.store.execute(
+                "UPDATE projects SET git_dir = ?, git_dev = ?, git_ino = ?"
+                " WHERE id = ? AND git_dev IS NULL",
+                (found.path, found.dev, found.ino, project.id),
+            )
+        return found
 
     def trust(self, project_id: str, digest: str | None) -> ProjectTrustResult:
         project = self.get(project_id)

@@ -49,6 +49,10 @@ class ProjectRow:
     trusted_config_hash: str | None
     created_at: float
     updated_at: float
+    git_dir: str | None
+    """The git common dir (realpath) of a git project; None before it was recorded."""
+    git_dev: int | None
+    git_ino: int | None
 
     @staticmethod
     def of(row: sqlite3.Row) -> ProjectRow:
