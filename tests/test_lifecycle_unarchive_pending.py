@@ -183,3 +183,45 @@ def test_unarchive_never_trashes_work_made_after_the_archive(
     assert obligations(daemon, ws["id"])["teardown"]["attempts"] == 1, "nothing ran"
     got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
     assert got["state"] == "archived"
+
+
+def test_directory_unarchive_never_trashes_work_made_after_the_archive(
+    started: tuple[DaemonProcess, dict[str, Any]], ctl: Path
+) -> None:
+    """The directory runtime has no snapshot commit: the lingering checkout is compared with
+    the archive store's copy. New or changed files are `not_safe`, naming them; files the
+    archive holds (or that were deleted since) are not work to lose."""
+    daemon, project = started
+    ws = create(daemon, project["id"], "dir", runtime="directory")["workspace"]
+    path = Path(ws["path"])
+    (path / "kept.txt").write_text("archived content\n")
+    (path / "sub").mkdir()
+    (path / "sub" / "edit.txt").write_text("before\n")
+    (path / "gone.txt").write_text("deleted after the archive\n")
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert archived["cleanup"]["status"] == "pending", archived["cleanup"]
+    assert path.is_dir(), "the checkout waits for its teardown"
+    (ctl / "ok").touch()
+    (path / "late.txt").write_text("written after the archive\n")
+    (path / "sub" / "edit.txt").write_text("after!\n")
+    (path / "gone.txt").unlink()
+
+    err = rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
+    assert err.kind == "not_safe", err
+    assert "late.txt" in err.message and "sub/edit.txt" in err.message, err.message
+    assert sorted(err.data["files"]) == ["late.txt", "sub/edit.txt"]
+    assert "kept.txt" not in err.message and "gone.txt" not in err.message
+    assert (path / "late.txt").read_text() == "written after the archive\n"
+    assert (path / "sub" / "edit.txt").read_text() == "after!\n"
+    assert obligations(daemon, ws["id"])["teardown"]["attempts"] == 1, "nothing ran"
+    got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+    assert got["state"] == "archived" and got["incarnation"] == ws["incarnation"]
+
+    # Moved away by the user: the rest is what the archive holds, so unarchive proceeds.
+    (path / "late.txt").unlink()
+    (path / "sub" / "edit.txt").write_text("before\n")
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["workspace"]
+    assert restored["state"] == "active"
+    assert (path / "kept.txt").read_text() == "archived content\n"
+    assert (path / "gone.txt").read_text() == "deleted after the archive\n"
+    assert not (path / "late.txt").exists()

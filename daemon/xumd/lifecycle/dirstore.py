@@ -4,6 +4,7 @@ unarchive."""
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import shutil
@@ -58,3 +59,29 @@ def _copy_out(archive_store: Path, row: WorkspaceRow) -> RestoredInfo:
 
 async def restore(archive_store: Path, row: WorkspaceRow) -> RestoredInfo:
     return await anyio.to_thread.run_sync(_copy_out, archive_store, row)
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Same link target, or same regular-file content (byte for byte)."""
+    try:
+        if a.is_symlink() or b.is_symlink():
+            return a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)
+        return b.is_file() and filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return False
+
+
+def _unsaved(archive_store: Path, row: WorkspaceRow) -> list[str]:
+    content = archive_store / row.id / "content"
+    found = []
+    for rel in content_files(row):
+        if not _same(row.path / rel, content / rel):
+            found.append(rel)
+    return found
+
+
+async def unsaved_files(archive_store: Path, row: WorkspaceRow) -> list[str]:
+    """Files of a lingering (archived) directory checkout that its archive copy does not hold:
+    new since the archive, or changed. Files deleted since are not listed (the archive has
+    them). Trashing the checkout would lose exactly these."""
+    return await anyio.to_thread.run_sync(_unsaved, archive_store, row)

@@ -73,19 +73,22 @@ async def _settle_old_checkout(ctx: Context, row: WorkspaceRow) -> None:
     frees the path and drops the old incarnation's locked git admin entry, without which
     `git worktree add` refuses the path ("missing but locked"). The cleanup takes the directory
     exclusion itself, so this runs before unarchive takes it. An old checkout that gained work
-    after the archive (which the snapshot does not hold) is refused first: trashing it would
-    lose that work."""
+    after the archive (which the snapshot, or the directory runtime's archive copy, does not
+    hold) is refused first: trashing it would lose that work."""
     status = ctx.cleanup.status(row.id)
     if status is None or status.status != "pending":
         return
-    if row.runtime == "worktree" and ctx.owns_checkout(row):
-        state = await ctx.snapshots.capture(row.path)
-        files = await ctx.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
+    if ctx.owns_checkout(row):
+        if row.runtime == "worktree":
+            state = await ctx.snapshots.capture(row.path)
+            files = await ctx.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
+        else:
+            files = await dirstore.unsaved_files(ctx.app.paths.archive_store, row)
         if files:
             raise XumError(
                 ErrorKind.NOT_SAFE,
                 f"the archived checkout of {row.name!r} at {row.path} has work that its "
-                f"snapshot does not hold: {some(files)}; commit it or move it away first",
+                f"archive does not hold: {some(files)}; commit it or move it away first",
                 files=files[:100],
                 path=str(row.path),
             )
