@@ -11,6 +11,7 @@ from typing import Any
 
 from tests.crash.invariants import Before, branches
 from tests.crash.world import World, make_dirty
+from tests.support.gitrepo import git
 
 
 @dataclass
@@ -197,6 +198,84 @@ def drive_spawn(world: World, point: str) -> Run:
     return Run(before, ws["id"], finish, {})
 
 
+# -- undo paths: the operation fails part-way (for real), and the daemon dies inside its undo ----
+
+
+def _failing_checkout(world: World) -> Path:
+    """A post-checkout hook that fails while a flag file exists: `git worktree add` then exits
+    non-zero after it made the worktree (and its new branch), so create/unarchive undo them."""
+    flag = world.base / "fail-checkout"
+    hook = world.repo / ".git" / "hooks" / "post-checkout"
+    hook.parent.mkdir(parents=True, exist_ok=True)
+    hook.write_text(
+        f'#!/bin/sh\nif [ -e "{flag}" ]; then echo "checkout refused" >&2; exit 1; fi\n'
+    )
+    hook.chmod(0o755)
+    flag.touch()
+    return flag
+
+
+def drive_create_undo(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    before = Before(branches=branches(world.repo))
+    flag = _failing_checkout(world)
+    world.expect_killed("workspace.create", {"project_id": world.project_id, "name": "u"})
+
+    def finish(w: World) -> None:
+        assert [x for x in w.workspaces() if x["name"] == "u"] == [], "resolve removed it"
+        flag.unlink()
+        created = _ok(w, "workspace.create", {"project_id": w.project_id, "name": "u"})
+        assert created["workspace"]["state"] == "active"
+
+    return Run(before, None, finish, {})
+
+
+def drive_unarchive_undo(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    ws, before = _dirty_workspace(world)
+    _ok(world, "workspace.archive", {"workspace_id": ws["id"]})
+    world.finish_cleanup()
+    flag = _failing_checkout(world)
+    world.expect_killed("workspace.unarchive", {"workspace_id": ws["id"]})
+
+    def finish(w: World) -> None:
+        flag.unlink()
+        _ensure_active(w, ws["id"])
+
+    return Run(before, ws["id"], finish, {})
+
+
+def drive_rename_undo(world: World, point: str) -> Run:
+    world.start(point)
+    world.add_project()
+    ws, before = _dirty_workspace(world)
+    # `xum/b/x` blocks the branch `xum/b` (a ref cannot be a file and a directory), which the
+    # rename's own check (no ref `xum/b`) does not see: the checkout moves, then `git branch -m`
+    # fails, and the undo moves the checkout back.
+    git(world.repo, "branch", "xum/b/x")
+    before.branches.add("xum/b/x")
+    before.renamed = {"xum/a": "xum/c"}
+    world.expect_killed("workspace.rename", {"workspace_id": ws["id"], "name": "b"})
+
+    def finish(w: World) -> None:
+        current = w.ws(ws["id"])
+        assert current is not None
+        if current["name"] == "b":
+            # Recovery rolled forward (the checkout was at the new path); the branch that
+            # cannot be renamed was kept.
+            assert current["branch"] == "xum/a" and Path(current["path"]).name == "b", current
+        else:
+            assert current["name"] == "a" and current["branch"] == "xum/a", current
+            _ok(w, "workspace.rename", {"workspace_id": ws["id"], "name": "c"})
+            current = w.ws(ws["id"])
+            assert current is not None and current["branch"] == "xum/c", current
+        assert not Path(ws["path"]).exists(), "the old path is still there"
+
+    return Run(before, ws["id"], finish, {})
+
+
 RECOVERY_SETUP: dict[str, str] = {
     "recovery.rename.": "workspace.rename.after_move",
     "recovery.": "workspace.create.after_checkout",
@@ -218,6 +297,9 @@ def drive_recovery(world: World, point: str) -> Run:
 
 DRIVERS: dict[str, Callable[[World, str], Run]] = {
     "workspace.create.": drive_create,
+    "workspace.create.undo.": drive_create_undo,
+    "workspace.unarchive.undo.": drive_unarchive_undo,
+    "workspace.rename.undo.": drive_rename_undo,
     "workspace.archive.": drive_archive,
     "workspace.unarchive.": drive_unarchive,
     "workspace.remove.": drive_remove,

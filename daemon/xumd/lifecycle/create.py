@@ -26,6 +26,14 @@ log = logs.get("xumd.lifecycle.create")
 CREATE_AFTER_INTENT = faults.declare("workspace.create.after_intent")
 CREATE_AFTER_CHECKOUT = faults.declare("workspace.create.after_checkout")
 CREATE_AFTER_SETUP = faults.declare("workspace.create.after_setup")
+UNDO_AFTER_DISCARD = faults.declare(
+    "workspace.create.undo.after_discard",
+    "a failed create took its checkout back; the branch it made and the row remain",
+)
+UNDO_AFTER_BRANCH = faults.declare(
+    "workspace.create.undo.after_branch",
+    "a failed create took its checkout and branch back; the `creating` row remains",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +232,7 @@ async def _undo(
     log.warning("workspace.create_undo", workspace=row.id, cause=repr(cause))
     if made:
         await checkout.discard(ctx.git, project.path, row)
+        UNDO_AFTER_DISCARD()
     if made and row.branch_created and row.branch and row.base:
         async with ctx.git.admin_lock(project.path):
             # Only when it still points where we created it: never drop others' work.
@@ -235,6 +244,7 @@ async def _undo(
                 row.base,
                 check=False,
             )
+        UNDO_AFTER_BRANCH()
     with ctx.store.transaction():
         ctx.store.execute("DELETE FROM workspaces WHERE id = ?", (row.id,))
     ctx.app.events.publish("workspace.removed", workspace_id=row.id, reason="create failed")

@@ -26,6 +26,14 @@ log = logs.get("xumd.lifecycle.rename")
 RENAME_AFTER_JOURNAL = faults.declare("workspace.rename.after_journal")
 RENAME_AFTER_MOVE = faults.declare("workspace.rename.after_move")
 RENAME_AFTER_BRANCH = faults.declare("workspace.rename.after_branch")
+UNDO_AFTER_BRANCH = faults.declare(
+    "workspace.rename.undo.after_branch",
+    "a failed rename's branch is back (if it moved); the checkout is not moved back yet",
+)
+UNDO_AFTER_MOVE = faults.declare(
+    "workspace.rename.undo.after_move",
+    "a failed rename's checkout is back at its old path; the journal is not dropped yet",
+)
 
 
 @dataclass(slots=True)
@@ -199,11 +207,13 @@ async def _undo(ctx: Context, plan: _Plan) -> None:
     try:
         if plan.branch_renamed:
             await _branch_move(ctx, plan, plan.branch, old.branch, undo=True)
+        UNDO_AFTER_BRANCH()
         if plan.moved:
             if old.runtime == "worktree":
                 await _worktree_move(ctx, plan, plan.path, old.path, undo=True)
             elif os.path.lexists(plan.path) and not os.path.lexists(old.path):
                 os.rename(plan.path, old.path)
+            UNDO_AFTER_MOVE()
     finally:
         with ctx.store.transaction():
             ctx.store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (old.id,))

@@ -22,6 +22,10 @@ UNARCHIVE_AFTER_INTENT = faults.declare("workspace.unarchive.after_intent")
 UNARCHIVE_AFTER_CHECKOUT = faults.declare("workspace.unarchive.after_checkout")
 UNARCHIVE_AFTER_RESTORE = faults.declare("workspace.unarchive.after_restore")
 UNARCHIVE_AFTER_SETUP = faults.declare("workspace.unarchive.after_setup")
+UNDO_AFTER_DISCARD = faults.declare(
+    "workspace.unarchive.undo.after_discard",
+    "a failed unarchive took its new checkout back; the row is still `restoring`",
+)
 
 
 async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult:
@@ -152,4 +156,5 @@ async def _undo(
     log.warning("workspace.unarchive_undo", workspace=row.id)
     if made:
         await checkout.discard(ctx.git, project.path, row)
+        UNDO_AFTER_DISCARD()
     ctx.roll_back(row, state="archived", incarnation=old.incarnation, dev=old.dev, ino=old.ino)

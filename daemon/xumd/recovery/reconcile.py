@@ -307,7 +307,17 @@ class Reconciler:
         if old_there and not new_there:
             if branch_moves and branch_at_new:
                 assert from_branch and to_branch
-                await self._move_branch(project, to_branch, from_branch)
+                failed = await self._move_branch(project, to_branch, from_branch)
+                if failed:
+                    # The row follows the disk: old name and path, the branch where it is.
+                    self._settle_rename(
+                        row,
+                        {"branch": to_branch},
+                        f"rename was rolled back, but the branch {to_branch!r} could not be "
+                        f"renamed back to {from_branch!r} ({failed}); it keeps {to_branch!r}",
+                        report,
+                    )
+                    return
                 RENAME_AFTER_BRANCH()
             self._settle_rename(row, None, None, report)
             return
@@ -318,11 +328,24 @@ class Reconciler:
                     row, None, f"rename was interrupted; {journal['to_name']!r} is taken", report
                 )
                 return
+            forward = {"name": journal["to_name"], "path": to_path, "branch": to_branch}
             if branch_moves and branch_at_old:
                 assert from_branch and to_branch
-                await self._move_branch(project, from_branch, to_branch)
+                failed = await self._move_branch(project, from_branch, to_branch)
+                if failed:
+                    # The checkout is at the new path (the disk proves it): roll forward, and
+                    # keep the branch that git refuses to rename (a failed rename's undo that
+                    # was cut short lands here).
+                    forward["branch"] = from_branch
+                    self._settle_rename(
+                        row,
+                        forward,
+                        f"rename was rolled forward, but the branch {from_branch!r} could not "
+                        f"be renamed to {to_branch!r} ({failed}); it keeps {from_branch!r}",
+                        report,
+                    )
+                    return
                 RENAME_AFTER_BRANCH()
-            forward = {"name": journal["to_name"], "path": to_path, "branch": to_branch}
             self._settle_rename(row, forward, None, report)
             return
         self._settle_rename(
@@ -333,11 +356,13 @@ class Reconciler:
             report,
         )
 
-    async def _move_branch(self, project: ProjectRow, src: str, dst: str) -> None:
+    async def _move_branch(self, project: ProjectRow, src: str, dst: str) -> str | None:
+        """Rename a branch; git's error when it refuses (a start-up never fails on it)."""
         async with self.git.admin_lock(project.path):
-            await self.git.run(
-                project.path, "branch", "-m", "--", src, dst, what="git branch -m (recovery)"
-            )
+            done = await self.git.run(project.path, "branch", "-m", "--", src, dst, check=False)
+        if done.ok:
+            return None
+        return done.output.tail_text(300).strip() or f"git exited with {done.returncode}"
 
     def _settle_rename(
         self,
