@@ -17,6 +17,7 @@ from xumd.cleanup.obligations import PENDING
 from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import PATH_LANE, RECLAIM_LANE, CleanupService
 from xumd.rpc.dispatch import RequestContext
+from xumd.store.memo import StoreMemo
 
 STATUS_KEY = "cleanup"
 
@@ -61,7 +62,10 @@ def install(app: App) -> CleanupService:
 
     app.router.add("cleanup.list", list_)
     app.router.add("cleanup.retry", retry_)
-    app.status_providers[STATUS_KEY] = lambda: service.summary().model_dump(mode="json")
+    # Polled by monitors: recomputed only when a row changed (or after a second).
+    app.status_providers[STATUS_KEY] = StoreMemo(
+        app.store, lambda: service.summary().model_dump(mode="json")
+    )
     app.after_ready("cleanup-retry", retry.run)
     app.on_shutdown("cleanup-retry", retry.stop)
     return service

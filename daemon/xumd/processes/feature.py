@@ -62,6 +62,7 @@ from xumd.processes.managed import Managed
 from xumd.processes.quiescence import Quiescence
 from xumd.processes.supervisor import Supervisor, parse_signal
 from xumd.rpc.dispatch import RequestContext
+from xumd.store.memo import StoreMemo
 
 log = logs.get("xumd.processes.feature")
 
@@ -151,10 +152,12 @@ def install(app: App) -> None:
     app.on_startup("processes.adopt", adopt)
     app.after_ready("processes.supervisor", serve_with_auto)
     app.on_shutdown("processes", drain, stage=10)
+    # Polled by monitors: the lease count is recomputed only when a row changed.
+    lease_count = StoreMemo(app.store, lambda: len(leases.rows()))
     app.status_providers["processes"] = lambda: {
         "running": sum(1 for m in sup.procs.values() if m.live_state),
         "pending_stop": sum(1 for m in sup.procs.values() if m.state == "pending_stop"),
-        "leases": len(leases.rows()),
+        "leases": lease_count(),
         "keep_processes": sup.keep_processes,
         "kept_at_stop": sum(1 for m in sup.procs.values() if m.on_daemon_stop == "keep"),
         **({"keep_problem": sup.keep_problem} if sup.keep_problem else {}),

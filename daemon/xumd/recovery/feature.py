@@ -19,6 +19,7 @@ from xumd.lifecycle.service import WorkspaceService
 from xumd.recovery import strays
 from xumd.recovery.reconcile import Reconciler, RecoveryReport
 from xumd.rpc.dispatch import RequestContext
+from xumd.store.memo import StoreMemo
 from xumd.turns.service import TurnService
 
 STATUS_KEY = "recovery"
@@ -42,10 +43,16 @@ def install(app: App) -> Reconciler:
         last["strays"] = len(found) if p.project_id is None else last["strays"]
         return StraysResult(strays=[await strays.describe(s, git, app.store) for s in found])
 
+    def count_interrupted() -> int:
+        found = app.store.one("SELECT COUNT(*) AS n FROM workspaces WHERE interrupted = 1")
+        return int(found["n"]) if found else 0
+
+    # Polled by monitors: the count is recomputed only when a row changed (or after a second).
+    interrupted = StoreMemo(app.store, count_interrupted)
+
     def status() -> dict[str, Any]:
-        interrupted = app.store.one("SELECT COUNT(*) AS n FROM workspaces WHERE interrupted = 1")
         return {
-            "interrupted": int(interrupted["n"]) if interrupted else 0,
+            "interrupted": interrupted(),
             "strays": last["strays"],
             "last_pass": last["report"].as_dict(),
         }

@@ -162,5 +162,12 @@ class Store:
         """A cheap liveness check that reads the database file (its header), not just SQLite."""
         return self._db.execute("PRAGMA user_version").fetchone() is not None
 
+    @property
+    def changes(self) -> int:
+        """Rows inserted, updated or deleted through this connection so far (SQLite's
+        `total_changes`): a value derived from the store is stale only once this moves. The
+        daemon is the database's only writer (root lock), and this is its one connection."""
+        return self._db.total_changes
+
     def close(self) -> None:
         self._db.close()
