@@ -33,6 +33,7 @@ fmt: install
 
 schema: install
 	$(BIN)/python -m xum_protocol.schema protocol/schema
+	$(BIN)/python -m xum_protocol.docs docs/PROTOCOL.md
 
 # The systemd units and launchd plist in systemd/ are rendered from xum_client/units.py.
 units: install

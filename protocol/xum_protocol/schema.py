@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from xum_protocol.errors import ERROR_CODES
+from xum_protocol.event_types import EVENT_TYPES
 from xum_protocol.methods import METHODS
 from xum_protocol.models.events import EVENT_NOTIFICATION, Event
 from xum_protocol.version import PROTOCOL_VERSION
@@ -38,6 +39,9 @@ def build_schema() -> dict[str, Any]:
             EVENT_NOTIFICATION: {
                 "summary": "One event on a connection subscribed with events.subscribe.",
                 "params": Event.model_json_schema(mode="serialization"),
+                "types": {
+                    e.type: {"summary": e.summary, "data": dict(e.data)} for e in EVENT_TYPES
+                },
             }
         },
     }
