@@ -208,7 +208,7 @@ async def test_release_all_is_bounded_and_reports_what_still_runs(
             await anyio.sleep(3600)  # a fault: the process never dies (e.g. stuck in D state)
             return False
 
-        monkeypatch.setattr("xumd.processes.supervisor.kill_tree", kill_never_lands)
+        monkeypatch.setattr("xumd.processes.stopping.kill_tree", kill_never_lands)
         started = time.monotonic()
         stopped, left = await h.sup.release_all(ref.id, 0.5)
         assert time.monotonic() - started < 3.0  # 0.5s deadline, slack for a loaded machine

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from xumd import logs
+from xumd.processes import durable
 from xumd.processes.durable import DurableIO
 from xumd.processes.leases import Lease
 from xumd.processes.managed import Managed
@@ -32,6 +33,24 @@ log = logs.get("xumd.processes.adoption")
 
 
 def adopt(sup: Supervisor) -> list[Managed]:
+    """At start-up: leases of processes a previous daemon spawned. Live ones are adopted
+    (reported, stoppable, their durable output followed) and returned; dead ones, and dead
+    external holders, are reclaimed. A durable process that ended while no daemon ran is kept as
+    an exited record, so its output can still be read. Unclaimed output directories go."""
+    adopted: list[Managed] = []
+    for managed in _records(sup):
+        sup.table.add(managed)
+        if managed.live_state:
+            adopted.append(managed)
+        else:
+            sup.events.publish("process.exited", process=managed.info())
+    if sup.io_dir is not None:
+        durable.sweep(sup.io_dir, {m.id for m in sup.procs.values() if m.io is not None})
+    sup.table.prune()
+    return adopted
+
+
+def _records(sup: Supervisor) -> list[Managed]:
     """Records for the previous daemon's processes: live ones (adopted) and durable ones that
     ended meanwhile (exited). Dead holders' leases are reclaimed on the way."""
     leases = [x for x in sup.leases.rows() if x.process_id and x.process_id not in sup.procs]

@@ -293,7 +293,7 @@ def install(app: App) -> None:
     async def lease_list(p: LeaseListParams, ctx: RequestContext) -> LeaseListResult:
         _known_workspace(p.workspace_id)
         sup.settle(p.workspace_id)
-        live, reclaimed = leases.reclaim_dead(p.workspace_id, skip=sup._is_ours)
+        live, reclaimed = leases.reclaim_dead(p.workspace_id, skip=sup.owns)
         return LeaseListResult(
             leases=[_lease_info(x, True) for x in live], reclaimed=[x.id for x in reclaimed]
         )

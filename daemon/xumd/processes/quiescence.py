@@ -29,7 +29,7 @@ class Quiescence:
         """Live leases (the supervisor's processes, setup/teardown runs, external holders),
         unconfirmed stops, and unleased processes whose cwd or an open file is in the checkout."""
         self.supervisor.settle(ref.id)
-        live, _reclaimed = self.leases.reclaim_dead(ref.id, skip=self.supervisor._is_ours)
+        live, _reclaimed = self.leases.reclaim_dead(ref.id, skip=self.supervisor.owns)
         found: list[Holder] = []
         for lease in live:
             managed = self.supervisor.procs.get(lease.process_id or "")
