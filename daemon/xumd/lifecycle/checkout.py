@@ -11,6 +11,9 @@ import os
 import shutil
 from pathlib import Path
 
+from xum_protocol.errors import ErrorKind
+
+from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import gitlocks, marker
 from xumd.lifecycle.rows import WorkspaceRow
@@ -20,6 +23,11 @@ async def clear_stale_locks(git: Git, repo: Path) -> list[str]:
     """Under the repo's admin lock: clear provably stale git lock files, report them."""
     common = await git.out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")
     return gitlocks.clear_stale(Path(common)).cleared
+
+
+class BranchTaken(XumError):
+    """`add -b` refused before git ran: the branch exists now (another create made it since this
+    one planned it as new). The failed create's undo must leave it alone: it is not ours."""
 
 
 async def add_worktree(
@@ -35,6 +43,18 @@ async def add_worktree(
     else:
         args += ["--", str(row.path), branch]
     async with git.admin_lock(repo):
+        if new_from is not None:
+            # Re-checked under the admin lock (every branch-making operation of the daemon takes
+            # it): a branch found after a failed `add -b` below is then this add's own.
+            taken = await git.run(
+                repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+            )
+            if taken.ok:
+                raise BranchTaken(
+                    ErrorKind.CONFLICT,
+                    f"branch {branch!r} was created meanwhile (by another create?); pick another",
+                    branch=branch,
+                )
         cleared = await clear_stale_locks(git, repo)
         await git.run(repo, *args, what="git worktree add")
     return cleared

@@ -233,7 +233,8 @@ async def _undo(
     if made:
         await checkout.discard(ctx.git, project.path, row)
         UNDO_AFTER_DISCARD()
-    if made and row.branch_created and row.branch and row.base:
+    ours = not isinstance(cause, checkout.BranchTaken)  # else a concurrent create's branch
+    if made and ours and row.branch_created and row.branch and row.base:
         async with ctx.git.admin_lock(project.path):
             # Only when it still points where we created it: never drop others' work.
             await ctx.git.run(
