@@ -5,6 +5,8 @@ path (new incarnation, `restoring` committed first), restore the snapshot exactl
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from pathlib import Path
 
 import anyio
 from xum_protocol.errors import ErrorKind
@@ -82,21 +84,34 @@ async def _settle_old_checkout(ctx: Context, row: WorkspaceRow) -> None:
     status = ctx.cleanup.status(row.id)
     if status is None or status.status != "pending":
         return
-    if ctx.owns_checkout(row):
-        if row.runtime == "worktree":
-            state = await ctx.snapshots.capture(row.path)
-            files = await ctx.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
-        else:
-            files = await dirstore.unsaved_files(ctx.app.paths.archive_store, row)
-        if files:
-            raise XumError(
-                ErrorKind.NOT_SAFE,
-                f"the archived checkout of {row.name!r} at {row.path} has work that its "
-                f"archive does not hold: {some(files)}; commit it or move it away first",
-                files=files[:100],
-                path=str(row.path),
-            )
+    # The checkout the cleanup would trash is where its obligations say: a rename of the
+    # archived workspace moved only the row's path, not the lingering checkout.
+    paths = {row.path} | {
+        Path(ob.path)
+        for ob in ctx.cleanup.obligations.pending_for_workspace(row.id)
+        if ob.incarnation == row.incarnation and ob.kind != "reclaim"
+    }
+    for path in sorted(paths):
+        await _refuse_unsaved(ctx, replace(row, path=path))
     await ctx.run_cleanup(row.id, force=True)
+
+
+async def _refuse_unsaved(ctx: Context, row: WorkspaceRow) -> None:
+    if not ctx.owns_checkout(row):
+        return
+    if row.runtime == "worktree":
+        state = await ctx.snapshots.capture(row.path)
+        files = await ctx.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
+    else:
+        files = await dirstore.unsaved_files(ctx.app.paths.archive_store, row)
+    if files:
+        raise XumError(
+            ErrorKind.NOT_SAFE,
+            f"the archived checkout of {row.name!r} at {row.path} has work that its "
+            f"archive does not hold: {some(files)}; commit it or move it away first",
+            files=files[:100],
+            path=str(row.path),
+        )
 
 
 def _check_path_free(ctx: Context, row: WorkspaceRow) -> None:
