@@ -62,6 +62,42 @@ class ObligationRow:
     updated_at: float = 0.0
 
     @staticmethod
+    def due_now(
+        *,
+        id: str,
+        workspace_id: str,
+        project_id: str,
+        kind: str,
+        seq: int,
+        path: str,
+        dev: int | None,
+        ino: int | None,
+        incarnation: str,
+        detail: dict[str, Any],
+        now: float,
+    ) -> ObligationRow:
+        """A newly planned step: pending, never attempted, due at once."""
+        return ObligationRow(
+            id=id,
+            workspace_id=workspace_id,
+            project_id=project_id,
+            kind=kind,
+            seq=seq,
+            path=path,
+            dev=dev,
+            ino=ino,
+            incarnation=incarnation,
+            state=PENDING,
+            attempts=0,
+            next_attempt_at=now,
+            last_error=None,
+            reason=None,
+            detail=detail,
+            created_at=now,
+            updated_at=now,
+        )
+
+    @staticmethod
     def of(row: sqlite3.Row) -> ObligationRow:
         try:
             detail = json.loads(row["detail"] or "{}")

@@ -1,0 +1,102 @@
+"""Recording what a cleanup step came to: completed, pending again (with backoff), or abandoned
+with a reason; then telling others (the obligation event, the workspace's `last_cleanup`, and a
+wake-up of the lanes a finished step may unblock).
+
+Obligations planned inside a caller's transaction are announced only once that transaction has
+committed (`flush`): a rolled-back plan left no row, and is not announced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+
+from xum_protocol.models.cleanup import OBLIGATION_EVENT
+
+from xumd import logs
+from xumd.cleanup.backoff import Backoff
+from xumd.cleanup.clock import Clock
+from xumd.cleanup.lanes import PATH_LANE, RECLAIM_LANE
+from xumd.cleanup.obligations import ABANDONED, COMPLETED, ObligationRow, Obligations
+from xumd.cleanup.status import workspace_status
+from xumd.cleanup.steps import Outcome
+from xumd.events import EventBus
+from xumd.store import Store
+
+log = logs.get("xumd.cleanup")
+
+
+class OutcomeRecorder:
+    def __init__(
+        self,
+        store: Store,
+        obligations: Obligations,
+        events: EventBus,
+        backoff: Backoff,
+        clock: Clock,
+    ) -> None:
+        self.store = store
+        self.obligations = obligations
+        self.events = events
+        self.backoff = backoff
+        self.clock = clock
+        self._unannounced: list[str] = []
+        self.poke: Callable[[str], None] = lambda lane: None
+        """Set by the retry service: wake a lane (new work, or a blocker finished)."""
+
+    def record(self, ob: ObligationRow, outcome: Outcome, took_s: float) -> ObligationRow:
+        now = self.clock.time()
+        if outcome.state == COMPLETED:
+            stored = self.obligations.complete(ob, now, outcome.detail)
+            log.info("cleanup.completed", obligation=ob.id, kind=ob.kind, s=round(took_s, 3))
+            # A finished teardown may unblock a sibling's deletion; a trash, its reclaim.
+            self._poke_all()
+        elif outcome.state == ABANDONED:
+            stored = self.obligations.abandon(ob, now, outcome.reason or "abandoned")
+            log.warning("cleanup.abandoned", obligation=ob.id, kind=ob.kind, reason=stored.reason)
+            self._poke_all()
+        else:
+            delay = self.backoff.delay(ob.attempts + 1)
+            stored = self.obligations.fail_attempt(ob, now, now + delay, outcome.error or "failed")
+            log.warning(
+                "cleanup.attempt_failed",
+                obligation=ob.id,
+                kind=ob.kind,
+                attempts=stored.attempts,
+                retry_in_s=round(delay, 3),
+            )
+        self._announce(stored)
+        self._remember_status(ob.workspace_id)
+        return stored
+
+    def _poke_all(self) -> None:
+        self.poke(PATH_LANE)
+        self.poke(RECLAIM_LANE)
+
+    def announce_later(self, ids: Iterable[str]) -> None:
+        """Obligations planned in a transaction not committed yet: announced by `flush`."""
+        self._unannounced.extend(ids)
+
+    def flush(self) -> None:
+        """Publish the creation of obligations planned in a transaction that has committed (a
+        rolled-back plan left no row, and is not announced)."""
+        ids, self._unannounced = self._unannounced, []
+        for ob_id in ids:
+            ob = self.obligations.get(ob_id)
+            if ob is not None:
+                self._announce(ob)
+
+    def _announce(self, ob: ObligationRow) -> None:
+        self.events.publish(OBLIGATION_EVENT, obligation=ob.model().model_dump(mode="json"))
+
+    def _remember_status(self, workspace_id: str) -> None:
+        """Keep `workspaces.last_cleanup` current for workspace.get (the row, if any). Not a
+        structural change: the row's version is not bumped."""
+        status = workspace_status(self.obligations, workspace_id) if workspace_id else None
+        if status is None:
+            return
+        with self.store.transaction():
+            self.store.execute(
+                "UPDATE workspaces SET last_cleanup = ? WHERE id = ?",
+                (json.dumps(status.model_dump(mode="json")), workspace_id),
+            )
