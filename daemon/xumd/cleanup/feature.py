@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import (
     CleanupListParams,
     CleanupListResult,
@@ -16,6 +17,7 @@ from xumd.app import App
 from xumd.cleanup.obligations import PENDING
 from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import PATH_LANE, RECLAIM_LANE, CleanupService
+from xumd.errors import XumError
 from xumd.rpc.dispatch import RequestContext
 from xumd.store.memo import StoreMemo
 
@@ -28,6 +30,8 @@ def install(app: App) -> CleanupService:
 
     async def list_(params: CleanupListParams, ctx: RequestContext) -> CleanupListResult:
         service.flush_announcements()
+        if params.workspace_id is not None:
+            _require_workspace(app, service, params.workspace_id)
         found = service.obligations.list(
             workspace_id=params.workspace_id, state=params.state, limit=params.limit
         )
@@ -69,3 +73,23 @@ def install(app: App) -> CleanupService:
     app.after_ready("cleanup-retry", retry.run)
     app.on_shutdown("cleanup-retry", retry.stop)
     return service
+
+
+def _require_workspace(app: App, service: CleanupService, workspace_id: str) -> None:
+    """A workspace id the daemon knows (a row, a tombstone or obligations); an unknown one is
+    `not_found`, never an empty list that reads as "nothing pending"."""
+    if not workspace_id.startswith("ws_"):
+        raise XumError(
+            ErrorKind.INVALID_SCOPE,
+            f"{workspace_id!r} is not a workspace id (a workspace id starts with 'ws_')",
+            id=workspace_id,
+        )
+    known = app.store.one(
+        "SELECT 1 FROM workspaces WHERE id = ? UNION ALL"
+        " SELECT 1 FROM workspace_tombstones WHERE id = ?",
+        (workspace_id, workspace_id),
+    )
+    if known is None and not service.obligations.for_workspace(workspace_id):
+        raise XumError(
+            ErrorKind.NOT_FOUND, f"workspace {workspace_id!r} not found", id=workspace_id
+        )
