@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from pathlib import Path
 
 import anyio
 from xum_protocol.models.cleanup import CleanupStatus, CleanupSummary
@@ -94,6 +93,9 @@ class CleanupService:
             config=self.config,
         )
         self.cycles = LaneCycles(self.obligations, self.runner, self.clock, self.config)
+        # Planning runs inside the caller's transaction, no await (planning.py); the planner's
+        # own method, not a wrapper restating its long signature.
+        self.plan_checkout_removal = self.planner.plan_checkout_removal
 
     @property
     def poke(self) -> Callable[[str], None]:
@@ -104,34 +106,7 @@ class CleanupService:
     def poke(self, fn: Callable[[str], None]) -> None:
         self.recorder.poke = fn
 
-    # -- planning (inside the caller's transaction; no await) -------------------------------------
-
-    def plan_checkout_removal(
-        self,
-        *,
-        workspace_id: str,
-        project_id: str,
-        incarnation: str,
-        runtime: str,
-        repo_path: Path,
-        checkout: Path,
-        dev: int | None,
-        ino: int | None,
-        teardown: bool,
-    ) -> list[str]:
-        """Insert the ordered obligations (teardown?, trash, reclaim) for one checkout, inside
-        the caller's `store.transaction()` (planning.py)."""
-        return self.planner.plan_checkout_removal(
-            workspace_id=workspace_id,
-            project_id=project_id,
-            incarnation=incarnation,
-            runtime=runtime,
-            repo_path=repo_path,
-            checkout=checkout,
-            dev=dev,
-            ino=ino,
-            teardown=teardown,
-        )
+    # -- announcing what was planned -------------------------------------------------------------
 
     def flush_announcements(self) -> None:
         """Publish the creation of obligations planned in a transaction that has committed."""

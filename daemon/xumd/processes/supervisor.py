@@ -105,6 +105,8 @@ class Supervisor:
             settings=self.settings,
             tasks=self.tasks,
         )
+        # The part's own method, not a wrapper restating its long signature.
+        self.spawn = self.starter.spawn
 
     # -- state other features and tests read (and tests tune) ---------------------------------
 
@@ -190,38 +192,13 @@ class Supervisor:
         """At start-up: adopt the live processes a previous daemon spawned (adoption.py)."""
         return adoption.adopt(self)
 
-    # -- lookup, spawn, settle ---------------------------------------------------------------
+    # -- lookup, settle (spawn: starting.py) --------------------------------------------------
 
     def get(self, process_id: str) -> Managed:
         return self.table.get(process_id)
 
     def select(self, workspace_id: str | None = None) -> list[Managed]:
         return self.table.select(workspace_id)
-
-    async def spawn(
-        self,
-        *,
-        workspace_id: str,
-        kind: str,
-        argv: list[str],
-        env: dict[str, str] | None = None,
-        pty: bool = False,
-        cols: int | None = None,
-        rows: int | None = None,
-        label: str | None = None,
-        foreground_peer: int | None = None,
-    ) -> Managed:
-        return await self.starter.spawn(
-            workspace_id=workspace_id,
-            kind=kind,
-            argv=argv,
-            env=env,
-            pty=pty,
-            cols=cols,
-            rows=rows,
-            label=label,
-            foreground_peer=foreground_peer,
-        )
 
     def settle(self, workspace_id: str | None = None) -> list[Managed]:
         return self.settlement.settle(workspace_id)
