@@ -61,31 +61,55 @@ class AutoArchiver:
     def wanted(self, managed: Managed) -> bool:
         if managed.kind != "agent" or not managed.exit or managed.exit.get("code") != 0:
             return False
+        return self._incarnation(managed.workspace_id) is not None
+
+    def _incarnation(self, workspace_id: str) -> str | None:
+        """The incarnation an auto-archive is owed to: an active workspace that asked for it."""
         row = self.store.one(
-            "SELECT auto_archive, state FROM workspaces WHERE id = ?", (managed.workspace_id,)
+            "SELECT auto_archive, state, incarnation FROM workspaces WHERE id = ?",
+            (workspace_id,),
         )
-        return row is not None and row["auto_archive"] == ON_AGENT_EXIT and row["state"] == "active"
+        if row is None or row["auto_archive"] != ON_AGENT_EXIT or row["state"] != "active":
+            return None
+        found: str = row["incarnation"]
+        return found
 
     def on_exit(self, managed: Managed) -> None:
         """Exit listener (synchronous): start the archive task for a successful agent exit."""
         if managed.workspace_id in self._running or not self.wanted(managed):
             return
+        incarnation = self._incarnation(managed.workspace_id)
         if self.start_soon is None:
             log.warning("auto_archive.not_running", workspace=managed.workspace_id)
             return
         self._running.add(managed.workspace_id)
-        self.start_soon(self.run, managed.workspace_id, managed.id)
+        self.start_soon(self.run, managed.workspace_id, managed.id, incarnation)
 
-    async def run(self, workspace_id: str, process_id: str) -> dict[str, Any]:
+    async def run(
+        self, workspace_id: str, process_id: str, incarnation: str | None = None
+    ) -> dict[str, Any]:
         try:
-            return await self._attempts(workspace_id, process_id)
+            return await self._attempts(workspace_id, process_id, incarnation)
         finally:
             self._running.discard(workspace_id)
 
-    async def _attempts(self, workspace_id: str, process_id: str) -> dict[str, Any]:
+    async def _attempts(
+        self, workspace_id: str, process_id: str, incarnation: str | None
+    ) -> dict[str, Any]:
         delay = self.backoff_initial_s
         last_error: str | None = None
         for attempt in range(1, self.attempts + 1):
+            now = self._incarnation(workspace_id)
+            if incarnation is not None and now is not None and now != incarnation:
+                # Archived and restored (or otherwise re-materialised) since the agent exited:
+                # the archive was owed to that incarnation, never to its successor. Checked with
+                # no await before archive takes its reservation, so it cannot change in between.
+                error = (
+                    f"{ErrorKind.INVALID_STATE.value}: the workspace was materialised again "
+                    f"(incarnation {now}) since the agent of incarnation {incarnation} exited; "
+                    "not archived"
+                )
+                return self._record(workspace_id, process_id, "failed", attempt, error)
             try:
                 await self.archive(workspace_id)
             except XumError as exc:
