@@ -268,8 +268,30 @@ class ProjectService:
                     f"{first.get('message')}",
                     workspaces=[o.model_dump(mode="json") for o in outcomes],
                 )
+            self._refuse_owed_teardowns(project, outcomes)
             with self.store.transaction():
                 self.store.execute("DELETE FROM projects WHERE id = ?", (project.id,))
         self.app.events.publish("project.removed", project_id=project.id, name=project.name)
         log.info("project.removed", project=project.id)
         return ProjectRemoveResult(project=self.info(project), removed=True, workspaces=outcomes)
+
+    def _refuse_owed_teardowns(self, project: ProjectRow, outcomes: list[WorkspaceOutcome]) -> None:
+        """A teardown runs only under the project's trusted config, which lives on this row:
+        removing the row while one is still owed would leave it pending forever (and its hint
+        would name a project that cannot be trusted any more). Keep the project until then."""
+        owed = self.store.all(
+            "SELECT DISTINCT workspace_id FROM cleanup_obligations"
+            " WHERE project_id = ? AND kind = 'teardown' AND state = 'pending'",
+            (project.id,),
+        )
+        if not owed:
+            return
+        ids_ = sorted(r["workspace_id"] for r in owed)
+        raise XumError(
+            ErrorKind.CLEANUP_PENDING,
+            f"project {project.name!r} not removed: the teardown of {len(ids_)} removed or "
+            f"archived workspace(s) is still owed ({', '.join(ids_[:10])}); it runs under this "
+            "project's trusted config: retry it (xum cleanup retry), then remove the project",
+            workspaces=[o.model_dump(mode="json") for o in outcomes],
+            owed=ids_,
+        )
