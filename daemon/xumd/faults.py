@@ -13,8 +13,15 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
 
 ENV_VAR = "XUM_FAULT"
+HOLD_DIR_VAR = "XUM_FAULT_HOLD_DIR"
+HOLD_MAX_S = 120.0
+"""A held point lets go by itself after this long: a forgotten release never wedges a daemon."""
+HOLD_POLL_S = 0.02
 
 _registry: dict[str, str] = {}
 _simulated: dict[str, str] = {}
@@ -38,6 +45,24 @@ class FaultPoint:
         produce (a confirmation that never arrives), so the crash harness does not list them.
         """
         return self.simulate and _armed == self.name
+
+    async def hold(self) -> None:
+        """A simulation point that pauses: when armed, create `<name>.held` in the directory
+        named by XUM_FAULT_HOLD_DIR and wait until the test creates `<name>.release` there
+        (bounded by HOLD_MAX_S). It turns a race's timing window into an ordered step a test
+        controls, instead of a sleep the test must beat."""
+        if not self.active:
+            return
+        where = Path(os.environ.get(HOLD_DIR_VAR) or ".")
+        release = where / f"{self.name}.release"
+        (where / f"{self.name}.held").touch()
+        sys.stderr.write(f"xumd: fault point {self.name} held\n")
+        with anyio.move_on_after(HOLD_MAX_S):
+            while not release.exists():
+                await anyio.sleep(HOLD_POLL_S)
+        # One release lets one pass through; a later arrival holds again.
+        release.unlink(missing_ok=True)
+        (where / f"{self.name}.held").unlink(missing_ok=True)
 
 
 def declare(name: str, doc: str = "", *, simulate: bool = False) -> FaultPoint:

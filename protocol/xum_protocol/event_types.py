@@ -65,7 +65,7 @@ EVENT_TYPES: tuple[EventType, ...] = (
     ),
     EventType(
         "workspace.interrupted",
-        "The recovery pass flagged a workspace for the user (keep or remove it).",
+        "The recovery pass (or a rename whose undo failed) flagged a workspace for the user.",
         {"workspace": WORKSPACE, "reason": "what was interrupted and what to do"},
     ),
     EventType(

@@ -30,6 +30,12 @@ UNDO_AFTER_DISCARD = faults.declare(
     "workspace.create.undo.after_discard",
     "a failed create took its checkout back; the branch it made and the row remain",
 )
+HOLD = faults.declare(
+    "workspace.create.hold",
+    "simulate: hold a create after its checks, before its intent row is inserted, until the "
+    "test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
 UNDO_AFTER_BRANCH = faults.declare(
     "workspace.create.undo.after_branch",
     "a failed create took its checkout and branch back; the `creating` row remains",
@@ -133,6 +139,7 @@ async def _create(
 ) -> WorkspaceCreateResult:
     _check_params(ctx, project, params)
     plan = await _plan_branch(ctx, project, params) if params.runtime == "worktree" else None
+    await HOLD.hold()
     row = ctx.row(_insert_intent(ctx, project, params, plan, binding))
     ctx.publish("workspace.created", row)
     CREATE_AFTER_INTENT()

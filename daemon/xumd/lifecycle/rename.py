@@ -6,6 +6,7 @@ undoes the steps done; startup recovery rolls an interrupted rename back or forw
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,12 @@ UNDO_AFTER_MOVE = faults.declare(
     "workspace.rename.undo.after_move",
     "a failed rename's checkout is back at its old path; the journal is not dropped yet",
 )
+HOLD = faults.declare(
+    "workspace.rename.hold",
+    "simulate: hold a rename after its checkout moved (if live), before the branch rename and "
+    "the row's update, until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
 
 
 @dataclass(slots=True)
@@ -60,6 +67,7 @@ async def rename(ctx: Context, workspace_id: str, name: str) -> WorkspaceRenameR
         project = ctx.project(row.project_id)
         if name == row.name:
             return _result(ctx, row, row, branch_renamed=False)
+        _check_no_journal(ctx, row)
         plan = await _plan(ctx, project, row, name)
         live = row.state == "active"
         if live:
@@ -73,14 +81,13 @@ async def rename(ctx: Context, workspace_id: str, name: str) -> WorkspaceRenameR
                 plan.moved = True
                 _journal_phase(ctx, row.id, "moved")
                 RENAME_AFTER_MOVE()
+            await HOLD.hold()
             if plan.renames_branch:
                 await _branch_move(ctx, plan, row.branch, plan.branch)
                 plan.branch_renamed = True
                 _journal_phase(ctx, row.id, "branch_renamed")
                 RENAME_AFTER_BRANCH()
-            with ctx.store.transaction():
-                row = ctx.update(row, name=name, path=str(plan.path), branch=plan.branch)
-                ctx.store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (row.id,))
+            row = _commit(ctx, plan, row)
         except BaseException:
             with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
                 await _undo(ctx, plan)
@@ -98,6 +105,38 @@ def _result(
         previous_path=str(old.path),
         branch_renamed=branch_renamed,
     )
+
+
+def _commit(ctx: Context, plan: _Plan, row: WorkspaceRow) -> WorkspaceRow:
+    """The row takes the new name, path and branch, and the journal goes, in one transaction."""
+    try:
+        with ctx.store.transaction():
+            row = ctx.update(row, name=plan.name, path=str(plan.path), branch=plan.branch)
+            ctx.store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (row.id,))
+    except sqlite3.IntegrityError:
+        # UNIQUE(project_id, name): a create (or another rename) took the name after _plan
+        # checked it. A lost race on a name, not a daemon fault; the caller undoes the steps.
+        other = rows.workspace_by_name(ctx.store, row.project_id, plan.name)
+        raise XumError(
+            ErrorKind.CONFLICT,
+            f"project {plan.project.name!r} already has a workspace {plan.name!r}"
+            + (f" ({other.id})" if other is not None else "")
+            + " (taken while renaming)",
+            **({"id": other.id} if other is not None else {}),
+        ) from None
+    return row
+
+
+def _check_no_journal(ctx: Context, row: WorkspaceRow) -> None:
+    """A journal left by a rename whose undo failed: the disk is between two names, and only
+    recovery (at the next start) may settle it; a new rename would pile a second move on it."""
+    found = ctx.store.one("SELECT to_name FROM rename_journal WHERE workspace_id = ?", (row.id,))
+    if found is not None:
+        raise invalid_state(
+            row,
+            f"an earlier rename of {row.name!r} to {found['to_name']!r} is not settled "
+            "(its undo failed); restart the daemon so recovery settles it, then rename again",
+        )
 
 
 def _check_free(path: Path) -> None:
@@ -154,25 +193,27 @@ def _journal_phase(ctx: Context, workspace_id: str, phase: str) -> None:
 
 async def _branch_move(
     ctx: Context, plan: _Plan, src: str | None, dest: str | None, *, undo: bool = False
-) -> None:
+) -> bool:
+    """`git branch -m`; as an undo, a failure is returned (False), not raised."""
     assert src and dest
     async with ctx.git.admin_lock(plan.project.path):
-        await ctx.git.run(
+        done = await ctx.git.run(
             plan.project.path, "branch", "-m", "--", src, dest, check=not undo, what="git branch -m"
         )
+    return done.ok
 
 
 async def _worktree_move(
     ctx: Context, plan: _Plan, src: Path, dest: Path, *, undo: bool = False
-) -> None:
-    """`git worktree move`; as an undo, best effort (a failure is left to recovery)."""
+) -> bool:
+    """`git worktree move`; as an undo, a failure is returned (False; left to recovery)."""
     repo = plan.project.path
     async with ctx.git.admin_lock(repo):
         if not undo:
             await clear_stale_locks(ctx.git, repo)
         # A locked worktree moves only with -f -f (git 2.39); the lock and its reason (our
         # marker) stay with the admin dir.
-        await ctx.git.run(
+        done = await ctx.git.run(
             repo,
             "worktree",
             "move",
@@ -183,6 +224,7 @@ async def _worktree_move(
             check=not undo,
             what="git worktree move",
         )
+    return done.ok
 
 
 async def _move(ctx: Context, plan: _Plan) -> None:
@@ -202,18 +244,60 @@ async def _move(ctx: Context, plan: _Plan) -> None:
 
 
 async def _undo(ctx: Context, plan: _Plan) -> None:
+    """Undo the steps done. The journal goes only when every step is back; otherwise (a step
+    failed, or the undo was cut short) it stays for recovery and the row is flagged."""
     old = plan.old
     log.warning("workspace.rename_undo", workspace=old.id)
+    problem: str | None = "the undo was cut short"
     try:
-        if plan.branch_renamed:
-            await _branch_move(ctx, plan, plan.branch, old.branch, undo=True)
-        UNDO_AFTER_BRANCH()
-        if plan.moved:
-            if old.runtime == "worktree":
-                await _worktree_move(ctx, plan, plan.path, old.path, undo=True)
-            elif os.path.lexists(plan.path) and not os.path.lexists(old.path):
-                os.rename(plan.path, old.path)
-            UNDO_AFTER_MOVE()
+        problem = await _undo_steps(ctx, plan)
     finally:
-        with ctx.store.transaction():
+        _settle_undo(ctx, plan, problem)
+
+
+async def _undo_steps(ctx: Context, plan: _Plan) -> str | None:
+    """Move the branch and the checkout back; what could not be put back (None: all of it)."""
+    old = plan.old
+    problems: list[str] = []
+    if plan.branch_renamed:
+        done = await _branch_move(ctx, plan, plan.branch, old.branch, undo=True)
+        if not done:
+            problems.append(f"the branch {plan.branch!r} could not be renamed back")
+    UNDO_AFTER_BRANCH()
+    if plan.moved:
+        if os.path.lexists(old.path):
+            # Something took the old path meanwhile: never move into it (git would move the
+            # checkout *inside* an existing directory) nor over it.
+            problems.append(f"{old.path} is taken, so the checkout stays at {plan.path}")
+        elif old.runtime == "worktree":
+            if not await _worktree_move(ctx, plan, plan.path, old.path, undo=True):
+                problems.append(f"git could not move the checkout back from {plan.path}")
+        elif os.path.lexists(plan.path):
+            os.rename(plan.path, old.path)
+        if os.path.lexists(plan.path):
+            problems.append(f"the checkout is still at {plan.path}")
+        else:
+            UNDO_AFTER_MOVE()
+    return "; ".join(problems) or None
+
+
+def _settle_undo(ctx: Context, plan: _Plan, problem: str | None) -> None:
+    old = plan.old
+    with ctx.store.transaction():
+        if problem is None:
             ctx.store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (old.id,))
+            return
+        reason = (
+            f"rename {old.name!r} -> {plan.name!r} failed and its undo did not finish: "
+            f"{problem}; restart the daemon so recovery settles it (the rename journal is kept)"
+        )
+        flagged = rows.update_workspace(
+            ctx.store,
+            old.id,
+            expect_incarnation=old.incarnation,
+            interrupted=1,
+            interrupted_reason=reason,
+        )
+    log.error("workspace.rename_undo_failed", workspace=old.id, problem=problem)
+    if flagged is not None:
+        ctx.publish("workspace.interrupted", flagged, reason=reason)
