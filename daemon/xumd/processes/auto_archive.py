@@ -4,7 +4,8 @@ reservation, quiescence check and snapshot as a user's archive).
 
 Transient refusals (busy, timeout, a cleanup still pending, a failed step) are retried with capped
 exponential backoff; the outcome is published as an event and stored on the workspace row
-(`workspaces.auto_archive_outcome`, JSON).
+(`workspaces.auto_archive_outcome`, JSON). A retry that finds a newer incarnation (archived and
+restored by the user meanwhile) ends `superseded` and leaves it alone.
 """
 
 from __future__ import annotations
@@ -17,13 +18,20 @@ from typing import Any
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import logs
+from xumd import faults, logs
 from xumd.errors import XumError
 from xumd.events import EventBus
 from xumd.processes.managed import Managed
 from xumd.store import Store
 
 log = logs.get("xumd.processes.auto_archive")
+
+HOLD_RETRY = faults.declare(
+    "processes.auto_archive.hold_retry",
+    "simulate: hold each auto-archive retry (after its backoff, before it looks at the "
+    "workspace) until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
 
 ON_AGENT_EXIT = "on_agent_exit"
 TRANSIENT = {
@@ -99,17 +107,19 @@ class AutoArchiver:
         delay = self.backoff_initial_s
         last_error: str | None = None
         for attempt in range(1, self.attempts + 1):
+            if attempt > 1:
+                await HOLD_RETRY.hold()
             now = self._incarnation(workspace_id)
             if incarnation is not None and now is not None and now != incarnation:
                 # Archived and restored (or otherwise re-materialised) since the agent exited:
                 # the archive was owed to that incarnation, never to its successor. Checked with
                 # no await before archive takes its reservation, so it cannot change in between.
+                # Not a failure: the owed archive happened (by the user) and is moot now.
                 error = (
-                    f"{ErrorKind.INVALID_STATE.value}: the workspace was materialised again "
-                    f"(incarnation {now}) since the agent of incarnation {incarnation} exited; "
-                    "not archived"
+                    f"the workspace was materialised again (incarnation {now}) since the agent "
+                    f"of incarnation {incarnation} exited; not archived"
                 )
-                return self._record(workspace_id, process_id, "failed", attempt, error)
+                return self._record(workspace_id, process_id, "superseded", attempt, error)
             try:
                 await self.archive(workspace_id)
             except XumError as exc:

@@ -49,7 +49,11 @@ AutoArchive = Literal["on_agent_exit"]
 class AutoArchiveOutcome(Result):
     """The latest auto-archive attempt of a workspace (set when its agent exited)."""
 
-    status: str = Field(description="archived | retrying | failed | gave_up")
+    status: str = Field(
+        description="archived | retrying | failed | gave_up | superseded (the workspace was "
+        "archived and restored, a new incarnation, before a retry: left alone; since 1.0, "
+        "additive). An open set: treat an unknown value as ended."
+    )
     attempts: int = 0
     error: str | None = Field(default=None, description="The last attempt's error kind: message.")
     process_id: str | None = Field(default=None, description="The agent whose exit started it.")
