@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from xum_client.errors import XumRpcError
 
-from tests.support.daemon import DaemonProcess
+from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git
 
 
@@ -50,3 +52,37 @@ def add_project(daemon: DaemonProcess, repo: Path, **extra: Any) -> dict[str, An
 
 def create(daemon: DaemonProcess, project_id: str, name: str, **extra: Any) -> dict[str, Any]:
     return daemon.call("workspace.create", {"project_id": project_id, "name": name, **extra})
+
+
+def failing_teardown(ctl: Path, *, log_runs: bool = False) -> str:
+    """A teardown command that fails ('still in use', exit 3) until the test creates `ctl/ok`;
+    with `log_runs`, each run appends its working directory to `ctl/runs`."""
+    log = f"echo $PWD >> {ctl}/runs; " if log_runs else ""
+    return f"{log}if [ -f {ctl}/ok ]; then exit 0; fi; echo 'still in use' >&2; exit 3"
+
+
+def commit_scripts(repo: Path, *, teardown: str, setup: list[str] | None = None) -> None:
+    """Commit a `.xum/config.toml` with these scripts into `repo`."""
+    import json
+
+    lines = f"setup = {json.dumps(setup)}\n" if setup else ""
+    lines += f"teardown = [{json.dumps(teardown)}]\n"
+    (repo / ".xum").mkdir(exist_ok=True)
+    (repo / ".xum" / "config.toml").write_text(f"[scripts]\n{lines}")
+    git(repo, "add", ".xum/config.toml")
+    git(repo, "commit", "-q", "-m", "scripts")
+
+
+@contextmanager
+def trusted_daemon(
+    root: Path, repo: Path, config: str
+) -> Iterator[tuple[DaemonProcess, dict[str, Any]]]:
+    """A daemon on `root` (with `config`) where `repo` is a project whose config is trusted."""
+    write_config(root, config)
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        daemon.call("project.trust", {"project_id": project["id"]})
+        yield daemon, project
+    finally:
+        daemon.close()

@@ -10,16 +10,21 @@ at the row's new path (where nothing exists yet).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.lifecycle_helpers import add_project, create, rpc_error
-from tests.support.daemon import DaemonProcess, write_config
-from tests.support.gitrepo import git, make_repo
+from tests.lifecycle_helpers import (
+    commit_scripts,
+    create,
+    failing_teardown,
+    rpc_error,
+    trusted_daemon,
+)
+from tests.support.daemon import DaemonProcess
+from tests.support.gitrepo import make_repo
 
 SLOW_RETRY = "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\nbackoff_jitter = 0\n"
 
@@ -34,24 +39,14 @@ def ctl(tmp_short: Path) -> Path:
 @pytest.fixture
 def repo(tmp_short: Path, ctl: Path) -> Path:
     repo = make_repo(tmp_short / "repo", {"README.md": "hi\n", "src/a.txt": "a1\n"})
-    script = f"if [ -f {ctl}/ok ]; then exit 0; fi; echo 'still in use' >&2; exit 3"
-    (repo / ".xum").mkdir()
-    (repo / ".xum" / "config.toml").write_text(f"[scripts]\nteardown = [{json.dumps(script)}]\n")
-    git(repo, "add", ".xum/config.toml")
-    git(repo, "commit", "-q", "-m", "teardown")
+    commit_scripts(repo, teardown=failing_teardown(ctl))
     return repo
 
 
 @pytest.fixture
 def started(root: Path, repo: Path) -> Iterator[tuple[DaemonProcess, dict[str, Any]]]:
-    write_config(root, SLOW_RETRY)
-    daemon = DaemonProcess(root).start()
-    try:
-        project = add_project(daemon, repo)
-        daemon.call("project.trust", {"project_id": project["id"]})
-        yield daemon, project
-    finally:
-        daemon.close()
+    with trusted_daemon(root, repo, SLOW_RETRY) as running:
+        yield running
 
 
 @pytest.mark.parametrize("runtime", ["worktree", "directory"])

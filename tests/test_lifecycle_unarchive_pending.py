@@ -8,7 +8,6 @@ every later retry of the old obligations leaves the live checkout alone.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +15,16 @@ from typing import Any
 
 import pytest
 
-from tests.lifecycle_helpers import add_project, assert_git_healthy, create, rpc_error, worktrees
-from tests.support.daemon import DaemonProcess, write_config
+from tests.lifecycle_helpers import (
+    assert_git_healthy,
+    commit_scripts,
+    create,
+    failing_teardown,
+    rpc_error,
+    trusted_daemon,
+    worktrees,
+)
+from tests.support.daemon import DaemonProcess
 from tests.support.gitrepo import git, make_repo
 from tests.support.wait import until
 
@@ -36,27 +43,14 @@ def ctl(tmp_short: Path) -> Path:
 @pytest.fixture
 def repo(tmp_short: Path, ctl: Path) -> Path:
     repo = make_repo(tmp_short / "repo", {"README.md": "hi\n", "src/a.txt": "a1\n"})
-    script = (
-        f"echo $PWD >> {ctl}/runs; if [ -f {ctl}/ok ]; then exit 0; fi; "
-        "echo 'fatal: database still in use' >&2; exit 3"
-    )
-    (repo / ".xum").mkdir()
-    (repo / ".xum" / "config.toml").write_text(f"[scripts]\nteardown = [{json.dumps(script)}]\n")
-    git(repo, "add", ".xum/config.toml")
-    git(repo, "commit", "-q", "-m", "teardown")
+    commit_scripts(repo, teardown=failing_teardown(ctl, log_runs=True))
     return repo
 
 
 @pytest.fixture
 def started(root: Path, repo: Path) -> Iterator[tuple[DaemonProcess, dict[str, Any]]]:
-    write_config(root, SLOW_RETRY)
-    daemon = DaemonProcess(root).start()
-    try:
-        project = add_project(daemon, repo)
-        daemon.call("project.trust", {"project_id": project["id"]})
-        yield daemon, project
-    finally:
-        daemon.close()
+    with trusted_daemon(root, repo, SLOW_RETRY) as running:
+        yield running
 
 
 def obligations(daemon: DaemonProcess, wid: str) -> dict[str, dict[str, Any]]:
@@ -161,7 +155,7 @@ def test_unarchive_while_the_teardown_still_fails_is_cleanup_pending(
     path = Path(ws["path"])
     err = rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
     assert err.kind == "cleanup_pending"
-    assert "database still in use" in err.message
+    assert "still in use" in err.message
     assert obligations(daemon, ws["id"])["teardown"]["attempts"] == 2, "retried by unarchive"
     got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
     assert got["state"] == "archived" and got["incarnation"] == ws["incarnation"]
