@@ -145,11 +145,11 @@ class Context:
             )
 
     @asynccontextmanager
-    async def directories(self, *paths: Path) -> AsyncIterator[None]:
+    async def directories(self, *paths: Path, label: str = "") -> AsyncIterator[None]:
         """Directory exclusion for several paths, always taken in one order (no deadlock)."""
         async with AsyncExitStack() as stack:
             for path in sorted({os.path.realpath(p) for p in paths}):
-                await stack.enter_async_context(self.coord.directory(path))
+                await stack.enter_async_context(self.coord.directory(path, label=label))
             yield
 
     # -- cleanup hand-off --------------------------------------------------------------------------

@@ -227,6 +227,9 @@ class Coordinator:
         """Exclusive use of one directory, whatever spelling reached it (bounded wait)."""
         wait_s = self.wait_s if timeout is None else timeout
         key = dir_key(path)
+        if any(key.conflicts(other) for other in self._dirs.values()):
+            # Said once per wait: who waits on a directory is otherwise invisible.
+            log.info("coordinator.directory_waiting", path=key.realpath, label=label)
         with anyio.move_on_after(wait_s) as scope:
             while any(key.conflicts(other) for other in self._dirs.values()):
                 await self._wait_dirs()

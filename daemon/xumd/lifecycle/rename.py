@@ -129,13 +129,15 @@ def _commit(ctx: Context, plan: _Plan, row: WorkspaceRow) -> WorkspaceRow:
 
 def _check_no_journal(ctx: Context, row: WorkspaceRow) -> None:
     """A journal left by a rename whose undo failed: the disk is between two names, and only
-    recovery (at the next start) may settle it; a new rename would pile a second move on it."""
+    recovery may settle it (at the next start, or on `workspace.keep`); a new rename would pile a
+    second move on it."""
     found = ctx.store.one("SELECT to_name FROM rename_journal WHERE workspace_id = ?", (row.id,))
     if found is not None:
         raise invalid_state(
             row,
             f"an earlier rename of {row.name!r} to {found['to_name']!r} is not settled "
-            "(its undo failed); restart the daemon so recovery settles it, then rename again",
+            "(its undo failed); settle it first (workspace.keep, or restart the daemon so "
+            "recovery does), then rename again",
         )
 
 
@@ -265,20 +267,35 @@ async def _undo_steps(ctx: Context, plan: _Plan) -> str | None:
             problems.append(f"the branch {plan.branch!r} could not be renamed back")
     UNDO_AFTER_BRANCH()
     if plan.moved:
-        if os.path.lexists(old.path):
-            # Something took the old path meanwhile: never move into it (git would move the
-            # checkout *inside* an existing directory) nor over it.
-            problems.append(f"{old.path} is taken, so the checkout stays at {plan.path}")
-        elif old.runtime == "worktree":
-            if not await _worktree_move(ctx, plan, plan.path, old.path, undo=True):
-                problems.append(f"git could not move the checkout back from {plan.path}")
-        elif os.path.lexists(plan.path):
-            os.rename(plan.path, old.path)
-        if os.path.lexists(plan.path):
-            problems.append(f"the checkout is still at {plan.path}")
-        else:
-            UNDO_AFTER_MOVE()
+        try:
+            # Directory exclusion for both paths, as `_move` took it (and released it when the
+            # move returned, so nothing of this rename's is held here: no self-deadlock). The
+            # wait is bounded by the coordinator; a timeout leaves the checkout for recovery.
+            async with ctx.directories(old.path, plan.path, label=f"rename undo {old.id}"):
+                await _move_back(ctx, plan, problems)
+        except XumError as exc:
+            if exc.kind is not ErrorKind.TIMEOUT:
+                raise
+            problems.append(f"{exc.message}, so the checkout stays at {plan.path}")
     return "; ".join(problems) or None
+
+
+async def _move_back(ctx: Context, plan: _Plan, problems: list[str]) -> None:
+    """Under the directory exclusion of both paths: revalidate the old path, then move back."""
+    old = plan.old
+    if os.path.lexists(old.path):
+        # Something took the old path meanwhile: never move into it (git would move the
+        # checkout *inside* an existing directory) nor over it.
+        problems.append(f"{old.path} is taken, so the checkout stays at {plan.path}")
+    elif old.runtime == "worktree":
+        if not await _worktree_move(ctx, plan, plan.path, old.path, undo=True):
+            problems.append(f"git could not move the checkout back from {plan.path}")
+    elif os.path.lexists(plan.path):
+        os.rename(plan.path, old.path)
+    if os.path.lexists(plan.path):
+        problems.append(f"the checkout is still at {plan.path}")
+    else:
+        UNDO_AFTER_MOVE()
 
 
 def _settle_undo(ctx: Context, plan: _Plan, problem: str | None) -> None:
@@ -289,7 +306,8 @@ def _settle_undo(ctx: Context, plan: _Plan, problem: str | None) -> None:
             return
         reason = (
             f"rename {old.name!r} -> {plan.name!r} failed and its undo did not finish: "
-            f"{problem}; restart the daemon so recovery settles it (the rename journal is kept)"
+            f"{problem}; keep it (workspace.keep) or restart the daemon to settle it by what "
+            "the disk shows (the rename journal is kept)"
         )
         flagged = rows.update_workspace(
             ctx.store,

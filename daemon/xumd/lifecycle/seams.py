@@ -4,7 +4,8 @@ The lifecycle service owns structural mutations. Other services plug in here, so
 imports a sibling's internals:
 - holder probes (processes and leases) say who uses a checkout, for `busy` refusals;
 - stoppers stop the daemon's own processes in a workspace (archive with `stop: true`, shutdown);
-- cleanup performs physical steps as durable obligations (see xumd.cleanup).
+- cleanup performs physical steps as durable obligations (see xumd.cleanup);
+- recovery settles a kept rename journal on `workspace.keep` (the rename settler).
 `LifecycleHooks` is provided by the composition root before any feature installs.
 """
 
@@ -44,12 +45,18 @@ class Holder:
 HolderProbe = Callable[[WorkspaceRef], Awaitable[list[Holder]]]
 Stopper = Callable[[WorkspaceRef, float], Awaitable[list[Holder]]]
 """Stop the daemon's own processes in the workspace within the deadline; return what is left."""
+RenameSettler = Callable[[str], Awaitable[str | None]]
+"""Settle a workspace's kept rename journal by what the disk shows (recovery's startup logic for
+one row; the caller holds the exclusive reservation). Returns the problem the row stays flagged
+with (None: settled cleanly); raises `invalid_state`, changing nothing, when the disk proves
+neither state."""
 
 
 @dataclass
 class LifecycleHooks:
     holder_probes: list[HolderProbe] = field(default_factory=list)
     stoppers: list[Stopper] = field(default_factory=list)
+    rename_settler: RenameSettler | None = None
 
     async def holders(self, workspace: WorkspaceRef) -> list[Holder]:
         found: list[Holder] = []

@@ -15,6 +15,7 @@ from xum_protocol.models.recovery import StraysParams, StraysResult
 from xumd.app import App
 from xumd.git import Git
 from xumd.lifecycle import ids
+from xumd.lifecycle.seams import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
 from xumd.recovery import strays
 from xumd.recovery.reconcile import Reconciler, RecoveryReport
@@ -57,6 +58,8 @@ def install(app: App) -> Reconciler:
             "last_pass": last["report"].as_dict(),
         }
 
+    # workspace.keep settles a kept rename journal with the startup pass's own logic.
+    app.get(LifecycleHooks).rename_settler = reconciler.settle_journal
     app.on_startup("recovery", startup)
     app.router.add("workspace.strays", list_strays)
     app.status_providers[STATUS_KEY] = status

@@ -20,7 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from xum_protocol.errors import ErrorKind
+
 from xumd import faults, logs
+from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import rows
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
@@ -73,6 +76,14 @@ class RecoveryReport:
             "turns": dict(self.turns),
             "ms": self.ms,
         }
+
+
+class _Unprovable(Exception):
+    """A strict settle (workspace.keep) met a journal whose outcome the disk does not prove."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
 
 
 def _flag(reason: str, **fields: Any) -> dict[str, Any]:
@@ -130,6 +141,30 @@ class Reconciler:
         report.ms = round((time.perf_counter() - started) * 1000, 2)
         log.info("recovery.done", **report.as_dict())
         return report
+
+    async def settle_journal(self, workspace_id: str) -> str | None:
+        """Settle one workspace's rename journal now, as the startup pass would (the seam
+        `LifecycleHooks.rename_settler`; workspace.keep calls it under the workspace's exclusive
+        reservation). Returns the problem the settled row stays flagged with (None: settled
+        cleanly). When the disk proves neither state it raises `invalid_state` naming why and
+        changes nothing: the journal and the flag stay (a start-up would drop the journal)."""
+        found = self.store.one(
+            "SELECT * FROM rename_journal WHERE workspace_id = ?", (workspace_id,)
+        )
+        row = rows.get_workspace(self.store, workspace_id)
+        if found is None or row is None:
+            return None
+        project = rows.get_project(self.store, row.project_id)
+        try:
+            return await self._rename(row, dict(found), project, RecoveryReport(), strict=True)
+        except _Unprovable as exc:
+            raise XumError(
+                ErrorKind.INVALID_STATE,
+                f"cannot settle the interrupted rename of {row.name!r}: {exc.problem}; the "
+                "rename journal and the flag stay (fix the disk, then keep it again)",
+                state=row.state,
+                id=row.id,
+            ) from None
 
     # -- decisions (pure: no writes) -------------------------------------------------------------
 
@@ -267,14 +302,24 @@ class Reconciler:
         journal: dict[str, Any],
         project: ProjectRow | None,
         report: RecoveryReport,
-    ) -> None:
+        *,
+        strict: bool = False,
+    ) -> str | None:
         """Roll back when only the old state is on disk, forward when only the new one is (with
         this incarnation's marker and identity), otherwise flag for the user. The row keeps the
         old name/path/branch until the rename's last transaction, so 'back' means: drop the
-        journal (and undo a branch rename)."""
+        journal (and undo a branch rename). Returns the problem the row is flagged with.
+
+        `strict` (workspace.keep): when neither state is provable, raise `_Unprovable` before
+        any write instead of flagging the row and dropping the journal."""
+
+        def unprovable(problem: str) -> str | None:
+            if strict:
+                raise _Unprovable(problem)
+            return self._settle_rename(row, None, problem, report)
+
         if project is None or journal["incarnation"] != row.incarnation:
-            self._settle_rename(row, None, "rename journal does not match the workspace", report)
-            return
+            return unprovable("rename journal does not match the workspace")
         from_path, to_path = journal["from_path"], journal["to_path"]
         from_branch, to_branch = journal["from_branch"], journal["to_branch"]
         branch_moves = bool(from_branch and to_branch and from_branch != to_branch)
@@ -293,14 +338,10 @@ class Reconciler:
             branch_at_old = await self._branch_exists(project, from_branch)
             branch_at_new = await self._branch_exists(project, to_branch)
             if branch_at_old == branch_at_new:
-                self._settle_rename(
-                    row,
-                    None,
+                return unprovable(
                     f"rename was interrupted: branches {from_branch!r} and {to_branch!r} "
-                    f"{'both' if branch_at_old else 'neither'} exist",
-                    report,
+                    f"{'both' if branch_at_old else 'neither'} exist"
                 )
-                return
         if row.state != "active":
             # Archived: only the branch moved (or nothing).
             old_there, new_there = (branch_at_old, branch_at_new) if branch_moves else (True, False)
@@ -310,24 +351,19 @@ class Reconciler:
                 failed = await self._move_branch(project, to_branch, from_branch)
                 if failed:
                     # The row follows the disk: old name and path, the branch where it is.
-                    self._settle_rename(
+                    return self._settle_rename(
                         row,
                         {"branch": to_branch},
                         f"rename was rolled back, but the branch {to_branch!r} could not be "
                         f"renamed back to {from_branch!r} ({failed}); it keeps {to_branch!r}",
                         report,
                     )
-                    return
                 RENAME_AFTER_BRANCH()
-            self._settle_rename(row, None, None, report)
-            return
+            return self._settle_rename(row, None, None, report)
         if new_there and not old_there:
             other = rows.workspace_by_name(self.store, row.project_id, journal["to_name"])
             if other is not None and other.id != row.id:
-                self._settle_rename(
-                    row, None, f"rename was interrupted; {journal['to_name']!r} is taken", report
-                )
-                return
+                return unprovable(f"rename was interrupted; {journal['to_name']!r} is taken")
             forward = {"name": journal["to_name"], "path": to_path, "branch": to_branch}
             if branch_moves and branch_at_old:
                 assert from_branch and to_branch
@@ -337,23 +373,18 @@ class Reconciler:
                     # keep the branch that git refuses to rename (a failed rename's undo that
                     # was cut short lands here).
                     forward["branch"] = from_branch
-                    self._settle_rename(
+                    return self._settle_rename(
                         row,
                         forward,
                         f"rename was rolled forward, but the branch {from_branch!r} could not "
                         f"be renamed to {to_branch!r} ({failed}); it keeps {from_branch!r}",
                         report,
                     )
-                    return
                 RENAME_AFTER_BRANCH()
-            self._settle_rename(row, forward, None, report)
-            return
-        self._settle_rename(
-            row,
-            None,
+            return self._settle_rename(row, forward, None, report)
+        return unprovable(
             f"rename {journal['from_name']!r} -> {journal['to_name']!r} was interrupted and the "
-            f"disk shows neither state ({from_path}, {to_path}); check both paths",
-            report,
+            f"disk shows neither state ({from_path}, {to_path}); check both paths"
         )
 
     async def _move_branch(self, project: ProjectRow, src: str, dst: str) -> str | None:
@@ -370,7 +401,7 @@ class Reconciler:
         forward: dict[str, Any] | None,
         problem: str | None,
         report: RecoveryReport,
-    ) -> None:
+    ) -> str | None:
         fields = dict(forward or {})
         if problem:
             fields.update(_flag(problem))
@@ -390,3 +421,4 @@ class Reconciler:
         )
         if new is not None:
             self._announce(Change(new, fields, action), report)
+        return problem
