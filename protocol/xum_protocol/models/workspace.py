@@ -202,5 +202,13 @@ METHODS = [
         WorkspaceRemoveResult,
         "Delete the checkout and the row; branch and snapshot refs are kept.",
     ),
-    MethodSpec("workspace.keep", WorkspaceIdParams, WorkspaceResult, "Clear the interrupted flag."),
+    MethodSpec(
+        "workspace.keep",
+        WorkspaceIdParams,
+        WorkspaceResult,
+        "Clear the interrupted flag. A kept rename journal (a rename whose undo failed) is first "
+        "settled as startup recovery would: the answer is the settled workspace (still flagged "
+        "if the settle left a problem), or `invalid_state` naming why neither state is provable "
+        "(journal and flag stay).",
+    ),
 ]
