@@ -182,11 +182,11 @@ async def test_a_registry_change_wakes_the_service(base: Path) -> None:
     wid = "ws_" + "e" * 16
     async with anyio.create_task_group() as tg:
         tg.start_soon(retry.run)
-        await anyio.sleep(0.1)  # let the lanes run their first (empty) cycle and sleep
+        await anyio.wait_all_tasks_blocked()  # the lanes ran their first (empty) cycle and wait
         cycles = retry.cycles
         path = plan_dir(world, wid, "e")
         world.app.events.publish("process.output", data="chatty")  # not a registry change
-        await anyio.sleep(0.2)
+        await anyio.wait_all_tasks_blocked()  # whatever it woke has run and is waiting again
         assert retry.cycles == cycles and path.exists()
         world.app.events.publish("workspace.state_changed", workspace={"id": wid})
         with anyio.fail_after(5):

@@ -203,7 +203,7 @@ async def test_directory_exclusion_shared_by_spellings(tmp_path: Path, spelling:
         tg.start_soon(cleanup)
         await inside.wait()
         tg.start_soon(creation)
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # the creation is parked on the exclusion
         assert order == []  # still excluded
         release.set()
     assert order == ["cleanup done", "create acquired"]
