@@ -54,3 +54,11 @@ def repo(tmp_short: Path) -> Path:
 def project(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
     """`repo` registered with the `daemon` as a project."""
     return add_project(daemon, repo)
+
+
+@pytest.fixture
+def ctl(tmp_short: Path) -> Path:
+    """A directory of control files a test flips to steer scripts it runs (e.g. `ctl/ok`)."""
+    path = tmp_short / "ctl"
+    path.mkdir()
+    return path

@@ -30,13 +30,6 @@ SLOW_RETRY = "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\nbackoff_j
 
 
 @pytest.fixture
-def ctl(tmp_short: Path) -> Path:
-    path = tmp_short / "ctl"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def repo(tmp_short: Path, ctl: Path) -> Path:
     repo = make_repo(tmp_short / "repo", {"README.md": "hi\n", "src/a.txt": "a1\n"})
     commit_scripts(repo, teardown=failing_teardown(ctl))

@@ -13,7 +13,13 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.lifecycle_helpers import add_project, assert_git_healthy, create, worktrees
+from tests.lifecycle_helpers import (
+    add_project,
+    assert_git_healthy,
+    create,
+    trusted_daemon,
+    worktrees,
+)
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.wait import until
@@ -22,13 +28,6 @@ FAST = (
     "[cleanup]\nbackoff_initial_s = 0.2\nbackoff_max_s = 0.4\nbackoff_jitter = 0.1\n"
     "poll_interval_s = 0.5\n"
 )
-
-
-@pytest.fixture
-def ctl(tmp_short: Path) -> Path:
-    path = tmp_short / "ctl"
-    path.mkdir()
-    return path
 
 
 @pytest.fixture
@@ -53,14 +52,8 @@ def _write_teardown(repo: Path, ctl: Path) -> None:
 @pytest.fixture
 def started(root: Path, repo: Path, ctl: Path) -> Iterator[tuple[DaemonProcess, dict[str, Any]]]:
     _write_teardown(repo, ctl)
-    write_config(root, FAST)
-    daemon = DaemonProcess(root).start()
-    try:
-        project = add_project(daemon, repo)
-        daemon.call("project.trust", {"project_id": project["id"]})
-        yield daemon, project
-    finally:
-        daemon.close()
+    with trusted_daemon(root, repo, FAST) as running:
+        yield running
 
 
 def ws_get(daemon: DaemonProcess, wid: str) -> dict[str, Any]:

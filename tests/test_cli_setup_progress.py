@@ -21,13 +21,6 @@ XUM = str(Path(sys.executable).parent / "xum")
 
 
 @pytest.fixture
-def ctl(tmp_short: Path) -> Path:
-    path = tmp_short / "ctl"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def repo(tmp_short: Path, ctl: Path) -> Path:
     # The setup prints a line, then waits until the test has seen that line on the terminal.
     script = (

@@ -34,13 +34,6 @@ CLOSED = ("completed", "abandoned")
 
 
 @pytest.fixture
-def ctl(tmp_short: Path) -> Path:
-    path = tmp_short / "ctl"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def repo(tmp_short: Path, ctl: Path) -> Path:
     repo = make_repo(tmp_short / "repo", {"README.md": "hi\n", "src/a.txt": "a1\n"})
     commit_scripts(repo, teardown=failing_teardown(ctl, log_runs=True))
