@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from xumd import logs
+from xumd.containment import Containment
 from xumd.lifecycle import rows
 from xumd.lifecycle.seams import WorkspaceRef
 from xumd.procutil import BoundedOutput, CommandNotFound, run_command
@@ -138,6 +139,9 @@ class ScriptRunner:
         # durable use lease (kind setup/teardown) with its child's pid, so it makes the
         # workspace busy and survives a daemon crash.
         self.leases: Any = None
+        # Set by the containment service: each command carries a marker naming its lease (the
+        # durable record written before it starts), so its descendants are found again.
+        self.containment: Containment | None = None
 
     async def run(
         self,
@@ -216,6 +220,11 @@ class ScriptRunner:
                 progress.started(index, len(commands), command)
             try:
                 async with self._lease(ws, phase) as lease:
+                    cont = self.containment
+                    marker = None
+                    if cont is not None:
+                        record = lease.lease.id if lease is not None else f"{phase}-run"
+                        marker = cont.run_marker(record) if lease is None else cont.marker(record)
                     result = await run_command(
                         ["/bin/sh", "-c", command],
                         cwd=cwd,
@@ -225,6 +234,8 @@ class ScriptRunner:
                         output_limit=OUTPUT_LIMIT,
                         on_start=lease.on_start if lease is not None else None,
                         on_output=progress.printed if progress is not None else None,
+                        containment=cont,
+                        marker=marker,
                     )
             except (CommandNotFound, OSError) as exc:
                 return outcome("failed", f"{phase} command {index} could not start: {exc}")
@@ -237,6 +248,13 @@ class ScriptRunner:
                 returncode=result.returncode,
                 timed_out=result.timed_out,
             )
+            if result.escaped:
+                # Fail closed: the step (a teardown's obligation) stays pending, naming them.
+                return outcome(
+                    "failed",
+                    f"{phase} command {index} ({command!r}) left processes that could not be "
+                    f"stopped: {_describe(result.escaped)}",
+                )
             if result.timed_out:
                 return outcome(
                     "timeout",
@@ -249,3 +267,7 @@ class ScriptRunner:
                     f"{phase} command {index} ({command!r}) exited with {result.returncode}",
                 )
         return outcome("ok")
+
+
+def _describe(escaped: list[dict[str, Any]]) -> str:
+    return ", ".join(f"pid {e['pid']} ({' '.join(e.get('argv') or [])[:80]})" for e in escaped)

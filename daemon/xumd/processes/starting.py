@@ -19,6 +19,7 @@ import anyio
 from xum_protocol.errors import ErrorKind
 
 from xumd import faults, logs
+from xumd.containment import MARKER_VAR
 from xumd.errors import XumError
 from xumd.events import EventBus
 from xumd.lifecycle.seams import WorkspaceRef
@@ -127,6 +128,9 @@ class Starter:
                     id=workspace_id,
                 )
             extra = {"XUM_WORKSPACE_ID": ref.id, "XUM_PROCESS_ID": process_id}
+            cont = self.settings.containment
+            if cont is not None:
+                extra[MARKER_VAR] = str(cont.marker(process_id))
             if pty:
                 extra.setdefault("TERM", (env or {}).get("TERM") or "xterm-256color")
             full_env = child_env(env, **extra)
