@@ -59,6 +59,8 @@ ESCAPED_KEPT = 64
 
 _own: set[int] = set()
 _starting = 0
+_subreaper = False
+"""Set by enable_subreaper: only then can a child be one we did not start (an orphan)."""
 
 
 def starting() -> None:
@@ -111,7 +113,7 @@ def _state(pid: int) -> str | None:
 
 def reap_orphans() -> list[int]:
     """Reap ended orphans the subreaper adopted; never a child the daemon itself waits for."""
-    if _starting:
+    if _starting or not _subreaper:
         return []
     reaped: list[int] = []
     for pid in foreign_children():
@@ -130,6 +132,7 @@ def reap_orphans() -> list[int]:
 
 def enable_subreaper() -> bool:
     """Make this process the child subreaper of its descendants (Linux); False where it cannot."""
+    global _subreaper
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -140,6 +143,7 @@ def enable_subreaper() -> bool:
     except OSError as exc:
         log.warning("containment.subreaper_failed", error=str(exc))
         return False
+    _subreaper = True
     return True
 
 
