@@ -8,14 +8,15 @@ delivered (a process that survives SIGKILL cannot be made on purpose).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import psutil
@@ -32,6 +33,21 @@ from tests.lifecycle_helpers import add_project, create
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.wait import until
+
+T = TypeVar("T")
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    """anyio.run, collecting the finished subprocess transports while the loop still runs (their
+    finalizer needs an open loop; one finalized later, during a compile, upsets CPython 3.11)."""
+
+    async def main() -> T:
+        try:
+            return await fn()
+        finally:
+            gc.collect()
+
+    return anyio.run(main)
 
 
 def alive(pid: int) -> bool:
@@ -289,7 +305,7 @@ def test_sweep_stops_only_another_instances_markers_of_this_root(tmp_short: Path
         "unmarked": _sleeper(None),
     }
     try:
-        left = anyio.run(lambda: cont.sweep(lambda m: m == kept, 1.0))
+        left = run_async(lambda: cont.sweep(lambda m: m == kept, 1.0))
         assert left == []
         for name, proc in procs.items():
             if name == "previous":
@@ -315,7 +331,7 @@ def test_a_recycled_pid_is_never_signalled(tmp_short: Path) -> None:
         assert found.start is not None
         stale = containment.Marked(found.pid, found.marker, found.start - 100.0)
         other = containment.Marked(found.pid, Marker(cont.tag, "x", "lease_8"), found.start)
-        assert anyio.run(lambda: containment.stop_marked([stale, other], 0.2)) == []
+        assert run_async(lambda: containment.stop_marked([stale, other], 0.2)) == []
         assert proc.poll() is None
     finally:
         proc.kill()
@@ -331,7 +347,7 @@ def test_git_hook_double_fork_is_stopped_after_the_command(tmp_short: Path) -> N
     cont = Containment(tag=root_tag(tmp_short))
     runner = Git(containment=cont)
     try:
-        anyio.run(lambda: runner.run(repo, "checkout", "-q", "-b", "hooked"))
+        run_async(lambda: runner.run(repo, "checkout", "-q", "-b", "hooked"))
         pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
         assert not alive(pid)
         assert containment.scan(cont.tag) == []
@@ -360,11 +376,12 @@ def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
     runner.containment = Containment(tag=root_tag(tmp_short))
     ref = WorkspaceRef("ws_1", "proj_1", "w", checkout, "inc")
     command = (
-        f"setsid sh -c 'echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 100' & "
+        f"setsid sh -c 'echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 100' "
+        ">/dev/null 2>&1 & "
         f"until [ -s {pidfile} ]; do sleep 0.01; done"
     )
     try:
-        outcome = anyio.run(
+        outcome = run_async(
             lambda: runner._run_commands("teardown", [command], "h", ref, checkout, None)
         )
         pid = int(pidfile.read_text())
@@ -382,7 +399,7 @@ def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
 def test_run_command_stops_a_double_fork_without_a_subreaper(tmp_short: Path) -> None:
     pidfile = tmp_short / "escapee"
     cont = Containment(tag=root_tag(tmp_short))
-    result = anyio.run(
+    result = run_async(
         lambda: run_command(
             ["/bin/sh", "-c", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 100' &"],
             timeout_s=10,

@@ -339,6 +339,12 @@ async def run_command(
                     await proc.wait()
         if proc.returncode is not None:
             contain.waited(proc.pid)
+        # Our ends of the pipes now, not at garbage collection: a descendant that escaped may
+        # hold the other end open for as long as it lives.
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
         escaped: list[contain.Marked] = []
         if containment is not None and marker is not None:
             # Descendants that left the group and the tree (setsid, double fork) still carry
