@@ -208,7 +208,8 @@ def test_supervised_process_double_fork_is_stopped_with_it(
             "argv": [
                 "sh",
                 "-c",
-                f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 100' & exec sleep 100",
+                # Orphaned at once (its subshell exits): out of the group and the tree.
+                f"(setsid sh -c 'echo $$ > {pidfile}; exec sleep 100' &); exec sleep 100",
             ],
         },
     )["process"]
@@ -228,7 +229,9 @@ def test_shutdown_during_a_hanging_teardown_leaves_nothing_running(
     repo = make_repo(tmp_short / "repo")
     ctl = tmp_short / "ctl"
     ctl.mkdir()
-    teardown = f"setsid sh -c 'exec sleep 100' & echo started > {ctl}/started; exec sleep 100"
+    # The escapee is orphaned (its parent subshell exits) before the shutdown: no tree walk
+    # from the teardown's shell reaches it any more, only its marker.
+    teardown = f"(setsid sh -c 'exec sleep 100' &); echo started > {ctl}/started; exec sleep 100"
     with_scripts(repo, teardown=[teardown])
     write_config(root, "[cleanup]\nbackoff_initial_s = 0.2\nbackoff_max_s = 0.4\n")
     daemon = DaemonProcess(root).start()
