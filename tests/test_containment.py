@@ -163,6 +163,61 @@ def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
         daemon.close()
 
 
+def test_setup_that_ignores_the_parent_death_signal_is_stopped_at_the_restart(
+    root: Path, tmp_short: Path, reap_strays: list[int]
+) -> None:
+    """A setup whose shell ignores SIGTERM outlives the daemon's SIGKILL itself (the parent-death
+    signal is SIGTERM): the sweep SIGKILLs it after the grace, so its lease is reclaimed and the
+    workspace is not held by it."""
+    repo = make_repo(tmp_short / "repo")
+    with_scripts(repo, setup=["trap '' TERM; sleep 60"])
+    daemon = DaemonProcess(root).start()
+    try:
+        project = trusted(daemon, repo)
+        creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "t"))
+        creating.start()
+        found = until(lambda: len(marked(root)) >= 2 and marked(root), message="setup to run")
+        reap_strays.extend(m.pid for m in found)
+        daemon.kill()
+        creating.join(20)
+        assert all(alive(m.pid) for m in found), "both survive the crash"
+        daemon.start()
+        assert not any(alive(m.pid) for m in found)
+        assert daemon.call("lease.list", {})["leases"] == []
+        status = daemon.call("daemon.status")["details"]["containment"]
+        assert status["stopped_at_start"] == len(found)
+    finally:
+        daemon.close()
+
+
+def test_git_hook_child_of_a_crashed_daemon_is_stopped_at_the_restart(
+    root: Path, tmp_short: Path, reap_strays: list[int]
+) -> None:
+    """git runs hooks (post-checkout during `worktree add`); git itself dies with the daemon
+    (parent-death signal), its hook's children do not, and carry the command's marker."""
+    repo = make_repo(tmp_short / "repo")
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text("#!/bin/sh\n(setsid sleep 100 &)\nsleep 60\n")
+    hook.chmod(0o755)
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "g"))
+        creating.start()
+        found = until(lambda: len(marked(root)) >= 3 and marked(root), message="the hook to run")
+        reap_strays.extend(m.pid for m in found)
+        assert all(m.marker.record.startswith("cmd-") for m in found)
+        daemon.kill()
+        creating.join(20)
+        survivors = [m.pid for m in found if alive(m.pid)]
+        assert survivors, "the hook's children survive the crash"
+        daemon.start()
+        assert [p for p in survivors if alive(p)] == []
+        assert marked(root) == []
+    finally:
+        daemon.close()
+
+
 def test_teardown_double_fork_is_stopped_before_cleanup_completes(
     root: Path, tmp_short: Path, reap_strays: list[int]
 ) -> None:

@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import functools
 import hashlib
 import os
 import secrets
@@ -130,13 +131,19 @@ def reap_orphans() -> list[int]:
 # -- subreaper and cgroup ----------------------------------------------------------------------
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    # find_library runs ldconfig: once per process, not per call.
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
 def enable_subreaper() -> bool:
     """Make this process the child subreaper of its descendants (Linux); False where it cannot."""
     global _subreaper
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = _libc()
         if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             log.warning("containment.subreaper_failed", errno=ctypes.get_errno())
             return False
@@ -151,7 +158,7 @@ def is_subreaper() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = _libc()
         value = ctypes.c_int(0)
         if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) != 0:
             return False
