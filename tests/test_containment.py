@@ -8,9 +8,11 @@ delivered (a process that survives SIGKILL cannot be made on purpose).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
+import secrets
 import signal
 import subprocess
 import threading
@@ -469,3 +471,142 @@ def test_run_command_stops_a_double_fork_without_a_subreaper(tmp_short: Path) ->
     assert result.ok and result.escaped == []
     pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
     assert not alive(pid)
+
+
+# -- a cgroup per run (where one is delegated; here a directory of the host's cgroup v2) ----------
+
+
+def _cgroup2_mount() -> Path | None:
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    return None
+
+
+def _cgroup_members(path: Path) -> str:
+    try:
+        return (path / "cgroup.procs").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _remove_cgroup_tree(path: Path) -> None:
+    """Kill what is in it (deepest first), then remove every directory, bounded."""
+    dirs = [*sorted((p for p in path.rglob("*") if p.is_dir()), reverse=True), path]
+    for sub in dirs:
+        with contextlib.suppress(OSError):
+            (sub / "cgroup.kill").write_text("1")
+    for sub in dirs:
+        until(lambda sub=sub: not _cgroup_members(sub), timeout=5, message=f"{sub} empty")
+        with contextlib.suppress(OSError):
+            sub.rmdir()
+
+
+@pytest.fixture
+def cgroup_base() -> Iterator[Path]:
+    """A writable cgroup v2 directory standing in for a delegated one (systemd Delegate=yes);
+    removed with everything in it, whatever the test did."""
+    mount = _cgroup2_mount()
+    if mount is None or os.geteuid() != 0:
+        pytest.skip("needs a cgroup v2 mount and root to create a cgroup in it")
+    base = mount / f"xum-test-{os.getpid()}-{secrets.token_hex(3)}"
+    try:
+        base.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot create a cgroup under {mount}: {exc}")
+    try:
+        yield base
+    finally:
+        _remove_cgroup_tree(base)
+
+
+def _runs(base: Path) -> list[str]:
+    return [p.name for p in base.rglob("run-*")]
+
+
+def test_cgroup_contains_a_teardown_child_that_drops_its_environment(
+    root: Path, tmp_short: Path, cgroup_base: Path, reap_strays: list[int]
+) -> None:
+    """Without a marker (env -i) and out of the group and the tree, only the cgroup still holds
+    the escapee: the remove completes only once it is gone, and the run's cgroup goes too."""
+    repo = make_repo(tmp_short / "repo")
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    teardown = (
+        "(env -i /usr/bin/setsid /bin/sh -c "
+        f"'echo $$ > {ctl}/escapee.tmp; mv {ctl}/escapee.tmp {ctl}/escapee; exec /bin/sleep 100'"
+        " >/dev/null 2>&1 &); "
+        f"until [ -s {ctl}/escapee ]; do sleep 0.01; done"
+    )
+    with_scripts(repo, teardown=[teardown])
+    write_config(root, f'[processes]\ncgroup = "{cgroup_base}"\n')
+    daemon = DaemonProcess(root).start()
+    try:
+        status = daemon.call("daemon.status")["details"]["containment"]
+        assert status["mechanism"] == "cgroup+subreaper+marker"
+        assert status["cgroup"] == str(cgroup_base)
+        project = trusted(daemon, repo)
+        ws = create(daemon, project["id"], "cg")["workspace"]
+        result = daemon.call("workspace.remove", {"workspace_id": ws["id"]})
+        escapee = int((ctl / "escapee").read_text())
+        reap_strays.append(escapee)
+        assert containment.read_marker(escapee) is None if alive(escapee) else True
+        assert result["cleanup"]["status"] == "completed", result["cleanup"]
+        assert not alive(escapee), "the escapee without a marker outlived the remove"
+        assert _runs(cgroup_base) == []
+    finally:
+        daemon.close()
+
+
+def test_cgroup_of_a_crashed_daemons_setup_is_emptied_at_the_restart(
+    root: Path, tmp_short: Path, cgroup_base: Path, reap_strays: list[int]
+) -> None:
+    repo = make_repo(tmp_short / "repo")
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    setup = f"(env -i /bin/sh -c 'echo $$ > {ctl}/bg; exec /bin/sleep 100' &); sleep 60"
+    with_scripts(repo, setup=[setup])
+    write_config(root, f'[processes]\ncgroup = "{cgroup_base}"\n')
+    daemon = DaemonProcess(root).start()
+    try:
+        project = trusted(daemon, repo)
+        creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "c"))
+        creating.start()
+        bg = int(until(lambda: (ctl / "bg").exists() and (ctl / "bg").read_text().strip()))
+        reap_strays.append(bg)
+        (run,) = _runs(cgroup_base)
+        assert run.startswith("run-lease_")
+        daemon.kill()
+        creating.join(20)
+        assert alive(bg) and containment.read_marker(bg) is None
+        daemon.start()
+        assert not alive(bg)
+        assert _runs(cgroup_base) == []
+        assert daemon.call("daemon.status")["details"]["containment"]["stopped_at_start"] >= 1
+    finally:
+        daemon.close()
+
+
+def test_supervised_process_runs_in_its_own_cgroup(
+    root: Path, tmp_short: Path, cgroup_base: Path
+) -> None:
+    repo = make_repo(tmp_short / "repo")
+    write_config(root, f'[processes]\ncgroup = "{cgroup_base}"\n')
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "p")["workspace"]
+        proc = daemon.call(
+            "process.spawn", {"workspace_id": ws["id"], "kind": "agent", "argv": ["sleep", "100"]}
+        )["process"]
+        own = f"/run-{proc['id']}"
+        until(lambda: Path(f"/proc/{proc['pid']}/cgroup").read_text().strip().endswith(own))
+        daemon.call("process.stop", {"process_id": proc["id"], "grace_s": 1})
+        until(lambda: _runs(cgroup_base) == [], timeout=10, message="its cgroup removed")
+    finally:
+        daemon.close()

@@ -190,6 +190,116 @@ def cgroup_delegated(
     return directory
 
 
+# A run joins its cgroup itself, before it execs the command: nothing it starts can be outside.
+# (Python's subprocess cannot fork into a cgroup; a program, not a pre-exec hook, because forking
+# Python code in a threaded daemon is not safe.) A run that cannot join does not run: exit 126.
+JOIN_EXIT = 126
+_JOIN = """
+import os, sys
+try:
+    with open(sys.argv[1], "w") as f:
+        f.write("0")
+except OSError as exc:
+    sys.stderr.write(f"xum: cannot join the run's cgroup {sys.argv[1]}: {exc.strerror}\\n")
+    os._exit(126)
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as exc:
+    sys.stderr.write(f"xum: cannot run {sys.argv[2]}: {exc.strerror}\\n")
+    os._exit(127)
+"""
+
+
+def cgroup_v2_dir(path: Path) -> bool:
+    """A cgroup v2 directory we may create runs under."""
+    return (path / "cgroup.procs").is_file() and os.access(path, os.W_OK)
+
+
+@dataclass
+class RunCgroups:
+    """One cgroup v2 directory per run (`<base>/xum-<root-tag>/run-<record>`): a run and every
+    descendant stay inside whatever they do (setsid, double fork, a fresh environment), and a
+    kill of the cgroup (`cgroup.kill`) reaches all of them. No controller is enabled, so the
+    daemon may stay in the delegated cgroup itself."""
+
+    base: Path
+
+    def directory(self, record: str) -> Path:
+        return self.base / f"run-{record}"
+
+    def create(self, record: str) -> Path:
+        self.base.mkdir(exist_ok=True)
+        path = self.directory(record)
+        path.mkdir(exist_ok=True)
+        return path
+
+    def join_argv(self, record: str, argv: list[str]) -> list[str]:
+        procs = self.create(record) / "cgroup.procs"
+        return [sys.executable, "-I", "-S", "-c", _JOIN, str(procs), *argv]
+
+    @staticmethod
+    def members(path: Path) -> list[int]:
+        try:
+            return [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    async def stop(self, record: str, grace_s: float, *, poll_s: float = 0.02) -> list[int]:
+        """SIGTERM every member, `cgroup.kill` after the grace, remove the directory; returns
+        the members still there after the kill (bounded wait)."""
+        path = self.directory(record)
+        if not path.is_dir():
+            return []
+        members = self.members(path)
+        if members:
+            for pid in members:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while self.members(path) and time.monotonic() < deadline:
+                await anyio.sleep(poll_s)
+            if self.members(path):
+                self._kill(path)
+            deadline = time.monotonic() + 2.0
+            while self.members(path) and time.monotonic() < deadline:
+                await anyio.sleep(poll_s)
+            log.info("containment.cgroup_stopped", cgroup=str(path), pids=members)
+        left = self.members(path)
+        if not left:
+            # Empty: removable (its last members may still be zombies for a moment).
+            deadline = time.monotonic() + 2.0
+            while True:
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        log.warning("containment.cgroup_not_removed", cgroup=str(path))
+                        break
+                    reap_orphans()
+                    await anyio.sleep(poll_s)
+        return left
+
+    @staticmethod
+    def _kill(path: Path) -> None:
+        try:
+            (path / "cgroup.kill").write_text("1")
+        except OSError:
+            # Kernels before 5.14 have no cgroup.kill: SIGKILL each member.
+            for pid in RunCgroups.members(path):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def records(self) -> list[str]:
+        try:
+            names = os.listdir(self.base)
+        except OSError:
+            return []
+        return [n[len("run-") :] for n in names if n.startswith("run-")]
+
+
 # -- markers -----------------------------------------------------------------------------------
 
 
@@ -382,6 +492,7 @@ class Containment:
     instance: str = field(default_factory=lambda: secrets.token_hex(6))
     subreaper: bool = False
     cgroup: Path | None = None
+    """A delegated cgroup v2 directory (or the configured one): runs get their own cgroup in it."""
     swept: list[dict[str, Any]] = field(default_factory=list)
     escaped: list[dict[str, Any]] = field(default_factory=list)
 
@@ -393,15 +504,22 @@ class Containment:
         return self.marker(f"{kind}-{secrets.token_hex(6)}")
 
     @property
+    def runs(self) -> RunCgroups | None:
+        return RunCgroups(self.cgroup / f"xum-{self.tag}") if self.cgroup is not None else None
+
+    @property
     def mechanism(self) -> str:
-        # A delegated cgroup is detected and reported (`cgroup`), not yet used to place runs.
-        return "subreaper+marker" if self.subreaper else "marker"
+        parts = ["cgroup"] if self.cgroup is not None else []
+        if self.subreaper:
+            parts.append("subreaper")
+        parts.append("marker")
+        return "+".join(parts)
 
     def status(self) -> dict[str, Any]:
         return {
             "mechanism": self.mechanism,
             "subreaper": self.subreaper,
-            "cgroup_delegated": str(self.cgroup) if self.cgroup is not None else None,
+            "cgroup": str(self.cgroup) if self.cgroup is not None else None,
             "marker": MARKER_VAR,
             "instance": self.instance,
             "stopped_at_start": len(self.swept),
@@ -409,30 +527,50 @@ class Containment:
         }
 
     async def leftovers(self, marker: Marker, grace_s: float, *, always: bool) -> list[Marked]:
-        """Stop what still carries `marker` after its command ended; returns the survivors.
-        Without `always`, the /proc scan runs only when it can find something: with the
-        subreaper, every leftover tree hangs off an adopted orphan of the daemon."""
+        """Stop what is left of a run after its command ended: its cgroup's members (if runs get
+        one), then what still carries `marker`; returns the survivors. Without `always`, the
+        /proc scan runs only when it can find something: with the subreaper, every leftover
+        tree hangs off an adopted orphan of the daemon."""
+        left: list[Marked] = []
+        runs = self.runs
+        if runs is not None:
+            pids = await runs.stop(marker.record, grace_s)
+            left += [Marked(pid, marker, _start(pid), _argv(pid)) for pid in pids]
         if not always and self.subreaper and not foreign_children():
-            return []
+            self._escaped(left)
+            return left
         # By record only: an adopted process's marker names the daemon instance that started it.
         found = scan(self.tag, lambda m: m.record == marker.record)
-        if not found:
-            return []
-        log.warning("containment.leftovers", marker=str(marker), pids=[m.pid for m in found])
-        left = await stop_marked(found, grace_s)
+        if found:
+            log.warning("containment.leftovers", marker=str(marker), pids=[m.pid for m in found])
+            left += await stop_marked(found, grace_s)
         self._escaped(left)
         return left
 
     async def sweep(self, keep: Callable[[Marker], bool], grace_s: float) -> list[Marked]:
         """At start-up, before anything is reconciled: stop what a previous daemon instance of
-        this root left running (its scripts' and commands' leftovers), except what `keep` says
-        belongs to a live supervised process (adopted). Returns what could not be stopped."""
+        this root left running (its scripts' and commands' leftovers, by cgroup and by marker),
+        except what `keep` says belongs to a live supervised process (adopted). Returns what
+        could not be stopped."""
+        left: list[Marked] = []
+        runs = self.runs
+        if runs is not None:
+            for record in runs.records():
+                marker = Marker(self.tag, "previous", record)
+                if keep(marker):
+                    continue
+                members = runs.members(runs.directory(record))
+                self.swept += [
+                    {"pid": pid, "cgroup": record, "argv": list(_argv(pid))} for pid in members
+                ]
+                pids = await runs.stop(record, grace_s)
+                left += [Marked(pid, marker, _start(pid), _argv(pid)) for pid in pids]
         found = scan(self.tag, lambda m: m.instance != self.instance and not keep(m))
-        if not found:
-            return []
-        self.swept = [m.describe() for m in found]
-        log.warning("containment.sweep", count=len(found), pids=[m.pid for m in found])
-        left = await stop_marked(found, grace_s)
+        if found:
+            counted = {entry["pid"] for entry in self.swept}
+            self.swept += [m.describe() for m in found if m.pid not in counted]
+            log.warning("containment.sweep", count=len(found), pids=[m.pid for m in found])
+            left += await stop_marked(found, grace_s)
         self._escaped(left)
         return left
 

@@ -291,11 +291,16 @@ async def run_command(
         marker = marker or containment.run_marker("cmd")
     if marker is not None:
         env = {**(os.environ if env is None else env), contain.MARKER_VAR: str(marker)}
+    full_argv = _with_parent_death_signal(argv, env)
+    runs = containment.runs if containment is not None else None
+    if runs is not None and marker is not None:
+        # Its own cgroup: whatever it starts stays inside, even with a fresh environment.
+        full_argv = runs.join_argv(marker.record, full_argv)
     contain.starting()
     pid: int | None = None
     try:
         proc = await anyio.open_process(
-            _with_parent_death_signal(argv, env),
+            full_argv,
             cwd=cwd,
             env=dict(env) if env is not None else None,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,

@@ -157,8 +157,11 @@ class Starter:
                 if keep:
                     assert self.keep.io_dir is not None
                     io = DurableIO.create(self.keep.io_dir, process_id)
+                runs = cont.runs if cont is not None else None
+                # Its own cgroup (where one is delegated): the program joins it before it runs.
+                run_argv = runs.join_argv(process_id, argv) if runs is not None else argv
                 child = _start_on(
-                    io, argv, checkout, full_env, pty=pty, cols=cols or 80, rows=rows or 24
+                    io, run_argv, checkout, full_env, pty=pty, cols=cols or 80, rows=rows or 24
                 )
             except OSError as exc:
                 if io is not None:

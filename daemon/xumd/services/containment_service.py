@@ -10,6 +10,8 @@ the script runner and the process supervisor.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 
 from xumd import containment, logs
@@ -27,7 +29,7 @@ def install(app: App) -> Containment:
         Containment(
             tag=containment.root_tag(app.paths.root),
             subreaper=containment.is_subreaper(),
-            cgroup=containment.cgroup_delegated(),
+            cgroup=_cgroup(app.config.processes.cgroup),
         )
     )
 
@@ -56,13 +58,26 @@ def install(app: App) -> Containment:
         "containment.mechanism",
         mechanism=cont.mechanism,
         instance=cont.instance,
-        cgroup_delegated=str(cont.cgroup) if cont.cgroup else None,
+        cgroup=str(cont.cgroup) if cont.cgroup else None,
     )
     app.on_startup("containment.sweep", sweep)
     if cont.subreaper:
         app.after_ready("containment.reaper", reap)
     app.status_providers["containment"] = cont.status
     return cont
+
+
+def _cgroup(setting: str) -> Path | None:
+    if setting == "off":
+        return None
+    if setting == "auto":
+        return containment.cgroup_delegated()
+    path = Path(setting)
+    if path.is_absolute() and containment.cgroup_v2_dir(path):
+        return path
+    # Not usable: markers and the subreaper still hold; said in the log and in daemon.status.
+    log.warning("containment.cgroup_unusable", cgroup=setting)
+    return None
 
 
 def wire(app: App) -> None:
