@@ -610,3 +610,29 @@ def test_supervised_process_runs_in_its_own_cgroup(
         until(lambda: _runs(cgroup_base) == [], timeout=10, message="its cgroup removed")
     finally:
         daemon.close()
+
+
+def test_delegated_cgroup_detection(tmp_short: Path) -> None:
+    """Only a pure cgroup v2 host with our own, writable, non-root cgroup counts as delegated;
+    a configured path that is no cgroup falls back (markers and subreaper still hold)."""
+    mount = tmp_short / "cg"
+    own = mount / "user.slice" / "xumd.service"
+    own.mkdir(parents=True)
+    (mount / "cgroup.controllers").write_text("cpu memory pids\n")
+    (own / "cgroup.procs").write_text("")
+    proc = tmp_short / "cgroup"
+    proc.write_text("0::/user.slice/xumd.service\n")
+    assert containment.cgroup_delegated(proc, mount) == own
+    proc.write_text("0::/\n")
+    assert containment.cgroup_delegated(proc, mount) is None
+    proc.write_text("4:memory:/x\n0::/user.slice/xumd.service\n")  # hybrid (v1 controllers)
+    assert containment.cgroup_delegated(proc, mount) is None
+    proc.write_text("0::/user.slice/xumd.service\n")
+    (mount / "cgroup.controllers").unlink()  # not a cgroup v2 mount
+    assert containment.cgroup_delegated(proc, mount) is None
+
+    from xumd.services.containment_service import _cgroup
+
+    assert _cgroup("off") is None
+    assert _cgroup(str(tmp_short / "not-a-cgroup")) is None
+    assert _cgroup("relative/path") is None
