@@ -100,8 +100,10 @@ def trusted(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
     return project
 
 
-def marked(root: Path) -> list[containment.Marked]:
-    return containment.scan(root_tag(root))
+def marked(root: Path, prefix: str = "") -> list[containment.Marked]:
+    """Processes carrying a marker of this root (whose record starts with `prefix`: `lease_`
+    for setup/teardown commands, `cmd-` for git, `proc_` for supervised processes)."""
+    return containment.scan(root_tag(root), lambda m: m.record.startswith(prefix))
 
 
 # -- through a real daemon ---------------------------------------------------------------------
@@ -137,7 +139,10 @@ def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
         creating = threading.Thread(target=call)
         creating.start()
         # The subshell and its sleep, and the script's own sleep, carry the run's marker.
-        found = until(lambda: len(marked(root)) >= 3 and marked(root), message="setup to run")
+        found = until(
+            lambda: len(marked(root, "lease_")) >= 3 and marked(root, "lease_"),
+            message="setup to run",
+        )
         pids = [m.pid for m in found]
         reap_strays.extend(pids)
         assert all(m.marker.record.startswith("lease_") for m in found)
@@ -178,7 +183,10 @@ def test_setup_that_ignores_the_parent_death_signal_is_stopped_at_the_restart(
         project = trusted(daemon, repo)
         creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "t"))
         creating.start()
-        found = until(lambda: len(marked(root)) >= 2 and marked(root), message="setup to run")
+        found = until(
+            lambda: len(marked(root, "lease_")) >= 2 and marked(root, "lease_"),
+            message="setup to run",
+        )
         reap_strays.extend(m.pid for m in found)
         daemon.kill()
         creating.join(20)
@@ -206,7 +214,10 @@ def test_git_hook_child_of_a_crashed_daemon_is_stopped_at_the_restart(
         project = add_project(daemon, repo)
         creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "g"))
         creating.start()
-        found = until(lambda: len(marked(root)) >= 3 and marked(root), message="the hook to run")
+        found = until(
+            lambda: len(marked(root, "cmd-")) >= 3 and marked(root, "cmd-"),
+            message="the hook to run",
+        )
         reap_strays.extend(m.pid for m in found)
         assert all(m.marker.record.startswith("cmd-") for m in found)
         daemon.kill()
@@ -302,7 +313,7 @@ def test_shutdown_during_a_hanging_teardown_leaves_nothing_running(
             )
         )
         remover.start()
-        until(lambda: len(marked(root)) >= 2, message="the teardown and its escapee")
+        until(lambda: len(marked(root, "lease_")) >= 2, message="the teardown and its escapee")
         reap_strays.extend(m.pid for m in marked(root))
         assert daemon.terminate(timeout=30) == 0
         remover.join(20)
@@ -452,6 +463,21 @@ def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
         step = teardown_outcome(outcome.status, outcome.error, outcome.output)
         assert step.state != "completed" and f"pid {pid}" in (step.error or "")
         assert runner.containment.status()["escaped"][0]["pid"] == pid
+
+        # The retry (another run of the teardown) does not succeed while it still runs...
+        again = run_async(
+            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+        )
+        assert again.status == "failed"
+        assert again.error is not None and f"pid {pid} (sleep 100)" in again.error
+        assert "earlier teardown run" in again.error
+        # ...and does once it could be stopped after all.
+        monkeypatch.setattr(containment, "send_signal", real)
+        third = run_async(
+            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+        )
+        assert third.status == "ok", third.error
+        assert not alive(pid)
     finally:
         monkeypatch.setattr(containment, "send_signal", real)
 

@@ -86,16 +86,27 @@ def waited(pid: int) -> None:
 
 
 def direct_children() -> set[int]:
-    """The daemon's children, adopted orphans included (cheap: no scan of /proc)."""
+    """The daemon's children, adopted orphans included: cheap through each thread's
+    `/proc/PID/task/TID/children`; a scan of /proc where the kernel lacks it."""
     found: set[int] = set()
     task_dir = Path(f"/proc/{os.getpid()}/task")
     try:
         tasks = os.listdir(task_dir)
-    except OSError:
-        return found
-    for tid in tasks:
-        with contextlib.suppress(OSError, ValueError):
-            found.update(int(p) for p in (task_dir / tid / "children").read_text().split())
+        for tid in tasks:
+            with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+                text = (task_dir / tid / "children").read_text()
+                found.update(int(p) for p in text.split())
+                continue
+            if not (task_dir / tid).exists():
+                continue  # the thread ended meanwhile
+            raise FileNotFoundError("no children file")
+    except (OSError, ValueError):
+        import psutil
+
+        try:
+            return {c.pid for c in psutil.Process().children()}
+        except psutil.Error:
+            return found
     return found
 
 
@@ -234,7 +245,13 @@ class RunCgroups:
         return path
 
     def join_argv(self, record: str, argv: list[str]) -> list[str]:
-        procs = self.create(record) / "cgroup.procs"
+        try:
+            procs = self.create(record) / "cgroup.procs"
+        except OSError as exc:
+            # The cgroup went away under us (or is full): the run still has its marker and the
+            # subreaper; refusing every git command would stop the daemon altogether.
+            log.warning("containment.cgroup_failed", cgroup=str(self.base), error=str(exc))
+            return list(argv)
         return [sys.executable, "-I", "-S", "-c", _JOIN, str(procs), *argv]
 
     @staticmethod
@@ -571,6 +588,13 @@ class Containment:
             self.swept += [m.describe() for m in found if m.pid not in counted]
             log.warning("containment.sweep", count=len(found), pids=[m.pid for m in found])
             left += await stop_marked(found, grace_s)
+        self._escaped(left)
+        return left
+
+    async def still_running(self, escaped: list[Marked], grace_s: float) -> list[Marked]:
+        """Those of an earlier run's escapees that still run after another stop attempt (the
+        same process: marker and start time, through a pidfd)."""
+        left = await stop_marked(escaped, grace_s)
         self._escaped(left)
         return left
 

@@ -201,8 +201,8 @@ class CommandResult:
     timed_out: bool
     duration_s: float
     pid: int = 0
-    escaped: list[dict[str, object]] = field(default_factory=list)
-    """Descendants carrying the run's marker that were still alive after SIGKILL."""
+    escaped: list[contain.Marked] = field(default_factory=list)
+    """Descendants of the run (its marker, its cgroup) still alive after SIGKILL."""
 
     @property
     def ok(self) -> bool:
@@ -344,18 +344,19 @@ async def run_command(
                     await proc.wait()
         if proc.returncode is not None:
             contain.waited(proc.pid)
-        # Our ends of the pipes now, not at garbage collection: a descendant that escaped may
-        # hold the other end open for as long as it lives.
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    await stream.aclose()
         escaped: list[contain.Marked] = []
-        if containment is not None and marker is not None:
-            # Descendants that left the group and the tree (setsid, double fork) still carry
-            # the marker: the command does not outlive the command, wherever they went.
-            with anyio.CancelScope(shield=True):
+        # Shielded: on cancellation (a shutdown) this is exactly when leftovers must go.
+        with anyio.CancelScope(shield=True):
+            if containment is not None and marker is not None:
+                # Descendants that left the group and the tree (setsid, double fork) still
+                # carry the marker: the command does not outlive the command, wherever they went.
                 escaped = await containment.leftovers(marker, grace_s, always=explicit)
+            # Our ends of the pipes now, not at garbage collection: a descendant that escaped
+            # may hold the other end open for as long as it lives.
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(Exception):
+                        await stream.aclose()
     return CommandResult(
         argv=list(argv),
         returncode=proc.returncode,
@@ -363,5 +364,5 @@ async def run_command(
         timed_out=timed_out,
         duration_s=time.monotonic() - started,
         pid=proc.pid,
-        escaped=[m.describe() for m in escaped],
+        escaped=escaped,
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from xumd import logs
-from xumd.containment import Containment
+from xumd.containment import Containment, Marked
 from xumd.lifecycle import rows
 from xumd.lifecycle.seams import WorkspaceRef
 from xumd.procutil import BoundedOutput, CommandNotFound, run_command
@@ -142,6 +142,9 @@ class ScriptRunner:
         # Set by the containment service: each command carries a marker naming its lease (the
         # durable record written before it starts), so its descendants are found again.
         self.containment: Containment | None = None
+        # Per workspace: processes an earlier run left that survived SIGKILL. A later run (a
+        # teardown's retry) must not report success while they still run.
+        self.escapees: dict[str, list[Marked]] = {}
 
     async def run(
         self,
@@ -213,6 +216,16 @@ class ScriptRunner:
                 commands=len(commands),
             )
 
+        earlier = self.escapees.pop(ws.id, [])
+        if earlier and self.containment is not None:
+            earlier = await self.containment.still_running(earlier, self.grace_s)
+            if earlier:
+                self.escapees[ws.id] = earlier
+                return outcome(
+                    "failed",
+                    f"an earlier {phase} run left processes that could not be stopped: "
+                    f"{_describe([m.describe() for m in earlier])}",
+                )
         for index, command in enumerate(commands, 1):
             output.feed(f"$ {command}\n".encode())
             log.info("script.start", phase=phase, workspace=ws.id, index=index)
@@ -249,11 +262,13 @@ class ScriptRunner:
                 timed_out=result.timed_out,
             )
             if result.escaped:
-                # Fail closed: the step (a teardown's obligation) stays pending, naming them.
+                # Fail closed: the step (a teardown's obligation) stays pending, naming them,
+                # and so does its retry while they run.
+                self.escapees[ws.id] = list(result.escaped)
                 return outcome(
                     "failed",
                     f"{phase} command {index} ({command!r}) left processes that could not be "
-                    f"stopped: {_describe(result.escaped)}",
+                    f"stopped: {_describe([m.describe() for m in result.escaped])}",
                 )
             if result.timed_out:
                 return outcome(
