@@ -146,12 +146,13 @@ def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
         pids = [m.pid for m in found]
         reap_strays.extend(pids)
         assert all(m.marker.record.startswith("lease_") for m in found)
+        (leader,) = [p for p in pids if os.getsid(p) == p]  # the command leads its session
         daemon.kill()
         creating.join(20)
-        # The script's shell dies with the daemon (parent-death signal); its child does not.
-        survivors = until(lambda: [p for p in pids if alive(p)] or None, timeout=5)
+        # The script's shell dies with the daemon (parent-death signal); its children do not.
+        until(lambda: not alive(leader), timeout=5, message="the parent-death signal")
+        survivors = [p for p in pids if alive(p)]
         assert survivors, "a background child survives the SIGKILL"
-        until(lambda: not any(alive(p) and p not in survivors for p in pids), timeout=5)
 
         daemon.start()
         assert [p for p in survivors if alive(p)] == []
@@ -301,7 +302,8 @@ def test_shutdown_during_a_hanging_teardown_leaves_nothing_running(
     # from the teardown's shell reaches it any more, only its marker.
     teardown = f"(setsid sh -c 'exec sleep 100' &); echo started > {ctl}/started; exec sleep 100"
     with_scripts(repo, teardown=[teardown])
-    write_config(root, "[cleanup]\nbackoff_initial_s = 0.2\nbackoff_max_s = 0.4\n")
+    # Short waits: the in-flight remove is cancelled at once, the tree gets a short grace.
+    write_config(root, "shutdown_grace_s = 0.5\nstop_grace_s = 1.0\n")
     daemon = DaemonProcess(root).start()
     try:
         project = trusted(daemon, repo)
@@ -662,3 +664,22 @@ def test_delegated_cgroup_detection(tmp_short: Path) -> None:
     assert _cgroup("off") is None
     assert _cgroup(str(tmp_short / "not-a-cgroup")) is None
     assert _cgroup("relative/path") is None
+
+
+def test_a_timed_out_command_takes_its_double_fork_with_it(tmp_short: Path) -> None:
+    """The deadline path: the tree is killed on timeout, and the orphaned escapee by its marker."""
+    pidfile = tmp_short / "escapee"
+    cont = Containment(tag=root_tag(tmp_short))
+    command = f"(setsid sh -c 'echo $$ > {pidfile}; exec sleep 100' &); exec sleep 100"
+    result = run_async(
+        lambda: run_command(
+            ["/bin/sh", "-c", command],
+            timeout_s=1.0,
+            grace_s=0.5,
+            containment=cont,
+            marker=cont.marker("lease_t"),
+        )
+    )
+    assert result.timed_out and result.escaped == []
+    pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
+    assert not alive(pid)
