@@ -26,8 +26,8 @@ from tests.test_cleanup_support import (
     World,
     add_workspace,
     make_dir_checkout,
-    make_world,
     make_worktree,
+    make_world,
     set_workspace,
     ws_id,
 )
