@@ -174,10 +174,14 @@ def _function_lines(path: Path, names: list[str]) -> set[int]:
     return lines
 
 
-def _docstring_lines(path: Path) -> set[int]:
-    """Lines of docstrings: a mutant there changes nothing the code does."""
+def _inert_lines(path: Path) -> set[int]:
+    """Lines where a mutant changes nothing the code does: docstrings, and `@dataclass(...)`
+    flags (`frozen`/`slots`: nothing assigns to these records, and mypy enforces `frozen`)."""
     tree = ast.parse(path.read_text())
     lines: set[int] = set()
+    for number, text in enumerate(path.read_text().splitlines(), start=1):
+        if text.strip().startswith("@dataclass("):
+            lines.add(number)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if not isinstance(body, list) or not body:
@@ -220,7 +224,7 @@ def _skip(db: WorkDB, keep: set[int] | None, skip_lines: set[int]) -> int:
         elif keep is not None and line not in keep:
             reason = "outside the scoped functions"
         elif line in skip_lines:
-            reason = "docstring"
+            reason = "docstring or dataclass flags"
         if reason:
             db.set_result(
                 item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=reason)
@@ -262,7 +266,7 @@ def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) ->
         keep = _function_lines(module, scope.functions) if scope.functions else None
         with use_db(str(session)) as db:
             report.total = db.num_work_items
-            report.skipped = _skip(db, keep, _docstring_lines(module))
+            report.skipped = _skip(db, keep, _inert_lines(module))
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(str(src / p) for p in ("daemon", "protocol", "clients")),

@@ -206,3 +206,17 @@ async def test_admin_entry_locked_for_another_workspace_is_left_alone(world: Wor
     git(other_path, "status", "--short")  # still a working checkout
     trash = world.service.obligations.for_workspace(wid)[0]
     assert trash.detail.get("admin_entry") == "left alone (names another worktree)", trash.detail
+
+
+async def test_a_file_at_the_path_is_not_a_checkout_gone(world: World) -> None:
+    """A regular file now sits at the checkout's path: the path is not free, so the step is
+    abandoned (never "already gone", never completed) and the file is left alone."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    shutil.rmtree(path)
+    path.write_text("someone's file")
+    status = await world.service.run_workspace(wid, include_reclaim=True)
+    assert status.status == "failed", status
+    assert path.read_text() == "someone's file"
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.state == "abandoned" and "not a directory" in (trash.reason or ""), trash
