@@ -65,9 +65,7 @@ class Quiescence:
             return [Holder("process", u.pid, u.name, u.since) for u in users]
         # Fail closed: an unfinished probe cannot prove that nobody uses the checkout.
         log.warning("quiescence.probe_timeout", workspace=ref.id)
-        return [
-            Holder("probe", None, f"process probe did not finish in {self.probe_deadline_s}s")
-        ]
+        return [Holder("probe", None, f"process probe did not finish in {self.probe_deadline_s}s")]
 
     async def stop(self, ref: WorkspaceRef, deadline_s: float) -> list[Holder]:
         """Stop the daemon's own processes in the workspace, bounded; return what is left."""
