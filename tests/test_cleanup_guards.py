@@ -154,7 +154,8 @@ async def test_stale_incarnation_is_refused_while_the_row_is_archived_again(worl
     for ob in world.service.obligations.for_workspace(wid):
         by_inc.setdefault(ob.incarnation, {})[ob.kind] = ob.state
         if ob.incarnation == old and ob.kind != "reclaim":
-            assert "another incarnation" in (ob.reason or ""), ob
+            # Final (the row is not passing through creating/restoring): no state suffix.
+            assert (ob.reason or "").endswith(f"{wid} was materialised again)"), ob
     assert by_inc[old] == {"teardown": "abandoned", "trash": "abandoned", "reclaim": "abandoned"}
     assert by_inc[new] == {"trash": "completed", "reclaim": "completed"}
     assert teardown_calls(world) == []
@@ -220,3 +221,18 @@ async def test_a_file_at_the_path_is_not_a_checkout_gone(world: World) -> None:
     assert path.read_text() == "someone's file"
     trash = world.service.obligations.for_workspace(wid)[0]
     assert trash.state == "abandoned" and "not a directory" in (trash.reason or ""), trash
+
+
+async def test_a_path_that_cannot_be_inspected_is_left_alone(world: World, base: Path) -> None:
+    """`lstat` fails with something other than "no such file" (ENOTDIR: the parent directory was
+    moved away and a file put in its place): nothing is proven gone, so the steps are abandoned
+    with the error, never completed as "already gone"."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    os.rename(path.parent, base / "moved-away")
+    path.parent.write_text("a file where the directory was")
+    status = await world.service.run_workspace(wid, include_reclaim=True)
+    assert status.status == "failed", status
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.state == "abandoned" and "cannot inspect" in (trash.reason or ""), trash
+    assert (base / "moved-away" / "a" / "f0.txt").exists()
