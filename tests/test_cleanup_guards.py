@@ -236,3 +236,17 @@ async def test_a_path_that_cannot_be_inspected_is_left_alone(world: World, base:
     trash = world.service.obligations.for_workspace(wid)[0]
     assert trash.state == "abandoned" and "cannot inspect" in (trash.reason or ""), trash
     assert (base / "moved-away" / "a" / "f0.txt").exists()
+
+
+async def test_the_recorded_directory_without_a_marker_is_left_alone(world: World) -> None:
+    """The recorded directory (same inode), its marker deleted: nothing proves it is still the
+    checkout, and it is certainly not gone. Abandoned, the directory untouched."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    (path / ".xum-incarnation").unlink()
+    status = await world.service.run_workspace(wid, include_reclaim=True)
+    assert status.status == "failed", status
+    assert (os.stat(path).st_dev, os.stat(path).st_ino) == ident
+    assert (path / "f0.txt").exists()
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.state == "abandoned" and "no xum incarnation marker" in (trash.reason or "")
