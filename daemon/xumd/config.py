@@ -35,6 +35,11 @@ class ProcessesConfig(BaseModel):
         "ROOT/processes and leave them running at shutdown; the next start adopts them.",
     )
     probe_interval_s: float = Field(default=2.0, gt=0)
+    probe_deadline_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="The quiescence check's cwd/open-file scan; unfinished by then: busy.",
+    )
     output_poll_s: float = Field(default=0.1, gt=0, le=5, description="Durable output polling.")
     output_head_bytes: int = Field(default=32 * 1024, ge=0)
     output_tail_bytes: int = Field(default=224 * 1024, ge=1024)

@@ -37,6 +37,11 @@ BEFORE_TRASH = faults.declare("cleanup.trash.before_rename", "trash path committ
 AFTER_TRASH = faults.declare(
     "cleanup.trash.after_rename", "checkout moved into the trash; git admin entry still there"
 )
+HOLD_BEFORE_RENAME = faults.declare(
+    "cleanup.trash.hold_before_rename",
+    "fenced, not moved yet: the window a swap at the path can use (the move re-checks)",
+    simulate=True,
+)
 AFTER_RECLAIM = faults.declare(
     "cleanup.reclaim.after_delete", "trash entry deleted; completion not committed yet"
 )
@@ -141,6 +146,7 @@ class Steps:
             if os.path.lexists(trash_path):
                 return Outcome.failed(f"trash entry {trash_path} already exists; not overwritten")
             BEFORE_TRASH()
+            await HOLD_BEFORE_RENAME.hold()
             os.rename(path, trash_path)
             moved = True
             # The rename moved whatever sat at the path at that instant: prove it was the

@@ -99,7 +99,7 @@ def install(app: App) -> None:
             output_poll_s=cfg.output_poll_s,
         )
     )
-    quiet = app.provide(Quiescence(sup, leases))
+    quiet = app.provide(Quiescence(sup, leases, probe_deadline_s=cfg.probe_deadline_s))
     if sup.keep_processes and os.environ.get("INVOCATION_ID"):
         # A systemd service: with KillMode=mixed or control-group, the unit's stop SIGKILLs what
         # is left in its cgroup, kept processes included (docs/PROCESSES.md, "systemd").
