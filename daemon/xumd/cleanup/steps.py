@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 import threading
 from collections.abc import Awaitable, Callable
@@ -21,10 +20,10 @@ from typing import Any
 
 import anyio
 
-from xumd import faults, logs
+from xumd import faults, fsdelete, logs
 from xumd.cleanup import fence
 from xumd.cleanup.obligations import ABANDONED, ObligationRow, Obligations
-from xumd.cleanup.reclaim import Interrupted, delete_tree
+from xumd.fsdelete import Interrupted, delete_tree
 from xumd.git import Git
 from xumd.lifecycle.marker import parse as parse_marker
 
@@ -110,13 +109,14 @@ class Steps:
 
     # -- trash -----------------------------------------------------------------------------------
 
-    def _trash_path(self, ob: ObligationRow, checkout_dev: int) -> tuple[Path, ObligationRow]:
-        """The trash path, on the checkout's filesystem, committed before anything moves."""
+    def _trash_path(self, ob: ObligationRow) -> tuple[Path, ObligationRow]:
+        """The trash path, on the checkout's mount, committed before anything moves."""
         planned = Path(ob.detail.get("trash_path") or self.trash_dir / ob.id)
         planned.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if os.stat(planned.parent).st_dev != checkout_dev:
-            # A rename cannot cross filesystems: use a trash area next to the checkout instead
-            # (still instant, still outside the path the user sees).
+        if not fsdelete.same_mount(planned.parent, Path(ob.path)):
+            # A rename cannot cross mounts (EXDEV; two bind mounts of one filesystem share
+            # st_dev but not a mount): use a trash area next to the checkout instead (still
+            # instant, still outside the path the user sees).
             alt_dir = Path(ob.path).parent / ".xum-trash"
             alt_dir.mkdir(mode=0o700, exist_ok=True)
             planned = alt_dir / ob.id
@@ -136,8 +136,15 @@ class Steps:
                 return _refused(problem)
             if check.problem:
                 return Outcome.abandoned(check.problem)
-            checkout_dev = os.lstat(path).st_dev
-            trash_path, ob = self._trash_path(ob, checkout_dev)
+            mounts = fsdelete.mounts_at_or_under(path)
+            if mounts:
+                # Moving the checkout would carry the mounts into the trash, and its reclaim
+                # would have to stop at them: wait (pending) until they are unmounted.
+                return Outcome.failed(
+                    f"waiting: mount at {fsdelete.describe_mounts(mounts)} inside the checkout; "
+                    "the checkout is left in place until it is unmounted"
+                )
+            trash_path, ob = self._trash_path(ob)
             if os.path.lexists(trash_path):
                 return Outcome.failed(f"trash entry {trash_path} already exists; not overwritten")
             BEFORE_TRASH()
@@ -203,7 +210,10 @@ class Steps:
                 ours = target == Path(ob.path) / ".git" and not os.path.lexists(target)
             if not ours:
                 return "left alone (names another worktree)"
-            shutil.rmtree(admin)
+            left = (await anyio.to_thread.run_sync(delete_tree, admin)).left
+            if left:
+                log.warning("cleanup.admin_entry_left", obligation=ob.id, left=left[:5])
+                return f"left alone (mount at {fsdelete.describe_mounts(left)})"
             log.info("cleanup.admin_entry_dropped", obligation=ob.id, admin=str(admin))
             return "dropped"
 
@@ -234,11 +244,17 @@ class Steps:
             return Outcome.done(bytes=int(ob.detail.get("bytes") or 0))
         if not stat.S_ISDIR(st.st_mode):
             return Outcome.abandoned(f"trash entry {source} is not a directory; left alone")
+        # A mount that appeared in the trash entry (or over it) is never descended: the reclaim
+        # stays pending naming it. Checked before the walk (nothing is deleted then), and by
+        # the walk itself for one that appears meanwhile (it stops at every mount boundary).
+        mounts = fsdelete.mounts_at_or_under(source)
+        if mounts:
+            return Outcome.failed(_mount_wait(source, mounts))
         if ob.identity is not None and (st.st_dev, st.st_ino) != ob.identity:
             return Outcome.abandoned(f"trash entry {source} is not the directory moved there")
         stop = threading.Event()
         try:
-            freed = await anyio.to_thread.run_sync(
+            report = await anyio.to_thread.run_sync(
                 delete_tree, source, stop, abandon_on_cancel=True
             )
         except Interrupted:
@@ -248,9 +264,19 @@ class Steps:
         finally:
             # Cancelled (shutdown): the worker stops at its next entry.
             stop.set()
+        if report.left:
+            log.warning("cleanup.reclaim_left", obligation=ob.id, left=report.left[:5])
+            return Outcome.failed(_mount_wait(source, report.left))
         AFTER_RECLAIM()
-        log.info("cleanup.reclaimed", obligation=ob.id, bytes=freed)
-        return Outcome.done(bytes=freed, needed=True)
+        log.info("cleanup.reclaimed", obligation=ob.id, bytes=report.freed)
+        return Outcome.done(bytes=report.freed, needed=True)
+
+
+def _mount_wait(source: Path, mounts: list[str]) -> str:
+    return (
+        f"waiting: mount at {fsdelete.describe_mounts(mounts)} inside trash entry {source}; "
+        "not descended (unmount it and the reclaim completes)"
+    )
 
 
 def _refused(problem: fence.RowProblem) -> Outcome:

@@ -8,11 +8,11 @@ repository trips git's own locks otherwise.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from xum_protocol.errors import ErrorKind
 
+from xumd import fsdelete
 from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import gitlocks, marker
@@ -81,4 +81,5 @@ async def discard(git: Git, repo: Path, row: WorkspaceRow) -> None:
     elif row.path.is_dir() and marker.read_directory_marker(row.path) == marker.Marker(
         row.id, row.incarnation
     ):
-        shutil.rmtree(row.path, ignore_errors=True)
+        # By descriptor and within the checkout's mount: a mount placed inside is left alone.
+        fsdelete.remove_tree(row.path, ignore_errors=True)
