@@ -40,6 +40,18 @@ AFTER_RECLAIM = faults.declare(
     "cleanup.reclaim.after_delete", "trash entry deleted; completion not committed yet"
 )
 
+TRASH_HOLD = faults.declare(
+    "cleanup.trash.hold",
+    "simulate: hold a trash step after its fence, before it looks for mounts and moves the "
+    "checkout, until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
+RECLAIM_HOLD = faults.declare(
+    "cleanup.reclaim.hold",
+    "simulate: hold a reclaim before it looks at its trash entry, until the test releases it",
+    simulate=True,
+)
+
 TAIL_CHARS = 1500
 """How much of a failing teardown's output (its diagnostic tail) goes into last_error."""
 
@@ -136,6 +148,7 @@ class Steps:
                 return _refused(problem)
             if check.problem:
                 return Outcome.abandoned(check.problem)
+            await TRASH_HOLD.hold()
             mounts = fsdelete.mounts_at_or_under(path)
             if mounts:
                 # Moving the checkout would carry the mounts into the trash, and its reclaim
@@ -165,6 +178,11 @@ class Steps:
         else:
             dropped = None
         detail: dict[str, Any] = {"moved": moved, "admin_entry": dropped}
+        if trash_path is not None:
+            # The recorder completes the row it was handed, whose detail predates
+            # `_trash_path`: without this, a trash area next to the checkout (another mount)
+            # was forgotten and its reclaim looked for the entry in ROOT/trash.
+            detail["trash_path"] = str(trash_path)
         if not moved:
             detail["note"] = "the checkout was already gone"
         return Outcome.done(**detail)
@@ -238,6 +256,7 @@ class Steps:
             return Outcome.abandoned(reason)
         if source is None:
             return Outcome.done(bytes=0, needed=False)
+        await RECLAIM_HOLD.hold()
         try:
             st = os.lstat(source)
         except FileNotFoundError:

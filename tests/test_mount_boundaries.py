@@ -1,0 +1,307 @@
+"""Issue #10 section 1: a mount inside a checkout is never emptied. Real daemon, real git, real
+bind mounts and tmpfs (root only; skipped with the reason elsewhere).
+
+- archive, remove {force} and rename refuse `busy` with a `mount` holder naming the mount point,
+  for both runtimes, and change nothing;
+- a mount that appears after the quiescence check (before the checkout moves) keeps the trash
+  step pending, naming it; one that appears in the trash entry keeps the reclaim pending, naming
+  it; neither is ever descended, and both complete once it is unmounted;
+- a checkout on another mount of the same filesystem (same st_dev) is trashed next to itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.lifecycle_helpers import add_project, create, rpc_error
+from tests.support.daemon import DaemonProcess, write_config
+from tests.support.gitrepo import make_repo
+from tests.support.holds import hold_env, release, wait_held
+from tests.support.mounts import Mounts, mounts_under, real_mounts
+from tests.support.wait import until
+
+FAST = (
+    "[cleanup]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.3\nbackoff_jitter = 0.1\n"
+    "poll_interval_s = 0.2\n"
+)
+
+
+@pytest.fixture
+def mounts(tmp_short: Path) -> Iterator[Mounts]:
+    with real_mounts(tmp_short) as m:
+        yield m
+
+
+@pytest.fixture
+def outside(tmp_short: Path) -> Path:
+    """A user's directory (a shared cache, a dataset) that gets bind-mounted into a checkout."""
+    top = tmp_short / "outside"
+    (top / "sub").mkdir(parents=True)
+    (top / "data.txt").write_text("precious\n")
+    (top / "sub" / "more.txt").write_text("more\n")
+    return top
+
+
+def _tree(top: Path) -> list[tuple[str, str]]:
+    return sorted(
+        (str(p.relative_to(top)), p.read_text() if p.is_file() else "<dir>") for p in top.rglob("*")
+    )
+
+
+OUTSIDE_TREE = [("data.txt", "precious\n"), ("sub", "<dir>"), ("sub/more.txt", "more\n")]
+
+
+def _start(root: Path, **kwargs: Any) -> DaemonProcess:
+    write_config(root, FAST)
+    return DaemonProcess(root, **kwargs).start()
+
+
+@pytest.fixture
+def fast(root: Path) -> Iterator[DaemonProcess]:
+    proc = _start(root)
+    yield proc
+    proc.close()
+
+
+def _workspace(daemon: DaemonProcess, tmp_short: Path, runtime: str) -> dict[str, Any]:
+    if runtime == "worktree":
+        project = add_project(daemon, make_repo(tmp_short / "repo"))
+        ws: dict[str, Any] = create(daemon, project["id"], "w")["workspace"]
+    else:
+        plain = tmp_short / "plain"
+        plain.mkdir()
+        project = add_project(daemon, plain)
+        ws = create(daemon, project["id"], "w", runtime="directory")["workspace"]
+    return ws
+
+
+def _assert_busy_on_mount(err: Any, point: Path) -> None:
+    assert err.kind == "busy"
+    assert {"kind": "mount", "pid": None, "label": f"mount at {point}", "since": None} in err.data[
+        "holders"
+    ]
+    assert f"mount at {point}" in err.message
+
+
+def _state(daemon: DaemonProcess, wid: str) -> str:
+    return str(daemon.call("workspace.get", {"workspace_id": wid})["workspace"]["state"])
+
+
+@pytest.mark.parametrize("runtime", ["worktree", "directory"])
+def test_structural_operations_refuse_busy_naming_a_mount(
+    fast: DaemonProcess, tmp_short: Path, mounts: Mounts, outside: Path, runtime: str
+) -> None:
+    ws = _workspace(fast, tmp_short, runtime)
+    checkout = Path(ws["path"])
+    (checkout / "mnt").mkdir()
+    point = mounts.bind(outside, checkout / "mnt")
+    for method, params in (
+        ("workspace.archive", {}),
+        ("workspace.archive", {"stop": True}),
+        ("workspace.remove", {"force": True}),
+        ("workspace.rename", {"name": "renamed"}),
+    ):
+        err = rpc_error(fast, method, {"workspace_id": ws["id"], **params})
+        _assert_busy_on_mount(err, point)
+        assert _state(fast, ws["id"]) == "active"
+        assert _tree(outside) == OUTSIDE_TREE
+        assert checkout.is_dir()
+    listed = fast.call("process.holders", {"workspace_id": ws["id"]})
+    assert listed["holders"] == [
+        {"kind": "mount", "pid": None, "label": f"mount at {point}", "since": None}
+    ]
+    # Unmounted: the same calls go through, and the user's directory is intact.
+    mounts.unmount(point)
+    archived = fast.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert archived["cleanup"]["status"] == "completed"
+    assert not checkout.exists()
+    assert _tree(outside) == OUTSIDE_TREE
+
+
+def test_a_mount_on_the_checkout_itself_and_a_tmpfs_inside(
+    fast: DaemonProcess, tmp_short: Path, mounts: Mounts
+) -> None:
+    ws = _workspace(fast, tmp_short, "directory")
+    checkout = Path(ws["path"])
+    (checkout / "cache").mkdir()
+    inner = mounts.tmpfs(checkout / "cache")
+    (inner / "blob").write_text("on the tmpfs\n")
+    err = rpc_error(fast, "workspace.remove", {"workspace_id": ws["id"], "force": True})
+    _assert_busy_on_mount(err, inner)
+    mounts.unmount(inner)
+    # A mount over the whole checkout (the marker is hidden under it: the daemon no longer
+    # sees its checkout there, and still refuses rather than deleting the mount's files).
+    over = mounts.tmpfs(checkout)
+    (over / "user.txt").write_text("mine\n")
+    err = rpc_error(fast, "workspace.remove", {"workspace_id": ws["id"], "force": True})
+    _assert_busy_on_mount(err, over)
+    assert (over / "user.txt").read_text() == "mine\n"
+
+
+def _trash_entry(daemon: DaemonProcess, root: Path, wid: str) -> Path:
+    obs = daemon.call("cleanup.list", {"workspace_id": wid})["obligations"]
+    trash = next(o for o in obs if o["kind"] == "trash")
+    return root / "trash" / trash["id"]
+
+
+def _cleanup(daemon: DaemonProcess, wid: str) -> dict[str, dict[str, Any]]:
+    obs = daemon.call("cleanup.list", {"workspace_id": wid})["obligations"]
+    return {o["kind"]: o for o in obs}
+
+
+def test_a_mount_in_the_trash_entry_keeps_the_reclaim_pending(
+    root: Path, tmp_short: Path, mounts: Mounts, outside: Path
+) -> None:
+    holds = tmp_short / "holds"
+    point_name = "cleanup.reclaim.hold"
+    daemon = _start(root, env=hold_env(point_name, holds))
+    try:
+        ws = _workspace(daemon, tmp_short, "worktree")
+        checkout = Path(ws["path"])
+        (checkout / "build").mkdir()
+        (checkout / "build" / "out.o").write_text("obj\n")
+        archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        assert archived["cleanup"]["status"] == "completed"  # the path is free
+        assert not checkout.exists()
+        wait_held(point_name, holds)
+        entry = _trash_entry(daemon, root, ws["id"])
+        assert (entry / "build" / "out.o").exists()
+        point = mounts.bind(outside, entry / "build")
+        release(point_name, holds)
+
+        def reclaim_waits() -> dict[str, Any] | None:
+            ob = _cleanup(daemon, ws["id"]).get("reclaim")
+            return ob if ob and ob["attempts"] >= 1 and ob["last_error"] else None
+
+        ob = until(reclaim_waits, message="the reclaim to fail on the mount")
+        assert ob["state"] == "pending"
+        assert f"mount at {point}" in ob["last_error"]
+        assert "not descended" in ob["last_error"]
+        assert _tree(outside) == OUTSIDE_TREE
+        # Every retry holds again: let a few through, the mount still untouched.
+        for _ in range(2):
+            wait_held(point_name, holds)
+            release(point_name, holds)
+        wait_held(point_name, holds)
+        assert _tree(outside) == OUTSIDE_TREE
+        assert _cleanup(daemon, ws["id"])["reclaim"]["state"] == "pending"
+        # Unmounted: the next attempt completes, and the user's directory is intact.
+        mounts.unmount(point)
+        release(point_name, holds)
+        until(
+            lambda: _cleanup(daemon, ws["id"])["reclaim"]["state"] == "completed",
+            message="the reclaim to complete",
+        )
+        assert not entry.exists()
+        assert _tree(outside) == OUTSIDE_TREE
+    finally:
+        daemon.close()
+
+
+def test_a_mount_over_the_trash_entry_keeps_the_reclaim_pending(
+    root: Path, tmp_short: Path, mounts: Mounts
+) -> None:
+    holds = tmp_short / "holds"
+    point_name = "cleanup.reclaim.hold"
+    daemon = _start(root, env=hold_env(point_name, holds))
+    try:
+        ws = _workspace(daemon, tmp_short, "directory")
+        daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        wait_held(point_name, holds)
+        entry = _trash_entry(daemon, root, ws["id"])
+        over = mounts.tmpfs(entry)
+        (over / "theirs.txt").write_text("someone else's\n")
+        release(point_name, holds)
+        ob = until(
+            lambda: (r := _cleanup(daemon, ws["id"])["reclaim"])["last_error"] and r,
+            message="the reclaim to fail on the mount",
+        )
+        assert ob["state"] == "pending"
+        assert f"mount at {entry}" in ob["last_error"]
+        assert (over / "theirs.txt").read_text() == "someone else's\n"
+    finally:
+        daemon.close()
+
+
+def test_a_mount_appearing_before_the_move_keeps_the_trash_step_pending(
+    root: Path, tmp_short: Path, mounts: Mounts, outside: Path
+) -> None:
+    """Archive's quiescence check passed; a mount appears before the trash step moves the
+    checkout: the step waits (pending, naming it), the checkout stays, the mount untouched."""
+    holds = tmp_short / "holds"
+    point_name = "cleanup.trash.hold"
+    daemon = _start(root, env=hold_env(point_name, holds))
+    try:
+        ws = _workspace(daemon, tmp_short, "worktree")
+        checkout = Path(ws["path"])
+        (checkout / "mnt").mkdir()
+        answer: dict[str, Any] = {}
+
+        def archive() -> None:
+            answer.update(daemon.call("workspace.archive", {"workspace_id": ws["id"]}))
+
+        caller = threading.Thread(target=archive)
+        caller.start()
+        wait_held(point_name, holds)
+        point = mounts.bind(outside, checkout / "mnt")
+        release(point_name, holds)
+        caller.join(timeout=30)
+        assert not caller.is_alive()
+        cleanup = answer["cleanup"]
+        assert cleanup["status"] == "pending"
+        assert f"mount at {point}" in cleanup["last_error"]
+        assert checkout.is_dir()
+        assert _tree(outside) == OUTSIDE_TREE
+        assert _state(daemon, ws["id"]) == "archived"
+        # Unmounted: a retry moves the checkout and reclaims it; the user's files survive.
+        mounts.unmount(point)
+        release(point_name, holds)  # a retry that is already waiting there
+
+        def settled() -> bool:
+            if (holds / f"{point_name}.held").exists():
+                release(point_name, holds)
+            obs = _cleanup(daemon, ws["id"])
+            return obs["trash"]["state"] == "completed" and obs["reclaim"]["state"] == "completed"
+
+        until(settled, message="the trash and reclaim steps to complete")
+        assert not checkout.exists()
+        assert _tree(outside) == OUTSIDE_TREE
+    finally:
+        daemon.close()
+
+
+@pytest.mark.parametrize("kind", ["bind", "tmpfs"])
+def test_checkout_on_another_mount_is_trashed_and_reclaimed_next_to_it(
+    fast: DaemonProcess, tmp_short: Path, mounts: Mounts, kind: str
+) -> None:
+    """The project's workspaces directory is another mount: a tmpfs, or a bind mount of the
+    root's own filesystem (same st_dev: only the mount differs). A rename into ROOT/trash would
+    fail with EXDEV, so the trash goes next to the checkout (`.xum-trash`), and its reclaim
+    deletes the entry there (it used to look for it in ROOT/trash)."""
+    spaces = tmp_short / "spaces"
+    backing = tmp_short / "backing"
+    spaces.mkdir()
+    backing.mkdir()
+    if kind == "bind":
+        mounts.bind(backing, spaces)
+    else:
+        mounts.tmpfs(spaces, size="16m")
+    project = add_project(fast, make_repo(tmp_short / "repo"), workspaces_dir=str(spaces))
+    ws = create(fast, project["id"], "w")["workspace"]
+    checkout = Path(ws["path"])
+    assert checkout.parent == spaces
+    archived = fast.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert archived["cleanup"]["status"] == "completed", archived["cleanup"]
+    assert not checkout.exists()
+    reclaim = until(
+        lambda: (r := _cleanup(fast, ws["id"])["reclaim"])["state"] == "completed" and r,
+        message="the reclaim to complete",
+    )
+    assert reclaim["bytes"] > 0
+    assert list((spaces / ".xum-trash").iterdir()) == []
+    assert mounts_under(tmp_short) == [str(spaces)]
