@@ -9,6 +9,7 @@ import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from xumd import fsdelete
@@ -219,3 +220,67 @@ def test_remove_tree_absent_and_mode_000_directory(tmp_short: Path) -> None:
     assert fsdelete.remove_tree(top) == []
     assert not top.exists()
     assert stat.S_ISDIR(os.stat(tmp_short).st_mode)
+
+
+def test_walk_within_never_enters_a_mount(tmp_short: Path, mounts: Mounts) -> None:
+    outside = _outside(tmp_short)
+    top = tmp_short / "checkout"
+    (top / "src").mkdir(parents=True)
+    (top / "src" / "a.py").write_text("a")
+    (top / "same-fs").mkdir()
+    (top / "tmp").mkdir()
+    (top / "link").symlink_to(outside)
+    mounts.bind(outside, top / "same-fs")
+    mounts.tmpfs(top / "tmp")
+    (top / "tmp" / "t.txt").write_text("t")
+    listed = sorted(
+        str(Path(d, f).relative_to(top)) for d, _, fs in fsdelete.walk_within(top) for f in fs
+    )
+    assert listed == ["src/a.py"]
+    assert list(fsdelete.walk_within(tmp_short / "absent")) == []
+
+
+def _row(path: Path, runtime: str, wid: str = "ws_0123456789abcdef") -> Any:
+    from xumd.lifecycle.rows import WorkspaceRow
+
+    return WorkspaceRow(
+        id=wid, project_id="prj_0123456789abcdef", name=path.name, runtime=runtime, path=path,
+        branch="xum/w" if runtime == "worktree" else None, base=None, branch_created=False,
+        state="creating", incarnation="0" * 32, dev=None, ino=None, interrupted=False,
+        interrupted_reason=None, setup_status="none", setup_output=None, snapshot_ref=None,
+        snapshot_commit=None, last_cleanup=None, handle_id=None, owner_workspace_id=None,
+        auto_archive=None, auto_archive_outcome=None, version=1, created_at=0.0, updated_at=0.0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("runtime", ["worktree", "directory"])
+def test_discard_leaves_a_checkout_with_a_mount_alone(
+    tmp_short: Path, mounts: Mounts, runtime: str
+) -> None:
+    """The undo of a failed create or unarchive (`checkout.discard`): `git worktree remove -f
+    -f` (or the directory delete) would empty a mount a setup script put inside the checkout."""
+    import anyio
+    from xumd.git import Git
+    from xumd.lifecycle import checkout, marker
+
+    from tests.support.gitrepo import git, make_repo
+
+    outside = _outside(tmp_short)
+    before = _snapshot(outside)
+    repo = make_repo(tmp_short / "repo")
+    path = tmp_short / "w"
+    row = _row(path, runtime)
+    if runtime == "worktree":
+        reason = marker.Marker(row.id, row.incarnation).reason()
+        git(repo, "worktree", "add", "--lock", "--reason", reason, "-b", "xum/w", str(path))
+    else:
+        checkout.make_directory(row)
+    (path / "cache").mkdir()
+    point = mounts.bind(outside, path / "cache")
+    anyio.run(checkout.discard, Git(), repo, row)
+    assert _snapshot(outside) == before
+    assert path.is_dir()
+    mounts.unmount(point)
+    anyio.run(checkout.discard, Git(), repo, row)
+    assert not path.exists()
+    assert _snapshot(outside) == before

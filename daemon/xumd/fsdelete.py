@@ -32,6 +32,7 @@ import re
 import stat
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -343,3 +344,30 @@ def remove_tree(path: Path, *, ignore_errors: bool = False) -> list[str]:
         if not ignore_errors:
             raise
         return []
+
+
+def walk_within(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`os.walk(top)` (top-down, symlinks not followed) that never enters another mount: a
+    directory on another device, or one the mount table names as a mount point, is pruned.
+    For the usage walks (sizes of dropped files, file lists, stray counts): what sits on a mount
+    is not the checkout's, so it is neither counted nor listed."""
+    try:
+        root_dev = os.lstat(top).st_dev
+    except OSError:
+        return
+    points = set(mounts_at_or_under(top))
+    for current, dirs, files in os.walk(top):
+        kept = []
+        for name in dirs:
+            full = os.path.join(current, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            # A symlink stays listed among `dirs` as os.walk lists it (it is never followed).
+            if stat.S_ISLNK(st.st_mode) or (
+                st.st_dev == root_dev and not (points and os.path.realpath(full) in points)
+            ):
+                kept.append(name)
+        dirs[:] = kept
+        yield current, dirs, files

@@ -12,11 +12,13 @@ from pathlib import Path
 
 from xum_protocol.errors import ErrorKind
 
-from xumd import fsdelete
+from xumd import fsdelete, logs
 from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import gitlocks, marker
 from xumd.lifecycle.rows import WorkspaceRow
+
+log = logs.get("xumd.lifecycle.checkout")
 
 
 async def clear_stale_locks(git: Git, repo: Path) -> list[str]:
@@ -68,7 +70,12 @@ def make_directory(row: WorkspaceRow) -> None:
 
 async def discard(git: Git, repo: Path, row: WorkspaceRow) -> None:
     """Take back the checkout this operation made for `row` (marker-checked): a worktree and
-    git's admin entry, or a directory. Anything else at the path is left alone."""
+    git's admin entry, or a directory. Anything else at the path is left alone, and so is a
+    checkout with a mount at or under it (`git worktree remove` would empty the mount)."""
+    mounts = fsdelete.mounts_at_or_under(row.path)
+    if mounts:
+        log.warning("checkout.discard_left", workspace=row.id, mounts=mounts[:5])
+        return
     if row.runtime == "worktree":
         async with git.admin_lock(repo):
             found = marker.read_worktree_marker(row.path)

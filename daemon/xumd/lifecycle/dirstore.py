@@ -20,7 +20,9 @@ from xumd.lifecycle.snapshot import Dropped
 
 
 def files_under(top: Path) -> list[str]:
-    return sorted(str(Path(d, f).relative_to(top)) for d, _, fs in os.walk(top) for f in fs)
+    return sorted(
+        str(Path(d, f).relative_to(top)) for d, _, fs in fsdelete.walk_within(top) for f in fs
+    )
 
 
 def content_files(row: WorkspaceRow) -> list[str]:

@@ -323,7 +323,7 @@ def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
     if not full.is_dir() or full.is_symlink():
         found.append((str(full.relative_to(checkout)), st.st_size))
         return found
-    for dirpath, _dirs, files in os.walk(full):
+    for dirpath, _dirs, files in fsdelete.walk_within(full):
         for name in files:
             path = Path(dirpath) / name
             try:
