@@ -11,6 +11,8 @@ bind mounts and tmpfs (root only; skipped with the reason elsewhere).
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -305,3 +307,64 @@ def test_checkout_on_another_mount_is_trashed_and_reclaimed_next_to_it(
     assert reclaim["bytes"] > 0
     assert list((spaces / ".xum-trash").iterdir()) == []
     assert mounts_under(tmp_short) == [str(spaces)]
+
+
+def test_no_inode_left_for_the_trash_area_keeps_the_trash_step_pending(
+    fast: DaemonProcess, tmp_short: Path, mounts: Mounts
+) -> None:
+    """ENOSPC in the trash step: the checkout's filesystem (a tmpfs, so the trash goes next to
+    it) has no inode left for `.xum-trash`. The step stays pending naming the error, the
+    checkout stays in place and intact; once space is freed a retry moves and reclaims it."""
+    spaces = tmp_short / "spaces"
+    spaces.mkdir()
+    mounts.tmpfs(spaces, size="16m", options="nr_inodes=200")
+    project = add_project(fast, make_repo(tmp_short / "repo"), workspaces_dir=str(spaces))
+    ws = create(fast, project["id"], "w")["workspace"]
+    checkout = Path(ws["path"])
+    (checkout / "notes.txt").write_text("unsaved\n")
+    filler = spaces / "filler"
+    filler.mkdir()
+    for i in range(1000):
+        try:
+            (filler / str(i)).touch()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+            break
+    else:
+        pytest.fail("the tmpfs never ran out of inodes")
+    archived = fast.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert archived["workspace"]["state"] == "archived"
+    assert archived["snapshot"] is not None  # the work is saved before anything moves
+    cleanup = archived["cleanup"]
+    assert cleanup["status"] == "pending"
+    assert "No space left on device" in cleanup["last_error"]
+    assert (checkout / "notes.txt").read_text() == "unsaved\n"
+    for entry in filler.iterdir():
+        entry.unlink()
+    until(
+        lambda: all(o["state"] == "completed" for o in _cleanup(fast, ws["id"]).values()),
+        message="the trash and reclaim steps to complete",
+    )
+    assert not checkout.exists()
+    assert list((spaces / ".xum-trash").iterdir()) == []
+
+
+def test_a_hard_link_out_of_the_checkout_keeps_its_data(
+    fast: DaemonProcess, tmp_short: Path
+) -> None:
+    """A file in the checkout hard-linked to one outside: the reclaim unlinks the checkout's
+    name only (the outside file keeps its bytes), and does not count those bytes as freed."""
+    ws = _workspace(fast, tmp_short, "directory")
+    checkout = Path(ws["path"])
+    big = tmp_short / "dataset.bin"
+    big.write_bytes(b"\1" * 1_000_000)
+    os.link(big, checkout / "dataset.bin")
+    (checkout / "small.txt").write_text("x" * 10)
+    fast.call("workspace.archive", {"workspace_id": ws["id"]})
+    reclaim = until(
+        lambda: (r := _cleanup(fast, ws["id"])["reclaim"])["state"] == "completed" and r,
+        message="the reclaim to complete",
+    )
+    assert big.read_bytes() == b"\1" * 1_000_000
+    assert big.stat().st_nlink == 1
+    assert 10 <= reclaim["bytes"] < 1_000_000
