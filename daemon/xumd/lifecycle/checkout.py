@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import anyio
 from xum_protocol.errors import ErrorKind
 
 from xumd import fsdelete, logs
@@ -82,11 +83,27 @@ async def discard(git: Git, repo: Path, row: WorkspaceRow) -> None:
             # `remove -f -f` also drops the admin entry of a locked worktree whose directory
             # is gone (a prune would touch the user's other stale entries too).
             if found == marker.Marker(row.id, row.incarnation) or not os.path.lexists(row.path):
+                # The tree goes through our own walk (by descriptor, stopping at any mount that
+                # appeared since the check above); git then only drops its admin entry.
+                if not await _delete_checkout(row):
+                    return
                 await git.run(
                     repo, "worktree", "remove", "--force", "--force", str(row.path), check=False
                 )
     elif row.path.is_dir() and marker.read_directory_marker(row.path) == marker.Marker(
         row.id, row.incarnation
     ):
-        # By descriptor and within the checkout's mount: a mount placed inside is left alone.
-        fsdelete.remove_tree(row.path, ignore_errors=True)
+        await _delete_checkout(row)
+
+
+async def _delete_checkout(row: WorkspaceRow) -> bool:
+    """Delete the checkout's tree with the mount-bounded primitive; False (logged) when
+    something was left: a mount, or an error."""
+    try:
+        left = await anyio.to_thread.run_sync(fsdelete.remove_tree, row.path)
+    except OSError as exc:
+        log.warning("checkout.discard_failed", workspace=row.id, error=str(exc))
+        return False
+    if left:
+        log.warning("checkout.discard_left", workspace=row.id, mounts=left[:5])
+    return not left
