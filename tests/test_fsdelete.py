@@ -284,3 +284,23 @@ def test_discard_leaves_a_checkout_with_a_mount_alone(
     anyio.run(checkout.discard, Git(), repo, row)
     assert not path.exists()
     assert _snapshot(outside) == before
+
+
+def test_an_unreadable_mount_table_fails_closed(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quiescence check cannot prove no mount is inside: a `probe` holder (busy), never an
+    empty answer. (The fault is simulated: the table's path names a directory, EISDIR.)"""
+    import anyio
+    from xumd.lifecycle.seams import WorkspaceRef, mount_holders
+
+    (tmp_short / "f").write_text("f")
+    monkeypatch.setattr(fsdelete, "MOUNTINFO", tmp_short)
+    ref = WorkspaceRef("ws_0123456789abcdef", "prj_0123456789abcdef", "w", tmp_short, "0")
+    holders = anyio.run(mount_holders, ref)
+    assert [(h.kind, h.pid) for h in holders] == [("probe", None)]
+    assert "mount table unreadable" in holders[0].label
+    with pytest.raises(OSError):
+        fsdelete.mounts_at_or_under(tmp_short)
+    # A usage walk still answers (its device check holds without the table).
+    assert [f for _, _, fs in fsdelete.walk_within(tmp_short) for f in fs] == ["f"]

@@ -78,7 +78,8 @@ def parse_mountinfo(data: bytes) -> list[str]:
 
 
 def mount_points() -> list[str]:
-    """Every mount point this process sees; empty where there is no mount table to read."""
+    """Every mount point this process sees; empty where there is no mount table (no /proc:
+    macOS). Another error reading it raises (callers fail closed)."""
     try:
         data = MOUNTINFO.read_bytes()
     except FileNotFoundError:
@@ -355,7 +356,10 @@ def walk_within(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
         root_dev = os.lstat(top).st_dev
     except OSError:
         return
-    points = set(mounts_at_or_under(top))
+    try:
+        points = set(mounts_at_or_under(top))
+    except OSError:
+        points = set()  # a usage walk: the device check below still holds
     for current, dirs, files in os.walk(top):
         kept = []
         for name in dirs:

@@ -50,7 +50,11 @@ class Holder:
 async def mount_holders(workspace: WorkspaceRef) -> list[Holder]:
     """Mounts at or under the checkout: deleting or moving it would reach into them (a bind
     mount's files are not the checkout's), so they hold it like a process does."""
-    points = await anyio.to_thread.run_sync(fsdelete.mounts_at_or_under, workspace.path)
+    try:
+        points = await anyio.to_thread.run_sync(fsdelete.mounts_at_or_under, workspace.path)
+    except OSError as exc:
+        # Fail closed: an unreadable mount table cannot prove that no mount is inside.
+        return [Holder("probe", None, f"mount table unreadable: {exc.strerror or exc}")]
     return [Holder("mount", None, f"mount at {point}") for point in points]
 
 
