@@ -304,3 +304,32 @@ def test_an_unreadable_mount_table_fails_closed(
         fsdelete.mounts_at_or_under(tmp_short)
     # A usage walk still answers (its device check holds without the table).
     assert [f for _, _, fs in fsdelete.walk_within(tmp_short) for f in fs] == ["f"]
+
+
+def test_delete_tree_is_not_redirected_by_a_symlink_swap(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the walk's look at a directory entry and its descent, the directory is moved
+    out of the tree and a symlink to the user's files put in its place: the walk opens by
+    descriptor without following, sees the link, and unlinks the link itself."""
+    outside = _outside(tmp_short)
+    before = _snapshot(outside)
+    top = tmp_short / "entry"
+    (top / "sub").mkdir(parents=True)
+    (top / "sub" / "f").write_text("f")
+    moved = tmp_short / "moved-out"
+    real_stat = os.stat
+
+    def stat_then_swap(name: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        st = real_stat(name, *args, **kwargs)
+        if name == "sub" and not moved.exists():
+            os.rename(top / "sub", moved)
+            os.symlink(outside, top / "sub")
+        return st
+
+    monkeypatch.setattr(fsdelete.os, "stat", stat_then_swap)
+    report = fsdelete.delete_tree(top)
+    monkeypatch.undo()
+    assert report.complete and not top.exists()
+    assert _snapshot(outside) == before
+    assert (moved / "f").read_text() == "f"  # moved out of the tree first: not ours to delete
