@@ -230,11 +230,14 @@ def test_a_mount_over_the_trash_entry_keeps_the_reclaim_pending(
         daemon.close()
 
 
+@pytest.mark.parametrize("where", ["inside", "over"])
 def test_a_mount_appearing_before_the_move_keeps_the_trash_step_pending(
-    root: Path, tmp_short: Path, mounts: Mounts, outside: Path
+    root: Path, tmp_short: Path, mounts: Mounts, outside: Path, where: str
 ) -> None:
     """Archive's quiescence check passed; a mount appears before the trash step moves the
-    checkout: the step waits (pending, naming it), the checkout stays, the mount untouched."""
+    checkout, inside it or over the whole checkout (hiding its marker: the fence used to call
+    it foreign and abandon the step for good): the step waits (pending, naming it), the
+    checkout stays, the mount untouched; once unmounted, a retry moves and reclaims it."""
     holds = tmp_short / "holds"
     point_name = "cleanup.trash.hold"
     daemon = _start(root, env=hold_env(point_name, holds))
@@ -250,7 +253,7 @@ def test_a_mount_appearing_before_the_move_keeps_the_trash_step_pending(
         caller = threading.Thread(target=archive)
         caller.start()
         wait_held(point_name, holds)
-        point = mounts.bind(outside, checkout / "mnt")
+        point = mounts.bind(outside, checkout / "mnt" if where == "inside" else checkout)
         release(point_name, holds)
         caller.join(timeout=30)
         assert not caller.is_alive()

@@ -42,7 +42,7 @@ AFTER_RECLAIM = faults.declare(
 
 TRASH_HOLD = faults.declare(
     "cleanup.trash.hold",
-    "simulate: hold a trash step after its fence, before it looks for mounts and moves the "
+    "simulate: hold a trash step before its fence, its look for mounts and the move of the "
     "checkout, until the test releases it (faults.FaultPoint.hold)",
     simulate=True,
 )
@@ -114,6 +114,10 @@ class Steps:
         if not check.present:
             return Outcome.abandoned("the checkout directory is gone; teardown was not run")
         if check.problem:
+            over = _mount_over(Path(ob.path))
+            if over:
+                # A mount over the checkout hides it (and its marker): wait, do not abandon.
+                return Outcome.failed(f"waiting: mount at {over} over the checkout")
             return Outcome.abandoned(check.problem)
         outcome = await self.teardown_fn(ob, Path(ob.path))
         AFTER_TEARDOWN()
@@ -137,6 +141,7 @@ class Steps:
         return planned, ob
 
     async def trash(self, ob: ObligationRow) -> Outcome:
+        await TRASH_HOLD.hold()
         check, problem = self._fence(ob)
         path = Path(ob.path)
         moved = False
@@ -146,17 +151,17 @@ class Steps:
         if check.present:
             if problem:
                 return _refused(problem)
+            # Before the directory check: a mount over the checkout hides its marker (the fence
+            # would call it foreign and abandon for good), and one inside would ride along into
+            # the trash (its reclaim would have to stop at it). Wait until they are unmounted.
+            mounts = [] if os.path.islink(path) else fsdelete.mounts_at_or_under(path)
+            if mounts:
+                return Outcome.failed(
+                    f"waiting: mount at {fsdelete.describe_mounts(mounts)} in or over the "
+                    "checkout; the checkout is left in place until it is unmounted"
+                )
             if check.problem:
                 return Outcome.abandoned(check.problem)
-            await TRASH_HOLD.hold()
-            mounts = fsdelete.mounts_at_or_under(path)
-            if mounts:
-                # Moving the checkout would carry the mounts into the trash, and its reclaim
-                # would have to stop at them: wait (pending) until they are unmounted.
-                return Outcome.failed(
-                    f"waiting: mount at {fsdelete.describe_mounts(mounts)} inside the checkout; "
-                    "the checkout is left in place until it is unmounted"
-                )
             trash_path, ob = self._trash_path(ob)
             if os.path.lexists(trash_path):
                 return Outcome.failed(f"trash entry {trash_path} already exists; not overwritten")
@@ -289,6 +294,14 @@ class Steps:
         AFTER_RECLAIM()
         log.info("cleanup.reclaimed", obligation=ob.id, bytes=report.freed)
         return Outcome.done(bytes=report.freed, needed=True)
+
+
+def _mount_over(path: Path) -> str | None:
+    """The mount point sitting on `path` itself (not followed if `path` is a symlink)."""
+    if os.path.islink(path):
+        return None
+    real = os.path.realpath(path)
+    return real if real in fsdelete.mounts_at_or_under(path) else None
 
 
 def _mount_wait(source: Path, mounts: list[str]) -> str:
