@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.lifecycle_helpers import add_project, create, rpc_error
+from tests.lifecycle_helpers import add_project, commit_scripts, create, rpc_error, trusted_daemon
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import make_repo
 from tests.support.holds import hold_env, release, wait_held
@@ -371,3 +372,40 @@ def test_a_hard_link_out_of_the_checkout_keeps_its_data(
     assert big.read_bytes() == b"\1" * 1_000_000
     assert big.stat().st_nlink == 1
     assert 10 <= reclaim["bytes"] < 1_000_000
+
+
+def test_a_mount_over_the_checkout_keeps_the_teardown_waiting(
+    root: Path, tmp_short: Path, ctl: Path, mounts: Mounts, outside: Path
+) -> None:
+    """A failing teardown bind-mounts over its own checkout (after archive's quiescence check):
+    the retry's fence no longer finds the marker, which used to abandon the teardown for good
+    (never run again). Now it waits naming the mount; once unmounted it runs and the checkout
+    goes, the mounted directory intact."""
+    repo = make_repo(tmp_short / "repo")
+    commit_scripts(
+        repo,
+        teardown=f'if [ -f {ctl}/ok ]; then exit 0; fi; mount --bind {outside} "$PWD"; exit 3',
+    )
+    mounts.require()  # the script mounts; unmounted at the end like the test's own mounts
+    with trusted_daemon(root, repo, FAST) as (daemon, project):
+        ws = create(daemon, project["id"], "w")["workspace"]
+        checkout = Path(ws["path"])
+        archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        assert archived["cleanup"]["status"] == "pending"
+        assert mounts_under(tmp_short) == [str(checkout)]
+
+        def waits() -> dict[str, Any] | None:
+            ob = _cleanup(daemon, ws["id"])["teardown"]
+            return ob if "over the checkout" in (ob["last_error"] or "") else None
+
+        ob = until(waits, message="the teardown to wait on the mount")
+        assert ob["state"] == "pending"
+        assert f"mount at {checkout}" in ob["last_error"]
+        (ctl / "ok").touch()
+        subprocess.run(["umount", str(checkout)], check=True)
+        until(
+            lambda: all(o["state"] == "completed" for o in _cleanup(daemon, ws["id"]).values()),
+            message="teardown, trash and reclaim to complete",
+        )
+        assert not checkout.exists()
+        assert _tree(outside) == OUTSIDE_TREE

@@ -31,6 +31,13 @@ class Mounts:
         self.points.append(target)
         return target
 
+    def require(self) -> None:
+        """Skip (with the reason) unless this process may mount: for a test whose mounts are
+        made by something else (a script the daemon runs)."""
+        probe = self.base / ".mount-probe"
+        probe.mkdir(exist_ok=True)
+        self.unmount(self.tmpfs(probe, size="1m"))
+
     def bind(self, source: Path, target: Path) -> Path:
         return self._mount(["mount", "--bind", str(source), str(target)], target)
 
