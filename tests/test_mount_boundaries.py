@@ -15,7 +15,7 @@ import errno
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,17 @@ def test_a_mount_on_the_checkout_itself_and_a_tmpfs_inside(
     assert (over / "user.txt").read_text() == "mine\n"
 
 
+def _releasing(holds: Path, point: str, condition: Callable[[], bool]) -> Callable[[], bool]:
+    """A condition for `until` that lets every arrival held at `point` through meanwhile."""
+
+    def check() -> bool:
+        if (holds / f"{point}.held").exists():
+            release(point, holds)
+        return condition()
+
+    return check
+
+
 def _trash_entry(daemon: DaemonProcess, root: Path, wid: str) -> Path:
     obs = daemon.call("cleanup.list", {"workspace_id": wid})["obligations"]
     trash = next(o for o in obs if o["kind"] == "trash")
@@ -157,11 +168,14 @@ def _cleanup(daemon: DaemonProcess, wid: str) -> dict[str, dict[str, Any]]:
     return {o["kind"]: o for o in obs}
 
 
+@pytest.mark.parametrize("point_name", ["cleanup.reclaim.hold", "cleanup.reclaim.hold_walk"])
 def test_a_mount_in_the_trash_entry_keeps_the_reclaim_pending(
-    root: Path, tmp_short: Path, mounts: Mounts, outside: Path
+    root: Path, tmp_short: Path, mounts: Mounts, outside: Path, point_name: str
 ) -> None:
+    """A bind mount appears in the trash entry before the reclaim's checks (found in the mount
+    table: nothing is deleted), or after them, just before the walk (the walk stops at it).
+    Either way the reclaim stays pending naming it and the mounted directory is intact."""
     holds = tmp_short / "holds"
-    point_name = "cleanup.reclaim.hold"
     daemon = _start(root, env=hold_env(point_name, holds))
     try:
         ws = _workspace(daemon, tmp_short, "worktree")
@@ -183,21 +197,29 @@ def test_a_mount_in_the_trash_entry_keeps_the_reclaim_pending(
 
         ob = until(reclaim_waits, message="the reclaim to fail on the mount")
         assert ob["state"] == "pending"
-        assert f"mount at {point}" in ob["last_error"]
+        assert f"at {point} inside trash entry {entry}" in ob["last_error"]
         assert "not descended" in ob["last_error"]
         assert _tree(outside) == OUTSIDE_TREE
-        # Every retry holds again: let a few through, the mount still untouched.
-        for _ in range(2):
-            wait_held(point_name, holds)
-            release(point_name, holds)
-        wait_held(point_name, holds)
+        # Retries keep failing on it (let a few through): the mount still untouched.
+        attempts = ob["attempts"]
+        until(
+            _releasing(
+                holds,
+                point_name,
+                lambda: _cleanup(daemon, ws["id"])["reclaim"]["attempts"] >= attempts + 2,
+            ),
+            message="two more reclaim attempts",
+        )
         assert _tree(outside) == OUTSIDE_TREE
         assert _cleanup(daemon, ws["id"])["reclaim"]["state"] == "pending"
-        # Unmounted: the next attempt completes, and the user's directory is intact.
+        # Unmounted: a next attempt completes, and the user's directory is intact.
         mounts.unmount(point)
-        release(point_name, holds)
         until(
-            lambda: _cleanup(daemon, ws["id"])["reclaim"]["state"] == "completed",
+            _releasing(
+                holds,
+                point_name,
+                lambda: _cleanup(daemon, ws["id"])["reclaim"]["state"] == "completed",
+            ),
             message="the reclaim to complete",
         )
         assert not entry.exists()
@@ -266,15 +288,14 @@ def test_a_mount_appearing_before_the_move_keeps_the_trash_step_pending(
         assert _state(daemon, ws["id"]) == "archived"
         # Unmounted: a retry moves the checkout and reclaims it; the user's files survive.
         mounts.unmount(point)
-        release(point_name, holds)  # a retry that is already waiting there
-
-        def settled() -> bool:
-            if (holds / f"{point_name}.held").exists():
-                release(point_name, holds)
-            obs = _cleanup(daemon, ws["id"])
-            return obs["trash"]["state"] == "completed" and obs["reclaim"]["state"] == "completed"
-
-        until(settled, message="the trash and reclaim steps to complete")
+        until(
+            _releasing(
+                holds,
+                point_name,
+                lambda: all(o["state"] == "completed" for o in _cleanup(daemon, ws["id"]).values()),
+            ),
+            message="the trash and reclaim steps to complete",
+        )
         assert not checkout.exists()
         assert _tree(outside) == OUTSIDE_TREE
     finally:

@@ -211,7 +211,7 @@ def delete_tree(top: Path, stop: threading.Event | None = None) -> DeleteReport:
     report = DeleteReport()
     parent_fd = os.open(top.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        top_fd = os.open(top.name, _DIR_FLAGS, dir_fd=parent_fd)
+        top_fd = _open_dir(top.name, parent_fd)
         st = os.fstat(top_fd)
         root_dev, root_mnt = st.st_dev, mount_id(top_fd)
         pst = os.fstat(parent_fd)

@@ -51,6 +51,12 @@ RECLAIM_HOLD = faults.declare(
     "simulate: hold a reclaim before it looks at its trash entry, until the test releases it",
     simulate=True,
 )
+RECLAIM_WALK_HOLD = faults.declare(
+    "cleanup.reclaim.hold_walk",
+    "simulate: hold a reclaim after its checks (mount table, identity), just before the "
+    "deleting walk, until the test releases it",
+    simulate=True,
+)
 
 TAIL_CHARS = 1500
 """How much of a failing teardown's output (its diagnostic tail) goes into last_error."""
@@ -276,6 +282,7 @@ class Steps:
             return Outcome.failed(_mount_wait(source, mounts))
         if ob.identity is not None and (st.st_dev, st.st_ino) != ob.identity:
             return Outcome.abandoned(f"trash entry {source} is not the directory moved there")
+        await RECLAIM_WALK_HOLD.hold()
         stop = threading.Event()
         try:
             report = await anyio.to_thread.run_sync(
@@ -289,8 +296,14 @@ class Steps:
             # Cancelled (shutdown): the worker stops at its next entry.
             stop.set()
         if report.left:
+            # Not in the mount table a moment ago: a mount that appeared since, or a directory
+            # on another device without a mount of its own (a btrfs subvolume): left alone.
             log.warning("cleanup.reclaim_left", obligation=ob.id, left=report.left[:5])
-            return Outcome.failed(_mount_wait(source, report.left))
+            return Outcome.failed(
+                f"waiting: mount or other device at {fsdelete.describe_mounts(report.left)} "
+                f"inside trash entry {source}; not descended (unmount it and the reclaim "
+                "completes)"
+            )
         AFTER_RECLAIM()
         log.info("cleanup.reclaimed", obligation=ob.id, bytes=report.freed)
         return Outcome.done(bytes=report.freed, needed=True)
