@@ -286,6 +286,20 @@ def test_a_mount_appearing_before_the_move_keeps_the_trash_step_pending(
         assert checkout.is_dir()
         assert _tree(outside) == OUTSIDE_TREE
         assert _state(daemon, ws["id"]) == "archived"
+        # Unarchive first settles the lingering checkout: a mount in it (or over it) is `busy`
+        # naming it (its files are not unsaved work); nothing of the mount is touched.
+        refused: list[Any] = []
+        caller = threading.Thread(
+            target=lambda: refused.append(
+                rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
+            )
+        )
+        caller.start()
+        until(_releasing(holds, point_name, lambda: bool(refused)), message="unarchive refused")
+        caller.join(timeout=30)
+        _assert_busy_on_mount(refused[0], point)
+        assert _tree(outside) == OUTSIDE_TREE
+        assert _state(daemon, ws["id"]) == "archived"
         # Unmounted: a retry moves the checkout and reclaims it; the user's files survive.
         mounts.unmount(point)
         until(
