@@ -13,13 +13,16 @@ from pathlib import Path
 import anyio
 from xum_protocol.models.workspace import RestoredInfo
 
+from xumd import fsdelete
 from xumd.lifecycle import marker
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped
 
 
 def files_under(top: Path) -> list[str]:
-    return sorted(str(Path(d, f).relative_to(top)) for d, _, fs in os.walk(top) for f in fs)
+    return sorted(
+        str(Path(d, f).relative_to(top)) for d, _, fs in fsdelete.walk_within(top) for f in fs
+    )
 
 
 def content_files(row: WorkspaceRow) -> list[str]:
@@ -30,7 +33,7 @@ def content_files(row: WorkspaceRow) -> list[str]:
 def _copy_in(archive_store: Path, row: WorkspaceRow) -> Dropped:
     store = archive_store / row.id
     tmp = archive_store / f".{row.id}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    fsdelete.remove_tree(tmp, ignore_errors=True)
     shutil.copytree(
         row.path,
         tmp / "content",
@@ -39,7 +42,7 @@ def _copy_in(archive_store: Path, row: WorkspaceRow) -> Dropped:
     )
     files = files_under(tmp / "content")
     (tmp / "manifest.json").write_text(json.dumps({"directory": True, "files": files}))
-    shutil.rmtree(store, ignore_errors=True)
+    fsdelete.remove_tree(store, ignore_errors=True)
     os.replace(tmp, store)
     return Dropped(preserved=files)
 

@@ -15,6 +15,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
+
+from xumd import fsdelete
+
 
 @dataclass(frozen=True, slots=True)
 class WorkspaceRef:
@@ -28,7 +32,8 @@ class WorkspaceRef:
 @dataclass(frozen=True, slots=True)
 class Holder:
     """Someone using a checkout: `kind` is e.g. terminal, agent, mcp, exec, editor, setup,
-    teardown, process (found by the cwd/open-file probe), pending_stop."""
+    teardown, process (found by the cwd/open-file probe), pending_stop, mount (a mount point at
+    or under the checkout; `pid` None, the label names the mount point)."""
 
     kind: str
     pid: int | None
@@ -40,6 +45,17 @@ class Holder:
 
     def as_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "pid": self.pid, "label": self.label, "since": self.since}
+
+
+async def mount_holders(workspace: WorkspaceRef) -> list[Holder]:
+    """Mounts at or under the checkout: deleting or moving it would reach into them (a bind
+    mount's files are not the checkout's), so they hold it like a process does."""
+    try:
+        points = await anyio.to_thread.run_sync(fsdelete.mounts_at_or_under, workspace.path)
+    except OSError as exc:
+        # Fail closed: an unreadable mount table cannot prove that no mount is inside.
+        return [Holder("probe", None, f"mount table unreadable: {exc.strerror or exc}")]
+    return [Holder("mount", None, f"mount at {point}") for point in points]
 
 
 HolderProbe = Callable[[WorkspaceRef], Awaitable[list[Holder]]]

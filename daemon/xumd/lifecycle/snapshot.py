@@ -24,6 +24,7 @@ from pathlib import Path
 
 import anyio
 
+from xumd import fsdelete
 from xumd.git import Git
 
 SNAPSHOT_NS = "refs/xum/snapshots"
@@ -283,7 +284,7 @@ class Snapshotter:
             manifest = {"workspace_id": workspace_id, "incarnation": incarnation, "files": matched}
             (tmp / "manifest.json").write_text(json.dumps(manifest))
             if store.exists():
-                shutil.rmtree(store)
+                fsdelete.remove_tree(store)
             os.replace(tmp, store)
             dropped.preserved = matched
             dropped.count -= len(matched)
@@ -310,7 +311,7 @@ class Snapshotter:
         return restored
 
     def discard_preserved(self, workspace_id: str) -> None:
-        shutil.rmtree(self.archive_dir / workspace_id, ignore_errors=True)
+        fsdelete.remove_tree(self.archive_dir / workspace_id, ignore_errors=True)
 
 
 def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
@@ -322,7 +323,7 @@ def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
     if not full.is_dir() or full.is_symlink():
         found.append((str(full.relative_to(checkout)), st.st_size))
         return found
-    for dirpath, _dirs, files in os.walk(full):
+    for dirpath, _dirs, files in fsdelete.walk_within(full):
         for name in files:
             path = Path(dirpath) / name
             try:

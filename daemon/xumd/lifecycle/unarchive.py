@@ -17,6 +17,7 @@ from xumd.errors import XumError
 from xumd.lifecycle import checkout, dirstore, ids, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.lifecycle.seams import busy_message, mount_holders
 
 log = logs.get("xumd.lifecycle.unarchive")
 
@@ -92,8 +93,22 @@ async def _settle_old_checkout(ctx: Context, row: WorkspaceRow) -> None:
         if ob.incarnation == row.incarnation and ob.kind != "reclaim"
     }
     for path in sorted(paths):
+        await _refuse_mounted(replace(row, path=path))
         await _refuse_unsaved(ctx, replace(row, path=path))
     await ctx.run_cleanup(row.id, force=True)
+
+
+async def _refuse_mounted(row: WorkspaceRow) -> None:
+    """A mount in the lingering checkout: its trash step waits for it, and its files are not
+    the checkout's work (they would otherwise be reported as unsaved). Busy, naming it."""
+    holders = await mount_holders(row.ref())
+    if holders:
+        raise XumError(
+            ErrorKind.BUSY,
+            f"cannot unarchive {row.name!r}: its archived checkout at {row.path} is "
+            + busy_message(holders),
+            holders=[h.as_dict() for h in holders],
+        )
 
 
 async def _refuse_unsaved(ctx: Context, row: WorkspaceRow) -> None:
