@@ -62,6 +62,8 @@ def install(app: App) -> Reconciler:
 
     # workspace.keep settles a kept rename journal with the startup pass's own logic.
     app.get(LifecycleHooks).rename_settler = reconciler.settle_journal
+    # An operation that failed part-way leaves its row as the startup pass would.
+    app.get(LifecycleHooks).row_settler = reconciler.settle_row
     app.on_startup("recovery", startup)
     app.router.add("workspace.strays", list_strays)
     app.status_providers[STATUS_KEY] = status
