@@ -5,8 +5,9 @@ Each step between a durable write and its effect calls a point with a stable nam
 crash test can kill at every point and check the invariants after a restart. With
 `XUM_FAULT=<name>:raise` the point raises `FaultInjected` instead, once (an unexpected exception,
 as a bug or an unforeseen OS error would): the daemon lives on, and a test checks that the
-failure left no row stuck and that a retry goes through. `xumd --list-fault-points` prints every declared name; a point is declared at
-import time, so a new point is covered by the crash harness automatically.
+failure left no row stuck and that a retry goes through. `xumd --list-fault-points` prints every
+declared name; a point is declared at import time, so a new point is covered by the crash
+harness automatically.
 """
 
 from __future__ import annotations

@@ -68,7 +68,8 @@ class World:
         self.project_id = ""
         self.raise_at: str | None = None
         """The point armed in `raise` mode (`XUM_FAULT=<point>:raise`) instead of SIGKILL:
-        the drivers then see the operation fail and the daemon live on (tests/test_failure_matrix)."""
+        the drivers then see the operation fail and the daemon live on
+        (tests/test_failure_matrix.py)."""
         self.answers: list[Any] = []
 
     # -- daemon ----------------------------------------------------------------------------------
