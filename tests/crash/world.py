@@ -71,13 +71,15 @@ class World:
         the drivers then see the operation fail and the daemon live on
         (tests/test_failure_matrix.py)."""
         self.answers: list[Any] = []
+        self.armed_raise = False
 
     # -- daemon ----------------------------------------------------------------------------------
 
     def start(self, fault: str | None = None, *, wait_ready: bool = True) -> DaemonProcess:
         if self.daemon is not None:
             self.daemon.close()
-        if fault and fault == self.raise_at:
+        self.armed_raise = bool(fault and fault == self.raise_at)
+        if self.armed_raise:
             fault = f"{fault}:raise"
         env = {"XUM_FAULT": fault} if fault else {}
         self.daemon = DaemonProcess(self.root, env=env, log_level="info")
@@ -102,7 +104,7 @@ class World:
         """The call must not answer: the daemon dies by SIGKILL at the armed point. In raise
         mode it answers (an error, or success when the point lies after the commit) and the
         daemon lives on."""
-        if self.raise_at is not None:
+        if self.armed_raise:
             self.answers.append(self.try_call(method, params))
             assert self.d.proc is not None and self.d.proc.poll() is None, (
                 f"{method}: the daemon died after a raised fault; log tail:\n"
@@ -121,7 +123,7 @@ class World:
 
     def wait_killed(self) -> None:
         code = self.d.wait(30)
-        if self.raise_at is not None:
+        if self.armed_raise:
             # A raise in the startup pass: the daemon never serves and exits with an error.
             assert code not in (0, -signal.SIGKILL), f"daemon exited with {code}"
             return
