@@ -208,3 +208,32 @@ def test_directory_archive_refuses_disk_full(
     (path / "blob.bin").write_bytes(b"small now\n")
     archived = small_daemon.call("workspace.archive", {"workspace_id": ws["id"]})
     assert archived["workspace"]["state"] == "archived"
+
+
+def test_directory_remove_disk_full_leaves_no_stuck_row(
+    small_daemon: DaemonProcess, small_root: Path, tmp_short: Path
+) -> None:
+    """remove --force copies a directory checkout into the archive store after `removing` is
+    committed: when that copy does not fit, the row is not left `removing` (every later call
+    would be `invalid_state`): it is back, flagged with the reason, and keep works."""
+    plain = tmp_short / "plain"
+    plain.mkdir()
+    outside = tmp_short / "checkouts"
+    outside.mkdir()
+    project = add_project(small_daemon, plain, workspaces_dir=str(outside))
+    ws = create(small_daemon, project["id"], "big", runtime="directory")["workspace"]
+    path = Path(ws["path"])
+    (path / "blob.bin").write_bytes(os.urandom(32 << 20))
+
+    err = rpc_error(small_daemon, "workspace.remove", {"workspace_id": ws["id"], "force": True})
+    assert err.kind == "disk_full", err
+    got = small_daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+    assert got["state"] == "active", got
+    assert got["interrupted"] and "disk_full" in got["interrupted_reason"], got
+    assert (path / "blob.bin").stat().st_size == 32 << 20
+    assert _leftovers(small_root) == []
+    kept = small_daemon.call("workspace.keep", {"workspace_id": ws["id"]})["workspace"]
+    assert kept["state"] == "active" and not kept["interrupted"]
+    (path / "blob.bin").unlink()
+    removed = small_daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+    assert removed["removed"] is True
