@@ -19,6 +19,7 @@ import pytest
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import make_repo
+from tests.support.wait import until
 
 
 def _tmpfs(where: Path, size: str) -> None:
@@ -237,3 +238,53 @@ def test_directory_remove_disk_full_leaves_no_stuck_row(
     (path / "blob.bin").unlink()
     removed = small_daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
     assert removed["removed"] is True
+
+
+@pytest.fixture
+def small_checkouts(tmp_short: Path) -> Iterator[Path]:
+    where = tmp_short / "small"
+    _tmpfs(where, "24m")
+    try:
+        yield where
+    finally:
+        _umount(where)
+
+
+def test_directory_unarchive_refuses_disk_full(
+    daemon: DaemonProcess, tmp_short: Path, small_checkouts: Path
+) -> None:
+    """The checkouts live on a 24 MiB tmpfs: after the archive, the tmpfs is filled so that
+    the 8 MiB archived content cannot come back. Unarchive refuses `disk_full` before copying,
+    the row is `archived` again (not `restoring`), nothing is left on the tmpfs; once there is
+    room, the same unarchive restores the bytes."""
+    plain = tmp_short / "plain"
+    plain.mkdir()
+    project = add_project(daemon, plain, workspaces_dir=str(small_checkouts))
+    ws = create(daemon, project["id"], "d", runtime="directory")["workspace"]
+    path = Path(ws["path"])
+    data = os.urandom(8 << 20)
+    (path / "blob.bin").write_bytes(data)
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert archived["cleanup"]["status"] == "completed"
+    until(
+        lambda: not daemon.call("cleanup.list", {"state": "pending"})["obligations"],
+        message="the reclaim of the archived checkout",
+    )
+    filler = small_checkouts / "filler"
+    vfs = os.statvfs(small_checkouts)
+    free = vfs.f_bavail * vfs.f_frsize
+    with filler.open("wb") as out:
+        out.write(b"\0" * (free - (4 << 20)))  # leave 4 MiB: less than the 8 MiB to restore
+    before = sorted(os.listdir(small_checkouts))
+
+    err = rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
+    assert err.kind == "disk_full", err
+    got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+    assert got["state"] == "archived" and not got["interrupted"], got
+    assert sorted(os.listdir(small_checkouts)) == before
+    assert not os.path.lexists(path)
+
+    filler.unlink()
+    back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert back["workspace"]["state"] == "active"
+    assert (path / "blob.bin").read_bytes() == data
