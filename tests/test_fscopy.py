@@ -5,11 +5,12 @@ copy behind (the failure is injected: a real one mid-copy cannot be timed)."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 from xumd.errors import XumError
-from xumd.lifecycle import fscopy
+from xumd.lifecycle import fscopy, scripts
 
 
 def _tree(top: Path) -> None:
@@ -98,3 +99,35 @@ def test_check_space_refuses_with_the_numbers(tmp_short: Path) -> None:
     assert info.value.data["needed_bytes"] == free + 1
     assert "a test tree" in info.value.message
     fscopy.check_space(tmp_short, 0, 1, "nothing")
+
+
+def test_load_config_never_blocks_on_a_fifo_nor_reads_without_bound(tmp_short: Path) -> None:
+    """`.xum/config.toml` is the user's file: a FIFO there (swapped in after `config_file`
+    looked) must not block the daemon, and a huge file must not be read whole."""
+    fifo = tmp_short / "config.toml"
+    os.mkfifo(fifo)
+    done: list[BaseException | None] = []
+
+    def load() -> None:
+        try:
+            scripts.load_config(fifo)
+            done.append(None)
+        except BaseException as exc:
+            done.append(exc)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(timeout=5)
+    if worker.is_alive():
+        # Unblock the reader (old behaviour) so the thread ends, then fail.
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(timeout=5)
+        pytest.fail("load_config blocked on a FIFO")
+    assert isinstance(done[0], OSError), done
+    big = tmp_short / "big.toml"
+    big.write_bytes(b"#" * (scripts.MAX_CONFIG_BYTES + 1))
+    with pytest.raises(OSError, match="larger than"):
+        scripts.load_config(big)
+    ok = tmp_short / "ok.toml"
+    ok.write_text('[scripts]\nsetup = ["true"]\n')
+    assert scripts.load_config(ok).setup == ["true"]
