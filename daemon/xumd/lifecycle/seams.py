@@ -5,7 +5,8 @@ imports a sibling's internals:
 - holder probes (processes and leases) say who uses a checkout, for `busy` refusals;
 - stoppers stop the daemon's own processes in a workspace (archive with `stop: true`, shutdown);
 - cleanup performs physical steps as durable obligations (see xumd.cleanup);
-- recovery settles a kept rename journal on `workspace.keep` (the rename settler).
+- recovery settles a kept rename journal on `workspace.keep` (the rename settler), and the row of
+  an operation that failed part-way (the row settler).
 `LifecycleHooks` is provided by the composition root before any feature installs.
 """
 
@@ -67,12 +68,19 @@ one row; the caller holds the exclusive reservation). Returns the problem the ro
 with (None: settled cleanly); raises `invalid_state`, changing nothing, when the disk proves
 neither state."""
 
+RowSettler = Callable[[str, str], str | None]
+"""Settle one workspace row left mid-way by a failed operation (workspace id, the failure), as
+the startup pass would after a crash at that point: roll back or forward when the disk proves
+which, else flag it `interrupted` with the failure in the reason. Synchronous (store and lstat
+only), so it runs even in a cancelled task. Returns the action taken (None: nothing to do)."""
+
 
 @dataclass
 class LifecycleHooks:
     holder_probes: list[HolderProbe] = field(default_factory=list)
     stoppers: list[Stopper] = field(default_factory=list)
     rename_settler: RenameSettler | None = None
+    row_settler: RowSettler | None = None
 
     async def holders(self, workspace: WorkspaceRef) -> list[Holder]:
         found: list[Holder] = []

@@ -26,6 +26,7 @@ import anyio
 
 from xumd import fsdelete
 from xumd.git import Git
+from xumd.lifecycle import fscopy
 
 SNAPSHOT_NS = "refs/xum/snapshots"
 _IDENT = {
@@ -35,6 +36,7 @@ _IDENT = {
     "GIT_COMMITTER_EMAIL": "xum@localhost",
 }
 _MAX_TOP_PATHS = 50
+MAX_SPECIAL = 1000
 
 
 def snapshot_ref(workspace_id: str, incarnation: str) -> str:
@@ -69,6 +71,8 @@ class Dropped:
     bytes: int = 0
     paths: list[str] = field(default_factory=list)
     preserved: list[str] = field(default_factory=list)
+    special: list[dict[str, str]] = field(default_factory=list)
+    """Special files (path, type): never opened, so neither snapshotted nor copied."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -76,6 +80,7 @@ class Dropped:
             "bytes": self.bytes,
             "paths": self.paths,
             "preserved": self.preserved,
+            "special": self.special[:MAX_SPECIAL],
         }
 
 
@@ -274,13 +279,25 @@ class Snapshotter:
                 if globs and _matches(rel, globs):
                     matched.append(rel)
         dropped.paths = top[:_MAX_TOP_PATHS]
+        # git never lists special files (FIFOs, sockets, devices): without this walk they
+        # would go with the checkout without a mention.
+        dropped.special = [s.as_dict() for s in fscopy.special_files(checkout, _skip_git)]
+        specials = {s["path"] for s in dropped.special}
+        matched = [rel for rel in matched if rel not in specials]
         store = self.archive_dir / workspace_id
         tmp = self.archive_dir / f".{workspace_id}.{secrets.token_hex(4)}"
         if matched:
-            for rel in matched:
-                dest = tmp / "files" / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(checkout / rel, dest, follow_symlinks=False)
+            self.archive_dir.mkdir(parents=True, exist_ok=True)
+            needed = sum((checkout / rel).lstat().st_blocks * 512 for rel in matched)
+            fscopy.check_space(self.archive_dir, needed, len(matched), "the preserved files")
+            try:
+                for rel in matched:
+                    dest = tmp / "files" / rel
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    fscopy.copy_file(checkout / rel, dest)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)  # no partial copy left behind
+                raise
             manifest = {"workspace_id": workspace_id, "incarnation": incarnation, "files": matched}
             (tmp / "manifest.json").write_text(json.dumps(manifest))
             if store.exists():
@@ -312,6 +329,10 @@ class Snapshotter:
 
     def discard_preserved(self, workspace_id: str) -> None:
         fsdelete.remove_tree(self.archive_dir / workspace_id, ignore_errors=True)
+
+
+def _skip_git(rel: str) -> bool:
+    return rel == ".git"
 
 
 def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:

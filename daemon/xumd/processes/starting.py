@@ -147,19 +147,23 @@ class Starter:
                 process_id=process_id,
                 detail=detail,
             )
-            AFTER_INTENT()
             io: DurableIO | None = None
             try:
+                AFTER_INTENT()
                 if keep:
                     assert self.keep.io_dir is not None
                     io = DurableIO.create(self.keep.io_dir, process_id)
                 child = _start_on(
                     io, argv, checkout, full_env, pty=pty, cols=cols or 80, rows=rows or 24
                 )
-            except OSError as exc:
+            except BaseException as exc:
+                # Any failure, not only an OSError: a lease intent left behind would make the
+                # workspace `busy` until a restart reclaimed it.
                 if io is not None:
                     io.remove()
                 self.leases.remove(lease.id, reason="spawn failed")
+                if not isinstance(exc, OSError):
+                    raise
                 raise XumError(
                     ErrorKind.OPERATION_FAILED, f"cannot start {argv[0]}: {exc.strerror or exc}"
                 ) from None

@@ -32,6 +32,19 @@ class SnapshotInfo(Result):
     files: list[str] = Field(default_factory=list, description="Paths that differ from HEAD.")
 
 
+SpecialFileType = Literal["fifo", "socket", "char_device", "block_device", "unknown", "changed"]
+
+
+class SpecialFile(Result):
+    """A file that is not a regular file, directory or symlink: never opened, never copied."""
+
+    path: str = Field(description="Relative to the checkout.")
+    type: SpecialFileType = Field(
+        description="fifo | socket | char_device | block_device | unknown; `changed`: it was "
+        "swapped for a special file while being copied. An open set: more may come."
+    )
+
+
 class DroppedInfo(Result):
     """Ignored files that the snapshot does not hold (deleted with the checkout)."""
 
@@ -40,6 +53,11 @@ class DroppedInfo(Result):
     paths: list[str] = Field(default_factory=list, description="Top-level ignored paths.")
     preserved: list[str] = Field(
         default_factory=list, description="Ignored files kept in the archive store (preserve)."
+    )
+    special: list[SpecialFile] = Field(
+        default_factory=list,
+        description="Named pipes, sockets and device nodes in the checkout (since 1.0, "
+        "additive): never read or saved, they go with the checkout. At most 1000 listed.",
     )
 
 
