@@ -1,0 +1,40 @@
+"""Small lifecycle fixes (issue #10, section 8): setup's completion is durable across a crash,
+`archive {stop}` names the processes it stopped, and unarchive after a checkout deleted by hand
+settles git's stale admin entry instead of failing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.crash.world import World
+from tests.lifecycle_helpers import worktrees
+
+
+def test_crash_after_setup_is_not_flagged_as_unfinished_setup(world: World) -> None:
+    """SIGKILL at workspace.create.after_setup: setup ran to completion, so recovery completes
+    the workspace (active, setup ok) instead of flagging "setup never finished"."""
+    world.start()
+    world.add_project()
+    world.start("workspace.create.after_setup")
+    world.expect_killed("workspace.create", {"project_id": world.project_id, "name": "a"})
+    world.start()
+    (ws,) = world.workspaces()
+    assert not ws["interrupted"], ws["interrupted_reason"]
+    assert ws["state"] == "active"
+    assert ws["setup"]["status"] == "none"
+
+
+def test_crash_after_unarchive_setup_is_not_flagged(world: World) -> None:
+    world.start()
+    world.add_project()
+    ws = world.create("a")
+    world.call("workspace.archive", {"workspace_id": ws["id"]})
+    world.finish_cleanup()
+    world.start("workspace.unarchive.after_setup")
+    world.expect_killed("workspace.unarchive", {"workspace_id": ws["id"]})
+    world.start()
+    after = world.ws(ws["id"])
+    assert after is not None
+    assert not after["interrupted"], after["interrupted_reason"]
+    assert after["state"] == "active" and after["setup"]["status"] == "none"
