@@ -4,11 +4,7 @@ settles git's stale admin entry instead of failing."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 from tests.crash.world import World
-from tests.lifecycle_helpers import worktrees
 
 
 def test_crash_after_setup_is_not_flagged_as_unfinished_setup(world: World) -> None:
@@ -38,3 +34,24 @@ def test_crash_after_unarchive_setup_is_not_flagged(world: World) -> None:
     assert after is not None
     assert not after["interrupted"], after["interrupted_reason"]
     assert after["state"] == "active" and after["setup"]["status"] == "none"
+
+
+def test_archive_stop_reports_the_ids_of_the_processes_it_stopped(world: World) -> None:
+    world.start()
+    world.add_project()
+    ws = world.create("a")
+    procs = [
+        world.call(
+            "process.spawn", {"workspace_id": ws["id"], "kind": "exec", "argv": ["sleep", "60"]}
+        )["process"]
+        for _ in range(2)
+    ]
+    done = world.call("workspace.archive", {"workspace_id": ws["id"], "stop": True})
+    assert sorted(done["stopped"]) == sorted(p["id"] for p in procs)
+    for proc in procs:
+        got = world.call("process.get", {"process_id": proc["id"]})["process"]
+        assert got["state"] == "exited", got
+    # Nothing running: nothing to name.
+    world.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    again = world.call("workspace.archive", {"workspace_id": ws["id"], "stop": True})
+    assert again["stopped"] == []

@@ -171,6 +171,9 @@ def register(cli: click.Group) -> None:
             _dropped_line(result["dropped"]),
             _cleanup_line(result["cleanup"]),
         ]
+        if stop:
+            stopped = result.get("stopped") or []
+            lines.insert(1, "stopped: " + (", ".join(stopped) if stopped else "nothing running"))
         obj.emit(result, "\n".join(lines))
 
     @ws.command("unarchive")

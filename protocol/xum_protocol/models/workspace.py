@@ -142,7 +142,12 @@ class WorkspaceArchiveResult(Result):
     snapshot: SnapshotInfo | None
     dropped: DroppedInfo
     cleanup: CleanupStatus
-    stopped: list[str] = Field(default_factory=list)
+    stopped: list[str] = Field(
+        default_factory=list,
+        description="With `stop`: the ids of the daemon's processes it stopped (`process.get`); "
+        "empty when there were none. It once held a fixed sentence (docs/PROTOCOL.md, "
+        "versioning).",
+    )
 
 
 class RestoredInfo(Result):
