@@ -4,7 +4,15 @@ settles git's stale admin entry instead of failing."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pytest
+from xum_client.errors import XumRpcError
+
 from tests.crash.world import World
+from tests.lifecycle_helpers import worktrees
+from tests.support.gitrepo import git
 
 
 def test_crash_after_setup_is_not_flagged_as_unfinished_setup(world: World) -> None:
@@ -55,3 +63,45 @@ def test_archive_stop_reports_the_ids_of_the_processes_it_stopped(world: World) 
     world.call("workspace.unarchive", {"workspace_id": ws["id"]})
     again = world.call("workspace.archive", {"workspace_id": ws["id"], "stop": True})
     assert again["stopped"] == []
+
+
+def test_unarchive_right_after_archiving_a_checkout_deleted_by_hand(world: World) -> None:
+    """The user deletes the checkout by hand and archives: git's admin entry (locked, so no
+    prune takes it) still says the branch is checked out there. An immediate unarchive settles
+    that entry (ours: its lock reason is our marker) and recreates the checkout."""
+    world.start()
+    world.add_project()
+    ws = world.create("a")
+    path = Path(ws["path"])
+    shutil.rmtree(path)
+    archived = world.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert archived["workspace"]["state"] == "archived", archived
+    back = world.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert back["workspace"]["state"] == "active"
+    assert (path / "README.md").read_text() == "hello\n"
+    listed = worktrees(world.repo)
+    assert str(path) in listed and listed[str(path)]["branch"] == "refs/heads/xum/a"
+
+
+def test_unarchive_refuses_an_admin_entry_that_is_not_ours(world: World) -> None:
+    """A missing worktree of the user's own registered at the workspace's path is not ours to
+    drop: `conflict` naming the entry and the way out; nothing changes."""
+    world.start()
+    world.add_project()
+    ws = world.create("a")
+    path = Path(ws["path"])
+    world.call("workspace.archive", {"workspace_id": ws["id"]})
+    world.finish_cleanup()
+    git(world.repo, "worktree", "add", "--lock", "-b", "mine", str(path))
+    shutil.rmtree(path)
+    with pytest.raises(XumRpcError) as info:
+        world.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert info.value.kind == "conflict"
+    assert "git worktree prune" in info.value.message
+    assert str(path) in worktrees(world.repo)  # the user's entry is left alone
+    after = world.ws(ws["id"])
+    assert after is not None and after["state"] == "archived"
+    git(world.repo, "worktree", "unlock", str(path))
+    git(world.repo, "worktree", "prune")
+    back = world.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert back["workspace"]["state"] == "active"

@@ -51,6 +51,12 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         try:
             async with ctx.coord.directory(row.path, label=f"unarchive {row.id}"):
                 _check_path_free(ctx, row)
+                if row.runtime == "worktree":
+                    # Before `made`: a refusal here must not run the undo's discard, which
+                    # would drop whatever entry registers the (missing) path.
+                    dropped = await checkout.drop_stale_admin_entry(ctx.git, project.path, row)
+                    if dropped:
+                        log.info("workspace.stale_admin_entry_dropped", workspace=row.id)
                 row.path.parent.mkdir(parents=True, exist_ok=True)
                 made = True
                 await _recreate(ctx, project, row)
