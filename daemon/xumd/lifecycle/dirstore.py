@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 from xum_protocol.models.workspace import RestoredInfo
 
-from xumd.lifecycle import marker
+from xumd.lifecycle import marker, preserved
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped
 
@@ -38,7 +38,10 @@ def _copy_in(archive_store: Path, row: WorkspaceRow) -> Dropped:
         ignore=shutil.ignore_patterns(marker.DIRECTORY_MARKER),
     )
     files = files_under(tmp / "content")
-    (tmp / "manifest.json").write_text(json.dumps({"directory": True, "files": files}))
+    manifest = {"directory": True, "files": files, "incarnation": row.incarnation}
+    (tmp / "manifest.json").write_text(json.dumps(manifest))
+    # A copy of another incarnation is the user's until an unarchive settled it: kept.
+    preserved.set_aside_other(store, row.incarnation)
     shutil.rmtree(store, ignore_errors=True)
     os.replace(tmp, store)
     return Dropped(preserved=files)

@@ -9,7 +9,8 @@ Both trees are written through a *temporary* index (GIT_INDEX_FILE, a copy of th
 `git write-tree` and `git add -A` would otherwise write the user's index.
 
 Ignored files are not snapshotted; `dropped` reports them (count, bytes, top-level paths), and
-`preserve` globs copy matching ones into ROOT/archive/<ws-id>/ for unarchive.
+`preserve` globs copy matching ones into ROOT/archive/<ws-id>/ for unarchive (the life of that
+copy: lifecycle/preserved.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import anyio
 
 from xumd.git import Git
+from xumd.lifecycle import preserved
 
 SNAPSHOT_NS = "refs/xum/snapshots"
 _IDENT = {
@@ -275,6 +277,8 @@ class Snapshotter:
         dropped.paths = top[:_MAX_TOP_PATHS]
         store = self.archive_dir / workspace_id
         tmp = self.archive_dir / f".{workspace_id}.{secrets.token_hex(4)}"
+        # A copy of another incarnation is the user's until an unarchive settled it: kept.
+        preserved.set_aside_other(store, incarnation)
         if matched:
             for rel in matched:
                 dest = tmp / "files" / rel
@@ -309,8 +313,16 @@ class Snapshotter:
             restored.append(rel)
         return restored
 
-    def discard_preserved(self, workspace_id: str) -> None:
-        shutil.rmtree(self.archive_dir / workspace_id, ignore_errors=True)
+    def preserved_files(self, checkout: Path, entries: list[str], globs: list[str]) -> list[str]:
+        """The ignored files (of `ignored()`'s `entries`) that `globs` ask to keep."""
+        if not globs:
+            return []
+        return [
+            rel
+            for entry in entries
+            for rel, _size in _walk_files(checkout, checkout / entry)
+            if _matches(rel, globs)
+        ]
 
 
 def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
