@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.crash.world import World
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
@@ -256,3 +257,58 @@ def test_unverifiable_restore_keeps_the_copy_and_says_where(
     assert (kept / "files" / ".env.local").read_text() == "LOCAL=1\n"
     assert back["workspace"]["state"] == "active"
     assert [s["path"] for s in daemon.call("workspace.strays", {})["strays"]] == [str(kept)]
+
+
+def _env_world(world: World) -> dict[str, Any]:
+    """`world.repo` with the issue's configuration (trusted), and an archived workspace whose
+    `.env` holds the user's secret."""
+    (world.repo / ".gitignore").write_text("node_modules/\n*.log\n.env\n")
+    (world.repo / ".env.example").write_text(EXAMPLE)
+    (world.repo / ".xum").mkdir()
+    (world.repo / ".xum" / "config.toml").write_text(
+        '[scripts]\nsetup = ["cp .env.example .env"]\npreserve = [".env*"]\n'
+    )
+    git(world.repo, "add", "-A")
+    git(world.repo, "commit", "-q", "-m", "env config")
+    world.start()
+    world.add_project()
+    world.call("project.trust", {"project_id": world.project_id})
+    ws = world.create("a")
+    (Path(ws["path"]) / ".env").write_text(SECRET)
+    world.call("workspace.archive", {"workspace_id": ws["id"]})
+    world.finish_cleanup()
+    return ws
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "workspace.unarchive.after_checkout",
+        "workspace.unarchive.after_restore",
+        "workspace.unarchive.after_setup",
+        "workspace.unarchive.after_preserved",
+        "workspace.unarchive.after_activate",
+    ],
+)
+def test_crash_during_unarchive_never_loses_the_preserved_file(world: World, point: str) -> None:
+    """SIGKILL at every step between the restore and the deletion of the saved copy: after the
+    restart (and an unarchive again where recovery rolled back) `.env` holds the user's secret,
+    not setup's example, and the saved copy is gone only then."""
+    ws = _env_world(world)
+    saved = world.root / "archive" / ws["id"]
+    world.start(point)
+    world.expect_killed("workspace.unarchive", {"workspace_id": ws["id"]})
+    world.start()
+    after = world.ws(ws["id"])
+    assert after is not None
+    if after["state"] == "archived":
+        assert (saved / "files" / ".env").read_text() == SECRET
+        world.finish_cleanup()
+        world.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    elif after["interrupted"]:
+        world.call("workspace.keep", {"workspace_id": ws["id"]})
+    after = world.ws(ws["id"])
+    assert after is not None and after["state"] == "active", after
+    assert (Path(ws["path"]) / ".env").read_text() == SECRET
+    assert not saved.exists()
+    assert world.call("workspace.strays", {})["strays"] == []
