@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -312,3 +314,38 @@ def test_crash_during_unarchive_never_loses_the_preserved_file(world: World, poi
     assert (Path(ws["path"]) / ".env").read_text() == SECRET
     assert not saved.exists()
     assert world.call("workspace.strays", {})["strays"] == []
+
+
+def _xum(daemon: DaemonProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "xum"), "--root", str(daemon.root), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode == 0) == ok, done.stdout + done.stderr
+    return done
+
+
+def test_cli_unarchive_rm_strays_and_discard_kept(
+    env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
+) -> None:
+    daemon, project, _repo = env_daemon
+    ws = create(daemon, project["id"], "a")["workspace"]
+    (Path(ws["path"]) / ".env").write_text(SECRET)
+    _xum(daemon, "ws", "archive", "repo/a")
+    out = _xum(daemon, "ws", "unarchive", "repo/a").stdout
+    assert "your preserved copy replaced what setup wrote: .env" in out
+    refused = _xum(daemon, "ws", "rm", "repo/a", ok=False)
+    assert ".env" in refused.stderr and "preserve" in refused.stderr
+    out = _xum(daemon, "ws", "rm", "--force", "repo/a").stdout
+    kept_dir = daemon.root / "archive" / ws["id"]
+    assert f"kept 1 preserved file(s) at {kept_dir}" in out
+    strays = _xum(daemon, "ws", "strays").stdout
+    assert f"kept        {kept_dir}" in strays and "removed workspace" in strays
+    assert "xum ws discard-kept PATH" in strays
+    out = _xum(daemon, "ws", "discard-kept", str(kept_dir)).stdout
+    assert f"deleted {kept_dir} (1 file(s))" in out
+    assert not kept_dir.exists()
+    assert _xum(daemon, "ws", "strays").stdout.strip() == "no strays"
