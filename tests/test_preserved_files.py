@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,9 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xum_client.errors import XumClientError
 
 from tests.crash.world import World
-from tests.lifecycle_helpers import add_project, create, rpc_error
+from tests.lifecycle_helpers import (
+    add_project,
+    create,
+    failing_teardown,
+    rpc_error,
+    trusted_daemon,
+)
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 
@@ -349,3 +357,79 @@ def test_cli_unarchive_rm_strays_and_discard_kept(
     assert f"deleted {kept_dir} (1 file(s))" in out
     assert not kept_dir.exists()
     assert _xum(daemon, "ws", "strays").stdout.strip() == "no strays"
+
+
+def test_unarchive_refuses_to_trash_a_lingering_checkout_whose_preserved_file_changed(
+    tmp_short: Path, ctl: Path
+) -> None:
+    """The archive's cleanup is pending (teardown fails), so the old checkout lingers; the user
+    edits `.env` there. Unarchive would trash that checkout (forced cleanup) and restore the
+    older saved copy: refused `not_safe` naming `.env`, nothing changed."""
+    repo = env_repo(tmp_short / "repo")
+    config = (repo / ".xum" / "config.toml").read_text()
+    (repo / ".xum" / "config.toml").write_text(
+        config + f"teardown = [{json.dumps(failing_teardown(ctl))}]\n"
+    )
+    git(repo, "commit", "-q", "-am", "teardown")
+    slow = "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\nbackoff_jitter = 0\n"
+    with trusted_daemon(tmp_short / "root", repo, slow) as (daemon, project):
+        ws = create(daemon, project["id"], "a")["workspace"]
+        path = Path(ws["path"])
+        (path / ".env").write_text(SECRET)
+        archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        assert archived["cleanup"]["status"] == "pending"
+        (path / ".env").write_text("API_KEY=edited-after-archive\n")
+        err = rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
+        assert err.kind == "not_safe" and err.data["files"] == [".env"]
+        assert (path / ".env").read_text() == "API_KEY=edited-after-archive\n"
+        # Put back as archived: unarchive proceeds and restores the saved copy.
+        (path / ".env").write_text(SECRET)
+        (ctl / "ok").touch()
+        back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+        assert back["workspace"]["state"] == "active"
+        assert (path / ".env").read_text() == SECRET
+
+
+@pytest.fixture
+def small_archive(tmp_short: Path) -> Iterator[Path]:
+    """ROOT/archive on a 64 KiB tmpfs (real ENOSPC while preserving); unmounted even when the
+    test fails."""
+    archive = tmp_short / "root" / "archive"
+    archive.mkdir(parents=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(archive)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield archive
+    finally:
+        subprocess.run(["umount", "-l", str(archive)], check=False)
+
+
+def test_archive_that_cannot_save_preserved_files_leaves_no_half_copy(
+    tmp_short: Path, small_archive: Path
+) -> None:
+    repo = env_repo(tmp_short / "repo")
+    daemon = DaemonProcess(tmp_short / "root").start()
+    try:
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "a")["workspace"]
+        path = Path(ws["path"])
+        (path / ".env").write_text(SECRET)
+        big = os.urandom(1 << 20)
+        (path / ".env.local").write_bytes(big)
+        with pytest.raises(XumClientError):
+            daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        after = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert after["state"] == "active"
+        assert (path / ".env").read_text() == SECRET
+        assert (path / ".env.local").read_bytes() == big
+        assert sorted(os.listdir(small_archive)) == [], "a half-written copy was left behind"
+    finally:
+        daemon.close()

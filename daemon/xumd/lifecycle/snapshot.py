@@ -280,12 +280,21 @@ class Snapshotter:
         # A copy of another incarnation is the user's until an unarchive settled it: kept.
         preserved.set_aside_other(store, incarnation)
         if matched:
-            for rel in matched:
-                dest = tmp / "files" / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(checkout / rel, dest, follow_symlinks=False)
-            manifest = {"workspace_id": workspace_id, "incarnation": incarnation, "files": matched}
-            (tmp / "manifest.json").write_text(json.dumps(manifest))
+            try:
+                for rel in matched:
+                    dest = tmp / "files" / rel
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(checkout / rel, dest, follow_symlinks=False)
+                manifest = {
+                    "workspace_id": workspace_id,
+                    "incarnation": incarnation,
+                    "files": matched,
+                }
+                (tmp / "manifest.json").write_text(json.dumps(manifest))
+            except BaseException:
+                # (A full disk): the archive fails and rolls back; no half copy stays behind.
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             if store.exists():
                 shutil.rmtree(store)
             os.replace(tmp, store)

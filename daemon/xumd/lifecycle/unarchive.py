@@ -20,6 +20,7 @@ from xumd.errors import XumError
 from xumd.lifecycle import checkout, dirstore, ids, preserved, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.lifecycle.scripts import preserve_globs
 
 log = logs.get("xumd.lifecycle.unarchive")
 
@@ -141,17 +142,19 @@ async def _settle_old_checkout(ctx: Context, row: WorkspaceRow) -> None:
         for ob in ctx.cleanup.obligations.pending_for_workspace(row.id)
         if ob.incarnation == row.incarnation and ob.kind != "reclaim"
     }
+    project = ctx.project(row.project_id)
     for path in sorted(paths):
-        await _refuse_unsaved(ctx, replace(row, path=path))
+        await _refuse_unsaved(ctx, replace(row, path=path), project)
     await ctx.run_cleanup(row.id, force=True)
 
 
-async def _refuse_unsaved(ctx: Context, row: WorkspaceRow) -> None:
+async def _refuse_unsaved(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> None:
     if not ctx.owns_checkout(row):
         return
     if row.runtime == "worktree":
         state = await ctx.snapshots.capture(row.path)
         files = await ctx.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
+        files += await _unsaved_preserved(ctx, row, project)
     else:
         files = await dirstore.unsaved_files(ctx.app.paths.archive_store, row)
     if files:
@@ -162,6 +165,24 @@ async def _refuse_unsaved(ctx: Context, row: WorkspaceRow) -> None:
             files=files[:100],
             path=str(row.path),
         )
+
+
+async def _unsaved_preserved(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> list[str]:
+    """Preserved (ignored) files of the lingering checkout that its saved copy does not hold
+    byte for byte: changed or made since the archive. Trashing the checkout would lose them."""
+    globs = preserve_globs(row.path, project.path)
+    if not globs:
+        return []
+    entries = await ctx.snapshots.ignored(row.path)
+    keep = await anyio.to_thread.run_sync(ctx.snapshots.preserved_files, row.path, entries, globs)
+    copy = preserved.load(ctx.app.paths.archive_store / row.id)
+    return [
+        rel
+        for rel in keep
+        if copy is None
+        or rel not in copy.files
+        or not preserved.same_file(copy.files_root / rel, row.path / rel)
+    ]
 
 
 def _check_path_free(ctx: Context, row: WorkspaceRow) -> None:
