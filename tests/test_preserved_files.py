@@ -119,6 +119,24 @@ def test_directory_runtime_setup_never_overwrites_restored_files(tmp_short: Path
         daemon.close()
 
 
+def test_rename_of_an_active_workspace_moves_its_ignored_files(
+    env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
+) -> None:
+    """`git worktree move` takes the whole directory: preserved and other ignored files move
+    with it, byte for byte."""
+    daemon, project, _repo = env_daemon
+    ws = create(daemon, project["id"], "a")["workspace"]
+    old = Path(ws["path"])
+    (old / ".env").write_text(SECRET)
+    (old / "node_modules").mkdir()
+    (old / "node_modules" / "dep.js").write_text("dep\n")
+    renamed = daemon.call("workspace.rename", {"workspace_id": ws["id"], "name": "b"})
+    new = Path(renamed["workspace"]["path"])
+    assert not old.exists()
+    assert (new / ".env").read_text() == SECRET
+    assert (new / "node_modules" / "dep.js").read_text() == "dep\n"
+
+
 def test_rename_while_archived_keeps_the_preserved_copy(
     env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
 ) -> None:
@@ -431,5 +449,29 @@ def test_archive_that_cannot_save_preserved_files_leaves_no_half_copy(
         assert (path / ".env").read_text() == SECRET
         assert (path / ".env.local").read_bytes() == big
         assert sorted(os.listdir(small_archive)) == [], "a half-written copy was left behind"
+    finally:
+        daemon.close()
+
+
+def test_directory_remove_with_force_keeps_its_content_as_a_kept_copy(tmp_short: Path) -> None:
+    plain = tmp_short / "plain"
+    plain.mkdir()
+    daemon = DaemonProcess(tmp_short / "root").start()
+    try:
+        project = add_project(daemon, plain)
+        ws = create(daemon, project["id"], "d", runtime="directory")["workspace"]
+        (Path(ws["path"]) / "notes.txt").write_text("mine\n")
+        err = rpc_error(daemon, "workspace.remove", {"workspace_id": ws["id"]})
+        assert err.kind == "not_safe" and err.data["files"] == ["notes.txt"]
+        removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+        kept = Path(removed["kept"]["path"])
+        assert removed["kept"]["files"] == ["notes.txt"]
+        assert (kept / "content" / "notes.txt").read_text() == "mine\n"
+        (stray,) = daemon.call("workspace.strays", {})["strays"]
+        assert (stray["kind"], stray["path"], stray["kept_files"]) == (
+            "kept",
+            str(kept),
+            ["notes.txt"],
+        )
     finally:
         daemon.close()
