@@ -63,6 +63,54 @@ async def add_worktree(
     return cleared
 
 
+async def drop_stale_admin_entry(git: Git, repo: Path, row: WorkspaceRow) -> str | None:
+    """Before a worktree is recreated at `row.path` (which is missing): drop git's admin entry
+    that still registers that path, when its lock reason is a marker of this workspace. A
+    checkout deleted by hand keeps its entry, and xum's lock keeps `prune` from taking it, so
+    `git worktree add` would refuse the path ("missing but locked"). The row is archived, so no
+    incarnation of it is live: the entry is a leftover of ours, as the cleanup's trash step
+    would drop it. Another entry registering the path is the user's to settle: `conflict` with
+    the way out. Returns the admin dir dropped, if any."""
+    if os.path.lexists(row.path):
+        return None
+    common = Path(await git.out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    wanted = {str(row.path / ".git"), os.path.join(os.path.realpath(row.path), ".git")}
+    async with git.admin_lock(repo):
+        try:
+            entries = sorted(os.scandir(common / "worktrees"), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            admin = Path(entry.path)
+            gitdir = _read_small(admin / "gitdir")
+            if gitdir is None or gitdir.strip() not in wanted:
+                continue
+            found = marker.parse(_read_small(admin / "locked") or "")
+            if found is None or found.workspace_id != row.id:
+                raise XumError(
+                    ErrorKind.CONFLICT,
+                    f"git's admin entry {admin} still registers {row.path} (not a checkout of "
+                    f"{row.id}); run `git worktree prune` in {repo} (after `git worktree unlock "
+                    f"{row.path}` if it is locked), then unarchive again",
+                    path=str(row.path),
+                    admin_dir=str(admin),
+                )
+            fsdelete.remove_tree(admin)
+            return str(admin)
+    return None
+
+
+def _read_small(path: Path) -> str | None:
+    try:
+        if path.is_symlink():
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")[:4096]
+    except OSError:
+        return None
+
+
 def make_directory(row: WorkspaceRow) -> None:
     """The directory runtime's checkout: a plain directory carrying the marker file."""
     row.path.mkdir()

@@ -15,7 +15,7 @@ import anyio
 from xum_protocol.models.workspace import RestoredInfo
 
 from xumd import fsdelete, logs
-from xumd.lifecycle import fscopy, marker
+from xumd.lifecycle import fscopy, marker, preserved
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped
 
@@ -51,8 +51,15 @@ def _copy_in(archive_store: Path, row: WorkspaceRow) -> Dropped:
             row.path, tmp / "content", skip=_not_marker, what=f"the checkout of {row.name!r}"
         )
         special = [s.as_dict() for s in copied.special]
-        manifest = {"directory": True, "files": copied.files, "special": special}
+        manifest = {
+            "directory": True,
+            "files": copied.files,
+            "special": special,
+            "incarnation": row.incarnation,
+        }
         (tmp / "manifest.json").write_text(json.dumps(manifest))
+        # A copy of another incarnation is the user's until an unarchive settled it: kept.
+        preserved.set_aside_other(store, row.incarnation)
         fsdelete.remove_tree(store, ignore_errors=True)
         os.replace(tmp, store)
     except BaseException:

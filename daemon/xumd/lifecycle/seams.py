@@ -60,8 +60,9 @@ async def mount_holders(workspace: WorkspaceRef) -> list[Holder]:
 
 
 HolderProbe = Callable[[WorkspaceRef], Awaitable[list[Holder]]]
-Stopper = Callable[[WorkspaceRef, float], Awaitable[list[Holder]]]
-"""Stop the daemon's own processes in the workspace within the deadline; return what is left."""
+Stopper = Callable[[WorkspaceRef, float], Awaitable[tuple[list[str], list[Holder]]]]
+"""Stop the daemon's own processes in the workspace within the deadline; return the ids of the
+processes it stopped and what is left."""
 RenameSettler = Callable[[str], Awaitable[str | None]]
 """Settle a workspace's kept rename journal by what the disk shows (recovery's startup logic for
 one row; the caller holds the exclusive reservation). Returns the problem the row stays flagged
@@ -88,11 +89,17 @@ class LifecycleHooks:
             found.extend(await probe(workspace))
         return found
 
-    async def stop_all(self, workspace: WorkspaceRef, deadline_s: float) -> list[Holder]:
+    async def stop_all(
+        self, workspace: WorkspaceRef, deadline_s: float
+    ) -> tuple[list[str], list[Holder]]:
+        """The ids of the processes stopped, and the holders left."""
+        stopped: list[str] = []
         left: list[Holder] = []
         for stop in self.stoppers:
-            left.extend(await stop(workspace, deadline_s))
-        return left
+            done, remaining = await stop(workspace, deadline_s)
+            stopped.extend(done)
+            left.extend(remaining)
+        return stopped, left
 
 
 def busy_message(holders: list[Holder]) -> str:
