@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.turn import TurnCreateParams, TurnCreateResult, TurnInfo
-from xum_protocol.models.workspace import WorkspaceCreateParams
+from xum_protocol.models.workspace import Runtime, WorkspaceCreateParams
 
 from xumd import faults, logs
 from xumd.errors import XumError
@@ -118,8 +118,10 @@ class TurnService:
             return await self._create_new(params)
         if params.target_workspace_id is None:
             raise XumError(ErrorKind.INVALID_SCOPE, "mode 'existing' needs target_workspace_id")
-        if params.name is not None or params.base is not None:
-            raise XumError(ErrorKind.INVALID_SCOPE, "mode 'existing' takes no name or base")
+        if params.name is not None or params.base is not None or params.runtime is not None:
+            raise XumError(
+                ErrorKind.INVALID_SCOPE, "mode 'existing' takes no name, base or runtime"
+            )
         return await self._reuse(params.owner_workspace_id, params.target_workspace_id)
 
     async def _create_new(self, params: TurnCreateParams) -> TurnCreateResult:
@@ -128,7 +130,12 @@ class TurnService:
         async with self.coord.shared(params.owner_workspace_id, label="turn.create") as owner:
             handle_id = rows.new_handle_id()
             name = params.name or f"turn-{secrets.token_hex(4)}"
-            create = WorkspaceCreateParams(project_id=owner.project_id, name=name, base=params.base)
+            # The delegate works like its owner unless told otherwise: a plain-directory
+            # project's owner is a directory, and so is its target.
+            runtime = params.runtime or self._runtime_of(owner.id)
+            create = WorkspaceCreateParams(
+                project_id=owner.project_id, name=name, base=params.base, runtime=runtime
+            )
 
             def record(target_id: str) -> None:
                 # Runs inside the target's intent transaction: binding and intent are one.
@@ -156,6 +163,10 @@ class TurnService:
             return TurnCreateResult(
                 turn=turn_info(turn), workspace=created.workspace, setup=created.setup
             )
+
+    def _runtime_of(self, workspace_id: str) -> Runtime:
+        row = ws_rows.get_workspace(self.store, workspace_id)
+        return "directory" if row is not None and row.runtime == "directory" else "worktree"
 
     def _settle_failed(self, handle_id: str) -> None:
         """The create failed and undid itself (the target row is gone): the turn says so. If
