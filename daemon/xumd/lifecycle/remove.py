@@ -14,6 +14,7 @@ from xumd.lifecycle import dirstore, rows, views
 from xumd.lifecycle.context import Context, invalid_state, some
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped, Snapshot, WorkState
+from xumd.rpc.dispatch import answer_if_cut
 
 log = logs.get("xumd.lifecycle.remove")
 
@@ -65,6 +66,21 @@ async def remove(ctx: Context, workspace_id: str, force: bool = False) -> Worksp
         ctx.app.events.publish(
             "workspace.removed", workspace_id=row.id, project_id=row.project_id, name=row.name
         )
+        removed = row
+
+        def answer(cleanup: CleanupStatus) -> WorkspaceRemoveResult:
+            return WorkspaceRemoveResult(
+                workspace_id=removed.id,
+                removed=True,
+                branch=removed.branch,
+                snapshot=views.snapshot_info(snap),
+                dropped=views.dropped_info(dropped),
+                cleanup=cleanup,
+            )
+
+        # Removed from here on: a shutdown that cuts the cleanup short is answered with this
+        # result (cleanup pending, and why), never `shutting_down`.
+        answer_if_cut(lambda: answer(ctx.cleanup_as_cut(removed.id)), "workspace.remove")
         if live:
             cleanup = await ctx.run_cleanup(row.id)
         else:
@@ -72,14 +88,7 @@ async def remove(ctx: Context, workspace_id: str, force: bool = False) -> Worksp
                 status="not_needed", reason="the archived checkout was already cleaned up"
             )
         log.info("workspace.removed", workspace=row.id, cleanup=cleanup.status)
-        return WorkspaceRemoveResult(
-            workspace_id=row.id,
-            removed=True,
-            branch=row.branch,
-            snapshot=views.snapshot_info(snap),
-            dropped=views.dropped_info(dropped),
-            cleanup=cleanup,
-        )
+        return answer(cleanup)
 
 
 async def _check_safe(ctx: Context, row: WorkspaceRow, force: bool) -> WorkState | None:

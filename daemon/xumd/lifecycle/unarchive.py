@@ -17,6 +17,8 @@ from xumd.errors import XumError
 from xumd.lifecycle import checkout, dirstore, ids, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.lifecycle.scripts import ScriptOutcome
+from xumd.rpc.dispatch import answer_if_cut
 
 log = logs.get("xumd.lifecycle.unarchive")
 
@@ -64,7 +66,23 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
             with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
                 await _undo(ctx, project, old, row, made)
             raise
-        row, outcome = await setup.run(ctx, row)
+        # Restored (identity recorded: recovery rolls forward from here). A shutdown that cuts
+        # the setup short makes the workspace active with its setup `failed` and says so, as a
+        # setup that fails does, instead of undoing a restore that went through.
+        try:
+            row, outcome = await setup.run(ctx, row)
+        except anyio.get_cancelled_exc_class():
+            why = "the daemon is shutting down" if ctx.app.stopping else "it was cancelled"
+            cut = ScriptOutcome(status="failed", error=f"setup was cut short: {why}")
+            done = setup.activate(ctx, row, cut)
+            ctx.publish("workspace.state_changed", done)
+            answer_if_cut(
+                lambda: WorkspaceUnarchiveResult(
+                    workspace=ctx.info(done), restored=restored, setup=setup.result(cut)
+                ),
+                "workspace.unarchive",
+            )
+            raise
         UNARCHIVE_AFTER_SETUP()
         row = setup.activate(ctx, row, outcome)
         ctx.snapshots.discard_preserved(row.id)

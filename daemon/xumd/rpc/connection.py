@@ -10,8 +10,9 @@ shared between connections, so one slow or dead client never blocks another.
 Requests on one connection run concurrently, so a long archive does not hold up a status call
 pipelined behind it. They run in the server's task group, not the connection's: a client that
 disconnects mid-archive does not cancel the archive half-way; its answer is dropped. At shutdown
-the server cancels requests still running after the grace period; each then answers
-`shutting_down`, so a request with an id never goes unanswered.
+the server cancels requests still running after the grace period; one that committed nothing
+answers `shutting_down`, one that committed its logical change answers its result as the cut left
+it (`dispatch.answer_if_cut`), so a request with an id never goes unanswered nor falsely answered.
 """
 
 from __future__ import annotations
@@ -260,7 +261,17 @@ class Connection:
             self._answer_cancelled([message], [None], batch=False)
             raise
         if reply is not None:
+            await self._enqueue_made(reply)
+
+    async def _enqueue_made(self, reply: Any) -> None:
+        """Queue an answer already made. Cancelled while waiting for room (shutdown), it is
+        queued anyway: a request that committed its change is answered with its result
+        (dispatch.answer_if_cut), never lost nor replaced by `shutting_down`."""
+        try:
             await self._enqueue(reply)
+        except anyio.get_cancelled_exc_class():
+            self._enqueue_nowait(reply)
+            raise
 
     async def _process_batch(self, batch: list[Any]) -> None:
         if not batch:
@@ -294,7 +305,7 @@ class Connection:
         replies = [answer for answer in answers if answer is not None]
         # A batch of notifications only gets no response at all, not an empty array.
         if replies:
-            await self._enqueue(replies)
+            await self._enqueue_made(replies)
 
     def _answer_cancelled(
         self, messages: list[Any], answers: list[dict[str, Any] | None], *, batch: bool

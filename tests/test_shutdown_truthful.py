@@ -1,0 +1,373 @@
+"""Truthful answers under shutdown (issue #10, section 4; design 8, "truthful answers").
+
+A structural operation cut by a shutdown (`daemon.shutdown`, SIGTERM) once the grace is over
+answers what it did: one that committed its logical change (archived, removed, restored) answers
+its result, with the physical part `pending` and why; one that committed nothing answers
+`shutting_down` and leaves nothing behind. The cut is placed deterministically: a real setup or
+teardown script that blocks on a control file (the daemon kills it at the cut), or a held fault
+point (tests/support/holds.py). Then a restart finishes what was left pending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import BaseModel
+from xum_client.errors import XumRpcError
+from xum_protocol.models.base import Result
+from xumd.rpc.dispatch import Router, answer_if_cut
+
+from tests.lifecycle_helpers import add_project, branch_exists, create
+from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
+from tests.support.gitrepo import git, make_repo
+from tests.support.holds import hold_env, wait_held
+from tests.support.wait import until
+
+CONFIG = (
+    "shutdown_grace_s = 0.5\n"
+    "[cleanup]\nbackoff_initial_s = 0.2\nbackoff_max_s = 0.4\nbackoff_jitter = 0.1\n"
+    "poll_interval_s = 0.5\n"
+)
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    path = short_tmpdir("xumt-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def scripted_repo(base: Path) -> tuple[Path, Path]:
+    """A repository whose setup and teardown block while `ctl/block-setup` (or
+    `ctl/block-teardown`) exists, and say when they started (and their pid)."""
+    ctl = base / "ctl"
+    ctl.mkdir()
+    setup = (
+        f"echo $$ > {ctl}/setup-pid; touch {ctl}/setup-started; "
+        f"while [ -e {ctl}/block-setup ]; do sleep 0.05; done"
+    )
+    teardown = (
+        f"echo $$ > {ctl}/teardown-pid; touch {ctl}/teardown-started; "
+        f"while [ -e {ctl}/block-teardown ]; do sleep 0.05; done; touch {ctl}/torn-down"
+    )
+    config = f"[scripts]\nsetup = [{json.dumps(setup)}]\nteardown = [{json.dumps(teardown)}]\n"
+    repo = make_repo(base / "repo", {"README.md": "hi\n", ".xum/config.toml": config})
+    return repo, ctl
+
+
+def start(
+    base: Path, env: dict[str, str] | None = None
+) -> tuple[DaemonProcess, dict[str, Any], Path, Path]:
+    repo, ctl = scripted_repo(base)
+    root = base / "root"
+    write_config(root, CONFIG)
+    daemon = DaemonProcess(root, env=env).start()
+    project = add_project(daemon, repo)
+    daemon.call("project.trust", {"project_id": project["id"]})
+    return daemon, project, repo, ctl
+
+
+def in_thread(call: Callable[[], dict[str, Any]]) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["result"] = call()
+        except XumRpcError as exc:
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def cut(daemon: DaemonProcess, thread: threading.Thread, out: dict[str, Any]) -> None:
+    """Shut the daemon down while the call runs; the call answers, the daemon exits 0."""
+    assert daemon.call("daemon.shutdown") == {"stopping": True}
+    thread.join(30)
+    assert not thread.is_alive(), "the cut call never answered"
+    assert daemon.wait(30) == 0
+
+
+def gone(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def shutting_down(out: dict[str, Any]) -> None:
+    assert "result" not in out, f"answered a result: {out.get('result')}"
+    assert out["error"].data.get("kind") == "shutting_down", out["error"]
+
+
+def snapshot_refs(repo: Path) -> list[str]:
+    return git(repo, "for-each-ref", "--format=%(refname)", "refs/xum/snapshots/").split()
+
+
+# -- committed, then cut: the real result ---------------------------------------------------------
+
+
+def test_archive_cut_in_its_teardown_answers_archived(base: Path) -> None:
+    daemon, project, repo, ctl = start(base)
+    try:
+        ws = create(daemon, project["id"], "a")["workspace"]
+        (Path(ws["path"]) / "notes.txt").write_text("unsaved\n")
+        (ctl / "block-teardown").touch()
+        thread, out = in_thread(
+            lambda: daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        )
+        until((ctl / "teardown-started").exists, timeout=30, message="the teardown to start")
+        cut(daemon, thread, out)
+        assert "error" not in out, f"a committed archive answered {out.get('error')}"
+        result = out["result"]
+        assert result["workspace"]["state"] == "archived"
+        assert result["snapshot"] is not None and result["snapshot"]["ref"] in snapshot_refs(repo)
+        cleanup = result["cleanup"]
+        assert cleanup["status"] == "pending", cleanup
+        assert "shutting down" in cleanup["reason"], cleanup
+        assert "teardown was cut short" in cleanup["last_error"], cleanup
+        assert cleanup["next_attempt_at"] is not None and cleanup["obligations"]
+        # The teardown was stopped with the daemon; the checkout waits for the retry.
+        until(lambda: gone(ctl / "teardown-pid"), message="the teardown to be stopped")
+        assert not (ctl / "torn-down").exists() and Path(ws["path"]).is_dir()
+        # The next daemon completes it without any call.
+        (ctl / "block-teardown").unlink()
+        daemon.start()
+        until(lambda: not os.path.lexists(ws["path"]), timeout=30, message="the retry")
+        assert (ctl / "torn-down").exists()
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert got["state"] == "archived" and not got["interrupted"]
+        assert got["last_cleanup"]["status"] == "completed", got["last_cleanup"]
+        # And the work comes back.
+        daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+        assert (Path(ws["path"]) / "notes.txt").read_text() == "unsaved\n"
+    finally:
+        daemon.close()
+
+
+def test_remove_cut_in_its_teardown_answers_removed(base: Path) -> None:
+    daemon, project, repo, ctl = start(base)
+    try:
+        ws = create(daemon, project["id"], "a")["workspace"]
+        (Path(ws["path"]) / "notes.txt").write_text("unsaved\n")
+        (ctl / "block-teardown").touch()
+        thread, out = in_thread(
+            lambda: daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+        )
+        until((ctl / "teardown-started").exists, timeout=30, message="the teardown to start")
+        cut(daemon, thread, out)
+        assert "error" not in out, f"a committed remove answered {out.get('error')}"
+        result = out["result"]
+        assert result["removed"] is True and result["workspace_id"] == ws["id"]
+        assert result["snapshot"] is not None  # the forced removal saved the work first
+        cleanup = result["cleanup"]
+        assert cleanup["status"] == "pending" and "shutting down" in cleanup["reason"], cleanup
+        assert "teardown was cut short" in cleanup["last_error"], cleanup
+        (ctl / "block-teardown").unlink()
+        daemon.start()
+        until(lambda: not os.path.lexists(ws["path"]), timeout=30, message="the retry")
+        assert (ctl / "torn-down").exists()
+        assert daemon.call("workspace.list", {})["workspaces"] == []
+        assert branch_exists(repo, "xum/a")  # branches are never deleted
+    finally:
+        daemon.close()
+
+
+def test_unarchive_cut_in_its_setup_answers_restored(base: Path) -> None:
+    daemon, project, _, ctl = start(base)
+    try:
+        ws = create(daemon, project["id"], "a")["workspace"]
+        (Path(ws["path"]) / "notes.txt").write_text("unsaved\n")
+        archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        assert archived["cleanup"]["status"] == "completed", archived["cleanup"]
+        (ctl / "setup-started").unlink()
+        (ctl / "block-setup").touch()
+        thread, out = in_thread(
+            lambda: daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+        )
+        until((ctl / "setup-started").exists, timeout=30, message="the setup to start")
+        cut(daemon, thread, out)
+        assert "error" not in out, f"a restored unarchive answered {out.get('error')}"
+        result = out["result"]
+        # Restored and active, its setup failed as cut short (as a failing setup is reported).
+        assert result["workspace"]["state"] == "active", result["workspace"]
+        assert result["setup"]["status"] == "failed", result["setup"]
+        assert (
+            "cut short" in result["setup"]["error"] and "shutting down" in result["setup"]["error"]
+        )
+        assert result["restored"]["snapshot"] is not None
+        assert (Path(ws["path"]) / "notes.txt").read_text() == "unsaved\n"
+        until(lambda: gone(ctl / "setup-pid"), message="the setup to be stopped")
+        (ctl / "block-setup").unlink()
+        daemon.start()
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert got["state"] == "active" and not got["interrupted"], got
+        assert got["setup"]["status"] == "failed"
+        assert got["incarnation"] == result["workspace"]["incarnation"]
+    finally:
+        daemon.close()
+
+
+# -- cut before anything committed: `shutting_down`, and nothing left ---------------------------
+
+
+def test_archive_cut_before_its_snapshot_answers_shutting_down(base: Path) -> None:
+    point, holds = "workspace.archive.hold", base / "holds"
+    daemon, project, repo, _ = start(base, hold_env(point, holds))
+    try:
+        ws = create(daemon, project["id"], "a")["workspace"]
+        (Path(ws["path"]) / "notes.txt").write_text("unsaved\n")
+        thread, out = in_thread(
+            lambda: daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        )
+        wait_held(point, holds)
+        cut(daemon, thread, out)
+        shutting_down(out)
+        daemon.env = {}
+        daemon.start()
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert got["state"] == "active" and not got["interrupted"], got
+        assert (Path(ws["path"]) / "notes.txt").read_text() == "unsaved\n"
+        assert snapshot_refs(repo) == []
+        assert daemon.call("cleanup.list", {"workspace_id": ws["id"]})["obligations"] == []
+    finally:
+        daemon.close()
+
+
+def test_rename_cut_after_its_move_answers_shutting_down_and_moves_back(base: Path) -> None:
+    point, holds = "workspace.rename.hold", base / "holds"
+    daemon, project, repo, _ = start(base, hold_env(point, holds))
+    try:
+        ws = create(daemon, project["id"], "a")["workspace"]
+        old = Path(ws["path"])
+        (old / "notes.txt").write_text("unsaved\n")
+        thread, out = in_thread(
+            lambda: daemon.call("workspace.rename", {"workspace_id": ws["id"], "name": "b"})
+        )
+        wait_held(point, holds)
+        assert (old.parent / "b" / "notes.txt").exists()  # moved; not committed yet
+        cut(daemon, thread, out)
+        shutting_down(out)
+        daemon.env = {}
+        daemon.start()
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert (got["name"], got["path"], got["branch"]) == ("a", str(old), "xum/a"), got
+        assert not got["interrupted"]
+        assert (old / "notes.txt").read_text() == "unsaved\n"
+        assert not (old.parent / "b").exists() and not branch_exists(repo, "xum/b")
+    finally:
+        daemon.close()
+
+
+def test_create_cut_in_its_setup_answers_shutting_down_and_leaves_nothing(base: Path) -> None:
+    daemon, project, repo, ctl = start(base)
+    try:
+        (ctl / "block-setup").touch()
+        thread, out = in_thread(lambda: create(daemon, project["id"], "c"))
+        until((ctl / "setup-started").exists, timeout=30, message="the setup to start")
+        cut(daemon, thread, out)
+        shutting_down(out)
+        (ctl / "block-setup").unlink()
+        daemon.start()
+        assert daemon.call("workspace.list", {})["workspaces"] == []
+        assert not branch_exists(repo, "xum/c")
+        assert list((base / "root" / "workspaces").glob("*/c")) == []
+        assert list((base / "root" / "workspaces").glob("*/")), "the layout changed"
+    finally:
+        daemon.close()
+
+
+def test_create_cut_before_its_intent_answers_shutting_down(base: Path) -> None:
+    point, holds = "workspace.create.hold", base / "holds"
+    daemon, project, repo, _ = start(base, hold_env(point, holds))
+    try:
+        thread, out = in_thread(lambda: create(daemon, project["id"], "c"))
+        wait_held(point, holds)
+        cut(daemon, thread, out)
+        shutting_down(out)
+        daemon.env = {}
+        daemon.start()
+        assert daemon.call("workspace.list", {})["workspaces"] == []
+        assert not branch_exists(repo, "xum/c")
+    finally:
+        daemon.close()
+
+
+# -- the mechanism, in process --------------------------------------------------------------------
+
+
+class _Done(Result):
+    done: str
+
+
+class _Peer:
+    id = 1
+    pid = None
+    uid = None
+    protocol = "1.0"
+
+    def notify(self, method: str, params: dict[str, Any]) -> bool:
+        return True
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        pass
+
+
+def _cut_router(method: str, registered_for: str) -> dict[str, Any] | None:
+    """Run `method` (a handler that commits, then waits forever) and cancel it; what it
+    answered, or None when the cancellation went through."""
+    from pydantic import Field
+    from xum_protocol.models.base import Params
+
+    class _P(Params):
+        x: int = Field(default=0)
+
+    router = Router()
+
+    async def handler(params: BaseModel, ctx: Any) -> BaseModel:
+        answer_if_cut(lambda: _Done(done="committed"), registered_for)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    router.add(method, handler, _P)
+    answered: list[dict[str, Any] | None] = []
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def call() -> None:
+                answered.append(
+                    await router.handle(
+                        {"jsonrpc": "2.0", "method": method, "id": 7, "params": {}}, _Peer()
+                    )
+                )
+
+            tg.start_soon(call)
+            while not router.active:
+                await anyio.lowlevel.checkpoint()
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert router.active == 0
+    return answered[0] if answered else None
+
+
+def test_a_committed_request_cut_short_answers_its_result() -> None:
+    answer = _cut_router("x.commit", "x.commit")
+    assert answer == {"jsonrpc": "2.0", "id": 7, "result": {"done": "committed"}}
+
+
+def test_a_commit_of_an_inner_operation_does_not_answer_the_outer_request() -> None:
+    # A workspace removal inside a project.remove registers for `workspace.remove`: the outer
+    # request, cut there, is cancelled (its own result is not that workspace's).
+    assert _cut_router("x.outer", "x.inner") is None
