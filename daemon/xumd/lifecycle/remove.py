@@ -4,6 +4,8 @@ which snapshots it first: never silently dropped."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import WorkspaceRemoveResult
@@ -12,7 +14,7 @@ from xumd import faults, logs
 from xumd.errors import XumError
 from xumd.lifecycle import dirstore, rows, views
 from xumd.lifecycle.context import Context, invalid_state, some
-from xumd.lifecycle.rows import WorkspaceRow
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped, Snapshot, WorkState
 from xumd.rpc.dispatch import answer_if_cut
 
@@ -23,72 +25,91 @@ REMOVE_AFTER_SNAPSHOT = faults.declare("workspace.remove.after_snapshot")
 REMOVE_AFTER_COMMIT = faults.declare("workspace.remove.after_commit")
 
 
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A workspace that passed removal's checks under its caller's exclusive reservation."""
+
+    row: WorkspaceRow
+    project: ProjectRow
+    live: bool
+    owns: bool
+    state: WorkState | None
+    force: bool
+
+
 async def remove(ctx: Context, workspace_id: str, force: bool = False) -> WorkspaceRemoveResult:
     async with ctx.coord.exclusive(workspace_id, "remove") as ref:
-        row = ctx.row(ref.id)
-        removable = row.state in ("active", "archived") or (
-            row.state == "creating" and row.interrupted
-        )
-        if not removable:
-            raise invalid_state(
-                row, f"workspace {row.name!r} is {row.state}; wait for it to settle"
-            )
-        project = ctx.project(row.project_id)
-        live = row.state != "archived"
-        owns = live and ctx.owns_checkout(row)
-        if live:
-            await ctx.quiescent(row, "remove")
-        state = await _check_safe(ctx, row, force) if owns else None
-        with ctx.store.transaction():
-            row = ctx.update(row, state="removing")
-        ctx.publish("workspace.state_changed", row)
-        REMOVE_AFTER_INTENT()
-        snap: Snapshot | None = None
-        dropped = Dropped()
-        if owns:
-            if state is not None and state.dirty:
-                async with ctx.git.admin_lock(project.path):
-                    snap = await ctx.snapshots.take(row.path, row.id, row.incarnation, state=state)
-                REMOVE_AFTER_SNAPSHOT()
-            if row.runtime == "worktree":
-                dropped = await ctx.snapshots.report_and_preserve(
-                    row.path, row.id, row.incarnation, []
-                )
-            elif force:
-                dropped = await dirstore.save(ctx.app.paths.archive_store, row)
-        with ctx.store.transaction():
-            if snap is not None:
-                row = ctx.update(row, snapshot_ref=snap.ref, snapshot_commit=snap.commit)
-            if live:
-                ctx.plan_cleanup(project, row, teardown=owns)
-            rows.delete_workspace_with_tombstone(ctx.store, row)
-        REMOVE_AFTER_COMMIT()
-        ctx.app.events.publish(
-            "workspace.removed", workspace_id=row.id, project_id=row.project_id, name=row.name
-        )
-        removed = row
+        return await remove_checked(ctx, await check(ctx, ctx.row(ref.id), force))
 
-        def answer(cleanup: CleanupStatus) -> WorkspaceRemoveResult:
-            return WorkspaceRemoveResult(
-                workspace_id=removed.id,
-                removed=True,
-                branch=removed.branch,
-                snapshot=views.snapshot_info(snap),
-                dropped=views.dropped_info(dropped),
-                cleanup=cleanup,
-            )
 
-        # Removed from here on: a shutdown that cuts the cleanup short is answered with this
-        # result (cleanup pending, and why), never `shutting_down`.
-        answer_if_cut(lambda: answer(ctx.cleanup_as_cut(removed.id)), "workspace.remove")
+async def check(ctx: Context, row: WorkspaceRow, force: bool) -> Checked:
+    """Every refusal of a removal (state, holders, unsaved work), before any change: under
+    the caller's exclusive reservation of `row`. `project.remove` checks all its workspaces
+    this way before it removes any."""
+    removable = row.state in ("active", "archived") or (row.state == "creating" and row.interrupted)
+    if not removable:
+        raise invalid_state(row, f"workspace {row.name!r} is {row.state}; wait for it to settle")
+    project = ctx.project(row.project_id)
+    live = row.state != "archived"
+    owns = live and ctx.owns_checkout(row)
+    if live:
+        await ctx.quiescent(row, "remove")
+    state = await _check_safe(ctx, row, force) if owns else None
+    return Checked(row, project, live, owns, state, force)
+
+
+async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResult:
+    """The removal itself, under the same reservation as `check`."""
+    row, project, live, owns = checked.row, checked.project, checked.live, checked.owns
+    state, force = checked.state, checked.force
+    with ctx.store.transaction():
+        row = ctx.update(row, state="removing")
+    ctx.publish("workspace.state_changed", row)
+    REMOVE_AFTER_INTENT()
+    snap: Snapshot | None = None
+    dropped = Dropped()
+    if owns:
+        if state is not None and state.dirty:
+            async with ctx.git.admin_lock(project.path):
+                snap = await ctx.snapshots.take(row.path, row.id, row.incarnation, state=state)
+            REMOVE_AFTER_SNAPSHOT()
+        if row.runtime == "worktree":
+            dropped = await ctx.snapshots.report_and_preserve(row.path, row.id, row.incarnation, [])
+        elif force:
+            dropped = await dirstore.save(ctx.app.paths.archive_store, row)
+    with ctx.store.transaction():
+        if snap is not None:
+            row = ctx.update(row, snapshot_ref=snap.ref, snapshot_commit=snap.commit)
         if live:
-            cleanup = await ctx.run_cleanup(row.id)
-        else:
-            cleanup = ctx.cleanup.status(row.id) or CleanupStatus(
-                status="not_needed", reason="the archived checkout was already cleaned up"
-            )
-        log.info("workspace.removed", workspace=row.id, cleanup=cleanup.status)
-        return answer(cleanup)
+            ctx.plan_cleanup(project, row, teardown=owns)
+        rows.delete_workspace_with_tombstone(ctx.store, row)
+    REMOVE_AFTER_COMMIT()
+    ctx.app.events.publish(
+        "workspace.removed", workspace_id=row.id, project_id=row.project_id, name=row.name
+    )
+    removed = row
+
+    def answer(cleanup: CleanupStatus) -> WorkspaceRemoveResult:
+        return WorkspaceRemoveResult(
+            workspace_id=removed.id,
+            removed=True,
+            branch=removed.branch,
+            snapshot=views.snapshot_info(snap),
+            dropped=views.dropped_info(dropped),
+            cleanup=cleanup,
+        )
+
+    # Removed from here on: a shutdown that cuts the cleanup short is answered with this
+    # result (cleanup pending, and why), never `shutting_down`.
+    answer_if_cut(lambda: answer(ctx.cleanup_as_cut(removed.id)), "workspace.remove")
+    if live:
+        cleanup = await ctx.run_cleanup(row.id)
+    else:
+        cleanup = ctx.cleanup.status(row.id) or CleanupStatus(
+            status="not_needed", reason="the archived checkout was already cleaned up"
+        )
+    log.info("workspace.removed", workspace=row.id, cleanup=cleanup.status)
+    return answer(cleanup)
 
 
 async def _check_safe(ctx: Context, row: WorkspaceRow, force: bool) -> WorkState | None:
