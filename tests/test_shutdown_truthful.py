@@ -29,10 +29,11 @@ from tests.lifecycle_helpers import add_project, branch_exists, create
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.holds import hold_env, wait_held
+from tests.support.raw import RawPeer
 from tests.support.wait import until
 
 CONFIG = (
-    "shutdown_grace_s = 0.5\n"
+    "shutdown_grace_s = 0.5\nstop_grace_s = 1.0\n"
     "[cleanup]\nbackoff_initial_s = 0.2\nbackoff_max_s = 0.4\nbackoff_jitter = 0.1\n"
     "poll_interval_s = 0.5\n"
 )
@@ -55,6 +56,7 @@ def scripted_repo(base: Path) -> tuple[Path, Path]:
         f"while [ -e {ctl}/block-setup ]; do sleep 0.05; done"
     )
     teardown = (
+        f'if [ -e {ctl}/ignore-term ]; then trap "" TERM; fi; '
         f"echo $$ > {ctl}/teardown-pid; touch {ctl}/teardown-started; "
         f"while [ -e {ctl}/block-teardown ]; do sleep 0.05; done; touch {ctl}/torn-down"
     )
@@ -155,6 +157,26 @@ def test_archive_cut_in_its_teardown_answers_archived(base: Path) -> None:
         daemon.close()
 
 
+def test_a_teardown_that_ignores_sigterm_is_killed_and_the_archive_still_answered(
+    base: Path,
+) -> None:
+    daemon, project, _, ctl = start(base)
+    try:
+        ws = create(daemon, project["id"], "a")["workspace"]
+        (ctl / "block-teardown").touch()
+        (ctl / "ignore-term").touch()
+        thread, out = in_thread(
+            lambda: daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        )
+        until((ctl / "teardown-started").exists, timeout=30, message="the teardown to start")
+        cut(daemon, thread, out)  # within the shutdown budget: exit 0, not the forced 70
+        assert out["result"]["workspace"]["state"] == "archived", out
+        assert out["result"]["cleanup"]["status"] == "pending"
+        until(lambda: gone(ctl / "teardown-pid"), message="the teardown to be SIGKILLed")
+    finally:
+        daemon.close()
+
+
 def test_remove_cut_in_its_teardown_answers_removed(base: Path) -> None:
     daemon, project, repo, ctl = start(base)
     try:
@@ -240,6 +262,59 @@ def test_archive_cut_before_its_snapshot_answers_shutting_down(base: Path) -> No
         assert (Path(ws["path"]) / "notes.txt").read_text() == "unsaved\n"
         assert snapshot_refs(repo) == []
         assert daemon.call("cleanup.list", {"workspace_id": ws["id"]})["obligations"] == []
+    finally:
+        daemon.close()
+
+
+def test_remove_cut_before_its_commit_answers_shutting_down_and_puts_it_back(
+    base: Path,
+) -> None:
+    point, holds = "workspace.remove.hold", base / "holds"
+    daemon, project, _, _ = start(base, hold_env(point, holds))
+    try:
+        ws = create(daemon, project["id"], "a")["workspace"]
+        (Path(ws["path"]) / "notes.txt").write_text("unsaved\n")
+        thread, out = in_thread(
+            lambda: daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+        )
+        wait_held(point, holds)
+        cut(daemon, thread, out)
+        shutting_down(out)
+        daemon.env = {}
+        daemon.start()
+        # Back as it was, not a `removing` row for recovery to flag.
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert got["state"] == "active" and not got["interrupted"], got
+        assert (Path(ws["path"]) / "notes.txt").read_text() == "unsaved\n"
+        assert daemon.call("cleanup.list", {"workspace_id": ws["id"]})["obligations"] == []
+    finally:
+        daemon.close()
+
+
+def test_a_client_that_disconnects_mid_archive_does_not_cut_it(base: Path) -> None:
+    daemon, project, _, ctl = start(base)
+    try:
+        ws = create(daemon, project["id"], "a")["workspace"]
+        (ctl / "block-teardown").touch()
+        with RawPeer(daemon.socket_path) as peer:
+            peer.send_json(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "workspace.archive",
+                    "params": {"workspace_id": ws["id"]},
+                }
+            )
+            until((ctl / "teardown-started").exists, timeout=30, message="the teardown")
+        # The client is gone; the archive goes on to the end (its answer is dropped).
+        (ctl / "block-teardown").unlink()
+        until(lambda: not os.path.lexists(ws["path"]), timeout=30, message="the archive")
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert got["state"] == "archived"
+        assert got["last_cleanup"]["status"] == "completed", got["last_cleanup"]
+        assert (ctl / "torn-down").exists()
+        pending = daemon.call("cleanup.list", {"state": "pending"})["obligations"]
+        assert [ob["kind"] for ob in pending] in ([], ["reclaim"])  # reclaim: background
     finally:
         daemon.close()
 

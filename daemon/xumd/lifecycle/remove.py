@@ -23,6 +23,12 @@ log = logs.get("xumd.lifecycle.remove")
 REMOVE_AFTER_INTENT = faults.declare("workspace.remove.after_intent")
 REMOVE_AFTER_SNAPSHOT = faults.declare("workspace.remove.after_snapshot")
 REMOVE_AFTER_COMMIT = faults.declare("workspace.remove.after_commit")
+HOLD = faults.declare(
+    "workspace.remove.hold",
+    "simulate: hold a remove after its intent (`removing`) committed, before the snapshot, "
+    "until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,21 +68,31 @@ async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResul
     """The removal itself, under the same reservation as `check`."""
     row, project, live, owns = checked.row, checked.project, checked.live, checked.owns
     state, force = checked.state, checked.force
+    prior = row.state
     with ctx.store.transaction():
         row = ctx.update(row, state="removing")
     ctx.publish("workspace.state_changed", row)
     REMOVE_AFTER_INTENT()
     snap: Snapshot | None = None
     dropped = Dropped()
-    if owns:
-        if state is not None and state.dirty:
-            async with ctx.git.admin_lock(project.path):
-                snap = await ctx.snapshots.take(row.path, row.id, row.incarnation, state=state)
-            REMOVE_AFTER_SNAPSHOT()
-        if row.runtime == "worktree":
-            dropped = await ctx.snapshots.report_and_preserve(row.path, row.id, row.incarnation, [])
-        elif force:
-            dropped = await dirstore.save(ctx.app.paths.archive_store, row)
+    try:
+        await HOLD.hold()
+        if owns:
+            if state is not None and state.dirty:
+                async with ctx.git.admin_lock(project.path):
+                    snap = await ctx.snapshots.take(row.path, row.id, row.incarnation, state=state)
+                REMOVE_AFTER_SNAPSHOT()
+            if row.runtime == "worktree":
+                dropped = await ctx.snapshots.report_and_preserve(
+                    row.path, row.id, row.incarnation, []
+                )
+            elif force:
+                dropped = await dirstore.save(ctx.app.paths.archive_store, row)
+    except BaseException:
+        # Nothing is deleted before the commit below: cut short (a shutdown) or failed, the
+        # workspace is back as it was, and the answer (`shutting_down`, or the error) is true.
+        ctx.roll_back(row, state=prior)
+        raise
     with ctx.store.transaction():
         if snap is not None:
             row = ctx.update(row, snapshot_ref=snap.ref, snapshot_commit=snap.commit)
