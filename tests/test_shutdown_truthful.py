@@ -319,6 +319,34 @@ def test_a_client_that_disconnects_mid_archive_does_not_cut_it(base: Path) -> No
         daemon.close()
 
 
+def test_unarchive_cut_before_its_restore_answers_shutting_down_and_stays_archived(
+    base: Path,
+) -> None:
+    point, holds = "workspace.unarchive.hold", base / "holds"
+    daemon, project, _, _ = start(base, hold_env(point, holds))
+    try:
+        ws = create(daemon, project["id"], "a")["workspace"]
+        (Path(ws["path"]) / "notes.txt").write_text("unsaved\n")
+        daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        thread, out = in_thread(
+            lambda: daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+        )
+        wait_held(point, holds)
+        assert Path(ws["path"]).is_dir()  # recreated; the restore not done
+        cut(daemon, thread, out)
+        shutting_down(out)
+        daemon.env = {}
+        daemon.start()
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert got["state"] == "archived" and not got["interrupted"], got
+        assert not os.path.lexists(ws["path"])  # the undo took the new checkout back
+        done = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+        assert done["workspace"]["state"] == "active"
+        assert (Path(ws["path"]) / "notes.txt").read_text() == "unsaved\n"
+    finally:
+        daemon.close()
+
+
 def test_rename_cut_after_its_move_answers_shutting_down_and_moves_back(base: Path) -> None:
     point, holds = "workspace.rename.hold", base / "holds"
     daemon, project, repo, _ = start(base, hold_env(point, holds))

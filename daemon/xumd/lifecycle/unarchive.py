@@ -26,6 +26,12 @@ UNARCHIVE_AFTER_INTENT = faults.declare("workspace.unarchive.after_intent")
 UNARCHIVE_AFTER_CHECKOUT = faults.declare("workspace.unarchive.after_checkout")
 UNARCHIVE_AFTER_RESTORE = faults.declare("workspace.unarchive.after_restore")
 UNARCHIVE_AFTER_SETUP = faults.declare("workspace.unarchive.after_setup")
+HOLD = faults.declare(
+    "workspace.unarchive.hold",
+    "simulate: hold an unarchive after its checkout is recreated, before the snapshot is "
+    "restored, until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
 UNDO_AFTER_DISCARD = faults.declare(
     "workspace.unarchive.undo.after_discard",
     "a failed unarchive took its new checkout back; the row is still `restoring`",
@@ -57,6 +63,7 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
                 made = True
                 await _recreate(ctx, project, row)
             UNARCHIVE_AFTER_CHECKOUT()
+            await HOLD.hold()
             restored = await _restore(ctx, row)
             UNARCHIVE_AFTER_RESTORE()
             st = row.path.stat()
