@@ -406,6 +406,40 @@ def test_create_cut_before_its_intent_answers_shutting_down(base: Path) -> None:
         daemon.close()
 
 
+# -- a refusal that did something says so ---------------------------------------------------------
+
+
+def test_archive_stop_refused_by_an_outside_holder_says_it_stopped(base: Path) -> None:
+    import subprocess
+
+    daemon, project, _, _ = start(base)
+    editor = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        ws = create(daemon, project["id"], "a")["workspace"]
+        term = daemon.call(
+            "process.spawn",
+            {"workspace_id": ws["id"], "kind": "terminal", "argv": ["sleep", "60"]},
+        )["process"]
+        daemon.call(
+            "lease.acquire",
+            {"workspace_id": ws["id"], "kind": "editor", "pid": editor.pid, "label": "vim"},
+        )
+        with pytest.raises(XumRpcError) as info:
+            daemon.call("workspace.archive", {"workspace_id": ws["id"], "stop": True})
+        err = info.value
+        assert err.data["kind"] == "busy" and [h["pid"] for h in err.data["holders"]] == [
+            editor.pid
+        ]
+        # The terminal was stopped before the refusal, and the answer says so.
+        assert "were stopped first" in str(err) and err.data["stopped"], err.data
+        got = daemon.call("process.get", {"process_id": term["id"]})["process"]
+        assert got["state"] == "exited"
+    finally:
+        editor.kill()
+        editor.wait(10)
+        daemon.close()
+
+
 # -- the mechanism, in process --------------------------------------------------------------------
 
 

@@ -40,7 +40,14 @@ async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> Worksp
                 row, f"workspace {row.name!r} is {row.state}; only an active workspace is archived"
             )
         stopped = await _stop(ctx, ref, row) if stop else []
-        await ctx.quiescent(row, "archive")
+        try:
+            await ctx.quiescent(row, "archive")
+        except XumError as exc:
+            if stopped:
+                # The stop is done and stays done: a refusal says so (no false answer).
+                exc.message += "; the daemon's own processes in it were stopped first"
+                exc.data["stopped"] = stopped
+            raise
         project = ctx.project(row.project_id)
         with ctx.store.transaction():
             row = ctx.update(row, state="archiving")
