@@ -164,7 +164,9 @@ class App:
                         await self.router.wait_idle()
                     if grace.cancelled_caught:
                         log.warning("daemon.requests_cancelled", active=self.router.active)
-                    # Still running: cancelled; each answers `shutting_down` (see connection.py).
+                    # Still running: cancelled. One that committed nothing answers
+                    # `shutting_down`; one that committed its logical change answers its result
+                    # with the physical part pending (dispatch.answer_if_cut, connection.py).
                     work.cancel_scope.cancel()
                 # 3. Registered drains, each under its own deadline.
                 for drain in self._drains:
