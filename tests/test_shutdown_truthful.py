@@ -205,6 +205,33 @@ def test_remove_cut_in_its_teardown_answers_removed(base: Path) -> None:
         daemon.close()
 
 
+def test_project_remove_cut_part_way_answers_which_workspaces_went(base: Path) -> None:
+    daemon, project, _, ctl = start(base)
+    try:
+        first = create(daemon, project["id"], "a")["workspace"]
+        second = create(daemon, project["id"], "b")["workspace"]
+        (ctl / "block-teardown").touch()
+        thread, out = in_thread(
+            lambda: daemon.call("project.remove", {"project_id": project["id"], "force": True})
+        )
+        until((ctl / "teardown-started").exists, timeout=30, message="the first teardown")
+        cut(daemon, thread, out)
+        assert "error" not in out, f"a part-way project.remove answered {out.get('error')}"
+        result = out["result"]
+        assert result["removed"] is False
+        outcomes = {w["name"]: w for w in result["workspaces"]}
+        assert outcomes["a"]["ok"] is True and outcomes["b"]["ok"] is False, outcomes
+        assert outcomes["b"]["error"]["kind"] == "shutting_down"
+        (ctl / "block-teardown").unlink()
+        daemon.start()
+        left = daemon.call("workspace.list", {})["workspaces"]
+        assert [(w["id"], w["state"]) for w in left] == [(second["id"], "active")]
+        assert daemon.call("project.get", {"project_id": project["id"]})["project"]["id"]
+        until(lambda: not os.path.lexists(first["path"]), timeout=30, message="the retry")
+    finally:
+        daemon.close()
+
+
 def test_unarchive_cut_in_its_setup_answers_restored(base: Path) -> None:
     daemon, project, _, ctl = start(base)
     try:
@@ -460,7 +487,7 @@ class _Peer:
         pass
 
 
-def _cut_router(method: str, registered_for: str) -> dict[str, Any] | None:
+def _cut_router(method: str, registered_for: str, committed: bool = True) -> dict[str, Any] | None:
     """Run `method` (a handler that commits, then waits forever) and cancel it; what it
     answered, or None when the cancellation went through."""
     from pydantic import Field
@@ -472,7 +499,7 @@ def _cut_router(method: str, registered_for: str) -> dict[str, Any] | None:
     router = Router()
 
     async def handler(params: BaseModel, ctx: Any) -> BaseModel:
-        answer_if_cut(lambda: _Done(done="committed"), registered_for)
+        answer_if_cut(lambda: _Done(done="committed") if committed else None, registered_for)
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
@@ -508,3 +535,7 @@ def test_a_commit_of_an_inner_operation_does_not_answer_the_outer_request() -> N
     # A workspace removal inside a project.remove registers for `workspace.remove`: the outer
     # request, cut there, is cancelled (its own result is not that workspace's).
     assert _cut_router("x.outer", "x.inner") is None
+
+
+def test_a_builder_that_finds_nothing_committed_lets_the_cancellation_through() -> None:
+    assert _cut_router("x.commit", "x.commit", committed=False) is None

@@ -329,17 +329,22 @@ class ProjectService:
     ) -> list[WorkspaceOutcome]:
         outcomes: list[WorkspaceOutcome] = []
 
-        def as_cut() -> ProjectRemoveResult:
+        def as_cut() -> ProjectRemoveResult | None:
             # Cut by a shutdown after some workspaces went: say which, and that the project
-            # (and the rest) remain. A workspace whose row is gone was removed by the cut one.
+            # (and the rest) remain. A workspace whose row is gone was removed (the one being
+            # removed when the cut came, if its removal had committed); none gone: nothing
+            # was committed, and the answer is `shutting_down`.
             cut = {"kind": ErrorKind.SHUTTING_DOWN.value, "message": "not removed: shutdown"}
             done = {o.workspace_id for o in outcomes}
+            gone = {c.row.id for c in checked if rows.get_workspace(self.store, c.row.id) is None}
+            if not gone:
+                return None
             rest = [
                 WorkspaceOutcome(
                     workspace_id=c.row.id,
                     name=c.row.name,
-                    ok=rows.get_workspace(self.store, c.row.id) is None,
-                    error=None if rows.get_workspace(self.store, c.row.id) is None else cut,
+                    ok=c.row.id in gone,
+                    error=None if c.row.id in gone else cut,
                 )
                 for c in checked
                 if c.row.id not in done
@@ -347,6 +352,8 @@ class ProjectService:
             return ProjectRemoveResult(
                 project=self.info(project), removed=False, workspaces=[*outcomes, *rest]
             )
+
+        answer_if_cut(as_cut, "project.remove")
 
         for item in checked:
             try:
@@ -373,8 +380,6 @@ class ProjectService:
                         result=result.model_dump(mode="json"),
                     )
                 )
-            if any(o.ok for o in outcomes):
-                answer_if_cut(as_cut, "project.remove")
         return outcomes
 
     def _refuse_owed_teardowns(self, project: ProjectRow, outcomes: list[WorkspaceOutcome]) -> None:
