@@ -177,6 +177,30 @@ def test_a_teardown_that_ignores_sigterm_is_killed_and_the_archive_still_answere
         daemon.close()
 
 
+def test_an_auto_archive_cut_in_its_teardown_records_archived(base: Path) -> None:
+    import sqlite3
+
+    daemon, project, _, ctl = start(base)
+    try:
+        ws = create(daemon, project["id"], "a", auto_archive="on_agent_exit")["workspace"]
+        (ctl / "block-teardown").touch()
+        daemon.call("process.spawn", {"workspace_id": ws["id"], "kind": "agent", "argv": ["true"]})
+        until((ctl / "teardown-started").exists, timeout=30, message="the teardown to start")
+        assert daemon.call("daemon.shutdown") == {"stopping": True}
+        assert daemon.wait(30) == 0
+        db = sqlite3.connect(base / "root" / "state.db")
+        try:
+            state, found = db.execute(
+                "SELECT state, auto_archive_outcome FROM workspaces WHERE id = ?", (ws["id"],)
+            ).fetchone()
+        finally:
+            db.close()
+        assert state == "archived"
+        assert found is not None and json.loads(found)["status"] == "archived", found
+    finally:
+        daemon.close()
+
+
 def test_remove_cut_in_its_teardown_answers_removed(base: Path) -> None:
     daemon, project, repo, ctl = start(base)
     try:
