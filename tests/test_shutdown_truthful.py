@@ -441,6 +441,27 @@ def test_create_cut_in_its_setup_answers_shutting_down_and_leaves_nothing(base: 
         daemon.close()
 
 
+def test_turn_create_cut_in_its_targets_setup_answers_shutting_down(base: Path) -> None:
+    daemon, project, repo, ctl = start(base)
+    try:
+        owner = create(daemon, project["id"], "owner")["workspace"]
+        (ctl / "setup-started").unlink()
+        (ctl / "block-setup").touch()
+        params = {"owner_workspace_id": owner["id"], "mode": "new", "name": "sub"}
+        thread, out = in_thread(lambda: daemon.call("turn.create", params))
+        until((ctl / "setup-started").exists, timeout=30, message="the target's setup")
+        cut(daemon, thread, out)
+        shutting_down(out)
+        (ctl / "block-setup").unlink()
+        daemon.start()
+        (turn,) = daemon.call("turn.list", {"owner_workspace_id": owner["id"]})["turns"]
+        assert turn["state"] == "failed" and "cut short" in turn["reason"], turn
+        names = [w["name"] for w in daemon.call("workspace.list", {})["workspaces"]]
+        assert names == ["owner"] and not branch_exists(repo, "xum/sub")
+    finally:
+        daemon.close()
+
+
 def test_create_cut_before_its_intent_answers_shutting_down(base: Path) -> None:
     point, holds = "workspace.create.hold", base / "holds"
     daemon, project, repo, _ = start(base, hold_env(point, holds))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING
 
+import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.turn import TurnCreateParams, TurnCreateResult, TurnInfo
 from xum_protocol.models.workspace import Runtime, WorkspaceCreateParams
@@ -151,8 +152,16 @@ class TurnService:
             binding = IntentBinding(handle_id, owner.id, record)
             try:
                 created = await self.workspaces.create(create, binding)
-            except BaseException:
-                self._settle_failed(handle_id)
+            except BaseException as exc:
+                cut = isinstance(exc, anyio.get_cancelled_exc_class())
+                self._settle_failed(
+                    handle_id,
+                    "the target's creation was cut short"
+                    + (" (the daemon is shutting down)" if self.app.stopping else "")
+                    + " and was undone"
+                    if cut
+                    else "creating the target workspace failed and was undone",
+                )
                 raise
             AFTER_TARGET()
             with self.store.transaction():
@@ -168,7 +177,7 @@ class TurnService:
         row = ws_rows.get_workspace(self.store, workspace_id)
         return "directory" if row is not None and row.runtime == "directory" else "worktree"
 
-    def _settle_failed(self, handle_id: str) -> None:
+    def _settle_failed(self, handle_id: str, reason: str) -> None:
         """The create failed and undid itself (the target row is gone): the turn says so. If
         the target row survived, the turn stays as it is, bound to it."""
         turn = rows.get(self.store, handle_id)
@@ -183,7 +192,7 @@ class TurnService:
                 handle_id,
                 rows.FAILED,
                 expect=rows.CREATING,
-                reason="creating the target workspace failed and was undone",
+                reason=reason,
             )
 
     async def _reuse(self, owner_id: str, target_id: str) -> TurnCreateResult:
