@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 from xum_client.errors import XumRpcError
 
-from tests.lifecycle_helpers import add_project, create, rpc_error
+from tests.lifecycle_helpers import (
+    add_project,
+    commit_scripts,
+    create,
+    failing_teardown,
+    rpc_error,
+    trusted_daemon,
+)
 from tests.support.daemon import DaemonProcess, short_tmpdir
 from tests.support.gitrepo import make_repo
 from tests.support.holds import hold_env, release, wait_held
@@ -148,3 +155,26 @@ def test_a_structural_operation_in_progress_removes_nothing() -> None:
     finally:
         daemon.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_an_owed_teardown_is_refused_before_anything_is_removed(
+    tmp_short: Path, root: Path, ctl: Path
+) -> None:
+    """An archived workspace still owes its teardown (it failed; the retry is far off): the
+    project cannot go (the teardown needs its trust), and the other workspaces stay too."""
+    repo = make_repo(tmp_short / "repo", {"README.md": "hi\n"})
+    commit_scripts(repo, setup=["true"], teardown=failing_teardown(ctl))
+    slow = "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\nbackoff_jitter = 0\n"
+    with trusted_daemon(root, repo, slow) as (daemon, project):
+        owing = create(daemon, project["id"], "owing")["workspace"]
+        other = create(daemon, project["id"], "other")["workspace"]
+        archived = daemon.call("workspace.archive", {"workspace_id": owing["id"]})
+        assert archived["cleanup"]["status"] == "pending", archived["cleanup"]
+        err = rpc_error(daemon, "project.remove", {"project_id": project["id"], "force": True})
+        assert err.kind == "cleanup_pending" and err.data["owed"] == [owing["id"]], err
+        assert states(daemon) == {"owing": "archived", "other": "active"}
+        assert Path(other["path"]).is_dir()
+        (ctl / "ok").touch()
+        daemon.call("cleanup.retry", {"workspace_id": owing["id"]})
+        done = daemon.call("project.remove", {"project_id": project["id"], "force": True})
+        assert done["removed"] is True and not Path(other["path"]).exists()
