@@ -584,3 +584,44 @@ def test_a_commit_of_an_inner_operation_does_not_answer_the_outer_request() -> N
 
 def test_a_builder_that_finds_nothing_committed_lets_the_cancellation_through() -> None:
     assert _cut_router("x.commit", "x.commit", committed=False) is None
+
+
+# -- requests that arrive while the daemon drains --------------------------------------------------
+
+
+def test_requests_during_the_drains_are_answered(base: Path) -> None:
+    """After the grace the request group is gone; a connection still open (until step 4 closes
+    it) sends more: each is answered (status served, the rest `shutting_down`), none dropped."""
+    from tests.support.holds import release
+
+    point, holds = "daemon.shutdown.hold_drains", base / "holds"
+    root = base / "root"
+    write_config(root, CONFIG)
+    daemon = DaemonProcess(root, env=hold_env(point, holds)).start()
+    try:
+        with RawPeer(daemon.socket_path) as peer:
+            peer.send_json({"jsonrpc": "2.0", "id": "st0", "method": "daemon.status"})
+            assert peer.read()["id"] == "st0"
+            assert daemon.call("daemon.shutdown") == {"stopping": True}
+            wait_held(point, holds)
+            peer.send_json({"jsonrpc": "2.0", "id": "st", "method": "daemon.status"})
+            peer.send_json({"jsonrpc": "2.0", "id": "ls", "method": "workspace.list"})
+            peer.send_json(
+                [
+                    {"jsonrpc": "2.0", "id": "b1", "method": "workspace.list"},
+                    {"jsonrpc": "2.0", "id": "b2", "method": "daemon.status"},
+                ]
+            )
+            answers = [peer.read(), peer.read(), peer.read()]
+            release(point, holds)
+        single = {a["id"]: a for a in answers if isinstance(a, dict)}
+        assert single["st"]["result"]["shutting_down"] is True
+        assert single["ls"]["error"]["data"]["kind"] == "shutting_down"
+        (batch,) = [a for a in answers if isinstance(a, list)]
+        by_id = {item["id"]: item for item in batch}
+        assert by_id["b1"]["error"]["data"]["kind"] == "shutting_down"
+        assert by_id["b2"]["result"]["shutting_down"] is True
+        assert daemon.wait(30) == 0
+        assert "server.connection_failed" not in daemon.log_text()
+    finally:
+        daemon.close()

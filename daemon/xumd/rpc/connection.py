@@ -232,8 +232,20 @@ class Connection:
         )
 
     async def _admit(self, frame: bytes) -> None:
+        if self._router.stopping():
+            # Shutting down: past the grace the server's request group has ended and starts no
+            # task (the frame would be dropped and the connection broken). What is still served
+            # then (refusals, daemon.status) is quick: answer it here, in frame order.
+            await self._process_inline(frame)
+            return
         await self._inflight.acquire()
         self._work.start_soon(self._process, frame)
+
+    async def _process_inline(self, frame: bytes) -> None:
+        try:
+            await self._process_frame(frame)
+        except Exception:
+            log.exception("conn.process_failed", conn=self.id)
 
     async def _process(self, frame: bytes) -> None:
         try:
