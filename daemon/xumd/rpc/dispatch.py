@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from xum_protocol.errors import ErrorKind, code_for
 from xum_protocol.methods import METHODS
 
-from xumd import logs
+from xumd import diskfull, logs
 from xumd.errors import XumError
 
 log = logs.get("xumd.rpc")
@@ -205,8 +205,17 @@ class Router:
             }
         except XumError as exc:
             outcome = exc.kind.value
+            if exc.kind is ErrorKind.DISK_FULL:
+                log.warning("rpc.disk_full", method=method, filesystem=exc.data.get("filesystem"))
             return error_response(request_id, exc.kind, exc.message, exc.data)
-        except Exception:
+        except Exception as exc:
+            full = diskfull.from_exception(exc)
+            if full is not None:
+                # A write the handler did not expect to fail for lack of space is still a
+                # full disk, and is named as such (its own cleanup ran as the error passed).
+                outcome = full.kind.value
+                log.warning("rpc.disk_full", method=method, filesystem=full.data.get("filesystem"))
+                return error_response(request_id, full.kind, full.message, full.data)
             outcome = "internal"
             log.exception("rpc.internal_error", method=method)
             return error_response(

@@ -24,7 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from xumd import logs
+from xumd import diskfull, logs
+from xumd.errors import XumError
 
 log = logs.get("xumd.store")
 
@@ -116,19 +117,50 @@ class Store:
                 self._depth -= 1
             return
         started = time.perf_counter()
-        self._db.execute("BEGIN IMMEDIATE")
+        self._run("BEGIN IMMEDIATE")
         self._depth = 1
         try:
             yield self._db
         except BaseException:
             self._depth = 0
-            self._db.execute("ROLLBACK")
+            self._rollback()
             raise
         else:
             self._depth = 0
-            self._db.execute("COMMIT")
+            try:
+                self._run("COMMIT")
+            except BaseException:
+                # A COMMIT that failed (SQLITE_FULL while writing the WAL) may leave the
+                # transaction open; left so, the next BEGIN would fail until a restart.
+                self._rollback()
+                raise
         finally:
             self._check_slow("store.slow_transaction", started)
+
+    def _rollback(self) -> None:
+        if not self._db.in_transaction:
+            return  # SQLite already rolled back (it does on some errors, SQLITE_FULL among them)
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.error("store.rollback_failed", error=str(exc))
+
+    def _full(self, exc: sqlite3.Error) -> XumError:
+        return diskfull.disk_full(
+            self.path,
+            f"the state database {self.path}",
+            "SQLite: database or disk is full; the change was rolled back, nothing was changed",
+        )
+
+    def _run(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+        """Execute; SQLite's "database or disk is full" becomes `disk_full` naming the store's
+        filesystem (the statement, or the transaction around it, did not happen)."""
+        try:
+            return self._db.execute(sql, args)
+        except sqlite3.Error as exc:
+            if diskfull.is_sqlite_full(exc):
+                raise self._full(exc) from exc
+            raise
 
     def _check_slow(self, event: str, started: float, sql: str = "") -> None:
         ms = (time.perf_counter() - started) * 1000
@@ -139,14 +171,14 @@ class Store:
     def execute(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         started = time.perf_counter()
         try:
-            return self._db.execute(sql, args)
+            return self._run(sql, args)
         finally:
             self._check_slow("store.slow_call", started, sql)
 
     def one(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Row | None:
         started = time.perf_counter()
         try:
-            row: sqlite3.Row | None = self._db.execute(sql, args).fetchone()
+            row: sqlite3.Row | None = self._run(sql, args).fetchone()
             return row
         finally:
             self._check_slow("store.slow_call", started, sql)
@@ -154,7 +186,7 @@ class Store:
     def all(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         started = time.perf_counter()
         try:
-            return list(self._db.execute(sql, args).fetchall())
+            return list(self._run(sql, args).fetchall())
         finally:
             self._check_slow("store.slow_call", started, sql)
 

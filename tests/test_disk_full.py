@@ -1,0 +1,175 @@
+"""A full filesystem answers `disk_full` (-32017) naming the filesystem and what was not written,
+never `internal`; nothing is half-applied; reads keep working; once space is back, writes work
+again without a restart. Real tmpfs mounts: the daemon's root (its store) on a small one, or a
+project's workspaces directory on one with few blocks or few inodes."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from xum_client.errors import XumRpcError
+
+from tests.lifecycle_helpers import rpc_error, worktrees
+from tests.support.daemon import DaemonProcess
+from tests.support.gitrepo import git, make_repo
+from tests.support.tmpfs import fill, tmpfs, use_inodes
+
+
+def _table(root: Path, table: str) -> list[dict[str, Any]]:
+    db = sqlite3.connect(f"file:{root / 'state.db'}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in db.execute(f"SELECT * FROM {table} ORDER BY id")]  # noqa: S608
+    finally:
+        db.close()
+
+
+def _state(root: Path, repo: Path) -> dict[str, Any]:
+    """Everything a half-applied write could have changed."""
+    return {
+        "projects": _table(root, "projects"),
+        "workspaces": _table(root, "workspaces"),
+        "obligations": _table(root, "cleanup_obligations"),
+        "worktrees": worktrees(repo),
+        "branches": git(repo, "for-each-ref", "--format=%(refname) %(objectname)"),
+    }
+
+
+def _assert_disk_full(error: XumRpcError, mount: Path) -> None:
+    assert error.kind == "disk_full", error
+    assert error.code == -32017, error
+    assert error.data["filesystem"] == str(mount), error.data
+    assert str(mount) in str(error), str(error)
+
+
+@pytest.fixture
+def full_root(tmp_short: Path) -> Iterator[Path]:
+    with tmpfs(tmp_short / "root", "size=4m") as mount:
+        yield mount
+
+
+def test_full_store_refuses_every_write_and_keeps_reads(
+    tmp_short: Path, full_root: Path
+) -> None:
+    repo = make_repo(tmp_short / "repo")
+    other = make_repo(tmp_short / "other")
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text('[scripts]\nsetup = ["true"]\n')
+    daemon = DaemonProcess(full_root).start()
+    try:
+        project = daemon.call("project.add", {"path": str(repo)})["project"]
+        ws = daemon.call("workspace.create", {"project_id": project["id"], "name": "a"})[
+            "workspace"
+        ]
+        gone = daemon.call("workspace.create", {"project_id": project["id"], "name": "g"})[
+            "workspace"
+        ]
+        before = _state(full_root, repo)
+        filler = fill(full_root)
+        writes: list[tuple[str, dict[str, Any]]] = [
+            ("project.add", {"path": str(other)}),
+            ("project.trust", {"project_id": project["id"]}),
+            ("workspace.create", {"project_id": project["id"], "name": "b"}),
+            ("workspace.create", {"project_id": project["id"], "name": "d", "runtime": "directory"}),
+            ("workspace.rename", {"workspace_id": ws["id"], "name": "c"}),
+            ("workspace.archive", {"workspace_id": ws["id"]}),
+            ("workspace.remove", {"workspace_id": gone["id"]}),
+            ("project.remove", {"project_id": project["id"]}),
+        ]
+        for method, params in writes:
+            error = rpc_error(daemon, method, params)
+            assert error.kind == "disk_full", (method, error)
+            _assert_disk_full(error, full_root)
+        # Reads keep working, and nothing was half-applied.
+        listed = daemon.call("workspace.list", {})["workspaces"]
+        assert sorted(w["name"] for w in listed) == ["a", "g"]
+        assert daemon.call("daemon.status")["pid"] == daemon.pid
+        assert [p["name"] for p in daemon.call("project.list")["projects"]] == ["repo"]
+        assert daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]["state"] == (
+            "active"
+        )
+        assert _state(full_root, repo) == before
+        assert Path(ws["path"]).is_dir() and Path(gone["path"]).is_dir()
+        assert "rpc.internal_error" not in daemon.log_text()
+        # Space back: the same writes work, without a restart.
+        filler.unlink()
+        pid = daemon.pid
+        daemon.call("project.add", {"path": str(other)})
+        daemon.call("workspace.create", {"project_id": project["id"], "name": "b"})
+        daemon.call("workspace.rename", {"workspace_id": ws["id"], "name": "c"})
+        daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        assert daemon.pid == pid and daemon.proc is not None and daemon.proc.poll() is None
+    finally:
+        daemon.close()
+
+
+def _big_repo(path: Path, mib: int) -> Path:
+    repo = make_repo(path, {"README.md": "big\n"})
+    for index in range(mib):
+        (repo / f"blob{index}.bin").write_bytes(os.urandom(1 << 20))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "big files")
+    return repo
+
+
+def test_checkout_that_fills_the_disk_is_disk_full(
+    tmp_short: Path, daemon: DaemonProcess
+) -> None:
+    # git says only "unable to write file X" here: the error must say the disk is full.
+    repo = _big_repo(tmp_short / "repo", 9)
+    with tmpfs(tmp_short / "ws", "size=6m") as mount:
+        project = daemon.call("project.add", {"path": str(repo), "workspaces_dir": str(mount)})
+        branches = git(repo, "for-each-ref", "--format=%(refname)")
+        trees = worktrees(repo)
+        error = rpc_error(
+            daemon, "workspace.create", {"project_id": project["project"]["id"], "name": "w"}
+        )
+        _assert_disk_full(error, mount)
+        assert "unable to write" in str(error)
+        assert daemon.call("workspace.list", {})["workspaces"] == []
+        assert list(mount.iterdir()) == []
+        assert worktrees(repo) == trees
+        assert git(repo, "for-each-ref", "--format=%(refname)") == branches
+
+
+def test_checkout_out_of_inodes_is_disk_full(tmp_short: Path, daemon: DaemonProcess) -> None:
+    repo = make_repo(tmp_short / "repo", {f"f{i}.txt": f"{i}\n" for i in range(40)})
+    with tmpfs(tmp_short / "ws", "size=64m,nr_inodes=24") as mount:
+        project = daemon.call("project.add", {"path": str(repo), "workspaces_dir": str(mount)})
+        trees = worktrees(repo)
+        error = rpc_error(
+            daemon, "workspace.create", {"project_id": project["project"]["id"], "name": "w"}
+        )
+        _assert_disk_full(error, mount)
+        assert daemon.call("workspace.list", {})["workspaces"] == []
+        assert worktrees(repo) == trees
+
+
+def test_directory_create_without_inodes_is_disk_full(
+    tmp_short: Path, daemon: DaemonProcess
+) -> None:
+    # No inode for the workspace's directory: Python's mkdir fails with ENOSPC.
+    repo = make_repo(tmp_short / "repo")
+    with tmpfs(tmp_short / "ws", "size=4m,nr_inodes=16") as mount:
+        project = daemon.call("project.add", {"path": str(repo), "workspaces_dir": str(mount)})
+        filled = use_inodes(mount)
+        error = rpc_error(
+            daemon,
+            "workspace.create",
+            {"project_id": project["project"]["id"], "name": "d", "runtime": "directory"},
+        )
+        _assert_disk_full(error, mount)
+        assert daemon.call("workspace.list", {})["workspaces"] == []
+        assert sorted(mount.iterdir()) == sorted(filled)
+        for path in filled[:4]:
+            path.unlink()
+        made = daemon.call(
+            "workspace.create",
+            {"project_id": project["project"]["id"], "name": "d", "runtime": "directory"},
+        )
+        assert Path(made["workspace"]["path"]).is_dir()
