@@ -24,7 +24,7 @@ def _table(root: Path, table: str) -> list[dict[str, Any]]:
     db = sqlite3.connect(f"file:{root / 'state.db'}?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
     try:
-        return [dict(r) for r in db.execute(f"SELECT * FROM {table} ORDER BY id")]  # noqa: S608
+        return [dict(r) for r in db.execute(f"SELECT * FROM {table} ORDER BY id")]
     finally:
         db.close()
 
@@ -53,9 +53,7 @@ def full_root(tmp_short: Path) -> Iterator[Path]:
         yield mount
 
 
-def test_full_store_refuses_every_write_and_keeps_reads(
-    tmp_short: Path, full_root: Path
-) -> None:
+def test_full_store_refuses_every_write_and_keeps_reads(tmp_short: Path, full_root: Path) -> None:
     repo = make_repo(tmp_short / "repo")
     other = make_repo(tmp_short / "other")
     (repo / ".xum").mkdir()
@@ -75,7 +73,10 @@ def test_full_store_refuses_every_write_and_keeps_reads(
             ("project.add", {"path": str(other)}),
             ("project.trust", {"project_id": project["id"]}),
             ("workspace.create", {"project_id": project["id"], "name": "b"}),
-            ("workspace.create", {"project_id": project["id"], "name": "d", "runtime": "directory"}),
+            (
+                "workspace.create",
+                {"project_id": project["id"], "name": "d", "runtime": "directory"},
+            ),
             ("workspace.rename", {"workspace_id": ws["id"], "name": "c"}),
             ("workspace.archive", {"workspace_id": ws["id"]}),
             ("workspace.remove", {"workspace_id": gone["id"]}),
@@ -117,9 +118,7 @@ def _big_repo(path: Path, mib: int) -> Path:
     return repo
 
 
-def test_checkout_that_fills_the_disk_is_disk_full(
-    tmp_short: Path, daemon: DaemonProcess
-) -> None:
+def test_checkout_that_fills_the_disk_is_disk_full(tmp_short: Path, daemon: DaemonProcess) -> None:
     # git says only "unable to write file X" here: the error must say the disk is full.
     repo = _big_repo(tmp_short / "repo", 9)
     with tmpfs(tmp_short / "ws", "size=6m") as mount:
@@ -173,3 +172,32 @@ def test_directory_create_without_inodes_is_disk_full(
             {"project_id": project["project"]["id"], "name": "d", "runtime": "directory"},
         )
         assert Path(made["workspace"]["path"]).is_dir()
+
+
+def test_store_on_a_full_filesystem_rolls_back_and_recovers(tmp_short: Path) -> None:
+    # The store directly: a transaction whose COMMIT cannot be written is `disk_full` naming the
+    # filesystem, leaves no transaction open (else every later BEGIN fails until a restart), and
+    # changes nothing; reads work meanwhile and writes again once there is space.
+    from xumd.errors import XumError
+    from xumd.store import Store
+
+    with tmpfs(tmp_short / "db", "size=2m") as mount:
+        store = Store(mount / "state.db")
+        try:
+            store.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, blob BLOB)")
+            store.execute("INSERT INTO t (blob) VALUES (?)", (b"kept",))
+            filler = fill(mount)
+            with pytest.raises(XumError) as info, store.transaction():
+                for _ in range(64):
+                    store.execute("INSERT INTO t (blob) VALUES (?)", (os.urandom(1 << 16),))
+            assert info.value.kind == "disk_full"
+            assert info.value.data["filesystem"] == str(mount)
+            assert str(mount / "state.db") in info.value.message
+            assert not store._db.in_transaction
+            assert [r[0] for r in store.all("SELECT blob FROM t")] == [b"kept"]
+            filler.unlink()
+            with store.transaction():
+                store.execute("INSERT INTO t (blob) VALUES (?)", (b"after",))
+            assert [r[0] for r in store.all("SELECT blob FROM t")] == [b"kept", b"after"]
+        finally:
+            store.close()

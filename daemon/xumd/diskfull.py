@@ -43,7 +43,9 @@ class Filesystem:
     free_inodes: int | None
 
     def describe(self) -> str:
-        return f"the filesystem mounted at {self.mount}" + (f" ({self.fstype})" if self.fstype else "")
+        return f"the filesystem mounted at {self.mount}" + (
+            f" ({self.fstype})" if self.fstype else ""
+        )
 
     def free(self) -> str:
         parts = []
@@ -112,7 +114,10 @@ def filesystem_of(path: Path | str) -> Filesystem:
     except OSError:
         return Filesystem(str(mount), _fstype(mount), None, None)
     return Filesystem(
-        str(mount), _fstype(mount), vfs.f_bavail * vfs.f_frsize, vfs.f_favail if vfs.f_files else None
+        str(mount),
+        _fstype(mount),
+        vfs.f_bavail * vfs.f_frsize,
+        vfs.f_favail if vfs.f_files else None,
     )
 
 
@@ -144,7 +149,11 @@ def is_no_space_oserror(exc: BaseException) -> bool:
 def is_sqlite_full(exc: BaseException) -> bool:
     """SQLite's SQLITE_FULL (an extended code keeps the primary code in its low byte)."""
     code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(exc, sqlite3.Error) and isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_FULL
+    return (
+        isinstance(exc, sqlite3.Error)
+        and isinstance(code, int)
+        and code & 0xFF == sqlite3.SQLITE_FULL
+    )
 
 
 def git_says_no_space(text: str) -> bool:

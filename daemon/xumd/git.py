@@ -104,7 +104,9 @@ class Git:
                 ErrorKind.OPERATION_FAILED, f"git is not installed or not on PATH ({exc})"
             ) from None
         if check and not result.ok:
-            raise GitError(result, what or f"git {args[0] if args else ''}", _written(repo, args, env))
+            raise GitError(
+                result, what or f"git {args[0] if args else ''}", _written(repo, args, env)
+            )
         return result
 
     async def out(self, repo: Path, *args: str, **kwargs: object) -> str:
