@@ -143,9 +143,7 @@ def check_workspaces_dir(
     for owned in [Owned(root, "the daemon's root"), *_root_entries(paths), *dirs]:
         name = _nameable_under(path, owned.path)
         if name is not None:
-            raise _refuse(
-                "workspaces_dir", path, f"would put a workspace named {name!r} on", owned
-            )
+            raise _refuse("workspaces_dir", path, f"would put a workspace named {name!r} on", owned)
 
 
 def check_workspace_path(

@@ -81,6 +81,8 @@ class ProjectService:
 
     async def add(self, params: ProjectAddParams) -> ProjectRow:
         raw = params.path
+        if params.name is not None:
+            ids.check_name(params.name, "project")
         if "\0" in raw or not os.path.isabs(raw):
             raise XumError(ErrorKind.INVALID_PATH, f"{raw!r} is not an absolute path", path=raw)
         real = Path(os.path.realpath(raw))
@@ -92,7 +94,7 @@ class ProjectService:
         await self._refuse_git_dir(real)
         kind = await self._kind(real)
         repo = await self._git_identity(real) if kind == "git" else None
-        name = params.name or real.name
+        name = params.name if params.name is not None else real.name
         ids.check_name(name, "project")
         for other in projects:
             if other.path == real or (other.dev, other.ino) == (st.st_dev, st.st_ino):
@@ -115,7 +117,9 @@ class ProjectService:
                 )
             workspaces_dir = os.path.realpath(params.workspaces_dir)
         owned.check_workspaces_dir(
-            Path(workspaces_dir) if workspaces_dir else owned.real(self.app.paths.workspaces) / name,
+            Path(workspaces_dir)
+            if workspaces_dir
+            else owned.real(self.app.paths.workspaces) / name,
             real,
             Path(repo.path) if repo else None,
             self.app.paths,
