@@ -201,3 +201,68 @@ def test_store_on_a_full_filesystem_rolls_back_and_recovers(tmp_short: Path) -> 
             assert [r[0] for r in store.all("SELECT blob FROM t")] == [b"kept", b"after"]
         finally:
             store.close()
+
+
+def _fill_all(mount: Path) -> Path:
+    """Fill `mount`: no byte and no inode left; return the filler file."""
+    filler = fill(mount)
+    (mount / "inodes").mkdir()
+    use_inodes(mount / "inodes")
+    return filler
+
+
+def _free_all(mount: Path, filler: Path) -> None:
+    filler.unlink()
+    for path in (mount / "inodes").iterdir():
+        path.unlink()
+    (mount / "inodes").rmdir()
+
+
+def test_restart_on_a_full_root_names_the_full_filesystem(tmp_short: Path) -> None:
+    # A daemon started on a full root cannot create the store's WAL and shared-memory files
+    # (a clean stop removed them): it says the filesystem is full (not that the database is
+    # unusable), touches nothing, and starts normally once there is room.
+    repo = make_repo(tmp_short / "repo")
+    with tmpfs(tmp_short / "root", "size=4m,nr_inodes=400") as mount:
+        daemon = DaemonProcess(mount).start()
+        try:
+            project = daemon.call("project.add", {"path": str(repo)})["project"]
+            daemon.call("workspace.create", {"project_id": project["id"], "name": "a"})
+            before = _state(mount, repo)
+            daemon.terminate()
+            assert not (mount / "state.db-wal").exists()
+            filler = _fill_all(mount)
+            daemon.start(wait_ready=False)
+            assert daemon.wait() != 0
+            log = daemon.log_text()
+            assert f"cannot open the state database {mount / 'state.db'}" in log, log[-2000:]
+            assert f"the filesystem mounted at {mount} (tmpfs) is full" in log, log[-2000:]
+            assert "not a usable xum state database" not in log
+            _free_all(mount, filler)
+            daemon.start()
+            assert _state(mount, repo) == before
+            assert [w["name"] for w in daemon.call("workspace.list", {})["workspaces"]] == ["a"]
+        finally:
+            daemon.close()
+
+
+def test_no_inode_for_the_socket_names_the_full_filesystem(tmp_short: Path) -> None:
+    # After a crash the store's WAL files are still there (it opens), but binding the socket
+    # needs an inode.
+    with tmpfs(tmp_short / "root", "size=4m,nr_inodes=400") as mount:
+        daemon = DaemonProcess(mount).start()
+        try:
+            daemon.kill()
+            assert (mount / "state.db-wal").exists()
+            (mount / "xumd.sock").unlink()
+            filler = _fill_all(mount)
+            daemon.start(wait_ready=False)
+            assert daemon.wait() != 0
+            log = daemon.log_text()
+            assert f"cannot bind {mount / 'xumd.sock'}" in log, log[-2000:]
+            assert f"the filesystem mounted at {mount} (tmpfs) is full" in log, log[-2000:]
+            _free_all(mount, filler)
+            daemon.start()
+            assert daemon.call("daemon.status")["pid"] == daemon.pid
+        finally:
+            daemon.close()

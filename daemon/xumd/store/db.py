@@ -40,6 +40,23 @@ class StoreError(Exception):
     pass
 
 
+FULL_BELOW_BYTES = 256 * 1024
+"""Opening the store needs room for its WAL and shared-memory files (32 KiB and up)."""
+
+
+def _full_hint(path: Path) -> str:
+    """Why opening may have failed when the store's filesystem is full; '' otherwise."""
+    fs = diskfull.filesystem_of(path)
+    no_inodes = fs.free_inodes == 0
+    no_space = fs.free_bytes is not None and fs.free_bytes < FULL_BELOW_BYTES
+    if not (no_inodes or no_space):
+        return ""
+    return (
+        f" ({fs.describe()} is full{fs.free()}; SQLite needs room for its WAL and "
+        "shared-memory files: free space there and start again)"
+    )
+
+
 def _migrations() -> list[tuple[int, str, str]]:
     found: list[tuple[int, str, str]] = []
     for entry in resources.files("xumd.store").joinpath("migrations").iterdir():
@@ -63,7 +80,9 @@ class Store:
                 path, isolation_level=None, check_same_thread=False, timeout=5.0
             )
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+            raise StoreError(
+                f"cannot open the state database {path}: {exc}{_full_hint(path)}"
+            ) from exc
         self._db.row_factory = sqlite3.Row
         self._depth = 0
         self.slow_ms = SLOW_MS
@@ -76,6 +95,10 @@ class Store:
             self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         except sqlite3.DatabaseError as exc:
             self._db.close()
+            hint = _full_hint(path)
+            if hint:
+                # Not a damaged database: SQLite cannot create its WAL and shared-memory files.
+                raise StoreError(f"cannot open the state database {path}: {exc}{hint}") from exc
             raise StoreError(f"{path} is not a usable xum state database: {exc}") from exc
 
     @property
