@@ -15,7 +15,7 @@ import pytest
 from xum_client.errors import XumRpcError
 
 from tests.lifecycle_helpers import rpc_error, worktrees
-from tests.support.daemon import DaemonProcess
+from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.tmpfs import fill, tmpfs, use_inodes
 
@@ -264,5 +264,38 @@ def test_no_inode_for_the_socket_names_the_full_filesystem(tmp_short: Path) -> N
             _free_all(mount, filler)
             daemon.start()
             assert daemon.call("daemon.status")["pid"] == daemon.pid
+        finally:
+            daemon.close()
+
+
+def test_spawn_without_inodes_for_durable_output_is_disk_full(tmp_short: Path) -> None:
+    # keep_processes: an agent's output goes to files under ROOT/processes, here a tmpfs with
+    # no inode left (the store, elsewhere, is fine). The spawn is refused disk_full naming it,
+    # with no process and no lease left behind.
+    root = tmp_short / "root"
+    write_config(root, "[processes]\nkeep_processes = true\n")
+    repo = make_repo(tmp_short / "repo")
+    with tmpfs(root / "processes", "size=4m,nr_inodes=64") as mount:
+        daemon = DaemonProcess(root).start()
+        try:
+            project = daemon.call("project.add", {"path": str(repo)})["project"]
+            ws = daemon.call("workspace.create", {"project_id": project["id"], "name": "a"})
+            ws_id = ws["workspace"]["id"]
+            (mount / "inodes").mkdir()
+            filled = use_inodes(mount / "inodes")
+            error = rpc_error(
+                daemon,
+                "process.spawn",
+                {"workspace_id": ws_id, "kind": "agent", "argv": ["sleep", "60"]},
+            )
+            _assert_disk_full(error, mount)
+            assert daemon.call("process.list", {"workspace_id": ws_id})["processes"] == []
+            assert daemon.call("lease.list", {"workspace_id": ws_id})["leases"] == []
+            for path in filled[:8]:
+                path.unlink()
+            spawned = daemon.call(
+                "process.spawn", {"workspace_id": ws_id, "kind": "agent", "argv": ["sleep", "60"]}
+            )
+            daemon.call("process.stop", {"process_id": spawned["process"]["id"]})
         finally:
             daemon.close()
