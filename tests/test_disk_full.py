@@ -299,3 +299,42 @@ def test_spawn_without_inodes_for_durable_output_is_disk_full(tmp_short: Path) -
             daemon.call("process.stop", {"process_id": spawned["process"]["id"]})
         finally:
             daemon.close()
+
+
+def test_archive_store_full_is_disk_full_and_keeps_the_work(tmp_short: Path) -> None:
+    # ROOT/archive on its own small tmpfs (the store is fine): a directory workspace's copy and
+    # a worktree's preserved ignored file cannot be written there. Both archives are disk_full
+    # naming that filesystem (the copy's error was `internal`); the workspaces stay active with
+    # their files in place.
+    root = tmp_short / "root"
+    (root / "archive").mkdir(parents=True, mode=0o700)
+    repo = make_repo(
+        tmp_short / "repo",
+        {".gitignore": ".env\n", ".xum/config.toml": 'preserve = [".env"]\n'},
+    )
+    with tmpfs(root / "archive", "size=2m") as mount:
+        daemon = DaemonProcess(root).start()
+        try:
+            project = daemon.call("project.add", {"path": str(repo)})["project"]
+            made = [
+                daemon.call(
+                    "workspace.create",
+                    {"project_id": project["id"], "name": "d", "runtime": "directory"},
+                )["workspace"],
+                daemon.call("workspace.create", {"project_id": project["id"], "name": "w"})[
+                    "workspace"
+                ],
+            ]
+            files = [Path(made[0]["path"]) / "big.bin", Path(made[1]["path"]) / ".env"]
+            for path in files:
+                path.write_bytes(os.urandom(3 << 20))
+            digests = [path.read_bytes() for path in files]
+            for ws in made:
+                error = rpc_error(daemon, "workspace.archive", {"workspace_id": ws["id"]})
+                _assert_disk_full(error, mount)
+                got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+                assert got["state"] == "active", got
+            assert [path.read_bytes() for path in files] == digests
+            assert "rpc.internal_error" not in daemon.log_text()
+        finally:
+            daemon.close()
