@@ -338,3 +338,61 @@ def test_archive_store_full_is_disk_full_and_keeps_the_work(tmp_short: Path) -> 
             assert "rpc.internal_error" not in daemon.log_text()
         finally:
             daemon.close()
+
+
+def test_supervisor_survives_a_full_store(tmp_short: Path, full_root: Path) -> None:
+    # A process that exits while the store is full (its lease cannot be removed), and a dead
+    # external holder's lease the sweep cannot reclaim: the exit is still reported, and the
+    # supervisor keeps running (before: it died, and every later spawn answered
+    # shutting_down until a restart).
+    import subprocess
+
+    from tests.support.wait import until
+
+    write_config(full_root, "[processes]\nprobe_interval_s = 0.05\n")
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    repo = make_repo(tmp_short / "repo")
+    daemon = DaemonProcess(full_root).start()
+    holder = subprocess.Popen(["sleep", "600"])
+    try:
+        project = daemon.call("project.add", {"path": str(repo)})["project"]
+        ws = daemon.call("workspace.create", {"project_id": project["id"], "name": "a"})
+        ws_id = ws["workspace"]["id"]
+        waiter = f"while [ ! -e {ctl}/go ]; do sleep 0.02; done"
+        proc = daemon.call(
+            "process.spawn", {"workspace_id": ws_id, "kind": "exec", "argv": ["sh", "-c", waiter]}
+        )["process"]
+        daemon.call("lease.acquire", {"workspace_id": ws_id, "kind": "editor", "pid": holder.pid})
+        filler = fill(full_root)
+        holder.kill()
+        holder.wait()
+        (ctl / "go").touch()
+        until(
+            lambda: (
+                daemon.call("process.get", {"process_id": proc["id"]})["process"]["state"]
+                == "exited"
+            ),
+            message="the process to be reported exited",
+        )
+        until(lambda: "processes.sweep_failed" in daemon.log_text(), message="a failed sweep")
+        assert "daemon.background_failed" not in daemon.log_text()
+        filler.unlink()
+        again = daemon.call(
+            "process.spawn", {"workspace_id": ws_id, "kind": "exec", "argv": ["true"]}
+        )["process"]
+        until(
+            lambda: (
+                daemon.call("process.get", {"process_id": again["id"]})["process"]["state"]
+                == "exited"
+            ),
+            message="the new process to exit",
+        )
+        until(
+            lambda: daemon.call("lease.list", {"workspace_id": ws_id})["leases"] == [],
+            message="the dead holder's lease to be reclaimed",
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+        daemon.close()
