@@ -396,3 +396,25 @@ def test_supervisor_survives_a_full_store(tmp_short: Path, full_root: Path) -> N
         holder.kill()
         holder.wait()
         daemon.close()
+
+
+def test_quota_and_copy_errors_map_to_disk_full(tmp_short: Path) -> None:
+    # tmpfs has quotas here, but they do not bind root (CAP_SYS_RESOURCE), as the daemon runs
+    # in these tests: the mapping itself, with the errors as
+    # the kernel and shutil raise them (EDQUOT from a write; copytree's gathered list).
+    import errno
+    import shutil
+
+    from xumd import diskfull
+
+    target = tmp_short / "out" / "file"
+    quota = diskfull.from_exception(OSError(errno.EDQUOT, "Disk quota exceeded", str(target)))
+    assert quota is not None and quota.kind == "disk_full"
+    assert quota.data["path"] == str(target) and quota.data["filesystem"]
+    copy = shutil.Error([("src", str(target), "[Errno 28] No space left on device: 'x'")])
+    full = diskfull.from_exception(copy)
+    assert full is not None and full.data["path"] == str(target)
+    assert (
+        diskfull.from_exception(shutil.Error([("a", "b", "[Errno 13] Permission denied")])) is None
+    )
+    assert diskfull.from_exception(OSError(errno.EACCES, "Permission denied")) is None

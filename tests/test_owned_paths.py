@@ -188,3 +188,23 @@ def test_rename_onto_an_owned_path_is_refused(tmp_short: Path, daemon: DaemonPro
     assert error.data["overlaps"] == str(root / "workspaces" / "two"), error.data
     got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
     assert got["name"] == "a" and Path(got["path"]).is_dir()
+
+
+def test_workspaces_dir_turned_into_a_symlink_to_the_root(
+    tmp_short: Path, daemon: DaemonProcess
+) -> None:
+    # Accepted when added; later the directory is replaced by a symlink into the root. The
+    # planned path is compared as a realpath, so a workspace still cannot land on ROOT/trash.
+    root = daemon.root.resolve()
+    repo = make_repo(tmp_short / "repo")
+    wsdir = tmp_short / "ws"
+    project = daemon.call("project.add", {"path": str(repo), "workspaces_dir": str(wsdir)})
+    wsdir.symlink_to(root)
+    for name in ["trash", "archive"]:
+        error = rpc_error(
+            daemon, "workspace.create", {"project_id": project["project"]["id"], "name": name}
+        )
+        assert error.kind == "invalid_path", error
+        assert error.data["overlaps"] == str(root / name), error.data
+    assert daemon.call("workspace.list", {})["workspaces"] == []
+    assert not (root / "trash").exists() or not any((root / "trash").iterdir())
