@@ -418,3 +418,49 @@ def test_quota_and_copy_errors_map_to_disk_full(tmp_short: Path) -> None:
         diskfull.from_exception(shutil.Error([("a", "b", "[Errno 13] Permission denied")])) is None
     )
     assert diskfull.from_exception(OSError(errno.EACCES, "Permission denied")) is None
+
+
+def test_unarchive_and_directory_create_on_a_full_filesystem(tmp_short: Path) -> None:
+    # The workspaces directory fills up while workspaces are archived: unarchive is disk_full
+    # naming it (git's checkout; the directory runtime's marker, whose write had no file name
+    # and whose empty directory stayed at the path, so every later unarchive said "exists").
+    from tests.reliability.lifecycle_support import wait_cleanup_idle
+
+    repo = make_repo(tmp_short / "repo", {f"f{i}.txt": f"{i}\n" for i in range(30)})
+    root = tmp_short / "root"
+    with tmpfs(tmp_short / "ws", "size=4m") as mount:
+        daemon = DaemonProcess(root).start()
+        try:
+            project = daemon.call("project.add", {"path": str(repo), "workspaces_dir": str(mount)})[
+                "project"
+            ]
+            made = []
+            for runtime in ("worktree", "directory"):
+                ws = daemon.call(
+                    "workspace.create",
+                    {"project_id": project["id"], "name": runtime[0], "runtime": runtime},
+                )["workspace"]
+                (Path(ws["path"]) / "work.txt").write_text(f"{runtime}\n")
+                daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+                made.append(ws)
+            wait_cleanup_idle(root)
+            filler = fill(mount)
+            for ws in made:
+                error = rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
+                _assert_disk_full(error, mount)
+                got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+                assert got["state"] == "archived", got
+                assert not os.path.lexists(ws["path"]), ws["path"]
+            error = rpc_error(
+                daemon,
+                "workspace.create",
+                {"project_id": project["id"], "name": "n", "runtime": "directory"},
+            )
+            _assert_disk_full(error, mount)
+            assert not os.path.lexists(mount / "n")
+            filler.unlink()
+            for ws, runtime in zip(made, ("worktree", "directory"), strict=True):
+                daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+                assert (Path(ws["path"]) / "work.txt").read_text() == f"{runtime}\n"
+        finally:
+            daemon.close()
