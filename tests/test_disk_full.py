@@ -464,3 +464,36 @@ def test_unarchive_and_directory_create_on_a_full_filesystem(tmp_short: Path) ->
                 assert (Path(ws["path"]) / "work.txt").read_text() == f"{runtime}\n"
         finally:
             daemon.close()
+
+
+def test_read_only_workspaces_dir_is_operation_failed_not_internal(
+    tmp_short: Path, daemon: DaemonProcess
+) -> None:
+    # Not a full disk but the same family (the machine refuses the write): a read-only bind
+    # mount of the workspaces directory. git says so itself; the directory runtime's mkdir
+    # was an `internal` error.
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    repo = make_repo(tmp_short / "repo")
+    wsdir = tmp_short / "ro"
+    wsdir.mkdir()
+    done = subprocess.run(["mount", "--bind", str(wsdir), str(wsdir)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {done.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(wsdir)], check=True)
+        project = daemon.call("project.add", {"path": str(repo), "workspaces_dir": str(wsdir)})
+        for runtime in ("directory", "worktree"):
+            error = rpc_error(
+                daemon,
+                "workspace.create",
+                {"project_id": project["project"]["id"], "name": "w", "runtime": runtime},
+            )
+            assert error.kind == "operation_failed", error
+            assert "Read-only file system" in str(error), error
+        assert daemon.call("workspace.list", {})["workspaces"] == []
+        assert "rpc.internal_error" not in daemon.log_text()
+    finally:
+        subprocess.run(["umount", "-l", str(wsdir)], capture_output=True, check=False)

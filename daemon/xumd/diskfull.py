@@ -190,8 +190,28 @@ def _copytree_no_space(exc: shutil.Error) -> str | None:
     return None
 
 
+UNWRITABLE_ERRNOS = frozenset({errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM})
+"""What the machine refuses (a read-only or failing filesystem, permissions): an external step
+that failed, not a bug in the daemon."""
+
+
 def from_exception(exc: BaseException) -> XumError | None:
-    """`disk_full` for an exception that says the disk is full, else None."""
+    """`disk_full` for an exception that says the disk is full; `operation_failed` naming the
+    file and its filesystem for one the machine refused (read-only, I/O error, permission);
+    else None (an unexpected error stays `internal`)."""
+    if (
+        isinstance(exc, OSError)
+        and exc.errno in UNWRITABLE_ERRNOS
+        and isinstance(exc.filename, str | Path)
+    ):
+        fs = filesystem_of(exc.filename)
+        return XumError(
+            ErrorKind.OPERATION_FAILED,
+            f"{exc.filename}: {exc.strerror} (on {fs.describe()})",
+            path=str(exc.filename),
+            filesystem=fs.mount,
+            errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+        )
     if isinstance(exc, shutil.Error):
         target = _copytree_no_space(exc)
         return None if target is None else disk_full(target, target, "No space left on device")

@@ -209,13 +209,19 @@ class Router:
                 log.warning("rpc.disk_full", method=method, filesystem=exc.data.get("filesystem"))
             return error_response(request_id, exc.kind, exc.message, exc.data)
         except Exception as exc:
-            full = diskfull.from_exception(exc)
-            if full is not None:
-                # A write the handler did not expect to fail for lack of space is still a
-                # full disk, and is named as such (its own cleanup ran as the error passed).
-                outcome = full.kind.value
-                log.warning("rpc.disk_full", method=method, filesystem=full.data.get("filesystem"))
-                return error_response(request_id, full.kind, full.message, full.data)
+            known = diskfull.from_exception(exc)
+            if known is not None:
+                # A write the handler did not expect to fail (a full disk, a read-only one) is
+                # the machine's answer, not a bug: named as such (its own cleanup ran as the
+                # error passed).
+                outcome = known.kind.value
+                log.warning(
+                    "rpc.filesystem_refused",
+                    method=method,
+                    kind=known.kind.value,
+                    filesystem=known.data.get("filesystem"),
+                )
+                return error_response(request_id, known.kind, known.message, known.data)
             outcome = "internal"
             log.exception("rpc.internal_error", method=method)
             return error_response(
