@@ -497,3 +497,31 @@ def test_read_only_workspaces_dir_is_operation_failed_not_internal(
         assert "rpc.internal_error" not in daemon.log_text()
     finally:
         subprocess.run(["umount", "-l", str(wsdir)], capture_output=True, check=False)
+
+
+def test_create_whose_setup_fills_the_disk_is_undone(tmp_short: Path, full_root: Path) -> None:
+    # The store and the checkout share the root's filesystem (the default layout). A trusted
+    # setup fills it from inside the checkout, so the create's completion commit cannot be
+    # written: disk_full, and the undo (discard the checkout, which frees the space, then
+    # delete the intent row) leaves nothing behind.
+    repo = make_repo(
+        tmp_short / "repo",
+        {".xum/config.toml": '[scripts]\nsetup = ["head -c 16M /dev/zero > fill || true"]\n'},
+    )
+    daemon = DaemonProcess(full_root).start()
+    try:
+        project = daemon.call("project.add", {"path": str(repo)})["project"]
+        daemon.call("project.trust", {"project_id": project["id"]})
+        before = _state(full_root, repo)
+        error = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "w"})
+        _assert_disk_full(error, full_root)
+        assert _state(full_root, repo) == before
+        assert not (full_root / "workspaces" / "repo" / "w").exists()
+        # Writes work again once the setup no longer fills the disk.
+        (repo / ".xum" / "config.toml").write_text('[scripts]\nsetup = ["true"]\n')
+        git(repo, "commit", "-qam", "setup that fits")
+        daemon.call("project.trust", {"project_id": project["id"]})
+        made = daemon.call("workspace.create", {"project_id": project["id"], "name": "v"})
+        assert made["workspace"]["state"] == "active"
+    finally:
+        daemon.close()
