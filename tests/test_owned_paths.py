@@ -82,7 +82,6 @@ def test_workspaces_dir_the_daemon_owns(tmp_short: Path, daemon: DaemonProcess) 
         (repo / ".git" / "ws", (repo / ".git").resolve()),
         (other, other.resolve()),
         (other / ".git", (other / ".git").resolve()),
-        (other_ws, other_ws),
         (other_ws / "deeper", other_ws),
         # A workspace named after the root's own directory would be the root.
         (root.parent, root),
@@ -103,18 +102,46 @@ def test_workspaces_dir_the_daemon_owns(tmp_short: Path, daemon: DaemonProcess) 
     assert ok["project"]["workspaces_dir"] == str(root / "workspaces" / "t3")
 
 
-def test_a_later_project_cannot_take_a_workspaces_dir_by_name(
+def test_nested_workspaces_dirs_are_refused_shared_ones_allowed(
     tmp_short: Path, daemon: DaemonProcess
 ) -> None:
-    # A project whose workspaces live in ROOT/workspaces/foo: a project named foo would get
-    # the same directory by default.
+    # A workspace of the outer project would hold the inner project's workspaces (and its
+    # archive would carry them off); two projects sharing one directory only make siblings.
     root = daemon.root.resolve()
+    top = tmp_short / "top"
+    shared = top / "shared"
+    daemon.call(
+        "project.add", {"path": str(make_repo(tmp_short / "a")), "workspaces_dir": str(shared)}
+    )
+    ok = daemon.call(
+        "project.add", {"path": str(make_repo(tmp_short / "b")), "workspaces_dir": str(shared)}
+    )
+    assert ok["project"]["workspaces_dir"] == str(shared.resolve())
+    message = _refused(
+        daemon,
+        {"path": str(make_repo(tmp_short / "c")), "workspaces_dir": str(top)},
+        shared.resolve(),
+    )
+    assert "workspace named 'shared'" in message
+    _refused(
+        daemon,
+        {"path": str(make_repo(tmp_short / "d")), "workspaces_dir": str(shared / "in")},
+        shared.resolve(),
+    )
+    # The default directory of a project named like another project's explicit one is shared
+    # too (allowed); one inside it is not.
     daemon.call(
         "project.add",
-        {"path": str(make_repo(tmp_short / "a")), "workspaces_dir": str(root / "workspaces/foo")},
+        {"path": str(make_repo(tmp_short / "e")), "workspaces_dir": str(root / "workspaces/foo")},
     )
+    daemon.call("project.add", {"path": str(make_repo(tmp_short / "f")), "name": "foo"})
     _refused(
-        daemon, {"path": str(make_repo(tmp_short / "b")), "name": "foo"}, root / "workspaces/foo"
+        daemon,
+        {
+            "path": str(make_repo(tmp_short / "g")),
+            "workspaces_dir": str(root / "workspaces/foo/x"),
+        },
+        root / "workspaces/foo",
     )
 
 

@@ -126,14 +126,19 @@ def check_workspaces_dir(
 ) -> None:
     """A workspaces directory is somewhere a workspace of any valid name can be made without
     landing on anything the daemon owns: not the root (only strictly inside its workspaces
-    directory), not a repository or a git directory or inside one, not another project's
-    workspaces directory, and not a directory where a workspace name would be the root, a part
-    of it or another project's workspaces directory (`trash` under the root, say)."""
+    directory), not a repository or a git directory or inside one, not inside another
+    project's workspaces directory, and not a directory where a workspace name would be the
+    root, a part of it or another project's workspaces directory (`trash` under the root, say).
+    Two projects may share one workspaces directory: their workspaces are siblings, and a
+    path one of them takes is refused to the other (it exists, and creation holds the
+    directory exclusion). Nested ones are refused: a workspace of the outer project would hold
+    the inner project's workspaces, and its archive would carry them off."""
     root = real(paths.root)
     own_repo = [Owned(repo, "the project's own repository")]
     if git_dir is not None:
         own_repo.append(Owned(git_dir, "the project's own git directory"))
     repos, dirs = _project_paths(paths, projects)
+    dirs = [owned for owned in dirs if owned.path != path]  # shared: allowed
     ws_root = root / paths.workspaces.name
     if within(path, root) and not (path != ws_root and within(path, ws_root)):
         raise _refuse("workspaces_dir", path, "is or is inside", Owned(root, "the daemon's root"))
@@ -150,9 +155,11 @@ def check_workspace_path(
     path: Path, project: ProjectRow, paths: RootPaths, projects: Iterable[ProjectRow]
 ) -> None:
     """The path a workspace would take (create, rename) overlaps nothing the daemon owns."""
-    path = real(path.parent) / path.name
+    own_dir = real(path.parent)
+    path = own_dir / path.name
     root = real(paths.root)
     repos, dirs = _project_paths(paths, projects, skip=project.id)
+    dirs = [owned for owned in dirs if owned.path != own_dir]  # a shared workspaces directory
     ws_root = root / paths.workspaces.name
     for owned in _specific_first([*_root_entries(paths), *repos, *dirs]):
         inside = within(path, owned.path) and owned.path != ws_root
