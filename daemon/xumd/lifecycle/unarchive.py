@@ -118,9 +118,9 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         UNARCHIVE_AFTER_ACTIVATE()
         if copy is not None:
             # Only now (restored bytes in place, the workspace active) may the copy go.
-            done = await anyio.to_thread.run_sync(preserved.finish, copy, row.path)
+            finished = await anyio.to_thread.run_sync(preserved.finish, copy, row.path)
             restored = restored.model_copy(
-                update={"kept_at": done.kept_at, "unverified": done.unverified}
+                update={"kept_at": finished.kept_at, "unverified": finished.unverified}
             )
         return WorkspaceUnarchiveResult(
             workspace=ctx.info(row), restored=restored, setup=setup.result(outcome)

@@ -25,7 +25,10 @@ from typing import Any
 
 import anyio
 import anyio.abc
+from xum_protocol.errors import ErrorKind
 
+from xumd import logs
+from xumd.errors import XumError
 from xumd.events import EventBus
 from xumd.processes import adoption, process_io
 from xumd.processes.foreground import Foreground
@@ -50,6 +53,8 @@ __all__ = [
     "child_env",
     "parse_signal",
 ]
+
+log = logs.get("xumd.processes.supervisor")
 
 
 class Supervisor:
@@ -176,8 +181,15 @@ class Supervisor:
             try:
                 while True:
                     await anyio.sleep(self.settings.probe_interval_s)
-                    self.settle()
-                    self.leases.reclaim_dead(skip=self.owns)
+                    try:
+                        self.settlement.retry_lease_removals()
+                        self.settle()
+                        self.leases.reclaim_dead(skip=self.owns)
+                    except XumError as exc:
+                        # A full store must not stop the supervisor: the next round retries.
+                        if exc.kind is not ErrorKind.DISK_FULL:
+                            raise
+                        log.warning("processes.sweep_failed", error=exc.message)
             finally:
                 self.tasks.detach()
 

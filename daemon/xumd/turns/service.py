@@ -130,7 +130,8 @@ class TurnService:
         # its target is being made; the reservation validates that it exists and is active.
         async with self.coord.shared(params.owner_workspace_id, label="turn.create") as owner:
             handle_id = rows.new_handle_id()
-            name = params.name or f"turn-{secrets.token_hex(4)}"
+            # An explicit empty name is a bad name (invalid_name), not a request for a default.
+            name = params.name if params.name is not None else f"turn-{secrets.token_hex(4)}"
             # The delegate works like its owner unless told otherwise: a plain-directory
             # project's owner is a directory, and so is its target.
             runtime = params.runtime or self._runtime_of(owner.id)
