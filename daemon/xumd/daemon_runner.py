@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from xumd import faults, logs
+from xumd import faults, fdlimits, logs
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.config import ConfigError, load
@@ -84,6 +84,8 @@ def run_daemon(
     app.socket_path = socket_path
     install_features(app)
     app.server.attach(sock)
+    # Before serving: every later descriptor (git pipes, PTYs, clients) counts against it.
+    app.server.limits = fdlimits.plan(config.max_connections, config.fd_reserve)
     log.info(
         "daemon.starting",
         root=str(root),
@@ -99,6 +101,7 @@ def run_daemon(
         log.exception("daemon.failed")
         code = EXIT_FAILED
     finally:
+        app.server.limits.close()
         if owned_socket:
             # Remove our socket only: never a file someone put there after us.
             try:
