@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from xum_client.errors import Busy
 
-from tests.lifecycle_helpers import add_project, create
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import make_repo
 from tests.support.wait import until
@@ -142,19 +141,33 @@ _EMFILE_SERVER = r"""
 import os, sys, anyio
 from xumd import logs
 logs.configure("info", json=True)
+from xum_protocol.models.daemon import EmptyParams
+from xum_protocol.models.daemon import ShutdownResult
 from xumd.config import DaemonConfig
 from xumd.fdlimits import plan
+from xumd.procutil import run_command
 from xumd.rpc.dispatch import Router
 from xumd.rpc.server import Server, bind_socket
 from pathlib import Path
 
+router = Router()
+
+async def spawn(params, ctx):
+    # A handler whose work needs descriptors (pipes for a child), as git's does.
+    await run_command(["true"], timeout_s=10)
+    return ShutdownResult(stopping=False)
+
+router.add("daemon.shutdown", spawn, EmptyParams)
+
 async def main():
-    server = Server(Router(), DaemonConfig())
+    server = Server(router, DaemonConfig())
     server.attach(bind_socket(Path(sys.argv[1])))
     server.limits = plan(1000, 16)
     hog = []
     async with anyio.create_task_group() as conns, anyio.create_task_group() as work:
         conns.start_soon(server.serve, conns, work)
+        print("LISTENING", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)
         # The reserve is used by other work, up to the last descriptor (the spare excepted).
         while True:
             try:
@@ -187,7 +200,24 @@ def test_accept_out_of_descriptors_backs_off_and_recovers(tmp_short: Path) -> No
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:
+        assert proc.stdout.readline().startswith("LISTENING")
+        early = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        early.settimeout(10)
+        early.connect(str(path))
+        early.sendall(b'{"jsonrpc":"2.0","id":0,"method":"nope"}\n')
+        early_in = early.makefile("rb")
+        assert json.loads(early_in.readline())["id"] == 0  # accepted and served
+        proc.stdin.write("hog\n")
+        proc.stdin.flush()
         assert proc.stdout.readline().startswith("READY")
+        # Work that needs a descriptor fails with a clear error naming the resource.
+        early.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.shutdown"}\n')
+        failed = json.loads(early_in.readline())
+        assert failed["error"]["data"] == {
+            "kind": "operation_failed",
+            "resource": "file_descriptors",
+        }
+        assert "out of file descriptors" in failed["error"]["message"]
         with ExitStack() as stack:
             socks = _connect_many(path, 5, stack)
             refusals = [until(lambda s=s: _refusal(s), 10) for s in socks[:1]]
@@ -207,6 +237,11 @@ def test_accept_out_of_descriptors_backs_off_and_recovers(tmp_short: Path) -> No
             sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"nope"}\n')
             answer = json.loads(sock.makefile("rb").readline())
             assert answer["id"] == 1 and answer["error"]["data"]["kind"] == "method_not_found"
+        # ...and the work that failed for want of a descriptor succeeds now.
+        early.sendall(b'{"jsonrpc":"2.0","id":2,"method":"daemon.shutdown"}\n')
+        assert json.loads(early_in.readline())["result"] == {"stopping": False}
+        early_in.close()
+        early.close()
         proc.stdin.write("report\n")
         proc.stdin.flush()
         _, failures, refused = proc.stdout.readline().split()

@@ -30,6 +30,7 @@ log = logs.get("xumd.fdlimits")
 TARGET_MAX = 1 << 20
 """Never raise the soft limit beyond this (hard limits of 2^30 exist in containers)."""
 
+FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 """accept/open errors that mean "out of descriptors or kernel memory": transient, back off."""
 

@@ -18,6 +18,7 @@ from xum_protocol.methods import METHODS
 
 from xumd import logs
 from xumd.errors import XumError
+from xumd.fdlimits import FD_ERRNOS, is_exhausted
 
 log = logs.get("xumd.rpc")
 
@@ -206,7 +207,20 @@ class Router:
         except XumError as exc:
             outcome = exc.kind.value
             return error_response(request_id, exc.kind, exc.message, exc.data)
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, OSError) and is_exhausted(exc):
+                # Out of descriptors (a git spawn, a pipe, a PTY, the store): transient, and the
+                # durable write order leaves nothing half-applied that recovery would not settle.
+                outcome = "exhausted"
+                resource = "file_descriptors" if exc.errno in FD_ERRNOS else "memory"
+                log.warning("rpc.resource_exhausted", method=method, resource=resource)
+                return error_response(
+                    request_id,
+                    ErrorKind.OPERATION_FAILED,
+                    f"{method} failed: the daemon is out of {resource.replace('_', ' ')} "
+                    f"({exc.strerror}); retry later",
+                    {"resource": resource},
+                )
             outcome = "internal"
             log.exception("rpc.internal_error", method=method)
             return error_response(
