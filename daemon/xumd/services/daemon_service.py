@@ -58,7 +58,7 @@ def install(app: App) -> None:
             version=app.version,
             protocol=PROTOCOL_VERSION,
             started_at=app.started_at,
-            uptime_s=round(time.time() - app.started_at, 3),
+            uptime_s=round(time.monotonic() - app.started_monotonic, 3),
             connections=len(app.server.connections),
             shutting_down=app.stopping,
             details=details,
