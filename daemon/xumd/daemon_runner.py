@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from xumd import faults, fdlimits, logs
+from xumd import faults, fdlimits, logs, procutil
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.config import ConfigError, load
@@ -23,6 +23,10 @@ log = logs.get("xumd.main")
 EXIT_FAILED = 1
 EXIT_ALREADY_RUNNING = 3
 EXIT_SETUP = 4
+
+BOOT_ANCHOR = "boot-anchor"
+"""ROOT/boot-anchor: "<boot id> <boot time>", fixed at the first start in a boot, so recorded
+process start times mean the same after a wall-clock step and a restart (procutil)."""
 
 
 def _fail(code: int, message: str) -> int:
@@ -54,6 +58,8 @@ def run_daemon(
         return _fail(EXIT_ALREADY_RUNNING, str(exc))
     try:
         faults.arm_from_env()
+        # Before anything records or compares a process identity (leases, adoption).
+        procutil.anchor_boot(root / BOOT_ANCHOR)
         config = load(paths.config)
         if keep_processes:
             config.processes.keep_processes = True
