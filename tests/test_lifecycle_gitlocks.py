@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -230,3 +231,57 @@ async def test_git_lock_that_stays_is_busy_after_the_bound(tmp_short: Path) -> N
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# Out of descriptors, the /proc scan cannot look at the processes: it must not conclude that
+# nobody holds the lock. One descriptor is left free: enough to list /proc, not to look inside.
+_SCAN_WITHOUT_DESCRIPTORS = r"""
+import os, sys
+from pathlib import Path
+from xumd.lifecycle import gitlocks
+common = Path(sys.argv[1])
+hog = []
+while True:
+    try:
+        hog.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        break
+os.close(hog.pop())
+try:
+    report = gitlocks.clear_stale(common)
+except OSError as exc:
+    print("REFUSED", exc.errno)
+else:
+    print("CLEARED", report.cleared)
+"""
+
+
+def test_lock_scan_out_of_descriptors_fails_closed(tmp_short: Path) -> None:
+    repo = make_repo(tmp_short / "repo")
+    lock = repo / ".git" / "packed-refs.lock"
+    lock.write_text("")
+    _age(lock, 3600)
+    # A live tool (not a git) keeps the lock open: only the descriptor scan can tell.
+    with open(lock, "rb") as held:
+        holder = subprocess.Popen(["sleep", "600"], stdin=held)
+    try:
+        done = subprocess.run(
+            [
+                "prlimit",
+                "--nofile=64:64",
+                "--",
+                sys.executable,
+                "-c",
+                _SCAN_WITHOUT_DESCRIPTORS,
+                str(repo / ".git"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.stdout.startswith("REFUSED"), done.stdout + done.stderr[-2000:]
+        assert lock.exists()
+    finally:
+        holder.kill()
+        holder.wait(10)

@@ -122,7 +122,13 @@ def _stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             raw = handle.read()
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+            # Could not look is not "no such process": a holder judged dead for want of a
+            # descriptor would lose its lease (fail closed: the caller answers or retries).
+            raise
         return None
     return raw[raw.rfind(b")") + 2 :].decode("ascii", "replace").split()
 

@@ -18,6 +18,7 @@ git runner answers `busy` with that, after a bounded wait).
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import dataclass
@@ -66,7 +67,9 @@ def open_holders(paths: list[Path]) -> dict[str, int]:
         fd_dir = f"/proc/{entry.name}/fd"
         try:
             fds = os.listdir(fd_dir)
-        except OSError:
+        except OSError as exc:
+            if _exhausted(exc):
+                raise  # could not look: never "nobody has it open"
             continue
         for fd in fds:
             try:
@@ -84,11 +87,19 @@ class GitProcess:
     command: str  # argv joined, truncated: for the message naming the holder
 
 
+def _exhausted(exc: OSError) -> bool:
+    return exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+
+
 def _read(path: str) -> bytes:
     try:
         with open(path, "rb") as handle:
             return handle.read(256 * 1024)
-    except OSError:
+    except OSError as exc:
+        if _exhausted(exc):
+            # Out of descriptors is not "no such process": a scan that could not look must
+            # not conclude that nobody holds a lock (fail closed; the caller answers).
+            raise
         return b""
 
 
@@ -146,7 +157,9 @@ def git_processes(common_dir: Path, *, exclude: set[int] | None = None) -> list[
     found: list[GitProcess] = []
     try:
         entries = list(os.scandir("/proc"))
-    except OSError:
+    except OSError as exc:
+        if _exhausted(exc):
+            raise
         return found
     for entry in entries:
         if not entry.name.isdigit() or int(entry.name) == me:
@@ -160,7 +173,9 @@ def git_processes(common_dir: Path, *, exclude: set[int] | None = None) -> list[
             if comm != "git" and not comm.startswith("git-"):
                 continue
             cwd = os.readlink(f"/proc/{entry.name}/cwd")
-        except OSError:
+        except OSError as exc:
+            if _exhausted(exc):
+                raise
             continue
         stat_text = _read(f"/proc/{entry.name}/stat").decode(errors="replace")
         if stat_text[stat_text.rfind(")") + 2 : stat_text.rfind(")") + 3] == "Z":

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from xumd.fdlimits import is_exhausted
 from xumd.procutil import START_TOLERANCE_S, identity, same_process_alive
 
 _START_TOLERANCE_S = START_TOLERANCE_S
@@ -112,7 +113,12 @@ def find_users(
             where = "cwd" if _inside(cwd, root) else None
             if where is None and any(_inside(f.path, root) for f in proc.open_files()):
                 where = "open file"
-        except (OSError, psutil.Error):
+        except OSError as exc:
+            if is_exhausted(exc):
+                # Could not look inside this process: never "nobody uses the checkout".
+                raise
+            continue
+        except psutil.Error:
             continue
         if where:
             found.append(Usage(pid, info.get("name") or "process", info["create_time"], where))

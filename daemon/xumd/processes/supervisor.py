@@ -26,7 +26,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from xumd import logs
 from xumd.events import EventBus
+from xumd.fdlimits import is_exhausted
 from xumd.processes import adoption, process_io
 from xumd.processes.foreground import Foreground
 from xumd.processes.keep_policy import KEEPABLE_KINDS, KeepPolicy
@@ -40,6 +42,8 @@ from xumd.processes.stopping import CONFIRM_S, Stopper
 from xumd.processes.table import PROCESS_PREFIX, ProcessTable
 from xumd.processes.tasks import TaskHost
 from xumd.processes.watching import Watcher
+
+log = logs.get("xumd.processes.supervisor")
 
 __all__ = [
     "CONFIRM_S",
@@ -176,8 +180,15 @@ class Supervisor:
             try:
                 while True:
                     await anyio.sleep(self.settings.probe_interval_s)
-                    self.settle()
-                    self.leases.reclaim_dead(skip=self.owns)
+                    try:
+                        self.settle()
+                        self.leases.reclaim_dead(skip=self.owns)
+                    except OSError as exc:
+                        if not is_exhausted(exc):
+                            raise
+                        # Out of descriptors, a probe cannot look: nothing is settled or
+                        # reclaimed (fail closed) and the loop lives to probe again.
+                        log.warning("process.probe_skipped", error=exc.strerror)
             finally:
                 self.tasks.detach()
 
