@@ -150,6 +150,7 @@ class Server:
         # Sized at start (fdlimits.plan, after raising the soft limit); tests that build a
         # Server directly get the configured cap and no spare descriptor.
         self.limits: FdLimits | None = None
+        self._open = 0  # accepted and not yet ended (a superset of `connections`)
 
     def attach(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -205,7 +206,9 @@ class Server:
                     )
                     failing_since = None
                     backoff = ACCEPT_RETRY_S
-                if len(self.connections) >= self.max_connections:
+                # Counted at accept, not when the connection's task first runs: a burst
+                # accepted before those tasks start must not overshoot the cap.
+                if self._open >= self.max_connections:
                     conn_tg.start_soon(self._refuse, client)
                     continue
                 try:
@@ -214,7 +217,8 @@ class Server:
                     log.error("server.stream_failed", error=str(exc))
                     client.close()
                     continue
-                conn_tg.start_soon(self._serve_one, stream, work_tg)
+                self._open += 1
+                conn_tg.start_soon(self._serve_counted, stream, work_tg)
         finally:
             self.serving = False
 
@@ -280,6 +284,12 @@ class Server:
                             )
                         )
                     )
+
+    async def _serve_counted(self, stream: SocketStream, work_tg: anyio.abc.TaskGroup) -> None:
+        try:
+            await self._serve_one(stream, work_tg)
+        finally:
+            self._open -= 1
 
     async def _serve_one(self, stream: SocketStream, work_tg: anyio.abc.TaskGroup) -> None:
         raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
