@@ -221,6 +221,9 @@ class Server:
                 conn_tg.start_soon(self._serve_counted, stream, work_tg)
         finally:
             self.serving = False
+            # Stop accepting means closed: new clients get ECONNREFUSED, not a backlog that
+            # nobody reads.
+            sock.close()
 
     def _refusal(self) -> bytes:
         return framing.encode(
