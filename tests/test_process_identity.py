@@ -156,3 +156,19 @@ def test_live_lease_survives_a_restart_in_another_time_namespace(
         assert err.kind == "busy", err
     finally:
         shifted.close()
+
+
+def test_a_start_time_recorded_before_the_anchor_still_reads(
+    tmp_short: Path, holder: subprocess.Popen[bytes]
+) -> None:
+    # Leases written by an older daemon carry psutil's create_time; the clock did not step
+    # since, so the anchored identity must read them as the same process.
+    import psutil
+
+    legacy = psutil.Process(holder.pid).create_time()
+    procutil.anchor_boot(tmp_short / "boot-anchor")
+    assert procutil.same_process_alive(holder.pid, legacy)
+    assert not procutil.same_process_alive(holder.pid, legacy - 1.0)  # another start: not it
+    holder.kill()
+    holder.wait(10)
+    assert not procutil.same_process_alive(holder.pid, legacy)
