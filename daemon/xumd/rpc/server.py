@@ -236,20 +236,21 @@ class Server:
             )
         )
 
-    def _count_refusal(self) -> None:
+    def _count_refusal(self, reason: str) -> None:
         if self.limits is not None:
             self.limits.refused += 1
+            # The first and then every thousandth: a flood must not flood the log too.
             if self.limits.refused == 1 or self.limits.refused % 1000 == 0:
                 log.warning(
                     "server.connection_refused",
-                    reason="connection cap",
+                    reason=reason,
                     refused=self.limits.refused,
                     max_connections=self.max_connections,
                 )
 
     async def _refuse(self, client: socket.socket) -> None:
         """The newest client over the cap: one clear error, then close (bounded)."""
-        self._count_refusal()
+        self._count_refusal("connection cap")
         client.setblocking(False)
         with client, anyio.move_on_after(REFUSAL_SEND_S):
             data = self._refusal()
@@ -273,7 +274,7 @@ class Server:
                 client, _addr = sock.accept()
             except OSError:
                 return
-            self._count_refusal()
+            self._count_refusal("out of file descriptors")
             with client:
                 client.setblocking(False)
                 with contextlib.suppress(OSError):
