@@ -93,7 +93,8 @@ class UserCommit:
             argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         until((ctl / "editing").exists, 10, message="git commit in the editor")
-        self.lock = repo / ".git" / "index.lock"
+        where = git(repo, "rev-parse", "--path-format=absolute", "--git-path", "index.lock")
+        self.lock = Path(where.strip())  # in a linked worktree: its admin dir
         assert self.lock.exists()
         _age(self.lock, 3600)  # "old": the user went for coffee
 
@@ -285,3 +286,22 @@ def test_lock_scan_out_of_descriptors_fails_closed(tmp_short: Path) -> None:
     finally:
         holder.kill()
         holder.wait(10)
+
+
+@pytest.mark.anyio
+async def test_lock_in_a_linked_worktree_names_the_users_git(
+    tmp_short: Path, user_commit: Callable[..., UserCommit]
+) -> None:
+    repo = make_repo(tmp_short / "repo")
+    linked = tmp_short / "linked"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(linked))
+    commit = user_commit(linked)  # the user commits in the linked worktree
+    assert commit.lock.parent.parent.name == "worktrees"
+    (linked / "new.txt").write_text("x\n")
+    with pytest.raises(GitLockBusy) as caught:
+        await Git(lock_wait_s=0.2).run(linked, "add", "new.txt")
+    assert caught.value.data["lock"] == str(commit.lock)
+    assert caught.value.data["holders"][0]["pid"] == commit.proc.pid
+    report = gitlocks.clear_stale(repo / ".git")
+    assert str(commit.lock) not in report.cleared and commit.lock.exists()
+    commit.finish()

@@ -57,7 +57,7 @@ class GitLockBusy(GitError):
     """A git lock file held by someone else (after a bounded wait): `busy`, naming the lock and
     the process holding it, so the caller knows whom to wait for."""
 
-    def __init__(self, result: CommandResult, what: str, lock: Path, repo: Path) -> None:
+    def __init__(self, result: CommandResult, what: str, lock: Path) -> None:
         super().__init__(result, what)
         common = _common_dir_for(lock)
         holder = gitlocks.lock_holder(lock, common) if common is not None else {"lock": str(lock)}
@@ -75,10 +75,13 @@ def _common_dir_for(lock: Path) -> Path | None:
     HEAD and refs/; a linked worktree's admin dir leads there through `commondir`)."""
     here = lock.parent
     for _ in range(32):
+        try:
+            if (here / "commondir").is_file():  # first: an admin dir may have refs/ too
+                return Path(os.path.realpath(here / (here / "commondir").read_text().strip()))
+        except OSError:
+            return None
         if (here / "HEAD").exists() and (here / "refs").is_dir():
             return here
-        if (here / "commondir").is_file():
-            return Path(os.path.realpath(here / (here / "commondir").read_text().strip()))
         if here.parent == here:
             return None
         here = here.parent
@@ -134,7 +137,7 @@ class Git:
                 result = await self._run_once(argv, full_env, stdin, timeout_s)
                 lock = _lock_in_the_way(result)
             if lock is not None and check:
-                raise GitLockBusy(result, what or f"git {args[0] if args else ''}", lock, repo)
+                raise GitLockBusy(result, what or f"git {args[0] if args else ''}", lock)
         if check and not result.ok:
             raise GitError(result, what or f"git {args[0] if args else ''}")
         return result
