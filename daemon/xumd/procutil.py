@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import shutil
 import signal
@@ -66,9 +67,11 @@ def _kernel_boot_time() -> float:
     return float(psutil.boot_time())
 
 
+@functools.cache
 def _timens_boottime_offset() -> float:
     """This process's time namespace boottime offset: /proc/PID/stat start times are shown
-    shifted by it, so a daemon restarted in another time namespace normalises them back."""
+    shifted by it, so a daemon restarted in another time namespace normalises them back.
+    A process never changes its time namespace: read once (also never under EMFILE later)."""
     try:
         with open("/proc/self/timens_offsets", encoding="ascii") as handle:
             for line in handle:
@@ -85,6 +88,7 @@ def anchor_boot(path: Path) -> float:
     (same boot id), else take the kernel's boot time now and write it (atomically). Called at
     start-up under the root lock; without it the anchor is the kernel's at first use."""
     global _boot_anchor
+    _timens_boottime_offset()  # read now, at start, while descriptors are plenty
     current = boot_id()
     try:
         with open(path, encoding="utf-8") as handle:
