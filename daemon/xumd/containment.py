@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from xum_protocol.models.daemon import ContainmentStatus
 
 from xumd import logs
 
@@ -533,15 +534,15 @@ class Containment:
         return "+".join(parts)
 
     def status(self) -> dict[str, Any]:
-        return {
-            "mechanism": self.mechanism,
-            "subreaper": self.subreaper,
-            "cgroup": str(self.cgroup) if self.cgroup is not None else None,
-            "marker": MARKER_VAR,
-            "instance": self.instance,
-            "stopped_at_start": len(self.swept),
-            "escaped": list(self.escaped),
-        }
+        return ContainmentStatus(
+            mechanism=self.mechanism,
+            subreaper=self.subreaper,
+            cgroup=str(self.cgroup) if self.cgroup is not None else None,
+            marker=MARKER_VAR,
+            instance=self.instance,
+            stopped_at_start=len(self.swept),
+            escaped=list(self.escaped),
+        ).model_dump(mode="json")
 
     async def leftovers(self, marker: Marker, grace_s: float, *, always: bool) -> list[Marked]:
         """Stop what is left of a run after its command ended: its cgroup's members (if runs get
