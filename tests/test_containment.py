@@ -9,6 +9,7 @@ delivered (a process that survives SIGKILL cannot be made on purpose).
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import json
 import os
@@ -683,3 +684,58 @@ def test_a_timed_out_command_takes_its_double_fork_with_it(tmp_short: Path) -> N
     assert result.timed_out and result.escaped == []
     pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
     assert not alive(pid)
+
+
+def test_leftovers_that_cannot_be_looked_for_fail_the_script(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of descriptors while looking in /proc (the fault: EMFILE from the environ read) is
+    not "nothing left": the command's leftovers are reported unknown and the teardown fails;
+    its retry, once /proc can be read again, succeeds."""
+    checkout = tmp_short / "co"
+    checkout.mkdir()
+    runner = ScriptRunner(store=None, root=tmp_short, timeout_s=10, grace_s=0.2)  # type: ignore[arg-type]
+    runner.containment = Containment(tag=root_tag(tmp_short))
+    ref = WorkspaceRef("ws_1", "proj_1", "w", checkout, "inc")
+
+    def exhausted(path: str, *args: Any, **kwargs: Any) -> Any:
+        if str(path).endswith("/environ"):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return open(path, *args, **kwargs)
+
+    # The module's own `open` (found before the builtin): only its /proc reads fail.
+    monkeypatch.setattr(containment, "open", exhausted, raising=False)
+    try:
+        outcome = run_async(
+            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+        )
+    finally:
+        monkeypatch.undo()
+    assert outcome.status == "failed"
+    assert (
+        outcome.error is not None and "cannot look in /proc: Too many open files" in outcome.error
+    )
+    again = run_async(lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None))
+    assert again.status == "ok", again.error
+
+
+def test_a_process_that_cannot_be_pinned_is_not_reported_stopped(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cont = Containment(tag=root_tag(tmp_short))
+    proc = _sleeper(str(Marker(cont.tag, "previousrun", "lease_p")))
+    try:
+        until(lambda: containment.read_marker(proc.pid) is not None)
+        (found,) = containment.scan(cont.tag)
+
+        def no_fd(pid: int, flags: int = 0) -> int:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+        monkeypatch.setattr(os, "pidfd_open", no_fd)
+        left = run_async(lambda: containment.stop_marked([found], 0.2))
+        monkeypatch.undo()
+        assert [m.pid for m in left] == [proc.pid]
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
