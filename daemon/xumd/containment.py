@@ -2,7 +2,7 @@
 
 Process groups and a walk of the process tree do not reach a descendant that double-forks into
 its own session (`setsid sh -c 'sleep 100' &`): it leaves the group, and once its parent exits it
-is re-parented away from the tree. Nor do they reach anything after a daemon crash. Two
+is re-parented away from the tree. Nor do they reach anything after a daemon crash. These
 mechanisms close the gap (docs/PROCESSES.md, "Containment"):
 
 - **Child subreaper** (`prctl(PR_SET_CHILD_SUBREAPER)`, set by `xumd` at start on Linux):
@@ -18,9 +18,11 @@ mechanisms close the gap (docs/PROCESSES.md, "Containment"):
 
 Signals go through a pidfd opened *before* the marker is read again: the pidfd pins the process,
 so a pid recycled between the scan and the signal is never hit (the re-read sees the new
-process's environment, which does not carry the marker). A descendant that clears its environment
-(`env -i`) carries no marker; while the daemon runs the subreaper still sees it, and a cgroup
-(systemd `Delegate=yes`) would contain it even then: `cgroup_delegated()` reports it.
+process's environment, which does not carry the marker).
+
+- **A cgroup per run** where a cgroup v2 is delegated (systemd `Delegate=yes`) or configured
+  (`RunCgroups`): it also holds a descendant that clears its environment (`env -i`), which
+  carries no marker (without a cgroup the subreaper still sees it, but only reaps it).
 """
 
 from __future__ import annotations
