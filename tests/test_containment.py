@@ -116,6 +116,15 @@ def test_status_names_the_mechanism(daemon: DaemonProcess) -> None:
     assert details["mechanism"] == "subreaper+marker"
     assert details["subreaper"] is True
     assert details["marker"] == "XUM_RUN"
+    from xum_client.cli import _status_lines
+
+    lines = dict(_status_lines(daemon.call("daemon.status")))
+    assert lines["containment"] == "subreaper+marker"
+    escaped = {**details, "escaped": [{"pid": 42, "marker": "m", "argv": ["sleep"]}]}
+    shown = dict(
+        _status_lines({**daemon.call("daemon.status"), "details": {"containment": escaped}})
+    )
+    assert shown["containment"] == "subreaper+marker; 1 process(es) could not be stopped (pid 42)"
 
 
 def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
