@@ -748,3 +748,40 @@ def test_a_process_that_cannot_be_pinned_is_not_reported_stopped(
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_cancellation_while_the_child_starts_still_kills_it(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shutdown's cancellation can land after the fork but before open_process returned (it
+    still awaits the pipes; seen under load). The fault: that await made slow."""
+    from xumd import procutil
+
+    pidfile = tmp_short / "pid"
+    real_open = anyio.open_process
+    opened = anyio.Event()
+
+    async def slow_open(*args: Any, **kwargs: Any) -> Any:
+        proc = await real_open(*args, **kwargs)
+        opened.set()
+        await anyio.sleep(0.5)  # where the cancellation lands
+        return proc
+
+    monkeypatch.setattr(procutil.anyio, "open_process", slow_open)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: run_command(
+                    ["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 100"],
+                    timeout_s=60,
+                    grace_s=0.5,
+                )
+            )
+            await opened.wait()
+            tg.cancel_scope.cancel()
+
+    run_async(main)
+    monkeypatch.undo()
+    pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
+    assert not alive(pid)
