@@ -147,20 +147,44 @@ def tally(top: Path, skip: Skip = _never) -> Tally:
 
 
 def special_files(top: Path, skip: Skip = _never) -> list[Special]:
-    """The special files under `top` (never opened), for reporting in `dropped`."""
+    """The special files under `top` (never opened), for reporting in `dropped`. It runs on
+    every archive and remove of a worktree, so it costs one `getdents` per directory: the
+    entry types come from the directory listing (d_type); only a special entry (or one whose
+    type the filesystem does not report) is `lstat`ed."""
     found: list[Special] = []
     try:
         top_fd = os.open(top, _DIR_FLAGS)
     except OSError:
         return found
+    stack: list[tuple[int, str]] = [(top_fd, "")]
     try:
-        for _fd, _name, rel, st in _walk(top_fd, skip):
-            kind = special_type(st.st_mode)
-            if kind is not None:
-                found.append(Special(rel, kind))
+        while stack:
+            fd, rel = stack.pop()
+            try:
+                with os.scandir(fd) as it:
+                    entries = list(it)
+                for entry in entries:
+                    child = f"{rel}/{entry.name}" if rel else entry.name
+                    if skip(child):
+                        continue
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            sub = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                            stack.append((sub, child))
+                            continue
+                        if entry.is_file(follow_symlinks=False) or entry.is_symlink():
+                            continue
+                        kind = special_type(entry.stat(follow_symlinks=False).st_mode)
+                    except OSError:
+                        continue  # gone or replaced since the listing
+                    if kind is not None:
+                        found.append(Special(child, kind))
+            finally:
+                os.close(fd)
     finally:
-        os.close(top_fd)
-    return found
+        for fd, _rel in stack:
+            os.close(fd)
+    return sorted(found, key=lambda s: s.path)
 
 
 def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str) -> None:
