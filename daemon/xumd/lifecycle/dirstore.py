@@ -9,14 +9,13 @@ import filecmp
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import anyio
 from xum_protocol.models.workspace import RestoredInfo
 
-from xumd import logs
-from xumd.lifecycle import fscopy, marker
+from xumd import fsdelete, logs
+from xumd.lifecycle import fscopy, marker, preserved
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped
 
@@ -28,7 +27,9 @@ _PARTIAL = re.compile(r"\.ws_[0-9a-f]{16}\.(tmp|[0-9a-f]{8})")
 
 
 def files_under(top: Path) -> list[str]:
-    return sorted(str(Path(d, f).relative_to(top)) for d, _, fs in os.walk(top) for f in fs)
+    return sorted(
+        str(Path(d, f).relative_to(top)) for d, _, fs in fsdelete.walk_within(top) for f in fs
+    )
 
 
 def content_files(row: WorkspaceRow) -> list[str]:
@@ -43,20 +44,27 @@ def _not_marker(rel: str) -> bool:
 def _copy_in(archive_store: Path, row: WorkspaceRow) -> Dropped:
     store = archive_store / row.id
     tmp = archive_store / f".{row.id}{TMP_SUFFIX}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    fsdelete.remove_tree(tmp, ignore_errors=True)
     try:
         os.mkdir(tmp, 0o700)
         copied = fscopy.copy_tree(
             row.path, tmp / "content", skip=_not_marker, what=f"the checkout of {row.name!r}"
         )
         special = [s.as_dict() for s in copied.special]
-        manifest = {"directory": True, "files": copied.files, "special": special}
+        manifest = {
+            "directory": True,
+            "files": copied.files,
+            "special": special,
+            "incarnation": row.incarnation,
+        }
         (tmp / "manifest.json").write_text(json.dumps(manifest))
-        shutil.rmtree(store, ignore_errors=True)
+        # A copy of another incarnation is the user's until an unarchive settled it: kept.
+        preserved.set_aside_other(store, row.incarnation)
+        fsdelete.remove_tree(store, ignore_errors=True)
         os.replace(tmp, store)
     except BaseException:
         # Never leave a partial copy behind (it would hold the space until the next archive).
-        shutil.rmtree(tmp, ignore_errors=True)
+        fsdelete.remove_tree(tmp, ignore_errors=True)
         raise
     if special:
         log.info("dirstore.special_skipped", workspace=row.id, count=len(special))
@@ -73,7 +81,7 @@ def sweep_partial(archive_store: Path) -> int:
         return 0
     for name in names:
         if _PARTIAL.fullmatch(name):
-            shutil.rmtree(archive_store / name, ignore_errors=True)
+            fsdelete.remove_tree(archive_store / name, ignore_errors=True)
             swept += 1
     if swept:
         log.info("dirstore.partial_swept", count=swept)

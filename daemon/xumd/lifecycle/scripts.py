@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from xumd import logs
+from xumd.containment import Containment, Marked
 from xumd.lifecycle import rows
 from xumd.lifecycle.seams import WorkspaceRef
 from xumd.procutil import BoundedOutput, CommandNotFound, run_command
@@ -164,6 +165,12 @@ class ScriptRunner:
         # durable use lease (kind setup/teardown) with its child's pid, so it makes the
         # workspace busy and survives a daemon crash.
         self.leases: Any = None
+        # Set by the containment service: each command carries a marker naming its lease (the
+        # durable record written before it starts), so its descendants are found again.
+        self.containment: Containment | None = None
+        # Per workspace: processes an earlier run left that survived SIGKILL. A later run (a
+        # teardown's retry) must not report success while they still run.
+        self.escapees: dict[str, list[Marked]] = {}
 
     async def run(
         self,
@@ -235,6 +242,16 @@ class ScriptRunner:
                 commands=len(commands),
             )
 
+        earlier = self.escapees.pop(ws.id, [])
+        if earlier and self.containment is not None:
+            earlier = await self.containment.still_running(earlier, self.grace_s)
+            if earlier:
+                self.escapees[ws.id] = earlier
+                return outcome(
+                    "failed",
+                    f"an earlier {phase} run left processes that could not be stopped: "
+                    f"{_describe([m.describe() for m in earlier])}",
+                )
         for index, command in enumerate(commands, 1):
             output.feed(f"$ {command}\n".encode())
             log.info("script.start", phase=phase, workspace=ws.id, index=index)
@@ -242,6 +259,11 @@ class ScriptRunner:
                 progress.started(index, len(commands), command)
             try:
                 async with self._lease(ws, phase) as lease:
+                    cont = self.containment
+                    marker = None
+                    if cont is not None:
+                        record = lease.lease.id if lease is not None else f"{phase}-run"
+                        marker = cont.run_marker(record) if lease is None else cont.marker(record)
                     result = await run_command(
                         ["/bin/sh", "-c", command],
                         cwd=cwd,
@@ -251,6 +273,8 @@ class ScriptRunner:
                         output_limit=OUTPUT_LIMIT,
                         on_start=lease.on_start if lease is not None else None,
                         on_output=progress.printed if progress is not None else None,
+                        containment=cont,
+                        marker=marker,
                     )
             except (CommandNotFound, OSError) as exc:
                 return outcome("failed", f"{phase} command {index} could not start: {exc}")
@@ -263,6 +287,15 @@ class ScriptRunner:
                 returncode=result.returncode,
                 timed_out=result.timed_out,
             )
+            if result.escaped:
+                # Fail closed: the step (a teardown's obligation) stays pending, naming them,
+                # and so does its retry while they run.
+                self.escapees[ws.id] = list(result.escaped)
+                return outcome(
+                    "failed",
+                    f"{phase} command {index} ({command!r}) left processes that could not be "
+                    f"stopped: {_describe([m.describe() for m in result.escaped])}",
+                )
             if result.timed_out:
                 return outcome(
                     "timeout",
@@ -275,3 +308,7 @@ class ScriptRunner:
                     f"{phase} command {index} ({command!r}) exited with {result.returncode}",
                 )
         return outcome("ok")
+
+
+def _describe(escaped: list[dict[str, Any]]) -> str:
+    return ", ".join(f"pid {e['pid']} ({' '.join(e.get('argv') or [])[:80]})" for e in escaped)

@@ -16,6 +16,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
+
+from xumd import fsdelete
+
 
 @dataclass(frozen=True, slots=True)
 class WorkspaceRef:
@@ -29,7 +33,8 @@ class WorkspaceRef:
 @dataclass(frozen=True, slots=True)
 class Holder:
     """Someone using a checkout: `kind` is e.g. terminal, agent, mcp, exec, editor, setup,
-    teardown, process (found by the cwd/open-file probe), pending_stop."""
+    teardown, process (found by the cwd/open-file probe), pending_stop, mount (a mount point at
+    or under the checkout; `pid` None, the label names the mount point)."""
 
     kind: str
     pid: int | None
@@ -43,9 +48,21 @@ class Holder:
         return {"kind": self.kind, "pid": self.pid, "label": self.label, "since": self.since}
 
 
+async def mount_holders(workspace: WorkspaceRef) -> list[Holder]:
+    """Mounts at or under the checkout: deleting or moving it would reach into them (a bind
+    mount's files are not the checkout's), so they hold it like a process does."""
+    try:
+        points = await anyio.to_thread.run_sync(fsdelete.mounts_at_or_under, workspace.path)
+    except OSError as exc:
+        # Fail closed: an unreadable mount table cannot prove that no mount is inside.
+        return [Holder("probe", None, f"mount table unreadable: {exc.strerror or exc}")]
+    return [Holder("mount", None, f"mount at {point}") for point in points]
+
+
 HolderProbe = Callable[[WorkspaceRef], Awaitable[list[Holder]]]
-Stopper = Callable[[WorkspaceRef, float], Awaitable[list[Holder]]]
-"""Stop the daemon's own processes in the workspace within the deadline; return what is left."""
+Stopper = Callable[[WorkspaceRef, float], Awaitable[tuple[list[str], list[Holder]]]]
+"""Stop the daemon's own processes in the workspace within the deadline; return the ids of the
+processes it stopped and what is left."""
 RenameSettler = Callable[[str], Awaitable[str | None]]
 """Settle a workspace's kept rename journal by what the disk shows (recovery's startup logic for
 one row; the caller holds the exclusive reservation). Returns the problem the row stays flagged
@@ -72,11 +89,17 @@ class LifecycleHooks:
             found.extend(await probe(workspace))
         return found
 
-    async def stop_all(self, workspace: WorkspaceRef, deadline_s: float) -> list[Holder]:
+    async def stop_all(
+        self, workspace: WorkspaceRef, deadline_s: float
+    ) -> tuple[list[str], list[Holder]]:
+        """The ids of the processes stopped, and the holders left."""
+        stopped: list[str] = []
         left: list[Holder] = []
         for stop in self.stoppers:
-            left.extend(await stop(workspace, deadline_s))
-        return left
+            done, remaining = await stop(workspace, deadline_s)
+            stopped.extend(done)
+            left.extend(remaining)
+        return stopped, left
 
 
 def busy_message(holders: list[Holder]) -> str:

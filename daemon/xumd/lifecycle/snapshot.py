@@ -9,7 +9,8 @@ Both trees are written through a *temporary* index (GIT_INDEX_FILE, a copy of th
 `git write-tree` and `git add -A` would otherwise write the user's index.
 
 Ignored files are not snapshotted; `dropped` reports them (count, bytes, top-level paths), and
-`preserve` globs copy matching ones into ROOT/archive/<ws-id>/ for unarchive.
+`preserve` globs copy matching ones into ROOT/archive/<ws-id>/ for unarchive (the life of that
+copy: lifecycle/preserved.py).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from pathlib import Path
 
 import anyio
 
+from xumd import fsdelete
 from xumd.git import Git
-from xumd.lifecycle import fscopy
+from xumd.lifecycle import fscopy, preserved
 
 SNAPSHOT_NS = "refs/xum/snapshots"
 _IDENT = {
@@ -285,6 +287,8 @@ class Snapshotter:
         matched = [rel for rel in matched if rel not in specials]
         store = self.archive_dir / workspace_id
         tmp = self.archive_dir / f".{workspace_id}.{secrets.token_hex(4)}"
+        # A copy of another incarnation is the user's until an unarchive settled it: kept.
+        preserved.set_aside_other(store, incarnation)
         if matched:
             self.archive_dir.mkdir(parents=True, exist_ok=True)
             needed = sum((checkout / rel).lstat().st_blocks * 512 for rel in matched)
@@ -294,13 +298,18 @@ class Snapshotter:
                     dest = tmp / "files" / rel
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     fscopy.copy_file(checkout / rel, dest)
+                manifest = {
+                    "workspace_id": workspace_id,
+                    "incarnation": incarnation,
+                    "files": matched,
+                }
+                (tmp / "manifest.json").write_text(json.dumps(manifest))
             except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)  # no partial copy left behind
+                # (A full disk): the archive fails and rolls back; no half copy stays behind.
+                fsdelete.remove_tree(tmp, ignore_errors=True)
                 raise
-            manifest = {"workspace_id": workspace_id, "incarnation": incarnation, "files": matched}
-            (tmp / "manifest.json").write_text(json.dumps(manifest))
             if store.exists():
-                shutil.rmtree(store)
+                fsdelete.remove_tree(store)
             os.replace(tmp, store)
             dropped.preserved = matched
             dropped.count -= len(matched)
@@ -326,8 +335,16 @@ class Snapshotter:
             restored.append(rel)
         return restored
 
-    def discard_preserved(self, workspace_id: str) -> None:
-        shutil.rmtree(self.archive_dir / workspace_id, ignore_errors=True)
+    def preserved_files(self, checkout: Path, entries: list[str], globs: list[str]) -> list[str]:
+        """The ignored files (of `ignored()`'s `entries`) that `globs` ask to keep."""
+        if not globs:
+            return []
+        return [
+            rel
+            for entry in entries
+            for rel, _size in _walk_files(checkout, checkout / entry)
+            if _matches(rel, globs)
+        ]
 
 
 def _skip_git(rel: str) -> bool:
@@ -343,7 +360,7 @@ def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
     if not full.is_dir() or full.is_symlink():
         found.append((str(full.relative_to(checkout)), st.st_size))
         return found
-    for dirpath, _dirs, files in os.walk(full):
+    for dirpath, _dirs, files in fsdelete.walk_within(full):
         for name in files:
             path = Path(dirpath) / name
             try:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from xum_protocol.methods_base import MethodSpec
-from xum_protocol.models.base import Params, Result
+from xum_protocol.models.base import Name, Params, Result
 from xum_protocol.models.cleanup import CleanupStatus
 
 Runtime = Literal["worktree", "directory"]
@@ -105,8 +105,10 @@ class WorkspaceInfo(Result):
 
 
 class WorkspaceCreateParams(Params):
+    name_fields: ClassVar[frozenset[str]] = frozenset({"name"})
+
     project_id: str = Field(min_length=1, max_length=200)
-    name: str = Field(max_length=256)
+    name: Name
     runtime: Runtime = "worktree"
     branch: str | None = Field(default=None, min_length=1, max_length=250)
     base: str | None = Field(default=None, min_length=1, max_length=250)
@@ -139,8 +141,10 @@ class WorkspaceIdParams(Params):
 
 
 class WorkspaceRenameParams(Params):
+    name_fields: ClassVar[frozenset[str]] = frozenset({"name"})
+
     workspace_id: str = Field(min_length=1, max_length=200)
-    name: str = Field(max_length=256)
+    name: Name
 
 
 class WorkspaceRenameResult(Result):
@@ -160,12 +164,31 @@ class WorkspaceArchiveResult(Result):
     snapshot: SnapshotInfo | None
     dropped: DroppedInfo
     cleanup: CleanupStatus
-    stopped: list[str] = Field(default_factory=list)
+    stopped: list[str] = Field(
+        default_factory=list,
+        description="With `stop`: the ids of the daemon's processes it stopped (`process.get`); "
+        "empty when there were none. It once held a fixed sentence (docs/PROTOCOL.md, "
+        "versioning).",
+    )
 
 
 class RestoredInfo(Result):
     snapshot: SnapshotInfo | None = None
     preserved: list[str] = Field(default_factory=list)
+    replaced: list[str] = Field(
+        default_factory=list,
+        description="Preserved paths where the checkout held a different file after setup "
+        "(setup wrote or removed it, or the branch has it): the user's saved copy was put "
+        "back over it.",
+    )
+    kept_at: str | None = Field(
+        default=None,
+        description="Set when the preserved files could not all be verified in place: their "
+        "saved copy was kept there (a `kept` stray; `workspace.discard_kept` deletes it).",
+    )
+    unverified: list[str] = Field(
+        default_factory=list, description="With `kept_at`: the files not in place."
+    )
 
 
 class WorkspaceUnarchiveResult(Result):
@@ -177,7 +200,23 @@ class WorkspaceUnarchiveResult(Result):
 class WorkspaceRemoveParams(Params):
     workspace_id: str = Field(min_length=1, max_length=200)
     force: bool = Field(
-        default=False, description="Snapshot uncommitted work first instead of refusing."
+        default=False,
+        description="Snapshot uncommitted work first, and keep ignored files matching "
+        "`preserve` in a kept copy, instead of refusing `not_safe`.",
+    )
+
+
+class KeptInfo(Result):
+    """A removed workspace's saved copy of the files it was asked to keep."""
+
+    path: str = Field(
+        description="The kept copy (a `kept` stray: `workspace.strays`; deleted only by "
+        "`workspace.discard_kept`)."
+    )
+    files: list[str] = Field(
+        default_factory=list,
+        description="The files in it (relative to the checkout; under `files/`, or `content/` "
+        "for the directory runtime).",
     )
 
 
@@ -188,6 +227,11 @@ class WorkspaceRemoveResult(Result):
     snapshot: SnapshotInfo | None
     dropped: DroppedInfo
     cleanup: CleanupStatus
+    kept: KeptInfo | None = Field(
+        default=None,
+        description="Where the preserved files (an archived workspace's saved copy, a "
+        "directory's content with `force`) are kept; absent when there were none.",
+    )
 
 
 METHODS = [
