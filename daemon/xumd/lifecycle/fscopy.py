@@ -28,6 +28,7 @@ from pathlib import Path
 
 from xum_protocol.errors import ErrorKind
 
+from xumd import diskfull
 from xumd.errors import XumError
 
 FICLONE = 0x40049409
@@ -192,23 +193,28 @@ def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str
     vfs = os.statvfs(dest_dir)
     available = vfs.f_bavail * vfs.f_frsize
     if needed_bytes + SPACE_MARGIN > available:
+        fs = diskfull.filesystem_of(dest_dir)
         raise XumError(
             ErrorKind.DISK_FULL,
             f"not enough space to copy {what}: it needs {needed_bytes} bytes (plus "
-            f"{SPACE_MARGIN} spare) and {dest_dir} has {available} free; nothing was written",
+            f"{SPACE_MARGIN} spare) and {fs.describe()} has {available} free; nothing was "
+            "written; free space there and retry",
             needed_bytes=needed_bytes,
             available_bytes=available,
             path=str(dest_dir),
+            **fs.data(),
         )
     # f_files == 0: the filesystem has no inode limit (btrfs reports none).
     if vfs.f_files and needed_inodes > vfs.f_favail:
+        fs = diskfull.filesystem_of(dest_dir)
         raise XumError(
             ErrorKind.DISK_FULL,
-            f"not enough inodes to copy {what}: it needs {needed_inodes} and {dest_dir} has "
-            f"{vfs.f_favail} free; nothing was written",
+            f"not enough inodes to copy {what}: it needs {needed_inodes} and {fs.describe()} "
+            f"has {vfs.f_favail} free; nothing was written; free inodes there and retry",
             needed_inodes=needed_inodes,
             available_inodes=vfs.f_favail,
             path=str(dest_dir),
+            **fs.data(),
         )
 
 
