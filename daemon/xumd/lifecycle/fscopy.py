@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import shutil
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from pathlib import Path
 
 from xum_protocol.errors import ErrorKind
 
-from xumd import diskfull
+from xumd import diskfull, fsdelete
 from xumd.errors import XumError
 
 FICLONE = 0x40049409
@@ -200,6 +199,8 @@ def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str
     vfs = os.statvfs(dest_dir)
     available = vfs.f_bavail * vfs.f_frsize
     if needed_bytes + SPACE_MARGIN > available:
+        # The same fields as every other disk_full (the filesystem, as `df` names it); looked
+        # up only when refusing (it reads /proc/self/mountinfo).
         fs = diskfull.filesystem_of(dest_dir)
         raise XumError(
             ErrorKind.DISK_FULL,
@@ -340,7 +341,7 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
             for name in created:
                 _remove(dest / name)
         else:
-            shutil.rmtree(dest, ignore_errors=True)
+            fsdelete.remove_tree(dest, ignore_errors=True)
         raise
     finally:
         os.close(src_fd)
@@ -349,7 +350,7 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
 
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+        fsdelete.remove_tree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
 
