@@ -259,13 +259,11 @@ def test_archive_sets_an_unsettled_copy_aside_instead_of_replacing_it(
     assert "set aside" in strays[0]["note"]
 
 
-def test_unverifiable_restore_keeps_the_copy_and_says_where(
-    env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
-) -> None:
-    """A preserved path where setup made a directory: the user's file cannot be put back
-    without deleting setup's directory (never done), so the copy is kept and the result says
-    where."""
-    daemon, project, repo = env_daemon
+def _setup_makes_a_directory_at_env_local(
+    daemon: DaemonProcess, project: dict[str, Any], repo: Path
+) -> dict[str, Any]:
+    """An archived workspace with a preserved `.env.local`, whose branch's setup (trusted) then
+    makes `.env.local` a directory."""
     ws = create(daemon, project["id"], "a")["workspace"]
     path = Path(ws["path"])
     (path / ".env.local").write_text("LOCAL=1\n")
@@ -278,6 +276,17 @@ def test_unverifiable_restore_keeps_the_copy_and_says_where(
     git(repo, "checkout", "-q", "main")
     digest = hashlib.sha256(config.encode()).hexdigest()
     daemon.call("project.trust", {"project_id": project["id"], "hash": digest})
+    return ws
+
+
+def test_unverifiable_restore_keeps_the_copy_and_says_where(
+    env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
+) -> None:
+    """A preserved path where setup made a directory: the user's file cannot be put back
+    without deleting setup's directory (never done), so the copy is kept and the result says
+    where."""
+    daemon, project, repo = env_daemon
+    ws = _setup_makes_a_directory_at_env_local(daemon, project, repo)
     back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
     restored = back["restored"]
     assert restored["unverified"] == [".env.local"]
@@ -285,6 +294,26 @@ def test_unverifiable_restore_keeps_the_copy_and_says_where(
     assert (kept / "files" / ".env.local").read_text() == "LOCAL=1\n"
     assert back["workspace"]["state"] == "active"
     assert [s["path"] for s in daemon.call("workspace.strays", {})["strays"]] == [str(kept)]
+
+
+def test_copy_that_cannot_be_set_aside_stays_in_place_and_is_reported(
+    env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
+) -> None:
+    """The unverified copy cannot even be moved aside (its directory is immutable: a real
+    EPERM): `active` is committed, so the answer is still the unarchive's, with the copy where
+    it is, never an error that hides a committed change."""
+    daemon, project, repo = env_daemon
+    ws = _setup_makes_a_directory_at_env_local(daemon, project, repo)
+    saved = daemon.root / "archive" / ws["id"]
+    if subprocess.run(["chattr", "+i", str(saved)], check=False).returncode != 0:
+        pytest.skip("chattr +i is not permitted here")
+    try:
+        back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    finally:
+        subprocess.run(["chattr", "-i", str(saved)], check=False)
+    assert back["workspace"]["state"] == "active"
+    assert back["restored"]["kept_at"] == str(saved)
+    assert (saved / "files" / ".env.local").read_text() == "LOCAL=1\n"
 
 
 def _env_world(world: World) -> dict[str, Any]:
