@@ -7,16 +7,20 @@ repository trips git's own locks otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 from pathlib import Path
 
+import anyio
 from xum_protocol.errors import ErrorKind
 
+from xumd import diskfull, fsdelete, logs
 from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import gitlocks, marker
 from xumd.lifecycle.rows import WorkspaceRow
+
+log = logs.get("xumd.lifecycle.checkout")
 
 
 async def clear_stale_locks(git: Git, repo: Path) -> list[str]:
@@ -94,7 +98,7 @@ async def drop_stale_admin_entry(git: Git, repo: Path, row: WorkspaceRow) -> str
                     path=str(row.path),
                     admin_dir=str(admin),
                 )
-            shutil.rmtree(admin)
+            fsdelete.remove_tree(admin)
             return str(admin)
     return None
 
@@ -111,22 +115,57 @@ def _read_small(path: Path) -> str | None:
 def make_directory(row: WorkspaceRow) -> None:
     """The directory runtime's checkout: a plain directory carrying the marker file."""
     row.path.mkdir()
-    marker.write_directory_marker(row.path, marker.Marker(row.id, row.incarnation))
+    try:
+        marker.write_directory_marker(row.path, marker.Marker(row.id, row.incarnation))
+    except BaseException as exc:
+        # Without its marker the directory cannot be proven ours later, so the undo would
+        # leave it at the path (a later unarchive or create: "exists"). It is ours now and
+        # empty but for the marker's temporary file: take it back (rmdir: only if empty).
+        with contextlib.suppress(OSError):
+            (row.path / f"{marker.DIRECTORY_MARKER}.tmp").unlink(missing_ok=True)
+            row.path.rmdir()
+        if isinstance(exc, OSError) and diskfull.is_no_space_oserror(exc):
+            raise diskfull.disk_full(
+                row.path, f"the marker file of {row.path}", exc.strerror
+            ) from exc
+        raise
 
 
 async def discard(git: Git, repo: Path, row: WorkspaceRow) -> None:
     """Take back the checkout this operation made for `row` (marker-checked): a worktree and
-    git's admin entry, or a directory. Anything else at the path is left alone."""
+    git's admin entry, or a directory. Anything else at the path is left alone, and so is a
+    checkout with a mount at or under it (`git worktree remove` would empty the mount)."""
+    mounts = fsdelete.mounts_at_or_under(row.path)
+    if mounts:
+        log.warning("checkout.discard_left", workspace=row.id, mounts=mounts[:5])
+        return
     if row.runtime == "worktree":
         async with git.admin_lock(repo):
             found = marker.read_worktree_marker(row.path)
             # `remove -f -f` also drops the admin entry of a locked worktree whose directory
             # is gone (a prune would touch the user's other stale entries too).
             if found == marker.Marker(row.id, row.incarnation) or not os.path.lexists(row.path):
+                # The tree goes through our own walk (by descriptor, stopping at any mount that
+                # appeared since the check above); git then only drops its admin entry.
+                if not await _delete_checkout(row):
+                    return
                 await git.run(
                     repo, "worktree", "remove", "--force", "--force", str(row.path), check=False
                 )
     elif row.path.is_dir() and marker.read_directory_marker(row.path) == marker.Marker(
         row.id, row.incarnation
     ):
-        shutil.rmtree(row.path, ignore_errors=True)
+        await _delete_checkout(row)
+
+
+async def _delete_checkout(row: WorkspaceRow) -> bool:
+    """Delete the checkout's tree with the mount-bounded primitive; False (logged) when
+    something was left: a mount, or an error."""
+    try:
+        left = await anyio.to_thread.run_sync(fsdelete.remove_tree, row.path)
+    except OSError as exc:
+        log.warning("checkout.discard_failed", workspace=row.id, error=str(exc))
+        return False
+    if left:
+        log.warning("checkout.discard_left", workspace=row.id, mounts=left[:5])
+    return not left

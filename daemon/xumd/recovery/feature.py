@@ -26,7 +26,7 @@ from xumd import logs
 from xumd.app import App
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import ids, preserved
+from xumd.lifecycle import dirstore, ids, preserved
 from xumd.lifecycle.seams import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
 from xumd.recovery import strays
@@ -47,6 +47,8 @@ def install(app: App) -> Reconciler:
     last: dict[str, Any] = {"report": RecoveryReport(), "strays": 0}
 
     async def startup() -> None:
+        # Partial archive copies of a crashed daemon hold space and are never completed.
+        dirstore.sweep_partial(app.paths.archive_store)
         last["report"] = await reconciler.run()
         last["strays"] = len(strays.scan(app.store, app.paths))
 
@@ -102,6 +104,8 @@ def install(app: App) -> Reconciler:
 
     # workspace.keep settles a kept rename journal with the startup pass's own logic.
     app.get(LifecycleHooks).rename_settler = reconciler.settle_journal
+    # An operation that failed part-way leaves its row as the startup pass would.
+    app.get(LifecycleHooks).row_settler = reconciler.settle_row
     app.on_startup("recovery", startup)
     app.router.add("workspace.strays", list_strays)
     app.router.add("workspace.discard_kept", discard_kept)

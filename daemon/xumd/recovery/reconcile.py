@@ -169,6 +169,44 @@ class Reconciler:
                 id=row.id,
             ) from None
 
+    def settle_row(self, workspace_id: str, cause: str) -> str | None:
+        """Settle one row that a failed operation left mid-way (the `row_settler` seam; the
+        caller holds the workspace's reservation or is its creator): the startup pass's own
+        decision for that state, with the failure leading the reason of a flag. A row with a
+        rename journal is flagged (the journal is kept; workspace.keep or a restart settles it
+        by what the disk shows, which needs git). Returns the action taken."""
+        row = rows.get_workspace(self.store, workspace_id)
+        if row is None:
+            return None
+        journal = self.store.one(
+            "SELECT 1 FROM rename_journal WHERE workspace_id = ?", (workspace_id,)
+        )
+        if journal is not None:
+            if row.interrupted:
+                return None
+            reason = (
+                f"{cause}; the rename journal is kept: keep it (workspace.keep) or restart the "
+                "daemon to settle it by what the disk shows"
+            )
+            change: Change | None = Change(row, _flag(reason), "interrupted")
+        elif row.state in {"active", "archived"}:
+            return None
+        else:
+            change = self._decide(row, RecoveryReport())
+        if change is None:
+            return None
+        if change.fields.get("interrupted"):
+            reason = change.fields.get("interrupted_reason") or ""
+            if not reason.startswith(cause):
+                change.fields["interrupted_reason"] = f"{cause}: {reason}"
+        projects = {p.id: p for p in rows.list_projects(self.store)}
+        with self.store.transaction():
+            applied = self._apply(change, projects)
+        if not applied:
+            return None
+        self._announce(change, RecoveryReport())
+        return change.action
+
     def _settle_saved_copies(self, report: RecoveryReport) -> None:
         """An unarchive that crashed after `restoring` rolled forward (or after `active`) left
         its saved copy of preserved files, and perhaps setup's file at a preserved path: put the

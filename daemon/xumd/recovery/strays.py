@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 from xum_protocol.models.recovery import StrayInfo
 
-from xumd import logs
+from xumd import fsdelete, logs
 from xumd.git import Git
 from xumd.lifecycle import marker, preserved, rows, views
 from xumd.paths import RootPaths
@@ -178,7 +178,7 @@ def kept_note(store: Store, stray: Stray) -> str:
 
 def _count_files(top: Path) -> tuple[int, bool]:
     count = 0
-    for directory, dirs, files in os.walk(top):
+    for directory, dirs, files in fsdelete.walk_within(top):
         if directory == str(top) and ".git" in dirs:
             dirs.remove(".git")
         count += len(files)

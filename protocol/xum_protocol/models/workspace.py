@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from xum_protocol.methods_base import MethodSpec
-from xum_protocol.models.base import Params, Result
+from xum_protocol.models.base import Name, Params, Result
 from xum_protocol.models.cleanup import CleanupStatus
 
 Runtime = Literal["worktree", "directory"]
@@ -32,6 +32,19 @@ class SnapshotInfo(Result):
     files: list[str] = Field(default_factory=list, description="Paths that differ from HEAD.")
 
 
+SpecialFileType = Literal["fifo", "socket", "char_device", "block_device", "unknown", "changed"]
+
+
+class SpecialFile(Result):
+    """A file that is not a regular file, directory or symlink: never opened, never copied."""
+
+    path: str = Field(description="Relative to the checkout.")
+    type: SpecialFileType = Field(
+        description="fifo | socket | char_device | block_device | unknown; `changed`: it was "
+        "swapped for a special file while being copied. An open set: more may come."
+    )
+
+
 class DroppedInfo(Result):
     """Ignored files that the snapshot does not hold (deleted with the checkout)."""
 
@@ -40,6 +53,11 @@ class DroppedInfo(Result):
     paths: list[str] = Field(default_factory=list, description="Top-level ignored paths.")
     preserved: list[str] = Field(
         default_factory=list, description="Ignored files kept in the archive store (preserve)."
+    )
+    special: list[SpecialFile] = Field(
+        default_factory=list,
+        description="Named pipes, sockets and device nodes in the checkout (since 1.0, "
+        "additive): never read or saved, they go with the checkout. At most 1000 listed.",
     )
 
 
@@ -87,8 +105,10 @@ class WorkspaceInfo(Result):
 
 
 class WorkspaceCreateParams(Params):
+    name_fields: ClassVar[frozenset[str]] = frozenset({"name"})
+
     project_id: str = Field(min_length=1, max_length=200)
-    name: str = Field(max_length=256)
+    name: Name
     runtime: Runtime = "worktree"
     branch: str | None = Field(default=None, min_length=1, max_length=250)
     base: str | None = Field(default=None, min_length=1, max_length=250)
@@ -121,8 +141,10 @@ class WorkspaceIdParams(Params):
 
 
 class WorkspaceRenameParams(Params):
+    name_fields: ClassVar[frozenset[str]] = frozenset({"name"})
+
     workspace_id: str = Field(min_length=1, max_length=200)
-    name: str = Field(max_length=256)
+    name: Name
 
 
 class WorkspaceRenameResult(Result):
