@@ -504,3 +504,46 @@ def test_directory_remove_with_force_keeps_its_content_as_a_kept_copy(tmp_short:
         )
     finally:
         daemon.close()
+
+
+def test_restore_never_writes_through_a_symlinked_directory_out_of_the_checkout(
+    env_daemon: tuple[DaemonProcess, dict[str, Any], Path], tmp_short: Path
+) -> None:
+    """The branch now has `sub` as a symlink to a directory outside the checkout: the preserved
+    `sub/.env` is not written there (before or after setup); the copy is kept and reported."""
+    daemon, project, repo = env_daemon
+    ws = create(daemon, project["id"], "a")["workspace"]
+    path = Path(ws["path"])
+    (path / "sub").mkdir()
+    (path / "sub" / ".env").write_text(SECRET)
+    daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    outside = tmp_short / "outside"
+    outside.mkdir()
+    git(repo, "checkout", "-q", "xum/a")
+    (repo / "sub").symlink_to(outside)
+    git(repo, "add", "sub")
+    git(repo, "commit", "-q", "-m", "sub is a link")
+    git(repo, "checkout", "-q", "main")
+    back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert os.listdir(outside) == [], "a preserved file was written outside the checkout"
+    restored = back["restored"]
+    assert restored["unverified"] == ["sub/.env"]
+    assert (Path(restored["kept_at"]) / "files" / "sub" / ".env").read_text() == SECRET
+
+
+def test_preserved_file_in_a_directory_of_only_ignored_files_is_saved_once(
+    env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
+) -> None:
+    """git lists `config/` *and* `config/.env` when the directory holds only ignored files: the
+    archive counts and copies the file once (it failed `internal` on the second copy)."""
+    daemon, project, _repo = env_daemon
+    ws = create(daemon, project["id"], "a")["workspace"]
+    path = Path(ws["path"])
+    (path / "config").mkdir()
+    (path / "config" / ".env").write_text(SECRET)
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert sorted(archived["dropped"]["preserved"]) == [".env", "config/.env"]
+    assert archived["dropped"]["count"] == 0
+    back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert (path / "config" / ".env").read_text() == SECRET
+    assert back["restored"]["unverified"] == []
