@@ -98,7 +98,7 @@ def test_directory_runtime_setup_never_overwrites_restored_files(tmp_short: Path
     plain.mkdir()
     (plain / ".xum").mkdir()
     (plain / ".xum" / "config.toml").write_text(
-        '[scripts]\nsetup = ["echo generated > .env"]\npreserve = [".env*"]\n'
+        '[scripts]\nsetup = ["echo generated > .env; rm -f notes.txt"]\npreserve = [".env*"]\n'
     )
     daemon = DaemonProcess(tmp_short / "root").start()
     try:
@@ -113,7 +113,8 @@ def test_directory_runtime_setup_never_overwrites_restored_files(tmp_short: Path
         back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
         assert (path / ".env").read_text() == SECRET
         assert (path / "notes.txt").read_text() == "mine\n"
-        assert back["restored"]["replaced"] == [".env"]
+        # Setup rewrote `.env` and removed `notes.txt`: both are the user's again.
+        assert back["restored"]["replaced"] == [".env", "notes.txt"]
         assert not (daemon.root / "archive" / ws["id"]).exists()
     finally:
         daemon.close()

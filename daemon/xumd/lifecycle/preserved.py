@@ -115,8 +115,7 @@ def settle(copy: SavedCopy, checkout: Path) -> Settled:
         if existed:
             dest.unlink()
         shutil.copy2(src, dest, follow_symlinks=False)
-        if existed:
-            settled.replaced.append(rel)
+        settled.replaced.append(rel)  # setup wrote or removed it (the copy was placed first)
     return settled
 
 
