@@ -14,6 +14,7 @@ import anyio
 from xum_protocol.errors import ErrorKind
 
 from xumd import diskfull
+from xumd.containment import Containment
 from xumd.errors import XumError
 from xumd.procutil import CommandNotFound, CommandResult, run_command
 
@@ -56,6 +57,8 @@ class GitError(XumError):
 class Git:
     timeout_s: float = 120.0
     binary: str = "git"
+    containment: Containment | None = None
+    """Set by the containment service: a hook's double-forked leftovers are stopped too."""
 
     def __post_init__(self) -> None:
         self._repo_locks: dict[str, anyio.Lock] = {}
@@ -98,6 +101,7 @@ class Git:
                 stdin=stdin,
                 # SIGTERM lets git remove its own lock files; SIGKILL only after a grace.
                 grace_s=5.0,
+                containment=self.containment,
             )
         except CommandNotFound as exc:
             raise XumError(

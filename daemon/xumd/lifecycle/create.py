@@ -145,10 +145,10 @@ async def _create(
     await HOLD.hold()
     row = ctx.row(_insert_intent(ctx, project, params, plan, binding))
     ctx.publish("workspace.created", row)
-    CREATE_AFTER_INTENT()
     cleared: list[str] = []
     made = False
     try:
+        CREATE_AFTER_INTENT()
         async with ctx.coord.directory(row.path, label=f"create {row.id}"):
             # Revalidate after the wait: the row is still ours, and nothing is at the path
             # (a cleanup that held the directory may just have emptied it, or not).
@@ -176,8 +176,13 @@ async def _create(
         CREATE_AFTER_SETUP()
         row = setup.activate(ctx, row, outcome)
     except BaseException as exc:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
-            await _undo(ctx, project, row, made, exc)
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
+                await _undo(ctx, project, row, made, exc)
+        finally:
+            # An undo that failed or was cut short leaves the row `creating`: flag it, as the
+            # startup pass would (create holds no exclusive reservation to do it on the way out).
+            ctx.settle_failed(row.id, "create", exc)
         raise
     ctx.publish("workspace.state_changed", row)
     log.info("workspace.created", workspace=row.id, project=project.id, path=str(row.path))

@@ -145,10 +145,10 @@ class TurnService:
             binding = IntentBinding(handle_id, owner.id, record)
             try:
                 created = await self.workspaces.create(create, binding)
+                AFTER_TARGET()
             except BaseException:
                 self._settle_failed(handle_id)
                 raise
-            AFTER_TARGET()
             with self.store.transaction():
                 rows.set_state(self.store, handle_id, rows.OPEN, expect=rows.CREATING)
             turn = self.get(handle_id)
@@ -159,13 +159,19 @@ class TurnService:
             )
 
     def _settle_failed(self, handle_id: str) -> None:
-        """The create failed and undid itself (the target row is gone): the turn says so. If
-        the target row survived, the turn stays as it is, bound to it."""
+        """The turn's creation failed: settle it as the startup pass would (`reconcile`). The
+        create undid itself (the target row is gone): the turn says `failed`. The target row
+        survived (active, or flagged interrupted by a failed undo): the turn is `open`, bound
+        to it; left `creating` it would be stuck until a restart."""
         turn = rows.get(self.store, handle_id)
         if turn is None or turn.state != rows.CREATING:
             return
         target = turn.target_workspace_id
         if target and ws_rows.get_workspace(self.store, target) is not None:
+            with self.store.transaction():
+                rows.set_state(self.store, handle_id, rows.OPEN, expect=rows.CREATING)
+            opened = self.get(handle_id)
+            self._publish("turn.created", opened)
             return
         with self.store.transaction():
             rows.set_state(
