@@ -30,6 +30,7 @@ from xum_protocol.errors import ErrorKind
 from xumd import logs
 from xumd.errors import XumError
 from xumd.events import EventBus
+from xumd.fdlimits import is_exhausted
 from xumd.processes import adoption, process_io
 from xumd.processes.foreground import Foreground
 from xumd.processes.keep_policy import KEEPABLE_KINDS, KeepPolicy
@@ -43,6 +44,8 @@ from xumd.processes.stopping import CONFIRM_S, Stopper
 from xumd.processes.table import PROCESS_PREFIX, ProcessTable
 from xumd.processes.tasks import TaskHost
 from xumd.processes.watching import Watcher
+
+log = logs.get("xumd.processes.supervisor")
 
 __all__ = [
     "CONFIRM_S",
@@ -190,6 +193,12 @@ class Supervisor:
                         if exc.kind is not ErrorKind.DISK_FULL:
                             raise
                         log.warning("processes.sweep_failed", error=exc.message)
+                    except OSError as exc:
+                        if not is_exhausted(exc):
+                            raise
+                        # Out of descriptors, a probe cannot look: nothing is settled or
+                        # reclaimed (fail closed) and the loop lives to probe again.
+                        log.warning("process.probe_skipped", error=exc.strerror)
             finally:
                 self.tasks.detach()
 

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from xum_protocol.methods_base import MethodSpec
 from xum_protocol.models.base import Name, Params, Result
-from xum_protocol.models.workspace import ScriptResult, WorkspaceInfo
+from xum_protocol.models.workspace import Runtime, ScriptResult, WorkspaceInfo
 
 TurnState = Literal["creating", "open", "ended", "failed"]
 
@@ -42,6 +42,11 @@ class TurnCreateParams(Params):
     mode: str = Field(min_length=1, max_length=32)
     name: Name | None = None
     base: str | None = Field(default=None, min_length=1, max_length=250)
+    runtime: Runtime | None = Field(
+        default=None,
+        description="Mode new: the target's runtime (`worktree` or `directory`); by default the "
+        "owner's. A plain-directory project takes `directory` only.",
+    )
     target_workspace_id: str | None = Field(default=None, min_length=1, max_length=200)
 
 
