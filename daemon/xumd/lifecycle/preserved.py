@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xumd import logs
+from xumd.lifecycle import fscopy
 
 log = logs.get("xumd.lifecycle.preserved")
 
@@ -114,7 +115,7 @@ def settle(copy: SavedCopy, checkout: Path) -> Settled:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if existed:
             dest.unlink()
-        shutil.copy2(src, dest, follow_symlinks=False)
+        fscopy.copy_file(src, dest)  # holes kept, space checked, a partial copy removed
         settled.replaced.append(rel)  # setup wrote or removed it (the copy was placed first)
     return settled
 
