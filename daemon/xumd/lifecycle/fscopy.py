@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import shutil
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from xum_protocol.errors import ErrorKind
 
+from xumd import fsdelete
 from xumd.errors import XumError
 
 FICLONE = 0x40049409
@@ -303,7 +303,7 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
             for name in created:
                 _remove(dest / name)
         else:
-            shutil.rmtree(dest, ignore_errors=True)
+            fsdelete.remove_tree(dest, ignore_errors=True)
         raise
     finally:
         os.close(src_fd)
@@ -312,7 +312,7 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
 
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+        fsdelete.remove_tree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
 

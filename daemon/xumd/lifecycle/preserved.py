@@ -27,7 +27,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xumd import logs
+from xumd import fsdelete, logs
 
 log = logs.get("xumd.lifecycle.preserved")
 
@@ -161,7 +161,7 @@ def set_aside_other(store_dir: Path, incarnation: str) -> Path | None:
 
 
 def discard(copy: SavedCopy) -> None:
-    shutil.rmtree(copy.dir, ignore_errors=True)
+    fsdelete.remove_tree(copy.dir, ignore_errors=True)
 
 
 @dataclass(slots=True)
