@@ -63,6 +63,18 @@ class DaemonConfig(BaseModel):
     max_batch_items: int = Field(default=1000, ge=1)
     write_queue_messages: int = Field(default=1024, ge=1)
     write_queue_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    max_connections: int = Field(
+        default=4096,
+        ge=1,
+        description="Client connections served at once; further clients get one `busy` error. "
+        "Also kept below the descriptor limit minus `fd_reserve`.",
+    )
+    fd_reserve: int = Field(
+        default=256,
+        ge=16,
+        description="File descriptors kept for the daemon's own work (git, scripts, the store, "
+        "PTYs): connections are capped at the soft limit minus this (at most half the limit).",
+    )
     shutdown_grace_s: float = Field(default=10.0, gt=0)
     drain_deadline_s: float = Field(default=10.0, gt=0)
     lock_wait_s: float = Field(default=30.0, gt=0)

@@ -7,13 +7,14 @@ repository trips git's own locks otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import fsdelete, logs
+from xumd import diskfull, fsdelete, logs
 from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import gitlocks, marker
@@ -114,7 +115,20 @@ def _read_small(path: Path) -> str | None:
 def make_directory(row: WorkspaceRow) -> None:
     """The directory runtime's checkout: a plain directory carrying the marker file."""
     row.path.mkdir()
-    marker.write_directory_marker(row.path, marker.Marker(row.id, row.incarnation))
+    try:
+        marker.write_directory_marker(row.path, marker.Marker(row.id, row.incarnation))
+    except BaseException as exc:
+        # Without its marker the directory cannot be proven ours later, so the undo would
+        # leave it at the path (a later unarchive or create: "exists"). It is ours now and
+        # empty but for the marker's temporary file: take it back (rmdir: only if empty).
+        with contextlib.suppress(OSError):
+            (row.path / f"{marker.DIRECTORY_MARKER}.tmp").unlink(missing_ok=True)
+            row.path.rmdir()
+        if isinstance(exc, OSError) and diskfull.is_no_space_oserror(exc):
+            raise diskfull.disk_full(
+                row.path, f"the marker file of {row.path}", exc.strerror
+            ) from exc
+        raise
 
 
 async def discard(git: Git, repo: Path, row: WorkspaceRow) -> None:

@@ -213,6 +213,19 @@ class Context:
             teardown=teardown,
         )
 
+    def cleanup_as_cut(self, workspace_id: str) -> CleanupStatus:
+        """The cleanup status to answer for a request cut short after its logical commit (the
+        shutdown grace ran out during its physical part): as the store has it, and saying why
+        it is still pending."""
+        status = self.cleanup.status(workspace_id)
+        if status is None:
+            return CleanupStatus(status="not_needed", reason="no cleanup obligations")
+        if status.status == "pending":
+            status.reason = (
+                "the daemon is shutting down" if self.app.stopping else "the request was cancelled"
+            ) + "; the cleanup completes in the background when the daemon next runs"
+        return status
+
     async def run_cleanup(self, workspace_id: str, *, force: bool = False) -> CleanupStatus:
         try:
             return await self.cleanup.run_workspace(workspace_id, force=force)

@@ -17,7 +17,7 @@ from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreate
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import checkout, ids, rows, setup
+from xumd.lifecycle import checkout, ids, owned, rows, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 
@@ -79,6 +79,9 @@ def _check_params(ctx: Context, project: ProjectRow, params: WorkspaceCreatePara
         )
     if params.runtime == "directory" and (params.branch or params.base):
         raise XumError(ErrorKind.INVALID_PARAMS, "runtime 'directory' takes no branch or base")
+    owned.check_workspace_path(
+        ctx.path_for(project, params.name), project, ctx.app.paths, rows.list_projects(ctx.store)
+    )
     existing = rows.workspace_by_name(ctx.store, project.id, params.name)
     if existing is not None:
         raise XumError(

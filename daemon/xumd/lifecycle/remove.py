@@ -6,6 +6,8 @@ never silently dropped. An archived workspace's saved copy is kept the same way.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus
@@ -15,40 +17,72 @@ from xumd import faults, logs
 from xumd.errors import XumError
 from xumd.lifecycle import dirstore, preserved, rows, views
 from xumd.lifecycle.context import Context, invalid_state, some
-from xumd.lifecycle.rows import WorkspaceRow
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
 from xumd.lifecycle.snapshot import Dropped, Snapshot, WorkState
+from xumd.rpc.dispatch import answer_if_cut
 
 log = logs.get("xumd.lifecycle.remove")
 
 REMOVE_AFTER_INTENT = faults.declare("workspace.remove.after_intent")
 REMOVE_AFTER_SNAPSHOT = faults.declare("workspace.remove.after_snapshot")
 REMOVE_AFTER_COMMIT = faults.declare("workspace.remove.after_commit")
+HOLD = faults.declare(
+    "workspace.remove.hold",
+    "simulate: hold a remove after its intent (`removing`) committed, before the snapshot, "
+    "until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A workspace that passed removal's checks under its caller's exclusive reservation."""
+
+    row: WorkspaceRow
+    project: ProjectRow
+    live: bool
+    owns: bool
+    state: WorkState | None
+    force: bool
+    globs: list[str]
 
 
 async def remove(ctx: Context, workspace_id: str, force: bool = False) -> WorkspaceRemoveResult:
     async with ctx.coord.exclusive(workspace_id, "remove") as ref:
-        row = ctx.row(ref.id)
-        removable = row.state in ("active", "archived") or (
-            row.state == "creating" and row.interrupted
-        )
-        if not removable:
-            raise invalid_state(
-                row, f"workspace {row.name!r} is {row.state}; wait for it to settle"
-            )
-        project = ctx.project(row.project_id)
-        live = row.state != "archived"
-        owns = live and ctx.owns_checkout(row)
-        if live:
-            await ctx.quiescent(row, "remove")
-        globs = preserve_globs(row.path, project.path) if owns else []
-        state = await _check_safe(ctx, row, force, globs) if owns else None
-        with ctx.store.transaction():
-            row = ctx.update(row, state="removing")
-        ctx.publish("workspace.state_changed", row)
-        REMOVE_AFTER_INTENT()
-        snap: Snapshot | None = None
-        dropped = Dropped()
+        return await remove_checked(ctx, await check(ctx, ctx.row(ref.id), force))
+
+
+async def check(ctx: Context, row: WorkspaceRow, force: bool) -> Checked:
+    """Every refusal of a removal (state, holders, unsaved work), before any change: under
+    the caller's exclusive reservation of `row`. `project.remove` checks all its workspaces
+    this way before it removes any."""
+    removable = row.state in ("active", "archived") or (row.state == "creating" and row.interrupted)
+    if not removable:
+        raise invalid_state(row, f"workspace {row.name!r} is {row.state}; wait for it to settle")
+    project = ctx.project(row.project_id)
+    live = row.state != "archived"
+    owns = live and ctx.owns_checkout(row)
+    if live:
+        await ctx.quiescent(row, "remove")
+    globs = preserve_globs(row.path, project.path) if owns else []
+    state = await _check_safe(ctx, row, force, globs) if owns else None
+    return Checked(row, project, live, owns, state, force, globs)
+
+
+async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResult:
+    """The removal itself, under the same reservation as `check`."""
+    row, project, live, owns = checked.row, checked.project, checked.live, checked.owns
+    state, force = checked.state, checked.force
+    prior = row.state
+    with ctx.store.transaction():
+        row = ctx.update(row, state="removing")
+    ctx.publish("workspace.state_changed", row)
+    REMOVE_AFTER_INTENT()
+    snap: Snapshot | None = None
+    dropped = Dropped()
+    try:
+        await HOLD.hold()
         if owns:
             if state is not None and state.dirty:
                 async with ctx.git.admin_lock(project.path):
@@ -57,37 +91,50 @@ async def remove(ctx: Context, workspace_id: str, force: bool = False) -> Worksp
             if row.runtime == "worktree":
                 # Preserved files are kept (like archive does), never dropped: a kept copy.
                 dropped = await ctx.snapshots.report_and_preserve(
-                    row.path, row.id, row.incarnation, globs
+                    row.path, row.id, row.incarnation, checked.globs
                 )
             elif force:
                 dropped = await dirstore.save(ctx.app.paths.archive_store, row)
-        with ctx.store.transaction():
-            if snap is not None:
-                row = ctx.update(row, snapshot_ref=snap.ref, snapshot_commit=snap.commit)
-            if live:
-                ctx.plan_cleanup(project, row, teardown=owns)
-            rows.delete_workspace_with_tombstone(ctx.store, row)
-        REMOVE_AFTER_COMMIT()
-        ctx.app.events.publish(
-            "workspace.removed", workspace_id=row.id, project_id=row.project_id, name=row.name
-        )
+    except BaseException:
+        # Nothing is deleted before the commit below: cut short (a shutdown) or failed, the
+        # workspace is back as it was, and the answer (`shutting_down`, or the error) is true.
+        ctx.roll_back(row, state=prior)
+        raise
+    with ctx.store.transaction():
+        if snap is not None:
+            row = ctx.update(row, snapshot_ref=snap.ref, snapshot_commit=snap.commit)
         if live:
-            cleanup = await ctx.run_cleanup(row.id)
-        else:
-            cleanup = ctx.cleanup.status(row.id) or CleanupStatus(
-                status="not_needed", reason="the archived checkout was already cleaned up"
-            )
-        kept = _kept(ctx, row)
-        log.info("workspace.removed", workspace=row.id, cleanup=cleanup.status, kept=bool(kept))
+            ctx.plan_cleanup(project, row, teardown=owns)
+        rows.delete_workspace_with_tombstone(ctx.store, row)
+    REMOVE_AFTER_COMMIT()
+    ctx.app.events.publish(
+        "workspace.removed", workspace_id=row.id, project_id=row.project_id, name=row.name
+    )
+    removed = row
+    kept = _kept(ctx, row)
+
+    def answer(cleanup: CleanupStatus) -> WorkspaceRemoveResult:
         return WorkspaceRemoveResult(
-            workspace_id=row.id,
+            workspace_id=removed.id,
             removed=True,
-            branch=row.branch,
+            branch=removed.branch,
             snapshot=views.snapshot_info(snap),
             dropped=views.dropped_info(dropped),
             cleanup=cleanup,
             kept=kept,
         )
+
+    # Removed from here on: a shutdown that cuts the cleanup short is answered with this
+    # result (cleanup pending, and why), never `shutting_down`.
+    answer_if_cut(lambda: answer(ctx.cleanup_as_cut(removed.id)), "workspace.remove")
+    if live:
+        cleanup = await ctx.run_cleanup(row.id)
+    else:
+        cleanup = ctx.cleanup.status(row.id) or CleanupStatus(
+            status="not_needed", reason="the archived checkout was already cleaned up"
+        )
+    log.info("workspace.removed", workspace=row.id, cleanup=cleanup.status, kept=bool(kept))
+    return answer(cleanup)
 
 
 def _kept(ctx: Context, row: WorkspaceRow) -> KeptInfo | None:

@@ -20,8 +20,9 @@ from xumd.errors import XumError
 from xumd.lifecycle import checkout, dirstore, ids, preserved, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
-from xumd.lifecycle.scripts import preserve_globs
+from xumd.lifecycle.scripts import ScriptOutcome, preserve_globs
 from xumd.lifecycle.seams import busy_message, mount_holders
+from xumd.rpc.dispatch import answer_if_cut
 
 log = logs.get("xumd.lifecycle.unarchive")
 
@@ -36,6 +37,12 @@ UNARCHIVE_AFTER_PRESERVED = faults.declare(
 UNARCHIVE_AFTER_ACTIVATE = faults.declare(
     "workspace.unarchive.after_activate",
     "`active` committed; the saved copy of preserved files is not verified and deleted yet",
+)
+HOLD = faults.declare(
+    "workspace.unarchive.hold",
+    "simulate: hold an unarchive after its checkout is recreated, before the snapshot is "
+    "restored, until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
 )
 UNDO_AFTER_DISCARD = faults.declare(
     "workspace.unarchive.undo.after_discard",
@@ -74,6 +81,7 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
                 made = True
                 await _recreate(ctx, project, row)
             UNARCHIVE_AFTER_CHECKOUT()
+            await HOLD.hold()
             restored = await _restore(ctx, row)
             UNARCHIVE_AFTER_RESTORE()
             st = row.path.stat()
@@ -83,7 +91,23 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
             with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
                 await _undo(ctx, project, old, row, made)
             raise
-        row, outcome = await setup.run(ctx, row)
+        # Restored (identity recorded: recovery rolls forward from here). A shutdown that cuts
+        # the setup short makes the workspace active with its setup `failed` and says so, as a
+        # setup that fails does, instead of undoing a restore that went through.
+        try:
+            row, outcome = await setup.run(ctx, row)
+        except anyio.get_cancelled_exc_class():
+            why = "the daemon is shutting down" if ctx.app.stopping else "it was cancelled"
+            cut = ScriptOutcome(status="failed", error=f"setup was cut short: {why}")
+            done = setup.activate(ctx, row, cut)
+            ctx.publish("workspace.state_changed", done)
+            answer_if_cut(
+                lambda: WorkspaceUnarchiveResult(
+                    workspace=ctx.info(done), restored=restored, setup=setup.result(cut)
+                ),
+                "workspace.unarchive",
+            )
+            raise
         UNARCHIVE_AFTER_SETUP()
         copy = _saved_copy(ctx, row)
         if copy is not None:
@@ -94,9 +118,9 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         UNARCHIVE_AFTER_ACTIVATE()
         if copy is not None:
             # Only now (restored bytes in place, the workspace active) may the copy go.
-            done = await anyio.to_thread.run_sync(preserved.finish, copy, row.path)
+            finished = await anyio.to_thread.run_sync(preserved.finish, copy, row.path)
             restored = restored.model_copy(
-                update={"kept_at": done.kept_at, "unverified": done.unverified}
+                update={"kept_at": finished.kept_at, "unverified": finished.unverified}
             )
         return WorkspaceUnarchiveResult(
             workspace=ctx.info(row), restored=restored, setup=setup.result(outcome)

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import faults, logs
+from xumd import diskfull, faults, logs
 from xumd.containment import MARKER_VAR
 from xumd.errors import XumError
 from xumd.events import EventBus
@@ -171,6 +171,9 @@ class Starter:
                 self.leases.remove(lease.id, reason="spawn failed")
                 if not isinstance(exc, OSError):
                     raise
+                if diskfull.is_no_space_oserror(exc):
+                    # The durable output files could not be made: name the full filesystem.
+                    raise diskfull.from_oserror(exc, f"the output files of {argv[0]}") from None
                 raise XumError(
                     ErrorKind.OPERATION_FAILED, f"cannot start {argv[0]}: {exc.strerror or exc}"
                 ) from None

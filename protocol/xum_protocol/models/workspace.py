@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from xum_protocol.methods_base import MethodSpec
-from xum_protocol.models.base import Params, Result
+from xum_protocol.models.base import Name, Params, Result
 from xum_protocol.models.cleanup import CleanupStatus
 
 Runtime = Literal["worktree", "directory"]
@@ -105,8 +105,10 @@ class WorkspaceInfo(Result):
 
 
 class WorkspaceCreateParams(Params):
+    name_fields: ClassVar[frozenset[str]] = frozenset({"name"})
+
     project_id: str = Field(min_length=1, max_length=200)
-    name: str = Field(max_length=256)
+    name: Name
     runtime: Runtime = "worktree"
     branch: str | None = Field(default=None, min_length=1, max_length=250)
     base: str | None = Field(default=None, min_length=1, max_length=250)
@@ -139,8 +141,10 @@ class WorkspaceIdParams(Params):
 
 
 class WorkspaceRenameParams(Params):
+    name_fields: ClassVar[frozenset[str]] = frozenset({"name"})
+
     workspace_id: str = Field(min_length=1, max_length=200)
-    name: str = Field(max_length=256)
+    name: Name
 
 
 class WorkspaceRenameResult(Result):
