@@ -23,11 +23,10 @@ from __future__ import annotations
 import filecmp
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xumd import logs
+from xumd import fsdelete, logs
 from xumd.lifecycle import fscopy
 
 log = logs.get("xumd.lifecycle.preserved")
@@ -161,7 +160,7 @@ def set_aside_other(store_dir: Path, incarnation: str) -> Path | None:
 
 
 def discard(copy: SavedCopy) -> None:
-    shutil.rmtree(copy.dir, ignore_errors=True)
+    fsdelete.remove_tree(copy.dir, ignore_errors=True)
 
 
 @dataclass(slots=True)
