@@ -23,11 +23,11 @@ from __future__ import annotations
 import filecmp
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xumd import logs
+from xumd import fsdelete, logs
+from xumd.lifecycle import fscopy
 
 log = logs.get("xumd.lifecycle.preserved")
 
@@ -83,7 +83,7 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _target(checkout: Path, rel: str) -> Path | None:
+def target_in(checkout: Path, rel: str) -> Path | None:
     """Where `rel` goes in the checkout; None when its directory resolves outside it (a
     symlinked parent is never followed out)."""
     root = os.path.realpath(checkout)
@@ -101,7 +101,7 @@ def settle(copy: SavedCopy, checkout: Path) -> Settled:
         src = copy.files_root / rel
         if not os.path.lexists(src):
             continue
-        dest = _target(checkout, rel)
+        dest = target_in(checkout, rel)
         if dest is None:
             settled.problems.append(rel)
             continue
@@ -114,9 +114,8 @@ def settle(copy: SavedCopy, checkout: Path) -> Settled:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if existed:
             dest.unlink()
-        shutil.copy2(src, dest, follow_symlinks=False)
-        if existed:
-            settled.replaced.append(rel)
+        fscopy.copy_file(src, dest)  # holes kept, space checked, a partial copy removed
+        settled.replaced.append(rel)  # setup wrote or removed it (the copy was placed first)
     return settled
 
 
@@ -127,7 +126,7 @@ def verify(copy: SavedCopy, checkout: Path) -> list[str]:
         src = copy.files_root / rel
         if not os.path.lexists(src):
             continue
-        dest = _target(checkout, rel)
+        dest = target_in(checkout, rel)
         if dest is None or not same_file(src, dest):
             bad.append(rel)
     return bad
@@ -161,7 +160,7 @@ def set_aside_other(store_dir: Path, incarnation: str) -> Path | None:
 
 
 def discard(copy: SavedCopy) -> None:
-    shutil.rmtree(copy.dir, ignore_errors=True)
+    fsdelete.remove_tree(copy.dir, ignore_errors=True)
 
 
 @dataclass(slots=True)
