@@ -250,3 +250,24 @@ async def test_the_recorded_directory_without_a_marker_is_left_alone(world: Worl
     assert (path / "f0.txt").exists()
     trash = world.service.obligations.for_workspace(wid)[0]
     assert trash.state == "abandoned" and "no xum incarnation marker" in (trash.reason or "")
+
+
+# -- always live: a blocked step is deferred, never due again at once ---------------------------
+
+
+async def test_a_step_blocked_by_a_due_sibling_teardown_waits_a_backoff(world: World) -> None:
+    """A's deletion waits for B's teardown of the same directory, which is itself due now. A's
+    step is deferred at least the initial backoff: never left due at once (which would make every
+    cycle pick it again and spin while the sibling's teardown is owed)."""
+    a, inc_a, path, ident = dir_ws(world, "shared")
+    b, inc_b = ws_id("b"), secrets.token_hex(8)
+    add_workspace(world.app, world.project_id, b, path, inc_b)
+    world.plan(a, path, inc_a, ident, teardown=False)
+    world.plan(b, path, inc_b, ident)
+    now = world.clock.time()
+    status = await world.service.run_workspace(a)
+    assert status.status == "pending" and path.is_dir(), status
+    (trash,) = [o for o in world.service.obligations.for_workspace(a) if o.kind == "trash"]
+    assert trash.attempts == 0
+    assert trash.next_attempt_at >= now + world.service.config.backoff_initial_s, trash
+    assert teardown_calls(world) == []
