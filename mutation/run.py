@@ -127,6 +127,8 @@ class Survivor:
     operator: str
     line_no: int
     line: str
+    previous: str
+    """The source line before it: tells apart identical lines (`break`)."""
     diff: str
     why: str | None = None
 
@@ -240,12 +242,17 @@ def _explained() -> list[dict[str, str]]:
     return entries
 
 
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.split()) == " ".join(b.split())
+
+
 def _why(survivor: Survivor, explained: list[dict[str, str]]) -> str | None:
     for entry in explained:
         if (
             entry["module"] == survivor.module
             and entry["operator"] == survivor.operator
-            and " ".join(entry["line"].split()) == " ".join(survivor.line.split())
+            and _same(entry["line"], survivor.line)
+            and ("after" not in entry or _same(entry["after"], survivor.previous))
         ):
             return entry["why"]
     return None
@@ -304,6 +311,7 @@ def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) ->
                         mutation.operator_name,
                         line_no,
                         source_lines[line_no - 1].strip(),
+                        source_lines[line_no - 2].strip() if line_no > 1 else "",
                         result.diff or "",
                     )
                     survivor.why = _why(survivor, explained)
