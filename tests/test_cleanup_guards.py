@@ -271,3 +271,25 @@ async def test_a_step_blocked_by_a_due_sibling_teardown_waits_a_backoff(world: W
     assert trash.attempts == 0
     assert trash.next_attempt_at >= now + world.service.config.backoff_initial_s, trash
     assert teardown_calls(world) == []
+
+
+async def test_reclaim_waits_for_its_trash_step_a_backoff(world: World) -> None:
+    """The reclaim lane meets a plan whose trash step (path lane) is pending and due: the reclaim
+    does not run before the move it reclaims, and is deferred at least the initial backoff (not
+    left due, to be picked again by every reclaim cycle)."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    now = world.clock.time()
+    await world.service.run_cycle("reclaim")
+    trash, reclaim = world.service.obligations.for_workspace(wid)
+    assert (trash.kind, trash.state, trash.attempts) == ("trash", "pending", 0)
+    assert (reclaim.kind, reclaim.state, reclaim.attempts) == ("reclaim", "pending", 0)
+    assert reclaim.next_attempt_at >= now + world.service.config.backoff_initial_s, reclaim
+    assert path.is_dir()
+    # Then the path lane moves it, and the reclaim deletes what was moved.
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed"
+    world.clock.advance(10)
+    await world.service.run_cycle("reclaim")
+    (_, reclaim) = world.service.obligations.for_workspace(wid)
+    assert reclaim.state == "completed" and reclaim.detail.get("bytes", 0) > 0, reclaim
