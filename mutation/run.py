@@ -131,6 +131,8 @@ class Survivor:
     """The source line before it: tells apart identical lines (`break`)."""
     diff: str
     why: str | None = None
+    gap: bool = False
+    """Explained as a known gap (not equivalent): listed, not counted as unexplained."""
 
 
 @dataclass
@@ -246,7 +248,7 @@ def _same(a: str, b: str) -> bool:
     return " ".join(a.split()) == " ".join(b.split())
 
 
-def _why(survivor: Survivor, explained: list[dict[str, str]]) -> str | None:
+def _explain(survivor: Survivor, explained: list[dict[str, str]]) -> None:
     for entry in explained:
         if (
             entry["module"] == survivor.module
@@ -254,8 +256,9 @@ def _why(survivor: Survivor, explained: list[dict[str, str]]) -> str | None:
             and _same(entry["line"], survivor.line)
             and ("after" not in entry or _same(entry["after"], survivor.previous))
         ):
-            return entry["why"]
-    return None
+            survivor.why = entry["why"]
+            survivor.gap = entry.get("status") == "gap"
+            return
 
 
 def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) -> ModuleReport:
@@ -314,7 +317,7 @@ def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) ->
                         source_lines[line_no - 2].strip() if line_no > 1 else "",
                         result.diff or "",
                     )
-                    survivor.why = _why(survivor, explained)
+                    _explain(survivor, explained)
                     report.survivors.append(survivor)
                 else:
                     report.killed += 1
@@ -337,7 +340,9 @@ def print_report(reports: list[ModuleReport]) -> int:
             f" survived {len(r.survivors)}, not run {r.not_run}, skipped {r.skipped}"
         )
         for s in r.survivors:
-            tag = f"equivalent: {s.why}" if s.why else "UNEXPLAINED"
+            tag = "UNEXPLAINED"
+            if s.why:
+                tag = f"{'known gap' if s.gap else 'equivalent'}: {s.why}"
             print(f"  {s.module}:{s.line_no} {s.operator}: {s.line}\n    {tag}")
             if not s.why:
                 unexplained += 1
