@@ -293,3 +293,39 @@ async def test_reclaim_waits_for_its_trash_step_a_backoff(world: World) -> None:
     await world.service.run_cycle("reclaim")
     (_, reclaim) = world.service.obligations.for_workspace(wid)
     assert reclaim.state == "completed" and reclaim.detail.get("bytes", 0) > 0, reclaim
+
+
+async def test_an_unlocked_admin_entry_pointing_at_our_path_is_dropped(world: World) -> None:
+    """The user unlocked the worktree and deleted the checkout (no lock reason is left to prove
+    the entry ours): the entry is still ours when its `gitdir` names our path, now empty. It is
+    dropped, and git has nothing left to prune."""
+    wid, inc = ws_id("wt"), secrets.token_hex(8)
+    path = world.root / "workspaces" / "wt"
+    ident = make_worktree(world.repo, path, wid, inc)
+    add_workspace(world.app, world.project_id, wid, path, inc)
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    git(world.repo, "worktree", "unlock", str(path))
+    shutil.rmtree(path)
+    admin = world.repo / ".git" / "worktrees" / "wt"
+    assert admin.is_dir() and not (admin / "locked").exists()
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "dropped", trash.detail
+    assert not admin.exists()
+    assert git(world.repo, "worktree", "prune", "--dry-run", "-v").strip() == ""
+
+
+async def test_a_checkout_already_gone_reclaims_nothing(world: World) -> None:
+    """The checkout vanished before the move: the trash step completes saying so, and the
+    reclaim completes with nothing to free (0 bytes, not needed)."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    shutil.rmtree(path)
+    status = await world.service.run_workspace(wid, include_reclaim=True)
+    assert status.status == "completed", status
+    trash, reclaim = world.service.obligations.for_workspace(wid)
+    assert trash.detail.get("moved") is False, trash.detail
+    assert reclaim.state == "completed", reclaim
+    assert (reclaim.detail.get("bytes"), reclaim.detail.get("needed")) == (0, False), reclaim
+    assert status.reclaim is not None and status.reclaim.bytes == 0
