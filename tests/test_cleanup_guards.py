@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -329,3 +330,62 @@ async def test_a_checkout_already_gone_reclaims_nothing(world: World) -> None:
     assert reclaim.state == "completed", reclaim
     assert (reclaim.detail.get("bytes"), reclaim.detail.get("needed")) == (0, False), reclaim
     assert status.reclaim is not None and status.reclaim.bytes == 0
+
+
+async def test_a_trash_entry_already_deleted_completes_the_reclaim(world: World) -> None:
+    """The replay after a crash between the deletion and its commit: the trash entry is gone,
+    so the reclaim completes (nothing left to free), never fails on the missing entry."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    trash, reclaim = world.service.obligations.for_workspace(wid)
+    shutil.rmtree(trash.detail["trash_path"])
+    await world.service.run_cycle("reclaim")
+    (_, reclaim) = world.service.obligations.for_workspace(wid)
+    assert reclaim.state == "completed" and reclaim.attempts <= 1, reclaim
+
+
+@contextmanager
+def tmpfs(where: Path) -> Iterator[None]:
+    """A real tmpfs at `where` (another filesystem than the root's); always unmounted."""
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+async def test_a_checkout_on_another_filesystem_goes_to_a_private_trash_beside_it(
+    world: World,
+) -> None:
+    """A rename cannot cross filesystems: the checkout moves into `.xum-trash` next to it, a
+    directory only the daemon's user may enter (0700, like ROOT/trash), and is reclaimed there."""
+    mount = world.root / "workspaces" / "other-fs"
+    with tmpfs(mount):
+        wid, inc = ws_id("x"), secrets.token_hex(8)
+        path = mount / "x"
+        ident = make_dir_checkout(path, wid, inc)
+        add_workspace(world.app, world.project_id, wid, path, inc)
+        assert os.stat(path).st_dev != os.stat(world.root).st_dev
+        world.plan(wid, path, inc, ident, teardown=False)
+        status = await world.service.run_workspace(wid)
+        assert status.status == "completed", status
+        moved_to = mount / ".xum-trash" / world.service.obligations.for_workspace(wid)[0].id
+        assert moved_to.is_dir() and not os.path.lexists(path)
+        assert stat.S_IMODE(os.stat(moved_to.parent).st_mode) == 0o700
+        # The completed step records where the checkout went: its reclaim deletes that entry.
+        trash = world.service.obligations.for_workspace(wid)[0]
+        assert trash.detail["trash_path"] == str(moved_to), trash.detail
+        await world.service.run_cycle("reclaim")
+        (_, reclaim) = world.service.obligations.for_workspace(wid)
+        assert reclaim.state == "completed", reclaim
+        assert not os.path.lexists(moved_to), "the moved checkout was never reclaimed"
+        assert (reclaim.detail.get("bytes") or 0) >= 300, reclaim

@@ -164,6 +164,11 @@ class Steps:
         else:
             dropped = None
         detail: dict[str, Any] = {"moved": moved, "admin_entry": dropped}
+        if trash_path is not None:
+            # The completion merges into the row as it was read before `_trash_path` set it:
+            # where the checkout went (`.xum-trash` beside it across filesystems) is restated,
+            # or its reclaim would look in the planned place and never free the real entry.
+            detail["trash_path"] = str(trash_path)
         if not moved:
             detail["note"] = "the checkout was already gone"
         return Outcome.done(**detail)
