@@ -389,3 +389,30 @@ async def test_a_checkout_on_another_filesystem_goes_to_a_private_trash_beside_i
         assert reclaim.state == "completed", reclaim
         assert not os.path.lexists(moved_to), "the moved checkout was never reclaimed"
         assert (reclaim.detail.get("bytes") or 0) >= 300, reclaim
+        # A second checkout there: the trash beside it already exists, and is used again.
+        wid2, inc2 = ws_id("y"), secrets.token_hex(8)
+        ident2 = make_dir_checkout(mount / "y", wid2, inc2)
+        add_workspace(world.app, world.project_id, wid2, mount / "y", inc2)
+        world.plan(wid2, mount / "y", inc2, ident2, teardown=False)
+        status = await world.service.run_workspace(wid2)
+        assert status.status == "completed", status
+        assert not os.path.lexists(mount / "y")
+
+
+async def test_a_failing_teardown_is_retried_only_after_its_backoff(world: World) -> None:
+    """A teardown that fails is pending with its error (what failed, then the output's tail);
+    asked again before its backoff ran out (no `force`), it is not attempted again."""
+    world.service.steps.teardown_fn = ScriptTeardown("echo 'db still in use' >&2; exit 3")
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "pending" and status.attempts == 1, status
+    lines = (status.last_error or "").splitlines()
+    assert lines[0] == "/bin/sh exited with 3" and "db still in use" in lines[-1], lines
+    status = await world.service.run_workspace(wid)  # before the backoff: not attempted
+    assert status.status == "pending" and status.attempts == 1, status
+    assert teardown_calls(world) == [wid]
+    world.clock.advance(10)
+    status = await world.service.run_workspace(wid)
+    assert status.attempts == 2 and teardown_calls(world) == [wid, wid], status
+    assert path.is_dir()
