@@ -94,6 +94,10 @@ async def test_a_move_the_kernel_refuses_stays_pending(world: World) -> None:
     status = await world.service.run_workspace(wid)
     assert status.status == "completed", status
     assert not os.path.lexists(path)
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("moved") is True and "note" not in trash.detail, trash.detail
+    # The trash area the step made is private to the daemon's user.
+    assert stat.S_IMODE(os.stat(world.root / "trash").st_mode) == 0o700
 
 
 # -- no successor harm: each fence check alone ------------------------------------------------
@@ -327,6 +331,7 @@ async def test_a_checkout_already_gone_reclaims_nothing(world: World) -> None:
     assert status.status == "completed", status
     trash, reclaim = world.service.obligations.for_workspace(wid)
     assert trash.detail.get("moved") is False, trash.detail
+    assert trash.detail.get("note") == "the checkout was already gone", trash.detail
     assert reclaim.state == "completed", reclaim
     assert (reclaim.detail.get("bytes"), reclaim.detail.get("needed")) == (0, False), reclaim
     assert status.reclaim is not None and status.reclaim.bytes == 0
@@ -344,6 +349,7 @@ async def test_a_trash_entry_already_deleted_completes_the_reclaim(world: World)
     await world.service.run_cycle("reclaim")
     (_, reclaim) = world.service.obligations.for_workspace(wid)
     assert reclaim.state == "completed" and reclaim.attempts <= 1, reclaim
+    assert reclaim.detail.get("bytes") == 0, reclaim.detail
 
 
 @contextmanager
