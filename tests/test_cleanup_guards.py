@@ -285,7 +285,8 @@ async def test_reclaim_waits_for_its_trash_step_a_backoff(world: World) -> None:
     wid, inc, path, ident = dir_ws(world, "a")
     world.plan(wid, path, inc, ident, teardown=False)
     now = world.clock.time()
-    await world.service.run_cycle("reclaim")
+    cycle = await world.service.run_cycle("reclaim")
+    assert cycle.attempted == [], "nothing ran: the lane must not count it (it would spin)"
     trash, reclaim = world.service.obligations.for_workspace(wid)
     assert (trash.kind, trash.state, trash.attempts) == ("trash", "pending", 0)
     assert (reclaim.kind, reclaim.state, reclaim.attempts) == ("reclaim", "pending", 0)
