@@ -255,7 +255,8 @@ def install(app: App) -> None:
         return row.ref()
 
     async def holders(p: HoldersParams, ctx: RequestContext) -> HoldersResult:
-        found = await quiet.holders(_workspace_ref(p.workspace_id))
+        # The whole quiescence check (every probe plugged into the lifecycle: mounts too).
+        found = await hooks.holders(_workspace_ref(p.workspace_id))
         return HoldersResult(
             holders=[HolderInfo.model_validate(h.as_dict()) for h in found],
             message=busy_message(found) if found else None,

@@ -67,10 +67,11 @@ class Quiescence:
         log.warning("quiescence.probe_timeout", workspace=ref.id)
         return [Holder("probe", None, f"process probe did not finish in {self.probe_deadline_s}s")]
 
-    async def stop(self, ref: WorkspaceRef, deadline_s: float) -> list[Holder]:
-        """Stop the daemon's own processes in the workspace, bounded; return what is left."""
-        _stopped, left = await self.supervisor.release_all(ref.id, deadline_s)
-        return [
+    async def stop(self, ref: WorkspaceRef, deadline_s: float) -> tuple[list[str], list[Holder]]:
+        """Stop the daemon's own processes in the workspace, bounded; return the ids of those
+        stopped and what is left."""
+        stopped, left = await self.supervisor.release_all(ref.id, deadline_s)
+        return stopped, [
             Holder(
                 "pending_stop" if m.state == "pending_stop" else m.kind,
                 m.pid,
