@@ -423,3 +423,20 @@ async def test_a_failing_teardown_is_retried_only_after_its_backoff(world: World
     status = await world.service.run_workspace(wid)
     assert status.attempts == 2 and teardown_calls(world) == [wid, wid], status
     assert path.is_dir()
+
+
+async def test_an_admin_entry_already_pruned_completes_the_step(world: World) -> None:
+    """The user deleted the checkout and git pruned its admin entry: nothing is left to drop, and
+    the step completes saying so (it does not fail on the missing entry)."""
+    wid, inc = ws_id("wt"), secrets.token_hex(8)
+    path = world.root / "workspaces" / "wt"
+    ident = make_worktree(world.repo, path, wid, inc)
+    add_workspace(world.app, world.project_id, wid, path, inc)
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    git(world.repo, "worktree", "unlock", str(path))
+    shutil.rmtree(path)
+    git(world.repo, "worktree", "prune")
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "already gone", trash.detail
