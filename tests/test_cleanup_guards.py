@@ -440,3 +440,72 @@ async def test_an_admin_entry_already_pruned_completes_the_step(world: World) ->
     assert status.status == "completed", status
     trash = world.service.obligations.for_workspace(wid)[0]
     assert trash.detail.get("admin_entry") == "already gone", trash.detail
+
+
+async def test_a_worktree_without_a_recorded_admin_entry_is_still_trashed(world: World) -> None:
+    """A worktree checkout whose `.git` file was gone when the removal was planned: no admin
+    entry is known, so none is touched ("unknown"), and the checkout still goes."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "unknown", trash.detail
+
+
+async def test_an_admin_entry_with_nothing_to_prove_it_ours_is_left_alone(world: World) -> None:
+    """The recorded admin entry has neither a lock reason nor a `gitdir` (damaged, or someone
+    else's): nothing proves it ours, so it stays."""
+    wid, inc = ws_id("wt"), secrets.token_hex(8)
+    path = world.root / "workspaces" / "wt"
+    ident = make_worktree(world.repo, path, wid, inc)
+    add_workspace(world.app, world.project_id, wid, path, inc)
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    admin = world.repo / ".git" / "worktrees" / "wt"
+    shutil.rmtree(path)
+    (admin / "locked").unlink()
+    (admin / "gitdir").unlink()
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    assert admin.is_dir()
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "left alone (names another worktree)", trash.detail
+
+
+async def test_a_foreign_directory_at_the_trash_path_is_not_taken_for_ours(
+    world: World, base: Path
+) -> None:
+    """The checkout is gone and some other directory sits at the step's trash path: the replay
+    rule (a directory there is the one we moved) holds only for the recorded identity. Nothing
+    counts as moved, and the reclaim does not delete that directory."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    trash_path = Path(world.service.obligations.for_workspace(wid)[0].detail["trash_path"])
+    shutil.rmtree(path)
+    trash_path.mkdir(parents=True)
+    (trash_path / "keep.txt").write_text("not the checkout")
+    status = await world.service.run_workspace(wid, include_reclaim=True)
+    assert status.status == "completed", status
+    trash, reclaim = world.service.obligations.for_workspace(wid)
+    assert trash.detail.get("moved") is False, trash.detail
+    assert reclaim.state == "completed" and reclaim.detail.get("needed") is False, reclaim
+    assert (trash_path / "keep.txt").read_text() == "not the checkout"
+
+
+async def test_reclaim_never_deletes_a_directory_swapped_into_the_trash(world: World) -> None:
+    """After the move, the trash entry is replaced by another directory: the reclaim checks the
+    identity it recorded and abandons, leaving that directory alone."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    trash_path = Path(world.service.obligations.for_workspace(wid)[0].detail["trash_path"])
+    shutil.rmtree(trash_path)
+    trash_path.mkdir()
+    (trash_path / "keep.txt").write_text("someone else's")
+    await world.service.run_cycle("reclaim")
+    (_, reclaim) = world.service.obligations.for_workspace(wid)
+    assert reclaim.state == "abandoned" and "not the directory moved there" in (
+        reclaim.reason or ""
+    ), reclaim
+    assert (trash_path / "keep.txt").read_text() == "someone else's"
