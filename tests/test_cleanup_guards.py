@@ -509,3 +509,32 @@ async def test_reclaim_never_deletes_a_directory_swapped_into_the_trash(world: W
         reclaim.reason or ""
     ), reclaim
     assert (trash_path / "keep.txt").read_text() == "someone else's"
+
+
+async def test_the_trash_path_beside_a_checkout_is_committed_before_the_move(
+    world: World, base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durable order across filesystems: where the checkout will go (`.xum-trash` beside it) is in
+    the obligation's row before the rename (seen at the held point just before it), so a replay
+    after a crash between the move and its commit finds the entry it moved."""
+    mount = world.root / "workspaces" / "other-fs"
+    with tmpfs(mount):
+        wid, inc = ws_id("x"), secrets.token_hex(8)
+        path = mount / "x"
+        ident = make_dir_checkout(path, wid, inc)
+        add_workspace(world.app, world.project_id, wid, path, inc)
+        world.plan(wid, path, inc, ident, teardown=False)
+        holds = base / "holds"
+        holds.mkdir()
+        monkeypatch.setenv(faults.HOLD_DIR_VAR, str(holds))
+        monkeypatch.setattr(faults, "_armed", HOLD_BEFORE_RENAME.name)
+        held = holds / f"{HOLD_BEFORE_RENAME.name}.held"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(world.service.run_workspace, wid)
+            with anyio.fail_after(20):
+                while not held.exists():
+                    await anyio.sleep(0.01)
+            row = world.service.obligations.for_workspace(wid)[0]
+            (holds / f"{HOLD_BEFORE_RENAME.name}.release").touch()
+        assert row.detail["trash_path"] == str(mount / ".xum-trash" / row.id), row.detail
+        assert not os.path.lexists(path)
