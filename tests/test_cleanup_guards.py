@@ -481,7 +481,9 @@ async def test_a_foreign_directory_at_the_trash_path_is_not_taken_for_ours(
     wid, inc, path, ident = dir_ws(world, "a")
     world.plan(wid, path, inc, ident, teardown=False)
     trash_path = Path(world.service.obligations.for_workspace(wid)[0].detail["trash_path"])
-    shutil.rmtree(path)
+    # The checkout is moved away, not deleted: its inode stays taken, so the directory made at
+    # the trash path cannot get its number back (ext4 reuses freed inode numbers at once).
+    os.rename(path, base / "aside")
     trash_path.mkdir(parents=True)
     (trash_path / "keep.txt").write_text("not the checkout")
     status = await world.service.run_workspace(wid, include_reclaim=True)
@@ -492,7 +494,9 @@ async def test_a_foreign_directory_at_the_trash_path_is_not_taken_for_ours(
     assert (trash_path / "keep.txt").read_text() == "not the checkout"
 
 
-async def test_reclaim_never_deletes_a_directory_swapped_into_the_trash(world: World) -> None:
+async def test_reclaim_never_deletes_a_directory_swapped_into_the_trash(
+    world: World, base: Path
+) -> None:
     """After the move, the trash entry is replaced by another directory: the reclaim checks the
     identity it recorded and abandons, leaving that directory alone."""
     wid, inc, path, ident = dir_ws(world, "a")
@@ -500,7 +504,8 @@ async def test_reclaim_never_deletes_a_directory_swapped_into_the_trash(world: W
     status = await world.service.run_workspace(wid)
     assert status.status == "completed", status
     trash_path = Path(world.service.obligations.for_workspace(wid)[0].detail["trash_path"])
-    shutil.rmtree(trash_path)
+    # Moved aside, not deleted: its inode stays taken, so the new one cannot reuse it.
+    os.rename(trash_path, base / "aside")
     trash_path.mkdir()
     (trash_path / "keep.txt").write_text("someone else's")
     await world.service.run_cycle("reclaim")
