@@ -109,7 +109,10 @@ SCOPES = [
         ["tests/test_lifecycle_archive.py", "tests/test_lifecycle_unarchive_pending.py"],
         timeout_s=300,
     ),
-    Scope("daemon/xumd/rootlock.py", ["tests/test_daemon_basics.py"]),
+    Scope(
+        "daemon/xumd/rootlock.py",
+        ["tests/test_daemon_basics.py", "tests/test_rootlock_release.py"],
+    ),
     Scope(
         "daemon/xumd/procutil.py",
         [
