@@ -109,7 +109,10 @@ SCOPES = [
         ["tests/test_lifecycle_archive.py", "tests/test_lifecycle_unarchive_pending.py"],
         timeout_s=300,
     ),
-    Scope("daemon/xumd/rootlock.py", ["tests/test_daemon_basics.py"]),
+    Scope(
+        "daemon/xumd/rootlock.py",
+        ["tests/test_daemon_basics.py", "tests/test_rootlock_release.py"],
+    ),
     Scope(
         "daemon/xumd/procutil.py",
         [
@@ -127,8 +130,12 @@ class Survivor:
     operator: str
     line_no: int
     line: str
+    previous: str
+    """The source line before it: tells apart identical lines (`break`)."""
     diff: str
     why: str | None = None
+    gap: bool = False
+    """Explained as a known gap (not equivalent): listed, not counted as unexplained."""
 
 
 @dataclass
@@ -240,15 +247,21 @@ def _explained() -> list[dict[str, str]]:
     return entries
 
 
-def _why(survivor: Survivor, explained: list[dict[str, str]]) -> str | None:
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.split()) == " ".join(b.split())
+
+
+def _explain(survivor: Survivor, explained: list[dict[str, str]]) -> None:
     for entry in explained:
         if (
             entry["module"] == survivor.module
             and entry["operator"] == survivor.operator
-            and " ".join(entry["line"].split()) == " ".join(survivor.line.split())
+            and _same(entry["line"], survivor.line)
+            and ("after" not in entry or _same(entry["after"], survivor.previous))
         ):
-            return entry["why"]
-    return None
+            survivor.why = entry["why"]
+            survivor.gap = entry.get("status") == "gap"
+            return
 
 
 def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) -> ModuleReport:
@@ -304,9 +317,10 @@ def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) ->
                         mutation.operator_name,
                         line_no,
                         source_lines[line_no - 1].strip(),
+                        source_lines[line_no - 2].strip() if line_no > 1 else "",
                         result.diff or "",
                     )
-                    survivor.why = _why(survivor, explained)
+                    _explain(survivor, explained)
                     report.survivors.append(survivor)
                 else:
                     report.killed += 1
@@ -329,7 +343,9 @@ def print_report(reports: list[ModuleReport]) -> int:
             f" survived {len(r.survivors)}, not run {r.not_run}, skipped {r.skipped}"
         )
         for s in r.survivors:
-            tag = f"equivalent: {s.why}" if s.why else "UNEXPLAINED"
+            tag = "UNEXPLAINED"
+            if s.why:
+                tag = f"{'known gap' if s.gap else 'equivalent'}: {s.why}"
             print(f"  {s.module}:{s.line_no} {s.operator}: {s.line}\n    {tag}")
             if not s.why:
                 unexplained += 1

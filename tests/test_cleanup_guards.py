@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -93,6 +94,10 @@ async def test_a_move_the_kernel_refuses_stays_pending(world: World) -> None:
     status = await world.service.run_workspace(wid)
     assert status.status == "completed", status
     assert not os.path.lexists(path)
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("moved") is True and "note" not in trash.detail, trash.detail
+    # The trash area the step made is private to the daemon's user.
+    assert stat.S_IMODE(os.stat(world.root / "trash").st_mode) == 0o700
 
 
 # -- no successor harm: each fence check alone ------------------------------------------------
@@ -250,3 +255,291 @@ async def test_the_recorded_directory_without_a_marker_is_left_alone(world: Worl
     assert (path / "f0.txt").exists()
     trash = world.service.obligations.for_workspace(wid)[0]
     assert trash.state == "abandoned" and "no xum incarnation marker" in (trash.reason or "")
+
+
+# -- always live: a blocked step is deferred, never due again at once ---------------------------
+
+
+async def test_a_step_blocked_by_a_due_sibling_teardown_waits_a_backoff(world: World) -> None:
+    """A's deletion waits for B's teardown of the same directory, which is itself due now. A's
+    step is deferred at least the initial backoff: never left due at once (which would make every
+    cycle pick it again and spin while the sibling's teardown is owed)."""
+    a, inc_a, path, ident = dir_ws(world, "shared")
+    b, inc_b = ws_id("b"), secrets.token_hex(8)
+    add_workspace(world.app, world.project_id, b, path, inc_b)
+    world.plan(a, path, inc_a, ident, teardown=False)
+    world.plan(b, path, inc_b, ident)
+    now = world.clock.time()
+    status = await world.service.run_workspace(a)
+    assert status.status == "pending" and path.is_dir(), status
+    (trash,) = [o for o in world.service.obligations.for_workspace(a) if o.kind == "trash"]
+    assert trash.attempts == 0
+    assert trash.next_attempt_at >= now + world.service.config.backoff_initial_s, trash
+    assert teardown_calls(world) == []
+
+
+async def test_reclaim_waits_for_its_trash_step_a_backoff(world: World) -> None:
+    """The reclaim lane meets a plan whose trash step (path lane) is pending and due: the reclaim
+    does not run before the move it reclaims, and is deferred at least the initial backoff (not
+    left due, to be picked again by every reclaim cycle)."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    now = world.clock.time()
+    cycle = await world.service.run_cycle("reclaim")
+    assert cycle.attempted == [], "nothing ran: the lane must not count it (it would spin)"
+    trash, reclaim = world.service.obligations.for_workspace(wid)
+    assert (trash.kind, trash.state, trash.attempts) == ("trash", "pending", 0)
+    assert (reclaim.kind, reclaim.state, reclaim.attempts) == ("reclaim", "pending", 0)
+    assert reclaim.next_attempt_at >= now + world.service.config.backoff_initial_s, reclaim
+    assert path.is_dir()
+    # Then the path lane moves it, and the reclaim deletes what was moved.
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed"
+    world.clock.advance(10)
+    await world.service.run_cycle("reclaim")
+    (_, reclaim) = world.service.obligations.for_workspace(wid)
+    assert reclaim.state == "completed" and reclaim.detail.get("bytes", 0) > 0, reclaim
+
+
+async def test_an_unlocked_admin_entry_pointing_at_our_path_is_dropped(world: World) -> None:
+    """The user unlocked the worktree and deleted the checkout (no lock reason is left to prove
+    the entry ours): the entry is still ours when its `gitdir` names our path, now empty. It is
+    dropped, and git has nothing left to prune."""
+    wid, inc = ws_id("wt"), secrets.token_hex(8)
+    path = world.root / "workspaces" / "wt"
+    ident = make_worktree(world.repo, path, wid, inc)
+    add_workspace(world.app, world.project_id, wid, path, inc)
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    git(world.repo, "worktree", "unlock", str(path))
+    shutil.rmtree(path)
+    admin = world.repo / ".git" / "worktrees" / "wt"
+    assert admin.is_dir() and not (admin / "locked").exists()
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "dropped", trash.detail
+    assert not admin.exists()
+    assert git(world.repo, "worktree", "prune", "--dry-run", "-v").strip() == ""
+
+
+async def test_a_checkout_already_gone_reclaims_nothing(world: World) -> None:
+    """The checkout vanished before the move: the trash step completes saying so, and the
+    reclaim completes with nothing to free (0 bytes, not needed)."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    shutil.rmtree(path)
+    status = await world.service.run_workspace(wid, include_reclaim=True)
+    assert status.status == "completed", status
+    trash, reclaim = world.service.obligations.for_workspace(wid)
+    assert trash.detail.get("moved") is False, trash.detail
+    assert trash.detail.get("note") == "the checkout was already gone", trash.detail
+    assert reclaim.state == "completed", reclaim
+    assert (reclaim.detail.get("bytes"), reclaim.detail.get("needed")) == (0, False), reclaim
+    assert status.reclaim is not None and status.reclaim.bytes == 0
+
+
+async def test_a_trash_entry_already_deleted_completes_the_reclaim(world: World) -> None:
+    """The replay after a crash between the deletion and its commit: the trash entry is gone,
+    so the reclaim completes (nothing left to free), never fails on the missing entry."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    trash, reclaim = world.service.obligations.for_workspace(wid)
+    shutil.rmtree(trash.detail["trash_path"])
+    await world.service.run_cycle("reclaim")
+    (_, reclaim) = world.service.obligations.for_workspace(wid)
+    assert reclaim.state == "completed" and reclaim.attempts <= 1, reclaim
+    assert reclaim.detail.get("bytes") == 0, reclaim.detail
+
+
+@contextmanager
+def tmpfs(where: Path) -> Iterator[None]:
+    """A real tmpfs at `where` (another filesystem than the root's); always unmounted."""
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+async def test_a_checkout_on_another_filesystem_goes_to_a_private_trash_beside_it(
+    world: World,
+) -> None:
+    """A rename cannot cross filesystems: the checkout moves into `.xum-trash` next to it, a
+    directory only the daemon's user may enter (0700, like ROOT/trash), and is reclaimed there."""
+    mount = world.root / "workspaces" / "other-fs"
+    with tmpfs(mount):
+        wid, inc = ws_id("x"), secrets.token_hex(8)
+        path = mount / "x"
+        ident = make_dir_checkout(path, wid, inc)
+        add_workspace(world.app, world.project_id, wid, path, inc)
+        assert os.stat(path).st_dev != os.stat(world.root).st_dev
+        world.plan(wid, path, inc, ident, teardown=False)
+        status = await world.service.run_workspace(wid)
+        assert status.status == "completed", status
+        moved_to = mount / ".xum-trash" / world.service.obligations.for_workspace(wid)[0].id
+        assert moved_to.is_dir() and not os.path.lexists(path)
+        assert stat.S_IMODE(os.stat(moved_to.parent).st_mode) == 0o700
+        # The completed step records where the checkout went: its reclaim deletes that entry.
+        trash = world.service.obligations.for_workspace(wid)[0]
+        assert trash.detail["trash_path"] == str(moved_to), trash.detail
+        await world.service.run_cycle("reclaim")
+        (_, reclaim) = world.service.obligations.for_workspace(wid)
+        assert reclaim.state == "completed", reclaim
+        assert not os.path.lexists(moved_to), "the moved checkout was never reclaimed"
+        assert (reclaim.detail.get("bytes") or 0) >= 300, reclaim
+        # A second checkout there: the trash beside it already exists, and is used again.
+        wid2, inc2 = ws_id("y"), secrets.token_hex(8)
+        ident2 = make_dir_checkout(mount / "y", wid2, inc2)
+        add_workspace(world.app, world.project_id, wid2, mount / "y", inc2)
+        world.plan(wid2, mount / "y", inc2, ident2, teardown=False)
+        status = await world.service.run_workspace(wid2)
+        assert status.status == "completed", status
+        assert not os.path.lexists(mount / "y")
+
+
+async def test_a_failing_teardown_is_retried_only_after_its_backoff(world: World) -> None:
+    """A teardown that fails is pending with its error (what failed, then the output's tail);
+    asked again before its backoff ran out (no `force`), it is not attempted again."""
+    world.service.steps.teardown_fn = ScriptTeardown("echo 'db still in use' >&2; exit 3")
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "pending" and status.attempts == 1, status
+    lines = (status.last_error or "").splitlines()
+    assert lines[0] == "/bin/sh exited with 3" and "db still in use" in lines[-1], lines
+    status = await world.service.run_workspace(wid)  # before the backoff: not attempted
+    assert status.status == "pending" and status.attempts == 1, status
+    assert teardown_calls(world) == [wid]
+    world.clock.advance(10)
+    status = await world.service.run_workspace(wid)
+    assert status.attempts == 2 and teardown_calls(world) == [wid, wid], status
+    assert path.is_dir()
+
+
+async def test_an_admin_entry_already_pruned_completes_the_step(world: World) -> None:
+    """The user deleted the checkout and git pruned its admin entry: nothing is left to drop, and
+    the step completes saying so (it does not fail on the missing entry)."""
+    wid, inc = ws_id("wt"), secrets.token_hex(8)
+    path = world.root / "workspaces" / "wt"
+    ident = make_worktree(world.repo, path, wid, inc)
+    add_workspace(world.app, world.project_id, wid, path, inc)
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    git(world.repo, "worktree", "unlock", str(path))
+    shutil.rmtree(path)
+    git(world.repo, "worktree", "prune")
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "already gone", trash.detail
+
+
+async def test_a_worktree_without_a_recorded_admin_entry_is_still_trashed(world: World) -> None:
+    """A worktree checkout whose `.git` file was gone when the removal was planned: no admin
+    entry is known, so none is touched ("unknown"), and the checkout still goes."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "unknown", trash.detail
+
+
+async def test_an_admin_entry_with_nothing_to_prove_it_ours_is_left_alone(world: World) -> None:
+    """The recorded admin entry has neither a lock reason nor a `gitdir` (damaged, or someone
+    else's): nothing proves it ours, so it stays."""
+    wid, inc = ws_id("wt"), secrets.token_hex(8)
+    path = world.root / "workspaces" / "wt"
+    ident = make_worktree(world.repo, path, wid, inc)
+    add_workspace(world.app, world.project_id, wid, path, inc)
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    admin = world.repo / ".git" / "worktrees" / "wt"
+    shutil.rmtree(path)
+    (admin / "locked").unlink()
+    (admin / "gitdir").unlink()
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    assert admin.is_dir()
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "left alone (names another worktree)", trash.detail
+
+
+async def test_a_foreign_directory_at_the_trash_path_is_not_taken_for_ours(
+    world: World, base: Path
+) -> None:
+    """The checkout is gone and some other directory sits at the step's trash path: the replay
+    rule (a directory there is the one we moved) holds only for the recorded identity. Nothing
+    counts as moved, and the reclaim does not delete that directory."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    trash_path = Path(world.service.obligations.for_workspace(wid)[0].detail["trash_path"])
+    # The checkout is moved away, not deleted: its inode stays taken, so the directory made at
+    # the trash path cannot get its number back (ext4 reuses freed inode numbers at once).
+    os.rename(path, base / "aside")
+    trash_path.mkdir(parents=True)
+    (trash_path / "keep.txt").write_text("not the checkout")
+    status = await world.service.run_workspace(wid, include_reclaim=True)
+    assert status.status == "completed", status
+    trash, reclaim = world.service.obligations.for_workspace(wid)
+    assert trash.detail.get("moved") is False, trash.detail
+    assert reclaim.state == "completed" and reclaim.detail.get("needed") is False, reclaim
+    assert (trash_path / "keep.txt").read_text() == "not the checkout"
+
+
+async def test_reclaim_never_deletes_a_directory_swapped_into_the_trash(
+    world: World, base: Path
+) -> None:
+    """After the move, the trash entry is replaced by another directory: the reclaim checks the
+    identity it recorded and abandons, leaving that directory alone."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    trash_path = Path(world.service.obligations.for_workspace(wid)[0].detail["trash_path"])
+    # Moved aside, not deleted: its inode stays taken, so the new one cannot reuse it.
+    os.rename(trash_path, base / "aside")
+    trash_path.mkdir()
+    (trash_path / "keep.txt").write_text("someone else's")
+    await world.service.run_cycle("reclaim")
+    (_, reclaim) = world.service.obligations.for_workspace(wid)
+    assert reclaim.state == "abandoned" and "not the directory moved there" in (
+        reclaim.reason or ""
+    ), reclaim
+    assert (trash_path / "keep.txt").read_text() == "someone else's"
+
+
+async def test_the_trash_path_beside_a_checkout_is_committed_before_the_move(
+    world: World, base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durable order across filesystems: where the checkout will go (`.xum-trash` beside it) is in
+    the obligation's row before the rename (seen at the held point just before it), so a replay
+    after a crash between the move and its commit finds the entry it moved."""
+    mount = world.root / "workspaces" / "other-fs"
+    with tmpfs(mount):
+        wid, inc = ws_id("x"), secrets.token_hex(8)
+        path = mount / "x"
+        ident = make_dir_checkout(path, wid, inc)
+        add_workspace(world.app, world.project_id, wid, path, inc)
+        world.plan(wid, path, inc, ident, teardown=False)
+        holds = base / "holds"
+        holds.mkdir()
+        monkeypatch.setenv(faults.HOLD_DIR_VAR, str(holds))
+        monkeypatch.setattr(faults, "_armed", HOLD_BEFORE_RENAME.name)
+        held = holds / f"{HOLD_BEFORE_RENAME.name}.held"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(world.service.run_workspace, wid)
+            with anyio.fail_after(20):
+                while not held.exists():
+                    await anyio.sleep(0.01)
+            row = world.service.obligations.for_workspace(wid)[0]
+            (holds / f"{HOLD_BEFORE_RENAME.name}.release").touch()
+        assert row.detail["trash_path"] == str(mount / ".xum-trash" / row.id), row.detail
+        assert not os.path.lexists(path)
