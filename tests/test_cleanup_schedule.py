@@ -13,15 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import psutil
 import pytest
 from xumd.cleanup.backoff import Backoff
-from xumd.cleanup.clock import SystemClock
+from xumd.cleanup.clock import StepWatch, SystemClock
 from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import CycleResult
 
 from tests.support.daemon import short_tmpdir
+from tests.support.procs import alive, identify_all
 from tests.test_cleanup_support import (
+    FakeClock,
     ScriptTeardown,
     World,
     add_workspace,
@@ -162,13 +163,14 @@ async def test_shutdown_kills_a_hanging_teardown_tree_and_keeps_the_obligation(
         with anyio.fail_after(10):
             while not (pids.exists() and len(pids.read_text().split()) == 2):
                 await anyio.sleep(0.02)
+        procs = identify_all(map(int, pids.read_text().split()))  # both run: they hang
         started = time.monotonic()
         with anyio.fail_after(5):
             await retry.stop()
         took = time.monotonic() - started
     assert took < 4.0
-    for pid in map(int, pids.read_text().split()):
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
+    for proc in procs:
+        assert not alive(proc), proc
     ob = world.service.obligations.for_workspace(wid)[0]
     assert ob.kind == "teardown" and ob.state == "pending" and ob.attempts == 0
     # Interrupted, not failed: due at once after a restart, saying why.
@@ -197,3 +199,67 @@ async def test_a_registry_change_wakes_the_service(base: Path) -> None:
                 await anyio.sleep(0.02)
         await retry.stop()
     assert world.states(wid)["trash"] == "completed"
+
+
+class SteppingClock(FakeClock):
+    """A fake clock whose wall time can step (settimeofday) while monotonic time only runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wall_offset = 0.0
+
+    def time(self) -> float:
+        return self.now + self.wall_offset
+
+
+async def test_a_wall_clock_step_back_does_not_delay_a_pending_retry(base: Path) -> None:
+    # Issue #16.3: retry times are persisted as wall-clock times; a step back of an hour while
+    # the daemon runs made a retry due in 1 s wait an hour (until the hourly clamp).
+    ctl = base / "ctl"
+    ctl.mkdir()
+    clock = SteppingClock()
+    world = make_world(
+        base,
+        ScriptTeardown(f"test -e {ctl}/ok"),
+        clock=clock,
+        backoff_initial_s=1.0,
+        backoff_jitter=0.0,
+        poll_interval_s=30.0,
+    )
+    retry = RetryService(world.service, clock)
+    wid = "ws_" + "f" * 16
+    path = plan_dir(world, wid, "f")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(retry.run)
+        with anyio.fail_after(10):
+            while not world.service.obligations.for_workspace(wid)[0].attempts:
+                await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()  # the teardown failed; the lane sleeps 1 s
+        (ctl / "ok").touch()
+        clock.wall_offset -= 3600.0  # the wall clock steps back an hour
+        clock.advance(1.0)  # one second passes (monotonic): the retry is due now
+        with anyio.fail_after(10):
+            while path.exists():
+                await anyio.sleep(0.02)
+        await retry.stop()
+    assert world.states(wid)["teardown"] == "completed"
+    # Re-anchored, not clamped: the pending reclaim step keeps its own schedule.
+    assert all(
+        o.next_attempt_at is None or o.next_attempt_at < clock.time() + 60
+        for o in world.service.obligations.for_workspace(wid)
+        if o.state == "pending"
+    )
+
+
+def test_step_watch_sees_steps_not_slew() -> None:
+    clock = SteppingClock()
+    watch = StepWatch(clock)
+    clock.advance(100.0)
+    assert watch.step() == 0.0  # the clocks ran together
+    clock.wall_offset += 0.5  # a slew/small adjustment: not a step
+    assert watch.step() == 0.0
+    clock.wall_offset -= 3600.5
+    assert watch.step() == pytest.approx(-3601.0 + 0.5 + 0.5)
+    assert watch.step() == 0.0  # seen once
+    clock.wall_offset += 7200.0
+    assert watch.step() == pytest.approx(7200.0)

@@ -180,12 +180,14 @@ class World:
         return {o.kind: o.state for o in self.service.obligations.for_workspace(wid)}
 
 
-def make_world(base: Path, teardown: Any, **cleanup: Any) -> World:
+def make_world(
+    base: Path, teardown: Any, *, clock: FakeClock | None = None, **cleanup: Any
+) -> World:
     import random
 
     app = make_app(base / "root", **cleanup)
     repo = make_repo(base / "repo")
-    clock = FakeClock()
+    clock = clock or FakeClock()
     service = CleanupService(app, clock=clock, rng=random.Random(7), teardown=teardown)
     app.provide(service)
     return World(app, service, clock, base / "root", repo, add_project(app, repo))

@@ -76,7 +76,8 @@ class App:
         self.server = Server(self.router, config)
         self.version = __version__
         self.socket_path = paths.socket
-        self.started_at = time.time()
+        self.started_at = time.time()  # for display; durations use the monotonic clock
+        self.started_monotonic = time.monotonic()
         self.stopping = False
         self.ready = False
         self.shutdown_requested = anyio.Event()

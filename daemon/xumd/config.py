@@ -35,6 +35,18 @@ class ProcessesConfig(BaseModel):
         "ROOT/processes and leave them running at shutdown; the next start adopts them.",
     )
     probe_interval_s: float = Field(default=2.0, gt=0)
+    probe_deadline_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="The quiescence check's cwd/open-file scan; unfinished by then: busy.",
+    )
+    cgroup: str = Field(
+        default="auto",
+        min_length=1,
+        description="Run every script and process in its own cgroup v2 under: `auto` (the "
+        "daemon's own cgroup when it is delegated, e.g. systemd Delegate=yes), `off`, or the "
+        "absolute path of a writable cgroup v2 directory (docs/PROCESSES.md, Containment).",
+    )
     output_poll_s: float = Field(default=0.1, gt=0, le=5, description="Durable output polling.")
     output_head_bytes: int = Field(default=32 * 1024, ge=0)
     output_tail_bytes: int = Field(default=224 * 1024, ge=1024)
@@ -51,6 +63,18 @@ class DaemonConfig(BaseModel):
     max_batch_items: int = Field(default=1000, ge=1)
     write_queue_messages: int = Field(default=1024, ge=1)
     write_queue_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    max_connections: int = Field(
+        default=4096,
+        ge=1,
+        description="Client connections served at once; further clients get one `busy` error. "
+        "Also kept below the descriptor limit minus `fd_reserve`.",
+    )
+    fd_reserve: int = Field(
+        default=256,
+        ge=16,
+        description="File descriptors kept for the daemon's own work (git, scripts, the store, "
+        "PTYs): connections are capped at the soft limit minus this (at most half the limit).",
+    )
     shutdown_grace_s: float = Field(default=10.0, gt=0)
     drain_deadline_s: float = Field(default=10.0, gt=0)
     lock_wait_s: float = Field(default=30.0, gt=0)

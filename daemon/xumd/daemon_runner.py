@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from xumd import faults, logs
+from xumd import containment, faults, fdlimits, logs, procutil
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.config import ConfigError, load
@@ -23,6 +23,10 @@ log = logs.get("xumd.main")
 EXIT_FAILED = 1
 EXIT_ALREADY_RUNNING = 3
 EXIT_SETUP = 4
+
+BOOT_ANCHOR = "boot-anchor"
+"""ROOT/boot-anchor: "<boot id> <boot time>", fixed at the first start in a boot, so recorded
+process start times mean the same after a wall-clock step and a restart (procutil)."""
 
 
 def _fail(code: int, message: str) -> int:
@@ -54,6 +58,8 @@ def run_daemon(
         return _fail(EXIT_ALREADY_RUNNING, str(exc))
     try:
         faults.arm_from_env()
+        # Before anything records or compares a process identity (leases, adoption).
+        procutil.anchor_boot(root / BOOT_ANCHOR)
         config = load(paths.config)
         if keep_processes:
             config.processes.keep_processes = True
@@ -80,10 +86,15 @@ def run_daemon(
     if not owned_socket:
         socket_path = Path(socket_name(sock))
 
+    # Orphaned descendants of our children (a script's double fork) re-parent to us, not to
+    # init: they stay findable, and we reap them (docs/PROCESSES.md, "Containment").
+    containment.enable_subreaper()
     app = App(paths, config, store, Notifier())
     app.socket_path = socket_path
     install_features(app)
     app.server.attach(sock)
+    # Before serving: every later descriptor (git pipes, PTYs, clients) counts against it.
+    app.server.limits = fdlimits.plan(config.max_connections, config.fd_reserve)
     log.info(
         "daemon.starting",
         root=str(root),
@@ -99,6 +110,7 @@ def run_daemon(
         log.exception("daemon.failed")
         code = EXIT_FAILED
     finally:
+        app.server.limits.close()
         if owned_socket:
             # Remove our socket only: never a file someone put there after us.
             try:

@@ -5,6 +5,7 @@ output that keeps the diagnostic tail, and admin operations serialised per repos
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -13,7 +14,10 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
+from xumd import diskfull
+from xumd.containment import Containment
 from xumd.errors import XumError
+from xumd.lifecycle import gitlocks
 from xumd.procutil import CommandNotFound, CommandResult, run_command
 
 # Git must never prompt (no TTY behind a daemon) nor read the user's pager/editor settings.
@@ -27,22 +31,84 @@ _BASE_ENV = {
 
 
 class GitError(XumError):
-    def __init__(self, result: CommandResult, what: str) -> None:
+    def __init__(
+        self, result: CommandResult, what: str, wrote_to: Sequence[Path | str] = ()
+    ) -> None:
         tail = result.output.tail_text(1500).strip()
+        message = f"{what}: {result.describe()}" + (f": {tail}" if tail else "")
+        kind = ErrorKind.TIMEOUT if result.timed_out else ErrorKind.OPERATION_FAILED
+        extra: dict[str, object] = {}
+        if not result.timed_out and wrote_to and diskfull.git_says_no_space(tail):
+            # git's "unable to write file X" does not say why; name the full filesystem.
+            full = diskfull.disk_full(
+                wrote_to[0], f"what {what} writes", f"git: {tail}", others=tuple(wrote_to[1:])
+            )
+            kind, message, extra = full.kind, full.message, full.data
         super().__init__(
-            ErrorKind.TIMEOUT if result.timed_out else ErrorKind.OPERATION_FAILED,
-            f"{what}: {result.describe()}" + (f": {tail}" if tail else ""),
+            kind,
+            message,
             argv=result.argv,
             returncode=result.returncode,
             output_tail=tail,
+            **extra,
         )
         self.result = result
+
+
+_LOCK_EXISTS = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+LOCK_POLL_S = 0.05
+
+
+def _lock_in_the_way(result: CommandResult) -> Path | None:
+    """The lock file a failed git command could not create (someone else holds it)."""
+    if result.ok or result.timed_out:
+        return None
+    found = _LOCK_EXISTS.search(result.output.text())
+    return Path(found.group(1)) if found else None
+
+
+class GitLockBusy(GitError):
+    """A git lock file held by someone else (after a bounded wait): `busy`, naming the lock and
+    the process holding it, so the caller knows whom to wait for."""
+
+    def __init__(self, result: CommandResult, what: str, lock: Path) -> None:
+        super().__init__(result, what)
+        common = _common_dir_for(lock)
+        holder = gitlocks.lock_holder(lock, common) if common is not None else {"lock": str(lock)}
+        who = f"pid {holder['pid']} ({holder.get('name')})" if "pid" in holder else "unknown"
+        self.kind = ErrorKind.BUSY
+        self.message = (
+            f"{what}: git lock {lock} is held by {who}; the daemon does not remove a lock whose "
+            "owner may still run: retry when it finishes"
+        )
+        self.data = {**self.data, "lock": str(lock), "holders": [holder]}
+
+
+def _common_dir_for(lock: Path) -> Path | None:
+    """The repository's common git dir of a lock path inside it (walk up to the dir that has
+    HEAD and refs/; a linked worktree's admin dir leads there through `commondir`)."""
+    here = lock.parent
+    for _ in range(32):
+        try:
+            if (here / "commondir").is_file():  # first: an admin dir may have refs/ too
+                return Path(os.path.realpath(here / (here / "commondir").read_text().strip()))
+        except OSError:
+            return None
+        if (here / "HEAD").exists() and (here / "refs").is_dir():
+            return here
+        if here.parent == here:
+            return None
+        here = here.parent
+    return None
 
 
 @dataclass
 class Git:
     timeout_s: float = 120.0
     binary: str = "git"
+    containment: Containment | None = None
+    """Set by the containment service: a hook's double-forked leftovers are stopped too."""
+    lock_wait_s: float = 2.0
 
     def __post_init__(self) -> None:
         self._repo_locks: dict[str, anyio.Lock] = {}
@@ -77,27 +143,69 @@ class Git:
     ) -> CommandResult:
         argv = [self.binary, "-C", str(repo), *args]
         full_env = {**os.environ, **_BASE_ENV, **(env or {})}
+        result = await self._run_once(argv, full_env, stdin, timeout_s)
+        lock = _lock_in_the_way(result)
+        if lock is not None:
+            # A lock file someone else keeps (the user's own git, or one it left): wait for it
+            # boundedly, then run once more. Git takes a lock before the change it guards, and
+            # a multi-step command (worktree add) cleans up its own partial work on failure.
+            if await self._lock_released(lock):
+                result = await self._run_once(argv, full_env, stdin, timeout_s)
+                lock = _lock_in_the_way(result)
+            if lock is not None and check:
+                raise GitLockBusy(result, what or f"git {args[0] if args else ''}", lock)
+        if check and not result.ok:
+            raise GitError(
+                result, what or f"git {args[0] if args else ''}", _written(repo, args, env)
+            )
+        return result
+
+    async def _run_once(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        stdin: bytes | None,
+        timeout_s: float | None,
+    ) -> CommandResult:
         try:
-            result = await run_command(
+            return await run_command(
                 argv,
-                env=full_env,
+                env=env,
                 timeout_s=timeout_s or self.timeout_s,
                 stdin=stdin,
                 # SIGTERM lets git remove its own lock files; SIGKILL only after a grace.
                 grace_s=5.0,
+                containment=self.containment,
             )
         except CommandNotFound as exc:
             raise XumError(
                 ErrorKind.OPERATION_FAILED, f"git is not installed or not on PATH ({exc})"
             ) from None
-        if check and not result.ok:
-            raise GitError(result, what or f"git {args[0] if args else ''}")
-        return result
+
+    async def _lock_released(self, lock: Path) -> bool:
+        deadline = anyio.current_time() + self.lock_wait_s
+        while os.path.lexists(lock):
+            if anyio.current_time() >= deadline:
+                return False
+            await anyio.sleep(LOCK_POLL_S)
+        return True
 
     async def out(self, repo: Path, *args: str, **kwargs: object) -> str:
         """Run and return stdout+stderr as text, stripped."""
         result = await self.run(repo, *args, **kwargs)  # type: ignore[arg-type]
         return result.output.text().strip()
+
+
+def _written(repo: Path, args: Sequence[str], env: Mapping[str, str] | None) -> list[Path | str]:
+    """Where a git command may have written: the repository, absolute path arguments (the
+    checkout of `worktree add`), and an index or object directory given by environment."""
+    found: list[Path | str] = [repo]
+    found += [arg for arg in args if os.path.isabs(arg)]
+    for key in ("GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_DIR"):
+        value = (env or {}).get(key)
+        if value and os.path.isabs(value):
+            found.append(value)
+    return found
 
 
 def pathspec(paths: Sequence[str]) -> list[str]:

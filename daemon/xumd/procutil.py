@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ import anyio
 import anyio.abc
 import psutil
 
+from xumd import containment as contain
 from xumd import logs
 
 log = logs.get("xumd.proc")
@@ -40,29 +42,140 @@ _SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 # -- identity and liveness ---------------------------------------------------------------------
 
 
-def start_time(pid: int) -> float | None:
-    """The process's start time (psutil create_time), or None when there is no such process."""
+# A process is identified by what a wall-clock step cannot change: its start time in clock ticks
+# since boot (/proc/PID/stat field 22), within one boot (the kernel's boot id). psutil's
+# create_time adds the kernel's *current* idea of the boot's wall-clock time, which moves with
+# every step of the wall clock: after a one-hour step across a restart, every recorded holder
+# looked dead (pid reuse) and its lease was dropped. The stored form stays a wall-clock-like
+# float (older records and the protocol keep their meaning): ticks are added to a boot anchor
+# fixed once per boot and kept under the root (`anchor_boot`), not re-read from the kernel.
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+_boot_anchor: float | None = None
+
+
+def boot_id() -> str | None:
     try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, ValueError):
+        with open(_BOOT_ID, encoding="ascii") as handle:
+            return handle.read().strip() or None
+    except OSError:
         return None
+
+
+def _kernel_boot_time() -> float:
+    """The boot's wall-clock time as the kernel computes it now (moves with clock steps)."""
+    return float(psutil.boot_time())
+
+
+@functools.cache
+def _timens_boottime_offset() -> float:
+    """This process's time namespace boottime offset: /proc/PID/stat start times are shown
+    shifted by it, so a daemon restarted in another time namespace normalises them back.
+    A process never changes its time namespace: read once (also never under EMFILE later)."""
+    try:
+        with open("/proc/self/timens_offsets", encoding="ascii") as handle:
+            for line in handle:
+                name, secs, nanos = line.split()
+                if name == "boottime":
+                    return int(secs) + int(nanos) / 1e9
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+def anchor_boot(path: Path) -> float:
+    """Fix the boot anchor for this boot: read it from `path` when it was written in this boot
+    (same boot id), else take the kernel's boot time now and write it (atomically). Called at
+    start-up under the root lock; without it the anchor is the kernel's at first use."""
+    global _boot_anchor
+    _timens_boottime_offset()  # read now, at start, while descriptors are plenty
+    current = boot_id()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            stored = handle.read().split()
+        if current is not None and len(stored) == 2 and stored[0] == current:
+            _boot_anchor = float(stored[1])
+            return _boot_anchor
+    except (OSError, ValueError):
+        pass
+    _boot_anchor = _kernel_boot_time()
+    if current is not None:
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(f"{current} {_boot_anchor!r}\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            # Identities still hold within this daemon's life; log it, never fail the start.
+            log.warning("proc.boot_anchor_unsaved", path=str(path), error=exc.strerror)
+    log.info("proc.boot_anchored", boot_id=current, anchor=_boot_anchor)
+    return _boot_anchor
+
+
+def _anchor() -> float:
+    global _boot_anchor
+    if _boot_anchor is None:
+        _boot_anchor = _kernel_boot_time()
+    return _boot_anchor
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name (which may hold spaces and parentheses)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+            # Could not look is not "no such process": a holder judged dead for want of a
+            # descriptor would lose its lease (fail closed: the caller answers or retries).
+            raise
+        return None
+    return raw[raw.rfind(b")") + 2 :].decode("ascii", "replace").split()
+
+
+def identity(pid: int) -> tuple[float, bool] | None:
+    """(start time, zombie) of pid, or None when there is no such process. The start time is
+    the boot anchor plus the start in ticks since boot: stable across wall-clock steps."""
+    if pid <= 0:
+        return None
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        if sys.platform.startswith("linux"):
+            return None
+        try:  # elsewhere: psutil's create_time, the best there is
+            proc = psutil.Process(pid)
+            return proc.create_time(), proc.status() == psutil.STATUS_ZOMBIE
+        except (psutil.Error, ValueError):
+            return None
+    ticks = int(fields[19]) / _CLK_TCK - _timens_boottime_offset()
+    return round(_anchor() + ticks, 3), fields[0] in ("Z", "X")
+
+
+def start_time(pid: int) -> float | None:
+    """The process's start time (see `identity`), or None when there is no such process."""
+    found = identity(pid)
+    return found[0] if found is not None else None
+
+
+START_TOLERANCE_S = 0.05
+"""Start times are exact to a clock tick (10 ms); records from psutil's create_time (before the
+boot anchor) were rounded differently: allow that, never a reused pid's different start."""
 
 
 def same_process_alive(pid: int, recorded_start: float | None) -> bool:
     """True while the process with this pid *and* this start time runs: pid reuse is not life."""
-    if pid <= 0:
+    found = identity(pid)
+    if found is None:
         return False
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        started = proc.create_time()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, ValueError):
+    started, zombie = found
+    if zombie:
         return False
-    except psutil.AccessDenied:
-        return True
-    # create_time is derived from boot time and clock ticks: allow rounding, not reuse.
-    return recorded_start is None or abs(started - recorded_start) < 0.05
+    return recorded_start is None or abs(started - recorded_start) < START_TOLERANCE_S
 
 
 def group_alive(pgid: int) -> bool:
@@ -200,6 +313,8 @@ class CommandResult:
     timed_out: bool
     duration_s: float
     pid: int = 0
+    escaped: list[contain.Marked] = field(default_factory=list)
+    """Descendants of the run (its marker, its cgroup) still alive after SIGKILL."""
 
     @property
     def ok(self) -> bool:
@@ -269,19 +384,35 @@ async def run_command(
     stdin: bytes | None = None,
     on_start: object = None,
     on_output: Callable[[bytes], None] | None = None,
+    containment: contain.Containment | None = None,
+    marker: contain.Marker | None = None,
 ) -> CommandResult:
     """Run argv in its own session with merged stdout/stderr, bounded output and a deadline.
 
     On timeout or cancellation the whole tree gets SIGTERM, then SIGKILL after `grace_s`;
-    cancellation is re-raised after the tree is gone (shielded, bounded).
+    cancellation is re-raised after the tree is gone (shielded, bounded). With `containment`,
+    the child carries a marker (`marker`, or a fresh one) in its environment, and whatever still
+    carries it once the command ended (a double-forked descendant too) is stopped as well.
     """
     if not argv:
         raise ValueError("empty argv")
     started = time.monotonic()
     output = BoundedOutput(output_limit)
+    explicit = marker is not None
+    if containment is not None:
+        marker = marker or containment.run_marker("cmd")
+    if marker is not None:
+        env = {**(os.environ if env is None else env), contain.MARKER_VAR: str(marker)}
+    full_argv = _with_parent_death_signal(argv, env)
+    runs = containment.runs if containment is not None else None
+    if runs is not None and marker is not None:
+        # Its own cgroup: whatever it starts stays inside, even with a fresh environment.
+        full_argv = runs.join_argv(marker.record, full_argv)
+    contain.starting()
+    pid: int | None = None
     try:
         proc = await anyio.open_process(
-            _with_parent_death_signal(argv, env),
+            full_argv,
             cwd=cwd,
             env=dict(env) if env is not None else None,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -289,12 +420,16 @@ async def run_command(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        pid = proc.pid
     except FileNotFoundError as exc:
         raise CommandNotFound(f"{argv[0]}: command not found") from exc
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
             raise CommandNotFound(f"{argv[0]}: {exc.strerror}") from exc
         raise
+    finally:
+        # Registered before the orphan reaper can run again: it never reaps this child.
+        contain.started(pid)
     if callable(on_start):
         on_start(proc.pid)
     timed_out = False
@@ -319,6 +454,21 @@ async def run_command(
                 await kill_tree(proc.pid, proc.pid, grace_s)
                 with anyio.move_on_after(2.0):
                     await proc.wait()
+        if proc.returncode is not None:
+            contain.waited(proc.pid)
+        escaped: list[contain.Marked] = []
+        # Shielded: on cancellation (a shutdown) this is exactly when leftovers must go.
+        with anyio.CancelScope(shield=True):
+            if containment is not None and marker is not None:
+                # Descendants that left the group and the tree (setsid, double fork) still
+                # carry the marker: the command does not outlive the command, wherever they went.
+                escaped = await containment.leftovers(marker, grace_s, always=explicit)
+            # Our ends of the pipes now, not at garbage collection: a descendant that escaped
+            # may hold the other end open for as long as it lives.
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(Exception):
+                        await stream.aclose()
     return CommandResult(
         argv=list(argv),
         returncode=proc.returncode,
@@ -326,4 +476,5 @@ async def run_command(
         timed_out=timed_out,
         duration_s=time.monotonic() - started,
         pid=proc.pid,
+        escaped=escaped,
     )

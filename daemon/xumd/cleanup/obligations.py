@@ -376,6 +376,17 @@ class Obligations:
             )
         return cur.rowcount
 
+    def shift_pending(self, delta: float) -> int:
+        """Re-anchor every pending retry time after the wall clock stepped by `delta` seconds:
+        a retry keeps the wait it had left (measured on the monotonic clock)."""
+        with self.store.transaction():
+            cur = self.store.execute(
+                "UPDATE cleanup_obligations SET next_attempt_at = next_attempt_at + ? "
+                "WHERE state = 'pending'",
+                (delta,),
+            )
+        return cur.rowcount
+
     def purge_finished(self, completed_before: float, abandoned_before: float) -> int:
         """Forget finished rows after a while (cleanup.list shows the recent ones), bounded."""
         with self.store.transaction():

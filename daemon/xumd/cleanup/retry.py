@@ -16,7 +16,7 @@ import anyio
 from xum_protocol.models.events import Event
 
 from xumd import logs
-from xumd.cleanup.clock import Clock
+from xumd.cleanup.clock import Clock, StepWatch
 from xumd.cleanup.service import LANES, CleanupService, CycleResult
 
 log = logs.get("xumd.cleanup.retry")
@@ -33,6 +33,9 @@ class RetryService:
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
         self.cycles = 0
+        # Waits run on the monotonic clock; persisted retry times are wall-clock, so a step of
+        # the wall clock re-anchors them (else a step back of an hour delays a retry an hour).
+        self.steps = StepWatch(self.clock)
         service.poke = self.poke
 
     def poke(self, lane: str | None = None) -> None:
@@ -71,6 +74,7 @@ class RetryService:
         housekeeping_at = self.clock.monotonic() + 3600.0
         while True:
             self._wake[lane] = anyio.Event()
+            self.reanchor()
             try:
                 result = await self.service.run_cycle(lane)
             except Exception:
@@ -86,6 +90,15 @@ class RetryService:
             if lane == "path" and self.clock.monotonic() > housekeeping_at:
                 housekeeping_at = self.clock.monotonic() + 3600.0
                 self.service.housekeeping()
+
+    def reanchor(self) -> float:
+        """Shift pending retry times by a wall-clock step seen since the last look (one lane
+        sees it first; no await between the look and the update, so never twice)."""
+        delta = self.steps.step()
+        if delta:
+            shifted = self.service.obligations.shift_pending(delta)
+            log.warning("clock.stepped", delta_s=round(delta, 3), retries_reanchored=shifted)
+        return delta
 
     def next_delay(self, result: CycleResult) -> float:
         """How long a lane sleeps after a cycle (a wake-up ends the sleep early)."""

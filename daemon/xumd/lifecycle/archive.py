@@ -88,15 +88,16 @@ def _snapshot_fields(snap: Snapshot | None) -> dict[str, str]:
 
 
 async def _stop(ctx: Context, ref: WorkspaceRef, row: WorkspaceRow) -> list[str]:
-    """Stop the daemon's own processes in the workspace first (a user-visible step)."""
-    left = await ctx.hooks().stop_all(ref, ctx.app.config.stop_grace_s + 5.0)
+    """Stop the daemon's own processes in the workspace first (a user-visible step); the ids
+    of the processes stopped."""
+    stopped, left = await ctx.hooks().stop_all(ref, ctx.app.config.stop_grace_s + 5.0)
     if left:
         raise XumError(
             ErrorKind.BUSY,
             f"cannot archive {row.name!r}: could not stop " + busy_message(left)[len("busy: ") :],
             holders=[h.as_dict() for h in left],
         )
-    return ["the daemon's processes in the workspace"]
+    return stopped
 
 
 async def _save_work(

@@ -1,14 +1,24 @@
 """Stale git lock files (`index.lock`, `config.lock`, `packed-refs.lock`, ref locks).
 
 A SIGKILLed git leaves its lock file behind and every later git command in that repository then
-fails. A lock is cleared only when it is provably stale: no live process has it open (git holds a
-lock file's descriptor open until it commits or rolls back) *and* it is older than a threshold
-(covering the instant between git creating the file and our scan). Every clear is reported with
-its path; a live lock is reported with its holder and left alone.
+fails. A lock is cleared only when its owner is provably gone:
+
+- no process has it open (git holds some lock files open until it commits or rolls back), and
+- no git process of this user works in that repository: `git commit` waiting in the editor holds
+  `index.lock` with no descriptor open, for as long as the user types. A git process belongs to
+  the repository when its `GIT_DIR`/`GIT_COMMON_DIR`, its `--git-dir=` argument, or its working
+  directory (git chdirs for `-C`) leads to the same common git directory, and
+- it is older than a threshold (a tool we cannot recognise, e.g. a libgit2 editor plugin, between
+  creating the file and our scan).
+
+Every clear is reported with its path; a live lock is reported with its holder and left alone.
+When one of our git commands then fails on such a lock, `lock_holder` names who holds it (the
+git runner answers `busy` with that, after a bounded wait).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import dataclass
@@ -57,7 +67,9 @@ def open_holders(paths: list[Path]) -> dict[str, int]:
         fd_dir = f"/proc/{entry.name}/fd"
         try:
             fds = os.listdir(fd_dir)
-        except OSError:
+        except OSError as exc:
+            if _exhausted(exc):
+                raise  # could not look: never "nobody has it open"
             continue
         for fd in fds:
             try:
@@ -69,11 +81,143 @@ def open_holders(paths: list[Path]) -> dict[str, int]:
     return held
 
 
+@dataclass(frozen=True, slots=True)
+class GitProcess:
+    pid: int
+    command: str  # argv joined, truncated: for the message naming the holder
+
+
+def _exhausted(exc: OSError) -> bool:
+    return exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(256 * 1024)
+    except OSError as exc:
+        if _exhausted(exc):
+            # Out of descriptors is not "no such process": a scan that could not look must
+            # not conclude that nobody holds a lock (fail closed; the caller answers).
+            raise
+        return b""
+
+
+def _common_dir_of(git_dir: str) -> str:
+    """The common dir of a git dir (a linked worktree's admin dir names it in `commondir`)."""
+    try:
+        with open(os.path.join(git_dir, "commondir"), encoding="utf-8") as handle:
+            common = handle.read().strip()
+    except OSError:
+        return os.path.realpath(git_dir)
+    return os.path.realpath(os.path.join(git_dir, common))
+
+
+def _git_dir_above(cwd: str) -> str | None:
+    """The git dir a git process started in `cwd` would use (`.git` dir, or a `.git` file's
+    `gitdir:`), walking up like git's discovery does."""
+    here = cwd
+    for _ in range(64):
+        dotgit = os.path.join(here, ".git")
+        if os.path.isdir(dotgit):
+            return dotgit
+        if os.path.isfile(dotgit):
+            text = _read(dotgit).decode(errors="replace").strip()
+            if text.startswith("gitdir:"):
+                return os.path.join(here, text.removeprefix("gitdir:").strip())
+            return None
+        if os.path.isfile(os.path.join(here, "HEAD")) and os.path.isdir(os.path.join(here, "refs")):
+            return here  # inside a git dir itself (a bare repository, or .git)
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+    return None
+
+
+def _process_git_dir(pid: str, cwd: str) -> str | None:
+    environ = dict(
+        item.split(b"=", 1) for item in _read(f"/proc/{pid}/environ").split(b"\0") if b"=" in item
+    )
+    for name in (b"GIT_COMMON_DIR", b"GIT_DIR"):
+        value = environ.get(name)
+        if value:
+            return os.path.join(cwd, os.fsdecode(value))
+    for arg in _read(f"/proc/{pid}/cmdline").split(b"\0"):
+        if arg.startswith(b"--git-dir="):
+            return os.path.join(cwd, os.fsdecode(arg.removeprefix(b"--git-dir=")))
+    return _git_dir_above(cwd)
+
+
+def git_processes(common_dir: Path, *, exclude: set[int] | None = None) -> list[GitProcess]:
+    """This user's running git processes whose repository is `common_dir` (Linux /proc)."""
+    target = os.path.realpath(common_dir)
+    uid = os.getuid()
+    me = os.getpid()
+    found: list[GitProcess] = []
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError as exc:
+        if _exhausted(exc):
+            raise
+        return found
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        if exclude and int(entry.name) in exclude:
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            comm = _read(f"/proc/{entry.name}/comm").decode(errors="replace").strip()
+            if comm != "git" and not comm.startswith("git-"):
+                continue
+            cwd = os.readlink(f"/proc/{entry.name}/cwd")
+        except OSError as exc:
+            if _exhausted(exc):
+                raise
+            continue
+        stat_text = _read(f"/proc/{entry.name}/stat").decode(errors="replace")
+        if stat_text[stat_text.rfind(")") + 2 : stat_text.rfind(")") + 3] == "Z":
+            continue  # a zombie holds nothing
+        git_dir = _process_git_dir(entry.name, cwd)
+        if git_dir is None or _common_dir_of(git_dir) != target:
+            continue
+        argv = _read(f"/proc/{entry.name}/cmdline").split(b"\0")
+        command = " ".join(os.fsdecode(a) for a in argv if a)[:200]
+        found.append(GitProcess(int(entry.name), command or comm))
+    return found
+
+
+def lock_holder(lock: Path, common_dir: Path) -> dict[str, object]:
+    """Who keeps `lock`: a process with it open, else a git process of the repository, else
+    unknown (with the lock's age). For a `busy` answer naming the lock and its holder."""
+    info: dict[str, object] = {"kind": "git_lock", "lock": str(lock)}
+    try:
+        info["age_s"] = round(time.time() - lock.stat().st_mtime, 1)
+    except OSError:
+        info["gone"] = True
+        return info
+    opened = open_holders([lock])
+    if opened:
+        info["pid"] = next(iter(opened.values()))
+        info["name"] = _read(f"/proc/{info['pid']}/comm").decode(errors="replace").strip()
+        return info
+    procs = git_processes(common_dir)
+    if procs:
+        info["pid"] = procs[0].pid
+        info["name"] = procs[0].command
+    return info
+
+
 def clear_stale(common_dir: Path, *, stale_after_s: float = STALE_AFTER_S) -> LockReport:
     locks = candidate_locks(common_dir)
     if not locks:
         return LockReport([], [])
     holders = open_holders(locks)
+    # The daemon's own git children count too: one running in this repository (another
+    # workspace's snapshot) may own a lock, and keeping a lock one more time is the safe side.
+    working = git_processes(common_dir)
     now = time.time()
     cleared: list[str] = []
     live: list[dict[str, object]] = []
@@ -84,8 +228,13 @@ def clear_stale(common_dir: Path, *, stale_after_s: float = STALE_AFTER_S) -> Lo
             age = now - lock.stat().st_mtime
         except FileNotFoundError:
             continue
+        if pid is None and working:
+            # Not provably gone: a git of this repository runs (`git commit` in the editor
+            # holds index.lock without any descriptor open).
+            pid = working[0].pid
         if pid is not None or age < stale_after_s:
             live.append({"path": str(lock), "pid": pid, "age_s": round(age, 1)})
+            log.info("gitlock.live", path=str(lock), pid=pid, age_s=round(age, 1))
             continue
         try:
             lock.unlink()

@@ -29,7 +29,7 @@ from xum_protocol.models.project import (
 from xumd import logs
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import ids, rows, views
+from xumd.lifecycle import ids, owned, rows, views
 from xumd.lifecycle import remove as removal
 from xumd.lifecycle.context import require_project
 from xumd.lifecycle.coordinator import Coordinator
@@ -113,17 +113,22 @@ class ProjectService:
 
     async def add(self, params: ProjectAddParams) -> ProjectRow:
         raw = params.path
+        if params.name is not None:
+            ids.check_name(params.name, "project")
         if "\0" in raw or not os.path.isabs(raw):
             raise XumError(ErrorKind.INVALID_PATH, f"{raw!r} is not an absolute path", path=raw)
         real = Path(os.path.realpath(raw))
         if not real.is_dir():
             raise XumError(ErrorKind.INVALID_PATH, f"{raw} is not a directory", path=raw)
         st = real.stat()
+        projects = rows.list_projects(self.store)
+        owned.check_project_path(real, self.app.paths, projects)
+        await self._refuse_git_dir(real)
         kind = await self._kind(real)
         repo = await self._git_identity(real) if kind == "git" else None
-        name = params.name or real.name
+        name = params.name if params.name is not None else real.name
         ids.check_name(name, "project")
-        for other in rows.list_projects(self.store):
+        for other in projects:
             if other.path == real or (other.dev, other.ino) == (st.st_dev, st.st_ino):
                 raise _registered(raw, other)
             if repo is not None and repo.same(await self._recorded_identity(other)):
@@ -143,6 +148,15 @@ class ProjectService:
                     f"workspaces_dir {params.workspaces_dir!r} is not an absolute path",
                 )
             workspaces_dir = os.path.realpath(params.workspaces_dir)
+        owned.check_workspaces_dir(
+            Path(workspaces_dir)
+            if workspaces_dir
+            else owned.real(self.app.paths.workspaces) / name,
+            real,
+            Path(repo.path) if repo else None,
+            self.app.paths,
+            projects,
+        )
         project_id = ids.new_id(ids.PROJECT)
         now = time.time()
         try:
@@ -176,6 +190,18 @@ class ProjectService:
         self.app.events.publish("project.added", project=self.info(project).model_dump(mode="json"))
         log.info("project.added", project=project_id, path=str(real), kind=kind)
         return project
+
+    async def _refuse_git_dir(self, path: Path) -> None:
+        """`REPO/.git` (or anything in it, or a bare repository) is git's own directory: as a
+        plain-directory project its workspaces would copy and rewrite git's internals."""
+        result = await self.git.run(path, "rev-parse", "--is-inside-git-dir", check=False)
+        if result.ok and result.output.text().strip() == "true":
+            raise XumError(
+                ErrorKind.INVALID_PATH,
+                f"{path} is a git directory (or inside one); add the repository's working "
+                "tree instead; paths the daemon owns are never user paths",
+                path=str(path),
+            )
 
     async def _kind(self, path: Path) -> str:
         result = await self.git.run(path, "rev-parse", "--show-toplevel", check=False)

@@ -16,20 +16,16 @@ from pathlib import Path
 
 import psutil
 
-from xumd.procutil import same_process_alive
+from xumd.fdlimits import is_exhausted
+from xumd.procutil import START_TOLERANCE_S, identity, same_process_alive
 
-_START_TOLERANCE_S = 0.05
+_START_TOLERANCE_S = START_TOLERANCE_S
 
 
 def _status(pid: int) -> tuple[float, bool] | None:
-    """(start time, zombie) of pid, or None when there is no such process."""
-    try:
-        proc = psutil.Process(pid)
-        return proc.create_time(), proc.status() == psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, ValueError):
-        return None
-    except psutil.AccessDenied:
-        return None
+    """(start time, zombie) of pid, or None when there is no such process (procutil.identity:
+    a start time that a wall-clock step does not move)."""
+    return identity(pid)
 
 
 def group_members(pgid: int, *, exclude_zombies: bool = True) -> list[int]:
@@ -117,7 +113,12 @@ def find_users(
             where = "cwd" if _inside(cwd, root) else None
             if where is None and any(_inside(f.path, root) for f in proc.open_files()):
                 where = "open file"
-        except (OSError, psutil.Error):
+        except OSError as exc:
+            if is_exhausted(exc):
+                # Could not look inside this process: never "nobody uses the checkout".
+                raise
+            continue
+        except psutil.Error:
             continue
         if where:
             found.append(Usage(pid, info.get("name") or "process", info["create_time"], where))

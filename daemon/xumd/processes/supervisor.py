@@ -25,8 +25,12 @@ from typing import Any
 
 import anyio
 import anyio.abc
+from xum_protocol.errors import ErrorKind
 
+from xumd import logs
+from xumd.errors import XumError
 from xumd.events import EventBus
+from xumd.fdlimits import is_exhausted
 from xumd.processes import adoption, process_io
 from xumd.processes.foreground import Foreground
 from xumd.processes.keep_policy import KEEPABLE_KINDS, KeepPolicy
@@ -41,6 +45,8 @@ from xumd.processes.table import PROCESS_PREFIX, ProcessTable
 from xumd.processes.tasks import TaskHost
 from xumd.processes.watching import Watcher
 
+log = logs.get("xumd.processes.supervisor")
+
 __all__ = [
     "CONFIRM_S",
     "KEEPABLE_KINDS",
@@ -50,6 +56,8 @@ __all__ = [
     "child_env",
     "parse_signal",
 ]
+
+log = logs.get("xumd.processes.supervisor")
 
 
 class Supervisor:
@@ -176,8 +184,21 @@ class Supervisor:
             try:
                 while True:
                     await anyio.sleep(self.settings.probe_interval_s)
-                    self.settle()
-                    self.leases.reclaim_dead(skip=self.owns)
+                    try:
+                        self.settlement.retry_lease_removals()
+                        self.settle()
+                        self.leases.reclaim_dead(skip=self.owns)
+                    except XumError as exc:
+                        # A full store must not stop the supervisor: the next round retries.
+                        if exc.kind is not ErrorKind.DISK_FULL:
+                            raise
+                        log.warning("processes.sweep_failed", error=exc.message)
+                    except OSError as exc:
+                        if not is_exhausted(exc):
+                            raise
+                        # Out of descriptors, a probe cannot look: nothing is settled or
+                        # reclaimed (fail closed) and the loop lives to probe again.
+                        log.warning("process.probe_skipped", error=exc.strerror)
             finally:
                 self.tasks.detach()
 

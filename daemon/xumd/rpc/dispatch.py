@@ -17,8 +17,9 @@ from pydantic import BaseModel, ValidationError
 from xum_protocol.errors import ErrorKind, code_for
 from xum_protocol.methods import METHODS
 
-from xumd import logs
+from xumd import diskfull, logs
 from xumd.errors import XumError
+from xumd.fdlimits import FD_ERRNOS, is_exhausted
 
 log = logs.get("xumd.rpc")
 
@@ -244,8 +245,36 @@ class Router:
             return {"jsonrpc": "2.0", "id": request_id, "result": late.model_dump(mode="json")}
         except XumError as exc:
             outcome = exc.kind.value
+            if exc.kind is ErrorKind.DISK_FULL:
+                log.warning("rpc.disk_full", method=method, filesystem=exc.data.get("filesystem"))
             return error_response(request_id, exc.kind, exc.message, exc.data)
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, OSError) and is_exhausted(exc):
+                # Out of descriptors (a git spawn, a pipe, a PTY, the store): transient, and the
+                # durable write order leaves nothing half-applied that recovery would not settle.
+                outcome = "exhausted"
+                resource = "file_descriptors" if exc.errno in FD_ERRNOS else "memory"
+                log.warning("rpc.resource_exhausted", method=method, resource=resource)
+                return error_response(
+                    request_id,
+                    ErrorKind.OPERATION_FAILED,
+                    f"{method} failed: the daemon is out of {resource.replace('_', ' ')} "
+                    f"({exc.strerror}); retry later",
+                    {"resource": resource},
+                )
+            known = diskfull.from_exception(exc)
+            if known is not None:
+                # A write the handler did not expect to fail (a full disk, a read-only one) is
+                # the machine's answer, not a bug: named as such (its own cleanup ran as the
+                # error passed).
+                outcome = known.kind.value
+                log.warning(
+                    "rpc.filesystem_refused",
+                    method=method,
+                    kind=known.kind.value,
+                    filesystem=known.data.get("filesystem"),
+                )
+                return error_response(request_id, known.kind, known.message, known.data)
             outcome = "internal"
             log.exception("rpc.internal_error", method=method)
             return error_response(

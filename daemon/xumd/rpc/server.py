@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
@@ -9,12 +10,13 @@ import struct
 from pathlib import Path
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import SocketAttribute, SocketStream, UNIXSocketStream
 from xum_protocol import framing
 from xum_protocol.errors import ErrorKind
 
-from xumd import logs
+from xumd import diskfull, logs
 from xumd.config import DaemonConfig
+from xumd.fdlimits import FdLimits, is_exhausted
 from xumd.paths import socket_path_problem
 from xumd.rpc.connection import Connection, close_stream
 from xumd.rpc.dispatch import Router, error_response
@@ -93,7 +95,12 @@ def bind_socket(path: Path) -> socket.socket:
         sock.bind(os.fsencode(path))
     except OSError as exc:
         sock.close()
-        raise SocketSetupError(f"cannot bind {path}: {exc.strerror}") from exc
+        why = exc.strerror
+        if diskfull.is_no_space_oserror(exc):
+            # A socket file takes an inode: say which filesystem has none left.
+            fs = diskfull.filesystem_of(path)
+            why = f"{why}: {fs.describe()} is full{fs.free()}; free space or inodes there"
+        raise SocketSetupError(f"cannot bind {path}: {why}") from exc
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o600)
@@ -134,6 +141,8 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
 
 ACCEPT_RETRY_S = 0.1
 """After an accept error (out of descriptors): pause, then accept again; never crash the loop."""
+ACCEPT_RETRY_MAX_S = 2.0
+REFUSAL_SEND_S = 1.0
 
 
 class Server:
@@ -143,29 +152,153 @@ class Server:
         self.connections: set[Connection] = set()
         self.serving = False
         self._sock: socket.socket | None = None
+        # Sized at start (fdlimits.plan, after raising the soft limit); tests that build a
+        # Server directly get the configured cap and no spare descriptor.
+        self.limits: FdLimits | None = None
+        self._open = 0  # accepted and not yet ended (a superset of `connections`)
 
     def attach(self, sock: socket.socket) -> None:
         self._sock = sock
 
+    @property
+    def max_connections(self) -> int:
+        return self.limits.max_connections if self.limits else self._config.max_connections
+
     async def serve(self, conn_tg: anyio.abc.TaskGroup, work_tg: anyio.abc.TaskGroup) -> None:
-        """Accept until cancelled. Connections live in conn_tg, requests in work_tg."""
+        """Accept until cancelled. Connections live in conn_tg, requests in work_tg.
+
+        The raw socket is accepted directly (not through anyio's listener, which turns EMFILE
+        into a BrokenResourceError that ended the daemon): out of descriptors, the newest
+        client is refused with the spare descriptor and the loop backs off, logging once per
+        episode; it never exits while the daemon serves."""
         if self._sock is None:
             raise RuntimeError("Server.serve() before attach()")
-        listener = await anyio.abc.SocketListener.from_socket(self._sock)
-        async with listener:
-            self.serving = True
+        sock = self._sock
+        sock.setblocking(False)
+        self.serving = True
+        backoff = ACCEPT_RETRY_S
+        failing_since: int | None = None
+        try:
+            while True:
+                await anyio.wait_readable(sock)
+                try:
+                    client, _addr = sock.accept()
+                except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                    continue
+                except OSError as exc:
+                    if self.limits is not None:
+                        self.limits.accept_failures += 1
+                    if failing_since is None:
+                        # Once per episode: a full backlog would otherwise log at 10 Hz.
+                        failing_since = self.limits.accept_failures if self.limits else 0
+                        log.error(
+                            "server.accept_failed",
+                            error=exc.strerror or str(exc),
+                            errno=exc.errno,
+                            connections=len(self.connections),
+                        )
+                    if is_exhausted(exc):
+                        self._refuse_with_spare(sock)
+                    await anyio.sleep(backoff)
+                    backoff = min(backoff * 2, ACCEPT_RETRY_MAX_S)
+                    continue
+                if failing_since is not None:
+                    log.info(
+                        "server.accept_recovered",
+                        failures=(self.limits.accept_failures - failing_since + 1)
+                        if self.limits
+                        else None,
+                    )
+                    failing_since = None
+                    backoff = ACCEPT_RETRY_S
+                # Counted at accept, not when the connection's task first runs: a burst
+                # accepted before those tasks start must not overshoot the cap.
+                if self._open >= self.max_connections:
+                    conn_tg.start_soon(self._refuse, client)
+                    continue
+                try:
+                    stream = await UNIXSocketStream.from_socket(client)
+                except OSError as exc:
+                    log.error("server.stream_failed", error=str(exc))
+                    client.close()
+                    continue
+                self._open += 1
+                conn_tg.start_soon(self._serve_counted, stream, work_tg)
+        finally:
+            self.serving = False
+            # Stop accepting means closed: new clients get ECONNREFUSED, not a backlog that
+            # nobody reads.
+            sock.close()
+
+    def _refusal(self) -> bytes:
+        return framing.encode(
+            error_response(
+                None,
+                ErrorKind.BUSY,
+                f"too many connections: this daemon serves at most {self.max_connections} at "
+                "once (the rest of its file descriptors are kept for its own work); retry later",
+                {"resource": "connections", "max_connections": self.max_connections},
+            )
+        )
+
+    def _count_refusal(self, reason: str) -> None:
+        if self.limits is not None:
+            self.limits.refused += 1
+            # The first and then every thousandth: a flood must not flood the log too.
+            if self.limits.refused == 1 or self.limits.refused % 1000 == 0:
+                log.warning(
+                    "server.connection_refused",
+                    reason=reason,
+                    refused=self.limits.refused,
+                    max_connections=self.max_connections,
+                )
+
+    async def _refuse(self, client: socket.socket) -> None:
+        """The newest client over the cap: one clear error, then close (bounded)."""
+        self._count_refusal("connection cap")
+        client.setblocking(False)
+        with client, anyio.move_on_after(REFUSAL_SEND_S):
+            data = self._refusal()
+            while data:
+                try:
+                    sent = client.send(data)
+                except BlockingIOError:
+                    await anyio.wait_writable(client)
+                    continue
+                except OSError:
+                    return
+                data = data[sent:]
+
+    def _refuse_with_spare(self, sock: socket.socket) -> None:
+        """Out of descriptors: give up the spare one to accept the newest client, tell it why
+        (non-blocking: a refusal is one small frame), close it, take the spare back."""
+        if self.limits is None:
+            return
+        with self.limits.spare_released():
             try:
-                while True:
-                    try:
-                        stream = await listener.accept()
-                    except OSError as exc:
-                        # EMFILE/ENFILE/ENOBUFS: the client waits in the backlog meanwhile.
-                        log.error("server.accept_failed", error=str(exc))
-                        await anyio.sleep(ACCEPT_RETRY_S)
-                        continue
-                    conn_tg.start_soon(self._serve_one, stream, work_tg)
-            finally:
-                self.serving = False
+                client, _addr = sock.accept()
+            except OSError:
+                return
+            self._count_refusal("out of file descriptors")
+            with client:
+                client.setblocking(False)
+                with contextlib.suppress(OSError):
+                    client.send(
+                        framing.encode(
+                            error_response(
+                                None,
+                                ErrorKind.BUSY,
+                                "the daemon is out of file descriptors; retry later",
+                                {"resource": "file_descriptors"},
+                            )
+                        )
+                    )
+
+    async def _serve_counted(self, stream: SocketStream, work_tg: anyio.abc.TaskGroup) -> None:
+        try:
+            await self._serve_one(stream, work_tg)
+        finally:
+            self._open -= 1
 
     async def _serve_one(self, stream: SocketStream, work_tg: anyio.abc.TaskGroup) -> None:
         raw: socket.socket = stream.extra(SocketAttribute.raw_socket)

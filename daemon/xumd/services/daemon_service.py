@@ -58,7 +58,7 @@ def install(app: App) -> None:
             version=app.version,
             protocol=PROTOCOL_VERSION,
             started_at=app.started_at,
-            uptime_s=round(time.time() - app.started_at, 3),
+            uptime_s=round(time.monotonic() - app.started_monotonic, 3),
             connections=len(app.server.connections),
             shutting_down=app.stopping,
             details=details,
@@ -88,6 +88,10 @@ def install(app: App) -> None:
         _install_test_methods(app)
     # Requests being handled right now (daemon.status itself included).
     app.status_providers["rpc"] = lambda: {"active": app.router.active}
+    # Descriptor limits (soft and hard, the connection cap and what is open now).
+    app.status_providers["fds"] = lambda: (
+        app.server.limits.as_status() if app.server.limits is not None else {}
+    )
     app.router.add("hello", hello, allowed_while_stopping=True)
     app.router.add("daemon.status", status, allowed_while_stopping=True)
     app.router.add("daemon.shutdown", shutdown, allowed_while_stopping=True)

@@ -130,7 +130,8 @@ class TurnService:
         # its target is being made; the reservation validates that it exists and is active.
         async with self.coord.shared(params.owner_workspace_id, label="turn.create") as owner:
             handle_id = rows.new_handle_id()
-            name = params.name or f"turn-{secrets.token_hex(4)}"
+            # An explicit empty name is a bad name (invalid_name), not a request for a default.
+            name = params.name if params.name is not None else f"turn-{secrets.token_hex(4)}"
             # The delegate works like its owner unless told otherwise: a plain-directory
             # project's owner is a directory, and so is its target.
             runtime = params.runtime or self._runtime_of(owner.id)
@@ -152,6 +153,7 @@ class TurnService:
             binding = IntentBinding(handle_id, owner.id, record)
             try:
                 created = await self.workspaces.create(create, binding)
+                AFTER_TARGET()
             except BaseException as exc:
                 cut = isinstance(exc, anyio.get_cancelled_exc_class())
                 self._settle_failed(
@@ -163,7 +165,6 @@ class TurnService:
                     else "creating the target workspace failed and was undone",
                 )
                 raise
-            AFTER_TARGET()
             with self.store.transaction():
                 rows.set_state(self.store, handle_id, rows.OPEN, expect=rows.CREATING)
             turn = self.get(handle_id)
@@ -178,13 +179,19 @@ class TurnService:
         return "directory" if row is not None and row.runtime == "directory" else "worktree"
 
     def _settle_failed(self, handle_id: str, reason: str) -> None:
-        """The create failed and undid itself (the target row is gone): the turn says so. If
-        the target row survived, the turn stays as it is, bound to it."""
+        """The turn's creation failed: settle it as the startup pass would (`reconcile`). The
+        create undid itself (the target row is gone): the turn says `failed`. The target row
+        survived (active, or flagged interrupted by a failed undo): the turn is `open`, bound
+        to it; left `creating` it would be stuck until a restart."""
         turn = rows.get(self.store, handle_id)
         if turn is None or turn.state != rows.CREATING:
             return
         target = turn.target_workspace_id
         if target and ws_rows.get_workspace(self.store, target) is not None:
+            with self.store.transaction():
+                rows.set_state(self.store, handle_id, rows.OPEN, expect=rows.CREATING)
+            opened = self.get(handle_id)
+            self._publish("turn.created", opened)
             return
         with self.store.transaction():
             rows.set_state(
