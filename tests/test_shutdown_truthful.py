@@ -359,10 +359,15 @@ def test_a_client_that_disconnects_mid_archive_does_not_cut_it(base: Path) -> No
             until((ctl / "teardown-started").exists, timeout=30, message="the teardown")
         # The client is gone; the archive goes on to the end (its answer is dropped).
         (ctl / "block-teardown").unlink()
-        until(lambda: not os.path.lexists(ws["path"]), timeout=30, message="the archive")
-        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
-        assert got["state"] == "archived"
-        assert got["last_cleanup"]["status"] == "completed", got["last_cleanup"]
+
+        def settled() -> bool:
+            got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+            last = got["last_cleanup"] or {}
+            return bool(got["state"] == "archived" and last.get("status") == "completed")
+
+        # The path goes first, the completion is recorded just after: wait for the record.
+        until(settled, timeout=30, message="the archive and its cleanup")
+        assert not os.path.lexists(ws["path"])
         assert (ctl / "torn-down").exists()
         pending = daemon.call("cleanup.list", {"state": "pending"})["obligations"]
         assert [ob["kind"] for ob in pending] in ([], ["reclaim"])  # reclaim: background
