@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean
+.PHONY: install run test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
 
 install: $(STAMP)
 
@@ -46,7 +46,20 @@ bench: install
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(MUTATE_VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# Mutation testing of the contract-critical modules (mutation/run.py; not part of CI). CPU heavy:
+# scope it, e.g. make mutate MUTATE_ARGS="--module cleanup/fence.py --budget-s 900".
+MUTATE_VENV := .venv-mutate
+MUTATE_ARGS ?=
+
+$(MUTATE_VENV)/.installed: mutation/requirements.lock
+	test -x $(MUTATE_VENV)/bin/python || $(PYTHON) -m venv $(MUTATE_VENV)
+	$(MUTATE_VENV)/bin/python -m pip install -q --disable-pip-version-check -r mutation/requirements.lock
+	touch $@
+
+mutate: install $(MUTATE_VENV)/.installed
+	$(MUTATE_VENV)/bin/python mutation/run.py $(MUTATE_ARGS)
 
 # A bounded sample of the reliability suite, for CI (a few minutes at most).
 test-reliability-sample: install

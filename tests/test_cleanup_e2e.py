@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from tests.lifecycle_helpers import (
@@ -22,6 +21,7 @@ from tests.lifecycle_helpers import (
 )
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
+from tests.support.procs import alive, identify_all
 from tests.support.wait import until
 
 FAST = (
@@ -233,13 +233,13 @@ def test_shutdown_with_a_hanging_teardown_is_bounded_and_kills_the_tree(
         lambda: (ctl / "pids").exists() and len((ctl / "pids").read_text().split()) == 2,
         message="the hanging teardown to start",
     )
-    pids = [int(p) for p in (ctl / "pids").read_text().split()]
+    procs = identify_all(int(p) for p in (ctl / "pids").read_text().split())  # both hang
     started_at = time.monotonic()
     assert daemon.terminate(timeout=30) == 0
     took = time.monotonic() - started_at
     assert took < 15, took
-    for pid in pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
+    for proc in procs:
+        assert not alive(proc), proc
     (ctl / "hang").unlink()
     (ctl / "ok").touch()
     daemon.start()

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import psutil
 import pytest
 from xumd.cleanup.backoff import Backoff
 from xumd.cleanup.clock import StepWatch, SystemClock
@@ -21,6 +20,7 @@ from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import CycleResult
 
 from tests.support.daemon import short_tmpdir
+from tests.support.procs import alive, identify_all
 from tests.test_cleanup_support import (
     FakeClock,
     ScriptTeardown,
@@ -163,13 +163,14 @@ async def test_shutdown_kills_a_hanging_teardown_tree_and_keeps_the_obligation(
         with anyio.fail_after(10):
             while not (pids.exists() and len(pids.read_text().split()) == 2):
                 await anyio.sleep(0.02)
+        procs = identify_all(map(int, pids.read_text().split()))  # both run: they hang
         started = time.monotonic()
         with anyio.fail_after(5):
             await retry.stop()
         took = time.monotonic() - started
     assert took < 4.0
-    for pid in map(int, pids.read_text().split()):
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
+    for proc in procs:
+        assert not alive(proc), proc
     ob = world.service.obligations.for_workspace(wid)[0]
     assert ob.kind == "teardown" and ob.state == "pending" and ob.attempts == 0
     assert path.is_dir()

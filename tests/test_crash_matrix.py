@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.crash.at_kill import covered_points, order_problems
 from tests.crash.drivers import driver_for
 from tests.crash.invariants import check, resolve
 from tests.crash.world import World
@@ -44,6 +45,8 @@ def test_every_point_has_a_driver() -> None:
         "recovery.",
     ):
         assert any(p.startswith(prefix) for p in POINTS), f"no fault point for {prefix}"
+    # Every point the at-the-kill order check knows is still declared (no stale name).
+    assert set(covered_points()) <= set(POINTS), set(covered_points()) - set(POINTS)
 
 
 @pytest.mark.parametrize("point", POINTS)
@@ -52,6 +55,8 @@ def test_sigkill_at(point: str, world: World) -> None:
     assert driver is not None, f"no driver for fault point {point}"
     run = driver(world, point)
     assert f"fault point {point} reached" in world.d.log_text()
+    problems = order_problems(world, point, run.subject)
+    assert not problems, "\n".join(problems)
     world.start()
     problems = check(world, run.before, where=f"{point}: after restart")
     assert not problems, "\n".join(problems)

@@ -5,15 +5,21 @@ invariants after every step. Bounded in `make test`; many more examples under re
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 from xum_client.errors import XumClientError, XumRpcError
 
 from tests.crash.invariants import Before, branches, check
@@ -190,6 +196,28 @@ def _settings(examples: int, steps: int) -> settings:
 
 TestCrashBounded = CrashMachine.TestCase
 TestCrashBounded.settings = _settings(3, 6)
+
+RANDOM_SEED = int(os.environ.get("XUM_CRASH_SEED") or secrets.randbelow(2**32))
+"""A fresh seed each run (so `make test` explores beyond the fixed examples), or the one a failure
+printed: `XUM_CRASH_SEED=<n> pytest tests/test_crash_stateful.py -k random` replays it."""
+
+
+def test_crash_random_budget() -> None:
+    """A bounded random budget in `make test`: new sequences every run, seeded and reproducible.
+    XUM_CRASH_RANDOM_EXAMPLES (default 2) examples of 6 steps; no example database, so a run
+    depends on the seed alone."""
+    print(f"XUM_CRASH_SEED={RANDOM_SEED}")  # shown by pytest with the failure
+    machine = seed(RANDOM_SEED)(type("SeededCrashMachine", (CrashMachine,), {}))
+    budget = settings(
+        _settings(int(os.environ.get("XUM_CRASH_RANDOM_EXAMPLES", "2")), 6),
+        derandomize=False,
+        database=None,
+    )
+    try:
+        run_state_machine_as_test(machine, settings=budget)
+    except BaseException as exc:
+        exc.add_note(f"reproduce with XUM_CRASH_SEED={RANDOM_SEED}")
+        raise
 
 
 @pytest.mark.reliability

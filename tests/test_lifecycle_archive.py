@@ -158,7 +158,13 @@ def test_clean_archive_has_no_snapshot(
     ws = create(daemon, project["id"], "clean")["workspace"]
     result = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
     assert result["snapshot"] is None
-    assert result["dropped"] == {"count": 0, "bytes": 0, "paths": [], "preserved": []}
+    assert result["dropped"] == {
+        "count": 0,
+        "bytes": 0,
+        "paths": [],
+        "preserved": [],
+        "special": [],
+    }
     assert result["cleanup"]["status"] == "completed"
     assert git(repo, "for-each-ref", "refs/xum/") == ""
     back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psutil
-
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git
+from tests.support.procs import alive, identify
 from tests.support.wait import until
 
 
@@ -108,17 +107,11 @@ def test_setup_timeout_kills_the_whole_tree(tmp_short: Path, root: Path, repo: P
         result = create(daemon, project["id"], "slow")
         assert result["setup"]["status"] == "timeout"
         assert "timed out" in result["setup"]["error"]
-        child = int((Path(result["workspace"]["path"]) / "child.pid").read_text())
-        until(lambda: not psutil.pid_exists(child) or _zombie(child), 10, message="child gone")
+        # Identified as soon as its pid is known (it may be gone already: then it stays gone).
+        child = identify(int((Path(result["workspace"]["path"]) / "child.pid").read_text()))
+        until(lambda: not alive(child), 10, message="child gone")
     finally:
         daemon.close()
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_output_is_bounded_with_head_and_tail(daemon: DaemonProcess, repo: Path) -> None:

@@ -13,11 +13,11 @@ import pytest
 from xumd.errors import XumError
 from xumd.processes.supervisor import parse_signal
 
+from tests.support.procs import alive, identify_all
 from tests.test_process_support import (
     PY,
     FakePeer,
     Harness,
-    alive,
     pids_in,
     running,
     stubborn_argv,
@@ -125,13 +125,13 @@ async def test_stop_kills_a_stubborn_tree_within_the_deadline(tmp_path: Path) ->
         text = await wait_for(
             lambda: len(pids_in(m.ring.head.decode())) == 3 and m.ring.head.decode()
         )
-        pids = pids_in(text)
+        procs = identify_all(pids_in(text))
         started = time.monotonic()
         await h.sup.stop(m, 0.5)
         elapsed = time.monotonic() - started
         assert elapsed < 0.5 + 4.0
         assert m.exit is not None and m.exit["signal"] == "SIGKILL"
-        assert not any(alive(pid) for pid in pids), "a member of the tree survived"
+        assert not any(alive(p) for p in procs), "a member of the tree survived"
         assert h.leases.for_process(m.id) is None
 
 

@@ -45,7 +45,15 @@ def stubborn_argv(depth: int = 2) -> list[str]:
 
 
 def pids_in(text: str) -> list[int]:
-    return [int(line.split()[1]) for line in text.splitlines() if line.startswith("pid ")]
+    """The pids printed as `pid N` lines. Only complete lines count: output read while the
+    processes still write may end in half a line (`pid` with its number not written yet)."""
+    complete = text.split("\n")[:-1]
+    found = []
+    for line in complete:
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "pid" and parts[1].isdigit():
+            found.append(int(parts[1]))
+    return found
 
 
 class FakePeer:

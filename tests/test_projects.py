@@ -35,15 +35,18 @@ def test_project_remove_removes_each_workspace_the_same_way(
 
     refused = rpc_error(daemon, "project.remove", {"project_id": project["id"]})
     assert refused.kind == "not_safe"
-    outcomes = {w["name"]: w for w in refused.data["workspaces"]}
-    assert outcomes["a"]["ok"] is False and outcomes["a"]["error"]["kind"] == "not_safe"
-    assert outcomes["b"]["ok"] is True  # removed through the very same path
+    (outcome,) = refused.data["workspaces"]  # only the one that refused, and nothing removed
+    assert outcome["name"] == "a" and outcome["error"]["kind"] == "not_safe"
     assert daemon.call("project.get", {"project_id": project["id"]})["project"]["id"]
+    left = {w["name"]: w["state"] for w in daemon.call("workspace.list", {})["workspaces"]}
+    assert left == {"a": "active", "b": "archived"}
 
     result = daemon.call("project.remove", {"project_id": project["id"], "force": True})
     assert result["removed"] is True
-    (only,) = result["workspaces"]
-    assert only["name"] == "a" and only["ok"] is True
+    outcomes = {w["name"]: w for w in result["workspaces"]}
+    assert outcomes["b"]["ok"] is True  # removed through the very same path
+    only = outcomes["a"]
+    assert only["ok"] is True
     assert only["result"]["snapshot"]["files"] == ["dirty.txt"]
     assert only["result"]["cleanup"]["status"] == "completed"
     assert not Path(a["path"]).exists()

@@ -173,3 +173,122 @@ def test_interrupted_target_stays_bound(world: World, point: str, checkout: bool
         world.call("workspace.remove", {"workspace_id": target["id"]})
         assert world.ws(target["id"]) is None
         assert kind_of(world, "turn.create", reuse) == "not_found"
+
+
+# -- runtime: a delegated turn in a plain-directory project (issue #10, section 8) ------------
+
+
+def add_plain_project(world: World) -> str:
+    """A plain directory (no git) as the world's project."""
+    plain = world.base / "plain"
+    plain.mkdir()
+    (plain / "README").write_text("a plain directory\n")
+    world.project_id = world.call("project.add", {"path": str(plain)})["project"]["id"]
+    return world.project_id
+
+
+def test_a_turn_in_a_plain_directory_project_is_a_directory(world: World) -> None:
+    world.start()
+    add_plain_project(world)
+    owner = world.create("owner", runtime="directory")
+    made = world.call("turn.create", {"owner_workspace_id": owner["id"], "mode": "new"})
+    turn, target = made["turn"], made["workspace"]
+    # By default the target works like its owner: a directory, bound to the owner and handle.
+    assert target["runtime"] == "directory" and target["state"] == "active"
+    assert target["branch"] is None and Path(target["path"]).is_dir()
+    assert (target["handle_id"], target["owner_workspace_id"]) == (turn["id"], owner["id"])
+    assert turn["state"] == "open" and made["setup"]["status"] == "none"
+    explicit = world.call(
+        "turn.create",
+        {"owner_workspace_id": owner["id"], "mode": "new", "runtime": "directory", "name": "d"},
+    )["workspace"]
+    assert explicit["runtime"] == "directory" and explicit["name"] == "d"
+    # A worktree needs a git repository; a directory takes no base: refused before any row.
+    for bad in (
+        {"owner_workspace_id": owner["id"], "mode": "new", "runtime": "worktree"},
+        {"owner_workspace_id": owner["id"], "mode": "new", "base": "HEAD"},
+    ):
+        assert kind_of(world, "turn.create", bad) == "invalid_params", bad
+    # `existing` reuses a target as it is: a runtime there is out of scope.
+    reuse = {
+        "owner_workspace_id": owner["id"],
+        "mode": "existing",
+        "target_workspace_id": target["id"],
+        "runtime": "directory",
+    }
+    assert kind_of(world, "turn.create", reuse) == "invalid_scope"
+    del reuse["runtime"]
+    assert world.call("turn.create", reuse)["workspace"]["id"] == target["id"]
+    turns = world.call("turn.list", {"owner_workspace_id": owner["id"]})["turns"]
+    # The refused creates left failed turns only if they got as far as a row: they did not.
+    assert sorted(t["state"] for t in turns) == ["open", "open", "open"]
+    assert sorted(w["name"] for w in world.workspaces()) == sorted(["owner", target["name"], "d"])
+
+
+def test_a_directory_turn_in_a_git_project(world: World) -> None:
+    world.start()
+    world.add_project()
+    owner = world.create("owner")
+    made = world.call(
+        "turn.create", {"owner_workspace_id": owner["id"], "mode": "new", "runtime": "directory"}
+    )["workspace"]
+    assert made["runtime"] == "directory" and made["branch"] is None
+    dir_owner = world.create("downer", runtime="directory")
+    inherited = world.call("turn.create", {"owner_workspace_id": dir_owner["id"], "mode": "new"})
+    assert inherited["workspace"]["runtime"] == "directory"
+    worktree = world.call(
+        "turn.create",
+        {"owner_workspace_id": dir_owner["id"], "mode": "new", "runtime": "worktree"},
+    )
+    assert worktree["workspace"]["runtime"] == "worktree"
+
+
+def directory_turn_points() -> list[str]:
+    """Every kill point a directory target's creation passes (the worktree matrix's points of
+    turn.create, create and setup; the undo points need a failing checkout: not reachable)."""
+    from tests.test_crash_matrix import POINTS
+
+    prefixes = ("turn.create.", "workspace.create.", "workspace.setup.")
+    return [p for p in POINTS if p.startswith(prefixes) and ".undo." not in p]
+
+
+@pytest.mark.parametrize("point", directory_turn_points())
+def test_directory_turn_crash(world: World, point: str) -> None:
+    """The worktree crash matrix's turn driver, for a directory target in a plain-directory
+    project: SIGKILL at the point, restart, the invariants hold, the turn is open and bound
+    (or failed with its target gone), and the user finishes with ordinary calls."""
+    from tests.crash.invariants import Before, check, resolve
+
+    world.start()
+    add_plain_project(world)
+    owner = world.create("owner", runtime="directory")
+    (Path(owner["path"]) / "work.txt").write_text("the owner's work\n")
+    world.start(point)  # the owner's own create must not reach the point
+    world.expect_killed("turn.create", {"owner_workspace_id": owner["id"], "mode": "new"})
+    assert f"fault point {point} reached" in world.d.log_text()
+    world.start()
+    problems = check(world, Before(), where=f"{point}: after restart")
+    assert not problems, "\n".join(problems)
+    (turn,) = world.call("turn.list", {"owner_workspace_id": owner["id"]})["turns"]
+    target = world.ws(turn["target_workspace_id"])
+    if turn["state"] == "open":
+        assert target is not None and target["runtime"] == "directory"
+        assert (target["handle_id"], target["owner_workspace_id"]) == (turn["id"], owner["id"])
+    else:
+        assert turn["state"] == "failed" and target is None, (turn, target)
+    resolve(world)
+    target = world.ws(turn["target_workspace_id"])
+    if target is not None:
+        reuse = {
+            "owner_workspace_id": owner["id"],
+            "mode": "existing",
+            "target_workspace_id": target["id"],
+        }
+        assert world.call("turn.create", reuse)["workspace"]["runtime"] == "directory"
+    else:
+        made = world.call("turn.create", {"owner_workspace_id": owner["id"], "mode": "new"})
+        assert made["workspace"]["runtime"] == "directory"
+    assert (Path(owner["path"]) / "work.txt").read_text() == "the owner's work\n"
+    problems = check(world, Before(), where=f"{point}: after the user finished")
+    assert not problems, "\n".join(problems)
+    assert not [w for w in world.workspaces() if w["interrupted"]]

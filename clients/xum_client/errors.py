@@ -112,6 +112,9 @@ class InvalidPath(XumRpcError): ...
 class PermissionDenied(XumRpcError): ...
 
 
+class DiskFull(XumRpcError): ...
+
+
 ERROR_CLASSES: dict[str, type[XumRpcError]] = {
     ErrorKind.PARSE_ERROR: ParseError,
     ErrorKind.INVALID_REQUEST: InvalidRequest,
@@ -134,6 +137,7 @@ ERROR_CLASSES: dict[str, type[XumRpcError]] = {
     ErrorKind.OPERATION_FAILED: OperationFailed,
     ErrorKind.INVALID_PATH: InvalidPath,
     ErrorKind.PERMISSION_DENIED: PermissionDenied,
+    ErrorKind.DISK_FULL: DiskFull,
 }
 _BY_KIND = ERROR_CLASSES  # the name earlier code used
 

@@ -63,6 +63,10 @@ WatchdogSec={WATCHDOG_S}
 # after TimeoutStopSec is SIGKILLed. With `--keep-processes` (agents that outlive a daemon
 # restart), systemd would still SIGKILL them at a stop: use a drop-in with KillMode=process.
 KillMode=mixed
+# The unit's cgroup is xumd's to divide: each script and process gets its own cgroup in it, so
+# a descendant that leaves its session and drops its environment is still contained
+# ([processes] cgroup = "auto"; daemon.status says which mechanism holds).
+Delegate=yes
 KillSignal=SIGTERM
 TimeoutStopSec={STOP_TIMEOUT_S}
 Restart=on-failure

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 
-from xumd import __version__, logs, loopguard
+from xumd import __version__, faults, logs, loopguard
 from xumd.config import DaemonConfig
 from xumd.events import EventBus
 from xumd.paths import RootPaths
@@ -43,6 +43,13 @@ def _hard_exit(budget: float) -> None:
 
 
 EXIT_FORCED = 70
+
+HOLD_DRAINS = faults.declare(
+    "daemon.shutdown.hold_drains",
+    "simulate: hold a shutdown after in-flight requests ended (or were cancelled), before the "
+    "drains, until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
 
 T = TypeVar("T")
 Hook = Callable[[], Awaitable[None]]
@@ -165,9 +172,12 @@ class App:
                         await self.router.wait_idle()
                     if grace.cancelled_caught:
                         log.warning("daemon.requests_cancelled", active=self.router.active)
-                    # Still running: cancelled; each answers `shutting_down` (see connection.py).
+                    # Still running: cancelled. One that committed nothing answers
+                    # `shutting_down`; one that committed its logical change answers its result
+                    # with the physical part pending (dispatch.answer_if_cut, connection.py).
                     work.cancel_scope.cancel()
                 # 3. Registered drains, each under its own deadline.
+                await HOLD_DRAINS.hold()
                 for drain in self._drains:
                     left = await self._run_drain(drain)
                     if left:

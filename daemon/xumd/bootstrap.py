@@ -13,18 +13,20 @@ from xumd.lifecycle.seams import LifecycleHooks
 from xumd.processes import feature as processes_feature
 from xumd.recovery import feature as recovery_feature
 from xumd.rpc import spec_examples
-from xumd.services import daemon_service
+from xumd.services import containment_service, daemon_service
 from xumd.turns import feature as turns_feature
 
 
 def install_features(app: App) -> None:
     app.provide(LifecycleHooks())
     daemon_service.install(app)
+    containment_service.install(app)  # first: its start-up sweep runs before adoption/recovery
     # Feature installs, in dependency order (each line owned by its feature):
     lifecycle_feature.install(app)  # lifecycle (projects, workspaces)
     cleanup_feature.install(app)  # cleanup obligations + retry (after lifecycle)
     processes_feature.install(app)  # processes + leases (after lifecycle and cleanup)
     turns_feature.install(app)  # delegated turns (after lifecycle)
     recovery_feature.install(app)  # startup pass + strays (last: runs after the others' hooks)
+    containment_service.wire(app)
     if app.config.enable_test_methods:
         spec_examples.install(app.router)

@@ -35,6 +35,18 @@ class ProcessesConfig(BaseModel):
         "ROOT/processes and leave them running at shutdown; the next start adopts them.",
     )
     probe_interval_s: float = Field(default=2.0, gt=0)
+    probe_deadline_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="The quiescence check's cwd/open-file scan; unfinished by then: busy.",
+    )
+    cgroup: str = Field(
+        default="auto",
+        min_length=1,
+        description="Run every script and process in its own cgroup v2 under: `auto` (the "
+        "daemon's own cgroup when it is delegated, e.g. systemd Delegate=yes), `off`, or the "
+        "absolute path of a writable cgroup v2 directory (docs/PROCESSES.md, Containment).",
+    )
     output_poll_s: float = Field(default=0.1, gt=0, le=5, description="Durable output polling.")
     output_head_bytes: int = Field(default=32 * 1024, ge=0)
     output_tail_bytes: int = Field(default=224 * 1024, ge=1024)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from xumd import faults, fdlimits, logs, procutil
+from xumd import containment, faults, fdlimits, logs, procutil
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.config import ConfigError, load
@@ -86,6 +86,9 @@ def run_daemon(
     if not owned_socket:
         socket_path = Path(socket_name(sock))
 
+    # Orphaned descendants of our children (a script's double fork) re-parent to us, not to
+    # init: they stay findable, and we reap them (docs/PROCESSES.md, "Containment").
+    containment.enable_subreaper()
     app = App(paths, config, store, Notifier())
     app.socket_path = socket_path
     install_features(app)

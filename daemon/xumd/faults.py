@@ -2,9 +2,12 @@
 
 Each step between a durable write and its effect calls a point with a stable name. With
 `XUM_FAULT=<name>` in the environment the daemon SIGKILLs itself when it reaches that point, so a
-crash test can kill at every point and check the invariants after a restart. `xumd
---list-fault-points` prints every declared name; a point is declared at import time, so a new point
-is covered by the crash harness automatically.
+crash test can kill at every point and check the invariants after a restart. With
+`XUM_FAULT=<name>:raise` the point raises `FaultInjected` instead, once (an unexpected exception,
+as a bug or an unforeseen OS error would): the daemon lives on, and a test checks that the
+failure left no row stuck and that a retry goes through. `xumd --list-fault-points` prints every
+declared name; a point is declared at import time, so a new point is covered by the crash
+harness automatically.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ HOLD_POLL_S = 0.02
 _registry: dict[str, str] = {}
 _simulated: dict[str, str] = {}
 _armed: str | None = None
+_mode: str = "kill"
+MODES = ("kill", "raise")
+
+
+class FaultInjected(RuntimeError):
+    """Raised at an armed point in `raise` mode (deliberately not a XumError: it stands for a
+    failure nobody foresaw, answered `internal`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,15 +94,27 @@ def simulated_points() -> dict[str, str]:
 
 def arm_from_env() -> str | None:
     """Arm the point named by XUM_FAULT (if any); unknown names are a startup error."""
-    global _armed
+    global _armed, _mode
     name = os.environ.get(ENV_VAR) or None
+    mode = "kill"
+    if name is not None and ":" in name:
+        name, mode = name.split(":", 1)
+        if mode not in MODES:
+            raise ValueError(f"{ENV_VAR}: mode {mode!r} is not one of {', '.join(MODES)}")
     if name is not None and name not in _registry and name not in _simulated:
         raise ValueError(f"{ENV_VAR}={name!r} names no fault point (see xumd --list-fault-points)")
     _armed = name
+    _mode = mode
     return name
 
 
 def hit(name: str) -> None:
+    global _armed
+    if _armed is not None and name == _armed and _mode == "raise":
+        # Once: a retry in the same daemon then gets past the point (the failure was transient).
+        _armed = None
+        sys.stderr.write(f"xumd: fault point {name} reached; raising\n")
+        raise FaultInjected(f"fault injected at {name}")
     if _armed is not None and name == _armed:
         # No logging framework here: the line must reach stderr before the kill.
         sys.stderr.write(f"xumd: fault point {name} reached; SIGKILL\n")

@@ -14,6 +14,8 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
+from xumd import diskfull
+from xumd.containment import Containment
 from xumd.errors import XumError
 from xumd.lifecycle import gitlocks
 from xumd.procutil import CommandNotFound, CommandResult, run_command
@@ -29,14 +31,26 @@ _BASE_ENV = {
 
 
 class GitError(XumError):
-    def __init__(self, result: CommandResult, what: str) -> None:
+    def __init__(
+        self, result: CommandResult, what: str, wrote_to: Sequence[Path | str] = ()
+    ) -> None:
         tail = result.output.tail_text(1500).strip()
+        message = f"{what}: {result.describe()}" + (f": {tail}" if tail else "")
+        kind = ErrorKind.TIMEOUT if result.timed_out else ErrorKind.OPERATION_FAILED
+        extra: dict[str, object] = {}
+        if not result.timed_out and wrote_to and diskfull.git_says_no_space(tail):
+            # git's "unable to write file X" does not say why; name the full filesystem.
+            full = diskfull.disk_full(
+                wrote_to[0], f"what {what} writes", f"git: {tail}", others=tuple(wrote_to[1:])
+            )
+            kind, message, extra = full.kind, full.message, full.data
         super().__init__(
-            ErrorKind.TIMEOUT if result.timed_out else ErrorKind.OPERATION_FAILED,
-            f"{what}: {result.describe()}" + (f": {tail}" if tail else ""),
+            kind,
+            message,
             argv=result.argv,
             returncode=result.returncode,
             output_tail=tail,
+            **extra,
         )
         self.result = result
 
@@ -92,6 +106,8 @@ def _common_dir_for(lock: Path) -> Path | None:
 class Git:
     timeout_s: float = 120.0
     binary: str = "git"
+    containment: Containment | None = None
+    """Set by the containment service: a hook's double-forked leftovers are stopped too."""
     lock_wait_s: float = 2.0
 
     def __post_init__(self) -> None:
@@ -139,7 +155,9 @@ class Git:
             if lock is not None and check:
                 raise GitLockBusy(result, what or f"git {args[0] if args else ''}", lock)
         if check and not result.ok:
-            raise GitError(result, what or f"git {args[0] if args else ''}")
+            raise GitError(
+                result, what or f"git {args[0] if args else ''}", _written(repo, args, env)
+            )
         return result
 
     async def _run_once(
@@ -157,6 +175,7 @@ class Git:
                 stdin=stdin,
                 # SIGTERM lets git remove its own lock files; SIGKILL only after a grace.
                 grace_s=5.0,
+                containment=self.containment,
             )
         except CommandNotFound as exc:
             raise XumError(
@@ -175,6 +194,18 @@ class Git:
         """Run and return stdout+stderr as text, stripped."""
         result = await self.run(repo, *args, **kwargs)  # type: ignore[arg-type]
         return result.output.text().strip()
+
+
+def _written(repo: Path, args: Sequence[str], env: Mapping[str, str] | None) -> list[Path | str]:
+    """Where a git command may have written: the repository, absolute path arguments (the
+    checkout of `worktree add`), and an index or object directory given by environment."""
+    found: list[Path | str] = [repo]
+    found += [arg for arg in args if os.path.isabs(arg)]
+    for key in ("GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_DIR"):
+        value = (env or {}).get(key)
+        if value and os.path.isabs(value):
+            found.append(value)
+    return found
 
 
 def pathspec(paths: Sequence[str]) -> list[str]:

@@ -25,6 +25,7 @@ import anyio
 import anyio.abc
 import psutil
 
+from xumd import containment as contain
 from xumd import logs
 
 log = logs.get("xumd.proc")
@@ -312,6 +313,8 @@ class CommandResult:
     timed_out: bool
     duration_s: float
     pid: int = 0
+    escaped: list[contain.Marked] = field(default_factory=list)
+    """Descendants of the run (its marker, its cgroup) still alive after SIGKILL."""
 
     @property
     def ok(self) -> bool:
@@ -381,19 +384,35 @@ async def run_command(
     stdin: bytes | None = None,
     on_start: object = None,
     on_output: Callable[[bytes], None] | None = None,
+    containment: contain.Containment | None = None,
+    marker: contain.Marker | None = None,
 ) -> CommandResult:
     """Run argv in its own session with merged stdout/stderr, bounded output and a deadline.
 
     On timeout or cancellation the whole tree gets SIGTERM, then SIGKILL after `grace_s`;
-    cancellation is re-raised after the tree is gone (shielded, bounded).
+    cancellation is re-raised after the tree is gone (shielded, bounded). With `containment`,
+    the child carries a marker (`marker`, or a fresh one) in its environment, and whatever still
+    carries it once the command ended (a double-forked descendant too) is stopped as well.
     """
     if not argv:
         raise ValueError("empty argv")
     started = time.monotonic()
     output = BoundedOutput(output_limit)
+    explicit = marker is not None
+    if containment is not None:
+        marker = marker or containment.run_marker("cmd")
+    if marker is not None:
+        env = {**(os.environ if env is None else env), contain.MARKER_VAR: str(marker)}
+    full_argv = _with_parent_death_signal(argv, env)
+    runs = containment.runs if containment is not None else None
+    if runs is not None and marker is not None:
+        # Its own cgroup: whatever it starts stays inside, even with a fresh environment.
+        full_argv = runs.join_argv(marker.record, full_argv)
+    contain.starting()
+    pid: int | None = None
     try:
         proc = await anyio.open_process(
-            _with_parent_death_signal(argv, env),
+            full_argv,
             cwd=cwd,
             env=dict(env) if env is not None else None,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -401,12 +420,16 @@ async def run_command(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        pid = proc.pid
     except FileNotFoundError as exc:
         raise CommandNotFound(f"{argv[0]}: command not found") from exc
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
             raise CommandNotFound(f"{argv[0]}: {exc.strerror}") from exc
         raise
+    finally:
+        # Registered before the orphan reaper can run again: it never reaps this child.
+        contain.started(pid)
     if callable(on_start):
         on_start(proc.pid)
     timed_out = False
@@ -431,6 +454,21 @@ async def run_command(
                 await kill_tree(proc.pid, proc.pid, grace_s)
                 with anyio.move_on_after(2.0):
                     await proc.wait()
+        if proc.returncode is not None:
+            contain.waited(proc.pid)
+        escaped: list[contain.Marked] = []
+        # Shielded: on cancellation (a shutdown) this is exactly when leftovers must go.
+        with anyio.CancelScope(shield=True):
+            if containment is not None and marker is not None:
+                # Descendants that left the group and the tree (setsid, double fork) still
+                # carry the marker: the command does not outlive the command, wherever they went.
+                escaped = await containment.leftovers(marker, grace_s, always=explicit)
+            # Our ends of the pipes now, not at garbage collection: a descendant that escaped
+            # may hold the other end open for as long as it lives.
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(Exception):
+                        await stream.aclose()
     return CommandResult(
         argv=list(argv),
         returncode=proc.returncode,
@@ -438,4 +476,5 @@ async def run_command(
         timed_out=timed_out,
         duration_s=time.monotonic() - started,
         pid=proc.pid,
+        escaped=escaped,
     )

@@ -41,6 +41,7 @@ class ErrorKind(StrEnum):
     OPERATION_FAILED = "operation_failed"
     INVALID_PATH = "invalid_path"
     PERMISSION_DENIED = "permission_denied"
+    DISK_FULL = "disk_full"
 
 
 ERROR_CODES: dict[ErrorKind, int] = {
@@ -65,6 +66,7 @@ ERROR_CODES: dict[ErrorKind, int] = {
     ErrorKind.OPERATION_FAILED: -32014,
     ErrorKind.INVALID_PATH: -32015,
     ErrorKind.PERMISSION_DENIED: -32016,
+    ErrorKind.DISK_FULL: -32017,
 }
 
 KIND_BY_CODE: dict[int, ErrorKind] = {code: kind for kind, code in ERROR_CODES.items()}

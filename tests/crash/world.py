@@ -66,12 +66,21 @@ class World:
         write_config(self.root, config)
         self.daemon: DaemonProcess | None = None
         self.project_id = ""
+        self.raise_at: str | None = None
+        """The point armed in `raise` mode (`XUM_FAULT=<point>:raise`) instead of SIGKILL:
+        the drivers then see the operation fail and the daemon live on
+        (tests/test_failure_matrix.py)."""
+        self.answers: list[Any] = []
+        self.armed_raise = False
 
     # -- daemon ----------------------------------------------------------------------------------
 
     def start(self, fault: str | None = None, *, wait_ready: bool = True) -> DaemonProcess:
         if self.daemon is not None:
             self.daemon.close()
+        self.armed_raise = bool(fault and fault == self.raise_at)
+        if self.armed_raise:
+            fault = f"{fault}:raise"
         env = {"XUM_FAULT": fault} if fault else {}
         self.daemon = DaemonProcess(self.root, env=env, log_level="info")
         self.daemon.start(wait_ready=wait_ready)
@@ -92,7 +101,16 @@ class World:
             return exc
 
     def expect_killed(self, method: str, params: dict[str, Any]) -> None:
-        """The call must not answer: the daemon dies by SIGKILL at the armed point."""
+        """The call must not answer: the daemon dies by SIGKILL at the armed point. In raise
+        mode it answers (an error, or success when the point lies after the commit) and the
+        daemon lives on."""
+        if self.armed_raise:
+            self.answers.append(self.try_call(method, params))
+            assert self.d.proc is not None and self.d.proc.poll() is None, (
+                f"{method}: the daemon died after a raised fault; log tail:\n"
+                + self.d.log_text()[-3000:]
+            )
+            return
         try:
             answer = self.call(method, params)
         except (XumClientError, OSError):
@@ -105,6 +123,10 @@ class World:
 
     def wait_killed(self) -> None:
         code = self.d.wait(30)
+        if self.armed_raise:
+            # A raise in the startup pass: the daemon never serves and exits with an error.
+            assert code not in (0, -signal.SIGKILL), f"daemon exited with {code}"
+            return
         assert code == -signal.SIGKILL, f"daemon exited with {code}: {self.d.log_text()[-3000:]}"
 
     def close(self) -> None:

@@ -91,9 +91,11 @@ def test_disk_full_during_create(tmp_short: Path, tmpfs: Path, daemon: DaemonPro
     with pytest.raises(XumClientError) as info:
         daemon.call("workspace.create", {"project_id": project_id, "name": "w"})
     error = info.value
-    assert _kind(error) == "operation_failed", error
-    # git names the files it could not write (it does not always say ENOSPC itself).
+    assert _kind(error) == "disk_full", error
+    # git names the files it could not write (it does not always say ENOSPC itself); the
+    # error names the filesystem that is full.
     assert "unable to write" in str(error) or "space" in str(error).lower(), str(error)
+    assert getattr(error, "data", {}).get("filesystem") == str(tmpfs), error
     # Nothing half-applied: no row, no checkout, no admin entry, no branch.
     assert [r for r in rows(daemon.root) if r["project_id"] == project_id] == []
     assert not any(tmpfs.iterdir()) or sorted(p.name for p in tmpfs.iterdir()) == ["lost+found"]
@@ -117,7 +119,8 @@ def test_disk_full_during_archive(tmp_short: Path, tmpfs: Path, daemon: DaemonPr
     filler = _fill(tmpfs)
     with pytest.raises(XumClientError) as info:
         daemon.call("workspace.archive", {"workspace_id": ws["id"]})
-    assert _kind(info.value) in {"operation_failed", "not_safe"}, info.value
+    assert _kind(info.value) == "disk_full", info.value
+    assert getattr(info.value, "data", {}).get("filesystem") == str(tmpfs), info.value
     # Nothing lost, nothing half-applied: still active, the work still in place.
     row = next(r for r in rows(daemon.root) if r["id"] == ws["id"])
     assert row["state"] == "active", row["state"]

@@ -1,5 +1,6 @@
 """`xum turn new|ls|show|end`: delegated workspace turns, and `xum strays` (checkouts and git admin
-entries under the root that no workspace claims; also reachable as `xum ws strays`).
+entries under the root that no workspace claims, and kept copies of preserved files; also
+reachable as `xum ws strays`).
 
 An owner is addressed like any workspace: ws_... or PROJECT/NAME.
 """
@@ -25,7 +26,18 @@ def _turn_line(t: dict[str, Any]) -> str:
     return f"{t['id']}  {t['mode']:<8} {t['state']:<8} -> {target}{reason}{flags}"
 
 
+def _kept_lines(s: dict[str, Any]) -> list[str]:
+    facts = [f"{s['files']} file(s)"]
+    if s.get("note"):
+        facts.append(s["note"])
+    lines = [f"{'kept':<11} {s['path']}", "  " + ", ".join(facts)]
+    lines.extend(f"    {path}" for path in (s.get("kept_files") or [])[:10])
+    return lines
+
+
 def _stray_lines(s: dict[str, Any]) -> list[str]:
+    if s["kind"] == "kept":
+        return _kept_lines(s)
     lines = [f"{s['kind']:<11} {s['path']}" + ("" if s["exists"] else " (gone)")]
     facts = []
     if s.get("branch"):
@@ -50,8 +62,13 @@ def show_strays(obj: Ctx, project_ref: str | None) -> None:
         result = client.call("workspace.strays", params)
     lines = [line for s in result["strays"] for line in _stray_lines(s)]
     human = "\n".join(lines) if lines else "no strays"
-    if lines:
+    if any(s["kind"] != "kept" for s in result["strays"]):
         human += "\n(never deleted by xumd: inspect them, then move or delete them yourself)"
+    if any(s["kind"] == "kept" for s in result["strays"]):
+        human += (
+            "\n(kept: copies of files a workspace was asked to preserve; take what you need, "
+            "then `xum ws discard-kept PATH`)"
+        )
     obj.emit(result, human)
 
 

@@ -1,4 +1,4 @@
-"""`xum ws new|ls|show|mv|archive|unarchive|rm|keep` and `xum events`.
+"""`xum ws new|ls|show|mv|archive|unarchive|rm|keep|discard-kept` and `xum events`.
 
 A workspace is addressed by its id (ws_...) or as PROJECT/NAME.
 """
@@ -171,6 +171,9 @@ def register(cli: click.Group) -> None:
             _dropped_line(result["dropped"]),
             _cleanup_line(result["cleanup"]),
         ]
+        if stop:
+            stopped = result.get("stopped") or []
+            lines.insert(1, "stopped: " + (", ".join(stopped) if stopped else "nothing running"))
         obj.emit(result, "\n".join(lines))
 
     @ws.command("unarchive")
@@ -185,15 +188,28 @@ def register(cli: click.Group) -> None:
         w = result["workspace"]
         restored = result["restored"]
         files = len((restored.get("snapshot") or {}).get("files", []))
-        obj.emit(
-            result,
+        human = (
             f"restored {w['name']} at {w['path']} ({files} file(s) from the snapshot, "
-            f"{len(restored['preserved'])} preserved)\n{_setup_line(result['setup'])}",
+            f"{len(restored['preserved'])} preserved)\n{_setup_line(result['setup'])}"
         )
+        if restored.get("replaced"):
+            human += "\nyour preserved copy replaced what setup wrote: " + ", ".join(
+                restored["replaced"]
+            )
+        if restored.get("kept_at"):
+            human += (
+                f"\nnot in place: {', '.join(restored.get('unverified') or [])}; "
+                f"your saved copy is kept at {restored['kept_at']}"
+            )
+        obj.emit(result, human)
 
     @ws.command("rm")
     @click.argument("ref")
-    @click.option("--force", is_flag=True, help="snapshot uncommitted work instead of refusing")
+    @click.option(
+        "--force",
+        is_flag=True,
+        help="snapshot uncommitted work and keep preserved files instead of refusing",
+    )
     @click.pass_obj
     def rm(obj: Ctx, ref: str, force: bool) -> None:
         """Remove a workspace (branch and snapshots are kept)."""
@@ -201,8 +217,23 @@ def register(cli: click.Group) -> None:
         lines = [f"removed {result['workspace_id']} (branch {result['branch'] or '-'} kept)"]
         if result["snapshot"]:
             lines.append(f"snapshot: {result['snapshot']['ref']}")
+        if result.get("kept"):
+            kept = result["kept"]
+            lines.append(
+                f"kept {len(kept['files'])} preserved file(s) at {kept['path']} "
+                "(`xum ws strays`; `xum ws discard-kept PATH` deletes them)"
+            )
         lines.append(_cleanup_line(result["cleanup"]))
         obj.emit(result, "\n".join(lines))
+
+    @ws.command("discard-kept")
+    @click.argument("path")
+    @click.pass_obj
+    def discard_kept(obj: Ctx, path: str) -> None:
+        """Delete a kept copy of preserved files (a `kept` stray: `xum ws strays`)."""
+        with obj.client() as client:
+            result = client.call("workspace.discard_kept", {"path": path})
+        obj.emit(result, f"deleted {result['path']} ({result['files']} file(s))")
 
     @ws.command("keep")
     @click.argument("ref")

@@ -17,7 +17,7 @@ from xumd import logs
 from xumd.cleanup.backoff import Backoff
 from xumd.cleanup.clock import Clock
 from xumd.cleanup.lanes import PATH_LANE, RECLAIM_LANE
-from xumd.cleanup.obligations import ABANDONED, COMPLETED, ObligationRow, Obligations
+from xumd.cleanup.obligations import ABANDONED, COMPLETED, PENDING, ObligationRow, Obligations
 from xumd.cleanup.status import workspace_status
 from xumd.cleanup.steps import Outcome
 from xumd.events import EventBus
@@ -68,6 +68,18 @@ class OutcomeRecorder:
         self._announce(stored)
         self._remember_status(ob.workspace_id)
         return stored
+
+    def record_cut(self, ob: ObligationRow, error: str) -> None:
+        """An attempt cut short by a cancellation: pending, due at once, saying why. Called
+        from a cancelled scope, so nothing here awaits."""
+        now = self.clock.time()
+        current = self.obligations.get(ob.id)
+        if current is None or current.state != PENDING:
+            return  # the step recorded its own outcome before the cut
+        stored = self.obligations.fail_attempt(current, now, now, error)
+        log.warning("cleanup.attempt_cut_short", obligation=ob.id, kind=ob.kind)
+        self._announce(stored)
+        self._remember_status(ob.workspace_id)
 
     def _poke_all(self) -> None:
         self.poke(PATH_LANE)

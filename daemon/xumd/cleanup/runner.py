@@ -9,6 +9,7 @@ path, held under the directory exclusion.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import anyio
 
@@ -37,6 +38,7 @@ class StepRunner:
         backoff: Backoff,
         clock: Clock,
         config: CleanupConfig,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.obligations = obligations
         self.steps = steps
@@ -45,6 +47,7 @@ class StepRunner:
         self.backoff = backoff
         self.clock = clock
         self.config = config
+        self.stopping = stopping
         self._locks: dict[str, anyio.Lock] = {}
 
     def lock(self, workspace_id: str, lane: str) -> anyio.Lock:
@@ -93,6 +96,18 @@ class StepRunner:
         try:
             with anyio.fail_after(self.config.step_timeout_s):
                 outcome = await self._run_step(ob)
+        except anyio.get_cancelled_exc_class():
+            # Cut short (the shutdown grace ran out, or the lane was cancelled at a drain): the
+            # attempt is recorded as such, due at once, so the answer (and cleanup.list) says
+            # why it is pending and the retry service takes it up as soon as the daemon runs
+            # again. Recorded without awaiting: the scope is cancelled.
+            why = "the daemon is shutting down" if self.stopping() else "it was cancelled"
+            self.recorder.record_cut(
+                ob,
+                f"{ob.kind} was cut short: {why}; it runs again when the daemon next runs "
+                "(or on cleanup.retry)",
+            )
+            raise
         except TimeoutError:
             outcome = Outcome.failed(
                 f"{ob.kind} did not finish within {self.config.step_timeout_s}s"

@@ -91,6 +91,7 @@ class CleanupService:
             backoff=self.backoff,
             clock=self.clock,
             config=self.config,
+            stopping=lambda: app.stopping,
         )
         self.cycles = LaneCycles(self.obligations, self.runner, self.clock, self.config)
         # Planning runs inside the caller's transaction, no await (planning.py); the planner's

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 import threading
 from collections.abc import Awaitable, Callable
@@ -21,10 +20,10 @@ from typing import Any
 
 import anyio
 
-from xumd import faults, logs
+from xumd import faults, fsdelete, logs
 from xumd.cleanup import fence
 from xumd.cleanup.obligations import ABANDONED, ObligationRow, Obligations
-from xumd.cleanup.reclaim import Interrupted, delete_tree
+from xumd.fsdelete import Interrupted, delete_tree
 from xumd.git import Git
 from xumd.lifecycle.marker import parse as parse_marker
 
@@ -37,8 +36,31 @@ BEFORE_TRASH = faults.declare("cleanup.trash.before_rename", "trash path committ
 AFTER_TRASH = faults.declare(
     "cleanup.trash.after_rename", "checkout moved into the trash; git admin entry still there"
 )
+HOLD_BEFORE_RENAME = faults.declare(
+    "cleanup.trash.hold_before_rename",
+    "fenced, not moved yet: the window a swap at the path can use (the move re-checks)",
+    simulate=True,
+)
 AFTER_RECLAIM = faults.declare(
     "cleanup.reclaim.after_delete", "trash entry deleted; completion not committed yet"
+)
+
+TRASH_HOLD = faults.declare(
+    "cleanup.trash.hold",
+    "simulate: hold a trash step before its fence, its look for mounts and the move of the "
+    "checkout, until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
+RECLAIM_HOLD = faults.declare(
+    "cleanup.reclaim.hold",
+    "simulate: hold a reclaim before it looks at its trash entry, until the test releases it",
+    simulate=True,
+)
+RECLAIM_WALK_HOLD = faults.declare(
+    "cleanup.reclaim.hold_walk",
+    "simulate: hold a reclaim after its checks (mount table, identity), just before the "
+    "deleting walk, until the test releases it",
+    simulate=True,
 )
 
 TAIL_CHARS = 1500
@@ -103,6 +125,10 @@ class Steps:
         if not check.present:
             return Outcome.abandoned("the checkout directory is gone; teardown was not run")
         if check.problem:
+            over = _mount_over(Path(ob.path))
+            if over:
+                # A mount over the checkout hides it (and its marker): wait, do not abandon.
+                return Outcome.failed(f"waiting: mount at {over} over the checkout")
             return Outcome.abandoned(check.problem)
         outcome = await self.teardown_fn(ob, Path(ob.path))
         AFTER_TEARDOWN()
@@ -110,13 +136,14 @@ class Steps:
 
     # -- trash -----------------------------------------------------------------------------------
 
-    def _trash_path(self, ob: ObligationRow, checkout_dev: int) -> tuple[Path, ObligationRow]:
-        """The trash path, on the checkout's filesystem, committed before anything moves."""
+    def _trash_path(self, ob: ObligationRow) -> tuple[Path, ObligationRow]:
+        """The trash path, on the checkout's mount, committed before anything moves."""
         planned = Path(ob.detail.get("trash_path") or self.trash_dir / ob.id)
         planned.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if os.stat(planned.parent).st_dev != checkout_dev:
-            # A rename cannot cross filesystems: use a trash area next to the checkout instead
-            # (still instant, still outside the path the user sees).
+        if not fsdelete.same_mount(planned.parent, Path(ob.path)):
+            # A rename cannot cross mounts (EXDEV; two bind mounts of one filesystem share
+            # st_dev but not a mount): use a trash area next to the checkout instead (still
+            # instant, still outside the path the user sees).
             alt_dir = Path(ob.path).parent / ".xum-trash"
             alt_dir.mkdir(mode=0o700, exist_ok=True)
             planned = alt_dir / ob.id
@@ -125,6 +152,7 @@ class Steps:
         return planned, ob
 
     async def trash(self, ob: ObligationRow) -> Outcome:
+        await TRASH_HOLD.hold()
         check, problem = self._fence(ob)
         path = Path(ob.path)
         moved = False
@@ -134,13 +162,22 @@ class Steps:
         if check.present:
             if problem:
                 return _refused(problem)
+            # Before the directory check: a mount over the checkout hides its marker (the fence
+            # would call it foreign and abandon for good), and one inside would ride along into
+            # the trash (its reclaim would have to stop at it). Wait until they are unmounted.
+            mounts = [] if os.path.islink(path) else fsdelete.mounts_at_or_under(path)
+            if mounts:
+                return Outcome.failed(
+                    f"waiting: mount at {fsdelete.describe_mounts(mounts)} in or over the "
+                    "checkout; the checkout is left in place until it is unmounted"
+                )
             if check.problem:
                 return Outcome.abandoned(check.problem)
-            checkout_dev = os.lstat(path).st_dev
-            trash_path, ob = self._trash_path(ob, checkout_dev)
+            trash_path, ob = self._trash_path(ob)
             if os.path.lexists(trash_path):
                 return Outcome.failed(f"trash entry {trash_path} already exists; not overwritten")
             BEFORE_TRASH()
+            await HOLD_BEFORE_RENAME.hold()
             os.rename(path, trash_path)
             moved = True
             # The rename moved whatever sat at the path at that instant: prove it was the
@@ -158,6 +195,11 @@ class Steps:
         else:
             dropped = None
         detail: dict[str, Any] = {"moved": moved, "admin_entry": dropped}
+        if trash_path is not None:
+            # The recorder completes the row it was handed, whose detail predates
+            # `_trash_path`: without this, a trash area next to the checkout (another mount)
+            # was forgotten and its reclaim looked for the entry in ROOT/trash.
+            detail["trash_path"] = str(trash_path)
         if not moved:
             detail["note"] = "the checkout was already gone"
         return Outcome.done(**detail)
@@ -203,7 +245,10 @@ class Steps:
                 ours = target == Path(ob.path) / ".git" and not os.path.lexists(target)
             if not ours:
                 return "left alone (names another worktree)"
-            shutil.rmtree(admin)
+            left = (await anyio.to_thread.run_sync(delete_tree, admin)).left
+            if left:
+                log.warning("cleanup.admin_entry_left", obligation=ob.id, left=left[:5])
+                return f"left alone (mount at {fsdelete.describe_mounts(left)})"
             log.info("cleanup.admin_entry_dropped", obligation=ob.id, admin=str(admin))
             return "dropped"
 
@@ -228,17 +273,25 @@ class Steps:
             return Outcome.abandoned(reason)
         if source is None:
             return Outcome.done(bytes=0, needed=False)
+        await RECLAIM_HOLD.hold()
         try:
             st = os.lstat(source)
         except FileNotFoundError:
             return Outcome.done(bytes=int(ob.detail.get("bytes") or 0))
         if not stat.S_ISDIR(st.st_mode):
             return Outcome.abandoned(f"trash entry {source} is not a directory; left alone")
+        # A mount that appeared in the trash entry (or over it) is never descended: the reclaim
+        # stays pending naming it. Checked before the walk (nothing is deleted then), and by
+        # the walk itself for one that appears meanwhile (it stops at every mount boundary).
+        mounts = fsdelete.mounts_at_or_under(source)
+        if mounts:
+            return Outcome.failed(_mount_wait(source, mounts))
         if ob.identity is not None and (st.st_dev, st.st_ino) != ob.identity:
             return Outcome.abandoned(f"trash entry {source} is not the directory moved there")
+        await RECLAIM_WALK_HOLD.hold()
         stop = threading.Event()
         try:
-            freed = await anyio.to_thread.run_sync(
+            report = await anyio.to_thread.run_sync(
                 delete_tree, source, stop, abandon_on_cancel=True
             )
         except Interrupted:
@@ -248,9 +301,33 @@ class Steps:
         finally:
             # Cancelled (shutdown): the worker stops at its next entry.
             stop.set()
+        if report.left:
+            # Not in the mount table a moment ago: a mount that appeared since, or a directory
+            # on another device without a mount of its own (a btrfs subvolume): left alone.
+            log.warning("cleanup.reclaim_left", obligation=ob.id, left=report.left[:5])
+            return Outcome.failed(
+                f"waiting: mount or other device at {fsdelete.describe_mounts(report.left)} "
+                f"inside trash entry {source}; not descended (unmount it and the reclaim "
+                "completes)"
+            )
         AFTER_RECLAIM()
-        log.info("cleanup.reclaimed", obligation=ob.id, bytes=freed)
-        return Outcome.done(bytes=freed, needed=True)
+        log.info("cleanup.reclaimed", obligation=ob.id, bytes=report.freed)
+        return Outcome.done(bytes=report.freed, needed=True)
+
+
+def _mount_over(path: Path) -> str | None:
+    """The mount point sitting on `path` itself (not followed if `path` is a symlink)."""
+    if os.path.islink(path):
+        return None
+    real = os.path.realpath(path)
+    return real if real in fsdelete.mounts_at_or_under(path) else None
+
+
+def _mount_wait(source: Path, mounts: list[str]) -> str:
+    return (
+        f"waiting: mount at {fsdelete.describe_mounts(mounts)} inside trash entry {source}; "
+        "not descended (unmount it and the reclaim completes)"
+    )
 
 
 def _refused(problem: fence.RowProblem) -> Outcome:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from xum_protocol.errors import ErrorKind
+from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import WorkspaceArchiveResult
 
 from xumd import faults
@@ -18,10 +19,17 @@ from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
 from xumd.lifecycle.seams import WorkspaceRef, busy_message
 from xumd.lifecycle.snapshot import Dropped, Snapshot
+from xumd.rpc.dispatch import answer_if_cut
 
 ARCHIVE_AFTER_INTENT = faults.declare("workspace.archive.after_intent")
 ARCHIVE_AFTER_SNAPSHOT = faults.declare("workspace.archive.after_snapshot")
 ARCHIVE_AFTER_COMMIT = faults.declare("workspace.archive.after_commit")
+HOLD = faults.declare(
+    "workspace.archive.hold",
+    "simulate: hold an archive after its intent (`archiving`) committed, before the snapshot, "
+    "until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
 
 
 async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> WorkspaceArchiveResult:
@@ -32,13 +40,21 @@ async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> Worksp
                 row, f"workspace {row.name!r} is {row.state}; only an active workspace is archived"
             )
         stopped = await _stop(ctx, ref, row) if stop else []
-        await ctx.quiescent(row, "archive")
+        try:
+            await ctx.quiescent(row, "archive")
+        except XumError as exc:
+            if stopped:
+                # The stop is done and stays done: a refusal says so (no false answer).
+                exc.message += "; the daemon's own processes in it were stopped first"
+                exc.data["stopped"] = stopped
+            raise
         project = ctx.project(row.project_id)
         with ctx.store.transaction():
             row = ctx.update(row, state="archiving")
         ctx.publish("workspace.state_changed", row)
         ARCHIVE_AFTER_INTENT()
         try:
+            await HOLD.hold()
             snap, dropped = await _save_work(ctx, project, row)
         except BaseException:
             ctx.roll_back(row, state="active")
@@ -49,15 +65,22 @@ async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> Worksp
             ctx.plan_cleanup(project, row, teardown=True)
         ctx.publish("workspace.state_changed", row)
         ARCHIVE_AFTER_COMMIT()
-        status = await ctx.run_cleanup(row.id)
-        row = rows.get_workspace(ctx.store, row.id) or row
-        return WorkspaceArchiveResult(
-            workspace=ctx.info(row),
-            snapshot=views.snapshot_info(snap),
-            dropped=views.dropped_info(dropped),
-            cleanup=status,
-            stopped=stopped,
-        )
+        archived = row
+
+        def answer(status: CleanupStatus) -> WorkspaceArchiveResult:
+            current = rows.get_workspace(ctx.store, archived.id) or archived
+            return WorkspaceArchiveResult(
+                workspace=ctx.info(current),
+                snapshot=views.snapshot_info(snap),
+                dropped=views.dropped_info(dropped),
+                cleanup=status,
+                stopped=stopped,
+            )
+
+        # Archived from here on: a shutdown that cuts the cleanup short is answered with this
+        # result (cleanup pending, and why), never `shutting_down`.
+        answer_if_cut(lambda: answer(ctx.cleanup_as_cut(archived.id)), "workspace.archive")
+        return answer(await ctx.run_cleanup(row.id))
 
 
 def _snapshot_fields(snap: Snapshot | None) -> dict[str, str]:
@@ -65,15 +88,16 @@ def _snapshot_fields(snap: Snapshot | None) -> dict[str, str]:
 
 
 async def _stop(ctx: Context, ref: WorkspaceRef, row: WorkspaceRow) -> list[str]:
-    """Stop the daemon's own processes in the workspace first (a user-visible step)."""
-    left = await ctx.hooks().stop_all(ref, ctx.app.config.stop_grace_s + 5.0)
+    """Stop the daemon's own processes in the workspace first (a user-visible step); the ids
+    of the processes stopped."""
+    stopped, left = await ctx.hooks().stop_all(ref, ctx.app.config.stop_grace_s + 5.0)
     if left:
         raise XumError(
             ErrorKind.BUSY,
             f"cannot archive {row.name!r}: could not stop " + busy_message(left)[len("busy: ") :],
             holders=[h.as_dict() for h in left],
         )
-    return ["the daemon's processes in the workspace"]
+    return stopped
 
 
 async def _save_work(

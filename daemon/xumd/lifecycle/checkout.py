@@ -7,16 +7,20 @@ repository trips git's own locks otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 from pathlib import Path
 
+import anyio
 from xum_protocol.errors import ErrorKind
 
+from xumd import diskfull, fsdelete, logs
 from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import gitlocks, marker
 from xumd.lifecycle.rows import WorkspaceRow
+
+log = logs.get("xumd.lifecycle.checkout")
 
 
 async def clear_stale_locks(git: Git, repo: Path) -> list[str]:
@@ -60,25 +64,108 @@ async def add_worktree(
     return cleared
 
 
+async def drop_stale_admin_entry(git: Git, repo: Path, row: WorkspaceRow) -> str | None:
+    """Before a worktree is recreated at `row.path` (which is missing): drop git's admin entry
+    that still registers that path, when its lock reason is a marker of this workspace. A
+    checkout deleted by hand keeps its entry, and xum's lock keeps `prune` from taking it, so
+    `git worktree add` would refuse the path ("missing but locked"). The row is archived, so no
+    incarnation of it is live: the entry is a leftover of ours, as the cleanup's trash step
+    would drop it. Another entry registering the path is the user's to settle: `conflict` with
+    the way out. Returns the admin dir dropped, if any."""
+    if os.path.lexists(row.path):
+        return None
+    common = Path(await git.out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    wanted = {str(row.path / ".git"), os.path.join(os.path.realpath(row.path), ".git")}
+    async with git.admin_lock(repo):
+        try:
+            entries = sorted(os.scandir(common / "worktrees"), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            admin = Path(entry.path)
+            gitdir = _read_small(admin / "gitdir")
+            if gitdir is None or gitdir.strip() not in wanted:
+                continue
+            found = marker.parse(_read_small(admin / "locked") or "")
+            if found is None or found.workspace_id != row.id:
+                raise XumError(
+                    ErrorKind.CONFLICT,
+                    f"git's admin entry {admin} still registers {row.path} (not a checkout of "
+                    f"{row.id}); run `git worktree prune` in {repo} (after `git worktree unlock "
+                    f"{row.path}` if it is locked), then unarchive again",
+                    path=str(row.path),
+                    admin_dir=str(admin),
+                )
+            fsdelete.remove_tree(admin)
+            return str(admin)
+    return None
+
+
+def _read_small(path: Path) -> str | None:
+    try:
+        if path.is_symlink():
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")[:4096]
+    except OSError:
+        return None
+
+
 def make_directory(row: WorkspaceRow) -> None:
     """The directory runtime's checkout: a plain directory carrying the marker file."""
     row.path.mkdir()
-    marker.write_directory_marker(row.path, marker.Marker(row.id, row.incarnation))
+    try:
+        marker.write_directory_marker(row.path, marker.Marker(row.id, row.incarnation))
+    except BaseException as exc:
+        # Without its marker the directory cannot be proven ours later, so the undo would
+        # leave it at the path (a later unarchive or create: "exists"). It is ours now and
+        # empty but for the marker's temporary file: take it back (rmdir: only if empty).
+        with contextlib.suppress(OSError):
+            (row.path / f"{marker.DIRECTORY_MARKER}.tmp").unlink(missing_ok=True)
+            row.path.rmdir()
+        if isinstance(exc, OSError) and diskfull.is_no_space_oserror(exc):
+            raise diskfull.disk_full(
+                row.path, f"the marker file of {row.path}", exc.strerror
+            ) from exc
+        raise
 
 
 async def discard(git: Git, repo: Path, row: WorkspaceRow) -> None:
     """Take back the checkout this operation made for `row` (marker-checked): a worktree and
-    git's admin entry, or a directory. Anything else at the path is left alone."""
+    git's admin entry, or a directory. Anything else at the path is left alone, and so is a
+    checkout with a mount at or under it (`git worktree remove` would empty the mount)."""
+    mounts = fsdelete.mounts_at_or_under(row.path)
+    if mounts:
+        log.warning("checkout.discard_left", workspace=row.id, mounts=mounts[:5])
+        return
     if row.runtime == "worktree":
         async with git.admin_lock(repo):
             found = marker.read_worktree_marker(row.path)
             # `remove -f -f` also drops the admin entry of a locked worktree whose directory
             # is gone (a prune would touch the user's other stale entries too).
             if found == marker.Marker(row.id, row.incarnation) or not os.path.lexists(row.path):
+                # The tree goes through our own walk (by descriptor, stopping at any mount that
+                # appeared since the check above); git then only drops its admin entry.
+                if not await _delete_checkout(row):
+                    return
                 await git.run(
                     repo, "worktree", "remove", "--force", "--force", str(row.path), check=False
                 )
     elif row.path.is_dir() and marker.read_directory_marker(row.path) == marker.Marker(
         row.id, row.incarnation
     ):
-        shutil.rmtree(row.path, ignore_errors=True)
+        await _delete_checkout(row)
+
+
+async def _delete_checkout(row: WorkspaceRow) -> bool:
+    """Delete the checkout's tree with the mount-bounded primitive; False (logged) when
+    something was left: a mount, or an error."""
+    try:
+        left = await anyio.to_thread.run_sync(fsdelete.remove_tree, row.path)
+    except OSError as exc:
+        log.warning("checkout.discard_failed", workspace=row.id, error=str(exc))
+        return False
+    if left:
+        log.warning("checkout.discard_left", workspace=row.id, mounts=left[:5])
+    return not left

@@ -13,10 +13,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import WorkspaceInfo
 
+from xumd import logs
 from xumd.cleanup.service import CleanupService
 from xumd.errors import XumError
 from xumd.git import Git
@@ -29,6 +31,8 @@ from xumd.lifecycle.snapshot import Snapshotter
 
 if TYPE_CHECKING:
     from xumd.app import App
+
+log = logs.get("xumd.lifecycle.context")
 
 UNDO_DEADLINE_S = 60.0
 """How long an undo (after a failure or a cancellation) may take, shielded."""
@@ -50,6 +54,24 @@ def some(paths: list[str], most: int = 20) -> str:
 
 def invalid_state(row: WorkspaceRow, message: str, **data: Any) -> XumError:
     return XumError(ErrorKind.INVALID_STATE, message, state=row.state, **data)
+
+
+_MID_WAY = ("archiving", "restoring", "removing")
+
+
+def _mid_way(ctx: Context, row: WorkspaceRow) -> bool:
+    if row.state in _MID_WAY or (row.state == "creating" and not row.interrupted):
+        return True
+    journal = ctx.store.one("SELECT 1 FROM rename_journal WHERE workspace_id = ?", (row.id,))
+    return journal is not None and not row.interrupted
+
+
+def _describe(op: str, exc: BaseException) -> str:
+    if isinstance(exc, XumError):
+        return f"{op} failed ({exc.kind.value}: {exc.message})"
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return f"{op} was cancelled"
+    return f"{op} failed ({type(exc).__name__}: {exc})"
 
 
 class Context:
@@ -121,6 +143,29 @@ class Context:
         if back is not None:
             self.publish("workspace.state_changed", back)
 
+    def settle_failed(self, workspace_id: str, op: str, exc: BaseException) -> None:
+        """After `op` raised (any exception: a refusal, a bug, a cancellation), leave no row
+        mid-way: a row still in a transitional state (`creating` unflagged, `archiving`,
+        `restoring`, `removing`) or with a rename journal and no flag is settled by recovery's
+        own logic, exactly as a crash at that point would leave it after a restart. A row that
+        the operation already settled (rolled back, undone, committed) is left alone. Never
+        raises: it runs on the way out of a failure."""
+        try:
+            row = rows.get_workspace(self.store, workspace_id)
+            if row is None or not _mid_way(self, row):
+                return
+            settler = self.hooks().row_settler
+            cause = _describe(op, exc)
+            if settler is None:
+                log.error("workspace.failure_unsettled", workspace=row.id, op=op, cause=cause)
+                return
+            action = settler(row.id, cause)
+            log.warning(
+                "workspace.failure_settled", workspace=row.id, op=op, action=action, cause=cause
+            )
+        except Exception:
+            log.exception("workspace.failure_settle_failed", workspace=workspace_id, op=op)
+
     # -- checks ------------------------------------------------------------------------------------
 
     def owns_checkout(self, row: WorkspaceRow) -> bool:
@@ -167,6 +212,19 @@ class Context:
             ino=row.ino,
             teardown=teardown,
         )
+
+    def cleanup_as_cut(self, workspace_id: str) -> CleanupStatus:
+        """The cleanup status to answer for a request cut short after its logical commit (the
+        shutdown grace ran out during its physical part): as the store has it, and saying why
+        it is still pending."""
+        status = self.cleanup.status(workspace_id)
+        if status is None:
+            return CleanupStatus(status="not_needed", reason="no cleanup obligations")
+        if status.status == "pending":
+            status.reason = (
+                "the daemon is shutting down" if self.app.stopping else "the request was cancelled"
+            ) + "; the cleanup completes in the background when the daemon next runs"
+        return status
 
     async def run_cleanup(self, workspace_id: str, *, force: bool = False) -> CleanupStatus:
         try:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +86,9 @@ class Coordinator:
         self._tokens = itertools.count(1)
         self._dirs: dict[int, DirKey] = {}
         self._dirs_changed = anyio.Event()
+        self.on_failure: Callable[[str, str, BaseException], None] | None = None
+        """Called (synchronously, still under the reservation) when a structural operation
+        raises: it settles the row as recovery would (see Context.settle_failed)."""
 
     # -- reservations ------------------------------------------------------------------------
 
@@ -202,7 +205,13 @@ class Coordinator:
         """Structural: admission closed, admitted holders drained, row resolved under it."""
         ids.check_id(workspace_id, ids.WORKSPACE, "workspace")
         async with self._exclusive(workspace_id, op, "workspace", timeout):
-            yield self._ref(workspace_id, active=False)
+            try:
+                yield self._ref(workspace_id, active=False)
+            except BaseException as exc:
+                # Before the reservation opens: no other operation may see the row mid-way.
+                if self.on_failure is not None:
+                    self.on_failure(workspace_id, op, exc)
+                raise
 
     # -- projects (create admits under shared; project.remove is exclusive) ------------------
 

@@ -17,7 +17,7 @@ from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreate
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import checkout, ids, rows, setup
+from xumd.lifecycle import checkout, ids, owned, rows, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 
@@ -79,6 +79,9 @@ def _check_params(ctx: Context, project: ProjectRow, params: WorkspaceCreatePara
         )
     if params.runtime == "directory" and (params.branch or params.base):
         raise XumError(ErrorKind.INVALID_PARAMS, "runtime 'directory' takes no branch or base")
+    owned.check_workspace_path(
+        ctx.path_for(project, params.name), project, ctx.app.paths, rows.list_projects(ctx.store)
+    )
     existing = rows.workspace_by_name(ctx.store, project.id, params.name)
     if existing is not None:
         raise XumError(
@@ -142,10 +145,10 @@ async def _create(
     await HOLD.hold()
     row = ctx.row(_insert_intent(ctx, project, params, plan, binding))
     ctx.publish("workspace.created", row)
-    CREATE_AFTER_INTENT()
     cleared: list[str] = []
     made = False
     try:
+        CREATE_AFTER_INTENT()
         async with ctx.coord.directory(row.path, label=f"create {row.id}"):
             # Revalidate after the wait: the row is still ours, and nothing is at the path
             # (a cleanup that held the directory may just have emptied it, or not).
@@ -173,8 +176,13 @@ async def _create(
         CREATE_AFTER_SETUP()
         row = setup.activate(ctx, row, outcome)
     except BaseException as exc:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
-            await _undo(ctx, project, row, made, exc)
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
+                await _undo(ctx, project, row, made, exc)
+        finally:
+            # An undo that failed or was cut short leaves the row `creating`: flag it, as the
+            # startup pass would (create holds no exclusive reservation to do it on the way out).
+            ctx.settle_failed(row.id, "create", exc)
         raise
     ctx.publish("workspace.state_changed", row)
     log.info("workspace.created", workspace=row.id, project=project.id, path=str(row.path))

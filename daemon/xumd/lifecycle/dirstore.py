@@ -1,25 +1,35 @@
 """The directory runtime's archive store: a plain directory has no git to snapshot into, so its
 content is copied to ROOT/archive/<ws-id>/content (atomically replaced) and copied back on
-unarchive."""
+unarchive. Copies go through `fscopy` (by fd, links not followed, special files skipped and
+reported, holes kept, space checked first, partial output removed on failure)."""
 
 from __future__ import annotations
 
 import filecmp
 import json
 import os
-import shutil
+import re
 from pathlib import Path
 
 import anyio
 from xum_protocol.models.workspace import RestoredInfo
 
-from xumd.lifecycle import marker
+from xumd import fsdelete, logs
+from xumd.lifecycle import fscopy, marker, preserved
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped
 
+log = logs.get("xumd.lifecycle.dirstore")
+
+TMP_SUFFIX = ".tmp"
+_PARTIAL = re.compile(r"\.ws_[0-9a-f]{16}\.(tmp|[0-9a-f]{8})")
+"""Partial copies: this module's `.<ws-id>.tmp` and the preserved files' `.<ws-id>.<hex>`."""
+
 
 def files_under(top: Path) -> list[str]:
-    return sorted(str(Path(d, f).relative_to(top)) for d, _, fs in os.walk(top) for f in fs)
+    return sorted(
+        str(Path(d, f).relative_to(top)) for d, _, fs in fsdelete.walk_within(top) for f in fs
+    )
 
 
 def content_files(row: WorkspaceRow) -> list[str]:
@@ -27,21 +37,55 @@ def content_files(row: WorkspaceRow) -> list[str]:
     return [f for f in files_under(row.path) if f != marker.DIRECTORY_MARKER]
 
 
+def _not_marker(rel: str) -> bool:
+    return rel == marker.DIRECTORY_MARKER
+
+
 def _copy_in(archive_store: Path, row: WorkspaceRow) -> Dropped:
     store = archive_store / row.id
-    tmp = archive_store / f".{row.id}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(
-        row.path,
-        tmp / "content",
-        symlinks=True,
-        ignore=shutil.ignore_patterns(marker.DIRECTORY_MARKER),
-    )
-    files = files_under(tmp / "content")
-    (tmp / "manifest.json").write_text(json.dumps({"directory": True, "files": files}))
-    shutil.rmtree(store, ignore_errors=True)
-    os.replace(tmp, store)
-    return Dropped(preserved=files)
+    tmp = archive_store / f".{row.id}{TMP_SUFFIX}"
+    fsdelete.remove_tree(tmp, ignore_errors=True)
+    try:
+        os.mkdir(tmp, 0o700)
+        copied = fscopy.copy_tree(
+            row.path, tmp / "content", skip=_not_marker, what=f"the checkout of {row.name!r}"
+        )
+        special = [s.as_dict() for s in copied.special]
+        manifest = {
+            "directory": True,
+            "files": copied.files,
+            "special": special,
+            "incarnation": row.incarnation,
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest))
+        # A copy of another incarnation is the user's until an unarchive settled it: kept.
+        preserved.set_aside_other(store, row.incarnation)
+        fsdelete.remove_tree(store, ignore_errors=True)
+        os.replace(tmp, store)
+    except BaseException:
+        # Never leave a partial copy behind (it would hold the space until the next archive).
+        fsdelete.remove_tree(tmp, ignore_errors=True)
+        raise
+    if special:
+        log.info("dirstore.special_skipped", workspace=row.id, count=len(special))
+    return Dropped(preserved=copied.files, special=special)
+
+
+def sweep_partial(archive_store: Path) -> int:
+    """Remove partial copies a crash left in the archive store (startup, before anything runs:
+    every such temporary directory there is a copy that never completed)."""
+    swept = 0
+    try:
+        names = os.listdir(archive_store)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        if _PARTIAL.fullmatch(name):
+            fsdelete.remove_tree(archive_store / name, ignore_errors=True)
+            swept += 1
+    if swept:
+        log.info("dirstore.partial_swept", count=swept)
+    return swept
 
 
 async def save(archive_store: Path, row: WorkspaceRow) -> Dropped:
@@ -53,8 +97,8 @@ def _copy_out(archive_store: Path, row: WorkspaceRow) -> RestoredInfo:
     content = archive_store / row.id / "content"
     if not content.is_dir():
         return RestoredInfo()
-    shutil.copytree(content, row.path, symlinks=True, dirs_exist_ok=True)
-    return RestoredInfo(preserved=files_under(content))
+    copied = fscopy.merge_tree(content, row.path, what=f"the archive of {row.name!r}")
+    return RestoredInfo(preserved=copied.files)
 
 
 async def restore(archive_store: Path, row: WorkspaceRow) -> RestoredInfo:
@@ -62,8 +106,11 @@ async def restore(archive_store: Path, row: WorkspaceRow) -> RestoredInfo:
 
 
 def _same(a: Path, b: Path) -> bool:
-    """Same link target, or same regular-file content (byte for byte)."""
+    """Same link target, or same regular-file content (byte for byte). A special file is never
+    opened (reading a FIFO blocks): it counts as saved, since no archive can hold one."""
     try:
+        if fscopy.special_type(a.lstat().st_mode) is not None:
+            return True
         if a.is_symlink() or b.is_symlink():
             return a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)
         return b.is_file() and filecmp.cmp(a, b, shallow=False)

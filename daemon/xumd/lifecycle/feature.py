@@ -38,6 +38,7 @@ from xumd.lifecycle import rows
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.projects import ProjectService
 from xumd.lifecycle.scripts import ScriptRunner
+from xumd.lifecycle.seams import LifecycleHooks, mount_holders
 from xumd.lifecycle.service import WorkspaceService
 from xumd.lifecycle.snapshot import Snapshotter
 from xumd.rpc.dispatch import RequestContext
@@ -56,7 +57,11 @@ def install(app: App) -> None:
     )
     snapshots = Snapshotter(git, app.paths.root / "tmp", app.paths.archive_store)
     workspaces = app.provide(WorkspaceService(app, coord, git, scripts, snapshots))
+    # A structural operation that raises settles its row before its reservation opens.
+    coord.on_failure = workspaces.settle_failed
     projects = app.provide(ProjectService(app, coord, git, workspaces))
+    # A mount inside a checkout makes archive, remove and rename refuse `busy` naming it.
+    app.get(LifecycleHooks).holder_probes.append(mount_holders)
 
     # -- projects ------------------------------------------------------------------------------
 

@@ -37,9 +37,13 @@ def check_id(value: str, prefix: str, what: str) -> str:
 
 
 def check_name(name: str, what: str = "workspace") -> str:
+    """Every bad name is `invalid_name`: the params models leave the whole rule (NUL and
+    length included) to this check, so it runs before anything uses the name."""
     problem = name_problem(name)
     if problem:
+        # A name may be megabytes long (up to the frame cap): echo only its start.
+        shown = name if len(name) <= 80 else f"{name[:64]}... ({len(name)} characters)"
         raise XumError(
-            ErrorKind.INVALID_NAME, f"invalid {what} name {name!r}: {problem}", name=name
+            ErrorKind.INVALID_NAME, f"invalid {what} name {shown!r}: {problem}", name=shown
         )
     return name

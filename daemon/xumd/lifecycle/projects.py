@@ -2,8 +2,9 @@
 
 The canonical path is the realpath, and the filesystem identity (st_dev, st_ino) is recorded too,
 so adding one repository twice through a symlink, `..` or a bind-mount spelling is a `conflict`
-naming the existing project. Removing a project removes each workspace through the very same
-`WorkspaceService.remove` path as a direct call, and never touches the repository itself.
+naming the existing project. Removing a project reserves and checks every workspace first (one
+refusal removes nothing), then removes each through the very same path as `workspace.remove`,
+and never touches the repository itself.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,11 +29,13 @@ from xum_protocol.models.project import (
 from xumd import logs
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import ids, rows, views
+from xumd.lifecycle import ids, owned, rows, views
+from xumd.lifecycle import remove as removal
 from xumd.lifecycle.context import require_project
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.rows import ProjectRow
 from xumd.lifecycle.scripts import config_file, load_config
+from xumd.rpc.dispatch import answer_if_cut
 
 if TYPE_CHECKING:
     from xumd.app import App
@@ -52,6 +56,34 @@ class GitIdentity:
         return other is not None and (
             other.path == self.path or (other.dev, other.ino) == (self.dev, self.ino)
         )
+
+
+def _refusal(project: ProjectRow, refused: list[tuple[str, str, XumError]]) -> XumError:
+    """One error naming every workspace that refused (and every holder), nothing removed."""
+    kinds = [exc.kind for _, _, exc in refused]
+    kind = ErrorKind.BUSY if ErrorKind.BUSY in kinds else kinds[0]
+    holders = [
+        {**holder, "workspace_id": wid, "workspace": name}
+        for wid, name, exc in refused
+        for holder in exc.data.get("holders", [])
+    ]
+    named = "; ".join(f"{name!r}: {exc.message}" for _, name, exc in refused)
+    outcomes = [
+        WorkspaceOutcome(
+            workspace_id=wid,
+            name=name,
+            ok=False,
+            error={"kind": exc.kind.value, "message": exc.message, **exc.data},
+        ).model_dump(mode="json")
+        for wid, name, exc in refused
+    ]
+    return XumError(
+        kind,
+        f"project {project.name!r} not removed, nor any of its workspaces: "
+        f"{len(refused)} refused: {named}",
+        holders=holders,
+        workspaces=outcomes,
+    )
 
 
 def _registered(raw: str, other: ProjectRow, **data: str) -> XumError:
@@ -81,17 +113,22 @@ class ProjectService:
 
     async def add(self, params: ProjectAddParams) -> ProjectRow:
         raw = params.path
+        if params.name is not None:
+            ids.check_name(params.name, "project")
         if "\0" in raw or not os.path.isabs(raw):
             raise XumError(ErrorKind.INVALID_PATH, f"{raw!r} is not an absolute path", path=raw)
         real = Path(os.path.realpath(raw))
         if not real.is_dir():
             raise XumError(ErrorKind.INVALID_PATH, f"{raw} is not a directory", path=raw)
         st = real.stat()
+        projects = rows.list_projects(self.store)
+        owned.check_project_path(real, self.app.paths, projects)
+        await self._refuse_git_dir(real)
         kind = await self._kind(real)
         repo = await self._git_identity(real) if kind == "git" else None
-        name = params.name or real.name
+        name = params.name if params.name is not None else real.name
         ids.check_name(name, "project")
-        for other in rows.list_projects(self.store):
+        for other in projects:
             if other.path == real or (other.dev, other.ino) == (st.st_dev, st.st_ino):
                 raise _registered(raw, other)
             if repo is not None and repo.same(await self._recorded_identity(other)):
@@ -111,6 +148,15 @@ class ProjectService:
                     f"workspaces_dir {params.workspaces_dir!r} is not an absolute path",
                 )
             workspaces_dir = os.path.realpath(params.workspaces_dir)
+        owned.check_workspaces_dir(
+            Path(workspaces_dir)
+            if workspaces_dir
+            else owned.real(self.app.paths.workspaces) / name,
+            real,
+            Path(repo.path) if repo else None,
+            self.app.paths,
+            projects,
+        )
         project_id = ids.new_id(ids.PROJECT)
         now = time.time()
         try:
@@ -144,6 +190,18 @@ class ProjectService:
         self.app.events.publish("project.added", project=self.info(project).model_dump(mode="json"))
         log.info("project.added", project=project_id, path=str(real), kind=kind)
         return project
+
+    async def _refuse_git_dir(self, path: Path) -> None:
+        """`REPO/.git` (or anything in it, or a bare repository) is git's own directory: as a
+        plain-directory project its workspaces would copy and rewrite git's internals."""
+        result = await self.git.run(path, "rev-parse", "--is-inside-git-dir", check=False)
+        if result.ok and result.output.text().strip() == "true":
+            raise XumError(
+                ErrorKind.INVALID_PATH,
+                f"{path} is a git directory (or inside one); add the repository's working "
+                "tree instead; paths the daemon owns are never user paths",
+                path=str(path),
+            )
 
     async def _kind(self, path: Path) -> str:
         result = await self.git.run(path, "rev-parse", "--show-toplevel", check=False)
@@ -232,31 +290,20 @@ class ProjectService:
         )
 
     async def remove(self, project_id: str, force: bool) -> ProjectRemoveResult:
+        """Remove every workspace, then the project; all or nothing as far as a check can
+        tell (design 8, atomicity across objects). Every workspace is reserved (exclusive, all
+        held together) and checked (state, holders, unsaved work) before any is removed: one
+        refusal removes nothing and names every refusal (every holder). Then each is removed
+        through the very path `workspace.remove` takes."""
         project = self.get(project_id)
-        outcomes: list[WorkspaceOutcome] = []
         async with self.coord.project_exclusive(project.id, "remove"):
             project = self.get(project_id)
-            for ws in rows.list_workspaces(self.store, project.id):
-                try:
-                    result = await self.workspaces.remove(ws.id, force=force)
-                except XumError as exc:
-                    outcomes.append(
-                        WorkspaceOutcome(
-                            workspace_id=ws.id,
-                            name=ws.name,
-                            ok=False,
-                            error={"kind": exc.kind.value, "message": exc.message, **exc.data},
-                        )
-                    )
-                else:
-                    outcomes.append(
-                        WorkspaceOutcome(
-                            workspace_id=ws.id,
-                            name=ws.name,
-                            ok=True,
-                            result=result.model_dump(mode="json"),
-                        )
-                    )
+            async with AsyncExitStack() as held:
+                checked = await self._reserve_and_check(held, project, force)
+                # Owed teardowns of workspaces archived or removed before: this removal would
+                # end with cleanup_pending, so it refuses before it removes anything.
+                self._refuse_owed_teardowns(project, [])
+                outcomes = await self._remove_checked(project, checked)
             failed = [o for o in outcomes if not o.ok]
             if failed:
                 first = failed[0].error or {}
@@ -274,6 +321,92 @@ class ProjectService:
         self.app.events.publish("project.removed", project_id=project.id, name=project.name)
         log.info("project.removed", project=project.id)
         return ProjectRemoveResult(project=self.info(project), removed=True, workspaces=outcomes)
+
+    async def _reserve_and_check(
+        self, held: AsyncExitStack, project: ProjectRow, force: bool
+    ) -> list[removal.Checked]:
+        """Reserve every workspace of the project (held in `held`) and check each; any refusal
+        (another operation in progress, a holder, unsaved work, a state in between) is raised
+        naming every one, with nothing changed."""
+        refused: list[tuple[str, str, XumError]] = []
+        reserved: list[str] = []
+        for ws in rows.list_workspaces(self.store, project.id):
+            try:
+                ref = await held.enter_async_context(self.coord.exclusive(ws.id, "project remove"))
+            except XumError as exc:
+                refused.append((ws.id, ws.name, exc))
+            else:
+                reserved.append(ref.id)
+        checked: list[removal.Checked] = []
+        if not refused:
+            # Only once all are held: a check is valid while its reservation is.
+            for workspace_id in reserved:
+                row = self.workspaces.row(workspace_id)
+                try:
+                    checked.append(await removal.check(self.workspaces, row, force))
+                except XumError as exc:
+                    refused.append((row.id, row.name, exc))
+        if refused:
+            raise _refusal(project, refused)
+        return checked
+
+    async def _remove_checked(
+        self, project: ProjectRow, checked: list[removal.Checked]
+    ) -> list[WorkspaceOutcome]:
+        outcomes: list[WorkspaceOutcome] = []
+
+        def as_cut() -> ProjectRemoveResult | None:
+            # Cut by a shutdown after some workspaces went: say which, and that the project
+            # (and the rest) remain. A workspace whose row is gone was removed (the one being
+            # removed when the cut came, if its removal had committed); none gone: nothing
+            # was committed, and the answer is `shutting_down`.
+            cut = {"kind": ErrorKind.SHUTTING_DOWN.value, "message": "not removed: shutdown"}
+            done = {o.workspace_id for o in outcomes}
+            gone = {c.row.id for c in checked if rows.get_workspace(self.store, c.row.id) is None}
+            if not gone:
+                return None
+            rest = [
+                WorkspaceOutcome(
+                    workspace_id=c.row.id,
+                    name=c.row.name,
+                    ok=c.row.id in gone,
+                    error=None if c.row.id in gone else cut,
+                )
+                for c in checked
+                if c.row.id not in done
+            ]
+            return ProjectRemoveResult(
+                project=self.info(project), removed=False, workspaces=[*outcomes, *rest]
+            )
+
+        answer_if_cut(as_cut, "project.remove")
+
+        for item in checked:
+            try:
+                if item.live:
+                    # Still quiescent? Time passed while others were removed; admission is
+                    # closed, but an outside process may have entered the checkout since.
+                    await self.workspaces.quiescent(item.row, "remove")
+                result = await removal.remove_checked(self.workspaces, item)
+            except XumError as exc:
+                outcomes.append(
+                    WorkspaceOutcome(
+                        workspace_id=item.row.id,
+                        name=item.row.name,
+                        ok=False,
+                        error={"kind": exc.kind.value, "message": exc.message, **exc.data},
+                    )
+                )
+            else:
+                outcomes.append(
+                    WorkspaceOutcome(
+                        workspace_id=item.row.id,
+                        name=item.row.name,
+                        ok=True,
+                        result=result.model_dump(mode="json"),
+                    )
+                )
+        return outcomes
 
     def _refuse_owed_teardowns(self, project: ProjectRow, outcomes: list[WorkspaceOutcome]) -> None:
         """A teardown runs only under the project's trusted config, which lives on this row:

@@ -1,109 +1,191 @@
 """workspace.remove: delete the checkout and the row (a tombstone remains); the branch and the
-snapshot refs are kept. Uncommitted work that no snapshot holds is `not_safe` unless `force`,
-which snapshots it first: never silently dropped."""
+snapshot refs are kept. Uncommitted work that no snapshot holds, and ignored files matching
+`preserve`, are `not_safe` unless `force`, which snapshots the work first and keeps the preserved
+files in a kept copy (ROOT/archive/<ws-id>, reported in `kept`, listed by `workspace.strays`):
+never silently dropped. An archived workspace's saved copy is kept the same way."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus
-from xum_protocol.models.workspace import WorkspaceRemoveResult
+from xum_protocol.models.workspace import KeptInfo, WorkspaceRemoveResult
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import dirstore, rows, views
+from xumd.lifecycle import dirstore, preserved, rows, views
 from xumd.lifecycle.context import Context, invalid_state, some
-from xumd.lifecycle.rows import WorkspaceRow
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.lifecycle.scripts import preserve_globs
 from xumd.lifecycle.snapshot import Dropped, Snapshot, WorkState
+from xumd.rpc.dispatch import answer_if_cut
 
 log = logs.get("xumd.lifecycle.remove")
 
 REMOVE_AFTER_INTENT = faults.declare("workspace.remove.after_intent")
 REMOVE_AFTER_SNAPSHOT = faults.declare("workspace.remove.after_snapshot")
 REMOVE_AFTER_COMMIT = faults.declare("workspace.remove.after_commit")
+HOLD = faults.declare(
+    "workspace.remove.hold",
+    "simulate: hold a remove after its intent (`removing`) committed, before the snapshot, "
+    "until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A workspace that passed removal's checks under its caller's exclusive reservation."""
+
+    row: WorkspaceRow
+    project: ProjectRow
+    live: bool
+    owns: bool
+    state: WorkState | None
+    force: bool
+    globs: list[str]
 
 
 async def remove(ctx: Context, workspace_id: str, force: bool = False) -> WorkspaceRemoveResult:
     async with ctx.coord.exclusive(workspace_id, "remove") as ref:
-        row = ctx.row(ref.id)
-        removable = row.state in ("active", "archived") or (
-            row.state == "creating" and row.interrupted
-        )
-        if not removable:
-            raise invalid_state(
-                row, f"workspace {row.name!r} is {row.state}; wait for it to settle"
-            )
-        project = ctx.project(row.project_id)
-        live = row.state != "archived"
-        owns = live and ctx.owns_checkout(row)
-        if live:
-            await ctx.quiescent(row, "remove")
-        state = await _check_safe(ctx, row, force) if owns else None
-        with ctx.store.transaction():
-            row = ctx.update(row, state="removing")
-        ctx.publish("workspace.state_changed", row)
-        REMOVE_AFTER_INTENT()
-        snap: Snapshot | None = None
-        dropped = Dropped()
+        return await remove_checked(ctx, await check(ctx, ctx.row(ref.id), force))
+
+
+async def check(ctx: Context, row: WorkspaceRow, force: bool) -> Checked:
+    """Every refusal of a removal (state, holders, unsaved work), before any change: under
+    the caller's exclusive reservation of `row`. `project.remove` checks all its workspaces
+    this way before it removes any."""
+    removable = row.state in ("active", "archived") or (row.state == "creating" and row.interrupted)
+    if not removable:
+        raise invalid_state(row, f"workspace {row.name!r} is {row.state}; wait for it to settle")
+    project = ctx.project(row.project_id)
+    live = row.state != "archived"
+    owns = live and ctx.owns_checkout(row)
+    if live:
+        await ctx.quiescent(row, "remove")
+    globs = preserve_globs(row.path, project.path) if owns else []
+    state = await _check_safe(ctx, row, force, globs) if owns else None
+    return Checked(row, project, live, owns, state, force, globs)
+
+
+async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResult:
+    """The removal itself, under the same reservation as `check`."""
+    row, project, live, owns = checked.row, checked.project, checked.live, checked.owns
+    state, force = checked.state, checked.force
+    prior = row.state
+    with ctx.store.transaction():
+        row = ctx.update(row, state="removing")
+    ctx.publish("workspace.state_changed", row)
+    REMOVE_AFTER_INTENT()
+    snap: Snapshot | None = None
+    dropped = Dropped()
+    try:
+        await HOLD.hold()
         if owns:
             if state is not None and state.dirty:
                 async with ctx.git.admin_lock(project.path):
                     snap = await ctx.snapshots.take(row.path, row.id, row.incarnation, state=state)
                 REMOVE_AFTER_SNAPSHOT()
             if row.runtime == "worktree":
+                # Preserved files are kept (like archive does), never dropped: a kept copy.
                 dropped = await ctx.snapshots.report_and_preserve(
-                    row.path, row.id, row.incarnation, []
+                    row.path, row.id, row.incarnation, checked.globs
                 )
             elif force:
                 dropped = await dirstore.save(ctx.app.paths.archive_store, row)
-        with ctx.store.transaction():
-            if snap is not None:
-                row = ctx.update(row, snapshot_ref=snap.ref, snapshot_commit=snap.commit)
-            if live:
-                ctx.plan_cleanup(project, row, teardown=owns)
-            rows.delete_workspace_with_tombstone(ctx.store, row)
-        REMOVE_AFTER_COMMIT()
-        ctx.app.events.publish(
-            "workspace.removed", workspace_id=row.id, project_id=row.project_id, name=row.name
-        )
+    except BaseException:
+        # Nothing is deleted before the commit below: cut short (a shutdown) or failed, the
+        # workspace is back as it was, and the answer (`shutting_down`, or the error) is true.
+        ctx.roll_back(row, state=prior)
+        raise
+    with ctx.store.transaction():
+        if snap is not None:
+            row = ctx.update(row, snapshot_ref=snap.ref, snapshot_commit=snap.commit)
         if live:
-            cleanup = await ctx.run_cleanup(row.id)
-        else:
-            cleanup = ctx.cleanup.status(row.id) or CleanupStatus(
-                status="not_needed", reason="the archived checkout was already cleaned up"
-            )
-        log.info("workspace.removed", workspace=row.id, cleanup=cleanup.status)
+            ctx.plan_cleanup(project, row, teardown=owns)
+        rows.delete_workspace_with_tombstone(ctx.store, row)
+    REMOVE_AFTER_COMMIT()
+    ctx.app.events.publish(
+        "workspace.removed", workspace_id=row.id, project_id=row.project_id, name=row.name
+    )
+    removed = row
+    kept = _kept(ctx, row)
+
+    def answer(cleanup: CleanupStatus) -> WorkspaceRemoveResult:
         return WorkspaceRemoveResult(
-            workspace_id=row.id,
+            workspace_id=removed.id,
             removed=True,
-            branch=row.branch,
+            branch=removed.branch,
             snapshot=views.snapshot_info(snap),
             dropped=views.dropped_info(dropped),
             cleanup=cleanup,
+            kept=kept,
         )
 
+    # Removed from here on: a shutdown that cuts the cleanup short is answered with this
+    # result (cleanup pending, and why), never `shutting_down`.
+    answer_if_cut(lambda: answer(ctx.cleanup_as_cut(removed.id)), "workspace.remove")
+    if live:
+        cleanup = await ctx.run_cleanup(row.id)
+    else:
+        cleanup = ctx.cleanup.status(row.id) or CleanupStatus(
+            status="not_needed", reason="the archived checkout was already cleaned up"
+        )
+    log.info("workspace.removed", workspace=row.id, cleanup=cleanup.status, kept=bool(kept))
+    return answer(cleanup)
 
-async def _check_safe(ctx: Context, row: WorkspaceRow, force: bool) -> WorkState | None:
+
+def _kept(ctx: Context, row: WorkspaceRow) -> KeptInfo | None:
+    """Where the removed workspace's saved copy (preserved files; a directory's content) is
+    kept: a `kept` stray from now on (workspace.strays, workspace.discard_kept)."""
+    copy = preserved.load(ctx.app.paths.archive_store / row.id)
+    if copy is None:
+        return None
+    return KeptInfo(path=str(copy.dir), files=copy.files)
+
+
+async def _check_safe(
+    ctx: Context, row: WorkspaceRow, force: bool, globs: list[str]
+) -> WorkState | None:
     """The checkout's uncommitted state (worktree), after refusing `not_safe` what would be lost
-    without `force`: work no snapshot holds, or a directory's files."""
+    without `force`: work no snapshot holds, ignored files the user asked to preserve (with
+    `force` they are kept, not dropped), or a directory's files."""
     if row.runtime != "worktree":
-        files = dirstore.content_files(row)
-        if files and not force:
+        content = dirstore.content_files(row)
+        if content and not force:
             raise XumError(
                 ErrorKind.NOT_SAFE,
                 f"directory workspace {row.name!r} has files no snapshot holds; archive it "
                 "or remove with force",
-                files=files[:100],
+                files=content[:100],
             )
         return None
     state = await ctx.snapshots.capture(row.path)
-    if state.dirty and not force:
-        held = await ctx.snapshots.holds(row.path, state, row.snapshot_commit)
-        if not held:
-            files = await ctx.snapshots.dirty_files(row.path)
-            raise XumError(
-                ErrorKind.NOT_SAFE,
-                f"workspace {row.name!r} has uncommitted work that no snapshot holds: "
-                f"{some(files)}; commit it, archive the workspace, or remove with force",
-                files=files,
-            )
+    if force:
+        return state
+    files: list[str] = []
+    if state.dirty and not await ctx.snapshots.holds(row.path, state, row.snapshot_commit):
+        files = await ctx.snapshots.dirty_files(row.path)
+    keep: list[str] = []
+    if globs:
+        entries = await ctx.snapshots.ignored(row.path)
+        keep = await anyio.to_thread.run_sync(
+            ctx.snapshots.preserved_files, row.path, entries, globs
+        )
+    if files or keep:
+        what = []
+        if files:
+            what.append(f"uncommitted work that no snapshot holds: {some(files)}")
+        if keep:
+            what.append(f"ignored files it is asked to preserve: {some(keep)}")
+        raise XumError(
+            ErrorKind.NOT_SAFE,
+            f"workspace {row.name!r} has " + "; and ".join(what) + "; commit it, archive the "
+            "workspace, or remove with force (which snapshots the work and keeps the preserved "
+            "files in a kept copy)",
+            files=files,
+            preserved=keep[:100],
+        )
     return state

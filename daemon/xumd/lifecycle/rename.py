@@ -17,7 +17,7 @@ from xum_protocol.models.workspace import WorkspaceRenameResult
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import ids, rows
+from xumd.lifecycle import ids, owned, rows
 from xumd.lifecycle.checkout import clear_stale_locks
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
@@ -162,7 +162,9 @@ async def _plan(ctx: Context, project: ProjectRow, row: WorkspaceRow, name: str)
         )
         if taken.ok:
             raise XumError(ErrorKind.CONFLICT, f"branch {branch!r} already exists", branch=branch)
-    return _Plan(project, row, name, ctx.path_for(project, name), branch)
+    path = ctx.path_for(project, name)
+    owned.check_workspace_path(path, project, ctx.app.paths, rows.list_projects(ctx.store))
+    return _Plan(project, row, name, path, branch)
 
 
 def _write_journal(ctx: Context, plan: _Plan) -> None:

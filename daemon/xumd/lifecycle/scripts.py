@@ -16,14 +16,17 @@ Config:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from xumd import logs
+from xumd.containment import Containment, Marked
 from xumd.lifecycle import rows
 from xumd.lifecycle.seams import WorkspaceRef
 from xumd.procutil import BoundedOutput, CommandNotFound, run_command
@@ -32,6 +35,8 @@ from xumd.store import Store
 log = logs.get("xumd.lifecycle.scripts")
 
 CONFIG_RELPATH = Path(".xum") / "config.toml"
+MAX_CONFIG_BYTES = 1 << 20
+"""A config larger than this is refused (it is read on the event loop, whole)."""
 Phase = Literal["setup", "teardown"]
 OUTPUT_LIMIT = 32 * 1024
 
@@ -95,8 +100,30 @@ def _strings(value: Any, key: str) -> list[str]:
     return list(value)
 
 
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file, at most `limit`. The checkout is the user's: its config
+    may be swapped for a FIFO (an open or a read would block the daemon) or point at a device
+    or a huge file after `config_file` looked, so the open never blocks (O_NONBLOCK), and
+    anything but a regular file, or more than `limit` bytes, is an OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, 1 << 16):
+            total += len(chunk)
+            if total > limit:
+                raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def load_config(path: Path) -> ProjectConfig:
-    raw = path.read_bytes()
+    raw = _read_regular(path, MAX_CONFIG_BYTES)
     digest = hashlib.sha256(raw).hexdigest()
     try:
         data = tomllib.loads(raw.decode("utf-8"))
@@ -138,6 +165,12 @@ class ScriptRunner:
         # durable use lease (kind setup/teardown) with its child's pid, so it makes the
         # workspace busy and survives a daemon crash.
         self.leases: Any = None
+        # Set by the containment service: each command carries a marker naming its lease (the
+        # durable record written before it starts), so its descendants are found again.
+        self.containment: Containment | None = None
+        # Per workspace: processes an earlier run left that survived SIGKILL. A later run (a
+        # teardown's retry) must not report success while they still run.
+        self.escapees: dict[str, list[Marked]] = {}
 
     async def run(
         self,
@@ -209,6 +242,16 @@ class ScriptRunner:
                 commands=len(commands),
             )
 
+        earlier = self.escapees.pop(ws.id, [])
+        if earlier and self.containment is not None:
+            earlier = await self.containment.still_running(earlier, self.grace_s)
+            if earlier:
+                self.escapees[ws.id] = earlier
+                return outcome(
+                    "failed",
+                    f"an earlier {phase} run left processes that could not be stopped: "
+                    f"{_describe([m.describe() for m in earlier])}",
+                )
         for index, command in enumerate(commands, 1):
             output.feed(f"$ {command}\n".encode())
             log.info("script.start", phase=phase, workspace=ws.id, index=index)
@@ -216,6 +259,11 @@ class ScriptRunner:
                 progress.started(index, len(commands), command)
             try:
                 async with self._lease(ws, phase) as lease:
+                    cont = self.containment
+                    marker = None
+                    if cont is not None:
+                        record = lease.lease.id if lease is not None else f"{phase}-run"
+                        marker = cont.run_marker(record) if lease is None else cont.marker(record)
                     result = await run_command(
                         ["/bin/sh", "-c", command],
                         cwd=cwd,
@@ -225,6 +273,8 @@ class ScriptRunner:
                         output_limit=OUTPUT_LIMIT,
                         on_start=lease.on_start if lease is not None else None,
                         on_output=progress.printed if progress is not None else None,
+                        containment=cont,
+                        marker=marker,
                     )
             except (CommandNotFound, OSError) as exc:
                 return outcome("failed", f"{phase} command {index} could not start: {exc}")
@@ -237,6 +287,15 @@ class ScriptRunner:
                 returncode=result.returncode,
                 timed_out=result.timed_out,
             )
+            if result.escaped:
+                # Fail closed: the step (a teardown's obligation) stays pending, naming them,
+                # and so does its retry while they run.
+                self.escapees[ws.id] = list(result.escaped)
+                return outcome(
+                    "failed",
+                    f"{phase} command {index} ({command!r}) left processes that could not be "
+                    f"stopped: {_describe([m.describe() for m in result.escaped])}",
+                )
             if result.timed_out:
                 return outcome(
                     "timeout",
@@ -249,3 +308,7 @@ class ScriptRunner:
                     f"{phase} command {index} ({command!r}) exited with {result.returncode}",
                 )
         return outcome("ok")
+
+
+def _describe(escaped: list[dict[str, Any]]) -> str:
+    return ", ".join(f"pid {e['pid']} ({' '.join(e.get('argv') or [])[:80]})" for e in escaped)

@@ -5,7 +5,8 @@ imports a sibling's internals:
 - holder probes (processes and leases) say who uses a checkout, for `busy` refusals;
 - stoppers stop the daemon's own processes in a workspace (archive with `stop: true`, shutdown);
 - cleanup performs physical steps as durable obligations (see xumd.cleanup);
-- recovery settles a kept rename journal on `workspace.keep` (the rename settler).
+- recovery settles a kept rename journal on `workspace.keep` (the rename settler), and the row of
+  an operation that failed part-way (the row settler).
 `LifecycleHooks` is provided by the composition root before any feature installs.
 """
 
@@ -14,6 +15,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import anyio
+
+from xumd import fsdelete
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +33,8 @@ class WorkspaceRef:
 @dataclass(frozen=True, slots=True)
 class Holder:
     """Someone using a checkout: `kind` is e.g. terminal, agent, mcp, exec, editor, setup,
-    teardown, process (found by the cwd/open-file probe), pending_stop."""
+    teardown, process (found by the cwd/open-file probe), pending_stop, mount (a mount point at
+    or under the checkout; `pid` None, the label names the mount point)."""
 
     kind: str
     pid: int | None
@@ -42,14 +48,32 @@ class Holder:
         return {"kind": self.kind, "pid": self.pid, "label": self.label, "since": self.since}
 
 
+async def mount_holders(workspace: WorkspaceRef) -> list[Holder]:
+    """Mounts at or under the checkout: deleting or moving it would reach into them (a bind
+    mount's files are not the checkout's), so they hold it like a process does."""
+    try:
+        points = await anyio.to_thread.run_sync(fsdelete.mounts_at_or_under, workspace.path)
+    except OSError as exc:
+        # Fail closed: an unreadable mount table cannot prove that no mount is inside.
+        return [Holder("probe", None, f"mount table unreadable: {exc.strerror or exc}")]
+    return [Holder("mount", None, f"mount at {point}") for point in points]
+
+
 HolderProbe = Callable[[WorkspaceRef], Awaitable[list[Holder]]]
-Stopper = Callable[[WorkspaceRef, float], Awaitable[list[Holder]]]
-"""Stop the daemon's own processes in the workspace within the deadline; return what is left."""
+Stopper = Callable[[WorkspaceRef, float], Awaitable[tuple[list[str], list[Holder]]]]
+"""Stop the daemon's own processes in the workspace within the deadline; return the ids of the
+processes it stopped and what is left."""
 RenameSettler = Callable[[str], Awaitable[str | None]]
 """Settle a workspace's kept rename journal by what the disk shows (recovery's startup logic for
 one row; the caller holds the exclusive reservation). Returns the problem the row stays flagged
 with (None: settled cleanly); raises `invalid_state`, changing nothing, when the disk proves
 neither state."""
+
+RowSettler = Callable[[str, str], str | None]
+"""Settle one workspace row left mid-way by a failed operation (workspace id, the failure), as
+the startup pass would after a crash at that point: roll back or forward when the disk proves
+which, else flag it `interrupted` with the failure in the reason. Synchronous (store and lstat
+only), so it runs even in a cancelled task. Returns the action taken (None: nothing to do)."""
 
 
 @dataclass
@@ -57,6 +81,7 @@ class LifecycleHooks:
     holder_probes: list[HolderProbe] = field(default_factory=list)
     stoppers: list[Stopper] = field(default_factory=list)
     rename_settler: RenameSettler | None = None
+    row_settler: RowSettler | None = None
 
     async def holders(self, workspace: WorkspaceRef) -> list[Holder]:
         found: list[Holder] = []
@@ -64,11 +89,17 @@ class LifecycleHooks:
             found.extend(await probe(workspace))
         return found
 
-    async def stop_all(self, workspace: WorkspaceRef, deadline_s: float) -> list[Holder]:
+    async def stop_all(
+        self, workspace: WorkspaceRef, deadline_s: float
+    ) -> tuple[list[str], list[Holder]]:
+        """The ids of the processes stopped, and the holders left."""
+        stopped: list[str] = []
         left: list[Holder] = []
         for stop in self.stoppers:
-            left.extend(await stop(workspace, deadline_s))
-        return left
+            done, remaining = await stop(workspace, deadline_s)
+            stopped.extend(done)
+            left.extend(remaining)
+        return stopped, left
 
 
 def busy_message(holders: list[Holder]) -> str:

@@ -1,5 +1,7 @@
 """The setup phase of create and unarchive: `setup_status=running` committed before the script
-runs (so a crash mid-setup is visible at startup), then the row made `active` with the outcome."""
+runs (so a crash mid-setup is visible at startup), the outcome committed as soon as the script
+returns (so a crash after it is not mistaken for an unfinished setup: recovery's
+`SETUP_FINISHED`), then the row made `active`."""
 
 from __future__ import annotations
 
@@ -38,17 +40,22 @@ async def run(ctx: Context, row: WorkspaceRow) -> tuple[WorkspaceRow, ScriptOutc
     except Exception as exc:  # a setup that cannot even start is reported, not raised
         log.exception("workspace.setup_crashed", workspace=row.id)
         outcome = ScriptOutcome(status="failed", error=f"setup could not run: {exc}")
+    with ctx.store.transaction():
+        row = ctx.update(row, **_outcome_fields(outcome))
     return row, outcome
 
 
-def activate(ctx: Context, row: WorkspaceRow, outcome: ScriptOutcome) -> WorkspaceRow:
-    """Commit `active` with the setup's outcome (status, and its detail as JSON)."""
+def _outcome_fields(outcome: ScriptOutcome) -> dict[str, Any]:
+    """The setup's outcome as row fields: its status, and its detail as JSON."""
     detail: dict[str, Any] = outcome.as_dict()
     detail.pop("status")
+    return {"setup_status": outcome.status, "setup_output": json.dumps(detail)}
+
+
+def activate(ctx: Context, row: WorkspaceRow, outcome: ScriptOutcome) -> WorkspaceRow:
+    """Commit `active` (with the setup's outcome again: idempotent)."""
     with ctx.store.transaction():
-        return ctx.update(
-            row, state="active", setup_status=outcome.status, setup_output=json.dumps(detail)
-        )
+        return ctx.update(row, state="active", **_outcome_fields(outcome))
 
 
 def result(outcome: ScriptOutcome) -> ScriptResult:

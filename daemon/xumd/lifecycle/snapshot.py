@@ -9,7 +9,8 @@ Both trees are written through a *temporary* index (GIT_INDEX_FILE, a copy of th
 `git write-tree` and `git add -A` would otherwise write the user's index.
 
 Ignored files are not snapshotted; `dropped` reports them (count, bytes, top-level paths), and
-`preserve` globs copy matching ones into ROOT/archive/<ws-id>/ for unarchive.
+`preserve` globs copy matching ones into ROOT/archive/<ws-id>/ for unarchive (the life of that
+copy: lifecycle/preserved.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from pathlib import Path
 
 import anyio
 
+from xumd import fsdelete
 from xumd.git import Git
+from xumd.lifecycle import fscopy, preserved
 
 SNAPSHOT_NS = "refs/xum/snapshots"
 _IDENT = {
@@ -34,6 +37,7 @@ _IDENT = {
     "GIT_COMMITTER_EMAIL": "xum@localhost",
 }
 _MAX_TOP_PATHS = 50
+MAX_SPECIAL = 1000
 
 
 def snapshot_ref(workspace_id: str, incarnation: str) -> str:
@@ -68,6 +72,8 @@ class Dropped:
     bytes: int = 0
     paths: list[str] = field(default_factory=list)
     preserved: list[str] = field(default_factory=list)
+    special: list[dict[str, str]] = field(default_factory=list)
+    """Special files (path, type): never opened, so neither snapshotted nor copied."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -75,6 +81,7 @@ class Dropped:
             "bytes": self.bytes,
             "paths": self.paths,
             "preserved": self.preserved,
+            "special": self.special[:MAX_SPECIAL],
         }
 
 
@@ -273,17 +280,36 @@ class Snapshotter:
                 if globs and _matches(rel, globs):
                     matched.append(rel)
         dropped.paths = top[:_MAX_TOP_PATHS]
+        # git never lists special files (FIFOs, sockets, devices): without this walk they
+        # would go with the checkout without a mention.
+        dropped.special = [s.as_dict() for s in fscopy.special_files(checkout, _skip_git)]
+        specials = {s["path"] for s in dropped.special}
+        matched = [rel for rel in matched if rel not in specials]
         store = self.archive_dir / workspace_id
         tmp = self.archive_dir / f".{workspace_id}.{secrets.token_hex(4)}"
+        # A copy of another incarnation is the user's until an unarchive settled it: kept.
+        preserved.set_aside_other(store, incarnation)
         if matched:
-            for rel in matched:
-                dest = tmp / "files" / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(checkout / rel, dest, follow_symlinks=False)
-            manifest = {"workspace_id": workspace_id, "incarnation": incarnation, "files": matched}
-            (tmp / "manifest.json").write_text(json.dumps(manifest))
+            self.archive_dir.mkdir(parents=True, exist_ok=True)
+            needed = sum((checkout / rel).lstat().st_blocks * 512 for rel in matched)
+            fscopy.check_space(self.archive_dir, needed, len(matched), "the preserved files")
+            try:
+                for rel in matched:
+                    dest = tmp / "files" / rel
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    fscopy.copy_file(checkout / rel, dest)
+                manifest = {
+                    "workspace_id": workspace_id,
+                    "incarnation": incarnation,
+                    "files": matched,
+                }
+                (tmp / "manifest.json").write_text(json.dumps(manifest))
+            except BaseException:
+                # (A full disk): the archive fails and rolls back; no half copy stays behind.
+                fsdelete.remove_tree(tmp, ignore_errors=True)
+                raise
             if store.exists():
-                shutil.rmtree(store)
+                fsdelete.remove_tree(store)
             os.replace(tmp, store)
             dropped.preserved = matched
             dropped.count -= len(matched)
@@ -309,8 +335,20 @@ class Snapshotter:
             restored.append(rel)
         return restored
 
-    def discard_preserved(self, workspace_id: str) -> None:
-        shutil.rmtree(self.archive_dir / workspace_id, ignore_errors=True)
+    def preserved_files(self, checkout: Path, entries: list[str], globs: list[str]) -> list[str]:
+        """The ignored files (of `ignored()`'s `entries`) that `globs` ask to keep."""
+        if not globs:
+            return []
+        return [
+            rel
+            for entry in entries
+            for rel, _size in _walk_files(checkout, checkout / entry)
+            if _matches(rel, globs)
+        ]
+
+
+def _skip_git(rel: str) -> bool:
+    return rel == ".git"
 
 
 def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
@@ -322,7 +360,7 @@ def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
     if not full.is_dir() or full.is_symlink():
         found.append((str(full.relative_to(checkout)), st.st_size))
         return found
-    for dirpath, _dirs, files in os.walk(full):
+    for dirpath, _dirs, files in fsdelete.walk_within(full):
         for name in files:
             path = Path(dirpath) / name
             try:

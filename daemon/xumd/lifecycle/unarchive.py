@@ -1,6 +1,9 @@
 """workspace.unarchive: settle the archive's pending cleanup, then recreate the checkout at its
-path (new incarnation, `restoring` committed first), restore the snapshot exactly, run setup,
-`active`. A failure before setup undoes the new checkout and puts the archived row back."""
+path (new incarnation, `restoring` committed first), restore the snapshot exactly, place the
+preserved files, run setup, put back any preserved file setup overwrote (the user's copy wins),
+`active`, and only then verify the preserved files in place and delete their saved copy
+(lifecycle/preserved.py). A failure before setup undoes the new checkout and puts the archived
+row back."""
 
 from __future__ import annotations
 
@@ -14,9 +17,12 @@ from xum_protocol.models.workspace import RestoredInfo, SnapshotInfo, WorkspaceU
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import checkout, dirstore, ids, setup
+from xumd.lifecycle import checkout, dirstore, ids, preserved, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.lifecycle.scripts import ScriptOutcome, preserve_globs
+from xumd.lifecycle.seams import busy_message, mount_holders
+from xumd.rpc.dispatch import answer_if_cut
 
 log = logs.get("xumd.lifecycle.unarchive")
 
@@ -24,6 +30,20 @@ UNARCHIVE_AFTER_INTENT = faults.declare("workspace.unarchive.after_intent")
 UNARCHIVE_AFTER_CHECKOUT = faults.declare("workspace.unarchive.after_checkout")
 UNARCHIVE_AFTER_RESTORE = faults.declare("workspace.unarchive.after_restore")
 UNARCHIVE_AFTER_SETUP = faults.declare("workspace.unarchive.after_setup")
+UNARCHIVE_AFTER_PRESERVED = faults.declare(
+    "workspace.unarchive.after_preserved",
+    "preserved files put back over what setup wrote; the row is not `active` yet",
+)
+UNARCHIVE_AFTER_ACTIVATE = faults.declare(
+    "workspace.unarchive.after_activate",
+    "`active` committed; the saved copy of preserved files is not verified and deleted yet",
+)
+HOLD = faults.declare(
+    "workspace.unarchive.hold",
+    "simulate: hold an unarchive after its checkout is recreated, before the snapshot is "
+    "restored, until the test releases it (faults.FaultPoint.hold)",
+    simulate=True,
+)
 UNDO_AFTER_DISCARD = faults.declare(
     "workspace.unarchive.undo.after_discard",
     "a failed unarchive took its new checkout back; the row is still `restoring`",
@@ -51,10 +71,17 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         try:
             async with ctx.coord.directory(row.path, label=f"unarchive {row.id}"):
                 _check_path_free(ctx, row)
+                if row.runtime == "worktree":
+                    # Before `made`: a refusal here must not run the undo's discard, which
+                    # would drop whatever entry registers the (missing) path.
+                    dropped = await checkout.drop_stale_admin_entry(ctx.git, project.path, row)
+                    if dropped:
+                        log.info("workspace.stale_admin_entry_dropped", workspace=row.id)
                 row.path.parent.mkdir(parents=True, exist_ok=True)
                 made = True
                 await _recreate(ctx, project, row)
             UNARCHIVE_AFTER_CHECKOUT()
+            await HOLD.hold()
             restored = await _restore(ctx, row)
             UNARCHIVE_AFTER_RESTORE()
             st = row.path.stat()
@@ -64,14 +91,63 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
             with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
                 await _undo(ctx, project, old, row, made)
             raise
-        row, outcome = await setup.run(ctx, row)
+        # Restored (identity recorded: recovery rolls forward from here). A shutdown that cuts
+        # the setup short makes the workspace active with its setup `failed` and says so, as a
+        # setup that fails does, instead of undoing a restore that went through.
+        try:
+            row, outcome = await setup.run(ctx, row)
+        except anyio.get_cancelled_exc_class():
+            why = "the daemon is shutting down" if ctx.app.stopping else "it was cancelled"
+            cut = ScriptOutcome(status="failed", error=f"setup was cut short: {why}")
+            done = setup.activate(ctx, row, cut)
+            ctx.publish("workspace.state_changed", done)
+            answer_if_cut(
+                lambda: WorkspaceUnarchiveResult(
+                    workspace=ctx.info(done), restored=restored, setup=setup.result(cut)
+                ),
+                "workspace.unarchive",
+            )
+            raise
         UNARCHIVE_AFTER_SETUP()
+        copy = _saved_copy(ctx, row)
+        if copy is not None:
+            restored = await _settle_preserved(copy, row, restored)
+        UNARCHIVE_AFTER_PRESERVED()
         row = setup.activate(ctx, row, outcome)
-        ctx.snapshots.discard_preserved(row.id)
         ctx.publish("workspace.state_changed", row)
+        UNARCHIVE_AFTER_ACTIVATE()
+        if copy is not None:
+            # Only now (restored bytes in place, the workspace active) may the copy go.
+            finished = await anyio.to_thread.run_sync(preserved.finish, copy, row.path)
+            restored = restored.model_copy(
+                update={"kept_at": finished.kept_at, "unverified": finished.unverified}
+            )
         return WorkspaceUnarchiveResult(
             workspace=ctx.info(row), restored=restored, setup=setup.result(outcome)
         )
+
+
+def _saved_copy(ctx: Context, row: WorkspaceRow) -> preserved.SavedCopy | None:
+    """The archive's saved copy (preserved files; a directory's content), if there is one."""
+    copy = preserved.load(ctx.app.paths.archive_store / row.id)
+    if copy is None or copy.incarnation == row.incarnation:
+        return None  # (the same incarnation would be a copy of this checkout: nothing to settle)
+    return copy
+
+
+async def _settle_preserved(
+    copy: preserved.SavedCopy, row: WorkspaceRow, restored: RestoredInfo
+) -> RestoredInfo:
+    """After setup: the user's copy wins over whatever setup wrote at a preserved path."""
+    try:
+        settled = await anyio.to_thread.run_sync(preserved.settle, copy, row.path)
+    except OSError as exc:
+        # Reported; the copy is then kept (it cannot verify), never lost.
+        log.warning("workspace.preserved_settle_failed", workspace=row.id, error=str(exc))
+        return restored
+    if settled.replaced:
+        log.info("workspace.preserved_replaced", workspace=row.id, files=len(settled.replaced))
+    return restored.model_copy(update={"replaced": settled.replaced})
 
 
 async def _settle_old_checkout(ctx: Context, row: WorkspaceRow) -> None:
@@ -91,17 +167,33 @@ async def _settle_old_checkout(ctx: Context, row: WorkspaceRow) -> None:
         for ob in ctx.cleanup.obligations.pending_for_workspace(row.id)
         if ob.incarnation == row.incarnation and ob.kind != "reclaim"
     }
+    project = ctx.project(row.project_id)
     for path in sorted(paths):
-        await _refuse_unsaved(ctx, replace(row, path=path))
+        await _refuse_mounted(replace(row, path=path))
+        await _refuse_unsaved(ctx, replace(row, path=path), project)
     await ctx.run_cleanup(row.id, force=True)
 
 
-async def _refuse_unsaved(ctx: Context, row: WorkspaceRow) -> None:
+async def _refuse_mounted(row: WorkspaceRow) -> None:
+    """A mount in the lingering checkout: its trash step waits for it, and its files are not
+    the checkout's work (they would otherwise be reported as unsaved). Busy, naming it."""
+    holders = await mount_holders(row.ref())
+    if holders:
+        raise XumError(
+            ErrorKind.BUSY,
+            f"cannot unarchive {row.name!r}: its archived checkout at {row.path} is "
+            + busy_message(holders),
+            holders=[h.as_dict() for h in holders],
+        )
+
+
+async def _refuse_unsaved(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> None:
     if not ctx.owns_checkout(row):
         return
     if row.runtime == "worktree":
         state = await ctx.snapshots.capture(row.path)
         files = await ctx.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
+        files += await _unsaved_preserved(ctx, row, project)
     else:
         files = await dirstore.unsaved_files(ctx.app.paths.archive_store, row)
     if files:
@@ -112,6 +204,24 @@ async def _refuse_unsaved(ctx: Context, row: WorkspaceRow) -> None:
             files=files[:100],
             path=str(row.path),
         )
+
+
+async def _unsaved_preserved(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> list[str]:
+    """Preserved (ignored) files of the lingering checkout that its saved copy does not hold
+    byte for byte: changed or made since the archive. Trashing the checkout would lose them."""
+    globs = preserve_globs(row.path, project.path)
+    if not globs:
+        return []
+    entries = await ctx.snapshots.ignored(row.path)
+    keep = await anyio.to_thread.run_sync(ctx.snapshots.preserved_files, row.path, entries, globs)
+    copy = preserved.load(ctx.app.paths.archive_store / row.id)
+    return [
+        rel
+        for rel in keep
+        if copy is None
+        or rel not in copy.files
+        or not preserved.same_file(copy.files_root / rel, row.path / rel)
+    ]
 
 
 def _check_path_free(ctx: Context, row: WorkspaceRow) -> None:

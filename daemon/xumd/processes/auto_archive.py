@@ -82,6 +82,16 @@ class AutoArchiver:
         found: str = row["incarnation"]
         return found
 
+    def _archived(self, workspace_id: str, incarnation: str | None) -> bool:
+        row = self.store.one(
+            "SELECT state, incarnation FROM workspaces WHERE id = ?", (workspace_id,)
+        )
+        return (
+            row is not None
+            and row["state"] == "archived"
+            and (incarnation is None or row["incarnation"] == incarnation)
+        )
+
     def on_exit(self, managed: Managed) -> None:
         """Exit listener (synchronous): start the archive task for a successful agent exit."""
         if managed.workspace_id in self._running or not self.wanted(managed):
@@ -122,6 +132,13 @@ class AutoArchiver:
                 return self._record(workspace_id, process_id, "superseded", attempt, error)
             try:
                 await self.archive(workspace_id)
+            except anyio.get_cancelled_exc_class():
+                # Cut short (the daemon is stopping) after the archive committed, in its
+                # cleanup: it did archive, and the outcome says so (the cleanup stays pending
+                # for the retry service). Recorded without awaiting: the scope is cancelled.
+                if self._archived(workspace_id, incarnation):
+                    self._record(workspace_id, process_id, "archived", attempt, None)
+                raise
             except XumError as exc:
                 last_error = f"{exc.kind.value}: {exc.message}"
                 if exc.kind not in TRANSIENT:

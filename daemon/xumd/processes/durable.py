@@ -20,12 +20,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xumd import logs
+from xumd import fsdelete, logs
 from xumd.processes.output_log import OutputLog
 
 log = logs.get("xumd.processes.durable")
@@ -101,7 +100,7 @@ class DurableIO:
 
     def remove(self) -> None:
         self.close_writer()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        fsdelete.remove_tree(self.directory, ignore_errors=True)
 
 
 def sweep(base: Path, keep: set[str]) -> list[str]:
@@ -116,7 +115,7 @@ def sweep(base: Path, keep: set[str]) -> list[str]:
         if entry.name in keep or not _NAME_RE.fullmatch(entry.name):
             continue
         if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
+            fsdelete.remove_tree(Path(entry.path), ignore_errors=True)
             removed.append(entry.name)
     if removed:
         log.info("process.io_swept", count=len(removed))

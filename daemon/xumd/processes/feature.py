@@ -99,7 +99,7 @@ def install(app: App) -> None:
             output_poll_s=cfg.output_poll_s,
         )
     )
-    quiet = app.provide(Quiescence(sup, leases))
+    quiet = app.provide(Quiescence(sup, leases, probe_deadline_s=cfg.probe_deadline_s))
     if sup.keep_processes and os.environ.get("INVOCATION_ID"):
         # A systemd service: with KillMode=mixed or control-group, the unit's stop SIGKILLs what
         # is left in its cgroup, kept processes included (docs/PROCESSES.md, "systemd").
@@ -255,7 +255,8 @@ def install(app: App) -> None:
         return row.ref()
 
     async def holders(p: HoldersParams, ctx: RequestContext) -> HoldersResult:
-        found = await quiet.holders(_workspace_ref(p.workspace_id))
+        # The whole quiescence check (every probe plugged into the lifecycle: mounts too).
+        found = await hooks.holders(_workspace_ref(p.workspace_id))
         return HoldersResult(
             holders=[HolderInfo.model_validate(h.as_dict()) for h in found],
             message=busy_message(found) if found else None,

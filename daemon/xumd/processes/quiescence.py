@@ -21,9 +21,16 @@ PROBE_DEADLINE_S = 5.0
 
 
 class Quiescence:
-    def __init__(self, supervisor: Supervisor, leases: LeaseStore) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        leases: LeaseStore,
+        *,
+        probe_deadline_s: float = PROBE_DEADLINE_S,
+    ) -> None:
         self.supervisor = supervisor
         self.leases = leases
+        self.probe_deadline_s = probe_deadline_s
 
     async def holders(self, ref: WorkspaceRef) -> list[Holder]:
         """Live leases (the supervisor's processes, setup/teardown runs, external holders),
@@ -50,7 +57,7 @@ class Quiescence:
         return found
 
     async def _probe(self, ref: WorkspaceRef, pids: set[int], pgids: set[int]) -> list[Holder]:
-        with anyio.move_on_after(PROBE_DEADLINE_S):
+        with anyio.move_on_after(self.probe_deadline_s):
             users = await anyio.to_thread.run_sync(
                 lambda: probes.find_users(ref.path, exclude_pids=pids, exclude_pgids=pgids),
                 abandon_on_cancel=True,
@@ -58,12 +65,13 @@ class Quiescence:
             return [Holder("process", u.pid, u.name, u.since) for u in users]
         # Fail closed: an unfinished probe cannot prove that nobody uses the checkout.
         log.warning("quiescence.probe_timeout", workspace=ref.id)
-        return [Holder("probe", None, f"process probe did not finish in {PROBE_DEADLINE_S}s")]
+        return [Holder("probe", None, f"process probe did not finish in {self.probe_deadline_s}s")]
 
-    async def stop(self, ref: WorkspaceRef, deadline_s: float) -> list[Holder]:
-        """Stop the daemon's own processes in the workspace, bounded; return what is left."""
-        _stopped, left = await self.supervisor.release_all(ref.id, deadline_s)
-        return [
+    async def stop(self, ref: WorkspaceRef, deadline_s: float) -> tuple[list[str], list[Holder]]:
+        """Stop the daemon's own processes in the workspace, bounded; return the ids of those
+        stopped and what is left."""
+        stopped, left = await self.supervisor.release_all(ref.id, deadline_s)
+        return stopped, [
             Holder(
                 "pending_stop" if m.state == "pending_stop" else m.kind,
                 m.pid,

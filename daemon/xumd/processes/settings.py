@@ -8,6 +8,7 @@ records kept) reaches every part at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -22,3 +23,6 @@ class SupervisorSettings:
     """Exited records kept (their output and exit), newest first; memory stays bounded."""
     output_poll_s: float = 0.1
     """How often a durable output file is polled for growth."""
+    containment: Any = None
+    """xumd.containment.Containment (set when the daemon wires it): each process carries a marker
+    naming its id, so its descendants are found again, double-forked ones and after a crash."""

@@ -11,7 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from xum_protocol.errors import ErrorKind
+
 from xumd import logs
+from xumd.errors import XumError
 from xumd.events import EventBus
 from xumd.processes import probes
 from xumd.processes.leases import LeaseStore
@@ -27,12 +30,23 @@ class Settlement:
         self.leases = leases
         self.events = events
         self.exit_listeners: list[Callable[[Managed], None]] = []
+        self.unremoved: dict[str, str] = {}
+        """Leases of exited processes whose removal failed (a full store): lease id -> reason.
+        The supervisor's sweep retries them (`retry_lease_removals`)."""
 
     def finish(self, managed: Managed, code: int | None, sig: str | None, settled_by: str) -> None:
         if managed.state == "exited":
             return
         if managed.lease_id:
-            self.leases.remove(managed.lease_id, reason=f"exited ({settled_by})")
+            try:
+                self.leases.remove(managed.lease_id, reason=f"exited ({settled_by})")
+            except XumError as exc:
+                if exc.kind is not ErrorKind.DISK_FULL:
+                    raise
+                # The exit is still a fact: record it in memory. The supervisor's sweep removes
+                # the lease once the store takes writes again (a restart reclaims it too).
+                self.unremoved[managed.lease_id] = f"exited ({settled_by})"
+                log.warning("process.lease_remove_failed", process=managed.id, error=exc.message)
         managed.state = "exited"
         managed.exit = {"code": code, "signal": sig, "settled_by": settled_by, "at": time.time()}
         if managed.stop_reason:
@@ -49,6 +63,11 @@ class Settlement:
                 listener(managed)
             except Exception:
                 log.exception("process.exit_listener_failed", process=managed.id)
+
+    def retry_lease_removals(self) -> None:
+        for lease_id, reason in list(self.unremoved.items()):
+            self.leases.remove(lease_id, reason=reason)
+            del self.unremoved[lease_id]
 
     def mark_pending(self, managed: Managed) -> None:
         """A stop whose exit is not confirmed yet. Durable (in the lease), so that a restarted

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from xumd import containment
+
 GATE_EXIT = 125
 """The shim's exit code when its gate closed without a go: the program never ran."""
 
@@ -180,6 +182,8 @@ def start_child(
             pass_fds=(gate_r,),
             close_fds=True,
         )
+        # No await since the fork: the orphan reaper cannot have run; it never reaps this one.
+        containment.register(popen.pid)
     except BaseException:
         for fd in (gate_w, *parent_fds):
             with contextlib.suppress(OSError):

@@ -18,7 +18,8 @@ from typing import Any
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import faults, logs
+from xumd import diskfull, faults, logs
+from xumd.containment import MARKER_VAR
 from xumd.errors import XumError
 from xumd.events import EventBus
 from xumd.lifecycle.seams import WorkspaceRef
@@ -127,6 +128,9 @@ class Starter:
                     id=workspace_id,
                 )
             extra = {"XUM_WORKSPACE_ID": ref.id, "XUM_PROCESS_ID": process_id}
+            cont = self.settings.containment
+            if cont is not None:
+                extra[MARKER_VAR] = str(cont.marker(process_id))
             if pty:
                 extra.setdefault("TERM", (env or {}).get("TERM") or "xterm-256color")
             full_env = child_env(env, **extra)
@@ -147,19 +151,29 @@ class Starter:
                 process_id=process_id,
                 detail=detail,
             )
-            AFTER_INTENT()
             io: DurableIO | None = None
             try:
+                AFTER_INTENT()
                 if keep:
                     assert self.keep.io_dir is not None
                     io = DurableIO.create(self.keep.io_dir, process_id)
+                runs = cont.runs if cont is not None else None
+                # Its own cgroup (where one is delegated): the program joins it before it runs.
+                run_argv = runs.join_argv(process_id, argv) if runs is not None else argv
                 child = _start_on(
-                    io, argv, checkout, full_env, pty=pty, cols=cols or 80, rows=rows or 24
+                    io, run_argv, checkout, full_env, pty=pty, cols=cols or 80, rows=rows or 24
                 )
-            except OSError as exc:
+            except BaseException as exc:
+                # Any failure, not only an OSError: a lease intent left behind would make the
+                # workspace `busy` until a restart reclaimed it.
                 if io is not None:
                     io.remove()
                 self.leases.remove(lease.id, reason="spawn failed")
+                if not isinstance(exc, OSError):
+                    raise
+                if diskfull.is_no_space_oserror(exc):
+                    # The durable output files could not be made: name the full filesystem.
+                    raise diskfull.from_oserror(exc, f"the output files of {argv[0]}") from None
                 raise XumError(
                     ErrorKind.OPERATION_FAILED, f"cannot start {argv[0]}: {exc.strerror or exc}"
                 ) from None

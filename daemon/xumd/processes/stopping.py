@@ -17,6 +17,7 @@ from xumd.processes.managed import Managed
 from xumd.processes.settings import SupervisorSettings
 from xumd.processes.settlement import Settlement
 from xumd.processes.table import ProcessTable
+from xumd.processes.watching import stop_marked_leftovers
 from xumd.procutil import kill_tree
 
 log = logs.get("xumd.processes.stopping")
@@ -54,6 +55,7 @@ class Stopper:
             # Not shielded: a caller's deadline (release_all, shutdown) bounds the whole stop;
             # a stop cut short leaves the process reported as still running, never waited on.
             await kill_tree(managed.pid, managed.pgid, grace)
+            await stop_marked_leftovers(self.settings, managed)
         with anyio.move_on_after(CONFIRM_S):
             await managed.exited.wait()
         if managed.live_state:

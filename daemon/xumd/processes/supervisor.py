@@ -25,8 +25,10 @@ from typing import Any
 
 import anyio
 import anyio.abc
+from xum_protocol.errors import ErrorKind
 
 from xumd import logs
+from xumd.errors import XumError
 from xumd.events import EventBus
 from xumd.fdlimits import is_exhausted
 from xumd.processes import adoption, process_io
@@ -54,6 +56,8 @@ __all__ = [
     "child_env",
     "parse_signal",
 ]
+
+log = logs.get("xumd.processes.supervisor")
 
 
 class Supervisor:
@@ -181,8 +185,14 @@ class Supervisor:
                 while True:
                     await anyio.sleep(self.settings.probe_interval_s)
                     try:
+                        self.settlement.retry_lease_removals()
                         self.settle()
                         self.leases.reclaim_dead(skip=self.owns)
+                    except XumError as exc:
+                        # A full store must not stop the supervisor: the next round retries.
+                        if exc.kind is not ErrorKind.DISK_FULL:
+                            raise
+                        log.warning("processes.sweep_failed", error=exc.message)
                     except OSError as exc:
                         if not is_exhausted(exc):
                             raise

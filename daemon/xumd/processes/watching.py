@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from xumd import faults, logs
+from xumd import containment, faults, logs
 from xumd.processes import adoption, probes
 from xumd.processes.managed import Managed, describe_status
 from xumd.processes.output_log import OutputLog
@@ -71,10 +71,12 @@ class Watcher:
             log.warning("process.exit_unconfirmed", process=managed.id, pid=managed.pid)
             return
         code, sig = describe_status(returncode)
-        # The group does not outlive its leader: leftovers are stopped before the lease goes.
-        if managed.pgid and probes.group_members(managed.pgid):
-            with anyio.CancelScope(shield=True):
+        # The group does not outlive its leader: leftovers are stopped before the lease goes,
+        # and so are descendants that left the group (they carry the process's marker).
+        with anyio.CancelScope(shield=True):
+            if managed.pgid and probes.group_members(managed.pgid):
                 await kill_tree(managed.pid or 0, managed.pgid, self.settings.grace_s)
+            await stop_marked_leftovers(self.settings, managed)
         self.settlement.finish(managed, code, sig, "exit")
 
     async def watch_adopted(self, managed: Managed) -> None:
@@ -117,6 +119,13 @@ class Watcher:
         done.set()
 
 
+async def stop_marked_leftovers(settings: SupervisorSettings, managed: Managed) -> None:
+    """Stop what still carries the process's marker (double-forked descendants included)."""
+    cont = settings.containment
+    if cont is not None:
+        await cont.leftovers(cont.marker(managed.id), settings.grace_s, always=False)
+
+
 async def wait_exit(popen: Any) -> int:
     """The child's exit status, without a thread: a pidfd becomes readable when it exits."""
     try:
@@ -128,6 +137,7 @@ async def wait_exit(popen: Any) -> int:
             while popen.poll() is None:
                 with anyio.move_on_after(1.0):
                     await anyio.wait_readable(pidfd)
+            containment.waited(popen.pid)
         finally:
             with contextlib.suppress(Exception):
                 anyio.notify_closing(pidfd)

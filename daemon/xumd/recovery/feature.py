@@ -1,4 +1,5 @@
-"""Install recovery: the startup pass (before readiness), `workspace.strays`, and the
+"""Install recovery: the startup pass (before readiness), `workspace.strays` (and
+`workspace.discard_kept`, which deletes a kept copy of preserved files), and the
 `daemon.status` details['recovery'] counts (interrupted workspaces, strays, last pass).
 
 Installed after lifecycle, cleanup, processes and turns: its startup hook runs after theirs
@@ -8,13 +9,24 @@ after readiness, including those this pass plans), and before the socket serves.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
-from xum_protocol.models.recovery import StraysParams, StraysResult
+import anyio
+from xum_protocol.errors import ErrorKind
+from xum_protocol.models.recovery import (
+    DiscardKeptParams,
+    DiscardKeptResult,
+    StraysParams,
+    StraysResult,
+)
 
+from xumd import logs
 from xumd.app import App
+from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import ids
+from xumd.lifecycle import dirstore, ids, preserved
 from xumd.lifecycle.seams import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
 from xumd.recovery import strays
@@ -25,6 +37,8 @@ from xumd.turns.service import TurnService
 
 STATUS_KEY = "recovery"
 
+log = logs.get("xumd.recovery")
+
 
 def install(app: App) -> Reconciler:
     workspaces = app.get(WorkspaceService)
@@ -33,6 +47,8 @@ def install(app: App) -> Reconciler:
     last: dict[str, Any] = {"report": RecoveryReport(), "strays": 0}
 
     async def startup() -> None:
+        # Partial archive copies of a crashed daemon hold space and are never completed.
+        dirstore.sweep_partial(app.paths.archive_store)
         last["report"] = await reconciler.run()
         last["strays"] = len(strays.scan(app.store, app.paths))
 
@@ -43,6 +59,34 @@ def install(app: App) -> Reconciler:
         found = strays.scan(app.store, app.paths, p.project_id)
         last["strays"] = len(found) if p.project_id is None else last["strays"]
         return StraysResult(strays=[await strays.describe(s, git, app.store) for s in found])
+
+    async def discard_kept(p: DiscardKeptParams, ctx: RequestContext) -> DiscardKeptResult:
+        """Delete exactly one kept copy: a direct child of ROOT/archive that no row claims
+        (`strays.scan_kept`); never an archived workspace's own copy, never anything else."""
+        given = Path(p.path)
+        archive = app.paths.archive_store
+        if not given.is_absolute() or given.parent != archive or given.name.startswith("."):
+            raise XumError(
+                ErrorKind.INVALID_PATH,
+                f"{p.path!r} is not a kept copy: kept copies are directories in {archive} "
+                "(see workspace.strays, kind 'kept')",
+                path=p.path,
+            )
+        if not given.is_dir() or given.is_symlink():
+            raise XumError(ErrorKind.NOT_FOUND, f"no kept copy at {p.path}", path=p.path)
+        kept = {s.path: s for s in strays.scan_kept(app.store, app.paths)}
+        if str(given) not in kept:
+            raise XumError(
+                ErrorKind.INVALID_STATE,
+                f"{p.path} is the saved copy of workspace {given.name}, which still exists "
+                "(unarchive restores it; removing the workspace makes it a kept copy)",
+                path=p.path,
+            )
+        copy = preserved.load(given)
+        files = len(copy.files) if copy is not None else 0
+        await anyio.to_thread.run_sync(shutil.rmtree, given)
+        log.info("recovery.kept_discarded", path=str(given), files=files)
+        return DiscardKeptResult(path=str(given), files=files)
 
     def count_interrupted() -> int:
         found = app.store.one("SELECT COUNT(*) AS n FROM workspaces WHERE interrupted = 1")
@@ -60,8 +104,11 @@ def install(app: App) -> Reconciler:
 
     # workspace.keep settles a kept rename journal with the startup pass's own logic.
     app.get(LifecycleHooks).rename_settler = reconciler.settle_journal
+    # An operation that failed part-way leaves its row as the startup pass would.
+    app.get(LifecycleHooks).row_settler = reconciler.settle_row
     app.on_startup("recovery", startup)
     app.router.add("workspace.strays", list_strays)
+    app.router.add("workspace.discard_kept", discard_kept)
     app.status_providers[STATUS_KEY] = status
 
     return reconciler

@@ -7,6 +7,8 @@ the row `interrupted` with a reason for the user to resolve with ordinary calls 
 `workspace.remove`, `workspace.archive`, `workspace.unarchive`, a rename again). It never deletes:
 the only destructive consequence it may plan is a fenced cleanup obligation for a checkout it
 just rolled back (an unarchive that never finished restoring), whose content the snapshot holds.
+It finishes an interrupted unarchive's preserved files: the user's saved copy is put back over
+what setup wrote, and the copy deleted only once verified in place (`_settle_saved_copies`).
 
 Cost: one query for all rows, an lstat per settled row (identity agrees: done), marker reads only
 for in-between rows, one transaction for every change; git runs only for a rename journal.
@@ -25,7 +27,7 @@ from xum_protocol.errors import ErrorKind
 from xumd import faults, logs
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import rows
+from xumd.lifecycle import preserved, rows
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.recovery.disk import Probe, probe, same_identity
 
@@ -138,6 +140,7 @@ class Reconciler:
                     self._drop_journal(workspace_id)
                 continue
             await self._rename(current, journal, projects.get(current.project_id), report)
+        self._settle_saved_copies(report)
         report.ms = round((time.perf_counter() - started) * 1000, 2)
         log.info("recovery.done", **report.as_dict())
         return report
@@ -165,6 +168,88 @@ class Reconciler:
                 state=row.state,
                 id=row.id,
             ) from None
+
+    def settle_row(self, workspace_id: str, cause: str) -> str | None:
+        """Settle one row that a failed operation left mid-way (the `row_settler` seam; the
+        caller holds the workspace's reservation or is its creator): the startup pass's own
+        decision for that state, with the failure leading the reason of a flag. A row with a
+        rename journal is flagged (the journal is kept; workspace.keep or a restart settles it
+        by what the disk shows, which needs git). Returns the action taken."""
+        row = rows.get_workspace(self.store, workspace_id)
+        if row is None:
+            return None
+        journal = self.store.one(
+            "SELECT 1 FROM rename_journal WHERE workspace_id = ?", (workspace_id,)
+        )
+        if journal is not None:
+            if row.interrupted:
+                return None
+            reason = (
+                f"{cause}; the rename journal is kept: keep it (workspace.keep) or restart the "
+                "daemon to settle it by what the disk shows"
+            )
+            change: Change | None = Change(row, _flag(reason), "interrupted")
+        elif row.state in {"active", "archived"}:
+            return None
+        else:
+            change = self._decide(row, RecoveryReport())
+        if change is None:
+            return None
+        if change.fields.get("interrupted"):
+            reason = change.fields.get("interrupted_reason") or ""
+            if not reason.startswith(cause):
+                change.fields["interrupted_reason"] = f"{cause}: {reason}"
+        projects = {p.id: p for p in rows.list_projects(self.store)}
+        with self.store.transaction():
+            applied = self._apply(change, projects)
+        if not applied:
+            return None
+        self._announce(change, RecoveryReport())
+        return change.action
+
+    def _settle_saved_copies(self, report: RecoveryReport) -> None:
+        """An unarchive that crashed after `restoring` rolled forward (or after `active`) left
+        its saved copy of preserved files, and perhaps setup's file at a preserved path: put the
+        user's copy back, verify it in place, and only then delete the copy (one that does not
+        verify is set aside as a kept copy). Only an active workspace whose checkout carries its
+        marker, with a copy of an earlier incarnation; anything else is left as it is (the next
+        archive sets an unsettled copy aside, never replaces it). One directory listing when
+        there is nothing to do."""
+        store = self.app.paths.archive_store
+        try:
+            with os.scandir(store) as entries:
+                names = [
+                    e.name
+                    for e in entries
+                    if e.name.startswith("ws_") and "." not in e.name and e.is_dir()
+                ]
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for name in names:
+            row = rows.get_workspace(self.store, name)
+            if row is None or row.state != "active":
+                continue
+            copy = preserved.load(store / name)
+            if copy is None or copy.incarnation == row.incarnation:
+                continue
+            if not self.workspaces.owns_checkout(row):
+                continue
+            try:
+                settled = preserved.settle_and_verify(copy, row.path)
+                kept = str(preserved.set_aside(copy)) if settled.problems else None
+                if kept is None:
+                    preserved.discard(copy)
+            except OSError as exc:
+                log.warning("recovery.preserved_settle_failed", workspace=row.id, error=str(exc))
+                continue
+            report.count("preserved_settled")
+            log.warning(
+                "recovery.preserved_settled",
+                workspace=row.id,
+                replaced=settled.replaced,
+                unverified=settled.problems,
+                kept=kept,
+            )
 
     # -- decisions (pure: no writes) -------------------------------------------------------------
 

@@ -1,5 +1,8 @@
 """Strays: checkouts under the xum root, and git admin entries pointing into it, that no workspace
 row claims (design invariant 3). Listed with what they contain; never deleted by the daemon.
+Also kept copies of preserved files that no row claims (kind `kept`: a removed workspace's, or
+one set aside), which the user deletes with `workspace.discard_kept` once they have what they
+need.
 
 `scan` is cheap (directory listings and one small file per admin entry, no git) and runs at
 startup for the status count; `describe` adds the content (files, uncommitted changes, branch),
@@ -15,9 +18,9 @@ from pathlib import Path
 import anyio
 from xum_protocol.models.recovery import StrayInfo
 
-from xumd import logs
+from xumd import fsdelete, logs
 from xumd.git import Git
-from xumd.lifecycle import marker, rows, views
+from xumd.lifecycle import marker, preserved, rows, views
 from xumd.paths import RootPaths
 from xumd.store import Store
 
@@ -29,11 +32,12 @@ MAX_UNCOMMITTED = 200
 
 @dataclass(frozen=True, slots=True)
 class Stray:
-    kind: str  # checkout | admin_entry
+    kind: str  # checkout | admin_entry | kept
     path: str
     project_id: str | None
     admin_dir: str | None
     repo: str | None
+    workspace_id: str | None = None
 
 
 def _claimed(store: Store) -> set[str]:
@@ -128,12 +132,49 @@ def scan(store: Store, paths: RootPaths, project_id: str | None = None) -> list[
                 str(admin),
                 str(project.path),
             )
+    for kept in scan_kept(store, paths):
+        if project_id is None or kept.project_id == project_id:
+            found[kept.path] = kept
     return sorted(found.values(), key=lambda s: s.path)
+
+
+def scan_kept(store: Store, paths: RootPaths) -> list[Stray]:
+    """Kept copies of preserved files (lifecycle/preserved.py) that no workspace row claims:
+    `archive/<ws-id>` of a removed workspace, and any copy set aside (`<ws-id>.<incarnation>`).
+    An archive copy of a live row (`archive/<its id>`) is that row's, never a stray."""
+    found: list[Stray] = []
+    for path in _children(paths.archive_store):
+        name = os.path.basename(path)
+        workspace_id = name.split(".", 1)[0]
+        row = rows.get_workspace(store, workspace_id)
+        if row is not None and "." not in name:
+            continue
+        project_id = row.project_id if row is not None else _tombstone_project(store, workspace_id)
+        found.append(Stray("kept", path, project_id, None, None, workspace_id))
+    return found
+
+
+def _tombstone_project(store: Store, workspace_id: str) -> str | None:
+    found = store.one("SELECT project_id FROM workspace_tombstones WHERE id = ?", (workspace_id,))
+    return str(found["project_id"]) if found else None
+
+
+def kept_note(store: Store, stray: Stray) -> str:
+    name = os.path.basename(stray.path)
+    wid = stray.workspace_id or name
+    if "." in name:
+        return (
+            f"saved copy of workspace {wid} (incarnation {name.split('.', 2)[1]}) set aside: an "
+            "unarchive never verified it in place, and a newer copy took its place"
+        )
+    found = store.one("SELECT name FROM workspace_tombstones WHERE id = ?", (wid,))
+    label = f" ({found['name']})" if found else ""
+    return f"preserved files of removed workspace {wid}{label}"
 
 
 def _count_files(top: Path) -> tuple[int, bool]:
     count = 0
-    for directory, dirs, files in os.walk(top):
+    for directory, dirs, files in fsdelete.walk_within(top):
         if directory == str(top) and ".git" in dirs:
             dirs.remove(".git")
         count += len(files)
@@ -143,6 +184,20 @@ def _count_files(top: Path) -> tuple[int, bool]:
 
 
 async def describe(stray: Stray, git: Git, store: Store) -> StrayInfo:
+    if stray.kind == "kept":
+        copy = preserved.load(Path(stray.path))
+        kept = copy.files if copy is not None else []
+        return StrayInfo(
+            kind="kept",
+            path=stray.path,
+            project_id=stray.project_id,
+            exists=True,
+            workspace_id=stray.workspace_id,
+            files=len(kept),
+            kept_files=kept[:MAX_UNCOMMITTED],
+            note=kept_note(store, stray)
+            + ("" if copy is not None else "; its manifest is unreadable"),
+        )
     path = Path(stray.path)
     exists = path.is_dir()
     info: dict[str, object] = {

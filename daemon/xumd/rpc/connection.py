@@ -10,8 +10,9 @@ shared between connections, so one slow or dead client never blocks another.
 Requests on one connection run concurrently, so a long archive does not hold up a status call
 pipelined behind it. They run in the server's task group, not the connection's: a client that
 disconnects mid-archive does not cancel the archive half-way; its answer is dropped. At shutdown
-the server cancels requests still running after the grace period; each then answers
-`shutting_down`, so a request with an id never goes unanswered.
+the server cancels requests still running after the grace period; one that committed nothing
+answers `shutting_down`, one that committed its logical change answers its result as the cut left
+it (`dispatch.answer_if_cut`), so a request with an id never goes unanswered nor falsely answered.
 """
 
 from __future__ import annotations
@@ -231,8 +232,20 @@ class Connection:
         )
 
     async def _admit(self, frame: bytes) -> None:
+        if self._router.stopping():
+            # Shutting down: past the grace the server's request group has ended and starts no
+            # task (the frame would be dropped and the connection broken). What is still served
+            # then (refusals, daemon.status) is quick: answer it here, in frame order.
+            await self._process_inline(frame)
+            return
         await self._inflight.acquire()
         self._work.start_soon(self._process, frame)
+
+    async def _process_inline(self, frame: bytes) -> None:
+        try:
+            await self._process_frame(frame)
+        except Exception:
+            log.exception("conn.process_failed", conn=self.id)
 
     async def _process(self, frame: bytes) -> None:
         try:
@@ -260,7 +273,17 @@ class Connection:
             self._answer_cancelled([message], [None], batch=False)
             raise
         if reply is not None:
+            await self._enqueue_made(reply)
+
+    async def _enqueue_made(self, reply: Any) -> None:
+        """Queue an answer already made. Cancelled while waiting for room (shutdown), it is
+        queued anyway: a request that committed its change is answered with its result
+        (dispatch.answer_if_cut), never lost nor replaced by `shutting_down`."""
+        try:
             await self._enqueue(reply)
+        except anyio.get_cancelled_exc_class():
+            self._enqueue_nowait(reply)
+            raise
 
     async def _process_batch(self, batch: list[Any]) -> None:
         if not batch:
@@ -294,7 +317,7 @@ class Connection:
         replies = [answer for answer in answers if answer is not None]
         # A batch of notifications only gets no response at all, not an empty array.
         if replies:
-            await self._enqueue(replies)
+            await self._enqueue_made(replies)
 
     def _answer_cancelled(
         self, messages: list[Any], answers: list[dict[str, Any] | None], *, batch: bool

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from xum_protocol.errors import ErrorKind, code_for
 from xum_protocol.methods import METHODS
 
-from xumd import logs
+from xumd import diskfull, logs
 from xumd.errors import XumError
 from xumd.fdlimits import FD_ERRNOS, is_exhausted
 
@@ -43,6 +44,28 @@ class RequestContext:
     peer: Peer
     method: str
     request_id: RequestId
+    committed: Callable[[], BaseModel | None] | None = None
+    """Set (through `answer_if_cut`) once the request's logical change is committed: the
+    result to answer should the rest of the request be cancelled (shutdown)."""
+
+
+_current: ContextVar[RequestContext | None] = ContextVar("xumd_request", default=None)
+
+
+def answer_if_cut(build: Callable[[], BaseModel | None], method: str) -> None:
+    """Say that the current request's logical change is committed (invariant 2: no false
+    answer). Should the request be cancelled from here on (the shutdown grace ran out while its
+    physical part, a teardown say, still ran), it is answered with `build()`, called then and
+    without awaiting (so it reads the store as the cut left it), instead of `shutting_down`.
+
+    `build` may return None: nothing was committed after all (the request answers
+    `shutting_down`). Only when the request is `method`: an operation that runs inside
+    another (each workspace of a `project.remove`) builds the wrong result for the outer
+    request, which registers its own. Outside a request (a background task), this does
+    nothing."""
+    ctx = _current.get()
+    if ctx is not None and ctx.method == method:
+        ctx.committed = build
 
 
 Handler = Callable[[Any, RequestContext], Awaitable[BaseModel]]
@@ -197,15 +220,33 @@ class Router:
             )
         started = time.perf_counter()
         outcome = "ok"
+        ctx = RequestContext(peer, method, request_id)
+        token = _current.set(ctx)
         try:
-            result = await route.handler(params, RequestContext(peer, method, request_id))
+            result = await route.handler(params, ctx)
             return {
                 "jsonrpc": "2.0",
                 "id": request_id,
                 "result": result.model_dump(mode="json"),
             }
+        except anyio.get_cancelled_exc_class():
+            if ctx.committed is None:
+                outcome = "cancelled"
+                raise  # nothing committed: the connection answers `shutting_down`
+            # The change went through: answer it as it is now (its physical part pending),
+            # never as cancelled. The cancellation ends here; the caller's next await sees the
+            # still-cancelled scope again (the connection queues this answer without waiting).
+            late = ctx.committed()
+            if late is None:
+                outcome = "cancelled"
+                raise
+            outcome = "cut_short"
+            log.info("rpc.answered_after_cut", method=method, conn=peer.id)
+            return {"jsonrpc": "2.0", "id": request_id, "result": late.model_dump(mode="json")}
         except XumError as exc:
             outcome = exc.kind.value
+            if exc.kind is ErrorKind.DISK_FULL:
+                log.warning("rpc.disk_full", method=method, filesystem=exc.data.get("filesystem"))
             return error_response(request_id, exc.kind, exc.message, exc.data)
         except Exception as exc:
             if isinstance(exc, OSError) and is_exhausted(exc):
@@ -221,12 +262,26 @@ class Router:
                     f"({exc.strerror}); retry later",
                     {"resource": resource},
                 )
+            known = diskfull.from_exception(exc)
+            if known is not None:
+                # A write the handler did not expect to fail (a full disk, a read-only one) is
+                # the machine's answer, not a bug: named as such (its own cleanup ran as the
+                # error passed).
+                outcome = known.kind.value
+                log.warning(
+                    "rpc.filesystem_refused",
+                    method=method,
+                    kind=known.kind.value,
+                    filesystem=known.data.get("filesystem"),
+                )
+                return error_response(request_id, known.kind, known.message, known.data)
             outcome = "internal"
             log.exception("rpc.internal_error", method=method)
             return error_response(
                 request_id, ErrorKind.INTERNAL, f"internal error in {method}; see the daemon log"
             )
         finally:
+            _current.reset(token)
             log.debug(
                 "rpc.request",
                 method=method,

@@ -14,7 +14,7 @@ from anyio.abc import SocketAttribute, SocketStream, UNIXSocketStream
 from xum_protocol import framing
 from xum_protocol.errors import ErrorKind
 
-from xumd import logs
+from xumd import diskfull, logs
 from xumd.config import DaemonConfig
 from xumd.fdlimits import FdLimits, is_exhausted
 from xumd.paths import socket_path_problem
@@ -95,7 +95,12 @@ def bind_socket(path: Path) -> socket.socket:
         sock.bind(os.fsencode(path))
     except OSError as exc:
         sock.close()
-        raise SocketSetupError(f"cannot bind {path}: {exc.strerror}") from exc
+        why = exc.strerror
+        if diskfull.is_no_space_oserror(exc):
+            # A socket file takes an inode: say which filesystem has none left.
+            fs = diskfull.filesystem_of(path)
+            why = f"{why}: {fs.describe()} is full{fs.free()}; free space or inodes there"
+        raise SocketSetupError(f"cannot bind {path}: {why}") from exc
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o600)

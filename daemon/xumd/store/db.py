@@ -24,7 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from xumd import logs
+from xumd import diskfull, logs
+from xumd.errors import XumError
 
 log = logs.get("xumd.store")
 
@@ -37,6 +38,23 @@ _MIGRATION_RE = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
 
 class StoreError(Exception):
     pass
+
+
+FULL_BELOW_BYTES = 256 * 1024
+"""Opening the store needs room for its WAL and shared-memory files (32 KiB and up)."""
+
+
+def _full_hint(path: Path) -> str:
+    """Why opening may have failed when the store's filesystem is full; '' otherwise."""
+    fs = diskfull.filesystem_of(path)
+    no_inodes = fs.free_inodes == 0
+    no_space = fs.free_bytes is not None and fs.free_bytes < FULL_BELOW_BYTES
+    if not (no_inodes or no_space):
+        return ""
+    return (
+        f" ({fs.describe()} is full{fs.free()}; SQLite needs room for its WAL and "
+        "shared-memory files: free space there and start again)"
+    )
 
 
 def _migrations() -> list[tuple[int, str, str]]:
@@ -62,7 +80,9 @@ class Store:
                 path, isolation_level=None, check_same_thread=False, timeout=5.0
             )
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+            raise StoreError(
+                f"cannot open the state database {path}: {exc}{_full_hint(path)}"
+            ) from exc
         self._db.row_factory = sqlite3.Row
         self._depth = 0
         self.slow_ms = SLOW_MS
@@ -75,6 +95,10 @@ class Store:
             self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         except sqlite3.DatabaseError as exc:
             self._db.close()
+            hint = _full_hint(path)
+            if hint:
+                # Not a damaged database: SQLite cannot create its WAL and shared-memory files.
+                raise StoreError(f"cannot open the state database {path}: {exc}{hint}") from exc
             raise StoreError(f"{path} is not a usable xum state database: {exc}") from exc
 
     @property
@@ -116,19 +140,50 @@ class Store:
                 self._depth -= 1
             return
         started = time.perf_counter()
-        self._db.execute("BEGIN IMMEDIATE")
+        self._run("BEGIN IMMEDIATE")
         self._depth = 1
         try:
             yield self._db
         except BaseException:
             self._depth = 0
-            self._db.execute("ROLLBACK")
+            self._rollback()
             raise
         else:
             self._depth = 0
-            self._db.execute("COMMIT")
+            try:
+                self._run("COMMIT")
+            except BaseException:
+                # A COMMIT that failed (SQLITE_FULL while writing the WAL) may leave the
+                # transaction open; left so, the next BEGIN would fail until a restart.
+                self._rollback()
+                raise
         finally:
             self._check_slow("store.slow_transaction", started)
+
+    def _rollback(self) -> None:
+        if not self._db.in_transaction:
+            return  # SQLite already rolled back (it does on some errors, SQLITE_FULL among them)
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.error("store.rollback_failed", error=str(exc))
+
+    def _full(self, exc: sqlite3.Error) -> XumError:
+        return diskfull.disk_full(
+            self.path,
+            f"the state database {self.path}",
+            "SQLite: database or disk is full; the change was rolled back, nothing was changed",
+        )
+
+    def _run(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+        """Execute; SQLite's "database or disk is full" becomes `disk_full` naming the store's
+        filesystem (the statement, or the transaction around it, did not happen)."""
+        try:
+            return self._db.execute(sql, args)
+        except sqlite3.Error as exc:
+            if diskfull.is_sqlite_full(exc):
+                raise self._full(exc) from exc
+            raise
 
     def _check_slow(self, event: str, started: float, sql: str = "") -> None:
         ms = (time.perf_counter() - started) * 1000
@@ -139,14 +194,14 @@ class Store:
     def execute(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         started = time.perf_counter()
         try:
-            return self._db.execute(sql, args)
+            return self._run(sql, args)
         finally:
             self._check_slow("store.slow_call", started, sql)
 
     def one(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Row | None:
         started = time.perf_counter()
         try:
-            row: sqlite3.Row | None = self._db.execute(sql, args).fetchone()
+            row: sqlite3.Row | None = self._run(sql, args).fetchone()
             return row
         finally:
             self._check_slow("store.slow_call", started, sql)
@@ -154,7 +209,7 @@ class Store:
     def all(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         started = time.perf_counter()
         try:
-            return list(self._db.execute(sql, args).fetchall())
+            return list(self._run(sql, args).fetchall())
         finally:
             self._check_slow("store.slow_call", started, sql)
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING
 
+import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.turn import TurnCreateParams, TurnCreateResult, TurnInfo
-from xum_protocol.models.workspace import WorkspaceCreateParams
+from xum_protocol.models.workspace import Runtime, WorkspaceCreateParams
 
 from xumd import faults, logs
 from xumd.errors import XumError
@@ -118,8 +119,10 @@ class TurnService:
             return await self._create_new(params)
         if params.target_workspace_id is None:
             raise XumError(ErrorKind.INVALID_SCOPE, "mode 'existing' needs target_workspace_id")
-        if params.name is not None or params.base is not None:
-            raise XumError(ErrorKind.INVALID_SCOPE, "mode 'existing' takes no name or base")
+        if params.name is not None or params.base is not None or params.runtime is not None:
+            raise XumError(
+                ErrorKind.INVALID_SCOPE, "mode 'existing' takes no name, base or runtime"
+            )
         return await self._reuse(params.owner_workspace_id, params.target_workspace_id)
 
     async def _create_new(self, params: TurnCreateParams) -> TurnCreateResult:
@@ -127,8 +130,14 @@ class TurnService:
         # its target is being made; the reservation validates that it exists and is active.
         async with self.coord.shared(params.owner_workspace_id, label="turn.create") as owner:
             handle_id = rows.new_handle_id()
-            name = params.name or f"turn-{secrets.token_hex(4)}"
-            create = WorkspaceCreateParams(project_id=owner.project_id, name=name, base=params.base)
+            # An explicit empty name is a bad name (invalid_name), not a request for a default.
+            name = params.name if params.name is not None else f"turn-{secrets.token_hex(4)}"
+            # The delegate works like its owner unless told otherwise: a plain-directory
+            # project's owner is a directory, and so is its target.
+            runtime = params.runtime or self._runtime_of(owner.id)
+            create = WorkspaceCreateParams(
+                project_id=owner.project_id, name=name, base=params.base, runtime=runtime
+            )
 
             def record(target_id: str) -> None:
                 # Runs inside the target's intent transaction: binding and intent are one.
@@ -144,10 +153,18 @@ class TurnService:
             binding = IntentBinding(handle_id, owner.id, record)
             try:
                 created = await self.workspaces.create(create, binding)
-            except BaseException:
-                self._settle_failed(handle_id)
+                AFTER_TARGET()
+            except BaseException as exc:
+                cut = isinstance(exc, anyio.get_cancelled_exc_class())
+                self._settle_failed(
+                    handle_id,
+                    "the target's creation was cut short"
+                    + (" (the daemon is shutting down)" if self.app.stopping else "")
+                    + " and was undone"
+                    if cut
+                    else "creating the target workspace failed and was undone",
+                )
                 raise
-            AFTER_TARGET()
             with self.store.transaction():
                 rows.set_state(self.store, handle_id, rows.OPEN, expect=rows.CREATING)
             turn = self.get(handle_id)
@@ -157,14 +174,24 @@ class TurnService:
                 turn=turn_info(turn), workspace=created.workspace, setup=created.setup
             )
 
-    def _settle_failed(self, handle_id: str) -> None:
-        """The create failed and undid itself (the target row is gone): the turn says so. If
-        the target row survived, the turn stays as it is, bound to it."""
+    def _runtime_of(self, workspace_id: str) -> Runtime:
+        row = ws_rows.get_workspace(self.store, workspace_id)
+        return "directory" if row is not None and row.runtime == "directory" else "worktree"
+
+    def _settle_failed(self, handle_id: str, reason: str) -> None:
+        """The turn's creation failed: settle it as the startup pass would (`reconcile`). The
+        create undid itself (the target row is gone): the turn says `failed`. The target row
+        survived (active, or flagged interrupted by a failed undo): the turn is `open`, bound
+        to it; left `creating` it would be stuck until a restart."""
         turn = rows.get(self.store, handle_id)
         if turn is None or turn.state != rows.CREATING:
             return
         target = turn.target_workspace_id
         if target and ws_rows.get_workspace(self.store, target) is not None:
+            with self.store.transaction():
+                rows.set_state(self.store, handle_id, rows.OPEN, expect=rows.CREATING)
+            opened = self.get(handle_id)
+            self._publish("turn.created", opened)
             return
         with self.store.transaction():
             rows.set_state(
@@ -172,7 +199,7 @@ class TurnService:
                 handle_id,
                 rows.FAILED,
                 expect=rows.CREATING,
-                reason="creating the target workspace failed and was undone",
+                reason=reason,
             )
 
     async def _reuse(self, owner_id: str, target_id: str) -> TurnCreateResult:

@@ -24,6 +24,19 @@ Label = Annotated[
 ]
 
 
+Name = Annotated[
+    str,
+    Field(
+        description="A project or workspace name: 1 to 64 characters, letters, digits, '.', '_' "
+        "and '-', not starting with '.' or '-', no '..'. Any other string (empty, too long, "
+        "with '/', NUL or control characters) is refused with `invalid_name`.",
+    ),
+]
+"""A name field. Its rule is checked by the daemon (xum_protocol.names), not by the model, so that
+every bad name is `invalid_name` (NUL and length included), never `invalid_params`; the daemon
+checks it before anything uses it. List such fields in the model's `name_fields`."""
+
+
 def _nul_in(value: Any, where: str) -> str | None:
     """Where a NUL character is inside `value` (strings, lists and dict keys/values)."""
     if isinstance(value, str):
@@ -51,11 +64,14 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     nul_allowed: ClassVar[frozenset[str]] = frozenset()
+    name_fields: ClassVar[frozenset[str]] = frozenset()
+    """`Name` fields: the daemon refuses a NUL in them as `invalid_name` (names.py)."""
 
     @field_validator("*", mode="after")
     @classmethod
     def _refuse_nul(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, str | list | tuple | dict) and info.field_name not in cls.nul_allowed:
+        skip = cls.nul_allowed | cls.name_fields
+        if isinstance(value, str | list | tuple | dict) and info.field_name not in skip:
             where = _nul_in(value, info.field_name or "value")
             if where:
                 raise ValueError(f"{where} contains a NUL character")

@@ -32,7 +32,11 @@ class CleanupStatus(Result):
     attempts: int = 0
     next_attempt_at: float | None = None
     last_error: str | None = None
-    reason: str | None = Field(default=None, description="Why `failed` or `not_needed`.")
+    reason: str | None = Field(
+        default=None,
+        description="Why `failed` or `not_needed`; for `pending` in an answer cut short by a "
+        "shutdown, that it was (the retry service completes it when the daemon next runs).",
+    )
     reclaim: ReclaimStatus | None = None
     obligations: list[str] = Field(default_factory=list, description="Ids of pending steps.")
 

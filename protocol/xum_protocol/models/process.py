@@ -175,7 +175,12 @@ class HoldersParams(Params):
 
 
 class HolderInfo(Result):
-    kind: str
+    kind: str = Field(
+        description="terminal, agent, mcp, exec, editor, setup, teardown, process (found by the "
+        "cwd/open-file probe), pending_stop, probe, operation, or mount: a mount point at or "
+        "under the checkout (`pid` null, `label` `mount at <path>`); the checkout is never "
+        "deleted, moved or renamed while one is there."
+    )
     pid: int | None
     label: str
     since: float | None = None

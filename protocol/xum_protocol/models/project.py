@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from xum_protocol.methods_base import MethodSpec
-from xum_protocol.models.base import Params, Result
+from xum_protocol.models.base import Name, Params, Result
 
 ProjectKind = Literal["git", "directory"]
 
@@ -26,8 +26,10 @@ class ProjectInfo(Result):
 
 
 class ProjectAddParams(Params):
+    name_fields: ClassVar[frozenset[str]] = frozenset({"name"})
+
     path: str = Field(min_length=1, max_length=4096)
-    name: str | None = Field(default=None, description="Display name; default: the basename.")
+    name: Name | None = Field(default=None, description="Default: the directory's basename.")
     workspaces_dir: str | None = Field(
         default=None, max_length=4096, description="Default: ROOT/workspaces/<name>."
     )

@@ -8,13 +8,13 @@ the binding: `workspace.create` takes no handle or owner.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from xum_protocol.methods_base import MethodSpec
-from xum_protocol.models.base import Params, Result
-from xum_protocol.models.workspace import ScriptResult, WorkspaceInfo
+from xum_protocol.models.base import Name, Params, Result
+from xum_protocol.models.workspace import Runtime, ScriptResult, WorkspaceInfo
 
 TurnState = Literal["creating", "open", "ended", "failed"]
 
@@ -35,11 +35,18 @@ class TurnInfo(Result):
 
 
 class TurnCreateParams(Params):
+    name_fields: ClassVar[frozenset[str]] = frozenset({"name"})
+
     owner_workspace_id: str = Field(min_length=1, max_length=200)
     # A plain string, not a Literal: an unknown mode is `invalid_scope`, as the contract says.
     mode: str = Field(min_length=1, max_length=32)
-    name: str | None = Field(default=None, max_length=256)
+    name: Name | None = None
     base: str | None = Field(default=None, min_length=1, max_length=250)
+    runtime: Runtime | None = Field(
+        default=None,
+        description="Mode new: the target's runtime (`worktree` or `directory`); by default the "
+        "owner's. A plain-directory project takes `directory` only.",
+    )
     target_workspace_id: str | None = Field(default=None, min_length=1, max_length=200)
 
 

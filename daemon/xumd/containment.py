@@ -1,0 +1,603 @@
+"""Process containment: every process the daemon starts, and every descendant, can be found again.
+
+Process groups and a walk of the process tree do not reach a descendant that double-forks into
+its own session (`setsid sh -c 'sleep 100' &`): it leaves the group, and once its parent exits it
+is re-parented away from the tree. Nor do they reach anything after a daemon crash. Two
+mechanisms close the gap (docs/PROCESSES.md, "Containment"):
+
+- **Child subreaper** (`prctl(PR_SET_CHILD_SUBREAPER)`, set by `xumd` at start on Linux):
+  orphaned descendants are re-parented to the daemon rather than to init, so the daemon sees
+  them as its own (foreign) children, and reaps them when they end (`reap_orphans`).
+- **Marker**: every child gets `XUM_RUN=<root-tag>:<daemon-instance>:<record>` in its
+  environment, and every descendant inherits it (readable in `/proc/PID/environ`, which a
+  process cannot change afterwards). The record is durable where the run is: a setup/teardown
+  command's lease id (written before the command starts), a supervised process's id (its lease
+  names it). After a command ends, whatever still carries its marker is stopped; at start-up,
+  whatever carries a marker of another daemon instance of this root is stopped unless it belongs
+  to a live supervised process that adoption takes over.
+
+Signals go through a pidfd opened *before* the marker is read again: the pidfd pins the process,
+so a pid recycled between the scan and the signal is never hit (the re-read sees the new
+process's environment, which does not carry the marker). A descendant that clears its environment
+(`env -i`) carries no marker; while the daemon runs the subreaper still sees it, and a cgroup
+(systemd `Delegate=yes`) would contain it even then: `cgroup_delegated()` reports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import functools
+import hashlib
+import os
+import secrets
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from xumd import logs
+
+log = logs.get("xumd.containment")
+
+MARKER_VAR = "XUM_RUN"
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+ESCAPED_KEPT = 64
+
+# -- our own children ---------------------------------------------------------------------------
+# The asyncio child watcher and Popen wait for the children the daemon started by pid; the orphan
+# reaper must never reap one of those (that would steal its exit status). Every start registers
+# its pid here; while a start is between fork and registration, the reaper skips its round.
+
+_own: set[int] = set()
+_starting = 0
+_subreaper = False
+"""Set by enable_subreaper: only then can a child be one we did not start (an orphan)."""
+
+
+def starting() -> None:
+    global _starting
+    _starting += 1
+
+
+def started(pid: int | None) -> None:
+    global _starting
+    _starting = max(0, _starting - 1)
+    if pid:
+        _own.add(pid)
+
+
+def register(pid: int) -> None:
+    _own.add(pid)
+
+
+def waited(pid: int) -> None:
+    """The child's exit status was read: its pid is no longer ours."""
+    _own.discard(pid)
+
+
+def direct_children() -> set[int]:
+    """The daemon's children, adopted orphans included: cheap through each thread's
+    `/proc/PID/task/TID/children`; a scan of /proc where the kernel lacks it."""
+    found: set[int] = set()
+    task_dir = Path(f"/proc/{os.getpid()}/task")
+    try:
+        tasks = os.listdir(task_dir)
+        for tid in tasks:
+            with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+                text = (task_dir / tid / "children").read_text()
+                found.update(int(p) for p in text.split())
+                continue
+            if not (task_dir / tid).exists():
+                continue  # the thread ended meanwhile
+            raise FileNotFoundError("no children file")
+    except (OSError, ValueError):
+        import psutil
+
+        try:
+            return {c.pid for c in psutil.Process().children()}
+        except psutil.Error:
+            return found
+    return found
+
+
+def foreign_children() -> set[int]:
+    return direct_children() - _own
+
+
+def _state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
+    return stat[stat.rfind(")") + 2 :][:1] or None
+
+
+def reap_orphans() -> list[int]:
+    """Reap ended orphans the subreaper adopted; never a child the daemon itself waits for."""
+    if _starting or not _subreaper:
+        return []
+    reaped: list[int] = []
+    for pid in foreign_children():
+        if _state(pid) != "Z":
+            continue
+        with contextlib.suppress(ChildProcessError, OSError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                reaped.append(pid)
+    if reaped:
+        log.debug("containment.reaped", pids=reaped)
+    return reaped
+
+
+# -- subreaper and cgroup ----------------------------------------------------------------------
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    # find_library runs ldconfig: once per process, not per call.
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def enable_subreaper() -> bool:
+    """Make this process the child subreaper of its descendants (Linux); False where it cannot."""
+    global _subreaper
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = _libc()
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            log.warning("containment.subreaper_failed", errno=ctypes.get_errno())
+            return False
+    except OSError as exc:
+        log.warning("containment.subreaper_failed", error=str(exc))
+        return False
+    _subreaper = True
+    return True
+
+
+def is_subreaper() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = _libc()
+        value = ctypes.c_int(0)
+        if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) != 0:
+            return False
+    except OSError:
+        return False
+    return value.value != 0
+
+
+def cgroup_delegated(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), mount: Path = Path("/sys/fs/cgroup")
+) -> Path | None:
+    """The daemon's own cgroup v2 directory when it is delegated to us (systemd `Delegate=yes`:
+    a pure v2 hierarchy, our cgroup writable, not the root), else None."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    # A v1 or hybrid host lists controllers on other lines; only the unified one counts.
+    if len(lines) != 1 or not lines[0].startswith("0::"):
+        return None
+    relative = lines[0][3:].strip().lstrip("/")
+    if not relative:
+        return None
+    directory = mount / relative
+    if not (mount / "cgroup.controllers").exists() or not directory.is_dir():
+        return None
+    if not os.access(directory / "cgroup.procs", os.W_OK) or not os.access(directory, os.W_OK):
+        return None
+    return directory
+
+
+# A run joins its cgroup itself, before it execs the command: nothing it starts can be outside.
+# (Python's subprocess cannot fork into a cgroup; a program, not a pre-exec hook, because forking
+# Python code in a threaded daemon is not safe.) A run that cannot join does not run: exit 126.
+JOIN_EXIT = 126
+_JOIN = """
+import os, sys
+try:
+    with open(sys.argv[1], "w") as f:
+        f.write("0")
+except OSError as exc:
+    sys.stderr.write(f"xum: cannot join the run's cgroup {sys.argv[1]}: {exc.strerror}\\n")
+    os._exit(126)
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as exc:
+    sys.stderr.write(f"xum: cannot run {sys.argv[2]}: {exc.strerror}\\n")
+    os._exit(127)
+"""
+
+
+def cgroup_v2_dir(path: Path) -> bool:
+    """A cgroup v2 directory we may create runs under."""
+    return (path / "cgroup.procs").is_file() and os.access(path, os.W_OK)
+
+
+@dataclass
+class RunCgroups:
+    """One cgroup v2 directory per run (`<base>/xum-<root-tag>/run-<record>`): a run and every
+    descendant stay inside whatever they do (setsid, double fork, a fresh environment), and a
+    kill of the cgroup (`cgroup.kill`) reaches all of them. No controller is enabled, so the
+    daemon may stay in the delegated cgroup itself."""
+
+    base: Path
+
+    def directory(self, record: str) -> Path:
+        return self.base / f"run-{record}"
+
+    def create(self, record: str) -> Path:
+        self.base.mkdir(exist_ok=True)
+        path = self.directory(record)
+        path.mkdir(exist_ok=True)
+        return path
+
+    def join_argv(self, record: str, argv: list[str]) -> list[str]:
+        try:
+            procs = self.create(record) / "cgroup.procs"
+        except OSError as exc:
+            # The cgroup went away under us (or is full): the run still has its marker and the
+            # subreaper; refusing every git command would stop the daemon altogether.
+            log.warning("containment.cgroup_failed", cgroup=str(self.base), error=str(exc))
+            return list(argv)
+        return [sys.executable, "-I", "-S", "-c", _JOIN, str(procs), *argv]
+
+    @staticmethod
+    def members(path: Path) -> list[int]:
+        try:
+            return [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    async def stop(self, record: str, grace_s: float, *, poll_s: float = 0.02) -> list[int]:
+        """SIGTERM every member, `cgroup.kill` after the grace, remove the directory; returns
+        the members still there after the kill (bounded wait)."""
+        path = self.directory(record)
+        if not path.is_dir():
+            return []
+        members = self.members(path)
+        if members:
+            for pid in members:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while self.members(path) and time.monotonic() < deadline:
+                await anyio.sleep(poll_s)
+            if self.members(path):
+                self._kill(path)
+            deadline = time.monotonic() + 2.0
+            while self.members(path) and time.monotonic() < deadline:
+                await anyio.sleep(poll_s)
+            log.info("containment.cgroup_stopped", cgroup=str(path), pids=members)
+        left = self.members(path)
+        if not left:
+            # Empty: removable (its last members may still be zombies for a moment).
+            deadline = time.monotonic() + 2.0
+            while True:
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        log.warning("containment.cgroup_not_removed", cgroup=str(path))
+                        break
+                    reap_orphans()
+                    await anyio.sleep(poll_s)
+        return left
+
+    @staticmethod
+    def _kill(path: Path) -> None:
+        try:
+            (path / "cgroup.kill").write_text("1")
+        except OSError:
+            # Kernels before 5.14 have no cgroup.kill: SIGKILL each member.
+            for pid in RunCgroups.members(path):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def records(self) -> list[str]:
+        try:
+            names = os.listdir(self.base)
+        except OSError:
+            return []
+        return [n[len("run-") :] for n in names if n.startswith("run-")]
+
+
+# -- markers -----------------------------------------------------------------------------------
+
+
+def root_tag(root: Path) -> str:
+    """Identifies the root in a marker: other roots' daemons (and their children) never match."""
+    return hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    tag: str
+    instance: str
+    record: str
+
+    def __str__(self) -> str:
+        return f"{self.tag}:{self.instance}:{self.record}"
+
+    @classmethod
+    def parse(cls, value: str) -> Marker | None:
+        parts = value.split(":")
+        if len(parts) != 3 or not all(parts):
+            return None
+        return cls(*parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Marked:
+    pid: int
+    marker: Marker
+    start: float | None
+    argv: tuple[str, ...] = ()
+
+    def describe(self) -> dict[str, Any]:
+        return {"pid": self.pid, "marker": str(self.marker), "argv": list(self.argv)}
+
+
+def read_marker(pid: int) -> Marker | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    key = MARKER_VAR.encode() + b"="
+    for entry in data.split(b"\0"):
+        if entry.startswith(key):
+            return Marker.parse(entry[len(key) :].decode(errors="replace"))
+    return None
+
+
+def _start(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, ValueError):
+        return None
+
+
+def _argv(pid: int) -> tuple[str, ...]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ()
+    return tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a)
+
+
+def scan(tag: str, match: Callable[[Marker], bool] = lambda _: True) -> list[Marked]:
+    """Every live process carrying a marker of this root (zombies have no environment)."""
+    me = os.getpid()
+    found: list[Marked] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        marker = read_marker(pid)
+        if marker is None or marker.tag != tag or not match(marker):
+            continue
+        found.append(Marked(pid, marker, _start(pid), _argv(pid)))
+    return found
+
+
+# -- stopping ----------------------------------------------------------------------------------
+
+# A test seam: the signal sender, so a test can make one process unstoppable (a fault that a
+# real process cannot be made to show: SIGKILL cannot be refused).
+SendSignal = Callable[[int, int, int], None]
+
+
+def _pidfd_send(pidfd: int, pid: int, sig: int) -> None:
+    signal.pidfd_send_signal(pidfd, sig)
+
+
+send_signal: SendSignal = _pidfd_send
+
+
+@dataclass
+class _Pinned:
+    marked: Marked
+    pidfd: int
+    gone: bool = False
+
+
+def _pin(marked: Marked) -> _Pinned | None:
+    """A pidfd for the process, kept only when the process it refers to still carries the
+    marker and the start time: a recycled pid is never signalled."""
+    try:
+        pidfd = os.pidfd_open(marked.pid)
+    except OSError:
+        return None
+    again = read_marker(marked.pid)
+    start = _start(marked.pid)
+    same_start = marked.start is None or (start is not None and abs(start - marked.start) < 0.05)
+    if again != marked.marker or not same_start:
+        os.close(pidfd)
+        return None
+    return _Pinned(marked, pidfd)
+
+
+def _signal(pinned: _Pinned, sig: int) -> None:
+    if pinned.gone:
+        return
+    try:
+        send_signal(pinned.pidfd, pinned.marked.pid, sig)
+    except ProcessLookupError:
+        pinned.gone = True
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            pinned.gone = True
+
+
+def _ended(pinned: _Pinned) -> bool:
+    if pinned.gone:
+        return True
+    state = _state(pinned.marked.pid)
+    # A pidfd turns readable when its process ends (zombie or reaped).
+    readable, _, _ = select.select([pinned.pidfd], [], [], 0)
+    if readable or state in (None, "Z", "X"):
+        pinned.gone = True
+    return pinned.gone
+
+
+async def stop_marked(
+    found: Iterable[Marked], grace_s: float, *, poll_s: float = 0.02, kill_wait_s: float = 2.0
+) -> list[Marked]:
+    """SIGTERM each, SIGKILL what is left after `grace_s`; returns the ones still alive after
+    the SIGKILL (bounded wait). Adopted orphans among them are reaped."""
+    pinned = [p for p in (_pin(m) for m in found) if p is not None]
+    try:
+        if not pinned:
+            return []
+        for p in pinned:
+            _signal(p, signal.SIGCONT)
+            _signal(p, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and not all(_ended(p) for p in pinned):
+            await anyio.sleep(poll_s)
+        for p in pinned:
+            if not _ended(p):
+                _signal(p, signal.SIGKILL)
+        deadline = time.monotonic() + kill_wait_s
+        while time.monotonic() < deadline and not all(_ended(p) for p in pinned):
+            await anyio.sleep(poll_s)
+        left = [p.marked for p in pinned if not _ended(p)]
+        for p in pinned:
+            log.info(
+                "containment.stopped" if _ended(p) else "containment.survived",
+                pid=p.marked.pid,
+                marker=str(p.marked.marker),
+            )
+        return left
+    finally:
+        for p in pinned:
+            with contextlib.suppress(OSError):
+                os.close(p.pidfd)
+        reap_orphans()
+
+
+# -- the daemon's containment --------------------------------------------------------------------
+
+
+@dataclass
+class Containment:
+    """One daemon's markers: its root tag and a fresh instance id per daemon run."""
+
+    tag: str
+    instance: str = field(default_factory=lambda: secrets.token_hex(6))
+    subreaper: bool = False
+    cgroup: Path | None = None
+    """A delegated cgroup v2 directory (or the configured one): runs get their own cgroup in it."""
+    swept: list[dict[str, Any]] = field(default_factory=list)
+    escaped: list[dict[str, Any]] = field(default_factory=list)
+
+    def marker(self, record: str) -> Marker:
+        return Marker(self.tag, self.instance, record)
+
+    def run_marker(self, kind: str) -> Marker:
+        """A marker for a run with no durable record of its own (a git command)."""
+        return self.marker(f"{kind}-{secrets.token_hex(6)}")
+
+    @property
+    def runs(self) -> RunCgroups | None:
+        return RunCgroups(self.cgroup / f"xum-{self.tag}") if self.cgroup is not None else None
+
+    @property
+    def mechanism(self) -> str:
+        parts = ["cgroup"] if self.cgroup is not None else []
+        if self.subreaper:
+            parts.append("subreaper")
+        parts.append("marker")
+        return "+".join(parts)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "subreaper": self.subreaper,
+            "cgroup": str(self.cgroup) if self.cgroup is not None else None,
+            "marker": MARKER_VAR,
+            "instance": self.instance,
+            "stopped_at_start": len(self.swept),
+            "escaped": list(self.escaped),
+        }
+
+    async def leftovers(self, marker: Marker, grace_s: float, *, always: bool) -> list[Marked]:
+        """Stop what is left of a run after its command ended: its cgroup's members (if runs get
+        one), then what still carries `marker`; returns the survivors. Without `always`, the
+        /proc scan runs only when it can find something: with the subreaper, every leftover
+        tree hangs off an adopted orphan of the daemon."""
+        left: list[Marked] = []
+        runs = self.runs
+        if runs is not None:
+            pids = await runs.stop(marker.record, grace_s)
+            left += [Marked(pid, marker, _start(pid), _argv(pid)) for pid in pids]
+        if not always and self.subreaper and not foreign_children():
+            self._escaped(left)
+            return left
+        # By record only: an adopted process's marker names the daemon instance that started it.
+        found = scan(self.tag, lambda m: m.record == marker.record)
+        if found:
+            log.warning("containment.leftovers", marker=str(marker), pids=[m.pid for m in found])
+            left += await stop_marked(found, grace_s)
+        self._escaped(left)
+        return left
+
+    async def sweep(self, keep: Callable[[Marker], bool], grace_s: float) -> list[Marked]:
+        """At start-up, before anything is reconciled: stop what a previous daemon instance of
+        this root left running (its scripts' and commands' leftovers, by cgroup and by marker),
+        except what `keep` says belongs to a live supervised process (adopted). Returns what
+        could not be stopped."""
+        left: list[Marked] = []
+        runs = self.runs
+        if runs is not None:
+            for record in runs.records():
+                marker = Marker(self.tag, "previous", record)
+                if keep(marker):
+                    continue
+                members = runs.members(runs.directory(record))
+                self.swept += [
+                    {"pid": pid, "cgroup": record, "argv": list(_argv(pid))} for pid in members
+                ]
+                pids = await runs.stop(record, grace_s)
+                left += [Marked(pid, marker, _start(pid), _argv(pid)) for pid in pids]
+        found = scan(self.tag, lambda m: m.instance != self.instance and not keep(m))
+        if found:
+            counted = {entry["pid"] for entry in self.swept}
+            self.swept += [m.describe() for m in found if m.pid not in counted]
+            log.warning("containment.sweep", count=len(found), pids=[m.pid for m in found])
+            left += await stop_marked(found, grace_s)
+        self._escaped(left)
+        return left
+
+    async def still_running(self, escaped: list[Marked], grace_s: float) -> list[Marked]:
+        """Those of an earlier run's escapees that still run after another stop attempt (the
+        same process: marker and start time, through a pidfd)."""
+        left = await stop_marked(escaped, grace_s)
+        self._escaped(left)
+        return left
+
+    def _escaped(self, left: list[Marked]) -> None:
+        # Bounded: the newest ones are what a user looking at daemon.status needs.
+        self.escaped = [*self.escaped, *(m.describe() for m in left)][-ESCAPED_KEPT:]

@@ -1,0 +1,377 @@
+"""Filesystem boundaries for every destructive step: mount detection and one deletion primitive.
+
+A directory bind-mounted inside a checkout (a shared cache, a dataset, a home folder) is not the
+checkout's: deleting the checkout must never descend into it. Two layers keep that:
+
+- **Detection** (`mounts_at_or_under`): the mount table (`/proc/self/mountinfo`) names every mount
+  point at or below a path. Structural operations refuse `busy` with a `mount` holder, the trash
+  step waits, and a reclaim stays pending naming the mount, all before anything is deleted.
+- **The walk itself** (`delete_tree`): deletion goes by file descriptor (`openat` with
+  `O_NOFOLLOW | O_DIRECTORY`, `unlinkat`), never by path, so a rename or a symlink swapped in
+  mid-walk cannot redirect it. Every directory it opens is compared with the top by `st_dev` and
+  by mount id (`/proc/self/fdinfo`: a bind mount of the same filesystem has the same `st_dev`).
+  One on another device or mount is never entered and never removed; it is reported in
+  `DeleteReport.left`, and the directories above it stay. The detection above cannot close the
+  window between its check and the walk; this check can, because it looks at the opened
+  directory itself.
+
+Hard links: a file's bytes count as freed only when its last link goes (`st_nlink == 1`); the
+other links (inside or outside the tree) keep their data, since unlinking one name never touches
+another.
+
+Without `/proc` (macOS) the mount table is not read (an empty answer) and the walk compares
+`st_dev` only; there a mount always has its own device (no bind mounts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import stat
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MOUNTINFO = Path("/proc/self/mountinfo")
+_FDINFO = "/proc/self/fdinfo/{fd}"
+_PROC_FD = "/proc/self/fd/{fd}"
+_LINUX = sys.platform.startswith("linux")
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FD_WINDOW = 64
+"""Directory descriptors held open along the walk's path; deeper ancestors are closed and
+reopened through `..` (checked by identity) on the way back, so a tree thousands of levels deep
+never runs the process out of descriptors."""
+
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+
+
+class Interrupted(Exception):
+    """The `stop` event was set: the walk stopped between two entries (resumable)."""
+
+
+class Moved(OSError):
+    """A directory of the walk was moved out from under it; nothing more is deleted."""
+
+
+# -- the mount table ---------------------------------------------------------------------------
+
+
+def decode_mount_field(raw: bytes) -> str:
+    """A mountinfo path field: the kernel escapes space, tab, newline and backslash as `\\ooo`
+    (octal); other bytes are raw (a UTF-8 name stays UTF-8)."""
+    return os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), raw))
+
+
+def parse_mountinfo(data: bytes) -> list[str]:
+    """The mount points (field 5) of a mountinfo text, decoded, in table order."""
+    points: list[str] = []
+    for line in data.splitlines():
+        fields = line.split(b" ")
+        if len(fields) >= 5:
+            points.append(decode_mount_field(fields[4]))
+    return points
+
+
+def mount_points() -> list[str]:
+    """Every mount point this process sees; empty where there is no mount table (no /proc:
+    macOS). Another error reading it raises (callers fail closed)."""
+    try:
+        data = MOUNTINFO.read_bytes()
+    except FileNotFoundError:
+        return []
+    return parse_mountinfo(data)
+
+
+def mounts_at_or_under(path: Path | str) -> list[str]:
+    """Mount points at `path` itself or below it (canonical spelling), in table order without
+    duplicates. The table spells paths canonically, so `path` is resolved first; a mount on a
+    symlink's target is then found under the link's spelling too."""
+    real = os.path.realpath(path)
+    prefix = real.rstrip("/") + "/"
+    found: list[str] = []
+    for point in mount_points():
+        if (point == real or point.startswith(prefix)) and point not in found:
+            found.append(point)
+    return found
+
+
+def describe_mounts(points: list[str]) -> str:
+    shown = ", ".join(points[:5])
+    return shown + (f" (and {len(points) - 5} more)" if len(points) > 5 else "")
+
+
+# -- identity of an open directory -------------------------------------------------------------
+
+
+def mount_id(fd: int) -> int | None:
+    """The mount id of an open file (`mnt_id` in /proc/self/fdinfo); None where unknown."""
+    if not _LINUX:
+        return None
+    try:
+        with open(_FDINFO.format(fd=fd), "rb") as info:
+            for line in info:
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split(b":", 1)[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def same_mount(a: Path, b: Path) -> bool:
+    """Whether two existing directories sit on one mount (a rename between them cannot fail
+    with EXDEV). `st_dev` alone cannot tell: two bind mounts of one filesystem share it."""
+    fds: list[int] = []
+    try:
+        for path in (a, b):
+            fds.append(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        sa, sb = os.fstat(fds[0]), os.fstat(fds[1])
+        return sa.st_dev == sb.st_dev and mount_id(fds[0]) == mount_id(fds[1])
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+# -- deletion ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DeleteReport:
+    freed: int = 0
+    left: list[str] = field(default_factory=list)
+    """Absolute paths left alone: mount points and directories or files on another device (the
+    directories above them are kept too)."""
+
+    @property
+    def complete(self) -> bool:
+        return not self.left
+
+
+@dataclass(slots=True)
+class _Frame:
+    fd: int | None
+    ident: tuple[int, int]
+    path: str
+    name: str
+    names: list[str]
+    left_before: int
+
+
+def _writable(fd: int) -> None:
+    """Make an open directory readable, writable and searchable for its owner (some package
+    caches make directories 0555: their entries could not be unlinked otherwise)."""
+    mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    if mode & stat.S_IRWXU != stat.S_IRWXU:
+        os.fchmod(fd, mode | stat.S_IRWXU)
+
+
+def _open_dir(name: str, dir_fd: int) -> int:
+    """Open a subdirectory without following a symlink; one that denies us reading is made
+    readable first, through a path-only descriptor (chmod of the exact inode, not of a name a
+    rename could swap)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        if not _LINUX:
+            os.chmod(name, stat.S_IRWXU, dir_fd=dir_fd, follow_symlinks=False)
+            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    pfd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        mode = stat.S_IMODE(os.fstat(pfd).st_mode)
+        os.chmod(_PROC_FD.format(fd=pfd), mode | stat.S_IRWXU)
+        return os.open(_PROC_FD.format(fd=pfd), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    finally:
+        os.close(pfd)
+
+
+def _remove(name: str, dir_fd: int, *, directory: bool) -> None:
+    """unlinkat (AT_REMOVEDIR for a directory); a read-only parent is made writable first."""
+    remove = os.rmdir if directory else os.unlink
+    try:
+        remove(name, dir_fd=dir_fd)
+    except PermissionError:
+        _writable(dir_fd)
+        remove(name, dir_fd=dir_fd)
+
+
+def delete_tree(top: Path, stop: threading.Event | None = None) -> DeleteReport:
+    """Delete the directory `top` and everything below it that sits on top's own mount.
+
+    `top` must be a real directory (a symlink there raises, unfollowed) on the same mount as its
+    parent: one that is itself a mount point is left whole and reported. Mount points and other
+    devices below are never entered nor removed; they and their ancestors stay, listed in the
+    report's `left`. Raises `Interrupted` when `stop` is set (what is left is deleted by the next
+    call), `Moved` when a directory of the walk was moved elsewhere meanwhile, `OSError` on other
+    errors."""
+    stop = stop or threading.Event()
+    report = DeleteReport()
+    parent_fd = os.open(top.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        top_fd = _open_dir(top.name, parent_fd)
+        st = os.fstat(top_fd)
+        root_dev, root_mnt = st.st_dev, mount_id(top_fd)
+        pst = os.fstat(parent_fd)
+        if pst.st_dev != root_dev or mount_id(parent_fd) != root_mnt:
+            os.close(top_fd)
+            report.left.append(str(top))
+            return report
+        _writable(top_fd)
+        frames = [_Frame(top_fd, (st.st_dev, st.st_ino), str(top), top.name, os.listdir(top_fd), 0)]
+        try:
+            _walk(frames, (root_dev, root_mnt), report, stop)
+        finally:
+            for frame in frames:
+                if frame.fd is not None:
+                    os.close(frame.fd)
+        if report.complete:
+            with contextlib.suppress(FileNotFoundError):
+                _remove(top.name, parent_fd, directory=True)
+    finally:
+        os.close(parent_fd)
+    return report
+
+
+def _walk(
+    frames: list[_Frame], root: tuple[int, int | None], report: DeleteReport, stop: threading.Event
+) -> None:
+    while True:
+        if stop.is_set():
+            raise Interrupted
+        frame = frames[-1]
+        assert frame.fd is not None
+        if frame.names:
+            _entry(frames, frame.names.pop(), root, report)
+            continue
+        if len(frames) == 1:
+            return  # the top: the caller removes it (through its parent)
+        frames.pop()
+        parent = frames[-1]
+        pfd = parent.fd
+        if pfd is None:
+            pfd = os.open("..", _DIR_FLAGS, dir_fd=frame.fd)
+            pst = os.fstat(pfd)
+            if (pst.st_dev, pst.st_ino) != parent.ident:
+                os.close(pfd)
+                raise Moved(errno.ESTALE, f"{parent.path} was moved during the deletion")
+            parent.fd = pfd
+        os.close(frame.fd)
+        frame.fd = None
+        if len(report.left) > frame.left_before:
+            continue  # something below was left alone: this directory stays too
+        try:
+            _remove(frame.name, pfd, directory=True)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise
+            report.left.append(frame.path)  # became a mount point after we emptied it
+
+
+def _entry(
+    frames: list[_Frame], name: str, root: tuple[int, int | None], report: DeleteReport
+) -> None:
+    frame = frames[-1]
+    root_dev, root_mnt = root
+    assert frame.fd is not None
+    dir_fd = frame.fd
+    path = os.path.join(frame.path, name)
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        if st.st_dev != root_dev:
+            report.left.append(path)  # a file bind-mounted from another filesystem
+            return
+        try:
+            _remove(name, dir_fd, directory=False)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno == errno.EISDIR:
+                frame.names.append(name)  # swapped for a directory meanwhile: look again
+                return
+            if exc.errno != errno.EBUSY:
+                raise
+            report.left.append(path)  # a file bind-mounted from the same filesystem
+            return
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            report.freed += st.st_size
+        return
+    try:
+        fd = _open_dir(name, dir_fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            frame.names.append(name)  # swapped for a symlink or a file meanwhile: look again
+            return
+        raise
+    try:
+        cst = os.fstat(fd)
+        if cst.st_dev != root_dev or mount_id(fd) != root_mnt:
+            report.left.append(path)
+            os.close(fd)
+            return
+        _writable(fd)
+        names = os.listdir(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    open_frames = [f for f in frames if f.fd is not None]
+    if len(open_frames) >= _FD_WINDOW:
+        oldest = open_frames[1] if len(open_frames) > 1 else None  # the top stays open
+        if oldest is not None and oldest.fd is not None:
+            os.close(oldest.fd)
+            oldest.fd = None
+    frames.append(_Frame(fd, (cst.st_dev, cst.st_ino), path, name, names, len(report.left)))
+
+
+def remove_tree(path: Path, *, ignore_errors: bool = False) -> list[str]:
+    """`delete_tree` for a path that may be absent (the daemon's own stale `.tmp` leftovers,
+    archive copies, process directories): returns what was left alone (mounts; `[]` when
+    nothing was there). With `ignore_errors`, an `OSError` leaves the rest for the next call
+    (what `shutil.rmtree(..., ignore_errors=True)` did, minus crossing into mounts)."""
+    try:
+        return delete_tree(path).left
+    except FileNotFoundError:
+        return []
+    except OSError:
+        if not ignore_errors:
+            raise
+        return []
+
+
+def walk_within(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`os.walk(top)` (top-down, symlinks not followed) that never enters another mount: a
+    directory on another device, or one the mount table names as a mount point, is pruned.
+    For the usage walks (sizes of dropped files, file lists, stray counts): what sits on a mount
+    is not the checkout's, so it is neither counted nor listed."""
+    try:
+        root_dev = os.lstat(top).st_dev
+    except OSError:
+        return
+    try:
+        points = set(mounts_at_or_under(top))
+    except OSError:
+        points = set()  # a usage walk: the device check below still holds
+    for current, dirs, files in os.walk(top):
+        kept = []
+        for name in dirs:
+            full = os.path.join(current, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            # A symlink stays listed among `dirs` as os.walk lists it (it is never followed).
+            if stat.S_ISLNK(st.st_mode) or (
+                st.st_dev == root_dev and not (points and os.path.realpath(full) in points)
+            ):
+                kept.append(name)
+        dirs[:] = kept
+        yield current, dirs, files

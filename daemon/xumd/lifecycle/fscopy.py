@@ -1,0 +1,405 @@
+"""The one copy primitive for a checkout's files (the directory runtime's archive store and the
+preserved ignored files).
+
+- It walks by file descriptor (`openat` with O_NOFOLLOW, `dir_fd` everywhere): a symlink is
+  copied as a link and never followed, and a directory swapped for a link during the copy is
+  refused instead of leading the walk outside the tree.
+- It never opens a special file (named pipe, socket, device): reading a FIFO blocks, and reading
+  a device such as /dev/zero never ends (it filled the archive store to the last byte). They are
+  skipped and reported with their type, and the copy goes on.
+- It keeps holes (SEEK_DATA/SEEK_HOLE) and tries a copy-on-write clone (FICLONE) first, then
+  `copy_file_range` per data extent, then plain reads and writes: the copy costs at most what the
+  source has allocated.
+- It checks free space (and inodes) at the destination against the source's allocated size
+  (st_blocks * 512) before writing anything, and refuses `disk_full` naming the space needed.
+- On any failure it removes what it wrote.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xum_protocol.errors import ErrorKind
+
+from xumd.errors import XumError
+
+FICLONE = 0x40049409
+"""ioctl(dest, FICLONE, src): share the source's extents (btrfs, XFS with reflink, bcachefs)."""
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: if a file was swapped for a FIFO between the lstat and the open, the open must
+# not block (the fstat that follows then refuses it).
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_CHUNK = 8 << 20
+SPACE_MARGIN = 1 << 20
+"""Kept free beyond the copy's own size (directories, manifests, metadata)."""
+DIR_COST = 4096
+"""What one directory or symlink costs at the destination (one block)."""
+
+
+def special_type(mode: int) -> str | None:
+    """The type of a file that is never opened for copying (None: regular, directory, link)."""
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode):
+        return "char_device"
+    if stat.S_ISBLK(mode):
+        return "block_device"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+        return None
+    return "unknown"
+
+
+@dataclass
+class Special:
+    path: str
+    type: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "type": self.type}
+
+
+@dataclass
+class Tally:
+    """What a tree holds: its copyable entries and their allocated size, and its special files."""
+
+    entries: int = 0
+    allocated: int = 0
+    files: list[str] = field(default_factory=list)
+    special: list[Special] = field(default_factory=list)
+
+
+Skip = Callable[[str], bool]
+"""Called with each entry's path relative to the top; True leaves it (and what is under it)."""
+
+
+def _never(_rel: str) -> bool:
+    return False
+
+
+def _entries(dir_fd: int) -> list[str]:
+    with os.scandir(dir_fd) as it:
+        return sorted(e.name for e in it)
+
+
+def _walk(top_fd: int, skip: Skip) -> Iterator[tuple[int, str, str, os.stat_result]]:
+    """(parent fd, name, relative path, lstat) for every entry under `top_fd`, parents first.
+    Directories are opened relative to their parent with O_NOFOLLOW; an iterative walk, so a
+    deep tree cannot exhaust the recursion limit."""
+    stack: list[tuple[int, str, list[str]]] = [(top_fd, "", _entries(top_fd))]
+    try:
+        while stack:
+            fd, rel, names = stack[-1]
+            if not names:
+                stack.pop()
+                if fd != top_fd:
+                    os.close(fd)
+                continue
+            name = names.pop(0)
+            child = f"{rel}/{name}" if rel else name
+            if skip(child):
+                continue
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone since the listing
+            yield fd, name, child, st
+            if stat.S_ISDIR(st.st_mode):
+                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                stack.append((sub, child, _entries(sub)))
+    finally:
+        for fd, _rel, _names in stack:
+            if fd != top_fd:
+                os.close(fd)
+
+
+def tally(top: Path, skip: Skip = _never) -> Tally:
+    """Count what a copy of `top` would write (special files are listed, not counted)."""
+    found = Tally()
+    top_fd = os.open(top, _DIR_FLAGS)
+    try:
+        for _fd, _name, rel, st in _walk(top_fd, skip):
+            kind = special_type(st.st_mode)
+            if kind is not None:
+                found.special.append(Special(rel, kind))
+                continue
+            found.entries += 1
+            if stat.S_ISREG(st.st_mode):
+                found.allocated += st.st_blocks * 512
+                found.files.append(rel)
+            else:
+                found.allocated += DIR_COST
+                if stat.S_ISLNK(st.st_mode):
+                    found.files.append(rel)
+    finally:
+        os.close(top_fd)
+    return found
+
+
+def special_files(top: Path, skip: Skip = _never) -> list[Special]:
+    """The special files under `top` (never opened), for reporting in `dropped`."""
+    found: list[Special] = []
+    try:
+        top_fd = os.open(top, _DIR_FLAGS)
+    except OSError:
+        return found
+    try:
+        for _fd, _name, rel, st in _walk(top_fd, skip):
+            kind = special_type(st.st_mode)
+            if kind is not None:
+                found.append(Special(rel, kind))
+    finally:
+        os.close(top_fd)
+    return found
+
+
+def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str) -> None:
+    """Refuse `disk_full` when the filesystem of `dest_dir` cannot take the copy."""
+    vfs = os.statvfs(dest_dir)
+    available = vfs.f_bavail * vfs.f_frsize
+    if needed_bytes + SPACE_MARGIN > available:
+        raise XumError(
+            ErrorKind.DISK_FULL,
+            f"not enough space to copy {what}: it needs {needed_bytes} bytes (plus "
+            f"{SPACE_MARGIN} spare) and {dest_dir} has {available} free; nothing was written",
+            needed_bytes=needed_bytes,
+            available_bytes=available,
+            path=str(dest_dir),
+        )
+    # f_files == 0: the filesystem has no inode limit (btrfs reports none).
+    if vfs.f_files and needed_inodes > vfs.f_favail:
+        raise XumError(
+            ErrorKind.DISK_FULL,
+            f"not enough inodes to copy {what}: it needs {needed_inodes} and {dest_dir} has "
+            f"{vfs.f_favail} free; nothing was written",
+            needed_inodes=needed_inodes,
+            available_inodes=vfs.f_favail,
+            path=str(dest_dir),
+        )
+
+
+def _copy_data(src: int, dst: int, size: int) -> None:
+    """The data extents of `src` into `dst` at the same offsets; holes stay holes."""
+    try:
+        fcntl.ioctl(dst, FICLONE, src)
+        return
+    except OSError:
+        pass  # not a filesystem with reflinks, or across filesystems: copy the extents
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(src, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                break  # only a hole from here to the end
+            if exc.errno != errno.EINVAL:
+                raise
+            start = offset  # SEEK_DATA unsupported: all of it is data
+            end = size
+        else:
+            end = min(os.lseek(src, start, os.SEEK_HOLE), size)
+        _copy_range(src, dst, start, end)
+        offset = end
+    os.ftruncate(dst, size)
+
+
+def _copy_range(src: int, dst: int, start: int, end: int) -> None:
+    pos = start
+    while pos < end:
+        count = min(_CHUNK, end - pos)
+        try:
+            done = os.copy_file_range(src, dst, count, pos, pos)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            done = _copy_plain(src, dst, pos, count)
+        if done == 0:
+            return  # the source shrank meanwhile
+        pos += done
+
+
+def _copy_plain(src: int, dst: int, pos: int, count: int) -> int:
+    data = os.pread(src, count, pos)
+    view = memoryview(data)
+    written = 0
+    while written < len(data):
+        written += os.pwrite(dst, view[written:], pos + written)
+    return len(data)
+
+
+def _copy_file(
+    sdir: int, ddir: int, name: str, st: os.stat_result, dest_name: str | None = None
+) -> bool:
+    """Copy one regular file; False when it turned out not to be one (then nothing is made).
+    A destination it created and could not finish is removed (one that existed is an error
+    and is left alone)."""
+    dest_name = dest_name or name
+    src = os.open(name, _READ_FLAGS, dir_fd=sdir)
+    try:
+        now = os.fstat(src)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        dst = os.open(dest_name, _WRITE_FLAGS, 0o600, dir_fd=ddir)
+        try:
+            _copy_data(src, dst, now.st_size)
+            os.fchmod(dst, stat.S_IMODE(now.st_mode))
+            os.utime(dst, ns=(now.st_atime_ns, now.st_mtime_ns))
+        except BaseException:
+            os.close(dst)
+            os.unlink(dest_name, dir_fd=ddir)
+            raise
+        os.close(dst)
+        return True
+    finally:
+        os.close(src)
+
+
+def copy_tree(src: Path, dest: Path, *, skip: Skip = _never, what: str = "") -> Tally:
+    """Copy the tree `src` to `dest` (which must not exist; its parent must). Checks space
+    first; on any failure removes `dest` and re-raises. Returns what was copied and the
+    special files that were skipped."""
+    return _copy(src, dest, skip=skip, what=what or str(src), merge=False)
+
+
+def merge_tree(src: Path, dest: Path, *, skip: Skip = _never, what: str = "") -> Tally:
+    """Copy the entries of `src` into the existing directory `dest` (a new file never replaces
+    one that is there: that is an error). On failure the entries it created are removed."""
+    return _copy(src, dest, skip=skip, what=what or str(src), merge=True)
+
+
+def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally:
+    plan = tally(src, skip)
+    check_space(dest if merge else dest.parent, plan.allocated, plan.entries + 1, what)
+    report = Tally()
+    src_fd = os.open(src, _DIR_FLAGS)
+    created: list[str] = []
+    try:
+        if merge:
+            before = set(os.listdir(dest))
+        else:
+            os.mkdir(dest, 0o700)
+            before = set()
+        dst_fd = os.open(dest, _DIR_FLAGS)
+        try:
+            _copy_tree_fds(src_fd, dst_fd, skip, report)
+        finally:
+            os.close(dst_fd)
+        st = os.fstat(src_fd)
+        if not merge:
+            os.chmod(dest, stat.S_IMODE(st.st_mode))
+    except BaseException:
+        if merge:
+            created = [n for n in os.listdir(dest) if n not in before]
+            for name in created:
+                _remove(dest / name)
+        else:
+            shutil.rmtree(dest, ignore_errors=True)
+        raise
+    finally:
+        os.close(src_fd)
+    return report
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "") -> None:
+    """Depth-first copy of the directory `sdir` into `ddir` (an explicit stack, no recursion)."""
+    stack: list[tuple[int, int, str, list[str], os.stat_result | None]] = [
+        (sdir, ddir, rel, _entries(sdir), None)
+    ]
+    try:
+        while stack:
+            s, d, here, names, dst = stack[-1]
+            if not names:
+                stack.pop()
+                if dst is not None:
+                    try:
+                        os.fchmod(d, stat.S_IMODE(dst.st_mode))
+                        os.utime(d, ns=(dst.st_atime_ns, dst.st_mtime_ns))
+                    finally:
+                        os.close(s)
+                        os.close(d)
+                continue
+            name = names.pop(0)
+            child = f"{here}/{name}" if here else name
+            if skip(child):
+                continue
+            try:
+                st = os.stat(name, dir_fd=s, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone since the listing
+            kind = special_type(st.st_mode)
+            if kind is not None:
+                report.special.append(Special(child, kind))
+            elif stat.S_ISDIR(st.st_mode):
+                sub = os.open(name, _DIR_FLAGS, dir_fd=s)
+                try:
+                    try:
+                        os.mkdir(name, 0o700, dir_fd=d)
+                    except FileExistsError:
+                        pass  # merging into an existing directory (a restore)
+                    dsub = os.open(name, _DIR_FLAGS, dir_fd=d)
+                except BaseException:
+                    os.close(sub)
+                    raise
+                stack.append((sub, dsub, child, _entries(sub), st))
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(name, dir_fd=s), name, dir_fd=d)
+                os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=d, follow_symlinks=False)
+                report.files.append(child)
+            elif _copy_file(s, d, name, st):
+                report.files.append(child)
+                report.allocated += st.st_blocks * 512
+            else:
+                # Swapped for a special file between the lstat and the open: skipped too.
+                now = os.stat(name, dir_fd=s, follow_symlinks=False)
+                report.special.append(Special(child, special_type(now.st_mode) or "changed"))
+    finally:
+        for s, d, _here, _names, dst in stack:
+            if dst is not None:
+                os.close(s)
+                os.close(d)
+
+
+def copy_file(src: Path, dest: Path) -> str | None:
+    """Copy one file or symlink (never followed) to `dest` (which must not exist; its parent
+    must), keeping holes. Returns the special type when `src` is a special file (nothing is
+    copied); raises `disk_full` when it does not fit. A partial `dest` is removed."""
+    st = os.lstat(src)
+    kind = special_type(st.st_mode)
+    if kind is not None:
+        return kind
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(src))
+    check_space(dest.parent, st.st_blocks * 512 if stat.S_ISREG(st.st_mode) else 0, 1, str(src))
+    sdir = os.open(src.parent, _DIR_FLAGS)
+    try:
+        ddir = os.open(dest.parent, _DIR_FLAGS)
+    except BaseException:
+        os.close(sdir)
+        raise
+    try:
+        if stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(src.name, dir_fd=sdir), dest.name, dir_fd=ddir)
+            return None
+        if not _copy_file(sdir, ddir, src.name, st, dest.name):
+            return special_type(os.lstat(src).st_mode) or "changed"
+        return None
+    finally:
+        os.close(sdir)
+        os.close(ddir)

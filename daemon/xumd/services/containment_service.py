@@ -1,0 +1,99 @@
+"""Install process containment (xumd.containment): markers for every child, the start-up sweep
+of what a previous daemon instance of this root left running, the orphan reaper, and
+`daemon.status` details['containment'].
+
+Installed first, so its start-up step runs before adoption (`processes.adopt`) and the recovery
+pass: nothing is reconciled or flagged while a crashed daemon's script is still writing into a
+checkout. `wire` (called once every feature is installed) hands the containment to the git runner,
+the script runner and the process supervisor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from xumd import containment, logs
+from xumd.app import App
+from xumd.containment import Containment, Marker
+
+log = logs.get("xumd.containment")
+
+REAP_INTERVAL_S = 1.0
+SWEEP_GRACE_S = 2.0
+
+
+def install(app: App) -> Containment:
+    cont = app.provide(
+        Containment(
+            tag=containment.root_tag(app.paths.root),
+            subreaper=containment.is_subreaper(),
+            cgroup=_cgroup(app.config.processes.cgroup),
+        )
+    )
+
+    def keep(marker: Marker) -> bool:
+        """A live supervised process (and its tree) is adopted, not stopped."""
+        from xumd.processes.leases import LeaseStore
+
+        leases = app.find(LeaseStore)
+        if leases is None or not marker.record.startswith("proc_"):
+            return False
+        lease = leases.for_process(marker.record)
+        return lease is not None and leases.is_live(lease)
+
+    async def sweep() -> None:
+        left = await cont.sweep(keep, SWEEP_GRACE_S)
+        if left:
+            log.error("containment.sweep_survivors", pids=[m.pid for m in left])
+
+    async def reap() -> None:
+        # Orphans adopted by the subreaper become our zombies when they end.
+        while True:
+            containment.reap_orphans()
+            await anyio.sleep(REAP_INTERVAL_S)
+
+    log.info(
+        "containment.mechanism",
+        mechanism=cont.mechanism,
+        instance=cont.instance,
+        cgroup=str(cont.cgroup) if cont.cgroup else None,
+    )
+    app.on_startup("containment.sweep", sweep)
+    if cont.subreaper:
+        app.after_ready("containment.reaper", reap)
+    app.status_providers["containment"] = cont.status
+    return cont
+
+
+def _cgroup(setting: str) -> Path | None:
+    if setting == "off":
+        return None
+    if setting == "auto":
+        return containment.cgroup_delegated()
+    path = Path(setting)
+    if path.is_absolute() and containment.cgroup_v2_dir(path):
+        return path
+    # Not usable: markers and the subreaper still hold; said in the log and in daemon.status.
+    log.warning("containment.cgroup_unusable", cgroup=setting)
+    return None
+
+
+def wire(app: App) -> None:
+    from xumd.git import Git
+    from xumd.lifecycle.scripts import ScriptRunner
+    from xumd.processes.supervisor import Supervisor
+
+    cont = app.find(Containment)
+    if cont is None:
+        return
+    git = app.find(Git)
+    if git is not None:
+        git.containment = cont
+    runner = app.find(ScriptRunner)
+    if runner is not None:
+        runner.containment = cont
+    sup = app.find(Supervisor)
+    if sup is not None:
+        sup.settings.containment = cont

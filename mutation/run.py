@@ -1,0 +1,375 @@
+"""`make mutate`: mutation testing of the contract-critical modules with cosmic-ray (issue 17).
+
+Runs under the mutation venv (`.venv-mutate`, made by `make mutate` from
+mutation/requirements.lock; not part of CI). For each module of the scope below:
+
+1. the repository's files (tracked and new, not ignored) are copied into a temporary directory:
+   mutants are written there, never into the work tree, and the tests import the copy
+   (PYTHONPATH before the editable install; the daemon subprocesses inherit it);
+2. `cosmic-ray init` lists the mutants; those of operators outside OPERATORS, and those outside
+   the module's scoped functions (procutil: its deadlines only), are marked skipped;
+3. `cosmic-ray exec` runs, for each mutant, only the test files that cover that module, with a
+   per-mutant timeout (a mutant that hangs the tests counts as killed: the suite noticed) and a
+   budget for the whole module (what is left is reported as not run);
+4. the report: score, and every survivor, each either explained in mutation/equivalent.toml (by
+   module, operator and the mutated source line) or listed as UNEXPLAINED. The exit status is 1
+   when an unexplained survivor is left.
+
+    make mutate                                   # every module (hours on 2 cores)
+    make mutate MUTATE_ARGS="--module cleanup/fence.py --budget-s 900"
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cosmic_ray.work_db import WorkDB, use_db
+from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+REPO = Path(__file__).resolve().parent.parent
+EXPLAINED = Path(__file__).resolve().parent / "equivalent.toml"
+
+# Operators kept: the ones that flip a decision (comparisons to their negation or boundary,
+# boolean connectives, not, constants, loops, exception handlers). Arithmetic swaps (`+` to `**`
+# and the like) mostly mutate message strings and paths: thousands of mutants that only crash.
+OPERATORS = {
+    "core/AddNot",
+    "core/ReplaceTrueWithFalse",
+    "core/ReplaceFalseWithTrue",
+    "core/ReplaceAndWithOr",
+    "core/ReplaceOrWithAnd",
+    "core/ReplaceBreakWithContinue",
+    "core/ReplaceContinueWithBreak",
+    "core/ExceptionReplacer",
+    "core/ZeroIterationForLoop",
+    "core/NumberReplacer",
+    "core/ReplaceBinaryOperator_Add_Sub",
+    "core/ReplaceBinaryOperator_Sub_Add",
+    *(
+        f"core/ReplaceComparisonOperator_{a}_{b}"
+        for a, b in (
+            ("Eq", "NotEq"),
+            ("NotEq", "Eq"),
+            ("Lt", "GtE"),
+            ("GtE", "Lt"),
+            ("Gt", "LtE"),
+            ("LtE", "Gt"),
+            ("Lt", "LtE"),
+            ("LtE", "Lt"),
+            ("Gt", "GtE"),
+            ("GtE", "Gt"),
+            ("Is", "IsNot"),
+            ("IsNot", "Is"),
+            ("In", "NotIn"),
+            ("NotIn", "In"),
+        )
+    ),
+}
+
+CLEANUP_TESTS = ["tests/test_cleanup_guards.py", "tests/test_cleanup_service.py"]
+
+
+@dataclass(frozen=True)
+class Scope:
+    module: str
+    tests: list[str]
+    functions: list[str] = field(default_factory=list)
+    """Only these functions (and methods) are mutated; empty: the whole module."""
+    timeout_s: float = 180.0
+    """One mutant's test run; beyond it, the mutant counts as killed (the tests hung)."""
+
+
+SCOPES = [
+    Scope("daemon/xumd/cleanup/fence.py", CLEANUP_TESTS),
+    Scope("daemon/xumd/cleanup/steps.py", CLEANUP_TESTS),
+    Scope("daemon/xumd/cleanup/runner.py", [*CLEANUP_TESTS, "tests/test_cleanup_schedule.py"]),
+    Scope(
+        "daemon/xumd/lifecycle/coordinator.py",
+        ["tests/test_coordinator.py", "tests/test_rename_settle.py"],
+    ),
+    Scope(
+        "daemon/xumd/processes/quiescence.py",
+        ["tests/test_quiescence.py", "tests/test_contract_deadlines.py"],
+    ),
+    Scope("daemon/xumd/recovery/reconcile.py", ["tests/test_recovery.py"], timeout_s=300),
+    Scope(
+        "daemon/xumd/lifecycle/snapshot.py",
+        ["tests/test_lifecycle_archive.py", "tests/test_lifecycle_unarchive_pending.py"],
+        timeout_s=300,
+    ),
+    Scope("daemon/xumd/rootlock.py", ["tests/test_daemon_basics.py"]),
+    Scope(
+        "daemon/xumd/procutil.py",
+        [
+            "tests/test_procutil.py",
+            "tests/test_contract_deadlines.py::test_a_hung_git_is_killed_at_the_git_deadline",
+        ],
+        functions=["run_command", "kill_tree", "_any_alive", "_read_into", "_feed_stdin"],
+    ),
+]
+
+
+@dataclass
+class Survivor:
+    module: str
+    operator: str
+    line_no: int
+    line: str
+    diff: str
+    why: str | None = None
+
+
+@dataclass
+class ModuleReport:
+    module: str
+    total: int = 0
+    skipped: int = 0
+    killed: int = 0
+    timed_out: int = 0
+    not_run: int = 0
+    survivors: list[Survivor] = field(default_factory=list)
+
+    @property
+    def score(self) -> float | None:
+        ran = self.killed + len(self.survivors)
+        return None if ran == 0 else self.killed / ran
+
+
+def _copy_tree(dest: Path) -> None:
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for raw in listed:
+        if not raw:
+            continue
+        rel = raw.decode()
+        src = REPO / rel
+        if not src.is_file() or rel.startswith(("mutation/", "bench/")):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+
+
+def _function_lines(path: Path, names: list[str]) -> set[int]:
+    tree = ast.parse(path.read_text())
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
+def _inert_lines(path: Path) -> set[int]:
+    """Lines where a mutant changes nothing the code does: docstrings, and `@dataclass(...)`
+    flags (`frozen`/`slots`: nothing assigns to these records, and mypy enforces `frozen`)."""
+    tree = ast.parse(path.read_text())
+    lines: set[int] = set()
+    for number, text in enumerate(path.read_text().splitlines(), start=1):
+        if text.strip().startswith("@dataclass("):
+            lines.add(number)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list) or not body:
+            continue
+        first = body[0]
+        if (
+            isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+        ):
+            lines.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return lines
+
+
+def _config(scope: Scope, python: str) -> str:
+    tests = " ".join(scope.tests)
+    command = (
+        f"{python} -m pytest -x -q -p no:cacheprovider -o addopts= -m 'not reliability'"
+        f" --timeout={int(scope.timeout_s)} {tests}"
+    )
+    # JSON string syntax is TOML's basic string syntax (for this ASCII text).
+    return (
+        "[cosmic-ray]\n"
+        f"module-path = {json.dumps(scope.module)}\n"
+        f"timeout = {scope.timeout_s}\n"
+        "excluded-modules = []\n"
+        f"test-command = {json.dumps(command)}\n"
+        "\n[cosmic-ray.distributor]\nname = 'local'\n"
+    )
+
+
+def _skip(db: WorkDB, keep: set[int] | None, skip_lines: set[int]) -> int:
+    skipped = 0
+    for item in list(db.pending_work_items):
+        (mutation,) = item.mutations
+        line = mutation.start_pos[0]
+        reason = None
+        if mutation.operator_name not in OPERATORS:
+            reason = "operator outside the scope"
+        elif keep is not None and line not in keep:
+            reason = "outside the scoped functions"
+        elif line in skip_lines:
+            reason = "docstring or dataclass flags"
+        if reason:
+            db.set_result(
+                item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=reason)
+            )
+            skipped += 1
+    return skipped
+
+
+def _explained() -> list[dict[str, str]]:
+    if not EXPLAINED.exists():
+        return []
+    entries: list[dict[str, str]] = tomllib.loads(EXPLAINED.read_text()).get("survivor", [])
+    return entries
+
+
+def _why(survivor: Survivor, explained: list[dict[str, str]]) -> str | None:
+    for entry in explained:
+        if (
+            entry["module"] == survivor.module
+            and entry["operator"] == survivor.operator
+            and " ".join(entry["line"].split()) == " ".join(survivor.line.split())
+        ):
+            return entry["why"]
+    return None
+
+
+def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) -> ModuleReport:
+    report = ModuleReport(scope.module)
+    work = Path(tempfile.mkdtemp(prefix="xum-mutate-"))
+    try:
+        src = work / "src"
+        _copy_tree(src)
+        module = src / scope.module
+        source_lines = module.read_text().splitlines()
+        (work / "cr.toml").write_text(_config(scope, python))
+        session = work / "session.sqlite"
+        cosmic = str(Path(sys.executable).parent / "cosmic-ray")
+        subprocess.run([cosmic, "init", str(work / "cr.toml"), str(session)], cwd=src, check=True)
+        keep = _function_lines(module, scope.functions) if scope.functions else None
+        with use_db(str(session)) as db:
+            report.total = db.num_work_items
+            report.skipped = _skip(db, keep, _inert_lines(module))
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(str(src / p) for p in ("daemon", "protocol", "clients")),
+        }
+        print(
+            f"== {scope.module}: {report.total - report.skipped} mutants"
+            f" ({report.skipped} skipped), budget {budget_s:.0f}s",
+            flush=True,
+        )
+        proc = subprocess.Popen(
+            [cosmic, "exec", str(work / "cr.toml"), str(session)],
+            cwd=src,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            proc.wait(budget_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            print(f"   budget of {budget_s:.0f}s spent: the rest is not run", flush=True)
+        explained = _explained()
+        with use_db(str(session)) as db:
+            for item, result in db.completed_work_items:
+                if result.worker_outcome == WorkerOutcome.SKIPPED:
+                    continue
+                (mutation,) = item.mutations
+                if result.worker_outcome == WorkerOutcome.ABNORMAL:
+                    report.timed_out += 1
+                    report.killed += 1
+                elif result.test_outcome == TestOutcome.SURVIVED:
+                    line_no = mutation.start_pos[0]
+                    survivor = Survivor(
+                        scope.module,
+                        mutation.operator_name,
+                        line_no,
+                        source_lines[line_no - 1].strip(),
+                        result.diff or "",
+                    )
+                    survivor.why = _why(survivor, explained)
+                    report.survivors.append(survivor)
+                else:
+                    report.killed += 1
+            report.not_run = len(list(db.pending_work_items))
+    finally:
+        if keep_dir:
+            print(f"   session kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def print_report(reports: list[ModuleReport]) -> int:
+    unexplained = 0
+    print("\n== mutation score (killed / run; a timeout counts as killed)")
+    for r in reports:
+        score = "n/a" if r.score is None else f"{100 * r.score:.1f}%"
+        print(
+            f"{r.module}: {score}  killed {r.killed} (timeouts {r.timed_out}),"
+            f" survived {len(r.survivors)}, not run {r.not_run}, skipped {r.skipped}"
+        )
+        for s in r.survivors:
+            tag = f"equivalent: {s.why}" if s.why else "UNEXPLAINED"
+            print(f"  {s.module}:{s.line_no} {s.operator}: {s.line}\n    {tag}")
+            if not s.why:
+                unexplained += 1
+                print("    " + s.diff.strip().replace("\n", "\n    "))
+    print(f"\nunexplained survivors: {unexplained}")
+    return 1 if unexplained else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--module",
+        action="append",
+        default=[],
+        help="a scoped module (suffix match, e.g. cleanup/fence.py); repeatable; default: all",
+    )
+    parser.add_argument("--budget-s", type=float, default=3600.0, help="per module")
+    parser.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"))
+    parser.add_argument("--keep", action="store_true", help="keep each session directory")
+    parser.add_argument("--list", action="store_true", help="print the scope and exit")
+    args = parser.parse_args()
+    scopes = [
+        s for s in SCOPES if not args.module or any(s.module.endswith(m) for m in args.module)
+    ]
+    if not scopes:
+        parser.error(f"no scoped module matches {args.module}")
+    if args.list:
+        for s in scopes:
+            only = f" (functions: {', '.join(s.functions)})" if s.functions else ""
+            print(f"{s.module}{only}: {' '.join(s.tests)}")
+        return 0
+    started = time.monotonic()
+    reports = [
+        run_module(s, python=args.python, budget_s=args.budget_s, keep_dir=args.keep)
+        for s in scopes
+    ]
+    status = print_report(reports)
+    print(f"took {time.monotonic() - started:.0f}s")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

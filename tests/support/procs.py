@@ -1,0 +1,31 @@
+"""Process identity in tests: a pid together with its start time, compared the way the daemon's
+own liveness rule does (`xumd.procutil.same_process_alive`). Pids wrap during a test run (pid_max
+is 32768 on the machines we run on): a bare pid that looks alive later may be another process.
+Identify a process while it is known to run (as soon as its pid is read), then ask `alive`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from xumd import procutil
+
+
+@dataclass(frozen=True, slots=True)
+class ProcId:
+    pid: int
+    start: float | None
+    """psutil's create_time when identified; None: it had already exited then."""
+
+
+def identify(pid: int) -> ProcId:
+    return ProcId(pid, procutil.start_time(pid))
+
+
+def identify_all(pids: Iterable[int]) -> list[ProcId]:
+    return [identify(pid) for pid in pids]
+
+
+def alive(proc: ProcId) -> bool:
+    """True while that very process (pid and start time) runs; a zombie is not alive."""
+    return proc.start is not None and procutil.same_process_alive(proc.pid, proc.start)

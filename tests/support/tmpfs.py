@@ -1,0 +1,60 @@
+"""Real small filesystems for resource-exhaustion tests: a tmpfs of a given size or inode
+count, filled to the last byte, always unmounted (lazily) even when the test fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+
+@contextmanager
+def tmpfs(mount: Path, options: str = "size=4m") -> Iterator[Path]:
+    """Mount a tmpfs at `mount` (created); skip the test where mounting is not permitted."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"{options},mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+def fill(directory: Path, name: str = "filler") -> Path:
+    """Fill the filesystem of `directory` to the last byte; return the filler file."""
+    filler = directory / name
+    chunk = b"\0" * (1 << 16)
+    for size in (len(chunk), 1):
+        try:
+            with filler.open("ab") as out:
+                while True:
+                    out.write(chunk[:size])
+                    out.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def use_inodes(directory: Path) -> list[Path]:
+    """Create empty files in `directory` until its filesystem has no inode left."""
+    made: list[Path] = []
+    try:
+        while True:
+            path = directory / f"inode{len(made)}"
+            path.touch()
+            made.append(path)
+    except OSError:
+        pass
+    return made

@@ -1,0 +1,664 @@
+"""Process containment across crashes (issue #10, section 3): every script and supervised process,
+and every descendant (double-forked into its own session too), is found again by its marker;
+the start-up pass stops what a crashed daemon left running before it reconciles anything.
+
+Real daemons, real scripts, real SIGKILL; the only fault injected is a signal that cannot be
+delivered (a process that survives SIGKILL cannot be made on purpose).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import secrets
+import signal
+import subprocess
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import psutil
+import pytest
+from xumd import containment
+from xumd.cleanup.steps import teardown_outcome
+from xumd.containment import Containment, Marker, root_tag
+from xumd.git import Git
+from xumd.lifecycle.scripts import ScriptRunner
+from xumd.lifecycle.seams import WorkspaceRef
+from xumd.procutil import run_command
+
+from tests.lifecycle_helpers import add_project, create
+from tests.support.daemon import DaemonProcess, write_config
+from tests.support.gitrepo import git, make_repo
+from tests.support.wait import until
+
+T = TypeVar("T")
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    """anyio.run, collecting the finished subprocess transports while the loop still runs (their
+    finalizer needs an open loop; one finalized later, during a compile, upsets CPython 3.11)."""
+
+    async def main() -> T:
+        try:
+            return await fn()
+        finally:
+            gc.collect()
+
+    return anyio.run(main)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def zombie_children(pid: int) -> list[int]:
+    try:
+        children = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                found.append(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+@pytest.fixture
+def reap_strays() -> Iterator[list[int]]:
+    """Pids a test started: killed at the end whatever happened (no test leaves a sleeper)."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+
+
+def with_scripts(repo: Path, **scripts: list[str]) -> None:
+    lines = "".join(f"{key} = {json.dumps(value)}\n" for key, value in scripts.items())
+    (repo / ".xum").mkdir(exist_ok=True)
+    (repo / ".xum" / "config.toml").write_text(f"[scripts]\n{lines}")
+    git(repo, "add", ".xum")
+    git(repo, "commit", "-q", "-m", "scripts")
+
+
+def trusted(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
+    project = add_project(daemon, repo)
+    daemon.call("project.trust", {"project_id": project["id"]})
+    return project
+
+
+def marked(root: Path, prefix: str = "") -> list[containment.Marked]:
+    """Processes carrying a marker of this root (whose record starts with `prefix`: `lease_`
+    for setup/teardown commands, `cmd-` for git, `proc_` for supervised processes)."""
+    return containment.scan(root_tag(root), lambda m: m.record.startswith(prefix))
+
+
+# -- through a real daemon ---------------------------------------------------------------------
+
+
+def test_status_names_the_mechanism(daemon: DaemonProcess) -> None:
+    details = daemon.call("daemon.status")["details"]["containment"]
+    # This machine has cgroup v1 without delegation: subreaper + marker is what holds.
+    assert details["mechanism"] == "subreaper+marker"
+    assert details["subreaper"] is True
+    assert details["marker"] == "XUM_RUN"
+
+
+def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
+    root: Path, tmp_short: Path, reap_strays: list[int]
+) -> None:
+    """The issue's case: a setup leaves a background child that writes into the checkout later;
+    the daemon is SIGKILLed. The restarted daemon stops it before it is ready (before recovery
+    flags the row), so `late.txt` can never appear in the interrupted checkout."""
+    repo = make_repo(tmp_short / "repo")
+    with_scripts(repo, setup=["(sleep 30; echo late > late.txt) & sleep 60"])
+    daemon = DaemonProcess(root).start()
+    try:
+        project = trusted(daemon, repo)
+        errors: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                create(daemon, project["id"], "crashy")
+            except BaseException as exc:  # the daemon dies under the call
+                errors.append(exc)
+
+        creating = threading.Thread(target=call)
+        creating.start()
+        # The subshell and its sleep, and the script's own sleep, carry the run's marker.
+        found = until(
+            lambda: len(marked(root, "lease_")) >= 3 and marked(root, "lease_"),
+            message="setup to run",
+        )
+        pids = [m.pid for m in found]
+        reap_strays.extend(pids)
+        assert all(m.marker.record.startswith("lease_") for m in found)
+        daemon.kill()
+        creating.join(20)
+        # The script's shell dies with the daemon (parent-death signal); its child does not.
+        survivors = until(lambda: [p for p in pids if alive(p)] or None, timeout=5)
+        assert survivors, "a background child survives the SIGKILL"
+        until(lambda: not any(alive(p) and p not in survivors for p in pids), timeout=5)
+
+        daemon.start()
+        assert [p for p in survivors if alive(p)] == []
+        assert marked(root) == []
+        status = daemon.call("daemon.status")["details"]["containment"]
+        assert status["stopped_at_start"] == len(survivors)
+        assert status["escaped"] == []
+        log = daemon.log_text()
+        # The sweep ran before the recovery pass flagged the row.
+        restart = log.rindex("containment.mechanism")
+        assert log.index("containment.sweep", restart) < log.index("recovery", restart)
+        (ws,) = daemon.call("workspace.list", {})["workspaces"]
+        assert ws["interrupted"] is True
+        assert not (Path(ws["path"]) / "late.txt").exists()
+    finally:
+        daemon.close()
+
+
+def test_setup_that_ignores_the_parent_death_signal_is_stopped_at_the_restart(
+    root: Path, tmp_short: Path, reap_strays: list[int]
+) -> None:
+    """A setup whose shell ignores SIGTERM outlives the daemon's SIGKILL itself (the parent-death
+    signal is SIGTERM): the sweep SIGKILLs it after the grace, so its lease is reclaimed and the
+    workspace is not held by it."""
+    repo = make_repo(tmp_short / "repo")
+    with_scripts(repo, setup=["trap '' TERM; sleep 60"])
+    daemon = DaemonProcess(root).start()
+    try:
+        project = trusted(daemon, repo)
+        creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "t"))
+        creating.start()
+        found = until(
+            lambda: len(marked(root, "lease_")) >= 2 and marked(root, "lease_"),
+            message="setup to run",
+        )
+        reap_strays.extend(m.pid for m in found)
+        daemon.kill()
+        creating.join(20)
+        assert all(alive(m.pid) for m in found), "both survive the crash"
+        daemon.start()
+        assert not any(alive(m.pid) for m in found)
+        assert daemon.call("lease.list", {})["leases"] == []
+        status = daemon.call("daemon.status")["details"]["containment"]
+        assert status["stopped_at_start"] == len(found)
+    finally:
+        daemon.close()
+
+
+def test_git_hook_child_of_a_crashed_daemon_is_stopped_at_the_restart(
+    root: Path, tmp_short: Path, reap_strays: list[int]
+) -> None:
+    """git runs hooks (post-checkout during `worktree add`); git itself dies with the daemon
+    (parent-death signal), its hook's children do not, and carry the command's marker."""
+    repo = make_repo(tmp_short / "repo")
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text("#!/bin/sh\n(setsid sleep 100 &)\nsleep 60\n")
+    hook.chmod(0o755)
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "g"))
+        creating.start()
+        found = until(
+            lambda: len(marked(root, "cmd-")) >= 3 and marked(root, "cmd-"),
+            message="the hook to run",
+        )
+        reap_strays.extend(m.pid for m in found)
+        assert all(m.marker.record.startswith("cmd-") for m in found)
+        daemon.kill()
+        creating.join(20)
+        survivors = [m.pid for m in found if alive(m.pid)]
+        assert survivors, "the hook's children survive the crash"
+        daemon.start()
+        assert [p for p in survivors if alive(p)] == []
+        assert marked(root) == []
+    finally:
+        daemon.close()
+
+
+def test_teardown_double_fork_is_stopped_before_cleanup_completes(
+    root: Path, tmp_short: Path, reap_strays: list[int]
+) -> None:
+    """A teardown that double-forks into its own session escapes the group and the tree kill;
+    its marker still finds it, and the remove reports `completed` only once it is gone."""
+    repo = make_repo(tmp_short / "repo")
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    teardown = (
+        f"sleep 100 & setsid sh -c 'echo $$ > {ctl}/escapee; exec sleep 100' & "
+        f"until [ -s {ctl}/escapee ]; do sleep 0.01; done"
+    )
+    with_scripts(repo, teardown=[teardown])
+    daemon = DaemonProcess(root).start()
+    try:
+        project = trusted(daemon, repo)
+        ws = create(daemon, project["id"], "esc")["workspace"]
+        result = daemon.call("workspace.remove", {"workspace_id": ws["id"]})
+        escapee = int((ctl / "escapee").read_text())
+        reap_strays.append(escapee)
+        assert os.getsid(escapee) == escapee if alive(escapee) else True
+        assert result["cleanup"]["status"] == "completed", result["cleanup"]
+        assert not alive(escapee), "the double-forked teardown child outlived the remove"
+        assert marked(root) == []
+        # It was re-parented to the daemon (subreaper), which reaps it: no zombie is left.
+        until(lambda: not zombie_children(daemon.pid), timeout=5, message="orphans reaped")
+    finally:
+        daemon.close()
+
+
+def test_supervised_process_double_fork_is_stopped_with_it(
+    daemon: DaemonProcess, tmp_short: Path, reap_strays: list[int]
+) -> None:
+    repo = make_repo(tmp_short / "repo")
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "sup")["workspace"]
+    pidfile = tmp_short / "escapee"
+    proc = daemon.call(
+        "process.spawn",
+        {
+            "workspace_id": ws["id"],
+            "kind": "agent",
+            "argv": [
+                "sh",
+                "-c",
+                # Orphaned at once (its subshell exits): out of the group and the tree.
+                f"(setsid sh -c 'echo $$ > {pidfile}; exec sleep 100' &); exec sleep 100",
+            ],
+        },
+    )["process"]
+    until(lambda: pidfile.exists() and pidfile.read_text().strip(), message="double fork")
+    escapee = int(pidfile.read_text())
+    reap_strays.append(escapee)
+    assert alive(escapee)
+    daemon.call("process.stop", {"process_id": proc["id"], "grace_s": 1})
+    until(lambda: not alive(escapee), timeout=10, message="the escapee to be stopped")
+
+
+def test_shutdown_during_a_hanging_teardown_leaves_nothing_running(
+    root: Path, tmp_short: Path, reap_strays: list[int]
+) -> None:
+    """A teardown that never exits while the daemon shuts down: it and its double-forked child
+    are stopped by the shutdown (bounded), or at the latest by the next start."""
+    repo = make_repo(tmp_short / "repo")
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    # The escapee is orphaned (its parent subshell exits) before the shutdown: no tree walk
+    # from the teardown's shell reaches it any more, only its marker.
+    teardown = f"(setsid sh -c 'exec sleep 100' &); echo started > {ctl}/started; exec sleep 100"
+    with_scripts(repo, teardown=[teardown])
+    write_config(root, "[cleanup]\nbackoff_initial_s = 0.2\nbackoff_max_s = 0.4\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        project = trusted(daemon, repo)
+        ws = create(daemon, project["id"], "hang")["workspace"]
+        done: list[Any] = []
+        remover = threading.Thread(
+            target=lambda: done.append(
+                _quiet(daemon.call, "workspace.remove", {"workspace_id": ws["id"]})
+            )
+        )
+        remover.start()
+        until(lambda: len(marked(root, "lease_")) >= 2, message="the teardown and its escapee")
+        reap_strays.extend(m.pid for m in marked(root))
+        assert daemon.terminate(timeout=30) == 0
+        remover.join(20)
+        assert marked(root) == []
+    finally:
+        daemon.close()
+
+
+def _quiet(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return exc
+
+
+def test_a_crashed_daemons_kept_process_is_adopted_not_swept(
+    root: Path, tmp_short: Path, reap_strays: list[int]
+) -> None:
+    """Only scripts' and commands' leftovers are swept: a live supervised process (and its
+    tree, marked with its id) is adopted by the next daemon."""
+    repo = make_repo(tmp_short / "repo")
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "keep")["workspace"]
+        agent = daemon.call(
+            "process.spawn",
+            {"workspace_id": ws["id"], "kind": "agent", "argv": ["sleep", "100"]},
+        )["process"]
+        reap_strays.append(agent["pid"])
+        daemon.kill()
+        daemon.start()
+        assert alive(agent["pid"])
+        listed = daemon.call("process.list", {})["processes"]
+        assert [p["id"] for p in listed if p["adopted"]] == [agent["id"]]
+        assert daemon.call("daemon.status")["details"]["containment"]["stopped_at_start"] == 0
+    finally:
+        daemon.close()
+
+
+# -- in-process: the rules, and the paths a real process cannot be made to take -----------------
+
+
+def _sleeper(env_marker: str | None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    if env_marker is not None:
+        env[containment.MARKER_VAR] = env_marker
+    return subprocess.Popen(["sleep", "100"], env=env)
+
+
+def test_sweep_stops_only_another_instances_markers_of_this_root(tmp_short: Path) -> None:
+    cont = Containment(tag=root_tag(tmp_short))
+    previous = Marker(cont.tag, "previousrun", "lease_0123")
+    kept = Marker(cont.tag, "previousrun", "proc_0123")
+    procs = {
+        "previous": _sleeper(str(previous)),
+        "kept": _sleeper(str(kept)),
+        "ours": _sleeper(str(cont.marker("lease_4567"))),
+        "other_root": _sleeper(str(Marker(root_tag(tmp_short / "x"), "run", "lease_1"))),
+        "unmarked": _sleeper(None),
+    }
+    try:
+        left = run_async(lambda: cont.sweep(lambda m: m == kept, 1.0))
+        assert left == []
+        for name, proc in procs.items():
+            if name == "previous":
+                assert proc.wait(5) == -signal.SIGTERM
+            else:
+                assert proc.poll() is None, name
+        assert [s["pid"] for s in cont.swept] == [procs["previous"].pid]
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+
+
+def test_a_recycled_pid_is_never_signalled(tmp_short: Path) -> None:
+    """The pidfd pins the process: one whose marker or start time differs from the scan's is
+    left alone (as a pid recycled between the scan and the signal would be)."""
+    cont = Containment(tag=root_tag(tmp_short))
+    marker = Marker(cont.tag, "previousrun", "lease_9")
+    proc = _sleeper(str(marker))
+    try:
+        until(lambda: containment.read_marker(proc.pid) == marker)
+        (found,) = containment.scan(cont.tag)
+        assert found.start is not None
+        stale = containment.Marked(found.pid, found.marker, found.start - 100.0)
+        other = containment.Marked(found.pid, Marker(cont.tag, "x", "lease_8"), found.start)
+        assert run_async(lambda: containment.stop_marked([stale, other], 0.2)) == []
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_git_hook_double_fork_is_stopped_after_the_command(tmp_short: Path) -> None:
+    repo = make_repo(tmp_short / "repo")
+    pidfile = tmp_short / "hookchild"
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\nsetsid sh -c 'echo $$ > {pidfile}; exec sleep 100' &\n")
+    hook.chmod(0o755)
+    cont = Containment(tag=root_tag(tmp_short))
+    runner = Git(containment=cont)
+    try:
+        run_async(lambda: runner.run(repo, "checkout", "-q", "-b", "hooked"))
+        pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
+        assert not alive(pid)
+        assert containment.scan(cont.tag) == []
+    finally:
+        for m in containment.scan(cont.tag):
+            os.kill(m.pid, signal.SIGKILL)
+
+
+def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch, reap_strays: list[int]
+) -> None:
+    """Fail closed: the teardown's obligation stays pending (a failed step), naming the pid,
+    which is what `cleanup.list` shows as last_error. The fault: signals to it are lost."""
+    checkout = tmp_short / "co"
+    checkout.mkdir()
+    pidfile = tmp_short / "escapee"
+    real = containment.send_signal
+
+    def lossy(pidfd: int, pid: int, sig: int) -> None:
+        if pidfile.exists() and pid == int(pidfile.read_text()):
+            return
+        real(pidfd, pid, sig)
+
+    monkeypatch.setattr(containment, "send_signal", lossy)
+    runner = ScriptRunner(store=None, root=tmp_short, timeout_s=10, grace_s=0.2)  # type: ignore[arg-type]
+    runner.containment = Containment(tag=root_tag(tmp_short))
+    ref = WorkspaceRef("ws_1", "proj_1", "w", checkout, "inc")
+    command = (
+        f"setsid sh -c 'echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 100' "
+        ">/dev/null 2>&1 & "
+        f"until [ -s {pidfile} ]; do sleep 0.01; done"
+    )
+    try:
+        outcome = run_async(
+            lambda: runner._run_commands("teardown", [command], "h", ref, checkout, None)
+        )
+        pid = int(pidfile.read_text())
+        reap_strays.append(pid)
+        assert outcome.status == "failed"
+        assert outcome.error is not None and f"pid {pid} (sleep 100)" in outcome.error
+        assert alive(pid)
+        step = teardown_outcome(outcome.status, outcome.error, outcome.output)
+        assert step.state != "completed" and f"pid {pid}" in (step.error or "")
+        assert runner.containment.status()["escaped"][0]["pid"] == pid
+
+        # The retry (another run of the teardown) does not succeed while it still runs...
+        again = run_async(
+            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+        )
+        assert again.status == "failed"
+        assert again.error is not None and f"pid {pid} (sleep 100)" in again.error
+        assert "earlier teardown run" in again.error
+        # ...and does once it could be stopped after all.
+        monkeypatch.setattr(containment, "send_signal", real)
+        third = run_async(
+            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+        )
+        assert third.status == "ok", third.error
+        assert not alive(pid)
+    finally:
+        monkeypatch.setattr(containment, "send_signal", real)
+
+
+def test_run_command_stops_a_double_fork_without_a_subreaper(tmp_short: Path) -> None:
+    pidfile = tmp_short / "escapee"
+    cont = Containment(tag=root_tag(tmp_short))
+    result = run_async(
+        lambda: run_command(
+            ["/bin/sh", "-c", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 100' &"],
+            timeout_s=10,
+            grace_s=0.5,
+            containment=cont,
+            marker=cont.marker("lease_x"),
+        )
+    )
+    assert result.ok and result.escaped == []
+    pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
+    assert not alive(pid)
+
+
+# -- a cgroup per run (where one is delegated; here a directory of the host's cgroup v2) ----------
+
+
+def _cgroup2_mount() -> Path | None:
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    return None
+
+
+def _cgroup_members(path: Path) -> str:
+    try:
+        return (path / "cgroup.procs").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _remove_cgroup_tree(path: Path) -> None:
+    """Kill what is in it (deepest first), then remove every directory, bounded."""
+    dirs = [*sorted((p for p in path.rglob("*") if p.is_dir()), reverse=True), path]
+    for sub in dirs:
+        with contextlib.suppress(OSError):
+            (sub / "cgroup.kill").write_text("1")
+    for sub in dirs:
+        until(lambda sub=sub: not _cgroup_members(sub), timeout=5, message=f"{sub} empty")
+        with contextlib.suppress(OSError):
+            sub.rmdir()
+
+
+@pytest.fixture
+def cgroup_base() -> Iterator[Path]:
+    """A writable cgroup v2 directory standing in for a delegated one (systemd Delegate=yes);
+    removed with everything in it, whatever the test did."""
+    mount = _cgroup2_mount()
+    if mount is None or os.geteuid() != 0:
+        pytest.skip("needs a cgroup v2 mount and root to create a cgroup in it")
+    base = mount / f"xum-test-{os.getpid()}-{secrets.token_hex(3)}"
+    try:
+        base.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot create a cgroup under {mount}: {exc}")
+    try:
+        yield base
+    finally:
+        _remove_cgroup_tree(base)
+
+
+def _runs(base: Path) -> list[str]:
+    return [p.name for p in base.rglob("run-*")]
+
+
+def test_cgroup_contains_a_teardown_child_that_drops_its_environment(
+    root: Path, tmp_short: Path, cgroup_base: Path, reap_strays: list[int]
+) -> None:
+    """Without a marker (env -i) and out of the group and the tree, only the cgroup still holds
+    the escapee: the remove completes only once it is gone, and the run's cgroup goes too."""
+    repo = make_repo(tmp_short / "repo")
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    teardown = (
+        "(env -i /usr/bin/setsid /bin/sh -c "
+        f"'echo $$ > {ctl}/escapee.tmp; mv {ctl}/escapee.tmp {ctl}/escapee; exec /bin/sleep 100'"
+        " >/dev/null 2>&1 &); "
+        f"until [ -s {ctl}/escapee ]; do sleep 0.01; done"
+    )
+    with_scripts(repo, teardown=[teardown])
+    write_config(root, f'[processes]\ncgroup = "{cgroup_base}"\n')
+    daemon = DaemonProcess(root).start()
+    try:
+        status = daemon.call("daemon.status")["details"]["containment"]
+        assert status["mechanism"] == "cgroup+subreaper+marker"
+        assert status["cgroup"] == str(cgroup_base)
+        project = trusted(daemon, repo)
+        ws = create(daemon, project["id"], "cg")["workspace"]
+        result = daemon.call("workspace.remove", {"workspace_id": ws["id"]})
+        escapee = int((ctl / "escapee").read_text())
+        reap_strays.append(escapee)
+        assert containment.read_marker(escapee) is None if alive(escapee) else True
+        assert result["cleanup"]["status"] == "completed", result["cleanup"]
+        assert not alive(escapee), "the escapee without a marker outlived the remove"
+        assert _runs(cgroup_base) == []
+    finally:
+        daemon.close()
+
+
+def test_cgroup_of_a_crashed_daemons_setup_is_emptied_at_the_restart(
+    root: Path, tmp_short: Path, cgroup_base: Path, reap_strays: list[int]
+) -> None:
+    repo = make_repo(tmp_short / "repo")
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    setup = f"(env -i /bin/sh -c 'echo $$ > {ctl}/bg; exec /bin/sleep 100' &); sleep 60"
+    with_scripts(repo, setup=[setup])
+    write_config(root, f'[processes]\ncgroup = "{cgroup_base}"\n')
+    daemon = DaemonProcess(root).start()
+    try:
+        project = trusted(daemon, repo)
+        creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "c"))
+        creating.start()
+        bg = int(until(lambda: (ctl / "bg").exists() and (ctl / "bg").read_text().strip()))
+        reap_strays.append(bg)
+        (run,) = _runs(cgroup_base)
+        assert run.startswith("run-lease_")
+        daemon.kill()
+        creating.join(20)
+        assert alive(bg) and containment.read_marker(bg) is None
+        daemon.start()
+        assert not alive(bg)
+        assert _runs(cgroup_base) == []
+        assert daemon.call("daemon.status")["details"]["containment"]["stopped_at_start"] >= 1
+    finally:
+        daemon.close()
+
+
+def test_supervised_process_runs_in_its_own_cgroup(
+    root: Path, tmp_short: Path, cgroup_base: Path
+) -> None:
+    repo = make_repo(tmp_short / "repo")
+    write_config(root, f'[processes]\ncgroup = "{cgroup_base}"\n')
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "p")["workspace"]
+        proc = daemon.call(
+            "process.spawn", {"workspace_id": ws["id"], "kind": "agent", "argv": ["sleep", "100"]}
+        )["process"]
+        own = f"/run-{proc['id']}"
+        until(lambda: Path(f"/proc/{proc['pid']}/cgroup").read_text().strip().endswith(own))
+        daemon.call("process.stop", {"process_id": proc["id"], "grace_s": 1})
+        until(lambda: _runs(cgroup_base) == [], timeout=10, message="its cgroup removed")
+    finally:
+        daemon.close()
+
+
+def test_delegated_cgroup_detection(tmp_short: Path) -> None:
+    """Only a pure cgroup v2 host with our own, writable, non-root cgroup counts as delegated;
+    a configured path that is no cgroup falls back (markers and subreaper still hold)."""
+    mount = tmp_short / "cg"
+    own = mount / "user.slice" / "xumd.service"
+    own.mkdir(parents=True)
+    (mount / "cgroup.controllers").write_text("cpu memory pids\n")
+    (own / "cgroup.procs").write_text("")
+    proc = tmp_short / "cgroup"
+    proc.write_text("0::/user.slice/xumd.service\n")
+    assert containment.cgroup_delegated(proc, mount) == own
+    proc.write_text("0::/\n")
+    assert containment.cgroup_delegated(proc, mount) is None
+    proc.write_text("4:memory:/x\n0::/user.slice/xumd.service\n")  # hybrid (v1 controllers)
+    assert containment.cgroup_delegated(proc, mount) is None
+    proc.write_text("0::/user.slice/xumd.service\n")
+    (mount / "cgroup.controllers").unlink()  # not a cgroup v2 mount
+    assert containment.cgroup_delegated(proc, mount) is None
+
+    from xumd.services.containment_service import _cgroup
+
+    assert _cgroup("off") is None
+    assert _cgroup(str(tmp_short / "not-a-cgroup")) is None
+    assert _cgroup("relative/path") is None
