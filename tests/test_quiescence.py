@@ -117,8 +117,9 @@ async def test_archive_stop_stops_own_processes_but_external_holders_remain(
         agent = await h.spawn(ref, stubborn_argv(1), "agent")
         editor_pid = _start(external, ["sleep", "60"], tmp_path)
         h.leases.acquire_external(workspace_id=ref.id, kind="editor", pid=editor_pid, label="code")
-        left = await h.quiet.stop(ref, 8.0)
+        stopped, left = await h.quiet.stop(ref, 8.0)
         assert left == []
+        assert len(stopped) == 1 and stopped[0].startswith("proc_")
         assert agent.exit is not None
         holders = await h.quiet.holders(ref)
         assert [(x.kind, x.pid) for x in holders] == [("editor", editor_pid)]
