@@ -98,7 +98,7 @@ def test_directory_runtime_setup_never_overwrites_restored_files(tmp_short: Path
     plain.mkdir()
     (plain / ".xum").mkdir()
     (plain / ".xum" / "config.toml").write_text(
-        '[scripts]\nsetup = ["echo generated > .env"]\npreserve = [".env*"]\n'
+        '[scripts]\nsetup = ["echo generated > .env; rm -f notes.txt"]\npreserve = [".env*"]\n'
     )
     daemon = DaemonProcess(tmp_short / "root").start()
     try:
@@ -113,7 +113,8 @@ def test_directory_runtime_setup_never_overwrites_restored_files(tmp_short: Path
         back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
         assert (path / ".env").read_text() == SECRET
         assert (path / "notes.txt").read_text() == "mine\n"
-        assert back["restored"]["replaced"] == [".env"]
+        # Setup rewrote `.env` and removed `notes.txt`: both are the user's again.
+        assert back["restored"]["replaced"] == [".env", "notes.txt"]
         assert not (daemon.root / "archive" / ws["id"]).exists()
     finally:
         daemon.close()
@@ -259,13 +260,11 @@ def test_archive_sets_an_unsettled_copy_aside_instead_of_replacing_it(
     assert "set aside" in strays[0]["note"]
 
 
-def test_unverifiable_restore_keeps_the_copy_and_says_where(
-    env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
-) -> None:
-    """A preserved path where setup made a directory: the user's file cannot be put back
-    without deleting setup's directory (never done), so the copy is kept and the result says
-    where."""
-    daemon, project, repo = env_daemon
+def _setup_makes_a_directory_at_env_local(
+    daemon: DaemonProcess, project: dict[str, Any], repo: Path
+) -> dict[str, Any]:
+    """An archived workspace with a preserved `.env.local`, whose branch's setup (trusted) then
+    makes `.env.local` a directory."""
     ws = create(daemon, project["id"], "a")["workspace"]
     path = Path(ws["path"])
     (path / ".env.local").write_text("LOCAL=1\n")
@@ -278,6 +277,17 @@ def test_unverifiable_restore_keeps_the_copy_and_says_where(
     git(repo, "checkout", "-q", "main")
     digest = hashlib.sha256(config.encode()).hexdigest()
     daemon.call("project.trust", {"project_id": project["id"], "hash": digest})
+    return ws
+
+
+def test_unverifiable_restore_keeps_the_copy_and_says_where(
+    env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
+) -> None:
+    """A preserved path where setup made a directory: the user's file cannot be put back
+    without deleting setup's directory (never done), so the copy is kept and the result says
+    where."""
+    daemon, project, repo = env_daemon
+    ws = _setup_makes_a_directory_at_env_local(daemon, project, repo)
     back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
     restored = back["restored"]
     assert restored["unverified"] == [".env.local"]
@@ -285,6 +295,26 @@ def test_unverifiable_restore_keeps_the_copy_and_says_where(
     assert (kept / "files" / ".env.local").read_text() == "LOCAL=1\n"
     assert back["workspace"]["state"] == "active"
     assert [s["path"] for s in daemon.call("workspace.strays", {})["strays"]] == [str(kept)]
+
+
+def test_copy_that_cannot_be_set_aside_stays_in_place_and_is_reported(
+    env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
+) -> None:
+    """The unverified copy cannot even be moved aside (its directory is immutable: a real
+    EPERM): `active` is committed, so the answer is still the unarchive's, with the copy where
+    it is, never an error that hides a committed change."""
+    daemon, project, repo = env_daemon
+    ws = _setup_makes_a_directory_at_env_local(daemon, project, repo)
+    saved = daemon.root / "archive" / ws["id"]
+    if subprocess.run(["chattr", "+i", str(saved)], check=False).returncode != 0:
+        pytest.skip("chattr +i is not permitted here")
+    try:
+        back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    finally:
+        subprocess.run(["chattr", "-i", str(saved)], check=False)
+    assert back["workspace"]["state"] == "active"
+    assert back["restored"]["kept_at"] == str(saved)
+    assert (saved / "files" / ".env.local").read_text() == "LOCAL=1\n"
 
 
 def _env_world(world: World) -> dict[str, Any]:
@@ -475,3 +505,46 @@ def test_directory_remove_with_force_keeps_its_content_as_a_kept_copy(tmp_short:
         )
     finally:
         daemon.close()
+
+
+def test_restore_never_writes_through_a_symlinked_directory_out_of_the_checkout(
+    env_daemon: tuple[DaemonProcess, dict[str, Any], Path], tmp_short: Path
+) -> None:
+    """The branch now has `sub` as a symlink to a directory outside the checkout: the preserved
+    `sub/.env` is not written there (before or after setup); the copy is kept and reported."""
+    daemon, project, repo = env_daemon
+    ws = create(daemon, project["id"], "a")["workspace"]
+    path = Path(ws["path"])
+    (path / "sub").mkdir()
+    (path / "sub" / ".env").write_text(SECRET)
+    daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    outside = tmp_short / "outside"
+    outside.mkdir()
+    git(repo, "checkout", "-q", "xum/a")
+    (repo / "sub").symlink_to(outside)
+    git(repo, "add", "sub")
+    git(repo, "commit", "-q", "-m", "sub is a link")
+    git(repo, "checkout", "-q", "main")
+    back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert os.listdir(outside) == [], "a preserved file was written outside the checkout"
+    restored = back["restored"]
+    assert restored["unverified"] == ["sub/.env"]
+    assert (Path(restored["kept_at"]) / "files" / "sub" / ".env").read_text() == SECRET
+
+
+def test_preserved_file_in_a_directory_of_only_ignored_files_is_saved_once(
+    env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
+) -> None:
+    """git lists `config/` *and* `config/.env` when the directory holds only ignored files: the
+    archive counts and copies the file once (it failed `internal` on the second copy)."""
+    daemon, project, _repo = env_daemon
+    ws = create(daemon, project["id"], "a")["workspace"]
+    path = Path(ws["path"])
+    (path / "config").mkdir()
+    (path / "config" / ".env").write_text(SECRET)
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert sorted(archived["dropped"]["preserved"]) == [".env", "config/.env"]
+    assert archived["dropped"]["count"] == 0
+    back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert (path / "config" / ".env").read_text() == SECRET
+    assert back["restored"]["unverified"] == []

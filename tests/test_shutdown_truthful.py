@@ -145,9 +145,9 @@ def test_archive_cut_in_its_teardown_answers_archived(base: Path) -> None:
         # The next daemon completes it without any call.
         (ctl / "block-teardown").unlink()
         daemon.start()
-        until(lambda: not os.path.lexists(ws["path"]), timeout=30, message="the retry")
+        got = until(lambda: _cleanup_done(daemon, ws["id"]), timeout=30, message="the retry")
+        assert not os.path.lexists(ws["path"])
         assert (ctl / "torn-down").exists()
-        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
         assert got["state"] == "archived" and not got["interrupted"]
         assert got["last_cleanup"]["status"] == "completed", got["last_cleanup"]
         # And the work comes back.
@@ -359,8 +359,8 @@ def test_a_client_that_disconnects_mid_archive_does_not_cut_it(base: Path) -> No
             until((ctl / "teardown-started").exists, timeout=30, message="the teardown")
         # The client is gone; the archive goes on to the end (its answer is dropped).
         (ctl / "block-teardown").unlink()
-        until(lambda: not os.path.lexists(ws["path"]), timeout=30, message="the archive")
-        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        got = until(lambda: _cleanup_done(daemon, ws["id"]), timeout=30, message="the archive")
+        assert not os.path.lexists(ws["path"])
         assert got["state"] == "archived"
         assert got["last_cleanup"]["status"] == "completed", got["last_cleanup"]
         assert (ctl / "torn-down").exists()
@@ -625,3 +625,11 @@ def test_requests_during_the_drains_are_answered(base: Path) -> None:
         assert "server.connection_failed" not in daemon.log_text()
     finally:
         daemon.close()
+
+
+def _cleanup_done(daemon: DaemonProcess, workspace_id: str) -> dict[str, Any] | None:
+    """The workspace once its checkout's cleanup has an outcome: the path goes (the trash
+    rename) a moment before that outcome is committed, so waiting on the path races it."""
+    got: dict[str, Any] = daemon.call("workspace.get", {"workspace_id": workspace_id})["workspace"]
+    cleanup = got.get("last_cleanup") or {}
+    return got if cleanup.get("status") not in (None, "pending") else None

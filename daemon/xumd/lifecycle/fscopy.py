@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import shutil
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from xum_protocol.errors import ErrorKind
 
+from xumd import diskfull, fsdelete
 from xumd.errors import XumError
 
 FICLONE = 0x40049409
@@ -167,6 +167,8 @@ def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str
     """Refuse `disk_full` when the filesystem of `dest_dir` cannot take the copy."""
     vfs = os.statvfs(dest_dir)
     available = vfs.f_bavail * vfs.f_frsize
+    # The same fields as every other disk_full (the filesystem, as `df` names it).
+    fs = diskfull.filesystem_of(dest_dir).data()
     if needed_bytes + SPACE_MARGIN > available:
         raise XumError(
             ErrorKind.DISK_FULL,
@@ -175,6 +177,7 @@ def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str
             needed_bytes=needed_bytes,
             available_bytes=available,
             path=str(dest_dir),
+            **fs,
         )
     # f_files == 0: the filesystem has no inode limit (btrfs reports none).
     if vfs.f_files and needed_inodes > vfs.f_favail:
@@ -185,6 +188,7 @@ def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str
             needed_inodes=needed_inodes,
             available_inodes=vfs.f_favail,
             path=str(dest_dir),
+            **fs,
         )
 
 
@@ -303,7 +307,7 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
             for name in created:
                 _remove(dest / name)
         else:
-            shutil.rmtree(dest, ignore_errors=True)
+            fsdelete.remove_tree(dest, ignore_errors=True)
         raise
     finally:
         os.close(src_fd)
@@ -312,7 +316,7 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
 
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+        fsdelete.remove_tree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
 

@@ -83,7 +83,7 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _target(checkout: Path, rel: str) -> Path | None:
+def target_in(checkout: Path, rel: str) -> Path | None:
     """Where `rel` goes in the checkout; None when its directory resolves outside it (a
     symlinked parent is never followed out)."""
     root = os.path.realpath(checkout)
@@ -101,7 +101,7 @@ def settle(copy: SavedCopy, checkout: Path) -> Settled:
         src = copy.files_root / rel
         if not os.path.lexists(src):
             continue
-        dest = _target(checkout, rel)
+        dest = target_in(checkout, rel)
         if dest is None:
             settled.problems.append(rel)
             continue
@@ -115,8 +115,7 @@ def settle(copy: SavedCopy, checkout: Path) -> Settled:
         if existed:
             dest.unlink()
         shutil.copy2(src, dest, follow_symlinks=False)
-        if existed:
-            settled.replaced.append(rel)
+        settled.replaced.append(rel)  # setup wrote or removed it (the copy was placed first)
     return settled
 
 
@@ -127,7 +126,7 @@ def verify(copy: SavedCopy, checkout: Path) -> list[str]:
         src = copy.files_root / rel
         if not os.path.lexists(src):
             continue
-        dest = _target(checkout, rel)
+        dest = target_in(checkout, rel)
         if dest is None or not same_file(src, dest):
             bad.append(rel)
     return bad

@@ -267,6 +267,7 @@ class Snapshotter:
         dropped = Dropped()
         top: list[str] = []
         matched: list[str] = []
+        seen: set[str] = set()
         for entry in entries:
             first = entry.rstrip("/").split("/")[0] + (
                 "/" if "/" in entry.rstrip("/") or entry.endswith("/") else ""
@@ -275,6 +276,11 @@ class Snapshotter:
                 top.append(first)
             full = checkout / entry
             for rel, size in _walk_files(checkout, full):
+                # git lists a directory holding only ignored files *and* those files
+                # (`sub/` and `sub/.env`): each file counts, and is copied, once.
+                if rel in seen:
+                    continue
+                seen.add(rel)
                 dropped.count += 1
                 dropped.bytes += size
                 if globs and _matches(rel, globs):
@@ -325,7 +331,10 @@ class Snapshotter:
         restored: list[str] = []
         for rel in manifest.get("files", []):
             src = store / "files" / rel
-            dest = checkout / rel
+            target = preserved.target_in(checkout, rel)
+            if target is None:
+                continue  # a symlinked directory leads out of the checkout: never written
+            dest = target
             if not src.exists() and not src.is_symlink():
                 continue
             if dest.exists() or dest.is_symlink():
@@ -339,12 +348,13 @@ class Snapshotter:
         """The ignored files (of `ignored()`'s `entries`) that `globs` ask to keep."""
         if not globs:
             return []
-        return [
+        found = {
             rel
             for entry in entries
             for rel, _size in _walk_files(checkout, checkout / entry)
             if _matches(rel, globs)
-        ]
+        }
+        return sorted(found)  # (git may list a file and its directory: once each)
 
 
 def _skip_git(rel: str) -> bool:

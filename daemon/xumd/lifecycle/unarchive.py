@@ -118,7 +118,13 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         UNARCHIVE_AFTER_ACTIVATE()
         if copy is not None:
             # Only now (restored bytes in place, the workspace active) may the copy go.
-            finished = await anyio.to_thread.run_sync(preserved.finish, copy, row.path)
+            try:
+                finished = await anyio.to_thread.run_sync(preserved.finish, copy, row.path)
+            except OSError as exc:
+                # `active` is committed: answer it, with the copy left where it is (the next
+                # start settles it).
+                log.warning("workspace.preserved_finish_failed", workspace=row.id, error=str(exc))
+                finished = preserved.Finished(kept_at=str(copy.dir))
             restored = restored.model_copy(
                 update={"kept_at": finished.kept_at, "unverified": finished.unverified}
             )

@@ -213,8 +213,8 @@ class Reconciler:
         user's copy back, verify it in place, and only then delete the copy (one that does not
         verify is set aside as a kept copy). Only an active workspace whose checkout carries its
         marker, with a copy of an earlier incarnation; anything else is left as it is (the next
-        archive sets an unsettled copy aside, never replaces it). One directory listing when
-        there is nothing to do."""
+        archive sets an unsettled copy aside, never replaces it). One directory listing and one
+        query, then a manifest read per active workspace that has a copy."""
         store = self.app.paths.archive_store
         try:
             with os.scandir(store) as entries:
@@ -225,7 +225,14 @@ class Reconciler:
                 ]
         except (FileNotFoundError, NotADirectoryError):
             return
+        if not names:
+            return
+        active = {
+            r["id"] for r in self.store.all("SELECT id FROM workspaces WHERE state = 'active'")
+        }
         for name in names:
+            if name not in active:
+                continue  # an archived workspace's copy (or a kept one): not ours to settle
             row = rows.get_workspace(self.store, name)
             if row is None or row.state != "active":
                 continue

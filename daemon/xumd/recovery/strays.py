@@ -143,13 +143,17 @@ def scan_kept(store: Store, paths: RootPaths) -> list[Stray]:
     `archive/<ws-id>` of a removed workspace, and any copy set aside (`<ws-id>.<incarnation>`).
     An archive copy of a live row (`archive/<its id>`) is that row's, never a stray."""
     found: list[Stray] = []
-    for path in _children(paths.archive_store):
+    children = _children(paths.archive_store)
+    if not children:
+        return found
+    # One query for every row (an archive with thousands of archived workspaces is one scan).
+    live = {r["id"]: r["project_id"] for r in store.all("SELECT id, project_id FROM workspaces")}
+    for path in children:
         name = os.path.basename(path)
         workspace_id = name.split(".", 1)[0]
-        row = rows.get_workspace(store, workspace_id)
-        if row is not None and "." not in name:
+        if workspace_id in live and "." not in name:
             continue
-        project_id = row.project_id if row is not None else _tombstone_project(store, workspace_id)
+        project_id = live.get(workspace_id) or _tombstone_project(store, workspace_id)
         found.append(Stray("kept", path, project_id, None, None, workspace_id))
     return found
 
