@@ -174,6 +174,17 @@ def _status_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
             else []
         ),
         *cleanup,
+        *(
+            [
+                (
+                    "descriptors",
+                    f"{fds['open']} open, limit {fds['soft']} (hard {fds['hard']}); "
+                    f"at most {fds['max_connections']} connections",
+                )
+            ]
+            if (fds := details.get("fds"))
+            else []
+        ),
     ]
 
 

@@ -367,11 +367,13 @@ def read_marker(pid: int) -> Marker | None:
 
 
 def _start(pid: int) -> float | None:
-    import psutil
+    # procutil's identity (ticks since boot on the boot anchor): a wall-clock step between
+    # the scan and the pin must not make a marked process look recycled.
+    from xumd import procutil  # procutil imports this module
 
     try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.Error, ValueError):
+        return procutil.start_time(pid)
+    except OSError:
         return None
 
 
