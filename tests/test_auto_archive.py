@@ -104,5 +104,9 @@ def test_busy_workspace_is_retried_until_it_can_be_archived(
     assert state(daemon, ws) == "active"
     daemon.call("process.stop", {"process_id": term["id"]})
     until(lambda: state(daemon, ws) == "archived", message="archived after the retry")
-    final = outcome(daemon.root, ws)
-    assert final is not None and final["status"] == "archived" and final["attempts"] > 1
+    # The state commits before the archive's cleanup ends; the outcome is recorded after it.
+    final = until(
+        lambda: (o := outcome(daemon.root, ws)) and o["status"] != "retrying" and o,
+        message="the outcome recorded",
+    )
+    assert final["status"] == "archived" and final["attempts"] > 1

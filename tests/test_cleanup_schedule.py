@@ -173,6 +173,9 @@ async def test_shutdown_kills_a_hanging_teardown_tree_and_keeps_the_obligation(
         assert not alive(proc), proc
     ob = world.service.obligations.for_workspace(wid)[0]
     assert ob.kind == "teardown" and ob.state == "pending" and ob.attempts == 0
+    # Interrupted, not failed: due at once after a restart, saying why.
+    assert ob.last_error is not None and "teardown was cut short" in ob.last_error
+    assert ob.next_attempt_at <= time.time()
     assert path.is_dir()
     assert os.path.exists(path / ".xum-incarnation")
 

@@ -44,6 +44,8 @@ def test_status_for_people_and_for_scripts(daemon: DaemonProcess) -> None:
     assert human.returncode == 0, human.stderr
     assert f"pid:         {daemon.pid}\n" in human.stdout
     assert "serving" in human.stdout
+    status = daemon.call("daemon.status")["details"]["fds"]
+    assert f"limit {status['soft']} (hard {status['hard']})" in human.stdout
     for args in (("--json", "status"), ("status", "--json")):
         done = xum("--root", str(daemon.root), *args)
         assert done.returncode == 0, done.stderr

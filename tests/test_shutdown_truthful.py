@@ -562,8 +562,9 @@ def _cut_router(method: str, registered_for: str, committed: bool = True) -> dic
                 )
 
             tg.start_soon(call)
-            while not router.active:
-                await anyio.lowlevel.checkpoint()
+            with anyio.fail_after(5):
+                while not router.active:
+                    await anyio.lowlevel.checkpoint()
             tg.cancel_scope.cancel()
 
     anyio.run(main)

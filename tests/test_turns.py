@@ -225,6 +225,38 @@ def test_a_turn_in_a_plain_directory_project_is_a_directory(world: World) -> Non
     assert sorted(w["name"] for w in world.workspaces()) == sorted(["owner", target["name"], "d"])
 
 
+def test_cli_turn_new_takes_a_runtime(world: World) -> None:
+    import json
+    import subprocess
+    import sys
+
+    world.start()
+    world.add_project()
+    world.create("owner")
+    xum = str(Path(sys.executable).parent / "xum")
+    done = subprocess.run(
+        [
+            xum,
+            "--root",
+            str(world.root),
+            "--json",
+            "turn",
+            "new",
+            "repo/owner",
+            "--runtime",
+            "directory",
+            "--name",
+            "sub",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["workspace"]["runtime"] == "directory"
+
+
 def test_a_directory_turn_in_a_git_project(world: World) -> None:
     world.start()
     world.add_project()

@@ -179,6 +179,17 @@ def _status_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
             if (contained := details.get("containment"))
             else []
         ),
+        *(
+            [
+                (
+                    "descriptors",
+                    f"{fds['open']} open, limit {fds['soft']} (hard {fds['hard']}); "
+                    f"at most {fds['max_connections']} connections",
+                )
+            ]
+            if (fds := details.get("fds"))
+            else []
+        ),
     ]
 
 

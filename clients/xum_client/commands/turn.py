@@ -82,9 +82,19 @@ def register(cli: click.Group) -> None:
     @click.option("--name", help="name of the new target workspace (default turn-XXXX)")
     @click.option("--base", help="commit to branch the target from")
     @click.option("--existing", "target_ref", help="reuse a target this owner is bound to")
+    @click.option(
+        "--runtime",
+        type=click.Choice(["worktree", "directory"]),
+        help="the new target's runtime (default: the owner's)",
+    )
     @click.pass_obj
-    def new(
-        obj: Ctx, owner_ref: str, name: str | None, base: str | None, target_ref: str | None
+    def new(  # noqa: PLR0917 - one parameter per click option
+        obj: Ctx,
+        owner_ref: str,
+        name: str | None,
+        base: str | None,
+        target_ref: str | None,
+        runtime: str | None,
     ) -> None:
         """Delegate from OWNER to a new target workspace (or --existing TARGET)."""
         with Client(obj.root, timeout=LONG_TIMEOUT_S, client_name="xum-cli") as client:
@@ -97,6 +107,8 @@ def register(cli: click.Group) -> None:
                 params["name"] = name
             if base:
                 params["base"] = base
+            if runtime:
+                params["runtime"] = runtime
             result = client.call("turn.create", params)
         w = result["workspace"]
         obj.emit(result, f"{result['turn']['id']}: {w['name']} ({w['id']}) at {w['path']}")

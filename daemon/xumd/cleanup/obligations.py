@@ -339,6 +339,11 @@ class Obligations:
             last_error=bound_error(error),
         )
 
+    def cut_short(self, ob: ObligationRow, now: float, error: str) -> ObligationRow:
+        """An attempt interrupted (not failed): due at once, saying why; the attempt count, and
+        so the backoff, is not raised."""
+        return self._update(ob, now, next_attempt_at=now, last_error=bound_error(error))
+
     def set_detail(self, ob: ObligationRow, now: float, detail: dict[str, Any]) -> ObligationRow:
         return self._update(ob, now, detail={**ob.detail, **detail})
 

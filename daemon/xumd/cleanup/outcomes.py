@@ -70,13 +70,14 @@ class OutcomeRecorder:
         return stored
 
     def record_cut(self, ob: ObligationRow, error: str) -> None:
-        """An attempt cut short by a cancellation: pending, due at once, saying why. Called
-        from a cancelled scope, so nothing here awaits."""
+        """An attempt cut short by a cancellation: pending, due at once, saying why; not
+        counted as a failed attempt (it was interrupted, and must not lengthen the backoff).
+        Called from a cancelled scope, so nothing here awaits."""
         now = self.clock.time()
         current = self.obligations.get(ob.id)
         if current is None or current.state != PENDING:
             return  # the step recorded its own outcome before the cut
-        stored = self.obligations.fail_attempt(current, now, now, error)
+        stored = self.obligations.cut_short(current, now, error)
         log.warning("cleanup.attempt_cut_short", obligation=ob.id, kind=ob.kind)
         self._announce(stored)
         self._remember_status(ob.workspace_id)

@@ -334,7 +334,8 @@ class ProjectService:
             try:
                 ref = await held.enter_async_context(self.coord.exclusive(ws.id, "project remove"))
             except XumError as exc:
-                refused.append((ws.id, ws.name, exc))
+                if exc.kind is not ErrorKind.NOT_FOUND:  # removed meanwhile: nothing to do
+                    refused.append((ws.id, ws.name, exc))
             else:
                 reserved.append(ref.id)
         checked: list[removal.Checked] = []
