@@ -133,11 +133,21 @@ def test_background_retry_never_trashes_new_work_in_an_archived_checkout(
 def test_remove_of_the_archived_workspace_discards_the_lingering_work(
     root: Path, repo: Path, ctl: Path
 ) -> None:
-    # The explicit way to discard: remove is the user's decision, so its trash is not held.
+    # The explicit way to discard: remove with force is the user's decision, so its trash is
+    # not held; without force it refuses `not_safe` naming the files.
     with trusted_daemon(root, repo, SLOW_RETRY) as (daemon, project):
         ws, path = archive_then_edit(daemon, project, "worktree")
         (ctl / "ok").touch()
         daemon.call("cleanup.retry", {"workspace_id": ws["id"]})
+        assert_left_in_place(daemon, ws, path)
+
+        # Without force, remove refuses as it does for an active workspace's unsaved work.
+        refused = rpc_error(daemon, "workspace.remove", {"workspace_id": ws["id"]})
+        assert refused.kind == "not_safe", refused
+        assert "new.txt" in str(refused) and "kept.txt" in str(refused), refused
+        assert daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]["state"] == (
+            "archived"
+        )
         assert_left_in_place(daemon, ws, path)
 
         daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})

@@ -222,6 +222,23 @@ async def unsaved_before_trash(
     return await unsaved_in_checkout(ctx, replace(row, path=path), project)
 
 
+async def unsaved_in_lingering(ctx: Context, row: WorkspaceRow) -> list[str]:
+    """The files of an archived workspace's lingering checkouts (its trash step still pending)
+    that its archive does not hold: what removing it would lose."""
+    paths = {
+        Path(ob.path)
+        for ob in ctx.cleanup.obligations.pending_for_workspace(row.id)
+        if ob.incarnation == row.incarnation and ob.kind == "trash"
+    }
+    if not paths:
+        return []
+    project = ctx.project(row.project_id)
+    files: list[str] = []
+    for path in sorted(paths):
+        files += await unsaved_in_checkout(ctx, replace(row, path=path), project)
+    return files
+
+
 async def _refuse_unsaved(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> None:
     files = await unsaved_in_checkout(ctx, row, project)
     if files:
