@@ -8,6 +8,9 @@ tests/test_crash_matrix.py. The full matrix is `reliability`; a sample runs in `
 
 from __future__ import annotations
 
+import json
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +18,8 @@ import pytest
 from tests.crash.drivers import driver_for
 from tests.crash.invariants import check, resolve
 from tests.crash.world import World
+from tests.lifecycle_helpers import create, rpc_error, trusted_daemon
+from tests.support.gitrepo import git, make_repo
 from tests.support.wait import until
 from tests.test_crash_matrix import POINTS
 
@@ -76,3 +81,45 @@ def test_raise_at(point: str, world: World) -> None:
 
 def _kept_journal(w: dict[str, Any]) -> bool:
     return bool(w["interrupted"]) and "rename journal is kept" in (w["interrupted_reason"] or "")
+
+
+def test_a_refusal_never_settles_a_create_in_flight(tmp_short: Path, ctl: Path) -> None:
+    """While a create runs its setup (row `creating`, unflagged, no exclusive reservation
+    held), archive/remove/rename/keep/unarchive of that row are refused; their failure guard
+    must leave the create's row alone (it is mid-way, but not theirs), and the create then
+    finishes `active`."""
+    repo = make_repo(tmp_short / "repo")
+    wait = f"while [ ! -f {ctl}/ok ]; do sleep 0.05; done"
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text(f"[scripts]\nsetup = [{json.dumps(wait)}]\n")
+    git(repo, "add", ".xum/config.toml")
+    git(repo, "commit", "-q", "-m", "setup")
+    with trusted_daemon(tmp_short / "root", repo, "") as (daemon, project):
+        answer: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: answer.append(create(daemon, project["id"], "slow")), daemon=True
+        )
+        worker.start()
+
+        def running() -> dict[str, Any] | None:
+            for w in daemon.call("workspace.list", {})["workspaces"]:
+                if w["name"] == "slow" and w["setup"]["status"] == "running":
+                    return dict(w)
+            return None
+
+        ws = until(running, timeout=30, message="the create's setup to run")
+        wid = ws["id"]
+        for method, params in (
+            ("workspace.archive", {"workspace_id": wid}),
+            ("workspace.remove", {"workspace_id": wid, "force": True}),
+            ("workspace.rename", {"workspace_id": wid, "name": "other"}),
+            ("workspace.keep", {"workspace_id": wid}),
+            ("workspace.unarchive", {"workspace_id": wid}),
+        ):
+            err = rpc_error(daemon, method, params)
+            assert err.kind == "invalid_state", (method, err)
+            now = daemon.call("workspace.get", {"workspace_id": wid})["workspace"]
+            assert now["state"] == "creating" and not now["interrupted"], (method, now)
+        (ctl / "ok").touch()
+        worker.join(timeout=60)
+        assert answer and answer[0]["workspace"]["state"] == "active", answer

@@ -5,7 +5,10 @@ copy behind (the failure is injected: a real one mid-copy cannot be timed)."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -131,3 +134,53 @@ def test_load_config_never_blocks_on_a_fifo_nor_reads_without_bound(tmp_short: P
     ok = tmp_short / "ok.toml"
     ok.write_text('[scripts]\nsetup = ["true"]\n')
     assert scripts.load_config(ok).setup == ["true"]
+
+
+@pytest.fixture
+def xfs_reflink(tmp_short: Path) -> Iterator[Path]:
+    """A real XFS with reflinks, loop-mounted from an image file (skips where not possible)."""
+    if os.geteuid() != 0:
+        pytest.skip("loop-mounting a filesystem needs root")
+    if shutil.which("mkfs.xfs") is None:
+        pytest.skip("mkfs.xfs is not installed (xfsprogs)")
+    image, mount = tmp_short / "xfs.img", tmp_short / "xfs"
+    with image.open("wb") as out:
+        out.truncate(400 << 20)
+    made = subprocess.run(
+        ["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], capture_output=True, text=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"mkfs.xfs failed: {made.stderr.strip()}")
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-o", "loop", str(image), str(mount)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot loop-mount here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
+
+
+def _free(path: Path) -> int:
+    vfs = os.statvfs(path)
+    return vfs.f_bavail * vfs.f_frsize
+
+
+def test_copies_are_reflink_clones_where_the_filesystem_has_them(xfs_reflink: Path) -> None:
+    """On XFS with reflinks a copy shares the source's extents (FICLONE; copy_file_range also
+    clones there): 64 MiB of data is copied, as a file and inside a tree, and the free space
+    does not move. A plain read/write copy (what shutil does) fails this."""
+    src = xfs_reflink / "src"
+    src.mkdir()
+    data = os.urandom(64 << 20)
+    (src / "big.bin").write_bytes(data)
+    os.sync()
+    before = _free(xfs_reflink)
+    assert fscopy.copy_file(src / "big.bin", xfs_reflink / "one.bin") is None
+    fscopy.copy_tree(src, xfs_reflink / "tree")
+    os.sync()
+    assert before - _free(xfs_reflink) < 1 << 20, "the copies took space: not clones"
+    assert (xfs_reflink / "one.bin").read_bytes() == data
+    assert (xfs_reflink / "tree" / "big.bin").read_bytes() == data

@@ -333,3 +333,48 @@ def test_delete_tree_is_not_redirected_by_a_symlink_swap(
     assert report.complete and not top.exists()
     assert _snapshot(outside) == before
     assert (moved / "f").read_text() == "f"  # moved out of the tree first: not ours to delete
+
+
+def test_unreadable_directories_as_an_ordinary_user(tmp_short: Path, mounts: Mounts) -> None:
+    """As an ordinary user (root reads every directory, so this path needs another uid): a
+    mode-000 and a read-only directory of the tree are made accessible and deleted; a mode-000
+    mount below is not ours to chmod: left alone, its mode unchanged."""
+    import json
+
+    uid = 65534
+    top = tmp_short / "entry"
+    for sub in ("closed/inner", "readonly", "mnt"):
+        (top / sub).mkdir(parents=True)
+    (top / "closed" / "inner" / "f").write_text("f")
+    (top / "readonly" / "g").write_text("g")
+    mounts.tmpfs(top / "mnt", options=f"mode=000,uid={uid},gid={uid}")
+    (top / "mnt" / "theirs").write_text("theirs")
+    for dirpath, dirs, files in os.walk(top):
+        for name in [*dirs, *files, "."]:
+            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+    os.chmod(tmp_short, 0o777)  # the child may remove `entry` from it
+    os.chmod(top / "closed", 0)
+    os.chmod(top / "readonly", 0o555)
+    os.chmod(top / "mnt", 0)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to the ordinary user, delete, report, exit
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            report = fsdelete.delete_tree(top)
+            os.write(write, json.dumps({"left": report.left, "freed": report.freed}).encode())
+        except BaseException as exc:
+            os.write(write, json.dumps({"error": repr(exc)}).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        answer = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert answer == {"left": [str(top / "mnt")], "freed": 2}
+    assert sorted(os.listdir(top)) == ["mnt"]
+    assert stat.S_IMODE(os.stat(top / "mnt").st_mode) == 0
+    assert (top / "mnt" / "theirs").read_text() == "theirs"

@@ -444,3 +444,33 @@ def test_a_mount_over_the_checkout_keeps_the_teardown_waiting(
         )
         assert not checkout.exists()
         assert _tree(outside) == OUTSIDE_TREE
+
+
+def test_discard_kept_never_empties_a_mount_in_the_kept_copy(
+    fast: DaemonProcess, tmp_short: Path, mounts: Mounts, outside: Path
+) -> None:
+    """`workspace.discard_kept` deletes a kept copy of preserved files (ROOT/archive/<ws>): a
+    mount inside it is `busy` naming it (nothing deleted); after the unmount it goes."""
+    repo = make_repo(
+        tmp_short / "repo",
+        {
+            "README.md": "hi\n",
+            ".gitignore": ".env\n",
+            ".xum/config.toml": '[scripts]\npreserve = [".env"]\n',
+        },
+    )
+    project = add_project(fast, repo)
+    ws = create(fast, project["id"], "w")["workspace"]
+    (Path(ws["path"]) / ".env").write_text("KEY=1\n")
+    removed = fast.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+    kept = Path(removed["kept"]["path"])
+    (kept / "files" / "cache").mkdir()
+    point = mounts.bind(outside, kept / "files" / "cache")
+    err = rpc_error(fast, "workspace.discard_kept", {"path": str(kept)})
+    _assert_busy_on_mount(err, point)
+    assert (kept / "files" / ".env").read_text() == "KEY=1\n"
+    assert _tree(outside) == OUTSIDE_TREE
+    mounts.unmount(point)
+    assert fast.call("workspace.discard_kept", {"path": str(kept)})["path"] == str(kept)
+    assert not kept.exists()
+    assert _tree(outside) == OUTSIDE_TREE

@@ -169,19 +169,30 @@ def _writable(fd: int) -> None:
         os.fchmod(fd, mode | stat.S_IRWXU)
 
 
+class _Foreign(Exception):
+    """An unreadable subdirectory on another device or mount than its parent: not ours to
+    make readable."""
+
+
 def _open_dir(name: str, dir_fd: int) -> int:
     """Open a subdirectory without following a symlink; one that denies us reading is made
     readable first, through a path-only descriptor (chmod of the exact inode, not of a name a
-    rename could swap)."""
+    rename could swap), and only when it sits on its parent's mount (`_Foreign` otherwise)."""
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     except PermissionError:
         if not _LINUX:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if st.st_dev != os.fstat(dir_fd).st_dev:
+                raise _Foreign from None
             os.chmod(name, stat.S_IRWXU, dir_fd=dir_fd, follow_symlinks=False)
             return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     pfd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
-        mode = stat.S_IMODE(os.fstat(pfd).st_mode)
+        st, parent = os.fstat(pfd), os.fstat(dir_fd)
+        if st.st_dev != parent.st_dev or mount_id(pfd) != mount_id(dir_fd):
+            raise _Foreign
+        mode = stat.S_IMODE(st.st_mode)
         os.chmod(_PROC_FD.format(fd=pfd), mode | stat.S_IRWXU)
         return os.open(_PROC_FD.format(fd=pfd), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     finally:
@@ -211,7 +222,11 @@ def delete_tree(top: Path, stop: threading.Event | None = None) -> DeleteReport:
     report = DeleteReport()
     parent_fd = os.open(top.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        top_fd = _open_dir(top.name, parent_fd)
+        try:
+            top_fd = _open_dir(top.name, parent_fd)
+        except _Foreign:
+            report.left.append(str(top))
+            return report
         st = os.fstat(top_fd)
         root_dev, root_mnt = st.st_dev, mount_id(top_fd)
         pst = os.fstat(parent_fd)
@@ -305,6 +320,9 @@ def _entry(
         return
     try:
         fd = _open_dir(name, dir_fd)
+    except _Foreign:
+        report.left.append(path)
+        return
     except FileNotFoundError:
         return
     except OSError as exc:

@@ -8,7 +8,7 @@ keep); `xumd.lifecycle.service.WorkspaceService` is the facade the rest of the d
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -142,6 +142,21 @@ class Context:
             )
         if back is not None:
             self.publish("workspace.state_changed", back)
+
+    def failure_guard(self, workspace_id: str, op: str) -> Callable[[BaseException], None]:
+        """Taken when `op` enters the workspace's exclusive reservation: if it raises, its row
+        is settled (`settle_failed`). A row that is already mid-way at entry is not this
+        operation's: only a create (which holds no exclusive reservation) leaves a row mid-way
+        while another operation can enter, and a refusal of that operation must not touch the
+        create's row."""
+        row = rows.get_workspace(self.store, workspace_id)
+        foreign = row is not None and _mid_way(self, row)
+
+        def settle(exc: BaseException) -> None:
+            if not foreign:
+                self.settle_failed(workspace_id, op, exc)
+
+        return settle
 
     def settle_failed(self, workspace_id: str, op: str, exc: BaseException) -> None:
         """After `op` raised (any exception: a refusal, a bug, a cancellation), leave no row

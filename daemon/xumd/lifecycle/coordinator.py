@@ -86,9 +86,10 @@ class Coordinator:
         self._tokens = itertools.count(1)
         self._dirs: dict[int, DirKey] = {}
         self._dirs_changed = anyio.Event()
-        self.on_failure: Callable[[str, str, BaseException], None] | None = None
-        """Called (synchronously, still under the reservation) when a structural operation
-        raises: it settles the row as recovery would (see Context.settle_failed)."""
+        self.failure_guard: Callable[[str, str], Callable[[BaseException], None]] | None = None
+        """Called with (workspace id, op) when an exclusive reservation is taken; what it
+        returns is called (synchronously, still under the reservation) if the operation
+        raises: it settles the row as recovery would (see Context.failure_guard)."""
 
     # -- reservations ------------------------------------------------------------------------
 
@@ -205,12 +206,14 @@ class Coordinator:
         """Structural: admission closed, admitted holders drained, row resolved under it."""
         ids.check_id(workspace_id, ids.WORKSPACE, "workspace")
         async with self._exclusive(workspace_id, op, "workspace", timeout):
+            ref = self._ref(workspace_id, active=False)
+            settle = self.failure_guard(ref.id, op) if self.failure_guard is not None else None
             try:
-                yield self._ref(workspace_id, active=False)
+                yield ref
             except BaseException as exc:
                 # Before the reservation opens: no other operation may see the row mid-way.
-                if self.on_failure is not None:
-                    self.on_failure(workspace_id, op, exc)
+                if settle is not None:
+                    settle(exc)
                 raise
 
     # -- projects (create admits under shared; project.remove is exclusive) ------------------

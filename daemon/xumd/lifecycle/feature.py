@@ -75,7 +75,7 @@ def install(app: App) -> None:
     snapshots = Snapshotter(git, app.paths.root / "tmp", app.paths.archive_store)
     workspaces = app.provide(WorkspaceService(app, coord, git, scripts, snapshots))
     # A structural operation that raises settles its row before its reservation opens.
-    coord.on_failure = workspaces.settle_failed
+    coord.failure_guard = workspaces.failure_guard
     projects = app.provide(ProjectService(app, coord, git, workspaces))
     # A mount inside a checkout makes archive, remove and rename refuse `busy` naming it.
     app.get(LifecycleHooks).holder_probes.append(mount_holders)

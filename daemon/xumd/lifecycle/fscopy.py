@@ -88,8 +88,10 @@ def _never(_rel: str) -> bool:
 
 
 def _entries(dir_fd: int) -> list[str]:
+    """The names in a directory, in reverse order: the walks `pop()` them from the end (a
+    `pop(0)` would be quadratic in a directory of 100,000 entries)."""
     with os.scandir(dir_fd) as it:
-        return sorted(e.name for e in it)
+        return sorted((e.name for e in it), reverse=True)
 
 
 def _walk(top_fd: int, skip: Skip) -> Iterator[tuple[int, str, str, os.stat_result]]:
@@ -105,7 +107,7 @@ def _walk(top_fd: int, skip: Skip) -> Iterator[tuple[int, str, str, os.stat_resu
                 if fd != top_fd:
                     os.close(fd)
                 continue
-            name = names.pop(0)
+            name = names.pop()
             child = f"{rel}/{name}" if rel else name
             if skip(child):
                 continue
@@ -116,7 +118,12 @@ def _walk(top_fd: int, skip: Skip) -> Iterator[tuple[int, str, str, os.stat_resu
             yield fd, name, child, st
             if stat.S_ISDIR(st.st_mode):
                 sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                stack.append((sub, child, _entries(sub)))
+                try:
+                    names_below = _entries(sub)
+                except BaseException:
+                    os.close(sub)
+                    raise
+                stack.append((sub, child, names_below))
     finally:
         for fd, _rel, _names in stack:
             if fd != top_fd:
@@ -147,48 +154,75 @@ def tally(top: Path, skip: Skip = _never) -> Tally:
 
 
 def special_files(top: Path, skip: Skip = _never) -> list[Special]:
-    """The special files under `top` (never opened), for reporting in `dropped`."""
+    """The special files under `top` (never opened), for reporting in `dropped`. It runs on
+    every archive and remove of a worktree, so it costs one `getdents` per directory: the
+    entry types come from the directory listing (d_type); only a special entry (or one whose
+    type the filesystem does not report) is `lstat`ed."""
     found: list[Special] = []
     try:
         top_fd = os.open(top, _DIR_FLAGS)
     except OSError:
         return found
+    stack: list[tuple[int, str]] = [(top_fd, "")]
     try:
-        for _fd, _name, rel, st in _walk(top_fd, skip):
-            kind = special_type(st.st_mode)
-            if kind is not None:
-                found.append(Special(rel, kind))
+        while stack:
+            fd, rel = stack.pop()
+            try:
+                with os.scandir(fd) as it:
+                    entries = list(it)
+                for entry in entries:
+                    child = f"{rel}/{entry.name}" if rel else entry.name
+                    if skip(child):
+                        continue
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            sub = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                            stack.append((sub, child))
+                            continue
+                        if entry.is_file(follow_symlinks=False) or entry.is_symlink():
+                            continue
+                        kind = special_type(entry.stat(follow_symlinks=False).st_mode)
+                    except OSError:
+                        continue  # gone or replaced since the listing
+                    if kind is not None:
+                        found.append(Special(child, kind))
+            finally:
+                os.close(fd)
     finally:
-        os.close(top_fd)
-    return found
+        for fd, _rel in stack:
+            os.close(fd)
+    return sorted(found, key=lambda s: s.path)
 
 
 def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str) -> None:
     """Refuse `disk_full` when the filesystem of `dest_dir` cannot take the copy."""
     vfs = os.statvfs(dest_dir)
     available = vfs.f_bavail * vfs.f_frsize
-    # The same fields as every other disk_full (the filesystem, as `df` names it).
-    fs = diskfull.filesystem_of(dest_dir).data()
     if needed_bytes + SPACE_MARGIN > available:
+        # The same fields as every other disk_full (the filesystem, as `df` names it); looked
+        # up only when refusing (it reads /proc/self/mountinfo).
+        fs = diskfull.filesystem_of(dest_dir)
         raise XumError(
             ErrorKind.DISK_FULL,
             f"not enough space to copy {what}: it needs {needed_bytes} bytes (plus "
-            f"{SPACE_MARGIN} spare) and {dest_dir} has {available} free; nothing was written",
+            f"{SPACE_MARGIN} spare) and {fs.describe()} has {available} free; nothing was "
+            "written; free space there and retry",
             needed_bytes=needed_bytes,
             available_bytes=available,
             path=str(dest_dir),
-            **fs,
+            **fs.data(),
         )
     # f_files == 0: the filesystem has no inode limit (btrfs reports none).
     if vfs.f_files and needed_inodes > vfs.f_favail:
+        fs = diskfull.filesystem_of(dest_dir)
         raise XumError(
             ErrorKind.DISK_FULL,
-            f"not enough inodes to copy {what}: it needs {needed_inodes} and {dest_dir} has "
-            f"{vfs.f_favail} free; nothing was written",
+            f"not enough inodes to copy {what}: it needs {needed_inodes} and {fs.describe()} "
+            f"has {vfs.f_favail} free; nothing was written; free inodes there and retry",
             needed_inodes=needed_inodes,
             available_inodes=vfs.f_favail,
             path=str(dest_dir),
-            **fs,
+            **fs.data(),
         )
 
 
@@ -339,7 +373,7 @@ def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "
                         os.close(s)
                         os.close(d)
                 continue
-            name = names.pop(0)
+            name = names.pop()
             child = f"{here}/{name}" if here else name
             if skip(child):
                 continue
@@ -361,7 +395,13 @@ def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "
                 except BaseException:
                     os.close(sub)
                     raise
-                stack.append((sub, dsub, child, _entries(sub), st))
+                try:
+                    names_below = _entries(sub)
+                except BaseException:
+                    os.close(sub)
+                    os.close(dsub)
+                    raise
+                stack.append((sub, dsub, child, names_below, st))
             elif stat.S_ISLNK(st.st_mode):
                 os.symlink(os.readlink(name, dir_fd=s), name, dir_fd=d)
                 os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=d, follow_symlinks=False)

@@ -23,11 +23,11 @@ from __future__ import annotations
 import filecmp
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xumd import logs
+from xumd import fsdelete, logs
+from xumd.lifecycle import fscopy
 
 log = logs.get("xumd.lifecycle.preserved")
 
@@ -114,7 +114,7 @@ def settle(copy: SavedCopy, checkout: Path) -> Settled:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if existed:
             dest.unlink()
-        shutil.copy2(src, dest, follow_symlinks=False)
+        fscopy.copy_file(src, dest)  # holes kept, space checked, a partial copy removed
         settled.replaced.append(rel)  # setup wrote or removed it (the copy was placed first)
     return settled
 
@@ -160,7 +160,7 @@ def set_aside_other(store_dir: Path, incarnation: str) -> Path | None:
 
 
 def discard(copy: SavedCopy) -> None:
-    shutil.rmtree(copy.dir, ignore_errors=True)
+    fsdelete.remove_tree(copy.dir, ignore_errors=True)
 
 
 @dataclass(slots=True)

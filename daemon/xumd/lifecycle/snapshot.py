@@ -340,7 +340,7 @@ class Snapshotter:
             if dest.exists() or dest.is_symlink():
                 continue  # never overwrite what the new checkout already has
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest, follow_symlinks=False)
+            fscopy.copy_file(src, dest)  # holes kept, space checked, a partial copy removed
             restored.append(rel)
         return restored
 

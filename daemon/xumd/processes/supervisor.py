@@ -45,8 +45,6 @@ from xumd.processes.table import PROCESS_PREFIX, ProcessTable
 from xumd.processes.tasks import TaskHost
 from xumd.processes.watching import Watcher
 
-log = logs.get("xumd.processes.supervisor")
-
 __all__ = [
     "CONFIRM_S",
     "KEEPABLE_KINDS",

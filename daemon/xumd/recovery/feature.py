@@ -9,7 +9,6 @@ after readiness, including those this pass plans), and before the socket serves.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from xum_protocol.models.recovery import (
     StraysResult,
 )
 
-from xumd import logs
+from xumd import fsdelete, logs
 from xumd.app import App
 from xumd.errors import XumError
 from xumd.git import Git
@@ -84,7 +83,21 @@ def install(app: App) -> Reconciler:
             )
         copy = preserved.load(given)
         files = len(copy.files) if copy is not None else 0
-        await anyio.to_thread.run_sync(shutil.rmtree, given)
+        # By descriptor and within one mount: a mount inside the copy is never emptied.
+        mounts = fsdelete.mounts_at_or_under(given)
+        if not mounts:
+            mounts = await anyio.to_thread.run_sync(fsdelete.remove_tree, given)
+        if mounts:
+            raise XumError(
+                ErrorKind.BUSY,
+                f"kept copy {p.path} not (fully) discarded: mount at "
+                f"{fsdelete.describe_mounts(mounts)} inside it is left alone; unmount it first",
+                path=p.path,
+                holders=[
+                    {"kind": "mount", "pid": None, "label": f"mount at {m}", "since": None}
+                    for m in mounts
+                ],
+            )
         log.info("recovery.kept_discarded", path=str(given), files=files)
         return DiscardKeptResult(path=str(given), files=files)
 
