@@ -24,6 +24,7 @@ def install_features(app: App) -> None:
     # Feature installs, in dependency order (each line owned by its feature):
     lifecycle_feature.install(app)  # lifecycle (projects, workspaces)
     cleanup_feature.install(app)  # cleanup obligations + retry (after lifecycle)
+    lifecycle_feature.wire_cleanup(app)  # the unsaved-work check before trashing (after both)
     processes_feature.install(app)  # processes + leases (after lifecycle and cleanup)
     turns_feature.install(app)  # delegated turns (after lifecycle)
     recovery_feature.install(app)  # startup pass + strays (last: runs after the others' hooks)

@@ -90,6 +90,13 @@ class Outcome:
 TeardownFn = Callable[[ObligationRow, Path], Awaitable[Outcome]]
 """Run the teardown of `ob` in the checkout; the default calls the lifecycle's ScriptRunner."""
 
+UnsavedCheck = Callable[[ObligationRow], Awaitable[list[str]]]
+"""The files of `ob`'s checkout that its archive does not hold (empty: nothing would be lost).
+Wired in by the composition root from the lifecycle feature (cleanup does not import it)."""
+
+UNSAVED_SHOWN = 10
+"""How many of the unsaved files last_error names (the rest are counted)."""
+
 
 class Steps:
     def __init__(
@@ -107,6 +114,8 @@ class Steps:
         self.git = git
         self.teardown_fn = teardown
         self.now = now
+        # None without the lifecycle feature (cleanup's unit tests): nothing to compare with.
+        self.unsaved_check: UnsavedCheck | None = None
 
     # -- fences ----------------------------------------------------------------------------------
 
@@ -173,6 +182,11 @@ class Steps:
                 )
             if check.problem:
                 return Outcome.abandoned(check.problem)
+            # An archived checkout that lingered (a teardown failed, a mount) may have gained
+            # work since its archive: trashing it would lose that work. Wait for the user.
+            files = await self.unsaved_check(ob) if self.unsaved_check is not None else []
+            if files:
+                return Outcome.failed(_unsaved_wait(path, files))
             trash_path, ob = self._trash_path(ob)
             if os.path.lexists(trash_path):
                 return Outcome.failed(f"trash entry {trash_path} already exists; not overwritten")
@@ -327,6 +341,17 @@ def _mount_wait(source: Path, mounts: list[str]) -> str:
     return (
         f"waiting: mount at {fsdelete.describe_mounts(mounts)} inside trash entry {source}; "
         "not descended (unmount it and the reclaim completes)"
+    )
+
+
+def _unsaved_wait(path: Path, files: list[str]) -> str:
+    shown = ", ".join(files[:UNSAVED_SHOWN])
+    more = f" and {len(files) - UNSAVED_SHOWN} more" if len(files) > UNSAVED_SHOWN else ""
+    return (
+        f"waiting: the archived checkout at {path} has work its archive does not hold: "
+        f"{shown}{more}; it is left in place. Move those files away (or delete them) and "
+        "run cleanup.retry, or unarchive the workspace (it refuses until they are moved), "
+        "or workspace.remove to discard them"
     )
 
 

@@ -3,6 +3,7 @@ their handlers, and the event snapshot providers."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from xum_protocol.models.project import (
@@ -33,6 +34,8 @@ from xum_protocol.models.workspace import (
 )
 
 from xumd.app import App
+from xumd.cleanup.obligations import ObligationRow
+from xumd.cleanup.service import CleanupService
 from xumd.git import Git
 from xumd.lifecycle import rows
 from xumd.lifecycle.coordinator import Coordinator
@@ -41,7 +44,21 @@ from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.seams import LifecycleHooks, mount_holders
 from xumd.lifecycle.service import WorkspaceService
 from xumd.lifecycle.snapshot import Snapshotter
+from xumd.lifecycle.unarchive import unsaved_before_trash
 from xumd.rpc.dispatch import RequestContext
+
+
+def wire_cleanup(app: App) -> None:
+    """After the cleanup feature is installed: before trashing an archived checkout, the cleanup
+    asks whether it holds work its archive does not (the comparison unarchive refuses on)."""
+    workspaces = app.get(WorkspaceService)
+
+    async def unsaved(ob: ObligationRow) -> list[str]:
+        return await unsaved_before_trash(
+            workspaces, ob.workspace_id, ob.incarnation, Path(ob.path)
+        )
+
+    app.get(CleanupService).steps.unsaved_check = unsaved
 
 
 def install(app: App) -> None:

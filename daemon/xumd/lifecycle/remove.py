@@ -20,6 +20,7 @@ from xumd.lifecycle.context import Context, invalid_state, some
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
 from xumd.lifecycle.snapshot import Dropped, Snapshot, WorkState
+from xumd.lifecycle.unarchive import unsaved_in_lingering
 from xumd.rpc.dispatch import answer_if_cut
 
 log = logs.get("xumd.lifecycle.remove")
@@ -65,6 +66,18 @@ async def check(ctx: Context, row: WorkspaceRow, force: bool) -> Checked:
     owns = live and ctx.owns_checkout(row)
     if live:
         await ctx.quiescent(row, "remove")
+    if row.state == "archived" and not force:
+        # Its checkout may linger (cleanup pending) with work made after the archive: the
+        # removal would let the cleanup trash it, so it is refused as an active one's is.
+        lingering = await unsaved_in_lingering(ctx, row)
+        if lingering:
+            raise XumError(
+                ErrorKind.NOT_SAFE,
+                f"the archived checkout of {row.name!r} has work that its archive does not "
+                f"hold: {some(lingering)}; move it away first, or remove with force (which "
+                "discards it)",
+                files=lingering[:100],
+            )
     globs = preserve_globs(row.path, project.path) if owns else []
     state = await _check_safe(ctx, row, force, globs) if owns else None
     return Checked(row, project, live, owns, state, force, globs)

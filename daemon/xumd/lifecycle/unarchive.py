@@ -17,7 +17,7 @@ from xum_protocol.models.workspace import RestoredInfo, SnapshotInfo, WorkspaceU
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import checkout, dirstore, ids, preserved, setup
+from xumd.lifecycle import checkout, dirstore, ids, preserved, rows, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptOutcome, preserve_globs
@@ -193,15 +193,54 @@ async def _refuse_mounted(row: WorkspaceRow) -> None:
         )
 
 
-async def _refuse_unsaved(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> None:
+async def unsaved_in_checkout(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> list[str]:
+    """Files of the lingering checkout at `row.path` that the archive does not hold (worktree
+    work vs the snapshot commit, preserved files vs their saved copy, a directory's files vs the
+    archive store). Empty when the path is not this incarnation's checkout."""
     if not ctx.owns_checkout(row):
-        return
+        return []
     if row.runtime == "worktree":
         state = await ctx.snapshots.capture(row.path)
         files = await ctx.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
         files += await _unsaved_preserved(ctx, row, project)
-    else:
-        files = await dirstore.unsaved_files(ctx.app.paths.archive_store, row)
+        return files
+    return await dirstore.unsaved_files(ctx.app.paths.archive_store, row)
+
+
+async def unsaved_before_trash(
+    ctx: Context, workspace_id: str, incarnation: str, path: Path
+) -> list[str]:
+    """The cleanup's check before it trashes a checkout: only an ARCHIVED workspace's own
+    checkout is compared with its archive (a remove is explicit and snapshots first; a
+    superseded or tombstoned one is not ours to judge here: the fence decides)."""
+    row = rows.get_workspace(ctx.store, workspace_id)
+    if row is None or row.state != "archived" or row.incarnation != incarnation:
+        return []
+    project = rows.get_project(ctx.store, row.project_id)
+    if project is None:
+        return []
+    return await unsaved_in_checkout(ctx, replace(row, path=path), project)
+
+
+async def unsaved_in_lingering(ctx: Context, row: WorkspaceRow) -> list[str]:
+    """The files of an archived workspace's lingering checkouts (its trash step still pending)
+    that its archive does not hold: what removing it would lose."""
+    paths = {
+        Path(ob.path)
+        for ob in ctx.cleanup.obligations.pending_for_workspace(row.id)
+        if ob.incarnation == row.incarnation and ob.kind == "trash"
+    }
+    if not paths:
+        return []
+    project = ctx.project(row.project_id)
+    files: list[str] = []
+    for path in sorted(paths):
+        files += await unsaved_in_checkout(ctx, replace(row, path=path), project)
+    return files
+
+
+async def _refuse_unsaved(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> None:
+    files = await unsaved_in_checkout(ctx, row, project)
     if files:
         raise XumError(
             ErrorKind.NOT_SAFE,

@@ -202,7 +202,9 @@ class WorkspaceRemoveParams(Params):
     force: bool = Field(
         default=False,
         description="Snapshot uncommitted work first, and keep ignored files matching "
-        "`preserve` in a kept copy, instead of refusing `not_safe`.",
+        "`preserve` in a kept copy, instead of refusing `not_safe`. An archived workspace whose "
+        "checkout lingers (cleanup pending) with work its archive does not hold is refused "
+        "`not_safe` too; with force that work is discarded with the checkout.",
     )
 
 
