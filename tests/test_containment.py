@@ -9,6 +9,7 @@ delivered (a process that survives SIGKILL cannot be made on purpose).
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import json
 import os
@@ -115,6 +116,15 @@ def test_status_names_the_mechanism(daemon: DaemonProcess) -> None:
     assert details["mechanism"] == "subreaper+marker"
     assert details["subreaper"] is True
     assert details["marker"] == "XUM_RUN"
+    from xum_client.cli import _status_lines
+
+    lines = dict(_status_lines(daemon.call("daemon.status")))
+    assert lines["containment"] == "subreaper+marker"
+    escaped = {**details, "escaped": [{"pid": 42, "marker": "m", "argv": ["sleep"]}]}
+    shown = dict(
+        _status_lines({**daemon.call("daemon.status"), "details": {"containment": escaped}})
+    )
+    assert shown["containment"] == "subreaper+marker; 1 process(es) could not be stopped (pid 42)"
 
 
 def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
@@ -146,12 +156,13 @@ def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
         pids = [m.pid for m in found]
         reap_strays.extend(pids)
         assert all(m.marker.record.startswith("lease_") for m in found)
+        (leader,) = [p for p in pids if os.getsid(p) == p]  # the command leads its session
         daemon.kill()
         creating.join(20)
-        # The script's shell dies with the daemon (parent-death signal); its child does not.
-        survivors = until(lambda: [p for p in pids if alive(p)] or None, timeout=5)
+        # The script's shell dies with the daemon (parent-death signal); its children do not.
+        until(lambda: not alive(leader), timeout=5, message="the parent-death signal")
+        survivors = [p for p in pids if alive(p)]
         assert survivors, "a background child survives the SIGKILL"
-        until(lambda: not any(alive(p) and p not in survivors for p in pids), timeout=5)
 
         daemon.start()
         assert [p for p in survivors if alive(p)] == []
@@ -301,7 +312,8 @@ def test_shutdown_during_a_hanging_teardown_leaves_nothing_running(
     # from the teardown's shell reaches it any more, only its marker.
     teardown = f"(setsid sh -c 'exec sleep 100' &); echo started > {ctl}/started; exec sleep 100"
     with_scripts(repo, teardown=[teardown])
-    write_config(root, "[cleanup]\nbackoff_initial_s = 0.2\nbackoff_max_s = 0.4\n")
+    # Short waits: the in-flight remove is cancelled at once, the tree gets a short grace.
+    write_config(root, "shutdown_grace_s = 0.5\nstop_grace_s = 1.0\n")
     daemon = DaemonProcess(root).start()
     try:
         project = trusted(daemon, repo)
@@ -662,3 +674,114 @@ def test_delegated_cgroup_detection(tmp_short: Path) -> None:
     assert _cgroup("off") is None
     assert _cgroup(str(tmp_short / "not-a-cgroup")) is None
     assert _cgroup("relative/path") is None
+
+
+def test_a_timed_out_command_takes_its_double_fork_with_it(tmp_short: Path) -> None:
+    """The deadline path: the tree is killed on timeout, and the orphaned escapee by its marker."""
+    pidfile = tmp_short / "escapee"
+    cont = Containment(tag=root_tag(tmp_short))
+    command = f"(setsid sh -c 'echo $$ > {pidfile}; exec sleep 100' &); exec sleep 100"
+    result = run_async(
+        lambda: run_command(
+            ["/bin/sh", "-c", command],
+            timeout_s=1.0,
+            grace_s=0.5,
+            containment=cont,
+            marker=cont.marker("lease_t"),
+        )
+    )
+    assert result.timed_out and result.escaped == []
+    pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
+    assert not alive(pid)
+
+
+def test_leftovers_that_cannot_be_looked_for_fail_the_script(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of descriptors while looking in /proc (the fault: EMFILE from the environ read) is
+    not "nothing left": the command's leftovers are reported unknown and the teardown fails;
+    its retry, once /proc can be read again, succeeds."""
+    checkout = tmp_short / "co"
+    checkout.mkdir()
+    runner = ScriptRunner(store=None, root=tmp_short, timeout_s=10, grace_s=0.2)  # type: ignore[arg-type]
+    runner.containment = Containment(tag=root_tag(tmp_short))
+    ref = WorkspaceRef("ws_1", "proj_1", "w", checkout, "inc")
+
+    def exhausted(path: str, *args: Any, **kwargs: Any) -> Any:
+        if str(path).endswith("/environ"):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return open(path, *args, **kwargs)
+
+    # The module's own `open` (found before the builtin): only its /proc reads fail.
+    monkeypatch.setattr(containment, "open", exhausted, raising=False)
+    try:
+        outcome = run_async(
+            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+        )
+    finally:
+        monkeypatch.undo()
+    assert outcome.status == "failed"
+    assert (
+        outcome.error is not None and "cannot look in /proc: Too many open files" in outcome.error
+    )
+    again = run_async(lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None))
+    assert again.status == "ok", again.error
+
+
+def test_a_process_that_cannot_be_pinned_is_not_reported_stopped(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cont = Containment(tag=root_tag(tmp_short))
+    proc = _sleeper(str(Marker(cont.tag, "previousrun", "lease_p")))
+    try:
+        until(lambda: containment.read_marker(proc.pid) is not None)
+        (found,) = containment.scan(cont.tag)
+
+        def no_fd(pid: int, flags: int = 0) -> int:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+        monkeypatch.setattr(os, "pidfd_open", no_fd)
+        left = run_async(lambda: containment.stop_marked([found], 0.2))
+        monkeypatch.undo()
+        assert [m.pid for m in left] == [proc.pid]
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_cancellation_while_the_child_starts_still_kills_it(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shutdown's cancellation can land after the fork but before open_process returned (it
+    still awaits the pipes; seen under load). The fault: that await made slow."""
+    from xumd import procutil
+
+    pidfile = tmp_short / "pid"
+    real_open = anyio.open_process
+    opened = anyio.Event()
+
+    async def slow_open(*args: Any, **kwargs: Any) -> Any:
+        proc = await real_open(*args, **kwargs)
+        opened.set()
+        await anyio.sleep(0.5)  # where the cancellation lands
+        return proc
+
+    monkeypatch.setattr(procutil.anyio, "open_process", slow_open)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: run_command(
+                    ["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 100"],
+                    timeout_s=60,
+                    grace_s=0.5,
+                )
+            )
+            await opened.wait()
+            tg.cancel_scope.cancel()
+
+    run_async(main)
+    monkeypatch.undo()
+    pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
+    assert not alive(pid)

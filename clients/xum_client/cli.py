@@ -175,6 +175,11 @@ def _status_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
         ),
         *cleanup,
         *(
+            [("containment", _containment_line(contained))]
+            if (contained := details.get("containment"))
+            else []
+        ),
+        *(
             [
                 (
                     "descriptors",
@@ -186,6 +191,16 @@ def _status_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
             else []
         ),
     ]
+
+
+def _containment_line(contained: dict[str, Any]) -> str:
+    """How the daemon contains what it starts, and what escaped it (docs/PROCESSES.md)."""
+    line = str(contained.get("mechanism"))
+    escaped = contained.get("escaped") or []
+    if escaped:
+        pids = ", ".join(str(e.get("pid")) for e in escaped[-5:])
+        line += f"; {len(escaped)} process(es) could not be stopped (pid {pids})"
+    return line
 
 
 def _show_status(obj: Ctx, result: dict[str, Any]) -> None:

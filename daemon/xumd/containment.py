@@ -2,7 +2,7 @@
 
 Process groups and a walk of the process tree do not reach a descendant that double-forks into
 its own session (`setsid sh -c 'sleep 100' &`): it leaves the group, and once its parent exits it
-is re-parented away from the tree. Nor do they reach anything after a daemon crash. Two
+is re-parented away from the tree. Nor do they reach anything after a daemon crash. These
 mechanisms close the gap (docs/PROCESSES.md, "Containment"):
 
 - **Child subreaper** (`prctl(PR_SET_CHILD_SUBREAPER)`, set by `xumd` at start on Linux):
@@ -18,9 +18,11 @@ mechanisms close the gap (docs/PROCESSES.md, "Containment"):
 
 Signals go through a pidfd opened *before* the marker is read again: the pidfd pins the process,
 so a pid recycled between the scan and the signal is never hit (the re-read sees the new
-process's environment, which does not carry the marker). A descendant that clears its environment
-(`env -i`) carries no marker; while the daemon runs the subreaper still sees it, and a cgroup
-(systemd `Delegate=yes`) would contain it even then: `cgroup_delegated()` reports it.
+process's environment, which does not carry the marker).
+
+- **A cgroup per run** where a cgroup v2 is delegated (systemd `Delegate=yes`) or configured
+  (`RunCgroups`): it also holds a descendant that clears its environment (`env -i`), which
+  carries no marker (without a cgroup the subreaper still sees it, but only reaps it).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from xum_protocol.models.daemon import ContainmentStatus
 
 from xumd import logs
 
@@ -353,11 +356,18 @@ class Marked:
         return {"pid": self.pid, "marker": str(self.marker), "argv": list(self.argv)}
 
 
+_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
 def read_marker(pid: int) -> Marker | None:
+    """The process's marker, None without one (or no such process, or not ours to read).
+    Out of descriptors or memory raises: could not look is not "no marker"."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             data = f.read()
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _EXHAUSTED:
+            raise
         return None
     key = MARKER_VAR.encode() + b"="
     for entry in data.split(b"\0"):
@@ -367,14 +377,11 @@ def read_marker(pid: int) -> Marker | None:
 
 
 def _start(pid: int) -> float | None:
-    # procutil's identity (ticks since boot on the boot anchor): a wall-clock step between
-    # the scan and the pin must not make a marked process look recycled.
-    from xumd import procutil  # procutil imports this module
+    # procutil's identity (boot anchor + ticks): stable across wall-clock steps. Imported here:
+    # procutil imports this module.
+    from xumd.procutil import start_time
 
-    try:
-        return procutil.start_time(pid)
-    except OSError:
-        return None
+    return start_time(pid)
 
 
 def _argv(pid: int) -> tuple[str, ...]:
@@ -391,8 +398,10 @@ def scan(tag: str, match: Callable[[Marker], bool] = lambda _: True) -> list[Mar
     found: list[Marked] = []
     try:
         names = os.listdir("/proc")
-    except OSError:
-        return found
+    except OSError as exc:
+        if exc.errno in _EXHAUSTED:
+            raise
+        return found  # no /proc (not Linux): nothing can be found this way
     for name in names:
         if not name.isdigit() or int(name) == me:
             continue
@@ -430,8 +439,12 @@ def _pin(marked: Marked) -> _Pinned | None:
     marker and the start time: a recycled pid is never signalled."""
     try:
         pidfd = os.pidfd_open(marked.pid)
-    except OSError:
+    except ProcessLookupError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            return None
+        raise  # e.g. no descriptor left: not "gone"; the caller counts it as not stopped
     again = read_marker(marked.pid)
     start = _start(marked.pid)
     same_start = marked.start is None or (start is not None and abs(start - marked.start) < 0.05)
@@ -469,10 +482,23 @@ async def stop_marked(
 ) -> list[Marked]:
     """SIGTERM each, SIGKILL what is left after `grace_s`; returns the ones still alive after
     the SIGKILL (bounded wait). Adopted orphans among them are reaped."""
-    pinned = [p for p in (_pin(m) for m in found) if p is not None]
+    pinned: list[_Pinned] = []
+    unpinned: list[Marked] = []
+    for m in found:
+        if m.pid <= 0:
+            continue  # a placeholder for "could not look", not a process
+        try:
+            p = _pin(m)
+        except OSError as exc:
+            # Could not look is not "stopped": reported among the survivors (fail closed).
+            log.warning("containment.unpinned", pid=m.pid, error=str(exc))
+            unpinned.append(m)
+            continue
+        if p is not None:
+            pinned.append(p)
     try:
         if not pinned:
-            return []
+            return unpinned
         for p in pinned:
             _signal(p, signal.SIGCONT)
             _signal(p, signal.SIGTERM)
@@ -485,7 +511,7 @@ async def stop_marked(
         deadline = time.monotonic() + kill_wait_s
         while time.monotonic() < deadline and not all(_ended(p) for p in pinned):
             await anyio.sleep(poll_s)
-        left = [p.marked for p in pinned if not _ended(p)]
+        left = [p.marked for p in pinned if not _ended(p)] + unpinned
         for p in pinned:
             log.info(
                 "containment.stopped" if _ended(p) else "containment.survived",
@@ -535,15 +561,15 @@ class Containment:
         return "+".join(parts)
 
     def status(self) -> dict[str, Any]:
-        return {
-            "mechanism": self.mechanism,
-            "subreaper": self.subreaper,
-            "cgroup": str(self.cgroup) if self.cgroup is not None else None,
-            "marker": MARKER_VAR,
-            "instance": self.instance,
-            "stopped_at_start": len(self.swept),
-            "escaped": list(self.escaped),
-        }
+        return ContainmentStatus(
+            mechanism=self.mechanism,
+            subreaper=self.subreaper,
+            cgroup=str(self.cgroup) if self.cgroup is not None else None,
+            marker=MARKER_VAR,
+            instance=self.instance,
+            stopped_at_start=len(self.swept),
+            escaped=list(self.escaped),
+        ).model_dump(mode="json")
 
     async def leftovers(self, marker: Marker, grace_s: float, *, always: bool) -> list[Marked]:
         """Stop what is left of a run after its command ended: its cgroup's members (if runs get
@@ -559,7 +585,13 @@ class Containment:
             self._escaped(left)
             return left
         # By record only: an adopted process's marker names the daemon instance that started it.
-        found = scan(self.tag, lambda m: m.record == marker.record)
+        try:
+            found = scan(self.tag, lambda m: m.record == marker.record)
+        except OSError as exc:
+            # Fail closed: a run whose leftovers could not be looked for is not clean.
+            log.error("containment.scan_failed", marker=str(marker), error=str(exc))
+            left.append(Marked(0, marker, None, (f"(cannot look in /proc: {exc.strerror})",)))
+            found = []
         if found:
             log.warning("containment.leftovers", marker=str(marker), pids=[m.pid for m in found])
             left += await stop_marked(found, grace_s)
@@ -584,7 +616,12 @@ class Containment:
                 ]
                 pids = await runs.stop(record, grace_s)
                 left += [Marked(pid, marker, _start(pid), _argv(pid)) for pid in pids]
-        found = scan(self.tag, lambda m: m.instance != self.instance and not keep(m))
+        try:
+            found = scan(self.tag, lambda m: m.instance != self.instance and not keep(m))
+        except OSError as exc:
+            # The daemon still starts (each run's own stop still works); said loudly.
+            log.error("containment.sweep_failed", error=str(exc))
+            found = []
         if found:
             counted = {entry["pid"] for entry in self.swept}
             self.swept += [m.describe() for m in found if m.pid not in counted]

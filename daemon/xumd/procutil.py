@@ -411,15 +411,19 @@ async def run_command(
     contain.starting()
     pid: int | None = None
     try:
-        proc = await anyio.open_process(
-            full_argv,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # Shielded: the child exists once the fork returned, but open_process still awaits its
+        # pipes; a cancellation (a shutdown) landing there would lose the handle and leave the
+        # child running. The cancellation is taken at the next await, which kills the tree.
+        with anyio.CancelScope(shield=True):
+            proc = await anyio.open_process(
+                full_argv,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         pid = proc.pid
     except FileNotFoundError as exc:
         raise CommandNotFound(f"{argv[0]}: command not found") from exc

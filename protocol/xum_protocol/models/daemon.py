@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from xum_protocol.methods_base import MethodSpec
@@ -34,6 +36,26 @@ class EmptyParams(Params):
     pass
 
 
+class ContainmentStatus(Result):
+    """`daemon.status` details['containment']: how the daemon finds every process it started
+    and every descendant again (docs/PROCESSES.md, "Containment")."""
+
+    mechanism: Literal["cgroup+subreaper+marker", "subreaper+marker", "cgroup+marker", "marker"]
+    subreaper: bool = Field(description="The daemon is the child subreaper of its descendants.")
+    cgroup: str | None = Field(
+        default=None, description="The cgroup v2 directory each run gets its own cgroup under."
+    )
+    marker: str = Field(description="The environment variable every child carries.")
+    instance: str = Field(description="This daemon run's part of the marker.")
+    stopped_at_start: int = Field(
+        description="Processes a previous daemon instance left running, stopped at start-up."
+    )
+    escaped: list[dict[str, object]] = Field(
+        default_factory=list,
+        description="Processes of a run that survived SIGKILL (newest 64): pid, marker, argv.",
+    )
+
+
 class DaemonStatusResult(Result):
     pid: int
     root: str
@@ -52,6 +74,12 @@ class ShutdownResult(Result):
 
 METHODS = [
     MethodSpec("hello", HelloParams, HelloResult, "Handshake: negotiate the protocol version."),
-    MethodSpec("daemon.status", EmptyParams, DaemonStatusResult, "The daemon's pid, root, uptime."),
+    MethodSpec(
+        "daemon.status",
+        EmptyParams,
+        DaemonStatusResult,
+        "The daemon's pid, root, uptime; `details` per feature (e.g. `containment`: which "
+        "mechanism contains the processes it starts).",
+    ),
     MethodSpec("daemon.shutdown", EmptyParams, ShutdownResult, "Begin a graceful stop."),
 ]
