@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,37 +18,16 @@ import pytest
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import make_repo
+from tests.support.tmpfs import tmpfs
 from tests.support.wait import until
-
-
-def _tmpfs(where: Path, size: str) -> None:
-    where.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-
-
-def _umount(where: Path) -> None:
-    subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
 
 
 @pytest.fixture
 def small_root(tmp_short: Path) -> Iterator[Path]:
     """A daemon root (so the archive store) on a 24 MiB tmpfs: a copy that never ends (a
     device read) or does not fit stops there, not on the machine's disk."""
-    root = tmp_short / "root"
-    _tmpfs(root, "24m")
-    try:
+    with tmpfs(tmp_short / "root", "size=24m") as root:
         yield root
-    finally:
-        _umount(root)
 
 
 @pytest.fixture
@@ -240,12 +218,8 @@ def test_directory_remove_disk_full_leaves_no_stuck_row(
 
 @pytest.fixture
 def small_checkouts(tmp_short: Path) -> Iterator[Path]:
-    where = tmp_short / "small"
-    _tmpfs(where, "24m")
-    try:
+    with tmpfs(tmp_short / "small", "size=24m") as where:
         yield where
-    finally:
-        _umount(where)
 
 
 def test_directory_unarchive_refuses_disk_full(

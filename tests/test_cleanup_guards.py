@@ -22,6 +22,7 @@ from xumd.lifecycle.marker import Marker, write_directory_marker
 
 from tests.support.daemon import short_tmpdir
 from tests.support.gitrepo import git
+from tests.support.tmpfs import tmpfs
 from tests.test_cleanup_support import (
     ScriptTeardown,
     World,
@@ -353,30 +354,13 @@ async def test_a_trash_entry_already_deleted_completes_the_reclaim(world: World)
     assert reclaim.detail.get("bytes") == 0, reclaim.detail
 
 
-@contextmanager
-def tmpfs(where: Path) -> Iterator[None]:
-    """A real tmpfs at `where` (another filesystem than the root's); always unmounted."""
-    where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
-        yield
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=True)
-
-
 async def test_a_checkout_on_another_filesystem_goes_to_a_private_trash_beside_it(
     world: World,
 ) -> None:
     """A rename cannot cross filesystems: the checkout moves into `.xum-trash` next to it, a
     directory only the daemon's user may enter (0700, like ROOT/trash), and is reclaimed there."""
     mount = world.root / "workspaces" / "other-fs"
-    with tmpfs(mount):
+    with tmpfs(mount, "size=8m"):
         wid, inc = ws_id("x"), secrets.token_hex(8)
         path = mount / "x"
         ident = make_dir_checkout(path, wid, inc)
@@ -523,7 +507,7 @@ async def test_the_trash_path_beside_a_checkout_is_committed_before_the_move(
     the obligation's row before the rename (seen at the held point just before it), so a replay
     after a crash between the move and its commit finds the entry it moved."""
     mount = world.root / "workspaces" / "other-fs"
-    with tmpfs(mount):
+    with tmpfs(mount, "size=8m"):
         wid, inc = ws_id("x"), secrets.token_hex(8)
         path = mount / "x"
         ident = make_dir_checkout(path, wid, inc)

@@ -26,6 +26,7 @@ from tests.lifecycle_helpers import (
 )
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
+from tests.support.tmpfs import tmpfs
 
 SECRET = "API_KEY=the-users-secret\n"
 EXAMPLE = "API_KEY=example\n"
@@ -442,22 +443,8 @@ def test_unarchive_refuses_to_trash_a_lingering_checkout_whose_preserved_file_ch
 def small_archive(tmp_short: Path) -> Iterator[Path]:
     """ROOT/archive on a 64 KiB tmpfs (real ENOSPC while preserving); unmounted even when the
     test fails."""
-    archive = tmp_short / "root" / "archive"
-    archive.mkdir(parents=True)
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(archive)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_short / "root" / "archive", "size=64k") as archive:
         yield archive
-    finally:
-        subprocess.run(["umount", "-l", str(archive)], check=False)
 
 
 def test_archive_that_cannot_save_preserved_files_leaves_no_half_copy(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,28 +23,15 @@ from tests.reliability.lifecycle_support import (
 )
 from tests.support.daemon import DaemonProcess
 from tests.support.gitrepo import git, make_repo
+from tests.support.tmpfs import tmpfs as small_tmpfs
 
 pytestmark = pytest.mark.reliability
 
 
 @pytest.fixture
 def tmpfs(tmp_short: Path) -> Iterator[Path]:
-    mount = tmp_short / "small"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_short / "small", "size=6m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _kind(exc: BaseException) -> str:
