@@ -5,7 +5,6 @@ deadline (never waited on forever). Each was seen to fail with the guard disable
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,12 +84,11 @@ def test_a_hung_git_is_killed_at_the_git_deadline(root: Path, repo: Path, tmp_sh
     try:
         project = add_project(daemon, repo)
         before = set(worktrees(repo))
-        started = time.monotonic()
+        # Without git's deadline the hook hangs for HANG s and the call never answers
+        # `timeout`: the kind and the killed sleep below are what the deadline does.
         err = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "a"})
-        took = time.monotonic() - started
         assert err.data.get("kind") == "timeout", err
         assert "git worktree add" in str(err), err
-        assert took < 30, took
         assert pidfile.exists(), "the hook never ran"
         sleeper = identify(int(pidfile.read_text()))
         until(lambda: not alive(sleeper), 10, message="the hook's sleep killed")

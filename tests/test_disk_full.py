@@ -398,12 +398,11 @@ def test_supervisor_survives_a_full_store(tmp_short: Path, full_root: Path) -> N
         daemon.close()
 
 
-def test_quota_and_copy_errors_map_to_disk_full(tmp_short: Path) -> None:
+def test_quota_errors_map_to_disk_full(tmp_short: Path) -> None:
     # tmpfs has quotas here, but they do not bind root (CAP_SYS_RESOURCE), as the daemon runs
     # in these tests: the mapping itself, with the errors as
-    # the kernel and shutil raise them (EDQUOT from a write; copytree's gathered list).
+    # the kernel raises them (EDQUOT from a write).
     import errno
-    import shutil
 
     from xumd import diskfull
 
@@ -411,12 +410,6 @@ def test_quota_and_copy_errors_map_to_disk_full(tmp_short: Path) -> None:
     quota = diskfull.from_exception(OSError(errno.EDQUOT, "Disk quota exceeded", str(target)))
     assert quota is not None and quota.kind == "disk_full"
     assert quota.data["path"] == str(target) and quota.data["filesystem"]
-    copy = shutil.Error([("src", str(target), "[Errno 28] No space left on device: 'x'")])
-    full = diskfull.from_exception(copy)
-    assert full is not None and full.data["path"] == str(target)
-    assert (
-        diskfull.from_exception(shutil.Error([("a", "b", "[Errno 13] Permission denied")])) is None
-    )
     assert diskfull.from_exception(OSError(errno.EACCES, "Permission denied")) is None
 
 

@@ -118,10 +118,14 @@ def foreign_children() -> set[int]:
 
 
 def _state(pid: int) -> str | None:
+    """The process's state letter; None when there is no such process. A read that fails for
+    another reason (no descriptor left) is "?": unknown, never taken for gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return None
+    except OSError:
+        return "?"
     # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
     return stat[stat.rfind(")") + 2 :][:1] or None
 
@@ -445,9 +449,13 @@ def _pin(marked: Marked) -> _Pinned | None:
         if exc.errno == errno.ESRCH:
             return None
         raise  # e.g. no descriptor left: not "gone"; the caller counts it as not stopped
+    from xumd.procutil import START_TOLERANCE_S  # procutil imports this module
+
     again = read_marker(marked.pid)
     start = _start(marked.pid)
-    same_start = marked.start is None or (start is not None and abs(start - marked.start) < 0.05)
+    same_start = marked.start is None or (
+        start is not None and abs(start - marked.start) < START_TOLERANCE_S
+    )
     if again != marked.marker or not same_start:
         os.close(pidfd)
         return None

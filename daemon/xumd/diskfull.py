@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,18 +177,6 @@ def from_oserror(exc: OSError, what: str | None = None) -> XumError:
     return disk_full(target, what or str(target), exc.strerror or None)
 
 
-def _copytree_no_space(exc: shutil.Error) -> str | None:
-    """The destination a `shutil.copytree` could not write for lack of space: it gathers the
-    errors of every file as (source, destination, text) and raises one `shutil.Error`, whose
-    errno is None."""
-    for entry in exc.args[0] if exc.args and isinstance(exc.args[0], list) else []:
-        if isinstance(entry, tuple) and len(entry) == 3:
-            text = str(entry[2])
-            if any(f"[Errno {code}]" in text for code in sorted(NO_SPACE_ERRNOS)):
-                return str(entry[1])
-    return None
-
-
 UNWRITABLE_ERRNOS = frozenset({errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM})
 """What the machine refuses (a read-only or failing filesystem, permissions): an external step
 that failed, not a bug in the daemon."""
@@ -212,9 +199,6 @@ def from_exception(exc: BaseException) -> XumError | None:
             filesystem=fs.mount,
             errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
         )
-    if isinstance(exc, shutil.Error):
-        target = _copytree_no_space(exc)
-        return None if target is None else disk_full(target, target, "No space left on device")
     if is_no_space_oserror(exc):
         assert isinstance(exc, OSError)
         return from_oserror(exc)

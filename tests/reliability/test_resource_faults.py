@@ -23,6 +23,7 @@ from tests.reliability.lifecycle_support import (
 )
 from tests.support.daemon import DaemonProcess
 from tests.support.gitrepo import git, make_repo
+from tests.support.tmpfs import fill
 from tests.support.tmpfs import tmpfs as small_tmpfs
 
 pytestmark = pytest.mark.reliability
@@ -36,28 +37,6 @@ def tmpfs(tmp_short: Path) -> Iterator[Path]:
 
 def _kind(exc: BaseException) -> str:
     return str(getattr(exc, "kind", ""))
-
-
-def _fill(directory: Path) -> Path:
-    """Fill the filesystem of `directory` to the last block; return the filler file."""
-    filler = directory / "filler"
-    chunk = os.urandom(1 << 16)
-    with filler.open("wb") as out:
-        try:
-            while True:
-                out.write(chunk)
-                out.flush()
-        except OSError:
-            pass
-    # Leave not even a partial block: top up byte by byte until ENOSPC.
-    try:
-        with filler.open("ab") as out:
-            while True:
-                out.write(b"x")
-                out.flush()
-    except OSError:
-        pass
-    return filler
 
 
 def _sha(path: Path) -> str:
@@ -102,7 +81,7 @@ def test_disk_full_during_archive(tmp_short: Path, tmpfs: Path, daemon: DaemonPr
     work.write_bytes(os.urandom(3 << 19))  # 1.5 MiB of unsaved, incompressible work
     (checkout / "src" / "m0" / "f0.txt").write_text("edited\n")
     digest = _sha(work)
-    filler = _fill(tmpfs)
+    filler = fill(tmpfs)
     with pytest.raises(XumClientError) as info:
         daemon.call("workspace.archive", {"workspace_id": ws["id"]})
     assert _kind(info.value) == "disk_full", info.value
