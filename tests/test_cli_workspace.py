@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,16 @@ def test_cli_status_shows_cleanup_backlog_and_interrupted(root: Path, repo: Path
         assert xum_json(daemon, "status")["details"]["cleanup"]["pending"] == 3
     finally:
         daemon.close()
+
+
+def test_cli_archive_names_the_special_files_it_could_not_save(
+    daemon: DaemonProcess, repo: Path
+) -> None:
+    # A FIFO in the checkout cannot be archived; the summary says so instead of "no ignored
+    # files" (the daemon reports it in dropped.special).
+    xum(daemon, "project", "add", str(repo))
+    made = xum_json(daemon, "ws", "new", "repo", "fifo")
+    os.mkfifo(Path(made["workspace"]["path"]) / "pipe")
+    archived = xum(daemon, "ws", "archive", "repo/fifo").stdout
+    assert "1 special file(s) not saved: pipe (fifo)" in archived, archived
+    assert "dropped: no ignored files" not in archived

@@ -8,6 +8,7 @@ import click
 
 from xum_client.cli import Ctx
 from xum_client.commands._resolve import given, project_id
+from xum_client.commands.workspace import kept_line
 
 
 def register(cli: click.Group) -> None:
@@ -60,10 +61,24 @@ def register(cli: click.Group) -> None:
         with obj.client() as client:
             pid = project_id(client, project_ref)
             result = client.call("project.remove", {"project_id": pid, "force": force})
-        lines = [f"removed project {result['project']['name']} ({pid})"]
+        name = result["project"]["name"]
+        # A shutdown can cut project.remove part-way: then the project stays, and each
+        # workspace says whether it went.
+        lines = [
+            f"removed project {name} ({pid})"
+            if result["removed"]
+            else f"project {name} ({pid}) was NOT removed (cut short); its workspaces:"
+        ]
         for ws in result["workspaces"]:
-            cleanup = (ws.get("result") or {}).get("cleanup", {}).get("status")
+            if not ws["ok"]:
+                message = (ws.get("error") or {}).get("message", "failed")
+                lines.append(f"  workspace {ws['name']}: not removed: {message}")
+                continue
+            done = ws.get("result") or {}
+            cleanup = done.get("cleanup", {}).get("status")
             lines.append(f"  workspace {ws['name']}: removed (cleanup {cleanup})")
+            if done.get("kept"):
+                lines.append("    " + kept_line(done["kept"]))
         obj.emit(result, "\n".join(lines))
 
     @project.command("trust")

@@ -60,14 +60,28 @@ def _auto_archive_line(ws: dict[str, Any]) -> str:
 
 
 def _dropped_line(dropped: dict[str, Any]) -> str:
-    if not dropped.get("count") and not dropped.get("preserved"):
+    special = dropped.get("special") or []
+    if not dropped.get("count") and not dropped.get("preserved") and not special:
         return "dropped: no ignored files"
     line = f"dropped: {dropped['count']} ignored file(s), {dropped['bytes']} bytes"
     if dropped.get("paths"):
         line += " in " + ", ".join(dropped["paths"][:10])
     if dropped.get("preserved"):
         line += f"; preserved {len(dropped['preserved'])}"
+    if special:
+        # FIFOs, sockets, devices: no archive can hold them; they go with the checkout.
+        line += f"; {len(special)} special file(s) not saved: " + ", ".join(
+            f"{s['path']} ({s['type']})" for s in special[:10]
+        )
     return line
+
+
+def kept_line(kept: dict[str, Any]) -> str:
+    """Where a removed workspace's preserved files are kept, and how to find or drop them."""
+    return (
+        f"kept {len(kept['files'])} preserved file(s) at {kept['path']} "
+        "(`xum ws strays`; `xum ws discard-kept PATH` deletes them)"
+    )
 
 
 def register(cli: click.Group) -> None:
@@ -218,11 +232,7 @@ def register(cli: click.Group) -> None:
         if result["snapshot"]:
             lines.append(f"snapshot: {result['snapshot']['ref']}")
         if result.get("kept"):
-            kept = result["kept"]
-            lines.append(
-                f"kept {len(kept['files'])} preserved file(s) at {kept['path']} "
-                "(`xum ws strays`; `xum ws discard-kept PATH` deletes them)"
-            )
+            lines.append(kept_line(result["kept"]))
         lines.append(_cleanup_line(result["cleanup"]))
         obj.emit(result, "\n".join(lines))
 
