@@ -589,7 +589,7 @@ class Containment:
         if runs is not None:
             pids = await runs.stop(marker.record, grace_s)
             left += [Marked(pid, marker, _start(pid), _argv(pid)) for pid in pids]
-        if not always and self.subreaper and not foreign_children():
+        if not always and self.subreaper and not self._adopted_carry(marker.record):
             self._escaped(left)
             return left
         # By record only: an adopted process's marker names the daemon instance that started it.
@@ -605,6 +605,20 @@ class Containment:
             left += await stop_marked(found, grace_s)
         self._escaped(left)
         return left
+
+    def _adopted_carry(self, record: str) -> bool:
+        """Whether an adopted orphan carries `record`. With the subreaper, the topmost live
+        leftover of a run is such an orphan (its parents ended), so the whole-/proc scan is
+        needed only then: a long-lived orphan of another run (an agent a hook started) no longer
+        costs every git call a scan. Could not look: True (the scan then fails closed)."""
+        try:
+            for pid in foreign_children():
+                found = read_marker(pid)
+                if found is not None and found.tag == self.tag and found.record == record:
+                    return True
+        except OSError:
+            return True
+        return False
 
     async def sweep(self, keep: Callable[[Marker], bool], grace_s: float) -> list[Marked]:
         """At start-up, before anything is reconciled: stop what a previous daemon instance of

@@ -337,7 +337,10 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
             os.chmod(dest, stat.S_IMODE(st.st_mode))
     except BaseException:
         if merge:
-            created = [n for n in os.listdir(dest) if n not in before]
+            # Only what this copy can have made: a new top-level name that `src` has too.
+            # Anything else new in `dest` (written meanwhile by someone else) is not ours.
+            ours = set(os.listdir(src))
+            created = [n for n in os.listdir(dest) if n not in before and n in ours]
             for name in created:
                 _remove(dest / name)
         else:
