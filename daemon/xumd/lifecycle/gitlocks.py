@@ -149,7 +149,7 @@ def _process_git_dir(pid: str, cwd: str) -> str | None:
     return _git_dir_above(cwd)
 
 
-def git_processes(common_dir: Path, *, exclude: set[int] | None = None) -> list[GitProcess]:
+def git_processes(common_dir: Path) -> list[GitProcess]:
     """This user's running git processes whose repository is `common_dir` (Linux /proc)."""
     target = os.path.realpath(common_dir)
     uid = os.getuid()
@@ -163,8 +163,6 @@ def git_processes(common_dir: Path, *, exclude: set[int] | None = None) -> list[
         return found
     for entry in entries:
         if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        if exclude and int(entry.name) in exclude:
             continue
         try:
             if entry.stat().st_uid != uid:

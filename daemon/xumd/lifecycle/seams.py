@@ -51,8 +51,13 @@ class Holder:
 async def mount_holders(workspace: WorkspaceRef) -> list[Holder]:
     """Mounts at or under the checkout: deleting or moving it would reach into them (a bind
     mount's files are not the checkout's), so they hold it like a process does."""
+    return await mounts_holding(workspace.path)
+
+
+async def mounts_holding(path: Path) -> list[Holder]:
+    """Mounts at or under `path`, as holders; an unreadable mount table is a `probe` holder."""
     try:
-        points = await anyio.to_thread.run_sync(fsdelete.mounts_at_or_under, workspace.path)
+        points = await anyio.to_thread.run_sync(fsdelete.mounts_at_or_under, path)
     except OSError as exc:
         # Fail closed: an unreadable mount table cannot prove that no mount is inside.
         return [Holder("probe", None, f"mount table unreadable: {exc.strerror or exc}")]

@@ -26,7 +26,7 @@ from xumd.app import App
 from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import dirstore, ids, preserved
-from xumd.lifecycle.seams import LifecycleHooks
+from xumd.lifecycle.seams import Holder, LifecycleHooks, busy_message, mounts_holding
 from xumd.lifecycle.service import WorkspaceService
 from xumd.recovery import strays
 from xumd.recovery.reconcile import Reconciler, RecoveryReport
@@ -84,19 +84,18 @@ def install(app: App) -> Reconciler:
         copy = preserved.load(given)
         files = len(copy.files) if copy is not None else 0
         # By descriptor and within one mount: a mount inside the copy is never emptied.
-        mounts = fsdelete.mounts_at_or_under(given)
-        if not mounts:
-            mounts = await anyio.to_thread.run_sync(fsdelete.remove_tree, given)
-        if mounts:
+        # (An unreadable mount table holds it too: it cannot prove that no mount is inside.)
+        holders = await mounts_holding(given)
+        if not holders:
+            left = await anyio.to_thread.run_sync(fsdelete.remove_tree, given)
+            holders = [Holder("mount", None, f"mount at {m}") for m in left]
+        if holders:
             raise XumError(
                 ErrorKind.BUSY,
-                f"kept copy {p.path} not (fully) discarded: mount at "
-                f"{fsdelete.describe_mounts(mounts)} inside it is left alone; unmount it first",
+                f"kept copy {p.path} not (fully) discarded: {busy_message(holders)}; what is "
+                "mounted inside is left alone: unmount it first",
                 path=p.path,
-                holders=[
-                    {"kind": "mount", "pid": None, "label": f"mount at {m}", "since": None}
-                    for m in mounts
-                ],
+                holders=[h.as_dict() for h in holders],
             )
         log.info("recovery.kept_discarded", path=str(given), files=files)
         return DiscardKeptResult(path=str(given), files=files)
