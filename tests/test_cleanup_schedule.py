@@ -237,9 +237,13 @@ async def test_a_wall_clock_step_back_does_not_delay_a_pending_retry(base: Path)
         await anyio.wait_all_tasks_blocked()  # the teardown failed; the lane sleeps 1 s
         (ctl / "ok").touch()
         clock.wall_offset -= 3600.0  # the wall clock steps back an hour
-        clock.advance(1.0)  # one second passes (monotonic): the retry is due now
+        # Monotonic time runs on, a quarter second per poll: the retry (due 1 s after the
+        # failure) comes within a few polls. Advancing in the loop, not once, so a lane that
+        # computes its sleep just after one advance is not left waiting for a clock that stops;
+        # a retry delayed by the step (an hour) is still never reached within the deadline.
         with anyio.fail_after(10):
             while path.exists():
+                clock.advance(0.25)
                 await anyio.sleep(0.02)
         await retry.stop()
     assert world.states(wid)["teardown"] == "completed"
