@@ -63,11 +63,17 @@ def _dropped_line(dropped: dict[str, Any]) -> str:
     special = dropped.get("special") or []
     if not dropped.get("count") and not dropped.get("preserved") and not special:
         return "dropped: no ignored files"
-    line = f"dropped: {dropped['count']} ignored file(s), {dropped['bytes']} bytes"
-    if dropped.get("paths"):
+    if not dropped.get("count"):
+        line = "dropped: no ignored files"
+    else:
+        line = f"dropped: {dropped['count']} ignored file(s), {dropped['bytes']} bytes"
+    if dropped.get("count") and dropped.get("paths"):
         line += " in " + ", ".join(dropped["paths"][:10])
     if dropped.get("preserved"):
-        line += f"; preserved {len(dropped['preserved'])}"
+        kept = dropped["preserved"]
+        line += f"; preserved {len(kept)}: " + ", ".join(kept[:10])
+        if len(kept) > 10:
+            line += f" (+{len(kept) - 10} more)"
     if special:
         # FIFOs, sockets, devices: no archive can hold them; they go with the checkout.
         line += f"; {len(special)} special file(s) not saved: " + ", ".join(

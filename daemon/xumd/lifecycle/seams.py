@@ -12,6 +12,7 @@ imports a sibling's internals:
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,12 +41,49 @@ class Holder:
     pid: int | None
     label: str
     since: float | None = None
+    process_id: str | None = None
+    """The supervised process (proc_...), when the daemon started it."""
+    command: str | None = None
+    """Its command line (shell-quoted, bounded), when known."""
 
     def describe(self) -> str:
-        return f"{self.label or self.kind} in pid {self.pid}" if self.pid else self.label
+        if not self.pid:
+            return self.label
+        text = f"{self.label or self.kind} in pid {self.pid}"
+        details = [d for d in (self.process_id, self.command and f"`{self.command}`") if d]
+        return f"{text} ({', '.join(details)})" if details else text
+
+    def free_hint(self) -> str | None:
+        """How the user frees the checkout of this holder (None: nothing to say)."""
+        if self.process_id:
+            return f"`xum kill {self.process_id}`"
+        if self.kind == "mount":
+            return "unmount it"
+        if self.pid:
+            return f"end pid {self.pid}"
+        return None
 
     def as_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "pid": self.pid, "label": self.label, "since": self.since}
+        return {
+            "kind": self.kind,
+            "pid": self.pid,
+            "label": self.label,
+            "since": self.since,
+            "process_id": self.process_id,
+            "command": self.command,
+        }
+
+
+COMMAND_MAX = 200
+"""A holder's command line is cut here: a message names it, it does not reproduce it."""
+
+
+def command_line(argv: list[str]) -> str | None:
+    """`argv` as one shell-quoted line, bounded (None: nothing known)."""
+    if not argv:
+        return None
+    line = shlex.join(argv)
+    return line if len(line) <= COMMAND_MAX else line[: COMMAND_MAX - 1] + "…"
 
 
 async def mount_holders(workspace: WorkspaceRef) -> list[Holder]:
@@ -107,5 +145,15 @@ class LifecycleHooks:
         return stopped, left
 
 
+def holders_text(holders: list[Holder]) -> str:
+    """Each holder once, by kind, pid, process id and command line, with how to free it."""
+    parts = []
+    for h in holders:
+        hint = h.free_hint()
+        parts.append(h.describe() + (f" (free it: {hint})" if hint else ""))
+    return "; ".join(parts)
+
+
 def busy_message(holders: list[Holder]) -> str:
-    return "busy: " + ", ".join(h.describe() for h in holders)
+    """The holders, for a message whose error kind already says `busy` (said once)."""
+    return "in use by " + holders_text(holders)
