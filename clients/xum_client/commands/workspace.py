@@ -64,7 +64,7 @@ def _dropped_line(dropped: dict[str, Any]) -> str:
     if not dropped.get("count") and not dropped.get("preserved") and not special:
         return "dropped: no ignored files"
     if not dropped.get("count"):
-        line = "dropped: no ignored files"
+        line = "dropped: 0 ignored files"  # but preserved or special ones, named below
     else:
         line = f"dropped: {dropped['count']} ignored file(s), {dropped['bytes']} bytes"
     if dropped.get("count") and dropped.get("paths"):
