@@ -1,4 +1,4 @@
-"""`xum ws new|ls|show|mv|archive|unarchive|rm|keep|discard-kept` and `xum events`.
+"""`xum ws new|ls|show|mv|archive|unarchive|rm|keep|setup|discard-kept` and `xum events`.
 
 A workspace is addressed by its id (ws_...) or as PROJECT/NAME.
 """
@@ -31,12 +31,15 @@ def _on_workspace(obj: Ctx, method: str, ref: str, **params: Any) -> dict[str, A
         return client.call(method, {"workspace_id": workspace_id(client, ref), **params})
 
 
-def _setup_line(setup: dict[str, Any]) -> str:
+def _setup_line(setup: dict[str, Any], ref: str | None = None) -> str:
     line = f"setup: {setup['status']}"
     if setup.get("error"):
         line += f" ({setup['error']})"
     if setup.get("hint"):
         line += f"\n  {setup['hint']}"
+        if setup["status"] == "untrusted" and ref:
+            # Trusting does not run a skipped setup by itself: say how.
+            line += f"; then run its setup: xum ws setup {ref}"
     return line
 
 
@@ -154,7 +157,11 @@ def register(cli: click.Group) -> None:
         with obj.client() as client:
             result = client.call("workspace.get", {"workspace_id": workspace_id(client, ref)})
         w = result["workspace"]
-        human = [short(w), _setup_line(w["setup"])]
+        human = [short(w)]
+        if w.get("interrupted"):
+            reason = w.get("interrupted_reason") or "no reason recorded"
+            human.append(f"interrupted: {reason}\n  keep it (`xum ws keep {ref}`) or remove it")
+        human.append(_setup_line(w["setup"], ref))
         if w["setup"].get("output"):
             human.append(w["setup"]["output"].rstrip())
         if w.get("snapshot"):
@@ -241,6 +248,25 @@ def register(cli: click.Group) -> None:
             lines.append(kept_line(result["kept"]))
         lines.append(_cleanup_line(result["cleanup"]))
         obj.emit(result, "\n".join(lines))
+
+    @ws.command("setup")
+    @click.argument("ref")
+    @click.pass_obj
+    def setup(obj: Ctx, ref: str) -> None:
+        """Run an active workspace's setup again (e.g. after `xum project trust`)."""
+        with _long(obj) as client:
+            wid = workspace_id(client, ref)
+            with setup_progress(obj, by_id(wid), f"setting up {ref}") as display:
+                result = client.call("workspace.setup", {"workspace_id": wid})
+        w = result["workspace"]
+        human = f"{w['name']} ({w['id']})\n{_setup_line(result['setup'], ref)}"
+        streamed = display is not None and display.streamed
+        if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
+            human += "\n" + result["setup"]["output"]
+        obj.emit(result, human)
+        if result["setup"]["status"] in ("failed", "untrusted"):
+            # Not a success for a script: the setup did not run, or failed.
+            raise SystemExit(1)
 
     @ws.command("discard-kept")
     @click.argument("path")

@@ -265,6 +265,12 @@ class Reconciler:
             if not probe(row).ours:
                 # Deleted or replaced by hand: reported, not flagged (archive/remove handle it).
                 report.missing.append(row.id)
+            if row.setup_status == "running":
+                # A rerun setup (workspace.setup) cut by a crash: it is not running any more.
+                # Said so, never left `running`; the user runs it again.
+                error = "setup was interrupted by a crash (run it again: xum ws setup)"
+                fields = {"setup_status": "failed", "setup_output": json.dumps({"error": error})}
+                return Change(row, fields, "setup_interrupted")
             return None
         if row.state == "creating":
             return self._creating(row)
