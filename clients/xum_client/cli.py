@@ -30,7 +30,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_NO_DAEMON = 4
 
-DOMAINS = ("project", "workspace", "cleanup", "process", "turn")
+DOMAINS = ("project", "workspace", "cleanup", "process", "turn", "completion")
 """Modules under xum_client.commands that add commands, each with `register(cli)`."""
 
 
@@ -348,7 +348,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(argv) if argv is not None else sys.argv[1:]
     Ctx.current = None  # a context left by an earlier run in this process (tests) is not ours
     try:
-        cli.main(args=args, standalone_mode=False)
+        # prog_name: usage lines, and the `_XUM_COMPLETE` variable of shell completion, say
+        # `xum` however the CLI was started (`python -m`, a wrapper script).
+        cli.main(args=args, prog_name="xum", standalone_mode=False)
     except click.exceptions.Abort as exc:
         _fail(exc, EXIT_ERROR, args)
     except click.UsageError as exc:
