@@ -12,6 +12,8 @@ setup failed, never leaves it `running`).
 
 from __future__ import annotations
 
+import json
+
 from xum_protocol.models.workspace import WorkspaceSetupResult
 
 from xumd import logs
@@ -53,7 +55,18 @@ async def rerun(ctx: Context, workspace_id: str) -> WorkspaceSetupResult:
                 path=str(row.path),
             )
         previous = row.setup_status
-        row, outcome = await setup.run(ctx, row)
+        try:
+            row, outcome = await setup.run(ctx, row)
+        except BaseException:
+            # Cancelled (or failed) mid-way: never leave `running` behind for a live daemon
+            # (a crash here is settled by recovery). Synchronous: runs in a cancelled task.
+            current = ctx.row(ref.id)
+            if current.setup_status == "running":
+                error = json.dumps({"error": "setup was cut short (run it again)"})
+                with ctx.store.transaction():
+                    current = ctx.update(current, setup_status="failed", setup_output=error)
+                ctx.publish("workspace.updated", current)
+            raise
         ctx.publish("workspace.updated", row)
         log.info(
             "workspace.setup_rerun", workspace=row.id, previous=previous, status=outcome.status
