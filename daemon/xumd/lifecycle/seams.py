@@ -64,14 +64,18 @@ class Holder:
         return None
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        found: dict[str, object] = {
             "kind": self.kind,
             "pid": self.pid,
             "label": self.label,
             "since": self.since,
-            "process_id": self.process_id,
-            "command": self.command,
         }
+        # Additive fields, present only when known (a mount or probe holder has neither).
+        if self.process_id is not None:
+            found["process_id"] = self.process_id
+        if self.command is not None:
+            found["command"] = self.command
+        return found
 
 
 COMMAND_MAX = 200
