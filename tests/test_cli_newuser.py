@@ -502,3 +502,29 @@ def test_completion_scripts_and_the_complete_protocol(tmp_short: Path) -> None:
             assert subprocess.run([*check, str(path)], timeout=30).returncode == 0
     done = subprocess.run([XUM, "completion", "tcsh"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "tcsh" in done.stderr
+
+
+def test_a_hostile_command_line_is_named_escaped_and_bounded(
+    daemon: DaemonProcess, repo: Path, sleeper: list[subprocess.Popen[bytes]]
+) -> None:
+    # A process of the user's whose argv carries an escape sequence, a newline and a long tail:
+    # the busy message must neither pass them to the terminal nor grow without bound.
+    ws = new_ws(daemon, repo, "hostile")
+    evil = "\x1b[2J\nrm -rf ~" + "x" * 1000
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", evil], cwd=ws["path"]
+    )
+    sleeper.append(holder)
+    until(
+        lambda: daemon.call("process.holders", {"workspace_id": ws["id"]})["holders"],
+        message="the holder to be seen",
+    )
+    error = json_error(xum(daemon, "--json", "ws", "rm", "repo/hostile", ok=False))
+    assert error["kind"] == "busy"
+    (found,) = [h for h in error["data"]["holders"] if h["pid"] == holder.pid]
+    command = found["command"]
+    assert "\x1b" not in command and "\n" not in command
+    assert "\\x1b[2J\\nrm -rf ~xxx" in command
+    assert len(command) <= 200 and command.endswith("…")
+    text = xum(daemon, "ws", "rm", "repo/hostile", ok=False).stderr
+    assert "\x1b" not in text and text.count("\n") == 1  # one line, its end

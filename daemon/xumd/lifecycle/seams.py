@@ -86,7 +86,12 @@ def command_line(argv: list[str]) -> str | None:
     """`argv` as one shell-quoted line, bounded (None: nothing known)."""
     if not argv:
         return None
-    line = shlex.join(argv)
+    # Another user's program picks its own argv: a control character (an escape sequence, a
+    # newline) would reach the terminal that shows the message, so each is written escaped.
+    line = "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+        for c in shlex.join(argv)
+    )
     return line if len(line) <= COMMAND_MAX else line[: COMMAND_MAX - 1] + "…"
 
 
