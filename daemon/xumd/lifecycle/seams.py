@@ -49,7 +49,7 @@ class Holder:
     def describe(self) -> str:
         if not self.pid:
             return self.label
-        text = f"{self.label or self.kind} in pid {self.pid}"
+        text = f"{printable(self.label or self.kind)} in pid {self.pid}"
         details = [d for d in (self.process_id, self.command and f"`{self.command}`") if d]
         return f"{text} ({', '.join(details)})" if details else text
 
@@ -82,16 +82,19 @@ COMMAND_MAX = 200
 """A holder's command line is cut here: a message names it, it does not reproduce it."""
 
 
+def printable(text: str) -> str:
+    """`text` with each control character escaped: a program picks its own argv and name, and
+    an escape sequence or a newline would otherwise reach the terminal showing the message."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+
+
 def command_line(argv: list[str]) -> str | None:
     """`argv` as one shell-quoted line, bounded (None: nothing known)."""
     if not argv:
         return None
-    # Another user's program picks its own argv: a control character (an escape sequence, a
-    # newline) would reach the terminal that shows the message, so each is written escaped.
-    line = "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-        for c in shlex.join(argv)
-    )
+    line = printable(shlex.join(argv))
     return line if len(line) <= COMMAND_MAX else line[: COMMAND_MAX - 1] + "…"
 
 
