@@ -261,6 +261,19 @@ def test_ws_setup_after_trust_runs_the_skipped_setup(daemon: DaemonProcess, repo
     setup = json.loads(xum(daemon, "--json", "ws", "setup", ws["id"]).stdout)["setup"]
     assert setup["status"] == "ok" and setup["commands"] == 1
 
+    # The Python client reaches it too, typed.
+    import anyio
+    from xum_client import AsyncClient
+    from xum_protocol.models.workspace import WorkspaceSetupResult
+
+    async def rerun() -> WorkspaceSetupResult:
+        async with AsyncClient(daemon.root) as client:
+            params = {"workspace_id": ws["id"]}
+            return await client.call_model("workspace.setup", params, WorkspaceSetupResult)
+
+    typed = anyio.run(rerun)
+    assert typed.setup.status == "ok" and typed.workspace.id == ws["id"]
+
 
 def test_ws_setup_refuses_archived_removed_and_busy_workspaces(
     root: Path, repo: Path, tmp_short: Path
