@@ -37,13 +37,9 @@ DOMAINS = ("project", "workspace", "cleanup", "process", "turn", "completion")
 class Ctx:
     """What every command gets with `@click.pass_obj`."""
 
-    current: Ctx | None = None
-    """This run's context: `main` reports a failure as JSON when it was asked for."""
-
     def __init__(self, root: str | None, as_json: bool) -> None:
         self.root = root
         self.as_json = as_json
-        Ctx.current = self
 
     @property
     def root_path(self) -> str:
@@ -142,6 +138,16 @@ class XumGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         self.load_domains()
         return super().list_commands(ctx)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception:
+            # The failure leaves click's context behind: `main` still needs to know whether
+            # --json was given (before or after the command's name) to report it as JSON.
+            if isinstance(ctx.obj, Ctx):
+                _RUN[:] = [ctx.obj]
+            raise
 
 
 @click.group(cls=XumGroup, epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 no daemon.")
@@ -344,9 +350,13 @@ def daemon_install(obj: Ctx, dry_run: bool) -> None:
 # -- entry point ------------------------------------------------------------------------------
 
 
+_RUN: list[Ctx] = []
+"""This run's context (`main` reports a failure as JSON when --json was given)."""
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(argv) if argv is not None else sys.argv[1:]
-    Ctx.current = None  # a context left by an earlier run in this process (tests) is not ours
+    _RUN.clear()  # a context left by an earlier run in this process (tests) is not ours
     try:
         # prog_name: usage lines, and the `_XUM_COMPLETE` variable of shell completion, say
         # `xum` however the CLI was started (`python -m`, a wrapper script).
@@ -369,8 +379,9 @@ def _fail(exc: Exception, code: int, args: list[str]) -> None:
     """Report `exc` (JSON on stdout with --json, else text on stderr) and exit with `code`."""
     from xum_client.commands import _errors
 
-    current = Ctx.current
-    if (current is not None and current.as_json) or _errors.wants_json(args):
+    # As click parsed it; a failure before that (a usage error) looks at the arguments.
+    as_json = _RUN[0].as_json if _RUN else _errors.wants_json(args)
+    if as_json:
         _errors.emit_json_error(exc, code)
     elif isinstance(exc, click.exceptions.Abort):
         click.echo("aborted", err=True)
