@@ -541,3 +541,47 @@ def test_a_hostile_command_line_is_named_escaped_and_bounded(
     assert len(command) <= 200 and command.endswith("…")
     text = xum(daemon, "ws", "rm", "repo/hostile", ok=False).stderr
     assert "\x1b" not in text and text.count("\n") == 1  # one line, its end
+
+
+def test_ws_setup_is_fenced_while_it_runs(
+    daemon: DaemonProcess, repo: Path, tmp_short: Path
+) -> None:
+    # The setup blocks reading a FIFO the test holds: while it runs, a second setup and an
+    # archive of that workspace are refused `busy` (it holds the exclusive reservation).
+    gate = tmp_short / "gate"
+    os.mkfifo(gate)
+    ws = new_ws(daemon, repo, "a")
+    commit_setup(repo, f"cat {gate} > got")
+    xum(daemon, "project", "trust", "repo")
+    answer: dict[str, Any] = {}
+
+    def run_setup() -> None:
+        answer.update(daemon.call("workspace.setup", {"workspace_id": ws["id"]}))
+
+    worker = threading.Thread(target=run_setup)
+    worker.start()
+    try:
+        until(
+            lambda: (
+                daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]["setup"][
+                    "status"
+                ]
+                == "running"
+            ),
+            message="the rerun setup to start",
+        )
+        for args in (("ws", "setup", "repo/a"), ("ws", "archive", "repo/a")):
+            error = json_error(xum(daemon, "--json", *args, ok=False))
+            assert error["kind"] == "busy" and "setup in progress" in error["message"], error
+    finally:
+        try:  # lets the script's `cat` finish; no reader (it never started): nothing to free
+            fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            pass
+        else:
+            os.write(fd, b"opened\n")
+            os.close(fd)
+        worker.join(60)
+    assert answer["setup"]["status"] == "ok"
+    assert (Path(ws["path"]) / "got").read_text() == "opened\n"
+    assert "archived a" in xum(daemon, "ws", "archive", "repo/a").stdout
