@@ -151,9 +151,11 @@ def test_busy_names_each_holder_once_with_how_to_free_it(
     assert text.count("busy") == 1, text  # the kind once, not again in the message
     assert text.startswith("xum: busy: cannot archive 'agent-b': in use by ")
     # each holder: kind, pid, process id, command line, how to free it
-    assert f"agent in pid {agent['pid']} ({proc_id}, `sleep 300`)" in text
-    assert f"(free it: `xum kill {proc_id}`)" in text
-    assert f"sleep in pid {outside.pid} (`sleep 301`) (free it: end pid {outside.pid})" in text
+    assert (
+        f"agent in pid {agent['pid']} ({proc_id}, `sleep 300`; free it: `xum kill {proc_id}`)"
+        in text
+    )
+    assert f"sleep in pid {outside.pid} (`sleep 301`; free it: end pid {outside.pid})" in text
     assert "`xum ws archive --stop`" in text
 
     error = json_error(xum(daemon, "--json", "ws", "archive", "repo/agent-b", ok=False))

@@ -47,11 +47,17 @@ class Holder:
     """Its command line (shell-quoted, bounded), when known."""
 
     def describe(self) -> str:
+        """`agent in pid 12373 (proc_…, `claude`; free it: `xum kill proc_…`)`."""
+        hint = self.free_hint()
         if not self.pid:
-            return self.label
-        text = f"{printable(self.label or self.kind)} in pid {self.pid}"
+            return f"{self.label} ({hint})" if hint else self.label
         details = [d for d in (self.process_id, self.command and f"`{self.command}`") if d]
-        return f"{text} ({', '.join(details)})" if details else text
+        text = f"{printable(self.label or self.kind)} in pid {self.pid}"
+        if details:
+            text += " (" + ", ".join(details) + (f"; free it: {hint})" if hint else ")")
+        elif hint:
+            text += f" (free it: {hint})"
+        return text
 
     def free_hint(self) -> str | None:
         """How the user frees the checkout of this holder (None: nothing to say)."""
@@ -159,11 +165,7 @@ class LifecycleHooks:
 
 def holders_text(holders: list[Holder]) -> str:
     """Each holder once, by kind, pid, process id and command line, with how to free it."""
-    parts = []
-    for h in holders:
-        hint = h.free_hint()
-        parts.append(h.describe() + (f" (free it: {hint})" if hint else ""))
-    return "; ".join(parts)
+    return "; ".join(h.describe() for h in holders)
 
 
 def busy_message(holders: list[Holder]) -> str:
