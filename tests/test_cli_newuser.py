@@ -587,3 +587,26 @@ def test_ws_setup_is_fenced_while_it_runs(
     assert answer["setup"]["status"] == "ok"
     assert (Path(ws["path"]) / "got").read_text() == "opened\n"
     assert "archived a" in xum(daemon, "ws", "archive", "repo/a").stdout
+
+
+def test_json_error_kinds_of_the_clis_own_failures() -> None:
+    # The CLI's own exceptions, as `--json` reports them (no daemon needed to raise them).
+    import click
+    from xum_client.commands._errors import error_object
+    from xum_client.commands.process import DaemonStopping, stop_note
+    from xum_client.errors import ClientTimeout, ConnectionLost
+
+    assert error_object(DaemonStopping("the daemon is stopping"), 75)["kind"] == "daemon_stopping"
+    assert error_object(ConnectionLost("gone"), 1)["kind"] == "connection_lost"
+    assert error_object(ClientTimeout("slow"), 1)["kind"] == "client_timeout"
+    assert error_object(click.ClickException("no"), 1) == {
+        "code": None,
+        "kind": "error",
+        "message": "no",
+        "data": {},
+        "exit": 1,
+    }
+    assert stop_note("proc_1", {"code": 0}) is None  # ended on its own: nothing to say
+    assert stop_note("proc_1", {"signal": "SIGTERM", "stop_reason": "request"}) == (
+        "proc_1 stopped by a request to stop it (`xum kill proc_1` or process.stop)"
+    )

@@ -24,7 +24,7 @@ from xum_client.errors import (
 def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
     """The `--json` form of a failure: `code` is the JSON-RPC code for the daemon's errors
     (null for the CLI's own), `kind` the error kind (the daemon's, or `usage`, `no_daemon`,
-    `connection_lost`, `client_timeout`, `error`)."""
+    `connection_lost`, `client_timeout`, `daemon_stopping`, `error`)."""
     code: int | None = None
     data: dict[str, Any] = {}
     if isinstance(exc, XumRpcError):
@@ -36,7 +36,8 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
     elif isinstance(exc, click.UsageError):
         kind, message = "usage", exc.format_message()
     elif isinstance(exc, click.ClickException):
-        kind, message = "error", exc.format_message()
+        # A command's own exception may name its kind (`xum run`: daemon_stopping).
+        kind, message = str(getattr(exc, "kind", "error")), exc.format_message()
     elif isinstance(exc, ConnectionLost):
         kind, message = "connection_lost", str(exc)
     elif isinstance(exc, ClientTimeout):

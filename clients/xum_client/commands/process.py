@@ -85,6 +85,7 @@ class _Side:
 
 class DaemonStopping(click.ClickException):
     exit_code = 75  # EX_TEMPFAIL: the command did not finish here; see the message
+    kind = "daemon_stopping"  # its `--json` error kind
 
 
 def daemon_stop_note(process: dict[str, Any]) -> str:
