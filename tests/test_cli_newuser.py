@@ -243,7 +243,10 @@ def commit_setup(repo: Path, command: str = "touch ran") -> None:
 
 def test_ws_setup_after_trust_runs_the_skipped_setup(daemon: DaemonProcess, repo: Path) -> None:
     commit_setup(repo)
-    ws = new_ws(daemon, repo, "a")
+    xum(daemon, "project", "add", str(repo))
+    created = xum(daemon, "ws", "new", "repo", "a").stdout
+    assert "setup: untrusted" in created and "then run its setup: xum ws setup repo/a" in created
+    ws = json.loads(xum(daemon, "--json", "ws", "show", "repo/a").stdout)["workspace"]
     assert ws["setup"]["status"] == "untrusted"
     shown = xum(daemon, "ws", "show", "repo/a").stdout
     assert "setup: untrusted" in shown and "then run its setup: xum ws setup repo/a" in shown

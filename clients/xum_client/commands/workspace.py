@@ -131,7 +131,8 @@ def register(cli: click.Group) -> None:
             with setup_progress(obj, by_name(pid, name), f"creating {name}") as display:
                 result = client.call("workspace.create", params)
         w = result["workspace"]
-        human = f"created {w['name']} ({w['id']}) at {w['path']}\n{_setup_line(result['setup'])}"
+        setup_line = _setup_line(result["setup"], f"{project_ref}/{name}")
+        human = f"created {w['name']} ({w['id']}) at {w['path']}\n{setup_line}"
         streamed = display is not None and display.streamed
         if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
             human += "\n" + result["setup"]["output"]
@@ -217,7 +218,7 @@ def register(cli: click.Group) -> None:
         files = len((restored.get("snapshot") or {}).get("files", []))
         human = (
             f"restored {w['name']} at {w['path']} ({files} file(s) from the snapshot, "
-            f"{len(restored['preserved'])} preserved)\n{_setup_line(result['setup'])}"
+            f"{len(restored['preserved'])} preserved)\n{_setup_line(result['setup'], ref)}"
         )
         if restored.get("replaced"):
             human += "\nyour preserved copy replaced what setup wrote: " + ", ".join(
