@@ -155,7 +155,9 @@ def test_busy_names_each_holder_once_with_how_to_free_it(
         f"agent in pid {agent['pid']} ({proc_id}, `sleep 300`; free it: `xum kill {proc_id}`)"
         in text
     )
-    assert f"sleep in pid {outside.pid} (`sleep 301`; free it: end pid {outside.pid})" in text
+    assert (
+        f"process sleep in pid {outside.pid} (`sleep 301`; free it: end pid {outside.pid})" in text
+    )
     assert "`xum ws archive --stop`" in text
 
     error = json_error(xum(daemon, "--json", "ws", "archive", "repo/agent-b", ok=False))

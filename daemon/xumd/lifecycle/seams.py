@@ -52,12 +52,19 @@ class Holder:
         if not self.pid:
             return f"{self.label} ({hint})" if hint else self.label
         details = [d for d in (self.process_id, self.command and f"`{self.command}`") if d]
-        text = f"{printable(self.label or self.kind)} in pid {self.pid}"
+        text = f"{self._named()} in pid {self.pid}"
         if details:
             text += " (" + ", ".join(details) + (f"; free it: {hint})" if hint else ")")
         elif hint:
             text += f" (free it: {hint})"
         return text
+
+    def _named(self) -> str:
+        """Its kind and label (`exec make`, `process vim`), the kind once when the label
+        already says it (`agent`, `terminal`, `MCP server`, a pending stop's own label)."""
+        label = printable(self.label or self.kind)
+        said = label.lower().startswith(self.kind.lower()) or self.kind in ("mcp", "pending_stop")
+        return label if said else f"{self.kind} {label}"
 
     def free_hint(self) -> str | None:
         """How the user frees the checkout of this holder (None: nothing to say)."""
