@@ -113,9 +113,10 @@ def test_json_errors_are_one_object_on_stdout_with_unchanged_exit_codes(
     error = json_error(done)
     assert error["kind"] == "no_daemon" and error["code"] is None
     assert error["data"]["root"] == str(empty)
-    done = xum(daemon, "--json", "ws", "no-such-command", ok=False)
-    assert done.returncode == 2
-    assert json_error(done)["kind"] == "usage"
+    for args in (("--json", "ws", "no-such-command"), ("ws", "no-such-command", "--json")):
+        done = xum(daemon, *args, ok=False)
+        assert done.returncode == 2
+        assert json_error(done)["kind"] == "usage"
 
     # without --json: text on stderr, nothing on stdout, the same exit codes
     done = xum(daemon, "ws", "show", "repo/nope", ok=False)

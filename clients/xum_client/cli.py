@@ -379,9 +379,9 @@ def _fail(exc: Exception, code: int, args: list[str]) -> None:
     """Report `exc` (JSON on stdout with --json, else text on stderr) and exit with `code`."""
     from xum_client.commands import _errors
 
-    # As click parsed it; a failure before that (a usage error) looks at the arguments.
-    as_json = _RUN[0].as_json if _RUN else _errors.wants_json(args)
-    if as_json:
+    # As click parsed it, or, for a usage error that stopped parsing before it reached a
+    # `--json` (`xum ws bogus --json`), as the arguments say.
+    if any(run.as_json for run in _RUN) or _errors.wants_json(args):
         _errors.emit_json_error(exc, code)
     elif isinstance(exc, click.exceptions.Abort):
         click.echo("aborted", err=True)
