@@ -50,7 +50,8 @@ class Holder:
         """`agent in pid 12373 (proc_…, `claude`; free it: `xum kill proc_…`)`."""
         hint = self.free_hint()
         if not self.pid:
-            return f"{self.label} ({hint})" if hint else self.label
+            label = printable(self.label)
+            return f"{label} ({hint})" if hint else label
         details = [d for d in (self.process_id, self.command and f"`{self.command}`") if d]
         text = f"{self._named()} in pid {self.pid}"
         if details:
