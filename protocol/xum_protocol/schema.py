@@ -2,6 +2,11 @@
 
 The output, protocol/schema/xum-protocol.schema.json, is committed for plugin authors; a test
 fails when it is stale, so a change to any model is followed by `make schema`.
+
+Events: `notifications.event.params` is the envelope every event has (`data` untyped, so a client
+accepts event types it does not know); `notifications.event.typed` is the discriminated union
+(on `type`) of every known event with its typed `data`, whose definitions are the document's
+top-level `$defs` (`#/$defs/WorkspaceStateChangedEvent`, `#/$defs/WorkspaceStateChangedData`).
 """
 
 from __future__ import annotations
@@ -13,10 +18,18 @@ from typing import Any
 import orjson
 
 from xum_protocol.errors import ERROR_CODES
-from xum_protocol.event_types import EVENT_TYPES
+from xum_protocol.event_types import EVENT_TYPES, TYPED_EVENTS, typed_event_adapter
 from xum_protocol.methods import METHODS
 from xum_protocol.models.events import EVENT_NOTIFICATION, Event
 from xum_protocol.version import PROTOCOL_VERSION
+
+
+def typed_events() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The discriminated union of typed events, and the definitions it refers to (under the
+    document's top-level `$defs`: `#/$defs/WorkspaceStateChangedEvent`, ...)."""
+    union = typed_event_adapter().json_schema(mode="serialization", ref_template="#/$defs/{model}")
+    defs = union.pop("$defs")
+    return union, defs
 
 
 def build_schema() -> dict[str, Any]:
@@ -28,6 +41,7 @@ def build_schema() -> dict[str, Any]:
             "params": spec.params.model_json_schema(),
             "result": spec.result.model_json_schema(mode="serialization"),
         }
+    union, defs = typed_events()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "xum protocol",
@@ -39,11 +53,19 @@ def build_schema() -> dict[str, Any]:
             EVENT_NOTIFICATION: {
                 "summary": "One event on a connection subscribed with events.subscribe.",
                 "params": Event.model_json_schema(mode="serialization"),
+                "typed": union,
                 "types": {
-                    e.type: {"summary": e.summary, "data": dict(e.data)} for e in EVENT_TYPES
+                    e.type: {
+                        "summary": e.summary,
+                        "event": {"$ref": f"#/$defs/{TYPED_EVENTS[e.type].__name__}"},
+                        "data": {"$ref": f"#/$defs/{e.model.__name__}"},
+                        "fields": dict(e.data),
+                    }
+                    for e in EVENT_TYPES
                 },
             }
         },
+        "$defs": defs,
     }
 
 

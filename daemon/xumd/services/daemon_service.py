@@ -46,6 +46,10 @@ def install(app: App) -> None:
             server=ServerInfo(name="xumd", version=app.version),
             root=str(app.paths.root),
             capabilities=sorted(name for name in app.router.routes if name in METHODS),
+            pid=os.getpid(),
+            started_at=app.started_at,
+            epoch=app.events.epoch,
+            socket=str(app.socket_path),
         )
 
     async def status(_: EmptyParams, ctx: RequestContext) -> DaemonStatusResult:
@@ -73,16 +77,35 @@ def install(app: App) -> None:
         prefixes = tuple(params.types) if params.types else None
         peer = ctx.peer
 
+        def wanted(event: Event) -> bool:
+            return prefixes is None or event.type.startswith(prefixes)
+
         def forward(event: Event) -> None:
-            wanted = prefixes is None or event.type.startswith(prefixes)
-            if wanted and not peer.notify(EVENT_NOTIFICATION, event.model_dump(mode="json")):
+            if wanted(event) and not peer.notify(EVENT_NOTIFICATION, event.model_dump(mode="json")):
                 unsubscribe()
 
-        # No await between the snapshot and the listener: nothing published can fall between.
+        # No await from here to the return: nothing published can fall between the snapshot
+        # (or the replay) and the listener, and the answer is queued before any later event.
+        epoch = app.events.epoch
+        resync = False
+        if params.after_seq is not None:
+            missed = app.events.replay_after(params.after_seq) if params.epoch == epoch else None
+            if missed is not None:
+                unsubscribe = app.events.listen(forward)
+                peer.on_close(unsubscribe)
+                peer.keep_streaming()
+                return SubscribeResult(
+                    epoch=epoch,
+                    seq=app.events.seq,
+                    snapshot=None,
+                    events=[event for event in missed if wanted(event)],
+                )
+            resync = True
         seq, snapshot = app.events.snapshot()
         unsubscribe = app.events.listen(forward)
         peer.on_close(unsubscribe)
-        return SubscribeResult(epoch=app.events.epoch, seq=seq, snapshot=snapshot)
+        peer.keep_streaming()
+        return SubscribeResult(epoch=epoch, seq=seq, snapshot=snapshot, resync_required=resync)
 
     if app.config.enable_test_methods:
         _install_test_methods(app)
