@@ -98,7 +98,9 @@ def test_a_half_closed_subscriber_that_does_not_read_is_dropped(daemon: DaemonPr
             if "conn.slow_client_dropped" in daemon.log_text():
                 break
         assert "conn.slow_client_dropped" in daemon.log_text()
-        until(lambda: connections(daemon) == 0, message="the dropped subscriber's connection to end")
+        until(
+            lambda: connections(daemon) == 0, message="the dropped subscriber's connection to end"
+        )
 
 
 def test_a_half_closed_subscriber_ends_when_the_daemon_stops(daemon: DaemonProcess) -> None:

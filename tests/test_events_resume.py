@@ -84,7 +84,9 @@ def test_resume_replays_exactly_what_was_missed(daemon: DaemonProcess) -> None:
         assert resumed["seq"] == last
         assert [e["seq"] for e in resumed["events"]] == list(range(seen[-1]["seq"] + 1, last + 1))
         assert {e["type"] for e in resumed["events"]} == {"test.missed"}
-        assert all(e["epoch"] == start["epoch"] and e["data"] == {"n": 1} for e in resumed["events"])
+        assert all(
+            e["epoch"] == start["epoch"] and e["data"] == {"n": 1} for e in resumed["events"]
+        )
         # And live events follow, numbered on from the answer's seq.
         publish(sock, "test.live")
         assert next_event(again)["seq"] == last + 1
