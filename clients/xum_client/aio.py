@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 from pydantic import BaseModel
-from xum_protocol import framing
+from xum_protocol import discovery, framing
 from xum_protocol.models.daemon import DaemonStatusResult, HelloResult, ShutdownResult
 from xum_protocol.models.events import EVENT_NOTIFICATION, Event, SubscribeResult
 
@@ -35,7 +35,7 @@ from xum_client.errors import (
     DaemonNotRunning,
     XumClientError,
 )
-from xum_client.sync import check_reply, default_root, hello_params, socket_path_for
+from xum_client.sync import check_reply, client_root, hello_params
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -82,8 +82,10 @@ class AsyncClient:
         handshake: bool = True,
         client_name: str = "xum-client",
     ) -> None:
-        self.root = str(root or default_root())
-        self.socket_path = str(socket_path or socket_path_for(root))
+        choice = discovery.resolve_socket(socket_path, root)
+        self.root = client_root(root, choice)
+        self.socket_path = str(choice.path)
+        self.socket_source = choice.source
         self.timeout = timeout
         self.server: HelloResult | None = None
         self._handshake = handshake
