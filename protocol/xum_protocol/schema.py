@@ -3,10 +3,12 @@
 The output, protocol/schema/xum-protocol.schema.json, is committed for plugin authors; a test
 fails when it is stale, so a change to any model is followed by `make schema`.
 
-Events: `notifications.event.params` is the envelope every event has (`data` untyped, so a client
-accepts event types it does not know); `notifications.event.typed` is the discriminated union
-(on `type`) of every known event with its typed `data`, whose definitions are the document's
-top-level `$defs` (`#/$defs/WorkspaceStateChangedEvent`, `#/$defs/WorkspaceStateChangedData`).
+Each method's `params` and `result`, and each notification's schema, is a standalone JSON Schema
+(its `$ref`s point into its own `$defs`). Events: `notifications.event.params` is the envelope
+every event has (`data` untyped, so a client accepts event types it does not know);
+`notifications.event.typed` is the discriminated union (on `type`) of every known event with its
+typed `data`; `notifications.event.types[type]` names that type's definitions in `typed.$defs`
+(`event`: `WorkspaceStateChangedEvent`, `data`: `WorkspaceStateChangedData`) and lists its fields.
 """
 
 from __future__ import annotations
@@ -24,14 +26,6 @@ from xum_protocol.models.events import EVENT_NOTIFICATION, Event
 from xum_protocol.version import PROTOCOL_VERSION
 
 
-def typed_events() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The discriminated union of typed events, and the definitions it refers to (under the
-    document's top-level `$defs`: `#/$defs/WorkspaceStateChangedEvent`, ...)."""
-    union = typed_event_adapter().json_schema(mode="serialization", ref_template="#/$defs/{model}")
-    defs = union.pop("$defs")
-    return union, defs
-
-
 def build_schema() -> dict[str, Any]:
     methods: dict[str, Any] = {}
     for name in sorted(METHODS):
@@ -41,7 +35,6 @@ def build_schema() -> dict[str, Any]:
             "params": spec.params.model_json_schema(),
             "result": spec.result.model_json_schema(mode="serialization"),
         }
-    union, defs = typed_events()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "xum protocol",
@@ -53,19 +46,18 @@ def build_schema() -> dict[str, Any]:
             EVENT_NOTIFICATION: {
                 "summary": "One event on a connection subscribed with events.subscribe.",
                 "params": Event.model_json_schema(mode="serialization"),
-                "typed": union,
+                "typed": typed_event_adapter().json_schema(mode="serialization"),
                 "types": {
                     e.type: {
                         "summary": e.summary,
-                        "event": {"$ref": f"#/$defs/{TYPED_EVENTS[e.type].__name__}"},
-                        "data": {"$ref": f"#/$defs/{e.model.__name__}"},
+                        "event": TYPED_EVENTS[e.type].__name__,
+                        "data": e.model.__name__,
                         "fields": dict(e.data),
                     }
                     for e in EVENT_TYPES
                 },
             }
         },
-        "$defs": defs,
     }
 
 
