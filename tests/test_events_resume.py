@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
@@ -264,3 +265,92 @@ def test_replay_then_live_is_gap_free_and_duplicate_free_under_concurrent_publis
             for peer in peers:
                 peer.close()
     assert not errors, errors
+
+
+def test_async_client_resumes_from_its_stream_position(daemon: DaemonProcess) -> None:
+    from xum_client import AsyncClient
+
+    sock = daemon.socket_path
+
+    async def first() -> tuple[str, int]:
+        async with AsyncClient(socket_path=sock) as client, client.subscribe(["test."]) as events:
+            publish(sock, "test.a", count=2)
+            got = [await events.__anext__() for _ in range(2)]
+            assert [e.type for e in got] == ["test.a", "test.a"]
+            assert events.position == got[-1].seq
+            return events.epoch, events.position
+
+    epoch, position = anyio.run(first)
+    missed = publish(sock, "test.b", count=3)
+    publish(sock, "other.c")
+
+    async def again() -> list[tuple[int, int]]:
+        async with (
+            AsyncClient(socket_path=sock) as client,
+            client.subscribe(["test."], after_seq=position, epoch=epoch) as events,
+        ):
+            assert events.snapshot.resync_required is False
+            assert events.snapshot.snapshot is None
+            assert events.position == position  # nothing handed out yet
+            seen = []
+            for _ in range(3):
+                event = await events.__anext__()
+                seen.append((event.seq, events.position))
+            # The last replayed event brings the state to the answer's seq (past other.c).
+            assert events.position == events.snapshot.seq == missed + 1
+            live = publish(sock, "test.d")
+            event = await events.__anext__()
+            assert (event.seq, events.position) == (live, live)
+            return seen
+
+    seen = anyio.run(again)
+    assert [seq for seq, _ in seen] == [missed - 2, missed - 1, missed]
+    assert [pos for _, pos in seen[:2]] == [missed - 2, missed - 1]
+
+
+def test_cli_events_watches_and_resumes(daemon: DaemonProcess) -> None:
+    import json
+    import subprocess
+    import sys
+
+    xum = [str(Path(sys.executable).parent / "xum"), "--socket", str(daemon.socket_path)]
+    start = publish(daemon.socket_path, "test.x")
+    with RawPeer(daemon.socket_path) as peer:
+        epoch = subscribe(peer)["epoch"]
+    last = publish(daemon.socket_path, "test.y", count=2)
+    done = subprocess.run(
+        [*xum, "events", "--json", "--after-seq", str(start), "--epoch", epoch, "--count", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.splitlines()[0])
+    assert answer["resync_required"] is False
+    assert [e["seq"] for e in answer["events"]] == [last - 1, last]
+    human = subprocess.run(
+        [*xum, "events", "--after-seq", str(start), "--epoch", epoch, "--count", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert human.returncode == 0, human.stderr
+    assert human.stdout.splitlines()[1].split() == [str(last - 1), "test.y"]
+    watcher = subprocess.Popen(
+        [*xum, "events", "--after-seq", "0", "--epoch", "other", "--count", "1", "--type", "z."],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watcher.stdout is not None
+        assert watcher.stdout.readline().startswith("resync required (epoch ")
+        # Subscribed (the answer came): the next matching event ends it (--count 1).
+        live = publish(daemon.socket_path, "z.live")
+        out, err = watcher.communicate(timeout=60)
+        assert watcher.returncode == 0, err
+        assert out.split()[:2] == [str(live), "z.live"]
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.communicate()
