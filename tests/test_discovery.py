@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -204,3 +206,67 @@ def test_the_daemon_follows_the_rule_root_beats_xum_socket() -> None:
         finally:
             proc.terminate()
             assert proc.wait(timeout=30) == 0
+
+
+# -- the examples in docs/PROTOCOL.md compute the same ------------------------------------------
+
+PROTOCOL_MD = Path(__file__).resolve().parent.parent / "docs" / "PROTOCOL.md"
+
+CASES: list[tuple[dict[str, str], dict[str, str]]] = [
+    ({"socket": "/a/s.sock", "root": "/b"}, {"XUM_SOCKET": "/c/s"}),
+    ({"root": "/b"}, {"XUM_SOCKET": "/c/s", "XUM_ROOT": "/d"}),
+    ({}, {"XUM_SOCKET": "/c/s", "XUM_ROOT": "/d"}),
+    ({}, {"XUM_SOCKET": "", "XUM_ROOT": "/d"}),
+    ({}, {"XDG_STATE_HOME": "/x", "HOME": "/h"}),
+    ({}, {"XDG_STATE_HOME": "", "HOME": "/h"}),
+]
+
+
+def _block(lang: str) -> str:
+    text = PROTOCOL_MD.read_text(encoding="utf-8")
+    section = text.split("### Finding the daemon", 1)[1]
+    return section.split(f"```{lang}\n", 1)[1].split("```", 1)[0]
+
+
+def _case_env(env: dict[str, str]) -> dict[str, str]:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("XUM_SOCKET", "XUM_ROOT", "XDG_STATE_HOME", "HOME")
+    }
+    return {**clean, "HOME": "/h", **env}
+
+
+@pytest.mark.skipif(shutil.which("nvim") is None, reason="nvim is not installed")
+@pytest.mark.parametrize(("opts", "env"), CASES)
+def test_the_lua_example_agrees(opts: dict[str, str], env: dict[str, str], tmp_path: Path) -> None:
+    code = _block("lua").split("local pipe")[0]
+    args = ", ".join(f"{k} = {json.dumps(v)}" for k, v in opts.items())
+    script = tmp_path / "x.lua"
+    script.write_text(code + f'io.stdout:write(xum_socket({{{args}}}) .. "\\n")\n')
+    done = subprocess.run(
+        ["nvim", "--headless", "-u", "NONE", "-i", "NONE", "-c", f"luafile {script}", "-c", "q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_case_env(env),
+    )
+    expected = resolve_socket(opts.get("socket"), opts.get("root"), {"HOME": "/h", **env})
+    assert done.stdout.strip() == str(expected.path), done.stderr
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+@pytest.mark.parametrize(("opts", "env"), CASES)
+def test_the_typescript_example_agrees(opts: dict[str, str], env: dict[str, str]) -> None:
+    code = _block("ts").split("const conn")[0]
+    # Just enough TypeScript stripped to run it on Node without a compiler.
+    code = re.sub(r'import \* as (\w+) from ("node:\w+");', r"const \1 = require(\2);", code)
+    code = code.replace("export function", "function")
+    code = code.replace("(opts: { socket?: string; root?: string } = {}): string", "(opts = {})")
+    code = code.replace("(name: string)", "(name)").replace(")!", ")")
+    code += f"process.stdout.write(xumSocket({json.dumps(opts)}) + '\\n');\n"
+    done = subprocess.run(
+        ["node", "-e", code], capture_output=True, text=True, timeout=60, env=_case_env(env)
+    )
+    expected = resolve_socket(opts.get("socket"), opts.get("root"), {"HOME": "/h", **env})
+    assert done.stdout.strip() == str(expected.path), done.stderr
