@@ -354,3 +354,41 @@ def test_cli_events_watches_and_resumes(daemon: DaemonProcess) -> None:
         if watcher.poll() is None:
             watcher.kill()
             watcher.communicate()
+
+
+def test_a_second_subscribe_on_one_connection_replaces_the_first(daemon: DaemonProcess) -> None:
+    sock = daemon.socket_path
+    with RawPeer(sock) as peer:
+        first = subscribe(peer, types=["test.a"])
+        # Resume on the same connection (to change the types): no event may come twice.
+        again = subscribe(peer, types=["test."], after_seq=first["seq"], epoch=first["epoch"])
+        assert again["resync_required"] is False
+        a = publish(sock, "test.a")
+        b = publish(sock, "test.b")
+        assert [next_event(peer)["seq"], next_event(peer)["seq"]] == [a, b]
+        # A plain subscribe replaces it too: only its types from now on.
+        call(peer, "events.subscribe", {"types": ["test.c"]}, id_=3)
+        publish(sock, "test.a")
+        c = publish(sock, "test.c")
+        assert next_event(peer)["seq"] == c
+
+
+def test_a_replay_too_large_for_a_frame_is_a_resync() -> None:
+    # max_frame_bytes 64 KiB: a replay over half of it (32 KiB) is answered with a snapshot.
+    for daemon in _daemon("max_frame_bytes = 65536\n"):
+        sock = daemon.socket_path
+        with RawPeer(sock) as peer:
+            start = subscribe(peer)
+        publish(sock, "test.big", count=3, pad="x" * 10_000)
+        with RawPeer(sock) as peer:
+            fits = subscribe(peer, after_seq=start["seq"], epoch=start["epoch"])
+            assert fits["resync_required"] is False and len(fits["events"]) == 3
+        publish(sock, "test.big", count=1, pad="x" * 10_000)
+        with RawPeer(sock) as peer:
+            big = subscribe(peer, after_seq=start["seq"], epoch=start["epoch"])
+            assert big["resync_required"] is True and big["snapshot"] is not None
+            # Filtered by types, the same gap fits again.
+            small = subscribe(
+                peer, after_seq=start["seq"], epoch=start["epoch"], types=["test.none"]
+            )
+            assert small["resync_required"] is False and small["events"] == []
