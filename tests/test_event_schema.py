@@ -68,6 +68,28 @@ def _drive(daemon: DaemonProcess, repo: Path) -> None:
         {"workspace_id": workspace["id"], "kind": "exec", "argv": ["sh", "-c", "echo hi"]},
     )["process"]
     daemon.call("process.wait", {"process_id": proc["id"], "timeout_s": 30})
+    long = daemon.call(
+        "process.spawn",
+        {"workspace_id": workspace["id"], "kind": "terminal", "argv": ["sleep", "60"]},
+    )["process"]
+    daemon.call("process.stop", {"process_id": long["id"], "grace_s": 5})
+    made = daemon.call(
+        "turn.create", {"owner_workspace_id": workspace["id"], "mode": "new", "name": "sub"}
+    )
+    daemon.call("turn.end", {"handle_id": made["turn"]["id"]})
+    daemon.call("workspace.remove", {"workspace_id": made["workspace"]["id"], "force": True})
+    auto = daemon.call(
+        "workspace.create",
+        {"project_id": project["id"], "name": "auto", "auto_archive": "on_agent_exit"},
+    )["workspace"]
+    daemon.call("process.spawn", {"workspace_id": auto["id"], "kind": "agent", "argv": ["true"]})
+
+    def auto_archived() -> bool:
+        info = daemon.call("workspace.get", {"workspace_id": auto["id"]})["workspace"]
+        return (info.get("auto_archive_outcome") or {}).get("status") == "archived"
+
+    until(auto_archived, message="the auto-archive to finish")
+    daemon.call("workspace.remove", {"workspace_id": auto["id"], "force": True})
     archived = daemon.call("workspace.archive", {"workspace_id": workspace["id"]})
     assert archived["workspace"]["state"] == "archived"
     daemon.call("workspace.unarchive", {"workspace_id": workspace["id"]})
@@ -112,6 +134,10 @@ def test_every_event_of_a_workspace_life_validates_against_its_typed_definition(
         "lease.released",
         "process.started",
         "process.exited",
+        "process.stopping",
+        "turn.created",
+        "turn.ended",
+        "workspace.auto_archive",
         "cleanup.obligation_changed",
         "project.removed",
     } <= seen, sorted(seen)
