@@ -171,3 +171,47 @@ def test_the_schema_carries_the_typed_union_and_every_definition() -> None:
     text = json.dumps(typed)
     for ref in {part.split('"')[0] for part in text.split('"$ref": "#/$defs/')[1:]}:
         assert ref in defs, ref
+
+
+def _validate(event: dict[str, Any]) -> None:
+    assert event["type"] in TYPED_EVENTS, f"no typed definition for {event['type']}"
+    try:
+        typed_event_adapter().validate_python(event)
+    except ValidationError as exc:
+        raise AssertionError(f"{event['type']} does not match its definition: {exc}") from None
+
+
+def test_kept_and_adopted_process_events_validate() -> None:
+    """process.kept at a stop, process.adopted at the next start: published before any client
+    can connect, so the new run's ring replays them (after_seq 0 of the new epoch)."""
+    base = short_tmpdir("xumek-")
+    repo = make_repo(base / "repo")
+    write_config(base / "root", "stop_grace_s = 0.5\n[processes]\nkeep_processes = true\n")
+    daemon = DaemonProcess(base / "root").start()
+    agent: dict[str, Any] = {}
+    try:
+        project = daemon.call("project.add", {"path": str(repo)})["project"]
+        ws = daemon.call("workspace.create", {"project_id": project["id"], "name": "k"})
+        agent = daemon.call(
+            "process.spawn",
+            {"workspace_id": ws["workspace"]["id"], "kind": "agent", "argv": ["sleep", "60"]},
+        )["process"]
+        with Client(daemon.root, timeout=30) as watcher:
+            watcher.call("events.subscribe", {"types": ["process."]})
+            daemon.call("daemon.shutdown")
+            kept = watcher.next_notification()["params"]
+        assert kept["type"] == "process.kept"
+        _validate(kept)
+        assert daemon.wait(30) == 0
+        daemon.start()
+        with Client(daemon.root) as client:
+            epoch = client.server["epoch"] if client.server else ""
+            replay = client.call("events.subscribe", {"after_seq": 0, "epoch": epoch})
+        assert replay["resync_required"] is False
+        adopted = [e for e in replay["events"] if e["type"] == "process.adopted"]
+        assert [e["data"]["process"]["id"] for e in adopted] == [agent["id"]]
+        for event in replay["events"]:
+            _validate(event)
+        daemon.call("process.stop", {"process_id": agent["id"], "grace_s": 1})
+    finally:
+        daemon.close()
