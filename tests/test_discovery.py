@@ -5,6 +5,7 @@ deep for a Unix socket path."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -222,9 +223,8 @@ def test_the_daemon_follows_the_rule_root_beats_xum_socket() -> None:
         )
         try:
             # The socket file exists from bind(), before listen(): wait for an answer.
-            assert until(lambda: _answering_pid(expected), message=f"xumd on {expected}") == (
-                proc.pid
-            )
+            answered = until(functools.partial(_answering_pid, expected), message="an answer")
+            assert answered == proc.pid
         finally:
             proc.terminate()
             assert proc.wait(timeout=30) == 0
