@@ -1,0 +1,314 @@
+"""Ignored files of the main checkout copied into a new checkout (issue 14, section 1).
+
+Which: untracked files and directories of the project's main checkout that match the project's
+`[create] copy` patterns or its `.worktreeinclude` (gitignore syntax) AND that the repository
+ignores. Git does the matching (`ls-files --others --ignored --exclude-from`, then
+`check-ignore`), so the patterns mean exactly what they mean in a .gitignore.
+
+How: by file descriptor through lifecycle/fscopy.py: each path component is opened with
+O_NOFOLLOW (a symlink in the path is never followed, in the source or in the new checkout), a
+symlink is copied as a link, special files are skipped, a directory on another mount is not
+entered, data is cloned (FICLONE) where the filesystem can and copied otherwise. An entry the
+new checkout already has (a tracked file on the branch; at unarchive, what the snapshot or the
+archive's preserved files restored) is left as it is.
+
+Bounded: the whole copy is sized first; entries beyond `[create] copy_max_bytes` (ROOT/config.toml)
+are skipped whole (never half a directory) and reported (`capped`); space is checked before
+anything is written; the copy runs in a worker thread under `copy_timeout_s`, and stops at the
+next file when the deadline passes or the daemon stops. A copy that fails raises: the caller
+(create, unarchive) undoes the checkout, so a half-seeded workspace is never reported as made.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+from xum_protocol.errors import ErrorKind
+from xum_protocol.models.wsenv import CopyReport
+
+from xumd import diskfull, fsdelete, logs
+from xumd.errors import XumError
+from xumd.git import _BASE_ENV, Git
+from xumd.lifecycle import fscopy
+from xumd.procutil import CommandNotFound, run_command
+
+log = logs.get("xumd.lifecycle.seed")
+
+LIST_LIMIT = 8 << 20
+"""Bytes of NUL-separated paths git may list; more is refused (narrow the patterns)."""
+SHOWN = 1000
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Stopped(Exception):
+    """The copy's deadline passed, or the daemon is stopping."""
+
+
+@dataclass
+class _Planned:
+    entry: str
+    allocated: int
+    entries: int
+
+
+@dataclass
+class _Plan:
+    todo: list[_Planned] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    mounts: list[str] = field(default_factory=list)
+
+
+async def _git_list(git: Git, repo: Path, args: list[str], stdin: bytes | None = None) -> list[str]:
+    try:
+        result = await run_command(
+            [git.binary, "-C", str(repo), *args],
+            env={**os.environ, **_BASE_ENV},
+            timeout_s=git.timeout_s,
+            output_limit=LIST_LIMIT,
+            stdin=stdin,
+            containment=git.containment,
+        )
+    except CommandNotFound as exc:
+        raise XumError(ErrorKind.OPERATION_FAILED, f"git is not installed ({exc})") from None
+    # check-ignore exits 1 when nothing is ignored: not a failure.
+    if result.timed_out or result.returncode not in (0, 1):
+        raise XumError(
+            ErrorKind.OPERATION_FAILED,
+            f"listing the ignored files to copy failed: git {args[0]}: {result.describe()}: "
+            f"{result.output.tail_text(800).strip()}",
+        )
+    if result.output.dropped:
+        raise XumError(
+            ErrorKind.OPERATION_FAILED,
+            f"the files matching the copy patterns take more than {LIST_LIMIT} bytes to list; "
+            "narrow [create] copy / .worktreeinclude (a directory pattern copies a directory "
+            "as one entry)",
+        )
+    return [p for p in result.output.text().split("\0") if p]
+
+
+async def matching(git: Git, repo: Path, patterns: list[str]) -> list[str]:
+    """The untracked, ignored entries of `repo` that match `patterns` (directories end in '/':
+    one entry for a directory wholly matched and ignored)."""
+    if not patterns:
+        return []
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", prefix="xum-copy-", suffix=".txt") as f:
+        f.write("\n".join(patterns) + "\n")
+        f.flush()
+        listing = ["ls-files", "-z", "--others", "--ignored", f"--exclude-from={f.name}"]
+        found = await _git_list(git, repo, [*listing, "--directory"])
+        if not found:
+            return []
+        ignored = set(await _ignored(git, repo, found))
+        # A listed directory the repository does not ignore as a whole (`build/` where only
+        # `build/*.o` is ignored): its own matching files, each checked.
+        partial = [e for e in found if e.endswith("/") and e not in ignored]
+        if partial:
+            inside = await _git_list(git, repo, [*listing, "--", *partial])
+            ignored.update(await _ignored(git, repo, inside))
+    chosen = sorted(ignored)
+    dirs = [e for e in chosen if e.endswith("/")]
+    return [e for e in chosen if not any(e != d and e.startswith(d) for d in dirs)]
+
+
+async def _ignored(git: Git, repo: Path, paths: list[str]) -> list[str]:
+    if not paths:
+        return []
+    stdin = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+    return await _git_list(git, repo, ["check-ignore", "-z", "--stdin"], stdin)
+
+
+def _open_parents(root_fd: int, parts: list[str], *, create_like: int | None = None) -> int:
+    """The directory holding the last of `parts`, opened component by component with
+    O_NOFOLLOW from `root_fd` (a symlink anywhere on the way is ELOOP/ENOTDIR, never followed).
+    With `create_like` (a source directory fd per level is not kept: its mode), missing
+    directories are made."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            try:
+                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if create_like is None:
+                    raise
+                os.mkdir(part, create_like, dir_fd=fd)
+                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Skip) -> _Plan:
+    plan = _Plan()
+    total = 0
+    root_fd = os.open(src, _DIR_FLAGS)
+    try:
+        top = fscopy._identity(root_fd)
+        for entry in entries:
+            parts = entry.rstrip("/").split("/")
+            if os.path.lexists(dest / entry.rstrip("/")):
+                plan.existing.append(entry)
+                continue
+            try:
+                parent = _open_parents(root_fd, parts)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    plan.refused.append(f"{entry} (a symlink on its path: not followed)")
+                    continue
+                if exc.errno == errno.ENOENT:
+                    continue  # gone since git listed it
+                raise
+            try:
+                if fscopy._other_mount(parent, top):
+                    plan.mounts.append(entry)
+                    continue
+                try:
+                    size = fscopy.tally_at(parent, parts[-1], check)
+                except FileNotFoundError:
+                    continue
+            finally:
+                os.close(parent)
+            plan.mounts.extend(f"{entry.rstrip('/')}/{m}" for m in size.mounts)
+            if plan.skipped or total + size.allocated > cap:
+                plan.skipped.append(entry)  # the copy stops at the cap: this and the rest
+                continue
+            total += size.allocated
+            plan.todo.append(_Planned(entry, size.allocated, size.entries))
+    finally:
+        os.close(root_fd)
+    return plan
+
+
+def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tally:
+    report = fscopy.Tally()
+    if not plan.todo:
+        return report
+    fscopy.check_space(
+        dest,
+        sum(p.allocated for p in plan.todo),
+        sum(p.entries for p in plan.todo) + 1,
+        f"the ignored files to copy into {dest}",
+    )
+    src_fd = os.open(src, _DIR_FLAGS)
+    dest_fd = os.open(dest, _DIR_FLAGS)
+    try:
+        for item in plan.todo:
+            parts = item.entry.rstrip("/").split("/")
+            sdir = _open_parents(src_fd, parts)
+            try:
+                mode = stat.S_IMODE(os.fstat(sdir).st_mode) or 0o755
+                ddir = _open_parents(dest_fd, parts, create_like=mode)
+                try:
+                    if os.path.lexists(dest / item.entry.rstrip("/")):
+                        plan.existing.append(item.entry)  # made meanwhile (setup never ran yet)
+                        continue
+                    try:
+                        fscopy.copy_entry_at(
+                            sdir, ddir, parts[-1], item.entry.rstrip("/"), skip=check, report=report
+                        )
+                    except BaseException:
+                        _remove_partial(dest / item.entry.rstrip("/"))
+                        raise
+                finally:
+                    os.close(ddir)
+            finally:
+                os.close(sdir)
+    finally:
+        os.close(src_fd)
+        os.close(dest_fd)
+    return report
+
+
+def _remove_partial(path: Path) -> None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        fsdelete.remove_tree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _shown(items: list[str]) -> list[str]:
+    return items[:SHOWN]
+
+
+async def seed(
+    git: Git,
+    src: Path,
+    dest: Path,
+    patterns: list[str],
+    *,
+    cap: int,
+    timeout_s: float,
+    stopping: Callable[[], bool],
+) -> CopyReport:
+    """Copy the matching ignored entries of `src` (the main checkout) into `dest`."""
+    started = time.monotonic()
+    entries = await matching(git, src, patterns)
+    if not entries:
+        return CopyReport(status="none", limit_bytes=cap)
+    deadline = started + timeout_s
+
+    def check(_rel: str) -> bool:
+        if time.monotonic() > deadline or stopping():
+            raise Stopped
+        return False
+
+    try:
+        plan = await anyio.to_thread.run_sync(_plan, src, dest, entries, cap, check)
+        tally = await anyio.to_thread.run_sync(_copy, src, dest, plan, check)
+    except Stopped:
+        why = "the daemon is stopping" if stopping() else f"it took longer than {timeout_s}s"
+        raise XumError(
+            ErrorKind.TIMEOUT if not stopping() else ErrorKind.SHUTTING_DOWN,
+            f"copying ignored files into {dest} was stopped: {why} "
+            "([create] copy_timeout_s in ROOT/config.toml)",
+            waited_for="the copy of ignored files",
+        ) from None
+    except OSError as exc:
+        if diskfull.is_no_space_oserror(exc):
+            raise diskfull.from_oserror(exc, str(dest)) from None
+        raise XumError(
+            ErrorKind.OPERATION_FAILED, f"copying ignored files into {dest} failed: {exc}"
+        ) from None
+    elapsed = time.monotonic() - started
+    files = len(tally.files)
+    report = CopyReport(
+        status="capped" if plan.skipped else ("ok" if plan.todo else "none"),
+        paths=_shown([p.entry for p in plan.todo if p.entry not in plan.existing]),
+        files=files,
+        bytes=tally.allocated,
+        cloned=tally.cloned,
+        copied=files - tally.cloned,
+        elapsed_s=round(elapsed, 3),
+        skipped=_shown(plan.skipped),
+        existing=_shown(plan.existing),
+        special=_shown([f"{s.path} ({s.type})" for s in tally.special] + plan.refused),
+        mounts=_shown(plan.mounts + tally.mounts),
+        limit_bytes=cap,
+    )
+    log.info(
+        "workspace.ignored_copied",
+        dest=str(dest),
+        status=report.status,
+        files=report.files,
+        bytes=report.bytes,
+        cloned=report.cloned,
+        elapsed_s=report.elapsed_s,
+    )
+    return report
