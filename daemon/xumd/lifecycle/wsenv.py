@@ -14,6 +14,7 @@ from pathlib import Path
 from xum_protocol.models.wsenv import XUM_VARS
 
 from xumd.lifecycle import ports, rows
+from xumd.lifecycle.seams import WorkspaceRef
 from xumd.store import Store
 
 
@@ -93,10 +94,37 @@ def child_base(drop: tuple[str, ...] = ()) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in gone}
 
 
+def frozen(store: Store, workspace_id: str) -> dict[str, str]:
+    """The workspace's variables as they are now (XUM_ROOT aside), for a step that may run
+    after its row is gone: a removed workspace's teardown (kept in the obligation)."""
+    user, xum = for_workspace(store, Path(), workspace_id)
+    xum.pop("XUM_ROOT", None)
+    return {**user, **xum}
+
+
 def compose(
-    store: Store, root: Path, workspace_id: str, extra: Mapping[str, str] | None = None
+    store: Store,
+    root: Path,
+    ref: WorkspaceRef,
+    kept: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The whole environment of a workspace's script: the daemon's (XUM_* cut), the
-    workspace's own variables, `extra`, then the XUM_* variables (never overridden)."""
-    user, xum = for_workspace(store, root, workspace_id)
-    return {**child_base(), **user, **(extra or {}), **xum}
+    workspace's own variables, then the XUM_* variables (never overridden). From its row
+    while there is one; else from `kept` (see `frozen`); else what `ref` knows."""
+    user, xum = for_workspace(store, root, ref.id)
+    if not xum and kept:
+        user = {k: v for k, v in kept.items() if k not in XUM_VARS}
+        xum = {k: v for k, v in kept.items() if k in XUM_VARS}
+        xum["XUM_ROOT"] = str(root)
+    if not xum:
+        project = rows.get_project(store, ref.project_id)
+        xum = xum_vars(
+            workspace_id=ref.id,
+            name=ref.name,
+            path=ref.path,
+            project_path=project.path if project else "",
+            branch=None,
+            port_list=[],
+            root=root,
+        )
+    return {**child_base(), **user, **xum}
