@@ -84,9 +84,7 @@ def env_lines(text: str) -> list[str]:
 # -- the environment ----------------------------------------------------------------------------
 
 
-def test_setup_teardown_and_a_process_get_the_same_environment(
-    tmp_short: Path, repo: Path
-) -> None:
+def test_setup_teardown_and_a_process_get_the_same_environment(tmp_short: Path, repo: Path) -> None:
     start, end = port_range(20)
     with_config(
         repo,

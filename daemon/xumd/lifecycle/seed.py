@@ -181,7 +181,6 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
                     continue
             finally:
                 os.close(parent)
-            plan.mounts.extend(f"{entry.rstrip('/')}/{m}" for m in size.mounts)
             if plan.skipped or total + size.allocated > cap:
                 plan.skipped.append(entry)  # the copy stops at the cap: this and the rest
                 continue
