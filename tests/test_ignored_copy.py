@@ -15,7 +15,7 @@ import pytest
 
 from tests.lifecycle_helpers import add_project, branch_exists, create, rpc_error, worktrees
 from tests.support.daemon import DaemonProcess, write_config
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import make_repo
 from tests.support.mounts import Mounts, real_mounts
 from tests.support.reflinkfs import xfs_reflink
 from tests.support.tmpfs import tmpfs

@@ -289,7 +289,7 @@ def test_a_crash_between_allocation_and_checkout_neither_leaks_nor_doubles(
     write_config(root, ports_config(start, end, count=2))
     daemon = DaemonProcess(root, env={"XUM_FAULT": "workspace.create.after_intent"}).start()
     project = add_project(daemon, repo)
-    with pytest.raises(Exception):  # noqa: B017, PT011 - the daemon dies mid-call
+    with pytest.raises(Exception):  # noqa: B017 - the daemon dies mid-call
         create(daemon, project["id"], "crash")
     assert daemon.wait() == -9
     daemon = DaemonProcess(root).start()
