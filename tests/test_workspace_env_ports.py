@@ -306,3 +306,22 @@ def test_a_crash_between_allocation_and_checkout_neither_leaks_nor_doubles(
         assert create(daemon, project["id"], "last")["workspace"]["ports"] == [start, start + 1]
     finally:
         daemon.close()
+
+
+def test_the_cli_passes_env_and_shows_ports(tmp_short: Path, repo: Path) -> None:
+    start, end = port_range(5)
+    daemon = started(tmp_short / "root", ports_config(start, end, count=1))
+    try:
+        project = add_project(daemon, repo)
+        done = xum(daemon, "ws", "new", project["name"], "cli", "--env", "FOO=a=b", "--env", "BAR=")
+        assert done.returncode == 0, done.stderr
+        assert f"ports: {start} (XUM_PORT={start})" in done.stdout
+        ws = daemon.call("workspace.list")["workspaces"][0]
+        assert ws["env"] == {"FOO": "a=b", "BAR": ""}
+        bad = xum(daemon, "ws", "new", project["name"], "cli2", "--env", "NOEQUALS")
+        assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr
+        reserved = xum(daemon, "ws", "new", project["name"], "cli3", "--env", "XUM_PORT=1")
+        assert reserved.returncode == 2 and "cannot be overridden" in reserved.stderr
+        assert len(daemon.call("workspace.list")["workspaces"]) == 1
+    finally:
+        daemon.close()

@@ -82,6 +82,13 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
         name, sep, value = pair.partition("=")
         if not sep or not name:
             raise click.BadParameter(f"{pair!r}: give NAME=VALUE", param_hint="--env")
+        if name.upper().startswith("XUM_"):
+            # The daemon refuses it too (invalid_params); said here in words.
+            raise click.BadParameter(
+                f"{name} is reserved: XUM_* variables are set by the daemon and cannot be "
+                "overridden",
+                param_hint="--env",
+            )
         env[name] = value
     return env
 
