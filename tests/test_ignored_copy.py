@@ -299,3 +299,15 @@ def test_unarchive_copies_what_the_archive_did_not_preserve(
     assert (path / "node_modules" / "pkg" / "new.js").read_text() == "added later\n"
     report = back["ignored_copy"]
     assert report["paths"] == ["node_modules/"] and report["existing"] == [".env", "sub/.env"]
+
+
+def test_a_worktreeinclude_that_is_a_fifo_is_refused_without_hanging(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    repo = seeded_repo(tmp_short / "repo", "")
+    os.mkfifo(repo / ".worktreeinclude")  # opened for reading, it would block forever
+    project = add_project(daemon, repo)
+    error = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "w"})
+    assert error.kind == "invalid_params"
+    assert ".worktreeinclude" in str(error) and "not a regular file" in str(error)
+    assert daemon.call("workspace.list")["workspaces"] == []
