@@ -68,7 +68,19 @@ class _Plan:
     mounts: list[str] = field(default_factory=list)
 
 
-async def _git_list(git: Git, repo: Path, args: list[str], stdin: bytes | None = None) -> list[str]:
+async def git_list(
+    git: Git,
+    repo: Path,
+    args: list[str],
+    stdin: bytes | None = None,
+    *,
+    what: str = "the ignored files to copy",
+    too_many: str = "narrow [create] copy / .worktreeinclude (a directory pattern copies a "
+    "directory as one entry)",
+) -> list[str]:
+    """The NUL-separated paths a git command prints, all of them or an error: `Git.run`'s
+    output keeps a head and a tail and drops the middle (64 KiB), which would silently lose
+    entries of a long listing."""
     try:
         result = await run_command(
             [git.binary, "-C", str(repo), *args],
@@ -83,16 +95,14 @@ async def _git_list(git: Git, repo: Path, args: list[str], stdin: bytes | None =
     # check-ignore exits 1 when nothing is ignored: not a failure.
     if result.timed_out or result.returncode not in (0, 1):
         raise XumError(
-            ErrorKind.OPERATION_FAILED,
-            f"listing the ignored files to copy failed: git {args[0]}: {result.describe()}: "
+            ErrorKind.TIMEOUT if result.timed_out else ErrorKind.OPERATION_FAILED,
+            f"listing {what} failed: git {args[0]}: {result.describe()}: "
             f"{result.output.tail_text(800).strip()}",
         )
     if result.output.dropped:
         raise XumError(
             ErrorKind.OPERATION_FAILED,
-            f"the files matching the copy patterns take more than {LIST_LIMIT} bytes to list; "
-            "narrow [create] copy / .worktreeinclude (a directory pattern copies a directory "
-            "as one entry)",
+            f"{what} take more than {LIST_LIMIT} bytes to list; {too_many}",
         )
     return [p for p in result.output.text().split("\0") if p]
 
@@ -106,7 +116,7 @@ async def matching(git: Git, repo: Path, patterns: list[str]) -> list[str]:
         f.write("\n".join(patterns) + "\n")
         f.flush()
         listing = ["ls-files", "-z", "--others", "--ignored", f"--exclude-from={f.name}"]
-        found = await _git_list(git, repo, [*listing, "--directory"])
+        found = await git_list(git, repo, [*listing, "--directory"])
         if not found:
             return []
         ignored = set(await _ignored(git, repo, found))
@@ -114,7 +124,7 @@ async def matching(git: Git, repo: Path, patterns: list[str]) -> list[str]:
         # `build/*.o` is ignored): its own matching files, each checked.
         partial = [e for e in found if e.endswith("/") and e not in ignored]
         if partial:
-            inside = await _git_list(git, repo, [*listing, "--", *partial])
+            inside = await git_list(git, repo, [*listing, "--", *partial])
             ignored.update(await _ignored(git, repo, inside))
     chosen = sorted(ignored)
     dirs = [e for e in chosen if e.endswith("/")]
@@ -125,7 +135,7 @@ async def _ignored(git: Git, repo: Path, paths: list[str]) -> list[str]:
     if not paths:
         return []
     stdin = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
-    return await _git_list(git, repo, ["check-ignore", "-z", "--stdin"], stdin)
+    return await git_list(git, repo, ["check-ignore", "-z", "--stdin"], stdin)
 
 
 def _open_parents(root_fd: int, parts: list[str], *, create_like: int | None = None) -> int:
