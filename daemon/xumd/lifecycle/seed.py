@@ -24,7 +24,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,20 +111,19 @@ async def matching(git: Git, repo: Path, patterns: list[str]) -> list[str]:
     one entry for a directory wholly matched and ignored)."""
     if not patterns:
         return []
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", prefix="xum-copy-", suffix=".txt") as f:
-        f.write("\n".join(patterns) + "\n")
-        f.flush()
-        listing = ["ls-files", "-z", "--others", "--ignored", f"--exclude-from={f.name}"]
-        found = await git_list(git, repo, [*listing, "--directory"])
-        if not found:
-            return []
-        ignored = set(await _ignored(git, repo, found))
-        # A listed directory the repository does not ignore as a whole (`build/` where only
-        # `build/*.o` is ignored): its own matching files, each checked.
-        partial = [e for e in found if e.endswith("/") and e not in ignored]
-        if partial:
-            inside = await git_list(git, repo, [*listing, "--", *partial])
-            ignored.update(await _ignored(git, repo, inside))
+    # On the command line (no file to write: a full /tmp must not stop a create); git reads
+    # each `--exclude` as one .gitignore line, in order.
+    listing = ["ls-files", "-z", "--others", "--ignored", *(f"--exclude={p}" for p in patterns)]
+    found = await git_list(git, repo, [*listing, "--directory"])
+    if not found:
+        return []
+    ignored = set(await _ignored(git, repo, found))
+    # A listed directory the repository does not ignore as a whole (`build/` where only
+    # `build/*.o` is ignored): its own matching files, each checked.
+    partial = [e for e in found if e.endswith("/") and e not in ignored]
+    if partial:
+        inside = await git_list(git, repo, [*listing, "--", *partial])
+        ignored.update(await _ignored(git, repo, inside))
     chosen = sorted(ignored)
     dirs = [e for e in chosen if e.endswith("/")]
     return [e for e in chosen if not any(e != d and e.startswith(d) for d in dirs)]
