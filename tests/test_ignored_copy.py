@@ -6,6 +6,7 @@ too small; a real daemon."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,6 +204,11 @@ def test_a_copy_that_times_out_undoes_the_create(tmp_short: Path) -> None:
         assert not (root / "workspaces").exists() or not any((root / "workspaces").rglob("w"))
         assert len(worktrees(repo)) == 1
         assert not branch_exists(repo, "xum/w")
+        db = sqlite3.connect(f"file:{root / 'state.db'}?mode=ro", uri=True)
+        try:
+            assert db.execute("SELECT count(*) FROM workspace_ports").fetchone() == (0,)
+        finally:
+            db.close()
     finally:
         daemon.close()
 
