@@ -16,7 +16,7 @@ import pytest
 
 from tests.lifecycle_helpers import add_project, branch_exists, create, rpc_error, worktrees
 from tests.support.daemon import DaemonProcess, write_config
-from tests.support.gitrepo import make_repo
+from tests.support.gitrepo import git, make_repo
 from tests.support.mounts import Mounts, real_mounts
 from tests.support.reflinkfs import xfs_reflink
 from tests.support.tmpfs import tmpfs
@@ -317,3 +317,31 @@ def test_a_worktreeinclude_that_is_a_fifo_is_refused_without_hanging(
     assert error.kind == "invalid_params"
     assert ".worktreeinclude" in str(error) and "not a regular file" in str(error)
     assert daemon.call("workspace.list")["workspaces"] == []
+
+
+def test_a_symlink_on_the_way_in_the_new_checkout_is_not_written_through(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    """The branch tracks `conf` as a link out of the repository where the main checkout has a
+    directory holding an ignored `.env`: the copy refuses that entry instead of writing
+    through the link (outside the new checkout), and the create still succeeds."""
+    outside = tmp_short / "outside"
+    outside.mkdir()
+    repo = seeded_repo(tmp_short / "repo", '[create]\ncopy = [".env"]\n')
+    git(repo, "checkout", "-q", "-b", "linked")
+    (repo / "conf").symlink_to(outside)
+    git(repo, "add", "conf")
+    git(repo, "commit", "-q", "-m", "conf is a link")
+    git(repo, "checkout", "-q", "main")
+    (repo / "conf").mkdir()
+    (repo / "conf" / ".env").write_text("CONF=main\n")
+    project = add_project(daemon, repo)
+    made = create(daemon, project["id"], "w", branch="linked")
+    ws = Path(made["workspace"]["path"])
+    assert os.readlink(ws / "conf") == str(outside)
+    assert list(outside.iterdir()) == []  # nothing written through the link
+    report = made["ignored_copy"]
+    assert (
+        "conf/.env (a symlink on its path in the new checkout: not followed)" in report["special"]
+    )
+    assert (ws / ".env").read_text() == "SECRET=main\n" and ".env" in report["paths"]

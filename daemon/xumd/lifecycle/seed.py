@@ -65,6 +65,7 @@ class _Plan:
     skipped: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     mounts: list[str] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
 
 
 async def git_list(
@@ -159,16 +160,45 @@ def _open_parents(root_fd: int, parts: list[str], *, create_like: int | None = N
         raise
 
 
+_LINKED = "a symlink on its path in the new checkout: not followed"
+
+
+def _at_dest(dest_fd: int, parts: list[str]) -> str:
+    """Whether the entry is `absent` from the new checkout, `exists` there, or sits behind a
+    symlink there (`linked`: the branch may track `sub` as a link where the main checkout has
+    a directory; writing through it would write outside the checkout)."""
+    try:
+        parent = _open_parents(dest_fd, parts)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return "absent"
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return "linked"
+        raise
+    try:
+        os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return "absent"
+    finally:
+        os.close(parent)
+    return "exists"
+
+
 def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Skip) -> _Plan:
     plan = _Plan()
     total = 0
     root_fd = os.open(src, _DIR_FLAGS)
+    dest_fd = os.open(dest, _DIR_FLAGS)
     try:
         top = fscopy._identity(root_fd)
         for entry in entries:
             parts = entry.rstrip("/").split("/")
-            if os.path.lexists(dest / entry.rstrip("/")):
+            there = _at_dest(dest_fd, parts)
+            if there == "exists":
                 plan.existing.append(entry)
+                continue
+            if there == "linked":
+                plan.refused.append(f"{entry} ({_LINKED})")
                 continue
             try:
                 parent = _open_parents(root_fd, parts)
@@ -196,6 +226,7 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
             plan.todo.append(_Planned(entry, size.allocated, size.entries))
     finally:
         os.close(root_fd)
+        os.close(dest_fd)
     return plan
 
 
@@ -214,14 +245,29 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
     try:
         for item in plan.todo:
             parts = item.entry.rstrip("/").split("/")
-            sdir = _open_parents(src_fd, parts)
+            try:
+                sdir = _open_parents(src_fd, parts)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link since
+                    plan.refused.append(f"{item.entry} (a symlink on its path: not followed)")
+                    continue
+                raise
             try:
                 mode = stat.S_IMODE(os.fstat(sdir).st_mode) or 0o755
-                ddir = _open_parents(dest_fd, parts, create_like=mode)
                 try:
-                    if os.path.lexists(dest / item.entry.rstrip("/")):
-                        plan.existing.append(item.entry)  # made meanwhile (setup never ran yet)
+                    ddir = _open_parents(dest_fd, parts, create_like=mode)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        plan.refused.append(f"{item.entry} ({_LINKED})")
                         continue
+                    raise
+                try:
+                    try:
+                        os.stat(parts[-1], dir_fd=ddir, follow_symlinks=False)
+                        plan.existing.append(item.entry)  # made meanwhile
+                        continue
+                    except FileNotFoundError:
+                        pass
                     try:
                         fscopy.copy_entry_at(
                             sdir, ddir, parts[-1], item.entry.rstrip("/"), skip=check, report=report
@@ -229,6 +275,7 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
                     except BaseException:
                         _remove_partial(dest / item.entry.rstrip("/"))
                         raise
+                    plan.done.append(item.entry)
                 finally:
                     os.close(ddir)
             finally:
@@ -297,7 +344,7 @@ async def seed(
     files = len(tally.files)
     report = CopyReport(
         status="capped" if plan.skipped else ("ok" if plan.todo else "none"),
-        paths=_shown([p.entry for p in plan.todo if p.entry not in plan.existing]),
+        paths=_shown(plan.done),
         files=files,
         bytes=tally.allocated,
         cloned=tally.cloned,
