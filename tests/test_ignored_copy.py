@@ -345,3 +345,26 @@ def test_a_symlink_on_the_way_in_the_new_checkout_is_not_written_through(
         "conf/.env (a symlink on its path in the new checkout: not followed)" in report["special"]
     )
     assert (ws / ".env").read_text() == "SECRET=main\n" and ".env" in report["paths"]
+
+
+def test_unarchive_merges_into_a_directory_a_preserved_file_restored(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    """`preserve` kept one file inside `node_modules/`; at unarchive the rest of
+    `node_modules/` comes from the main checkout around it, and the preserved file stays."""
+    repo = seeded_repo(
+        tmp_short / "repo",
+        '[create]\ncopy = ["node_modules/"]\n[scripts]\npreserve = ["node_modules/pkg/run"]\n',
+    )
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "w")["workspace"]
+    path = Path(ws["path"])
+    (path / "node_modules" / "pkg" / "run").write_text("#!/bin/sh\n# mine\n")
+    daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert (path / "node_modules" / "pkg" / "run").read_text() == "#!/bin/sh\n# mine\n"
+    assert (path / "node_modules" / "pkg" / "index.js").read_text() == (
+        repo / "node_modules" / "pkg" / "index.js"
+    ).read_text()
+    assert back["ignored_copy"]["paths"] == ["node_modules/"]
+    assert back["ignored_copy"]["files"] == 1  # index.js; run was the user's

@@ -222,8 +222,9 @@ async def seed_checkout(
     ctx: Context, project: ProjectRow, row: WorkspaceRow, patterns: list[str]
 ) -> CopyReport:
     """Copy the main checkout's matching ignored files into the new checkout (lifecycle/
-    seed.py); git projects only (the matching is git's)."""
-    if not patterns or project.kind != "git":
+    seed.py); worktrees of git projects only (the matching is git's; a directory runtime's
+    archive restores its whole content, which must not meet a second copy)."""
+    if not patterns or project.kind != "git" or row.runtime != "worktree":
         return CopyReport(status="none")
     cfg = ctx.app.config.create
     return await seed.seed(

@@ -535,6 +535,24 @@ def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repo
         os.close(sub)
 
 
+def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> None:
+    """Copy the directory `name` of `sdir` into the directory of the same name that `ddir`
+    already has: subdirectories merge, and `skip` must leave out every file or link the
+    destination has (a new file never replaces one: that is an error). Nothing is followed."""
+    sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
+    try:
+        if _other_mount(sub, _identity(sdir)):
+            report.mounts.append(rel)
+            return
+        dsub = os.open(name, _DIR_FLAGS, dir_fd=ddir)
+        try:
+            _copy_tree_fds(sub, dsub, skip, report, rel)
+        finally:
+            os.close(dsub)
+    finally:
+        os.close(sub)
+
+
 def tally_at(sdir: int, name: str, skip: Skip = _never) -> Tally:
     """What `copy_entry_at` of `name` in `sdir` would write (see `tally`)."""
     found = Tally()

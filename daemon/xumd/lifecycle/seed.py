@@ -56,6 +56,9 @@ class _Planned:
     entry: str
     allocated: int
     entries: int
+    merge: bool = False
+    """A directory the new checkout has already (at unarchive: one holding restored or
+    preserved files): what it lacks is copied into it, nothing in it is replaced."""
 
 
 @dataclass
@@ -176,12 +179,12 @@ def _at_dest(dest_fd: int, parts: list[str]) -> str:
             return "linked"
         raise
     try:
-        os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+        st = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
         return "absent"
     finally:
         os.close(parent)
-    return "exists"
+    return "dir" if stat.S_ISDIR(st.st_mode) else "exists"
 
 
 def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Skip) -> _Plan:
@@ -194,7 +197,8 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
         for entry in entries:
             parts = entry.rstrip("/").split("/")
             there = _at_dest(dest_fd, parts)
-            if there == "exists":
+            if there == "dir" and not entry.endswith("/"):
+                there = "exists"
                 plan.existing.append(entry)
                 continue
             if there == "linked":
@@ -223,7 +227,7 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
                 plan.skipped.append(entry)  # the copy stops at the cap: this and the rest
                 continue
             total += size.allocated
-            plan.todo.append(_Planned(entry, size.allocated, size.entries))
+            plan.todo.append(_Planned(entry, size.allocated, size.entries, merge=there == "dir"))
     finally:
         os.close(root_fd)
         os.close(dest_fd)
@@ -262,6 +266,17 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
                         continue
                     raise
                 try:
+                    if item.merge:
+                        fscopy.merge_dir_at(
+                            sdir,
+                            ddir,
+                            parts[-1],
+                            item.entry.rstrip("/"),
+                            skip=_merging(dest, check),
+                            report=report,
+                        )
+                        plan.done.append(item.entry)
+                        continue
                     try:
                         os.stat(parts[-1], dir_fd=ddir, follow_symlinks=False)
                         plan.existing.append(item.entry)  # made meanwhile
@@ -284,6 +299,20 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
         os.close(src_fd)
         os.close(dest_fd)
     return report
+
+
+def _merging(dest: Path, check: fscopy.Skip) -> fscopy.Skip:
+    """Leave out what the checkout has already, except directories (they merge)."""
+
+    def skip(rel: str) -> bool:
+        check(rel)
+        try:
+            st = os.lstat(dest / rel)
+        except FileNotFoundError:
+            return False
+        return not stat.S_ISDIR(st.st_mode)
+
+    return skip
 
 
 def _remove_partial(path: Path) -> None:
