@@ -368,3 +368,22 @@ def test_unarchive_merges_into_a_directory_a_preserved_file_restored(
     ).read_text()
     assert back["ignored_copy"]["paths"] == ["node_modules/"]
     assert back["ignored_copy"]["files"] == 1  # index.js; run was the user's
+
+
+def test_an_entry_deleted_from_the_main_checkout_after_sizing_is_skipped(tmp_short: Path) -> None:
+    """Between the sizing and the copy the main checkout changes (an `npm ci` there): an entry
+    gone meanwhile is skipped, not a failed create."""
+    from xumd.lifecycle import seed
+
+    src, dest = tmp_short / "src", tmp_short / "dest"
+    (src / "node_modules").mkdir(parents=True)
+    (src / "node_modules" / "a.js").write_text("a\n")
+    (src / ".env").write_text("E=1\n")
+    dest.mkdir()
+    plan = seed._plan(src, dest, [".env", "node_modules/"], 1 << 30, lambda _rel: False)
+    assert [p.entry for p in plan.todo] == [".env", "node_modules/"]
+    (src / "node_modules" / "a.js").unlink()
+    (src / "node_modules").rmdir()
+    seed._copy(src, dest, plan, lambda _rel: False)
+    assert plan.done == [".env"] and plan.vanished == ["node_modules/"]
+    assert (dest / ".env").read_text() == "E=1\n" and not (dest / "node_modules").exists()

@@ -69,6 +69,7 @@ class _Plan:
     refused: list[str] = field(default_factory=list)
     mounts: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
+    vanished: list[str] = field(default_factory=list)
 
 
 async def git_list(
@@ -251,9 +252,19 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
             parts = item.entry.rstrip("/").split("/")
             try:
                 sdir = _open_parents(src_fd, parts)
+                try:
+                    os.stat(parts[-1], dir_fd=sdir, follow_symlinks=False)
+                except BaseException:
+                    os.close(sdir)
+                    raise
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link since
                     plan.refused.append(f"{item.entry} (a symlink on its path: not followed)")
+                    continue
+                if exc.errno == errno.ENOENT:
+                    # Deleted from the main checkout since it was sized (an `npm ci` there):
+                    # nothing to copy, not a failure.
+                    plan.vanished.append(item.entry)
                     continue
                 raise
             try:
