@@ -137,17 +137,23 @@ def test_setup_teardown_and_a_process_get_the_same_environment(tmp_short: Path, 
         daemon.close()
 
 
-def test_a_process_env_cannot_override_the_xum_variables(daemon: DaemonProcess, repo: Path) -> None:
-    project = add_project(daemon, repo)
-    ws = create(daemon, project["id"], "p")["workspace"]
-    os.environ["XUM_BRANCH"] = "inherited-must-not-leak"
+def test_neither_a_request_nor_the_daemon_environment_overrides_the_xum_variables(
+    root: Path, repo: Path
+) -> None:
+    # A daemon started from inside a workspace inherits that workspace's XUM_* variables.
+    inherited = {"XUM_BRANCH": "inherited", "XUM_PORT": "1", "XUM_WORKSPACE_PATH": "/elsewhere"}
+    daemon = DaemonProcess(root, env=inherited).start()
     try:
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "p")["workspace"]
         run = xum(daemon, "run", ws["id"], "--env", "XUM_WORKSPACE_NAME=forged", "--", "env")
+        assert run.returncode == 0, run.stderr
+        assert "XUM_WORKSPACE_NAME=p\n" in run.stdout
+        assert "XUM_BRANCH=xum/p\n" in run.stdout
+        assert f"XUM_WORKSPACE_PATH={ws['path']}\n" in run.stdout
+        assert "XUM_PORT=\n" in run.stdout and "XUM_PORTS=\n" in run.stdout
     finally:
-        del os.environ["XUM_BRANCH"]
-    assert run.returncode == 0, run.stderr
-    assert "XUM_WORKSPACE_NAME=p\n" in run.stdout
-    assert "XUM_PORT=\n" in run.stdout and "XUM_PORTS=\n" in run.stdout
+        daemon.close()
 
 
 @pytest.mark.parametrize(
