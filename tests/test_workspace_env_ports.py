@@ -55,10 +55,19 @@ def started(root: Path, config: str) -> DaemonProcess:
 
 
 @contextmanager
-def listening(port: int) -> Iterator[socket.socket]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def listening(port: int, address: str = "127.0.0.1") -> Iterator[socket.socket]:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
     try:
-        sock.bind(("127.0.0.1", port))
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        pytest.skip(f"no {address} socket here: {exc}")
+    try:
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            sock.bind((address, port))
+        except OSError as exc:
+            pytest.skip(f"cannot listen on {address}: {exc}")
         sock.listen()
         yield sock
     finally:
@@ -225,12 +234,13 @@ def test_concurrent_creates_get_distinct_ports(tmp_short: Path, repo: Path) -> N
         daemon.close()
 
 
-def test_a_port_something_listens_on_is_skipped(tmp_short: Path, repo: Path) -> None:
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1", "0.0.0.0"])
+def test_a_port_something_listens_on_is_skipped(tmp_short: Path, repo: Path, address: str) -> None:
     start, end = port_range(3)
     daemon = started(tmp_short / "root", ports_config(start, end, count=1))
     try:
         project = add_project(daemon, repo)
-        with listening(start):
+        with listening(start, address):
             ws = create(daemon, project["id"], "l")["workspace"]
         assert ws["ports"] == [start + 1]
     finally:
