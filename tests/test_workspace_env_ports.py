@@ -341,3 +341,40 @@ def test_the_cli_passes_env_and_shows_ports(tmp_short: Path, repo: Path) -> None
         assert len(daemon.call("workspace.list")["workspaces"]) == 1
     finally:
         daemon.close()
+
+
+def test_an_unarchive_with_no_port_to_replace_a_taken_one_changes_nothing(
+    tmp_short: Path, repo: Path
+) -> None:
+    start, end = port_range(2)
+    daemon = started(tmp_short / "root", ports_config(start, end, count=1))
+    try:
+        project = add_project(daemon, repo)
+        a = create(daemon, project["id"], "a")["workspace"]
+        b = create(daemon, project["id"], "b")["workspace"]
+        assert (a["ports"], b["ports"]) == ([start], [end])
+        daemon.call("workspace.archive", {"workspace_id": a["id"]})
+        with listening(start):
+            error = rpc_error(daemon, "workspace.unarchive", {"workspace_id": a["id"]})
+        assert error.kind == "ports_exhausted"
+        still = daemon.call("workspace.get", {"workspace_id": a["id"]})["workspace"]
+        assert still["state"] == "archived" and still["ports"] == [start]
+        assert not Path(a["path"]).exists()
+        back = daemon.call("workspace.unarchive", {"workspace_id": a["id"]})
+        assert back["workspace"]["ports"] == [start] and back["ports_replaced"] == []
+    finally:
+        daemon.close()
+
+
+def test_an_unarchive_under_a_broken_project_config_changes_nothing(
+    daemon: DaemonProcess, repo: Path
+) -> None:
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "u")["workspace"]
+    daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    (repo / ".xum").mkdir(exist_ok=True)
+    (repo / ".xum" / "config.toml").write_text("[ports]\ncount = -1\n")
+    error = rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
+    assert error.kind == "invalid_params" and "[ports] count" in str(error)
+    still = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+    assert still["state"] == "archived" and not Path(ws["path"]).exists()
