@@ -144,8 +144,7 @@ async def _ignored(git: Git, repo: Path, paths: list[str]) -> list[str]:
 def _open_parents(root_fd: int, parts: list[str], *, create_like: int | None = None) -> int:
     """The directory holding the last of `parts`, opened component by component with
     O_NOFOLLOW from `root_fd` (a symlink anywhere on the way is ELOOP/ENOTDIR, never followed).
-    With `create_like` (a source directory fd per level is not kept: its mode), missing
-    directories are made."""
+    With `create_like` (a mode: the source directory's), missing directories are made."""
     fd = os.dup(root_fd)
     try:
         for part in parts[:-1]:
