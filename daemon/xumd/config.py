@@ -55,6 +55,38 @@ class ProcessesConfig(BaseModel):
     auto_archive_backoff_max_s: float = Field(default=60.0, gt=0)
 
 
+class GcConfig(BaseModel):
+    """Garbage collection policies (issue 14): every one is off (None/False) by default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    archived_after_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="Remove archived workspaces archived (last changed) longer ago than this.",
+    )
+    snapshot_refs_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="Delete snapshot refs of removed workspaces whose snapshot commit is older.",
+    )
+    archive_merged: bool = Field(
+        default=False,
+        description="Archive active workspaces that are clean and whose branch (with commits of "
+        "its own) is merged into the main checkout's HEAD.",
+    )
+    kept_after_days: float | None = Field(
+        default=None, gt=0, description="Delete kept copies of removed workspaces after this."
+    )
+
+
+class UsageConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    deadline_s: float = Field(default=30.0, gt=0, description="One usage walk, then partial.")
+    cache_s: float = Field(default=300.0, ge=0, description="A usage answer is reused this long.")
+
+
 class DaemonConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -80,10 +112,15 @@ class DaemonConfig(BaseModel):
     lock_wait_s: float = Field(default=30.0, gt=0)
     git_timeout_s: float = Field(default=120.0, gt=0)
     script_timeout_s: float = Field(default=600.0, gt=0)
+    fetch_timeout_s: float = Field(
+        default=60.0, gt=0, description="`workspace.create {fetch}`: the base's git fetch."
+    )
     stop_grace_s: float = Field(default=5.0, ge=0)
     enable_test_methods: bool = False
     cleanup: CleanupConfig = Field(default_factory=CleanupConfig)
     processes: ProcessesConfig = Field(default_factory=ProcessesConfig)
+    gc: GcConfig = Field(default_factory=GcConfig)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
 
 
 class ConfigError(Exception):

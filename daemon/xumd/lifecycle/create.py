@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.base import CONTROL_RE
+from xum_protocol.models.checkout_extras import SubmoduleInfo
 from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreateResult
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import checkout, ids, owned, rows, setup
+from xumd.lifecycle import basefetch, bigrepo, checkout, ids, owned, rows, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 
@@ -141,7 +142,10 @@ async def _create(
     binding: IntentBinding | None,
 ) -> WorkspaceCreateResult:
     _check_params(ctx, project, params)
+    params, fetched = await basefetch.prepare(ctx.git, ctx.app.config, project, params)
     plan = await _plan_branch(ctx, project, params) if params.runtime == "worktree" else None
+    sparse = await bigrepo.sparse_patterns(ctx.git, project.path) if plan else None
+    submodules: list[SubmoduleInfo] = []
     await HOLD.hold()
     row = ctx.row(_insert_intent(ctx, project, params, plan, binding))
     ctx.publish("workspace.created", row)
@@ -164,8 +168,11 @@ async def _create(
             if plan is not None:
                 new_from = plan.base if plan.create else None
                 cleared = await checkout.add_worktree(
-                    ctx.git, project.path, row, plan.branch, new_from
+                    ctx.git, project.path, row, plan.branch, new_from, no_checkout=bool(sparse)
                 )
+                if sparse is not None:
+                    await bigrepo.apply_sparse(ctx.git, row.path, sparse)
+                submodules = await bigrepo.init_submodules(ctx.git, project.path, row.path)
             else:
                 checkout.make_directory(row)
         CREATE_AFTER_CHECKOUT()
@@ -187,7 +194,13 @@ async def _create(
     ctx.publish("workspace.state_changed", row)
     log.info("workspace.created", workspace=row.id, project=project.id, path=str(row.path))
     return WorkspaceCreateResult(
-        workspace=ctx.info(row), setup=setup.result(outcome), cleared_locks=cleared
+        workspace=ctx.info(row),
+        setup=setup.result(outcome),
+        cleared_locks=cleared,
+        base_commit=plan.base if plan else None,
+        fetch=fetched,
+        sparse=sparse,
+        submodules=submodules,
     )
 
 
