@@ -196,9 +196,7 @@ def test_sparse_patterns_inherited(daemon: DaemonProcess, tmp_short: Path) -> No
     assert git(repo, "sparse-checkout", "list").split() == ["a"]
 
 
-def test_full_checkout_when_main_is_not_sparse(
-    daemon: DaemonProcess, tmp_short: Path
-) -> None:
+def test_full_checkout_when_main_is_not_sparse(daemon: DaemonProcess, tmp_short: Path) -> None:
     repo = make_repo(tmp_short / "full", {"a/f": "1\n", "b/f": "2\n"})
     project = add_project(daemon, repo)
     result = create(daemon, project["id"], "full")
@@ -224,9 +222,7 @@ def test_submodules_borrow_the_main_checkouts_objects_offline(
     project = add_project(daemon, main)
     result = create(daemon, project["id"], "withsub")
     path = Path(result["workspace"]["path"])
-    assert result["submodules"] == [
-        {"path": "libs/sub", "status": "initialized", "error": None}
-    ]
+    assert result["submodules"] == [{"path": "libs/sub", "status": "initialized", "error": None}]
     assert (path / "libs" / "sub" / "lib.txt").read_text() == "lib\n"
     # Its remote is the real one again (a later fetch goes where the user expects).
     assert git(path / "libs" / "sub", "remote", "get-url", "origin").strip() == url
@@ -280,5 +276,3 @@ def test_submodule_whose_commit_is_missing_locally_fails_but_create_succeeds(
     [info] = result["submodules"]
     assert info["status"] == "failed"
     assert info["error"]
-
-

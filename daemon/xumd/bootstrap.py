@@ -15,6 +15,7 @@ from xumd.recovery import feature as recovery_feature
 from xumd.rpc import spec_examples
 from xumd.services import containment_service, daemon_service
 from xumd.turns import feature as turns_feature
+from xumd.usage import feature as usage_feature
 
 
 def install_features(app: App) -> None:
@@ -27,6 +28,7 @@ def install_features(app: App) -> None:
     lifecycle_feature.wire_cleanup(app)  # the unsaved-work check before trashing (after both)
     processes_feature.install(app)  # processes + leases (after lifecycle and cleanup)
     turns_feature.install(app)  # delegated turns (after lifecycle)
+    usage_feature.install(app)  # disk usage (after lifecycle and cleanup)
     recovery_feature.install(app)  # startup pass + strays (last: runs after the others' hooks)
     containment_service.wire(app)
     if app.config.enable_test_methods:

@@ -12,10 +12,11 @@ from xum_protocol.models import (
     project,
     recovery,
     turn,
+    usage,
     workspace,
 )
 
-_DOMAINS = (daemon, project, workspace, cleanup, process, lease, turn, recovery, events)
+_DOMAINS = (daemon, project, workspace, usage, cleanup, process, lease, turn, recovery, events)
 
 METHODS: dict[str, MethodSpec] = {}
 for _domain in _DOMAINS:

@@ -131,13 +131,23 @@ def register(cli: click.Group) -> None:
     @ws.command("ls")
     @click.option("--project", "project_ref", help="only this project (id or name)")
     @click.option("--state", help="only this state")
+    @click.option("--usage", "with_usage", is_flag=True, help="with each checkout's disk usage")
     @click.pass_obj
-    def ls(obj: Ctx, project_ref: str | None, state: str | None) -> None:
+    def ls(obj: Ctx, project_ref: str | None, state: str | None, with_usage: bool) -> None:
         """List workspaces."""
         with obj.client() as client:
             pid = project_id(client, project_ref) if project_ref else None
             result = client.call("workspace.list", given(project_id=pid, state=state))
         lines = [short(w) for w in result["workspaces"]]
+        if with_usage:
+            from xum_client.commands.usage import fetch_usage, usage_cell
+
+            sizes = {u["workspace_id"]: u for u in fetch_usage(obj)["workspaces"]}
+            result["usage"] = [sizes[w["id"]] for w in result["workspaces"] if w["id"] in sizes]
+            lines = [
+                f"{usage_cell(sizes.get(w['id'], {})):>12}  {line}"
+                for w, line in zip(result["workspaces"], lines, strict=True)
+            ]
         obj.emit(result, "\n".join(lines) if lines else "no workspaces")
 
     @ws.command("show")
