@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from xumd.app import App
 from xumd.cleanup import feature as cleanup_feature
+from xumd.gc import feature as gc_feature
 from xumd.lifecycle import feature as lifecycle_feature
 from xumd.lifecycle.seams import LifecycleHooks
 from xumd.processes import feature as processes_feature
@@ -30,6 +31,7 @@ def install_features(app: App) -> None:
     turns_feature.install(app)  # delegated turns (after lifecycle)
     usage_feature.install(app)  # disk usage (after lifecycle and cleanup)
     recovery_feature.install(app)  # startup pass + strays (last: runs after the others' hooks)
+    gc_feature.install(app)  # gc policies (after usage and recovery: it uses both)
     containment_service.wire(app)
     if app.config.enable_test_methods:
         spec_examples.install(app.router)

@@ -7,6 +7,7 @@ from xum_protocol.models import (
     cleanup,
     daemon,
     events,
+    gc,
     lease,
     process,
     project,
@@ -16,7 +17,19 @@ from xum_protocol.models import (
     workspace,
 )
 
-_DOMAINS = (daemon, project, workspace, usage, cleanup, process, lease, turn, recovery, events)
+_DOMAINS = (
+    daemon,
+    project,
+    workspace,
+    usage,
+    gc,
+    cleanup,
+    process,
+    lease,
+    turn,
+    recovery,
+    events,
+)
 
 METHODS: dict[str, MethodSpec] = {}
 for _domain in _DOMAINS:

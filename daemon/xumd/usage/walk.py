@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import stat
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from xum_protocol.models.usage import DirUsage, UsageFigures
 
