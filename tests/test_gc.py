@@ -80,10 +80,10 @@ def test_gc_is_off_by_default(daemon: DaemonProcess, project: dict[str, Any]) ->
     plan = daemon.call("gc.plan")
     assert plan["items"] == [] and plan["skipped"] == []
     assert plan["policies"] == {
-        "archived_after_days": None,
-        "snapshot_refs_days": None,
+        "archived_after_days": 0,
+        "snapshot_refs_days": 0,
         "archive_merged": False,
-        "kept_after_days": None,
+        "kept_after_days": 0,
     }
     assert daemon.call("gc.run")["done"] == []
     assert daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]["state"] == (

@@ -56,27 +56,28 @@ class ProcessesConfig(BaseModel):
 
 
 class GcConfig(BaseModel):
-    """Garbage collection policies (issue 14): every one is off (None/False) by default."""
+    """Garbage collection policies (issue 14): every one is off (0 / false) by default."""
 
     model_config = ConfigDict(extra="forbid")
 
-    archived_after_days: float | None = Field(
-        default=None,
-        gt=0,
-        description="Remove archived workspaces archived (last changed) longer ago than this.",
+    archived_after_days: float = Field(
+        default=0,
+        ge=0,
+        description="Remove archived workspaces archived (last changed) longer ago; 0: off.",
     )
-    snapshot_refs_days: float | None = Field(
-        default=None,
-        gt=0,
-        description="Delete snapshot refs of removed workspaces whose snapshot commit is older.",
+    snapshot_refs_days: float = Field(
+        default=0,
+        ge=0,
+        description="Delete a removed workspace's snapshot refs this long after its removal; "
+        "0: off (kept forever).",
     )
     archive_merged: bool = Field(
         default=False,
         description="Archive active workspaces that are clean and whose branch (with commits of "
         "its own) is merged into the main checkout's HEAD.",
     )
-    kept_after_days: float | None = Field(
-        default=None, gt=0, description="Delete kept copies of removed workspaces after this."
+    kept_after_days: float = Field(
+        default=0, ge=0, description="Delete kept copies of removed workspaces after; 0: off."
     )
 
 

@@ -22,7 +22,7 @@ def _subject(item: dict[str, Any]) -> str:
 
 
 def _policy_line(policies: dict[str, Any]) -> str:
-    on = [f"{k}={v}" for k, v in policies.items() if v not in (None, False)]
+    on = [f"{k}={v}" for k, v in policies.items() if v not in (None, False, 0)]
     return "policies: " + (", ".join(on) if on else "none enabled (ROOT/config.toml [gc])")
 
 

@@ -66,13 +66,13 @@ class Planner:
 
     async def plan(self, now: float) -> Plan:
         plan = Plan(now)
-        if self.config.archived_after_days is not None:
+        if self.config.archived_after_days > 0:
             await self._archived(plan, self.config.archived_after_days)
-        if self.config.snapshot_refs_days is not None:
+        if self.config.snapshot_refs_days > 0:
             await self._snapshot_refs(plan, self.config.snapshot_refs_days)
         if self.config.archive_merged:
             await self._merged(plan)
-        if self.config.kept_after_days is not None:
+        if self.config.kept_after_days > 0:
             await self._kept(plan, self.config.kept_after_days)
         return plan
 

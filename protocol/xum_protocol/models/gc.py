@@ -53,12 +53,12 @@ class GcSkipped(Result):
 
 
 class GcPolicies(Result):
-    """The policies in force (ROOT/config.toml `[gc]`; None/false: off)."""
+    """The policies in force (ROOT/config.toml `[gc]`; 0 / false: off)."""
 
-    archived_after_days: float | None = None
-    snapshot_refs_days: float | None = None
+    archived_after_days: float = 0
+    snapshot_refs_days: float = 0
     archive_merged: bool = False
-    kept_after_days: float | None = None
+    kept_after_days: float = 0
 
 
 class GcPlanParams(Params):
