@@ -16,6 +16,7 @@ from xum_client.errors import XumClientError
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
+from tests.support.wait import until
 from tests.test_cli_workspace import xum, xum_json
 
 DAY = 86400.0
@@ -251,6 +252,52 @@ def test_crash_mid_gc_is_settled_by_recovery(root: Path, repo: Path) -> None:
         assert git(repo, "log", "-1", "--format=%s", "xum/crash").strip() == "crash"
     finally:
         daemon.close()
+
+
+def test_background_run_resumes_after_a_crash(root: Path, repo: Path) -> None:
+    """`gc.run {background}` is recorded before it starts: SIGKILL in the middle of its first
+    item, and the restarted daemon settles the item (startup pass) and finishes the run."""
+    write_config(root, POLICIES)
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        first = _merged_workspace(daemon, repo, project["id"], "bg1")
+        second = _merged_workspace(daemon, repo, project["id"], "bg2")
+        daemon.close()
+        daemon = DaemonProcess(root, env={"XUM_FAULT": "workspace.archive.after_snapshot"}).start()
+        try:
+            started = daemon.call("gc.run", {"background": True})
+        except (XumClientError, OSError):
+            pytest.fail("the run must be recorded and answered before it starts")
+        assert started["state"] == "running"
+        run_id = started["run_id"]
+        assert daemon.wait() == -signal.SIGKILL
+        daemon = DaemonProcess(root).start()
+        final = until_done(daemon, run_id)
+        states = {w["id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+        for wid in (first, second):
+            ws = states[wid]
+            assert ws["state"] in ("active", "archived")  # never left mid-way
+        collected = {d["workspace_id"] for d in final["done"]}
+        left = {s["workspace_id"] for s in final["skipped"]}
+        assert second in collected  # the item the crash did not reach is done on resume
+        assert {first, second} <= collected | left
+        assert states[second]["state"] == "archived"
+        assert rpc_error(daemon, "gc.get", {"run_id": "ws_0000000000000001"}).kind == (
+            "invalid_scope"
+        )
+        assert rpc_error(daemon, "gc.get", {"run_id": "gc_0000000000000001"}).kind == ("not_found")
+    finally:
+        daemon.close()
+
+
+def until_done(daemon: DaemonProcess, run_id: str) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        got = daemon.call("gc.get", {"run_id": run_id})
+        return got if got["state"] == "done" else None
+
+    result: dict[str, Any] = until(done, timeout=60, message=f"gc run {run_id} done")
+    return result
 
 
 def test_cli_gc_dry_run_and_run(gcd: DaemonProcess, repo: Path) -> None:

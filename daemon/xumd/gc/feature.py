@@ -4,7 +4,13 @@
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
-from xum_protocol.models.gc import GcPlanParams, GcPlanResult, GcRunParams, GcRunResult
+from xum_protocol.models.gc import (
+    GcGetParams,
+    GcPlanParams,
+    GcPlanResult,
+    GcRunParams,
+    GcRunResult,
+)
 
 from xumd.app import App
 from xumd.gc.clock import GcClock
@@ -32,8 +38,14 @@ def install(app: App) -> GcService:
     async def gc_run(p: GcRunParams, ctx: RequestContext) -> GcRunResult:
         return await service.run(p)
 
+    async def gc_get(p: GcGetParams, ctx: RequestContext) -> GcRunResult:
+        return service.get(p.run_id)
+
     app.router.add("gc.plan", gc_plan)
     app.router.add("gc.run", gc_run)
+    app.router.add("gc.get", gc_get)
+    app.after_ready("gc.worker", service.serve)
+    app.on_shutdown("gc.worker", service.stop)
     if app.config.enable_test_methods:
 
         async def advance(p: _Advance, ctx: RequestContext) -> BaseModel:

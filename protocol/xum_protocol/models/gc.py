@@ -80,6 +80,16 @@ class GcRunParams(Params):
         description="Only these items of a fresh plan (a key no longer planned is reported "
         "skipped: the world changed); absent: every planned item.",
     )
+    background: bool = Field(
+        default=False,
+        description="Record the run and answer at once (`state: running`, `run_id`); the "
+        "daemon collects in the background, and a run a crash or a stop cut short resumes at "
+        "the next start. `gc.get` answers its result.",
+    )
+
+
+class GcGetParams(Params):
+    run_id: str = Field(min_length=1, max_length=64)
 
 
 class GcDone(Result):
@@ -92,6 +102,8 @@ class GcDone(Result):
 
 
 class GcRunResult(Result):
+    run_id: str | None = Field(default=None, description="A background run's id.")
+    state: Literal["running", "done"] = "done"
     done: list[GcDone] = Field(default_factory=list)
     skipped: list[GcSkipped] = Field(default_factory=list)
     bytes: int = Field(default=0, description="Bytes freed by the items done.")
@@ -112,5 +124,11 @@ METHODS = [
         "Plan afresh, then collect each item through its lifecycle operation "
         "(workspace.remove / archive / discard_kept, with their reservations and checks); "
         "anything busy, unsaved or not provably stale is skipped and reported.",
+    ),
+    MethodSpec(
+        "gc.get",
+        GcGetParams,
+        GcRunResult,
+        "A background gc run: `running`, or `done` with what it collected and skipped.",
     ),
 ]
