@@ -312,3 +312,7 @@ def test_cli_gc_dry_run_and_run(gcd: DaemonProcess, repo: Path) -> None:
     assert "1 collected" in run
     assert gcd.call("workspace.get", {"workspace_id": merged})["workspace"]["state"] == ("archived")
     assert xum_json(gcd, "gc")["done"] == []
+    started = xum(gcd, "gc", "--background").stdout
+    run_id = started.split()[2]
+    until_done(gcd, run_id)
+    assert "0 collected" in xum(gcd, "gc", "--status", run_id).stdout

@@ -29,11 +29,26 @@ def _policy_line(policies: dict[str, Any]) -> str:
 def register(cli: click.Group) -> None:
     @cli.command("gc")
     @click.option("--dry-run", is_flag=True, help="only show what would be collected")
+    @click.option(
+        "--background",
+        is_flag=True,
+        help="let the daemon collect in the background (resumed after a restart); "
+        "prints the run id (`xum gc --status RUN`)",
+    )
+    @click.option("--status", "run_id", help="the result of a background run")
     @click.pass_obj
-    def gc(obj: Ctx, dry_run: bool) -> None:
+    def gc(obj: Ctx, dry_run: bool, background: bool, run_id: str | None) -> None:
         """Collect stale workspaces, snapshot refs and kept copies (policies: [gc] in the
         daemon's config.toml); anything busy or holding unsaved work is skipped."""
         with Client(obj.root, timeout=GC_TIMEOUT_S, client_name="xum-cli") as client:
+            if run_id is not None:
+                got = client.call("gc.get", {"run_id": run_id})
+                obj.emit(got, _run_summary(got))
+                return
+            if background:
+                started = client.call("gc.run", {"background": True})
+                obj.emit(started, f"gc run {started['run_id']} started in the background")
+                return
             plan = client.call("gc.plan", {})
             if dry_run or obj.as_json:
                 if dry_run:
@@ -42,6 +57,18 @@ def register(cli: click.Group) -> None:
                 obj.emit(client.call("gc.run", {"keys": [i["key"] for i in plan["items"]]}))
                 return
             _run(obj, client, plan)
+
+
+def _run_summary(result: dict[str, Any]) -> str:
+    if result["state"] != "done":
+        return f"gc run {result['run_id']}: running"
+    lines = [f"{d['action']} {_subject(d)}: done ({d['detail']})" for d in result["done"]]
+    lines += [f"{s['action']} {_subject(s)}: skipped ({s['reason']})" for s in result["skipped"]]
+    lines.append(
+        f"{len(result['done'])} collected, {len(result['skipped'])} skipped, "
+        f"{human_bytes(result['bytes'])} freed"
+    )
+    return "\n".join(lines)
 
 
 def _show_plan(obj: Ctx, plan: dict[str, Any]) -> None:
