@@ -276,3 +276,27 @@ def test_submodule_whose_commit_is_missing_locally_fails_but_create_succeeds(
     [info] = result["submodules"]
     assert info["status"] == "failed"
     assert info["error"]
+
+
+def test_submodule_name_that_climbs_out_is_refused(daemon: DaemonProcess, tmp_short: Path) -> None:
+    """A `.gitmodules` name like `../../victim` (anyone's commit can carry one) must not make
+    the daemon clone another repository on this machine from outside the modules directory."""
+    main, sub = _repo_with_submodule(tmp_short)  # a real one: `.git/modules` exists
+    # `<main>/.git/modules/../../victim` is `<main>/victim`: a repository planted there.
+    git(tmp_short, "clone", "-q", "--bare", str(sub), str(main / "victim"))
+    commit = git(sub, "rev-parse", "HEAD").strip()
+    git(main, "config", "-f", ".gitmodules", "submodule.../../victim.path", "libs/evil")
+    git(main, "config", "-f", ".gitmodules", "submodule.../../victim.url", str(sub))
+    git(main, "update-index", "--add", "--cacheinfo", f"160000,{commit},libs/evil")
+    git(main, "add", ".gitmodules")
+    git(main, "commit", "-q", "-m", "evil submodule")
+    project = add_project(daemon, main)
+    result = create(daemon, project["id"], "evil")
+    by_path = {s["path"]: s for s in result["submodules"]}
+    assert by_path["libs/evil"] == {
+        "path": "libs/evil",
+        "status": "failed",
+        "error": "unsafe submodule name",
+    }
+    assert by_path["libs/sub"]["status"] == "initialized"
+    assert not (Path(result["workspace"]["path"]) / "libs" / "evil" / "lib.txt").exists()

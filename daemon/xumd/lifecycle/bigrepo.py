@@ -87,8 +87,16 @@ async def init_submodules(git: Git, repo: Path, checkout: Path) -> list[Submodul
         return []
     common = Path(await git.out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     done: list[SubmoduleInfo] = []
+    modules = os.path.realpath(common / "modules")
     for name, path in paths:
         local = common / "modules" / name
+        # The names come from the branch's `.gitmodules` (anyone's commit): a name that climbs
+        # out of the modules directory (`../../other-repo`) would make us clone some other
+        # repository on this machine into the checkout. Git refuses such names itself, but only
+        # later: the lookup here must not follow them.
+        if _unsafe_name(name) or not os.path.realpath(local).startswith(modules + os.sep):
+            done.append(SubmoduleInfo(path=path, status="failed", error="unsafe submodule name"))
+            continue
         if not (local / "HEAD").is_file():
             done.append(SubmoduleInfo(path=path, status="skipped"))
             continue
@@ -98,6 +106,11 @@ async def init_submodules(git: Git, repo: Path, checkout: Path) -> list[Submodul
             continue
         done.append(await _init_one(git, repo, checkout, name, path, local=local))
     return done
+
+
+def _unsafe_name(name: str) -> bool:
+    parts = name.replace("\\", "/").split("/")
+    return name.startswith("/") or any(part in ("", ".", "..") for part in parts)
 
 
 async def _init_one(
