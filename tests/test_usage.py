@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 from xumd.usage import walk
 
-from tests.lifecycle_helpers import create, rpc_error
+from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess
 from tests.support.gitrepo import make_repo
+from tests.support.holds import hold_env, release, wait_held
 from tests.support.tmpfs import tmpfs
 from tests.test_cli_workspace import xum, xum_json
 
 MIB = 1 << 20
+RECLAIM_HOLD = "cleanup.reclaim.hold"
 
 
 def _allocated(path: Path) -> int:
@@ -145,3 +147,36 @@ def test_cli_du_and_ls_usage(daemon: DaemonProcess, project: dict[str, Any]) -> 
     assert "MiB" in line
     as_json = xum_json(daemon, "ws", "ls", "--usage")
     assert as_json["usage"][0]["workspace_id"] == ws["id"]
+
+
+def test_root_totals_count_a_pending_reclaim(root: Path, tmp_short: Path) -> None:
+    """A checkout moved into the trash whose reclaim has not run yet (held at its start): the
+    root totals name it, with its bytes, in the trash and as a pending reclaim."""
+    repo = make_repo(tmp_short / "repo2", {"README.md": "hi\n"})
+    holds = tmp_short / "holds"
+    holds.mkdir()
+    daemon = DaemonProcess(root, env=hold_env(RECLAIM_HOLD, holds)).start()
+    try:
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "big")["workspace"]
+        (Path(ws["path"]) / "blob.bin").write_bytes(os.urandom(3 * MIB))
+        git_commit_all(Path(ws["path"]))
+        before = daemon.call("workspace.usage", {})["root"]
+        assert before["pending_reclaims"] == 0
+        daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        wait_held(RECLAIM_HOLD, holds)
+        root_usage = daemon.call("workspace.usage", {})["root"]
+        assert root_usage["pending_reclaims"] == 1
+        assert root_usage["pending_reclaim_bytes"] >= 3 * MIB
+        assert root_usage["trash"]["bytes"] >= 3 * MIB
+        assert root_usage["total_bytes"] >= root_usage["trash"]["bytes"]
+        release(RECLAIM_HOLD, holds)
+    finally:
+        daemon.close()
+
+
+def git_commit_all(path: Path) -> None:
+    from tests.support.gitrepo import git
+
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "blob")
