@@ -300,3 +300,15 @@ def test_submodule_name_that_climbs_out_is_refused(daemon: DaemonProcess, tmp_sh
     }
     assert by_path["libs/sub"]["status"] == "initialized"
     assert not (Path(result["workspace"]["path"]) / "libs" / "evil" / "lib.txt").exists()
+
+
+def test_project_config_fetch_of_the_wrong_type_is_refused(
+    daemon: DaemonProcess, repo: Path
+) -> None:
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text('[create]\nfetch = "yes"\n')
+    project = add_project(daemon, repo)
+    err = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "t"})
+    assert err.kind == "invalid_params"
+    assert "[create] fetch" in err.message
+    assert daemon.call("workspace.list")["workspaces"] == []

@@ -16,10 +16,12 @@ from xum_client.errors import XumClientError
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
+from tests.support.holds import hold_env, release, wait_held
 from tests.support.wait import until
 from tests.test_cli_workspace import xum, xum_json
 
 DAY = 86400.0
+ARCHIVE_HOLD = "workspace.archive.hold"
 POLICIES = """enable_test_methods = true
 [cleanup]
 backoff_initial_s = 0.01
@@ -287,6 +289,27 @@ def test_background_run_resumes_after_a_crash(root: Path, repo: Path) -> None:
             "invalid_scope"
         )
         assert rpc_error(daemon, "gc.get", {"run_id": "gc_0000000000000001"}).kind == ("not_found")
+    finally:
+        daemon.close()
+
+
+def test_a_second_run_while_one_runs_is_busy(root: Path, repo: Path, tmp_short: Path) -> None:
+    """One gc run at a time: a background run held inside its archive makes `gc.run` refuse
+    `busy` at once; the held run then finishes."""
+    write_config(root, POLICIES)
+    holds = tmp_short / "holds"
+    holds.mkdir()
+    daemon = DaemonProcess(root, env=hold_env(ARCHIVE_HOLD, holds)).start()
+    try:
+        project = add_project(daemon, repo)
+        wid = _merged_workspace(daemon, repo, project["id"], "held")
+        run_id = daemon.call("gc.run", {"background": True})["run_id"]
+        wait_held(ARCHIVE_HOLD, holds)
+        assert rpc_error(daemon, "gc.run", {}).kind == "busy"
+        assert daemon.call("gc.get", {"run_id": run_id})["state"] == "running"
+        release(ARCHIVE_HOLD, holds)
+        final = until_done(daemon, run_id)
+        assert [d["workspace_id"] for d in final["done"]] == [wid]
     finally:
         daemon.close()
 
