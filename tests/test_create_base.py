@@ -13,6 +13,7 @@ import pytest
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
+from tests.test_cli_workspace import xum
 
 
 @pytest.fixture
@@ -312,3 +313,19 @@ def test_project_config_fetch_of_the_wrong_type_is_refused(
     assert err.kind == "invalid_params"
     assert "[create] fetch" in err.message
     assert daemon.call("workspace.list")["workspaces"] == []
+
+
+def test_cli_new_with_fetch(
+    daemon: DaemonProcess, repo: Path, remote: Path, tmp_short: Path
+) -> None:
+    project = add_project(daemon, repo)
+    new = _push_new_commit(tmp_short, remote, "v9")
+    out = xum(daemon, "ws", "new", project["name"], "viacli", "--fetch").stdout
+    assert "fetch: fetched from origin" in out
+    assert f"base: {new}" in out
+    git(repo, "remote", "set-url", "origin", str(tmp_short / "gone.git"))
+    refused = xum(daemon, "ws", "new", project["name"], "nope", "--fetch", ok=False)
+    assert refused.returncode != 0
+    assert "gone.git" in refused.stderr
+    stale = xum(daemon, "ws", "new", project["name"], "stale", "--fetch", "--allow-stale-base")
+    assert "STALE base used" in stale.stdout

@@ -76,6 +76,26 @@ def _dropped_line(dropped: dict[str, Any]) -> str:
     return line
 
 
+def _create_extras(result: dict[str, Any]) -> str:
+    """The base fetch, the sparse cone and the submodules of a create, when there were any."""
+    lines: list[str] = []
+    fetched = result.get("fetch")
+    if fetched:
+        line = f"fetch: {fetched['status']} from {fetched['remote']}"
+        if fetched.get("stale"):
+            line += f"; STALE base used ({fetched.get('error')})"
+        lines.append(line)
+    if fetched and result.get("base_commit"):
+        lines.append(f"base: {result['base_commit']}")
+    sparse = result.get("sparse")
+    if sparse:
+        lines.append("sparse: " + " ".join(sparse["patterns"]))
+    for sub in result.get("submodules") or []:
+        error = f" ({sub['error']})" if sub.get("error") else ""
+        lines.append(f"submodule {sub['path']}: {sub['status']}{error}")
+    return "\n".join(lines)
+
+
 def kept_line(kept: dict[str, Any]) -> str:
     """Where a removed workspace's preserved files are kept, and how to find or drop them."""
     return (
@@ -100,6 +120,14 @@ def register(cli: click.Group) -> None:
         type=click.Choice(["on_agent_exit"]),
         help="archive it when its agent exits with 0",
     )
+    @click.option(
+        "--fetch/--no-fetch",
+        default=None,
+        help="fetch the base's remote first (default: the project's [create] fetch)",
+    )
+    @click.option(
+        "--allow-stale-base", is_flag=True, help="with --fetch: if the fetch fails, go on anyway"
+    )
     @click.pass_obj
     def new(  # noqa: PLR0917 - one parameter per click option
         obj: Ctx,
@@ -109,6 +137,8 @@ def register(cli: click.Group) -> None:
         base: str | None,
         runtime: str,
         auto_archive: str | None,
+        fetch: bool | None,
+        allow_stale_base: bool,
     ) -> None:
         """Create workspace NAME in PROJECT."""
         with _long(obj) as client:
@@ -119,10 +149,17 @@ def register(cli: click.Group) -> None:
                 "runtime": runtime,
                 **given(branch=branch, base=base, auto_archive=auto_archive),
             }
+            if fetch is not None:  # --no-fetch overrides the project's [create] fetch
+                params["fetch"] = fetch
+            if allow_stale_base:
+                params["allow_stale_base"] = True
             with setup_progress(obj, by_name(pid, name), f"creating {name}") as display:
                 result = client.call("workspace.create", params)
         w = result["workspace"]
         human = f"created {w['name']} ({w['id']}) at {w['path']}\n{_setup_line(result['setup'])}"
+        extras = _create_extras(result)
+        if extras:
+            human += "\n" + extras
         streamed = display is not None and display.streamed
         if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
             human += "\n" + result["setup"]["output"]
