@@ -122,7 +122,20 @@ class GcService:
                         continue
                     keys = json.loads(row["keys"]) if row["keys"] is not None else None
                     async with self._running:
-                        result = await self._collect_all(GcRunParams(keys=keys))
+                        try:
+                            result = await self._collect_all(GcRunParams(keys=keys))
+                        except Exception as exc:  # a broken plan must not end the worker
+                            log.warning("gc.run_failed", run=row["id"], error=repr(exc))
+                            result = GcRunResult(
+                                skipped=[
+                                    GcSkipped(
+                                        key="plan",
+                                        action="remove_archived",
+                                        reason=f"the plan failed: {type(exc).__name__}: {exc}",
+                                        kind=ErrorKind.INTERNAL.value,
+                                    )
+                                ]
+                            )
                     with self.app.store.transaction():
                         self.app.store.execute(
                             "UPDATE gc_runs SET state = 'done', result = ?, updated_at = ?"
