@@ -130,7 +130,7 @@ class GcService:
                                 skipped=[
                                     GcSkipped(
                                         key="plan",
-                                        action="remove_archived",
+                                        action="plan",
                                         reason=f"the plan failed: {type(exc).__name__}: {exc}",
                                         kind=ErrorKind.INTERNAL.value,
                                     )

@@ -43,7 +43,9 @@ class GcItem(Result):
 
 class GcSkipped(Result):
     key: str
-    action: GcAction
+    action: GcAction | Literal["plan"] = Field(
+        description="The item's action; `plan`: a background run whose plan itself failed."
+    )
     workspace_id: str | None = None
     name: str | None = None
     reason: str = Field(description="Why it is left alone (busy, unsaved work, interrupted, ...).")
