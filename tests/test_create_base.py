@@ -329,3 +329,23 @@ def test_cli_new_with_fetch(
     assert "gone.git" in refused.stderr
     stale = xum(daemon, "ws", "new", project["name"], "stale", "--fetch", "--allow-stale-base")
     assert "STALE base used" in stale.stdout
+
+
+def test_sparse_workspace_archives_and_unarchives_its_work(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    """A sparse checkout's uncommitted work survives archive/unarchive (the snapshot holds it);
+    the restored checkout is a full one (docs/CONFIGURATION.md: big repositories)."""
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "sp")["workspace"]
+    path = Path(ws["path"])
+    (path / "a" / "f").write_text("edited\n")
+    (path / "a" / "new.txt").write_text("new\n")
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert sorted(archived["snapshot"]["files"]) == ["a/f", "a/new.txt"]
+    daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert (path / "a" / "f").read_text() == "edited\n"
+    assert (path / "a" / "new.txt").read_text() == "new\n"
+    assert (path / "b" / "f").read_text() == "2\n"
