@@ -349,3 +349,20 @@ def test_sparse_workspace_archives_and_unarchives_its_work(
     assert (path / "a" / "f").read_text() == "edited\n"
     assert (path / "a" / "new.txt").read_text() == "new\n"
     assert (path / "b" / "f").read_text() == "2\n"
+
+
+def test_workspace_with_submodule_archives_and_unarchives(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    main, _sub = _repo_with_submodule(tmp_short)
+    project = add_project(daemon, main)
+    ws = create(daemon, project["id"], "subws")["workspace"]
+    path = Path(ws["path"])
+    (path / "m.txt").write_text("edited\n")
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert archived["snapshot"]["files"] == ["m.txt"]
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert restored["workspace"]["state"] == "active"
+    assert (path / "m.txt").read_text() == "edited\n"
+    removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+    assert removed["removed"] is True
