@@ -364,5 +364,9 @@ def test_workspace_with_submodule_archives_and_unarchives(
     restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
     assert restored["workspace"]["state"] == "active"
     assert (path / "m.txt").read_text() == "edited\n"
+    assert restored["restored"]["submodules"] == [
+        {"path": "libs/sub", "status": "initialized", "error": None}
+    ]
+    assert (path / "libs" / "sub" / "lib.txt").read_text() == "lib\n"
     removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
     assert removed["removed"] is True

@@ -17,7 +17,7 @@ from xum_protocol.models.workspace import RestoredInfo, SnapshotInfo, WorkspaceU
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import checkout, dirstore, ids, preserved, rows, setup
+from xumd.lifecycle import bigrepo, checkout, dirstore, ids, preserved, rows, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptOutcome, preserve_globs
@@ -83,6 +83,10 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
             UNARCHIVE_AFTER_CHECKOUT()
             await HOLD.hold()
             restored = await _restore(ctx, row)
+            if row.runtime == "worktree":
+                # As create does: from the main checkout's copies, no network (bigrepo.py).
+                subs = await bigrepo.init_submodules(ctx.git, project.path, row.path)
+                restored = restored.model_copy(update={"submodules": subs})
             UNARCHIVE_AFTER_RESTORE()
             st = row.path.stat()
             with ctx.store.transaction():

@@ -211,6 +211,11 @@ class RestoredInfo(Result):
     unverified: list[str] = Field(
         default_factory=list, description="With `kept_at`: the files not in place."
     )
+    submodules: list[SubmoduleInfo] = Field(
+        default_factory=list,
+        description="The checkout's submodules, initialised from the main checkout's copies "
+        "as at create.",
+    )
 
 
 class WorkspaceUnarchiveResult(Result):
