@@ -180,3 +180,28 @@ def git_commit_all(path: Path) -> None:
 
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "blob")
+
+
+def test_checkout_swapped_for_a_symlink_is_not_followed(
+    daemon: DaemonProcess, project: dict[str, Any], tmp_short: Path
+) -> None:
+    """Someone replaced the checkout with a symlink to a big tree: usage does not walk it."""
+    ws = create(daemon, project["id"], "swapped")["workspace"]
+    path = Path(ws["path"])
+    elsewhere = tmp_short / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "big.bin").write_bytes(os.urandom(2 * MIB))
+    path.rename(tmp_short / "moved-away")
+    path.symlink_to(elsewhere)
+    [entry] = daemon.call("workspace.usage", {"workspace_id": ws["id"]})["workspaces"]
+    assert entry["usage"] is None
+
+
+def test_walk_of_a_symlinked_top_walks_nothing(tmp_short: Path) -> None:
+    target = tmp_short / "target"
+    target.mkdir()
+    (target / "f").write_bytes(b"x" * 8192)
+    (tmp_short / "link").symlink_to(target)
+    figures = walk.walk(str(tmp_short / "link"), time.monotonic() + 30)
+    assert figures.files == 0 and figures.bytes == 0
+    assert not figures.complete

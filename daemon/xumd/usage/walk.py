@@ -56,6 +56,11 @@ def walk(top: str, deadline: float, ignored: frozenset[str] = frozenset()) -> Us
         root_st = os.lstat(top)
     except OSError as exc:
         return UsageFigures(bytes=0, apparent_bytes=0, files=0, complete=False, error=str(exc))
+    if not stat.S_ISDIR(root_st.st_mode):
+        # A symlink (or anything else) where the tree was: never followed, never walked.
+        return UsageFigures(
+            bytes=0, apparent_bytes=0, files=0, complete=False, error=f"{top} is not a directory"
+        )
     totals.add(root_st, None, ignored=False, is_dir=True)
     try:
         mounts = [p for p in fsdelete.mounts_at_or_under(top) if p != os.path.realpath(top)]
