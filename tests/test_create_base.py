@@ -370,3 +370,20 @@ def test_workspace_with_submodule_archives_and_unarchives(
     assert (path / "libs" / "sub" / "lib.txt").read_text() == "lib\n"
     removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
     assert removed["removed"] is True
+
+
+def test_concurrent_creates_with_fetch_both_succeed(
+    daemon: DaemonProcess, repo: Path, remote: Path, tmp_short: Path
+) -> None:
+    """Two fetches of one remote at once update the same remote-tracking refs: git's ref locks
+    make one wait or retry (git.py), never fail the other create."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    project = add_project(daemon, repo)
+    new = _push_new_commit(tmp_short, remote, "v5")
+    with ThreadPoolExecutor(4) as pool:
+        results = list(
+            pool.map(lambda n: create(daemon, project["id"], f"par{n}", fetch=True), range(4))
+        )
+    assert [r["base_commit"] for r in results] == [new] * 4
+    assert all(r["fetch"]["status"] == "fetched" for r in results)

@@ -22,6 +22,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.checkout_extras import FetchInfo
 from xum_protocol.models.workspace import WorkspaceCreateParams
@@ -34,6 +35,9 @@ from xumd.lifecycle.rows import ProjectRow
 from xumd.lifecycle.scripts import CONFIG_RELPATH, MAX_CONFIG_BYTES
 
 log = logs.get("xumd.lifecycle.basefetch")
+
+_FETCH_LOCKS: dict[str, anyio.Lock] = {}
+_REF_RACE = "cannot lock ref"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,16 +133,33 @@ async def fetch_base(
             "fetch_failed",
             f"no remote to fetch the base from in {repo} (add one, or create without fetch)",
         )
-    result = await git.run(
-        repo,
-        "fetch",
-        "--quiet",
-        "--no-write-fetch-head",
-        "--end-of-options",
-        where.remote,
-        timeout_s=timeout_s,
-        check=False,
-    )
+    # Two fetches of one remote update the same remote-tracking refs, each by compare-and-swap:
+    # at once, one fails ("cannot lock ref ... but expected"). The daemon's own creates take
+    # turns per repository; a fetch of someone else's (the user's git) that wins the race is
+    # answered by one more try.
+    lock = _FETCH_LOCKS.setdefault(os.path.realpath(repo), anyio.Lock())
+    with anyio.move_on_after(timeout_s) as waited:
+        await lock.acquire()
+    if waited.cancelled_caught:
+        # Bounded like every wait: a queue of creates behind a hung fetch each get the deadline.
+        reason = f"waited {timeout_s:g}s for another fetch of {repo} to finish"
+        return params, _failed(params, where.remote, "timeout", reason)
+    try:
+        for _attempt in range(2):
+            result = await git.run(
+                repo,
+                "fetch",
+                "--quiet",
+                "--no-write-fetch-head",
+                "--end-of-options",
+                where.remote,
+                timeout_s=timeout_s,
+                check=False,
+            )
+            if result.ok or result.timed_out or _REF_RACE not in result.output.text():
+                break
+    finally:
+        lock.release()
     if not result.ok:
         tail = result.output.tail_text(1500).strip()
         reason = f"git fetch {where.remote}: {result.describe()}" + (f": {tail}" if tail else "")
