@@ -387,3 +387,19 @@ def test_concurrent_creates_with_fetch_both_succeed(
         )
     assert [r["base_commit"] for r in results] == [new] * 4
     assert all(r["fetch"]["status"] == "fetched" for r in results)
+
+
+def test_concurrent_sparse_creates_all_succeed(daemon: DaemonProcess, tmp_short: Path) -> None:
+    """`sparse-checkout set` in a new worktree writes the repository's shared config
+    (extensions.worktreeConfig): parallel creates must not trip over its lock."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda n: create(daemon, project["id"], f"sp{n}"), range(6)))
+    for result in results:
+        path = Path(result["workspace"]["path"])
+        assert result["sparse"]["patterns"] == ["a"]
+        assert (path / "a" / "f").exists() and not (path / "b").exists()

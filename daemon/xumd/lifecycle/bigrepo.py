@@ -45,17 +45,20 @@ async def sparse_patterns(git: Git, repo: Path) -> SparseInfo | None:
     return SparseInfo(cone=True, patterns=patterns)
 
 
-async def apply_sparse(git: Git, checkout: Path, sparse: SparseInfo) -> None:
-    """In a checkout added with `--no-checkout`: set the cone, then write only it."""
-    await git.run(
-        checkout,
-        "sparse-checkout",
-        "set",
-        "--cone",
-        "--end-of-options",
-        *sparse.patterns,
-        what="git sparse-checkout set",
-    )
+async def apply_sparse(git: Git, repo: Path, checkout: Path, sparse: SparseInfo) -> None:
+    """In a checkout added with `--no-checkout`: set the cone, then write only it. `set` also
+    writes the repository's shared config (extensions.worktreeConfig): under the admin lock, as
+    every other shared write of the daemon's (git's config lock is not retried like a ref's)."""
+    async with git.admin_lock(repo):
+        await git.run(
+            checkout,
+            "sparse-checkout",
+            "set",
+            "--cone",
+            "--end-of-options",
+            *sparse.patterns,
+            what="git sparse-checkout set",
+        )
     await git.run(checkout, "read-tree", "-mu", "HEAD", what="git read-tree (sparse checkout)")
 
 

@@ -171,7 +171,7 @@ async def _create(
                     ctx.git, project.path, row, plan.branch, new_from, no_checkout=bool(sparse)
                 )
                 if sparse is not None:
-                    await bigrepo.apply_sparse(ctx.git, row.path, sparse)
+                    await bigrepo.apply_sparse(ctx.git, project.path, row.path, sparse)
                 submodules = await bigrepo.init_submodules(ctx.git, project.path, row.path)
             else:
                 checkout.make_directory(row)
