@@ -403,3 +403,15 @@ def test_concurrent_sparse_creates_all_succeed(daemon: DaemonProcess, tmp_short:
         path = Path(result["workspace"]["path"])
         assert result["sparse"]["patterns"] == ["a"]
         assert (path / "a" / "f").exists() and not (path / "b").exists()
+
+
+def test_concurrent_creates_with_submodules_all_initialise(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    main, _sub = _repo_with_submodule(tmp_short)
+    project = add_project(daemon, main)
+    with ThreadPoolExecutor(5) as pool:
+        results = list(pool.map(lambda n: create(daemon, project["id"], f"sm{n}"), range(5)))
+    assert [r["submodules"][0]["status"] for r in results] == ["initialized"] * 5
