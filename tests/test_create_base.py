@@ -415,3 +415,16 @@ def test_concurrent_creates_with_submodules_all_initialise(
     with ThreadPoolExecutor(5) as pool:
         results = list(pool.map(lambda n: create(daemon, project["id"], f"sm{n}"), range(5)))
     assert [r["submodules"][0]["status"] for r in results] == ["initialized"] * 5
+
+
+def test_project_config_swapped_for_a_fifo_does_not_block(
+    daemon: DaemonProcess, repo: Path
+) -> None:
+    """The main checkout's `.xum/config.toml` is read for `[create] fetch` on the event loop: a
+    FIFO there must not block the daemon (no writer will ever come)."""
+    (repo / ".xum").mkdir()
+    os.mkfifo(repo / ".xum" / "config.toml")
+    project = add_project(daemon, repo)
+    result = create(daemon, project["id"], "fifo")
+    assert result["fetch"] is None
+    assert daemon.call("daemon.status")["pid"] > 0
