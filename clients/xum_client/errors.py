@@ -118,6 +118,9 @@ class DiskFull(XumRpcError): ...
 class FetchFailed(XumRpcError): ...
 
 
+class PortsExhausted(XumRpcError): ...
+
+
 ERROR_CLASSES: dict[str, type[XumRpcError]] = {
     ErrorKind.PARSE_ERROR: ParseError,
     ErrorKind.INVALID_REQUEST: InvalidRequest,
@@ -142,6 +145,7 @@ ERROR_CLASSES: dict[str, type[XumRpcError]] = {
     ErrorKind.PERMISSION_DENIED: PermissionDenied,
     ErrorKind.DISK_FULL: DiskFull,
     ErrorKind.FETCH_FAILED: FetchFailed,
+    ErrorKind.PORTS_EXHAUSTED: PortsExhausted,
 }
 _BY_KIND = ERROR_CLASSES  # the name earlier code used
 

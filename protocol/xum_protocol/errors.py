@@ -43,6 +43,7 @@ class ErrorKind(StrEnum):
     PERMISSION_DENIED = "permission_denied"
     DISK_FULL = "disk_full"
     FETCH_FAILED = "fetch_failed"
+    PORTS_EXHAUSTED = "ports_exhausted"
 
 
 ERROR_CODES: dict[ErrorKind, int] = {
@@ -69,6 +70,7 @@ ERROR_CODES: dict[ErrorKind, int] = {
     ErrorKind.PERMISSION_DENIED: -32016,
     ErrorKind.DISK_FULL: -32017,
     ErrorKind.FETCH_FAILED: -32018,
+    ErrorKind.PORTS_EXHAUSTED: -32019,
 }
 
 KIND_BY_CODE: dict[int, ErrorKind] = {code: kind for kind, code in ERROR_CODES.items()}
