@@ -425,6 +425,11 @@ def test_project_config_swapped_for_a_fifo_does_not_block(
     (repo / ".xum").mkdir()
     os.mkfifo(repo / ".xum" / "config.toml")
     project = add_project(daemon, repo)
-    result = create(daemon, project["id"], "fifo")
-    assert result["fetch"] is None
+    # Refused at once as unreadable (createconfig reads it first), never a hang.
+    err = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "fifo"})
+    assert err.kind == "invalid_params"
     assert daemon.call("daemon.status")["pid"] > 0
+    # basefetch's own reader of `[create] fetch` never blocks on it either.
+    from xumd.lifecycle.basefetch import project_wants_fetch
+
+    assert project_wants_fetch(repo) is False
