@@ -30,7 +30,17 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_NO_DAEMON = 4
 
-DOMAINS = ("project", "workspace", "cleanup", "process", "turn", "events", "completion")
+DOMAINS = (
+    "project",
+    "workspace",
+    "cleanup",
+    "process",
+    "turn",
+    "events",
+    "usage",
+    "gc",
+    "completion",
+)
 """Modules under xum_client.commands that add commands, each with `register(cli)`."""
 
 
