@@ -1,0 +1,549 @@
+-- :Xum <subcommand> ... — the user commands, their completion, and the pickers.
+local client = require('xum.client')
+local state = require('xum.state')
+local util = require('xum.util')
+
+local M = {}
+
+-- terminals this plugin opened, by workspace id: { {job=, buf=, lease=} ... }
+M.terminals = {}
+
+local INFO, WARN, ERROR = vim.log.levels.INFO, vim.log.levels.WARN, vim.log.levels.ERROR
+
+local function notify(msg, level)
+  vim.notify(msg, level or INFO, { title = 'xum' })
+end
+
+local function fail(err, what)
+  notify(util.format_error(err, what), ERROR)
+end
+
+local function usage(msg)
+  fail({ message = msg, data = { kind = 'usage' } })
+end
+
+local function xum()
+  return require('xum')
+end
+
+-- Fetch projects and workspaces fresh (the cache may lag a change made a moment ago).
+local function listing(cb)
+  client.request('project.list', {}, function(perr, presult)
+    if perr then
+      return cb(perr)
+    end
+    client.request('workspace.list', {}, function(werr, wresult)
+      if werr then
+        return cb(werr)
+      end
+      local projects = {}
+      for _, p in ipairs(presult.projects or {}) do
+        if type(p) == 'table' then
+          projects[p.id] = p
+        end
+      end
+      local workspaces = {}
+      for _, ws in ipairs(wresult.workspaces or {}) do
+        if type(ws) == 'table' then
+          workspaces[#workspaces + 1] = ws
+        end
+      end
+      cb(nil, projects, workspaces)
+    end)
+  end)
+end
+
+local function not_found(message)
+  return { code = -32001, message = message, data = { kind = 'not_found' } }
+end
+
+-- What the user typed (ws_<id>, PROJECT/NAME, or NAME) -> the workspace. A bare NAME is
+-- looked for in the current directory's project first, then everywhere; two matches are an
+-- error naming both (never a guess).
+local function pick(ref, projects, workspaces)
+  if ref:sub(1, 3) == 'ws_' then
+    for _, ws in ipairs(workspaces) do
+      if ws.id == ref then
+        return ws
+      end
+    end
+    return nil, not_found('no workspace ' .. ref)
+  end
+  local project, name = ref:match('^(.*)/([^/]+)$')
+  local matches = {}
+  for _, ws in ipairs(workspaces) do
+    local p = projects[ws.project_id] or {}
+    if project then
+      if ws.name == name and (p.name == project or p.id == project) then
+        matches[#matches + 1] = ws
+      end
+    elseif ws.name == ref then
+      matches[#matches + 1] = ws
+    end
+  end
+  if #matches > 1 then
+    local here = state.project_at(xum().cwd())
+    local local_matches = {}
+    for _, ws in ipairs(matches) do
+      if here and ws.project_id == here.id then
+        local_matches[#local_matches + 1] = ws
+      end
+    end
+    if #local_matches == 1 then
+      return local_matches[1]
+    end
+    local names = {}
+    for _, ws in ipairs(matches) do
+      names[#names + 1] = ((projects[ws.project_id] or {}).name or ws.project_id) .. '/' .. ws.name
+    end
+    return nil, not_found(ref .. ' is ambiguous: ' .. table.concat(names, ', ') .. ' (give PROJECT/NAME)')
+  end
+  if #matches == 0 then
+    return nil, not_found('no workspace ' .. ref)
+  end
+  return matches[1]
+end
+
+-- cb(ws, projects): the workspace named by `ref`, or the one the current directory is in.
+local function resolve(ref, cb)
+  listing(function(err, projects, workspaces)
+    if err then
+      return fail(err)
+    end
+    if ref == nil or ref == '' then
+      local dir = xum().cwd()
+      local best
+      for _, ws in ipairs(workspaces) do
+        if util.is_within(dir, ws.path) and (not best or #ws.path > #best.path) then
+          best = ws
+        end
+      end
+      if not best then
+        return fail(not_found('the current directory is in no workspace: name one'))
+      end
+      return cb(best, projects)
+    end
+    local ws, perr = pick(ref, projects, workspaces)
+    if not ws then
+      return fail(perr)
+    end
+    cb(ws, projects)
+  end)
+end
+
+local function cleanup_text(cleanup)
+  if type(cleanup) ~= 'table' then
+    return 'cleanup: unknown'
+  end
+  local text = 'cleanup: ' .. tostring(cleanup.status)
+  if cleanup.status == 'pending' then
+    local attempts = tonumber(cleanup.attempts) or 0
+    text = text .. ' (' .. attempts .. ' attempt' .. (attempts == 1 and '' or 's')
+    local at = tonumber(cleanup.next_attempt_at)
+    if at then
+      text = text .. ', next in ' .. math.max(0, math.floor(at - os.time() + 0.5)) .. ' s'
+    end
+    text = text .. ')'
+  end
+  local why = cleanup.last_error or cleanup.reason
+  if why then
+    text = text .. ': ' .. tostring(why)
+  end
+  local reclaim = cleanup.reclaim
+  if type(reclaim) == 'table' and reclaim.status and reclaim.status ~= 'not_needed' then
+    text = text .. '; reclaim ' .. tostring(reclaim.status)
+  end
+  return text
+end
+M.cleanup_text = cleanup_text
+
+local function project_dir(ws, projects)
+  local p = projects and projects[ws.project_id] or state.projects[ws.project_id]
+  return (p and p.path) or vim.fn.expand('~')
+end
+
+-- A checkout about to be archived or removed must not hold our own cwd: the daemon counts
+-- a process whose cwd is inside as a holder (busy), and the directory is going away.
+local function step_out(ws, projects)
+  local dir = xum().cwd()
+  if not util.is_within(dir, ws.path) then
+    return
+  end
+  local target = project_dir(ws, projects)
+  local scope = 'cd'
+  if vim.fn.haslocaldir() == 1 then
+    scope = 'lcd'
+  elseif vim.fn.haslocaldir(-1, 0) == 1 then
+    scope = 'tcd'
+  end
+  vim.cmd(scope .. ' ' .. vim.fn.fnameescape(target))
+  notify('xum: left ' .. ws.path .. ' for ' .. target)
+end
+
+local function stop_terminals(ws_id)
+  for _, term in ipairs(M.terminals[ws_id] or {}) do
+    pcall(vim.fn.jobstop, term.job)
+  end
+end
+
+local function flag(args, name)
+  for i, a in ipairs(args) do
+    if a == name then
+      table.remove(args, i)
+      return true
+    end
+  end
+  return false
+end
+
+-- :Xum new [PROJECT/]NAME — in the current directory's project (or the only one, or asked).
+function M.new(args)
+  local ref = args[1]
+  if not ref then
+    return usage('usage: :Xum new [PROJECT/]NAME')
+  end
+  local project_ref, name = ref:match('^(.*)/([^/]+)$')
+  name = name or ref
+  listing(function(err, projects)
+    if err then
+      return fail(err)
+    end
+    local function create(project)
+      notify('xum: creating ' .. project.name .. '/' .. name .. ' ...')
+      client.request('workspace.create', { project_id = project.id, name = name }, function(cerr, result)
+        if cerr then
+          return fail(cerr, 'new ' .. name)
+        end
+        local ws = result.workspace
+        local setup = result.setup or {}
+        local msg = 'xum: created ' .. project.name .. '/' .. ws.name .. ' at ' .. ws.path
+        if setup.status and setup.status ~= 'none' then
+          msg = msg .. '; setup: ' .. tostring(setup.status)
+          if setup.hint then
+            msg = msg .. ' (' .. tostring(setup.hint) .. ')'
+          end
+        end
+        notify(msg, (setup.status == 'failed' or setup.status == 'timeout') and WARN or INFO)
+      end)
+    end
+    local list = {}
+    for _, p in pairs(projects) do
+      list[#list + 1] = p
+    end
+    table.sort(list, function(a, b)
+      return a.name < b.name
+    end)
+    if project_ref then
+      for _, p in ipairs(list) do
+        if p.name == project_ref or p.id == project_ref then
+          return create(p)
+        end
+      end
+      return fail(not_found('no project ' .. project_ref))
+    end
+    local dir = xum().cwd()
+    local best
+    for _, p in ipairs(list) do
+      if util.is_within(dir, p.path) then
+        best = p
+      end
+    end
+    if not best then
+      local here = state.project_at(dir)
+      best = here and projects[here.id]
+    end
+    if best then
+      return create(best)
+    end
+    if #list == 1 then
+      return create(list[1])
+    end
+    if #list == 0 then
+      return fail(not_found('no project yet: add one with `xum project add PATH`'))
+    end
+    vim.ui.select(list, {
+      prompt = 'xum: project for ' .. name,
+      format_item = function(p)
+        return p.name .. '  ' .. p.path
+      end,
+    }, function(choice)
+      if choice then
+        create(choice)
+      end
+    end)
+  end)
+end
+
+-- :Xum open [REF] — :tcd into the checkout.
+function M.open(args)
+  resolve(args[1], function(ws)
+    if ws.state ~= 'active' then
+      return fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active (unarchive it first)', data = { kind = 'invalid_state' } })
+    end
+    vim.cmd('tcd ' .. vim.fn.fnameescape(ws.path))
+    notify('xum: ' .. ws.name .. ' (' .. ws.path .. ')')
+  end)
+end
+
+-- :Xum term [REF] — a terminal in the checkout, held by a lease so an archive names it.
+function M.term(args)
+  resolve(args[1], function(ws)
+    if ws.state ~= 'active' then
+      return fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active', data = { kind = 'invalid_state' } })
+    end
+    vim.cmd('botright new')
+    local buf = vim.api.nvim_get_current_buf()
+    local entry = { buf = buf }
+    local job = vim.fn.termopen(vim.o.shell, {
+      cwd = ws.path,
+      env = { XUM_WORKSPACE = ws.name, XUM_WORKSPACE_ID = ws.id },
+      on_exit = function()
+        if entry.lease then
+          client.request('lease.release', { lease_id = entry.lease }, function() end)
+        end
+        local list = M.terminals[ws.id] or {}
+        for i, t in ipairs(list) do
+          if t == entry then
+            table.remove(list, i)
+            break
+          end
+        end
+      end,
+    })
+    if job <= 0 then
+      return fail({ message = 'could not start ' .. vim.o.shell, data = { kind = 'operation_failed' } })
+    end
+    entry.job = job
+    M.terminals[ws.id] = M.terminals[ws.id] or {}
+    table.insert(M.terminals[ws.id], entry)
+    pcall(vim.api.nvim_buf_set_name, buf, 'xum://' .. ws.name .. '/term/' .. job)
+    local pid = vim.fn.jobpid(job)
+    client.request('lease.acquire', { workspace_id = ws.id, kind = 'terminal', pid = pid, label = 'nvim terminal' }, function(err, result)
+      if err then
+        return fail(err, 'lease for the terminal')
+      end
+      entry.lease = result.lease and result.lease.id
+    end)
+  end)
+end
+
+-- :Xum archive [REF] [--stop] — snapshot, archive, and say what the cleanup did.
+function M.archive(args)
+  local stop = flag(args, '--stop')
+  resolve(args[1], function(ws, projects)
+    step_out(ws, projects)
+    if stop then
+      stop_terminals(ws.id)
+    end
+    notify('xum: archiving ' .. ws.name .. ' ...')
+    client.request('workspace.archive', { workspace_id = ws.id, stop = stop }, function(err, result)
+      if err then
+        return fail(err, 'archive ' .. ws.name)
+      end
+      local msg = 'xum: archived ' .. ws.name
+      local snap = result.snapshot
+      if type(snap) == 'table' and snap.commit then
+        msg = msg .. ' (snapshot ' .. tostring(snap.commit):sub(1, 12) .. ')'
+      end
+      msg = msg .. '; ' .. cleanup_text(result.cleanup)
+      local dropped = result.dropped
+      if type(dropped) == 'table' and (tonumber(dropped.count) or 0) > 0 then
+        msg = msg .. '; dropped ' .. dropped.count .. ' ignored file(s)'
+      end
+      local status = type(result.cleanup) == 'table' and result.cleanup.status
+      notify(msg, (status == 'pending' or status == 'failed') and WARN or INFO)
+    end)
+  end)
+end
+
+-- :Xum unarchive REF
+function M.unarchive(args)
+  resolve(args[1], function(ws)
+    notify('xum: restoring ' .. ws.name .. ' ...')
+    client.request('workspace.unarchive', { workspace_id = ws.id }, function(err, result)
+      if err then
+        return fail(err, 'unarchive ' .. ws.name)
+      end
+      local msg = 'xum: restored ' .. ws.name .. ' at ' .. result.workspace.path
+      local setup = result.setup or {}
+      if setup.status and setup.status ~= 'none' then
+        msg = msg .. '; setup: ' .. tostring(setup.status)
+      end
+      local restored = result.restored or {}
+      if restored.kept_at then
+        msg = msg .. '; some preserved files were not verified, kept at ' .. tostring(restored.kept_at)
+      end
+      notify(msg)
+    end)
+  end)
+end
+
+-- :Xum rm REF [--force]
+function M.rm(args)
+  local force = flag(args, '--force')
+  resolve(args[1], function(ws, projects)
+    step_out(ws, projects)
+    client.request('workspace.remove', { workspace_id = ws.id, force = force }, function(err, result)
+      if err then
+        return fail(err, 'rm ' .. ws.name)
+      end
+      local msg = 'xum: removed ' .. ws.name .. '; ' .. cleanup_text(result.cleanup)
+      if type(result.kept) == 'table' and result.kept.path then
+        msg = msg .. '; preserved files kept at ' .. tostring(result.kept.path)
+      end
+      if result.branch then
+        msg = msg .. '; branch ' .. tostring(result.branch) .. ' kept'
+      end
+      notify(msg)
+    end)
+  end)
+end
+
+local ACTIONS = {
+  active = { 'open', 'term', 'archive', 'rm' },
+  archived = { 'unarchive', 'rm' },
+}
+
+local function label(ws, projects)
+  local p = projects[ws.project_id] or {}
+  local text = string.format('%-24s %-9s %s', (p.name or '?') .. '/' .. ws.name, tostring(ws.state), tostring(ws.branch or '-'))
+  local cleanup = ws.last_cleanup
+  if type(cleanup) == 'table' and cleanup.status == 'pending' then
+    text = text .. '  (cleanup pending)'
+  end
+  if ws.interrupted then
+    text = text .. '  (interrupted)'
+  end
+  return text
+end
+
+-- :Xum ls — pick a workspace, then what to do with it.
+function M.ls()
+  listing(function(err, projects, workspaces)
+    if err then
+      return fail(err)
+    end
+    if #workspaces == 0 then
+      return notify('xum: no workspaces')
+    end
+    table.sort(workspaces, function(a, b)
+      return label(a, projects) < label(b, projects)
+    end)
+    vim.ui.select(workspaces, {
+      prompt = 'xum workspaces',
+      kind = 'xum_workspace',
+      format_item = function(ws)
+        return label(ws, projects)
+      end,
+    }, function(ws)
+      if not ws then
+        return
+      end
+      local actions = ACTIONS[ws.state]
+      if not actions then
+        return notify('xum: ' .. ws.name .. ' is ' .. tostring(ws.state))
+      end
+      vim.ui.select(actions, { prompt = 'xum: ' .. ws.name }, function(action)
+        if action then
+          M[action]({ ws.id })
+        end
+      end)
+    end)
+  end)
+end
+
+-- :Xum status — the connection, as :checkhealth would say it briefly.
+function M.status()
+  local path, source = client.socket_path()
+  local msg = 'xum: ' .. client.status .. ' (' .. path .. ', ' .. source .. ')'
+  if client.hello then
+    msg = msg .. '; protocol ' .. tostring(client.hello.protocol)
+  end
+  if client.last_error then
+    msg = msg .. '; last error: ' .. tostring(client.last_error)
+  end
+  notify(msg)
+end
+
+M.SUBCOMMANDS = { 'archive', 'ls', 'new', 'open', 'rm', 'status', 'term', 'unarchive' }
+
+-- Which workspaces each subcommand completes.
+local COMPLETE_STATES = {
+  open = { active = true },
+  term = { active = true },
+  archive = { active = true },
+  unarchive = { archived = true },
+  rm = { active = true, archived = true },
+}
+
+local FLAGS = { archive = { '--stop' }, rm = { '--force' } }
+
+-- Workspace names for completion: NAME, or PROJECT/NAME where a name is in two projects.
+function M.workspace_names(states)
+  if not state.loaded then
+    -- Not subscribed yet: ask once, briefly (completion must not hang the command line).
+    local result = client.request_sync('workspace.list', {}, 1000)
+    local presult = client.request_sync('project.list', {}, 1000)
+    -- the subscription may have loaded the cache meanwhile: it is newer than these
+    if result and presult and not state.loaded then
+      for _, ws in ipairs(result.workspaces or {}) do
+        state.workspaces[ws.id] = ws
+      end
+      for _, p in ipairs(presult.projects or {}) do
+        state.projects[p.id] = p
+      end
+    end
+  end
+  local count = {}
+  for _, ws in pairs(state.workspaces) do
+    count[ws.name] = (count[ws.name] or 0) + 1
+  end
+  local names = {}
+  for _, ws in pairs(state.workspaces) do
+    if not states or states[ws.state] then
+      if count[ws.name] > 1 then
+        local p = state.projects[ws.project_id]
+        names[#names + 1] = ((p and p.name) or ws.project_id) .. '/' .. ws.name
+      else
+        names[#names + 1] = ws.name
+      end
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+local function starting_with(list, prefix)
+  return vim.tbl_filter(function(item)
+    return item:sub(1, #prefix) == prefix
+  end, list)
+end
+
+function M.complete(arglead, cmdline, _)
+  local words = vim.split(cmdline:gsub('^%s*%S+%s*', ''), '%s+', { trimempty = false })
+  if #words <= 1 then
+    return starting_with(M.SUBCOMMANDS, arglead)
+  end
+  local sub = words[1]
+  local candidates = {}
+  if COMPLETE_STATES[sub] then
+    candidates = M.workspace_names(COMPLETE_STATES[sub])
+  end
+  vim.list_extend(candidates, FLAGS[sub] or {})
+  return starting_with(candidates, arglead)
+end
+
+function M.run(opts)
+  local args = vim.deepcopy(opts.fargs)
+  local sub = table.remove(args, 1)
+  if not sub then
+    return M.ls()
+  end
+  local fn = M[sub]
+  if not vim.tbl_contains(M.SUBCOMMANDS, sub) or type(fn) ~= 'function' then
+    return usage('unknown subcommand ' .. sub .. ' (one of: ' .. table.concat(M.SUBCOMMANDS, ', ') .. ')')
+  end
+  fn(args)
+end
+
+return M

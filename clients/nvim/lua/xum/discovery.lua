@@ -1,0 +1,45 @@
+-- Finding the daemon's socket: the one rule every xum client follows (docs/PROTOCOL.md).
+--
+--   1. setup{ socket = ... }          (explicit configuration, like the CLI's --socket)
+--   2. $XUM_SOCKET
+--   3. setup{ root = ... } or $XUM_ROOT, then /xumd.sock
+--   4. the default root: $XDG_STATE_HOME/xum, else ~/.local/state/xum, then /xumd.sock
+local M = {}
+
+local function nonempty(value)
+  if type(value) == 'string' and value ~= '' then
+    return value
+  end
+  return nil
+end
+
+-- Returns the socket path and where it came from (shown by :checkhealth xum).
+-- `opts` holds the setup options; `env` (a function name -> value) is for tests.
+function M.socket_path(opts, env)
+  opts = opts or {}
+  env = env or os.getenv
+  local explicit = nonempty(opts.socket)
+  if explicit then
+    return vim.fn.expand(explicit), 'setup{ socket }'
+  end
+  local from_env = nonempty(env('XUM_SOCKET'))
+  if from_env then
+    return from_env, '$XUM_SOCKET'
+  end
+  local root = nonempty(opts.root)
+  if root then
+    return vim.fn.expand(root) .. '/xumd.sock', 'setup{ root }'
+  end
+  root = nonempty(env('XUM_ROOT'))
+  if root then
+    return root .. '/xumd.sock', '$XUM_ROOT'
+  end
+  local state = nonempty(env('XDG_STATE_HOME'))
+  if state then
+    return state .. '/xum/xumd.sock', 'default root ($XDG_STATE_HOME/xum)'
+  end
+  local home = nonempty(env('HOME')) or vim.fn.expand('~')
+  return home .. '/.local/state/xum/xumd.sock', 'default root (~/.local/state/xum)'
+end
+
+return M

@@ -1,0 +1,370 @@
+-- Scenarios for tests/test_nvim_plugin.py, each run by harness.lua in its own headless
+-- Neovim against the real xumd the test started. Environment: XUM_SOCKET/XUM_ROOT (the
+-- daemon), XUM_CLI (the real `xum` CLI), XUM_TEST_REPO and XUM_TEST_PROJECT (a registered
+-- git project), XUM_TEST_NAME (a workspace name unique to this run).
+local S = {}
+
+local function xum()
+  return require('xum')
+end
+
+local function by_name(name)
+  for _, ws in pairs(require('xum.state').workspaces) do
+    if ws.name == name then
+      return ws
+    end
+  end
+end
+
+local function connect(T)
+  local err_out, done = nil, false
+  xum().connect(function(err)
+    err_out, done = err, true
+  end)
+  T.wait_for(function()
+    return done
+  end, 'the plugin to connect')
+  T.check(err_out == nil, 'connect failed: ' .. vim.inspect(err_out))
+end
+
+-- Connect + hello + subscribe; the cache holds the registered project.
+function S.connect(T)
+  local client = require('xum.client')
+  connect(T)
+  T.eq(client.status, 'ready', 'status')
+  T.check(type(client.hello) == 'table', 'hello answered')
+  T.check(tostring(client.hello.protocol):match('^1%.'), 'protocol 1.x: ' .. tostring(client.hello.protocol))
+  T.eq(client.hello.server.name, 'xumd', 'server name')
+  T.eq(T.realpath(client.hello.root), T.realpath(os.getenv('XUM_ROOT')), 'hello root')
+  T.check(require('xum.state').loaded, 'subscribed: the snapshot is loaded')
+  local found = false
+  for _, p in pairs(require('xum.state').projects) do
+    found = found or p.name == os.getenv('XUM_TEST_PROJECT')
+  end
+  T.check(found, 'the snapshot holds the project')
+  -- answers are matched by id: many requests in flight, each gets its own answer
+  local answers = {}
+  for i = 1, 20 do
+    local method = (i % 2 == 0) and 'project.list' or 'daemon.status'
+    client.request(method, {}, function(err, result)
+      answers[i] = { method = method, err = err, result = result }
+    end)
+  end
+  T.wait_for(function()
+    return #vim.tbl_keys(answers) == 20
+  end, '20 answers')
+  for i, a in pairs(answers) do
+    T.check(a.err == nil, 'request ' .. i .. ' failed')
+    if a.method == 'project.list' then
+      T.check(a.result.projects ~= nil, 'project.list answer for request ' .. i)
+    else
+      T.check(a.result.pid ~= nil, 'daemon.status answer for request ' .. i)
+    end
+  end
+  local m = T.mark()
+  vim.cmd('Xum status')
+  T.note('xum: ready', m)
+end
+
+-- The discovery rule, in order; setup{ socket } pointing nowhere fails within its deadline.
+function S.discovery(T)
+  local d = require('xum.discovery')
+  local function env(tbl)
+    return function(k)
+      return tbl[k]
+    end
+  end
+  local all = { XUM_SOCKET = '/s/sock', XUM_ROOT = '/r', XDG_STATE_HOME = '/st', HOME = '/h' }
+  T.eq({ d.socket_path({ socket = '/o/sock', root = '/or' }, env(all)) }, { '/o/sock', 'setup{ socket }' }, 'setup socket wins')
+  T.eq(d.socket_path({ root = '/or' }, env(all)), '/s/sock', 'XUM_SOCKET beats a root')
+  T.eq(d.socket_path({ root = '/or' }, env({ XUM_ROOT = '/r' })), '/or/xumd.sock', 'setup root beats XUM_ROOT')
+  T.eq(d.socket_path({}, env({ XUM_ROOT = '/r', XDG_STATE_HOME = '/st' })), '/r/xumd.sock', 'XUM_ROOT')
+  T.eq(d.socket_path({}, env({ XUM_SOCKET = '', XUM_ROOT = '/r' })), '/r/xumd.sock', 'an empty XUM_SOCKET is unset')
+  T.eq(d.socket_path({}, env({ XDG_STATE_HOME = '/st', HOME = '/h' })), '/st/xum/xumd.sock', 'XDG_STATE_HOME')
+  T.eq(d.socket_path({}, env({ HOME = '/h' })), '/h/.local/state/xum/xumd.sock', 'the default root')
+
+  -- a socket path with nobody behind it: an error naming it, not a hang
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir, 'p')
+  xum().setup({ socket = dir .. '/none.sock', reconnect = false })
+  local result, err = xum().call_sync('daemon.status', {}, 3000)
+  T.check(result == nil, 'no answer from nowhere')
+  T.eq(require('xum.util').kind(err), 'unreachable', 'the error kind')
+  T.check(err.message:find(dir .. '/none.sock', 1, true), 'the error names the path: ' .. err.message)
+
+  -- the real daemon through $XUM_ROOT alone (no XUM_SOCKET: the driver unset it)
+  xum().setup({ socket = '', reconnect = true })
+  require('xum.client').stop()
+  local status, serr = xum().call_sync('daemon.status', {}, 5000)
+  T.check(serr == nil, 'daemon.status through $XUM_ROOT: ' .. vim.inspect(serr))
+  T.check(type(status.pid) == 'number', 'daemon.status pid')
+end
+
+-- vim.NIL from JSON null is handled: dropped from objects, holders with a null pid shown.
+function S.nulls(T)
+  local util = require('xum.util')
+  local decoded = util.denull(vim.json.decode('{"a":null,"b":{"c":null,"d":1},"e":[null,2]}'))
+  T.eq(decoded.a, nil, 'a null field is nil')
+  T.eq(decoded.b.c, nil, 'a nested null field is nil')
+  T.eq(decoded.b.d, 1, 'other fields stay')
+  T.eq(decoded.e[2], 2, 'array items keep their index')
+  local err = vim.json.decode('{"code":-32002,"message":"busy: mount","data":{"kind":"busy","holders":[{"kind":"mount","pid":null,"label":"mount at /x","since":null}]}}')
+  util.denull(err)
+  local text = util.format_error(err)
+  T.check(text:find('xum: busy: mount', 1, true), 'kind said once: ' .. text)
+  T.check(text:find('held by mount: mount at /x', 1, true), 'a holder without pid: ' .. text)
+  -- an error without data.kind falls back on its code
+  T.eq(util.kind({ code = -32013, message = 'x' }), 'untrusted', 'kind from the code')
+end
+
+-- new / open (:tcd) / statusline / archive / unarchive / rm through the :Xum commands.
+function S.lifecycle(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  local repo = os.getenv('XUM_TEST_REPO')
+  connect(T)
+  vim.cmd('cd ' .. vim.fn.fnameescape(repo))
+  local m = T.mark()
+  vim.cmd('Xum new ' .. name)
+  T.note('xum: created ' .. os.getenv('XUM_TEST_PROJECT') .. '/' .. name, m)
+  local ws = T.wait_for(function()
+    local w = by_name(name)
+    return w and w.state == 'active' and w
+  end, 'the event with the new workspace')
+  T.eq(xum().statusline(), '', 'no workspace at the repository itself')
+
+  m = T.mark()
+  vim.cmd('Xum open ' .. name)
+  T.note('xum: ' .. name, m)
+  T.eq(T.realpath(vim.fn.getcwd()), T.realpath(ws.path), ':tcd into the checkout')
+  T.eq(vim.fn.haslocaldir(-1, 0), 1, 'a tab-local directory')
+  T.eq(xum().statusline(), 'xum:' .. name, 'the statusline names the workspace')
+
+  -- uncommitted work: the archive snapshots it, the unarchive brings it back
+  vim.fn.writefile({ 'work in progress' }, ws.path .. '/notes.txt')
+
+  -- archive with no name: the current one; the plugin steps out of it first
+  m = T.mark()
+  vim.cmd('Xum archive')
+  local note = T.note('xum: archived ' .. name, m, 60000)
+  T.check(note.msg:find('cleanup: ', 1, true), 'the cleanup status is shown: ' .. note.msg)
+  T.check(note.msg:find('(snapshot ', 1, true), 'the snapshot is named: ' .. note.msg)
+  T.eq(T.realpath(vim.fn.getcwd()), T.realpath(repo), 'stepped out to the repository')
+  T.wait_for(function()
+    local w = by_name(name)
+    return w and w.state == 'archived'
+  end, 'the archived state by event')
+
+  m = T.mark()
+  vim.cmd('Xum unarchive ' .. name)
+  T.note('xum: restored ' .. name .. ' at ', m, 60000)
+  T.wait_for(function()
+    local w = by_name(name)
+    return w and w.state == 'active'
+  end, 'the active state by event')
+  T.eq(vim.fn.readfile(ws.path .. '/notes.txt'), { 'work in progress' }, 'the uncommitted work is back')
+
+  -- the picker: choose the workspace, then "open"
+  local prompts = {}
+  vim.ui.select = function(items, opts, on_choice)
+    prompts[#prompts + 1] = opts.prompt
+    if opts.prompt == 'xum workspaces' then
+      for _, item in ipairs(items) do
+        if item.name == name then
+          T.check(opts.format_item(item):find(name, 1, true), 'the picker shows the name')
+          return on_choice(item)
+        end
+      end
+      T.fail('the picker does not offer ' .. name)
+    end
+    T.check(vim.tbl_contains(items, 'archive'), 'an active workspace offers archive')
+    on_choice('open')
+  end
+  vim.cmd('cd ' .. vim.fn.fnameescape(repo))
+  vim.cmd('tabnew')
+  vim.cmd('Xum ls')
+  T.wait_for(function()
+    return T.realpath(vim.fn.getcwd()) == T.realpath(ws.path)
+  end, 'ls -> open to :tcd')
+  T.eq(#prompts, 2, 'two pickers')
+  vim.cmd('tabclose')
+
+  m = T.mark()
+  vim.cmd('Xum rm ' .. name)
+  note = T.note('xum: removed ' .. name, m, 60000)
+  T.check(note.msg:find('cleanup: ', 1, true), 'rm shows the cleanup: ' .. note.msg)
+  T.wait_for(function()
+    return by_name(name) == nil
+  end, 'the removal by event')
+  T.check(vim.loop.fs_stat(ws.path) == nil, 'the checkout is gone')
+end
+
+-- Completion of subcommands and of workspace names by state.
+function S.complete(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  local c = require('xum.commands')
+  T.check(vim.tbl_contains(c.complete('ar', 'Xum ar', 6), 'archive'), 'subcommands complete')
+  T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name .. '-a' })
+  T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name .. '-b' })
+  T.cli({ 'ws', 'archive', os.getenv('XUM_TEST_PROJECT') .. '/' .. name .. '-b' })
+  -- before any connection: completion asks the daemon (bounded)
+  local active = c.complete('', 'Xum archive ', 12)
+  T.check(vim.tbl_contains(active, name .. '-a'), 'an active workspace completes for archive: ' .. vim.inspect(active))
+  T.check(not vim.tbl_contains(active, name .. '-b'), 'an archived one does not')
+  T.check(vim.tbl_contains(active, '--stop'), 'archive flags complete')
+  local archived = c.complete(name, 'Xum unarchive ' .. name, 14)
+  T.eq(archived, { name .. '-b' }, 'unarchive completes archived workspaces')
+end
+
+-- A busy refusal names its kind and each holder; :Xum term holds the workspace by a lease.
+function S.busy(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  connect(T)
+  local created = T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name })
+  local ws = created.workspace
+  local job = vim.fn.jobstart({ 'sleep', '300' })
+  local pid = vim.fn.jobpid(job)
+  local lease, err = xum().call_sync('lease.acquire', { workspace_id = ws.id, kind = 'editor', pid = pid, label = 'test holder' })
+  T.check(err == nil, 'lease: ' .. vim.inspect(err))
+  local m = T.mark()
+  vim.cmd('Xum archive ' .. name)
+  local note = T.note('xum: archive ' .. name .. ': busy: ', m, 60000)
+  T.eq(note.level, vim.log.levels.ERROR, 'an error')
+  T.check(note.msg:find('held by editor pid ' .. pid .. ': test holder', 1, true), 'the holder is named: ' .. note.msg)
+  T.check(not note.msg:find('busy: busy', 1, true), 'busy said once: ' .. note.msg)
+  vim.fn.jobstop(job)
+  xum().call_sync('lease.release', { lease_id = lease.lease.id })
+
+  -- a terminal in the workspace: its shell runs there, leased as a terminal
+  vim.cmd('Xum term ' .. name)
+  local term = T.wait_for(function()
+    local list = require('xum.commands').terminals[ws.id]
+    return list and list[1] and list[1].lease and list[1]
+  end, 'the terminal and its lease')
+  local tpid = vim.fn.jobpid(term.job)
+  T.eq(T.realpath(vim.loop.fs_readlink('/proc/' .. tpid .. '/cwd')), T.realpath(ws.path), 'the shell runs in the checkout')
+  m = T.mark()
+  vim.cmd('Xum archive ' .. name)
+  note = T.note('xum: archive ' .. name .. ': busy: ', m, 60000)
+  T.check(note.msg:find('held by terminal pid ' .. tpid, 1, true), 'the terminal is named: ' .. note.msg)
+  -- --stop closes the plugin's own terminals there first
+  m = T.mark()
+  vim.cmd('Xum archive ' .. name .. ' --stop')
+  T.note('xum: archived ' .. name, m, 60000)
+end
+
+-- Live updates: changes made by another client arrive as events, no request of ours.
+function S.events(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  connect(T)
+  local changes = 0
+  vim.api.nvim_create_autocmd('User', {
+    pattern = 'XumChanged',
+    callback = function()
+      changes = changes + 1
+    end,
+  })
+  local sent = 0
+  local conn = require('xum.client').conn
+  local request = conn.request
+  conn.request = function(...)
+    sent = sent + 1
+    return request(...)
+  end
+  local seq = require('xum.state').seq
+  T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name })
+  local ws = T.wait_for(function()
+    local w = by_name(name)
+    return w and w.state == 'active' and w
+  end, 'the created workspace by event')
+  T.check(require('xum.state').seq > seq, 'the sequence moved on')
+  T.cli({ 'ws', 'archive', ws.id })
+  T.wait_for(function()
+    local w = by_name(name)
+    return w and w.state == 'archived'
+  end, 'the archive by event')
+  T.wait_for(function()
+    return changes > 0
+  end, 'User XumChanged')
+  T.eq(sent, 0, 'no request was needed')
+  -- the statusline follows: in the repository nothing; a removed workspace disappears
+  T.cli({ 'ws', 'rm', ws.id })
+  T.wait_for(function()
+    return by_name(name) == nil
+  end, 'the removal by event')
+end
+
+-- The daemon restarts: the plugin reconnects by itself and resubscribes (a new epoch: the
+-- snapshot replaces what it knew), and live updates go on.
+function S.reconnect(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  local client = require('xum.client')
+  connect(T)
+  local epoch = require('xum.state').epoch
+  T.check(epoch ~= nil, 'an epoch')
+  T.ask_driver('restart')
+  T.wait_for(function()
+    return client.connections >= 2 and client.status == 'ready'
+  end, 'the reconnect', 30000)
+  T.check(require('xum.state').epoch ~= epoch, 'a new epoch')
+  T.eq(client.last_subscribe, 'resync', 'another daemon run: a resync from the snapshot')
+  T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name })
+  T.wait_for(function()
+    return by_name(name)
+  end, 'an event after the reconnect')
+  -- a request while the daemon is down fails within its deadline with `disconnected` or
+  -- `unreachable`, never hangs
+  client.config.reconnect = false
+  T.ask_driver('stop')
+  T.wait_for(function()
+    return client.status == 'offline'
+  end, 'the plugin sees the daemon gone')
+  local _, err = xum().call_sync('daemon.status', {}, 3000)
+  local kind = require('xum.util').kind(err)
+  T.check(kind == 'unreachable' or kind == 'disconnected', 'a clear error: ' .. vim.inspect(err))
+  T.check(xum().statusline():find('(xumd offline)', 1, true), 'the statusline says offline: ' .. xum().statusline())
+end
+
+-- The connection drops while the daemon runs (same epoch): what happened meanwhile is
+-- caught up, by replay after `after_seq` where the daemon keeps it, else by a resync.
+function S.resume(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  local client = require('xum.client')
+  local state = require('xum.state')
+  connect(T)
+  local epoch = state.epoch
+  client.config.reconnect = false
+  client.conn:close('test: drop the connection')
+  T.wait_for(function()
+    return client.status == 'offline'
+  end, 'offline')
+  local created = T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name })
+  T.check(by_name(name) == nil, 'missed while offline')
+  client.config.reconnect = true
+  connect(T)
+  T.wait_for(function()
+    local w = by_name(name)
+    return w and w.state == 'active'
+  end, 'the missed workspace')
+  T.eq(state.epoch, epoch, 'the same daemon run')
+  local want = os.getenv('XUM_TEST_RESUME') == '1' and 'resumed' or 'resync'
+  T.eq(client.last_subscribe, want, 'how the stream was resumed')
+  T.eq(by_name(name).id, created.workspace.id, 'the same workspace')
+end
+
+-- :checkhealth xum, against the daemon and against nothing.
+function S.health(T)
+  vim.cmd('checkhealth xum')
+  local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+  T.check(text:find('OK.-Neovim'), 'the Neovim version: ' .. text)
+  T.check(text:find('OK.-socket found'), 'the socket: ' .. text)
+  T.check(text:find('OK.-hello answered: xumd'), 'hello: ' .. text)
+  T.check(text:find('OK.-protocol 1%.'), 'protocol: ' .. text)
+  T.check(not text:find('ERROR'), 'no error: ' .. text)
+  vim.cmd('bwipeout!')
+  xum().setup({ socket = vim.fn.tempname() .. '.sock', reconnect = false })
+  vim.cmd('checkhealth xum')
+  text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+  T.check(text:find('ERROR.-no socket at'), 'a missing socket is an error: ' .. text)
+end
+
+return S

@@ -1,0 +1,247 @@
+"""The Neovim plugin (clients/nvim) against a real xumd: headless Neovim runs each scenario of
+tests/nvim/scenarios.lua, driving the :Xum commands, the statusline, events and
+:checkhealth, with the real `xum` CLI as a second client. Skips when `nvim` is absent (CI
+installs it: .ci/run)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.lifecycle_helpers import add_project
+from tests.support.daemon import DaemonProcess, short_tmpdir
+from tests.support.gitrepo import make_repo
+from xum_protocol.models.events import SubscribeParams
+
+NVIM = shutil.which("nvim")
+pytestmark = pytest.mark.skipif(NVIM is None, reason="nvim is not installed (apt-get install neovim)")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = REPO_ROOT / "clients" / "nvim"
+HARNESS = Path(__file__).parent / "nvim" / "harness.lua"
+SCENARIOS = Path(__file__).parent / "nvim" / "scenarios.lua"
+XUM = str(Path(sys.executable).parent / "xum")
+# Each headless run is bounded: a scenario that hangs fails here instead of hanging the suite.
+RUN_TIMEOUT = 120.0
+# Whether this daemon replays missed events after `after_seq` (#13 section 4).
+RESUMES = "after_seq" in SubscribeParams.model_fields
+
+_names = itertools.count()
+
+
+class World:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.root = base / "root"
+        self.daemon = DaemonProcess(self.root).start()
+        self.repo = make_repo(base / "repo")
+        self.project = add_project(self.daemon, self.repo)
+
+    def close(self) -> None:
+        self.daemon.close()
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[World]:
+    """One daemon for the scenarios that leave it running (each uses its own names)."""
+    base = short_tmpdir("xumnv-")
+    world = World(base)
+    try:
+        yield world
+    finally:
+        world.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def own() -> Iterator[World]:
+    """A daemon of the test's own, for the scenarios that restart or stop it."""
+    base = short_tmpdir("xumnv-")
+    world = World(base)
+    try:
+        yield world
+    finally:
+        world.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_scenario(
+    world: World,
+    scenario: str,
+    *,
+    env: dict[str, str] | None = None,
+    driver: dict[str, Any] | None = None,
+) -> str:
+    """Run one scenario in a headless Neovim; return its stderr (the plugin's notifications).
+
+    `driver` maps a request name the scenario may make (T.ask_driver) to a function the test
+    runs when it is asked, before it answers `done`."""
+    signals = short_tmpdir("xumsig-")
+    name = f"nv{next(_names)}-{os.getpid() % 10000}"
+    full_env = {
+        **os.environ,
+        "XUM_ROOT": str(world.root),
+        "XUM_SOCKET": str(world.daemon.socket_path),
+        "XUM_CLI": XUM,
+        "XUM_TEST_REPO": str(world.repo),
+        "XUM_TEST_PROJECT": world.project["name"],
+        "XUM_TEST_NAME": name,
+        "XUM_TEST_SIGNALS": str(signals),
+        "XUM_TEST_RESUME": "1" if RESUMES else "0",
+        "XUM_NVIM_SCENARIO": scenario,
+        "XUM_NVIM_SCENARIOS": str(SCENARIOS),
+        # no user configuration, no shada, no swap files: only the plugin under test
+        "XDG_CONFIG_HOME": str(signals / "config"),
+        "XDG_DATA_HOME": str(signals / "data"),
+        "XDG_STATE_HOME": str(signals / "state"),
+        **(env or {}),
+    }
+    full_env = {k: v for k, v in full_env.items() if v != "<unset>"}
+    assert NVIM is not None
+    proc = subprocess.Popen(
+        [
+            NVIM,
+            "--headless",
+            "-u",
+            "NONE",
+            "-i",
+            "NONE",
+            "-n",
+            "--cmd",
+            f"set rtp^={PLUGIN}",
+            "-c",
+            "runtime plugin/xum.lua",
+            "-c",
+            f"luafile {HARNESS}",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=world.base,
+        env=full_env,
+    )
+    errors: list[str] = []
+    stderr_lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            stderr_lines.append(raw.decode(errors="replace"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + RUN_TIMEOUT
+    try:
+        handled: set[str] = set()
+        while proc.poll() is None:
+            for request, action in (driver or {}).items():
+                if request not in handled and (signals / f"{request}.request").exists():
+                    handled.add(request)
+                    try:
+                        action()
+                    except Exception as exc:  # the scenario waits on `done`: say why not
+                        errors.append(f"{request}: {exc!r}")
+                        raise
+                    (signals / f"{request}.done").write_text("1")
+            try:
+                proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait(10)
+                pytest.fail(f"nvim scenario {scenario} ran over {RUN_TIMEOUT}s:\n{''.join(stderr_lines)}")
+        reader.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        shutil.rmtree(signals, ignore_errors=True)
+    output = "".join(stderr_lines)
+    assert not errors, errors
+    assert proc.returncode == 0, f"nvim scenario {scenario} failed:\n{output}"
+    assert f"PASSED {scenario}" in output, output
+    return output
+
+
+def workspaces(world: World) -> dict[str, dict[str, Any]]:
+    listed = world.daemon.call("workspace.list", {})["workspaces"]
+    return {ws["name"]: ws for ws in listed}
+
+
+def test_connect_hello_and_requests_by_id(shared: World) -> None:
+    run_scenario(shared, "connect")
+
+
+def test_discovery_rule_and_unreachable_socket(shared: World) -> None:
+    # no XUM_SOCKET: the scenario reaches the daemon through $XUM_ROOT alone
+    run_scenario(shared, "discovery", env={"XUM_SOCKET": "<unset>"})
+
+
+def test_json_null_is_handled(shared: World) -> None:
+    run_scenario(shared, "nulls")
+
+
+def test_commands_new_open_archive_unarchive_rm(shared: World) -> None:
+    before = set(workspaces(shared))
+    output = run_scenario(shared, "lifecycle")
+    # the daemon agrees: the workspace the scenario made is gone again
+    assert set(workspaces(shared)) == before, output
+
+
+def test_completion_of_workspace_names(shared: World) -> None:
+    run_scenario(shared, "complete")
+
+
+def test_busy_error_names_holders_and_terminal_lease(shared: World) -> None:
+    output = run_scenario(shared, "busy")
+    archived = [ws for ws in workspaces(shared).values() if ws["state"] == "archived"]
+    assert archived, output
+
+
+def test_live_updates_from_events(shared: World) -> None:
+    run_scenario(shared, "events")
+
+
+def test_reconnect_after_daemon_restart(own: World) -> None:
+    run_scenario(
+        own,
+        "reconnect",
+        driver={"restart": own.daemon.restart, "stop": own.daemon.terminate},
+    )
+
+
+def test_resume_after_dropped_connection(shared: World) -> None:
+    run_scenario(shared, "resume")
+
+
+def test_checkhealth(shared: World) -> None:
+    run_scenario(shared, "health")
+
+
+def test_helptags_are_valid(tmp_path: Path) -> None:
+    doc = tmp_path / "doc"
+    shutil.copytree(PLUGIN / "doc", doc)
+    assert NVIM is not None
+    done = subprocess.run(
+        [NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-c", f"helptags {doc}", "-c", "qall!"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "E154" not in done.stderr and "E670" not in done.stderr, done.stderr
+    tags = (doc / "tags").read_text()
+    for tag in ("xum.txt", ":Xum", "xum-statusline", "xum-health", "xum.setup()"):
+        assert f"{tag}\t" in tags, tags
