@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xum_protocol.models.events import SubscribeParams
 
 from tests.lifecycle_helpers import add_project
 from tests.support.daemon import DaemonProcess, short_tmpdir
 from tests.support.gitrepo import make_repo
-from xum_protocol.models.events import SubscribeParams
 
 NVIM = shutil.which("nvim")
-pytestmark = pytest.mark.skipif(NVIM is None, reason="nvim is not installed (apt-get install neovim)")
+pytestmark = pytest.mark.skipif(
+    NVIM is None, reason="nvim is not installed (apt-get install neovim)"
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = REPO_ROOT / "clients" / "nvim"
@@ -160,7 +162,9 @@ def run_scenario(
             if time.monotonic() > deadline:
                 proc.kill()
                 proc.wait(10)
-                pytest.fail(f"nvim scenario {scenario} ran over {RUN_TIMEOUT}s:\n{''.join(stderr_lines)}")
+                pytest.fail(
+                    f"nvim scenario {scenario} ran over {RUN_TIMEOUT}s:\n{''.join(stderr_lines)}"
+                )
         reader.join(10)
     finally:
         if proc.poll() is None:
