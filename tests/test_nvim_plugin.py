@@ -217,11 +217,16 @@ def test_live_updates_from_events(shared: World) -> None:
     run_scenario(shared, "events")
 
 
+def kill_and_start(daemon: DaemonProcess) -> None:
+    daemon.kill()  # SIGKILL: no goodbye on the socket
+    daemon.start()
+
+
 def test_reconnect_after_daemon_restart(own: World) -> None:
     run_scenario(
         own,
         "reconnect",
-        driver={"restart": own.daemon.restart, "stop": own.daemon.terminate},
+        driver={"restart": lambda: kill_and_start(own.daemon), "stop": own.daemon.terminate},
     )
 
 
@@ -249,3 +254,28 @@ def test_helptags_are_valid(tmp_path: Path) -> None:
     tags = (doc / "tags").read_text()
     for tag in ("xum.txt", ":Xum", "xum-statusline", "xum-health", "xum.setup()"):
         assert f"{tag}\t" in tags, tags
+
+
+def test_bad_peers_time_out_or_disconnect(shared: World) -> None:
+    run_scenario(shared, "bad_peers")
+
+
+def test_protocol_mismatch_is_shown_and_not_retried(shared: World) -> None:
+    run_scenario(shared, "mismatch")
+
+
+def test_daemon_killed_during_archive(own: World) -> None:
+    """SIGKILL (a fault point) mid-archive: the command fails `disconnected` at once; after the
+    restart the plugin shows what recovery left."""
+    daemon = own.daemon
+    daemon.env = {"XUM_FAULT": "workspace.archive.after_intent"}
+    daemon.restart()
+
+    def restart() -> None:
+        assert daemon.proc is not None
+        daemon.proc.wait(30)
+        assert daemon.proc.returncode == -9, daemon.log_text()[-2000:]
+        daemon.env = {}
+        daemon.start()
+
+    run_scenario(own, "crash", driver={"restart": restart})

@@ -371,4 +371,106 @@ function S.health(T)
   T.check(text:find('ERROR.-no socket at'), 'a missing socket is an error: ' .. text)
 end
 
+-- A peer at the socket that is not a healthy xumd: it never answers, answers with garbage
+-- first, or hangs up. Real sockets (a Lua server in this Neovim); each case ends within
+-- its deadline with the error that says what happened.
+local function fake_server(path, respond)
+  local uv = vim.loop
+  local server = uv.new_pipe(false)
+  assert(server:bind(path))
+  server:listen(8, function()
+    local conn = uv.new_pipe(false)
+    server:accept(conn)
+    conn:read_start(function(_, data)
+      if data then
+        respond(conn, data)
+      end
+    end)
+  end)
+  return server
+end
+
+function S.bad_peers(T)
+  local client = require('xum.client')
+  local util = require('xum.util')
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir, 'p')
+
+  -- silent: the hello times out (the deadline is the request's, not forever)
+  local silent = fake_server(dir .. '/silent.sock', function() end)
+  xum().setup({ socket = dir .. '/silent.sock', reconnect = false, timeout_ms = 300 })
+  local _, err = xum().call_sync('daemon.status', {}, 300)
+  T.eq(util.kind(err), 'timeout', 'a silent peer: ' .. vim.inspect(err))
+  T.check(err.message:find('hello', 1, true), 'the timeout names what it waited for: ' .. err.message)
+  silent:close()
+
+  -- garbage before the answer: dropped, the answer still matched by its id
+  local chatty = fake_server(dir .. '/chatty.sock', function(conn, data)
+    for line in data:gmatch('[^\n]+') do
+      local id, method = line:match('"id":(%d+)'), line:match('"method":"([%w%.]+)"')
+      local result = method == 'hello' and '{"protocol":"1.0","server":{"name":"fake","version":null},"root":null,"capabilities":[]}'
+        or '{"pid":7,"uptime_s":null}'
+      conn:write('not json at all\n[1,2\n\n{"jsonrpc":"2.0","id":9999,"result":{}}\n')
+      conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":' .. result .. '}\n')
+    end
+  end)
+  client.stop()
+  xum().setup({ socket = dir .. '/chatty.sock', reconnect = false, timeout_ms = 3000, events = false })
+  local status, serr = xum().call_sync('daemon.status', {}, 3000)
+  T.check(serr == nil, 'garbage is skipped: ' .. vim.inspect(serr))
+  T.eq(status.pid, 7, 'the answer to our id')
+  T.eq(status.uptime_s, nil, 'a null result field is nil, not vim.NIL')
+  T.eq(client.hello.server.version, nil, 'a null hello field is nil')
+  chatty:close()
+
+  -- hangs up on the first request: `disconnected` at once
+  local rude = fake_server(dir .. '/rude.sock', function(conn)
+    conn:close()
+  end)
+  client.stop()
+  xum().setup({ socket = dir .. '/rude.sock', reconnect = false, timeout_ms = 10000 })
+  local started = vim.loop.now()
+  _, err = xum().call_sync('daemon.status', {}, 10000)
+  T.eq(util.kind(err), 'disconnected', 'a peer that hangs up: ' .. vim.inspect(err))
+  T.check(vim.loop.now() - started < 9000, 'not by the deadline')
+  rude:close()
+end
+
+-- Another major version: protocol_mismatch naming both sides, and no reconnect loop.
+function S.mismatch(T)
+  local client = require('xum.client')
+  client.PROTOCOL = '99.0'
+  local _, err = xum().call_sync('daemon.status', {}, 5000)
+  T.eq(require('xum.util').kind(err), 'protocol_mismatch', 'the kind')
+  T.check(err.message:find('99.0', 1, true), 'names our version: ' .. err.message)
+  T.eq(client.status, 'offline', 'not connected')
+  local attempts = client.connections
+  vim.wait(300)
+  T.eq(client.connections, attempts, 'no reconnect after a mismatch')
+end
+
+-- The daemon dies (SIGKILL at a fault point) in the middle of :Xum archive: the command
+-- fails at once with `disconnected` (not after its long deadline); after the restart the
+-- plugin reconnects and shows the state the recovery left, which the daemon confirms.
+function S.crash(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  local client = require('xum.client')
+  connect(T)
+  local created = T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name })
+  local m = T.mark()
+  vim.cmd('Xum archive ' .. name)
+  local note = T.note('xum: archive ' .. name .. ': disconnected: ', m, 30000)
+  T.eq(note.level, vim.log.levels.ERROR, 'an error')
+  T.ask_driver('restart')
+  T.wait_for(function()
+    return client.connections >= 2 and client.status == 'ready'
+  end, 'the reconnect', 30000)
+  T.eq(client.last_subscribe, 'resync', 'a new daemon run')
+  local shown = T.cli({ 'ws', 'show', created.workspace.id })
+  local cached = require('xum.state').workspaces[created.workspace.id]
+  T.check(cached ~= nil, 'the workspace is known after the resync')
+  T.eq(cached.state, shown.workspace.state, 'the plugin agrees with the daemon')
+  T.eq(cached.interrupted, shown.workspace.interrupted, 'and on the interrupted flag')
+end
+
 return S
