@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from xum_protocol.models.events import SubscribeParams
 
-from tests.lifecycle_helpers import add_project
-from tests.support.daemon import DaemonProcess, short_tmpdir
+from tests.lifecycle_helpers import add_project, commit_scripts, failing_teardown
+from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.gitrepo import make_repo
 
 NVIM = shutil.which("nvim")
@@ -42,12 +42,18 @@ _names = itertools.count()
 
 
 class World:
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, *, teardown: str | None = None, config: str = "") -> None:
         self.base = base
         self.root = base / "root"
+        if config:
+            write_config(self.root, config)
         self.daemon = DaemonProcess(self.root).start()
         self.repo = make_repo(base / "repo")
+        if teardown:
+            commit_scripts(self.repo, teardown=teardown)
         self.project = add_project(self.daemon, self.repo)
+        if teardown:
+            self.daemon.call("project.trust", {"project_id": self.project["id"]})
 
     def close(self) -> None:
         self.daemon.close()
@@ -279,3 +285,21 @@ def test_daemon_killed_during_archive(own: World) -> None:
         daemon.start()
 
     run_scenario(own, "crash", driver={"restart": restart})
+
+
+def test_statusline_shows_pending_cleanup() -> None:
+    """A teardown that fails keeps the archive's cleanup pending: the archive says so, the
+    statusline counts it, and it clears by events once the teardown passes."""
+    base = short_tmpdir("xumnv-")
+    ctl = base / "ctl"
+    ctl.mkdir()
+    world = World(
+        base,
+        teardown=failing_teardown(ctl),
+        config="[cleanup]\nbackoff_initial_s = 0.2\nbackoff_max_s = 0.5\n",
+    )
+    try:
+        run_scenario(world, "cleanup", env={"XUM_TEST_CTL": str(ctl)})
+    finally:
+        world.close()
+        shutil.rmtree(base, ignore_errors=True)

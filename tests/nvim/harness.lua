@@ -45,11 +45,15 @@ function T.wait_for(fn, what, ms)
 end
 
 -- Wait for a notification whose text matches `pattern` (plain find), after index `from`.
+-- An error notification that does not match ends the wait at once (it will not come).
 function T.note(pattern, from, ms)
   return T.wait_for(function()
     for i = (from or 0) + 1, #T.notes do
       if T.notes[i].msg:find(pattern, 1, true) then
         return T.notes[i]
+      end
+      if T.notes[i].level == vim.log.levels.ERROR then
+        T.fail('waiting for ' .. vim.inspect(pattern) .. ', got the error: ' .. T.notes[i].msg)
       end
     end
   end, 'a notification with ' .. vim.inspect(pattern), ms)

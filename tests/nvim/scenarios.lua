@@ -473,4 +473,28 @@ function S.crash(T)
   T.eq(cached.interrupted, shown.workspace.interrupted, 'and on the interrupted flag')
 end
 
+-- Cleanup stays pending (a teardown that fails until $XUM_TEST_CTL/ok exists): the archive
+-- shows it, the statusline counts it, and events clear it once the teardown passes.
+function S.cleanup(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  connect(T)
+  vim.cmd('cd ' .. vim.fn.fnameescape(os.getenv('XUM_TEST_REPO')))
+  T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name })
+  local m = T.mark()
+  vim.cmd('Xum archive ' .. name)
+  local note = T.note('xum: archived ' .. name, m, 60000)
+  T.check(note.msg:find('cleanup: pending (', 1, true), 'pending, with its attempts: ' .. note.msg)
+  T.check(note.msg:find('still in use', 1, true), 'and the last error: ' .. note.msg)
+  T.eq(note.level, vim.log.levels.WARN, 'a warning')
+  T.wait_for(function()
+    return xum().statusline():match('^cleanup:%d+$')
+  end, 'the statusline to count the pending cleanup: ' .. xum().statusline())
+  local f = assert(io.open(os.getenv('XUM_TEST_CTL') .. '/ok', 'w'))
+  f:close()
+  T.wait_for(function()
+    return xum().statusline() == ''
+  end, 'the cleanup to complete by events', 60000)
+  T.eq(require('xum.state').pending_cleanup(), 0, 'nothing pending')
+end
+
 return S
