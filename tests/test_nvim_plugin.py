@@ -54,6 +54,8 @@ class World:
         self.project = add_project(self.daemon, self.repo)
         if teardown:
             self.daemon.call("project.trust", {"project_id": self.project["id"]})
+        # a second project, so that names can be ambiguous and `new` can have to ask
+        self.other = add_project(self.daemon, make_repo(base / "other"))
 
     def close(self) -> None:
         self.daemon.close()
@@ -103,6 +105,7 @@ def run_scenario(
         "XUM_CLI": XUM,
         "XUM_TEST_REPO": str(world.repo),
         "XUM_TEST_PROJECT": world.project["name"],
+        "XUM_TEST_OTHER": world.other["name"],
         "XUM_TEST_NAME": name,
         "XUM_TEST_SIGNALS": str(signals),
         "XUM_TEST_RESUME": "1" if RESUMES else "0",
@@ -184,6 +187,11 @@ def run_scenario(
     return output
 
 
+def workspaces_all(world: World) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = world.daemon.call("workspace.list", {})["workspaces"]
+    return listed
+
+
 def workspaces(world: World) -> dict[str, dict[str, Any]]:
     listed = world.daemon.call("workspace.list", {})["workspaces"]
     return {ws["name"]: ws for ws in listed}
@@ -211,6 +219,12 @@ def test_commands_new_open_archive_unarchive_rm(shared: World) -> None:
 
 def test_completion_of_workspace_names(shared: World) -> None:
     run_scenario(shared, "complete")
+
+
+def test_names_in_two_projects_and_project_picker(shared: World) -> None:
+    run_scenario(shared, "ambiguous")
+    names = {(ws["project_id"], ws["name"], ws["state"]) for ws in workspaces_all(shared)}
+    assert any(p == shared.project["id"] and st == "archived" for p, _, st in names), names
 
 
 def test_busy_error_names_holders_and_terminal_lease(shared: World) -> None:

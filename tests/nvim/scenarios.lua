@@ -497,4 +497,54 @@ function S.cleanup(T)
   T.eq(require('xum.state').pending_cleanup(), 0, 'nothing pending')
 end
 
+-- One name in two projects: a bare name is refused as ambiguous (naming both) outside
+-- them, means the current project's inside one, and completes as PROJECT/NAME. `new`
+-- outside any project asks which one.
+function S.ambiguous(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  local project, other = os.getenv('XUM_TEST_PROJECT'), os.getenv('XUM_TEST_OTHER')
+  connect(T)
+  vim.cmd('cd ' .. vim.fn.fnameescape(vim.fn.fnamemodify(os.getenv('XUM_TEST_REPO'), ':h')))
+  local asked
+  vim.ui.select = function(items, opts, on_choice)
+    asked = opts.prompt
+    for _, p in ipairs(items) do
+      if p.name == other then
+        return on_choice(p)
+      end
+    end
+    T.fail('the picker does not offer ' .. other)
+  end
+  local m = T.mark()
+  vim.cmd('Xum new ' .. name)
+  T.note('xum: created ' .. other .. '/' .. name, m, 60000)
+  T.check(asked and asked:find(name, 1, true), 'asked for the project: ' .. tostring(asked))
+  m = T.mark()
+  vim.cmd('Xum new ' .. project .. '/' .. name)
+  T.note('xum: created ' .. project .. '/' .. name, m, 60000)
+  T.wait_for(function()
+    local n = 0
+    for _, ws in pairs(require('xum.state').workspaces) do
+      n = n + (ws.name == name and 1 or 0)
+    end
+    return n == 2
+  end, 'both by events')
+  local names = require('xum.commands').complete('', 'Xum archive ', 12)
+  T.check(vim.tbl_contains(names, project .. '/' .. name) and vim.tbl_contains(names, other .. '/' .. name), 'PROJECT/NAME completes: ' .. vim.inspect(names))
+
+  m = T.mark()
+  vim.cmd('Xum archive ' .. name)
+  T.wait_for(function()
+    return #T.notes > m
+  end, 'an answer')
+  local note = T.notes[m + 1]
+  T.check(note.msg:find('not_found: ' .. name .. ' is ambiguous', 1, true), 'refused as ambiguous: ' .. note.msg)
+  T.check(note.msg:find(project .. '/' .. name, 1, true) and note.msg:find(other .. '/' .. name, 1, true), 'naming both: ' .. note.msg)
+
+  vim.cmd('cd ' .. vim.fn.fnameescape(os.getenv('XUM_TEST_REPO')))
+  m = T.mark()
+  vim.cmd('Xum archive ' .. name)
+  T.note('xum: archived ' .. name, m, 60000)
+end
+
 return S
