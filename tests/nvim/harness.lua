@@ -6,6 +6,7 @@ local function out(msg)
 end
 
 local T = {}
+local uv = vim.uv or vim.loop
 T.notes = {}
 
 -- Record what the plugin tells the user instead of showing it.
@@ -81,12 +82,12 @@ function T.ask_driver(request, ms)
   f:write('1')
   f:close()
   T.wait_for(function()
-    return vim.loop.fs_stat(dir .. '/' .. request .. '.done') ~= nil
+    return uv.fs_stat(dir .. '/' .. request .. '.done') ~= nil
   end, 'the driver to ' .. request, ms or 60000)
 end
 
 function T.realpath(p)
-  return vim.loop.fs_realpath(p) or p
+  return uv.fs_realpath(p) or p
 end
 
 _G.T = T

@@ -3,6 +3,7 @@
 -- daemon), XUM_CLI (the real `xum` CLI), XUM_TEST_REPO and XUM_TEST_PROJECT (a registered
 -- git project), XUM_TEST_NAME (a workspace name unique to this run).
 local S = {}
+local uv = vim.uv or vim.loop
 
 local function xum()
   return require('xum')
@@ -195,7 +196,7 @@ function S.lifecycle(T)
   T.wait_for(function()
     return by_name(name) == nil
   end, 'the removal by event')
-  T.check(vim.loop.fs_stat(ws.path) == nil, 'the checkout is gone')
+  T.check(uv.fs_stat(ws.path) == nil, 'the checkout is gone')
 end
 
 -- Completion of subcommands and of workspace names by state.
@@ -243,7 +244,7 @@ function S.busy(T)
   local tpid = vim.fn.jobpid(term.job)
   -- (the child changes directory between fork and exec: wait for it)
   T.wait_for(function()
-    local dir = vim.loop.fs_readlink('/proc/' .. tpid .. '/cwd')
+    local dir = uv.fs_readlink('/proc/' .. tpid .. '/cwd')
     return dir and T.realpath(dir) == T.realpath(ws.path)
   end, 'the shell to run in the checkout')
   m = T.mark()
@@ -375,7 +376,7 @@ end
 -- first, or hangs up. Real sockets (a Lua server in this Neovim); each case ends within
 -- its deadline with the error that says what happened.
 local function fake_server(path, respond)
-  local uv = vim.loop
+  local uv = vim.uv or vim.loop
   local server = uv.new_pipe(false)
   assert(server:bind(path))
   server:listen(8, function()
@@ -429,10 +430,10 @@ function S.bad_peers(T)
   end)
   client.stop()
   xum().setup({ socket = dir .. '/rude.sock', reconnect = false, timeout_ms = 10000 })
-  local started = vim.loop.now()
+  local started = uv.now()
   _, err = xum().call_sync('daemon.status', {}, 10000)
   T.eq(util.kind(err), 'disconnected', 'a peer that hangs up: ' .. vim.inspect(err))
-  T.check(vim.loop.now() - started < 9000, 'not by the deadline')
+  T.check(uv.now() - started < 9000, 'not by the deadline')
   rude:close()
 end
 

@@ -141,6 +141,12 @@ local function subscribe(conn, done, plain)
           state.apply_event(ev)
         end
       end
+      -- Every event of our types up to `seq` was in the replay; later ones follow as
+      -- notifications (a filtered stream has gaps: other types' numbers).
+      local upto = tonumber(result.seq)
+      if upto and (state.seq == nil or upto > state.seq) then
+        state.seq = upto
+      end
     else
       M.last_subscribe = had_state and 'resync' or 'snapshot'
       state.apply_snapshot(result.epoch, tonumber(result.seq), result.snapshot)

@@ -66,7 +66,13 @@ function M.check()
     info('root: ' .. tostring(hello.root))
   end
   if result then
-    info('daemon pid ' .. tostring(result.pid) .. ', up ' .. tostring(result.uptime_s) .. ' s')
+    local started = tonumber(result.started_at)
+    info('daemon pid ' .. tostring(result.pid) .. ', up ' .. tostring(result.uptime_s) .. ' s'
+      .. (started and (' (since ' .. os.date('%Y-%m-%d %H:%M:%S', math.floor(started)) .. ')') or ''))
+  end
+  local caps = hello.capabilities
+  if type(caps) == 'table' and not vim.tbl_contains(caps, 'events.subscribe') then
+    warn('the daemon does not offer events.subscribe: no live updates')
   end
   if client.config.events then
     if require('xum.state').loaded then

@@ -15,7 +15,7 @@ function M.denull(value)
     end
     return value
   end
-  local is_array = vim.tbl_islist(value)
+  local is_array = (vim.islist or vim.tbl_islist)(value)
   for key, item in pairs(value) do
     if item == vim.NIL then
       if not is_array then
