@@ -317,3 +317,18 @@ def test_statusline_shows_pending_cleanup() -> None:
     finally:
         world.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(
+    not RESUMES, reason="this daemon has no event replay (events.subscribe after_seq)"
+)
+def test_resume_past_the_ring_resyncs() -> None:
+    """The same daemon run, but the replay ring no longer holds what was missed (size 0):
+    `resync_required`, and the snapshot replaces what the plugin knew."""
+    base = short_tmpdir("xumnv-")
+    world = World(base, config="event_ring_size = 0\n")
+    try:
+        run_scenario(world, "resume", env={"XUM_TEST_RESUME": "0"})
+    finally:
+        world.close()
+        shutil.rmtree(base, ignore_errors=True)
