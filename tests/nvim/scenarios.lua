@@ -65,6 +65,12 @@ function S.connect(T)
   local m = T.mark()
   vim.cmd('Xum status')
   T.note('xum: ready', m)
+  m = T.mark()
+  vim.cmd('Xum frobnicate')
+  T.wait_for(function()
+    return T.notes[m + 1]
+  end, 'an answer')
+  T.check(T.notes[m + 1].msg:find('unknown subcommand frobnicate', 1, true), 'a usage error: ' .. T.notes[m + 1].msg)
 end
 
 -- The discovery rule, in order; setup{ socket } pointing nowhere fails within its deadline.
@@ -139,6 +145,14 @@ function S.lifecycle(T)
   T.eq(T.realpath(vim.fn.getcwd()), T.realpath(ws.path), ':tcd into the checkout')
   T.eq(vim.fn.haslocaldir(-1, 0), 1, 'a tab-local directory')
   T.eq(xum().statusline(), 'xum:' .. name, 'the statusline names the workspace')
+  -- through a symbolic link to the checkout, and in a subdirectory of it
+  local link = vim.fn.tempname()
+  assert(uv.fs_symlink(ws.path, link))
+  vim.fn.mkdir(ws.path .. '/sub', 'p')
+  vim.cmd('tcd ' .. vim.fn.fnameescape(link .. '/sub'))
+  T.eq(xum().statusline(), 'xum:' .. name, 'the statusline through a link')
+  vim.cmd('tcd ' .. vim.fn.fnameescape(ws.path))
+  vim.fn.delete(ws.path .. '/sub', 'd')
 
   -- uncommitted work: the archive snapshots it, the unarchive brings it back
   vim.fn.writefile({ 'work in progress' }, ws.path .. '/notes.txt')
@@ -290,7 +304,13 @@ function S.events(T)
   T.wait_for(function()
     return changes > 0
   end, 'User XumChanged')
+  T.cli({ 'ws', 'mv', ws.id, name .. '-r' })
+  T.wait_for(function()
+    local w = require('xum.state').workspaces[ws.id]
+    return w and w.name == name .. '-r'
+  end, 'the rename by event')
   T.eq(sent, 0, 'no request was needed')
+  name = name .. '-r'
   -- the statusline follows: in the repository nothing; a removed workspace disappears
   T.cli({ 'ws', 'rm', ws.id })
   T.wait_for(function()
@@ -411,8 +431,17 @@ function S.bad_peers(T)
       local id, method = line:match('"id":(%d+)'), line:match('"method":"([%w%.]+)"')
       local result = method == 'hello' and '{"protocol":"1.0","server":{"name":"fake","version":null},"root":null,"capabilities":[]}'
         or '{"pid":7,"uptime_s":null}'
+      local answer = '{"jsonrpc":"2.0","id":' .. id .. ',"result":' .. result .. '}\n'
       conn:write('not json at all\n[1,2\n\n{"jsonrpc":"2.0","id":9999,"result":{}}\n')
-      conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":' .. result .. '}\n')
+      -- the answer in three pieces, the middle one a moment later: lines span reads
+      local cut = math.floor(#answer / 3)
+      conn:write(answer:sub(1, cut))
+      local timer = uv.new_timer()
+      timer:start(50, 0, function()
+        timer:close()
+        conn:write(answer:sub(cut + 1, 2 * cut))
+        conn:write(answer:sub(2 * cut + 1))
+      end)
     end
   end)
   client.stop()
@@ -423,6 +452,60 @@ function S.bad_peers(T)
   T.eq(status.uptime_s, nil, 'a null result field is nil, not vim.NIL')
   T.eq(client.hello.server.version, nil, 'a null hello field is nil')
   chatty:close()
+
+  -- late: the first daemon.status is answered after its deadline (dropped), the second at
+  -- once; each caller gets its own answer
+  local late_count, late_written = 0, false
+  local late = fake_server(dir .. '/late.sock', function(conn, data)
+    for line in data:gmatch('[^\n]+') do
+      local id, method = line:match('"id":(%d+)'), line:match('"method":"([%w%.]+)"')
+      if method == 'hello' then
+        conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":{"protocol":"1.0","server":{"name":"fake"}}}\n')
+      else
+        late_count = late_count + 1
+        local n = late_count
+        local timer = uv.new_timer()
+        timer:start(n == 1 and 400 or 0, 0, function()
+          timer:close()
+          conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":{"pid":' .. n .. '}}\n')
+          if n == 1 then
+            late_written = true
+          end
+        end)
+      end
+    end
+  end)
+  client.stop()
+  xum().setup({ socket = dir .. '/late.sock', reconnect = false, events = false })
+  local first_err
+  xum().call('daemon.status', {}, function(e)
+    first_err = e
+  end, 150)
+  T.wait_for(function()
+    return first_err
+  end, 'the first deadline')
+  T.eq(util.kind(first_err), 'timeout', 'the first request times out')
+  local second, second_err = xum().call_sync('daemon.status', {}, 3000)
+  T.check(second_err == nil, 'the second: ' .. vim.inspect(second_err))
+  T.eq(second.pid, 2, 'the second request gets its own answer, not the late one')
+  -- the late answer arrives (and is dropped) before the third request's on the stream
+  T.wait_for(function()
+    return late_written
+  end, 'the late answer to be sent')
+  local third = xum().call_sync('daemon.status', {}, 3000)
+  T.eq(third.pid, 3, 'the third request gets its own answer')
+  late:close()
+
+  -- a line longer than max_frame_bytes without its newline: the connection is dropped
+  local flood = fake_server(dir .. '/flood.sock', function(conn)
+    conn:write(string.rep('x', 4096))
+  end)
+  client.stop()
+  xum().setup({ socket = dir .. '/flood.sock', reconnect = false, max_frame_bytes = 1024 })
+  _, err = xum().call_sync('daemon.status', {}, 5000)
+  T.eq(util.kind(err), 'disconnected', 'an endless line: ' .. vim.inspect(err))
+  T.check(err.message:find('longer than 1024 bytes', 1, true), 'says why: ' .. err.message)
+  flood:close()
 
   -- hangs up on the first request: `disconnected` at once
   local rude = fake_server(dir .. '/rude.sock', function(conn)

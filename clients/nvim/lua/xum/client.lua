@@ -21,6 +21,8 @@ local M = {
     -- backoff between reconnect attempts, doubling up to the cap
     reconnect_min_ms = 100,
     reconnect_max_ms = 5000,
+    -- the longest line accepted from the daemon (its own default frame cap)
+    max_frame_bytes = 16 * 1024 * 1024,
   },
   conn = nil,
   hello = nil,
@@ -190,6 +192,7 @@ function M.ensure(cb)
   local conn
   conn = Conn.new({
     path = path,
+    max_frame = M.config.max_frame_bytes,
     on_notification = on_notification,
     on_close = function(reason)
       on_close(conn, reason)
