@@ -178,6 +178,26 @@ function S.lifecycle(T)
   end, 'the active state by event')
   T.eq(vim.fn.readfile(ws.path .. '/notes.txt'), { 'work in progress' }, 'the uncommitted work is back')
 
+  -- :Xum open outside any workspace: pick among the active ones
+  vim.cmd('cd ' .. vim.fn.fnameescape(repo))
+  local offered
+  vim.ui.select = function(items, opts, on_choice)
+    offered = items
+    for _, item in ipairs(items) do
+      T.eq(item.state, 'active', 'only active workspaces are offered (' .. opts.prompt .. ')')
+      if item.name == name then
+        return on_choice(item)
+      end
+    end
+  end
+  vim.cmd('tabnew')
+  vim.cmd('Xum open')
+  T.wait_for(function()
+    return T.realpath(vim.fn.getcwd()) == T.realpath(ws.path)
+  end, 'open -> pick -> :tcd')
+  T.check(offered and #offered >= 1, 'a picker was shown')
+  vim.cmd('tabclose')
+
   -- the picker: choose the workspace, then "open"
   local prompts = {}
   vim.ui.select = function(items, opts, on_choice)
@@ -629,6 +649,17 @@ function S.ambiguous(T)
   m = T.mark()
   vim.cmd('Xum archive ' .. name)
   T.note('xum: archived ' .. name, m, 60000)
+
+  -- inside a workspace of the other project, `new` means that project (no picker)
+  asked = nil
+  vim.cmd('Xum open ' .. other .. '/' .. name)
+  T.wait_for(function()
+    return T.realpath(vim.fn.getcwd()) ~= T.realpath(os.getenv('XUM_TEST_REPO'))
+  end, 'open')
+  m = T.mark()
+  vim.cmd('Xum new ' .. name .. '-2')
+  T.note('xum: created ' .. other .. '/' .. name .. '-2', m, 60000)
+  T.eq(asked, nil, 'no picker')
 end
 
 return S

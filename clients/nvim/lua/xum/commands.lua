@@ -57,6 +57,27 @@ local function not_found(message)
   return { code = -32001, message = message, data = { kind = 'not_found' } }
 end
 
+-- The project a directory belongs to: the workspace it is in, else the repository it is in
+-- (the deepest match either way).
+local function project_of(dir, projects, workspaces)
+  local best
+  for _, ws in ipairs(workspaces) do
+    if util.is_within(dir, ws.path) and (not best or #ws.path > #best.path) then
+      best = ws
+    end
+  end
+  if best then
+    return projects[best.project_id]
+  end
+  local found
+  for _, p in pairs(projects) do
+    if util.is_within(dir, p.path) and (not found or #p.path > #found.path) then
+      found = p
+    end
+  end
+  return found
+end
+
 -- What the user typed (ws_<id>, PROJECT/NAME, or NAME) -> the workspace. A bare NAME is
 -- looked for in the current directory's project first, then everywhere; two matches are an
 -- error naming both (never a guess).
@@ -82,7 +103,7 @@ local function pick(ref, projects, workspaces)
     end
   end
   if #matches > 1 then
-    local here = state.project_at(xum().cwd())
+    local here = project_of(xum().cwd(), projects, workspaces)
     local local_matches = {}
     for _, ws in ipairs(matches) do
       if here and ws.project_id == here.id then
@@ -104,8 +125,9 @@ local function pick(ref, projects, workspaces)
   return matches[1]
 end
 
--- cb(ws, projects): the workspace named by `ref`, or the one the current directory is in.
-local function resolve(ref, cb)
+-- cb(ws, projects): the workspace named by `ref`, or the one the current directory is in;
+-- with `pick_state` and neither, one picked among those in that state.
+local function resolve(ref, cb, pick_state)
   listing(function(err, projects, workspaces)
     if err then
       return fail(err)
@@ -118,10 +140,30 @@ local function resolve(ref, cb)
           best = ws
         end
       end
-      if not best then
+      if best then
+        return cb(best, projects)
+      end
+      local choices = vim.tbl_filter(function(ws)
+        return ws.state == pick_state
+      end, workspaces)
+      if not pick_state or #choices == 0 then
         return fail(not_found('the current directory is in no workspace: name one'))
       end
-      return cb(best, projects)
+      table.sort(choices, function(a, b)
+        return a.name < b.name
+      end)
+      vim.ui.select(choices, {
+        prompt = 'xum: which workspace',
+        kind = 'xum_workspace',
+        format_item = function(ws)
+          return ((projects[ws.project_id] or {}).name or '?') .. '/' .. ws.name .. '  ' .. ws.path
+        end,
+      }, function(choice)
+        if choice then
+          cb(choice, projects)
+        end
+      end)
+      return
     end
     local ws, perr = pick(ref, projects, workspaces)
     if not ws then
@@ -204,7 +246,7 @@ function M.new(args)
   end
   local project_ref, name = ref:match('^(.*)/([^/]+)$')
   name = name or ref
-  listing(function(err, projects)
+  listing(function(err, projects, workspaces)
     if err then
       return fail(err)
     end
@@ -241,17 +283,7 @@ function M.new(args)
       end
       return fail(not_found('no project ' .. project_ref))
     end
-    local dir = xum().cwd()
-    local best
-    for _, p in ipairs(list) do
-      if util.is_within(dir, p.path) then
-        best = p
-      end
-    end
-    if not best then
-      local here = state.project_at(dir)
-      best = here and projects[here.id]
-    end
+    local best = project_of(xum().cwd(), projects, workspaces)
     if best then
       return create(best)
     end
@@ -282,7 +314,7 @@ function M.open(args)
     end
     vim.cmd('tcd ' .. vim.fn.fnameescape(ws.path))
     notify('xum: ' .. ws.name .. ' (' .. ws.path .. ')')
-  end)
+  end, 'active')
 end
 
 -- :Xum term [REF] — a terminal in the checkout, held by a lease so an archive names it.
@@ -324,7 +356,7 @@ function M.term(args)
       end
       entry.lease = result.lease and result.lease.id
     end)
-  end)
+  end, 'active')
 end
 
 -- :Xum archive [REF] [--stop] — snapshot, archive, and say what the cleanup did.
