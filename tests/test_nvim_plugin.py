@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -255,7 +256,11 @@ def test_resume_after_dropped_connection(shared: World) -> None:
 
 
 def test_checkhealth(shared: World) -> None:
-    run_scenario(shared, "health")
+    # a socket file nobody listens on, as a SIGKILLed daemon leaves it
+    stale = shared.base / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(stale))
+    run_scenario(shared, "health", env={"XUM_TEST_STALE": str(stale)})
 
 
 def test_helptags_are_valid(tmp_path: Path) -> None:

@@ -241,8 +241,8 @@ function S.complete(T)
   T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name .. '-a' })
   T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name .. '-b' })
   T.cli({ 'ws', 'archive', os.getenv('XUM_TEST_PROJECT') .. '/' .. name .. '-b' })
-  -- before any connection: completion asks the daemon (bounded)
-  local active = c.complete('', 'Xum archive ', 12)
+  -- before any connection: completion asks the daemon (bounded); as the command line does
+  local active = vim.fn.getcompletion('Xum archive ', 'cmdline')
   T.check(vim.tbl_contains(active, name .. '-a'), 'an active workspace completes for archive: ' .. vim.inspect(active))
   T.check(not vim.tbl_contains(active, name .. '-b'), 'an archived one does not')
   T.check(vim.tbl_contains(active, '--stop'), 'archive flags complete')
@@ -410,6 +410,18 @@ function S.health(T)
   vim.cmd('checkhealth xum')
   text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
   T.check(text:find('ERROR.-no socket at'), 'a missing socket is an error: ' .. text)
+  vim.cmd('bwipeout!')
+
+  -- a socket file nobody listens on (a daemon that was SIGKILLed): found, but no answer
+  -- (made by the driver: libuv unlinks the path when its own listener closes)
+  local stale = os.getenv('XUM_TEST_STALE')
+  T.eq(uv.fs_stat(stale).type, 'socket', 'a socket file')
+  require('xum.client').stop()
+  xum().setup({ socket = stale, reconnect = false })
+  vim.cmd('checkhealth xum')
+  text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+  T.check(text:find('OK.-socket found'), 'the file is there: ' .. text)
+  T.check(text:find('ERROR.-the daemon does not answer: xum: unreachable'), 'nobody answers: ' .. text)
 end
 
 -- A peer at the socket that is not a healthy xumd: it never answers, answers with garbage

@@ -14,11 +14,18 @@ local M = {
   version = 0,
 }
 
+local notify_scheduled = false
+
 local function changed()
   M.version = M.version + 1
-  -- Autocommands and redraws are not allowed in every context an event can arrive in:
-  -- defer them to the main loop.
+  -- Deferred to the main loop (not every context may fire autocommands or redraw), and
+  -- coalesced: a burst of events (a replay, a project removal) redraws once.
+  if notify_scheduled then
+    return
+  end
+  notify_scheduled = true
   vim.schedule(function()
+    notify_scheduled = false
     pcall(vim.api.nvim_exec_autocmds, 'User', { pattern = 'XumChanged', modeline = false })
     pcall(vim.cmd, 'redrawstatus!')
   end)
