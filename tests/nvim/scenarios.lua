@@ -145,6 +145,9 @@ function S.lifecycle(T)
   T.eq(T.realpath(vim.fn.getcwd()), T.realpath(ws.path), ':tcd into the checkout')
   T.eq(vim.fn.haslocaldir(-1, 0), 1, 'a tab-local directory')
   T.eq(xum().statusline(), 'xum:' .. name, 'the statusline names the workspace')
+  -- as documented, in 'statusline'
+  vim.o.statusline = "%{v:lua.require'xum'.statusline()}"
+  T.eq(vim.api.nvim_eval_statusline(vim.o.statusline, {}).str, 'xum:' .. name, "in 'statusline'")
   -- through a symbolic link to the checkout, and in a subdirectory of it
   local link = vim.fn.tempname()
   assert(uv.fs_symlink(ws.path, link))
