@@ -254,6 +254,10 @@ function M.request(method, params, cb, timeout_ms)
     if err then
       return cb(err, nil)
     end
+    if not M.conn then
+      -- it closed between "ready" and this turn of the loop
+      return cb(Conn.local_error('disconnected', 'the connection to xumd closed'), nil)
+    end
     M.conn:request(method, params, timeout_ms, cb)
   end)
 end
