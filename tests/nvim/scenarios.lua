@@ -431,7 +431,6 @@ end
 -- first, or hangs up. Real sockets (a Lua server in this Neovim); each case ends within
 -- its deadline with the error that says what happened.
 local function fake_server(path, respond)
-  local uv = vim.uv or vim.loop
   local server = uv.new_pipe(false)
   assert(server:bind(path))
   server:listen(8, function()

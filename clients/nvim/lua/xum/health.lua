@@ -12,7 +12,7 @@ local function reporter()
 end
 
 function M.check()
-  local start, ok, warn, error, info = reporter()
+  local start, ok, warn, fail, info = reporter()
   local client = require('xum.client')
   local util = require('xum.util')
 
@@ -22,7 +22,7 @@ function M.check()
   if vim.fn.has('nvim-0.7') == 1 then
     ok('Neovim ' .. version .. ' (0.7 or later)')
   else
-    error('Neovim ' .. version .. ': xum.nvim needs 0.7 or later')
+    fail('Neovim ' .. version .. ': xum.nvim needs 0.7 or later')
   end
   if vim.uv then
     ok('vim.uv is available')
@@ -35,13 +35,13 @@ function M.check()
   info('socket: ' .. path .. ' (from ' .. source .. ')')
   local stat = util.uv.fs_stat(path)
   if not stat then
-    error('no socket at ' .. path, {
+    fail('no socket at ' .. path, {
       'start the daemon: `xumd` (or `systemctl --user start xumd.socket`)',
       'or point the plugin at it: $XUM_SOCKET, $XUM_ROOT, or require("xum").setup{ socket = ... }',
     })
     return
   elseif stat.type ~= 'socket' then
-    error(path .. ' exists but is not a socket (' .. tostring(stat.type) .. ')')
+    fail(path .. ' exists but is not a socket (' .. tostring(stat.type) .. ')')
     return
   end
   ok('socket found')
@@ -50,7 +50,7 @@ function M.check()
   local result, err = client.request_sync('daemon.status', {}, client.config.timeout_ms)
   local hello = client.hello
   if err or not hello then
-    error('the daemon does not answer: ' .. util.format_error(err or 'no hello'))
+    fail('the daemon does not answer: ' .. util.format_error(err or 'no hello'))
     return
   end
   local server = hello.server or {}
@@ -60,7 +60,7 @@ function M.check()
   if major == ours then
     ok('protocol ' .. tostring(hello.protocol) .. ' (the plugin speaks ' .. client.PROTOCOL .. ')')
   else
-    error('protocol ' .. tostring(hello.protocol) .. ' (the plugin speaks ' .. client.PROTOCOL .. ')')
+    fail('protocol ' .. tostring(hello.protocol) .. ' (the plugin speaks ' .. client.PROTOCOL .. ')')
   end
   if hello.root then
     info('root: ' .. tostring(hello.root))
