@@ -530,6 +530,26 @@ function S.bad_peers(T)
   T.eq(third.pid, 3, 'the third request gets its own answer')
   late:close()
 
+  -- refused for the connection itself (id null), then closed: that error, not "disconnected"
+  local refuser = fake_server(dir .. '/refuser.sock', function(conn)
+    conn:write('{"jsonrpc":"2.0","id":null,"error":{"code":-32016,"message":"permission denied: uid 1000 is not the daemon\'s","data":{"kind":"permission_denied"}}}\n')
+    conn:shutdown(function()
+      conn:close()
+    end)
+  end)
+  client.stop()
+  xum().setup({ socket = dir .. '/refuser.sock', reconnect = true })
+  _, err = xum().call_sync('daemon.status', {}, 5000)
+  T.eq(util.kind(err), 'permission_denied', 'the refusal: ' .. vim.inspect(err))
+  T.check(util.format_error(err):find('uid 1000', 1, true), 'its message')
+  T.eq(client.status, 'offline', 'not connected')
+  -- nothing to wait for: give a retry (due after 100 ms) the time to happen, and see none
+  local attempts = client.attempts
+  vim.wait(400)
+  T.eq(client.attempts, attempts, 'and not retried')
+  client.stop()
+  refuser:close()
+
   -- a line longer than max_frame_bytes without its newline: the connection is dropped
   local flood = fake_server(dir .. '/flood.sock', function(conn)
     conn:write(string.rep('x', 4096))
@@ -562,9 +582,10 @@ function S.mismatch(T)
   T.eq(require('xum.util').kind(err), 'protocol_mismatch', 'the kind')
   T.check(err.message:find('99.0', 1, true), 'names our version: ' .. err.message)
   T.eq(client.status, 'offline', 'not connected')
-  local attempts = client.connections
-  vim.wait(300)
-  T.eq(client.connections, attempts, 'no reconnect after a mismatch')
+  -- nothing to wait for: give a retry (due after 100 ms) the time to happen, and see none
+  local attempts = client.attempts
+  vim.wait(400)
+  T.eq(client.attempts, attempts, 'no reconnect after a mismatch')
 end
 
 -- The daemon dies (SIGKILL at a fault point) in the middle of :Xum archive: the command

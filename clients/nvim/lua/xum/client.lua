@@ -29,8 +29,9 @@ local M = {
   -- 'idle' | 'connecting' | 'ready' | 'offline'
   status = 'idle',
   last_error = nil,
-  -- counts successful connections (a reconnect makes it 2, ...)
+  -- counts successful connections (a reconnect makes it 2, ...), and attempts
   connections = 0,
+  attempts = 0,
   -- how the last subscribe went: 'snapshot' | 'resumed' | 'resync'
   last_subscribe = nil,
   waiters = {},
@@ -188,6 +189,7 @@ function M.ensure(cb)
   end
   M.stopped = false
   M.status = 'connecting'
+  M.attempts = M.attempts + 1
   local path = M.socket_path()
   local conn
   conn = Conn.new({
@@ -206,7 +208,9 @@ function M.ensure(cb)
     M.status = 'offline'
     M.last_error = err.message
     flush(err)
-    if util.kind(err) ~= 'protocol_mismatch' then
+    -- Retrying cannot help these: another major version, a socket of another user.
+    local kind = util.kind(err)
+    if kind ~= 'protocol_mismatch' and kind ~= 'permission_denied' then
       schedule_reconnect()
     end
   end

@@ -152,6 +152,13 @@ function Conn:_message(line)
     end
     return
   end
+  if msg.id == nil and msg.error ~= nil then
+    -- An error for no request (id null): the daemon refuses the connection itself
+    -- (permission_denied, frame_too_large) and closes it. It is what the waiting requests
+    -- fail with, rather than a bare "disconnected".
+    self.peer_error = msg.error
+    return
+  end
   local entry = self.pending[msg.id]
   if not entry then
     return -- an answer after its deadline, or to nobody
@@ -178,10 +185,14 @@ function Conn:_closed(reason)
   vim.schedule(function()
     local pending = self.pending
     self.pending = {}
+    local err = self.peer_error or local_error('disconnected', 'the connection to xumd closed: ' .. reason)
     for _, entry in pairs(pending) do
       entry.timer:stop()
       close_handle(entry.timer)
-      entry.cb(local_error('disconnected', 'the connection to xumd closed: ' .. reason), nil)
+      entry.cb(err, nil)
+    end
+    if self.peer_error then
+      reason = util.format_error(self.peer_error)
     end
     self.on_close(reason)
   end)
