@@ -83,8 +83,9 @@ function S.discovery(T)
   end
   local all = { XUM_SOCKET = '/s/sock', XUM_ROOT = '/r', XDG_STATE_HOME = '/st', HOME = '/h' }
   T.eq({ d.socket_path({ socket = '/o/sock', root = '/or' }, env(all)) }, { '/o/sock', 'setup{ socket }' }, 'setup socket wins')
-  T.eq(d.socket_path({ root = '/or' }, env(all)), '/s/sock', 'XUM_SOCKET beats a root')
-  T.eq(d.socket_path({ root = '/or' }, env({ XUM_ROOT = '/r' })), '/or/xumd.sock', 'setup root beats XUM_ROOT')
+  T.eq(d.socket_path({ root = '/or' }, env(all)), '/or/xumd.sock', 'an explicit root beats the environment')
+  T.eq(d.socket_path({}, env(all)), '/s/sock', 'XUM_SOCKET beats XUM_ROOT')
+  T.eq(d.socket_path({ socket = '', root = '' }, env(all)), '/s/sock', 'empty settings are unset')
   T.eq(d.socket_path({}, env({ XUM_ROOT = '/r', XDG_STATE_HOME = '/st' })), '/r/xumd.sock', 'XUM_ROOT')
   T.eq(d.socket_path({}, env({ XUM_SOCKET = '', XUM_ROOT = '/r' })), '/r/xumd.sock', 'an empty XUM_SOCKET is unset')
   T.eq(d.socket_path({}, env({ XDG_STATE_HOME = '/st', HOME = '/h' })), '/st/xum/xumd.sock', 'XDG_STATE_HOME')

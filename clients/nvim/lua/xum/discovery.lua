@@ -1,9 +1,14 @@
--- Finding the daemon's socket: the one rule every xum client follows (docs/PROTOCOL.md).
+-- Finding the daemon's socket: the one rule every xum client follows (docs/PROTOCOL.md,
+-- "Finding the daemon"; xum_protocol.discovery in Python). The first that applies:
 --
---   1. setup{ socket = ... }          (explicit configuration, like the CLI's --socket)
---   2. $XUM_SOCKET
---   3. setup{ root = ... } or $XUM_ROOT, then /xumd.sock
---   4. the default root: $XDG_STATE_HOME/xum, else ~/.local/state/xum, then /xumd.sock
+--   1. setup{ socket = ... }          (explicit, like the CLI's --socket)
+--   2. setup{ root = ... }/xumd.sock  (explicit, like the CLI's --root)
+--   3. $XUM_SOCKET
+--   4. $XUM_ROOT/xumd.sock
+--   5. the default root: $XDG_STATE_HOME/xum, else ~/.local/state/xum, then /xumd.sock
+--
+-- An empty value counts as unset. No search and no fallback: a missing socket means no
+-- daemon there.
 local M = {}
 
 local function nonempty(value)
@@ -22,13 +27,13 @@ function M.socket_path(opts, env)
   if explicit then
     return vim.fn.expand(explicit), 'setup{ socket }'
   end
-  local from_env = nonempty(env('XUM_SOCKET'))
-  if from_env then
-    return from_env, '$XUM_SOCKET'
-  end
   local root = nonempty(opts.root)
   if root then
     return vim.fn.expand(root) .. '/xumd.sock', 'setup{ root }'
+  end
+  local from_env = nonempty(env('XUM_SOCKET'))
+  if from_env then
+    return from_env, '$XUM_SOCKET'
   end
   root = nonempty(env('XUM_ROOT'))
   if root then
@@ -38,7 +43,7 @@ function M.socket_path(opts, env)
   if state then
     return state .. '/xum/xumd.sock', 'default root ($XDG_STATE_HOME/xum)'
   end
-  local home = nonempty(env('HOME')) or vim.fn.expand('~')
+  local home = nonempty(env('HOME')) or require('xum.util').uv.os_homedir()
   return home .. '/.local/state/xum/xumd.sock', 'default root (~/.local/state/xum)'
 end
 
