@@ -3,12 +3,18 @@
 `publish` is synchronous and assigns the number at once, so a handler that builds a snapshot
 without awaiting and then reads `seq` gets a snapshot valid exactly at that number: nothing can
 slip between snapshot and stream. Internal services (the cleanup-retry service) wait on `changed`.
+
+The last `ring_size` events are kept, so a client that reconnects can resume where it stopped
+(`events.subscribe {after_seq, epoch}`) instead of taking a new snapshot. The epoch is random per
+daemon start: a sequence number from another run is never mistaken for one of this run.
 """
 
 from __future__ import annotations
 
+import itertools
+import secrets
 import time
-import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -22,11 +28,14 @@ log = logs.get("xumd.events")
 Listener = Callable[[Event], None]
 SnapshotProvider = Callable[[], Any]
 
+DEFAULT_RING_SIZE = 4096
+
 
 class EventBus:
-    def __init__(self) -> None:
-        self.epoch = uuid.uuid4().hex[:12]
+    def __init__(self, ring_size: int = DEFAULT_RING_SIZE) -> None:
+        self.epoch = secrets.token_hex(8)
         self.seq = 0
+        self._ring: deque[Event] = deque(maxlen=max(ring_size, 0))
         self._listeners: dict[int, Listener] = {}
         self._next_token = 0
         self._changed = anyio.Event()
@@ -35,6 +44,8 @@ class EventBus:
     def publish(self, type: str, **data: Any) -> Event:
         self.seq += 1
         event = Event(seq=self.seq, epoch=self.epoch, type=type, at=time.time(), data=data)
+        if self._ring.maxlen:
+            self._ring.append(event)
         for token, listener in list(self._listeners.items()):
             try:
                 listener(event)
@@ -58,6 +69,19 @@ class EventBus:
             await changed.wait()
             return True
         return False
+
+    def replay_after(self, after_seq: int) -> list[Event] | None:
+        """Every event after `after_seq` up to now, in order; None when the ring no longer holds
+        the one right after it (or `after_seq` is ahead of this run): then only a snapshot is
+        a sound start."""
+        if after_seq > self.seq:
+            return None
+        if after_seq == self.seq:
+            return []
+        if not self._ring or self._ring[0].seq > after_seq + 1:
+            return None
+        # The ring holds consecutive numbers ending at self.seq.
+        return list(itertools.islice(self._ring, after_seq + 1 - self._ring[0].seq, None))
 
     def add_snapshot_provider(self, name: str, provider: SnapshotProvider) -> None:
         self._snapshot_providers[name] = provider
