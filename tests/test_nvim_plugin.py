@@ -6,6 +6,7 @@ installs it: .ci/run)."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import socket
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xum_protocol.discovery import resolve_socket
 from xum_protocol.models.events import SubscribeParams
 
 from tests.lifecycle_helpers import add_project, commit_scripts, failing_teardown
@@ -205,6 +207,29 @@ def test_connect_hello_and_requests_by_id(shared: World) -> None:
 def test_discovery_rule_and_unreachable_socket(shared: World) -> None:
     # no XUM_SOCKET: the scenario reaches the daemon through $XUM_ROOT alone
     run_scenario(shared, "discovery", env={"XUM_SOCKET": "<unset>"})
+
+
+def test_discovery_matches_the_python_rule(shared: World, tmp_path: Path) -> None:
+    """One rule everywhere: the plugin picks the socket xum_protocol.discovery picks, for every
+    combination of its settings and the environment (empty values included)."""
+    cases = []
+    for sock, root, xs, xr, xdg in itertools.product(
+        (None, "", "/o/s.sock"),
+        (None, "", "/or"),
+        (None, "", "/s.sock"),
+        (None, "", "/r"),
+        (None, "/st"),
+    ):
+        env = {"HOME": "/h"}
+        for key, value in (("XUM_SOCKET", xs), ("XUM_ROOT", xr), ("XDG_STATE_HOME", xdg)):
+            if value is not None:
+                env[key] = value
+        want = resolve_socket(sock, root, env)
+        opts = {k: v for k, v in (("socket", sock), ("root", root)) if v is not None}
+        cases.append({"opts": opts, "env": env, "want": str(want.path)})
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    run_scenario(shared, "discovery_matrix", env={"XUM_TEST_CASES": str(path)})
 
 
 def test_json_null_is_handled(shared: World) -> None:

@@ -698,4 +698,19 @@ function S.ambiguous(T)
   T.eq(asked, nil, 'no picker')
 end
 
+-- Every case the test computed with xum_protocol.discovery.resolve_socket.
+function S.discovery_matrix(T)
+  local d = require('xum.discovery')
+  local f = assert(io.open(os.getenv('XUM_TEST_CASES')))
+  local cases = vim.json.decode(f:read('*a'))
+  f:close()
+  T.check(#cases > 100, 'the cases: ' .. #cases)
+  for _, case in ipairs(cases) do
+    local got = d.socket_path(case.opts, function(k)
+      return case.env[k]
+    end)
+    T.eq(got, case.want, 'opts ' .. vim.inspect(case.opts) .. ' env ' .. vim.inspect(case.env))
+  end
+end
+
 return S
