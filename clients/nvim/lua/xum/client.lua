@@ -7,7 +7,9 @@ local state = require('xum.state')
 local util = require('xum.util')
 
 local M = {
-  PROTOCOL = '1.0',
+  -- 1.1: events.subscribe resumes after {after_seq, epoch}; a 1.0 daemon gets a plain
+  -- subscribe (same major version: compatible)
+  PROTOCOL = '1.1',
   VERSION = '0.1.0',
   config = {
     socket = nil,
@@ -114,11 +116,18 @@ local function refresh_obligations(conn)
   end)
 end
 
+-- Does the daemon resume event streams (protocol 1.1 or later)?
+function M.server_resumes()
+  local protocol = M.hello and M.hello.protocol
+  local major, minor = tostring(protocol or ''):match('^(%d+)%.(%d+)')
+  return major ~= nil and (tonumber(major) > 1 or tonumber(minor) >= 1)
+end
+
 -- Subscribe, resuming after what we saw when the same daemon run (epoch) is still there.
 local function subscribe(conn, done, plain)
   local params = { types = { 'workspace.', 'project.', 'cleanup.' } }
   local had_state = state.loaded and state.epoch ~= nil and state.seq ~= nil
-  local resuming = had_state and not plain
+  local resuming = had_state and not plain and M.server_resumes()
   if resuming then
     params.after_seq = state.seq
     params.epoch = state.epoch
