@@ -222,9 +222,17 @@ local function step_out(ws, projects)
   notify('xum: left ' .. ws.path .. ' for ' .. target)
 end
 
+-- Stop the plugin's own terminals in a workspace and wait (bounded) until they are gone:
+-- jobstop only asks, and a shell still there when the daemon looks would make it busy.
 local function stop_terminals(ws_id)
+  local jobs = {}
   for _, term in ipairs(M.terminals[ws_id] or {}) do
-    pcall(vim.fn.jobstop, term.job)
+    if term.job and pcall(vim.fn.jobstop, term.job) then
+      jobs[#jobs + 1] = term.job
+    end
+  end
+  if #jobs > 0 then
+    vim.fn.jobwait(jobs, 3000)
   end
 end
 
