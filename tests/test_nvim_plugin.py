@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 from xum_protocol.discovery import resolve_socket
-from xum_protocol.models.events import SubscribeParams
 
 from tests.lifecycle_helpers import add_project, commit_scripts, failing_teardown
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
@@ -38,8 +37,6 @@ SCENARIOS = Path(__file__).parent / "nvim" / "scenarios.lua"
 XUM = str(Path(sys.executable).parent / "xum")
 # Each headless run is bounded: a scenario that hangs fails here instead of hanging the suite.
 RUN_TIMEOUT = 120.0
-# Whether this daemon replays missed events after `after_seq` (#13 section 4).
-RESUMES = "after_seq" in SubscribeParams.model_fields
 
 _names = itertools.count()
 
@@ -51,14 +48,18 @@ class World:
         if config:
             write_config(self.root, config)
         self.daemon = DaemonProcess(self.root).start()
-        self.repo = make_repo(base / "repo")
-        if teardown:
-            commit_scripts(self.repo, teardown=teardown)
-        self.project = add_project(self.daemon, self.repo)
-        if teardown:
-            self.daemon.call("project.trust", {"project_id": self.project["id"]})
-        # a second project, so that names can be ambiguous and `new` can have to ask
-        self.other = add_project(self.daemon, make_repo(base / "other"))
+        try:
+            self.repo = make_repo(base / "repo")
+            if teardown:
+                commit_scripts(self.repo, teardown=teardown)
+            self.project = add_project(self.daemon, self.repo)
+            if teardown:
+                self.daemon.call("project.trust", {"project_id": self.project["id"]})
+            # a second project, so that names can be ambiguous and `new` can have to ask
+            self.other = add_project(self.daemon, make_repo(base / "other"))
+        except BaseException:
+            self.daemon.close()
+            raise
 
     def close(self) -> None:
         self.daemon.close()
@@ -111,7 +112,7 @@ def run_scenario(
         "XUM_TEST_OTHER": world.other["name"],
         "XUM_TEST_NAME": name,
         "XUM_TEST_SIGNALS": str(signals),
-        "XUM_TEST_RESUME": "1" if RESUMES else "0",
+        "XUM_TEST_RESUME": "1",  # the daemon replays after `after_seq` (protocol 1.1)
         "XUM_NVIM_SCENARIO": scenario,
         "XUM_NVIM_SCENARIOS": str(SCENARIOS),
         # no user configuration, no shada, no swap files: only the plugin under test
@@ -349,9 +350,6 @@ def test_statusline_shows_pending_cleanup() -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.skipif(
-    not RESUMES, reason="this daemon has no event replay (events.subscribe after_seq)"
-)
 def test_resume_past_the_ring_resyncs() -> None:
     """The same daemon run, but the replay ring no longer holds what was missed (size 0):
     `resync_required`, and the snapshot replaces what the plugin knew."""
