@@ -252,6 +252,13 @@ function S.complete(T)
   T.check(vim.tbl_contains(active, '--stop'), 'archive flags complete')
   local archived = c.complete(name, 'Xum unarchive ' .. name, 14)
   T.eq(archived, { name .. '-b' }, 'unarchive completes archived workspaces')
+
+  -- no daemon: completion still answers (subcommands, flags), without names
+  require('xum.client').stop()
+  require('xum.state').reset()
+  xum().setup({ socket = vim.fn.tempname() .. '.sock', reconnect = false })
+  T.eq(vim.fn.getcompletion('Xum archive ', 'cmdline'), { '--stop' }, 'only the flag')
+  T.eq(vim.fn.getcompletion('Xum unar', 'cmdline'), { 'unarchive' }, 'subcommands')
 end
 
 -- A busy refusal names its kind and each holder; :Xum term holds the workspace by a lease.
@@ -568,10 +575,9 @@ function S.bad_peers(T)
   end)
   client.stop()
   xum().setup({ socket = dir .. '/rude.sock', reconnect = false, timeout_ms = 10000 })
-  local started = uv.now()
+  -- (`disconnected`, not `timeout`: it did not wait for the deadline)
   _, err = xum().call_sync('daemon.status', {}, 10000)
   T.eq(util.kind(err), 'disconnected', 'a peer that hangs up: ' .. vim.inspect(err))
-  T.check(uv.now() - started < 9000, 'not by the deadline')
   rude:close()
 end
 

@@ -334,7 +334,12 @@ function M.term(args)
     vim.cmd('botright new')
     local buf = vim.api.nvim_get_current_buf()
     local entry = { buf = buf }
-    local job = vim.fn.termopen(vim.o.shell, {
+    -- termopen() until 0.10; jobstart{ term = true } from 0.11, where termopen is deprecated
+    local open_term = vim.fn.has('nvim-0.11') == 1 and function(cmd, opts)
+      opts.term = true
+      return vim.fn.jobstart(cmd, opts)
+    end or vim.fn.termopen
+    local job = open_term(vim.o.shell, {
       cwd = ws.path,
       env = { XUM_WORKSPACE = ws.name, XUM_WORKSPACE_ID = ws.id },
       on_exit = function()
@@ -520,10 +525,20 @@ local FLAGS = { archive = { '--stop' }, rm = { '--force' } }
 
 -- Workspace names for completion: NAME, or PROJECT/NAME where a name is in two projects.
 function M.workspace_names(states)
-  if not state.loaded then
-    -- Not subscribed yet: ask once, briefly (completion must not hang the command line).
-    local result = client.request_sync('workspace.list', {}, 1000)
-    local presult = client.request_sync('project.list', {}, 1000)
+  if not state.loaded and client.status ~= 'offline' then
+    -- Not subscribed yet: ask, both at once and within one short budget (completion must
+    -- not hang the command line; a daemon known to be down is not asked at all).
+    local result, presult
+    local waiting = 2
+    client.request('workspace.list', {}, function(_, r)
+      result, waiting = r, waiting - 1
+    end, 1000)
+    client.request('project.list', {}, function(_, r)
+      presult, waiting = r, waiting - 1
+    end, 1000)
+    vim.wait(1500, function()
+      return waiting == 0
+    end, 10)
     -- the subscription may have loaded the cache meanwhile: it is newer than these
     if result and presult and not state.loaded then
       for _, ws in ipairs(result.workspaces or {}) do
