@@ -1,13 +1,15 @@
 -- :checkhealth xum — Neovim, the socket, the daemon's hello and protocol.
 local M = {}
 
--- vim.health (0.10+) or the older `health` module (0.7-0.9).
+-- vim.health.start/ok/... (0.9+), vim.health.report_* (0.8), or the `health` module (0.7).
 local function reporter()
   local h = vim.health
   if h and h.start then
     return h.start, h.ok, h.warn, h.error, h.info
   end
-  h = require('health')
+  if not (h and h.report_start) then
+    h = require('health')
+  end
   return h.report_start, h.report_ok, h.report_warn, h.report_error, h.report_info
 end
 
