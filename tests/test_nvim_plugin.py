@@ -25,7 +25,8 @@ from tests.lifecycle_helpers import add_project, commit_scripts, failing_teardow
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.gitrepo import make_repo
 
-NVIM = shutil.which("nvim")
+# XUM_TEST_NVIM: another Neovim to run the scenarios with (the oldest and newest supported).
+NVIM = os.environ.get("XUM_TEST_NVIM") or shutil.which("nvim")
 pytestmark = pytest.mark.skipif(
     NVIM is None, reason="nvim is not installed (apt-get install neovim)"
 )
