@@ -361,3 +361,37 @@ def test_resume_past_the_ring_resyncs() -> None:
     finally:
         world.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+HOSTILE_NAME = b"\x1b[31mevil\nname"
+"""A process name with an escape sequence and a newline (a process picks its own name)."""
+
+
+def test_holder_with_hostile_name_is_shown_escaped(shared: World) -> None:
+    """A process that renamed itself with control characters holds a checkout: the busy
+    error names it with those characters escaped, never raw on the screen."""
+    created = shared.daemon.call(
+        "workspace.create", {"project_id": shared.project["id"], "name": "nv-hostile"}
+    )
+    path = created["workspace"]["path"]
+    script = (
+        "import ctypes, sys, time\n"
+        "ctypes.CDLL(None).prctl(15, ctypes.c_char_p(sys.argv[1].encode('latin-1')), 0, 0, 0)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, HOSTILE_NAME.decode("latin-1")],
+        cwd=path,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == b"ready\n"
+        comm = Path(f"/proc/{holder.pid}/comm").read_bytes()
+        assert comm.startswith(b"\x1b[31mevil"), comm
+        output = run_scenario(shared, "hostile_label", env={"XUM_TEST_HOLDER": str(holder.pid)})
+        assert "\x1b" not in output, output
+    finally:
+        holder.kill()
+        holder.wait(10)

@@ -719,4 +719,20 @@ function S.discovery_matrix(T)
   end
 end
 
+-- A holder whose process name carries an escape sequence and a newline: the error shows
+-- them escaped (\027, \010), and nothing raw.
+function S.hostile_label(T)
+  connect(T)
+  local pid = os.getenv('XUM_TEST_HOLDER')
+  local m = T.mark()
+  vim.cmd('Xum archive nv-hostile')
+  local note = T.note('xum: archive nv-hostile: busy: ', m, 60000)
+  T.check(note.msg:find('held by process pid ' .. pid .. ': \\027[31mevil\\010name', 1, true), 'escaped: ' .. note.msg)
+  for line in note.msg:gmatch('[^\n]+') do
+    T.check(not line:find('%c'), 'no control character in ' .. vim.inspect(line))
+  end
+  -- what reaches the screen (stderr here) is the escaped text
+  io.stderr:write('shown: ' .. note.msg .. '\n')
+end
+
 return S

@@ -187,9 +187,10 @@ local function cleanup_text(cleanup)
     end
     text = text .. ')'
   end
+  -- the last error keeps a teardown's output tail: whatever a script printed
   local why = cleanup.last_error or cleanup.reason
   if why then
-    text = text .. ': ' .. tostring(why)
+    text = text .. ': ' .. util.printable(why)
   end
   local reclaim = cleanup.reclaim
   if type(reclaim) == 'table' and reclaim.status and reclaim.status ~= 'not_needed' then

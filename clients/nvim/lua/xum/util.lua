@@ -74,6 +74,15 @@ function M.kind(err)
   return KINDS[M.nn(err.code)] or 'error'
 end
 
+-- Text from the daemon that names things others chose (a process names itself; a label
+-- or message quotes it) with control characters shown as \ddd: an escape sequence or a
+-- newline never reaches the screen as such.
+function M.printable(text)
+  return (tostring(text):gsub('%c', function(c)
+    return string.format('\\%03d', c:byte())
+  end))
+end
+
 -- One line per holder: kind, process id, label, and how to free it.
 function M.holder_lines(holders)
   local lines = {}
@@ -83,17 +92,26 @@ function M.holder_lines(holders)
   for _, h in ipairs(holders) do
     if type(h) == 'table' then
       local pid = M.nn(h.pid)
-      local line = '  held by ' .. tostring(M.nn(h.kind) or 'process')
+      local line = '  held by ' .. M.printable(M.nn(h.kind) or 'process')
       if pid then
         line = line .. ' pid ' .. tostring(pid)
       end
       local label = M.nn(h.label)
       if label and label ~= '' then
-        line = line .. ': ' .. label
+        line = line .. ': ' .. M.printable(label)
+      end
+      local command = M.nn(h.command)
+      if command and command ~= '' then
+        line = line .. ' `' .. M.printable(command) .. '`'
       end
       local ws = M.nn(h.workspace)
       if ws then
-        line = line .. ' (workspace ' .. tostring(ws) .. ')'
+        line = line .. ' (workspace ' .. M.printable(ws) .. ')'
+      end
+      -- a process the daemon started: the CLI stops it
+      local process_id = M.nn(h.process_id)
+      if process_id then
+        line = line .. ' (free it: xum kill ' .. M.printable(process_id) .. ')'
       end
       lines[#lines + 1] = line
     end
@@ -107,7 +125,7 @@ function M.format_error(err, what)
     return 'xum: ' .. (what and (what .. ': ') or '') .. tostring(err)
   end
   local kind = M.kind(err)
-  local message = tostring(M.nn(err.message) or '')
+  local message = M.printable(M.nn(err.message) or '')
   local prefix = 'xum: ' .. kind .. ': '
   if what then
     prefix = 'xum: ' .. what .. ': ' .. kind .. ': '
