@@ -270,3 +270,14 @@ def test_the_typescript_example_agrees(opts: dict[str, str], env: dict[str, str]
     )
     expected = resolve_socket(opts.get("socket"), opts.get("root"), {"HOME": "/h", **env})
     assert done.stdout.strip() == str(expected.path), done.stderr
+
+
+def test_daemon_install_still_bakes_an_exported_xum_root_into_the_units() -> None:
+    """--root no longer reads XUM_ROOT itself (the discovery rule does); what the CLI uses the
+    root for besides the socket must still see it."""
+    home = short_tmpdir("xumdh-")
+    root = home / "exported-root"
+    done = xum("daemon", "install", "--dry-run", "--json", XUM_ROOT=str(root), HOME=str(home))
+    assert done.returncode == 0, done.stderr
+    service = next(t for p, t in json.loads(done.stdout)["files"].items() if p.endswith(".service"))
+    assert f"--root {root}" in service

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,8 +117,12 @@ def test_a_half_closed_subscriber_ends_when_the_daemon_stops(daemon: DaemonProce
 
 
 @pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
-def test_protocol_md_watch_events_with_socat_works_as_written(daemon: DaemonProcess) -> None:
-    """The example of docs/PROTOCOL.md, run through a shell exactly as written there."""
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_protocol_md_watch_events_with_socat_works_as_written(
+    daemon: DaemonProcess, stop: signal.Signals
+) -> None:
+    """The example of docs/PROTOCOL.md, run through a shell exactly as written there; then socat
+    ends (politely, or killed): the daemon lets the connection go without an event to write."""
     text = (Path(__file__).resolve().parent.parent / "docs" / "PROTOCOL.md").read_text()
     block = text.split("# watch events", 1)[1].split("```", 1)[0]
     lines = block.splitlines()[1:]  # the rest of the comment line
@@ -142,7 +147,7 @@ def test_protocol_md_watch_events_with_socat_works_as_written(daemon: DaemonProc
         assert event["method"] == "event" and event["params"]["seq"] == seq
         assert proc.poll() is None, "socat exited after the answer"
     finally:
-        os.killpg(proc.pid, 15)
+        os.killpg(proc.pid, stop)
         proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()

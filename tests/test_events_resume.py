@@ -392,3 +392,18 @@ def test_a_replay_too_large_for_a_frame_is_a_resync() -> None:
                 peer, after_seq=start["seq"], epoch=start["epoch"], types=["test.none"]
             )
             assert small["resync_required"] is False and small["events"] == []
+
+
+def test_the_ring_is_bounded_in_bytes_too() -> None:
+    # Room for two events of ~10 kB: a third pushes the oldest out, whatever the count allows.
+    for daemon in _daemon("event_ring_bytes = 25000\n"):
+        sock = daemon.socket_path
+        with RawPeer(sock) as peer:
+            start = subscribe(peer)
+        last = publish(sock, "test.big", count=3, pad="x" * 10_000)
+        with RawPeer(sock) as peer:
+            lost = subscribe(peer, after_seq=start["seq"], epoch=start["epoch"])
+            assert lost["resync_required"] is True
+            held = subscribe(peer, after_seq=last - 2, epoch=start["epoch"])
+            assert held["resync_required"] is False
+            assert [e["seq"] for e in held["events"]] == [last - 1, last]

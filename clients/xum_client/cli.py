@@ -341,7 +341,8 @@ def daemon_install(obj: Ctx, dry_run: bool) -> None:
     """Install xumd as a user service (systemd; launchd on macOS) and print how to start it."""
     from xum_client.install import install
 
-    plan = install(root=obj.root, dry_run=dry_run)
+    # An exported XUM_ROOT is baked into the units, as --root is (the service has no shell env).
+    plan = install(root=obj.root or os.environ.get("XUM_ROOT") or None, dry_run=dry_run)
     if obj.as_json:
         obj.emit(plan)
         return
