@@ -234,6 +234,10 @@ def test_discovery_matches_the_python_rule(shared: World, tmp_path: Path) -> Non
     run_scenario(shared, "discovery_matrix", env={"XUM_TEST_CASES": str(path)})
 
 
+def test_event_cache_order_removals_obligations(shared: World) -> None:
+    run_scenario(shared, "state")
+
+
 def test_json_null_is_handled(shared: World) -> None:
     run_scenario(shared, "nulls")
 

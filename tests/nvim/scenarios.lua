@@ -735,4 +735,40 @@ function S.hostile_label(T)
   io.stderr:write('shown: ' .. note.msg .. '\n')
 end
 
+-- The event cache on its own: order within an epoch, removals, obligations (newest wins).
+function S.state(T)
+  local st = require('xum.state')
+  local function ws(id, name, state_, project)
+    return { id = id, name = name, state = state_, project_id = project or 'prj_1', path = '/w/' .. name }
+  end
+  st.apply_snapshot('e1', 10, {
+    projects = { { id = 'prj_1', name = 'p', path = '/p' }, { id = 'prj_2', name = 'q', path = '/q' } },
+    workspaces = { ws('ws_a', 'a', 'active'), ws('ws_b', 'b', 'active', 'prj_2') },
+  })
+  T.check(st.apply_event({ seq = 11, epoch = 'e1', type = 'workspace.state_changed', data = { workspace = ws('ws_a', 'a', 'archived') } }), 'a new event applies')
+  T.eq(st.workspaces.ws_a.state, 'archived', 'the new state')
+  T.check(not st.apply_event({ seq = 11, epoch = 'e1', type = 'workspace.state_changed', data = { workspace = ws('ws_a', 'a', 'active') } }), 'a repeated seq is ignored')
+  T.check(not st.apply_event({ seq = 5, epoch = 'e1', type = 'workspace.state_changed', data = { workspace = ws('ws_a', 'a', 'active') } }), 'an older one too')
+  T.eq(st.workspaces.ws_a.state, 'archived', 'unchanged by old events')
+  st.apply_event({ seq = 12, epoch = 'e1', type = 'workspace.removed', data = { workspace_id = 'ws_a' } })
+  T.eq(st.workspaces.ws_a, nil, 'removed')
+  st.apply_event({ seq = 13, epoch = 'e1', type = 'project.removed', data = { project_id = 'prj_2', name = 'q' } })
+  T.eq(st.projects.prj_2, nil, 'project removed')
+  T.eq(st.workspaces.ws_b, nil, 'with its workspaces')
+  -- obligations: a list answer older than an event does not undo it
+  st.apply_event({ seq = 14, epoch = 'e1', type = 'cleanup.obligation_changed', data = { obligation = { id = 'ob_1', workspace_id = 'ws_c', state = 'completed', updated_at = 20 } } })
+  st.merge_obligations({ { id = 'ob_1', workspace_id = 'ws_c', state = 'pending', updated_at = 10 }, { id = 'ob_2', workspace_id = 'ws_c', state = 'pending', updated_at = 10 } })
+  T.eq(st.obligations.ob_1.state, 'completed', 'the newer record wins')
+  T.eq(st.pending_cleanup(), 1, 'one pending')
+  T.eq(st.pending_cleanup('ws_c'), 1, 'for that workspace')
+  T.eq(st.pending_cleanup('ws_x'), 0, 'none elsewhere')
+  -- nested checkouts: the deepest holds the directory
+  st.apply_event({ seq = 15, epoch = 'e1', type = 'workspace.created', data = { workspace = { id = 'ws_n', name = 'n', state = 'active', project_id = 'prj_1', path = '/w/n' } } })
+  st.apply_event({ seq = 16, epoch = 'e1', type = 'workspace.created', data = { workspace = { id = 'ws_m', name = 'm', state = 'active', project_id = 'prj_1', path = '/w/n/m' } } })
+  T.eq(st.workspace_at('/w/n/m/x').id, 'ws_m', 'the deepest')
+  T.eq(st.workspace_at('/w/n/x').id, 'ws_n', 'the outer one')
+  T.eq(st.workspace_at('/w/nn'), nil, 'a sibling with the same prefix is not inside')
+  T.eq(st.project_at('/p/src').id, 'prj_1', 'a repository directory')
+end
+
 return S
