@@ -158,8 +158,21 @@ function S.lifecycle(T)
   vim.cmd('tcd ' .. vim.fn.fnameescape(ws.path))
   vim.fn.delete(ws.path .. '/sub', 'd')
 
-  -- uncommitted work: the archive snapshots it, the unarchive brings it back
-  vim.fn.writefile({ 'work in progress' }, ws.path .. '/notes.txt')
+  -- uncommitted work, still in a buffer: the archive refuses (its snapshot is of the disk)
+  vim.cmd('edit ' .. vim.fn.fnameescape(ws.path .. '/notes.txt'))
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'work in progress' })
+  m = T.mark()
+  vim.cmd('Xum archive')
+  T.wait_for(function()
+    return T.notes[m + 1]
+  end, 'an answer')
+  local refused = T.notes[m + 1].msg
+  T.check(refused:find('not_safe: unsaved changes in 1 buffer(s): notes.txt', 1, true), 'refused: ' .. refused)
+  T.eq(T.realpath(vim.fn.getcwd()), T.realpath(ws.path), 'nothing done: still in the checkout')
+  T.eq(require('xum.state').workspaces[ws.id].state, 'active', 'still active')
+  -- written: the archive snapshots it, the unarchive brings it back
+  vim.cmd('write')
+  vim.cmd('enew')
 
   -- archive with no name: the current one; the plugin steps out of it first
   m = T.mark()
@@ -227,8 +240,17 @@ function S.lifecycle(T)
   T.eq(#prompts, 2, 'two pickers')
   vim.cmd('tabclose')
 
+  -- rm refuses too while a buffer holds unsaved changes; --ignore-unsaved goes on
+  vim.cmd('edit ' .. vim.fn.fnameescape(ws.path .. '/README.md'))
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'never written' })
   m = T.mark()
   vim.cmd('Xum rm ' .. name)
+  T.wait_for(function()
+    return T.notes[m + 1]
+  end, 'an answer')
+  T.check(T.notes[m + 1].msg:find('xum: rm ' .. name .. ': not_safe: unsaved changes in 1 buffer(s): README.md', 1, true), 'rm refused: ' .. T.notes[m + 1].msg)
+  m = T.mark()
+  vim.cmd('Xum rm ' .. name .. ' --ignore-unsaved')
   note = T.note('xum: removed ' .. name, m, 60000)
   T.check(note.msg:find('cleanup: ', 1, true), 'rm shows the cleanup: ' .. note.msg)
   T.wait_for(function()
@@ -257,7 +279,7 @@ function S.complete(T)
   require('xum.client').stop()
   require('xum.state').reset()
   xum().setup({ socket = vim.fn.tempname() .. '.sock', reconnect = false })
-  T.eq(vim.fn.getcompletion('Xum archive ', 'cmdline'), { '--stop' }, 'only the flag')
+  T.eq(vim.fn.getcompletion('Xum archive ', 'cmdline'), { '--ignore-unsaved', '--stop' }, 'only the flags')
   T.eq(vim.fn.getcompletion('Xum unar', 'cmdline'), { 'unarchive' }, 'subcommands')
 end
 

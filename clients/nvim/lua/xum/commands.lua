@@ -237,6 +237,44 @@ local function stop_terminals(ws_id)
   end
 end
 
+-- Buffers with unsaved changes to files in a checkout: the daemon snapshots what is on
+-- disk, so an archive or removal would leave these changes with nowhere to go.
+local function unsaved_in(ws)
+  local root = util.uv.fs_realpath(ws.path) or ws.path
+  local names = {}
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(buf) and vim.bo[buf].modified and vim.bo[buf].buftype == '' then
+      local name = vim.api.nvim_buf_get_name(buf)
+      if name ~= '' then
+        local dir = util.uv.fs_realpath(vim.fn.fnamemodify(name, ':h')) or vim.fn.fnamemodify(name, ':h')
+        local full = dir .. '/' .. vim.fn.fnamemodify(name, ':t')
+        if util.is_within(full, root) then
+          names[#names + 1] = full:sub(#root + 2)
+        end
+      end
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+-- Refuse (not_safe) when unsaved buffers would be orphaned, unless told to go on.
+local function refuse_unsaved(ws, what, ignore)
+  if ignore then
+    return false
+  end
+  local names = unsaved_in(ws)
+  if #names == 0 then
+    return false
+  end
+  fail({
+    message = 'unsaved changes in ' .. #names .. ' buffer(s): ' .. table.concat(names, ', ')
+      .. ' (write them first, or add --ignore-unsaved)',
+    data = { kind = 'not_safe' },
+  }, what .. ' ' .. ws.name)
+  return true
+end
+
 local function flag(args, name)
   for i, a in ipairs(args) do
     if a == name then
@@ -376,7 +414,11 @@ end
 -- :Xum archive [REF] [--stop] — snapshot, archive, and say what the cleanup did.
 function M.archive(args)
   local stop = flag(args, '--stop')
+  local ignore_unsaved = flag(args, '--ignore-unsaved')
   resolve(args[1], function(ws, projects)
+    if refuse_unsaved(ws, 'archive', ignore_unsaved) then
+      return
+    end
     step_out(ws, projects)
     if stop then
       stop_terminals(ws.id)
@@ -427,7 +469,11 @@ end
 -- :Xum rm REF [--force]
 function M.rm(args)
   local force = flag(args, '--force')
+  local ignore_unsaved = flag(args, '--ignore-unsaved')
   resolve(args[1], function(ws, projects)
+    if refuse_unsaved(ws, 'rm', ignore_unsaved) then
+      return
+    end
     step_out(ws, projects)
     client.request('workspace.remove', { workspace_id = ws.id, force = force }, function(err, result)
       if err then
@@ -522,7 +568,7 @@ local COMPLETE_STATES = {
   rm = { active = true, archived = true },
 }
 
-local FLAGS = { archive = { '--stop' }, rm = { '--force' } }
+local FLAGS = { archive = { '--ignore-unsaved', '--stop' }, rm = { '--force', '--ignore-unsaved' } }
 
 -- Workspace names for completion: NAME, or PROJECT/NAME where a name is in two projects.
 function M.workspace_names(states)
