@@ -312,6 +312,45 @@ def test_helptags_are_valid(tmp_path: Path) -> None:
         assert f"{tag}\t" in tags, tags
 
 
+def test_installed_like_a_plugin_manager_does(tmp_path: Path) -> None:
+    """The directory on 'runtimepath' with plugins loading as usual (--clean: no user config):
+    :Xum exists, :help finds the plugin's tags, and nothing connects before it is used."""
+    plugin = tmp_path / "xum.nvim"
+    shutil.copytree(PLUGIN, plugin)
+    assert NVIM is not None
+    probe = (
+        "lua io.stderr:write('cmd=' .. vim.fn.exists(':Xum') .. ' status=' .. "
+        "require('xum.client').status .. '\\n')"
+    )
+    done = subprocess.run(
+        [
+            NVIM,
+            "--headless",
+            "--clean",
+            "--cmd",
+            f"set rtp^={plugin}",
+            "-c",
+            f"helptags {plugin / 'doc'}",
+            "-c",
+            "help xum-statusline",
+            "-c",
+            "lua io.stderr:write('help=' .. vim.bo.filetype .. ':' .. vim.fn.expand('%:t') .. '\\n')",
+            "-c",
+            probe,
+            "-c",
+            "qall!",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "XUM_SOCKET": str(tmp_path / "none.sock")},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "help=help:xum.txt" in done.stderr, done.stderr
+    assert "cmd=2 status=idle" in done.stderr, done.stderr
+
+
 def test_bad_peers_time_out_or_disconnect(shared: World) -> None:
     run_scenario(shared, "bad_peers")
 
