@@ -334,7 +334,8 @@ def test_installed_like_a_plugin_manager_does(tmp_path: Path) -> None:
             "-c",
             "help xum-statusline",
             "-c",
-            "lua io.stderr:write('help=' .. vim.bo.filetype .. ':' .. vim.fn.expand('%:t') .. '\\n')",
+            "lua io.stderr:write('help=' .. vim.bo.filetype .. ':' .. vim.fn.expand('%:t') "
+            ".. '\\n')",
             "-c",
             probe,
             "-c",
