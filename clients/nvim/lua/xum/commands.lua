@@ -208,19 +208,61 @@ end
 -- A checkout about to be archived or removed must not hold our own cwd: the daemon counts
 -- a process whose cwd is inside as a holder (busy), and the directory is going away.
 local function step_out(ws, projects)
-  local dir = xum().cwd()
-  if not util.is_within(dir, ws.path) then
-    return
+  local root = util.uv.fs_realpath(ws.path) or ws.path
+  local function inside(dir)
+    return util.is_within(util.uv.fs_realpath(dir) or dir, root)
   end
-  local target = project_dir(ws, projects)
-  local scope = 'cd'
-  if vim.fn.haslocaldir() == 1 then
-    scope = 'lcd'
-  elseif vim.fn.haslocaldir(-1, 0) == 1 then
-    scope = 'tcd'
+  local target = vim.fn.fnameescape(project_dir(ws, projects))
+  local moved = false
+  -- The global directory first: `:cd` also clears the current window's and tab's local
+  -- directories, so those are put back (and then checked like every other).
+  if inside(vim.fn.getcwd(-1, -1)) then
+    local win_dir = vim.fn.haslocaldir() == 1 and vim.fn.getcwd() or nil
+    local tab_dir = vim.fn.haslocaldir(-1, 0) == 1 and vim.fn.getcwd(-1, 0) or nil
+    vim.cmd('cd ' .. target)
+    if tab_dir then
+      vim.cmd('tcd ' .. vim.fn.fnameescape(tab_dir))
+    end
+    if win_dir then
+      vim.cmd('lcd ' .. vim.fn.fnameescape(win_dir))
+    end
+    moved = true
   end
-  vim.cmd(scope .. ' ' .. vim.fn.fnameescape(target))
-  notify('xum: left ' .. ws.path .. ' for ' .. target)
+  -- Then every tab's and window's own directory (entering it would chdir back in). Each is
+  -- visited for real (nvim_win_call does not keep a :tcd), with autocommands off, and the
+  -- current window is restored after. `:tcd` also clears the window's own directory: one
+  -- outside the checkout is put back.
+  local home = vim.api.nvim_get_current_win()
+  local eventignore = vim.o.eventignore
+  vim.o.eventignore = 'all'
+  local ok, err = pcall(function()
+    for _, tab in ipairs(vim.api.nvim_list_tabpages()) do
+      vim.api.nvim_set_current_tabpage(tab)
+      if vim.fn.haslocaldir(-1, 0) == 1 and inside(vim.fn.getcwd(-1, 0)) then
+        local win_dir = vim.fn.haslocaldir() == 1 and vim.fn.getcwd() or nil
+        vim.cmd('tcd ' .. target)
+        if win_dir and not inside(win_dir) then
+          vim.cmd('lcd ' .. vim.fn.fnameescape(win_dir))
+        end
+        moved = true
+      end
+      for _, win in ipairs(vim.api.nvim_tabpage_list_wins(tab)) do
+        vim.api.nvim_set_current_win(win)
+        if vim.fn.haslocaldir() == 1 and inside(vim.fn.getcwd()) then
+          vim.cmd('lcd ' .. target)
+          moved = true
+        end
+      end
+    end
+  end)
+  pcall(vim.api.nvim_set_current_win, home)
+  vim.o.eventignore = eventignore
+  if not ok then
+    error(err)
+  end
+  if moved then
+    notify('xum: left ' .. ws.path .. ' for ' .. project_dir(ws, projects))
+  end
 end
 
 -- Stop the plugin's own terminals in a workspace and wait (bounded) until they are gone:
