@@ -71,6 +71,19 @@ function S.connect(T)
     return T.notes[m + 1]
   end, 'an answer')
   T.check(T.notes[m + 1].msg:find('unknown subcommand frobnicate', 1, true), 'a usage error: ' .. T.notes[m + 1].msg)
+  -- a mistyped option is not taken for a workspace name
+  m = T.mark()
+  vim.cmd('Xum archive some --stpo')
+  T.wait_for(function()
+    return T.notes[m + 1]
+  end, 'an answer')
+  T.check(T.notes[m + 1].msg:find('xum: usage: unknown option --stpo', 1, true), 'an unknown option: ' .. T.notes[m + 1].msg)
+  m = T.mark()
+  vim.cmd('Xum unarchive a b')
+  T.wait_for(function()
+    return T.notes[m + 1]
+  end, 'an answer')
+  T.check(T.notes[m + 1].msg:find('too many arguments', 1, true), 'extra arguments: ' .. T.notes[m + 1].msg)
 end
 
 -- The discovery rule, in order; setup{ socket } pointing nowhere fails within its deadline.

@@ -317,6 +317,22 @@ local function refuse_unsaved(ws, what, ignore)
   return true
 end
 
+-- After the flags were taken: an unknown option or an extra argument is a usage error
+-- (a typo must not be taken for a workspace name).
+local function bad_args(args, max, synopsis)
+  for _, a in ipairs(args) do
+    if a:sub(1, 1) == '-' then
+      usage('unknown option ' .. a .. ' (' .. synopsis .. ')')
+      return true
+    end
+  end
+  if #args > max then
+    usage('too many arguments (' .. synopsis .. ')')
+    return true
+  end
+  return false
+end
+
 local function flag(args, name)
   for i, a in ipairs(args) do
     if a == name then
@@ -329,6 +345,9 @@ end
 
 -- :Xum new [PROJECT/]NAME — in the current directory's project (or the only one, or asked).
 function M.new(args)
+  if bad_args(args, 1, ':Xum new [PROJECT/]NAME') then
+    return
+  end
   local ref = args[1]
   if not ref then
     return usage('usage: :Xum new [PROJECT/]NAME')
@@ -397,6 +416,9 @@ end
 
 -- :Xum open [REF] — :tcd into the checkout.
 function M.open(args)
+  if bad_args(args, 1, ':Xum open [REF]') then
+    return
+  end
   resolve(args[1], function(ws)
     if ws.state ~= 'active' then
       return fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active (unarchive it first)', data = { kind = 'invalid_state' } })
@@ -408,6 +430,9 @@ end
 
 -- :Xum term [REF] — a terminal in the checkout, held by a lease so an archive names it.
 function M.term(args)
+  if bad_args(args, 1, ':Xum term [REF]') then
+    return
+  end
   resolve(args[1], function(ws)
     if ws.state ~= 'active' then
       return fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active', data = { kind = 'invalid_state' } })
@@ -457,6 +482,9 @@ end
 function M.archive(args)
   local stop = flag(args, '--stop')
   local ignore_unsaved = flag(args, '--ignore-unsaved')
+  if bad_args(args, 1, ':Xum archive [REF] [--stop] [--ignore-unsaved]') then
+    return
+  end
   resolve(args[1], function(ws, projects)
     if refuse_unsaved(ws, 'archive', ignore_unsaved) then
       return
@@ -488,6 +516,9 @@ end
 
 -- :Xum unarchive REF
 function M.unarchive(args)
+  if bad_args(args, 1, ':Xum unarchive REF') then
+    return
+  end
   resolve(args[1], function(ws)
     notify('xum: restoring ' .. ws.name .. ' ...')
     client.request('workspace.unarchive', { workspace_id = ws.id }, function(err, result)
@@ -512,6 +543,9 @@ end
 function M.rm(args)
   local force = flag(args, '--force')
   local ignore_unsaved = flag(args, '--ignore-unsaved')
+  if bad_args(args, 1, ':Xum rm REF [--force] [--ignore-unsaved]') then
+    return
+  end
   resolve(args[1], function(ws, projects)
     if refuse_unsaved(ws, 'rm', ignore_unsaved) then
       return
