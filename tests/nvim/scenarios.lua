@@ -303,6 +303,7 @@ function S.complete(T)
   T.check(vim.tbl_contains(active, name .. '-a'), 'an active workspace completes for archive: ' .. vim.inspect(active))
   T.check(not vim.tbl_contains(active, name .. '-b'), 'an archived one does not')
   T.check(vim.tbl_contains(active, '--stop'), 'archive flags complete')
+  T.eq(vim.fn.getcompletion('Xum new ' .. os.getenv('XUM_TEST_PROJECT'):sub(1, 2), 'cmdline'), { os.getenv('XUM_TEST_PROJECT') .. '/' }, 'new completes the project')
   local archived = c.complete(name, 'Xum unarchive ' .. name, 14)
   T.eq(archived, { name .. '-b' }, 'unarchive completes archived workspaces')
 

@@ -706,6 +706,13 @@ function M.complete(arglead, cmdline, _)
   local candidates = {}
   if COMPLETE_STATES[sub] then
     candidates = M.workspace_names(COMPLETE_STATES[sub])
+  elseif sub == 'new' and #words == 2 then
+    -- a new name is the user's; the project it goes in can be completed
+    M.workspace_names(nil)
+    for _, p in pairs(state.projects) do
+      candidates[#candidates + 1] = p.name .. '/'
+    end
+    table.sort(candidates)
   end
   vim.list_extend(candidates, FLAGS[sub] or {})
   return starting_with(candidates, arglead)
