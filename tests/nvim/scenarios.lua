@@ -113,6 +113,15 @@ function S.discovery(T)
   T.eq(require('xum.util').kind(err), 'unreachable', 'the error kind')
   T.check(err.message:find(dir .. '/none.sock', 1, true), 'the error names the path: ' .. err.message)
 
+  -- a path too long for a Unix socket: refused by name, never cut short and connected to
+  -- whatever socket the shorter path names
+  local long = dir .. '/' .. string.rep('s', 120) .. '.sock'
+  xum().setup({ socket = long, reconnect = false })
+  result, err = xum().call_sync('daemon.status', {}, 3000)
+  T.check(result == nil, 'no answer')
+  T.eq(require('xum.util').kind(err), 'unreachable', 'the kind')
+  T.check(err.message:find('107 bytes', 1, true), 'says why: ' .. err.message)
+
   -- the real daemon through $XUM_ROOT alone (no XUM_SOCKET: the driver unset it)
   xum().setup({ socket = '', reconnect = true })
   require('xum.client').stop()

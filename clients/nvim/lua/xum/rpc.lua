@@ -75,6 +75,11 @@ function Conn:connect(timeout_ms, cb)
   timer:start(timeout_ms, 0, function()
     finish(local_error('timeout', 'connecting to ' .. self.path .. ' took over ' .. timeout_ms .. ' ms'))
   end)
+  -- sun_path holds 107 bytes and a NUL: some libuv versions cut a longer path short
+  -- silently, which would connect to another socket than the one named.
+  if #self.path > 107 then
+    return finish(local_error('unreachable', 'the socket path ' .. self.path .. ' is longer than a Unix socket path can be (107 bytes): set $XUM_SOCKET or setup{ socket } to a shorter one'))
+  end
   local ok, err = pcall(pipe.connect, pipe, self.path, function(cerr)
     if cerr then
       finish(local_error('unreachable', 'cannot connect to ' .. self.path .. ': ' .. tostring(cerr)))
