@@ -37,7 +37,7 @@ HARNESS = Path(__file__).parent / "nvim" / "harness.lua"
 SCENARIOS = Path(__file__).parent / "nvim" / "scenarios.lua"
 XUM = str(Path(sys.executable).parent / "xum")
 # Each headless run is bounded: a scenario that hangs fails here instead of hanging the suite.
-RUN_TIMEOUT = 120.0
+RUN_TIMEOUT = 300.0
 
 _names = itertools.count()
 

@@ -33,7 +33,7 @@ function T.eq(got, want, msg)
 end
 
 function T.wait_for(fn, what, ms)
-  ms = ms or 20000
+  ms = ms or 60000
   local value
   local ok = vim.wait(ms, function()
     value = fn()
