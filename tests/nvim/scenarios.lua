@@ -84,6 +84,20 @@ function S.connect(T)
     return T.notes[m + 1]
   end, 'an answer')
   T.check(T.notes[m + 1].msg:find('too many arguments', 1, true), 'extra arguments: ' .. T.notes[m + 1].msg)
+
+  -- setup{} with another socket: another daemon, so nothing of this one is kept
+  local old_conn = client.conn
+  xum().setup({ socket = vim.fn.tempname() .. '.sock', reconnect = false })
+  T.eq(client.status, 'idle', 'disconnected')
+  T.check(not old_conn:is_open(), 'the old connection is closed')
+  T.check(not require('xum.state').loaded, 'the cache is dropped')
+  T.eq(next(require('xum.state').projects), nil, 'no projects of the old daemon')
+  -- the same socket again changes nothing
+  xum().setup({ socket = os.getenv('XUM_SOCKET'), reconnect = true })
+  connect(T)
+  local conn = client.conn
+  xum().setup({ socket = os.getenv('XUM_SOCKET'), timeout_ms = 5000 })
+  T.check(client.conn == conn and conn:is_open(), 'the same connection')
 end
 
 -- The discovery rule, in order; setup{ socket } pointing nowhere fails within its deadline.
