@@ -43,7 +43,14 @@ _names = itertools.count()
 
 
 class World:
-    def __init__(self, base: Path, *, teardown: str | None = None, config: str = "") -> None:
+    def __init__(
+        self,
+        base: Path,
+        *,
+        teardown: str | None = None,
+        setup: list[str] | None = None,
+        config: str = "",
+    ) -> None:
         self.base = base
         self.root = base / "root"
         if config:
@@ -51,10 +58,10 @@ class World:
         self.daemon = DaemonProcess(self.root).start()
         try:
             self.repo = make_repo(base / "repo")
-            if teardown:
-                commit_scripts(self.repo, teardown=teardown)
+            if teardown or setup:
+                commit_scripts(self.repo, teardown=teardown or "true", setup=setup)
             self.project = add_project(self.daemon, self.repo)
-            if teardown:
+            if teardown or setup:
                 self.daemon.call("project.trust", {"project_id": self.project["id"]})
             # a second project, so that names can be ambiguous and `new` can have to ask
             self.other = add_project(self.daemon, make_repo(base / "other"))
@@ -439,3 +446,15 @@ def test_holder_with_hostile_name_is_shown_escaped(shared: World) -> None:
     finally:
         holder.kill()
         holder.wait(10)
+
+
+def test_setup_progress_shown_while_waiting() -> None:
+    """A create or unarchive made from Neovim shows each setup command as it starts (from
+    `script.started` events), before the answer."""
+    base = short_tmpdir("xumnv-")
+    world = World(base, setup=["echo first step", "echo second step"])
+    try:
+        run_scenario(world, "setup_progress")
+    finally:
+        world.close()
+        shutil.rmtree(base, ignore_errors=True)

@@ -848,4 +848,42 @@ function S.state(T)
   T.eq(st.project_at('/p/src').id, 'prj_1', 'a repository directory')
 end
 
+-- Setup steps of a create or unarchive started here are shown as they start.
+function S.setup_progress(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  connect(T)
+  vim.cmd('cd ' .. vim.fn.fnameescape(os.getenv('XUM_TEST_REPO')))
+  local m = T.mark()
+  vim.cmd('Xum new ' .. name)
+  local first = T.note(name .. ' setup 1/2: echo first step', m, 60000)
+  T.note(name .. ' setup 2/2: echo second step', m, 60000)
+  local done = T.note('xum: created ', m, 60000)
+  T.check(done.msg:find('setup: ok', 1, true), 'the setup went well: ' .. done.msg)
+  local order = {}
+  for i = m + 1, #T.notes do
+    if T.notes[i] == first then
+      order[#order + 1] = 'step'
+    elseif T.notes[i] == done then
+      order[#order + 1] = 'created'
+    end
+  end
+  T.eq(order, { 'step', 'created' }, 'shown while it waited')
+  -- another client's create is not announced here
+  m = T.mark()
+  T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), name .. '-cli' })
+  T.wait_for(function()
+    return by_name(name .. '-cli')
+  end, 'the other create by event')
+  for i = m + 1, #T.notes do
+    T.check(not T.notes[i].msg:find('setup', 1, true), 'not ours: ' .. T.notes[i].msg)
+  end
+  m = T.mark()
+  vim.cmd('Xum archive ' .. name)
+  T.note('xum: archived ' .. name, m, 60000)
+  m = T.mark()
+  vim.cmd('Xum unarchive ' .. name)
+  T.note(name .. ' setup 1/2: echo first step', m, 60000)
+  T.note('xum: restored ' .. name, m, 60000)
+end
+
 return S

@@ -125,7 +125,9 @@ end
 
 -- Subscribe, resuming after what we saw when the same daemon run (epoch) is still there.
 local function subscribe(conn, done, plain)
-  local params = { types = { 'workspace.', 'project.', 'cleanup.' } }
+  -- script.started: setup progress of what this editor creates or restores (its printed
+  -- lines are not asked for: too many to show)
+  local params = { types = { 'workspace.', 'project.', 'cleanup.', 'script.started' } }
   local had_state = state.loaded and state.epoch ~= nil and state.seq ~= nil
   local resuming = had_state and not plain and M.server_resumes()
   if resuming then

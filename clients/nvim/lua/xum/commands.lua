@@ -8,6 +8,22 @@ local M = {}
 -- terminals this plugin opened, by workspace id: { {job=, buf=, lease=} ... }
 M.terminals = {}
 
+-- Workspaces whose setup this editor waits for (a create, an unarchive): their setup steps
+-- are shown as they start. Keyed by project_id .. '/' .. name.
+local awaiting_setup = {}
+
+table.insert(state.listeners, function(ev)
+  if ev.type ~= 'script.started' or type(ev.data) ~= 'table' then
+    return
+  end
+  local d = ev.data
+  if not awaiting_setup[tostring(d.project_id) .. '/' .. tostring(d.name)] then
+    return
+  end
+  local step = tonumber(d.index) or 0 -- from 1
+  vim.notify(string.format('xum: %s setup %d/%s: %s', util.printable(d.name or '?'), step, tostring(d.count or '?'), util.printable(d.command or '')), vim.log.levels.INFO, { title = 'xum' })
+end)
+
 local INFO, WARN, ERROR = vim.log.levels.INFO, vim.log.levels.WARN, vim.log.levels.ERROR
 
 local function notify(msg, level)
@@ -360,7 +376,10 @@ function M.new(args)
     end
     local function create(project)
       notify('xum: creating ' .. project.name .. '/' .. name .. ' ...')
+      local key = project.id .. '/' .. name
+      awaiting_setup[key] = true
       client.request('workspace.create', { project_id = project.id, name = name }, function(cerr, result)
+        awaiting_setup[key] = nil
         if cerr then
           return fail(cerr, 'new ' .. name)
         end
@@ -521,7 +540,10 @@ function M.unarchive(args)
   end
   resolve(args[1], function(ws)
     notify('xum: restoring ' .. ws.name .. ' ...')
+    local key = ws.project_id .. '/' .. ws.name
+    awaiting_setup[key] = true
     client.request('workspace.unarchive', { workspace_id = ws.id }, function(err, result)
+      awaiting_setup[key] = nil
       if err then
         return fail(err, 'unarchive ' .. ws.name)
       end

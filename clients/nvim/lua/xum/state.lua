@@ -12,6 +12,8 @@ local M = {
   loaded = false,
   -- bumped on every change; tests and callers can wait on it
   version = 0,
+  -- functions called with each new event (after dedup), before the cache takes it
+  listeners = {},
 }
 
 local notify_scheduled = false
@@ -93,6 +95,14 @@ function M.apply_event(ev)
   end
   if seq then
     M.seq = seq
+  end
+  for _, listener in ipairs(M.listeners) do
+    local ok, err = pcall(listener, ev)
+    if not ok then
+      vim.schedule(function()
+        vim.notify('xum: event listener failed: ' .. tostring(err), vim.log.levels.ERROR)
+      end)
+    end
   end
   local data = type(ev.data) == 'table' and ev.data or {}
   local kind = ev.type or ''
