@@ -65,6 +65,18 @@ def test_the_default_root_follows_xdg_state_home_then_home() -> None:
     assert default_root({"HOME": "/home/me"}) == Path("/home/me/.local/state/xum")
 
 
+def test_a_leading_tilde_is_home() -> None:
+    env = {"HOME": "/home/me"}
+    assert resolve_socket("~/s.sock", None, env).path == Path("/home/me/s.sock")
+    assert resolve_socket(None, "~", env).path == Path("/home/me/xumd.sock")
+    assert resolve_socket(env={**env, "XUM_SOCKET": "~/x"}).path == Path("/home/me/x")
+    root = resolve_socket(env={**env, "XUM_ROOT": "~/r"})
+    assert (root.path, root.root) == (Path("/home/me/r/xumd.sock"), Path("/home/me/r"))
+    # Only "~" alone or before "/": another user's home is not looked up.
+    assert resolve_socket(env={**env, "XUM_ROOT": "~bob/r"}).path == Path("~bob/r/xumd.sock")
+    assert resolve_socket(env={**env, "XUM_ROOT": "/a/~/b"}).path == Path("/a/~/b/xumd.sock")
+
+
 def test_empty_values_count_as_unset() -> None:
     choice = resolve_socket("", "", {"XUM_SOCKET": "", "XUM_ROOT": "", "HOME": "/h"})
     assert choice.source == "default" and choice.path == Path("/h/.local/state/xum/xumd.sock")
@@ -219,6 +231,12 @@ CASES: list[tuple[dict[str, str], dict[str, str]]] = [
     ({}, {"XUM_SOCKET": "", "XUM_ROOT": "/d"}),
     ({}, {"XDG_STATE_HOME": "/x", "HOME": "/h"}),
     ({}, {"XDG_STATE_HOME": "", "HOME": "/h"}),
+    ({"root": "~/r"}, {}),
+    ({"socket": "~/s.sock"}, {}),
+    ({}, {"XUM_SOCKET": "~/es.sock", "XUM_ROOT": "/d"}),
+    ({}, {"XUM_ROOT": "~"}),
+    ({}, {"XUM_ROOT": "~other/x"}),
+    ({}, {"XDG_STATE_HOME": "~/st"}),
 ]
 
 
@@ -263,7 +281,8 @@ def test_the_typescript_example_agrees(opts: dict[str, str], env: dict[str, str]
     code = re.sub(r'import \* as (\w+) from ("node:\w+");', r"const \1 = require(\2);", code)
     code = code.replace("export function", "function")
     code = code.replace("(opts: { socket?: string; root?: string } = {}): string", "(opts = {})")
-    code = code.replace("(name: string)", "(name)").replace(")!", ")")
+    code = code.replace("(name: string)", "(name)").replace("(p: string)", "(p)")
+    code = code.replace(")!", ")")
     code += f"process.stdout.write(xumSocket({json.dumps(opts)}) + '\\n');\n"
     done = subprocess.run(
         ["node", "-e", code], capture_output=True, text=True, timeout=60, env=_case_env(env)
