@@ -223,11 +223,11 @@ def test_discovery_matches_the_python_rule(shared: World, tmp_path: Path) -> Non
     combination of its settings and the environment (empty values included)."""
     cases = []
     for sock, root, xs, xr, xdg in itertools.product(
-        (None, "", "/o/s.sock"),
-        (None, "", "/or"),
-        (None, "", "/s.sock"),
-        (None, "", "/r"),
-        (None, "/st"),
+        (None, "", "/o/s.sock", "~/o.sock"),
+        (None, "", "/or", "~"),
+        (None, "", "/s.sock", "~/s.sock", "~x/s.sock"),
+        (None, "", "/r", "~/r"),
+        (None, "/st", "~/st"),
     ):
         env = {"HOME": "/h"}
         for key, value in (("XUM_SOCKET", xs), ("XUM_ROOT", xr), ("XDG_STATE_HOME", xdg)):

@@ -7,8 +7,8 @@
 --   4. $XUM_ROOT/xumd.sock
 --   5. the default root: $XDG_STATE_HOME/xum, else ~/.local/state/xum, then /xumd.sock
 --
--- An empty value counts as unset. No search and no fallback: a missing socket means no
--- daemon there.
+-- An empty value counts as unset; a leading ~ is $HOME. No search and no fallback: a
+-- missing socket means no daemon there.
 local M = {}
 
 local function nonempty(value)
@@ -23,28 +23,38 @@ end
 function M.socket_path(opts, env)
   opts = opts or {}
   env = env or os.getenv
+  local function home()
+    return nonempty(env('HOME')) or require('xum.util').uv.os_homedir()
+  end
+  -- A leading "~" (alone or before "/") is $HOME, in a setting and a variable alike: no shell
+  -- expanded them. Nothing else is expanded (no $VAR, no wildcard).
+  local function expand(path)
+    if path == '~' or path:sub(1, 2) == '~/' then
+      return home() .. path:sub(2)
+    end
+    return path
+  end
   local explicit = nonempty(opts.socket)
   if explicit then
-    return vim.fn.expand(explicit), 'setup{ socket }'
+    return expand(explicit), 'setup{ socket }'
   end
   local root = nonempty(opts.root)
   if root then
-    return vim.fn.expand(root) .. '/xumd.sock', 'setup{ root }'
+    return expand(root) .. '/xumd.sock', 'setup{ root }'
   end
   local from_env = nonempty(env('XUM_SOCKET'))
   if from_env then
-    return from_env, '$XUM_SOCKET'
+    return expand(from_env), '$XUM_SOCKET'
   end
   root = nonempty(env('XUM_ROOT'))
   if root then
-    return root .. '/xumd.sock', '$XUM_ROOT'
+    return expand(root) .. '/xumd.sock', '$XUM_ROOT'
   end
   local state = nonempty(env('XDG_STATE_HOME'))
   if state then
-    return state .. '/xum/xumd.sock', 'default root ($XDG_STATE_HOME/xum)'
+    return expand(state) .. '/xum/xumd.sock', 'default root ($XDG_STATE_HOME/xum)'
   end
-  local home = nonempty(env('HOME')) or require('xum.util').uv.os_homedir()
-  return home .. '/.local/state/xum/xumd.sock', 'default root (~/.local/state/xum)'
+  return home() .. '/.local/state/xum/xumd.sock', 'default root (~/.local/state/xum)'
 end
 
 return M
