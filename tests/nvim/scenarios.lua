@@ -118,6 +118,12 @@ function S.discovery(T)
   T.eq(d.socket_path({}, env({ XDG_STATE_HOME = '/st', HOME = '/h' })), '/st/xum/xumd.sock', 'XDG_STATE_HOME')
   T.eq(d.socket_path({}, env({ HOME = '/h' })), '/h/.local/state/xum/xumd.sock', 'the default root')
 
+  -- a misspelt option is said (and changes nothing)
+  local m = T.mark()
+  xum().setup({ sokcet = '/x' })
+  T.note('xum: unknown setup option sokcet', m)
+  T.eq(require('xum.client').config.sokcet, nil, 'not taken')
+
   -- a socket path with nobody behind it: an error naming it, not a hang
   local dir = vim.fn.tempname()
   vim.fn.mkdir(dir, 'p')

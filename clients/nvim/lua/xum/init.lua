@@ -15,6 +15,13 @@ function M.setup(opts)
   local statusline_opts = opts.statusline
   local conf = vim.deepcopy(opts)
   conf.statusline = nil
+  -- a misspelt option is said, not silently ignored
+  for key in pairs(conf) do
+    if client.config[key] == nil and key ~= 'socket' and key ~= 'root' then
+      vim.notify('xum: unknown setup option ' .. tostring(key) .. ' (see :help xum.setup())', vim.log.levels.WARN)
+      conf[key] = nil
+    end
+  end
   local before = client.socket_path()
   client.config = vim.tbl_extend('force', client.config, conf)
   if type(statusline_opts) == 'table' then
