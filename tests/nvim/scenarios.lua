@@ -852,6 +852,13 @@ function S.state(T)
   T.eq(st.workspace_at('/w/n/x').id, 'ws_n', 'the outer one')
   T.eq(st.workspace_at('/w/nn'), nil, 'a sibling with the same prefix is not inside')
   T.eq(st.project_at('/p/src').id, 'prj_1', 'a repository directory')
+  -- malformed events (no id, wrong types, unknown type) are skipped without an error
+  T.eq(st.apply_event({ seq = 17, epoch = 'e1', type = 'workspace.updated', data = { workspace = { name = 'x' } } }), false, 'no id')
+  T.eq(st.apply_event({ seq = 18, epoch = 'e1', type = 'project.added', data = { project = { id = 7 } } }), false, 'a number id')
+  st.apply_event({ seq = 19, epoch = 'e1', type = 'workspace.updated', data = vim.NIL })
+  st.apply_event({ seq = 20, epoch = 'e1', type = 'something.new', data = { x = 1 } })
+  st.apply_event('not a table')
+  T.eq(st.seq, 20, 'the stream position moved on')
 end
 
 -- Setup steps of a create or unarchive started here are shown as they start.

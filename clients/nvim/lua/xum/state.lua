@@ -111,6 +111,9 @@ function M.apply_event(ev)
       M.workspaces[data.workspace_id] = nil
     end
   elseif kind:sub(1, 10) == 'workspace.' and type(data.workspace) == 'table' then
+    if type(data.workspace.id) ~= 'string' then
+      return false -- not a workspace this plugin can file
+    end
     M.workspaces[data.workspace.id] = data.workspace
   elseif kind == 'project.removed' then
     local pid = data.project_id
@@ -123,6 +126,9 @@ function M.apply_event(ev)
       end
     end
   elseif kind:sub(1, 8) == 'project.' and type(data.project) == 'table' then
+    if type(data.project.id) ~= 'string' then
+      return false
+    end
     M.projects[data.project.id] = data.project
   elseif kind == 'cleanup.obligation_changed' and type(data.obligation) == 'table' then
     M.merge_obligations({ data.obligation })
