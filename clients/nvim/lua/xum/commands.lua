@@ -54,13 +54,13 @@ local function listing(cb)
       end
       local projects = {}
       for _, p in ipairs(presult.projects or {}) do
-        if type(p) == 'table' then
+        if type(p) == 'table' and type(p.id) == 'string' then
           projects[p.id] = p
         end
       end
       local workspaces = {}
       for _, ws in ipairs(wresult.workspaces or {}) do
-        if type(ws) == 'table' then
+        if type(ws) == 'table' and type(ws.id) == 'string' and type(ws.name) == 'string' and type(ws.path) == 'string' then
           workspaces[#workspaces + 1] = ws
         end
       end
