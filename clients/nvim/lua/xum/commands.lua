@@ -687,10 +687,14 @@ function M.workspace_names(states)
     -- the subscription may have loaded the cache meanwhile: it is newer than these
     if result and presult and not state.loaded then
       for _, ws in ipairs(result.workspaces or {}) do
-        state.workspaces[ws.id] = ws
+        if type(ws) == 'table' and type(ws.id) == 'string' and type(ws.name) == 'string' then
+          state.workspaces[ws.id] = ws
+        end
       end
       for _, p in ipairs(presult.projects or {}) do
-        state.projects[p.id] = p
+        if type(p) == 'table' and type(p.id) == 'string' then
+          state.projects[p.id] = p
+        end
       end
     end
   end
