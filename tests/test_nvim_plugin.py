@@ -36,8 +36,9 @@ PLUGIN = REPO_ROOT / "clients" / "nvim"
 HARNESS = Path(__file__).parent / "nvim" / "harness.lua"
 SCENARIOS = Path(__file__).parent / "nvim" / "scenarios.lua"
 XUM = str(Path(sys.executable).parent / "xum")
-# Each headless run is bounded: a scenario that hangs fails here instead of hanging the suite.
-RUN_TIMEOUT = 300.0
+# Each headless run is bounded: a scenario that hangs fails here, with its output, before
+# pytest-timeout (120 s per test) would end it without.
+RUN_TIMEOUT = 100.0
 
 _names = itertools.count()
 
