@@ -257,6 +257,10 @@ def test_commands_new_open_archive_unarchive_rm(shared: World) -> None:
     assert set(workspaces(shared)) == before, output
 
 
+def test_command_refusals(shared: World) -> None:
+    run_scenario(shared, "refusals")
+
+
 def test_completion_of_workspace_names(shared: World) -> None:
     run_scenario(shared, "complete")
 

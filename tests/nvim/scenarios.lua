@@ -899,4 +899,41 @@ function S.setup_progress(T)
   T.note('xum: restored ' .. name, m, 60000)
 end
 
+-- Each refusal of the commands themselves, forced: the message names the kind and why.
+function S.refusals(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  local project = os.getenv('XUM_TEST_PROJECT')
+  connect(T)
+  T.cli({ 'ws', 'new', project, name })
+  local archived = T.cli({ 'ws', 'new', project, name .. '-z' }).workspace
+  T.cli({ 'ws', 'archive', archived.id })
+  vim.cmd('cd ' .. vim.fn.fnameescape(os.getenv('XUM_TEST_REPO')))
+  local function answer(cmd)
+    local m = T.mark()
+    vim.cmd(cmd)
+    return T.wait_for(function()
+      return T.notes[m + 1]
+    end, 'an answer to ' .. cmd).msg
+  end
+  local function expect(cmd, text)
+    local msg = answer(cmd)
+    T.check(msg:find(text, 1, true), cmd .. ': ' .. msg)
+  end
+  expect('Xum new', 'xum: usage: :Xum new [PROJECT/]NAME')
+  expect('Xum new nosuch/' .. name, 'xum: not_found: no project nosuch')
+  expect('Xum open ' .. name .. '-z', 'xum: invalid_state: ' .. name .. '-z is archived, not active')
+  expect('Xum term ' .. name .. '-z', 'xum: invalid_state: ' .. name .. '-z is archived, not active')
+  expect('Xum archive', 'xum: not_found: the current directory is in no workspace: name one')
+  expect('Xum rm nosuch-' .. name, 'xum: not_found: no workspace nosuch-' .. name)
+  expect('Xum archive ws_0000000000000000', 'xum: not_found: no workspace ws_0000000000000000')
+  -- the daemon's own refusals come through with their kind: unarchiving an active one
+  local m = T.mark()
+  vim.cmd('Xum unarchive ' .. name)
+  T.note('xum: unarchive ' .. name .. ': invalid_state: ', m)
+  -- a shell that cannot start: said, and no lease is taken for it
+  vim.o.shell = '/nonexistent/shell'
+  local msg = answer('Xum term ' .. name)
+  T.check(msg:find('operation_failed: could not start /nonexistent/shell', 1, true), 'term: ' .. msg)
+end
+
 return S

@@ -456,6 +456,12 @@ function M.term(args)
     if ws.state ~= 'active' then
       return fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active', data = { kind = 'invalid_state' } })
     end
+    -- 'shell' as an argv (a string would run through the shell itself, which then fails in
+    -- the terminal instead of here)
+    local argv = vim.split(vim.o.shell, '%s+', { trimempty = true })
+    if #argv == 0 or vim.fn.executable(argv[1]) ~= 1 then
+      return fail({ message = 'could not start ' .. vim.o.shell .. ': not an executable (\'shell\')', data = { kind = 'operation_failed' } })
+    end
     vim.cmd('botright new')
     local buf = vim.api.nvim_get_current_buf()
     local entry = { buf = buf }
@@ -464,7 +470,7 @@ function M.term(args)
       opts.term = true
       return vim.fn.jobstart(cmd, opts)
     end or vim.fn.termopen
-    local job = open_term(vim.o.shell, {
+    local job = open_term(argv, {
       cwd = ws.path,
       env = { XUM_WORKSPACE = ws.name, XUM_WORKSPACE_ID = ws.id },
       on_exit = function()
