@@ -111,7 +111,11 @@ SCOPES = [
     ),
     Scope(
         "daemon/xumd/rootlock.py",
-        ["tests/test_daemon_basics.py", "tests/test_rootlock_release.py"],
+        [
+            "tests/test_rootlock_release.py",
+            "tests/test_daemon_basics.py::test_second_daemon_refused_naming_the_first",
+            "tests/test_daemon_basics.py::test_restart_after_sigkill",
+        ],
     ),
     Scope(
         "daemon/xumd/procutil.py",
@@ -264,7 +268,9 @@ def _explain(survivor: Survivor, explained: list[dict[str, str]]) -> None:
             return
 
 
-def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) -> ModuleReport:
+def run_module(
+    scope: Scope, *, python: str, budget_s: float, keep_dir: bool, count_only: bool = False
+) -> ModuleReport:
     report = ModuleReport(scope.module)
     work = Path(tempfile.mkdtemp(prefix="xum-mutate-"))
     try:
@@ -289,6 +295,8 @@ def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) ->
             f" ({report.skipped} skipped), budget {budget_s:.0f}s",
             flush=True,
         )
+        if count_only:
+            return report
         proc = subprocess.Popen(
             [cosmic, "exec", str(work / "cr.toml"), str(session)],
             cwd=src,
@@ -366,6 +374,9 @@ def main() -> int:
     parser.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"))
     parser.add_argument("--keep", action="store_true", help="keep each session directory")
     parser.add_argument("--list", action="store_true", help="print the scope and exit")
+    parser.add_argument(
+        "--count", action="store_true", help="print each module's mutant count and exit"
+    )
     args = parser.parse_args()
     scopes = [
         s for s in SCOPES if not args.module or any(s.module.endswith(m) for m in args.module)
@@ -376,6 +387,12 @@ def main() -> int:
         for s in scopes:
             only = f" (functions: {', '.join(s.functions)})" if s.functions else ""
             print(f"{s.module}{only}: {' '.join(s.tests)}")
+        return 0
+    if args.count:
+        for s in scopes:
+            run_module(
+                s, python=args.python, budget_s=args.budget_s, keep_dir=False, count_only=True
+            )
         return 0
     started = time.monotonic()
     reports = [
