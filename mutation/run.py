@@ -101,7 +101,11 @@ SCOPES = [
     ),
     Scope(
         "daemon/xumd/processes/quiescence.py",
-        ["tests/test_quiescence.py", "tests/test_contract_deadlines.py"],
+        [
+            "tests/test_quiescence.py",
+            "tests/test_contract_deadlines.py::test_a_probe_that_does_not_finish_means_busy",
+            "tests/test_contract_deadlines.py::test_a_probe_in_time_names_the_process",
+        ],
     ),
     Scope("daemon/xumd/recovery/reconcile.py", ["tests/test_recovery.py"], timeout_s=300),
     Scope(
