@@ -125,7 +125,19 @@ SCOPES = [
         "daemon/xumd/procutil.py",
         [
             "tests/test_procutil.py",
-            "tests/test_contract_deadlines.py::test_a_hung_git_is_killed_at_the_git_deadline",
+            "tests/test_lease.py::test_script_lease_covers_a_run_command",
+            *(
+                f"tests/test_containment.py::test_{name}"
+                for name in (
+                    "run_command_stops_a_double_fork_without_a_subreaper",
+                    "a_timed_out_command_takes_its_double_fork_with_it",
+                    "leftovers_that_cannot_be_looked_for_fail_the_script",
+                    "a_process_that_cannot_be_pinned_is_not_reported_stopped",
+                    "a_cancellation_while_the_child_starts_still_kills_it",
+                    "git_hook_double_fork_is_stopped_after_the_command",
+                    "teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it",
+                )
+            ),
         ],
         functions=["run_command", "kill_tree", "_any_alive", "_read_into", "_feed_stdin"],
     ),
