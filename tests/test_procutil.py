@@ -9,19 +9,12 @@ import sys
 import textwrap
 
 import anyio
-import psutil
 import pytest
 from xumd import procutil
 from xumd.procutil import CommandNotFound, run_command
 
+from tests.support.procs import alive, identify
 from tests.support.wait import until
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_exit_code_and_merged_output() -> None:
@@ -90,11 +83,11 @@ def test_a_command_does_not_outlive_a_killed_daemon() -> None:
     proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        child = int(proc.stdout.readline())
-        assert not _gone(child)
+        child = identify(int(proc.stdout.readline()))
+        assert alive(child)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        until(lambda: _gone(child), timeout=10, message=f"child {child} to die with its parent")
+        until(lambda: not alive(child), timeout=10, message=f"{child} to die with its parent")
     finally:
         if proc.poll() is None:
             proc.kill()
