@@ -9,10 +9,12 @@ import sys
 import textwrap
 
 import anyio
+import psutil
 import pytest
 from xumd import procutil
 from xumd.procutil import CommandNotFound, run_command
 
+from tests.support.freezer import frozen
 from tests.support.procs import alive, identify
 from tests.support.wait import until
 
@@ -91,3 +93,77 @@ def test_a_command_does_not_outlive_a_killed_daemon() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_stdin_is_fed_and_output_is_streamed() -> None:
+    """Input larger than a pipe's buffer reaches the command whole (fed while its output is
+    read), and every chunk of output reaches `on_output` in order, as it comes."""
+    data = b"".join(b"line %d\n" % i for i in range(20_000))  # ~190 kB, beyond a 64 kB pipe
+    chunks: list[bytes] = []
+    result = anyio.run(
+        lambda: run_command(
+            ["cat"], stdin=data, timeout_s=30, output_limit=1 << 20, on_output=chunks.append
+        )
+    )
+    assert result.ok and result.returncode == 0
+    assert result.output.text().encode() == data
+    assert b"".join(chunks) == data
+
+
+def test_a_command_that_closes_stdin_early_still_answers() -> None:
+    """A command that never reads its input (and exits) breaks the pipe under the feeder: the
+    run still answers with the command's own exit status."""
+    result = anyio.run(
+        lambda: run_command(
+            ["sh", "-c", "exec 0<&-; echo done"], stdin=b"x" * 300_000, timeout_s=30
+        )
+    )
+    assert result.returncode == 0 and result.output.text() == "done\n"
+
+
+def test_kill_tree_counts_a_zombie_as_gone() -> None:
+    """A process that ended but was not reaped yet (a zombie) is not alive: kill_tree reports
+    the tree gone instead of waiting for it and calling it a survivor of SIGKILL."""
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 0.2))
+        assert gone is True
+        assert psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE  # not reaped by it
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_kill_tree_reports_a_tree_that_survives_sigkill() -> None:
+    """A frozen process (cgroup v1 freezer) outlives SIGKILL until thawed: kill_tree answers
+    False after its bounded wait, never True for a tree that is still there."""
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        with frozen(child.pid):
+            gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 0.1))
+            assert gone is False
+        # Thawed: the signals it got take effect (the first one delivered ends it).
+        assert child.wait(10) in (-signal.SIGTERM, -signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_kill_tree_without_a_group_reaches_the_tree() -> None:
+    """Without a process group to signal (pgid None), the tree collected from the pid is still
+    stopped: the command and its child."""
+    parent = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert parent.stdout is not None
+        sleeper = identify(int(parent.stdout.readline()))
+        assert alive(sleeper)
+        gone = anyio.run(lambda: procutil.kill_tree(parent.pid, None, 0.5))
+        assert gone is True
+        assert not alive(sleeper)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
