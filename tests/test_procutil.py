@@ -102,7 +102,7 @@ def test_stdin_is_fed_and_output_is_streamed() -> None:
     chunks: list[bytes] = []
     result = anyio.run(
         lambda: run_command(
-            ["cat"], stdin=data, timeout_s=30, output_limit=1 << 20, on_output=chunks.append
+            ["cat"], stdin=data, timeout_s=10, output_limit=1 << 20, on_output=chunks.append
         )
     )
     assert result.ok and result.returncode == 0
