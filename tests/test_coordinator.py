@@ -263,3 +263,30 @@ async def test_reservations_are_forgotten_once_nobody_holds_them(store: Store) -
         async with coord.shared(MISSING):
             pass
     assert coord._reservations == {}
+
+
+async def test_a_directory_wait_uses_the_callers_timeout_else_the_default(tmp_path: Path) -> None:
+    """An explicit timeout bounds the wait (not the coordinator's default); without one, the
+    default does. Each wait is itself under a test deadline, so a wait that ignored its bound
+    fails here instead of hanging."""
+    coord = Coordinator(Store(tmp_path / "s.db"), wait_s=0.1)
+    async with coord.directory(tmp_path / "x"):
+        with anyio.fail_after(10), pytest.raises(XumError) as info:
+            async with coord.directory(tmp_path / "x"):
+                pass
+        assert info.value.kind.value == "timeout" and "after 0.1s" in info.value.message
+    patient = Coordinator(Store(tmp_path / "t.db"), wait_s=60)
+    async with patient.directory(tmp_path / "x"):
+        with anyio.fail_after(10), pytest.raises(XumError) as info:
+            async with patient.directory(tmp_path / "x", timeout=0.2):
+                pass
+        assert info.value.kind.value == "timeout" and "after 0.2s" in info.value.message
+
+
+async def test_exclusive_resolves_a_workspace_in_any_state(store: Store) -> None:
+    """A structural operation reserves the workspace whatever its state (unarchive needs an
+    archived one); `shared` is the one that insists on `active`."""
+    coord = Coordinator(store, wait_s=1)
+    async with coord.exclusive(ARCHIVED, "unarchive") as ref:
+        assert ref.id == ARCHIVED
+        assert coord.closed_by(ARCHIVED) == "unarchive"
