@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import anyio
 import psutil
@@ -167,3 +168,13 @@ def test_kill_tree_without_a_group_reaches_the_tree() -> None:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
+
+
+def test_a_command_that_cannot_start_names_its_program(tmp_path: Path) -> None:
+    """A start that fails (its working directory missing, or not a directory) is a
+    CommandNotFound naming the program, never another argument or an IndexError."""
+    with pytest.raises(CommandNotFound, match=r"^sh: "):
+        anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "gone", timeout_s=5))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CommandNotFound, match=r"^sh: Not a directory"):
+        anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "file", timeout_s=5))
