@@ -178,3 +178,22 @@ def test_a_command_that_cannot_start_names_its_program(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(CommandNotFound, match=r"^sh: Not a directory"):
         anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "file", timeout_s=5))
+
+
+def test_kill_tree_reports_a_tree_ended_by_sigkill_as_gone() -> None:
+    """A group that ignores SIGTERM is ended by the SIGKILL after the grace: kill_tree answers
+    True (gone), not False as if it had survived SIGKILL."""
+    child = subprocess.Popen(
+        ["sh", "-c", "trap '' TERM; sleep 60 & wait"],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        until(lambda: len(procutil.tree_pids(child.pid)) >= 2, message="the tree to start")
+        gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 0.1))
+        assert gone is True
+        assert not procutil.group_alive(child.pid)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
