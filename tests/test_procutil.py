@@ -197,3 +197,72 @@ def test_kill_tree_reports_a_tree_ended_by_sigkill_as_gone() -> None:
         if child.poll() is None:
             child.kill()
         child.wait()
+
+
+def test_sigterm_gets_its_grace_before_sigkill(tmp_path: Path) -> None:
+    """kill_tree lets a process that handles SIGTERM finish its handler within the grace (git
+    removes its lock files that way) before any SIGKILL."""
+    done = tmp_path / "cleaned-up"
+    handler = (
+        "import signal, sys, time\n"
+        "def term(*_):\n"
+        "    time.sleep(0.3)  # a clean-up that takes a moment\n"
+        f"    open({str(done)!r}, 'w').close()\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, term)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", handler], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 30.0))
+        assert gone is True
+        assert child.wait(10) == 0, "ended by SIGKILL instead of its own SIGTERM handler"
+        assert done.exists()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_a_command_leads_its_own_session_and_is_not_ours_after_the_run() -> None:
+    """The command runs in a new session and group of its own (so its whole group can be
+    signalled without touching the daemon's), and once its exit status was read its pid no
+    longer counts as the daemon's child (the orphan reaper may reap a process that reuses it)."""
+    from xumd import containment
+
+    result = anyio.run(
+        lambda: run_command(
+            [
+                sys.executable,
+                "-c",
+                "import os; print(os.getpid() == os.getpgid(0) == os.getsid(0))",
+            ],
+            timeout_s=10,
+        )
+    )
+    assert result.output.text() == "True\n"
+    assert result.pid not in containment._own
+
+
+def test_any_alive_looks_past_a_pid_that_is_gone() -> None:
+    """A member of the tree that vanished (reaped by its parent) must not end the look before
+    a live member is seen: the tree is not gone while one of it runs."""
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        gone = next(p for p in range(4_000_000, 4_100_000) if not psutil.pid_exists(p))
+        pids = {gone, live.pid}
+        # The vanished pid first in the set's own order, whatever the pids are.
+        candidate = gone
+        while next(iter(pids)) != candidate:
+            candidate += 1
+            while psutil.pid_exists(candidate):
+                candidate += 1
+            pids = {candidate, live.pid}
+        assert procutil._any_alive(pids) is True
+    finally:
+        live.kill()
+        live.wait()
