@@ -136,6 +136,8 @@ SCOPES = [
                     "a_cancellation_while_the_child_starts_still_kills_it",
                     "git_hook_double_fork_is_stopped_after_the_command",
                     "teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it",
+                    # A real daemon (about 5 s), the one run_command test of a run's cgroup.
+                    "cgroup_contains_a_teardown_child_that_drops_its_environment",
                 )
             ),
         ],
