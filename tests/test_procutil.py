@@ -266,3 +266,38 @@ def test_any_alive_looks_past_a_pid_that_is_gone() -> None:
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_cancelled_run_still_kills_a_tree_that_ignores_sigterm(tmp_path: Path) -> None:
+    """A run cancelled mid-way (a shutdown) stops its tree to the end, shielded: the group that
+    ignores SIGTERM gets the SIGKILL after the grace, and the escapee that left the group and
+    the tree (setsid) is found by its marker and stopped too; only then is the cancellation
+    taken."""
+    from xumd.containment import Containment, root_tag, scan
+
+    cont = Containment(tag=root_tag(tmp_path))
+    marker = cont.marker("lease_cancel")
+    script = "trap '' TERM; (setsid sleep 100 &); sleep 100"
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: run_command(
+                    ["/bin/sh", "-c", script],
+                    timeout_s=60,
+                    grace_s=0.2,
+                    containment=cont,
+                    marker=marker,
+                )
+            )
+            with anyio.fail_after(20):
+                while len(scan(cont.tag)) < 3:  # the shell, its sleep, the escapee
+                    await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(main)
+        assert [m.pid for m in scan(cont.tag)] == []
+    finally:
+        for m in scan(cont.tag):
+            os.kill(m.pid, signal.SIGKILL)
