@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -301,3 +302,25 @@ def test_a_cancelled_run_still_kills_a_tree_that_ignores_sigterm(tmp_path: Path)
     finally:
         for m in scan(cont.tag):
             os.kill(m.pid, signal.SIGKILL)
+
+
+def test_kill_tree_reaches_a_group_member_outside_the_tree() -> None:
+    """A member of the group that is no longer a descendant (its parent exited: it was
+    re-parented away) and ignores SIGTERM is reached by the group's SIGKILL after the grace."""
+    leader = subprocess.Popen(
+        ["sh", "-c", "trap '' TERM; (sleep 100 & echo $!) ; exit 0"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert leader.stdout is not None
+        orphan = identify(int(leader.stdout.readline()))
+        leader.wait(10)
+        assert alive(orphan) and os.getpgid(orphan.pid) == leader.pid
+        assert orphan.pid not in procutil.tree_pids(leader.pid)
+        gone = anyio.run(lambda: procutil.kill_tree(leader.pid, leader.pid, 0.2))
+        assert gone is True
+        assert not alive(orphan)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(leader.pid, signal.SIGKILL)
