@@ -401,6 +401,15 @@ def main() -> int:
     ]
     if not scopes:
         parser.error(f"no scoped module matches {args.module}")
+    missing = [
+        path
+        for s in scopes
+        for path in [s.module, *(t.split("::")[0] for t in s.tests)]
+        if not (REPO / path).exists()
+    ]
+    if missing:
+        # Modules move (a refactor): a scope naming a path that is gone would mutate nothing.
+        parser.error(f"scoped paths that do not exist: {', '.join(sorted(set(missing)))}")
     if args.list:
         for s in scopes:
             only = f" (functions: {', '.join(s.functions)})" if s.functions else ""
