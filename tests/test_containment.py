@@ -466,7 +466,9 @@ def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
     )
     try:
         outcome = run_async(
-            lambda: runner._run_commands("teardown", [command], "h", ref, checkout, None)
+            lambda: runner._run_commands(
+                "teardown", [command], "h", ref, checkout, None, dict(os.environ)
+            )
         )
         pid = int(pidfile.read_text())
         reap_strays.append(pid)
@@ -480,7 +482,9 @@ def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
 
         # The retry (another run of the teardown) does not succeed while it still runs...
         again = run_async(
-            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+            lambda: runner._run_commands(
+                "teardown", ["true"], "h", ref, checkout, None, dict(os.environ)
+            )
         )
         assert again.status == "failed"
         assert again.error is not None and f"pid {pid} (sleep 100)" in again.error
@@ -488,7 +492,9 @@ def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
         # ...and does once it could be stopped after all.
         monkeypatch.setattr(containment, "send_signal", real)
         third = run_async(
-            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+            lambda: runner._run_commands(
+                "teardown", ["true"], "h", ref, checkout, None, dict(os.environ)
+            )
         )
         assert third.status == "ok", third.error
         assert not alive(escapee)
@@ -720,7 +726,9 @@ def test_leftovers_that_cannot_be_looked_for_fail_the_script(
     monkeypatch.setattr(containment, "open", exhausted, raising=False)
     try:
         outcome = run_async(
-            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+            lambda: runner._run_commands(
+                "teardown", ["true"], "h", ref, checkout, None, dict(os.environ)
+            )
         )
     finally:
         monkeypatch.undo()
@@ -728,7 +736,11 @@ def test_leftovers_that_cannot_be_looked_for_fail_the_script(
     assert (
         outcome.error is not None and "cannot look in /proc: Too many open files" in outcome.error
     )
-    again = run_async(lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None))
+    again = run_async(
+        lambda: runner._run_commands(
+            "teardown", ["true"], "h", ref, checkout, None, dict(os.environ)
+        )
+    )
     assert again.status == "ok", again.error
 
 
