@@ -334,21 +334,118 @@ def test_cli_new_with_fetch(
 def test_sparse_workspace_archives_and_unarchives_its_work(
     daemon: DaemonProcess, tmp_short: Path
 ) -> None:
-    """A sparse checkout's uncommitted work survives archive/unarchive (the snapshot holds it);
-    the restored checkout is a full one (docs/CONFIGURATION.md: big repositories)."""
-    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+    """A sparse checkout's uncommitted work survives archive/unarchive (the snapshot holds it),
+    and it comes back sparse: the cone it had is re-applied (lifecycle/sparsekeep.py)."""
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "a/g": "g\n", "b/f": "2\n", "top": "t\n"})
     git(repo, "sparse-checkout", "set", "--cone", "a")
     project = add_project(daemon, repo)
     ws = create(daemon, project["id"], "sp")["workspace"]
     path = Path(ws["path"])
     (path / "a" / "f").write_text("edited\n")
     (path / "a" / "new.txt").write_text("new\n")
+    (path / "a" / "g").write_text("staged\n")
+    git(path, "add", "a/g")
+    (path / "a" / "g").write_text("staged then edited\n")
     archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
-    assert sorted(archived["snapshot"]["files"]) == ["a/f", "a/new.txt"]
-    daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert sorted(archived["snapshot"]["files"]) == ["a/f", "a/g", "a/new.txt"]
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
+    assert restored["sparse"] == {"cone": True, "patterns": ["a"]}
+    assert restored["sparse_kept"] == []
     assert (path / "a" / "f").read_text() == "edited\n"
     assert (path / "a" / "new.txt").read_text() == "new\n"
+    assert (path / "a" / "g").read_text() == "staged then edited\n"
+    assert (path / "top").read_text() == "t\n"
+    assert not (path / "b").exists()
+    assert git(path, "sparse-checkout", "list").split() == ["a"]
+    assert sorted(git(path, "status", "--porcelain=v1", "--untracked-files=all").splitlines()) == [
+        " M a/f",
+        "?? a/new.txt",
+        "MM a/g",
+    ]
+    assert git(path, "show", ":a/g") == "staged\n"  # the index as it was
+
+
+def test_sparse_unarchive_keeps_the_workspaces_own_cone(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    """The cone re-applied is the workspace's own as archived (widened there by the user), not
+    the main checkout's, which changed meanwhile."""
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n", "c/f": "3\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "own")["workspace"]
+    path = Path(ws["path"])
+    git(path, "sparse-checkout", "add", "b")
+    daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    git(repo, "sparse-checkout", "set", "--cone", "c")
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
+    assert restored["sparse"]["patterns"] == ["a", "b"]
+    assert (path / "a" / "f").exists() and (path / "b" / "f").exists()
+    assert not (path / "c").exists()
+    assert git(path, "status", "--porcelain=v1", "--untracked-files=all") == ""
+
+
+def test_sparse_unarchive_keeps_work_outside_the_cone_and_reports_it(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    """Files outside the cone that carry work (a modified tracked file the user wrote back, an
+    untracked file, a preserved ignored file) are kept, their directories added to the cone,
+    and reported; a directory holding only clean files stays out."""
+    repo = make_repo(
+        tmp_short / "big",
+        {
+            "a/f": "1\n",
+            "b/f": "2\n",
+            "c/d/f": "3\n",
+            "e/f": "5\n",
+            ".gitignore": "*.local\n",
+        },
+    )
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text('[scripts]\npreserve = ["**/*.local"]\n')
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "out")["workspace"]
+    path = Path(ws["path"])
+    assert not (path / "b").exists()
+    (path / "b").mkdir()
+    (path / "b" / "f").write_text("mine\n")  # tracked, outside the cone, written by the user
+    (path / "c" / "d").mkdir(parents=True)
+    (path / "c" / "d" / "mine.txt").write_text("untracked\n")
+    (path / "e").mkdir()
+    (path / "e" / "keep.local").write_text("preserved\n")
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert sorted(archived["snapshot"]["files"]) == ["b/f", "c/d/mine.txt"]
+    assert archived["dropped"]["preserved"] == ["e/keep.local"]
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
+    assert restored["sparse_kept"] == ["b/f", "c/d/mine.txt", "e/keep.local"]
+    assert restored["sparse"]["patterns"] == ["a", "b", "c/d", "e"]
+    assert (path / "b" / "f").read_text() == "mine\n"
+    assert (path / "c" / "d" / "mine.txt").read_text() == "untracked\n"
+    assert (path / "e" / "keep.local").read_text() == "preserved\n"
+    assert (path / "c" / "d" / "f").read_text() == "3\n"  # its directory is in the cone now
+    assert git(path, "sparse-checkout", "list").split() == ["a", "b", "c/d", "e"]
+    assert sorted(git(path, "status", "--porcelain=v1", "--untracked-files=all").splitlines()) == [
+        " M b/f",
+        "?? c/d/mine.txt",
+    ]
+
+
+def test_full_workspace_unarchives_full(daemon: DaemonProcess, tmp_short: Path) -> None:
+    """A workspace whose checkout was full when archived (its sparse checkout disabled by the
+    user) comes back full even though the main checkout is sparse."""
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "full")["workspace"]
+    path = Path(ws["path"])
+    git(path, "sparse-checkout", "disable")
+    daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
+    assert restored["sparse"] is None
     assert (path / "b" / "f").read_text() == "2\n"
+    assert "S " not in git(path, "ls-files", "-t")  # no entry left skipped
+
 
 
 def test_workspace_with_submodule_archives_and_unarchives(
