@@ -447,7 +447,6 @@ def test_full_workspace_unarchives_full(daemon: DaemonProcess, tmp_short: Path) 
     assert "S " not in git(path, "ls-files", "-t")  # no entry left skipped
 
 
-
 def test_workspace_with_submodule_archives_and_unarchives(
     daemon: DaemonProcess, tmp_short: Path
 ) -> None:

@@ -43,9 +43,7 @@ def record(store: Store, workspace_id: str, sparse: SparseInfo | None) -> None:
 
 
 def recorded(store: Store, workspace_id: str) -> SparseInfo | None:
-    row = store.one(
-        "SELECT patterns FROM workspace_sparse WHERE workspace_id = ?", (workspace_id,)
-    )
+    row = store.one("SELECT patterns FROM workspace_sparse WHERE workspace_id = ?", (workspace_id,))
     if row is None:
         return None
     try:
@@ -63,8 +61,8 @@ def in_cone(path: str, cones: list[str]) -> bool:
     parent = posixpath.dirname(path)
     if not parent:
         return True
-    for cone in cones:
-        cone = cone.strip("/")
+    for listed in cones:
+        cone = listed.strip("/")
         if path.startswith(cone + "/") or cone == parent or cone.startswith(parent + "/"):
             return True
     return False
@@ -84,9 +82,8 @@ async def reapply(
 ) -> tuple[SparseInfo, list[str]]:
     """After the restore: set the cone, widened by the directory of each path outside it that
     carries work. Returns the cone applied and those paths (sorted)."""
-    kept = sorted(
-        {p for p in [*await _work_paths(git, checkout), *preserved] if not in_cone(p, sparse.patterns)}
-    )
+    work = [*await _work_paths(git, checkout), *preserved]
+    kept = sorted({p for p in work if not in_cone(p, sparse.patterns)})
     cones = list(sparse.patterns)
     for path in kept:
         parent = posixpath.dirname(path)
