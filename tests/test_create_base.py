@@ -388,8 +388,8 @@ def test_sparse_unarchive_keeps_the_workspaces_own_cone(
 def test_sparse_unarchive_keeps_work_outside_the_cone_and_reports_it(
     daemon: DaemonProcess, tmp_short: Path
 ) -> None:
-    """Files outside the cone that carry work (a modified tracked file the user wrote back, an
-    untracked file, a preserved ignored file) are kept, their directories added to the cone,
+    """Files outside the cone that carry work (a tracked file the user wrote back and staged,
+    an untracked file, a preserved ignored file) are kept, their directories added to the cone,
     and reported; a directory holding only clean files stays out."""
     repo = make_repo(
         tmp_short / "big",
@@ -410,6 +410,8 @@ def test_sparse_unarchive_keeps_work_outside_the_cone_and_reports_it(
     assert not (path / "b").exists()
     (path / "b").mkdir()
     (path / "b" / "f").write_text("mine\n")  # tracked, outside the cone, written by the user
+    # and staged: clean against the index, git alone would sparsify it off the disk.
+    git(path, "add", "--sparse", "b/f")
     (path / "c" / "d").mkdir(parents=True)
     (path / "c" / "d" / "mine.txt").write_text("untracked\n")
     (path / "e").mkdir()
@@ -418,16 +420,16 @@ def test_sparse_unarchive_keeps_work_outside_the_cone_and_reports_it(
     assert sorted(archived["snapshot"]["files"]) == ["b/f", "c/d/mine.txt"]
     assert archived["dropped"]["preserved"] == ["e/keep.local"]
     restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
-    assert restored["sparse_kept"] == ["b/f", "c/d/mine.txt", "e/keep.local"]
-    assert restored["sparse"]["patterns"] == ["a", "b", "c/d", "e"]
     assert (path / "b" / "f").read_text() == "mine\n"
     assert (path / "c" / "d" / "mine.txt").read_text() == "untracked\n"
     assert (path / "e" / "keep.local").read_text() == "preserved\n"
+    assert restored["sparse_kept"] == ["b/f", "c/d/mine.txt", "e/keep.local"]
+    assert restored["sparse"]["patterns"] == ["a", "b", "c/d", "e"]
     assert (path / "c" / "d" / "f").read_text() == "3\n"  # its directory is in the cone now
     assert git(path, "sparse-checkout", "list").split() == ["a", "b", "c/d", "e"]
     assert sorted(git(path, "status", "--porcelain=v1", "--untracked-files=all").splitlines()) == [
-        " M b/f",
         "?? c/d/mine.txt",
+        "M  b/f",
     ]
 
 
