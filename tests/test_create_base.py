@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xum_client.errors import XumRpcError
 
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
+from tests.support.holds import hold_env, release, wait_held
 from tests.test_cli_workspace import xum
 
 
@@ -531,3 +535,47 @@ def test_project_config_swapped_for_a_fifo_does_not_block(
     from xumd.lifecycle.basefetch import project_wants_fetch
 
     assert project_wants_fetch(repo) is False
+
+
+def test_sparse_unarchive_whose_cone_cannot_be_set_is_undone(root: Path, tmp_short: Path) -> None:
+    """`sparse-checkout set` failing after the restore (its lock held) refuses the unarchive:
+    the new checkout is taken back and the workspace stays archived with its snapshot; the
+    next unarchive restores everything, sparse."""
+    point, holds = "workspace.unarchive.hold", tmp_short / "holds"
+    daemon = DaemonProcess(root, env=hold_env(point, holds)).start()
+    try:
+        repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+        git(repo, "sparse-checkout", "set", "--cone", "a")
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "lk")["workspace"]
+        path = Path(ws["path"])
+        (path / "a" / "f").write_text("edited\n")
+        daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        out: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                out["result"] = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+            except XumRpcError as exc:
+                out["error"] = exc
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        wait_held(point, holds)
+        info = Path(git(path, "rev-parse", "--absolute-git-dir").strip()) / "info"
+        info.mkdir(exist_ok=True)
+        (info / "sparse-checkout.lock").touch()
+        release(point, holds)
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert "sparse-checkout" in str(out["error"])
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert got["state"] == "archived"
+        assert not os.path.lexists(path)
+        release(point, holds)  # the next arrival passes at once
+        again = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+        assert again["restored"]["sparse"]["patterns"] == ["a"]
+        assert (path / "a" / "f").read_text() == "edited\n"
+        assert not (path / "b").exists()
+    finally:
+        daemon.close()
