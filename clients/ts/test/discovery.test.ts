@@ -1,0 +1,82 @@
+// Socket discovery: XUM_SOCKET wins, else $XUM_ROOT/xumd.sock, else the default root's socket
+// ($XDG_STATE_HOME/xum, else ~/.local/state/xum). The rule, then each case against a real daemon.
+
+import assert from "node:assert/strict";
+import { mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+
+import { DaemonNotRunning, XumClient, defaultRoot, resolveSocket } from "../src/index.js";
+import { Daemon, shortTmpdir, withDaemon } from "./support/daemon.js";
+
+test("the rule, in order; an empty variable counts as unset", () => {
+  const home = "/home/me";
+  assert.deepEqual(resolveSocket({ XUM_SOCKET: "/s/x.sock", XUM_ROOT: "/r", XDG_STATE_HOME: "/x" }, home), {
+    path: "/s/x.sock",
+    source: "XUM_SOCKET",
+    root: null,
+  });
+  assert.deepEqual(resolveSocket({ XUM_ROOT: "/r", XDG_STATE_HOME: "/x" }, home), {
+    path: "/r/xumd.sock",
+    source: "XUM_ROOT",
+    root: "/r",
+  });
+  assert.deepEqual(resolveSocket({ XDG_STATE_HOME: "/x" }, home), {
+    path: "/x/xum/xumd.sock",
+    source: "XDG_STATE_HOME",
+    root: "/x/xum",
+  });
+  assert.deepEqual(resolveSocket({}, home), {
+    path: "/home/me/.local/state/xum/xumd.sock",
+    source: "HOME",
+    root: "/home/me/.local/state/xum",
+  });
+  assert.equal(resolveSocket({ XUM_SOCKET: "", XUM_ROOT: "", XDG_STATE_HOME: "" }, home).source, "HOME");
+  assert.equal(defaultRoot({ XUM_ROOT: "/r" }, home), "/r");
+});
+
+test("XUM_SOCKET wins over XUM_ROOT (a daemon whose socket is outside its root)", async () => {
+  const tmp = shortTmpdir();
+  const sock = join(tmp, "elsewhere.sock");
+  await withDaemon(
+    async (daemon) => {
+      // XUM_ROOT names the root, but its socket is not there: only XUM_SOCKET reaches the daemon.
+      const client = await XumClient.connect({ env: { XUM_SOCKET: sock, XUM_ROOT: daemon.root }, reconnect: false });
+      try {
+        assert.equal(client.socketPath, sock);
+        assert.equal(client.server?.root, daemon.root);
+      } finally {
+        await client.close();
+      }
+      await assert.rejects(
+        XumClient.connect({ env: { XUM_ROOT: daemon.root }, reconnect: false }),
+        (e: unknown) => e instanceof DaemonNotRunning && e.socketPath === join(daemon.root, "xumd.sock"),
+      );
+    },
+    { socketPath: sock },
+  );
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+test("XUM_ROOT, then XDG_STATE_HOME/xum, reach a daemon on that root", async () => {
+  const tmp = shortTmpdir();
+  const state = join(tmp, "state");
+  mkdirSync(state);
+  const daemon = new Daemon(join(state, "xum"));
+  try {
+    await daemon.start();
+    for (const env of [{ XUM_ROOT: daemon.root }, { XDG_STATE_HOME: state }]) {
+      const client = await XumClient.connect({ env, reconnect: false });
+      try {
+        assert.equal(client.socketPath, join(daemon.root, "xumd.sock"));
+        const status = await client.call("daemon.status");
+        assert.equal(status.pid, daemon.pid);
+      } finally {
+        await client.close();
+      }
+    }
+  } finally {
+    await daemon.close();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
