@@ -75,6 +75,18 @@ class DaemonConfig(BaseModel):
         description="File descriptors kept for the daemon's own work (git, scripts, the store, "
         "PTYs): connections are capped at the soft limit minus this (at most half the limit).",
     )
+    event_ring_size: int = Field(
+        default=4096,
+        ge=0,
+        le=1_000_000,
+        description="Events kept for a reconnecting subscriber to resume from "
+        "(`events.subscribe` `after_seq`); 0: every resume is a resync.",
+    )
+    event_ring_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=0,
+        description="...and at most this many bytes of them (their JSON): the oldest go first.",
+    )
     shutdown_grace_s: float = Field(default=10.0, gt=0)
     drain_deadline_s: float = Field(default=10.0, gt=0)
     lock_wait_s: float = Field(default=30.0, gt=0)

@@ -21,7 +21,7 @@ terminal, setup output is shown as it comes: _progress.py)."""
 
 
 def _long(obj: Ctx) -> Client:
-    return Client(obj.root, timeout=LONG_TIMEOUT_S, client_name="xum-cli")
+    return Client(obj.root, socket_path=obj.socket, timeout=LONG_TIMEOUT_S, client_name="xum-cli")
 
 
 def _on_workspace(obj: Ctx, method: str, ref: str, **params: Any) -> dict[str, Any]:
@@ -268,7 +268,9 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     def events(obj: Ctx, types: tuple[str, ...], count: int | None) -> None:
         """Print the snapshot's sequence number, then every event as it happens."""
-        with Client(obj.root, timeout=None, client_name="xum-cli") as client:
+        with Client(
+            obj.root, socket_path=obj.socket, timeout=None, client_name="xum-cli"
+        ) as client:
             params: dict[str, Any] = {"types": list(types)} if types else {}
             result = client.call("events.subscribe", params)
             if obj.as_json:
