@@ -96,11 +96,11 @@ class Generator {
     return alt;
   }
 
-  // A top-level schema of a method's params/result, with its own $defs.
-  registerRoot(schema, fallbackName, origin) {
+  // A schema's `$defs`, each registered under its exported name; returns the rewriter that turns
+  // `#/$defs/X` refs into refs to those names, and the names.
+  registerDefs(schema, origin) {
     const defs = schema.$defs ?? {};
     const names = {};
-    // Definitions may refer to each other: rewrite refs to their exported names first.
     for (const defName of Object.keys(defs)) names[defName] = defName;
     const rewrite = (node) => {
       if (Array.isArray(node)) return node.map(rewrite);
@@ -112,23 +112,33 @@ class Generator {
           const m = /^#\/\$defs\/(.+)$/.exec(v);
           if (!m || !(m[1] in defs)) throw new Error(`${origin}: unresolvable $ref ${v}`);
           out.$ref = `#/named/${names[m[1]]}`;
-        } else if (k === "properties" || k === "$defs") {
+        } else if (k === "properties") {
           out[k] = Object.fromEntries(Object.entries(v).map(([p, s]) => [p, rewrite(s)]));
+        } else if (k === "discriminator") {
+          // Its mapping names `$defs` refs; the union itself says the same with `oneOf`.
+          out[k] = v;
         } else {
           out[k] = rewrite(v);
         }
       }
       return out;
     };
+    // Definitions refer to each other: register under final names, then rewrite once more with
+    // them (a name changes only on a conflict).
     for (const [defName, def] of Object.entries(defs)) {
       names[defName] = this.register(defName, rewrite(def), origin);
     }
-    // Names may have changed on a conflict: rewrite once more with the final names.
     for (const [defName, def] of Object.entries(defs)) {
       const entry = this.named.get(names[defName]);
       entry.schema = rewrite(def);
       entry.stable = stable(entry.schema);
     }
+    return { rewrite, names };
+  }
+
+  // A top-level schema of a method's params/result, with its own $defs.
+  registerRoot(schema, fallbackName, origin) {
+    const { rewrite } = this.registerDefs(schema, origin);
     const title = typeof schema.title === "string" && IDENT.test(schema.title) ? schema.title : fallbackName;
     return this.register(title, rewrite(schema), origin);
   }
@@ -264,8 +274,14 @@ class Generator {
     const eventTypes = [];
     if (notification !== undefined) {
       eventName = this.registerRoot(notification.params, "EventNotification", "event");
+      // Since protocol 1.1 the schema types each event (`typed`: a union of `<Type>Event`
+      // definitions; `types[type].data` names the data's definition). Before, `data` was prose.
+      const typed = notification.typed !== undefined ? this.registerDefs(notification.typed, "event").names : {};
       for (const [typeName, spec] of Object.entries(notification.types ?? {})) {
-        const dataName = this.eventData(typeName, spec.data, `event ${typeName}`);
+        const dataName =
+          typeof spec.data === "string" && spec.data in typed
+            ? typed[spec.data]
+            : this.eventData(typeName, spec.fields ?? spec.data, `event ${typeName}`);
         eventTypes.push({ typeName, dataName, summary: spec.summary });
       }
     }

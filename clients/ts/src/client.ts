@@ -12,6 +12,7 @@
 
 import { EventEmitter } from "node:events";
 import { createConnection, type Socket } from "node:net";
+import { join } from "node:path";
 
 import { resolveSocket, type Env } from "./discovery.js";
 import {
@@ -31,7 +32,6 @@ import {
   type Params,
   type RawEvent,
   type Result,
-  type XumEvent,
 } from "./generated/protocol.js";
 
 export const CLIENT_VERSION = "0.1.0";
@@ -50,6 +50,8 @@ export interface ReconnectOptions {
 export interface ClientOptions {
   /** The socket; default: discovery (`XUM_SOCKET`, `$XUM_ROOT/xumd.sock`, the default root). */
   socketPath?: string;
+  /** A root whose socket to use (`ROOT/xumd.sock`), when no `socketPath` is given. */
+  root?: string;
   /** The environment discovery reads (default `process.env`). */
   env?: Env;
   clientName?: string;
@@ -106,8 +108,12 @@ export interface ClientEvents {
   connect: [server: HelloResult];
   /** The connection was lost (a reconnect follows when enabled). */
   disconnect: [reason: Error];
-  /** One event of the subscription, in order, never twice. */
-  event: [event: XumEvent];
+  /**
+   * One event of the subscription, in order, never twice: the envelope, whatever its type (a
+   * newer daemon may send types this client does not know); `isEvent(e, "workspace.updated")`
+   * narrows it to a known type with typed `data`.
+   */
+  event: [event: RawEvent];
   /** A snapshot: the state at `seq`, after which events follow. */
   snapshot: [info: SnapshotInfo];
   /**
@@ -133,6 +139,12 @@ interface Subscription {
   seq: number | null;
   /** Events that arrived while a subscribe call was in flight, delivered after its answer. */
   held: RawEvent[] | null;
+  /**
+   * False after a connection was dropped for a frame over the client's cap: resuming would replay
+   * that same event and drop the connection again, forever; the next subscription takes a fresh
+   * snapshot instead (which stands for the event).
+   */
+  resumable: boolean;
   /** Settles the first `subscribe()` call: its snapshot, or why it failed. */
   first: { resolve: (info: SnapshotInfo) => void; reject: (err: Error) => void } | null;
 }
@@ -189,7 +201,7 @@ class Conn {
       lines = this.decoder.push(chunk);
     } catch (err) {
       if (err instanceof FrameTooLong) {
-        this.fail(new ConnectionLost(`the daemon sent a frame too long (${err.message})`));
+        this.fail(new FrameTooLongLost(`the daemon sent a frame too long (${err.message})`));
         return;
       }
       throw err;
@@ -256,6 +268,9 @@ class Conn {
   }
 }
 
+/** The connection was dropped because the daemon sent a frame over the client's cap. */
+class FrameTooLongLost extends ConnectionLost {}
+
 function isErrorObject(value: unknown): value is ErrorObject {
   return (
     value !== null &&
@@ -296,7 +311,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
   /** The last `hello` answer (null before the first connection). */
   server: HelloResult | null = null;
 
-  private readonly options: Required<Omit<ClientOptions, "socketPath" | "env" | "reconnect">>;
+  private readonly options: Required<Omit<ClientOptions, "socketPath" | "root" | "env" | "reconnect">>;
   private readonly backoff: Required<ReconnectOptions> | null;
   private conn: Conn | null = null;
   private state: State = "idle";
@@ -309,7 +324,8 @@ export class XumClient extends EventEmitter<ClientEvents> {
 
   constructor(options: ClientOptions = {}) {
     super();
-    this.socketPath = options.socketPath ?? resolveSocket(options.env).path;
+    this.socketPath =
+      options.socketPath ?? (options.root ? join(options.root, "xumd.sock") : resolveSocket(options.env).path);
     this.options = {
       clientName: options.clientName ?? "xum-ts",
       clientVersion: options.clientVersion ?? CLIENT_VERSION,
@@ -419,7 +435,14 @@ export class XumClient extends EventEmitter<ClientEvents> {
     const first = new Promise<SnapshotInfo>((resolve, reject) => {
       settle = { resolve, reject };
     });
-    const sub: Subscription = { types: options.types, epoch: null, seq: null, held: null, first: settle };
+    const sub: Subscription = {
+      types: options.types,
+      epoch: null,
+      seq: null,
+      held: null,
+      resumable: true,
+      first: settle,
+    };
     this.subscription = sub;
     const conn = this.state === "connected" ? this.conn : null;
     if (conn !== null) {
@@ -459,6 +482,18 @@ export class XumClient extends EventEmitter<ClientEvents> {
   /** The subscription's position: the epoch and last seq seen (null before any). */
   get position(): { epoch: string | null; seq: number | null } | null {
     return this.subscription === null ? null : { epoch: this.subscription.epoch, seq: this.subscription.seq };
+  }
+
+  /**
+   * Drop the connection but not the client: with reconnecting on, it reconnects (and resumes the
+   * subscription); otherwise the next `open()` or call does.
+   */
+  async disconnect(): Promise<void> {
+    const conn = this.conn;
+    if (conn === null || conn.closed) return;
+    const gone = new Promise<void>((resolve) => conn.sock.once("close", () => resolve()));
+    conn.close();
+    await gone;
   }
 
   /** Close the connection and stop reconnecting. Calls in flight fail with `ConnectionLost`. */
@@ -565,7 +600,10 @@ export class XumClient extends EventEmitter<ClientEvents> {
   private onConnClosed(conn: Conn, reason: Error): void {
     if (this.conn !== conn) return;
     this.conn = null;
-    if (this.subscription !== null) this.subscription.held = null;
+    if (this.subscription !== null) {
+      this.subscription.held = null;
+      if (reason instanceof FrameTooLongLost) this.subscription.resumable = false;
+    }
     if (this.state === "closed") return;
     this.state = "waiting";
     this.lastFailure = reason;
@@ -586,15 +624,16 @@ export class XumClient extends EventEmitter<ClientEvents> {
     const params: Record<string, unknown> = {};
     if (sub.types !== undefined) params["types"] = sub.types;
     const resuming = sub.epoch !== null && sub.seq !== null;
-    if (resuming) {
+    if (resuming && sub.resumable) {
       params["after_seq"] = sub.seq;
       params["epoch"] = sub.epoch;
     }
+    sub.resumable = true;
     let result: Record<string, unknown>;
     try {
       result = await conn.call("events.subscribe", params, this.options.timeoutMs);
     } catch (err) {
-      if (resuming && err instanceof XumRpcError && err.is("invalid_params")) {
+      if ("after_seq" in params && err instanceof XumRpcError && err.is("invalid_params")) {
         // A daemon that cannot resume (before `after_seq`): a fresh snapshot instead.
         delete params["after_seq"];
         delete params["epoch"];
@@ -628,6 +667,8 @@ export class XumClient extends EventEmitter<ClientEvents> {
     const replayed = Array.isArray(result["events"]) ? (result["events"] as RawEvent[]) : [];
     if (info !== null) this.settleFirst(sub, info);
     for (const event of [...replayed, ...held]) this.deliver(sub, event);
+    // A resumed answer's `seq` is where the live stream starts (a filtered replay may end before).
+    if (sub.epoch === epoch && (sub.seq === null || seq > sub.seq) && info === null) sub.seq = seq;
     return info;
   }
 
@@ -648,6 +689,6 @@ export class XumClient extends EventEmitter<ClientEvents> {
     if (sub.epoch !== null && event.epoch !== sub.epoch) return; // another run's: superseded
     if (sub.seq !== null && event.seq <= sub.seq) return; // in the snapshot, or delivered
     sub.seq = event.seq;
-    this.emit("event", event as unknown as XumEvent);
+    this.emit("event", event);
   }
 }

@@ -11,9 +11,10 @@ import {
   DaemonNotRunning,
   XumClient,
   XumRpcError,
+  isEvent,
   isRpcError,
+  type RawEvent,
   type SnapshotInfo,
-  type XumEvent,
 } from "../src/index.js";
 import { makeRepo, until, withDaemon } from "./support/daemon.js";
 
@@ -228,11 +229,15 @@ test("another major protocol version: protocol_mismatch naming both sides, no re
   });
 });
 
-test("a frame longer than the client's cap ends the connection (never buffered without bound)", async () => {
+test("a frame longer than the client's cap ends the connection; the subscription resyncs past it", async () => {
   await withDaemon(async (daemon) => {
     const client = await XumClient.connect({ socketPath: daemon.socketPath, maxFrameBytes: 4096, reconnect: false });
     const other = await XumClient.connect({ socketPath: daemon.socketPath });
     try {
+      const events: RawEvent[] = [];
+      const snapshots: SnapshotInfo[] = [];
+      client.on("event", (e) => events.push(e));
+      client.on("snapshot", (s) => snapshots.push(s));
       await client.subscribe({ types: ["test."] });
       const dropped = once(client, "disconnect");
       // A small event passes; one with a 10 kB field is a frame over the cap.
@@ -242,9 +247,19 @@ test("a frame longer than the client's cap ends the connection (never buffered w
       assert.ok(reason instanceof ConnectionLost);
       assert.match(reason.message, /frame too long/);
       assert.equal(client.connected, false);
-      // Reconnecting is off (no background retries), but a later call makes one new attempt.
+      // Reconnecting is off (no background retries), but a later call makes one new attempt. It
+      // does not resume from the last seq (that would replay the same big event and drop the
+      // connection again, forever): it takes a fresh snapshot.
       const status = await client.call("daemon.status");
       assert.equal(status.pid, daemon.pid);
+      await until(() => snapshots.length === 2, "a resync snapshot");
+      assert.equal(snapshots[1]?.reason, "resync");
+      await other.callRaw("test.publish", { type: "test.after" });
+      await until(() => events.some((e) => e.type === "test.after"), "a live event after the resync");
+      assert.deepEqual(
+        events.map((e) => e.type),
+        ["test.small", "test.after"],
+      );
     } finally {
       await client.close();
       await other.close();
@@ -257,7 +272,7 @@ test("events: a snapshot, then each event once and in order", async () => {
     const client = await XumClient.connect({ socketPath: daemon.socketPath });
     const other = await XumClient.connect({ socketPath: daemon.socketPath });
     try {
-      const events: XumEvent[] = [];
+      const events: RawEvent[] = [];
       client.on("event", (e) => events.push(e));
       const snapshots: SnapshotInfo[] = [];
       client.on("snapshot", (s) => snapshots.push(s));
@@ -270,10 +285,11 @@ test("events: a snapshot, then each event once and in order", async () => {
       const { project } = await other.call("project.add", { path: repo, name: "evt" });
       await other.call("workspace.create", { project_id: project.id, name: "one" });
       const added = await until(() => events.find((e) => e.type === "project.added"), "project.added");
-      if (added.type === "project.added") {
-        // Typed data: the generated EventDataMap narrows on `type`.
-        const data: unknown = added.data.project;
-        assert.equal((data as { id: string }).id, project.id);
+      assert.ok(isEvent(added, "project.added"));
+      if (isEvent(added, "project.added")) {
+        // Typed data: the generated EventDataMap narrows on `type` (data.project is a ProjectInfo).
+        assert.equal(added.data.project.id, project.id);
+        assert.equal(added.data.project.name, "evt");
       }
       await until(
         () => events.some((e) => e.type === "workspace.state_changed"),
@@ -300,7 +316,7 @@ test("after a daemon restart the subscription resumes: a snapshot of the new run
       reconnect: { initialDelayMs: 20, maxDelayMs: 200 },
     });
     try {
-      const events: XumEvent[] = [];
+      const events: RawEvent[] = [];
       const snapshots: SnapshotInfo[] = [];
       client.on("event", (e) => events.push(e));
       client.on("snapshot", (s) => snapshots.push(s));
@@ -331,4 +347,79 @@ test("after a daemon restart the subscription resumes: a snapshot of the new run
       await client.close();
     }
   });
+});
+
+test("a dropped connection resumes where it left off: the missed events replayed, no snapshot", async () => {
+  await withDaemon(async (daemon) => {
+    // Reconnecting by hand (reconnect off): the gap is a step of the test, not a race with a timer.
+    const client = await XumClient.connect({ socketPath: daemon.socketPath, reconnect: false });
+    const other = await XumClient.connect({ socketPath: daemon.socketPath });
+    try {
+      const events: RawEvent[] = [];
+      const snapshots: SnapshotInfo[] = [];
+      client.on("event", (e) => events.push(e));
+      client.on("snapshot", (s) => snapshots.push(s));
+      const first = await client.subscribe({ types: ["test.kept"] });
+      await other.callRaw("test.publish", { type: "test.kept", count: 2 });
+      await until(() => events.length === 2, "two live events");
+
+      await client.disconnect();
+      // Missed while away: three of the subscribed type, and others the filter leaves out.
+      await other.callRaw("test.publish", { type: "test.kept", data: { n: 1 }, count: 3 });
+      await other.callRaw("test.publish", { type: "test.other", count: 2 });
+      await client.open();
+      await until(() => events.length === 5, "the three missed events, replayed");
+      await other.callRaw("test.publish", { type: "test.kept", data: { n: 2 } });
+      await until(() => events.length === 6, "a live event after the resume");
+
+      assert.equal(snapshots.length, 1, "a resume delivers no snapshot");
+      const seqs = events.map((e) => e.seq);
+      assert.deepEqual(seqs, [...seqs].sort((x, y) => x - y));
+      assert.equal(new Set(seqs).size, 6);
+      assert.ok(events.every((e) => e.type === "test.kept" && e.epoch === first.epoch));
+      assert.deepEqual(
+        events.map((e) => (e.data as { n?: number }).n),
+        [undefined, undefined, 1, 1, 1, 2],
+      );
+    } finally {
+      await client.close();
+      await other.close();
+    }
+  });
+});
+
+test("a gap the daemon's ring no longer holds: resync_required, a new snapshot, then live events", async () => {
+  await withDaemon(
+    async (daemon) => {
+      const client = await XumClient.connect({ socketPath: daemon.socketPath, reconnect: false });
+      const other = await XumClient.connect({ socketPath: daemon.socketPath });
+      try {
+        const events: RawEvent[] = [];
+        const snapshots: SnapshotInfo[] = [];
+        client.on("event", (e) => events.push(e));
+        client.on("snapshot", (s) => snapshots.push(s));
+        const first = await client.subscribe({ types: ["test."] });
+        await client.disconnect();
+        // Ten events into a ring of four: the one right after the client's seq is gone.
+        const { seq: lastMissed } = (await other.callRaw("test.publish", { type: "test.missed", count: 10 })) as {
+          seq: number;
+        };
+        await client.open();
+        await until(() => snapshots.length === 2, "the resync snapshot");
+        const resync = snapshots[1]!;
+        assert.equal(resync.reason, "resync");
+        assert.equal(resync.epoch, first.epoch);
+        assert.equal(resync.seq, lastMissed);
+        assert.equal(events.length, 0, "nothing replayed: the snapshot stands for what was missed");
+        await other.callRaw("test.publish", { type: "test.live" });
+        await until(() => events.length === 1, "a live event after the resync");
+        assert.equal(events[0]?.type, "test.live");
+        assert.equal(events[0]?.seq, lastMissed + 1);
+      } finally {
+        await client.close();
+        await other.close();
+      }
+    },
+    { config: "event_ring_size = 4\n" },
+  );
 });

@@ -3,7 +3,7 @@
 /* eslint-disable */
 
 /** The protocol version this file was generated from (`major.minor`). */
-export const PROTOCOL_VERSION = "1.0";
+export const PROTOCOL_VERSION = "1.1";
 
 /** Every error kind and its JSON-RPC code (`data.kind` on the wire). */
 export const ERROR_CODES = {
@@ -103,9 +103,16 @@ export interface CleanupListResult {
   pending: number;
 }
 
-export interface CleanupObligationChangedEventData {
-  /** the obligation (`Obligation`, as `cleanup.list` answers) */
-  obligation: unknown;
+/** A cleanup obligation was planned, attempted, completed, abandoned or failed. */
+export interface CleanupObligationChangedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ObligationData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "cleanup.obligation_changed";
 }
 
 /** Neither id: run one bounded cycle of everything due. An id: run that scope now. */
@@ -225,10 +232,34 @@ export interface HelloParams {
 }
 
 export interface HelloResult {
+  /** Every method this server answers. */
   capabilities: string[];
+  /**
+   * This daemon run's event epoch (as in events): another epoch than a client saw before means the daemon restarted. Since 1.1 (absent before).
+   * default: null
+   */
+  epoch?: string | null;
+  /**
+   * The daemon's process id. Since 1.1 (absent before).
+   * default: null
+   */
+  pid?: number | null;
+  /** The protocol version the server speaks (major.minor). */
   protocol: string;
+  /** The daemon's root directory. */
   root: string;
+  /** The daemon's name and version. */
   server: ServerInfo;
+  /**
+   * The socket path the daemon listens on. Since 1.1 (absent before).
+   * default: null
+   */
+  socket?: string | null;
+  /**
+   * When the daemon started (Unix time, seconds). Since 1.1 (absent before).
+   * default: null
+   */
+  started_at?: number | null;
 }
 
 export interface HolderInfo {
@@ -265,9 +296,21 @@ export interface KeptInfo {
   path: string;
 }
 
-export interface LeaseAcquiredEventData {
+/** A use lease on a workspace's checkout was taken (or its holder updated). */
+export interface LeaseAcquiredEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: LeaseData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "lease.acquired";
+}
+
+export interface LeaseData {
   /** the lease (`LeaseInfo`) */
-  lease: unknown;
+  lease: LeaseInfo;
 }
 
 export interface LeaseInfo {
@@ -306,11 +349,23 @@ export interface LeaseRef {
   lease_id: string;
 }
 
-export interface LeaseReleasedEventData {
+export interface LeaseReleasedData {
   /** the lease (`LeaseInfo`) */
-  lease: unknown;
+  lease: LeaseInfo;
   /** `released`, `holder gone`, ... */
-  reason: unknown;
+  reason: string;
+}
+
+/** A lease was removed. */
+export interface LeaseReleasedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: LeaseReleasedData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "lease.released";
 }
 
 export interface LeaseResult {
@@ -369,6 +424,11 @@ export interface Obligation {
   workspace_id: string;
 }
 
+export interface ObligationData {
+  /** the obligation (`Obligation`, as `cleanup.list` answers) */
+  obligation: Obligation;
+}
+
 export interface OutputParams {
   /** default: "utf-8" */
   encoding?: "utf-8" | "base64";
@@ -419,14 +479,33 @@ export interface OutputResult {
   start: number;
 }
 
-export interface ProcessAdoptedEventData {
-  /** the process (`ProcessInfo`, as `process.get` answers) */
-  process: unknown;
+/** A process kept across a daemon restart was found alive and adopted. */
+export interface ProcessAdoptedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ProcessData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "process.adopted";
 }
 
-export interface ProcessBackgroundedEventData {
+/** A foreground exec was detached from its caller. */
+export interface ProcessBackgroundedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ProcessData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "process.backgrounded";
+}
+
+export interface ProcessData {
   /** the process (`ProcessInfo`, as `process.get` answers) */
-  process: unknown;
+  process: ProcessInfo;
 }
 
 export interface ProcessExit {
@@ -444,9 +523,16 @@ export interface ProcessExit {
   stop_reason?: "request" | "session" | "release" | "shutdown" | null;
 }
 
-export interface ProcessExitedEventData {
-  /** the process (`ProcessInfo`, as `process.get` answers) */
-  process: unknown;
+/** A supervised process ended (`exit` says how it was settled). */
+export interface ProcessExitedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ProcessData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "process.exited";
 }
 
 export interface ProcessInfo {
@@ -477,9 +563,16 @@ export interface ProcessInfo {
   workspace_id: string;
 }
 
-export interface ProcessKeptEventData {
-  /** the process (`ProcessInfo`, as `process.get` answers) */
-  process: unknown;
+/** Left running at the daemon's stop (keep_processes), for adoption at the next start. */
+export interface ProcessKeptEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ProcessData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "process.kept";
 }
 
 export interface ProcessRef {
@@ -494,14 +587,28 @@ export interface ProcessResult {
   process: ProcessInfo;
 }
 
-export interface ProcessStartedEventData {
-  /** the process (`ProcessInfo`, as `process.get` answers) */
-  process: unknown;
+/** A supervised process started. */
+export interface ProcessStartedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ProcessData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "process.started";
 }
 
-export interface ProcessStoppingEventData {
-  /** the process (`ProcessInfo`, as `process.get` answers) */
-  process: unknown;
+/** A stop began (SIGTERM sent; SIGKILL after the grace). */
+export interface ProcessStoppingEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ProcessData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "process.stopping";
 }
 
 export interface ProjectAddParams {
@@ -522,9 +629,21 @@ export interface ProjectAddParams {
   workspaces_dir?: string | null;
 }
 
-export interface ProjectAddedEventData {
+/** A project was registered. */
+export interface ProjectAddedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ProjectData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "project.added";
+}
+
+export interface ProjectData {
   /** the project (`ProjectInfo`) */
-  project: unknown;
+  project: ProjectInfo;
 }
 
 export interface ProjectIdParams {
@@ -577,11 +696,23 @@ export interface ProjectRemoveResult {
   workspaces: WorkspaceOutcome[];
 }
 
-export interface ProjectRemovedEventData {
+export interface ProjectRemovedData {
   /** its name */
-  name: unknown;
+  name: string;
   /** its id */
-  project_id: unknown;
+  project_id: string;
+}
+
+/** A project was removed (after all its workspaces). */
+export interface ProjectRemovedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ProjectRemovedData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "project.removed";
 }
 
 export interface ProjectResult {
@@ -607,9 +738,21 @@ export interface ProjectTrustResult {
   project: ProjectInfo;
 }
 
-export interface ProjectTrustedEventData {
+export interface ProjectTrustedData {
   /** the project (`ProjectInfo`, with `trusted_config_hash`) */
-  project: unknown;
+  project: ProjectInfo;
+}
+
+/** A project's `.xum/config.toml` hash was trusted. */
+export interface ProjectTrustedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ProjectTrustedData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "project.trusted";
 }
 
 export interface ReclaimStatus {
@@ -673,19 +816,31 @@ export interface RestoredInfo {
   unverified?: string[];
 }
 
-export interface ScriptPrintedEventData {
+export interface ScriptPrintedData {
   /** 0-based index of the command in the `[scripts]` list */
-  index: unknown;
+  index: number;
   /** the lines, decoded (invalid UTF-8 replaced) */
-  lines: unknown;
+  lines: string[];
   /** the workspace's name */
-  name: unknown;
+  name: string;
   /** `setup` (teardown runs in cleanup and is not streamed) */
-  phase: unknown;
+  phase: "setup";
   /** its project */
-  project_id: unknown;
+  project_id: string;
   /** the workspace whose script runs */
-  workspace_id: unknown;
+  workspace_id: string;
+}
+
+/** Lines a setup command printed (bounded: line length and lines per run). */
+export interface ScriptPrintedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ScriptPrintedData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "script.printed";
 }
 
 /** What a setup/teardown phase did. `untrusted` carries the hash and how to trust it. */
@@ -703,21 +858,33 @@ export interface ScriptResult {
   status: "pending" | "running" | "ok" | "failed" | "timeout" | "untrusted" | "none";
 }
 
-export interface ScriptStartedEventData {
+export interface ScriptStartedData {
   /** the command text */
-  command: unknown;
+  command: string;
   /** how many commands the phase has */
-  count: unknown;
+  count: number;
   /** 0-based index of the command in the `[scripts]` list */
-  index: unknown;
+  index: number;
   /** the workspace's name */
-  name: unknown;
+  name: string;
   /** `setup` (teardown runs in cleanup and is not streamed) */
-  phase: unknown;
+  phase: "setup";
   /** its project */
-  project_id: unknown;
+  project_id: string;
   /** the workspace whose script runs */
-  workspace_id: unknown;
+  workspace_id: string;
+}
+
+/** A setup command starts (published while `workspace.create`/`unarchive` wait). */
+export interface ScriptStartedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: ScriptStartedData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "script.started";
 }
 
 export interface ServerInfo {
@@ -858,6 +1025,16 @@ export interface StraysResult {
 
 export interface SubscribeParams {
   /**
+   * Resume: the last `seq` this client saw (with `epoch`). The answer replays the events after it (`events`) instead of a snapshot, or says `resync_required`. Since 1.1.
+   * default: null
+   */
+  after_seq?: number | null;
+  /**
+   * Resume: the `epoch` that `after_seq` belongs to; required with `after_seq`. Another epoch (the daemon restarted) means `resync_required`. Since 1.1.
+   * default: null
+   */
+  epoch?: string | null;
+  /**
    * Only these event types (prefix match, e.g. 'workspace.').
    * default: null
    */
@@ -865,10 +1042,19 @@ export interface SubscribeParams {
 }
 
 export interface SubscribeResult {
+  /** This daemon run's epoch. */
   epoch: string;
-  /** The snapshot is valid at this sequence number; events follow. */
+  /** A successful resume: the events after `after_seq` up to `seq` that match `types`, in order (each as an `event` notification's params). Since 1.1. */
+  events?: Event[];
+  /**
+   * A resume (`after_seq`) could not be honoured: another epoch (a restart), or the replay ring no longer holds the event after `after_seq`. The snapshot is given: replace the client's state with it. Since 1.1.
+   * default: false
+   */
+  resync_required?: boolean;
+  /** The state is valid at this sequence number (the snapshot's, or the last replayed event's): every later event follows as a notification, none before it. */
   seq: number;
-  snapshot: Record<string, unknown>;
+  /** `projects`, `workspaces`, live `processes`. Null only when a resume succeeded (`after_seq` given and `resync_required` false): `events` holds what was missed instead. */
+  snapshot: Record<string, unknown> | null;
 }
 
 export interface TurnCreateParams {
@@ -905,14 +1091,33 @@ export interface TurnCreateResult {
   workspace: WorkspaceInfo;
 }
 
-export interface TurnCreatedEventData {
-  /** the turn (`TurnInfo`) */
-  turn: unknown;
+/** A delegated turn was opened (its target workspace bound to it). */
+export interface TurnCreatedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: TurnData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "turn.created";
 }
 
-export interface TurnEndedEventData {
+export interface TurnData {
   /** the turn (`TurnInfo`) */
-  turn: unknown;
+  turn: TurnInfo;
+}
+
+/** A delegated turn was ended. */
+export interface TurnEndedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: TurnData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "turn.ended";
 }
 
 export interface TurnIdParams {
@@ -997,11 +1202,23 @@ export interface WorkspaceArchiveResult {
   workspace: WorkspaceInfo;
 }
 
-export interface WorkspaceAutoArchiveEventData {
+export interface WorkspaceAutoArchiveData {
   /** `AutoArchiveOutcome` as a dict */
-  outcome: unknown;
+  outcome: AutoArchiveOutcome;
   /** the workspace */
-  workspace_id: unknown;
+  workspace_id: string;
+}
+
+/** An auto-archive attempt (`auto_archive: on_agent_exit`) ended. */
+export interface WorkspaceAutoArchiveEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: WorkspaceAutoArchiveData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "workspace.auto_archive";
 }
 
 export interface WorkspaceCreateParams {
@@ -1031,9 +1248,21 @@ export interface WorkspaceCreateResult {
   workspace: WorkspaceInfo;
 }
 
-export interface WorkspaceCreatedEventData {
+/** The intent of a create was committed (state `creating`); nothing is on disk yet. */
+export interface WorkspaceCreatedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: WorkspaceData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "workspace.created";
+}
+
+export interface WorkspaceData {
   /** the workspace (`WorkspaceInfo`, as `workspace.get` answers) */
-  workspace: unknown;
+  workspace: WorkspaceInfo;
 }
 
 export interface WorkspaceIdParams {
@@ -1077,11 +1306,23 @@ export interface WorkspaceInfo {
   updated_at: number;
 }
 
-export interface WorkspaceInterruptedEventData {
+export interface WorkspaceInterruptedData {
   /** what was interrupted and what to do */
-  reason: unknown;
+  reason: string | null;
   /** the workspace (`WorkspaceInfo`, as `workspace.get` answers) */
-  workspace: unknown;
+  workspace: WorkspaceInfo;
+}
+
+/** The recovery pass (or a rename whose undo failed) flagged a workspace for the user. */
+export interface WorkspaceInterruptedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: WorkspaceInterruptedData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "workspace.interrupted";
 }
 
 export interface WorkspaceListParams {
@@ -1136,15 +1377,36 @@ export interface WorkspaceRemoveResult {
   workspace_id: string;
 }
 
-export interface WorkspaceRemovedEventData {
-  /** its name (a removal) */
-  name?: unknown;
-  /** its project (a removal) */
-  project_id?: unknown;
-  /** `create failed` (an undone create) */
-  reason?: unknown;
+export interface WorkspaceRemovedData {
+  /**
+   * its name (a removal)
+   * default: null
+   */
+  name?: string | null;
+  /**
+   * its project (a removal)
+   * default: null
+   */
+  project_id?: string | null;
+  /**
+   * `create failed` (an undone create)
+   * default: null
+   */
+  reason?: string | null;
   /** its id */
-  workspace_id: unknown;
+  workspace_id: string;
+}
+
+/** The row is gone: a committed removal (its cleanup may still be pending), or an undone create. */
+export interface WorkspaceRemovedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: WorkspaceRemovedData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "workspace.removed";
 }
 
 export interface WorkspaceRenameParams {
@@ -1164,22 +1426,49 @@ export interface WorkspaceRenameResult {
   workspace: WorkspaceInfo;
 }
 
-export interface WorkspaceRenamedEventData {
+export interface WorkspaceRenamedData {
   /** the name before */
-  previous_name: unknown;
+  previous_name: string;
   /** the workspace (`WorkspaceInfo`, as `workspace.get` answers) */
-  workspace: unknown;
+  workspace: WorkspaceInfo;
+}
+
+/** A rename was committed (name, path, and the default branch). */
+export interface WorkspaceRenamedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: WorkspaceRenamedData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "workspace.renamed";
 }
 
 export interface WorkspaceResult {
   workspace: WorkspaceInfo;
 }
 
-export interface WorkspaceStateChangedEventData {
-  /** the recovery pass's action (`completed`, `unarchive_rolled_back`, ...) */
-  recovered?: unknown;
+export interface WorkspaceStateChangedData {
+  /**
+   * the recovery pass's action (`completed`, `unarchive_rolled_back`, ...)
+   * default: null
+   */
+  recovered?: string | null;
   /** the workspace (`WorkspaceInfo`, as `workspace.get` answers) */
-  workspace: unknown;
+  workspace: WorkspaceInfo;
+}
+
+/** A committed state change: `creating` → `active`, `archiving`, `archived`, `restoring`, `removing`, a rollback, or a repair by the start-up recovery pass. */
+export interface WorkspaceStateChangedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: WorkspaceStateChangedData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "workspace.state_changed";
 }
 
 export interface WorkspaceUnarchiveResult {
@@ -1188,9 +1477,16 @@ export interface WorkspaceUnarchiveResult {
   workspace: WorkspaceInfo;
 }
 
-export interface WorkspaceUpdatedEventData {
-  /** the workspace (`WorkspaceInfo`, as `workspace.get` answers) */
-  workspace: unknown;
+/** A field other than the state changed (setup started: `setup.status` `running`). */
+export interface WorkspaceUpdatedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: WorkspaceData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "workspace.updated";
 }
 
 export interface WriteParams {
@@ -1351,51 +1647,51 @@ export const METHOD_NAMES: readonly MethodName[] = [
 /** Every event type and its `data`. */
 export interface EventDataMap {
   /** A cleanup obligation was planned, attempted, completed, abandoned or failed. */
-  "cleanup.obligation_changed": CleanupObligationChangedEventData;
+  "cleanup.obligation_changed": ObligationData;
   /** A use lease on a workspace's checkout was taken (or its holder updated). */
-  "lease.acquired": LeaseAcquiredEventData;
+  "lease.acquired": LeaseData;
   /** A lease was removed. */
-  "lease.released": LeaseReleasedEventData;
+  "lease.released": LeaseReleasedData;
   /** A process kept across a daemon restart was found alive and adopted. */
-  "process.adopted": ProcessAdoptedEventData;
+  "process.adopted": ProcessData;
   /** A foreground exec was detached from its caller. */
-  "process.backgrounded": ProcessBackgroundedEventData;
+  "process.backgrounded": ProcessData;
   /** A supervised process ended (`exit` says how it was settled). */
-  "process.exited": ProcessExitedEventData;
+  "process.exited": ProcessData;
   /** Left running at the daemon's stop (keep_processes), for adoption at the next start. */
-  "process.kept": ProcessKeptEventData;
+  "process.kept": ProcessData;
   /** A supervised process started. */
-  "process.started": ProcessStartedEventData;
+  "process.started": ProcessData;
   /** A stop began (SIGTERM sent; SIGKILL after the grace). */
-  "process.stopping": ProcessStoppingEventData;
+  "process.stopping": ProcessData;
   /** A project was registered. */
-  "project.added": ProjectAddedEventData;
+  "project.added": ProjectData;
   /** A project was removed (after all its workspaces). */
-  "project.removed": ProjectRemovedEventData;
+  "project.removed": ProjectRemovedData;
   /** A project's `.xum/config.toml` hash was trusted. */
-  "project.trusted": ProjectTrustedEventData;
+  "project.trusted": ProjectTrustedData;
   /** Lines a setup command printed (bounded: line length and lines per run). */
-  "script.printed": ScriptPrintedEventData;
+  "script.printed": ScriptPrintedData;
   /** A setup command starts (published while `workspace.create`/`unarchive` wait). */
-  "script.started": ScriptStartedEventData;
+  "script.started": ScriptStartedData;
   /** A delegated turn was opened (its target workspace bound to it). */
-  "turn.created": TurnCreatedEventData;
+  "turn.created": TurnData;
   /** A delegated turn was ended. */
-  "turn.ended": TurnEndedEventData;
+  "turn.ended": TurnData;
   /** An auto-archive attempt (`auto_archive: on_agent_exit`) ended. */
-  "workspace.auto_archive": WorkspaceAutoArchiveEventData;
+  "workspace.auto_archive": WorkspaceAutoArchiveData;
   /** The intent of a create was committed (state `creating`); nothing is on disk yet. */
-  "workspace.created": WorkspaceCreatedEventData;
+  "workspace.created": WorkspaceData;
   /** The recovery pass (or a rename whose undo failed) flagged a workspace for the user. */
-  "workspace.interrupted": WorkspaceInterruptedEventData;
+  "workspace.interrupted": WorkspaceInterruptedData;
   /** The row is gone: a committed removal (its cleanup may still be pending), or an undone create. */
-  "workspace.removed": WorkspaceRemovedEventData;
+  "workspace.removed": WorkspaceRemovedData;
   /** A rename was committed (name, path, and the default branch). */
-  "workspace.renamed": WorkspaceRenamedEventData;
+  "workspace.renamed": WorkspaceRenamedData;
   /** A committed state change: `creating` → `active`, `archiving`, `archived`, `restoring`, `removing`, a rollback, or a repair by the start-up recovery pass. */
-  "workspace.state_changed": WorkspaceStateChangedEventData;
+  "workspace.state_changed": WorkspaceStateChangedData;
   /** A field other than the state changed (setup started: `setup.status` `running`). */
-  "workspace.updated": WorkspaceUpdatedEventData;
+  "workspace.updated": WorkspaceData;
 }
 
 export type EventType = keyof EventDataMap;
