@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
+NPM ?= npm
+# The node suites join `make test` when npm is here (a machine without it skips them, saying so).
+TS_DEPS := $(if $(shell command -v $(NPM) 2>/dev/null),ts-deps)
+
+.PHONY: install run ts-deps ts-test vsix test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
 
 install: $(STAMP)
 
@@ -17,8 +21,26 @@ $(STAMP): pyproject.toml requirements.lock
 run: install
 	$(BIN)/xumd
 
-test: install
+test: install $(TS_DEPS)
 	$(BIN)/python -m pytest -q
+
+# The TypeScript client and the VS Code extension (clients/ts, clients/vscode): packages from the
+# committed lockfiles, then their node suites against real xumd processes.
+ts-deps: clients/ts/node_modules/.package-lock.json clients/vscode/node_modules/.package-lock.json
+
+clients/ts/node_modules/.package-lock.json: clients/ts/package-lock.json
+	cd clients/ts && $(NPM) ci --no-audit --no-fund
+
+clients/vscode/node_modules/.package-lock.json: clients/vscode/package-lock.json
+	cd clients/vscode && $(NPM) ci --no-audit --no-fund
+
+ts-test: install ts-deps
+	cd clients/ts && XUMD="$(CURDIR)/$(BIN)/xumd" $(NPM) test
+	cd clients/vscode && XUMD="$(CURDIR)/$(BIN)/xumd" $(NPM) test
+
+# The VS Code extension's package: clients/vscode/xum-vscode.vsix (vsce package).
+vsix: ts-deps
+	cd clients/vscode && $(NPM) run package
 
 lint: install
 	$(BIN)/ruff check .
