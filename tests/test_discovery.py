@@ -5,6 +5,7 @@ deep for a Unix socket path."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -63,6 +64,18 @@ def test_the_default_root_follows_xdg_state_home_then_home() -> None:
     home = resolve_socket(env={"HOME": "/home/me"})
     assert home.path == Path("/home/me/.local/state/xum/xumd.sock")
     assert default_root({"HOME": "/home/me"}) == Path("/home/me/.local/state/xum")
+
+
+def test_a_leading_tilde_is_home() -> None:
+    env = {"HOME": "/home/me"}
+    assert resolve_socket("~/s.sock", None, env).path == Path("/home/me/s.sock")
+    assert resolve_socket(None, "~", env).path == Path("/home/me/xumd.sock")
+    assert resolve_socket(env={**env, "XUM_SOCKET": "~/x"}).path == Path("/home/me/x")
+    root = resolve_socket(env={**env, "XUM_ROOT": "~/r"})
+    assert (root.path, root.root) == (Path("/home/me/r/xumd.sock"), Path("/home/me/r"))
+    # Only "~" alone or before "/": another user's home is not looked up.
+    assert resolve_socket(env={**env, "XUM_ROOT": "~bob/r"}).path == Path("~bob/r/xumd.sock")
+    assert resolve_socket(env={**env, "XUM_ROOT": "/a/~/b"}).path == Path("/a/~/b/xumd.sock")
 
 
 def test_empty_values_count_as_unset() -> None:
@@ -189,6 +202,15 @@ def test_hello_answers_who_the_daemon_is(deep: DaemonProcess) -> None:
     assert isinstance(hello["epoch"], str) and len(hello["epoch"]) >= 16
 
 
+def _answering_pid(sock: Path) -> int | None:
+    try:
+        with Client(socket_path=sock, timeout=5) as client:
+            pid: int = client.call("daemon.status")["pid"]
+            return pid
+    except DaemonNotRunning:
+        return None
+
+
 def test_the_daemon_follows_the_rule_root_beats_xum_socket() -> None:
     """`xumd --root R` with XUM_SOCKET set listens on R/xumd.sock, where a client given the
     same --root looks; `xumd` without --root listens on XUM_SOCKET."""
@@ -200,9 +222,9 @@ def test_the_daemon_follows_the_rule_root_beats_xum_socket() -> None:
             [*XUMD, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         try:
-            until(expected.exists, message=f"xumd listening on {expected}")
-            with Client(socket_path=expected) as client:
-                assert client.call("daemon.status")["pid"] == proc.pid
+            # The socket file exists from bind(), before listen(): wait for an answer.
+            answered = until(functools.partial(_answering_pid, expected), message="an answer")
+            assert answered == proc.pid
         finally:
             proc.terminate()
             assert proc.wait(timeout=30) == 0
@@ -219,6 +241,12 @@ CASES: list[tuple[dict[str, str], dict[str, str]]] = [
     ({}, {"XUM_SOCKET": "", "XUM_ROOT": "/d"}),
     ({}, {"XDG_STATE_HOME": "/x", "HOME": "/h"}),
     ({}, {"XDG_STATE_HOME": "", "HOME": "/h"}),
+    ({"root": "~/r"}, {}),
+    ({"socket": "~/s.sock"}, {}),
+    ({}, {"XUM_SOCKET": "~/es.sock", "XUM_ROOT": "/d"}),
+    ({}, {"XUM_ROOT": "~"}),
+    ({}, {"XUM_ROOT": "~other/x"}),
+    ({}, {"XDG_STATE_HOME": "~/st"}),
 ]
 
 
@@ -263,7 +291,8 @@ def test_the_typescript_example_agrees(opts: dict[str, str], env: dict[str, str]
     code = re.sub(r'import \* as (\w+) from ("node:\w+");', r"const \1 = require(\2);", code)
     code = code.replace("export function", "function")
     code = code.replace("(opts: { socket?: string; root?: string } = {}): string", "(opts = {})")
-    code = code.replace("(name: string)", "(name)").replace(")!", ")")
+    code = code.replace("(name: string)", "(name)").replace("(p: string)", "(p)")
+    code = code.replace(")!", ")")
     code += f"process.stdout.write(xumSocket({json.dumps(opts)}) + '\\n');\n"
     done = subprocess.run(
         ["node", "-e", code], capture_output=True, text=True, timeout=60, env=_case_env(env)

@@ -68,6 +68,28 @@ def _drive(daemon: DaemonProcess, repo: Path) -> None:
         {"workspace_id": workspace["id"], "kind": "exec", "argv": ["sh", "-c", "echo hi"]},
     )["process"]
     daemon.call("process.wait", {"process_id": proc["id"], "timeout_s": 30})
+    long = daemon.call(
+        "process.spawn",
+        {"workspace_id": workspace["id"], "kind": "terminal", "argv": ["sleep", "60"]},
+    )["process"]
+    daemon.call("process.stop", {"process_id": long["id"], "grace_s": 5})
+    made = daemon.call(
+        "turn.create", {"owner_workspace_id": workspace["id"], "mode": "new", "name": "sub"}
+    )
+    daemon.call("turn.end", {"handle_id": made["turn"]["id"]})
+    daemon.call("workspace.remove", {"workspace_id": made["workspace"]["id"], "force": True})
+    auto = daemon.call(
+        "workspace.create",
+        {"project_id": project["id"], "name": "auto", "auto_archive": "on_agent_exit"},
+    )["workspace"]
+    daemon.call("process.spawn", {"workspace_id": auto["id"], "kind": "agent", "argv": ["true"]})
+
+    def auto_archived() -> bool:
+        info = daemon.call("workspace.get", {"workspace_id": auto["id"]})["workspace"]
+        return (info.get("auto_archive_outcome") or {}).get("status") == "archived"
+
+    until(auto_archived, message="the auto-archive to finish")
+    daemon.call("workspace.remove", {"workspace_id": auto["id"], "force": True})
     archived = daemon.call("workspace.archive", {"workspace_id": workspace["id"]})
     assert archived["workspace"]["state"] == "archived"
     daemon.call("workspace.unarchive", {"workspace_id": workspace["id"]})
@@ -112,6 +134,10 @@ def test_every_event_of_a_workspace_life_validates_against_its_typed_definition(
         "lease.released",
         "process.started",
         "process.exited",
+        "process.stopping",
+        "turn.created",
+        "turn.ended",
+        "workspace.auto_archive",
         "cleanup.obligation_changed",
         "project.removed",
     } <= seen, sorted(seen)
@@ -145,3 +171,47 @@ def test_the_schema_carries_the_typed_union_and_every_definition() -> None:
     text = json.dumps(typed)
     for ref in {part.split('"')[0] for part in text.split('"$ref": "#/$defs/')[1:]}:
         assert ref in defs, ref
+
+
+def _validate(event: dict[str, Any]) -> None:
+    assert event["type"] in TYPED_EVENTS, f"no typed definition for {event['type']}"
+    try:
+        typed_event_adapter().validate_python(event)
+    except ValidationError as exc:
+        raise AssertionError(f"{event['type']} does not match its definition: {exc}") from None
+
+
+def test_kept_and_adopted_process_events_validate() -> None:
+    """process.kept at a stop, process.adopted at the next start: published before any client
+    can connect, so the new run's ring replays them (after_seq 0 of the new epoch)."""
+    base = short_tmpdir("xumek-")
+    repo = make_repo(base / "repo")
+    write_config(base / "root", "stop_grace_s = 0.5\n[processes]\nkeep_processes = true\n")
+    daemon = DaemonProcess(base / "root").start()
+    agent: dict[str, Any] = {}
+    try:
+        project = daemon.call("project.add", {"path": str(repo)})["project"]
+        ws = daemon.call("workspace.create", {"project_id": project["id"], "name": "k"})
+        agent = daemon.call(
+            "process.spawn",
+            {"workspace_id": ws["workspace"]["id"], "kind": "agent", "argv": ["sleep", "60"]},
+        )["process"]
+        with Client(daemon.root, timeout=30) as watcher:
+            watcher.call("events.subscribe", {"types": ["process."]})
+            daemon.call("daemon.shutdown")
+            kept = watcher.next_notification()["params"]
+        assert kept["type"] == "process.kept"
+        _validate(kept)
+        assert daemon.wait(30) == 0
+        daemon.start()
+        with Client(daemon.root) as client:
+            epoch = client.server["epoch"] if client.server else ""
+            replay = client.call("events.subscribe", {"after_seq": 0, "epoch": epoch})
+        assert replay["resync_required"] is False
+        adopted = [e for e in replay["events"] if e["type"] == "process.adopted"]
+        assert [e["data"]["process"]["id"] for e in adopted] == [agent["id"]]
+        for event in replay["events"]:
+            _validate(event)
+        daemon.call("process.stop", {"process_id": agent["id"], "grace_s": 1})
+    finally:
+        daemon.close()

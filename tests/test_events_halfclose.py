@@ -54,6 +54,8 @@ def test_a_half_closed_subscriber_keeps_receiving_events_until_it_hangs_up(
         peer.shut_write()
         answer = peer.read()
         assert answer["id"] == 1 and answer["result"]["snapshot"] is not None
+        # The daemon has seen the end of input and keeps the connection (no race with it).
+        until(lambda: "conn.half_closed_subscriber" in daemon.log_text(), message="the EOF")
         first = publish(daemon, "test.one")
         second = publish(daemon, "test.two")
         assert [peer.read()["params"]["seq"] for _ in range(2)] == [first, second]
@@ -141,6 +143,7 @@ def test_protocol_md_watch_events_with_socat_works_as_written(
         assert answer["id"] == 1 and "snapshot" in answer["result"]
         # socat's input has ended (echo is done) and it still receives what follows.
         until(lambda: connections(daemon) == 1, message="socat's connection")
+        until(lambda: "conn.half_closed_subscriber" in daemon.log_text(), message="the EOF")
         seq = publish(daemon, "workspace.test_event")
         publish(daemon, "project.not_wanted")
         event = json.loads(proc.stdout.readline())
@@ -154,3 +157,14 @@ def test_protocol_md_watch_events_with_socat_works_as_written(
         if proc.stderr is not None:
             proc.stderr.close()
     until(lambda: connections(daemon) == 0, message="socat's connection to end")
+
+
+def test_a_subscriber_that_closes_is_let_go_at_once_not_kept_as_half_closed(
+    daemon: DaemonProcess,
+) -> None:
+    with RawPeer(daemon.socket_path) as peer:
+        peer.send(_request("events.subscribe", {}))
+        assert "result" in peer.read()
+    # Closed, both sides: end of input and a hangup together; nothing to keep streaming to.
+    until(lambda: connections(daemon) == 0, message="the closed subscriber's connection to end")
+    assert "conn.half_closed_subscriber" not in daemon.log_text()

@@ -4,9 +4,10 @@
 without awaiting and then reads `seq` gets a snapshot valid exactly at that number: nothing can
 slip between snapshot and stream. Internal services (the cleanup-retry service) wait on `changed`.
 
-The last `ring_size` events are kept, so a client that reconnects can resume where it stopped
-(`events.subscribe {after_seq, epoch}`) instead of taking a new snapshot. The epoch is random per
-daemon start: a sequence number from another run is never mistaken for one of this run.
+The last `ring_size` events (at most `ring_bytes` of them) are kept, so a client that
+reconnects can resume where it stopped (`events.subscribe {after_seq, epoch}`) instead of taking a
+new snapshot. The epoch is random per daemon start: a sequence number from another run is never
+mistaken for one of this run.
 """
 
 from __future__ import annotations

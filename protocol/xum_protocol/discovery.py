@@ -9,8 +9,9 @@
 
 Explicit arguments beat the environment (a command line names what it wants), and `XUM_SOCKET`
 beats `XUM_ROOT` (it exists for roots too deep for a Unix socket path, 107 bytes on Linux). An
-empty variable counts as unset. Nothing here touches the filesystem: docs/PROTOCOL.md states the
-same algorithm for plugin authors, with a Lua and a TypeScript version.
+empty variable counts as unset; a leading `~` (alone or before `/`) is `$HOME`. Nothing here
+touches the filesystem: docs/PROTOCOL.md states the same algorithm for plugin authors, with a Lua
+and a TypeScript version.
 """
 
 from __future__ import annotations
@@ -27,13 +28,27 @@ Source = Literal["--socket", "--root", "XUM_SOCKET", "XUM_ROOT", "default"]
 """How the socket was chosen: an explicit socket, an explicit root, either variable, the default."""
 
 
+def _home(env: Mapping[str, str]) -> str:
+    return env.get("HOME") or str(Path.home())
+
+
+def expand(path: Path | str, env: Mapping[str, str] | None = None) -> Path:
+    """`path` with a leading `~` (alone or before `/`) replaced by `$HOME`, as the daemon takes
+    its root: a path from a config file or a plugin setting has no shell to expand it."""
+    env = os.environ if env is None else env
+    text = str(path)
+    if text == "~" or text.startswith("~/"):
+        return Path(_home(env) + text[1:])
+    return Path(text)
+
+
 def default_root(env: Mapping[str, str] | None = None) -> Path:
     """`$XUM_ROOT`, else `$XDG_STATE_HOME/xum`, else `~/.local/state/xum`."""
     env = os.environ if env is None else env
     if env.get("XUM_ROOT"):
-        return Path(env["XUM_ROOT"])
-    state = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/state")
-    return Path(state) / "xum"
+        return expand(env["XUM_ROOT"], env)
+    state = env.get("XDG_STATE_HOME") or str(Path(_home(env)) / ".local/state")
+    return expand(state, env) / "xum"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +77,14 @@ def resolve_socket(
     arguments); `env` defaults to the process environment."""
     env = os.environ if env is None else env
     if socket:
-        return SocketChoice(Path(socket), "--socket", None)
+        return SocketChoice(expand(socket, env), "--socket", None)
     if root:
-        return SocketChoice(Path(root) / SOCKET_NAME, "--root", Path(root))
+        base = expand(root, env)
+        return SocketChoice(base / SOCKET_NAME, "--root", base)
     if env.get("XUM_SOCKET"):
-        return SocketChoice(Path(env["XUM_SOCKET"]), "XUM_SOCKET", None)
+        return SocketChoice(expand(env["XUM_SOCKET"], env), "XUM_SOCKET", None)
     if env.get("XUM_ROOT"):
-        return SocketChoice(Path(env["XUM_ROOT"]) / SOCKET_NAME, "XUM_ROOT", Path(env["XUM_ROOT"]))
+        base = expand(env["XUM_ROOT"], env)
+        return SocketChoice(base / SOCKET_NAME, "XUM_ROOT", base)
     base = default_root(env)
     return SocketChoice(base / SOCKET_NAME, "default", base)

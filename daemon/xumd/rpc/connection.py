@@ -194,12 +194,17 @@ class Connection:
         """A half-closed subscriber: keep the writer going until the peer hangs up or the
         daemon stops (stop_reading). A write that fails (the peer is gone) or a full outbox (it
         does not read) cancels the whole connection, this wait included."""
-        log.info("conn.half_closed_subscriber", conn=self.id, pid=self.pid)
         raw: socket.socket | None = self._stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        # A subscriber that closed its connection (not only its sending side) also reads as end
+        # of input here: it is let go at once, not after a poll interval.
+        if raw is None or _hung_up(raw):
+            log.info("conn.subscriber_hung_up", conn=self.id, pid=self.pid)
+            return
+        log.info("conn.half_closed_subscriber", conn=self.id, pid=self.pid)
         while not self._end_streaming.is_set():
             with anyio.move_on_after(HANGUP_POLL_S):
                 await self._end_streaming.wait()
-            if raw is None or _hung_up(raw):
+            if _hung_up(raw):
                 log.info("conn.subscriber_hung_up", conn=self.id, pid=self.pid)
                 return
 
