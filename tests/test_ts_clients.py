@@ -40,7 +40,7 @@ def _run_suite(package: str) -> None:
     for needed in ("ts", package):
         if not (REPO / "clients" / needed / "node_modules").is_dir():
             pytest.skip(f"clients/{needed}/node_modules is missing: run `make ts-deps` (npm ci)")
-    env = {**os.environ, "XUMD": f"{sys.executable} -m xumd"}
+    env = {**os.environ, "XUMD": f"{sys.executable} -m xumd", "XUM_PYTHON": sys.executable}
     env.pop("XUM_SOCKET", None)
     env.pop("XUM_ROOT", None)
     proc = subprocess.run(

@@ -12,7 +12,6 @@
 
 import { EventEmitter } from "node:events";
 import { createConnection, type Socket } from "node:net";
-import { join } from "node:path";
 
 import { resolveSocket, type Env } from "./discovery.js";
 import {
@@ -324,8 +323,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
 
   constructor(options: ClientOptions = {}) {
     super();
-    this.socketPath =
-      options.socketPath ?? (options.root ? join(options.root, "xumd.sock") : resolveSocket(options.env).path);
+    this.socketPath = resolveSocket(options.env, undefined, { socket: options.socketPath, root: options.root }).path;
     this.options = {
       clientName: options.clientName ?? "xum-ts",
       clientVersion: options.clientVersion ?? CLIENT_VERSION,

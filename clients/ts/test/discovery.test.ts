@@ -6,8 +6,10 @@ import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { DaemonNotRunning, XumClient, defaultRoot, resolveSocket } from "../src/index.js";
-import { Daemon, shortTmpdir, withDaemon } from "./support/daemon.js";
+import { spawnSync } from "node:child_process";
+
+import { DaemonNotRunning, XumClient, defaultRoot, resolveSocket, type Explicit } from "../src/index.js";
+import { Daemon, repoRoot, shortTmpdir, withDaemon } from "./support/daemon.js";
 
 test("the rule, in order; an empty variable counts as unset", () => {
   const home = "/home/me";
@@ -33,6 +35,62 @@ test("the rule, in order; an empty variable counts as unset", () => {
   });
   assert.equal(resolveSocket({ XUM_SOCKET: "", XUM_ROOT: "", XDG_STATE_HOME: "" }, home).source, "HOME");
   assert.equal(defaultRoot({ XUM_ROOT: "/r" }, home), "/r");
+});
+
+test("explicit socket or root first; a leading ~ is the home directory ($HOME first)", () => {
+  const env = { XUM_SOCKET: "/s/x.sock", HOME: "/home/env" };
+  assert.deepEqual(resolveSocket(env, undefined, { socket: "~/a.sock", root: "/r" }), {
+    path: "/home/env/a.sock",
+    source: "explicit",
+    root: null,
+  });
+  assert.deepEqual(resolveSocket(env, undefined, { root: "~/r" }), {
+    path: "/home/env/r/xumd.sock",
+    source: "root",
+    root: "/home/env/r",
+  });
+  assert.equal(resolveSocket({ XUM_SOCKET: "~/s.sock" }, "/h").path, "/h/s.sock");
+  assert.equal(resolveSocket({ XUM_ROOT: "~" }, "/h").path, "/h/xumd.sock");
+  assert.equal(resolveSocket({ XDG_STATE_HOME: "~/st" }, "/h").path, "/h/st/xum/xumd.sock");
+  assert.equal(resolveSocket({ HOME: "/home/env" }).path, "/home/env/.local/state/xum/xumd.sock");
+  // Only a leading ~ (and ~/...) is expanded: ~user and a ~ inside a path are left alone.
+  assert.equal(resolveSocket({ XUM_SOCKET: "~other/s.sock" }, "/h").path, "~other/s.sock");
+  assert.equal(resolveSocket({ XUM_SOCKET: "/a/~/s.sock" }, "/h").path, "/a/~/s.sock");
+});
+
+test("the rule matches the Python one (xum_protocol.discovery.resolve_socket), case by case", () => {
+  const python = process.env["XUM_PYTHON"] ?? join(repoRoot(), ".venv", "bin", "python");
+  const cases: [Record<string, string>, Explicit][] = [
+    [{ XUM_SOCKET: "/s/x.sock", XUM_ROOT: "/r", XDG_STATE_HOME: "/x", HOME: "/h" }, {}],
+    [{ XUM_ROOT: "/r", XDG_STATE_HOME: "/x", HOME: "/h" }, {}],
+    [{ XDG_STATE_HOME: "/x", HOME: "/h" }, {}],
+    [{ HOME: "/h" }, {}],
+    [{ XUM_SOCKET: "", XUM_ROOT: "", XDG_STATE_HOME: "", HOME: "/h" }, {}],
+    [{ XUM_SOCKET: "~/s.sock", HOME: "/h" }, {}],
+    [{ XUM_ROOT: "~/r", HOME: "/h" }, {}],
+    [{ XDG_STATE_HOME: "~/st", HOME: "/h" }, {}],
+    [{ XUM_SOCKET: "/s/x.sock", HOME: "/h" }, { root: "/r" }],
+    [{ XUM_SOCKET: "/s/x.sock", HOME: "/h" }, { socket: "~/e.sock", root: "/r" }],
+  ];
+  const script = [
+    "import json, sys",
+    "from pathlib import Path",
+    "from xum_protocol.discovery import resolve_socket",
+    "out = []",
+    "for env, ex in json.loads(sys.argv[1]):",
+    "    c = resolve_socket(socket=ex.get('socket'), root=ex.get('root'), env=env)",
+    "    out.append(str(c.path))",
+    "print(json.dumps(out))",
+  ].join("\n");
+  const run = spawnSync(python, ["-c", script, JSON.stringify(cases)], { encoding: "utf8" });
+  if (run.error !== undefined || run.status !== 0) {
+    assert.fail(`python's resolve_socket could not be run: ${run.error?.message ?? run.stderr}`);
+  }
+  const expected = JSON.parse(run.stdout) as string[];
+  assert.deepEqual(
+    cases.map(([env, ex]) => resolveSocket(env, undefined, ex).path),
+    expected,
+  );
 });
 
 test("XUM_SOCKET wins over XUM_ROOT (a daemon whose socket is outside its root)", async () => {
