@@ -529,7 +529,9 @@ export class XumClient extends EventEmitter<ClientEvents> {
         this.lastFailure = error;
         if (this.state !== "closed") {
           this.state = "waiting";
-          this.scheduleRetry(error);
+          // No retry to come (reconnecting off, or a protocol mismatch): idle, so that the next
+          // call or open() makes a new attempt instead of failing forever on this one's reason.
+          if (!this.scheduleRetry(error)) this.state = "idle";
         }
         this.wake();
         throw error;
@@ -573,12 +575,13 @@ export class XumClient extends EventEmitter<ClientEvents> {
     }
   }
 
-  private scheduleRetry(reason: Error): void {
-    if (this.state === "closed") return;
+  /** Schedules the next attempt; false when none will come. */
+  private scheduleRetry(reason: Error): boolean {
+    if (this.state === "closed") return false;
     if (this.backoff === null || (reason instanceof XumRpcError && reason.is("protocol_mismatch"))) {
       // Retrying is off, or cannot help (another major version answers on this socket).
       this.emit("connect_failed", reason, null);
-      return;
+      return false;
     }
     const b = this.backoff;
     const base = Math.min(b.maxDelayMs, b.initialDelayMs * b.factor ** this.attempt);
@@ -593,6 +596,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
         });
       }
     }, delay);
+    return true;
   }
 
   private onConnClosed(conn: Conn, reason: Error): void {
@@ -606,12 +610,8 @@ export class XumClient extends EventEmitter<ClientEvents> {
     this.state = "waiting";
     this.lastFailure = reason;
     this.emit("disconnect", reason);
-    if (this.backoff === null) {
-      this.state = "idle";
-      this.wake();
-      return;
-    }
-    this.scheduleRetry(reason);
+    if (!this.scheduleRetry(reason)) this.state = "idle";
+    this.wake();
   }
 
   /** Subscribe on `conn`, resuming from the last position when there is one. */

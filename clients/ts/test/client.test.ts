@@ -423,3 +423,19 @@ test("a gap the daemon's ring no longer holds: resync_required, a new snapshot, 
     { config: "event_ring_size = 4\n" },
   );
 });
+
+test("reconnecting off: a failed attempt is not final, the next call tries again", async () => {
+  await withDaemon(async (daemon) => {
+    const client = new XumClient({ socketPath: daemon.socketPath, reconnect: false, timeoutMs: 5000 });
+    try {
+      await daemon.stop();
+      await assert.rejects(client.call("daemon.status"), (e: unknown) => e instanceof DaemonNotRunning);
+      await assert.rejects(client.call("daemon.status"), (e: unknown) => e instanceof DaemonNotRunning);
+      await daemon.start();
+      const status = await client.call("daemon.status");
+      assert.equal(status.pid, daemon.pid);
+    } finally {
+      await client.close();
+    }
+  });
+});
