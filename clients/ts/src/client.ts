@@ -320,6 +320,8 @@ export class XumClient extends EventEmitter<ClientEvents> {
   private waiters = new Set<() => void>();
   private subscription: Subscription | null = null;
   private connecting: Promise<void> | null = null;
+  /** A connection still in its `hello`/resubscription, so that close() can end it too. */
+  private opening: Conn | null = null;
 
   constructor(options: ClientOptions = {}) {
     super();
@@ -500,13 +502,16 @@ export class XumClient extends EventEmitter<ClientEvents> {
     this.state = "closed";
     if (this.retryTimer !== null) clearTimeout(this.retryTimer);
     this.retryTimer = null;
-    const conn = this.conn;
+    const conns = [this.conn, this.opening].filter((c): c is Conn => c !== null && !c.closed);
     this.conn = null;
-    if (conn !== null && !conn.closed) {
-      const gone = new Promise<void>((resolve) => conn.sock.once("close", () => resolve()));
-      conn.close();
-      await gone;
-    }
+    this.opening = null;
+    await Promise.all(
+      conns.map((conn) => {
+        const gone = new Promise<void>((resolve) => conn.sock.once("close", () => resolve()));
+        conn.close();
+        return gone;
+      }),
+    );
     this.wake();
   }
 
@@ -554,12 +559,15 @@ export class XumClient extends EventEmitter<ClientEvents> {
       (message) => this.onNotification(conn, message),
       (closed, reason) => this.onConnClosed(closed, reason),
     );
+    this.opening = conn;
     try {
       const hello = await conn.call(
         "hello",
         { protocol: this.options.protocol, client: { name: this.options.clientName, version: this.options.clientVersion } },
         this.options.connectTimeoutMs,
       );
+      // Closed while `hello` was under way: close() could not see this connection yet.
+      if ((this.state as State) === "closed") throw new ClientClosed("the client is closed");
       this.server = hello as unknown as HelloResult;
       this.conn = conn;
       this.state = "connected";
@@ -567,8 +575,10 @@ export class XumClient extends EventEmitter<ClientEvents> {
         // Resubscribe before anyone sees the connection as up, so no event is missed between.
         await this.resubscribe(conn);
       }
+      this.opening = null;
     } catch (err) {
       if (this.conn === conn) this.conn = null;
+      if (this.opening === conn) this.opening = null;
       if (this.state === "connected") this.state = "connecting";
       conn.close();
       throw err;

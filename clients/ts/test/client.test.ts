@@ -439,3 +439,45 @@ test("reconnecting off: a failed attempt is not final, the next call tries again
     }
   });
 });
+
+test("subscribe before connecting; unsubscribe stops the events; close mid-connect leaves nothing open", async () => {
+  await withDaemon(async (daemon) => {
+    const other = await XumClient.connect({ socketPath: daemon.socketPath });
+    // Not connected yet: subscribe starts the connection and subscribes as it comes up.
+    const client = new XumClient({ socketPath: daemon.socketPath, reconnect: { initialDelayMs: 20 } });
+    try {
+      const events: RawEvent[] = [];
+      client.on("event", (e) => events.push(e));
+      const first = await client.subscribe({ types: ["test."] });
+      assert.equal(first.reason, "initial");
+      await assert.rejects(client.subscribe(), /already subscribed/);
+      await other.callRaw("test.publish", { type: "test.one" });
+      await until(() => events.length === 1, "an event");
+
+      client.unsubscribe();
+      await until(() => client.connected, "the client back without its subscription");
+      await other.callRaw("test.publish", { type: "test.two" });
+      // A call answered after the publish: had the event been forwarded, it would be here by now
+      // (events and answers leave the daemon in order on one connection).
+      await client.call("daemon.status");
+      assert.deepEqual(
+        events.map((e) => e.type),
+        ["test.one"],
+      );
+      const again = await client.subscribe({ types: ["test."] });
+      assert.equal(again.reason, "initial");
+    } finally {
+      await client.close();
+    }
+
+    // Closed while connecting: no connection is left behind on the daemon.
+    for (let i = 0; i < 5; i++) {
+      const quick = new XumClient({ socketPath: daemon.socketPath });
+      quick.start();
+      await quick.close();
+      assert.equal(quick.connected, false);
+    }
+    await until(async () => (await other.call("daemon.status")).connections === 1, "only `other` connected");
+    await other.close();
+  });
+});
