@@ -136,6 +136,25 @@ test("the bundle activates: manifest commands registered, the tree follows the d
 
       await daemon.stop();
       await until(() => fake.status.text === "$(debug-disconnect) xum", "the status bar to say disconnected");
+      // Back up (another run: a new epoch): reconnected, resubscribed, the tree rebuilt from the
+      // new run's snapshot, and live again.
+      await daemon.start();
+      await until(() => fake.status.text === "$(layers) xum", "the status bar to say connected again");
+      const again = await XumClient.connect({ socketPath: daemon.socketPath });
+      try {
+        await again.call("workspace.create", { project_id: project.id, name: "after-restart" });
+      } finally {
+        await again.close();
+      }
+      await until(
+        () => {
+          const [p] = tree.getChildren();
+          if (p === undefined) return false;
+          const names = tree.getChildren(p).map((n) => tree.getTreeItem(n).label);
+          return names.includes("in-tree") && names.includes("after-restart");
+        },
+        "both workspaces in the tree after the restart",
+      );
     } finally {
       Module._load = load;
       for (const d of disposables) await d.dispose();
