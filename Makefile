@@ -56,6 +56,9 @@ fmt: install
 schema: install
 	$(BIN)/python -m xum_protocol.schema protocol/schema
 	$(BIN)/python -m xum_protocol.docs docs/PROTOCOL.md
+	@# The TypeScript client's types follow the schema (a test fails while they are stale); the
+	@# generator needs only node, no packages.
+	if command -v node >/dev/null; then cd clients/ts && node scripts/gen-types.mjs ../../protocol/schema/xum-protocol.schema.json src/generated/protocol.ts; else echo "node not found: run npm run gen in clients/ts"; fi
 
 # The systemd units and launchd plist in systemd/ are rendered from xum_client/units.py.
 units: install
