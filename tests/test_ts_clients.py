@@ -60,9 +60,12 @@ def _run_suite(package: str) -> None:
     assert "# pass 0" not in proc.stdout, proc.stdout[-4000:]
 
 
+# Each suite starts a dozen daemons: well over the default per-test timeout on a loaded machine.
+@pytest.mark.timeout(900)
 def test_typescript_client_against_a_real_daemon() -> None:
     _run_suite("ts")
 
 
+@pytest.mark.timeout(900)
 def test_vscode_extension_logic_against_a_real_daemon() -> None:
     _run_suite("vscode")
