@@ -6,7 +6,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { XumClient, type WorkspaceInfo } from "../../ts/src/index.js";
+import { XumClient, XumRpcError, type WorkspaceInfo } from "../../ts/src/index.js";
 import { makeRepo, until, withDaemon } from "../../ts/test/support/daemon.js";
 import { Commands, validateName, type PickItem, type Ui } from "../src/logic/commands.js";
 import { formatError, statusBarText, workspaceLabel } from "../src/logic/format.js";
@@ -258,4 +258,24 @@ test("labels: cleanup pending is shown in the tree and counted in the status bar
   assert.equal(model.pendingCleanups(), 1);
   assert.equal(statusBarText(true, null, 1).text, "$(layers) xum $(sync~spin) 1");
   assert.match(formatError(new Error("boom")), /^xum: boom$/);
+  // A mount holder has no pid: its label says where; a project removal names each workspace.
+  const busy = new XumRpcError({
+    code: -32002,
+    message: "cannot remove 'p': busy",
+    data: {
+      kind: "busy",
+      holders: [
+        { kind: "mount", pid: null, label: "mount at /w/a/m", since: null },
+        { kind: "terminal", pid: 42, label: "bash", since: 1, workspace: "ws_0123456789abcdef" },
+      ],
+    },
+  });
+  assert.equal(
+    formatError(busy),
+    "xum: busy: cannot remove 'p': busy — held by mount at /w/a/m; terminal in pid 42 (bash) [ws_0123456789abcdef]. " +
+      "Stop them (or archive with stop) and try again.",
+  );
+  // A kind newer than this client: kept as the daemon said it.
+  const novel = new XumRpcError({ code: -32050, message: "m", data: { kind: "brand_new" } });
+  assert.equal(formatError(novel), "xum: brand_new: m");
 });
