@@ -16,6 +16,7 @@ import { createConnection, type Socket } from "node:net";
 import { resolveSocket, type Env } from "./discovery.js";
 import {
   ClientClosed,
+  Backpressure,
   ClientTimeout,
   ConnectionLost,
   DaemonNotRunning,
@@ -68,6 +69,11 @@ export interface ClientOptions {
   reconnect?: boolean | ReconnectOptions;
   /** Longest frame accepted from the daemon, bytes (default 64 MiB). */
   maxFrameBytes?: number;
+  /**
+   * Bytes of requests queued to a daemon that is not reading them, beyond which a call fails at
+   * once with `Backpressure` instead of queueing more (default 16 MiB).
+   */
+  maxQueuedBytes?: number;
 }
 
 export interface CallOptions {
@@ -163,6 +169,7 @@ class Conn {
   constructor(
     readonly sock: Socket,
     maxFrameBytes: number,
+    private readonly maxQueuedBytes: number,
     private readonly onNotification: (message: Record<string, unknown>) => void,
     private readonly onClose: (conn: Conn, reason: Error) => void,
   ) {
@@ -176,6 +183,14 @@ class Conn {
 
   call(method: string, params: unknown, timeoutMs: number): Promise<Record<string, unknown>> {
     if (this.closed) return Promise.reject(new ConnectionLost("the connection is closed"));
+    // A daemon that stopped reading (wedged, or holding this connection's requests in flight)
+    // must not make this process buffer every later request: a timed-out call's bytes stay
+    // queued, so timeouts alone do not bound it.
+    if (this.sock.writableLength > this.maxQueuedBytes) {
+      return Promise.reject(
+        new Backpressure(`${method}: the daemon is not reading (${this.sock.writableLength} bytes queued to it)`),
+      );
+    }
     const id = this.nextId++;
     const message: Record<string, unknown> = { jsonrpc: "2.0", id, method };
     if (params !== undefined) message["params"] = params;
@@ -333,6 +348,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
       timeoutMs: options.timeoutMs ?? 60_000,
       connectTimeoutMs: options.connectTimeoutMs ?? 5_000,
       maxFrameBytes: options.maxFrameBytes ?? 64 * 1024 * 1024,
+      maxQueuedBytes: options.maxQueuedBytes ?? 16 * 1024 * 1024,
     };
     const reconnect = options.reconnect ?? true;
     this.backoff =
@@ -556,6 +572,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
     const conn = new Conn(
       sock,
       this.options.maxFrameBytes,
+      this.options.maxQueuedBytes,
       (message) => this.onNotification(conn, message),
       (closed, reason) => this.onConnClosed(closed, reason),
     );

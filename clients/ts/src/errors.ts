@@ -36,6 +36,11 @@ export class ClientTimeout extends XumClientError {
   }
 }
 
+/** The daemon is not reading this connection's requests: the call was not sent. */
+export class Backpressure extends XumClientError {
+  override name = "Backpressure";
+}
+
 /** The client was closed. */
 export class ClientClosed extends XumClientError {
   override name = "ClientClosed";

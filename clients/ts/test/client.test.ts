@@ -481,3 +481,44 @@ test("subscribe before connecting; unsubscribe stops the events; close mid-conne
     await other.close();
   });
 });
+
+test("a daemon that stops reading: calls beyond the queue bound fail at once with Backpressure", async () => {
+  await withDaemon(
+    async (daemon, tmp) => {
+      const setup = await XumClient.connect({ socketPath: daemon.socketPath });
+      const repo = makeRepo(join(tmp, "repo"));
+      const { project } = await setup.call("project.add", { path: repo });
+      const { workspace } = await setup.call("workspace.create", { project_id: project.id, name: "w" });
+      const { process: proc } = await setup.call("process.spawn", {
+        workspace_id: workspace.id,
+        kind: "exec",
+        argv: ["sleep", "60"],
+      });
+      const client = await XumClient.connect({ socketPath: daemon.socketPath, maxQueuedBytes: 64 * 1024 });
+      try {
+        // One request in flight is this connection's limit (config below): while it waits, the
+        // daemon reads nothing more from it, and the requests pile up in the kernel, then here.
+        const holding = client.call("process.wait", { process_id: proc.id, timeout_s: 30 }).catch((e: unknown) => e);
+        // 5 MB of requests (10 kB each): more than the kernel's socket buffers and the bound.
+        const pad = "x".repeat(10_000);
+        const outcomes = await Promise.all(
+          Array.from({ length: 500 }, () =>
+            client.callRaw("daemon.status", { pad }, { timeoutMs: 3000 }).then(
+              () => "answered",
+              (e: unknown) => (e instanceof Error ? e.name : String(e)),
+            ),
+          ),
+        );
+        assert.ok(outcomes.includes("Backpressure"), JSON.stringify(outcomes.slice(-5)));
+        // The rest were sent and then timed out (the daemon reads them only after process.wait).
+        assert.ok(outcomes.every((o) => o === "Backpressure" || o === "ClientTimeout"), JSON.stringify([...new Set(outcomes)]));
+        await setup.call("process.stop", { process_id: proc.id, grace_s: 1 });
+        await holding;
+      } finally {
+        await client.close();
+        await setup.close();
+      }
+    },
+    { config: "max_inflight_per_connection = 1\n" },
+  );
+});
