@@ -60,3 +60,35 @@ test("the generator refuses a schema keyword it does not understand (never a sil
     rmSync(tmp, { recursive: true, force: true });
   }
 });
+
+test("two different definitions under one name are both kept (told apart by method), never merged", () => {
+  const tmp = shortTmpdir();
+  try {
+    const def = (field: string) => ({
+      $defs: { Thing: { type: "object", properties: { [field]: { type: "string" } }, required: [field], title: "Thing" } },
+      type: "object",
+      properties: { thing: { $ref: "#/$defs/Thing" } },
+      required: ["thing"],
+    });
+    const schema = {
+      protocol: "9.9",
+      errors: { busy: -32002 },
+      methods: {
+        "a.get": { params: { type: "object", title: "AParams" }, result: { ...def("alpha"), title: "AResult" } },
+        "b.get": { params: { type: "object", title: "BParams" }, result: { ...def("beta"), title: "BResult" } },
+      },
+    };
+    const path = join(tmp, "schema.json");
+    const out = join(tmp, "out.ts");
+    writeFileSync(path, JSON.stringify(schema));
+    const run = spawnSync(process.execPath, [script, path, out], { encoding: "utf8" });
+    assert.equal(run.status, 0, run.stderr);
+    const text = readFileSync(out, "utf8");
+    assert.match(text, /export interface Thing \{\n {2}alpha: string;\n\}/);
+    assert.match(text, /export interface ThingBGet \{\n {2}beta: string;\n\}/);
+    assert.match(text, /export interface BResult \{\n {2}thing: ThingBGet;\n\}/);
+    assert.match(text, /export interface AResult \{\n {2}thing: Thing;\n\}/);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
