@@ -15,6 +15,7 @@ from xumd import logs
 from xumd.cleanup.clock import Clock
 from xumd.cleanup.obligations import ObligationRow, Obligations, new_id
 from xumd.cleanup.outcomes import OutcomeRecorder
+from xumd.lifecycle import wsenv
 from xumd.lifecycle.marker import worktree_admin_dir
 from xumd.store import Store
 
@@ -82,7 +83,15 @@ class Planner:
         with self.store.transaction():
             if teardown:
                 # Whether setup ran decides what an untrusted config means at teardown time.
-                add("teardown", {"setup_status": row["setup_status"] if row else None})
+                # Its environment too: a removed workspace's teardown runs after its row (and
+                # the ports and env released with it) is gone.
+                add(
+                    "teardown",
+                    {
+                        "setup_status": row["setup_status"] if row else None,
+                        "env": wsenv.frozen(self.store, workspace_id),
+                    },
+                )
             trash_id = new_id()
             add(
                 "trash",

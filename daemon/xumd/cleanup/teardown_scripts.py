@@ -36,7 +36,14 @@ class ProjectTeardown:
             path=cwd,
             incarnation=ob.incarnation,
         )
-        result = await runner.run("teardown", project_id=ob.project_id, workspace=ref, cwd=cwd)
+        kept = ob.detail.get("env")
+        result = await runner.run(
+            "teardown",
+            project_id=ob.project_id,
+            workspace=ref,
+            cwd=cwd,
+            kept_env=kept if isinstance(kept, dict) else None,
+        )
         if result.status == "untrusted" and ob.detail.get("setup_status") in SETUP_NEVER_RAN:
             # Setup never ran under a trusted config, so nothing of it needs tearing down:
             # blocking the deletion on a script the user never allowed would keep the checkout

@@ -25,6 +25,7 @@ export const ERROR_CODES = {
   operation_failed: -32014,
   parse_error: -32700,
   permission_denied: -32016,
+  ports_exhausted: -32019,
   protocol_mismatch: -32009,
   shutting_down: -32008,
   timeout: -32010,
@@ -164,6 +165,55 @@ export interface ClientInfo {
    * default: ""
    */
   version?: string;
+}
+
+/**
+ * Ignored files of the main checkout copied into a new checkout (`[create] copy`,
+ * `.worktreeinclude`), before setup.
+ */
+export interface CopyReport {
+  /**
+   * Allocated bytes of the files copied.
+   * default: 0
+   */
+  bytes?: number;
+  /**
+   * Files shared copy-on-write (FICLONE): they cost no space yet.
+   * default: 0
+   */
+  cloned?: number;
+  /**
+   * Files whose data was copied.
+   * default: 0
+   */
+  copied?: number;
+  /** default: 0 */
+  elapsed_s?: number;
+  /** Entries already in the checkout (unarchive: restored or preserved), left as they are. */
+  existing?: string[];
+  /**
+   * Files and symlinks written.
+   * default: 0
+   */
+  files?: number;
+  /**
+   * The cap that applied.
+   * default: 0
+   */
+  limit_bytes?: number;
+  /** Directories on another mount inside a matched entry: not entered. */
+  mounts?: string[];
+  /** The entries copied (relative; a directory ends with '/'). At most 1000. */
+  paths?: string[];
+  /** With `capped`: entries not copied. At most 1000. */
+  skipped?: string[];
+  /** Named pipes, sockets, devices: never copied. */
+  special?: string[];
+  /**
+   * none: nothing configured or nothing matched; ok: every match copied; capped: the size cap (`[create] copy_max_bytes`) stopped the copy: `skipped` lists the entries not copied (whole entries: never half a directory).
+   * default: "none"
+   */
+  status?: "none" | "ok" | "capped";
 }
 
 export interface DaemonStatusResult {
@@ -477,6 +527,12 @@ export interface OutputResult {
   source?: "memory" | "file" | "none";
   /** Offset of the first byte returned. */
   start: number;
+}
+
+/** A port of an archived workspace that was taken meanwhile, replaced at unarchive. */
+export interface PortChange {
+  new: number;
+  old: number;
 }
 
 /** A process kept across a daemon restart was found alive and adopted. */
@@ -1231,6 +1287,8 @@ export interface WorkspaceCreateParams {
   base?: string | null;
   /** default: null */
   branch?: string | null;
+  /** Environment variables for its setup, teardown and processes (over the project's `[env]`): names are letters, digits and '_' (not starting with a digit), no NUL, at most 256 variables and 64 KiB; `XUM_*` is the daemon's (`invalid_params`). */
+  env?: Record<string, string>;
   /** A project or workspace name: 1 to 64 characters, letters, digits, '.', '_' and '-', not starting with '.' or '-', no '..'. Any other string (empty, too long, with '/', NUL or control characters) is refused with `invalid_name`. */
   name: string;
   /**
@@ -1244,6 +1302,8 @@ export interface WorkspaceCreateParams {
 
 export interface WorkspaceCreateResult {
   cleared_locks?: string[];
+  /** Ignored files copied from the main checkout before setup (since 1.0, additive). */
+  ignored_copy?: CopyReport;
   setup: ScriptResult;
   workspace: WorkspaceInfo;
 }
@@ -1284,6 +1344,8 @@ export interface WorkspaceInfo {
   base: string | null;
   branch: string | null;
   created_at: number;
+  /** Its environment (the project's `[env]` merged with `workspace.create {env}`), given to setup, teardown and every process with the XUM_* variables. */
+  env?: Record<string, string>;
   /** default: null */
   handle_id?: string | null;
   id: string;
@@ -1297,6 +1359,8 @@ export interface WorkspaceInfo {
   /** default: null */
   owner_workspace_id?: string | null;
   path: string;
+  /** The workspace's ports (`XUM_PORT` is the first; since 1.0, additive): allocated at create, kept while archived, released at removal. */
+  ports?: number[];
   project_id: string;
   runtime: "worktree" | "directory";
   setup: ScriptResult;
@@ -1472,6 +1536,10 @@ export interface WorkspaceStateChangedEvent {
 }
 
 export interface WorkspaceUnarchiveResult {
+  /** Ignored files copied from the main checkout that the archive did not preserve (since 1.0, additive). */
+  ignored_copy?: CopyReport;
+  /** Ports of the workspace taken meanwhile by something else, replaced by new ones (since 1.0, additive). */
+  ports_replaced?: PortChange[];
   restored: RestoredInfo;
   setup: ScriptResult;
   workspace: WorkspaceInfo;
