@@ -29,7 +29,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_NO_DAEMON = 4
 
-DOMAINS = ("project", "workspace", "cleanup", "process", "turn", "events")
+DOMAINS = ("project", "workspace", "cleanup", "process", "turn", "events", "usage", "gc")
 """Modules under xum_client.commands that add commands, each with `register(cli)`."""
 
 

@@ -76,6 +76,26 @@ def _dropped_line(dropped: dict[str, Any]) -> str:
     return line
 
 
+def _create_extras(result: dict[str, Any]) -> str:
+    """The base fetch, the sparse cone and the submodules of a create, when there were any."""
+    lines: list[str] = []
+    fetched = result.get("fetch")
+    if fetched:
+        line = f"fetch: {fetched['status']} from {fetched['remote']}"
+        if fetched.get("stale"):
+            line += f"; STALE base used ({fetched.get('error')})"
+        lines.append(line)
+    if fetched and result.get("base_commit"):
+        lines.append(f"base: {result['base_commit']}")
+    sparse = result.get("sparse")
+    if sparse:
+        lines.append("sparse: " + " ".join(sparse["patterns"]))
+    for sub in result.get("submodules") or []:
+        error = f" ({sub['error']})" if sub.get("error") else ""
+        lines.append(f"submodule {sub['path']}: {sub['status']}{error}")
+    return "\n".join(lines)
+
+
 def _env(pairs: tuple[str, ...]) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
@@ -146,6 +166,14 @@ def register(cli: click.Group) -> None:
         help="archive it when its agent exits with 0",
     )
     @click.option(
+        "--fetch/--no-fetch",
+        default=None,
+        help="fetch the base's remote first (default: the project's [create] fetch)",
+    )
+    @click.option(
+        "--allow-stale-base", is_flag=True, help="with --fetch: if the fetch fails, go on anyway"
+    )
+    @click.option(
         "--env",
         "env_pairs",
         multiple=True,
@@ -161,6 +189,8 @@ def register(cli: click.Group) -> None:
         base: str | None,
         runtime: str,
         auto_archive: str | None,
+        fetch: bool | None,
+        allow_stale_base: bool,
         env_pairs: tuple[str, ...],
     ) -> None:
         """Create workspace NAME in PROJECT."""
@@ -172,6 +202,10 @@ def register(cli: click.Group) -> None:
                 "runtime": runtime,
                 **given(branch=branch, base=base, auto_archive=auto_archive, env=_env(env_pairs)),
             }
+            if fetch is not None:  # --no-fetch overrides the project's [create] fetch
+                params["fetch"] = fetch
+            if allow_stale_base:
+                params["allow_stale_base"] = True
             with setup_progress(obj, by_name(pid, name), f"creating {name}") as display:
                 result = client.call("workspace.create", params)
         w = result["workspace"]
@@ -181,6 +215,9 @@ def register(cli: click.Group) -> None:
         copied = result.get("ignored_copy") or {}
         if copied.get("status", "none") != "none":
             human += f"\n{copy_line(copied)}"
+        extras = _create_extras(result)
+        if extras:
+            human += "\n" + extras
         human += f"\n{_setup_line(result['setup'])}"
         streamed = display is not None and display.streamed
         if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
@@ -190,13 +227,23 @@ def register(cli: click.Group) -> None:
     @ws.command("ls")
     @click.option("--project", "project_ref", help="only this project (id or name)")
     @click.option("--state", help="only this state")
+    @click.option("--usage", "with_usage", is_flag=True, help="with each checkout's disk usage")
     @click.pass_obj
-    def ls(obj: Ctx, project_ref: str | None, state: str | None) -> None:
+    def ls(obj: Ctx, project_ref: str | None, state: str | None, with_usage: bool) -> None:
         """List workspaces."""
         with obj.client() as client:
             pid = project_id(client, project_ref) if project_ref else None
             result = client.call("workspace.list", given(project_id=pid, state=state))
         lines = [short(w) for w in result["workspaces"]]
+        if with_usage:
+            from xum_client.commands.usage import fetch_usage, usage_cell
+
+            sizes = {u["workspace_id"]: u for u in fetch_usage(obj)["workspaces"]}
+            result["usage"] = [sizes[w["id"]] for w in result["workspaces"] if w["id"] in sizes]
+            lines = [
+                f"{usage_cell(sizes.get(w['id'], {})):>12}  {line}"
+                for w, line in zip(result["workspaces"], lines, strict=True)
+            ]
         obj.emit(result, "\n".join(lines) if lines else "no workspaces")
 
     @ws.command("show")

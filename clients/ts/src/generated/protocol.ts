@@ -11,6 +11,7 @@ export const ERROR_CODES = {
   cleanup_pending: -32007,
   conflict: -32003,
   disk_full: -32017,
+  fetch_failed: -32018,
   frame_too_large: -32011,
   internal: -32603,
   invalid_name: -32004,
@@ -229,6 +230,13 @@ export interface DaemonStatusResult {
   version: string;
 }
 
+export interface DirUsage {
+  /** Allocated bytes under it. */
+  bytes: number;
+  /** A top-level entry of the checkout (relative). */
+  path: string;
+}
+
 export interface DiscardKeptParams {
   /**
    * A `kept` stray's path (`workspace.strays`).
@@ -269,6 +277,167 @@ export interface Event {
   seq: number;
   /** e.g. workspace.state_changed, cleanup.obligation_changed */
   type: string;
+}
+
+/**
+ * The base's fetch (`fetch: true`). A failed or timed-out fetch is only ever here when the
+ * caller allowed a stale base (`allow_stale_base`); otherwise the create was refused.
+ */
+export interface FetchInfo {
+  /**
+   * The ref the base was resolved from after the fetch (a local branch or HEAD tracking an upstream starts from its fetched upstream, e.g. `origin/main`).
+   * default: null
+   */
+  base_ref?: string | null;
+  /**
+   * Why the fetch failed (with git's tail).
+   * default: null
+   */
+  error?: string | null;
+  /** The remote fetched. */
+  remote: string;
+  /**
+   * True when the fetch failed and the local base was used.
+   * default: false
+   */
+  stale?: boolean;
+  status: "fetched" | "failed" | "timeout";
+}
+
+export interface GcDone {
+  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept";
+  /** default: 0 */
+  bytes?: number;
+  /**
+   * What the lifecycle operation answered.
+   * default: ""
+   */
+  detail?: string;
+  key: string;
+  /** default: null */
+  name?: string | null;
+  /** default: null */
+  workspace_id?: string | null;
+}
+
+export interface GcGetParams {
+  /**
+   * min length: 1
+   * max length: 64
+   */
+  run_id: string;
+}
+
+/** One thing a policy would collect, and what it frees. */
+export interface GcItem {
+  /** remove_archived: `workspace.remove` of an archived workspace; prune_snapshot_ref: delete a removed workspace's snapshot ref; archive_merged: `workspace.archive` of a clean, merged workspace; discard_kept: `workspace.discard_kept` of a removed workspace's kept copy. An open set. */
+  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept";
+  /** How long it has been stale, by the daemon's clock. */
+  age_days: number;
+  /**
+   * Allocated bytes freed on disk (checkouts, kept copies; 0 where git frees objects only at its own gc, e.g. a snapshot ref).
+   * default: 0
+   */
+  bytes?: number;
+  /**
+   * prune_snapshot_ref: the commit the ref held when planned (deleted only while it still does).
+   * default: null
+   */
+  commit?: string | null;
+  /** Stable id of the item (`<action>:<subject>`), for `gc.run`. */
+  key: string;
+  /** default: null */
+  name?: string | null;
+  /**
+   * The checkout, or the kept copy.
+   * default: null
+   */
+  path?: string | null;
+  /** default: null */
+  project_id?: string | null;
+  /** Why the policy selects it. */
+  reason: string;
+  /**
+   * prune_snapshot_ref: the ref.
+   * default: null
+   */
+  ref?: string | null;
+  /** default: null */
+  workspace_id?: string | null;
+}
+
+export type GcPlanParams = Record<string, never>;
+
+export interface GcPlanResult {
+  /**
+   * The items' bytes together.
+   * default: 0
+   */
+  bytes?: number;
+  items?: GcItem[];
+  /** The daemon's clock when planned (wall time). */
+  now: number;
+  policies: GcPolicies;
+  skipped?: GcSkipped[];
+}
+
+/** The policies in force (ROOT/config.toml `[gc]`; 0 / false: off). */
+export interface GcPolicies {
+  /** default: false */
+  archive_merged?: boolean;
+  /** default: 0 */
+  archived_after_days?: number;
+  /** default: 0 */
+  kept_after_days?: number;
+  /** default: 0 */
+  snapshot_refs_days?: number;
+}
+
+export interface GcRunParams {
+  /**
+   * Record the run and answer at once (`state: running`, `run_id`); the daemon collects in the background, and a run a crash or a stop cut short resumes at the next start. `gc.get` answers its result.
+   * default: false
+   */
+  background?: boolean;
+  /**
+   * Only these items of a fresh plan (a key no longer planned is reported skipped: the world changed); absent: every planned item.
+   * default: null
+   */
+  keys?: string[] | null;
+}
+
+export interface GcRunResult {
+  /**
+   * Bytes freed by the items done.
+   * default: 0
+   */
+  bytes?: number;
+  done?: GcDone[];
+  /**
+   * A background run's id.
+   * default: null
+   */
+  run_id?: string | null;
+  skipped?: GcSkipped[];
+  /** default: "done" */
+  state?: "running" | "done";
+}
+
+export interface GcSkipped {
+  /** The item's action; `plan`: a background run whose plan itself failed. */
+  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "plan";
+  key: string;
+  /**
+   * The refusal's error kind when a lifecycle operation refused.
+   * default: null
+   */
+  kind?: string | null;
+  /** default: null */
+  name?: string | null;
+  /** Why it is left alone (busy, unsaved work, interrupted, ...). */
+  reason: string;
+  /** default: null */
+  workspace_id?: string | null;
 }
 
 export interface HelloParams {
@@ -868,12 +1037,30 @@ export interface RestoredInfo {
   replaced?: string[];
   /** default: null */
   snapshot?: SnapshotInfo | null;
+  /** The checkout's submodules, initialised from the main checkout's copies as at create. */
+  submodules?: SubmoduleInfo[];
   /** With `kept_at`: the files not in place. */
   unverified?: string[];
 }
 
+/** The root's own stores, beyond the checkouts. */
+export interface RootUsage {
+  /** ROOT/archive: preserved files of archived workspaces, kept copies. */
+  archive_store: UsageFigures;
+  /** Their allocated bytes (those in ROOT/trash are part of `trash` too). */
+  pending_reclaim_bytes: number;
+  /** Trash entries whose deletion is still pending. */
+  pending_reclaims: number;
+  /** workspaces + trash + archive store (+ reclaims pending outside ROOT/trash). */
+  total_bytes: number;
+  /** ROOT/trash: checkouts moved out, not reclaimed yet. */
+  trash: UsageFigures;
+  /** The checkouts listed above, together. */
+  workspaces_bytes: number;
+}
+
 export interface ScriptPrintedData {
-  /** 0-based index of the command in the `[scripts]` list */
+  /** position of the command in the `[scripts]` list, from 1 (1..`count`) */
   index: number;
   /** the lines, decoded (invalid UTF-8 replaced) */
   lines: string[];
@@ -919,7 +1106,7 @@ export interface ScriptStartedData {
   command: string;
   /** how many commands the phase has */
   count: number;
-  /** 0-based index of the command in the `[scripts]` list */
+  /** position of the command in the `[scripts]` list, from 1 (1..`count`) */
   index: number;
   /** the workspace's name */
   name: string;
@@ -971,6 +1158,14 @@ export interface SnapshotInfo {
   /** Paths that differ from HEAD. */
   files?: string[];
   ref: string;
+}
+
+/** The main checkout's cone-mode sparse-checkout patterns, applied to the new checkout. */
+export interface SparseInfo {
+  /** default: true */
+  cone?: boolean;
+  /** Directories checked out. */
+  patterns?: string[];
 }
 
 export interface SpawnParams {
@@ -1077,6 +1272,15 @@ export interface StraysParams {
 
 export interface StraysResult {
   strays: StrayInfo[];
+}
+
+export interface SubmoduleInfo {
+  /** default: null */
+  error?: string | null;
+  /** The submodule's path in the checkout. */
+  path: string;
+  /** initialized: cloned from the main checkout's copy (no network); skipped: not initialised in the main checkout; failed: see `error` (the checkout is usable). */
+  status: "initialized" | "skipped" | "failed";
 }
 
 export interface SubscribeParams {
@@ -1222,6 +1426,37 @@ export interface TurnResult {
   turn: TurnInfo;
 }
 
+/**
+ * One walk of a tree: allocated bytes (st_blocks * 512, so a sparse file counts what it
+ * holds on disk, not its length), each hard-linked file once, never across a mount.
+ */
+export interface UsageFigures {
+  /** The files' lengths, for comparison. */
+  apparent_bytes: number;
+  /** Allocated bytes (directories included). */
+  bytes: number;
+  /**
+   * False when the walk hit its deadline (`usage.deadline_s`) or could not read something: the figures are then a lower bound (`error` says why).
+   * default: true
+   */
+  complete?: boolean;
+  /** default: null */
+  error?: string | null;
+  /** Files, symlinks and special files (not directories). */
+  files: number;
+  /**
+   * Allocated bytes of ignored files (git's ignore rules).
+   * default: 0
+   */
+  ignored_bytes?: number;
+  /** default: 0 */
+  ignored_files?: number;
+  /** The largest top-level entries, largest first (10). */
+  largest?: DirUsage[];
+  /** Mount points inside the tree, not walked. */
+  mounts_skipped?: string[];
+}
+
 export interface WaitParams {
   /**
    * min length: 1
@@ -1279,6 +1514,11 @@ export interface WorkspaceAutoArchiveEvent {
 
 export interface WorkspaceCreateParams {
   /**
+   * With `fetch`: when the fetch fails, create from the local base anyway (the result's `fetch.stale` says so).
+   * default: false
+   */
+  allow_stale_base?: boolean;
+  /**
    * Archive the workspace when its agent process exits with 0.
    * default: null
    */
@@ -1289,6 +1529,11 @@ export interface WorkspaceCreateParams {
   branch?: string | null;
   /** Environment variables for its setup, teardown and processes (over the project's `[env]`): names are letters, digits and '_' (not starting with a digit), no NUL, at most 256 variables and 64 KiB; `XUM_*` is the daemon's (`invalid_params`). */
   env?: Record<string, string>;
+  /**
+   * Fetch the base's remote first (under `fetch_timeout_s`); a failure or timeout refuses the create (`fetch_failed`, `timeout`) unless `allow_stale_base`. Unset: the project's `[create] fetch` (default false).
+   * default: null
+   */
+  fetch?: boolean | null;
   /** A project or workspace name: 1 to 64 characters, letters, digits, '.', '_' and '-', not starting with '.' or '-', no '..'. Any other string (empty, too long, with '/', NUL or control characters) is refused with `invalid_name`. */
   name: string;
   /**
@@ -1301,10 +1546,27 @@ export interface WorkspaceCreateParams {
 }
 
 export interface WorkspaceCreateResult {
+  /**
+   * The commit the checkout starts from (worktree runtime).
+   * default: null
+   */
+  base_commit?: string | null;
   cleared_locks?: string[];
+  /**
+   * Set when the base was fetched.
+   * default: null
+   */
+  fetch?: FetchInfo | null;
   /** Ignored files copied from the main checkout before setup (since 1.0, additive). */
   ignored_copy?: CopyReport;
   setup: ScriptResult;
+  /**
+   * Set when the main checkout's sparse patterns were applied.
+   * default: null
+   */
+  sparse?: SparseInfo | null;
+  /** The submodules of the checkout and what was done. */
+  submodules?: SubmoduleInfo[];
   workspace: WorkspaceInfo;
 }
 
@@ -1557,6 +1819,45 @@ export interface WorkspaceUpdatedEvent {
   type: "workspace.updated";
 }
 
+export interface WorkspaceUsage {
+  /** How old the figures are (cached answers are reused). */
+  age_s: number;
+  /** When the walk ran (wall time). */
+  computed_at: number;
+  name: string;
+  path: string;
+  project_id: string;
+  state: string;
+  /**
+   * None when the workspace has no checkout on disk.
+   * default: null
+   */
+  usage?: UsageFigures | null;
+  workspace_id: string;
+}
+
+export interface WorkspaceUsageParams {
+  /**
+   * Walk again even when a cached answer is fresh enough.
+   * default: false
+   */
+  refresh?: boolean;
+  /**
+   * One workspace; absent: all, with root totals.
+   * default: null
+   */
+  workspace_id?: string | null;
+}
+
+export interface WorkspaceUsageResult {
+  /**
+   * Set when asked for all workspaces (no `workspace_id`).
+   * default: null
+   */
+  root?: RootUsage | null;
+  workspaces: WorkspaceUsage[];
+}
+
 export interface WriteParams {
   /**
    * max length: 1048576
@@ -1593,6 +1894,12 @@ export interface Methods {
   "daemon.status": { params: EmptyParams; result: DaemonStatusResult };
   /** Snapshot plus a stream of `event` notifications on this connection. */
   "events.subscribe": { params: SubscribeParams; result: SubscribeResult };
+  /** A background gc run: `running`, or `done` with what it collected and skipped. */
+  "gc.get": { params: GcGetParams; result: GcRunResult };
+  /** What the garbage collection policies would collect now, and the bytes freed; changes nothing. */
+  "gc.plan": { params: GcPlanParams; result: GcPlanResult };
+  /** Plan afresh, then collect each item through its lifecycle operation (workspace.remove / archive / discard_kept, with their reservations and checks); anything busy, unsaved or not provably stale is skipped and reported. */
+  "gc.run": { params: GcRunParams; result: GcRunResult };
   /** Handshake: negotiate the protocol version. */
   "hello": { params: HelloParams; result: HelloResult };
   /** Register an external holder. */
@@ -1663,6 +1970,8 @@ export interface Methods {
   "workspace.strays": { params: StraysParams; result: StraysResult };
   /** Recreate the checkout and restore its snapshot exactly. */
   "workspace.unarchive": { params: WorkspaceIdParams; result: WorkspaceUnarchiveResult };
+  /** Disk usage of one workspace or all (with the root's trash, archive store and pending reclaims): allocated bytes, files, the ignored share, the largest top-level entries; walked off the event loop under a deadline, cached with its age. */
+  "workspace.usage": { params: WorkspaceUsageParams; result: WorkspaceUsageResult };
 }
 
 export type MethodName = keyof Methods;
@@ -1675,6 +1984,9 @@ export const METHOD_NAMES: readonly MethodName[] = [
   "daemon.shutdown",
   "daemon.status",
   "events.subscribe",
+  "gc.get",
+  "gc.plan",
+  "gc.run",
   "hello",
   "lease.acquire",
   "lease.list",
@@ -1710,6 +2022,7 @@ export const METHOD_NAMES: readonly MethodName[] = [
   "workspace.rename",
   "workspace.strays",
   "workspace.unarchive",
+  "workspace.usage",
 ];
 
 /** Every event type and its `data`. */
