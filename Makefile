@@ -8,7 +8,7 @@ NPM ?= npm
 # The node suites join `make test` when npm is here (a machine without it skips them, saying so).
 TS_DEPS := $(if $(shell command -v $(NPM) 2>/dev/null),ts-deps)
 
-.PHONY: install run ts-deps ts-test vsix test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
+.PHONY: install install-user run ts-deps ts-test vsix test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
 
 install: $(STAMP)
 
@@ -17,6 +17,14 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# The shipped systemd/xumd.service runs %h/.local/bin/xumd: link this checkout's entry points
+# there (HOME=... make install-user for another home). `xum daemon install` needs no link: it
+# writes units naming this venv's xumd.
+install-user: install
+	mkdir -p $(HOME)/.local/bin
+	ln -sfn $(abspath $(BIN))/xumd $(HOME)/.local/bin/xumd
+	ln -sfn $(abspath $(BIN))/xum $(HOME)/.local/bin/xum
 
 run: install
 	$(BIN)/xumd

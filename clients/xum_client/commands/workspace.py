@@ -1,4 +1,4 @@
-"""`xum ws new|ls|show|mv|archive|unarchive|rm|keep|discard-kept` and `xum events`.
+"""`xum ws new|ls|show|mv|archive|unarchive|rm|keep|setup|discard-kept` and `xum events`.
 
 A workspace is addressed by its id (ws_...) or as PROJECT/NAME.
 """
@@ -31,12 +31,15 @@ def _on_workspace(obj: Ctx, method: str, ref: str, **params: Any) -> dict[str, A
         return client.call(method, {"workspace_id": workspace_id(client, ref), **params})
 
 
-def _setup_line(setup: dict[str, Any]) -> str:
+def _setup_line(setup: dict[str, Any], ref: str | None = None) -> str:
     line = f"setup: {setup['status']}"
     if setup.get("error"):
         line += f" ({setup['error']})"
     if setup.get("hint"):
         line += f"\n  {setup['hint']}"
+        if setup["status"] == "untrusted" and ref:
+            # Trusting does not run a skipped setup by itself: say how.
+            line += f"; then run its setup: xum ws setup {ref}"
     return line
 
 
@@ -63,11 +66,17 @@ def _dropped_line(dropped: dict[str, Any]) -> str:
     special = dropped.get("special") or []
     if not dropped.get("count") and not dropped.get("preserved") and not special:
         return "dropped: no ignored files"
-    line = f"dropped: {dropped['count']} ignored file(s), {dropped['bytes']} bytes"
-    if dropped.get("paths"):
+    if not dropped.get("count"):
+        line = "dropped: 0 ignored files"  # but preserved or special ones, named below
+    else:
+        line = f"dropped: {dropped['count']} ignored file(s), {dropped['bytes']} bytes"
+    if dropped.get("count") and dropped.get("paths"):
         line += " in " + ", ".join(dropped["paths"][:10])
     if dropped.get("preserved"):
-        line += f"; preserved {len(dropped['preserved'])}"
+        kept = dropped["preserved"]
+        line += f"; preserved {len(kept)}: " + ", ".join(kept[:10])
+        if len(kept) > 10:
+            line += f" (+{len(kept) - 10} more)"
     if special:
         # FIFOs, sockets, devices: no archive can hold them; they go with the checkout.
         line += f"; {len(special)} special file(s) not saved: " + ", ".join(
@@ -218,7 +227,7 @@ def register(cli: click.Group) -> None:
         extras = _create_extras(result)
         if extras:
             human += "\n" + extras
-        human += f"\n{_setup_line(result['setup'])}"
+        human += f"\n{_setup_line(result['setup'], f'{project_ref}/{name}')}"
         streamed = display is not None and display.streamed
         if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
             human += "\n" + result["setup"]["output"]
@@ -254,7 +263,11 @@ def register(cli: click.Group) -> None:
         with obj.client() as client:
             result = client.call("workspace.get", {"workspace_id": workspace_id(client, ref)})
         w = result["workspace"]
-        human = [short(w), _setup_line(w["setup"])]
+        human = [short(w)]
+        if w.get("interrupted"):
+            reason = w.get("interrupted_reason") or "no reason recorded"
+            human.append(f"interrupted: {reason}\n  keep it (`xum ws keep {ref}`) or remove it")
+        human.append(_setup_line(w["setup"], ref))
         if w["setup"].get("output"):
             human.append(w["setup"]["output"].rstrip())
         if w.get("snapshot"):
@@ -314,7 +327,7 @@ def register(cli: click.Group) -> None:
         files = len((restored.get("snapshot") or {}).get("files", []))
         human = (
             f"restored {w['name']} at {w['path']} ({files} file(s) from the snapshot, "
-            f"{len(restored['preserved'])} preserved)\n{_setup_line(result['setup'])}"
+            f"{len(restored['preserved'])} preserved)\n{_setup_line(result['setup'], ref)}"
         )
         if restored.get("replaced"):
             human += "\nyour preserved copy replaced what setup wrote: " + ", ".join(
@@ -350,6 +363,25 @@ def register(cli: click.Group) -> None:
             lines.append(kept_line(result["kept"]))
         lines.append(_cleanup_line(result["cleanup"]))
         obj.emit(result, "\n".join(lines))
+
+    @ws.command("setup")
+    @click.argument("ref")
+    @click.pass_obj
+    def setup(obj: Ctx, ref: str) -> None:
+        """Run an active workspace's setup again (e.g. after `xum project trust`)."""
+        with _long(obj) as client:
+            wid = workspace_id(client, ref)
+            with setup_progress(obj, by_id(wid), f"setting up {ref}") as display:
+                result = client.call("workspace.setup", {"workspace_id": wid})
+        w = result["workspace"]
+        human = f"{w['name']} ({w['id']})\n{_setup_line(result['setup'], ref)}"
+        streamed = display is not None and display.streamed
+        if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
+            human += "\n" + result["setup"]["output"]
+        obj.emit(result, human)
+        if result["setup"]["status"] in ("failed", "untrusted"):
+            # Not a success for a script: the setup did not run, or failed.
+            raise SystemExit(1)
 
     @ws.command("discard-kept")
     @click.argument("path")

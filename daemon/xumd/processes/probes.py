@@ -11,7 +11,7 @@ the old group is empty: dead.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -76,6 +76,8 @@ class Usage:
     name: str
     since: float
     where: str  # "cwd" or "open file"
+    argv: list[str] = field(default_factory=list)
+    """Its command line, when readable (a holder is named by it)."""
 
 
 def _inside(path: str, root: str) -> bool:
@@ -121,7 +123,13 @@ def find_users(
         except psutil.Error:
             continue
         if where:
-            found.append(Usage(pid, info.get("name") or "process", info["create_time"], where))
+            try:
+                argv = proc.cmdline()
+            except (OSError, psutil.Error):
+                argv = []  # gone or unreadable meanwhile: it is still named by pid and name
+            found.append(
+                Usage(pid, info.get("name") or "process", info["create_time"], where, argv)
+            )
             if len(found) >= limit:
                 break
     return found

@@ -179,6 +179,14 @@ class WorkspaceCreateResult(Result):
     )
 
 
+class WorkspaceSetupResult(Result):
+    workspace: WorkspaceInfo
+    setup: ScriptResult = Field(
+        description="This run's outcome (`untrusted` again when the project's config is still "
+        "not trusted: nothing ran)."
+    )
+
+
 class WorkspaceListParams(Params):
     project_id: str | None = Field(default=None, max_length=200)
     state: WorkspaceState | None = None
@@ -332,6 +340,15 @@ METHODS = [
         WorkspaceRemoveParams,
         WorkspaceRemoveResult,
         "Delete the checkout and the row; branch and snapshot refs are kept.",
+    ),
+    MethodSpec(
+        "workspace.setup",
+        WorkspaceIdParams,
+        WorkspaceSetupResult,
+        "Run an active workspace's setup again (after `project.trust`, for one whose setup was "
+        "skipped as untrusted), under its exclusive reservation. `invalid_state` for a "
+        "workspace that is archived, mid-way through another operation, interrupted, or whose "
+        "checkout is missing; `not_found` once removed. Since 1.0, additive.",
     ),
     MethodSpec(
         "workspace.keep",

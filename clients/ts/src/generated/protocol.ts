@@ -482,10 +482,20 @@ export interface HelloResult {
 }
 
 export interface HolderInfo {
+  /**
+   * Its command line (shell-quoted, cut at 200 characters).
+   * default: null
+   */
+  command?: string | null;
   /** terminal, agent, mcp, exec, editor, setup, teardown, process (found by the cwd/open-file probe), pending_stop, probe, operation, or mount: a mount point at or under the checkout (`pid` null, `label` `mount at <path>`); the checkout is never deleted, moved or renamed while one is there. */
   kind: string;
   label: string;
   pid: number | null;
+  /**
+   * The supervised process (`proc_...`) when the daemon started it: `process.stop` frees the checkout of it.
+   * default: null
+   */
+  process_id?: string | null;
   /** default: null */
   since?: number | null;
 }
@@ -1775,6 +1785,12 @@ export interface WorkspaceResult {
   workspace: WorkspaceInfo;
 }
 
+export interface WorkspaceSetupResult {
+  /** This run's outcome (`untrusted` again when the project's config is still not trusted: nothing ran). */
+  setup: ScriptResult;
+  workspace: WorkspaceInfo;
+}
+
 export interface WorkspaceStateChangedData {
   /**
    * the recovery pass's action (`completed`, `unarchive_rolled_back`, ...)
@@ -1966,6 +1982,8 @@ export interface Methods {
   "workspace.remove": { params: WorkspaceRemoveParams; result: WorkspaceRemoveResult };
   /** Rename (journaled). */
   "workspace.rename": { params: WorkspaceRenameParams; result: WorkspaceRenameResult };
+  /** Run an active workspace's setup again (after `project.trust`, for one whose setup was skipped as untrusted), under its exclusive reservation. `invalid_state` for a workspace that is archived, mid-way through another operation, interrupted, or whose checkout is missing; `not_found` once removed. Since 1.0, additive. */
+  "workspace.setup": { params: WorkspaceIdParams; result: WorkspaceSetupResult };
   /** Checkouts and git admin entries under the root that no workspace claims (never deleted), and kept copies of preserved files. */
   "workspace.strays": { params: StraysParams; result: StraysResult };
   /** Recreate the checkout and restore its snapshot exactly. */
@@ -2020,6 +2038,7 @@ export const METHOD_NAMES: readonly MethodName[] = [
   "workspace.list",
   "workspace.remove",
   "workspace.rename",
+  "workspace.setup",
   "workspace.strays",
   "workspace.unarchive",
   "workspace.usage",
