@@ -579,3 +579,27 @@ def test_sparse_unarchive_whose_cone_cannot_be_set_is_undone(root: Path, tmp_sho
         assert not (path / "b").exists()
     finally:
         daemon.close()
+
+
+def test_sparse_cone_with_names_git_quotes(daemon: DaemonProcess, tmp_short: Path) -> None:
+    """`sparse-checkout list` C-quotes a name with a quote, a backslash or a non-ASCII byte;
+    create and unarchive give git the real names back (a quoted one would be another
+    directory: the checkout would miss the user's cone)."""
+    names = ["a b", "é", 'q"x', "back\\slash"]
+    repo = make_repo(tmp_short / "big", {**{f"{n}/f": f"{n}\n" for n in names}, "z/f": "z\n"})
+    git(repo, "sparse-checkout", "set", "--cone", *names)
+    project = add_project(daemon, repo)
+    result = create(daemon, project["id"], "q")
+    path = Path(result["workspace"]["path"])
+    assert sorted(result["sparse"]["patterns"]) == sorted(names)
+    for n in names:
+        assert (path / n / "f").read_text() == f"{n}\n"
+    assert not (path / "z").exists()
+    (path / "é" / "f").write_text("edited\n")
+    daemon.call("workspace.archive", {"workspace_id": result["workspace"]["id"]})
+    restored = daemon.call("workspace.unarchive", {"workspace_id": result["workspace"]["id"]})
+    assert sorted(restored["restored"]["sparse"]["patterns"]) == sorted(names)
+    assert restored["restored"]["sparse_kept"] == []
+    assert (path / "é" / "f").read_text() == "edited\n"
+    assert (path / 'q"x' / "f").read_text() == 'q"x\n'
+    assert not (path / "z").exists()
