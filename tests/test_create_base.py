@@ -603,3 +603,20 @@ def test_sparse_cone_with_names_git_quotes(daemon: DaemonProcess, tmp_short: Pat
     assert (path / "é" / "f").read_text() == "edited\n"
     assert (path / 'q"x' / "f").read_text() == 'q"x\n'
     assert not (path / "z").exists()
+
+
+def test_cli_unarchive_reports_the_cone_and_what_it_kept(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    path = Path(create(daemon, project["id"], "cli")["workspace"]["path"])
+    (path / "b").mkdir()
+    (path / "b" / "mine.txt").write_text("mine\n")
+    ref = f"{project['name']}/cli"
+    xum(daemon, "ws", "archive", ref)
+    done = xum(daemon, "ws", "unarchive", ref)
+    assert "sparse: a b" in done.stdout
+    assert "kept outside the archived cone (their directories added): b/mine.txt" in done.stdout
+    assert (path / "b" / "mine.txt").read_text() == "mine\n"
