@@ -620,3 +620,26 @@ def test_cli_unarchive_reports_the_cone_and_what_it_kept(
     assert "sparse: a b" in done.stdout
     assert "kept outside the archived cone (their directories added): b/mine.txt" in done.stdout
     assert (path / "b" / "mine.txt").read_text() == "mine\n"
+
+
+def test_sparse_index_workspace_archives_and_unarchives(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    """A workspace whose user turned on the sparse index (directory entries in the index):
+    its work outside and inside the cone is captured and restored, and it comes back sparse."""
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n", "c/f": "3\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "si")["workspace"]
+    path = Path(ws["path"])
+    git(path, "sparse-checkout", "set", "--cone", "--sparse-index", "a")
+    (path / "a" / "f").write_text("edited\n")
+    (path / "b").mkdir()
+    (path / "b" / "mine.txt").write_text("mine\n")
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert sorted(archived["snapshot"]["files"]) == ["a/f", "b/mine.txt"]
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
+    assert restored["sparse_kept"] == ["b/mine.txt"]
+    assert (path / "a" / "f").read_text() == "edited\n"
+    assert (path / "b" / "mine.txt").read_text() == "mine\n"
+    assert not (path / "c").exists()
