@@ -25,11 +25,11 @@ import anyio
 import psutil
 import pytest
 from xumd import containment
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.cleanup.steps import teardown_outcome
 from xumd.containment import Containment, Marker, root_tag
 from xumd.git import Git
 from xumd.lifecycle.scripts import ScriptRunner
-from xumd.lifecycle.seams import WorkspaceRef
 from xumd.procutil import run_command
 
 from tests.lifecycle_helpers import add_project, create
@@ -669,7 +669,7 @@ def test_delegated_cgroup_detection(tmp_short: Path) -> None:
     (mount / "cgroup.controllers").unlink()  # not a cgroup v2 mount
     assert containment.cgroup_delegated(proc, mount) is None
 
-    from xumd.services.containment_service import _cgroup
+    from xumd.containment_feature import _cgroup
 
     assert _cgroup("off") is None
     assert _cgroup(str(tmp_short / "not-a-cgroup")) is None

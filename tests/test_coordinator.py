@@ -9,8 +9,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from xumd.checkouts.exclusion import DirectoryExclusion, dir_key
 from xumd.errors import XumError
-from xumd.lifecycle.coordinator import Coordinator, dir_key
+from xumd.lifecycle.coordinator import Coordinator
 from xumd.store import Store
 
 pytestmark = pytest.mark.anyio
@@ -182,7 +183,7 @@ async def test_directory_exclusion_shared_by_spellings(tmp_path: Path, spelling:
     link = tmp_path / "link"
     link.symlink_to(real)
     other = link / "ws" if spelling == "symlink" else real / "sub" / ".." / "ws"
-    coord = Coordinator(Store(tmp_path / "s.db"), wait_s=5)
+    coord = DirectoryExclusion(wait_s=5)
     order: list[str] = []
     inside = anyio.Event()
     release = anyio.Event()
@@ -210,7 +211,7 @@ async def test_directory_exclusion_shared_by_spellings(tmp_path: Path, spelling:
 
 
 async def test_directory_wait_is_bounded(tmp_path: Path) -> None:
-    coord = Coordinator(Store(tmp_path / "s.db"), wait_s=5)
+    coord = DirectoryExclusion(wait_s=5)
     async with coord.directory(tmp_path / "x"):
         with pytest.raises(XumError) as info:
             async with coord.directory(tmp_path / "." / "x", timeout=0.1):

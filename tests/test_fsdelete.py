@@ -260,8 +260,9 @@ def test_discard_leaves_a_checkout_with_a_mount_alone(
     """The undo of a failed create or unarchive (`checkout.discard`): `git worktree remove -f
     -f` (or the directory delete) would empty a mount a setup script put inside the checkout."""
     import anyio
+    from xumd.checkouts import marker
     from xumd.git import Git
-    from xumd.lifecycle import checkout, marker
+    from xumd.lifecycle import checkout
 
     from tests.support.gitrepo import git, make_repo
 
@@ -292,7 +293,8 @@ def test_an_unreadable_mount_table_fails_closed(
     """The quiescence check cannot prove no mount is inside: a `probe` holder (busy), never an
     empty answer. (The fault is simulated: the table's path names a directory, EISDIR.)"""
     import anyio
-    from xumd.lifecycle.seams import WorkspaceRef, mount_holders
+    from xumd.checkouts.marker import WorkspaceRef
+    from xumd.lifecycle.seams import mount_holders
 
     (tmp_short / "f").write_text("f")
     monkeypatch.setattr(fsdelete, "MOUNTINFO", tmp_short)

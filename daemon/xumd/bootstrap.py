@@ -1,33 +1,45 @@
 """The composition root: build every service and wire them, in one place.
 
 Order matters: features that others depend on are installed first, and startup hooks (recovery)
-run in installation order before the daemon is ready.
+run in installation order before the daemon is ready. Each feature gets the collaborators it
+shares with another explicitly from here (git, the directory exclusion, the script runner, the
+cleanup service), never by looking a class up by name; the allowed imports between packages are
+the table in tests/test_architecture.py.
 """
 
 from __future__ import annotations
 
+from xumd import containment_feature, daemon_feature
 from xumd.app import App
+from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup import feature as cleanup_feature
+from xumd.git import Git
 from xumd.lifecycle import feature as lifecycle_feature
 from xumd.lifecycle.seams import LifecycleHooks
 from xumd.processes import feature as processes_feature
 from xumd.recovery import feature as recovery_feature
 from xumd.rpc import spec_examples
-from xumd.services import containment_service, daemon_service
 from xumd.turns import feature as turns_feature
 
 
 def install_features(app: App) -> None:
     app.provide(LifecycleHooks())
-    daemon_service.install(app)
-    containment_service.install(app)  # first: its start-up sweep runs before adoption/recovery
+    daemon_feature.install(app)
+    containment_feature.install(app)  # first: its start-up sweep runs before adoption/recovery
+    # Shared by lifecycle and cleanup, built here so neither reaches into the other:
+    git = app.provide(Git(timeout_s=app.config.git_timeout_s))
+    directories = app.provide(DirectoryExclusion(wait_s=app.config.lock_wait_s))
+    scripts = app.provide(lifecycle_feature.scripts(app))
     # Feature installs, in dependency order (each line owned by its feature):
-    lifecycle_feature.install(app)  # lifecycle (projects, workspaces)
-    cleanup_feature.install(app)  # cleanup obligations + retry (after lifecycle)
-    lifecycle_feature.wire_cleanup(app)  # the unsaved-work check before trashing (after both)
+    cleanup = cleanup_feature.install(  # cleanup obligations + retry
+        app, git=git, directories=directories, scripts=scripts
+    )
+    lifecycle_feature.install(  # lifecycle (projects, workspaces): uses cleanup
+        app, git=git, directories=directories, scripts=scripts, cleanup=cleanup
+    )
     processes_feature.install(app)  # processes + leases (after lifecycle and cleanup)
     turns_feature.install(app)  # delegated turns (after lifecycle)
     recovery_feature.install(app)  # startup pass + strays (last: runs after the others' hooks)
-    containment_service.wire(app)
+    containment_feature.wire(app)
     if app.config.enable_test_methods:
         spec_examples.install(app.router)

@@ -14,10 +14,9 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import diskfull
+from xumd import diskfull, gitlocks
 from xumd.containment import Containment
 from xumd.errors import XumError
-from xumd.lifecycle import gitlocks
 from xumd.procutil import CommandNotFound, CommandResult, run_command
 
 # Git must never prompt (no TTY behind a daemon) nor read the user's pager/editor settings.

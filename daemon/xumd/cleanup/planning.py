@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from xumd import logs
-from xumd.cleanup.clock import Clock
+from xumd.checkouts.marker import worktree_admin_dir
 from xumd.cleanup.obligations import ObligationRow, Obligations, new_id
 from xumd.cleanup.outcomes import OutcomeRecorder
-from xumd.lifecycle.marker import worktree_admin_dir
+from xumd.cleanup.schedule import Clock
 from xumd.store import Store
 
 log = logs.get("xumd.cleanup")

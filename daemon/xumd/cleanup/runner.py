@@ -14,12 +14,10 @@ from collections.abc import Callable
 import anyio
 
 from xumd import logs
-from xumd.cleanup.backoff import Backoff
-from xumd.cleanup.clock import Clock
-from xumd.cleanup.exclusion import DirectoryLocks
-from xumd.cleanup.lanes import LANES, PATH_LANE
+from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.obligations import PENDING, ObligationRow, Obligations
 from xumd.cleanup.outcomes import OutcomeRecorder
+from xumd.cleanup.schedule import LANES, PATH_LANE, Backoff, Clock
 from xumd.cleanup.steps import Outcome, Steps
 from xumd.config import CleanupConfig
 from xumd.errors import XumError
@@ -34,7 +32,7 @@ class StepRunner:
         obligations: Obligations,
         steps: Steps,
         recorder: OutcomeRecorder,
-        directories: DirectoryLocks,
+        directories: DirectoryExclusion,
         backoff: Backoff,
         clock: Clock,
         config: CleanupConfig,

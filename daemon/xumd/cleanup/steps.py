@@ -21,11 +21,11 @@ from typing import Any
 import anyio
 
 from xumd import faults, fsdelete, logs
+from xumd.checkouts.marker import parse as parse_marker
 from xumd.cleanup import fence
 from xumd.cleanup.obligations import ABANDONED, ObligationRow, Obligations
 from xumd.fsdelete import Interrupted, delete_tree
 from xumd.git import Git
-from xumd.lifecycle.marker import parse as parse_marker
 
 log = logs.get("xumd.cleanup.steps")
 

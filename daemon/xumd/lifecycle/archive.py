@@ -11,13 +11,14 @@ from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import WorkspaceArchiveResult
 
 from xumd import faults
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.errors import XumError
 from xumd.lifecycle import dirstore, rows, views
 from xumd.lifecycle.checkout import clear_stale_locks
 from xumd.lifecycle.context import Context, invalid_state
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
-from xumd.lifecycle.seams import WorkspaceRef, busy_message
+from xumd.lifecycle.seams import busy_message
 from xumd.lifecycle.snapshot import Dropped, Snapshot
 from xumd.rpc.dispatch import answer_if_cut
 

@@ -19,10 +19,11 @@ from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import WorkspaceInfo
 
 from xumd import logs
+from xumd.checkouts import marker
 from xumd.cleanup.service import CleanupService
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import ids, marker, rows, views
+from xumd.lifecycle import ids, rows, views
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptRunner
@@ -82,6 +83,8 @@ class Context:
         git: Git,
         scripts: ScriptRunner,
         snapshots: Snapshotter,
+        *,
+        cleanup: CleanupService,
     ) -> None:
         self.app = app
         self.store = app.store
@@ -89,11 +92,7 @@ class Context:
         self.git = git
         self.scripts = scripts
         self.snapshots = snapshots
-
-    @property
-    def cleanup(self) -> CleanupService:
-        # Looked up when used: the cleanup feature is installed after this one.
-        return self.app.get(CleanupService)
+        self.cleanup = cleanup
 
     def hooks(self) -> LifecycleHooks:
         return self.app.find(LifecycleHooks) or LifecycleHooks()
@@ -209,7 +208,7 @@ class Context:
         """Directory exclusion for several paths, always taken in one order (no deadlock)."""
         async with AsyncExitStack() as stack:
             for path in sorted({os.path.realpath(p) for p in paths}):
-                await stack.enter_async_context(self.coord.directory(path, label=label))
+                await stack.enter_async_context(self.coord.directories.directory(path, label=label))
             yield
 
     # -- cleanup hand-off --------------------------------------------------------------------------

@@ -15,7 +15,8 @@ import anyio
 from xum_protocol.models.workspace import RestoredInfo
 
 from xumd import fsdelete, logs
-from xumd.lifecycle import fscopy, marker, preserved
+from xumd.checkouts import marker
+from xumd.lifecycle import fscopy, preserved
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped
 

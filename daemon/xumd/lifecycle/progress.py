@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.events import EventBus
 from xumd.lifecycle.scripts import Phase
-from xumd.lifecycle.seams import WorkspaceRef
 
 MAX_LINE_CHARS = 500
 MAX_LINES = 2000

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from xumd import logs
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.containment import Containment, Marked
 from xumd.lifecycle import rows
-from xumd.lifecycle.seams import WorkspaceRef
 from xumd.procutil import BoundedOutput, CommandNotFound, run_command
 from xumd.store import Store
 

@@ -19,15 +19,7 @@ from pathlib import Path
 import anyio
 
 from xumd import fsdelete
-
-
-@dataclass(frozen=True, slots=True)
-class WorkspaceRef:
-    id: str
-    project_id: str
-    name: str
-    path: Path
-    incarnation: str
+from xumd.checkouts.marker import WorkspaceRef
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,7 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         UNARCHIVE_AFTER_INTENT()
         made = False
         try:
-            async with ctx.coord.directory(row.path, label=f"unarchive {row.id}"):
+            async with ctx.coord.directories.directory(row.path, label=f"unarchive {row.id}"):
                 _check_path_free(ctx, row)
                 if row.runtime == "worktree":
                     # Before `made`: a refusal here must not run the undo's discard, which

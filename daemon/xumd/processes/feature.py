@@ -53,9 +53,10 @@ from xum_protocol.models.process import (
 
 from xumd import logs
 from xumd.app import App
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.errors import XumError
 from xumd.lifecycle.ids import check_id
-from xumd.lifecycle.seams import LifecycleHooks, WorkspaceRef, busy_message
+from xumd.lifecycle.seams import LifecycleHooks, busy_message
 from xumd.processes.auto_archive import AutoArchiver
 from xumd.processes.leases import LEASE_PREFIX, LeaseStore
 from xumd.processes.managed import Managed

@@ -10,7 +10,8 @@ from __future__ import annotations
 import anyio
 
 from xumd import logs
-from xumd.lifecycle.seams import Holder, WorkspaceRef
+from xumd.checkouts.marker import WorkspaceRef
+from xumd.lifecycle.seams import Holder
 from xumd.processes import probes
 from xumd.processes.leases import LeaseStore, holder_of
 from xumd.processes.supervisor import Supervisor

@@ -19,10 +19,10 @@ import anyio
 from xum_protocol.errors import ErrorKind
 
 from xumd import diskfull, faults, logs
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.containment import MARKER_VAR
 from xumd.errors import XumError
 from xumd.events import EventBus
-from xumd.lifecycle.seams import WorkspaceRef
 from xumd.processes.durable import DurableIO
 from xumd.processes.keep_policy import KeepPolicy
 from xumd.processes.leases import LeaseStore, new_id

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from xumd import logs
 
-log = logs.get("xumd.lifecycle.gitlocks")
+log = logs.get("xumd.gitlocks")
 
 STALE_AFTER_S = 60.0
 _TOP_LOCKS = ("index.lock", "config.lock", "packed-refs.lock", "HEAD.lock", "shallow.lock")
