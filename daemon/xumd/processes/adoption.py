@@ -10,29 +10,48 @@ exited record, so what it wrote can still be read until the record is pruned.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import anyio
 
 from xumd import logs
+from xumd.events import EventBus
 from xumd.processes import durable
 from xumd.processes.durable import DurableIO
-from xumd.processes.leases import Lease
+from xumd.processes.leases import Lease, LeaseStore
 from xumd.processes.managed import Managed
 from xumd.processes.ring import OutputRing
-from xumd.procutil import same_process_alive
-
-if TYPE_CHECKING:
-    from xumd.processes.supervisor import Supervisor
+from xumd.processes.state import ProcessTable, SupervisorSettings
 
 log = logs.get("xumd.processes.adoption")
 
 
-def adopt(sup: Supervisor) -> list[Managed]:
+@dataclass(frozen=True, slots=True)
+class AdoptionPlace:
+    """What adoption works on: the supervisor's parts, handed in (no part imports the
+    supervisor)."""
+
+    table: ProcessTable
+    leases: LeaseStore
+    events: EventBus
+    settings: SupervisorSettings
+    io_dir: Path | None
+    keep_processes: bool
+
+    @property
+    def procs(self) -> dict[str, Managed]:
+        return self.table.procs
+
+    @property
+    def head_bytes(self) -> int:
+        return self.settings.head_bytes
+
+    @property
+    def tail_bytes(self) -> int:
+        return self.settings.tail_bytes
+
+
+def adopt(sup: AdoptionPlace) -> list[Managed]:
     """At start-up: leases of processes a previous daemon spawned. Live ones are adopted
     (reported, stoppable, their durable output followed) and returned; dead ones, and dead
     external holders, are reclaimed. A durable process that ended while no daemon ran is kept as
@@ -50,7 +69,7 @@ def adopt(sup: Supervisor) -> list[Managed]:
     return adopted
 
 
-def _records(sup: Supervisor) -> list[Managed]:
+def _records(sup: AdoptionPlace) -> list[Managed]:
     """Records for the previous daemon's processes: live ones (adopted) and durable ones that
     ended meanwhile (exited). Dead holders' leases are reclaimed on the way."""
     leases = [x for x in sup.leases.rows() if x.process_id and x.process_id not in sup.procs]
@@ -93,7 +112,7 @@ def _durable_io(io_dir: Path | None, lease: Lease) -> DurableIO | None:
     return io
 
 
-def _open_log(sup: Supervisor, managed: Managed) -> None:
+def _open_log(sup: AdoptionPlace, managed: Managed) -> None:
     """Follow the durable output; a file that cannot be opened must not stop the start-up: the
     process is still adopted (a holder, stoppable), its output is then not captured."""
     if managed.io is None:
@@ -105,7 +124,7 @@ def _open_log(sup: Supervisor, managed: Managed) -> None:
         managed.io = None
 
 
-def _record(sup: Supervisor, lease: Lease, io: DurableIO | None) -> Managed:
+def _record(sup: AdoptionPlace, lease: Lease, io: DurableIO | None) -> Managed:
     assert lease.process_id is not None
     detail = lease.detail
     managed = Managed(
@@ -129,7 +148,7 @@ def _record(sup: Supervisor, lease: Lease, io: DurableIO | None) -> Managed:
     return managed
 
 
-def _ended_meanwhile(sup: Supervisor, lease: Lease, io: DurableIO) -> Managed:
+def _ended_meanwhile(sup: AdoptionPlace, lease: Lease, io: DurableIO) -> Managed:
     managed = _record(sup, lease, io)
     managed.lease_id = None  # reclaimed
     managed.state = "exited"
@@ -138,25 +157,3 @@ def _ended_meanwhile(sup: Supervisor, lease: Lease, io: DurableIO) -> Managed:
     managed.exited.set()
     log.info("process.ended_while_down", process=managed.id, pid=managed.pid)
     return managed
-
-
-async def leader_gone(pid: int, start: float | None, *, recheck_s: float = 1.0) -> None:
-    """Return once the process (pid *and* start time) has ended. A pidfd becomes readable when
-    any process ends, not only a child; the start time is re-checked each second, which also
-    covers a pid reused before the pidfd was opened, and systems without pidfd_open."""
-    try:
-        pidfd: int | None = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        pidfd = None
-    try:
-        while same_process_alive(pid, start):
-            if pidfd is None:
-                await anyio.sleep(recheck_s)
-                continue
-            with anyio.move_on_after(recheck_s):
-                await anyio.wait_readable(pidfd)
-    finally:
-        if pidfd is not None:
-            with contextlib.suppress(Exception):
-                anyio.notify_closing(pidfd)
-            os.close(pidfd)

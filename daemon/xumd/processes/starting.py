@@ -28,10 +28,8 @@ from xumd.processes.keep_policy import KeepPolicy
 from xumd.processes.leases import LeaseStore, new_id
 from xumd.processes.managed import Managed, default_label
 from xumd.processes.ring import OutputRing
-from xumd.processes.settings import SupervisorSettings
 from xumd.processes.spawn import Child, ProgramNotFound, resolve_program, start_child
-from xumd.processes.table import PROCESS_PREFIX, ProcessTable
-from xumd.processes.tasks import TaskHost
+from xumd.processes.state import PROCESS_PREFIX, ProcessTable, SupervisorSettings, TaskHost
 from xumd.processes.watching import Watcher
 from xumd.procutil import kill_tree, start_time
 
