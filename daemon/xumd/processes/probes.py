@@ -19,13 +19,13 @@ import anyio
 import psutil
 
 from xumd.fdlimits import is_exhausted
-from xumd.procutil import START_TOLERANCE_S, identity, same_process_alive
+from xumd.procstat import START_TOLERANCE_S, identity, same_process_alive
 
 _START_TOLERANCE_S = START_TOLERANCE_S
 
 
 def _status(pid: int) -> tuple[float, bool] | None:
-    """(start time, zombie) of pid, or None when there is no such process (procutil.identity:
+    """(start time, zombie) of pid, or None when there is no such process (procstat.identity:
     a start time that a wall-clock step does not move)."""
     return identity(pid)
 

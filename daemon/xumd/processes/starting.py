@@ -31,7 +31,8 @@ from xumd.processes.ring import OutputRing
 from xumd.processes.spawn import Child, ProgramNotFound, resolve_program, start_child
 from xumd.processes.state import PROCESS_PREFIX, ProcessTable, SupervisorSettings, TaskHost
 from xumd.processes.watching import Watcher
-from xumd.procutil import kill_tree, start_time
+from xumd.procstat import start_time
+from xumd.procutil import kill_tree
 
 log = logs.get("xumd.processes.starting")
 
