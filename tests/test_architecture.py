@@ -176,9 +176,12 @@ def _imports(module: str, path: Path, known: dict[str, Path]) -> tuple[list[Edge
             names = [f"{base}.{alias.name}" for alias in node.names]
             if base == "importlib" and any(a.name == "import_module" for a in node.names):
                 lookups.append(where)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id == "__import__":
-                lookups.append(where)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "__import__"
+        ):
+            lookups.append(where)
         for name in names:
             target = _resolve(name, known)
             if target is not None and target != module:

@@ -56,6 +56,21 @@ def test_mountinfo_decodes_octal_escapes() -> None:
     assert fsdelete.parse_mountinfo(line) == ["/mnt/a b\tc\nd\\e", "/mnt/caf\u00e9"]
 
 
+def test_mount_table_gives_the_type_after_the_separator() -> None:
+    # diskfull names a full filesystem by its type from this one parser: the type follows the
+    # `-` ending the optional fields (none, one or several), whatever the mount point spells.
+    table = (
+        rb"36 35 98:0 / /mnt/a\040b rw,noatime master:1 shared:2 - tmpfs tmpfs rw" + b"\n"
+        b"37 35 98:0 / /mnt/plain rw - ext4 /dev/root rw\n"
+        b"38 35 98:0 / /mnt/odd rw no separator here\n"
+    )
+    assert fsdelete.parse_mount_table(table) == [
+        ("/mnt/a b", "tmpfs"),
+        ("/mnt/plain", "ext4"),
+        ("/mnt/odd", None),
+    ]
+
+
 def test_mounts_found_at_and_under_a_path_with_spaces(tmp_short: Path, mounts: Mounts) -> None:
     top = tmp_short / "check out"
     (top / "a dir" / "sub").mkdir(parents=True)

@@ -29,6 +29,7 @@ from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.seams import LifecycleHooks, busy_message
 from xumd.lifecycle.snapshot import Snapshotter
+from xumd.rpc.dispatch import cut_reason
 
 if TYPE_CHECKING:
     from xumd.app import App
@@ -236,8 +237,9 @@ class Context:
             return CleanupStatus(status="not_needed", reason="no cleanup obligations")
         if status.status == "pending":
             status.reason = (
-                "the daemon is shutting down" if self.app.stopping else "the request was cancelled"
-            ) + "; the cleanup completes in the background when the daemon next runs"
+                cut_reason(self.app.stopping, "the request")
+                + "; the cleanup completes in the background when the daemon next runs"
+            )
         return status
 
     async def run_cleanup(self, workspace_id: str, *, force: bool = False) -> CleanupStatus:
