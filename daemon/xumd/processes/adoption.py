@@ -38,58 +38,50 @@ class AdoptionPlace:
     io_dir: Path | None
     keep_processes: bool
 
-    @property
-    def procs(self) -> dict[str, Managed]:
-        return self.table.procs
 
-    @property
-    def head_bytes(self) -> int:
-        return self.settings.head_bytes
-
-    @property
-    def tail_bytes(self) -> int:
-        return self.settings.tail_bytes
-
-
-def adopt(sup: AdoptionPlace) -> list[Managed]:
+def adopt(place: AdoptionPlace) -> list[Managed]:
     """At start-up: leases of processes a previous daemon spawned. Live ones are adopted
     (reported, stoppable, their durable output followed) and returned; dead ones, and dead
     external holders, are reclaimed. A durable process that ended while no daemon ran is kept as
     an exited record, so its output can still be read. Unclaimed output directories go."""
     adopted: list[Managed] = []
-    for managed in _records(sup):
-        sup.table.add(managed)
+    for managed in _records(place):
+        place.table.add(managed)
         if managed.live_state:
             adopted.append(managed)
         else:
-            sup.events.publish("process.exited", process=managed.info())
-    if sup.io_dir is not None:
-        durable.sweep(sup.io_dir, {m.id for m in sup.procs.values() if m.io is not None})
-    sup.table.prune()
+            place.events.publish("process.exited", process=managed.info())
+    if place.io_dir is not None:
+        durable.sweep(place.io_dir, {m.id for m in place.table.procs.values() if m.io is not None})
+    place.table.prune()
     return adopted
 
 
-def _records(sup: AdoptionPlace) -> list[Managed]:
+def _records(place: AdoptionPlace) -> list[Managed]:
     """Records for the previous daemon's processes: live ones (adopted) and durable ones that
     ended meanwhile (exited). Dead holders' leases are reclaimed on the way."""
-    leases = [x for x in sup.leases.rows() if x.process_id and x.process_id not in sup.procs]
-    _live, reclaimed = sup.leases.reclaim_dead()
+    leases = [
+        x for x in place.leases.rows() if x.process_id and x.process_id not in place.table.procs
+    ]
+    _live, reclaimed = place.leases.reclaim_dead()
     dead = {x.id for x in reclaimed}
     if reclaimed:
         log.info("lease.reclaimed_at_start", count=len(reclaimed))
     found: list[Managed] = []
     for lease in leases:
-        io = _durable_io(sup.io_dir, lease)
+        io = _durable_io(place.io_dir, lease)
         if lease.id in dead:
             if io is not None and lease.pid is not None:
-                found.append(_ended_meanwhile(sup, lease, io))
+                found.append(_ended_meanwhile(place, lease, io))
             elif io is not None:
                 io.remove()  # its child never ran (the daemon died before the gate)
             continue
-        managed = _record(sup, lease, io)
+        managed = _record(place, lease, io)
         managed.state = "pending_stop" if lease.detail.get("stop_requested") else "running"
         managed.confirm_lost = True  # not our child any more: only a probe can see it end
-        managed.on_daemon_stop = "keep" if managed.io is not None and sup.keep_processes else "stop"
+        managed.on_daemon_stop = (
+            "keep" if managed.io is not None and place.keep_processes else "stop"
+        )
         if managed.io is None:
             managed.ring.close()  # nothing of its output reaches this daemon
         found.append(managed)
@@ -112,19 +104,21 @@ def _durable_io(io_dir: Path | None, lease: Lease) -> DurableIO | None:
     return io
 
 
-def _open_log(sup: AdoptionPlace, managed: Managed) -> None:
+def _open_log(place: AdoptionPlace, managed: Managed) -> None:
     """Follow the durable output; a file that cannot be opened must not stop the start-up: the
     process is still adopted (a holder, stoppable), its output is then not captured."""
     if managed.io is None:
         return
     try:
-        managed.ring = managed.io.open_log(head_limit=sup.head_bytes, tail_limit=sup.tail_bytes)
+        managed.ring = managed.io.open_log(
+            head_limit=place.settings.head_bytes, tail_limit=place.settings.tail_bytes
+        )
     except OSError as exc:
         log.warning("process.io_unreadable", process=managed.id, error=str(exc))
         managed.io = None
 
 
-def _record(sup: AdoptionPlace, lease: Lease, io: DurableIO | None) -> Managed:
+def _record(place: AdoptionPlace, lease: Lease, io: DurableIO | None) -> Managed:
     assert lease.process_id is not None
     detail = lease.detail
     managed = Managed(
@@ -140,16 +134,16 @@ def _record(sup: AdoptionPlace, lease: Lease, io: DurableIO | None) -> Managed:
         start_time=lease.start_time,
         started_at=lease.created_at,
         checkout=Path(detail.get("checkout") or "/"),
-        ring=OutputRing(sup.head_bytes, sup.tail_bytes),
+        ring=OutputRing(place.settings.head_bytes, place.settings.tail_bytes),
         io=io,
         adopted=True,
     )
-    _open_log(sup, managed)
+    _open_log(place, managed)
     return managed
 
 
-def _ended_meanwhile(sup: AdoptionPlace, lease: Lease, io: DurableIO) -> Managed:
-    managed = _record(sup, lease, io)
+def _ended_meanwhile(place: AdoptionPlace, lease: Lease, io: DurableIO) -> Managed:
+    managed = _record(place, lease, io)
     managed.lease_id = None  # reclaimed
     managed.state = "exited"
     managed.exit = {"code": None, "signal": None, "settled_by": "unknown", "at": time.time()}
