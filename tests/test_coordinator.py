@@ -183,19 +183,19 @@ async def test_directory_exclusion_shared_by_spellings(tmp_path: Path, spelling:
     link = tmp_path / "link"
     link.symlink_to(real)
     other = link / "ws" if spelling == "symlink" else real / "sub" / ".." / "ws"
-    coord = DirectoryExclusion(wait_s=5)
+    exclusion = DirectoryExclusion(wait_s=5)
     order: list[str] = []
     inside = anyio.Event()
     release = anyio.Event()
 
     async def cleanup() -> None:
-        async with coord.directory(real / "ws"):
+        async with exclusion.directory(real / "ws"):
             inside.set()
             await release.wait()
             order.append("cleanup done")
 
     async def creation() -> None:
-        async with coord.directory(other) as key:
+        async with exclusion.directory(other) as key:
             order.append("create acquired")
             # the waiter revalidates after it gets the directory
             assert not os.path.lexists(key.realpath)
@@ -211,12 +211,12 @@ async def test_directory_exclusion_shared_by_spellings(tmp_path: Path, spelling:
 
 
 async def test_directory_wait_is_bounded(tmp_path: Path) -> None:
-    coord = DirectoryExclusion(wait_s=5)
-    async with coord.directory(tmp_path / "x"):
+    exclusion = DirectoryExclusion(wait_s=5)
+    async with exclusion.directory(tmp_path / "x"):
         with pytest.raises(XumError) as info:
-            async with coord.directory(tmp_path / "." / "x", timeout=0.1):
+            async with exclusion.directory(tmp_path / "." / "x", timeout=0.1):
                 pass
     assert info.value.kind.value == "timeout"
     assert str(tmp_path / "x") in info.value.message
-    async with coord.directory(tmp_path / "x", timeout=0.1):
+    async with exclusion.directory(tmp_path / "x", timeout=0.1):
         pass

@@ -88,7 +88,8 @@ class Outcome:
 
 
 TeardownFn = Callable[[ObligationRow, Path], Awaitable[Outcome]]
-"""Run the teardown of `ob` in the checkout; the default calls the lifecycle's ScriptRunner."""
+"""Run the teardown of `ob` in the checkout; the default runs the project's teardown scripts
+through the runner the composition root hands in (teardown_scripts.py)."""
 
 UnsavedCheck = Callable[[ObligationRow], Awaitable[list[str]]]
 """The files of `ob`'s checkout that its archive does not hold (empty: nothing would be lost).
