@@ -42,7 +42,7 @@ OUTPUT_LIMIT = 32 * 1024
 
 
 class ScriptProgress(Protocol):
-    """Told as a run goes (setup shows it to clients: lifecycle.progress.ScriptEvents)."""
+    """Told as a run goes (setup shows it to clients: lifecycle.setup.ScriptEvents)."""
 
     def started(self, index: int, count: int, command: str) -> None: ...
 
