@@ -1,10 +1,10 @@
 """The composition root: build every service and wire them, in one place.
 
 Order matters: features that others depend on are installed first, and startup hooks (recovery)
-run in installation order before the daemon is ready. Each feature gets the collaborators it
-shares with another explicitly from here (git, the directory exclusion, the script runner, the
-cleanup service), never by looking a class up by name; the allowed imports between packages are
-the table in tests/test_architecture.py.
+run in installation order before the daemon is ready. Each feature gets its collaborators from
+here, explicitly (git, the directory exclusion, the script runner, the lifecycle hooks, the
+services of the features below it), never by looking a class up by name; which package may
+import which is the table in tests/test_architecture.py.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from xumd.turns import feature as turns_feature
 
 
 def install_features(app: App) -> None:
-    app.provide(LifecycleHooks())
+    hooks = app.provide(LifecycleHooks())
     daemon_feature.install(app)
-    containment_feature.install(app)  # first: its start-up sweep runs before adoption/recovery
+    containment = containment_feature.install(app)  # first: its sweep runs before adoption
     # Shared by lifecycle and cleanup, built here so neither reaches into the other:
     git = app.provide(Git(timeout_s=app.config.git_timeout_s))
     directories = app.provide(DirectoryExclusion(wait_s=app.config.lock_wait_s))
@@ -34,12 +34,16 @@ def install_features(app: App) -> None:
     cleanup = cleanup_feature.install(  # cleanup obligations + retry
         app, git=git, directories=directories, scripts=scripts
     )
-    lifecycle_feature.install(  # lifecycle (projects, workspaces): uses cleanup
-        app, git=git, directories=directories, scripts=scripts, cleanup=cleanup
+    workspaces = lifecycle_feature.install(  # projects, workspaces: uses cleanup
+        app, git=git, directories=directories, scripts=scripts, cleanup=cleanup, hooks=hooks
     )
-    processes_feature.install(app)  # processes + leases (after lifecycle and cleanup)
-    turns_feature.install(app)  # delegated turns (after lifecycle)
-    recovery_feature.install(app)  # startup pass + strays (last: runs after the others' hooks)
-    containment_feature.wire(app)
+    supervisor = processes_feature.install(  # processes + leases
+        app, workspaces=workspaces, scripts=scripts, hooks=hooks
+    )
+    turns = turns_feature.install(app, workspaces=workspaces)  # delegated turns
+    recovery_feature.install(  # startup pass + strays (last: runs after the others' hooks)
+        app, workspaces=workspaces, git=git, turns=turns, hooks=hooks
+    )
+    containment_feature.wire(containment, git=git, scripts=scripts, supervisor=supervisor)
     if app.config.enable_test_methods:
         spec_examples.install(app.router)

@@ -86,6 +86,7 @@ class Context:
         snapshots: Snapshotter,
         *,
         cleanup: CleanupService,
+        hooks: LifecycleHooks,
     ) -> None:
         self.app = app
         self.store = app.store
@@ -94,9 +95,10 @@ class Context:
         self.scripts = scripts
         self.snapshots = snapshots
         self.cleanup = cleanup
+        self._hooks = hooks
 
     def hooks(self) -> LifecycleHooks:
-        return self.app.find(LifecycleHooks) or LifecycleHooks()
+        return self._hooks
 
     # -- rows and views ----------------------------------------------------------------------------
 

@@ -67,12 +67,17 @@ def install(
     directories: DirectoryExclusion,
     scripts: ScriptRunner,
     cleanup: CleanupService,
-) -> None:
+    hooks: LifecycleHooks,
+) -> WorkspaceService:
+    """Its collaborators come from the composition root; returns the workspace service (with
+    its coordinator, `workspaces.coord`) for the features above it."""
     coord = app.provide(
         Coordinator(app.store, wait_s=app.config.lock_wait_s, directories=directories)
     )
     snapshots = Snapshotter(git, app.paths.root / "tmp", app.paths.archive_store)
-    workspaces = app.provide(WorkspaceService(app, coord, git, scripts, snapshots, cleanup=cleanup))
+    workspaces = app.provide(
+        WorkspaceService(app, coord, git, scripts, snapshots, cleanup=cleanup, hooks=hooks)
+    )
 
     async def unsaved(ob: ObligationRow) -> list[str]:
         return await unsaved_before_trash(
@@ -86,7 +91,7 @@ def install(
     coord.failure_guard = workspaces.failure_guard
     projects = app.provide(ProjectService(app, coord, git, workspaces))
     # A mount inside a checkout makes archive, remove and rename refuse `busy` naming it.
-    app.get(LifecycleHooks).holder_probes.append(mount_holders)
+    hooks.holder_probes.append(mount_holders)
 
     # -- projects ------------------------------------------------------------------------------
 
@@ -159,3 +164,4 @@ def install(
     app.events.add_snapshot_provider("projects", projects_snapshot)
     app.events.add_snapshot_provider("workspaces", workspaces_snapshot)
     app.status_providers["lifecycle"] = coord.status
+    return workspaces

@@ -39,10 +39,15 @@ STATUS_KEY = "recovery"
 log = logs.get("xumd.recovery")
 
 
-def install(app: App) -> Reconciler:
-    workspaces = app.get(WorkspaceService)
-    git = app.find(Git) or app.provide(Git(timeout_s=app.config.git_timeout_s))
-    reconciler = app.provide(Reconciler(app, workspaces, git, app.find(TurnService)))
+def install(
+    app: App,
+    *,
+    workspaces: WorkspaceService,
+    git: Git,
+    turns: TurnService | None,
+    hooks: LifecycleHooks,
+) -> Reconciler:
+    reconciler = app.provide(Reconciler(app, workspaces, git, turns))
     last: dict[str, Any] = {"report": RecoveryReport(), "strays": 0}
 
     async def startup() -> None:
@@ -115,9 +120,9 @@ def install(app: App) -> Reconciler:
         }
 
     # workspace.keep settles a kept rename journal with the startup pass's own logic.
-    app.get(LifecycleHooks).rename_settler = reconciler.settle_journal
+    hooks.rename_settler = reconciler.settle_journal
     # An operation that failed part-way leaves its row as the startup pass would.
-    app.get(LifecycleHooks).row_settler = reconciler.settle_row
+    hooks.row_settler = reconciler.settle_row
     app.on_startup("recovery", startup)
     app.router.add("workspace.strays", list_strays)
     app.router.add("workspace.discard_kept", discard_kept)
