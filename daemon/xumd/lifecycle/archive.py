@@ -91,7 +91,7 @@ def _snapshot_fields(snap: Snapshot | None) -> dict[str, str]:
 async def _stop(ctx: Context, ref: WorkspaceRef, row: WorkspaceRow) -> list[str]:
     """Stop the daemon's own processes in the workspace first (a user-visible step); the ids
     of the processes stopped."""
-    stopped, left = await ctx.hooks().stop_all(ref, ctx.app.config.stop_grace_s + 5.0)
+    stopped, left = await ctx.hooks.stop_all(ref, ctx.app.config.stop_grace_s + 5.0)
     if left:
         raise XumError(
             ErrorKind.BUSY,

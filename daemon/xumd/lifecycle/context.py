@@ -95,10 +95,7 @@ class Context:
         self.scripts = scripts
         self.snapshots = snapshots
         self.cleanup = cleanup
-        self._hooks = hooks
-
-    def hooks(self) -> LifecycleHooks:
-        return self._hooks
+        self.hooks = hooks
 
     # -- rows and views ----------------------------------------------------------------------------
 
@@ -171,7 +168,7 @@ class Context:
             row = rows.get_workspace(self.store, workspace_id)
             if row is None or not _mid_way(self, row):
                 return
-            settler = self.hooks().row_settler
+            settler = self.hooks.row_settler
             cause = _describe(op, exc)
             if settler is None:
                 log.error("workspace.failure_unsettled", workspace=row.id, op=op, cause=cause)
@@ -198,7 +195,7 @@ class Context:
         return True
 
     async def quiescent(self, row: WorkspaceRow, op: str) -> None:
-        holders = await self.hooks().holders(row.ref())
+        holders = await self.hooks.holders(row.ref())
         if holders:
             raise XumError(
                 ErrorKind.BUSY,
