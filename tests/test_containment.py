@@ -461,7 +461,10 @@ def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
     command = (
         f"setsid sh -c 'echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 100' "
         ">/dev/null 2>&1 & "
-        f"until [ -s {pidfile} ]; do sleep 0.01; done"
+        # Until it *is* `sleep`: its pid is written just before the exec, and the escapee is
+        # named by its argv as the teardown ends (a loaded machine ran the check in between).
+        f"until [ -s {pidfile} ] && grep -qx sleep /proc/$(cat {pidfile})/comm 2>/dev/null; "
+        "do sleep 0.01; done"
     )
     try:
         outcome = run_async(
