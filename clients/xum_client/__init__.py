@@ -1,12 +1,15 @@
 """Python client for xumd: sync (`Client`) and async (`AsyncClient`), handshake built in.
 
 `AsyncClient` (anyio, pydantic models) is imported lazily, so `import xum_client` stays light for
-the CLI.
+the CLI. Both find the daemon by `resolve_socket` (the one rule, shared with the daemon and the
+CLI: `xum_protocol.discovery`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from xum_protocol.discovery import SocketChoice, resolve_socket
 
 from xum_client.errors import (
     ClientTimeout,
@@ -26,9 +29,11 @@ __all__ = [
     "ClientTimeout",
     "ConnectionLost",
     "DaemonNotRunning",
+    "SocketChoice",
     "XumClientError",
     "XumRpcError",
     "default_root",
+    "resolve_socket",
     "socket_path_for",
 ]
 

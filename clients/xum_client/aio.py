@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 from pydantic import BaseModel
-from xum_protocol import framing
+from xum_protocol import discovery, framing
 from xum_protocol.models.daemon import DaemonStatusResult, HelloResult, ShutdownResult
 from xum_protocol.models.events import EVENT_NOTIFICATION, Event, SubscribeResult
 
@@ -35,7 +35,7 @@ from xum_client.errors import (
     DaemonNotRunning,
     XumClientError,
 )
-from xum_client.sync import check_reply, default_root, hello_params, socket_path_for
+from xum_client.sync import check_reply, client_root, hello_params
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -53,23 +53,39 @@ class _Pending:
 
 
 class EventStream:
-    """The events of one subscription: `snapshot` first, then Event models in order."""
+    """The events of one subscription: `snapshot` (the subscribe answer) first, then Event
+    models in order: on a resume, the replayed ones (`snapshot.events`), then live ones.
 
-    def __init__(self, snapshot: SubscribeResult, receive: Any) -> None:
+    `epoch` and `position` are what to resume from after a reconnect
+    (`subscribe(after_seq=stream.position, epoch=stream.epoch)`): the sequence number the events
+    handed out so far bring the client's state to."""
+
+    def __init__(self, snapshot: SubscribeResult, receive: Any, after_seq: int | None) -> None:
         self.snapshot = snapshot
+        self.epoch = snapshot.epoch
+        self._replay = list(snapshot.events)
+        # A resume hands out the replay first: until then the state is at the client's after_seq.
+        self.position = after_seq if self._replay and after_seq is not None else snapshot.seq
         self._receive = receive
 
     def __aiter__(self) -> EventStream:
         return self
 
     async def __anext__(self) -> Event:
+        if self._replay:
+            event = self._replay.pop(0)
+            # Filtered out types leave gaps: after the last replayed event, the answer's seq.
+            self.position = event.seq if self._replay else self.snapshot.seq
+            return event
         while True:
             try:
                 message = await self._receive.receive()
             except anyio.EndOfStream:
                 raise StopAsyncIteration from None
             if message.get("method") == EVENT_NOTIFICATION:
-                return Event.model_validate(message.get("params") or {})
+                event = Event.model_validate(message.get("params") or {})
+                self.position = event.seq
+                return event
 
 
 class AsyncClient:
@@ -82,8 +98,10 @@ class AsyncClient:
         handshake: bool = True,
         client_name: str = "xum-client",
     ) -> None:
-        self.root = str(root or default_root())
-        self.socket_path = str(socket_path or socket_path_for(root))
+        choice = discovery.resolve_socket(socket_path, root)
+        self.root = client_root(root, choice)
+        self.socket_path = str(choice.path)
+        self.socket_source = choice.source
         self.timeout = timeout
         self.server: HelloResult | None = None
         self._handshake = handshake
@@ -240,8 +258,20 @@ class AsyncClient:
         return await self.call_model("daemon.shutdown", None, ShutdownResult)
 
     @asynccontextmanager
-    async def subscribe(self, types: list[str] | None = None) -> AsyncIterator[EventStream]:
-        """Subscribe on this connection; the stream ends when the connection does."""
-        params = {"types": types} if types is not None else {}
+    async def subscribe(
+        self,
+        types: list[str] | None = None,
+        *,
+        after_seq: int | None = None,
+        epoch: str | None = None,
+    ) -> AsyncIterator[EventStream]:
+        """Subscribe on this connection; the stream ends when the connection does.
+
+        To resume after a reconnect, pass the last stream's `position` and `epoch`: the answer
+        then replays what was missed (the stream hands it out first), or says
+        `resync_required` and carries a new snapshot (`stream.snapshot`)."""
+        params: dict[str, Any] = {"types": types} if types is not None else {}
+        if after_seq is not None or epoch is not None:
+            params.update(after_seq=after_seq, epoch=epoch)
         snapshot = await self.call_model("events.subscribe", params, SubscribeResult)
-        yield EventStream(snapshot, self._notify_receive)
+        yield EventStream(snapshot, self._notify_receive, after_seq)

@@ -30,7 +30,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_NO_DAEMON = 4
 
-DOMAINS = ("project", "workspace", "cleanup", "process", "turn")
+DOMAINS = ("project", "workspace", "cleanup", "process", "turn", "events")
 """Modules under xum_client.commands that add commands, each with `register(cli)`."""
 
 
@@ -98,15 +98,30 @@ class XumGroup(click.Group):
 @click.group(cls=XumGroup, epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 no daemon.")
 @click.option(
     "--root",
-    envvar="XUM_ROOT",
     help="Daemon root (env XUM_ROOT; default $XDG_STATE_HOME/xum, i.e. ~/.local/state/xum).",
+)
+@click.option(
+    "--socket",
+    "socket_path",
+    help="Daemon socket (env XUM_SOCKET); beats --root. The rule: --socket, --root, "
+    "XUM_SOCKET, XUM_ROOT, the default root (`xum socket` shows the choice).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.version_option("0.1.0", prog_name="xum")
 @click.pass_context
-def cli(ctx: click.Context, root: str | None, as_json: bool) -> None:
+def cli(ctx: click.Context, root: str | None, socket_path: str | None, as_json: bool) -> None:
     """xum: talk to the workspace lifecycle daemon (xumd)."""
-    ctx.obj = Ctx(root, as_json)
+    ctx.obj = Ctx(root, as_json, socket_path)
+
+
+@cli.command("socket")
+@click.pass_obj
+def socket_cmd(obj: Ctx) -> None:
+    """Print the daemon socket this command line would use (--json: and how it was chosen)."""
+    from xum_protocol.discovery import resolve_socket
+
+    choice = resolve_socket(obj.socket, obj.root)
+    obj.emit(choice.as_dict(), str(choice.path))
 
 
 def _status_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
@@ -219,8 +234,8 @@ def daemon_run(obj: Ctx, log_level: str | None, socket_path: str | None) -> None
         argv += ["--root", obj.root]
     if log_level:
         argv += ["--log-level", log_level]
-    if socket_path:
-        argv += ["--socket", socket_path]
+    if socket_path or obj.socket:
+        argv += ["--socket", socket_path or obj.socket or ""]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)
@@ -278,7 +293,8 @@ def daemon_install(obj: Ctx, dry_run: bool) -> None:
     """Install xumd as a user service (systemd; launchd on macOS) and print how to start it."""
     from xum_client.install import install
 
-    plan = install(root=obj.root, dry_run=dry_run)
+    # An exported XUM_ROOT is baked into the units, as --root is (the service has no shell env).
+    plan = install(root=obj.root or os.environ.get("XUM_ROOT") or None, dry_run=dry_run)
     if obj.as_json:
         obj.emit(plan)
         return

@@ -115,6 +115,9 @@ class PermissionDenied(XumRpcError): ...
 class DiskFull(XumRpcError): ...
 
 
+class PortsExhausted(XumRpcError): ...
+
+
 ERROR_CLASSES: dict[str, type[XumRpcError]] = {
     ErrorKind.PARSE_ERROR: ParseError,
     ErrorKind.INVALID_REQUEST: InvalidRequest,
@@ -138,6 +141,7 @@ ERROR_CLASSES: dict[str, type[XumRpcError]] = {
     ErrorKind.INVALID_PATH: InvalidPath,
     ErrorKind.PERMISSION_DENIED: PermissionDenied,
     ErrorKind.DISK_FULL: DiskFull,
+    ErrorKind.PORTS_EXHAUSTED: PortsExhausted,
 }
 _BY_KIND = ERROR_CLASSES  # the name earlier code used
 

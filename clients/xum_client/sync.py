@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import socket
 from collections import deque
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from xum_protocol import discovery
 from xum_protocol.version import PROTOCOL_VERSION
 
 from xum_client.errors import (
@@ -45,18 +45,19 @@ def decode(line: bytes) -> Any:
 
 def default_root() -> Path:
     """XUM_ROOT, else $XDG_STATE_HOME/xum, else ~/.local/state/xum (as the daemon decides)."""
-    env = os.environ.get("XUM_ROOT")
-    if env:
-        return Path(env)
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "xum"
+    return discovery.default_root()
 
 
 def socket_path_for(root: Path | str | None = None) -> Path:
-    """XUM_SOCKET (when no root is given), else ROOT/xumd.sock."""
-    if root is None and os.environ.get("XUM_SOCKET"):
-        return Path(os.environ["XUM_SOCKET"])
-    return Path(root or default_root()) / "xumd.sock"
+    """The socket by the one rule (`xum_protocol.discovery`): ROOT/xumd.sock for an explicit
+    root, else XUM_SOCKET, else XUM_ROOT/xumd.sock, else the default root's."""
+    return discovery.resolve_socket(root=root).path
+
+
+def client_root(root: Path | str | None, choice: discovery.SocketChoice) -> str:
+    """The root a client names in its messages: the explicit one, else the socket's, else the
+    one XUM_ROOT or the default says (the daemon's `hello` tells the truth)."""
+    return str(root or choice.root or discovery.default_root())
 
 
 def hello_params(client_name: str) -> dict[str, Any]:
@@ -112,8 +113,10 @@ class Client:
         handshake: bool = True,
         client_name: str = "xum-client",
     ) -> None:
-        self.root = str(root or default_root())
-        self.socket_path = str(socket_path or socket_path_for(root))
+        choice = discovery.resolve_socket(socket_path, root)
+        self.root = client_root(root, choice)
+        self.socket_path = str(choice.path)
+        self.socket_source = choice.source
         self._sock = connect_unix(self.socket_path, self.root, timeout)
         self._file = self._sock.makefile("rb")
         self._ids = itertools.count(1)

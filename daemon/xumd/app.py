@@ -71,7 +71,7 @@ class App:
         self.config = config
         self.store = store
         self.notifier = notifier or Notifier(address="")
-        self.events = EventBus()
+        self.events = EventBus(config.event_ring_size, config.event_ring_bytes)
         self.router = Router(stopping=lambda: self.stopping)
         self.server = Server(self.router, config)
         self.version = __version__

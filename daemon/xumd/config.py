@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from xum_protocol.framing import DEFAULT_MAX_FRAME
 
 
@@ -55,6 +55,35 @@ class ProcessesConfig(BaseModel):
     auto_archive_backoff_max_s: float = Field(default=60.0, gt=0)
 
 
+class PortsConfig(BaseModel):
+    """Ports per workspace (issue 14): a project's `[ports] count` overrides `count`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(default=0, ge=0, le=64, description="Ports per workspace by default.")
+    range_start: int = Field(default=20000, ge=1024, le=65535)
+    range_end: int = Field(default=29999, ge=1024, le=65535)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PortsConfig:
+        if self.range_end < self.range_start:
+            raise ValueError("[ports] range_end must not be below range_start")
+        return self
+
+
+class CreateConfig(BaseModel):
+    """Copying ignored files of the main checkout into a new one (issue 14)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    copy_max_bytes: int = Field(
+        default=8 << 30,
+        ge=0,
+        description="Allocated bytes copied at most; entries beyond are skipped and reported.",
+    )
+    copy_timeout_s: float = Field(default=600.0, gt=0)
+
+
 class DaemonConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -75,6 +104,18 @@ class DaemonConfig(BaseModel):
         description="File descriptors kept for the daemon's own work (git, scripts, the store, "
         "PTYs): connections are capped at the soft limit minus this (at most half the limit).",
     )
+    event_ring_size: int = Field(
+        default=4096,
+        ge=0,
+        le=1_000_000,
+        description="Events kept for a reconnecting subscriber to resume from "
+        "(`events.subscribe` `after_seq`); 0: every resume is a resync.",
+    )
+    event_ring_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=0,
+        description="...and at most this many bytes of them (their JSON): the oldest go first.",
+    )
     shutdown_grace_s: float = Field(default=10.0, gt=0)
     drain_deadline_s: float = Field(default=10.0, gt=0)
     lock_wait_s: float = Field(default=30.0, gt=0)
@@ -84,6 +125,8 @@ class DaemonConfig(BaseModel):
     enable_test_methods: bool = False
     cleanup: CleanupConfig = Field(default_factory=CleanupConfig)
     processes: ProcessesConfig = Field(default_factory=ProcessesConfig)
+    ports: PortsConfig = Field(default_factory=PortsConfig)
+    create: CreateConfig = Field(default_factory=CreateConfig)
 
 
 class ConfigError(Exception):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from xum_protocol.errors import ErrorKind
 from xum_protocol.methods import METHODS
@@ -46,6 +48,10 @@ def install(app: App) -> None:
             server=ServerInfo(name="xumd", version=app.version),
             root=str(app.paths.root),
             capabilities=sorted(name for name in app.router.routes if name in METHODS),
+            pid=os.getpid(),
+            started_at=app.started_at,
+            epoch=app.events.epoch,
+            socket=str(app.socket_path),
         )
 
     async def status(_: EmptyParams, ctx: RequestContext) -> DaemonStatusResult:
@@ -69,20 +75,55 @@ def install(app: App) -> None:
         app.request_shutdown("daemon.shutdown")
         return ShutdownResult(stopping=True)
 
+    # One subscription per connection: a second subscribe replaces the first (a client that
+    # resubscribes on the same connection, to resume or to change its types, would otherwise
+    # get every event twice).
+    subscriptions: dict[int, Callable[[], None]] = {}
+    replay_limit = max(app.config.max_frame_bytes // 2, 1)
+
     async def subscribe(params: SubscribeParams, ctx: RequestContext) -> SubscribeResult:
         prefixes = tuple(params.types) if params.types else None
         peer = ctx.peer
 
+        def wanted(event: Event) -> bool:
+            return prefixes is None or event.type.startswith(prefixes)
+
         def forward(event: Event) -> None:
-            wanted = prefixes is None or event.type.startswith(prefixes)
-            if wanted and not peer.notify(EVENT_NOTIFICATION, event.model_dump(mode="json")):
+            if wanted(event) and not peer.notify(EVENT_NOTIFICATION, event.model_dump(mode="json")):
                 unsubscribe()
 
-        # No await between the snapshot and the listener: nothing published can fall between.
+        def unsubscribe() -> None:
+            stop()
+            if subscriptions.get(peer.id) is unsubscribe:
+                del subscriptions[peer.id]
+
+        def attach() -> None:
+            """After `stop` is set: on a connection already closed, on_close calls at once."""
+            previous = subscriptions.pop(peer.id, None)
+            if previous is not None:
+                previous()
+            subscriptions[peer.id] = unsubscribe
+            peer.on_close(unsubscribe)
+            peer.keep_streaming()
+
+        # No await from here to the return: nothing published can fall between the snapshot
+        # (or the replay) and the listener, and the answer is queued before any later event.
+        epoch = app.events.epoch
+        resync = False
+        if params.after_seq is not None:
+            missed = app.events.replay_after(params.after_seq) if params.epoch == epoch else None
+            replay = [event for event in missed if wanted(event)] if missed is not None else None
+            if replay is not None and _encoded_size(replay) <= replay_limit:
+                stop = app.events.listen(forward)
+                attach()
+                return SubscribeResult(
+                    epoch=epoch, seq=app.events.seq, snapshot=None, events=replay
+                )
+            resync = True
         seq, snapshot = app.events.snapshot()
-        unsubscribe = app.events.listen(forward)
-        peer.on_close(unsubscribe)
-        return SubscribeResult(epoch=app.events.epoch, seq=seq, snapshot=snapshot)
+        stop = app.events.listen(forward)
+        attach()
+        return SubscribeResult(epoch=epoch, seq=seq, snapshot=snapshot, resync_required=resync)
 
     if app.config.enable_test_methods:
         _install_test_methods(app)
@@ -96,6 +137,12 @@ def install(app: App) -> None:
     app.router.add("daemon.status", status, allowed_while_stopping=True)
     app.router.add("daemon.shutdown", shutdown, allowed_while_stopping=True)
     app.router.add("events.subscribe", subscribe)
+
+
+def _encoded_size(events: list[Event]) -> int:
+    """About the bytes `events` take in an answer (a replay too large for a client's frame cap
+    is answered with a snapshot instead)."""
+    return sum(len(orjson.dumps(event.model_dump(mode="json"))) + 1 for event in events)
 
 
 class _PublishParams(BaseModel):

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import anyio
+from xum_protocol.discovery import resolve_socket
 
 from xumd import containment, faults, fdlimits, logs, procstat
 from xumd.app import App
@@ -69,9 +70,10 @@ def run_daemon(
         lock.release()
         return _fail(EXIT_SETUP, str(exc))
 
-    socket_path = socket_arg or (
-        Path(os.environ["XUM_SOCKET"]) if os.environ.get("XUM_SOCKET") else paths.socket
-    )
+    # The clients' rule (xum_protocol.discovery): --socket, else --root's socket, else
+    # XUM_SOCKET, else the root's (XUM_ROOT or the default, made absolute above).
+    choice = resolve_socket(socket_arg, root_arg)
+    socket_path = choice.path if choice.source in ("--socket", "XUM_SOCKET") else paths.socket
     owned_socket = False
     try:
         sock = systemd_socket()

@@ -3,16 +3,24 @@
 `publish` is synchronous and assigns the number at once, so a handler that builds a snapshot
 without awaiting and then reads `seq` gets a snapshot valid exactly at that number: nothing can
 slip between snapshot and stream. Internal services (the cleanup-retry service) wait on `changed`.
+
+The last `ring_size` events (at most `ring_bytes` of them) are kept, so a client that
+reconnects can resume where it stopped (`events.subscribe {after_seq, epoch}`) instead of taking a
+new snapshot. The epoch is random per daemon start: a sequence number from another run is never
+mistaken for one of this run.
 """
 
 from __future__ import annotations
 
+import itertools
+import secrets
 import time
-import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import anyio
+import orjson
 from xum_protocol.models.events import Event
 
 from xumd import logs
@@ -22,11 +30,21 @@ log = logs.get("xumd.events")
 Listener = Callable[[Event], None]
 SnapshotProvider = Callable[[], Any]
 
+DEFAULT_RING_SIZE = 4096
+DEFAULT_RING_BYTES = 32 * 1024 * 1024
+
 
 class EventBus:
-    def __init__(self) -> None:
-        self.epoch = uuid.uuid4().hex[:12]
+    def __init__(
+        self, ring_size: int = DEFAULT_RING_SIZE, ring_bytes: int = DEFAULT_RING_BYTES
+    ) -> None:
+        self.epoch = secrets.token_hex(8)
         self.seq = 0
+        # Bounded in events and in bytes: setup output (script.printed) can make events large.
+        self._ring: deque[tuple[Event, int]] = deque()
+        self._ring_size = max(ring_size, 0)
+        self._ring_bytes = max(ring_bytes, 0)
+        self._ring_used = 0
         self._listeners: dict[int, Listener] = {}
         self._next_token = 0
         self._changed = anyio.Event()
@@ -35,6 +53,7 @@ class EventBus:
     def publish(self, type: str, **data: Any) -> Event:
         self.seq += 1
         event = Event(seq=self.seq, epoch=self.epoch, type=type, at=time.time(), data=data)
+        self._keep(event, data)
         for token, listener in list(self._listeners.items()):
             try:
                 listener(event)
@@ -59,9 +78,43 @@ class EventBus:
             return True
         return False
 
+    def _keep(self, event: Event, data: dict[str, Any]) -> None:
+        if not self._ring_size:
+            return
+        size = _size(data)
+        self._ring.append((event, size))
+        self._ring_used += size
+        while self._ring and (
+            len(self._ring) > self._ring_size or self._ring_used > self._ring_bytes
+        ):
+            _, dropped = self._ring.popleft()
+            self._ring_used -= dropped
+
+    def replay_after(self, after_seq: int) -> list[Event] | None:
+        """Every event after `after_seq` up to now, in order; None when the ring no longer holds
+        the one right after it (or `after_seq` is ahead of this run): then only a snapshot is
+        a sound start."""
+        if after_seq > self.seq:
+            return None
+        if after_seq == self.seq:
+            return []
+        if not self._ring or self._ring[0][0].seq > after_seq + 1:
+            return None
+        # The ring holds consecutive numbers ending at self.seq.
+        start = after_seq + 1 - self._ring[0][0].seq
+        return [event for event, _ in itertools.islice(self._ring, start, None)]
+
     def add_snapshot_provider(self, name: str, provider: SnapshotProvider) -> None:
         self._snapshot_providers[name] = provider
 
     def snapshot(self) -> tuple[int, dict[str, Any]]:
         """A snapshot of every provider and the sequence number it is valid at."""
         return self.seq, {name: fn() for name, fn in self._snapshot_providers.items()}
+
+
+def _size(data: dict[str, Any]) -> int:
+    """About the bytes an event's data takes (its JSON; the envelope is small)."""
+    try:
+        return len(orjson.dumps(data, default=str)) + 100
+    except (TypeError, ValueError):
+        return len(repr(data)) + 100

@@ -2,6 +2,13 @@
 
 The output, protocol/schema/xum-protocol.schema.json, is committed for plugin authors; a test
 fails when it is stale, so a change to any model is followed by `make schema`.
+
+Each method's `params` and `result`, and each notification's schema, is a standalone JSON Schema
+(its `$ref`s point into its own `$defs`). Events: `notifications.event.params` is the envelope
+every event has (`data` untyped, so a client accepts event types it does not know);
+`notifications.event.typed` is the discriminated union (on `type`) of every known event with its
+typed `data`; `notifications.event.types[type]` names that type's definitions in `typed.$defs`
+(`event`: `WorkspaceStateChangedEvent`, `data`: `WorkspaceStateChangedData`) and lists its fields.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from typing import Any
 import orjson
 
 from xum_protocol.errors import ERROR_CODES
-from xum_protocol.event_types import EVENT_TYPES
+from xum_protocol.event_types import EVENT_TYPES, TYPED_EVENTS, typed_event_adapter
 from xum_protocol.methods import METHODS
 from xum_protocol.models.events import EVENT_NOTIFICATION, Event
 from xum_protocol.version import PROTOCOL_VERSION
@@ -39,8 +46,15 @@ def build_schema() -> dict[str, Any]:
             EVENT_NOTIFICATION: {
                 "summary": "One event on a connection subscribed with events.subscribe.",
                 "params": Event.model_json_schema(mode="serialization"),
+                "typed": typed_event_adapter().json_schema(mode="serialization"),
                 "types": {
-                    e.type: {"summary": e.summary, "data": dict(e.data)} for e in EVENT_TYPES
+                    e.type: {
+                        "summary": e.summary,
+                        "event": TYPED_EVENTS[e.type].__name__,
+                        "data": e.model.__name__,
+                        "fields": dict(e.data),
+                    }
+                    for e in EVENT_TYPES
                 },
             }
         },

@@ -19,8 +19,11 @@ from xum_client.sync import Client, default_root
 class Ctx:
     """What every command gets with `@click.pass_obj`."""
 
-    def __init__(self, root: str | None, as_json: bool) -> None:
+    def __init__(self, root: str | None, as_json: bool, socket: str | None = None) -> None:
         self.root = root
+        """--root as given on the command line (XUM_ROOT is read by the discovery rule)."""
+        self.socket = socket
+        """--socket as given on the command line."""
         self.as_json = as_json
 
     @property
@@ -29,6 +32,7 @@ class Ctx:
 
     def client(self, **kwargs: Any) -> Client:
         kwargs.setdefault("client_name", "xum-cli")
+        kwargs.setdefault("socket_path", self.socket)
         return Client(self.root, **kwargs)
 
     def emit(self, data: Any, human: str | None = None) -> None:

@@ -115,7 +115,9 @@ def register(cli: click.Group) -> None:
     def retry(obj: Ctx, target: str | None) -> None:
         """Run pending cleanup now: TARGET is an obligation (ob_...), a workspace (ws_... or
         PROJECT/NAME), or nothing for everything due."""
-        with Client(obj.root, timeout=LONG_TIMEOUT_S, client_name="xum-cli") as client:
+        with Client(
+            obj.root, socket_path=obj.socket, timeout=LONG_TIMEOUT_S, client_name="xum-cli"
+        ) as client:
             params: dict[str, Any] = {}
             if target and target.startswith("ob_"):
                 params["obligation_id"] = target

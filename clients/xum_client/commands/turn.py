@@ -97,7 +97,9 @@ def register(cli: click.Group) -> None:
         runtime: str | None,
     ) -> None:
         """Delegate from OWNER to a new target workspace (or --existing TARGET)."""
-        with Client(obj.root, timeout=LONG_TIMEOUT_S, client_name="xum-cli") as client:
+        with Client(
+            obj.root, socket_path=obj.socket, timeout=LONG_TIMEOUT_S, client_name="xum-cli"
+        ) as client:
             params: dict[str, Any] = {"owner_workspace_id": workspace_id(client, owner_ref)}
             if target_ref:
                 params.update(mode="existing", target_workspace_id=workspace_id(client, target_ref))

@@ -21,7 +21,7 @@ terminal, setup output is shown as it comes: _progress.py)."""
 
 
 def _long(obj: Ctx) -> Client:
-    return Client(obj.root, timeout=LONG_TIMEOUT_S, client_name="xum-cli")
+    return Client(obj.root, socket_path=obj.socket, timeout=LONG_TIMEOUT_S, client_name="xum-cli")
 
 
 def _on_workspace(obj: Ctx, method: str, ref: str, **params: Any) -> dict[str, Any]:
@@ -76,6 +76,47 @@ def _dropped_line(dropped: dict[str, Any]) -> str:
     return line
 
 
+def _env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r}: give NAME=VALUE", param_hint="--env")
+        if name.upper().startswith("XUM_"):
+            # The daemon refuses it too (invalid_params); said here in words.
+            raise click.BadParameter(
+                f"{name} is reserved: XUM_* variables are set by the daemon and cannot be "
+                "overridden",
+                param_hint="--env",
+            )
+        env[name] = value
+    return env
+
+
+def _ports_line(ws: dict[str, Any]) -> str:
+    ports = ws["ports"]
+    return f"ports: {', '.join(str(p) for p in ports)} (XUM_PORT={ports[0]})"
+
+
+def copy_line(copied: dict[str, Any]) -> str:
+    """What the copy of ignored files did (create, unarchive)."""
+    line = (
+        f"copied ignored files: {copied['files']} file(s), {copied['bytes']} bytes "
+        f"({copied['cloned']} cloned, {copied['copied']} copied) in {copied['elapsed_s']:.2f}s"
+    )
+    if copied.get("paths"):
+        line += ": " + ", ".join(copied["paths"][:10])
+    if copied.get("status") == "capped":
+        line += (
+            f"\n  stopped at the size cap ({copied['limit_bytes']} bytes): not copied: "
+            + ", ".join(copied.get("skipped", [])[:10])
+        )
+    for key, what in (("special", "not copied (special)"), ("mounts", "not entered (mount)")):
+        if copied.get(key):
+            line += f"\n  {what}: " + ", ".join(copied[key][:10])
+    return line
+
+
 def kept_line(kept: dict[str, Any]) -> str:
     """Where a removed workspace's preserved files are kept, and how to find or drop them."""
     return (
@@ -89,6 +130,10 @@ def register(cli: click.Group) -> None:
     def ws() -> None:
         """Workspaces (address them as ws_... or PROJECT/NAME)."""
 
+    from xum_client.commands.getting_in import register_into
+
+    register_into(ws)
+
     @ws.command("new")
     @click.argument("project_ref")
     @click.argument("name")
@@ -100,6 +145,13 @@ def register(cli: click.Group) -> None:
         type=click.Choice(["on_agent_exit"]),
         help="archive it when its agent exits with 0",
     )
+    @click.option(
+        "--env",
+        "env_pairs",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="an environment variable for its setup, teardown and processes (repeatable)",
+    )
     @click.pass_obj
     def new(  # noqa: PLR0917 - one parameter per click option
         obj: Ctx,
@@ -109,6 +161,7 @@ def register(cli: click.Group) -> None:
         base: str | None,
         runtime: str,
         auto_archive: str | None,
+        env_pairs: tuple[str, ...],
     ) -> None:
         """Create workspace NAME in PROJECT."""
         with _long(obj) as client:
@@ -117,12 +170,18 @@ def register(cli: click.Group) -> None:
                 "project_id": pid,
                 "name": name,
                 "runtime": runtime,
-                **given(branch=branch, base=base, auto_archive=auto_archive),
+                **given(branch=branch, base=base, auto_archive=auto_archive, env=_env(env_pairs)),
             }
             with setup_progress(obj, by_name(pid, name), f"creating {name}") as display:
                 result = client.call("workspace.create", params)
         w = result["workspace"]
-        human = f"created {w['name']} ({w['id']}) at {w['path']}\n{_setup_line(result['setup'])}"
+        human = f"created {w['name']} ({w['id']}) at {w['path']}"
+        if w.get("ports"):
+            human += f"\n{_ports_line(w)}"
+        copied = result.get("ignored_copy") or {}
+        if copied.get("status", "none") != "none":
+            human += f"\n{copy_line(copied)}"
+        human += f"\n{_setup_line(result['setup'])}"
         streamed = display is not None and display.streamed
         if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
             human += "\n" + result["setup"]["output"]
@@ -157,6 +216,10 @@ def register(cli: click.Group) -> None:
             human.append(_cleanup_line(w["last_cleanup"]))
         if w.get("auto_archive"):
             human.append(_auto_archive_line(w))
+        if w.get("ports"):
+            human.append(_ports_line(w))
+        if w.get("env"):
+            human.append("env: " + " ".join(sorted(w["env"])))
         obj.emit(result, "\n".join(human))
 
     @ws.command("mv")
@@ -210,6 +273,11 @@ def register(cli: click.Group) -> None:
             human += "\nyour preserved copy replaced what setup wrote: " + ", ".join(
                 restored["replaced"]
             )
+        copied = result.get("ignored_copy") or {}
+        if copied.get("status", "none") != "none":
+            human += f"\n{copy_line(copied)}"
+        for change in result.get("ports_replaced") or []:
+            human += f"\nport {change['old']} was taken meanwhile: now {change['new']}"
         if restored.get("kept_at"):
             human += (
                 f"\nnot in place: {', '.join(restored.get('unverified') or [])}; "
@@ -268,7 +336,9 @@ def register(cli: click.Group) -> None:
     @click.pass_obj
     def events(obj: Ctx, types: tuple[str, ...], count: int | None) -> None:
         """Print the snapshot's sequence number, then every event as it happens."""
-        with Client(obj.root, timeout=None, client_name="xum-cli") as client:
+        with Client(
+            obj.root, socket_path=obj.socket, timeout=None, client_name="xum-cli"
+        ) as client:
             params: dict[str, Any] = {"types": list(types)} if types else {}
             result = client.call("events.subscribe", params)
             if obj.as_json:

@@ -8,6 +8,7 @@ obligations commit together; they are attempted, and announced, only after that 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ class Planner:
         self.recorder = recorder
         self.clock = clock
         self.trash_dir = trash_dir
+        self.teardown_env: Callable[[str], dict[str, str]] = lambda _workspace_id: {}
+        """The workspace's variables as they are now, kept in its teardown obligation (its
+        teardown may run after its row, ports and env are gone). Set by the lifecycle, which
+        owns them (`wsenv.frozen`); cleanup alone keeps none."""
 
     def plan_checkout_removal(
         self,
@@ -82,7 +87,15 @@ class Planner:
         with self.store.transaction():
             if teardown:
                 # Whether setup ran decides what an untrusted config means at teardown time.
-                add("teardown", {"setup_status": row["setup_status"] if row else None})
+                # Its environment too: a removed workspace's teardown runs after its row (and
+                # the ports and env released with it) is gone.
+                add(
+                    "teardown",
+                    {
+                        "setup_status": row["setup_status"] if row else None,
+                        "env": self.teardown_env(workspace_id),
+                    },
+                )
             trash_id = new_id()
             add(
                 "trash",

@@ -41,6 +41,7 @@ class TeardownScripts(Protocol):
         project_id: str,
         workspace: WorkspaceRef,
         cwd: Path,
+        kept_env: dict[str, str] | None = None,
     ) -> ScriptResult: ...
 
 
@@ -60,8 +61,13 @@ class ProjectTeardown:
             path=cwd,
             incarnation=ob.incarnation,
         )
+        kept = ob.detail.get("env")
         result = await self.scripts.run(
-            "teardown", project_id=ob.project_id, workspace=ref, cwd=cwd
+            "teardown",
+            project_id=ob.project_id,
+            workspace=ref,
+            cwd=cwd,
+            kept_env=kept if isinstance(kept, dict) else None,
         )
         if result.status == "untrusted" and ob.detail.get("setup_status") in SETUP_NEVER_RAN:
             # Setup never ran under a trusted config, so nothing of it needs tearing down:

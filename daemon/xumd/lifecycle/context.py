@@ -23,7 +23,7 @@ from xumd.checkouts import marker
 from xumd.cleanup.service import CleanupService
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import ids, rows, views
+from xumd.lifecycle import ids, ports, rows, views, wsenv
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptRunner
@@ -100,7 +100,14 @@ class Context:
     # -- rows and views ----------------------------------------------------------------------------
 
     def info(self, row: WorkspaceRow) -> WorkspaceInfo:
-        return views.workspace_info(row, self.cleanup.status)
+        info = views.workspace_info(row, self.cleanup.status)
+        # Ports and environment live in their own tables (lifecycle/ports.py, wsenv.py).
+        return info.model_copy(
+            update={
+                "ports": ports.ports_of(self.store, row.id),
+                "env": wsenv.env_of(self.store, row.id),
+            }
+        )
 
     def publish(self, event: str, row: WorkspaceRow, **extra: Any) -> None:
         self.app.events.publish(event, workspace=self.info(row).model_dump(mode="json"), **extra)

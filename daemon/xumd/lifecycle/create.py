@@ -14,10 +14,11 @@ import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.base import CONTROL_RE
 from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreateResult
+from xum_protocol.models.wsenv import CopyReport
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import checkout, ids, owned, rows, setup
+from xumd.lifecycle import checkout, createconfig, ids, owned, ports, rows, seed, setup, wsenv
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 
@@ -97,6 +98,8 @@ def _insert_intent(
     params: WorkspaceCreateParams,
     plan: BranchPlan | None,
     binding: IntentBinding | None,
+    *,
+    also: Callable[[str], None] | None = None,
 ) -> str:
     workspace_id = ids.new_id(ids.WORKSPACE)
     now = time.time()
@@ -126,6 +129,8 @@ def _insert_intent(
             )
             if binding is not None:
                 binding.record(workspace_id)
+            if also is not None:
+                also(workspace_id)
     except sqlite3.IntegrityError:
         raise XumError(
             ErrorKind.CONFLICT,
@@ -142,8 +147,11 @@ async def _create(
 ) -> WorkspaceCreateResult:
     _check_params(ctx, project, params)
     plan = await _plan_branch(ctx, project, params) if params.runtime == "worktree" else None
+    wanted = createconfig.load(project.path)
     await HOLD.hold()
-    row = ctx.row(_insert_intent(ctx, project, params, plan, binding))
+    row = ctx.row(
+        _insert_intent(ctx, project, params, plan, binding, also=_extras(ctx, params, wanted))
+    )
     ctx.publish("workspace.created", row)
     cleared: list[str] = []
     made = False
@@ -172,6 +180,7 @@ async def _create(
         st = row.path.stat()
         with ctx.store.transaction():
             row = ctx.update(row, dev=st.st_dev, ino=st.st_ino)
+        copied = await seed_checkout(ctx, project, row, wanted.copy)
         row, outcome = await setup.run(ctx, row)
         CREATE_AFTER_SETUP()
         row = setup.activate(ctx, row, outcome)
@@ -187,7 +196,45 @@ async def _create(
     ctx.publish("workspace.state_changed", row)
     log.info("workspace.created", workspace=row.id, project=project.id, path=str(row.path))
     return WorkspaceCreateResult(
-        workspace=ctx.info(row), setup=setup.result(outcome), cleared_locks=cleared
+        workspace=ctx.info(row),
+        setup=setup.result(outcome),
+        cleared_locks=cleared,
+        ignored_copy=copied,
+    )
+
+
+def _extras(
+    ctx: Context, params: WorkspaceCreateParams, wanted: createconfig.CreateSettings
+) -> Callable[[str], None]:
+    """What the intent transaction writes beside the row: the ports (allocated now, before
+    any checkout exists: a crash leaves both or neither) and the environment."""
+    count = wanted.ports if wanted.ports is not None else ctx.app.config.ports.count
+    env = {**wanted.env, **params.env}
+
+    def write(workspace_id: str) -> None:
+        ports.allocate(ctx.store, workspace_id, count, ctx.app.config.ports)
+        wsenv.store_env(ctx.store, workspace_id, env)
+
+    return write
+
+
+async def seed_checkout(
+    ctx: Context, project: ProjectRow, row: WorkspaceRow, patterns: list[str]
+) -> CopyReport:
+    """Copy the main checkout's matching ignored files into the new checkout (lifecycle/
+    seed.py); worktrees of git projects only (the matching is git's; a directory runtime's
+    archive restores its whole content, which must not meet a second copy)."""
+    if not patterns or project.kind != "git" or row.runtime != "worktree":
+        return CopyReport(status="none")
+    cfg = ctx.app.config.create
+    return await seed.seed(
+        ctx.git,
+        project.path,
+        row.path,
+        patterns,
+        cap=cfg.copy_max_bytes,
+        timeout_s=cfg.copy_timeout_s,
+        stopping=lambda: bool(ctx.app.stopping),
     )
 
 

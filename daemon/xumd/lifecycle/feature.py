@@ -38,7 +38,7 @@ from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.service import CleanupService
 from xumd.git import Git
-from xumd.lifecycle import rows
+from xumd.lifecycle import rows, wsenv
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.projects import ProjectService
 from xumd.lifecycle.scripts import ScriptRunner
@@ -87,6 +87,8 @@ def install(
     # Before trashing an archived checkout, the cleanup asks whether it holds work its archive
     # does not (the comparison unarchive refuses on).
     cleanup.steps.unsaved_check = unsaved
+    # A teardown obligation keeps the workspace's variables: it may run after they are gone.
+    cleanup.planner.teardown_env = lambda workspace_id: wsenv.frozen(app.store, workspace_id)
     # A structural operation that raises settles its row before its reservation opens.
     coord.failure_guard = workspaces.failure_guard
     projects = app.provide(ProjectService(app, coord, git, workspaces))

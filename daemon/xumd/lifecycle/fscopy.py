@@ -12,6 +12,9 @@ preserved ignored files).
   source has allocated.
 - It checks free space (and inodes) at the destination against the source's allocated size
   (st_blocks * 512) before writing anything, and refuses `disk_full` naming the space needed.
+- It never enters another mount: a directory on another device, or with another mount id (a
+  bind mount of the same filesystem keeps `st_dev`), is left out and reported (`Tally.mounts`),
+  as the deletions of fsdelete.py never cross one.
 - On any failure it removes what it wrote.
 """
 
@@ -77,6 +80,20 @@ class Tally:
     allocated: int = 0
     files: list[str] = field(default_factory=list)
     special: list[Special] = field(default_factory=list)
+    mounts: list[str] = field(default_factory=list)
+    """Directories on another mount: not entered, not copied."""
+    cloned: int = 0
+    """Files whose data was shared copy-on-write (FICLONE) instead of copied."""
+
+
+def _identity(fd: int) -> tuple[int, int | None]:
+    return os.fstat(fd).st_dev, fsdelete.mount_id(fd)
+
+
+def _other_mount(fd: int, top: tuple[int, int | None]) -> bool:
+    """Whether the open directory `fd` is on another mount than `top` (see `_identity`)."""
+    dev, mnt = _identity(fd)
+    return dev != top[0] or mnt != top[1]
 
 
 Skip = Callable[[str], bool]
@@ -94,10 +111,14 @@ def _entries(dir_fd: int) -> list[str]:
         return sorted((e.name for e in it), reverse=True)
 
 
-def _walk(top_fd: int, skip: Skip) -> Iterator[tuple[int, str, str, os.stat_result]]:
+def _walk(
+    top_fd: int, skip: Skip, mounts: list[str] | None = None
+) -> Iterator[tuple[int, str, str, os.stat_result]]:
     """(parent fd, name, relative path, lstat) for every entry under `top_fd`, parents first.
     Directories are opened relative to their parent with O_NOFOLLOW; an iterative walk, so a
-    deep tree cannot exhaust the recursion limit."""
+    deep tree cannot exhaust the recursion limit. A directory on another mount is yielded but
+    not entered (named in `mounts`)."""
+    top = _identity(top_fd)
     stack: list[tuple[int, str, list[str]]] = [(top_fd, "", _entries(top_fd))]
     try:
         while stack:
@@ -115,15 +136,22 @@ def _walk(top_fd: int, skip: Skip) -> Iterator[tuple[int, str, str, os.stat_resu
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue  # gone since the listing
-            yield fd, name, child, st
             if stat.S_ISDIR(st.st_mode):
                 sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                if _other_mount(sub, top):
+                    os.close(sub)
+                    if mounts is not None:
+                        mounts.append(child)
+                    continue
+                yield fd, name, child, st
                 try:
                     names_below = _entries(sub)
                 except BaseException:
                     os.close(sub)
                     raise
                 stack.append((sub, child, names_below))
+            else:
+                yield fd, name, child, st
     finally:
         for fd, _rel, _names in stack:
             if fd != top_fd:
@@ -135,7 +163,7 @@ def tally(top: Path, skip: Skip = _never) -> Tally:
     found = Tally()
     top_fd = os.open(top, _DIR_FLAGS)
     try:
-        for _fd, _name, rel, st in _walk(top_fd, skip):
+        for _fd, _name, rel, st in _walk(top_fd, skip, found.mounts):
             kind = special_type(st.st_mode)
             if kind is not None:
                 found.special.append(Special(rel, kind))
@@ -226,11 +254,12 @@ def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str
         )
 
 
-def _copy_data(src: int, dst: int, size: int) -> None:
-    """The data extents of `src` into `dst` at the same offsets; holes stay holes."""
+def _copy_data(src: int, dst: int, size: int) -> bool:
+    """The data extents of `src` into `dst` at the same offsets; holes stay holes. True when
+    the data was cloned (shared copy-on-write) rather than copied."""
     try:
         fcntl.ioctl(dst, FICLONE, src)
-        return
+        return True
     except OSError:
         pass  # not a filesystem with reflinks, or across filesystems: copy the extents
     offset = 0
@@ -249,6 +278,7 @@ def _copy_data(src: int, dst: int, size: int) -> None:
         _copy_range(src, dst, start, end)
         offset = end
     os.ftruncate(dst, size)
+    return False
 
 
 def _copy_range(src: int, dst: int, start: int, end: int) -> None:
@@ -276,7 +306,13 @@ def _copy_plain(src: int, dst: int, pos: int, count: int) -> int:
 
 
 def _copy_file(
-    sdir: int, ddir: int, name: str, st: os.stat_result, dest_name: str | None = None
+    sdir: int,
+    ddir: int,
+    name: str,
+    st: os.stat_result,
+    dest_name: str | None = None,
+    *,
+    report: Tally | None = None,
 ) -> bool:
     """Copy one regular file; False when it turned out not to be one (then nothing is made).
     A destination it created and could not finish is removed (one that existed is an error
@@ -289,7 +325,8 @@ def _copy_file(
             return False
         dst = os.open(dest_name, _WRITE_FLAGS, 0o600, dir_fd=ddir)
         try:
-            _copy_data(src, dst, now.st_size)
+            if _copy_data(src, dst, now.st_size) and report is not None:
+                report.cloned += 1
             os.fchmod(dst, stat.S_IMODE(now.st_mode))
             os.utime(dst, ns=(now.st_atime_ns, now.st_mtime_ns))
         except BaseException:
@@ -360,6 +397,7 @@ def _remove(path: Path) -> None:
 
 def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "") -> None:
     """Depth-first copy of the directory `sdir` into `ddir` (an explicit stack, no recursion)."""
+    top = _identity(sdir)
     stack: list[tuple[int, int, str, list[str], os.stat_result | None]] = [
         (sdir, ddir, rel, _entries(sdir), None)
     ]
@@ -389,6 +427,10 @@ def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "
                 report.special.append(Special(child, kind))
             elif stat.S_ISDIR(st.st_mode):
                 sub = os.open(name, _DIR_FLAGS, dir_fd=s)
+                if _other_mount(sub, top):
+                    os.close(sub)
+                    report.mounts.append(child)
+                    continue
                 try:
                     try:
                         os.mkdir(name, 0o700, dir_fd=d)
@@ -409,7 +451,7 @@ def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "
                 os.symlink(os.readlink(name, dir_fd=s), name, dir_fd=d)
                 os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=d, follow_symlinks=False)
                 report.files.append(child)
-            elif _copy_file(s, d, name, st):
+            elif _copy_file(s, d, name, st, report=report):
                 report.files.append(child)
                 report.allocated += st.st_blocks * 512
             else:
@@ -450,3 +492,91 @@ def copy_file(src: Path, dest: Path) -> str | None:
     finally:
         os.close(sdir)
         os.close(ddir)
+
+
+def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> None:
+    """Copy the entry `name` of the open directory `sdir` (a file, a symlink as a link, or a
+    whole directory) into the open directory `ddir`, where it must not exist. `rel` is its path
+    for `skip` and the report. Nothing is followed: `sdir` and `ddir` were opened with
+    O_NOFOLLOW by the caller. The caller checks space (`check_space`) first and, on failure,
+    removes the partial entry (it knows the destination's path)."""
+    st = os.stat(name, dir_fd=sdir, follow_symlinks=False)
+    kind = special_type(st.st_mode)
+    if kind is not None:
+        report.special.append(Special(rel, kind))
+        return
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(name, dir_fd=sdir), name, dir_fd=ddir)
+        os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=ddir, follow_symlinks=False)
+        report.files.append(rel)
+        return
+    if stat.S_ISREG(st.st_mode):
+        if _copy_file(sdir, ddir, name, st, report=report):
+            report.files.append(rel)
+            report.allocated += st.st_blocks * 512
+        else:
+            now = os.stat(name, dir_fd=sdir, follow_symlinks=False)
+            report.special.append(Special(rel, special_type(now.st_mode) or "changed"))
+        return
+    sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
+    try:
+        if _other_mount(sub, _identity(sdir)):
+            report.mounts.append(rel)
+            return
+        os.mkdir(name, 0o700, dir_fd=ddir)
+        dsub = os.open(name, _DIR_FLAGS, dir_fd=ddir)
+        try:
+            _copy_tree_fds(sub, dsub, skip, report, rel)
+            os.fchmod(dsub, stat.S_IMODE(st.st_mode))
+            os.utime(dsub, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(dsub)
+    finally:
+        os.close(sub)
+
+
+def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> None:
+    """Copy the directory `name` of `sdir` into the directory of the same name that `ddir`
+    already has: subdirectories merge, and `skip` must leave out every file or link the
+    destination has (a new file never replaces one: that is an error). Nothing is followed."""
+    sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
+    try:
+        if _other_mount(sub, _identity(sdir)):
+            report.mounts.append(rel)
+            return
+        dsub = os.open(name, _DIR_FLAGS, dir_fd=ddir)
+        try:
+            _copy_tree_fds(sub, dsub, skip, report, rel)
+        finally:
+            os.close(dsub)
+    finally:
+        os.close(sub)
+
+
+def tally_at(sdir: int, name: str, skip: Skip = _never) -> Tally:
+    """What `copy_entry_at` of `name` in `sdir` would write (see `tally`)."""
+    found = Tally()
+    st = os.stat(name, dir_fd=sdir, follow_symlinks=False)
+    kind = special_type(st.st_mode)
+    if kind is not None:
+        found.special.append(Special(name, kind))
+        return found
+    found.entries += 1
+    if stat.S_ISREG(st.st_mode):
+        found.allocated += st.st_blocks * 512
+        return found
+    found.allocated += DIR_COST
+    if not stat.S_ISDIR(st.st_mode):
+        return found
+    sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
+    try:
+        if _other_mount(sub, _identity(sdir)):
+            return found
+        for _fd, _n, _rel, cst in _walk(sub, skip, found.mounts):
+            if special_type(cst.st_mode) is not None:
+                continue
+            found.entries += 1
+            found.allocated += cst.st_blocks * 512 if stat.S_ISREG(cst.st_mode) else DIR_COST
+    finally:
+        os.close(sub)
+    return found

@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol
 from xumd import logs
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.containment import Containment, Marked
-from xumd.lifecycle import rows
+from xumd.lifecycle import rows, wsenv
 from xumd.procutil import BoundedOutput, CommandNotFound, run_command
 from xumd.store import Store
 
@@ -180,7 +180,10 @@ class ScriptRunner:
         workspace: WorkspaceRef,
         cwd: Path,
         progress: ScriptProgress | None = None,
+        kept_env: dict[str, str] | None = None,
     ) -> ScriptOutcome:
+        """`kept_env`: the workspace's variables as its teardown obligation recorded them
+        (wsenv.frozen), used once its row is gone."""
         project = rows.get_project(self.store, project_id)
         found = config_file(cwd, project.path if project else None)
         if found is None:
@@ -205,8 +208,11 @@ class ScriptRunner:
                 hint=f"review {found}, then run: xum project trust {project_id} --hash "
                 f"{config.hash}",
             )
+        env = wsenv.compose(self.store, self.root, workspace, kept_env)
         try:
-            return await self._run_commands(phase, commands, config.hash, workspace, cwd, progress)
+            return await self._run_commands(
+                phase, commands, config.hash, workspace, cwd, progress, env
+            )
         finally:
             if progress is not None:
                 progress.finished()
@@ -224,13 +230,8 @@ class ScriptRunner:
         ws: WorkspaceRef,
         cwd: Path,
         progress: ScriptProgress | None,
+        env: dict[str, str],
     ) -> ScriptOutcome:
-        env = {
-            **os.environ,
-            "XUM_WORKSPACE_ID": ws.id,
-            "XUM_WORKSPACE_NAME": ws.name,
-            "XUM_ROOT": str(self.root),
-        }
         output = BoundedOutput(OUTPUT_LIMIT)
 
         def outcome(status: str, error: str | None = None) -> ScriptOutcome:

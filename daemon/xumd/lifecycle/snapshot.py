@@ -243,10 +243,17 @@ class Snapshotter:
     # -- ignored files: report and preserve ----------------------------------------------------
 
     async def ignored(self, checkout: Path) -> list[str]:
-        out = await self.git.run(
-            checkout, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"
+        # Every entry or an error (never a listing cut in the middle: an ignored file that
+        # `preserve` asks to keep, listed there, would go with the checkout unsaved).
+        from xumd.lifecycle.seed import git_list
+
+        return await git_list(
+            self.git,
+            checkout,
+            ["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"],
+            what="the checkout's ignored files",
+            too_many="nothing was changed",
         )
-        return [p for p in out.output.text().split("\0") if p]
 
     async def preserved_in(self, checkout: Path, globs: list[str]) -> list[str]:
         """The checkout's ignored files that `preserve` globs ask to keep (relative paths)."""

@@ -17,8 +17,9 @@ from xum_protocol.models.workspace import RestoredInfo, SnapshotInfo, WorkspaceU
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import checkout, dirstore, ids, preserved, rows, setup
+from xumd.lifecycle import checkout, createconfig, dirstore, ids, ports, preserved, rows, setup
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
+from xumd.lifecycle.create import seed_checkout
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptOutcome, preserve_globs
 from xumd.lifecycle.seams import busy_message, mount_holders
@@ -60,11 +61,14 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         project = ctx.project(row.project_id)
         await _settle_old_checkout(ctx, row)
         _check_path_free(ctx, row)
+        wanted = createconfig.load(project.path)
         old = row
         with ctx.store.transaction():
             row = ctx.update(
                 row, state="restoring", incarnation=ids.new_incarnation(), dev=None, ino=None
             )
+            # Its ports were kept while archived; one taken meanwhile is replaced (reported).
+            replaced = ports.recheck(ctx.store, row.id, ctx.app.config.ports)
         ctx.publish("workspace.state_changed", row)
         UNARCHIVE_AFTER_INTENT()
         made = False
@@ -83,6 +87,9 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
             UNARCHIVE_AFTER_CHECKOUT()
             await HOLD.hold()
             restored = await _restore(ctx, row)
+            # What the archive did not preserve, copied again from the main checkout (an
+            # entry the snapshot or the preserved files restored is left as it is).
+            copied = await seed_checkout(ctx, project, row, wanted.copy)
             UNARCHIVE_AFTER_RESTORE()
             st = row.path.stat()
             with ctx.store.transaction():
@@ -103,7 +110,11 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
             ctx.publish("workspace.state_changed", done)
             answer_if_cut(
                 lambda: WorkspaceUnarchiveResult(
-                    workspace=ctx.info(done), restored=restored, setup=setup.result(cut)
+                    workspace=ctx.info(done),
+                    restored=restored,
+                    setup=setup.result(cut),
+                    ignored_copy=copied,
+                    ports_replaced=replaced,
                 ),
                 "workspace.unarchive",
             )
@@ -129,7 +140,11 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
                 update={"kept_at": finished.kept_at, "unverified": finished.unverified}
             )
         return WorkspaceUnarchiveResult(
-            workspace=ctx.info(row), restored=restored, setup=setup.result(outcome)
+            workspace=ctx.info(row),
+            restored=restored,
+            setup=setup.result(outcome),
+            ignored_copy=copied,
+            ports_replaced=replaced,
         )
 
 

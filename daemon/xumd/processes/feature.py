@@ -106,6 +106,9 @@ def install(
             output_poll_s=cfg.output_poll_s,
         )
     )
+    from xumd.lifecycle import wsenv
+
+    sup.settings.workspace_env = lambda wid: wsenv.for_workspace(app.store, app.paths.root, wid)
     quiet = app.provide(Quiescence(sup, leases, probe_deadline_s=cfg.probe_deadline_s))
     if sup.keep_processes and os.environ.get("INVOCATION_ID"):
         # A systemd service: with KillMode=mixed or control-group, the unit's stop SIGKILLs what

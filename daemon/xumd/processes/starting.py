@@ -23,6 +23,7 @@ from xumd.checkouts.marker import WorkspaceRef
 from xumd.containment import MARKER_VAR
 from xumd.errors import XumError
 from xumd.events import EventBus
+from xumd.lifecycle import wsenv
 from xumd.processes.durable import DurableIO
 from xumd.processes.keep_policy import KeepPolicy
 from xumd.processes.leases import LeaseStore, new_id
@@ -56,7 +57,7 @@ AFTER_RECORD = faults.declare(
 
 
 def child_env(extra: dict[str, str] | None, **xum: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _ENV_DROP}
+    env = wsenv.child_base(_ENV_DROP)
     for key, value in (extra or {}).items():
         if not key or "=" in key or "\0" in key or "\0" in value:
             raise XumError(ErrorKind.INVALID_PARAMS, f"invalid environment variable {key!r}")
@@ -126,13 +127,19 @@ class Starter:
                     f"the checkout of workspace {ref.name!r} is missing: {checkout}",
                     id=workspace_id,
                 )
-            extra = {"XUM_WORKSPACE_ID": ref.id, "XUM_PROCESS_ID": process_id}
+            own, xum = (
+                ({}, {})
+                if self.settings.workspace_env is None
+                else (self.settings.workspace_env(ref.id))
+            )
+            # The workspace's variables, then the request's, then XUM_* (never overridden).
+            extra = {**xum, "XUM_WORKSPACE_ID": ref.id, "XUM_PROCESS_ID": process_id}
             cont = self.settings.containment
             if cont is not None:
                 extra[MARKER_VAR] = str(cont.marker(process_id))
             if pty:
                 extra.setdefault("TERM", (env or {}).get("TERM") or "xterm-256color")
-            full_env = child_env(env, **extra)
+            full_env = child_env({**own, **(env or {})}, **extra)
             try:
                 resolve_program(argv[0], path_env=full_env.get("PATH"), cwd=checkout)
             except ProgramNotFound as exc:

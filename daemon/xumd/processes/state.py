@@ -43,6 +43,9 @@ class SupervisorSettings:
     """Exited records kept (their output and exit), newest first; memory stays bounded."""
     output_poll_s: float = 0.1
     """How often a durable output file is polled for growth."""
+    workspace_env: Any = None
+    """Callable(workspace_id) -> (the workspace's own variables, its XUM_* variables)
+    (xumd.lifecycle.wsenv.for_workspace, set by the processes feature): every process gets them."""
     containment: Any = None
     """xumd.containment.Containment (set when the daemon wires it): each process carries a marker
     naming its id, so its descendants are found again, double-forked ones and after a crash."""

@@ -13,11 +13,19 @@ disconnects mid-archive does not cancel the archive half-way; its answer is drop
 the server cancels requests still running after the grace period; one that committed nothing
 answers `shutting_down`, one that committed its logical change answers its result as the cut left
 it (`dispatch.answer_if_cut`), so a request with an id never goes unanswered nor falsely answered.
+
+End of input ends a connection once its pending answers are written, except for an event
+subscriber: a client that subscribes and then shuts down its sending side (as `socat` does when
+its input ends) keeps receiving events until it closes the connection itself (seen as a hangup
+on the socket, checked every `HANGUP_POLL_S`, or as a failed write), until the daemon stops, or
+until it is dropped for not reading.
 """
 
 from __future__ import annotations
 
 import itertools
+import select
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +48,8 @@ STREAM_CLOSE_DEADLINE_S = 1.0
 
 
 LINGER_S = 0.5
+HANGUP_POLL_S = 1.0
+"""How often a half-closed subscriber's socket is checked for a hangup (the peer closed it)."""
 LINGER_BYTES = 1024 * 1024
 
 
@@ -94,6 +104,8 @@ class Connection:
         self._cancel = anyio.CancelScope()
         self._reading = anyio.CancelScope()
         self._saw_eof = False
+        self._streaming = False
+        self._end_streaming = anyio.Event()
 
     # -- Peer protocol (what handlers see) -------------------------------------------------
 
@@ -114,6 +126,12 @@ class Connection:
     def stop_reading(self) -> None:
         """Close gracefully: read no more frames, let in-flight frames answer, flush, close."""
         self._reading.cancel()
+        self._end_streaming.set()
+
+    def keep_streaming(self) -> None:
+        """This connection subscribed to events: the end of its input (a half-close) does not
+        end it; events keep coming until the peer hangs up or the daemon stops."""
+        self._streaming = True
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -162,6 +180,8 @@ class Connection:
                         await self._reader()
                     # EOF, oversize frame or graceful close: in-flight frames answer first.
                     await self._drain_inflight()
+                    if self._streaming and self._saw_eof:
+                        await self._stream_after_eof()
                     self._outbox.close()
             finally:
                 self._finish()
@@ -169,6 +189,24 @@ class Connection:
             await close_stream(self._stream)
         else:
             await close_stream(self._stream, linger=not self._saw_eof)
+
+    async def _stream_after_eof(self) -> None:
+        """A half-closed subscriber: keep the writer going until the peer hangs up or the
+        daemon stops (stop_reading). A write that fails (the peer is gone) or a full outbox (it
+        does not read) cancels the whole connection, this wait included."""
+        raw: socket.socket | None = self._stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        # A subscriber that closed its connection (not only its sending side) also reads as end
+        # of input here: it is let go at once, not after a poll interval.
+        if raw is None or _hung_up(raw):
+            log.info("conn.subscriber_hung_up", conn=self.id, pid=self.pid)
+            return
+        log.info("conn.half_closed_subscriber", conn=self.id, pid=self.pid)
+        while not self._end_streaming.is_set():
+            with anyio.move_on_after(HANGUP_POLL_S):
+                await self._end_streaming.wait()
+            if _hung_up(raw):
+                log.info("conn.subscriber_hung_up", conn=self.id, pid=self.pid)
+                return
 
     async def _drain_inflight(self) -> None:
         for _ in range(self._max_inflight):
@@ -340,6 +378,17 @@ class Connection:
         if not replies:
             return
         self._enqueue_nowait(replies if batch else replies[0])
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """The peer closed its end entirely. A half-close (shutdown of its sending side) is only
+    end of input; a Unix stream socket reports POLLHUP once both directions are shut."""
+    try:
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLHUP | select.POLLERR)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True  # closed under us: nothing left to stream to
 
 
 def _unencodable(message: Any) -> Any:

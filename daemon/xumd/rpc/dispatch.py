@@ -38,6 +38,8 @@ class Peer(Protocol):
 
     def on_close(self, callback: Callable[[], None]) -> None: ...
 
+    def keep_streaming(self) -> None: ...
+
 
 @dataclass(slots=True)
 class RequestContext:

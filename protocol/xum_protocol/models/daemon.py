@@ -26,10 +26,26 @@ class ServerInfo(Result):
 
 
 class HelloResult(Result):
-    protocol: str
-    server: ServerInfo
-    root: str
-    capabilities: list[str]
+    protocol: str = Field(description="The protocol version the server speaks (major.minor).")
+    server: ServerInfo = Field(description="The daemon's name and version.")
+    root: str = Field(description="The daemon's root directory.")
+    capabilities: list[str] = Field(description="Every method this server answers.")
+    pid: int | None = Field(
+        default=None, description="The daemon's process id. Since 1.1 (absent before)."
+    )
+    started_at: float | None = Field(
+        default=None,
+        description="When the daemon started (Unix time, seconds). Since 1.1 (absent before).",
+    )
+    epoch: str | None = Field(
+        default=None,
+        description="This daemon run's event epoch (as in events): another epoch than a "
+        "client saw before means the daemon restarted. Since 1.1 (absent before).",
+    )
+    socket: str | None = Field(
+        default=None,
+        description="The socket path the daemon listens on. Since 1.1 (absent before).",
+    )
 
 
 class EmptyParams(Params):

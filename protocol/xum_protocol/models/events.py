@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from xum_protocol.methods_base import MethodSpec
 from xum_protocol.models.base import Params, Result
@@ -25,12 +25,49 @@ class SubscribeParams(Params):
     types: list[str] | None = Field(
         default=None, description="Only these event types (prefix match, e.g. 'workspace.')."
     )
+    after_seq: int | None = Field(
+        default=None,
+        ge=0,
+        description="Resume: the last `seq` this client saw (with `epoch`). The answer replays "
+        "the events after it (`events`) instead of a snapshot, or says `resync_required`. "
+        "Since 1.1.",
+    )
+    epoch: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Resume: the `epoch` that `after_seq` belongs to; required with `after_seq`. "
+        "Another epoch (the daemon restarted) means `resync_required`. Since 1.1.",
+    )
+
+    @model_validator(mode="after")
+    def _resume_needs_both(self) -> SubscribeParams:
+        if (self.after_seq is None) != (self.epoch is None):
+            raise ValueError("after_seq and epoch go together: give both to resume, or neither")
+        return self
 
 
 class SubscribeResult(Result):
-    epoch: str
-    seq: int = Field(description="The snapshot is valid at this sequence number; events follow.")
-    snapshot: dict[str, Any]
+    epoch: str = Field(description="This daemon run's epoch.")
+    seq: int = Field(
+        description="The state is valid at this sequence number (the snapshot's, or the last "
+        "replayed event's): every later event follows as a notification, none before it."
+    )
+    snapshot: dict[str, Any] | None = Field(
+        description="`projects`, `workspaces`, live `processes`. Null only when a resume "
+        "succeeded (`after_seq` given and `resync_required` false): `events` holds what was "
+        "missed instead."
+    )
+    resync_required: bool = Field(
+        default=False,
+        description="A resume (`after_seq`) could not be honoured: another epoch (a restart), "
+        "or the replay ring no longer holds the event after `after_seq`. The snapshot is "
+        "given: replace the client's state with it. Since 1.1.",
+    )
+    events: list[Event] = Field(
+        default_factory=list,
+        description="A successful resume: the events after `after_seq` up to `seq` that match "
+        "`types`, in order (each as an `event` notification's params). Since 1.1.",
+    )
 
 
 METHODS = [

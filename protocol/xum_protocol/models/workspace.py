@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from xum_protocol.methods_base import MethodSpec
 from xum_protocol.models.base import Name, Params, Result
 from xum_protocol.models.cleanup import CleanupStatus
+from xum_protocol.models.wsenv import CopyReport, PortChange, env_problem
 
 Runtime = Literal["worktree", "directory"]
 WorkspaceState = Literal["creating", "active", "archiving", "archived", "restoring", "removing"]
@@ -100,6 +101,16 @@ class WorkspaceInfo(Result):
         default=None, description="When the workspace archives itself (set at create)."
     )
     auto_archive_outcome: AutoArchiveOutcome | None = None
+    ports: list[int] = Field(
+        default_factory=list,
+        description="The workspace's ports (`XUM_PORT` is the first; since 1.0, additive): "
+        "allocated at create, kept while archived, released at removal.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Its environment (the project's `[env]` merged with `workspace.create "
+        "{env}`), given to setup, teardown and every process with the XUM_* variables.",
+    )
     created_at: float
     updated_at: float
 
@@ -115,6 +126,20 @@ class WorkspaceCreateParams(Params):
     auto_archive: AutoArchive | None = Field(
         default=None, description="Archive the workspace when its agent process exits with 0."
     )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables for its setup, teardown and processes (over the "
+        "project's `[env]`): names are letters, digits and '_' (not starting with a digit), "
+        "no NUL, at most 256 variables and 64 KiB; `XUM_*` is the daemon's (`invalid_params`).",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_rule(cls, value: dict[str, str]) -> dict[str, str]:
+        problem = env_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class WorkspaceResult(Result):
@@ -125,6 +150,11 @@ class WorkspaceCreateResult(Result):
     workspace: WorkspaceInfo
     setup: ScriptResult
     cleared_locks: list[str] = Field(default_factory=list)
+    ignored_copy: CopyReport = Field(
+        default_factory=CopyReport,
+        description="Ignored files copied from the main checkout before setup (since 1.0, "
+        "additive).",
+    )
 
 
 class WorkspaceListParams(Params):
@@ -195,6 +225,16 @@ class WorkspaceUnarchiveResult(Result):
     workspace: WorkspaceInfo
     restored: RestoredInfo
     setup: ScriptResult
+    ignored_copy: CopyReport = Field(
+        default_factory=CopyReport,
+        description="Ignored files copied from the main checkout that the archive did not "
+        "preserve (since 1.0, additive).",
+    )
+    ports_replaced: list[PortChange] = Field(
+        default_factory=list,
+        description="Ports of the workspace taken meanwhile by something else, replaced by "
+        "new ones (since 1.0, additive).",
+    )
 
 
 class WorkspaceRemoveParams(Params):

@@ -1,0 +1,86 @@
+"""`xum events`: watch the daemon's events, and resume after a reconnect (`--after-seq`/`--epoch`).
+
+With `--json` it prints one JSON object per line: the subscribe answer first (its `snapshot`, or
+on a resume the replayed `events`, and `resync_required`), then each event as the daemon sends it.
+A script resumes with the `epoch` and the last `seq` it printed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from xum_client.commands._context import Ctx
+
+
+def _subject(data: dict[str, Any]) -> str:
+    for key in ("workspace", "project", "process", "obligation", "lease", "turn"):
+        value = data.get(key)
+        if isinstance(value, dict):
+            name = value.get("name")
+            ident = value.get("id", "")
+            state = value.get("state") or value.get("status") or ""
+            return " ".join(str(part) for part in (ident, name or "", state) if part)
+    for key in ("workspace_id", "project_id"):
+        if data.get(key):
+            return str(data[key])
+    return ""
+
+
+def _line(event: dict[str, Any]) -> str:
+    return f"{event['seq']:>6} {event['type']:<28} {_subject(event.get('data') or {})}".rstrip()
+
+
+def register(cli: click.Group) -> None:
+    @cli.command("events")
+    @click.option(
+        "--type", "types", multiple=True, help="Only types starting with this (repeatable)."
+    )
+    @click.option("--after-seq", type=click.IntRange(min=0), help="Resume after this seq...")
+    @click.option("--epoch", help="...of this epoch (both, or neither).")
+    @click.option(
+        "--count",
+        type=click.IntRange(min=1),
+        help="Stop after this many events (replayed ones count).",
+    )
+    @click.pass_obj
+    def events(
+        obj: Ctx,
+        types: tuple[str, ...],
+        after_seq: int | None,
+        epoch: str | None,
+        count: int | None,
+    ) -> None:
+        """Print the daemon's events as they happen (until interrupted, or --count)."""
+        if (after_seq is None) != (epoch is None):
+            raise click.UsageError("--after-seq and --epoch go together")
+        params: dict[str, Any] = {"types": list(types)} if types else {}
+        if after_seq is not None:
+            params.update(after_seq=after_seq, epoch=epoch)
+        shown = 0
+        with obj.client(timeout=None) as client:
+            answer = client.call("events.subscribe", params)
+            if obj.as_json:
+                click.echo(json.dumps(answer), nl=True)
+            elif answer.get("resync_required"):
+                click.echo(
+                    f"resync required (epoch {answer['epoch']}): events after {after_seq} are "
+                    f"no longer held or the daemon restarted; state at seq {answer['seq']} "
+                    "follows from a snapshot"
+                )
+            else:
+                click.echo(f"epoch {answer['epoch']}, at seq {answer['seq']}")
+            replayed = answer.get("events") or []
+            if not obj.as_json:
+                for event in replayed:
+                    click.echo(_line(event))
+            shown += len(replayed)
+            while count is None or shown < count:
+                message = client.next_notification()
+                if message.get("method") != "event":
+                    continue
+                event = message.get("params") or {}
+                click.echo(json.dumps(event) if obj.as_json else _line(event))
+                shown += 1

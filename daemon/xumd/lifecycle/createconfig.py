@@ -1,0 +1,95 @@
+"""What a project's config asks of a new workspace (issue 14): `[create] copy`, the
+repository's `.worktreeinclude`, `[ports] count` and `[env]`.
+
+They are read from the project's main checkout at create, before the new checkout exists (the
+copy's source is that checkout too). None of them runs code, so none needs the config to be
+trusted. A config that breaks their rules refuses the create (`invalid_params`, naming the
+file) instead of creating a workspace without what it asked for.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xum_protocol.errors import ErrorKind
+from xum_protocol.models.wsenv import env_problem
+
+from xumd.errors import XumError
+from xumd.lifecycle.scripts import CONFIG_RELPATH, MAX_CONFIG_BYTES, _read_regular
+
+WORKTREEINCLUDE = ".worktreeinclude"
+MAX_PATTERNS = 1000
+MAX_PORTS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSettings:
+    copy: list[str] = field(default_factory=list)
+    """gitignore-style patterns: `[create] copy` then the lines of `.worktreeinclude`."""
+    ports: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _bad(path: Path, message: str) -> XumError:
+    return XumError(ErrorKind.INVALID_PARAMS, f"{path}: {message}", config=str(path))
+
+
+def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise _bad(path, f"[{key}] must be a table")
+    return value
+
+
+def _patterns_file(path: Path) -> list[str]:
+    """The patterns of a `.worktreeinclude` (gitignore syntax: blank lines and # comments
+    are skipped by git itself; they are kept out here only to count patterns honestly)."""
+    try:
+        raw = _read_regular(path, MAX_CONFIG_BYTES)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise _bad(path, f"cannot read it: {exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _bad(path, "not UTF-8") from None
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def load(project_path: Path) -> CreateSettings:
+    path = project_path / CONFIG_RELPATH
+    data: dict[str, Any] = {}
+    try:
+        raw = _read_regular(path, MAX_CONFIG_BYTES)
+    except FileNotFoundError:
+        raw = None
+    except OSError as exc:
+        raise _bad(path, f"cannot read it: {exc}") from None
+    if raw is not None:
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise _bad(path, f"not valid TOML: {exc}") from None
+    create = _table(data, "create", path)
+    copy = create.get("copy", [])
+    if not isinstance(copy, list) or not all(isinstance(p, str) for p in copy):
+        raise _bad(path, "[create] copy must be a list of strings (gitignore-style patterns)")
+    if any("\0" in p or "\n" in p or "\r" in p for p in copy):
+        raise _bad(path, "[create] copy: a pattern contains a NUL or line break")
+    copy = [p for p in copy if p.strip()] + _patterns_file(project_path / WORKTREEINCLUDE)
+    if len(copy) > MAX_PATTERNS:
+        raise _bad(path, f"{len(copy)} copy patterns; at most {MAX_PATTERNS}")
+    count = _table(data, "ports", path).get("count")
+    if count is not None and (
+        isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_PORTS
+    ):
+        raise _bad(path, f"[ports] count must be an integer from 0 to {MAX_PORTS}")
+    env = data.get("env", {})
+    problem = env_problem(env, "[env]")
+    if problem:
+        raise _bad(path, problem)
+    return CreateSettings(copy=copy, ports=count, env=dict(env))
