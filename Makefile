@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
+.PHONY: install install-user run test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
 
 install: $(STAMP)
 
@@ -13,6 +13,14 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# The shipped systemd/xumd.service runs %h/.local/bin/xumd: link this checkout's entry points
+# there (HOME=... make install-user for another home). `xum daemon install` needs no link: it
+# writes units naming this venv's xumd.
+install-user: install
+	mkdir -p $(HOME)/.local/bin
+	ln -sfn $(abspath $(BIN))/xumd $(HOME)/.local/bin/xumd
+	ln -sfn $(abspath $(BIN))/xum $(HOME)/.local/bin/xum
 
 run: install
 	$(BIN)/xumd

@@ -14,7 +14,12 @@ from bench.settings import Settings
 from bench.stats import Figure
 
 # Suite name -> module with `run(settings) -> list[Figure]`, in run order.
-SUITES = {"rpc": "bench.rpc", "lifecycle": "bench.lifecycle", "scale": "bench.scale"}
+SUITES = {
+    "rpc": "bench.rpc",
+    "lifecycle": "bench.lifecycle",
+    "bigrepo": "bench.bigrepo",
+    "scale": "bench.scale",
+}
 
 
 def _parser() -> argparse.ArgumentParser:

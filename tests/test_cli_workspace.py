@@ -112,12 +112,12 @@ def test_cli_events(daemon: DaemonProcess, repo: Path) -> None:
     )
     try:
         assert proc.stdout is not None
-        first = json.loads(proc.stdout.readline())  # the snapshot comes first
-        assert "seq" in first["snapshot"]
+        first = json.loads(proc.stdout.readline())  # the subscribe answer comes first
+        assert isinstance(first["seq"], int) and "workspaces" in first["snapshot"]
         daemon.call("project.add", {"path": str(repo)})
         events = [json.loads(proc.stdout.readline()) for _ in range(1)]
         assert events[0]["type"] == "project.added"
-        assert events[0]["seq"] > first["snapshot"]["seq"]
+        assert events[0]["seq"] > first["seq"]
     finally:
         proc.kill()
         proc.wait(10)

@@ -116,7 +116,14 @@ def test_structural_operations_refuse_busy_naming_a_mount(
         assert checkout.is_dir()
     listed = fast.call("process.holders", {"workspace_id": ws["id"]})
     assert listed["holders"] == [
-        {"kind": "mount", "pid": None, "label": f"mount at {point}", "since": None}
+        {
+            "kind": "mount",
+            "pid": None,
+            "label": f"mount at {point}",
+            "since": None,
+            "process_id": None,  # a mount is no process of the daemon's
+            "command": None,
+        }
     ]
     # Unmounted: the same calls go through, and the user's directory is intact.
     mounts.unmount(point)

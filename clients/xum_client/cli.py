@@ -6,7 +6,8 @@ first time one of their commands is asked for, rich loads only to draw a table o
 pydantic never loads for the built-in commands.
 
 Exit codes: 0 ok; 1 error; 2 usage; 3 not found; 4 no daemon on the root.
-`--json` is accepted by every command (before or after its name) and prints machine-readable output.
+`--json` is accepted by every command (before or after its name) and prints machine-readable output;
+a failure is then one JSON object on stdout, `{"error": {code, kind, message, data, exit}}`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import click
 
 from xum_client.commands._context import Ctx
-from xum_client.errors import DaemonNotRunning, NotFound, XumClientError, XumRpcError
+from xum_client.errors import DaemonNotRunning, NotFound, XumClientError
 from xum_client.sync import socket_path_for
 
 EXIT_OK = 0
@@ -30,7 +31,17 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_NO_DAEMON = 4
 
-DOMAINS = ("project", "workspace", "cleanup", "process", "turn", "events")
+DOMAINS = (
+    "project",
+    "workspace",
+    "cleanup",
+    "process",
+    "turn",
+    "events",
+    "usage",
+    "gc",
+    "completion",
+)
 """Modules under xum_client.commands that add commands, each with `register(cli)`."""
 
 
@@ -93,6 +104,16 @@ class XumGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         self.load_domains()
         return super().list_commands(ctx)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception:
+            # The failure leaves click's context behind: `main` still needs to know whether
+            # --json was given (before or after the command's name) to report it as JSON.
+            if isinstance(ctx.obj, Ctx):
+                _RUN[:] = [ctx.obj]
+            raise
 
 
 @click.group(cls=XumGroup, epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 no daemon.")
@@ -311,30 +332,46 @@ def daemon_install(obj: Ctx, dry_run: bool) -> None:
 # -- entry point ------------------------------------------------------------------------------
 
 
+_RUN: list[Ctx] = []
+"""This run's context (`main` reports a failure as JSON when --json was given)."""
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+    args = list(argv) if argv is not None else sys.argv[1:]
+    _RUN.clear()  # a context left by an earlier run in this process (tests) is not ours
     try:
-        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(EXIT_ERROR)
+        # prog_name: usage lines, and the `_XUM_COMPLETE` variable of shell completion, say
+        # `xum` however the CLI was started (`python -m`, a wrapper script).
+        cli.main(args=args, prog_name="xum", standalone_mode=False)
+    except click.exceptions.Abort as exc:
+        _fail(exc, EXIT_ERROR, args)
     except click.UsageError as exc:
-        exc.show()
-        sys.exit(EXIT_USAGE)
+        _fail(exc, EXIT_USAGE, args)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(exc, exc.exit_code, args)
     except DaemonNotRunning as exc:
-        click.echo(f"xum: {exc}", err=True)
-        sys.exit(EXIT_NO_DAEMON)
+        _fail(exc, EXIT_NO_DAEMON, args)
     except NotFound as exc:
-        click.echo(f"xum: {exc}", err=True)
-        sys.exit(EXIT_NOT_FOUND)
-    except XumRpcError as exc:
-        click.echo(f"xum: {exc.kind}: {exc}", err=True)
-        sys.exit(EXIT_ERROR)
+        _fail(exc, EXIT_NOT_FOUND, args)
     except XumClientError as exc:
-        click.echo(f"xum: {exc}", err=True)
-        sys.exit(EXIT_ERROR)
+        _fail(exc, EXIT_ERROR, args)
+
+
+def _fail(exc: Exception, code: int, args: list[str]) -> None:
+    """Report `exc` (JSON on stdout with --json, else text on stderr) and exit with `code`."""
+    from xum_client.commands import _errors
+
+    # As click parsed it, or, for a usage error that stopped parsing before it reached a
+    # `--json` (`xum ws bogus --json`), as the arguments say.
+    if any(run.as_json for run in _RUN) or _errors.wants_json(args):
+        _errors.emit_json_error(exc, code)
+    elif isinstance(exc, click.exceptions.Abort):
+        click.echo("aborted", err=True)
+    elif isinstance(exc, click.ClickException):
+        exc.show()
+    elif isinstance(exc, XumClientError):
+        click.echo(_errors.error_text(exc), err=True)
+    sys.exit(code)
 
 
 __all__ = [

@@ -115,6 +115,9 @@ class PermissionDenied(XumRpcError): ...
 class DiskFull(XumRpcError): ...
 
 
+class FetchFailed(XumRpcError): ...
+
+
 class PortsExhausted(XumRpcError): ...
 
 
@@ -141,6 +144,7 @@ ERROR_CLASSES: dict[str, type[XumRpcError]] = {
     ErrorKind.INVALID_PATH: InvalidPath,
     ErrorKind.PERMISSION_DENIED: PermissionDenied,
     ErrorKind.DISK_FULL: DiskFull,
+    ErrorKind.FETCH_FAILED: FetchFailed,
     ErrorKind.PORTS_EXHAUSTED: PortsExhausted,
 }
 _BY_KIND = ERROR_CLASSES  # the name earlier code used

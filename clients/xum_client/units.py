@@ -17,7 +17,8 @@ LAUNCHD_LABEL = "dev.xum.xumd"
 LAUNCHD_NAME = f"{LAUNCHD_LABEL}.plist"
 
 REPO_XUMD = "%h/.local/bin/xumd"
-"""ExecStart in the repository's unit: where `pipx install` / `pip install --user` put it."""
+"""ExecStart in the repository's unit: where `make install-user` links this checkout's xumd
+(and where `pipx install` / `pip install --user` put it)."""
 SYSTEMD_ROOT = "%S/xum"
 """The default root in systemd's words: %S is $XDG_STATE_HOME (~/.local/state) in a user unit."""
 REPO_LAUNCHD_XUMD = "/usr/local/bin/xumd"
@@ -44,7 +45,8 @@ def render_service(xumd: str = REPO_XUMD, root: str = SYSTEMD_ROOT) -> str:
     exec_start = " ".join(_quote(a) for a in (xumd, "--root", root))
     return f"""\
 # xumd as a systemd user service. Install for the current user with `xum daemon install`,
-# or copy this file and xumd.socket to ~/.config/systemd/user/, then:
+# or copy this file and xumd.socket to ~/.config/systemd/user/ (the repository's copy runs
+# ~/.local/bin/xumd: `make install-user` links it there), then:
 #   systemctl --user daemon-reload && systemctl --user enable --now xumd.socket
 [Unit]
 Description=xum workspace lifecycle daemon

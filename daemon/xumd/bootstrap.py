@@ -13,6 +13,7 @@ from xumd import containment_feature, daemon_feature
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup import feature as cleanup_feature
+from xumd.gc import feature as gc_feature
 from xumd.git import Git
 from xumd.lifecycle import feature as lifecycle_feature
 from xumd.lifecycle.seams import LifecycleHooks
@@ -20,6 +21,7 @@ from xumd.processes import feature as processes_feature
 from xumd.recovery import feature as recovery_feature
 from xumd.rpc import spec_examples
 from xumd.turns import feature as turns_feature
+from xumd.usage import feature as usage_feature
 
 
 def install_features(app: App) -> None:
@@ -41,9 +43,11 @@ def install_features(app: App) -> None:
         app, workspaces=workspaces, scripts=scripts, hooks=hooks
     )
     turns = turns_feature.install(app, workspaces=workspaces)  # delegated turns
+    usage_feature.install(app)  # disk usage (after lifecycle and cleanup)
     recovery_feature.install(  # startup pass + strays (last: runs after the others' hooks)
         app, workspaces=workspaces, git=git, turns=turns, hooks=hooks
     )
+    gc_feature.install(app)  # gc policies (after usage and recovery: it uses both)
     containment_feature.wire(containment, git=git, scripts=scripts, supervisor=supervisor)
     if app.config.enable_test_methods:
         spec_examples.install(app.router)

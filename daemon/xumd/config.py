@@ -55,6 +55,39 @@ class ProcessesConfig(BaseModel):
     auto_archive_backoff_max_s: float = Field(default=60.0, gt=0)
 
 
+class GcConfig(BaseModel):
+    """Garbage collection policies (issue 14): every one is off (0 / false) by default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    archived_after_days: float = Field(
+        default=0,
+        ge=0,
+        description="Remove archived workspaces archived (last changed) longer ago; 0: off.",
+    )
+    snapshot_refs_days: float = Field(
+        default=0,
+        ge=0,
+        description="Delete a removed workspace's snapshot refs this long after its removal; "
+        "0: off (kept forever).",
+    )
+    archive_merged: bool = Field(
+        default=False,
+        description="Archive active workspaces that are clean and whose branch (with commits of "
+        "its own) is merged into the main checkout's HEAD.",
+    )
+    kept_after_days: float = Field(
+        default=0, ge=0, description="Delete kept copies of removed workspaces after; 0: off."
+    )
+
+
+class UsageConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    deadline_s: float = Field(default=30.0, gt=0, description="One usage walk, then partial.")
+    cache_s: float = Field(default=300.0, ge=0, description="A usage answer is reused this long.")
+
+
 class PortsConfig(BaseModel):
     """Ports per workspace (issue 14): a project's `[ports] count` overrides `count`."""
 
@@ -121,10 +154,15 @@ class DaemonConfig(BaseModel):
     lock_wait_s: float = Field(default=30.0, gt=0)
     git_timeout_s: float = Field(default=120.0, gt=0)
     script_timeout_s: float = Field(default=600.0, gt=0)
+    fetch_timeout_s: float = Field(
+        default=60.0, gt=0, description="`workspace.create {fetch}`: the base's git fetch."
+    )
     stop_grace_s: float = Field(default=5.0, ge=0)
     enable_test_methods: bool = False
     cleanup: CleanupConfig = Field(default_factory=CleanupConfig)
     processes: ProcessesConfig = Field(default_factory=ProcessesConfig)
+    gc: GcConfig = Field(default_factory=GcConfig)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
     ports: PortsConfig = Field(default_factory=PortsConfig)
     create: CreateConfig = Field(default_factory=CreateConfig)
 

@@ -42,6 +42,7 @@ class ErrorKind(StrEnum):
     INVALID_PATH = "invalid_path"
     PERMISSION_DENIED = "permission_denied"
     DISK_FULL = "disk_full"
+    FETCH_FAILED = "fetch_failed"
     PORTS_EXHAUSTED = "ports_exhausted"
 
 
@@ -68,7 +69,8 @@ ERROR_CODES: dict[ErrorKind, int] = {
     ErrorKind.INVALID_PATH: -32015,
     ErrorKind.PERMISSION_DENIED: -32016,
     ErrorKind.DISK_FULL: -32017,
-    ErrorKind.PORTS_EXHAUSTED: -32019,  # -32018 is fetch_failed (issue 14, section 4)
+    ErrorKind.FETCH_FAILED: -32018,
+    ErrorKind.PORTS_EXHAUSTED: -32019,
 }
 
 KIND_BY_CODE: dict[int, ErrorKind] = {code: kind for kind, code in ERROR_CODES.items()}

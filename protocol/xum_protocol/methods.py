@@ -7,15 +7,29 @@ from xum_protocol.models import (
     cleanup,
     daemon,
     events,
+    gc,
     lease,
     process,
     project,
     recovery,
     turn,
+    usage,
     workspace,
 )
 
-_DOMAINS = (daemon, project, workspace, cleanup, process, lease, turn, recovery, events)
+_DOMAINS = (
+    daemon,
+    project,
+    workspace,
+    usage,
+    gc,
+    cleanup,
+    process,
+    lease,
+    turn,
+    recovery,
+    events,
+)
 
 METHODS: dict[str, MethodSpec] = {}
 for _domain in _DOMAINS:

@@ -85,6 +85,7 @@ class _Side:
 
 class DaemonStopping(click.ClickException):
     exit_code = 75  # EX_TEMPFAIL: the command did not finish here; see the message
+    kind = "daemon_stopping"  # its `--json` error kind
 
 
 def daemon_stop_note(process: dict[str, Any]) -> str:
@@ -129,9 +130,28 @@ def _copy_output(client: Client, process_id: str) -> dict[str, Any] | None:
         since = chunk["next"]
         if chunk["exited"]:
             exit_info: dict[str, Any] | None = chunk["exit"]
-            if exit_info and exit_info.get("stop_reason") == "shutdown":
-                sys.stderr.write("\n[xum: stopped because the daemon shut down]\n")
+            note = stop_note(process_id, exit_info)
+            if note:
+                sys.stderr.write(f"\n[xum: {note}]\n")
             return exit_info
+
+
+STOP_NOTES = {
+    "shutdown": "stopped because the daemon shut down",
+    "release": "stopped by the daemon: its workspace was archived with --stop (or released)",
+    "request": "stopped by a request to stop it (`xum kill {id}` or process.stop)",
+    "session": "stopped because its caller's connection closed",
+}
+
+
+def stop_note(process_id: str, exit_info: dict[str, Any] | None) -> str | None:
+    """Why the daemon stopped an attached process (None: it ended on its own): an `xum run`
+    that ends by SIGTERM says who sent it instead of exiting 143 silently."""
+    reason = (exit_info or {}).get("stop_reason")
+    if not reason:
+        return None
+    note = STOP_NOTES.get(reason, f"stopped by the daemon ({reason})")
+    return f"{process_id} " + note.format(id=process_id)
 
 
 def _parse_env(pairs: tuple[str, ...]) -> dict[str, str] | None:
@@ -150,17 +170,25 @@ def register(cli: click.Group) -> None:
     @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
     @click.option("--kind", type=click.Choice(["exec", "agent", "mcp"]), default="exec")
     @click.option("--env", "env_pairs", multiple=True, help="KEY=VALUE (repeatable)")
+    @click.option(
+        "--detach",
+        "-d",
+        is_flag=True,
+        help="start it and return at once, printing its id (`xum ps`; `xum kill ID` stops it)",
+    )
     @click.pass_context
-    def run(
+    def run(  # noqa: PLR0917 - one parameter per click option
         ctx: click.Context,
         workspace: str,
         argv: tuple[str, ...],
         kind: str,
         env_pairs: tuple[str, ...],
+        detach: bool,
     ) -> None:
         """Run a command in a workspace: stream its output, forward stdin, exit with its code.
 
         xum run WS -- make test
+        xum run --detach --kind agent WS -- my-agent   # prints proc_..., returns
         """
         obj = _obj(ctx)
         with obj.client() as client:
@@ -172,9 +200,13 @@ def register(cli: click.Group) -> None:
                     "kind": kind,
                     "argv": list(argv),
                     "env": _parse_env(env_pairs),
-                    "foreground": kind == "exec",
+                    # Detached: not tied to this connection, so it outlives this command.
+                    "foreground": kind == "exec" and not detach,
                 },
             )["process"]
+            if detach:
+                obj.emit({"process": process}, process["id"])
+                return
             side = _Side(obj.root, process["id"], obj.socket)
             threading.Thread(target=side.pump, args=(False,), daemon=True).start()
             previous = signal.signal(

@@ -1,4 +1,4 @@
-"""`xum ws new|ls|show|mv|archive|unarchive|rm|keep|discard-kept` and `xum events`.
+"""`xum ws new|ls|show|mv|archive|unarchive|rm|keep|setup|discard-kept` and `xum events`.
 
 A workspace is addressed by its id (ws_...) or as PROJECT/NAME.
 """
@@ -31,12 +31,15 @@ def _on_workspace(obj: Ctx, method: str, ref: str, **params: Any) -> dict[str, A
         return client.call(method, {"workspace_id": workspace_id(client, ref), **params})
 
 
-def _setup_line(setup: dict[str, Any]) -> str:
+def _setup_line(setup: dict[str, Any], ref: str | None = None) -> str:
     line = f"setup: {setup['status']}"
     if setup.get("error"):
         line += f" ({setup['error']})"
     if setup.get("hint"):
         line += f"\n  {setup['hint']}"
+        if setup["status"] == "untrusted" and ref:
+            # Trusting does not run a skipped setup by itself: say how.
+            line += f"; then run its setup: xum ws setup {ref}"
     return line
 
 
@@ -63,17 +66,43 @@ def _dropped_line(dropped: dict[str, Any]) -> str:
     special = dropped.get("special") or []
     if not dropped.get("count") and not dropped.get("preserved") and not special:
         return "dropped: no ignored files"
-    line = f"dropped: {dropped['count']} ignored file(s), {dropped['bytes']} bytes"
-    if dropped.get("paths"):
+    if not dropped.get("count"):
+        line = "dropped: 0 ignored files"  # but preserved or special ones, named below
+    else:
+        line = f"dropped: {dropped['count']} ignored file(s), {dropped['bytes']} bytes"
+    if dropped.get("count") and dropped.get("paths"):
         line += " in " + ", ".join(dropped["paths"][:10])
     if dropped.get("preserved"):
-        line += f"; preserved {len(dropped['preserved'])}"
+        kept = dropped["preserved"]
+        line += f"; preserved {len(kept)}: " + ", ".join(kept[:10])
+        if len(kept) > 10:
+            line += f" (+{len(kept) - 10} more)"
     if special:
         # FIFOs, sockets, devices: no archive can hold them; they go with the checkout.
         line += f"; {len(special)} special file(s) not saved: " + ", ".join(
             f"{s['path']} ({s['type']})" for s in special[:10]
         )
     return line
+
+
+def _create_extras(result: dict[str, Any]) -> str:
+    """The base fetch, the sparse cone and the submodules of a create, when there were any."""
+    lines: list[str] = []
+    fetched = result.get("fetch")
+    if fetched:
+        line = f"fetch: {fetched['status']} from {fetched['remote']}"
+        if fetched.get("stale"):
+            line += f"; STALE base used ({fetched.get('error')})"
+        lines.append(line)
+    if fetched and result.get("base_commit"):
+        lines.append(f"base: {result['base_commit']}")
+    sparse = result.get("sparse")
+    if sparse:
+        lines.append("sparse: " + " ".join(sparse["patterns"]))
+    for sub in result.get("submodules") or []:
+        error = f" ({sub['error']})" if sub.get("error") else ""
+        lines.append(f"submodule {sub['path']}: {sub['status']}{error}")
+    return "\n".join(lines)
 
 
 def _env(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -146,6 +175,14 @@ def register(cli: click.Group) -> None:
         help="archive it when its agent exits with 0",
     )
     @click.option(
+        "--fetch/--no-fetch",
+        default=None,
+        help="fetch the base's remote first (default: the project's [create] fetch)",
+    )
+    @click.option(
+        "--allow-stale-base", is_flag=True, help="with --fetch: if the fetch fails, go on anyway"
+    )
+    @click.option(
         "--env",
         "env_pairs",
         multiple=True,
@@ -161,6 +198,8 @@ def register(cli: click.Group) -> None:
         base: str | None,
         runtime: str,
         auto_archive: str | None,
+        fetch: bool | None,
+        allow_stale_base: bool,
         env_pairs: tuple[str, ...],
     ) -> None:
         """Create workspace NAME in PROJECT."""
@@ -172,6 +211,10 @@ def register(cli: click.Group) -> None:
                 "runtime": runtime,
                 **given(branch=branch, base=base, auto_archive=auto_archive, env=_env(env_pairs)),
             }
+            if fetch is not None:  # --no-fetch overrides the project's [create] fetch
+                params["fetch"] = fetch
+            if allow_stale_base:
+                params["allow_stale_base"] = True
             with setup_progress(obj, by_name(pid, name), f"creating {name}") as display:
                 result = client.call("workspace.create", params)
         w = result["workspace"]
@@ -181,7 +224,10 @@ def register(cli: click.Group) -> None:
         copied = result.get("ignored_copy") or {}
         if copied.get("status", "none") != "none":
             human += f"\n{copy_line(copied)}"
-        human += f"\n{_setup_line(result['setup'])}"
+        extras = _create_extras(result)
+        if extras:
+            human += "\n" + extras
+        human += f"\n{_setup_line(result['setup'], f'{project_ref}/{name}')}"
         streamed = display is not None and display.streamed
         if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
             human += "\n" + result["setup"]["output"]
@@ -190,13 +236,23 @@ def register(cli: click.Group) -> None:
     @ws.command("ls")
     @click.option("--project", "project_ref", help="only this project (id or name)")
     @click.option("--state", help="only this state")
+    @click.option("--usage", "with_usage", is_flag=True, help="with each checkout's disk usage")
     @click.pass_obj
-    def ls(obj: Ctx, project_ref: str | None, state: str | None) -> None:
+    def ls(obj: Ctx, project_ref: str | None, state: str | None, with_usage: bool) -> None:
         """List workspaces."""
         with obj.client() as client:
             pid = project_id(client, project_ref) if project_ref else None
             result = client.call("workspace.list", given(project_id=pid, state=state))
         lines = [short(w) for w in result["workspaces"]]
+        if with_usage:
+            from xum_client.commands.usage import fetch_usage, usage_cell
+
+            sizes = {u["workspace_id"]: u for u in fetch_usage(obj)["workspaces"]}
+            result["usage"] = [sizes[w["id"]] for w in result["workspaces"] if w["id"] in sizes]
+            lines = [
+                f"{usage_cell(sizes.get(w['id'], {})):>12}  {line}"
+                for w, line in zip(result["workspaces"], lines, strict=True)
+            ]
         obj.emit(result, "\n".join(lines) if lines else "no workspaces")
 
     @ws.command("show")
@@ -207,7 +263,11 @@ def register(cli: click.Group) -> None:
         with obj.client() as client:
             result = client.call("workspace.get", {"workspace_id": workspace_id(client, ref)})
         w = result["workspace"]
-        human = [short(w), _setup_line(w["setup"])]
+        human = [short(w)]
+        if w.get("interrupted"):
+            reason = w.get("interrupted_reason") or "no reason recorded"
+            human.append(f"interrupted: {reason}\n  keep it (`xum ws keep {ref}`) or remove it")
+        human.append(_setup_line(w["setup"], ref))
         if w["setup"].get("output"):
             human.append(w["setup"]["output"].rstrip())
         if w.get("snapshot"):
@@ -267,7 +327,7 @@ def register(cli: click.Group) -> None:
         files = len((restored.get("snapshot") or {}).get("files", []))
         human = (
             f"restored {w['name']} at {w['path']} ({files} file(s) from the snapshot, "
-            f"{len(restored['preserved'])} preserved)\n{_setup_line(result['setup'])}"
+            f"{len(restored['preserved'])} preserved)\n{_setup_line(result['setup'], ref)}"
         )
         if restored.get("replaced"):
             human += "\nyour preserved copy replaced what setup wrote: " + ", ".join(
@@ -303,6 +363,25 @@ def register(cli: click.Group) -> None:
             lines.append(kept_line(result["kept"]))
         lines.append(_cleanup_line(result["cleanup"]))
         obj.emit(result, "\n".join(lines))
+
+    @ws.command("setup")
+    @click.argument("ref")
+    @click.pass_obj
+    def setup(obj: Ctx, ref: str) -> None:
+        """Run an active workspace's setup again (e.g. after `xum project trust`)."""
+        with _long(obj) as client:
+            wid = workspace_id(client, ref)
+            with setup_progress(obj, by_id(wid), f"setting up {ref}") as display:
+                result = client.call("workspace.setup", {"workspace_id": wid})
+        w = result["workspace"]
+        human = f"{w['name']} ({w['id']})\n{_setup_line(result['setup'], ref)}"
+        streamed = display is not None and display.streamed
+        if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
+            human += "\n" + result["setup"]["output"]
+        obj.emit(result, human)
+        if result["setup"]["status"] in ("failed", "untrusted"):
+            # Not a success for a script: the setup did not run, or failed.
+            raise SystemExit(1)
 
     @ws.command("discard-kept")
     @click.argument("path")

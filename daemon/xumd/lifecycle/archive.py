@@ -18,7 +18,7 @@ from xumd.lifecycle.checkout import clear_stale_locks
 from xumd.lifecycle.context import Context, invalid_state
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
-from xumd.lifecycle.seams import busy_message
+from xumd.lifecycle.seams import holders_text
 from xumd.lifecycle.snapshot import Dropped, Snapshot
 from xumd.rpc.dispatch import answer_if_cut
 
@@ -95,7 +95,7 @@ async def _stop(ctx: Context, ref: WorkspaceRef, row: WorkspaceRow) -> list[str]
     if left:
         raise XumError(
             ErrorKind.BUSY,
-            f"cannot archive {row.name!r}: could not stop " + busy_message(left)[len("busy: ") :],
+            f"cannot archive {row.name!r}: could not stop " + holders_text(left),
             holders=[h.as_dict() for h in left],
         )
     return stopped

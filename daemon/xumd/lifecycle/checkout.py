@@ -35,13 +35,22 @@ class BranchTaken(XumError):
 
 
 async def add_worktree(
-    git: Git, repo: Path, row: WorkspaceRow, branch: str, new_from: str | None
+    git: Git,
+    repo: Path,
+    row: WorkspaceRow,
+    branch: str,
+    new_from: str | None,
+    *,
+    no_checkout: bool = False,
 ) -> list[str]:
     """`git worktree add --lock --reason <marker>`: the lock is atomic with the add and its
     reason is the incarnation marker. With `new_from`, the branch is created (-b). Returns the
-    stale git lock files cleared first."""
+    stale git lock files cleared first. `no_checkout`: no file is written (a sparse checkout
+    writes its cone afterwards: bigrepo.apply_sparse)."""
     reason = marker.Marker(row.id, row.incarnation).reason()
     args = ["worktree", "add", "--lock", "--reason", reason]
+    if no_checkout:
+        args.append("--no-checkout")
     if new_from is not None:
         args += ["-b", branch, "--", str(row.path), new_from]
     else:

@@ -204,9 +204,14 @@ class Context:
     async def quiescent(self, row: WorkspaceRow, op: str) -> None:
         holders = await self.hooks.holders(row.ref())
         if holders:
+            message = f"cannot {op} {row.name!r}: " + busy_message(holders)
+            if op == "archive" and any(h.process_id for h in holders):
+                # The daemon's own processes: archive can stop them itself.
+                message += "; or archive with stop (`xum ws archive --stop`) to stop the daemon's"
+                message += " processes first"
             raise XumError(
                 ErrorKind.BUSY,
-                f"cannot {op} {row.name!r}: " + busy_message(holders),
+                message,
                 holders=[h.as_dict() for h in holders],
             )
 

@@ -13,12 +13,25 @@ from dataclasses import dataclass
 import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.base import CONTROL_RE
+from xum_protocol.models.checkout_extras import SubmoduleInfo
 from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreateResult
 from xum_protocol.models.wsenv import CopyReport
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import checkout, createconfig, ids, owned, ports, rows, seed, setup, wsenv
+from xumd.lifecycle import (
+    basefetch,
+    bigrepo,
+    checkout,
+    createconfig,
+    ids,
+    owned,
+    ports,
+    rows,
+    seed,
+    setup,
+    wsenv,
+)
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 
@@ -146,8 +159,11 @@ async def _create(
     binding: IntentBinding | None,
 ) -> WorkspaceCreateResult:
     _check_params(ctx, project, params)
+    wanted = createconfig.load(project.path)  # a broken config refuses before any fetch
+    params, fetched = await basefetch.prepare(ctx.git, ctx.app.config, project, params)
     plan = await _plan_branch(ctx, project, params) if params.runtime == "worktree" else None
-    wanted = createconfig.load(project.path)
+    sparse = await bigrepo.sparse_patterns(ctx.git, project.path) if plan else None
+    submodules: list[SubmoduleInfo] = []
     await HOLD.hold()
     row = ctx.row(
         _insert_intent(ctx, project, params, plan, binding, also=_extras(ctx, params, wanted))
@@ -172,8 +188,11 @@ async def _create(
             if plan is not None:
                 new_from = plan.base if plan.create else None
                 cleared = await checkout.add_worktree(
-                    ctx.git, project.path, row, plan.branch, new_from
+                    ctx.git, project.path, row, plan.branch, new_from, no_checkout=bool(sparse)
                 )
+                if sparse is not None:
+                    await bigrepo.apply_sparse(ctx.git, project.path, row.path, sparse)
+                submodules = await bigrepo.init_submodules(ctx.git, project.path, row.path)
             else:
                 checkout.make_directory(row)
         CREATE_AFTER_CHECKOUT()
@@ -199,6 +218,10 @@ async def _create(
         workspace=ctx.info(row),
         setup=setup.result(outcome),
         cleared_locks=cleared,
+        base_commit=plan.base if plan else None,
+        fetch=fetched,
+        sparse=sparse,
+        submodules=submodules,
         ignored_copy=copied,
     )
 

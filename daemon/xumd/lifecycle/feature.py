@@ -30,6 +30,7 @@ from xum_protocol.models.workspace import (
     WorkspaceRenameParams,
     WorkspaceRenameResult,
     WorkspaceResult,
+    WorkspaceSetupResult,
     WorkspaceUnarchiveResult,
 )
 
@@ -138,6 +139,9 @@ def install(
     async def ws_keep(p: WorkspaceIdParams, ctx: RequestContext) -> WorkspaceResult:
         return await workspaces.keep(p.workspace_id)
 
+    async def ws_setup(p: WorkspaceIdParams, ctx: RequestContext) -> WorkspaceSetupResult:
+        return await workspaces.rerun_setup(p.workspace_id)
+
     for name, handler in (
         ("project.add", project_add),
         ("project.list", project_list),
@@ -152,6 +156,7 @@ def install(
         ("workspace.unarchive", ws_unarchive),
         ("workspace.remove", ws_remove),
         ("workspace.keep", ws_keep),
+        ("workspace.setup", ws_setup),
     ):
         app.router.add(name, handler)
 

@@ -12,6 +12,7 @@ lifecycle, is used directly: the lifecycle is handed its `CleanupService`.)
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,12 +33,75 @@ class Holder:
     pid: int | None
     label: str
     since: float | None = None
+    process_id: str | None = None
+    """The supervised process (proc_...), when the daemon started it."""
+    command: str | None = None
+    """Its command line (shell-quoted, bounded), when known."""
 
     def describe(self) -> str:
-        return f"{self.label or self.kind} in pid {self.pid}" if self.pid else self.label
+        """`agent in pid 12373 (proc_…, `claude`; free it: `xum kill proc_…`)`."""
+        hint = self.free_hint()
+        if not self.pid:
+            label = printable(self.label)
+            return f"{label} ({hint})" if hint else label
+        details = [d for d in (self.process_id, self.command and f"`{self.command}`") if d]
+        text = f"{self._named()} in pid {self.pid}"
+        if details:
+            text += " (" + ", ".join(details) + (f"; free it: {hint})" if hint else ")")
+        elif hint:
+            text += f" (free it: {hint})"
+        return text
+
+    def _named(self) -> str:
+        """Its kind and label (`exec make`, `process vim`), the kind once when the label
+        already says it (`agent`, `terminal`, `MCP server`, a pending stop's own label)."""
+        label = printable(self.label or self.kind)
+        said = label.lower().startswith(self.kind.lower()) or self.kind in ("mcp", "pending_stop")
+        return label if said else f"{self.kind} {label}"
+
+    def free_hint(self) -> str | None:
+        """How the user frees the checkout of this holder (None: nothing to say)."""
+        if self.process_id:
+            return f"`xum kill {self.process_id}`"
+        if self.kind == "mount":
+            return "unmount it"
+        if self.pid:
+            return f"end pid {self.pid}"
+        return None
 
     def as_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "pid": self.pid, "label": self.label, "since": self.since}
+        found: dict[str, object] = {
+            "kind": self.kind,
+            "pid": self.pid,
+            "label": self.label,
+            "since": self.since,
+        }
+        # Additive fields, present only when known (a mount or probe holder has neither).
+        if self.process_id is not None:
+            found["process_id"] = self.process_id
+        if self.command is not None:
+            found["command"] = self.command
+        return found
+
+
+COMMAND_MAX = 200
+"""A holder's command line is cut here: a message names it, it does not reproduce it."""
+
+
+def printable(text: str) -> str:
+    """`text` with each control character escaped: a program picks its own argv and name, and
+    an escape sequence or a newline would otherwise reach the terminal showing the message."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+
+
+def command_line(argv: list[str]) -> str | None:
+    """`argv` as one shell-quoted line, bounded (None: nothing known)."""
+    if not argv:
+        return None
+    line = printable(shlex.join(argv))
+    return line if len(line) <= COMMAND_MAX else line[: COMMAND_MAX - 1] + "…"
 
 
 async def mount_holders(workspace: WorkspaceRef) -> list[Holder]:
@@ -99,5 +163,11 @@ class LifecycleHooks:
         return stopped, left
 
 
+def holders_text(holders: list[Holder]) -> str:
+    """Each holder once, by kind, pid, process id and command line, with how to free it."""
+    return "; ".join(h.describe() for h in holders)
+
+
 def busy_message(holders: list[Holder]) -> str:
-    return "busy: " + ", ".join(h.describe() for h in holders)
+    """The holders, for a message whose error kind already says `busy` (said once)."""
+    return "in use by " + holders_text(holders)

@@ -20,6 +20,7 @@ from xum_protocol.models.workspace import (
     WorkspaceRemoveResult,
     WorkspaceRenameResult,
     WorkspaceResult,
+    WorkspaceSetupResult,
     WorkspaceUnarchiveResult,
 )
 
@@ -31,6 +32,7 @@ from xumd.lifecycle.create import create as do_create
 from xumd.lifecycle.keep import keep as do_keep
 from xumd.lifecycle.remove import remove as do_remove
 from xumd.lifecycle.rename import rename as do_rename
+from xumd.lifecycle.rerun_setup import rerun as do_rerun_setup
 from xumd.lifecycle.unarchive import unarchive as do_unarchive
 
 __all__ = ["IntentBinding", "WorkspaceService"]
@@ -71,3 +73,6 @@ class WorkspaceService(Context):
 
     async def keep(self, workspace_id: str) -> WorkspaceResult:
         return await do_keep(self, workspace_id)
+
+    async def rerun_setup(self, workspace_id: str) -> WorkspaceSetupResult:
+        return await do_rerun_setup(self, workspace_id)

@@ -20,6 +20,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -280,6 +281,7 @@ class Snapshotter:
     ) -> Dropped:
         dropped = Dropped()
         top: list[str] = []
+        files_under: dict[str, list[str]] = {}
         matched: list[str] = []
         seen: set[str] = set()
         for entry in entries:
@@ -288,6 +290,7 @@ class Snapshotter:
             )
             if first not in top:
                 top.append(first)
+            under = files_under.setdefault(first, [])
             full = checkout / entry
             for rel, size in _walk_files(checkout, full):
                 # git lists a directory holding only ignored files *and* those files
@@ -295,10 +298,15 @@ class Snapshotter:
                 if rel in seen:
                     continue
                 seen.add(rel)
+                under.append(rel)
                 dropped.count += 1
                 dropped.bytes += size
                 if globs and _matches(rel, globs):
                     matched.append(rel)
+        kept = set(matched)
+        # A top-level path is named as dropped only when something under it is: one whose
+        # every file is preserved (`.env`) is not lost (an empty directory still is).
+        top = [t for t in top if not files_under[t] or any(r not in kept for r in files_under[t])]
         dropped.paths = top[:_MAX_TOP_PATHS]
         # git never lists special files (FIFOs, sockets, devices): without this walk they
         # would go with the checkout without a mention.
@@ -381,18 +389,26 @@ def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
         st = full.lstat()
     except OSError:
         return found
-    if not full.is_dir() or full.is_symlink():
-        found.append((str(full.relative_to(checkout)), st.st_size))
+    if not stat.S_ISDIR(st.st_mode):
+        if _countable(st.st_mode):
+            found.append((str(full.relative_to(checkout)), st.st_size))
         return found
     for dirpath, _dirs, files in fsdelete.walk_within(full):
         for name in files:
             path = Path(dirpath) / name
             try:
-                size = path.lstat().st_size
+                st = path.lstat()
             except OSError:
                 continue
-            found.append((str(path.relative_to(checkout)), size))
+            if _countable(st.st_mode):
+                found.append((str(path.relative_to(checkout)), st.st_size))
     return found
+
+
+def _countable(mode: int) -> bool:
+    """Regular files and symlinks are ignored files; a FIFO, socket or device is a special
+    file (`Dropped.special`), reported there once and never counted or copied as a file."""
+    return stat.S_ISREG(mode) or stat.S_ISLNK(mode)
 
 
 def _matches(rel: str, globs: list[str]) -> bool:

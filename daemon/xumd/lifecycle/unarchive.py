@@ -17,7 +17,17 @@ from xum_protocol.models.workspace import RestoredInfo, SnapshotInfo, WorkspaceU
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import checkout, createconfig, dirstore, ids, ports, preserved, rows, setup
+from xumd.lifecycle import (
+    bigrepo,
+    checkout,
+    createconfig,
+    dirstore,
+    ids,
+    ports,
+    preserved,
+    rows,
+    setup,
+)
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
 from xumd.lifecycle.create import seed_checkout
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
@@ -87,6 +97,10 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
             UNARCHIVE_AFTER_CHECKOUT()
             await HOLD.hold()
             restored = await _restore(ctx, row)
+            if row.runtime == "worktree":
+                # As create does: from the main checkout's copies, no network (bigrepo.py).
+                subs = await bigrepo.init_submodules(ctx.git, project.path, row.path)
+                restored = restored.model_copy(update={"submodules": subs})
             # What the archive did not preserve, copied again from the main checkout (an
             # entry the snapshot or the preserved files restored is left as it is).
             copied = await seed_checkout(ctx, project, row, wanted.copy)

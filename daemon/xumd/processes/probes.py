@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -78,6 +78,8 @@ class Usage:
     name: str
     since: float
     where: str  # "cwd" or "open file"
+    argv: list[str] = field(default_factory=list)
+    """Its command line, when readable (a holder is named by it)."""
 
 
 def _inside(path: str, root: str) -> bool:
@@ -123,7 +125,13 @@ def find_users(
         except psutil.Error:
             continue
         if where:
-            found.append(Usage(pid, info.get("name") or "process", info["create_time"], where))
+            try:
+                argv = proc.cmdline()
+            except (OSError, psutil.Error):
+                argv = []  # gone or unreadable meanwhile: it is still named by pid and name
+            found.append(
+                Usage(pid, info.get("name") or "process", info["create_time"], where, argv)
+            )
             if len(found) >= limit:
                 break
     return found

@@ -11,7 +11,7 @@ import anyio
 
 from xumd import logs
 from xumd.checkouts.marker import WorkspaceRef
-from xumd.lifecycle.seams import Holder
+from xumd.lifecycle.seams import Holder, command_line
 from xumd.processes import probes
 from xumd.processes.leases import LeaseStore, holder_of
 from xumd.processes.supervisor import Supervisor
@@ -49,10 +49,20 @@ class Quiescence:
                         pid=managed.pid,
                         label=f"{managed.label} (stop unconfirmed)" if pending else managed.label,
                         since=managed.started_at,
+                        process_id=managed.id,
+                        command=command_line(managed.argv),
                     )
                 )
             else:
-                found.append(Holder(lease.kind, lease.pid, lease.label, lease.created_at))
+                found.append(
+                    Holder(
+                        lease.kind,
+                        lease.pid,
+                        lease.label,
+                        lease.created_at,
+                        process_id=lease.process_id,
+                    )
+                )
         pids, pgids = holder_of(live)
         found.extend(await self._probe(ref, pids, pgids))
         return found
@@ -63,7 +73,10 @@ class Quiescence:
                 lambda: probes.find_users(ref.path, exclude_pids=pids, exclude_pgids=pgids),
                 abandon_on_cancel=True,
             )
-            return [Holder("process", u.pid, u.name, u.since) for u in users]
+            return [
+                Holder("process", u.pid, u.name, u.since, command=command_line(u.argv))
+                for u in users
+            ]
         # Fail closed: an unfinished probe cannot prove that nobody uses the checkout.
         log.warning("quiescence.probe_timeout", workspace=ref.id)
         return [Holder("probe", None, f"process probe did not finish in {self.probe_deadline_s}s")]
@@ -78,6 +91,8 @@ class Quiescence:
                 m.pid,
                 m.label,
                 m.started_at,
+                process_id=m.id,
+                command=command_line(m.argv),
             )
             for m in left
         ]

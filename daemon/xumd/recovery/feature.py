@@ -39,6 +39,49 @@ STATUS_KEY = "recovery"
 log = logs.get("xumd.recovery")
 
 
+async def discard_kept_copy(app: App, path: str) -> DiscardKeptResult:
+    """Delete exactly one kept copy: a direct child of ROOT/archive that no row claims
+    (`strays.scan_kept`); never an archived workspace's own copy, never anything else.
+    `workspace.discard_kept`, and gc's discard_kept policy (the same checks)."""
+    given = Path(path)
+    archive = app.paths.archive_store
+    if not given.is_absolute() or given.parent != archive or given.name.startswith("."):
+        raise XumError(
+            ErrorKind.INVALID_PATH,
+            f"{path!r} is not a kept copy: kept copies are directories in {archive} "
+            "(see workspace.strays, kind 'kept')",
+            path=path,
+        )
+    if not given.is_dir() or given.is_symlink():
+        raise XumError(ErrorKind.NOT_FOUND, f"no kept copy at {path}", path=path)
+    kept = {s.path: s for s in strays.scan_kept(app.store, app.paths)}
+    if str(given) not in kept:
+        raise XumError(
+            ErrorKind.INVALID_STATE,
+            f"{path} is the saved copy of workspace {given.name}, which still exists "
+            "(unarchive restores it; removing the workspace makes it a kept copy)",
+            path=path,
+        )
+    copy = preserved.load(given)
+    files = len(copy.files) if copy is not None else 0
+    # By descriptor and within one mount: a mount inside the copy is never emptied.
+    # (An unreadable mount table holds it too: it cannot prove that no mount is inside.)
+    holders = await mounts_holding(given)
+    if not holders:
+        left = await anyio.to_thread.run_sync(fsdelete.remove_tree, given)
+        holders = [Holder("mount", None, f"mount at {m}") for m in left]
+    if holders:
+        raise XumError(
+            ErrorKind.BUSY,
+            f"kept copy {path} not (fully) discarded: {busy_message(holders)}; what is "
+            "mounted inside is left alone: unmount it first",
+            path=path,
+            holders=[h.as_dict() for h in holders],
+        )
+    log.info("recovery.kept_discarded", path=str(given), files=files)
+    return DiscardKeptResult(path=str(given), files=files)
+
+
 def install(
     app: App,
     *,
@@ -65,45 +108,7 @@ def install(
         return StraysResult(strays=[await strays.describe(s, git, app.store) for s in found])
 
     async def discard_kept(p: DiscardKeptParams, ctx: RequestContext) -> DiscardKeptResult:
-        """Delete exactly one kept copy: a direct child of ROOT/archive that no row claims
-        (`strays.scan_kept`); never an archived workspace's own copy, never anything else."""
-        given = Path(p.path)
-        archive = app.paths.archive_store
-        if not given.is_absolute() or given.parent != archive or given.name.startswith("."):
-            raise XumError(
-                ErrorKind.INVALID_PATH,
-                f"{p.path!r} is not a kept copy: kept copies are directories in {archive} "
-                "(see workspace.strays, kind 'kept')",
-                path=p.path,
-            )
-        if not given.is_dir() or given.is_symlink():
-            raise XumError(ErrorKind.NOT_FOUND, f"no kept copy at {p.path}", path=p.path)
-        kept = {s.path: s for s in strays.scan_kept(app.store, app.paths)}
-        if str(given) not in kept:
-            raise XumError(
-                ErrorKind.INVALID_STATE,
-                f"{p.path} is the saved copy of workspace {given.name}, which still exists "
-                "(unarchive restores it; removing the workspace makes it a kept copy)",
-                path=p.path,
-            )
-        copy = preserved.load(given)
-        files = len(copy.files) if copy is not None else 0
-        # By descriptor and within one mount: a mount inside the copy is never emptied.
-        # (An unreadable mount table holds it too: it cannot prove that no mount is inside.)
-        holders = await mounts_holding(given)
-        if not holders:
-            left = await anyio.to_thread.run_sync(fsdelete.remove_tree, given)
-            holders = [Holder("mount", None, f"mount at {m}") for m in left]
-        if holders:
-            raise XumError(
-                ErrorKind.BUSY,
-                f"kept copy {p.path} not (fully) discarded: {busy_message(holders)}; what is "
-                "mounted inside is left alone: unmount it first",
-                path=p.path,
-                holders=[h.as_dict() for h in holders],
-            )
-        log.info("recovery.kept_discarded", path=str(given), files=files)
-        return DiscardKeptResult(path=str(given), files=files)
+        return await discard_kept_copy(app, p.path)
 
     def count_interrupted() -> int:
         found = app.store.one("SELECT COUNT(*) AS n FROM workspaces WHERE interrupted = 1")

@@ -106,7 +106,7 @@ class Reconciler:
         started = time.perf_counter()
         report = RecoveryReport()
         # Slim rows first: a settled row whose identity agrees costs one lstat, no objects.
-        slim = self.store.all("SELECT id, state, path, dev, ino FROM workspaces")
+        slim = self.store.all("SELECT id, state, path, dev, ino, setup_status FROM workspaces")
         report.rows = len(slim)
         projects = {p.id: p for p in rows.list_projects(self.store)}
         journals = {
@@ -116,8 +116,10 @@ class Reconciler:
         for entry in slim:
             if entry["id"] in journals or entry["state"] == "archived":
                 continue  # journals: below, one by one (git); archived: nothing on disk
-            if entry["state"] == "active" and same_identity(
-                entry["path"], entry["dev"], entry["ino"]
+            if (
+                entry["state"] == "active"
+                and entry["setup_status"] != "running"  # a rerun setup cut short: settle it
+                and same_identity(entry["path"], entry["dev"], entry["ino"])
             ):
                 continue
             row = rows.get_workspace(self.store, entry["id"])
@@ -265,6 +267,12 @@ class Reconciler:
             if not probe(row).ours:
                 # Deleted or replaced by hand: reported, not flagged (archive/remove handle it).
                 report.missing.append(row.id)
+            if row.setup_status == "running":
+                # A rerun setup (workspace.setup) cut by a crash: it is not running any more.
+                # Said so, never left `running`; the user runs it again.
+                error = "setup was interrupted by a crash (run it again: xum ws setup)"
+                fields = {"setup_status": "failed", "setup_output": json.dumps({"error": error})}
+                return Change(row, fields, "setup_interrupted")
             return None
         if row.state == "creating":
             return self._creating(row)

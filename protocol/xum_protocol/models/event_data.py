@@ -80,7 +80,9 @@ class _ScriptData(Result):
     phase: Literal["setup"] = Field(
         description="`setup` (teardown runs in cleanup and is not streamed)"
     )
-    index: int = Field(description="0-based index of the command in the `[scripts]` list")
+    index: int = Field(
+        description="position of the command in the `[scripts]` list, from 1 (1..`count`)"
+    )
 
 
 class ScriptStartedData(_ScriptData):

@@ -184,6 +184,14 @@ class HolderInfo(Result):
     pid: int | None
     label: str
     since: float | None = None
+    process_id: str | None = Field(
+        default=None,
+        description="The supervised process (`proc_...`) when the daemon started it: "
+        "`process.stop` frees the checkout of it.",
+    )
+    command: str | None = Field(
+        default=None, description="Its command line (shell-quoted, cut at 200 characters)."
+    )
 
 
 class HoldersResult(Result):

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from xum_protocol.methods_base import MethodSpec
 from xum_protocol.models.base import Name, Params, Result
+from xum_protocol.models.checkout_extras import FetchInfo, SparseInfo, SubmoduleInfo
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.wsenv import CopyReport, PortChange, env_problem
 
@@ -126,6 +127,17 @@ class WorkspaceCreateParams(Params):
     auto_archive: AutoArchive | None = Field(
         default=None, description="Archive the workspace when its agent process exits with 0."
     )
+    fetch: bool | None = Field(
+        default=None,
+        description="Fetch the base's remote first (under `fetch_timeout_s`); a failure or "
+        "timeout refuses the create (`fetch_failed`, `timeout`) unless `allow_stale_base`. "
+        "Unset: the project's `[create] fetch` (default false).",
+    )
+    allow_stale_base: bool = Field(
+        default=False,
+        description="With `fetch`: when the fetch fails, create from the local base anyway "
+        "(the result's `fetch.stale` says so).",
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment variables for its setup, teardown and processes (over the "
@@ -150,10 +162,28 @@ class WorkspaceCreateResult(Result):
     workspace: WorkspaceInfo
     setup: ScriptResult
     cleared_locks: list[str] = Field(default_factory=list)
+    base_commit: str | None = Field(
+        default=None, description="The commit the checkout starts from (worktree runtime)."
+    )
+    fetch: FetchInfo | None = Field(default=None, description="Set when the base was fetched.")
+    sparse: SparseInfo | None = Field(
+        default=None, description="Set when the main checkout's sparse patterns were applied."
+    )
+    submodules: list[SubmoduleInfo] = Field(
+        default_factory=list, description="The submodules of the checkout and what was done."
+    )
     ignored_copy: CopyReport = Field(
         default_factory=CopyReport,
         description="Ignored files copied from the main checkout before setup (since 1.0, "
         "additive).",
+    )
+
+
+class WorkspaceSetupResult(Result):
+    workspace: WorkspaceInfo
+    setup: ScriptResult = Field(
+        description="This run's outcome (`untrusted` again when the project's config is still "
+        "not trusted: nothing ran)."
     )
 
 
@@ -218,6 +248,11 @@ class RestoredInfo(Result):
     )
     unverified: list[str] = Field(
         default_factory=list, description="With `kept_at`: the files not in place."
+    )
+    submodules: list[SubmoduleInfo] = Field(
+        default_factory=list,
+        description="The checkout's submodules, initialised from the main checkout's copies "
+        "as at create.",
     )
 
 
@@ -305,6 +340,15 @@ METHODS = [
         WorkspaceRemoveParams,
         WorkspaceRemoveResult,
         "Delete the checkout and the row; branch and snapshot refs are kept.",
+    ),
+    MethodSpec(
+        "workspace.setup",
+        WorkspaceIdParams,
+        WorkspaceSetupResult,
+        "Run an active workspace's setup again (after `project.trust`, for one whose setup was "
+        "skipped as untrusted), under its exclusive reservation. `invalid_state` for a "
+        "workspace that is archived, mid-way through another operation, interrupted, or whose "
+        "checkout is missing; `not_found` once removed. Since 1.0, additive.",
     ),
     MethodSpec(
         "workspace.keep",

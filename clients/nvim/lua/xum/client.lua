@@ -1,0 +1,314 @@
+-- The plugin's one connection to xumd: connect, `hello`, subscribe to events, and
+-- reconnect when the daemon goes away (a restart, a crash), resuming the event stream
+-- after the last sequence number it saw.
+local Conn = require('xum.rpc')
+local discovery = require('xum.discovery')
+local state = require('xum.state')
+local util = require('xum.util')
+
+local M = {
+  -- 1.1: events.subscribe resumes after {after_seq, epoch}; a 1.0 daemon gets a plain
+  -- subscribe (same major version: compatible)
+  PROTOCOL = '1.1',
+  VERSION = '0.1.0',
+  config = {
+    socket = nil,
+    root = nil,
+    -- a connect attempt; a quick request; a structural one (create, archive, ...)
+    connect_timeout_ms = 2000,
+    timeout_ms = 10000,
+    long_timeout_ms = 300000,
+    events = true,
+    reconnect = true,
+    -- backoff between reconnect attempts, doubling up to the cap
+    reconnect_min_ms = 100,
+    reconnect_max_ms = 5000,
+    -- the longest line accepted from the daemon (its own default frame cap)
+    max_frame_bytes = 16 * 1024 * 1024,
+  },
+  conn = nil,
+  hello = nil,
+  -- 'idle' | 'connecting' | 'ready' | 'offline'
+  status = 'idle',
+  last_error = nil,
+  -- counts successful connections (a reconnect makes it 2, ...), and attempts
+  connections = 0,
+  attempts = 0,
+  -- how the last subscribe went: 'snapshot' | 'resumed' | 'resync'
+  last_subscribe = nil,
+  waiters = {},
+  stopped = false,
+}
+
+local uv = util.uv
+local reconnect_timer = nil
+local backoff = nil
+
+-- Methods that may wait on git, scripts or a bounded drain.
+local LONG = {
+  ['workspace.create'] = true,
+  ['workspace.archive'] = true,
+  ['workspace.unarchive'] = true,
+  ['workspace.remove'] = true,
+  ['workspace.rename'] = true,
+  ['project.remove'] = true,
+  ['process.release_all'] = true,
+}
+
+function M.socket_path()
+  return discovery.socket_path(M.config)
+end
+
+local function flush(err)
+  local waiters = M.waiters
+  M.waiters = {}
+  for _, cb in ipairs(waiters) do
+    local ok, cb_err = pcall(cb, err)
+    if not ok then
+      vim.notify('xum: ' .. tostring(cb_err), vim.log.levels.ERROR)
+    end
+  end
+end
+
+local function schedule_reconnect()
+  if M.stopped or not M.config.reconnect then
+    return
+  end
+  if reconnect_timer then
+    return
+  end
+  backoff = backoff and math.min(backoff * 2, M.config.reconnect_max_ms) or M.config.reconnect_min_ms
+  reconnect_timer = uv.new_timer()
+  reconnect_timer:start(backoff, 0, function()
+    vim.schedule(function()
+      if reconnect_timer then
+        reconnect_timer:stop()
+        reconnect_timer:close()
+        reconnect_timer = nil
+      end
+      if M.status ~= 'ready' and M.status ~= 'connecting' and not M.stopped then
+        M.ensure(function() end)
+      end
+    end)
+  end)
+end
+
+-- Events that arrive while the subscribe answer is on its way are held, then applied
+-- after the snapshot (the daemon registers the listener before it answers).
+local held = nil
+
+local function on_notification(method, params)
+  if method ~= 'event' then
+    return
+  end
+  if held then
+    held[#held + 1] = params
+    return
+  end
+  state.apply_event(params)
+end
+
+local function refresh_obligations(conn)
+  conn:request('cleanup.list', { state = 'pending' }, M.config.timeout_ms, function(err, result)
+    if not err then
+      state.merge_obligations(result.obligations)
+    end
+  end)
+end
+
+-- Does the daemon resume event streams (protocol 1.1 or later)?
+function M.server_resumes()
+  local protocol = M.hello and M.hello.protocol
+  local major, minor = tostring(protocol or ''):match('^(%d+)%.(%d+)')
+  return major ~= nil and (tonumber(major) > 1 or tonumber(minor) >= 1)
+end
+
+-- Subscribe, resuming after what we saw when the same daemon run (epoch) is still there.
+local function subscribe(conn, done, plain)
+  -- script.started: setup progress of what this editor creates or restores (its printed
+  -- lines are not asked for: too many to show)
+  local params = { types = { 'workspace.', 'project.', 'cleanup.', 'script.started' } }
+  local had_state = state.loaded and state.epoch ~= nil and state.seq ~= nil
+  local resuming = had_state and not plain and M.server_resumes()
+  if resuming then
+    params.after_seq = state.seq
+    params.epoch = state.epoch
+  end
+  held = {}
+  conn:request('events.subscribe', params, M.config.timeout_ms, function(err, result)
+    if err and resuming and util.kind(err) == 'invalid_params' then
+      -- A daemon without resumption: a plain subscribe and its snapshot.
+      held = nil
+      return subscribe(conn, done, true)
+    end
+    local queued = held or {}
+    held = nil
+    if err then
+      return done(err)
+    end
+    local same_run = resuming and result.epoch == state.epoch
+    if same_run and not result.resync_required then
+      M.last_subscribe = 'resumed'
+      -- A daemon may hand back what was missed in the answer, or send it as events.
+      if type(result.events) == 'table' then
+        for _, ev in ipairs(result.events) do
+          state.apply_event(ev)
+        end
+      end
+      -- Every event of our types up to `seq` was in the replay; later ones follow as
+      -- notifications (a filtered stream has gaps: other types' numbers).
+      local upto = tonumber(result.seq)
+      if upto and (state.seq == nil or upto > state.seq) then
+        state.seq = upto
+      end
+    else
+      M.last_subscribe = had_state and 'resync' or 'snapshot'
+      state.apply_snapshot(result.epoch, tonumber(result.seq), result.snapshot)
+    end
+    for _, ev in ipairs(queued) do
+      state.apply_event(ev)
+    end
+    refresh_obligations(conn)
+    done(nil)
+  end)
+end
+
+local function on_close(conn, reason)
+  if M.conn ~= conn then
+    return
+  end
+  M.conn = nil
+  M.hello = nil
+  M.status = 'offline'
+  M.last_error = reason
+  held = nil
+  state.changed()
+  schedule_reconnect()
+end
+
+-- Connect (once at a time), say hello, subscribe; cb(err) when ready or failed.
+function M.ensure(cb)
+  if M.status == 'ready' and M.conn and M.conn:is_open() then
+    vim.schedule(function()
+      cb(nil)
+    end)
+    return
+  end
+  M.waiters[#M.waiters + 1] = cb
+  if M.status == 'connecting' then
+    return
+  end
+  M.stopped = false
+  M.status = 'connecting'
+  M.attempts = M.attempts + 1
+  local path = M.socket_path()
+  local conn
+  conn = Conn.new({
+    path = path,
+    max_frame = M.config.max_frame_bytes,
+    on_notification = on_notification,
+    on_close = function(reason)
+      on_close(conn, reason)
+    end,
+  })
+  local function fail(err)
+    if M.conn == conn then
+      M.conn = nil
+    end
+    conn:close('setup failed')
+    M.status = 'offline'
+    M.last_error = err.message
+    flush(err)
+    -- Retrying cannot help these: another major version, a socket of another user.
+    local kind = util.kind(err)
+    if kind ~= 'protocol_mismatch' and kind ~= 'permission_denied' then
+      schedule_reconnect()
+    end
+  end
+  conn:connect(M.config.connect_timeout_ms, function(err)
+    if err then
+      return fail(err)
+    end
+    if M.stopped then
+      return fail(Conn.local_error('disconnected', 'stopped while connecting'))
+    end
+    M.conn = conn
+    local hello = {
+      protocol = M.PROTOCOL,
+      client = { name = 'xum.nvim', version = M.VERSION },
+    }
+    conn:request('hello', hello, M.config.timeout_ms, function(herr, result)
+      if herr then
+        return fail(herr)
+      end
+      M.hello = result
+      local function ready(serr)
+        if serr then
+          return fail(serr)
+        end
+        M.status = 'ready'
+        M.last_error = nil
+        M.connections = M.connections + 1
+        backoff = nil
+        state.changed()
+        flush(nil)
+      end
+      if M.config.events then
+        subscribe(conn, ready)
+      else
+        ready(nil)
+      end
+    end)
+  end)
+end
+
+-- Call a method; cb(err, result) on the main loop, within the method's deadline.
+function M.request(method, params, cb, timeout_ms)
+  timeout_ms = timeout_ms or (LONG[method] and M.config.long_timeout_ms or M.config.timeout_ms)
+  M.ensure(function(err)
+    if err then
+      return cb(err, nil)
+    end
+    if not M.conn then
+      -- it closed between "ready" and this turn of the loop
+      return cb(Conn.local_error('disconnected', 'the connection to xumd closed'), nil)
+    end
+    M.conn:request(method, params, timeout_ms, cb)
+  end)
+end
+
+-- The same, waiting on the main loop (health check, completion); never past the deadline.
+function M.request_sync(method, params, timeout_ms)
+  timeout_ms = timeout_ms or M.config.timeout_ms
+  local done, err_out, result_out = false, nil, nil
+  M.request(method, params, function(err, result)
+    done, err_out, result_out = true, err, result
+  end, timeout_ms)
+  -- the connect and hello come first: allow for them on top of the request's own deadline
+  local limit = timeout_ms + 2 * M.config.connect_timeout_ms
+  if not vim.wait(limit, function()
+    return done
+  end, 10) then
+    return nil, Conn.local_error('timeout', method .. ': no answer within ' .. limit .. ' ms')
+  end
+  return result_out, err_out
+end
+
+-- Drop the connection and stop reconnecting (setup() with a new socket, tests).
+function M.stop()
+  M.stopped = true
+  if reconnect_timer then
+    reconnect_timer:stop()
+    reconnect_timer:close()
+    reconnect_timer = nil
+  end
+  backoff = nil
+  local conn = M.conn
+  M.conn = nil
+  M.status = 'idle'
+  if conn then
+    conn:close('stopped')
+  end
+end
+
+return M

@@ -1,0 +1,75 @@
+"""How the CLI reports a failure: one line of text on stderr, or with `--json` one JSON object
+on stdout (`{"error": {code, kind, message, data, exit}}`), so a script parses one stream
+whatever happened; the exit code is the same either way (docs in README.md, "Errors").
+
+Light (no pydantic, no rich): it runs on the CLI's failure path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from xum_client.errors import (
+    ClientTimeout,
+    ConnectionLost,
+    DaemonNotRunning,
+    XumClientError,
+    XumRpcError,
+)
+
+
+def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
+    """The `--json` form of a failure: `code` is the JSON-RPC code for the daemon's errors
+    (null for the CLI's own), `kind` the error kind (the daemon's, or `usage`, `no_daemon`,
+    `connection_lost`, `client_timeout`, `daemon_stopping`, `error`)."""
+    code: int | None = None
+    data: dict[str, Any] = {}
+    if isinstance(exc, XumRpcError):
+        code, kind, message = exc.code, exc.kind, exc.message
+        data = {k: v for k, v in exc.data.items() if k != "kind"}
+    elif isinstance(exc, DaemonNotRunning):
+        kind, message = "no_daemon", str(exc)
+        data = {"root": exc.root, "socket": exc.socket_path, "reason": exc.reason}
+    elif isinstance(exc, click.UsageError):
+        kind, message = "usage", exc.format_message()
+    elif isinstance(exc, click.ClickException):
+        # A command's own exception may name its kind (`xum run`: daemon_stopping).
+        kind, message = str(getattr(exc, "kind", "error")), exc.format_message()
+    elif isinstance(exc, ConnectionLost):
+        kind, message = "connection_lost", str(exc)
+    elif isinstance(exc, ClientTimeout):
+        kind, message = "client_timeout", str(exc)
+    elif isinstance(exc, click.exceptions.Abort):
+        kind, message = "aborted", "aborted"
+    else:
+        kind, message = "error", str(exc)
+    return {"code": code, "kind": kind, "message": message, "data": data, "exit": exit_code}
+
+
+def error_text(exc: XumClientError) -> str:
+    """One line: the kind once, then the message (a message that already starts with its
+    kind, as `busy: workspace ... is being changed` does, is not prefixed again)."""
+    if isinstance(exc, XumRpcError):
+        message = exc.message
+        if message.startswith(f"{exc.kind}:") or message.startswith(f"{exc.kind} "):
+            return f"xum: {message}"
+        return f"xum: {exc.kind}: {message}"
+    return f"xum: {exc}"
+
+
+def emit_json_error(exc: BaseException, exit_code: int) -> None:
+    click.echo(json.dumps({"error": error_object(exc, exit_code)}, default=str))
+
+
+def wants_json(argv: list[str]) -> bool:
+    """`--json` among the CLI's own options (before a `--`: what follows is a command's argv).
+    Used when the failure came before the option was parsed (a usage error)."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False

@@ -1,0 +1,55 @@
+"""Install garbage collection: `gc.plan`, `gc.run` (and, with `enable_test_methods`,
+`test.clock_advance`, which ages records for gc without sleeping)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from xum_protocol.models.gc import (
+    GcGetParams,
+    GcPlanParams,
+    GcPlanResult,
+    GcRunParams,
+    GcRunResult,
+)
+
+from xumd.app import App
+from xumd.gc.clock import GcClock
+from xumd.gc.service import GcService
+from xumd.git import Git
+from xumd.rpc.dispatch import RequestContext
+
+
+class _Advance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seconds: float = Field(ge=0)
+
+
+class _Now(BaseModel):
+    now: float
+
+
+def install(app: App) -> GcService:
+    clock = GcClock()
+    service = app.provide(GcService(app, app.get(Git), clock))
+
+    async def gc_plan(p: GcPlanParams, ctx: RequestContext) -> GcPlanResult:
+        return await service.plan()
+
+    async def gc_run(p: GcRunParams, ctx: RequestContext) -> GcRunResult:
+        return await service.run(p)
+
+    async def gc_get(p: GcGetParams, ctx: RequestContext) -> GcRunResult:
+        return service.get(p.run_id)
+
+    app.router.add("gc.plan", gc_plan)
+    app.router.add("gc.run", gc_run)
+    app.router.add("gc.get", gc_get)
+    app.after_ready("gc.worker", service.serve)
+    app.on_shutdown("gc.worker", service.stop)
+    if app.config.enable_test_methods:
+
+        async def advance(p: _Advance, ctx: RequestContext) -> BaseModel:
+            return _Now(now=clock.advance(p.seconds))
+
+        app.router.add("test.clock_advance", advance, _Advance)
+    return service

@@ -1,0 +1,250 @@
+"""Planning: what each policy selects now, checked against the disk and git, and what it frees.
+Nothing here changes anything. A candidate that is not provably stale (interrupted, busy, with
+work no snapshot holds, a removal the daemon has no record of) is listed as skipped, with why."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+from xum_protocol.models.gc import GcItem, GcPolicies, GcSkipped
+
+from xumd.checkouts.marker import WorkspaceRef
+from xumd.config import GcConfig
+from xumd.git import Git
+from xumd.lifecycle import rows
+from xumd.lifecycle.rows import WorkspaceRow
+from xumd.lifecycle.seams import LifecycleHooks, busy_message
+from xumd.paths import RootPaths
+from xumd.recovery import strays
+from xumd.store import Store
+from xumd.usage.service import UsageService
+from xumd.usage.walk import walk
+
+DAY_S = 86400.0
+SNAPSHOT_REFS = "refs/xum/snapshots/"
+
+
+@dataclass(slots=True)
+class Plan:
+    now: float
+    items: list[GcItem] = field(default_factory=list)
+    skipped: list[GcSkipped] = field(default_factory=list)
+
+    def skip(self, item: GcItem, reason: str) -> None:
+        self.skipped.append(
+            GcSkipped(
+                key=item.key,
+                action=item.action,
+                workspace_id=item.workspace_id,
+                name=item.name,
+                reason=reason,
+            )
+        )
+
+
+def policies(config: GcConfig) -> GcPolicies:
+    return GcPolicies(
+        archived_after_days=config.archived_after_days,
+        snapshot_refs_days=config.snapshot_refs_days,
+        archive_merged=config.archive_merged,
+        kept_after_days=config.kept_after_days,
+    )
+
+
+@dataclass(slots=True)
+class Planner:
+    store: Store
+    paths: RootPaths
+    git: Git
+    hooks: LifecycleHooks
+    usage: UsageService
+    config: GcConfig
+    deadline_s: float = 30.0
+
+    async def plan(self, now: float) -> Plan:
+        plan = Plan(now)
+        if self.config.archived_after_days > 0:
+            await self._archived(plan, self.config.archived_after_days)
+        if self.config.snapshot_refs_days > 0:
+            await self._snapshot_refs(plan, self.config.snapshot_refs_days)
+        if self.config.archive_merged:
+            await self._merged(plan)
+        if self.config.kept_after_days > 0:
+            await self._kept(plan, self.config.kept_after_days)
+        return plan
+
+    # -- archived workspaces ------------------------------------------------------------------
+
+    async def _archived(self, plan: Plan, days: float) -> None:
+        for row in rows.list_workspaces(self.store, state="archived"):
+            age = (plan.now - row.updated_at) / DAY_S
+            if age < days:
+                continue
+            figures = await self.usage.figures(row, refresh=True)
+            item = GcItem(
+                key=f"remove_archived:{row.id}",
+                action="remove_archived",
+                workspace_id=row.id,
+                project_id=row.project_id,
+                name=row.name,
+                path=str(row.path),
+                age_days=age,
+                bytes=figures.bytes if figures else 0,
+                reason=f"archived {age:.1f} days ago (policy: {days:g})",
+            )
+            if row.interrupted:
+                plan.skip(item, f"interrupted: {row.interrupted_reason or 'needs a look'}")
+                continue
+            plan.items.append(item)
+
+    # -- snapshot refs of removed workspaces --------------------------------------------------
+
+    async def _snapshot_refs(self, plan: Plan, days: float) -> None:
+        live = {r["id"] for r in self.store.all("SELECT id FROM workspaces")}
+        removed = {
+            str(r["id"]): float(r["removed_at"])
+            for r in self.store.all("SELECT id, removed_at FROM workspace_tombstones")
+        }
+        for project in rows.list_projects(self.store):
+            if project.kind != "git" or not project.path.is_dir():
+                continue
+            listed = await self.git.run(
+                project.path,
+                "for-each-ref",
+                "--format=%(refname) %(objectname)",
+                SNAPSHOT_REFS,
+                check=False,
+            )
+            if not listed.ok:
+                continue
+            for line in listed.output.text().splitlines():
+                ref, _, commit = line.partition(" ")
+                parts = ref[len(SNAPSHOT_REFS) :].split("/")
+                workspace_id = parts[0]
+                if workspace_id in live:
+                    continue  # an archived workspace's snapshot is its saved work
+                item = GcItem(
+                    key=f"prune_snapshot_ref:{project.id}:{ref}",
+                    action="prune_snapshot_ref",
+                    workspace_id=workspace_id,
+                    project_id=project.id,
+                    ref=ref,
+                    path=str(project.path),
+                    commit=commit,
+                    age_days=0.0,
+                    reason="snapshot of a removed workspace",
+                )
+                when = removed.get(workspace_id)
+                if when is None:
+                    plan.skip(item, "no record of its workspace's removal: not provably stale")
+                    continue
+                age = (plan.now - when) / DAY_S
+                if age < days:
+                    continue
+                plan.items.append(
+                    item.model_copy(
+                        update={
+                            "age_days": age,
+                            "reason": f"workspace removed {age:.1f} days ago (policy: {days:g})",
+                        }
+                    )
+                )
+
+    # -- merged, clean, active workspaces -----------------------------------------------------
+
+    async def _merged(self, plan: Plan) -> None:
+        for row in rows.list_workspaces(self.store, state="active"):
+            if row.runtime != "worktree" or not row.base:
+                continue
+            project = rows.get_project(self.store, row.project_id)
+            if project is None or not os.path.isdir(row.path):
+                continue
+            tip = await self._out(row.path, "rev-parse", "--verify", "--quiet", "HEAD")
+            main = await self._out(project.path, "rev-parse", "--verify", "--quiet", "HEAD")
+            if not tip or not main or tip == row.base:
+                continue  # nothing of its own yet: a fresh workspace is not stale
+            merged = await self.git.run(
+                project.path, "merge-base", "--is-ancestor", tip, main, check=False
+            )
+            if not merged.ok:
+                continue
+            when = await self._out(row.path, "log", "-1", "--format=%ct", tip)
+            age = max(0.0, (plan.now - float(when)) / DAY_S) if when.isdigit() else 0.0
+            figures = await self.usage.figures(row, refresh=True)
+            item = GcItem(
+                key=f"archive_merged:{row.id}",
+                action="archive_merged",
+                workspace_id=row.id,
+                project_id=row.project_id,
+                name=row.name,
+                path=str(row.path),
+                age_days=age,
+                bytes=figures.bytes if figures else 0,
+                reason=f"clean, and {tip[:12]} is merged into the main checkout's HEAD",
+            )
+            why = await self._not_stale(row)
+            if why:
+                plan.skip(item, why)
+                continue
+            plan.items.append(item)
+
+    async def _not_stale(self, row: WorkspaceRow) -> str | None:
+        if row.interrupted:
+            return f"interrupted: {row.interrupted_reason or 'needs a look'}"
+        status = await self.git.run(
+            row.path, "status", "--porcelain=v1", "-z", "--untracked-files=all", check=False
+        )
+        if not status.ok:
+            return f"cannot tell whether it is clean ({status.describe()})"
+        dirty = [e for e in status.output.text().split("\0") if e]
+        if dirty:
+            return f"unsaved: {len(dirty)} uncommitted or untracked path(s)"
+        holders = await self.hooks.holders(
+            WorkspaceRef(row.id, row.project_id, row.name, row.path, row.incarnation)
+        )
+        if holders:
+            return f"busy: {busy_message(holders)}"
+        return None
+
+    async def _out(self, repo: Path, *args: str) -> str:
+        result = await self.git.run(repo, *args, check=False)
+        return result.output.text().strip() if result.ok else ""
+
+    # -- kept copies of removed workspaces ----------------------------------------------------
+
+    async def _kept(self, plan: Plan, days: float) -> None:
+        removed = {
+            str(r["id"]): float(r["removed_at"])
+            for r in self.store.all("SELECT id, removed_at FROM workspace_tombstones")
+        }
+        for stray in strays.scan_kept(self.store, self.paths):
+            name = os.path.basename(stray.path)
+            since = removed.get(name) if "." not in name else None
+            if since is None:
+                try:
+                    since = os.lstat(stray.path).st_mtime
+                except OSError:
+                    continue
+            age = (plan.now - since) / DAY_S
+            if age < days:
+                continue
+            figures = await anyio.to_thread.run_sync(
+                walk, stray.path, time.monotonic() + self.deadline_s
+            )
+            plan.items.append(
+                GcItem(
+                    key=f"discard_kept:{name}",
+                    action="discard_kept",
+                    workspace_id=stray.workspace_id,
+                    project_id=stray.project_id,
+                    name=name,
+                    path=stray.path,
+                    age_days=age,
+                    bytes=figures.bytes,
+                    reason=f"kept {age:.1f} days (policy: {days:g})",
+                )
+            )

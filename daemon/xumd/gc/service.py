@@ -1,0 +1,262 @@
+"""`gc.plan` and `gc.run`. A run plans afresh (the world may have changed since the caller's
+plan) and collects each item through the lifecycle operation a user would call: `workspace.remove`,
+`workspace.archive`, `workspace.discard_kept` (their reservations, quiescence and not-safe checks,
+their durable intent and recovery), or a compare-and-delete of a snapshot ref. Each item is one
+such operation: a crash mid-run leaves at most the item in flight mid-way, and the startup pass
+settles it as it settles that operation anywhere; the next run plans from what is then true.
+Runs are one at a time (a second is `busy` at once). A refusal is reported, never retried
+blindly: busy, unsaved or not provably stale is left alone.
+
+A background run (`background: true`) is a `gc_runs` row committed before it starts; the
+worker (after readiness) runs the oldest `running` row and commits its result. A run a crash
+or a stop cut short is still `running` at the next start, and runs then, after the startup
+pass settled whatever item was mid-way."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import anyio
+from xum_protocol.errors import ErrorKind
+from xum_protocol.models.gc import (
+    GcDone,
+    GcItem,
+    GcPlanResult,
+    GcRunParams,
+    GcRunResult,
+    GcSkipped,
+)
+
+from xumd import logs
+from xumd.app import App
+from xumd.errors import XumError
+from xumd.gc.clock import GcClock
+from xumd.gc.plan import Plan, Planner, policies
+from xumd.git import Git
+from xumd.lifecycle import rows
+from xumd.lifecycle.seams import LifecycleHooks
+from xumd.lifecycle.service import WorkspaceService
+from xumd.recovery.feature import discard_kept_copy
+from xumd.usage.service import UsageService
+
+log = logs.get("xumd.gc")
+
+RUN_PREFIX = "gc_"
+
+
+class GcService:
+    def __init__(self, app: App, git: Git, clock: GcClock) -> None:
+        self.app = app
+        self.git = git
+        self.clock = clock
+        self._running = anyio.Lock()
+        self._wake = anyio.Event()
+        self._scope: anyio.CancelScope | None = None
+        self._stopped: anyio.Event | None = None
+
+    def _planner(self) -> Planner:
+        return Planner(
+            self.app.store,
+            self.app.paths,
+            self.git,
+            self.app.find(LifecycleHooks) or LifecycleHooks(),
+            self.app.get(UsageService),
+            self.app.config.gc,
+            self.app.config.usage.deadline_s,
+        )
+
+    async def plan(self) -> GcPlanResult:
+        return self._result(await self._planner().plan(self.clock.time()))
+
+    def _result(self, plan: Plan) -> GcPlanResult:
+        return GcPlanResult(
+            policies=policies(self.app.config.gc),
+            now=plan.now,
+            items=plan.items,
+            skipped=plan.skipped,
+            bytes=sum(i.bytes for i in plan.items),
+        )
+
+    # -- background runs ------------------------------------------------------------------------
+
+    def start_background(self, params: GcRunParams) -> GcRunResult:
+        run_id = RUN_PREFIX + secrets.token_hex(8)
+        now = self.clock.time()
+        keys = json.dumps(params.keys) if params.keys is not None else None
+        with self.app.store.transaction():
+            self.app.store.execute(
+                "INSERT INTO gc_runs (id, keys, state, created_at, updated_at)"
+                " VALUES (?, ?, 'running', ?, ?)",
+                (run_id, keys, now, now),
+            )
+        log.info("gc.run_queued", run=run_id)
+        self._wake.set()
+        return GcRunResult(run_id=run_id, state="running")
+
+    def get(self, run_id: str) -> GcRunResult:
+        if not run_id.startswith(RUN_PREFIX):
+            raise XumError(ErrorKind.INVALID_SCOPE, f"{run_id!r} is not a gc run id", id=run_id)
+        row = self.app.store.one("SELECT state, result FROM gc_runs WHERE id = ?", (run_id,))
+        if row is None:
+            raise XumError(ErrorKind.NOT_FOUND, f"gc run {run_id!r} not found", id=run_id)
+        if row["state"] != "done":
+            return GcRunResult(run_id=run_id, state="running")
+        done = GcRunResult.model_validate(json.loads(row["result"]))
+        return done.model_copy(update={"run_id": run_id, "state": "done"})
+
+    async def serve(self) -> None:
+        """After readiness: run every recorded `running` run, oldest first, then wait."""
+        self._stopped = anyio.Event()
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                while True:
+                    row = self.app.store.one(
+                        "SELECT id, keys FROM gc_runs WHERE state = 'running'"
+                        " ORDER BY created_at, id LIMIT 1"
+                    )
+                    if row is None:
+                        self._wake = anyio.Event()
+                        await self._wake.wait()
+                        continue
+                    keys = json.loads(row["keys"]) if row["keys"] is not None else None
+                    async with self._running:
+                        try:
+                            result = await self._collect_all(GcRunParams(keys=keys))
+                        except Exception as exc:  # a broken plan must not end the worker
+                            log.warning("gc.run_failed", run=row["id"], error=repr(exc))
+                            result = GcRunResult(
+                                skipped=[
+                                    GcSkipped(
+                                        key="plan",
+                                        action="plan",
+                                        reason=f"the plan failed: {type(exc).__name__}: {exc}",
+                                        kind=ErrorKind.INTERNAL.value,
+                                    )
+                                ]
+                            )
+                    with self.app.store.transaction():
+                        self.app.store.execute(
+                            "UPDATE gc_runs SET state = 'done', result = ?, updated_at = ?"
+                            " WHERE id = ?",
+                            (result.model_dump_json(), self.clock.time(), row["id"]),
+                        )
+                    log.info("gc.run_finished", run=row["id"], done=len(result.done))
+        finally:
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        """A run in progress is cut (each operation undoes or settles itself); its row stays
+        `running` and resumes at the next start."""
+        if self._scope is not None:
+            self._scope.cancel()
+        if self._stopped is not None:
+            await self._stopped.wait()
+
+    # -- a run --------------------------------------------------------------------------------
+
+    async def run(self, params: GcRunParams) -> GcRunResult:
+        if params.background:
+            return self.start_background(params)
+        if self._running.locked():
+            raise XumError(ErrorKind.BUSY, "a gc run is in progress; retry when it ends")
+        async with self._running:
+            return await self._collect_all(params)
+
+    async def _collect_all(self, params: GcRunParams) -> GcRunResult:
+        plan = await self._planner().plan(self.clock.time())
+        result = GcRunResult(skipped=list(plan.skipped))
+        chosen = plan.items
+        if params.keys is not None:
+            wanted = set(params.keys)
+            chosen = [i for i in plan.items if i.key in wanted]
+            planned = {i.key for i in plan.items} | {s.key for s in plan.skipped}
+            for key in params.keys:
+                if key not in planned:
+                    result.skipped.append(_gone(key))
+            result.skipped = [s for s in result.skipped if s.key in wanted]
+        for item in chosen:
+            await self._one(item, result)
+        result.bytes = sum(d.bytes for d in result.done)
+        log.info("gc.ran", done=len(result.done), skipped=len(result.skipped))
+        return result
+
+    async def _one(self, item: GcItem, result: GcRunResult) -> None:
+        try:
+            detail = await self._collect(item)
+        except XumError as exc:
+            log.info("gc.item_skipped", key=item.key, kind=exc.kind.value)
+            result.skipped.append(
+                GcSkipped(
+                    key=item.key,
+                    action=item.action,
+                    workspace_id=item.workspace_id,
+                    name=item.name,
+                    reason=exc.message,
+                    kind=exc.kind.value,
+                )
+            )
+            return
+        except Exception as exc:  # one broken item must not end the run
+            log.warning("gc.item_failed", key=item.key, error=repr(exc))
+            result.skipped.append(
+                GcSkipped(
+                    key=item.key,
+                    action=item.action,
+                    workspace_id=item.workspace_id,
+                    name=item.name,
+                    reason=f"failed: {type(exc).__name__}: {exc}",
+                    kind=ErrorKind.INTERNAL.value,
+                )
+            )
+            return
+        log.info("gc.item_done", key=item.key, action=item.action)
+        result.done.append(
+            GcDone(
+                key=item.key,
+                action=item.action,
+                workspace_id=item.workspace_id,
+                name=item.name,
+                bytes=item.bytes,
+                detail=detail,
+            )
+        )
+
+    async def _collect(self, item: GcItem) -> str:
+        workspaces = self.app.get(WorkspaceService)
+        if item.action == "remove_archived" and item.workspace_id:
+            removed = await workspaces.remove(item.workspace_id, force=False)
+            return f"removed; cleanup {removed.cleanup.status}"
+        if item.action == "archive_merged" and item.workspace_id:
+            archived = await workspaces.archive(item.workspace_id)
+            return f"archived; cleanup {archived.cleanup.status}"
+        if item.action == "discard_kept" and item.path:
+            discarded = await discard_kept_copy(self.app, item.path)
+            return f"discarded {discarded.files} file(s)"
+        if item.action == "prune_snapshot_ref" and item.ref and item.project_id and item.commit:
+            return await self._prune_ref(item)
+        raise XumError(ErrorKind.INTERNAL, f"gc item {item.key} cannot be collected")
+
+    async def _prune_ref(self, item: GcItem) -> str:
+        assert item.ref is not None and item.project_id is not None and item.commit is not None
+        commit = item.commit
+        project = rows.get_project(self.app.store, item.project_id)
+        if project is None:
+            raise XumError(ErrorKind.NOT_FOUND, f"project {item.project_id} is gone")
+        async with self.git.admin_lock(project.path):
+            # Compare-and-delete: a ref that moved since the plan is someone's new work.
+            await self.git.run(
+                project.path, "update-ref", "-d", item.ref, commit, what="git update-ref -d"
+            )
+        return f"deleted {item.ref} ({commit[:12]})"
+
+
+def _gone(key: str) -> GcSkipped:
+    action = key.split(":", 1)[0]
+    known = ("remove_archived", "prune_snapshot_ref", "archive_merged", "discard_kept")
+    return GcSkipped(
+        key=key,
+        action=action if action in known else "remove_archived",
+        reason="no longer planned (the workspace changed, or another run collected it)",
+    )

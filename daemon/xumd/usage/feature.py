@@ -1,0 +1,19 @@
+"""Install disk usage: `workspace.usage`."""
+
+from __future__ import annotations
+
+from xum_protocol.models.usage import WorkspaceUsageParams, WorkspaceUsageResult
+
+from xumd.app import App
+from xumd.git import Git
+from xumd.rpc.dispatch import RequestContext
+from xumd.usage.service import UsageService
+
+
+def install(app: App) -> None:
+    service = app.provide(UsageService(app, app.get(Git)))
+
+    async def ws_usage(p: WorkspaceUsageParams, ctx: RequestContext) -> WorkspaceUsageResult:
+        return await service.usage(p)
+
+    app.router.add("workspace.usage", ws_usage)

@@ -1,0 +1,195 @@
+"""`workspace.usage`: walks run in worker threads (at most two at once), under one deadline
+per call (`usage.deadline_s`); answers are cached per workspace incarnation for `usage.cache_s`
+and carry their age. The root totals add the trash, the archive store and pending reclaims."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from xum_protocol.models.usage import (
+    RootUsage,
+    UsageFigures,
+    WorkspaceUsage,
+    WorkspaceUsageParams,
+    WorkspaceUsageResult,
+)
+
+from xumd import logs
+from xumd.app import App
+from xumd.cleanup.service import CleanupService
+from xumd.git import Git
+from xumd.lifecycle import rows
+from xumd.lifecycle.rows import WorkspaceRow
+from xumd.lifecycle.service import WorkspaceService
+from xumd.usage import walk
+
+log = logs.get("xumd.usage")
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    incarnation: str
+    path: str
+    computed_at: float
+    figures: UsageFigures | None
+
+
+class UsageService:
+    def __init__(self, app: App, git: Git) -> None:
+        self.app = app
+        self.git = git
+        self.config = app.config.usage
+        self._cache: dict[str, _Cached] = {}
+        # Walks are disk-bound: two at once keep a `du` of everything from starving the rest.
+        self._limiter = anyio.CapacityLimiter(2)
+
+    async def usage(self, params: WorkspaceUsageParams) -> WorkspaceUsageResult:
+        deadline = time.monotonic() + self.config.deadline_s
+        workspaces = self.app.get(WorkspaceService)
+        if params.workspace_id is not None:
+            row = workspaces.row(params.workspace_id)
+            return WorkspaceUsageResult(workspaces=[await self._one(row, deadline, params.refresh)])
+        listed = [
+            await self._one(r, deadline, params.refresh)
+            for r in rows.list_workspaces(self.app.store)
+        ]
+        return WorkspaceUsageResult(workspaces=listed, root=await self._root(listed, deadline))
+
+    async def figures(self, row: WorkspaceRow, refresh: bool = False) -> UsageFigures | None:
+        """For gc: one workspace's figures under the configured deadline."""
+        deadline = time.monotonic() + self.config.deadline_s
+        return (await self._one(row, deadline, refresh)).usage
+
+    async def _one(self, row: WorkspaceRow, deadline: float, refresh: bool) -> WorkspaceUsage:
+        now = time.time()
+        cached = self._cache.get(row.id)
+        fresh = (
+            cached is not None
+            and not refresh
+            and cached.incarnation == row.incarnation
+            and cached.path == str(row.path)
+            and now - cached.computed_at <= self.config.cache_s
+            and (cached.figures is None or cached.figures.complete)
+        )
+        if not fresh:
+            figures = await self._walk_checkout(row, deadline)
+            cached = _Cached(row.incarnation, str(row.path), now, figures)
+            self._cache[row.id] = cached
+        assert cached is not None
+        return WorkspaceUsage(
+            workspace_id=row.id,
+            project_id=row.project_id,
+            name=row.name,
+            state=row.state,
+            path=str(row.path),
+            usage=cached.figures,
+            computed_at=cached.computed_at,
+            age_s=max(0.0, now - cached.computed_at),
+        )
+
+    async def _walk_checkout(self, row: WorkspaceRow, deadline: float) -> UsageFigures | None:
+        try:
+            if not os.path.isdir(row.path) or os.path.islink(row.path):
+                return None
+        except OSError:
+            return None
+        ignored: frozenset[str] = frozenset()
+        note: str | None = None
+        if row.runtime == "worktree" and time.monotonic() < deadline:
+            ignored, note = await self._ignored(row.path, deadline)
+        figures = await self._walk(row.path, deadline, ignored)
+        if note and figures.error is None:
+            figures = figures.model_copy(update={"error": note})
+        return figures
+
+    async def _ignored(self, path: Path, deadline: float) -> tuple[frozenset[str], str | None]:
+        result = await self.git.run(
+            path,
+            "ls-files",
+            "-z",
+            "--others",
+            "--ignored",
+            "--exclude-standard",
+            "--directory",
+            timeout_s=max(0.1, deadline - time.monotonic()),
+            check=False,
+        )
+        if not result.ok:
+            return frozenset(), f"the ignored share is unknown ({result.describe()})"
+        if result.output.dropped:
+            # git's list was longer than the bounded output: what is named still counts.
+            names = bytes(result.output.head).split(b"\0")[:-1]
+            note = "the ignored share is a lower bound (git listed too many ignored paths)"
+        else:
+            names = bytes(result.output.head + result.output.tail).split(b"\0")
+            note = None
+        return frozenset(n.decode("utf-8", "replace").rstrip("/") for n in names if n), note
+
+    async def _walk(
+        self, path: Path | str, deadline: float, ignored: frozenset[str] = frozenset()
+    ) -> UsageFigures:
+        return await anyio.to_thread.run_sync(
+            walk.walk, os.fspath(path), deadline, ignored, limiter=self._limiter
+        )
+
+    async def _root(self, listed: list[WorkspaceUsage], deadline: float) -> RootUsage:
+        paths = self.app.paths
+        trash = await self._walk(paths.trash, deadline) if paths.trash.is_dir() else walk.empty()
+        archive = (
+            await self._walk(paths.archive_store, deadline)
+            if paths.archive_store.is_dir()
+            else walk.empty()
+        )
+        count, pending = self._pending_reclaims()
+        reclaim_bytes = 0
+        outside = 0
+        for source in pending:
+            if not os.path.isdir(source):
+                continue
+            figures = await self._walk(source, deadline)
+            reclaim_bytes += figures.bytes
+            if not _within(source, paths.trash):
+                outside += figures.bytes
+        ws_bytes = sum(w.usage.bytes for w in listed if w.usage is not None)
+        return RootUsage(
+            workspaces_bytes=ws_bytes,
+            trash=trash,
+            archive_store=archive,
+            pending_reclaims=count,
+            pending_reclaim_bytes=reclaim_bytes,
+            total_bytes=ws_bytes + trash.bytes + archive.bytes + outside,
+        )
+
+    def _pending_reclaims(self) -> tuple[int, list[Path]]:
+        """How many reclaim obligations are pending, and their trash entries (where the trash
+        step moved the checkout; one whose trash step has not moved anything has none)."""
+        obligations = self.app.get(CleanupService).obligations
+        records = self.app.store.all(
+            "SELECT id FROM cleanup_obligations WHERE kind = 'reclaim' AND state = 'pending'"
+        )
+        found: list[Path] = []
+        for record in records:
+            ob = obligations.get(str(record["id"]))
+            if ob is None:
+                continue
+            source = ob.detail.get("trash_path")
+            if not source:
+                trash_ob = obligations.get(str(ob.detail.get("trash_ob", "")))
+                if trash_ob is not None and trash_ob.detail.get("moved"):
+                    source = trash_ob.detail.get("trash_path")
+            if source:
+                found.append(Path(str(source)))
+        return len(records), found
+
+
+def _within(path: Path, parent: Path) -> bool:
+    try:
+        return os.path.commonpath([os.path.realpath(path), os.path.realpath(parent)]) == (
+            os.path.realpath(parent)
+        )
+    except ValueError:
+        return False

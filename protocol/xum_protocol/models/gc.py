@@ -1,0 +1,136 @@
+"""Protocol models of garbage collection (`gc.plan`, `gc.run`; issue 14 section 6)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from xum_protocol.methods_base import MethodSpec
+from xum_protocol.models.base import Params, Result
+
+GcAction = Literal["remove_archived", "prune_snapshot_ref", "archive_merged", "discard_kept"]
+
+
+class GcItem(Result):
+    """One thing a policy would collect, and what it frees."""
+
+    key: str = Field(description="Stable id of the item (`<action>:<subject>`), for `gc.run`.")
+    action: GcAction = Field(
+        description="remove_archived: `workspace.remove` of an archived workspace; "
+        "prune_snapshot_ref: delete a removed workspace's snapshot ref; archive_merged: "
+        "`workspace.archive` of a clean, merged workspace; discard_kept: "
+        "`workspace.discard_kept` of a removed workspace's kept copy. An open set."
+    )
+    workspace_id: str | None = None
+    project_id: str | None = None
+    name: str | None = None
+    path: str | None = Field(default=None, description="The checkout, or the kept copy.")
+    ref: str | None = Field(default=None, description="prune_snapshot_ref: the ref.")
+    commit: str | None = Field(
+        default=None,
+        description="prune_snapshot_ref: the commit the ref held when planned (deleted only "
+        "while it still does).",
+    )
+    age_days: float = Field(description="How long it has been stale, by the daemon's clock.")
+    bytes: int = Field(
+        default=0,
+        description="Allocated bytes freed on disk (checkouts, kept copies; 0 where git frees "
+        "objects only at its own gc, e.g. a snapshot ref).",
+    )
+    reason: str = Field(description="Why the policy selects it.")
+
+
+class GcSkipped(Result):
+    key: str
+    action: GcAction | Literal["plan"] = Field(
+        description="The item's action; `plan`: a background run whose plan itself failed."
+    )
+    workspace_id: str | None = None
+    name: str | None = None
+    reason: str = Field(description="Why it is left alone (busy, unsaved work, interrupted, ...).")
+    kind: str | None = Field(
+        default=None, description="The refusal's error kind when a lifecycle operation refused."
+    )
+
+
+class GcPolicies(Result):
+    """The policies in force (ROOT/config.toml `[gc]`; 0 / false: off)."""
+
+    archived_after_days: float = 0
+    snapshot_refs_days: float = 0
+    archive_merged: bool = False
+    kept_after_days: float = 0
+
+
+class GcPlanParams(Params):
+    pass
+
+
+class GcPlanResult(Result):
+    policies: GcPolicies
+    now: float = Field(description="The daemon's clock when planned (wall time).")
+    items: list[GcItem] = Field(default_factory=list)
+    skipped: list[GcSkipped] = Field(default_factory=list)
+    bytes: int = Field(default=0, description="The items' bytes together.")
+
+
+class GcRunParams(Params):
+    keys: list[str] | None = Field(
+        default=None,
+        max_length=10000,
+        description="Only these items of a fresh plan (a key no longer planned is reported "
+        "skipped: the world changed); absent: every planned item.",
+    )
+    background: bool = Field(
+        default=False,
+        description="Record the run and answer at once (`state: running`, `run_id`); the "
+        "daemon collects in the background, and a run a crash or a stop cut short resumes at "
+        "the next start. `gc.get` answers its result.",
+    )
+
+
+class GcGetParams(Params):
+    run_id: str = Field(min_length=1, max_length=64)
+
+
+class GcDone(Result):
+    key: str
+    action: GcAction
+    workspace_id: str | None = None
+    name: str | None = None
+    bytes: int = 0
+    detail: str = Field(default="", description="What the lifecycle operation answered.")
+
+
+class GcRunResult(Result):
+    run_id: str | None = Field(default=None, description="A background run's id.")
+    state: Literal["running", "done"] = "done"
+    done: list[GcDone] = Field(default_factory=list)
+    skipped: list[GcSkipped] = Field(default_factory=list)
+    bytes: int = Field(default=0, description="Bytes freed by the items done.")
+
+
+METHODS = [
+    MethodSpec(
+        "gc.plan",
+        GcPlanParams,
+        GcPlanResult,
+        "What the garbage collection policies would collect now, and the bytes freed; "
+        "changes nothing.",
+    ),
+    MethodSpec(
+        "gc.run",
+        GcRunParams,
+        GcRunResult,
+        "Plan afresh, then collect each item through its lifecycle operation "
+        "(workspace.remove / archive / discard_kept, with their reservations and checks); "
+        "anything busy, unsaved or not provably stale is skipped and reported.",
+    ),
+    MethodSpec(
+        "gc.get",
+        GcGetParams,
+        GcRunResult,
+        "A background gc run: `running`, or `done` with what it collected and skipped.",
+    ),
+]

@@ -1,0 +1,435 @@
+"""workspace.create with a fresh base (fetch), and in big repositories (sparse checkout,
+submodules): real bare remotes, real git, a real daemon."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.lifecycle_helpers import add_project, create, rpc_error
+from tests.support.daemon import DaemonProcess, write_config
+from tests.support.gitrepo import git, make_repo
+from tests.test_cli_workspace import xum
+
+
+@pytest.fixture
+def remote(tmp_short: Path) -> Path:
+    """A bare 'remote' and a clone of it (the project), the clone tracking origin/main."""
+    seed = make_repo(tmp_short / "seed", {"README.md": "v1\n"})
+    bare = tmp_short / "remote.git"
+    git(tmp_short, "clone", "-q", "--bare", str(seed), str(bare))
+    return bare
+
+
+@pytest.fixture
+def repo(tmp_short: Path, remote: Path) -> Path:
+    clone = tmp_short / "repo"
+    git(tmp_short, "clone", "-q", str(remote), str(clone))
+    return clone
+
+
+def _push_new_commit(tmp_short: Path, remote: Path, text: str) -> str:
+    """Someone else pushes to the remote: the project's clone does not have it yet."""
+    other = tmp_short / f"other-{text}"
+    git(tmp_short, "clone", "-q", str(remote), str(other))
+    (other / "README.md").write_text(text + "\n")
+    git(other, "commit", "-q", "-am", text)
+    git(other, "push", "-q", "origin", "main")
+    return git(other, "rev-parse", "HEAD").strip()
+
+
+def _hung_helper_runs(pid: int) -> bool:
+    """The helper exec'd `sleep 600`: that pid running that command (not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return cmdline[:2] == [b"sleep", b"600"] and state != "Z"
+
+
+@pytest.fixture
+def fast_fetch_daemon(root: Path) -> Iterator[DaemonProcess]:
+    write_config(root, "fetch_timeout_s = 2.0\n")
+    proc = DaemonProcess(root).start()
+    yield proc
+    proc.close()
+
+
+def test_fetch_takes_the_new_remote_commit(
+    daemon: DaemonProcess, repo: Path, remote: Path, tmp_short: Path
+) -> None:
+    project = add_project(daemon, repo)
+    old = git(repo, "rev-parse", "HEAD").strip()
+    new = _push_new_commit(tmp_short, remote, "v2")
+    stale = create(daemon, project["id"], "nofetch")
+    assert stale["base_commit"] == old
+    assert stale["fetch"] is None
+    fresh = create(daemon, project["id"], "fresh", fetch=True)
+    assert fresh["fetch"]["status"] == "fetched"
+    assert fresh["fetch"]["remote"] == "origin"
+    assert fresh["fetch"]["stale"] is False
+    assert fresh["base_commit"] == new
+    assert fresh["workspace"]["base"] == new
+    assert (Path(fresh["workspace"]["path"]) / "README.md").read_text() == "v2\n"
+    # The user's own branch is never moved by the fetch.
+    assert git(repo, "rev-parse", "refs/heads/main").strip() == old
+
+
+def test_fetch_from_project_config(
+    daemon: DaemonProcess, repo: Path, remote: Path, tmp_short: Path
+) -> None:
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text("[create]\nfetch = true\n")
+    project = add_project(daemon, repo)
+    new = _push_new_commit(tmp_short, remote, "v3")
+    result = create(daemon, project["id"], "cfg")
+    assert result["fetch"]["status"] == "fetched"
+    assert result["base_commit"] == new
+    # The call's own `fetch: false` wins over the config.
+    assert create(daemon, project["id"], "off", fetch=False)["fetch"] is None
+
+
+def test_fetch_of_a_remote_tracking_base(
+    daemon: DaemonProcess, repo: Path, remote: Path, tmp_short: Path
+) -> None:
+    project = add_project(daemon, repo)
+    new = _push_new_commit(tmp_short, remote, "v4")
+    result = create(daemon, project["id"], "rt", fetch=True, base="origin/main")
+    assert result["base_commit"] == new
+    assert result["fetch"]["base_ref"] == "origin/main"
+
+
+def test_unreachable_remote_refuses_then_stale_allowed(
+    daemon: DaemonProcess, repo: Path, tmp_short: Path
+) -> None:
+    project = add_project(daemon, repo)
+    git(repo, "remote", "set-url", "origin", str(tmp_short / "gone.git"))
+    old = git(repo, "rev-parse", "HEAD").strip()
+    err = rpc_error(
+        daemon, "workspace.create", {"project_id": project["id"], "name": "x", "fetch": True}
+    )
+    assert err.kind == "fetch_failed"
+    assert err.data["remote"] == "origin"
+    assert "gone.git" in err.message
+    # Refused before anything was made: no row, no branch, no checkout.
+    assert daemon.call("workspace.list")["workspaces"] == []
+    assert git(repo, "branch", "--list", "xum/x").strip() == ""
+    result = create(daemon, project["id"], "x", fetch=True, allow_stale_base=True)
+    assert result["fetch"]["status"] == "failed"
+    assert result["fetch"]["stale"] is True
+    assert "gone.git" in result["fetch"]["error"]
+    assert result["base_commit"] == old
+
+
+def test_no_remote_is_fetch_failed(daemon: DaemonProcess, tmp_short: Path) -> None:
+    lonely = make_repo(tmp_short / "lonely")
+    project = add_project(daemon, lonely)
+    err = rpc_error(
+        daemon, "workspace.create", {"project_id": project["id"], "name": "x", "fetch": True}
+    )
+    assert err.kind == "fetch_failed"
+    assert "no remote" in err.message
+
+
+def test_fetch_with_directory_runtime_is_invalid(daemon: DaemonProcess, tmp_short: Path) -> None:
+    plain = tmp_short / "plain"
+    plain.mkdir()
+    project = add_project(daemon, plain)
+    err = rpc_error(
+        daemon,
+        "workspace.create",
+        {"project_id": project["id"], "name": "d", "runtime": "directory", "fetch": True},
+    )
+    assert err.kind == "invalid_params"
+
+
+def test_hung_fetch_hits_the_deadline_and_is_tree_killed(
+    fast_fetch_daemon: DaemonProcess, repo: Path, tmp_short: Path
+) -> None:
+    """An upload-pack that never answers (a remote that hangs): the fetch is killed at
+    `fetch_timeout_s`, with the hung helper, and the create answers `timeout`."""
+    daemon = fast_fetch_daemon
+    project = add_project(daemon, repo)
+    pidfile = tmp_short / "helper.pid"
+    helper = tmp_short / "hang.sh"
+    helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
+    helper.chmod(0o755)
+    git(repo, "config", "remote.origin.uploadpack", str(helper))
+    err = rpc_error(
+        daemon, "workspace.create", {"project_id": project["id"], "name": "h", "fetch": True}
+    )
+    assert err.kind == "timeout"
+    assert err.data["waited_for"] == "git fetch origin"
+    # The helper was started (the fetch reached it) and is gone with the killed fetch: git's
+    # tree is killed before the create answers, so no wait is needed here.
+    assert not _hung_helper_runs(int(pidfile.read_text()))
+    assert daemon.call("workspace.list")["workspaces"] == []
+    stale = create(daemon, project["id"], "h", fetch=True, allow_stale_base=True)
+    assert stale["fetch"]["status"] == "timeout"
+    assert stale["fetch"]["stale"] is True
+
+
+# -- big repositories ----------------------------------------------------------------------------
+
+
+def test_sparse_patterns_inherited(daemon: DaemonProcess, tmp_short: Path) -> None:
+    repo = make_repo(
+        tmp_short / "big",
+        {"a/x/f": "1\n", "b/f": "2\n", "c/f": "3\n", "top": "t\n"},
+    )
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    result = create(daemon, project["id"], "sp")
+    path = Path(result["workspace"]["path"])
+    assert result["sparse"] == {"cone": True, "patterns": ["a"]}
+    assert (path / "a" / "x" / "f").read_text() == "1\n"
+    assert (path / "top").exists()  # cone mode keeps top-level files
+    assert not (path / "b").exists()
+    assert not (path / "c").exists()
+    assert git(path, "status", "--porcelain").strip() == ""
+    assert git(path, "sparse-checkout", "list").split() == ["a"]
+    # The main checkout's own patterns are untouched.
+    assert git(repo, "sparse-checkout", "list").split() == ["a"]
+
+
+def test_full_checkout_when_main_is_not_sparse(daemon: DaemonProcess, tmp_short: Path) -> None:
+    repo = make_repo(tmp_short / "full", {"a/f": "1\n", "b/f": "2\n"})
+    project = add_project(daemon, repo)
+    result = create(daemon, project["id"], "full")
+    assert result["sparse"] is None
+    assert (Path(result["workspace"]["path"]) / "b" / "f").exists()
+
+
+def _repo_with_submodule(tmp_short: Path) -> tuple[Path, Path]:
+    sub = make_repo(tmp_short / "subsrc", {"lib.txt": "lib\n"})
+    main = make_repo(tmp_short / "main", {"m.txt": "m\n"})
+    git(main, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "libs/sub")
+    git(main, "commit", "-q", "-m", "add submodule")
+    return main, sub
+
+
+def test_submodules_borrow_the_main_checkouts_objects_offline(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    main, sub = _repo_with_submodule(tmp_short)
+    url = str(sub)
+    # Offline: the submodule's own remote is gone; only the main checkout's copy is left.
+    shutil.move(str(sub), str(tmp_short / "subsrc-gone"))
+    project = add_project(daemon, main)
+    result = create(daemon, project["id"], "withsub")
+    path = Path(result["workspace"]["path"])
+    assert result["submodules"] == [{"path": "libs/sub", "status": "initialized", "error": None}]
+    assert (path / "libs" / "sub" / "lib.txt").read_text() == "lib\n"
+    # Its remote is the real one again (a later fetch goes where the user expects).
+    assert git(path / "libs" / "sub", "remote", "get-url", "origin").strip() == url
+    status = git(path, "submodule", "status")
+    assert status.startswith(" "), status  # not `-` (uninitialised), `+` or `U`
+    # The objects were linked, not copied: the submodule's objects share inodes.
+    common = Path(git(main, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+    src_objects = {
+        os.stat(p).st_ino
+        for p in (common / "modules" / "libs" / "sub" / "objects").rglob("*")
+        if p.is_file() and len(p.parent.name) == 2
+    }
+    sub_git = Path(
+        git(path / "libs" / "sub", "rev-parse", "--path-format=absolute", "--git-dir").strip()
+    )
+    new_objects = {
+        os.stat(p).st_ino
+        for p in (sub_git / "objects").rglob("*")
+        if p.is_file() and len(p.parent.name) == 2
+    }
+    assert src_objects and new_objects <= src_objects
+
+
+def test_submodule_not_initialised_in_main_is_skipped(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    main, _sub = _repo_with_submodule(tmp_short)
+    clone = tmp_short / "clone"
+    git(tmp_short, "clone", "-q", str(main), str(clone))  # submodules not initialised
+    project = add_project(daemon, clone)
+    result = create(daemon, project["id"], "nosub")
+    assert result["submodules"] == [{"path": "libs/sub", "status": "skipped", "error": None}]
+
+
+def test_submodule_whose_commit_is_missing_locally_fails_but_create_succeeds(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    main, sub = _repo_with_submodule(tmp_short)
+    # A branch pointing the submodule at a commit the main checkout's copy does not have.
+    (sub / "lib.txt").write_text("newer\n")
+    git(sub, "commit", "-q", "-am", "newer")
+    newer = git(sub, "rev-parse", "HEAD").strip()
+    git(main, "checkout", "-q", "-b", "bump")
+    git(main, "update-index", "--cacheinfo", f"160000,{newer},libs/sub")
+    git(main, "commit", "-q", "-m", "bump")
+    git(main, "checkout", "-q", "main")
+    shutil.move(str(sub), str(tmp_short / "subsrc-gone"))
+    project = add_project(daemon, main)
+    result = create(daemon, project["id"], "bumped", branch="bump")
+    assert result["workspace"]["state"] == "active"
+    [info] = result["submodules"]
+    assert info["status"] == "failed"
+    assert info["error"]
+
+
+def test_submodule_name_that_climbs_out_is_refused(daemon: DaemonProcess, tmp_short: Path) -> None:
+    """A `.gitmodules` name like `../../victim` (anyone's commit can carry one) must not make
+    the daemon clone another repository on this machine from outside the modules directory."""
+    main, sub = _repo_with_submodule(tmp_short)  # a real one: `.git/modules` exists
+    # `<main>/.git/modules/../../victim` is `<main>/victim`: a repository planted there.
+    git(tmp_short, "clone", "-q", "--bare", str(sub), str(main / "victim"))
+    commit = git(sub, "rev-parse", "HEAD").strip()
+    git(main, "config", "-f", ".gitmodules", "submodule.../../victim.path", "libs/evil")
+    git(main, "config", "-f", ".gitmodules", "submodule.../../victim.url", str(sub))
+    git(main, "update-index", "--add", "--cacheinfo", f"160000,{commit},libs/evil")
+    git(main, "add", ".gitmodules")
+    git(main, "commit", "-q", "-m", "evil submodule")
+    project = add_project(daemon, main)
+    result = create(daemon, project["id"], "evil")
+    by_path = {s["path"]: s for s in result["submodules"]}
+    assert by_path["libs/evil"] == {
+        "path": "libs/evil",
+        "status": "failed",
+        "error": "unsafe submodule name",
+    }
+    assert by_path["libs/sub"]["status"] == "initialized"
+    assert not (Path(result["workspace"]["path"]) / "libs" / "evil" / "lib.txt").exists()
+
+
+def test_project_config_fetch_of_the_wrong_type_is_refused(
+    daemon: DaemonProcess, repo: Path
+) -> None:
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text('[create]\nfetch = "yes"\n')
+    project = add_project(daemon, repo)
+    err = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "t"})
+    assert err.kind == "invalid_params"
+    assert "[create] fetch" in err.message
+    assert daemon.call("workspace.list")["workspaces"] == []
+
+
+def test_cli_new_with_fetch(
+    daemon: DaemonProcess, repo: Path, remote: Path, tmp_short: Path
+) -> None:
+    project = add_project(daemon, repo)
+    new = _push_new_commit(tmp_short, remote, "v9")
+    out = xum(daemon, "ws", "new", project["name"], "viacli", "--fetch").stdout
+    assert "fetch: fetched from origin" in out
+    assert f"base: {new}" in out
+    git(repo, "remote", "set-url", "origin", str(tmp_short / "gone.git"))
+    refused = xum(daemon, "ws", "new", project["name"], "nope", "--fetch", ok=False)
+    assert refused.returncode != 0
+    assert "gone.git" in refused.stderr
+    stale = xum(daemon, "ws", "new", project["name"], "stale", "--fetch", "--allow-stale-base")
+    assert "STALE base used" in stale.stdout
+
+
+def test_sparse_workspace_archives_and_unarchives_its_work(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    """A sparse checkout's uncommitted work survives archive/unarchive (the snapshot holds it);
+    the restored checkout is a full one (docs/CONFIGURATION.md: big repositories)."""
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "sp")["workspace"]
+    path = Path(ws["path"])
+    (path / "a" / "f").write_text("edited\n")
+    (path / "a" / "new.txt").write_text("new\n")
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert sorted(archived["snapshot"]["files"]) == ["a/f", "a/new.txt"]
+    daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert (path / "a" / "f").read_text() == "edited\n"
+    assert (path / "a" / "new.txt").read_text() == "new\n"
+    assert (path / "b" / "f").read_text() == "2\n"
+
+
+def test_workspace_with_submodule_archives_and_unarchives(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    main, _sub = _repo_with_submodule(tmp_short)
+    project = add_project(daemon, main)
+    ws = create(daemon, project["id"], "subws")["workspace"]
+    path = Path(ws["path"])
+    (path / "m.txt").write_text("edited\n")
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert archived["snapshot"]["files"] == ["m.txt"]
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert restored["workspace"]["state"] == "active"
+    assert (path / "m.txt").read_text() == "edited\n"
+    assert restored["restored"]["submodules"] == [
+        {"path": "libs/sub", "status": "initialized", "error": None}
+    ]
+    assert (path / "libs" / "sub" / "lib.txt").read_text() == "lib\n"
+    removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+    assert removed["removed"] is True
+
+
+def test_concurrent_creates_with_fetch_both_succeed(
+    daemon: DaemonProcess, repo: Path, remote: Path, tmp_short: Path
+) -> None:
+    """Two fetches of one remote at once update the same remote-tracking refs: git's ref locks
+    make one wait or retry (git.py), never fail the other create."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    project = add_project(daemon, repo)
+    new = _push_new_commit(tmp_short, remote, "v5")
+    with ThreadPoolExecutor(4) as pool:
+        results = list(
+            pool.map(lambda n: create(daemon, project["id"], f"par{n}", fetch=True), range(4))
+        )
+    assert [r["base_commit"] for r in results] == [new] * 4
+    assert all(r["fetch"]["status"] == "fetched" for r in results)
+
+
+def test_concurrent_sparse_creates_all_succeed(daemon: DaemonProcess, tmp_short: Path) -> None:
+    """`sparse-checkout set` in a new worktree writes the repository's shared config
+    (extensions.worktreeConfig): parallel creates must not trip over its lock."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda n: create(daemon, project["id"], f"sp{n}"), range(6)))
+    for result in results:
+        path = Path(result["workspace"]["path"])
+        assert result["sparse"]["patterns"] == ["a"]
+        assert (path / "a" / "f").exists() and not (path / "b").exists()
+
+
+def test_concurrent_creates_with_submodules_all_initialise(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    main, _sub = _repo_with_submodule(tmp_short)
+    project = add_project(daemon, main)
+    with ThreadPoolExecutor(5) as pool:
+        results = list(pool.map(lambda n: create(daemon, project["id"], f"sm{n}"), range(5)))
+    assert [r["submodules"][0]["status"] for r in results] == ["initialized"] * 5
+
+
+def test_project_config_swapped_for_a_fifo_does_not_block(
+    daemon: DaemonProcess, repo: Path
+) -> None:
+    """The main checkout's `.xum/config.toml` is read for `[create] fetch` on the event loop: a
+    FIFO there must not block the daemon (no writer will ever come)."""
+    (repo / ".xum").mkdir()
+    os.mkfifo(repo / ".xum" / "config.toml")
+    project = add_project(daemon, repo)
+    # Refused at once as unreadable (createconfig reads it first), never a hang.
+    err = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "fifo"})
+    assert err.kind == "invalid_params"
+    assert daemon.call("daemon.status")["pid"] > 0
+    # basefetch's own reader of `[create] fetch` never blocks on it either.
+    from xumd.lifecycle.basefetch import project_wants_fetch
+
+    assert project_wants_fetch(repo) is False
