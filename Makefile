@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-user run test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
+NPM ?= npm
+# The node suites join `make test` when npm is here (a machine without it skips them, saying so).
+TS_DEPS := $(if $(shell command -v $(NPM) 2>/dev/null),ts-deps)
+
+.PHONY: install install-user run ts-deps ts-test vsix test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
 
 install: $(STAMP)
 
@@ -25,8 +29,26 @@ install-user: install
 run: install
 	$(BIN)/xumd
 
-test: install
+test: install $(TS_DEPS)
 	$(BIN)/python -m pytest -q
+
+# The TypeScript client and the VS Code extension (clients/ts, clients/vscode): packages from the
+# committed lockfiles, then their node suites against real xumd processes.
+ts-deps: clients/ts/node_modules/.package-lock.json clients/vscode/node_modules/.package-lock.json
+
+clients/ts/node_modules/.package-lock.json: clients/ts/package-lock.json
+	cd clients/ts && $(NPM) ci --no-audit --no-fund
+
+clients/vscode/node_modules/.package-lock.json: clients/vscode/package-lock.json
+	cd clients/vscode && $(NPM) ci --no-audit --no-fund
+
+ts-test: install ts-deps
+	cd clients/ts && XUMD="$(CURDIR)/$(BIN)/xumd" $(NPM) test
+	cd clients/vscode && XUMD="$(CURDIR)/$(BIN)/xumd" $(NPM) test
+
+# The VS Code extension's package: clients/vscode/xum-vscode.vsix (vsce package).
+vsix: ts-deps
+	cd clients/vscode && $(NPM) run package
 
 lint: install
 	$(BIN)/ruff check .
@@ -42,6 +64,9 @@ fmt: install
 schema: install
 	$(BIN)/python -m xum_protocol.schema protocol/schema
 	$(BIN)/python -m xum_protocol.docs docs/PROTOCOL.md
+	@# The TypeScript client's types follow the schema (a test fails while they are stale); the
+	@# generator needs only node, no packages.
+	if command -v node >/dev/null; then cd clients/ts && node scripts/gen-types.mjs ../../protocol/schema/xum-protocol.schema.json src/generated/protocol.ts; else echo "node not found: run npm run gen in clients/ts"; fi
 
 # The systemd units and launchd plist in systemd/ are rendered from xum_client/units.py.
 units: install

@@ -101,7 +101,11 @@ SCOPES = [
     ),
     Scope(
         "daemon/xumd/processes/quiescence.py",
-        ["tests/test_quiescence.py", "tests/test_contract_deadlines.py"],
+        [
+            "tests/test_quiescence.py",
+            "tests/test_contract_deadlines.py::test_a_probe_that_does_not_finish_means_busy",
+            "tests/test_contract_deadlines.py::test_a_probe_in_time_names_the_process",
+        ],
     ),
     Scope("daemon/xumd/recovery/reconcile.py", ["tests/test_recovery.py"], timeout_s=300),
     Scope(
@@ -111,13 +115,31 @@ SCOPES = [
     ),
     Scope(
         "daemon/xumd/rootlock.py",
-        ["tests/test_daemon_basics.py", "tests/test_rootlock_release.py"],
+        [
+            "tests/test_rootlock_release.py",
+            "tests/test_daemon_basics.py::test_second_daemon_refused_naming_the_first",
+            "tests/test_daemon_basics.py::test_restart_after_sigkill",
+        ],
     ),
     Scope(
         "daemon/xumd/procutil.py",
         [
             "tests/test_procutil.py",
-            "tests/test_contract_deadlines.py::test_a_hung_git_is_killed_at_the_git_deadline",
+            "tests/test_lease.py::test_script_lease_covers_a_run_command",
+            *(
+                f"tests/test_containment.py::test_{name}"
+                for name in (
+                    "run_command_stops_a_double_fork_without_a_subreaper",
+                    "a_timed_out_command_takes_its_double_fork_with_it",
+                    "leftovers_that_cannot_be_looked_for_fail_the_script",
+                    "a_process_that_cannot_be_pinned_is_not_reported_stopped",
+                    "a_cancellation_while_the_child_starts_still_kills_it",
+                    "git_hook_double_fork_is_stopped_after_the_command",
+                    "teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it",
+                    # A real daemon (about 5 s), the one run_command test of a run's cgroup.
+                    "cgroup_contains_a_teardown_child_that_drops_its_environment",
+                )
+            ),
         ],
         functions=["run_command", "kill_tree", "_any_alive", "_read_into", "_feed_stdin"],
     ),
@@ -264,7 +286,9 @@ def _explain(survivor: Survivor, explained: list[dict[str, str]]) -> None:
             return
 
 
-def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) -> ModuleReport:
+def run_module(
+    scope: Scope, *, python: str, budget_s: float, keep_dir: bool, count_only: bool = False
+) -> ModuleReport:
     report = ModuleReport(scope.module)
     work = Path(tempfile.mkdtemp(prefix="xum-mutate-"))
     try:
@@ -289,6 +313,8 @@ def run_module(scope: Scope, *, python: str, budget_s: float, keep_dir: bool) ->
             f" ({report.skipped} skipped), budget {budget_s:.0f}s",
             flush=True,
         )
+        if count_only:
+            return report
         proc = subprocess.Popen(
             [cosmic, "exec", str(work / "cr.toml"), str(session)],
             cwd=src,
@@ -366,16 +392,34 @@ def main() -> int:
     parser.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"))
     parser.add_argument("--keep", action="store_true", help="keep each session directory")
     parser.add_argument("--list", action="store_true", help="print the scope and exit")
+    parser.add_argument(
+        "--count", action="store_true", help="print each module's mutant count and exit"
+    )
     args = parser.parse_args()
     scopes = [
         s for s in SCOPES if not args.module or any(s.module.endswith(m) for m in args.module)
     ]
     if not scopes:
         parser.error(f"no scoped module matches {args.module}")
+    missing = [
+        path
+        for s in scopes
+        for path in [s.module, *(t.split("::")[0] for t in s.tests)]
+        if not (REPO / path).exists()
+    ]
+    if missing:
+        # Modules move (a refactor): a scope naming a path that is gone would mutate nothing.
+        parser.error(f"scoped paths that do not exist: {', '.join(sorted(set(missing)))}")
     if args.list:
         for s in scopes:
             only = f" (functions: {', '.join(s.functions)})" if s.functions else ""
             print(f"{s.module}{only}: {' '.join(s.tests)}")
+        return 0
+    if args.count:
+        for s in scopes:
+            run_module(
+                s, python=args.python, budget_s=args.budget_s, keep_dir=False, count_only=True
+            )
         return 0
     started = time.monotonic()
     reports = [

@@ -9,9 +9,7 @@ import os
 import secrets
 import shutil
 import stat
-import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -21,6 +19,7 @@ from xumd.checkouts.marker import Marker, write_directory_marker
 from xumd.cleanup.steps import HOLD_BEFORE_RENAME
 
 from tests.support.daemon import short_tmpdir
+from tests.support.fsattr import immutable
 from tests.support.gitrepo import git
 from tests.support.tmpfs import tmpfs
 from tests.test_cleanup_support import (
@@ -61,19 +60,6 @@ def teardown_calls(world: World) -> list[str]:
     fn = world.service.steps.teardown_fn
     assert isinstance(fn, ScriptTeardown)
     return fn.calls
-
-
-@contextmanager
-def immutable(directory: Path) -> Iterator[None]:
-    """`chattr +i` on `directory`: nothing can be renamed out of it, not even by root (a real
-    EPERM from the kernel). Always undone, also when the test fails."""
-    done = subprocess.run(["chattr", "+i", str(directory)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot make {directory} immutable here (needs root, ext4): {done.stderr}")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(directory)], check=True)
 
 
 # -- no false success --------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from xumd.procutil import run_command
 from tests.lifecycle_helpers import add_project, create
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
+from tests.support.procs import alive, identify, identify_all
 from tests.support.wait import until
 
 T = TypeVar("T")
@@ -51,13 +52,6 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
             gc.collect()
 
     return anyio.run(main)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def zombie_children(pid: int) -> list[int]:
@@ -153,15 +147,19 @@ def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
             lambda: len(marked(root, "lease_")) >= 3 and marked(root, "lease_"),
             message="setup to run",
         )
-        pids = [m.pid for m in found]
-        reap_strays.extend(pids)
+        procs = identify_all(m.pid for m in found)
+        reap_strays.extend(p.pid for p in procs)
         assert all(m.marker.record.startswith("lease_") for m in found)
-        (leader,) = [p for p in pids if os.getsid(p) == p]  # the command leads its session
+        (leader,) = [p for p in procs if os.getsid(p.pid) == p.pid]  # it leads its session
         daemon.kill()
         creating.join(20)
         # The script's shell dies with the daemon (parent-death signal); its children do not.
         until(lambda: not alive(leader), timeout=5, message="the parent-death signal")
-        survivors = [p for p in pids if alive(p)]
+        # What the restart must stop: every marked process alive now, scanned afresh (the scan
+        # above waited for three of them; a shell that does not exec its last command makes a
+        # fourth, which may not have been seen yet: counting from that first scan was flaky).
+        survivors = identify_all(m.pid for m in marked(root, "lease_"))
+        reap_strays.extend(p.pid for p in survivors)
         assert survivors, "a background child survives the SIGKILL"
 
         daemon.start()
@@ -198,15 +196,16 @@ def test_setup_that_ignores_the_parent_death_signal_is_stopped_at_the_restart(
             lambda: len(marked(root, "lease_")) >= 2 and marked(root, "lease_"),
             message="setup to run",
         )
-        reap_strays.extend(m.pid for m in found)
+        procs = identify_all(m.pid for m in found)
+        reap_strays.extend(p.pid for p in procs)
         daemon.kill()
         creating.join(20)
-        assert all(alive(m.pid) for m in found), "both survive the crash"
+        assert all(alive(p) for p in procs), "both survive the crash"
         daemon.start()
-        assert not any(alive(m.pid) for m in found)
+        assert not any(alive(p) for p in procs)
         assert daemon.call("lease.list", {})["leases"] == []
         status = daemon.call("daemon.status")["details"]["containment"]
-        assert status["stopped_at_start"] == len(found)
+        assert status["stopped_at_start"] == len(procs)
     finally:
         daemon.close()
 
@@ -229,11 +228,12 @@ def test_git_hook_child_of_a_crashed_daemon_is_stopped_at_the_restart(
             lambda: len(marked(root, "cmd-")) >= 3 and marked(root, "cmd-"),
             message="the hook to run",
         )
-        reap_strays.extend(m.pid for m in found)
+        procs = identify_all(m.pid for m in found)
+        reap_strays.extend(p.pid for p in procs)
         assert all(m.marker.record.startswith("cmd-") for m in found)
         daemon.kill()
         creating.join(20)
-        survivors = [m.pid for m in found if alive(m.pid)]
+        survivors = [p for p in procs if alive(p)]
         assert survivors, "the hook's children survive the crash"
         daemon.start()
         assert [p for p in survivors if alive(p)] == []
@@ -260,9 +260,9 @@ def test_teardown_double_fork_is_stopped_before_cleanup_completes(
         project = trusted(daemon, repo)
         ws = create(daemon, project["id"], "esc")["workspace"]
         result = daemon.call("workspace.remove", {"workspace_id": ws["id"]})
-        escapee = int((ctl / "escapee").read_text())
-        reap_strays.append(escapee)
-        assert os.getsid(escapee) == escapee if alive(escapee) else True
+        escapee = identify(int((ctl / "escapee").read_text()))
+        reap_strays.append(escapee.pid)
+        assert os.getsid(escapee.pid) == escapee.pid if alive(escapee) else True
         assert result["cleanup"]["status"] == "completed", result["cleanup"]
         assert not alive(escapee), "the double-forked teardown child outlived the remove"
         assert marked(root) == []
@@ -293,8 +293,8 @@ def test_supervised_process_double_fork_is_stopped_with_it(
         },
     )["process"]
     until(lambda: pidfile.exists() and pidfile.read_text().strip(), message="double fork")
-    escapee = int(pidfile.read_text())
-    reap_strays.append(escapee)
+    escapee = identify(int(pidfile.read_text()))
+    reap_strays.append(escapee.pid)
     assert alive(escapee)
     daemon.call("process.stop", {"process_id": proc["id"], "grace_s": 1})
     until(lambda: not alive(escapee), timeout=10, message="the escapee to be stopped")
@@ -356,9 +356,10 @@ def test_a_crashed_daemons_kept_process_is_adopted_not_swept(
             {"workspace_id": ws["id"], "kind": "agent", "argv": ["sleep", "100"]},
         )["process"]
         reap_strays.append(agent["pid"])
+        held = identify(agent["pid"])
         daemon.kill()
         daemon.start()
-        assert alive(agent["pid"])
+        assert alive(held)
         listed = daemon.call("process.list", {})["processes"]
         assert [p["id"] for p in listed if p["adopted"]] == [agent["id"]]
         assert daemon.call("daemon.status")["details"]["containment"]["stopped_at_start"] == 0
@@ -432,7 +433,7 @@ def test_git_hook_double_fork_is_stopped_after_the_command(tmp_short: Path) -> N
     try:
         run_async(lambda: runner.run(repo, "checkout", "-q", "-b", "hooked"))
         pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
-        assert not alive(pid)
+        assert not alive(identify(pid))
         assert containment.scan(cont.tag) == []
     finally:
         for m in containment.scan(cont.tag):
@@ -468,20 +469,25 @@ def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
     )
     try:
         outcome = run_async(
-            lambda: runner._run_commands("teardown", [command], "h", ref, checkout, None)
+            lambda: runner._run_commands(
+                "teardown", [command], "h", ref, checkout, None, dict(os.environ)
+            )
         )
         pid = int(pidfile.read_text())
         reap_strays.append(pid)
+        escapee = identify(pid)
         assert outcome.status == "failed"
         assert outcome.error is not None and f"pid {pid} (sleep 100)" in outcome.error
-        assert alive(pid)
+        assert alive(escapee)
         step = teardown_outcome(outcome.status, outcome.error, outcome.output)
         assert step.state != "completed" and f"pid {pid}" in (step.error or "")
         assert runner.containment.status()["escaped"][0]["pid"] == pid
 
         # The retry (another run of the teardown) does not succeed while it still runs...
         again = run_async(
-            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+            lambda: runner._run_commands(
+                "teardown", ["true"], "h", ref, checkout, None, dict(os.environ)
+            )
         )
         assert again.status == "failed"
         assert again.error is not None and f"pid {pid} (sleep 100)" in again.error
@@ -489,10 +495,12 @@ def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
         # ...and does once it could be stopped after all.
         monkeypatch.setattr(containment, "send_signal", real)
         third = run_async(
-            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+            lambda: runner._run_commands(
+                "teardown", ["true"], "h", ref, checkout, None, dict(os.environ)
+            )
         )
         assert third.status == "ok", third.error
-        assert not alive(pid)
+        assert not alive(escapee)
     finally:
         monkeypatch.setattr(containment, "send_signal", real)
 
@@ -511,7 +519,7 @@ def test_run_command_stops_a_double_fork_without_a_subreaper(tmp_short: Path) ->
     )
     assert result.ok and result.escaped == []
     pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
-    assert not alive(pid)
+    assert not alive(identify(pid))
 
 
 # -- a cgroup per run (where one is delegated; here a directory of the host's cgroup v2) ----------
@@ -594,9 +602,9 @@ def test_cgroup_contains_a_teardown_child_that_drops_its_environment(
         project = trusted(daemon, repo)
         ws = create(daemon, project["id"], "cg")["workspace"]
         result = daemon.call("workspace.remove", {"workspace_id": ws["id"]})
-        escapee = int((ctl / "escapee").read_text())
-        reap_strays.append(escapee)
-        assert containment.read_marker(escapee) is None if alive(escapee) else True
+        escapee = identify(int((ctl / "escapee").read_text()))
+        reap_strays.append(escapee.pid)
+        assert containment.read_marker(escapee.pid) is None if alive(escapee) else True
         assert result["cleanup"]["status"] == "completed", result["cleanup"]
         assert not alive(escapee), "the escapee without a marker outlived the remove"
         assert _runs(cgroup_base) == []
@@ -618,13 +626,15 @@ def test_cgroup_of_a_crashed_daemons_setup_is_emptied_at_the_restart(
         project = trusted(daemon, repo)
         creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "c"))
         creating.start()
-        bg = int(until(lambda: (ctl / "bg").exists() and (ctl / "bg").read_text().strip()))
-        reap_strays.append(bg)
+        bg = identify(
+            int(until(lambda: (ctl / "bg").exists() and (ctl / "bg").read_text().strip()))
+        )
+        reap_strays.append(bg.pid)
         (run,) = _runs(cgroup_base)
         assert run.startswith("run-lease_")
         daemon.kill()
         creating.join(20)
-        assert alive(bg) and containment.read_marker(bg) is None
+        assert alive(bg) and containment.read_marker(bg.pid) is None
         daemon.start()
         assert not alive(bg)
         assert _runs(cgroup_base) == []
@@ -695,7 +705,7 @@ def test_a_timed_out_command_takes_its_double_fork_with_it(tmp_short: Path) -> N
     )
     assert result.timed_out and result.escaped == []
     pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
-    assert not alive(pid)
+    assert not alive(identify(pid))
 
 
 def test_leftovers_that_cannot_be_looked_for_fail_the_script(
@@ -719,7 +729,9 @@ def test_leftovers_that_cannot_be_looked_for_fail_the_script(
     monkeypatch.setattr(containment, "open", exhausted, raising=False)
     try:
         outcome = run_async(
-            lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None)
+            lambda: runner._run_commands(
+                "teardown", ["true"], "h", ref, checkout, None, dict(os.environ)
+            )
         )
     finally:
         monkeypatch.undo()
@@ -727,7 +739,11 @@ def test_leftovers_that_cannot_be_looked_for_fail_the_script(
     assert (
         outcome.error is not None and "cannot look in /proc: Too many open files" in outcome.error
     )
-    again = run_async(lambda: runner._run_commands("teardown", ["true"], "h", ref, checkout, None))
+    again = run_async(
+        lambda: runner._run_commands(
+            "teardown", ["true"], "h", ref, checkout, None, dict(os.environ)
+        )
+    )
     assert again.status == "ok", again.error
 
 
@@ -787,4 +803,4 @@ def test_a_cancellation_while_the_child_starts_still_kills_it(
     run_async(main)
     monkeypatch.undo()
     pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
-    assert not alive(pid)
+    assert not alive(identify(pid))

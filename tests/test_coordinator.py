@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -220,3 +220,74 @@ async def test_directory_wait_is_bounded(tmp_path: Path) -> None:
     assert str(tmp_path / "x") in info.value.message
     async with exclusion.directory(tmp_path / "x", timeout=0.1):
         pass
+
+
+async def test_a_failed_structural_operation_is_settled_while_still_reserved(
+    store: Store,
+) -> None:
+    """An exclusive operation that raises is settled by the failure guard before its
+    reservation opens again (no other operation sees the row mid-way); one that succeeds is
+    not settled at all."""
+    coord = Coordinator(store, wait_s=1)
+    seen: list[tuple[str, str, str, str | None]] = []
+
+    def guard(workspace_id: str, op: str) -> Callable[[BaseException], None]:
+        def settle(exc: BaseException) -> None:
+            seen.append((workspace_id, op, str(exc), coord.closed_by(workspace_id)))
+
+        return settle
+
+    coord.failure_guard = guard
+    async with coord.exclusive(ACTIVE, "archive"):
+        pass
+    assert seen == []
+    with pytest.raises(RuntimeError):
+        async with coord.exclusive(ACTIVE, "archive"):
+            raise RuntimeError("the checkout vanished")
+    assert seen == [(ACTIVE, "archive", "the checkout vanished", "archive")]
+    assert coord.closed_by(ACTIVE) is None
+
+
+async def test_reservations_are_forgotten_once_nobody_holds_them(store: Store) -> None:
+    """Each workspace and project id gets a reservation record while in use; it goes when its
+    last user leaves, so a long-running daemon does not keep one per id it ever saw."""
+    coord = Coordinator(store, wait_s=1)
+    async with coord.shared(ACTIVE):
+        async with coord.shared(ACTIVE):
+            assert set(coord._reservations) == {ACTIVE}
+        assert set(coord._reservations) == {ACTIVE}
+    async with coord.exclusive(ACTIVE, "archive"):
+        pass
+    async with coord.project_shared("prj_0000000000000001", label="create"):
+        pass
+    with pytest.raises(XumError):
+        async with coord.shared(MISSING):
+            pass
+    assert coord._reservations == {}
+
+
+async def test_a_directory_wait_uses_the_callers_timeout_else_the_default(tmp_path: Path) -> None:
+    """An explicit timeout bounds the wait (not the coordinator's default); without one, the
+    default does. Each wait is itself under a test deadline, so a wait that ignored its bound
+    fails here instead of hanging."""
+    coord = Coordinator(Store(tmp_path / "s.db"), wait_s=0.1)
+    async with coord.directories.directory(tmp_path / "x"):
+        with anyio.fail_after(10), pytest.raises(XumError) as info:
+            async with coord.directories.directory(tmp_path / "x"):
+                pass
+        assert info.value.kind.value == "timeout" and "after 0.1s" in info.value.message
+    patient = Coordinator(Store(tmp_path / "t.db"), wait_s=60)
+    async with patient.directories.directory(tmp_path / "x"):
+        with anyio.fail_after(10), pytest.raises(XumError) as info:
+            async with patient.directories.directory(tmp_path / "x", timeout=0.2):
+                pass
+        assert info.value.kind.value == "timeout" and "after 0.2s" in info.value.message
+
+
+async def test_exclusive_resolves_a_workspace_in_any_state(store: Store) -> None:
+    """A structural operation reserves the workspace whatever its state (unarchive needs an
+    archived one); `shared` is the one that insists on `active`."""
+    coord = Coordinator(store, wait_s=1)
+    async with coord.exclusive(ARCHIVED, "unarchive") as ref:
+        assert ref.id == ARCHIVED
+        assert coord.closed_by(ARCHIVED) == "unarchive"

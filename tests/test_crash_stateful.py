@@ -43,10 +43,33 @@ EXPECTED_KINDS = {
 OP_POINTS = [p for p in POINTS if not p.startswith(("recovery.", "process."))]
 RECOVERY_POINTS = [p for p in POINTS if p.startswith("recovery.")]
 
+STEP_S = float(os.environ.get("XUM_CRASH_STEP_S", "120"))
+"""The progress bound: a step (its daemon restarts, the operation, the invariant check) that
+has not finished after this long is a hang. Not a bound on the whole test: a step costs one or
+two daemon starts, each a fresh interpreter importing the daemon (about a second of CPU), so
+on two shared cores under load thirty steps took longer than any fixed test timeout (they
+failed the suite's 120 s one); each of its waits is bounded on its own (READY, calls, exits)."""
+
+
+class StepStalled(BaseException):
+    """No step finished within STEP_S. A BaseException so that hypothesis does not shrink a
+    hang (every attempt would hang again): the test fails at once, naming where it stood."""
+
+
+def _stalled(signum: int, frame: object) -> None:
+    raise StepStalled(f"no step of the crash machine finished within {STEP_S:.0f}s (a hang)")
+
+
+def _watch() -> None:
+    """(Re)arm the progress bound: called as each step finishes."""
+    signal.setitimer(signal.ITIMER_REAL, STEP_S)
+
 
 class CrashMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
+        self._previous_alarm = signal.signal(signal.SIGALRM, _stalled)
+        _watch()
         self.base = short_tmpdir("xumh-")
         self.world = World(self.base)
         self.world.start()
@@ -57,6 +80,8 @@ class CrashMachine(RuleBasedStateMachine):
         self.version = 0
 
     def teardown(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._previous_alarm)
         self.world.close()
         if not os.environ.get("XUM_KEEP_TMP"):
             shutil.rmtree(self.base, ignore_errors=True)
@@ -182,6 +207,7 @@ class CrashMachine(RuleBasedStateMachine):
     def invariants_hold(self) -> None:
         problems = check(self.world, self.before, where="after step")
         assert not problems, "\n".join(problems)
+        _watch()  # a step finished: progress
 
 
 def _settings(examples: int, steps: int) -> settings:
@@ -194,7 +220,9 @@ def _settings(examples: int, steps: int) -> settings:
     )
 
 
-TestCrashBounded = CrashMachine.TestCase
+# Bounded by progress (STEP_S per step), not by a wall clock for the whole test: pytest-timeout
+# is off for these (it would also take SIGALRM, which the progress bound uses).
+TestCrashBounded = pytest.mark.timeout(0)(CrashMachine.TestCase)
 TestCrashBounded.settings = _settings(3, 6)
 
 RANDOM_SEED = int(os.environ.get("XUM_CRASH_SEED") or secrets.randbelow(2**32))
@@ -202,6 +230,7 @@ RANDOM_SEED = int(os.environ.get("XUM_CRASH_SEED") or secrets.randbelow(2**32))
 printed: `XUM_CRASH_SEED=<n> pytest tests/test_crash_stateful.py -k random` replays it."""
 
 
+@pytest.mark.timeout(0)
 def test_crash_random_budget() -> None:
     """A bounded random budget in `make test`: new sequences every run, seeded and reproducible.
     XUM_CRASH_RANDOM_EXAMPLES (default 2) examples of 6 steps; no example database, so a run
@@ -221,6 +250,6 @@ def test_crash_random_budget() -> None:
 
 
 @pytest.mark.reliability
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(0)
 class TestCrashMany(CrashMachine.TestCase):  # type: ignore[name-defined,misc]
     settings = _settings(int(os.environ.get("XUM_CRASH_EXAMPLES", "20")), 12)

@@ -25,6 +25,7 @@ from tests.lifecycle_helpers import (
     trusted_daemon,
 )
 from tests.support.daemon import DaemonProcess, write_config
+from tests.support.fsattr import immutable
 from tests.support.gitrepo import git, make_repo
 from tests.support.tmpfs import tmpfs
 
@@ -307,12 +308,8 @@ def test_copy_that_cannot_be_set_aside_stays_in_place_and_is_reported(
     daemon, project, repo = env_daemon
     ws = _setup_makes_a_directory_at_env_local(daemon, project, repo)
     saved = daemon.root / "archive" / ws["id"]
-    if subprocess.run(["chattr", "+i", str(saved)], check=False).returncode != 0:
-        pytest.skip("chattr +i is not permitted here")
-    try:
+    with immutable(saved):
         back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
-    finally:
-        subprocess.run(["chattr", "-i", str(saved)], check=False)
     assert back["workspace"]["state"] == "active"
     assert back["restored"]["kept_at"] == str(saved)
     assert (saved / "files" / ".env.local").read_text() == "LOCAL=1\n"

@@ -16,9 +16,9 @@ from xum_client.errors import XumRpcError
 from tests.lifecycle_helpers import add_project, create
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import make_repo
+from tests.support.procs import ProcId, alive, identify, identify_all
 from tests.support.wait import until
 from tests.test_process_support import (
-    alive,
     external_processes,
     insert_workspace,
     pids_in,
@@ -165,11 +165,11 @@ def _lease_rows(root: Path) -> list[tuple[Any, ...]]:
 
 def _stubborn_tree(
     daemon: DaemonProcess, ws: str, kind: str, *, depth: int
-) -> tuple[dict[str, Any], list[int]]:
-    """A process ignoring SIGTERM with `depth` generations of children; (process, tree pids)."""
+) -> tuple[dict[str, Any], list[ProcId]]:
+    """A process ignoring SIGTERM with `depth` generations of children; (process, its tree)."""
     proc = spawn(daemon, ws, stubborn_argv(depth), kind=kind)
     until(lambda: len(pids_in(output_text(daemon, proc["id"]))) == depth + 1)
-    return proc, pids_in(output_text(daemon, proc["id"]))
+    return proc, identify_all(pids_in(output_text(daemon, proc["id"])))
 
 
 def test_leases_survive_a_daemon_sigkill_and_children_are_adopted(
@@ -178,7 +178,7 @@ def test_leases_survive_a_daemon_sigkill_and_children_are_adopted(
     ws = _direct_workspace(daemon, tmp_short)
     agent, pids = _stubborn_tree(daemon, ws, "agent", depth=1)
     daemon.kill()
-    assert all(alive(pid) for pid in pids)
+    assert all(alive(p) for p in pids)
     daemon.start()
     found = daemon.call("process.get", {"process_id": agent["id"]})["process"]
     assert found["adopted"] and found["pid"] == agent["pid"] and found["state"] == "running"
@@ -190,7 +190,7 @@ def test_leases_survive_a_daemon_sigkill_and_children_are_adopted(
     stopped = daemon.call("process.stop", {"process_id": agent["id"], "grace_s": 0.3})["process"]
     assert time.monotonic() - started < 8
     assert stopped["state"] == "exited" and stopped["exit"]["settled_by"] == "unknown"
-    assert not any(alive(pid) for pid in pids)
+    assert not any(alive(p) for p in pids)
     assert daemon.call("lease.list")["leases"] == []
 
 
@@ -202,7 +202,7 @@ def test_shutdown_kills_a_stubborn_tree_within_the_deadline(
     started = time.monotonic()
     assert daemon.terminate() == 0
     assert time.monotonic() - started < 8 + 2
-    assert not any(alive(pid) for pid in pids), "a member of the tree survived the shutdown"
+    assert not any(alive(p) for p in pids), "a member of the tree survived the shutdown"
     assert _lease_rows(daemon.root) == []
 
 
@@ -215,8 +215,9 @@ def test_keep_processes_leaves_agents_running_for_the_next_start(
     try:
         agent = spawn(daemon, ws, ["sleep", "60"], kind="agent")
         cmd = spawn(daemon, ws, ["sleep", "60"])
+        kept, stopped = identify(agent["pid"]), identify(cmd["pid"])
         assert daemon.terminate() == 0
-        assert alive(agent["pid"]) and not alive(cmd["pid"])
+        assert alive(kept) and not alive(stopped)
         daemon.args = []
         daemon.start()
         listed = {
@@ -224,10 +225,10 @@ def test_keep_processes_leaves_agents_running_for_the_next_start(
         }
         assert list(listed) == [agent["id"]] and listed[agent["id"]]["adopted"]
         daemon.call("process.stop", {"process_id": agent["id"]})
-        assert not alive(agent["pid"])
+        assert not alive(kept)
     finally:
         daemon.close()
-        if agent["pid"] and alive(agent["pid"]):
+        if agent["pid"] and alive(identify(agent["pid"])):
             os.kill(agent["pid"], signal.SIGKILL)
 
 
@@ -297,11 +298,12 @@ def test_pending_stop_survives_a_daemon_sigkill_until_settled(root: Path, tmp_sh
     daemon = DaemonProcess(root).start()
     try:
         cmd = _stopping_foreground_command(daemon, ws)
+        stopping = identify(cmd["pid"])
         assert err(daemon, "process.background", {"process_id": cmd["id"]}).data["state"] == (
             "pending_stop"
         )
         daemon.kill()
-        assert alive(cmd["pid"])
+        assert alive(stopping)
         daemon.start()
         assert _pending_holder_settled(daemon, ws, cmd) == "unknown"
     finally:

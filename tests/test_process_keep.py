@@ -17,8 +17,9 @@ import pytest
 from xum_client.errors import ConnectionLost
 
 from tests.support.daemon import DaemonProcess, write_config
+from tests.support.procs import ProcId, alive, identify
 from tests.support.wait import until
-from tests.test_process_support import PY, alive, insert_workspace
+from tests.test_process_support import PY, insert_workspace
 
 CONFIG = (
     "stop_grace_s = 0.5\ndrain_deadline_s = 8\n"
@@ -54,13 +55,13 @@ def root(tmp_short: Path) -> Path:
 
 
 @pytest.fixture
-def pids() -> Iterator[list[int]]:
-    """Pids a test expects to end: SIGKILLed afterwards if they did not."""
-    found: list[int] = []
+def pids() -> Iterator[list[ProcId]]:
+    """Processes a test expects to end: SIGKILLed afterwards if they did not."""
+    found: list[ProcId] = []
     yield found
-    for pid in found:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    for proc in found:
+        if alive(proc):
+            os.kill(proc.pid, signal.SIGKILL)
 
 
 def output(daemon: DaemonProcess, process_id: str, since: int = 0, **extra: Any) -> dict[str, Any]:
@@ -99,7 +100,7 @@ def shutdown_watching_events(daemon: DaemonProcess) -> list[dict[str, Any]]:
 
 
 def test_kept_agent_survives_a_restart_with_its_output_and_input(
-    root: Path, tmp_short: Path, pids: list[int]
+    root: Path, tmp_short: Path, pids: list[ProcId]
 ) -> None:
     write_config(root, CONFIG + "keep_processes = true\n")
     ws = insert_workspace(root, tmp_short / "checkouts" / "w")
@@ -108,9 +109,9 @@ def test_kept_agent_survives_a_restart_with_its_output_and_input(
         agent = spawn(daemon, ws, "agent", [PY, "-c", AGENT])
         term = spawn(daemon, ws, "terminal", ["sleep", "60"], pty=True)
         assert (agent["on_daemon_stop"], term["on_daemon_stop"]) == ("keep", "stop")
-        pids += [agent["pid"], term["pid"]]
+        pids += [identify(agent["pid"]), identify(term["pid"])]
         text = until(lambda: text_with(daemon, agent["id"], "tick 2\n"))
-        pids.append(int(text.split()[1]))  # the agent's child
+        pids.append(identify(int(text.split()[1])))  # the agent's child
         daemon.call("process.write", {"process_id": agent["id"], "data": "before\n"})
         until(lambda: "in before" in output(daemon, agent["id"])["data"])
         io_dir = root / "processes" / agent["id"]
@@ -127,7 +128,7 @@ def test_kept_agent_survives_a_restart_with_its_output_and_input(
             if e["type"] == "process.exited" and e["data"]["process"]["id"] == term["id"]
         ]
         assert term_exit and term_exit[0]["stop_reason"] == "shutdown"
-        assert alive(agent["pid"]) and alive(pids[2]) and not alive(term["pid"])
+        assert alive(pids[0]) and alive(pids[2]) and not alive(pids[1])
         # No daemon now: the agent goes on writing (to its file, not a dead pipe).
         size = (io_dir / "output").stat().st_size
         until(lambda: (io_dir / "output").stat().st_size > size + 40)
@@ -151,7 +152,7 @@ def test_kept_agent_survives_a_restart_with_its_output_and_input(
         whole = until(lambda: text_with(daemon, agent["id"], "in after"))
         seen = ticks(whole)
         assert seen == list(range(len(seen))), "a tick was lost or the agent restarted"
-        assert "in before" in whole and alive(agent["pid"])
+        assert "in before" in whole and alive(pids[0])
 
         ps = subprocess.run(
             [*XUM, "ps"],
@@ -168,7 +169,7 @@ def test_kept_agent_survives_a_restart_with_its_output_and_input(
         assert time.monotonic() - started < 8
         assert stopped["process"]["state"] == "exited"
         assert stopped["process"]["exit"]["stop_reason"] == "request"
-        assert not alive(agent["pid"]) and not alive(pids[2]), "the tree survived the stop"
+        assert not alive(pids[0]) and not alive(pids[2]), "the tree survived the stop"
         done = output(daemon, agent["id"], more["next"], wait_s=5)
         assert done["exited"] or output(daemon, agent["id"], done["next"], wait_s=5)["exited"]
         assert daemon.call("lease.list")["leases"] == []
@@ -177,7 +178,7 @@ def test_kept_agent_survives_a_restart_with_its_output_and_input(
 
 
 def test_without_keep_processes_shutdown_stops_everything_and_leaves_nothing(
-    root: Path, tmp_short: Path, pids: list[int]
+    root: Path, tmp_short: Path, pids: list[ProcId]
 ) -> None:
     write_config(root, CONFIG)
     ws = insert_workspace(root, tmp_short / "checkouts" / "w")
@@ -187,12 +188,12 @@ def test_without_keep_processes_shutdown_stops_everything_and_leaves_nothing(
         mcp = spawn(daemon, ws, "mcp", ["sleep", "60"])
         term = spawn(daemon, ws, "terminal", ["sleep", "60"], pty=True)
         assert {p["on_daemon_stop"] for p in (agent, mcp, term)} == {"stop"}
-        pids += [agent["pid"], mcp["pid"], term["pid"]]
+        pids += [identify(p["pid"]) for p in (agent, mcp, term)]
         text = until(lambda: output(daemon, agent["id"])["data"])
-        pids.append(int(text.split()[1]))
+        pids.append(identify(int(text.split()[1])))
         events = shutdown_watching_events(daemon)
         assert not [e for e in events if e["type"] == "process.kept"]
-        assert not any(alive(pid) for pid in pids), "a process survived the shutdown"
+        assert not any(alive(proc) for proc in pids), "a process survived the shutdown"
         processes = root / "processes"
         assert not processes.exists() or list(processes.iterdir()) == []
         daemon.start()
@@ -203,7 +204,7 @@ def test_without_keep_processes_shutdown_stops_everything_and_leaves_nothing(
 
 
 def test_ended_while_down_is_readable_and_a_restart_without_keep_stops_the_adopted(
-    root: Path, tmp_short: Path, pids: list[int]
+    root: Path, tmp_short: Path, pids: list[ProcId]
 ) -> None:
     write_config(root, CONFIG + "keep_processes = true\n")
     checkout = tmp_short / "checkouts" / "w"
@@ -212,11 +213,11 @@ def test_ended_while_down_is_readable_and_a_restart_without_keep_stops_the_adopt
     try:
         quits = spawn(daemon, ws, "agent", ["sh", "-c", WAIT_FOR_STOP_FILE])
         stays = spawn(daemon, ws, "mcp", ["sleep", "60"])
-        pids += [quits["pid"], stays["pid"]]
+        pids += [identify(quits["pid"]), identify(stays["pid"])]
         until(lambda: text_with(daemon, quits["id"], "hello"))
         shutdown_watching_events(daemon)
         (checkout / "stop").touch()  # the agent ends while no daemon runs
-        until(lambda: not alive(quits["pid"]))
+        until(lambda: not alive(pids[0]))
         write_config(root, CONFIG)  # the next daemon does not keep processes
         daemon.start()
         ended = daemon.call("process.get", {"process_id": quits["id"]})["process"]
@@ -226,7 +227,7 @@ def test_ended_while_down_is_readable_and_a_restart_without_keep_stops_the_adopt
         assert adopted["adopted"] and adopted["on_daemon_stop"] == "stop"
         events = shutdown_watching_events(daemon)
         assert not [e for e in events if e["type"] == "process.kept"]
-        assert not alive(stays["pid"])
+        assert not alive(pids[1])
         assert list((root / "processes").iterdir()) == []
     finally:
         daemon.close()

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.errors import XumError
 from xumd.events import EventBus
@@ -149,13 +148,6 @@ async def running(harness: Harness) -> AsyncIterator[Harness]:
             await harness.sup.shutdown(10.0)
             tg.cancel_scope.cancel()
     harness.store.close()
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 async def wait_for(condition: Callable[[], Any], timeout: float = 10.0) -> Any:

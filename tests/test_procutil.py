@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import anyio
 import psutil
@@ -14,14 +16,9 @@ import pytest
 from xumd import procutil
 from xumd.procutil import CommandNotFound, run_command
 
+from tests.support.freezer import frozen
+from tests.support.procs import alive, identify
 from tests.support.wait import until
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_exit_code_and_merged_output() -> None:
@@ -90,11 +87,240 @@ def test_a_command_does_not_outlive_a_killed_daemon() -> None:
     proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        child = int(proc.stdout.readline())
-        assert not _gone(child)
+        child = identify(int(proc.stdout.readline()))
+        assert alive(child)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        until(lambda: _gone(child), timeout=10, message=f"child {child} to die with its parent")
+        until(lambda: not alive(child), timeout=10, message=f"{child} to die with its parent")
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_stdin_is_fed_and_output_is_streamed() -> None:
+    """Input larger than a pipe's buffer reaches the command whole (fed while its output is
+    read), and every chunk of output reaches `on_output` in order, as it comes."""
+    data = b"".join(b"line %d\n" % i for i in range(20_000))  # ~190 kB, beyond a 64 kB pipe
+    chunks: list[bytes] = []
+    result = anyio.run(
+        lambda: run_command(
+            ["cat"], stdin=data, timeout_s=10, output_limit=1 << 20, on_output=chunks.append
+        )
+    )
+    assert result.ok and result.returncode == 0
+    assert result.output.text().encode() == data
+    assert b"".join(chunks) == data
+
+
+def test_a_command_that_closes_stdin_early_still_answers() -> None:
+    """A command that never reads its input (and exits) breaks the pipe under the feeder: the
+    run still answers with the command's own exit status."""
+    result = anyio.run(
+        lambda: run_command(
+            ["sh", "-c", "exec 0<&-; echo done"], stdin=b"x" * 300_000, timeout_s=30
+        )
+    )
+    assert result.returncode == 0 and result.output.text() == "done\n"
+
+
+def test_kill_tree_counts_a_zombie_as_gone() -> None:
+    """A process that ended but was not reaped yet (a zombie) is not alive: kill_tree reports
+    the tree gone instead of waiting for it and calling it a survivor of SIGKILL."""
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 0.2))
+        assert gone is True
+        assert psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE  # not reaped by it
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_kill_tree_reports_a_tree_that_survives_sigkill() -> None:
+    """A frozen process (cgroup v1 freezer) outlives SIGKILL until thawed: kill_tree answers
+    False after its bounded wait, never True for a tree that is still there."""
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        with frozen(child.pid):
+            gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 0.1))
+            assert gone is False
+        # Thawed: the signals it got take effect (the first one delivered ends it).
+        assert child.wait(10) in (-signal.SIGTERM, -signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_kill_tree_without_a_group_reaches_the_tree() -> None:
+    """Without a process group to signal (pgid None), the tree collected from the pid is still
+    stopped: the command and its child."""
+    parent = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert parent.stdout is not None
+        sleeper = identify(int(parent.stdout.readline()))
+        assert alive(sleeper)
+        gone = anyio.run(lambda: procutil.kill_tree(parent.pid, None, 0.5))
+        assert gone is True
+        assert not alive(sleeper)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+
+
+def test_a_command_that_cannot_start_names_its_program(tmp_path: Path) -> None:
+    """A start that fails (its working directory missing, or not a directory) is a
+    CommandNotFound naming the program, never another argument or an IndexError."""
+    with pytest.raises(CommandNotFound, match=r"^sh: "):
+        anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "gone", timeout_s=5))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CommandNotFound, match=r"^sh: Not a directory"):
+        anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "file", timeout_s=5))
+
+
+def test_kill_tree_reports_a_tree_ended_by_sigkill_as_gone() -> None:
+    """A group that ignores SIGTERM is ended by the SIGKILL after the grace: kill_tree answers
+    True (gone), not False as if it had survived SIGKILL."""
+    child = subprocess.Popen(
+        ["sh", "-c", "trap '' TERM; sleep 60 & wait"],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        until(lambda: len(procutil.tree_pids(child.pid)) >= 2, message="the tree to start")
+        gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 0.1))
+        assert gone is True
+        assert not procutil.group_alive(child.pid)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+
+
+def test_sigterm_gets_its_grace_before_sigkill(tmp_path: Path) -> None:
+    """kill_tree lets a process that handles SIGTERM finish its handler within the grace (git
+    removes its lock files that way) before any SIGKILL."""
+    done = tmp_path / "cleaned-up"
+    handler = (
+        "import signal, sys, time\n"
+        "def term(*_):\n"
+        "    time.sleep(0.3)  # a clean-up that takes a moment\n"
+        f"    open({str(done)!r}, 'w').close()\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, term)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", handler], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 30.0))
+        assert gone is True
+        assert child.wait(10) == 0, "ended by SIGKILL instead of its own SIGTERM handler"
+        assert done.exists()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_a_command_leads_its_own_session_and_is_not_ours_after_the_run() -> None:
+    """The command runs in a new session and group of its own (so its whole group can be
+    signalled without touching the daemon's), and once its exit status was read its pid no
+    longer counts as the daemon's child (the orphan reaper may reap a process that reuses it)."""
+    from xumd import containment
+
+    result = anyio.run(
+        lambda: run_command(
+            [
+                sys.executable,
+                "-c",
+                "import os; print(os.getpid() == os.getpgid(0) == os.getsid(0))",
+            ],
+            timeout_s=10,
+        )
+    )
+    assert result.output.text() == "True\n"
+    assert result.pid not in containment._own
+
+
+def test_any_alive_looks_past_a_pid_that_is_gone() -> None:
+    """A member of the tree that vanished (reaped by its parent) must not end the look before
+    a live member is seen: the tree is not gone while one of it runs."""
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        gone = next(p for p in range(4_000_000, 4_100_000) if not psutil.pid_exists(p))
+        pids = {gone, live.pid}
+        # The vanished pid first in the set's own order, whatever the pids are.
+        candidate = gone
+        while next(iter(pids)) != candidate:
+            candidate += 1
+            while psutil.pid_exists(candidate):
+                candidate += 1
+            pids = {candidate, live.pid}
+        assert procutil._any_alive(pids) is True
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_cancelled_run_still_kills_a_tree_that_ignores_sigterm(tmp_path: Path) -> None:
+    """A run cancelled mid-way (a shutdown) stops its tree to the end, shielded: the group that
+    ignores SIGTERM gets the SIGKILL after the grace, and the escapee that left the group and
+    the tree (setsid) is found by its marker and stopped too; only then is the cancellation
+    taken."""
+    from xumd.containment import Containment, root_tag, scan
+
+    cont = Containment(tag=root_tag(tmp_path))
+    marker = cont.marker("lease_cancel")
+    script = "trap '' TERM; (setsid sleep 100 &); sleep 100"
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: run_command(
+                    ["/bin/sh", "-c", script],
+                    timeout_s=60,
+                    grace_s=0.2,
+                    containment=cont,
+                    marker=marker,
+                )
+            )
+            with anyio.fail_after(20):
+                while len(scan(cont.tag)) < 3:  # the shell, its sleep, the escapee
+                    await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(main)
+        assert [m.pid for m in scan(cont.tag)] == []
+    finally:
+        for m in scan(cont.tag):
+            os.kill(m.pid, signal.SIGKILL)
+
+
+def test_kill_tree_reaches_a_group_member_outside_the_tree() -> None:
+    """A member of the group that is no longer a descendant (its parent exited: it was
+    re-parented away) and ignores SIGTERM is reached by the group's SIGKILL after the grace."""
+    leader = subprocess.Popen(
+        ["sh", "-c", "trap '' TERM; (sleep 100 & echo $!) ; exit 0"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert leader.stdout is not None
+        orphan = identify(int(leader.stdout.readline()))
+        leader.wait(10)
+        assert alive(orphan) and os.getpgid(orphan.pid) == leader.pid
+        assert orphan.pid not in procutil.tree_pids(leader.pid)
+        gone = anyio.run(lambda: procutil.kill_tree(leader.pid, leader.pid, 0.2))
+        assert gone is True
+        assert not alive(orphan)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(leader.pid, signal.SIGKILL)

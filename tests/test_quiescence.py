@@ -13,6 +13,7 @@ from xumd import faults
 from xumd.errors import XumError
 from xumd.lifecycle.seams import busy_message
 
+from tests.support.freezer import frozen
 from tests.test_process_support import (
     FakePeer,
     Harness,
@@ -123,6 +124,27 @@ async def test_archive_stop_stops_own_processes_but_external_holders_remain(
         assert agent.exit is not None
         holders = await h.quiet.holders(ref)
         assert [(x.kind, x.pid) for x in holders] == [("editor", editor_pid)]
+
+
+async def test_archive_stop_names_a_process_whose_stop_is_unconfirmed_as_pending_stop(
+    tmp_path: Path,
+) -> None:
+    """A bounded stop that cannot see its process exit in time (frozen: SIGKILL waits for the
+    thaw) reports it as `pending_stop`, never under its own kind as if the stop had not been
+    asked, and stopped nothing; once it is gone, nothing holds the checkout."""
+    async with running(Harness(tmp_path, grace_s=0.2)) as h:
+        ref = h.workspace()
+        agent = await h.spawn(ref, ["sleep", "60"], "agent")
+        assert agent.pid is not None
+        with frozen(agent.pid):
+            stopped, left = await h.quiet.stop(ref, 1.0)
+            assert stopped == []
+            assert [(x.kind, x.pid) for x in left] == [("pending_stop", agent.pid)]
+            holders = await h.quiet.holders(ref)
+            assert [(x.kind, x.pid) for x in holders] == [("pending_stop", agent.pid)]
+        await h.sup.wait(agent, 10)  # thawed: the SIGKILL takes effect
+        assert agent.exit is not None
+        assert await h.quiet.holders(ref) == []
 
 
 @pytest.mark.parametrize("confirmation", ["arrives", "never_arrives"])

@@ -5,7 +5,6 @@ A workspace is addressed by its id (ws_...) or as PROJECT/NAME.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -408,39 +407,3 @@ def register(cli: click.Group) -> None:
         from xum_client.commands.turn import show_strays
 
         show_strays(obj, project_ref)
-
-    @cli.command("events")
-    @click.option("--type", "types", multiple=True, help="only event types with this prefix")
-    @click.option("--count", type=int, default=None, help="exit after this many events")
-    @click.pass_obj
-    def events(obj: Ctx, types: tuple[str, ...], count: int | None) -> None:
-        """Print the snapshot's sequence number, then every event as it happens."""
-        with Client(
-            obj.root, socket_path=obj.socket, timeout=None, client_name="xum-cli"
-        ) as client:
-            params: dict[str, Any] = {"types": list(types)} if types else {}
-            result = client.call("events.subscribe", params)
-            if obj.as_json:
-                click.echo(json.dumps({"snapshot": result}))
-            else:
-                snap = result["snapshot"]
-                click.echo(
-                    f"# epoch {result['epoch']} seq {result['seq']}: "
-                    f"{len(snap.get('projects', []))} project(s), "
-                    f"{len(snap.get('workspaces', []))} workspace(s)"
-                )
-            seen = 0
-            while count is None or seen < count:
-                message = client.next_notification()
-                if message.get("method") != "event":
-                    continue
-                event = message["params"]
-                seen += 1
-                if obj.as_json:
-                    click.echo(json.dumps(event))
-                else:
-                    data = event.get("data", {})
-                    ws = data.get("workspace") or {}
-                    what = ws.get("name") or data.get("workspace_id") or ""
-                    state = ws.get("state", "")
-                    click.echo(f"{event['seq']:>6} {event['type']:<28} {what} {state}".rstrip())

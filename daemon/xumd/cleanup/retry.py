@@ -15,13 +15,20 @@ from __future__ import annotations
 import anyio
 from xum_protocol.models.events import Event
 
-from xumd import logs
+from xumd import faults, logs
 from xumd.cleanup.schedule import Clock, StepWatch
 from xumd.cleanup.service import LANES, CleanupService, CycleResult
 
 log = logs.get("xumd.cleanup.retry")
 
 REGISTRY_EVENTS = ("workspace.", "project.")
+
+START_HOLD = faults.declare(
+    "cleanup.retry.hold_start",
+    "simulate: hold the retry service before its first look at the store, until the test "
+    "releases it (faults.FaultPoint.hold): readiness is shown not to wait for it",
+    simulate=True,
+)
 
 
 class RetryService:
@@ -50,6 +57,7 @@ class RetryService:
 
     async def run(self) -> None:
         self._done = anyio.Event()
+        await START_HOLD.hold()
         unlisten = self.service.app.events.listen(self._on_event)
         try:
             with anyio.CancelScope() as scope:

@@ -1,0 +1,719 @@
+// The connection to xumd: JSON-RPC 2.0 over a Unix socket, one JSON text per line.
+//
+// - `hello` on every (re)connection; the answer is `client.server`.
+// - Requests carry ids and run concurrently; each has its own timeout. Answers are matched by id.
+// - When the connection breaks, the calls in flight fail with `ConnectionLost` (they may or may
+//   not have run: they are never re-sent behind the caller's back), and the client reconnects
+//   with exponential backoff. A call made while disconnected waits for the reconnection, within
+//   its own timeout.
+// - An event subscription survives reconnects: the client resubscribes with the last `seq` and
+//   `epoch` it saw, so the daemon replays what was missed; when it cannot (`resync_required`, or
+//   another daemon run), the new snapshot is delivered as a `snapshot` and the stream goes on.
+
+import { EventEmitter } from "node:events";
+import { createConnection, type Socket } from "node:net";
+
+import { resolveSocket, type Env } from "./discovery.js";
+import {
+  ClientClosed,
+  Backpressure,
+  ClientTimeout,
+  ConnectionLost,
+  DaemonNotRunning,
+  XumClientError,
+  XumRpcError,
+  type ErrorObject,
+} from "./errors.js";
+import { encodeFrame, FrameTooLong, LineDecoder } from "./framing.js";
+import {
+  PROTOCOL_VERSION,
+  type HelloResult,
+  type MethodName,
+  type Params,
+  type RawEvent,
+  type Result,
+} from "./generated/protocol.js";
+
+export const CLIENT_VERSION = "0.1.0";
+
+export interface ReconnectOptions {
+  /** First delay after a lost connection, ms (default 100). */
+  initialDelayMs?: number;
+  /** Upper bound of the delay, ms (default 5000). */
+  maxDelayMs?: number;
+  /** Growth per failed attempt (default 2). */
+  factor?: number;
+  /** Random spread of each delay, a fraction (default 0.2): many clients do not retry in step. */
+  jitter?: number;
+}
+
+export interface ClientOptions {
+  /** The socket; default: discovery (`XUM_SOCKET`, `$XUM_ROOT/xumd.sock`, the default root). */
+  socketPath?: string;
+  /** A root whose socket to use (`ROOT/xumd.sock`), when no `socketPath` is given. */
+  root?: string;
+  /** The environment discovery reads (default `process.env`). */
+  env?: Env;
+  clientName?: string;
+  clientVersion?: string;
+  /** The protocol version sent in `hello` (default: the one the types were generated from). */
+  protocol?: string;
+  /** Default per-call timeout, ms (default 60000). */
+  timeoutMs?: number;
+  /** Bound on connect + `hello`, ms (default 5000). */
+  connectTimeoutMs?: number;
+  /**
+   * Reconnect after a lost connection, in the background with backoff (default: on). When off,
+   * a call made while disconnected makes one connection attempt and fails with its reason.
+   */
+  reconnect?: boolean | ReconnectOptions;
+  /** Longest frame accepted from the daemon, bytes (default 64 MiB). */
+  maxFrameBytes?: number;
+  /**
+   * Bytes of requests queued to a daemon that is not reading them, beyond which a call fails at
+   * once with `Backpressure` instead of queueing more (default 16 MiB).
+   */
+  maxQueuedBytes?: number;
+}
+
+export interface CallOptions {
+  /** This call's timeout, ms (default: the client's). */
+  timeoutMs?: number;
+}
+
+/** `params` may be left out when every field of the method's params is optional. */
+export type CallArgs<M extends MethodName> =
+  Record<string, never> extends Params<M>
+    ? [params?: Params<M>, options?: CallOptions]
+    : [params: Params<M>, options?: CallOptions];
+
+export interface SubscribeOptions {
+  /** Only these event types (prefix match, e.g. `workspace.`); default all. */
+  types?: string[];
+}
+
+/** Why a snapshot was delivered. */
+export type SnapshotReason =
+  /** The first subscription. */
+  | "initial"
+  /** The daemon could no longer replay what was missed (`resync_required`). */
+  | "resync"
+  /** Another daemon run (a restart): sequence numbers started over. */
+  | "epoch_changed";
+
+export interface SnapshotInfo {
+  reason: SnapshotReason;
+  epoch: string;
+  seq: number;
+  snapshot: Record<string, unknown>;
+}
+
+export interface ClientEvents {
+  /** Connected and `hello` answered (again, after a reconnect). */
+  connect: [server: HelloResult];
+  /** The connection was lost (a reconnect follows when enabled). */
+  disconnect: [reason: Error];
+  /**
+   * One event of the subscription, in order, never twice: the envelope, whatever its type (a
+   * newer daemon may send types this client does not know); `isEvent(e, "workspace.updated")`
+   * narrows it to a known type with typed `data`.
+   */
+  event: [event: RawEvent];
+  /** A snapshot: the state at `seq`, after which events follow. */
+  snapshot: [info: SnapshotInfo];
+  /**
+   * A connection attempt failed (no daemon, a failed `hello` or resubscription); the next attempt
+   * is in `retryInMs`, or never (null: reconnecting is off, or cannot help, as for
+   * `protocol_mismatch`). Not named `error`: that name would throw without a listener and make
+   * `events.once(client, ...)` reject.
+   */
+  connect_failed: [error: Error, retryInMs: number | null];
+}
+
+interface Pending {
+  method: string;
+  resolve: (result: Record<string, unknown>) => void;
+  reject: (error: Error) => void;
+  timer: NodeJS.Timeout;
+}
+
+interface Subscription {
+  types: string[] | undefined;
+  epoch: string | null;
+  /** The last seq delivered (or the snapshot's); events at or below it are duplicates. */
+  seq: number | null;
+  /** Events that arrived while a subscribe call was in flight, delivered after its answer. */
+  held: RawEvent[] | null;
+  /**
+   * False after a connection was dropped for a frame over the client's cap: resuming would replay
+   * that same event and drop the connection again, forever; the next subscription takes a fresh
+   * snapshot instead (which stands for the event).
+   */
+  resumable: boolean;
+  /** Settles the first `subscribe()` call: its snapshot, or why it failed. */
+  first: { resolve: (info: SnapshotInfo) => void; reject: (err: Error) => void } | null;
+}
+
+function isSnapshotInfo(value: unknown): value is SnapshotInfo {
+  return value !== null && typeof value === "object" && "reason" in value && "snapshot" in value;
+}
+
+/** One socket. A reconnect makes a new one, so a stale socket's close never touches the new. */
+class Conn {
+  readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private decoder: LineDecoder;
+  private nullError: XumRpcError | null = null;
+  closed = false;
+
+  constructor(
+    readonly sock: Socket,
+    maxFrameBytes: number,
+    private readonly maxQueuedBytes: number,
+    private readonly onNotification: (message: Record<string, unknown>) => void,
+    private readonly onClose: (conn: Conn, reason: Error) => void,
+  ) {
+    this.decoder = new LineDecoder(maxFrameBytes);
+    sock.on("data", (chunk: Buffer) => this.receive(chunk));
+    sock.on("error", () => {
+      // 'close' follows and carries the failure to the callers.
+    });
+    sock.on("close", () => this.finish(this.nullError ?? new ConnectionLost("the daemon closed the connection")));
+  }
+
+  call(method: string, params: unknown, timeoutMs: number): Promise<Record<string, unknown>> {
+    if (this.closed) return Promise.reject(new ConnectionLost("the connection is closed"));
+    // A daemon that stopped reading (wedged, or holding this connection's requests in flight)
+    // must not make this process buffer every later request: a timed-out call's bytes stay
+    // queued, so timeouts alone do not bound it.
+    if (this.sock.writableLength > this.maxQueuedBytes) {
+      return Promise.reject(
+        new Backpressure(`${method}: the daemon is not reading (${this.sock.writableLength} bytes queued to it)`),
+      );
+    }
+    const id = this.nextId++;
+    const message: Record<string, unknown> = { jsonrpc: "2.0", id, method };
+    if (params !== undefined) message["params"] = params;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        // A late answer to this id is dropped (its entry is gone).
+        this.pending.delete(id);
+        reject(new ClientTimeout(method, timeoutMs));
+      }, timeoutMs);
+      this.pending.set(id, { method, resolve, reject, timer });
+      this.sock.write(encodeFrame(message));
+    });
+  }
+
+  close(): void {
+    this.sock.destroy();
+  }
+
+  private receive(chunk: Buffer): void {
+    let lines: string[];
+    try {
+      lines = this.decoder.push(chunk);
+    } catch (err) {
+      if (err instanceof FrameTooLong) {
+        this.fail(new FrameTooLongLost(`the daemon sent a frame too long (${err.message})`));
+        return;
+      }
+      throw err;
+    }
+    for (const line of lines) {
+      let message: unknown;
+      try {
+        message = JSON.parse(line);
+      } catch {
+        this.fail(new ConnectionLost(`the daemon sent something that is not JSON: ${line.slice(0, 200)}`));
+        return;
+      }
+      this.dispatch(message);
+      if (this.closed) return;
+    }
+  }
+
+  private dispatch(message: unknown): void {
+    if (message === null || typeof message !== "object" || Array.isArray(message)) {
+      // This client never sends batches, so an array is not an answer to it.
+      this.fail(new ConnectionLost(`unexpected message from the daemon: ${JSON.stringify(message).slice(0, 200)}`));
+      return;
+    }
+    const msg = message as Record<string, unknown>;
+    if (typeof msg["method"] === "string" && !("id" in msg)) {
+      this.onNotification(msg);
+      return;
+    }
+    const id = msg["id"];
+    if (id === null && isErrorObject(msg["error"])) {
+      // The daemon could not read a request of ours (e.g. a frame too large); it names no id,
+      // and closes the connection next: every call in flight fails with this error.
+      this.nullError = new XumRpcError(msg["error"]);
+      return;
+    }
+    if (typeof id !== "number") return;
+    const pending = this.pending.get(id);
+    if (pending === undefined) return; // timed out already
+    this.pending.delete(id);
+    clearTimeout(pending.timer);
+    if (isErrorObject(msg["error"])) {
+      pending.reject(new XumRpcError(msg["error"]));
+    } else if (msg["result"] !== null && typeof msg["result"] === "object" && !Array.isArray(msg["result"])) {
+      pending.resolve(msg["result"] as Record<string, unknown>);
+    } else {
+      pending.reject(new ConnectionLost(`a result must be an object, got ${JSON.stringify(msg["result"])}`));
+    }
+  }
+
+  private fail(reason: Error): void {
+    this.finish(reason);
+    this.sock.destroy();
+  }
+
+  private finish(reason: Error): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const [id, pending] of this.pending) {
+      this.pending.delete(id);
+      clearTimeout(pending.timer);
+      pending.reject(reason instanceof XumRpcError ? reason : new ConnectionLost(`${pending.method}: ${reason.message}`));
+    }
+    this.onClose(this, reason);
+  }
+}
+
+/** The connection was dropped because the daemon sent a frame over the client's cap. */
+class FrameTooLongLost extends ConnectionLost {}
+
+function isErrorObject(value: unknown): value is ErrorObject {
+  return (
+    value !== null &&
+    typeof value === "object" &&
+    typeof (value as { code?: unknown }).code === "number" &&
+    typeof (value as { message?: unknown }).message === "string"
+  );
+}
+
+function openSocket(path: string, timeoutMs: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const sock = createConnection({ path });
+    const timer = setTimeout(() => {
+      sock.destroy();
+      reject(new DaemonNotRunning(path, `no answer to connect within ${timeoutMs} ms`));
+    }, timeoutMs);
+    sock.once("connect", () => {
+      clearTimeout(timer);
+      sock.removeAllListeners("error");
+      resolve(sock);
+    });
+    sock.once("error", (err: NodeJS.ErrnoException) => {
+      clearTimeout(timer);
+      sock.destroy();
+      if (err.code === "ENOENT") reject(new DaemonNotRunning(path, `no socket at ${path}`));
+      else if (err.code === "ECONNREFUSED") reject(new DaemonNotRunning(path, "stale socket"));
+      else if (err.code === "EACCES") {
+        reject(new XumClientError(`permission denied on ${path}: the daemon belongs to another user`));
+      } else reject(new DaemonNotRunning(path, err.message));
+    });
+  });
+}
+
+type State = "idle" | "connecting" | "connected" | "waiting" | "closed";
+
+export class XumClient extends EventEmitter<ClientEvents> {
+  readonly socketPath: string;
+  /** The last `hello` answer (null before the first connection). */
+  server: HelloResult | null = null;
+
+  private readonly options: Required<Omit<ClientOptions, "socketPath" | "root" | "env" | "reconnect">>;
+  private readonly backoff: Required<ReconnectOptions> | null;
+  private conn: Conn | null = null;
+  private state: State = "idle";
+  private attempt = 0;
+  private retryTimer: NodeJS.Timeout | null = null;
+  private lastFailure: Error | null = null;
+  private waiters = new Set<() => void>();
+  private subscription: Subscription | null = null;
+  private connecting: Promise<void> | null = null;
+  /** A connection still in its `hello`/resubscription, so that close() can end it too. */
+  private opening: Conn | null = null;
+
+  constructor(options: ClientOptions = {}) {
+    super();
+    this.socketPath = resolveSocket(options.env, undefined, { socket: options.socketPath, root: options.root }).path;
+    this.options = {
+      clientName: options.clientName ?? "xum-ts",
+      clientVersion: options.clientVersion ?? CLIENT_VERSION,
+      protocol: options.protocol ?? PROTOCOL_VERSION,
+      timeoutMs: options.timeoutMs ?? 60_000,
+      connectTimeoutMs: options.connectTimeoutMs ?? 5_000,
+      maxFrameBytes: options.maxFrameBytes ?? 64 * 1024 * 1024,
+      maxQueuedBytes: options.maxQueuedBytes ?? 16 * 1024 * 1024,
+    };
+    const reconnect = options.reconnect ?? true;
+    this.backoff =
+      reconnect === false
+        ? null
+        : {
+            initialDelayMs: 100,
+            maxDelayMs: 5_000,
+            factor: 2,
+            jitter: 0.2,
+            ...(reconnect === true ? {} : reconnect),
+          };
+  }
+
+  /** A connected client: the first attempt must succeed (else `DaemonNotRunning`, ...). */
+  static async connect(options: ClientOptions = {}): Promise<XumClient> {
+    const client = new XumClient(options);
+    await client.open();
+    return client;
+  }
+
+  get connected(): boolean {
+    return this.state === "connected";
+  }
+
+  /** One connection attempt now; throws why it failed (no retry: see `start`). */
+  async open(): Promise<void> {
+    if (this.state === "closed") throw new ClientClosed("the client is closed");
+    if (this.state === "connected") return;
+    await this.attemptConnect();
+  }
+
+  /** Connect in the background, retrying with backoff until connected or closed. */
+  start(): void {
+    if (this.state !== "idle") return;
+    void this.attemptConnect().catch(() => {
+      // attemptConnect scheduled the retry and emitted the error.
+    });
+  }
+
+  /** Resolves when connected; rejects after `timeoutMs` with why the last attempt failed. */
+  waitConnected(timeoutMs: number = this.options.timeoutMs): Promise<void> {
+    if (this.state === "connected") return Promise.resolve();
+    if (this.state === "closed") return Promise.reject(new ClientClosed("the client is closed"));
+    if (this.backoff === null && this.state !== "connecting") {
+      return Promise.reject(this.lastFailure ?? new DaemonNotRunning(this.socketPath, "not connected"));
+    }
+    return new Promise((resolve, reject) => {
+      // Woken on every change of state; settles on connected, closed, or no retry to come.
+      const done = (): void => {
+        if (this.state === "connected") settle(null);
+        else if (this.state === "closed") settle(new ClientClosed("the client is closed"));
+        else if (this.backoff === null && this.state !== "connecting") {
+          settle(this.lastFailure ?? new DaemonNotRunning(this.socketPath, "not connected"));
+        }
+      };
+      const settle = (error: Error | null): void => {
+        clearTimeout(timer);
+        this.waiters.delete(done);
+        if (error === null) resolve();
+        else reject(error);
+      };
+      const timer = setTimeout(() => {
+        settle(this.lastFailure ?? new DaemonNotRunning(this.socketPath, `not connected within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiters.add(done);
+    });
+  }
+
+  /** Call `method`; the result, or the daemon's error as `XumRpcError`. */
+  async call<M extends MethodName>(method: M, ...args: CallArgs<M>): Promise<Result<M>> {
+    const [params, options] = args;
+    return (await this.callRaw(method, params ?? {}, options)) as unknown as Result<M>;
+  }
+
+  /** An untyped call, for methods newer than this client's generated types. */
+  async callRaw(method: string, params?: unknown, options: CallOptions = {}): Promise<Record<string, unknown>> {
+    const timeoutMs = options.timeoutMs ?? this.options.timeoutMs;
+    const deadline = Date.now() + timeoutMs;
+    if (this.state !== "connected") {
+      if (this.state === "idle") this.start();
+      await this.waitConnected(timeoutMs).catch((err: unknown) => {
+        throw err instanceof Error ? err : new DaemonNotRunning(this.socketPath, String(err));
+      });
+    }
+    const conn = this.conn;
+    if (conn === null) throw new ConnectionLost("the connection was lost");
+    return conn.call(method, params, Math.max(1, deadline - Date.now()));
+  }
+
+  /**
+   * Subscribe to events (one subscription per client). The first answer's snapshot is returned
+   * and also emitted as `snapshot`; events follow as `event`, across reconnects, each once and in
+   * order.
+   */
+  async subscribe(options: SubscribeOptions = {}): Promise<SnapshotInfo> {
+    if (this.subscription !== null) throw new XumClientError("already subscribed (one subscription per client)");
+    if (this.state === "closed") throw new ClientClosed("the client is closed");
+    let settle: { resolve: (info: SnapshotInfo) => void; reject: (err: Error) => void } | null = null;
+    const first = new Promise<SnapshotInfo>((resolve, reject) => {
+      settle = { resolve, reject };
+    });
+    const sub: Subscription = {
+      types: options.types,
+      epoch: null,
+      seq: null,
+      held: null,
+      resumable: true,
+      first: settle,
+    };
+    this.subscription = sub;
+    const conn = this.state === "connected" ? this.conn : null;
+    if (conn !== null) {
+      // Connected: subscribe now. Otherwise the (re)connection subscribes before it is up.
+      this.resubscribe(conn).catch((err: unknown) => this.settleFirst(sub, err));
+    } else if (this.state === "idle") {
+      this.start();
+    }
+    const timer = setTimeout(() => {
+      this.settleFirst(sub, this.lastFailure ?? new DaemonNotRunning(this.socketPath, "not connected"));
+    }, this.options.timeoutMs);
+    try {
+      return await first;
+    } catch (err) {
+      if (this.subscription === sub) this.subscription = null;
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private settleFirst(sub: Subscription, outcome: SnapshotInfo | unknown): void {
+    const first = sub.first;
+    if (first === null) return;
+    sub.first = null;
+    if (isSnapshotInfo(outcome)) first.resolve(outcome);
+    else first.reject(outcome instanceof Error ? outcome : new XumClientError(String(outcome)));
+  }
+
+  /** Stop receiving events (the daemon ends a subscription with its connection: reconnect). */
+  unsubscribe(): void {
+    if (this.subscription === null) return;
+    this.subscription = null;
+    this.conn?.close();
+  }
+
+  /** The subscription's position: the epoch and last seq seen (null before any). */
+  get position(): { epoch: string | null; seq: number | null } | null {
+    return this.subscription === null ? null : { epoch: this.subscription.epoch, seq: this.subscription.seq };
+  }
+
+  /**
+   * Drop the connection but not the client: with reconnecting on, it reconnects (and resumes the
+   * subscription); otherwise the next `open()` or call does.
+   */
+  async disconnect(): Promise<void> {
+    const conn = this.conn;
+    if (conn === null || conn.closed) return;
+    const gone = new Promise<void>((resolve) => conn.sock.once("close", () => resolve()));
+    conn.close();
+    await gone;
+  }
+
+  /** Close the connection and stop reconnecting. Calls in flight fail with `ConnectionLost`. */
+  async close(): Promise<void> {
+    if (this.state === "closed") return;
+    this.state = "closed";
+    if (this.retryTimer !== null) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    const conns = [this.conn, this.opening].filter((c): c is Conn => c !== null && !c.closed);
+    this.conn = null;
+    this.opening = null;
+    await Promise.all(
+      conns.map((conn) => {
+        const gone = new Promise<void>((resolve) => conn.sock.once("close", () => resolve()));
+        conn.close();
+        return gone;
+      }),
+    );
+    this.wake();
+  }
+
+  private wake(): void {
+    for (const waiter of [...this.waiters]) waiter();
+  }
+
+  private attemptConnect(): Promise<void> {
+    if (this.connecting !== null) return this.connecting;
+    this.state = "connecting";
+    this.connecting = this.connectOnce()
+      .then(() => {
+        this.attempt = 0;
+        this.lastFailure = null;
+        this.wake();
+        if (this.server !== null) this.emit("connect", this.server);
+      })
+      .catch((err: unknown) => {
+        const error = err instanceof Error ? err : new Error(String(err));
+        this.lastFailure = error;
+        if (this.state !== "closed") {
+          this.state = "waiting";
+          // No retry to come (reconnecting off, or a protocol mismatch): idle, so that the next
+          // call or open() makes a new attempt instead of failing forever on this one's reason.
+          if (!this.scheduleRetry(error)) this.state = "idle";
+        }
+        this.wake();
+        throw error;
+      })
+      .finally(() => {
+        this.connecting = null;
+      });
+    return this.connecting;
+  }
+
+  private async connectOnce(): Promise<void> {
+    const sock = await openSocket(this.socketPath, this.options.connectTimeoutMs);
+    if (this.state === "closed") {
+      sock.destroy();
+      throw new ClientClosed("the client is closed");
+    }
+    const conn = new Conn(
+      sock,
+      this.options.maxFrameBytes,
+      this.options.maxQueuedBytes,
+      (message) => this.onNotification(conn, message),
+      (closed, reason) => this.onConnClosed(closed, reason),
+    );
+    this.opening = conn;
+    try {
+      const hello = await conn.call(
+        "hello",
+        { protocol: this.options.protocol, client: { name: this.options.clientName, version: this.options.clientVersion } },
+        this.options.connectTimeoutMs,
+      );
+      // Closed while `hello` was under way: close() could not see this connection yet.
+      if ((this.state as State) === "closed") throw new ClientClosed("the client is closed");
+      this.server = hello as unknown as HelloResult;
+      this.conn = conn;
+      this.state = "connected";
+      if (this.subscription !== null) {
+        // Resubscribe before anyone sees the connection as up, so no event is missed between.
+        await this.resubscribe(conn);
+      }
+      this.opening = null;
+    } catch (err) {
+      if (this.conn === conn) this.conn = null;
+      if (this.opening === conn) this.opening = null;
+      if (this.state === "connected") this.state = "connecting";
+      conn.close();
+      throw err;
+    }
+  }
+
+  /** Schedules the next attempt; false when none will come. */
+  private scheduleRetry(reason: Error): boolean {
+    if (this.state === "closed") return false;
+    if (this.backoff === null || (reason instanceof XumRpcError && reason.is("protocol_mismatch"))) {
+      // Retrying is off, or cannot help (another major version answers on this socket).
+      this.emit("connect_failed", reason, null);
+      return false;
+    }
+    const b = this.backoff;
+    const base = Math.min(b.maxDelayMs, b.initialDelayMs * b.factor ** this.attempt);
+    const delay = Math.max(0, base * (1 + b.jitter * (2 * Math.random() - 1)));
+    this.attempt += 1;
+    this.emit("connect_failed", reason, Math.round(delay));
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      if (this.state === "waiting") {
+        void this.attemptConnect().catch(() => {
+          // rescheduled inside
+        });
+      }
+    }, delay);
+    return true;
+  }
+
+  private onConnClosed(conn: Conn, reason: Error): void {
+    if (this.conn !== conn) return;
+    this.conn = null;
+    if (this.subscription !== null) {
+      this.subscription.held = null;
+      if (reason instanceof FrameTooLongLost) this.subscription.resumable = false;
+    }
+    if (this.state === "closed") return;
+    this.state = "waiting";
+    this.lastFailure = reason;
+    this.emit("disconnect", reason);
+    if (!this.scheduleRetry(reason)) this.state = "idle";
+    this.wake();
+  }
+
+  /** Subscribe on `conn`, resuming from the last position when there is one. */
+  private async resubscribe(conn: Conn): Promise<SnapshotInfo | null> {
+    const sub = this.subscription;
+    if (sub === null) return null;
+    sub.held = [];
+    const params: Record<string, unknown> = {};
+    if (sub.types !== undefined) params["types"] = sub.types;
+    const resuming = sub.epoch !== null && sub.seq !== null;
+    if (resuming && sub.resumable) {
+      params["after_seq"] = sub.seq;
+      params["epoch"] = sub.epoch;
+    }
+    sub.resumable = true;
+    let result: Record<string, unknown>;
+    try {
+      result = await conn.call("events.subscribe", params, this.options.timeoutMs);
+    } catch (err) {
+      if ("after_seq" in params && err instanceof XumRpcError && err.is("invalid_params")) {
+        // A daemon that cannot resume (before `after_seq`): a fresh snapshot instead.
+        delete params["after_seq"];
+        delete params["epoch"];
+        result = await conn.call("events.subscribe", params, this.options.timeoutMs);
+      } else {
+        throw err;
+      }
+    }
+    if (this.subscription !== sub) return null;
+    const epoch = String(result["epoch"]);
+    const seq = Number(result["seq"]);
+    const held = sub.held ?? [];
+    sub.held = null;
+    let info: SnapshotInfo | null = null;
+    const resynced = result["resync_required"] === true;
+    if (!resuming || resynced || epoch !== sub.epoch || !("after_seq" in params)) {
+      const reason: SnapshotReason = !resuming ? "initial" : epoch !== sub.epoch ? "epoch_changed" : "resync";
+      sub.epoch = epoch;
+      sub.seq = seq;
+      const snapshot = result["snapshot"];
+      info = {
+        reason,
+        epoch,
+        seq,
+        snapshot: snapshot !== null && typeof snapshot === "object" ? (snapshot as Record<string, unknown>) : {},
+      };
+      this.emit("snapshot", info);
+    }
+    // Replayed events may come in the answer (`events`) or as notifications after it; either
+    // way each is delivered once, in seq order.
+    const replayed = Array.isArray(result["events"]) ? (result["events"] as RawEvent[]) : [];
+    if (info !== null) this.settleFirst(sub, info);
+    for (const event of [...replayed, ...held]) this.deliver(sub, event);
+    // A resumed answer's `seq` is where the live stream starts (a filtered replay may end before).
+    if (sub.epoch === epoch && (sub.seq === null || seq > sub.seq) && info === null) sub.seq = seq;
+    return info;
+  }
+
+  private onNotification(conn: Conn, message: Record<string, unknown>): void {
+    if (message["method"] !== "event" || conn !== this.conn) return;
+    const sub = this.subscription;
+    const params = message["params"];
+    if (sub === null || params === null || typeof params !== "object") return;
+    const event = params as RawEvent;
+    if (sub.held !== null) {
+      sub.held.push(event);
+      return;
+    }
+    this.deliver(sub, event);
+  }
+
+  private deliver(sub: Subscription, event: RawEvent): void {
+    if (sub.epoch !== null && event.epoch !== sub.epoch) return; // another run's: superseded
+    if (sub.seq !== null && event.seq <= sub.seq) return; // in the snapshot, or delivered
+    sub.seq = event.seq;
+    this.emit("event", event);
+  }
+}

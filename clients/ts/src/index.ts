@@ -1,0 +1,18 @@
+// @xum/client: a TypeScript client for xumd. See README.md.
+export * from "./generated/protocol.js";
+export * from "./errors.js";
+export * from "./discovery.js";
+export { isEvent } from "./events.js";
+export { encodeFrame, LineDecoder, FrameTooLong } from "./framing.js";
+export {
+  XumClient,
+  CLIENT_VERSION,
+  type CallArgs,
+  type CallOptions,
+  type ClientEvents,
+  type ClientOptions,
+  type ReconnectOptions,
+  type SnapshotInfo,
+  type SnapshotReason,
+  type SubscribeOptions,
+} from "./client.js";

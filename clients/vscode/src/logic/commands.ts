@@ -1,0 +1,187 @@
+// The extension's commands, on the client and a small UI interface (quick picks, input boxes,
+// messages, windows, terminals). extension.ts implements `Ui` with the `vscode` API; the tests
+// implement it with scripted answers and run these commands against a real daemon.
+
+import {
+  isRpcError,
+  type WorkspaceArchiveResult,
+  type WorkspaceInfo,
+  type WorkspaceRemoveResult,
+  type WorkspaceUnarchiveResult,
+  type XumClient,
+} from "../../../ts/src/index.js";
+import { describeCleanup, formatError } from "./format.js";
+
+export interface PickItem<T> {
+  label: string;
+  description?: string;
+  value: T;
+}
+
+export interface Ui {
+  pick<T>(items: PickItem<T>[], placeholder: string): Promise<T | undefined>;
+  input(prompt: string, validate: (value: string) => string | null): Promise<string | undefined>;
+  /** Ask before something destructive; true when the user chose `action`. */
+  confirm(message: string, action: string): Promise<boolean>;
+  info(message: string): void;
+  error(message: string): void;
+  openFolder(path: string, newWindow: boolean): Promise<void>;
+  openTerminal(name: string, cwd: string): void;
+}
+
+/** The name rule (`xum_protocol.names`), checked before asking the daemon. */
+export function validateName(name: string): string | null {
+  if (name.length === 0 || name.length > 64) return "1 to 64 characters";
+  if (!/^[A-Za-z0-9._-]+$/.test(name)) return "letters, digits, '.', '_' and '-' only";
+  if (name.startsWith(".") || name.startsWith("-")) return "must not start with '.' or '-'";
+  if (name.includes("..")) return "must not contain '..'";
+  return null;
+}
+
+type WorkspaceRef = Pick<WorkspaceInfo, "id" | "name">;
+
+export class Commands {
+  constructor(
+    private readonly client: XumClient,
+    private readonly ui: Ui,
+  ) {}
+
+  /** New workspace: pick the project (unless given), name it, create it. */
+  async newWorkspace(projectId?: string): Promise<WorkspaceInfo | undefined> {
+    return this.guard(async () => {
+      let project = projectId;
+      if (project === undefined) {
+        const { projects } = await this.client.call("project.list");
+        if (projects.length === 0) {
+          this.ui.error("xum: no projects: add one with `xum project add PATH`");
+          return undefined;
+        }
+        project = await this.ui.pick(
+          projects.map((p) => ({ label: p.name, description: p.path, value: p.id })),
+          "Project for the new workspace",
+        );
+        if (project === undefined) return undefined;
+      }
+      const name = await this.ui.input("Name of the new workspace", validateName);
+      if (name === undefined) return undefined;
+      const { workspace, setup } = await this.client.call("workspace.create", { project_id: project, name });
+      if (setup.status === "failed" || setup.status === "timeout") {
+        this.ui.error(`xum: workspace '${workspace.name}' created, but its setup ${setup.status}: ${setup.error ?? ""}`);
+      } else if (setup.status === "untrusted") {
+        this.ui.info(`xum: workspace '${workspace.name}' created; setup skipped: ${setup.hint ?? "the project's config is not trusted"}`);
+      } else {
+        this.ui.info(`xum: workspace '${workspace.name}' created at ${workspace.path}`);
+      }
+      return workspace;
+    });
+  }
+
+  /**
+   * Archive. When the daemon says `busy`, the holders are shown and the user may stop the
+   * daemon's own processes and archive (`stop: true`); other holders still refuse.
+   */
+  async archive(ws: WorkspaceRef): Promise<WorkspaceArchiveResult | undefined> {
+    try {
+      const result = await this.client.call("workspace.archive", { workspace_id: ws.id });
+      this.reportArchive(result);
+      return result;
+    } catch (err) {
+      if (!isRpcError(err, "busy")) {
+        this.ui.error(formatError(err));
+        return undefined;
+      }
+      this.ui.error(formatError(err));
+      const stop = await this.ui.confirm(`Stop the processes xum runs in '${ws.name}' and archive it?`, "Stop and archive");
+      if (!stop) return undefined;
+      return this.guard(async () => {
+        const result = await this.client.call("workspace.archive", { workspace_id: ws.id, stop: true });
+        this.reportArchive(result);
+        return result;
+      });
+    }
+  }
+
+  async unarchive(ws: WorkspaceRef): Promise<WorkspaceUnarchiveResult | undefined> {
+    return this.guard(async () => {
+      const result = await this.client.call("workspace.unarchive", { workspace_id: ws.id });
+      this.ui.info(`xum: '${result.workspace.name}' restored at ${result.workspace.path}`);
+      return result;
+    });
+  }
+
+  /** Remove after a confirmation; `not_safe` may be overridden with a second, explicit one. */
+  async remove(ws: WorkspaceRef): Promise<WorkspaceRemoveResult | undefined> {
+    const sure = await this.ui.confirm(
+      `Remove workspace '${ws.name}'? Its checkout is deleted (uncommitted work is saved as a snapshot ref; the branch is kept).`,
+      "Remove",
+    );
+    if (!sure) return undefined;
+    try {
+      const result = await this.client.call("workspace.remove", { workspace_id: ws.id });
+      this.reportRemove(ws, result);
+      return result;
+    } catch (err) {
+      this.ui.error(formatError(err));
+      if (!isRpcError(err, "not_safe")) return undefined;
+      const force = await this.ui.confirm(`Remove '${ws.name}' anyway? ${err.message}`, "Remove anyway");
+      if (!force) return undefined;
+      return this.guard(async () => {
+        const result = await this.client.call("workspace.remove", { workspace_id: ws.id, force: true });
+        this.reportRemove(ws, result);
+        return result;
+      });
+    }
+  }
+
+  /** Open the checkout in a new window (only an active workspace has one). */
+  async openInNewWindow(ws: WorkspaceRef): Promise<boolean> {
+    const current = await this.activeWorkspace(ws);
+    if (current === undefined) return false;
+    await this.ui.openFolder(current.path, true);
+    return true;
+  }
+
+  /** A terminal whose working directory is the checkout. */
+  async openTerminal(ws: WorkspaceRef): Promise<boolean> {
+    const current = await this.activeWorkspace(ws);
+    if (current === undefined) return false;
+    this.ui.openTerminal(`xum: ${current.name}`, current.path);
+    return true;
+  }
+
+  private async activeWorkspace(ws: WorkspaceRef): Promise<WorkspaceInfo | undefined> {
+    return this.guard(async () => {
+      // Ask the daemon now: the tree may be a moment behind (renamed, archived meanwhile).
+      const { workspace } = await this.client.call("workspace.get", { workspace_id: ws.id });
+      if (workspace.state !== "active") {
+        this.ui.error(`xum: '${workspace.name}' is ${workspace.state}: it has no checkout to open${workspace.state === "archived" ? " (unarchive it first)" : ""}`);
+        return undefined;
+      }
+      return workspace;
+    });
+  }
+
+  private reportArchive(result: WorkspaceArchiveResult): void {
+    const cleanup = describeCleanup(result.cleanup);
+    const stopped = result.stopped && result.stopped.length > 0 ? `; stopped ${result.stopped.join(", ")}` : "";
+    const text = `xum: '${result.workspace.name}' archived${stopped}${cleanup ? `; ${cleanup}` : ""}`;
+    if (result.cleanup.status === "failed") this.ui.error(text);
+    else this.ui.info(text);
+  }
+
+  private reportRemove(ws: WorkspaceRef, result: WorkspaceRemoveResult): void {
+    const cleanup = describeCleanup(result.cleanup);
+    const text = `xum: '${ws.name}' ${result.removed ? "removed" : "not removed"}${cleanup ? `; ${cleanup}` : ""}`;
+    if (!result.removed || result.cleanup.status === "failed") this.ui.error(text);
+    else this.ui.info(text);
+  }
+
+  private async guard<T>(fn: () => Promise<T | undefined>): Promise<T | undefined> {
+    try {
+      return await fn();
+    } catch (err) {
+      this.ui.error(formatError(err));
+      return undefined;
+    }
+  }
+}
