@@ -17,6 +17,10 @@ import anyio
 from xumd import containment, logs
 from xumd.app import App
 from xumd.containment import Containment, Marker
+from xumd.git import Git
+from xumd.lifecycle.scripts import ScriptRunner
+from xumd.processes.leases import LeaseStore
+from xumd.processes.supervisor import Supervisor
 
 log = logs.get("xumd.containment")
 
@@ -34,9 +38,8 @@ def install(app: App) -> Containment:
     )
 
     def keep(marker: Marker) -> bool:
-        """A live supervised process (and its tree) is adopted, not stopped."""
-        from xumd.processes.leases import LeaseStore
-
+        """A live supervised process (and its tree) is adopted, not stopped. The lease store is
+        the processes feature's, installed after this one, before the start-up hooks run."""
         leases = app.find(LeaseStore)
         if leases is None or not marker.record.startswith("proc_"):
             return False
@@ -80,20 +83,8 @@ def _cgroup(setting: str) -> Path | None:
     return None
 
 
-def wire(app: App) -> None:
-    from xumd.git import Git
-    from xumd.lifecycle.scripts import ScriptRunner
-    from xumd.processes.supervisor import Supervisor
-
-    cont = app.find(Containment)
-    if cont is None:
-        return
-    git = app.find(Git)
-    if git is not None:
-        git.containment = cont
-    runner = app.find(ScriptRunner)
-    if runner is not None:
-        runner.containment = cont
-    sup = app.find(Supervisor)
-    if sup is not None:
-        sup.settings.containment = cont
+def wire(cont: Containment, *, git: Git, scripts: ScriptRunner, supervisor: Supervisor) -> None:
+    """After every feature is installed: each command they run carries the marker."""
+    git.containment = cont
+    scripts.containment = cont
+    supervisor.settings.containment = cont
