@@ -43,11 +43,15 @@ def install_features(app: App) -> None:
         app, workspaces=workspaces, scripts=scripts, hooks=hooks
     )
     turns = turns_feature.install(app, workspaces=workspaces)  # delegated turns
-    usage_feature.install(app)  # disk usage (after lifecycle and cleanup)
+    usage = usage_feature.install(  # disk usage (after lifecycle and cleanup)
+        app, git=git, workspaces=workspaces, cleanup=cleanup
+    )
     recovery_feature.install(  # startup pass + strays (last: runs after the others' hooks)
         app, workspaces=workspaces, git=git, turns=turns, hooks=hooks
     )
-    gc_feature.install(app)  # gc policies (after usage and recovery: it uses both)
+    gc_feature.install(  # gc policies (after usage and recovery: it uses both)
+        app, git=git, hooks=hooks, usage=usage, workspaces=workspaces
+    )
     containment_feature.wire(containment, git=git, scripts=scripts, supervisor=supervisor)
     if app.config.enable_test_methods:
         spec_examples.install(app.router)
