@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 from xumd import faults
+from xumd.checkouts.marker import Marker, write_directory_marker
 from xumd.cleanup.steps import HOLD_BEFORE_RENAME
-from xumd.lifecycle.marker import Marker, write_directory_marker
 
 from tests.support.daemon import short_tmpdir
 from tests.support.fsattr import immutable

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from xumd.cleanup.backoff import Backoff
-from xumd.cleanup.clock import StepWatch, SystemClock
 from xumd.cleanup.retry import RetryService
+from xumd.cleanup.schedule import Backoff, StepWatch, SystemClock
 from xumd.cleanup.service import CycleResult
 
 from tests.support.daemon import short_tmpdir

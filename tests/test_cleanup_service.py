@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from xumd.cleanup.obligations import PENDING
+from xumd.cleanup.obligations import PENDING, ObligationRow
+from xumd.cleanup.teardown_scripts import ProjectTeardown
 
 from tests.support.daemon import short_tmpdir
 from tests.support.gitrepo import git
@@ -347,3 +348,25 @@ async def test_unarchive_in_progress_makes_cleanup_wait_not_abandon(
     world.clock.advance(5)
     status = await world.service.run_workspace(wid)
     assert status.status == "completed" and not os.path.lexists(path)
+
+
+async def test_teardown_without_a_script_runner_fails_closed(base: Path) -> None:
+    # Cleanup gets the project's script runner from the composition root; built without one
+    # (cleanup alone), its default teardown never pretends to have run: the step fails (and
+    # blocks the deletion), it is neither done nor skipped.
+    ob = ObligationRow.due_now(
+        id="ob_" + secrets.token_hex(8),
+        workspace_id="ws_" + secrets.token_hex(8),
+        project_id="prj_" + secrets.token_hex(8),
+        kind="teardown",
+        seq=0,
+        path=str(base),
+        dev=None,
+        ino=None,
+        incarnation="x",
+        detail={"setup_status": "untrusted"},
+        now=0.0,
+    )
+    outcome = await ProjectTeardown(None)(ob, base)
+    assert outcome.state == "failed"
+    assert outcome.error == "no script runner is installed; teardown cannot run"

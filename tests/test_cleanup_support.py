@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from xumd.app import App
+from xumd.checkouts.marker import Marker, write_directory_marker
 from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.service import CleanupService
 from xumd.cleanup.steps import Outcome, teardown_outcome
 from xumd.config import CleanupConfig, DaemonConfig
-from xumd.lifecycle.marker import Marker, write_directory_marker
 from xumd.paths import RootPaths
 from xumd.procutil import run_command
 from xumd.store import Store

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from xumd.checkouts.exclusion import DirectoryExclusion, dir_key
 from xumd.errors import XumError
-from xumd.lifecycle.coordinator import Coordinator, dir_key
+from xumd.lifecycle.coordinator import Coordinator
 from xumd.store import Store
 
 pytestmark = pytest.mark.anyio
@@ -182,19 +183,19 @@ async def test_directory_exclusion_shared_by_spellings(tmp_path: Path, spelling:
     link = tmp_path / "link"
     link.symlink_to(real)
     other = link / "ws" if spelling == "symlink" else real / "sub" / ".." / "ws"
-    coord = Coordinator(Store(tmp_path / "s.db"), wait_s=5)
+    exclusion = DirectoryExclusion(wait_s=5)
     order: list[str] = []
     inside = anyio.Event()
     release = anyio.Event()
 
     async def cleanup() -> None:
-        async with coord.directory(real / "ws"):
+        async with exclusion.directory(real / "ws"):
             inside.set()
             await release.wait()
             order.append("cleanup done")
 
     async def creation() -> None:
-        async with coord.directory(other) as key:
+        async with exclusion.directory(other) as key:
             order.append("create acquired")
             # the waiter revalidates after it gets the directory
             assert not os.path.lexists(key.realpath)
@@ -210,14 +211,14 @@ async def test_directory_exclusion_shared_by_spellings(tmp_path: Path, spelling:
 
 
 async def test_directory_wait_is_bounded(tmp_path: Path) -> None:
-    coord = Coordinator(Store(tmp_path / "s.db"), wait_s=5)
-    async with coord.directory(tmp_path / "x"):
+    exclusion = DirectoryExclusion(wait_s=5)
+    async with exclusion.directory(tmp_path / "x"):
         with pytest.raises(XumError) as info:
-            async with coord.directory(tmp_path / "." / "x", timeout=0.1):
+            async with exclusion.directory(tmp_path / "." / "x", timeout=0.1):
                 pass
     assert info.value.kind.value == "timeout"
     assert str(tmp_path / "x") in info.value.message
-    async with coord.directory(tmp_path / "x", timeout=0.1):
+    async with exclusion.directory(tmp_path / "x", timeout=0.1):
         pass
 
 
@@ -270,15 +271,15 @@ async def test_a_directory_wait_uses_the_callers_timeout_else_the_default(tmp_pa
     default does. Each wait is itself under a test deadline, so a wait that ignored its bound
     fails here instead of hanging."""
     coord = Coordinator(Store(tmp_path / "s.db"), wait_s=0.1)
-    async with coord.directory(tmp_path / "x"):
+    async with coord.directories.directory(tmp_path / "x"):
         with anyio.fail_after(10), pytest.raises(XumError) as info:
-            async with coord.directory(tmp_path / "x"):
+            async with coord.directories.directory(tmp_path / "x"):
                 pass
         assert info.value.kind.value == "timeout" and "after 0.1s" in info.value.message
     patient = Coordinator(Store(tmp_path / "t.db"), wait_s=60)
-    async with patient.directory(tmp_path / "x"):
+    async with patient.directories.directory(tmp_path / "x"):
         with anyio.fail_after(10), pytest.raises(XumError) as info:
-            async with patient.directory(tmp_path / "x", timeout=0.2):
+            async with patient.directories.directory(tmp_path / "x", timeout=0.2):
                 pass
         assert info.value.kind.value == "timeout" and "after 0.2s" in info.value.message
 

@@ -56,6 +56,21 @@ def test_mountinfo_decodes_octal_escapes() -> None:
     assert fsdelete.parse_mountinfo(line) == ["/mnt/a b\tc\nd\\e", "/mnt/caf\u00e9"]
 
 
+def test_mount_table_gives_the_type_after_the_separator() -> None:
+    # diskfull names a full filesystem by its type from this one parser: the type follows the
+    # `-` ending the optional fields (none, one or several), whatever the mount point spells.
+    table = (
+        rb"36 35 98:0 / /mnt/a\040b rw,noatime master:1 shared:2 - tmpfs tmpfs rw" + b"\n"
+        b"37 35 98:0 / /mnt/plain rw - ext4 /dev/root rw\n"
+        b"38 35 98:0 / /mnt/odd rw no separator here\n"
+    )
+    assert fsdelete.parse_mount_table(table) == [
+        ("/mnt/a b", "tmpfs"),
+        ("/mnt/plain", "ext4"),
+        ("/mnt/odd", None),
+    ]
+
+
 def test_mounts_found_at_and_under_a_path_with_spaces(tmp_short: Path, mounts: Mounts) -> None:
     top = tmp_short / "check out"
     (top / "a dir" / "sub").mkdir(parents=True)
@@ -260,8 +275,9 @@ def test_discard_leaves_a_checkout_with_a_mount_alone(
     """The undo of a failed create or unarchive (`checkout.discard`): `git worktree remove -f
     -f` (or the directory delete) would empty a mount a setup script put inside the checkout."""
     import anyio
+    from xumd.checkouts import marker
     from xumd.git import Git
-    from xumd.lifecycle import checkout, marker
+    from xumd.lifecycle import checkout
 
     from tests.support.gitrepo import git, make_repo
 
@@ -292,7 +308,8 @@ def test_an_unreadable_mount_table_fails_closed(
     """The quiescence check cannot prove no mount is inside: a `probe` holder (busy), never an
     empty answer. (The fault is simulated: the table's path names a directory, EISDIR.)"""
     import anyio
-    from xumd.lifecycle.seams import WorkspaceRef, mount_holders
+    from xumd.checkouts.marker import WorkspaceRef
+    from xumd.lifecycle.seams import mount_holders
 
     (tmp_short / "f").write_text("f")
     monkeypatch.setattr(fsdelete, "MOUNTINFO", tmp_short)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from xumd.processes.leases import LeaseStore
-from xumd.procutil import start_time
+from xumd.procstat import start_time
 from xumd.store import Store
 
 from tests.support.wait import until

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from xumd import gitlocks
 from xumd.git import Git, GitLockBusy
-from xumd.lifecycle import gitlocks
 
 from tests.lifecycle_helpers import add_project, branch_exists, create, rpc_error
 from tests.support.daemon import DaemonProcess
@@ -238,7 +238,7 @@ def anyio_backend() -> str:
 _SCAN_WITHOUT_DESCRIPTORS = r"""
 import os, sys
 from pathlib import Path
-from xumd.lifecycle import gitlocks
+from xumd import gitlocks
 common = Path(sys.argv[1])
 hog = []
 while True:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xumd import procutil
+from xumd import procstat
 
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess
@@ -75,18 +75,18 @@ def _shift_recorded_times(root: Path, seconds: float) -> None:
 
 def test_boot_anchor_is_kept_for_this_boot_and_renewed_after_a_reboot(tmp_short: Path) -> None:
     path = tmp_short / "boot-anchor"
-    first = procutil.anchor_boot(path)
-    boot = procutil.boot_id()
+    first = procstat.anchor_boot(path)
+    boot = procstat.boot_id()
     assert boot is not None and path.read_text().split() == [boot, repr(first)]
     path.write_text(f"{boot} {first + HOUR!r}\n")  # written in this boot: kept as it is
-    assert procutil.anchor_boot(path) == first + HOUR
-    started = procutil.start_time(os.getpid())
-    assert started is not None and procutil.same_process_alive(os.getpid(), started)
+    assert procstat.anchor_boot(path) == first + HOUR
+    started = procstat.start_time(os.getpid())
+    assert started is not None and procstat.same_process_alive(os.getpid(), started)
     path.write_text(f"another-boot {first + HOUR!r}\n")  # a previous boot's: renewed
-    assert procutil.anchor_boot(path) == first
+    assert procstat.anchor_boot(path) == first
     assert path.read_text().split() == [boot, repr(first)]
     # The same process, one anchor earlier: not the same start (a reboot is never life).
-    assert not procutil.same_process_alive(os.getpid(), started)
+    assert not procstat.same_process_alive(os.getpid(), started)
 
 
 def test_live_lease_survives_a_wall_clock_step_across_a_restart(
@@ -166,9 +166,9 @@ def test_a_start_time_recorded_before_the_anchor_still_reads(
     import psutil
 
     legacy = psutil.Process(holder.pid).create_time()
-    procutil.anchor_boot(tmp_short / "boot-anchor")
-    assert procutil.same_process_alive(holder.pid, legacy)
-    assert not procutil.same_process_alive(holder.pid, legacy - 1.0)  # another start: not it
+    procstat.anchor_boot(tmp_short / "boot-anchor")
+    assert procstat.same_process_alive(holder.pid, legacy)
+    assert not procstat.same_process_alive(holder.pid, legacy - 1.0)  # another start: not it
     holder.kill()
     holder.wait(10)
-    assert not procutil.same_process_alive(holder.pid, legacy)
+    assert not procstat.same_process_alive(holder.pid, legacy)

@@ -13,11 +13,11 @@ import orjson
 
 with atheris.instrument_imports():
     from xum_protocol import framing
+    from xumd import daemon_feature as daemon_service
     from xumd.app import App
     from xumd.config import DaemonConfig
     from xumd.paths import RootPaths
     from xumd.rpc import spec_examples
-    from xumd.services import daemon_service
     from xumd.store import Store
 
 

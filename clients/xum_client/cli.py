@@ -21,8 +21,9 @@ from typing import Any
 
 import click
 
+from xum_client.commands._context import Ctx
 from xum_client.errors import DaemonNotRunning, NotFound, XumClientError
-from xum_client.sync import Client, default_root, socket_path_for
+from xum_client.sync import socket_path_for
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -42,55 +43,6 @@ DOMAINS = (
     "completion",
 )
 """Modules under xum_client.commands that add commands, each with `register(cli)`."""
-
-
-class Ctx:
-    """What every command gets with `@click.pass_obj`."""
-
-    def __init__(self, root: str | None, as_json: bool, socket: str | None = None) -> None:
-        self.root = root
-        """--root as given on the command line (XUM_ROOT is read by the discovery rule)."""
-        self.socket = socket
-        """--socket as given on the command line."""
-        self.as_json = as_json
-
-    @property
-    def root_path(self) -> str:
-        return str(self.root or default_root())
-
-    def client(self, **kwargs: Any) -> Client:
-        kwargs.setdefault("client_name", "xum-cli")
-        kwargs.setdefault("socket_path", self.socket)
-        return Client(self.root, **kwargs)
-
-    def emit(self, data: Any, human: str | None = None) -> None:
-        """Print `data` as JSON with --json (or when there is no human form), else `human`."""
-        if self.as_json or human is None:
-            click.echo(json.dumps(data, indent=None if self.as_json else 2, default=str))
-        else:
-            click.echo(human)
-
-    def table(
-        self, data: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = ""
-    ) -> None:
-        """`data` as JSON with --json; else a table (rich on a terminal, plain text otherwise)."""
-        if self.as_json:
-            self.emit(data)
-            return
-        cells = [[("" if c is None else str(c)) for c in row] for row in rows]
-        if sys.stdout.isatty():
-            from rich.console import Console
-            from rich.table import Table
-
-            table = Table(*columns, title=title or None)
-            for row in cells:
-                table.add_row(*row)
-            Console().print(table)
-            return
-        widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(columns)]
-        lines = [list(columns), *cells]
-        for line in lines:
-            click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False)).rstrip())
 
 
 # -- --json on every command ------------------------------------------------------------------

@@ -47,7 +47,8 @@ from typing import Any
 import anyio
 from xum_protocol.models.daemon import ContainmentStatus
 
-from xumd import logs
+from xumd import logs, procstat
+from xumd.fdlimits import is_exhausted
 
 log = logs.get("xumd.containment")
 
@@ -121,13 +122,10 @@ def _state(pid: int) -> str | None:
     """The process's state letter; None when there is no such process. A read that fails for
     another reason (no descriptor left) is "?": unknown, never taken for gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
+        fields = procstat.stat_fields(pid, strict=True)
     except OSError:
         return "?"
-    # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
-    return stat[stat.rfind(")") + 2 :][:1] or None
+    return fields[0][:1] if fields else None
 
 
 def reap_orphans() -> list[int]:
@@ -360,9 +358,6 @@ class Marked:
         return {"pid": self.pid, "marker": str(self.marker), "argv": list(self.argv)}
 
 
-_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
-
-
 def read_marker(pid: int) -> Marker | None:
     """The process's marker, None without one (or no such process, or not ours to read).
     Out of descriptors or memory raises: could not look is not "no marker"."""
@@ -370,7 +365,7 @@ def read_marker(pid: int) -> Marker | None:
         with open(f"/proc/{pid}/environ", "rb") as f:
             data = f.read()
     except OSError as exc:
-        if exc.errno in _EXHAUSTED:
+        if is_exhausted(exc):
             raise
         return None
     key = MARKER_VAR.encode() + b"="
@@ -381,11 +376,8 @@ def read_marker(pid: int) -> Marker | None:
 
 
 def _start(pid: int) -> float | None:
-    # procutil's identity (boot anchor + ticks): stable across wall-clock steps. Imported here:
-    # procutil imports this module.
-    from xumd.procutil import start_time
-
-    return start_time(pid)
+    # procstat's identity (boot anchor + ticks): stable across wall-clock steps.
+    return procstat.start_time(pid)
 
 
 def _argv(pid: int) -> tuple[str, ...]:
@@ -403,7 +395,7 @@ def scan(tag: str, match: Callable[[Marker], bool] = lambda _: True) -> list[Mar
     try:
         names = os.listdir("/proc")
     except OSError as exc:
-        if exc.errno in _EXHAUSTED:
+        if is_exhausted(exc):
             raise
         return found  # no /proc (not Linux): nothing can be found this way
     for name in names:
@@ -449,12 +441,10 @@ def _pin(marked: Marked) -> _Pinned | None:
         if exc.errno == errno.ESRCH:
             return None
         raise  # e.g. no descriptor left: not "gone"; the caller counts it as not stopped
-    from xumd.procutil import START_TOLERANCE_S  # procutil imports this module
-
     again = read_marker(marked.pid)
     start = _start(marked.pid)
     same_start = marked.start is None or (
-        start is not None and abs(start - marked.start) < START_TOLERANCE_S
+        start is not None and abs(start - marked.start) < procstat.START_TOLERANCE_S
     )
     if again != marked.marker or not same_start:
         os.close(pidfd)

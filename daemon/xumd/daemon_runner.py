@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 from xum_protocol.discovery import resolve_socket
 
-from xumd import containment, faults, fdlimits, logs, procutil
+from xumd import containment, faults, fdlimits, logs, procstat
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.config import ConfigError, load
@@ -27,7 +27,7 @@ EXIT_SETUP = 4
 
 BOOT_ANCHOR = "boot-anchor"
 """ROOT/boot-anchor: "<boot id> <boot time>", fixed at the first start in a boot, so recorded
-process start times mean the same after a wall-clock step and a restart (procutil)."""
+process start times mean the same after a wall-clock step and a restart (procstat)."""
 
 
 def _fail(code: int, message: str) -> int:
@@ -60,7 +60,7 @@ def run_daemon(
     try:
         faults.arm_from_env()
         # Before anything records or compares a process identity (leases, adoption).
-        procutil.anchor_boot(root / BOOT_ANCHOR)
+        procstat.anchor_boot(root / BOOT_ANCHOR)
         config = load(paths.config)
         if keep_processes:
             config.processes.keep_processes = True

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from xum_protocol.errors import ErrorKind
 
+from xumd import fsdelete
 from xumd.errors import XumError
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -91,19 +92,14 @@ def _mount_point(path: Path) -> Path:
 def _fstype(mount: Path) -> str | None:
     """The type of the filesystem mounted at `mount` (the last mount there wins, as in the
     kernel's view); None when /proc is not there."""
-    found: str | None = None
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as info:
-            for line in info:
-                fields = line.split()
-                if len(fields) < 10 or "-" not in fields:
-                    continue
-                # Mount points escape spaces and the like as octal (\040).
-                point = fields[4].encode().decode("unicode_escape")
-                if point == str(mount):
-                    found = fields[fields.index("-") + 1]
+        data = fsdelete.MOUNTINFO.read_bytes()
     except OSError:
         return None
+    found: str | None = None
+    for point, fstype in fsdelete.parse_mount_table(data):
+        if point == str(mount) and fstype is not None:
+            found = fstype
     return found
 
 

@@ -32,7 +32,9 @@ TARGET_MAX = 1 << 20
 
 FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-"""accept/open errors that mean "out of descriptors or kernel memory": transient, back off."""
+"""accept/open errors that mean "out of descriptors or kernel memory": transient, back off. The
+one "could not look" set: a /proc read that fails with one of these (procstat, containment,
+gitlocks) raises instead of concluding "no such process" or "nobody holds it" (fail closed)."""
 
 
 def is_exhausted(exc: BaseException) -> bool:

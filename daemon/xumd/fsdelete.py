@@ -67,14 +67,26 @@ def decode_mount_field(raw: bytes) -> str:
     return os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), raw))
 
 
-def parse_mountinfo(data: bytes) -> list[str]:
-    """The mount points (field 5) of a mountinfo text, decoded, in table order."""
-    points: list[str] = []
+def parse_mount_table(data: bytes) -> list[tuple[str, str | None]]:
+    """(mount point, filesystem type) of each line of a mountinfo text, decoded, in table
+    order. The point is field 5; the type follows the `-` that ends the optional fields (None
+    on a line without one)."""
+    table: list[tuple[str, str | None]] = []
     for line in data.splitlines():
         fields = line.split(b" ")
-        if len(fields) >= 5:
-            points.append(decode_mount_field(fields[4]))
-    return points
+        if len(fields) < 5:
+            continue
+        fstype: str | None = None
+        if b"-" in fields[6:]:
+            after = fields.index(b"-", 6) + 1
+            fstype = os.fsdecode(fields[after]) if after < len(fields) else None
+        table.append((decode_mount_field(fields[4]), fstype))
+    return table
+
+
+def parse_mountinfo(data: bytes) -> list[str]:
+    """The mount points (field 5) of a mountinfo text, decoded, in table order."""
+    return [point for point, _fstype in parse_mount_table(data)]
 
 
 def mount_points() -> list[str]:

@@ -14,10 +14,9 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import diskfull
+from xumd import diskfull, gitlocks
 from xumd.containment import Containment
 from xumd.errors import XumError
-from xumd.lifecycle import gitlocks
 from xumd.procutil import CommandNotFound, CommandResult, run_command
 
 # Git must never prompt (no TTY behind a daemon) nor read the user's pager/editor settings.
@@ -73,7 +72,7 @@ class GitLockBusy(GitError):
 
     def __init__(self, result: CommandResult, what: str, lock: Path) -> None:
         super().__init__(result, what)
-        common = _common_dir_for(lock)
+        common = gitlocks.common_dir_above(lock)
         holder = gitlocks.lock_holder(lock, common) if common is not None else {"lock": str(lock)}
         who = f"pid {holder['pid']} ({holder.get('name')})" if "pid" in holder else "unknown"
         self.kind = ErrorKind.BUSY
@@ -82,24 +81,6 @@ class GitLockBusy(GitError):
             "owner may still run: retry when it finishes"
         )
         self.data = {**self.data, "lock": str(lock), "holders": [holder]}
-
-
-def _common_dir_for(lock: Path) -> Path | None:
-    """The repository's common git dir of a lock path inside it (walk up to the dir that has
-    HEAD and refs/; a linked worktree's admin dir leads there through `commondir`)."""
-    here = lock.parent
-    for _ in range(32):
-        try:
-            if (here / "commondir").is_file():  # first: an admin dir may have refs/ too
-                return Path(os.path.realpath(here / (here / "commondir").read_text().strip()))
-        except OSError:
-            return None
-        if (here / "HEAD").exists() and (here / "refs").is_dir():
-            return here
-        if here.parent == here:
-            return None
-        here = here.parent
-    return None
 
 
 @dataclass

@@ -1,16 +1,16 @@
-"""Child processes: own process group, bounded output, deadlines, whole-tree kill, identity probes.
+"""Child processes: own process group, bounded output, deadlines, whole-tree kill.
 
 Every child the daemon starts (git, setup/teardown scripts, supervised processes) goes through
 here, so the rules hold everywhere: argv only (never a shell unless the caller passes `sh -c`
 explicitly for a trusted script), a new session so the child and its descendants form one group,
-a deadline on every wait, and SIGTERM-then-SIGKILL of the whole tree.
+a deadline on every wait, and SIGTERM-then-SIGKILL of the whole tree. Who a process is (pid and
+start time) is `xumd.procstat`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
 import shutil
 import signal
@@ -39,143 +39,7 @@ DEFAULT_OUTPUT_LIMIT = 64 * 1024
 _SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 
 
-# -- identity and liveness ---------------------------------------------------------------------
-
-
-# A process is identified by what a wall-clock step cannot change: its start time in clock ticks
-# since boot (/proc/PID/stat field 22), within one boot (the kernel's boot id). psutil's
-# create_time adds the kernel's *current* idea of the boot's wall-clock time, which moves with
-# every step of the wall clock: after a one-hour step across a restart, every recorded holder
-# looked dead (pid reuse) and its lease was dropped. The stored form stays a wall-clock-like
-# float (older records and the protocol keep their meaning): ticks are added to a boot anchor
-# fixed once per boot and kept under the root (`anchor_boot`), not re-read from the kernel.
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_BOOT_ID = "/proc/sys/kernel/random/boot_id"
-_boot_anchor: float | None = None
-
-
-def boot_id() -> str | None:
-    try:
-        with open(_BOOT_ID, encoding="ascii") as handle:
-            return handle.read().strip() or None
-    except OSError:
-        return None
-
-
-def _kernel_boot_time() -> float:
-    """The boot's wall-clock time as the kernel computes it now (moves with clock steps)."""
-    return float(psutil.boot_time())
-
-
-@functools.cache
-def _timens_boottime_offset() -> float:
-    """This process's time namespace boottime offset: /proc/PID/stat start times are shown
-    shifted by it, so a daemon restarted in another time namespace normalises them back.
-    A process never changes its time namespace: read once (also never under EMFILE later)."""
-    try:
-        with open("/proc/self/timens_offsets", encoding="ascii") as handle:
-            for line in handle:
-                name, secs, nanos = line.split()
-                if name == "boottime":
-                    return int(secs) + int(nanos) / 1e9
-    except (OSError, ValueError):
-        pass
-    return 0.0
-
-
-def anchor_boot(path: Path) -> float:
-    """Fix the boot anchor for this boot: read it from `path` when it was written in this boot
-    (same boot id), else take the kernel's boot time now and write it (atomically). Called at
-    start-up under the root lock; without it the anchor is the kernel's at first use."""
-    global _boot_anchor
-    _timens_boottime_offset()  # read now, at start, while descriptors are plenty
-    current = boot_id()
-    try:
-        with open(path, encoding="utf-8") as handle:
-            stored = handle.read().split()
-        if current is not None and len(stored) == 2 and stored[0] == current:
-            _boot_anchor = float(stored[1])
-            return _boot_anchor
-    except (OSError, ValueError):
-        pass
-    _boot_anchor = _kernel_boot_time()
-    if current is not None:
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as handle:
-                handle.write(f"{current} {_boot_anchor!r}\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            # Identities still hold within this daemon's life; log it, never fail the start.
-            log.warning("proc.boot_anchor_unsaved", path=str(path), error=exc.strerror)
-    log.info("proc.boot_anchored", boot_id=current, anchor=_boot_anchor)
-    return _boot_anchor
-
-
-def _anchor() -> float:
-    global _boot_anchor
-    if _boot_anchor is None:
-        _boot_anchor = _kernel_boot_time()
-    return _boot_anchor
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat after the command name (which may hold spaces and parentheses)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            raw = handle.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    except OSError as exc:
-        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
-            # Could not look is not "no such process": a holder judged dead for want of a
-            # descriptor would lose its lease (fail closed: the caller answers or retries).
-            raise
-        return None
-    return raw[raw.rfind(b")") + 2 :].decode("ascii", "replace").split()
-
-
-def identity(pid: int) -> tuple[float, bool] | None:
-    """(start time, zombie) of pid, or None when there is no such process. The start time is
-    the boot anchor plus the start in ticks since boot: stable across wall-clock steps."""
-    if pid <= 0:
-        return None
-    fields = _stat_fields(pid)
-    if fields is None or len(fields) < 20:
-        if sys.platform.startswith("linux"):
-            return None
-        try:  # elsewhere: psutil's create_time, the best there is
-            proc = psutil.Process(pid)
-            return proc.create_time(), proc.status() == psutil.STATUS_ZOMBIE
-        except (psutil.Error, ValueError):
-            return None
-    ticks = int(fields[19]) / _CLK_TCK - _timens_boottime_offset()
-    return round(_anchor() + ticks, 3), fields[0] in ("Z", "X")
-
-
-def start_time(pid: int) -> float | None:
-    """The process's start time (see `identity`), or None when there is no such process."""
-    found = identity(pid)
-    return found[0] if found is not None else None
-
-
-START_TOLERANCE_S = 0.05
-"""Start times are exact to a clock tick (10 ms); records from psutil's create_time (before the
-boot anchor) were rounded differently: allow that, never a reused pid's different start."""
-
-
-def same_process_alive(pid: int, recorded_start: float | None) -> bool:
-    """True while the process with this pid *and* this start time runs: pid reuse is not life."""
-    found = identity(pid)
-    if found is None:
-        return False
-    started, zombie = found
-    if zombie:
-        return False
-    return recorded_start is None or abs(started - recorded_start) < START_TOLERANCE_S
+# -- liveness of groups and trees ------------------------------------------------------------
 
 
 def group_alive(pgid: int) -> bool:

@@ -1,5 +1,5 @@
 """Process identity in tests: a pid together with its start time, compared the way the daemon's
-own liveness rule does (`xumd.procutil.same_process_alive`). Pids wrap during a test run (pid_max
+own liveness rule does (`xumd.procstat.same_process_alive`). Pids wrap during a test run (pid_max
 is 32768 on the machines we run on): a bare pid that looks alive later may be another process.
 Identify a process while it is known to run (as soon as its pid is read), then ask `alive`."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from xumd import procutil
+from xumd import procstat
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +19,7 @@ class ProcId:
 
 
 def identify(pid: int) -> ProcId:
-    return ProcId(pid, procutil.start_time(pid))
+    return ProcId(pid, procstat.start_time(pid))
 
 
 def identify_all(pids: Iterable[int]) -> list[ProcId]:
@@ -28,4 +28,4 @@ def identify_all(pids: Iterable[int]) -> list[ProcId]:
 
 def alive(proc: ProcId) -> bool:
     """True while that very process (pid and start time) runs; a zombie is not alive."""
-    return proc.start is not None and procutil.same_process_alive(proc.pid, proc.start)
+    return proc.start is not None and procstat.same_process_alive(proc.pid, proc.start)

@@ -21,7 +21,7 @@ from xum_client.sync import Client
 if TYPE_CHECKING:
     from rich.live import Live
 
-    from xum_client.cli import Ctx
+    from xum_client.commands._context import Ctx
 
 Subject = dict[str, Any]
 """The workspace an event is about: {id, project_id, name, state?}."""

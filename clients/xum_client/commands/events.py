@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from xum_client.cli import Ctx
+from xum_client.commands._context import Ctx
 
 
 def _subject(data: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from xum_client.cli import Ctx
+from xum_client.commands._context import Ctx
 from xum_client.commands.usage import human_bytes
 from xum_client.sync import Client
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from xum_client.cli import Ctx
+from xum_client.commands._context import Ctx
 from xum_client.commands._resolve import workspace_id
 from xum_client.errors import NotFound
 from xum_client.sync import Client

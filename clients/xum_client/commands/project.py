@@ -6,7 +6,7 @@ import os
 
 import click
 
-from xum_client.cli import Ctx
+from xum_client.commands._context import Ctx
 from xum_client.commands._resolve import given, project_id
 from xum_client.commands.workspace import kept_line
 

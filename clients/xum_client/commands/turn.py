@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from xum_client.cli import Ctx
+from xum_client.commands._context import Ctx
 from xum_client.commands._resolve import project_id, workspace_id
 from xum_client.sync import Client
 

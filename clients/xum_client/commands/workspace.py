@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from xum_client.cli import Ctx
+from xum_client.commands._context import Ctx
 from xum_client.commands._progress import by_id, by_name, setup_progress
 from xum_client.commands._resolve import given, project_id, short, workspace_id
 from xum_client.sync import Client

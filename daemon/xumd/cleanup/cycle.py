@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xumd.cleanup.clock import Clock
-from xumd.cleanup.lanes import LANES
 from xumd.cleanup.obligations import Obligations
 from xumd.cleanup.runner import StepRunner
+from xumd.cleanup.schedule import LANES, Clock
 from xumd.config import CleanupConfig
 
 

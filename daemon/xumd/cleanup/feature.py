@@ -14,18 +14,25 @@ from xum_protocol.models.cleanup import (
 )
 
 from xumd.app import App
+from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.obligations import PENDING
 from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import PATH_LANE, RECLAIM_LANE, CleanupService
+from xumd.cleanup.teardown_scripts import TeardownScripts
 from xumd.errors import XumError
+from xumd.git import Git
 from xumd.rpc.dispatch import RequestContext
 from xumd.store.memo import StoreMemo
 
 STATUS_KEY = "cleanup"
 
 
-def install(app: App) -> CleanupService:
-    service = app.provide(CleanupService(app))
+def install(
+    app: App, *, git: Git, directories: DirectoryExclusion, scripts: TeardownScripts
+) -> CleanupService:
+    """Its collaborators come from the composition root: git, the directory exclusion shared
+    with the lifecycle, and the script runner that runs teardowns."""
+    service = app.provide(CleanupService(app, git=git, directories=directories, scripts=scripts))
     retry = app.provide(RetryService(service))
 
     async def list_(params: CleanupListParams, ctx: RequestContext) -> CleanupListResult:

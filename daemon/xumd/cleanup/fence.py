@@ -15,8 +15,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from xumd.checkouts.marker import read_marker
 from xumd.cleanup.obligations import ABANDONED, ObligationRow
-from xumd.lifecycle.marker import read_marker
 from xumd.store import Store
 
 LIVE_STATES = ("creating", "active", "restoring")

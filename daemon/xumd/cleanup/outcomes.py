@@ -14,10 +14,8 @@ from collections.abc import Callable, Iterable
 from xum_protocol.models.cleanup import OBLIGATION_EVENT
 
 from xumd import logs
-from xumd.cleanup.backoff import Backoff
-from xumd.cleanup.clock import Clock
-from xumd.cleanup.lanes import PATH_LANE, RECLAIM_LANE
 from xumd.cleanup.obligations import ABANDONED, COMPLETED, PENDING, ObligationRow, Obligations
+from xumd.cleanup.schedule import PATH_LANE, RECLAIM_LANE, Backoff, Clock
 from xumd.cleanup.status import workspace_status
 from xumd.cleanup.steps import Outcome
 from xumd.events import EventBus

@@ -8,15 +8,15 @@ obligations commit together; they are attempted, and announced, only after that 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from xumd import logs
-from xumd.cleanup.clock import Clock
+from xumd.checkouts.marker import worktree_admin_dir
 from xumd.cleanup.obligations import ObligationRow, Obligations, new_id
 from xumd.cleanup.outcomes import OutcomeRecorder
-from xumd.lifecycle import wsenv
-from xumd.lifecycle.marker import worktree_admin_dir
+from xumd.cleanup.schedule import Clock
 from xumd.store import Store
 
 log = logs.get("xumd.cleanup")
@@ -37,6 +37,10 @@ class Planner:
         self.recorder = recorder
         self.clock = clock
         self.trash_dir = trash_dir
+        self.teardown_env: Callable[[str], dict[str, str]] = lambda _workspace_id: {}
+        """The workspace's variables as they are now, kept in its teardown obligation (its
+        teardown may run after its row, ports and env are gone). Set by the lifecycle, which
+        owns them (`wsenv.frozen`); cleanup alone keeps none."""
 
     def plan_checkout_removal(
         self,
@@ -89,7 +93,7 @@ class Planner:
                     "teardown",
                     {
                         "setup_status": row["setup_status"] if row else None,
-                        "env": wsenv.frozen(self.store, workspace_id),
+                        "env": self.teardown_env(workspace_id),
                     },
                 )
             trash_id = new_id()

@@ -16,7 +16,7 @@ import anyio
 from xum_protocol.models.events import Event
 
 from xumd import faults, logs
-from xumd.cleanup.clock import Clock, StepWatch
+from xumd.cleanup.schedule import Clock, StepWatch
 from xumd.cleanup.service import LANES, CleanupService, CycleResult
 
 log = logs.get("xumd.cleanup.retry")

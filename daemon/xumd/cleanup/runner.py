@@ -14,15 +14,14 @@ from collections.abc import Callable
 import anyio
 
 from xumd import logs
-from xumd.cleanup.backoff import Backoff
-from xumd.cleanup.clock import Clock
-from xumd.cleanup.exclusion import DirectoryLocks
-from xumd.cleanup.lanes import LANES, PATH_LANE
+from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.obligations import PENDING, ObligationRow, Obligations
 from xumd.cleanup.outcomes import OutcomeRecorder
+from xumd.cleanup.schedule import LANES, PATH_LANE, Backoff, Clock
 from xumd.cleanup.steps import Outcome, Steps
 from xumd.config import CleanupConfig
 from xumd.errors import XumError
+from xumd.rpc.dispatch import cut_reason
 
 log = logs.get("xumd.cleanup")
 
@@ -34,7 +33,7 @@ class StepRunner:
         obligations: Obligations,
         steps: Steps,
         recorder: OutcomeRecorder,
-        directories: DirectoryLocks,
+        directories: DirectoryExclusion,
         backoff: Backoff,
         clock: Clock,
         config: CleanupConfig,
@@ -101,7 +100,7 @@ class StepRunner:
             # attempt is recorded as such, due at once, so the answer (and cleanup.list) says
             # why it is pending and the retry service takes it up as soon as the daemon runs
             # again. Recorded without awaiting: the scope is cancelled.
-            why = "the daemon is shutting down" if self.stopping() else "it was cancelled"
+            why = cut_reason(self.stopping())
             self.recorder.record_cut(
                 ob,
                 f"{ob.kind} was cut short: {why}; it runs again when the daemon next runs "

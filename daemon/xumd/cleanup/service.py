@@ -5,10 +5,11 @@ never acts on a live workspace (see fence.py).
 
 A facade over parts with one responsibility each: planning.py (what is owed), runner.py (one
 workspace's steps in order, per-lane locks), cycle.py (the lanes' background cycles), outcomes.py
-(recording and announcing), status.py (what is reported), teardown_scripts.py and exclusion.py
-(what a step needs from the lifecycle feature). The lanes (lanes.py): `path` (teardown, trash:
-what frees the path) and `reclaim` (deleting trash entries, which may take minutes), so a large
-reclaim never delays another workspace's path.
+(recording and announcing), status.py (what is reported), teardown_scripts.py (the default
+teardown). What a step needs from outside (the directory exclusion, the script runner, git) is
+handed in by the composition root; cleanup imports nothing of the lifecycle feature. The lanes
+(schedule.py): `path` (teardown, trash: what frees the path) and `reclaim` (deleting trash
+entries, which may take minutes), so a large reclaim never delays another workspace's path.
 """
 
 from __future__ import annotations
@@ -20,18 +21,16 @@ import anyio
 from xum_protocol.models.cleanup import CleanupStatus, CleanupSummary
 
 from xumd.app import App
+from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup import status as status_mod
-from xumd.cleanup.backoff import Backoff
-from xumd.cleanup.clock import Clock, SystemClock
 from xumd.cleanup.cycle import CycleResult, LaneCycles
-from xumd.cleanup.exclusion import DirectoryLocks
-from xumd.cleanup.lanes import LANES, PATH_LANE, RECLAIM_LANE
 from xumd.cleanup.obligations import Obligations
 from xumd.cleanup.outcomes import OutcomeRecorder
 from xumd.cleanup.planning import Planner
 from xumd.cleanup.runner import StepRunner
+from xumd.cleanup.schedule import LANES, PATH_LANE, RECLAIM_LANE, Backoff, Clock, SystemClock
 from xumd.cleanup.steps import Steps, TeardownFn
-from xumd.cleanup.teardown_scripts import SETUP_NEVER_RAN, ProjectTeardown
+from xumd.cleanup.teardown_scripts import SETUP_NEVER_RAN, ProjectTeardown, TeardownScripts
 from xumd.git import Git
 
 __all__ = [
@@ -58,6 +57,8 @@ class CleanupService:
         rng: random.Random | None = None,
         teardown: TeardownFn | None = None,
         git: Git | None = None,
+        directories: DirectoryExclusion | None = None,
+        scripts: TeardownScripts | None = None,
     ) -> None:
         self.app = app
         self.store = app.store
@@ -73,8 +74,8 @@ class CleanupService:
         self.steps = Steps(
             self.obligations,
             trash_dir=app.paths.trash,
-            git=git or app.find(Git) or Git(timeout_s=app.config.git_timeout_s),
-            teardown=teardown or ProjectTeardown(app),
+            git=git or Git(timeout_s=app.config.git_timeout_s),
+            teardown=teardown or ProjectTeardown(scripts),
             now=self.clock.time,
         )
         self.recorder = OutcomeRecorder(
@@ -87,7 +88,8 @@ class CleanupService:
             obligations=self.obligations,
             steps=self.steps,
             recorder=self.recorder,
-            directories=DirectoryLocks(app),
+            # Without the lifecycle's (unit tests of cleanup alone), the same rule in-process.
+            directories=directories or DirectoryExclusion(wait_s=app.config.cleanup.step_timeout_s),
             backoff=self.backoff,
             clock=self.clock,
             config=self.config,

@@ -21,11 +21,11 @@ from typing import Any
 import anyio
 
 from xumd import faults, fsdelete, logs
+from xumd.checkouts.marker import parse as parse_marker
 from xumd.cleanup import fence
 from xumd.cleanup.obligations import ABANDONED, ObligationRow, Obligations
 from xumd.fsdelete import Interrupted, delete_tree
 from xumd.git import Git
-from xumd.lifecycle.marker import parse as parse_marker
 
 log = logs.get("xumd.cleanup.steps")
 
@@ -88,7 +88,8 @@ class Outcome:
 
 
 TeardownFn = Callable[[ObligationRow, Path], Awaitable[Outcome]]
-"""Run the teardown of `ob` in the checkout; the default calls the lifecycle's ScriptRunner."""
+"""Run the teardown of `ob` in the checkout; the default runs the project's teardown scripts
+through the runner the composition root hands in (teardown_scripts.py)."""
 
 UnsavedCheck = Callable[[ObligationRow], Awaitable[list[str]]]
 """The files of `ob`'s checkout that its archive does not hold (empty: nothing would be lost).

@@ -1,5 +1,7 @@
-"""The teardown step's default action: the project's teardown scripts (lifecycle's ScriptRunner).
+"""The teardown step's default action: the project's teardown scripts.
 
+The runner is the lifecycle's `ScriptRunner`, handed in by the composition root: cleanup names
+only the shape it calls (`TeardownScripts`), so it imports nothing of the lifecycle feature.
 Only a trusted config runs. An untrusted one blocks the deletion unless setup never ran under a
 trusted config: then nothing of it needs tearing down (see `SETUP_NEVER_RAN`).
 """
@@ -7,27 +9,50 @@ trusted config: then nothing of it needs tearing down (see `SETUP_NEVER_RAN`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, Protocol
 
-from xumd.app import App
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.cleanup import steps as steps_mod
-from xumd.cleanup.lifecycle_link import lifecycle_service
 from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.steps import Outcome
-from xumd.lifecycle.seams import WorkspaceRef
 
 SETUP_NEVER_RAN = ("untrusted", "none", "pending", None)
 """Setup statuses under which no setup script of the project ever ran in the checkout."""
 
 
+class ScriptResult(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def output(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def hint(self) -> str | None: ...
+
+
+class TeardownScripts(Protocol):
+    """What cleanup calls to run a project's teardown scripts (lifecycle.scripts.ScriptRunner)."""
+
+    async def run(
+        self,
+        phase: Literal["teardown"],
+        *,
+        project_id: str,
+        workspace: WorkspaceRef,
+        cwd: Path,
+        kept_env: dict[str, str] | None = None,
+    ) -> ScriptResult: ...
+
+
 class ProjectTeardown:
     """A `TeardownFn` (steps.py) that runs the project's teardown scripts in the checkout."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, scripts: TeardownScripts | None) -> None:
+        self.scripts = scripts
 
     async def __call__(self, ob: ObligationRow, cwd: Path) -> Outcome:
-        runner = lifecycle_service(self.app, "xumd.lifecycle.scripts", "ScriptRunner")
-        if runner is None:
+        if self.scripts is None:
             return Outcome.failed("no script runner is installed; teardown cannot run")
         ref = WorkspaceRef(
             id=ob.workspace_id,
@@ -37,7 +62,7 @@ class ProjectTeardown:
             incarnation=ob.incarnation,
         )
         kept = ob.detail.get("env")
-        result = await runner.run(
+        result = await self.scripts.run(
             "teardown",
             project_id=ob.project_id,
             workspace=ref,
@@ -55,6 +80,6 @@ class ProjectTeardown:
                 "ran under it",
             )
         error = result.error
-        if getattr(result, "hint", None):
+        if result.hint:
             error = f"{error} ({result.hint})"
         return steps_mod.teardown_outcome(result.status, error, result.output or "")

@@ -13,10 +13,12 @@ from xum_protocol.models.gc import (
 )
 
 from xumd.app import App
-from xumd.gc.clock import GcClock
-from xumd.gc.service import GcService
+from xumd.gc.service import GcClock, GcService
 from xumd.git import Git
+from xumd.lifecycle.seams import LifecycleHooks
+from xumd.lifecycle.service import WorkspaceService
 from xumd.rpc.dispatch import RequestContext
+from xumd.usage.service import UsageService
 
 
 class _Advance(BaseModel):
@@ -28,9 +30,18 @@ class _Now(BaseModel):
     now: float
 
 
-def install(app: App) -> GcService:
+def install(
+    app: App,
+    *,
+    git: Git,
+    hooks: LifecycleHooks,
+    usage: UsageService,
+    workspaces: WorkspaceService,
+) -> GcService:
     clock = GcClock()
-    service = app.provide(GcService(app, app.get(Git), clock))
+    service = app.provide(
+        GcService(app, git, clock, hooks=hooks, usage=usage, workspaces=workspaces)
+    )
 
     async def gc_plan(p: GcPlanParams, ctx: RequestContext) -> GcPlanResult:
         return await service.plan()

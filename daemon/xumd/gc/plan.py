@@ -12,11 +12,12 @@ from pathlib import Path
 import anyio
 from xum_protocol.models.gc import GcItem, GcPolicies, GcSkipped
 
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.config import GcConfig
 from xumd.git import Git
 from xumd.lifecycle import rows
 from xumd.lifecycle.rows import WorkspaceRow
-from xumd.lifecycle.seams import LifecycleHooks, WorkspaceRef, busy_message
+from xumd.lifecycle.seams import LifecycleHooks, busy_message
 from xumd.paths import RootPaths
 from xumd.recovery import strays
 from xumd.store import Store

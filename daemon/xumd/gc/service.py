@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 
 import anyio
 from xum_protocol.errors import ErrorKind
@@ -31,7 +32,6 @@ from xum_protocol.models.gc import (
 from xumd import logs
 from xumd.app import App
 from xumd.errors import XumError
-from xumd.gc.clock import GcClock
 from xumd.gc.plan import Plan, Planner, policies
 from xumd.git import Git
 from xumd.lifecycle import rows
@@ -45,11 +45,38 @@ log = logs.get("xumd.gc")
 RUN_PREFIX = "gc_"
 
 
+# The clock gc ages records by: the system's wall clock plus an offset that only a test method
+# (`test.clock_advance`, with `enable_test_methods`) moves, so tests age records without sleeping
+# and without editing the store under a live daemon.
+class GcClock:
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset_s
+
+    def advance(self, seconds: float) -> float:
+        self.offset_s += seconds
+        return self.time()
+
+
 class GcService:
-    def __init__(self, app: App, git: Git, clock: GcClock) -> None:
+    def __init__(
+        self,
+        app: App,
+        git: Git,
+        clock: GcClock,
+        *,
+        hooks: LifecycleHooks,
+        usage: UsageService,
+        workspaces: WorkspaceService,
+    ) -> None:
         self.app = app
         self.git = git
         self.clock = clock
+        self.hooks = hooks
+        self.usage = usage
+        self.workspaces = workspaces
         self._running = anyio.Lock()
         self._wake = anyio.Event()
         self._scope: anyio.CancelScope | None = None
@@ -60,8 +87,8 @@ class GcService:
             self.app.store,
             self.app.paths,
             self.git,
-            self.app.find(LifecycleHooks) or LifecycleHooks(),
-            self.app.get(UsageService),
+            self.hooks,
+            self.usage,
             self.app.config.gc,
             self.app.config.usage.deadline_s,
         )
@@ -224,7 +251,7 @@ class GcService:
         )
 
     async def _collect(self, item: GcItem) -> str:
-        workspaces = self.app.get(WorkspaceService)
+        workspaces = self.workspaces
         if item.action == "remove_archived" and item.workspace_id:
             removed = await workspaces.remove(item.workspace_id, force=False)
             return f"removed; cleanup {removed.cleanup.status}"

@@ -11,13 +11,14 @@ from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import WorkspaceArchiveResult
 
 from xumd import faults
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.errors import XumError
 from xumd.lifecycle import bigrepo, dirstore, rows, sparsekeep, views
 from xumd.lifecycle.checkout import clear_stale_locks
 from xumd.lifecycle.context import Context, invalid_state
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
-from xumd.lifecycle.seams import WorkspaceRef, holders_text
+from xumd.lifecycle.seams import holders_text
 from xumd.lifecycle.snapshot import Dropped, Snapshot
 from xumd.rpc.dispatch import answer_if_cut
 
@@ -94,7 +95,7 @@ def _snapshot_fields(snap: Snapshot | None) -> dict[str, str]:
 async def _stop(ctx: Context, ref: WorkspaceRef, row: WorkspaceRow) -> list[str]:
     """Stop the daemon's own processes in the workspace first (a user-visible step); the ids
     of the processes stopped."""
-    stopped, left = await ctx.hooks().stop_all(ref, ctx.app.config.stop_grace_s + 5.0)
+    stopped, left = await ctx.hooks.stop_all(ref, ctx.app.config.stop_grace_s + 5.0)
     if left:
         raise XumError(
             ErrorKind.BUSY,

@@ -14,10 +14,10 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import diskfull, fsdelete, logs
+from xumd import diskfull, fsdelete, gitlocks, logs
+from xumd.checkouts import marker
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import gitlocks, marker
 from xumd.lifecycle.rows import WorkspaceRow
 
 log = logs.get("xumd.lifecycle.checkout")

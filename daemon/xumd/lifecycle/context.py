@@ -19,15 +19,17 @@ from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import WorkspaceInfo
 
 from xumd import logs
+from xumd.checkouts import marker
 from xumd.cleanup.service import CleanupService
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import ids, marker, ports, rows, views, wsenv
+from xumd.lifecycle import ids, ports, rows, views, wsenv
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.seams import LifecycleHooks, busy_message
 from xumd.lifecycle.snapshot import Snapshotter
+from xumd.rpc.dispatch import cut_reason
 
 if TYPE_CHECKING:
     from xumd.app import App
@@ -82,6 +84,9 @@ class Context:
         git: Git,
         scripts: ScriptRunner,
         snapshots: Snapshotter,
+        *,
+        cleanup: CleanupService,
+        hooks: LifecycleHooks,
     ) -> None:
         self.app = app
         self.store = app.store
@@ -89,14 +94,8 @@ class Context:
         self.git = git
         self.scripts = scripts
         self.snapshots = snapshots
-
-    @property
-    def cleanup(self) -> CleanupService:
-        # Looked up when used: the cleanup feature is installed after this one.
-        return self.app.get(CleanupService)
-
-    def hooks(self) -> LifecycleHooks:
-        return self.app.find(LifecycleHooks) or LifecycleHooks()
+        self.cleanup = cleanup
+        self.hooks = hooks
 
     # -- rows and views ----------------------------------------------------------------------------
 
@@ -176,7 +175,7 @@ class Context:
             row = rows.get_workspace(self.store, workspace_id)
             if row is None or not _mid_way(self, row):
                 return
-            settler = self.hooks().row_settler
+            settler = self.hooks.row_settler
             cause = _describe(op, exc)
             if settler is None:
                 log.error("workspace.failure_unsettled", workspace=row.id, op=op, cause=cause)
@@ -203,7 +202,7 @@ class Context:
         return True
 
     async def quiescent(self, row: WorkspaceRow, op: str) -> None:
-        holders = await self.hooks().holders(row.ref())
+        holders = await self.hooks.holders(row.ref())
         if holders:
             message = f"cannot {op} {row.name!r}: " + busy_message(holders)
             if op == "archive" and any(h.process_id for h in holders):
@@ -221,7 +220,7 @@ class Context:
         """Directory exclusion for several paths, always taken in one order (no deadlock)."""
         async with AsyncExitStack() as stack:
             for path in sorted({os.path.realpath(p) for p in paths}):
-                await stack.enter_async_context(self.coord.directory(path, label=label))
+                await stack.enter_async_context(self.coord.directories.directory(path, label=label))
             yield
 
     # -- cleanup hand-off --------------------------------------------------------------------------
@@ -249,8 +248,9 @@ class Context:
             return CleanupStatus(status="not_needed", reason="no cleanup obligations")
         if status.status == "pending":
             status.reason = (
-                "the daemon is shutting down" if self.app.stopping else "the request was cancelled"
-            ) + "; the cleanup completes in the background when the daemon next runs"
+                cut_reason(self.app.stopping, "the request")
+                + "; the cleanup completes in the background when the daemon next runs"
+            )
         return status
 
     async def run_cleanup(self, workspace_id: str, *, force: bool = False) -> CleanupStatus:

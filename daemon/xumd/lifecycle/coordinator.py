@@ -9,10 +9,8 @@ Reservations (design invariant 6):
   holders already admitted (bounded: `timeout` naming them), then resolves the row under the
   reservation. A row that vanished meanwhile is `not_found`, never an empty target.
 
-Directory exclusion: `directory(path)` keys a path by its realpath *and* by the filesystem identity
-(st_dev, st_ino) of its nearest existing ancestor plus the remaining components, so symlink, `..`
-and alias spellings of one path exclude each other. Creation, restore and cleanup take it; the
-waiter revalidates the directory after it gets it.
+Directory exclusion is `xumd.checkouts.exclusion.DirectoryExclusion` (shared with cleanup): the
+coordinator holds the one the composition root built (`directories`).
 
 Everything here is in-process state: one daemon per root (invariant 7) makes it sufficient.
 """
@@ -24,15 +22,15 @@ import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 from xum_protocol.errors import ErrorKind
 
 from xumd import logs
+from xumd.checkouts.exclusion import DirectoryExclusion
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.errors import XumError
 from xumd.lifecycle import ids, rows
-from xumd.lifecycle.seams import WorkspaceRef
 from xumd.store import Store
 
 log = logs.get("xumd.lifecycle.coordinator")
@@ -51,41 +49,19 @@ class _Reservation:
         self.changed = anyio.Event()
 
 
-@dataclass(frozen=True, slots=True)
-class DirKey:
-    """A directory's identity for exclusion: two keys conflict when either part is equal."""
-
-    realpath: str
-    identity: tuple[int, int, str]
-
-    def conflicts(self, other: DirKey) -> bool:
-        return self.realpath == other.realpath or self.identity == other.identity
-
-
-def dir_key(path: Path | str) -> DirKey:
-    real = os.path.realpath(path)
-    anchor = Path(real)
-    tail: list[str] = []
-    while True:
-        try:
-            st = os.stat(anchor)
-            break
-        except (FileNotFoundError, NotADirectoryError):
-            if anchor.parent == anchor:
-                raise
-            tail.insert(0, anchor.name)
-            anchor = anchor.parent
-    return DirKey(real, (st.st_dev, st.st_ino, "/".join(tail)))
-
-
 class Coordinator:
-    def __init__(self, store: Store, *, wait_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        wait_s: float = 30.0,
+        directories: DirectoryExclusion | None = None,
+    ) -> None:
         self.store = store
         self.wait_s = wait_s
+        self.directories = directories or DirectoryExclusion(wait_s=wait_s)
         self._reservations: dict[str, _Reservation] = {}
         self._tokens = itertools.count(1)
-        self._dirs: dict[int, DirKey] = {}
-        self._dirs_changed = anyio.Event()
         self.failure_guard: Callable[[str, str], Callable[[BaseException], None]] | None = None
         """Called with (workspace id, op) when an exclusive reservation is taken; what it
         returns is called (synchronously, still under the reservation) if the operation
@@ -230,43 +206,9 @@ class Coordinator:
         async with self._exclusive(project_id, op, "project", timeout):
             yield
 
-    # -- directories ---------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def directory(
-        self, path: Path | str, *, timeout: float | None = None, label: str = ""
-    ) -> AsyncIterator[DirKey]:
-        """Exclusive use of one directory, whatever spelling reached it (bounded wait)."""
-        wait_s = self.wait_s if timeout is None else timeout
-        key = dir_key(path)
-        if any(key.conflicts(other) for other in self._dirs.values()):
-            # Said once per wait: who waits on a directory is otherwise invisible.
-            log.info("coordinator.directory_waiting", path=key.realpath, label=label)
-        with anyio.move_on_after(wait_s) as scope:
-            while any(key.conflicts(other) for other in self._dirs.values()):
-                await self._wait_dirs()
-        if scope.cancelled_caught:
-            raise XumError(
-                ErrorKind.TIMEOUT,
-                f"timed out after {wait_s}s waiting for another operation on {key.realpath}",
-                waited_for=f"directory {key.realpath}",
-            )
-        token = next(self._tokens)
-        self._dirs[token] = key
-        log.debug("coordinator.directory_acquired", path=key.realpath, label=label)
-        try:
-            yield key
-        finally:
-            del self._dirs[token]
-            self._dirs_changed.set()
-            self._dirs_changed = anyio.Event()
-
-    async def _wait_dirs(self) -> None:
-        await self._dirs_changed.wait()
-
     def status(self) -> dict[str, object]:
         return {
             "closed": {k: r.closed_by for k, r in self._reservations.items() if r.closed_by},
             "shared": {k: len(r.shared) for k, r in self._reservations.items() if r.shared},
-            "directories": sorted(k.realpath for k in self._dirs.values()),
+            "directories": self.directories.held(),
         }

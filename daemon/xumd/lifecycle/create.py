@@ -173,7 +173,7 @@ async def _create(
     made = False
     try:
         CREATE_AFTER_INTENT()
-        async with ctx.coord.directory(row.path, label=f"create {row.id}"):
+        async with ctx.coord.directories.directory(row.path, label=f"create {row.id}"):
             # Revalidate after the wait: the row is still ours, and nothing is at the path
             # (a cleanup that held the directory may just have emptied it, or not).
             row = ctx.row(row.id)

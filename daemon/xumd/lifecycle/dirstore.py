@@ -5,7 +5,6 @@ reported, holes kept, space checked first, partial output removed on failure).""
 
 from __future__ import annotations
 
-import filecmp
 import json
 import os
 import re
@@ -15,7 +14,8 @@ import anyio
 from xum_protocol.models.workspace import RestoredInfo
 
 from xumd import fsdelete, logs
-from xumd.lifecycle import fscopy, marker, preserved
+from xumd.checkouts import marker
+from xumd.lifecycle import fscopy, preserved
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped
 
@@ -109,13 +109,10 @@ def _same(a: Path, b: Path) -> bool:
     """Same link target, or same regular-file content (byte for byte). A special file is never
     opened (reading a FIFO blocks): it counts as saved, since no archive can hold one."""
     try:
-        if fscopy.special_type(a.lstat().st_mode) is not None:
-            return True
-        if a.is_symlink() or b.is_symlink():
-            return a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)
-        return b.is_file() and filecmp.cmp(a, b, shallow=False)
+        special = fscopy.special_type(a.lstat().st_mode) is not None
     except OSError:
         return False
+    return special or preserved.same_file(a, b)
 
 
 def _unsaved(archive_store: Path, row: WorkspaceRow) -> list[str]:

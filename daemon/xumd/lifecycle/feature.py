@@ -35,10 +35,11 @@ from xum_protocol.models.workspace import (
 )
 
 from xumd.app import App
+from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.service import CleanupService
 from xumd.git import Git
-from xumd.lifecycle import rows
+from xumd.lifecycle import rows, wsenv
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.projects import ProjectService
 from xumd.lifecycle.scripts import ScriptRunner
@@ -49,37 +50,51 @@ from xumd.lifecycle.unarchive import unsaved_before_trash
 from xumd.rpc.dispatch import RequestContext
 
 
-def wire_cleanup(app: App) -> None:
-    """After the cleanup feature is installed: before trashing an archived checkout, the cleanup
-    asks whether it holds work its archive does not (the comparison unarchive refuses on)."""
-    workspaces = app.get(WorkspaceService)
+def scripts(app: App) -> ScriptRunner:
+    """The project script runner (setup and teardown): built by the composition root before the
+    cleanup feature, which runs teardowns through it."""
+    return ScriptRunner(
+        app.store,
+        app.paths.root,
+        timeout_s=app.config.script_timeout_s,
+        grace_s=app.config.stop_grace_s,
+    )
+
+
+def install(
+    app: App,
+    *,
+    git: Git,
+    directories: DirectoryExclusion,
+    scripts: ScriptRunner,
+    cleanup: CleanupService,
+    hooks: LifecycleHooks,
+) -> WorkspaceService:
+    """Its collaborators come from the composition root; returns the workspace service (with
+    its coordinator, `workspaces.coord`) for the features above it."""
+    coord = app.provide(
+        Coordinator(app.store, wait_s=app.config.lock_wait_s, directories=directories)
+    )
+    snapshots = Snapshotter(git, app.paths.root / "tmp", app.paths.archive_store)
+    workspaces = app.provide(
+        WorkspaceService(app, coord, git, scripts, snapshots, cleanup=cleanup, hooks=hooks)
+    )
 
     async def unsaved(ob: ObligationRow) -> list[str]:
         return await unsaved_before_trash(
             workspaces, ob.workspace_id, ob.incarnation, Path(ob.path)
         )
 
-    app.get(CleanupService).steps.unsaved_check = unsaved
-
-
-def install(app: App) -> None:
-    git = app.find(Git) or app.provide(Git(timeout_s=app.config.git_timeout_s))
-    coord = app.provide(Coordinator(app.store, wait_s=app.config.lock_wait_s))
-    scripts = app.provide(
-        ScriptRunner(
-            app.store,
-            app.paths.root,
-            timeout_s=app.config.script_timeout_s,
-            grace_s=app.config.stop_grace_s,
-        )
-    )
-    snapshots = Snapshotter(git, app.paths.root / "tmp", app.paths.archive_store)
-    workspaces = app.provide(WorkspaceService(app, coord, git, scripts, snapshots))
+    # Before trashing an archived checkout, the cleanup asks whether it holds work its archive
+    # does not (the comparison unarchive refuses on).
+    cleanup.steps.unsaved_check = unsaved
+    # A teardown obligation keeps the workspace's variables: it may run after they are gone.
+    cleanup.planner.teardown_env = lambda workspace_id: wsenv.frozen(app.store, workspace_id)
     # A structural operation that raises settles its row before its reservation opens.
     coord.failure_guard = workspaces.failure_guard
     projects = app.provide(ProjectService(app, coord, git, workspaces))
     # A mount inside a checkout makes archive, remove and rename refuse `busy` naming it.
-    app.get(LifecycleHooks).holder_probes.append(mount_holders)
+    hooks.holder_probes.append(mount_holders)
 
     # -- projects ------------------------------------------------------------------------------
 
@@ -156,3 +171,4 @@ def install(app: App) -> None:
     app.events.add_snapshot_provider("projects", projects_snapshot)
     app.events.add_snapshot_provider("workspaces", workspaces_snapshot)
     app.status_providers["lifecycle"] = coord.status
+    return workspaces

@@ -54,7 +54,7 @@ async def _settle_rename(ctx: Context, row: WorkspaceRow) -> WorkspaceResult | N
     """Settle the kept journal (an unprovable one raises, leaving journal and flag). The row
     that settles with a new problem (a branch git would not rename) stays flagged with it, and
     is the answer: the user sees why; None: settled cleanly, the flag is cleared as usual."""
-    settler = ctx.hooks().rename_settler
+    settler = ctx.hooks.rename_settler
     if settler is None:
         raise invalid_state(
             row,

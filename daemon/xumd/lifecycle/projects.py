@@ -58,6 +58,16 @@ class GitIdentity:
         )
 
 
+def failed_outcome(workspace_id: str, name: str, exc: XumError) -> WorkspaceOutcome:
+    """One workspace of a `project.remove` that was refused or failed, with its error."""
+    return WorkspaceOutcome(
+        workspace_id=workspace_id,
+        name=name,
+        ok=False,
+        error={"kind": exc.kind.value, "message": exc.message, **exc.data},
+    )
+
+
 def _refusal(project: ProjectRow, refused: list[tuple[str, str, XumError]]) -> XumError:
     """One error naming every workspace that refused (and every holder), nothing removed."""
     kinds = [exc.kind for _, _, exc in refused]
@@ -69,13 +79,7 @@ def _refusal(project: ProjectRow, refused: list[tuple[str, str, XumError]]) -> X
     ]
     named = "; ".join(f"{name!r}: {exc.message}" for _, name, exc in refused)
     outcomes = [
-        WorkspaceOutcome(
-            workspace_id=wid,
-            name=name,
-            ok=False,
-            error={"kind": exc.kind.value, "message": exc.message, **exc.data},
-        ).model_dump(mode="json")
-        for wid, name, exc in refused
+        failed_outcome(wid, name, exc).model_dump(mode="json") for wid, name, exc in refused
     ]
     return XumError(
         kind,
@@ -390,14 +394,7 @@ class ProjectService:
                     await self.workspaces.quiescent(item.row, "remove")
                 result = await removal.remove_checked(self.workspaces, item)
             except XumError as exc:
-                outcomes.append(
-                    WorkspaceOutcome(
-                        workspace_id=item.row.id,
-                        name=item.row.name,
-                        ok=False,
-                        error={"kind": exc.kind.value, "message": exc.message, **exc.data},
-                    )
-                )
+                outcomes.append(failed_outcome(item.row.id, item.row.name, exc))
             else:
                 outcomes.append(
                     WorkspaceOutcome(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import KeptInfo, WorkspaceRemoveResult
@@ -181,12 +180,7 @@ async def _check_safe(
     files: list[str] = []
     if state.dirty and not await ctx.snapshots.holds(row.path, state, row.snapshot_commit):
         files = await ctx.snapshots.dirty_files(row.path)
-    keep: list[str] = []
-    if globs:
-        entries = await ctx.snapshots.ignored(row.path)
-        keep = await anyio.to_thread.run_sync(
-            ctx.snapshots.preserved_files, row.path, entries, globs
-        )
+    keep = await ctx.snapshots.preserved_in(row.path, globs)
     if files or keep:
         what = []
         if files:

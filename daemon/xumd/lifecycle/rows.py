@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from xumd.lifecycle.seams import WorkspaceRef
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.store import Store
 
 T = TypeVar("T")

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from xumd import logs
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.containment import Containment, Marked
 from xumd.lifecycle import rows, wsenv
-from xumd.lifecycle.seams import WorkspaceRef
 from xumd.procutil import BoundedOutput, CommandNotFound, run_command
 from xumd.store import Store
 
@@ -42,7 +42,7 @@ OUTPUT_LIMIT = 32 * 1024
 
 
 class ScriptProgress(Protocol):
-    """Told as a run goes (setup shows it to clients: lifecycle.progress.ScriptEvents)."""
+    """Told as a run goes (setup shows it to clients: lifecycle.setup.ScriptEvents)."""
 
     def started(self, index: int, count: int, command: str) -> None: ...
 

@@ -1,13 +1,13 @@
-"""Seams between the lifecycle coordinator and the services that plug into it.
+"""Seams between the lifecycle and the features above it that plug into it.
 
-The lifecycle service owns structural mutations. Other services plug in here, so that no module
-imports a sibling's internals:
+The lifecycle service owns structural mutations. Features above it (processes, recovery) plug in
+here, so that the lifecycle never imports them:
 - holder probes (processes and leases) say who uses a checkout, for `busy` refusals;
 - stoppers stop the daemon's own processes in a workspace (archive with `stop: true`, shutdown);
-- cleanup performs physical steps as durable obligations (see xumd.cleanup);
 - recovery settles a kept rename journal on `workspace.keep` (the rename settler), and the row of
   an operation that failed part-way (the row settler).
-`LifecycleHooks` is provided by the composition root before any feature installs.
+`LifecycleHooks` is built by the composition root and handed to each of them. (Cleanup, below the
+lifecycle, is used directly: the lifecycle is handed its `CleanupService`.)
 """
 
 from __future__ import annotations
@@ -20,15 +20,7 @@ from pathlib import Path
 import anyio
 
 from xumd import fsdelete
-
-
-@dataclass(frozen=True, slots=True)
-class WorkspaceRef:
-    id: str
-    project_id: str
-    name: str
-    path: Path
-    incarnation: str
+from xumd.checkouts.marker import WorkspaceRef
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The workspace service: create, archive, unarchive, remove, rename, keep (the facade).
 
-The rest of the daemon uses this class (`app.get(WorkspaceService)`: auto-archive, recovery,
+The rest of the daemon uses this class (handed in by the composition root: auto-archive, recovery,
 turns, project.remove); each operation lives in its own module, over one shared `Context`.
 
 Every structural operation runs under `coord.exclusive(...)` (admission closed, holders drained,

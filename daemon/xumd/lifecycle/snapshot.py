@@ -261,6 +261,13 @@ class Snapshotter:
             too_many="nothing was changed",
         )
 
+    async def preserved_in(self, checkout: Path, globs: list[str]) -> list[str]:
+        """The checkout's ignored files that `preserve` globs ask to keep (relative paths)."""
+        if not globs:
+            return []
+        entries = await self.ignored(checkout)
+        return await anyio.to_thread.run_sync(self.preserved_files, checkout, entries, globs)
+
     async def report_and_preserve(
         self, checkout: Path, workspace_id: str, incarnation: str, globs: list[str]
     ) -> Dropped:

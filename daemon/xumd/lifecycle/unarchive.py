@@ -34,7 +34,7 @@ from xumd.lifecycle.create import seed_checkout
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptOutcome, preserve_globs
 from xumd.lifecycle.seams import busy_message, mount_holders
-from xumd.rpc.dispatch import answer_if_cut
+from xumd.rpc.dispatch import answer_if_cut, cut_reason
 
 log = logs.get("xumd.lifecycle.unarchive")
 
@@ -84,7 +84,7 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         UNARCHIVE_AFTER_INTENT()
         made = False
         try:
-            async with ctx.coord.directory(row.path, label=f"unarchive {row.id}"):
+            async with ctx.coord.directories.directory(row.path, label=f"unarchive {row.id}"):
                 _check_path_free(ctx, row)
                 if row.runtime == "worktree":
                     # Before `made`: a refusal here must not run the undo's discard, which
@@ -120,7 +120,7 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         try:
             row, outcome = await setup.run(ctx, row)
         except anyio.get_cancelled_exc_class():
-            why = "the daemon is shutting down" if ctx.app.stopping else "it was cancelled"
+            why = cut_reason(ctx.app.stopping)
             cut = ScriptOutcome(status="failed", error=f"setup was cut short: {why}")
             done = setup.activate(ctx, row, cut)
             ctx.publish("workspace.state_changed", done)
@@ -285,11 +285,9 @@ async def _refuse_unsaved(ctx: Context, row: WorkspaceRow, project: ProjectRow) 
 async def _unsaved_preserved(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> list[str]:
     """Preserved (ignored) files of the lingering checkout that its saved copy does not hold
     byte for byte: changed or made since the archive. Trashing the checkout would lose them."""
-    globs = preserve_globs(row.path, project.path)
-    if not globs:
+    keep = await ctx.snapshots.preserved_in(row.path, preserve_globs(row.path, project.path))
+    if not keep:
         return []
-    entries = await ctx.snapshots.ignored(row.path)
-    keep = await anyio.to_thread.run_sync(ctx.snapshots.preserved_files, row.path, entries, globs)
     copy = preserved.load(ctx.app.paths.archive_store / row.id)
     return [
         rel

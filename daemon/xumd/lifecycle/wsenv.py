@@ -13,8 +13,8 @@ from pathlib import Path
 
 from xum_protocol.models.wsenv import XUM_VARS
 
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.lifecycle import ports, rows
-from xumd.lifecycle.seams import WorkspaceRef
 from xumd.store import Store
 
 

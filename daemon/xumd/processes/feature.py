@@ -53,9 +53,12 @@ from xum_protocol.models.process import (
 
 from xumd import logs
 from xumd.app import App
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.errors import XumError
 from xumd.lifecycle.ids import check_id
-from xumd.lifecycle.seams import LifecycleHooks, WorkspaceRef, busy_message
+from xumd.lifecycle.scripts import ScriptRunner
+from xumd.lifecycle.seams import LifecycleHooks, busy_message
+from xumd.lifecycle.service import WorkspaceService
 from xumd.processes.auto_archive import AutoArchiver
 from xumd.processes.leases import LEASE_PREFIX, LeaseStore
 from xumd.processes.managed import Managed
@@ -71,18 +74,22 @@ def _info(managed: Managed) -> ProcessInfo:
     return ProcessInfo.model_validate(managed.info())
 
 
-def install(app: App) -> None:
+def install(
+    app: App,
+    *,
+    workspaces: WorkspaceService,
+    scripts: ScriptRunner,
+    hooks: LifecycleHooks,
+) -> Supervisor:
+    """Its collaborators come from the composition root: the workspace service (admission under
+    its coordinator, auto-archive), the script runner (its runs hold leases) and the hooks the
+    lifecycle asks for holders and stops."""
     cfg = app.config.processes
     leases = app.provide(LeaseStore(app.store, app.events))
 
     @asynccontextmanager
     async def admit(workspace_id: str) -> AsyncIterator[WorkspaceRef]:
-        from xumd.lifecycle.coordinator import Coordinator
-
-        coord = app.find(Coordinator)
-        if coord is None:
-            raise XumError(ErrorKind.INTERNAL, "the lifecycle coordinator is not installed")
-        async with coord.shared(workspace_id, label="process/lease") as ref:
+        async with workspaces.coord.shared(workspace_id, label="process/lease") as ref:
             yield ref
 
     sup = app.provide(
@@ -109,9 +116,7 @@ def install(app: App) -> None:
         log.warning("processes.keep_under_systemd", needs="KillMode=process")
 
     async def archive(workspace_id: str) -> Any:
-        from xumd.lifecycle.service import WorkspaceService
-
-        return await app.get(WorkspaceService).archive(workspace_id)
+        return await workspaces.archive(workspace_id)
 
     auto = app.provide(
         AutoArchiver(
@@ -126,13 +131,8 @@ def install(app: App) -> None:
     sup.exit_listeners.append(auto.on_exit)
 
     # Setup/teardown runs hold a lease too (ScriptRunner wraps each command in `covering`).
-    from xumd.lifecycle.scripts import ScriptRunner
+    scripts.leases = leases
 
-    runner = app.find(ScriptRunner)
-    if runner is not None:
-        runner.leases = leases
-
-    hooks = app.get(LifecycleHooks)
     hooks.holder_probes.append(quiet.holders)
     hooks.stoppers.append(quiet.stop)
 
@@ -320,3 +320,4 @@ def install(app: App) -> None:
         ("lease.list", lease_list),
     ):
         app.router.add(name, handler)
+    return sup

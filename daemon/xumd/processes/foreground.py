@@ -16,12 +16,10 @@ from xumd import logs
 from xumd.errors import XumError
 from xumd.events import EventBus
 from xumd.processes.managed import Managed
-from xumd.processes.settings import SupervisorSettings
 from xumd.processes.settlement import Settlement
 from xumd.processes.starting import Admit
+from xumd.processes.state import ProcessTable, SupervisorSettings, TaskHost
 from xumd.processes.stopping import CONFIRM_S, Stopper
-from xumd.processes.table import ProcessTable
-from xumd.processes.tasks import TaskHost
 
 log = logs.get("xumd.processes.foreground")
 

@@ -26,7 +26,7 @@ from typing import Any
 from xumd import logs
 from xumd.events import EventBus
 from xumd.processes import probes
-from xumd.procutil import start_time
+from xumd.procstat import start_time
 from xumd.store import Store
 
 log = logs.get("xumd.processes.leases")

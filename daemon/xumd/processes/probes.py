@@ -10,20 +10,22 @@ the old group is empty: dead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
 import psutil
 
 from xumd.fdlimits import is_exhausted
-from xumd.procutil import START_TOLERANCE_S, identity, same_process_alive
+from xumd.procstat import START_TOLERANCE_S, identity, same_process_alive
 
 _START_TOLERANCE_S = START_TOLERANCE_S
 
 
 def _status(pid: int) -> tuple[float, bool] | None:
-    """(start time, zombie) of pid, or None when there is no such process (procutil.identity:
+    """(start time, zombie) of pid, or None when there is no such process (procstat.identity:
     a start time that a wall-clock step does not move)."""
     return identity(pid)
 
@@ -133,3 +135,25 @@ def find_users(
             if len(found) >= limit:
                 break
     return found
+
+
+async def leader_gone(pid: int, start: float | None, *, recheck_s: float = 1.0) -> None:
+    """Return once the process (pid *and* start time) has ended. A pidfd becomes readable when
+    any process ends, not only a child; the start time is re-checked each second, which also
+    covers a pid reused before the pidfd was opened, and systems without pidfd_open."""
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        pidfd = None
+    try:
+        while same_process_alive(pid, start):
+            if pidfd is None:
+                await anyio.sleep(recheck_s)
+                continue
+            with anyio.move_on_after(recheck_s):
+                await anyio.wait_readable(pidfd)
+    finally:
+        if pidfd is not None:
+            with contextlib.suppress(Exception):
+                anyio.notify_closing(pidfd)
+            os.close(pidfd)

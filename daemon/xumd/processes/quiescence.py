@@ -10,7 +10,8 @@ from __future__ import annotations
 import anyio
 
 from xumd import logs
-from xumd.lifecycle.seams import Holder, WorkspaceRef, command_line
+from xumd.checkouts.marker import WorkspaceRef
+from xumd.lifecycle.seams import Holder, command_line
 from xumd.processes import probes
 from xumd.processes.leases import LeaseStore, holder_of
 from xumd.processes.supervisor import Supervisor

@@ -19,7 +19,7 @@ from xumd.events import EventBus
 from xumd.processes import probes
 from xumd.processes.leases import LeaseStore
 from xumd.processes.managed import Managed
-from xumd.processes.table import ProcessTable
+from xumd.processes.state import ProcessTable
 
 log = logs.get("xumd.processes.settlement")
 

@@ -14,9 +14,8 @@ import anyio
 from xumd import logs
 from xumd.events import EventBus
 from xumd.processes.managed import Managed
-from xumd.processes.settings import SupervisorSettings
 from xumd.processes.settlement import Settlement
-from xumd.processes.table import ProcessTable
+from xumd.processes.state import ProcessTable, SupervisorSettings
 from xumd.processes.watching import stop_marked_leftovers
 from xumd.procutil import kill_tree
 

@@ -37,12 +37,10 @@ from xumd.processes.keep_policy import KEEPABLE_KINDS, KeepPolicy
 from xumd.processes.leases import Lease, LeaseStore
 from xumd.processes.managed import Managed
 from xumd.processes.process_io import parse_signal
-from xumd.processes.settings import SupervisorSettings
 from xumd.processes.settlement import Settlement
 from xumd.processes.starting import Admit, Starter, child_env
+from xumd.processes.state import PROCESS_PREFIX, ProcessTable, SupervisorSettings, TaskHost
 from xumd.processes.stopping import CONFIRM_S, Stopper
-from xumd.processes.table import PROCESS_PREFIX, ProcessTable
-from xumd.processes.tasks import TaskHost
 from xumd.processes.watching import Watcher
 
 __all__ = [
@@ -209,7 +207,16 @@ class Supervisor:
 
     def adopt(self) -> list[Managed]:
         """At start-up: adopt the live processes a previous daemon spawned (adoption.py)."""
-        return adoption.adopt(self)
+        return adoption.adopt(
+            adoption.AdoptionPlace(
+                table=self.table,
+                leases=self.leases,
+                events=self.events,
+                settings=self.settings,
+                io_dir=self.io_dir,
+                keep_processes=self.keep_processes,
+            )
+        )
 
     # -- lookup, settle (spawn: starting.py) --------------------------------------------------
 

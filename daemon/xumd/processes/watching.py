@@ -15,12 +15,12 @@ from typing import Any
 import anyio
 
 from xumd import containment, faults, logs
-from xumd.processes import adoption, probes
+from xumd.processes import probes
 from xumd.processes.managed import Managed, describe_status
 from xumd.processes.output_log import OutputLog
 from xumd.processes.ring import OutputRing
-from xumd.processes.settings import SupervisorSettings
 from xumd.processes.settlement import Settlement
+from xumd.processes.state import SupervisorSettings
 from xumd.procutil import kill_tree
 
 log = logs.get("xumd.processes.watching")
@@ -88,7 +88,7 @@ class Watcher:
             if isinstance(managed.ring, OutputLog):
                 tg.start_soon(self._follow, managed.ring, follower)
             if managed.pid:
-                await adoption.leader_gone(managed.pid, managed.start_time)
+                await probes.leader_gone(managed.pid, managed.start_time)
                 self.settlement.settle(managed.workspace_id)
             await managed.exited.wait()
             follower.cancel()

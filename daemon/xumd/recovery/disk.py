@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from xumd.lifecycle import marker
+from xumd.checkouts import marker
 from xumd.lifecycle.rows import WorkspaceRow
 
 

@@ -82,10 +82,15 @@ async def discard_kept_copy(app: App, path: str) -> DiscardKeptResult:
     return DiscardKeptResult(path=str(given), files=files)
 
 
-def install(app: App) -> Reconciler:
-    workspaces = app.get(WorkspaceService)
-    git = app.find(Git) or app.provide(Git(timeout_s=app.config.git_timeout_s))
-    reconciler = app.provide(Reconciler(app, workspaces, git, app.find(TurnService)))
+def install(
+    app: App,
+    *,
+    workspaces: WorkspaceService,
+    git: Git,
+    turns: TurnService | None,
+    hooks: LifecycleHooks,
+) -> Reconciler:
+    reconciler = app.provide(Reconciler(app, workspaces, git, turns))
     last: dict[str, Any] = {"report": RecoveryReport(), "strays": 0}
 
     async def startup() -> None:
@@ -120,9 +125,9 @@ def install(app: App) -> Reconciler:
         }
 
     # workspace.keep settles a kept rename journal with the startup pass's own logic.
-    app.get(LifecycleHooks).rename_settler = reconciler.settle_journal
+    hooks.rename_settler = reconciler.settle_journal
     # An operation that failed part-way leaves its row as the startup pass would.
-    app.get(LifecycleHooks).row_settler = reconciler.settle_row
+    hooks.row_settler = reconciler.settle_row
     app.on_startup("recovery", startup)
     app.router.add("workspace.strays", list_strays)
     app.router.add("workspace.discard_kept", discard_kept)

@@ -19,8 +19,9 @@ import anyio
 from xum_protocol.models.recovery import StrayInfo
 
 from xumd import fsdelete, logs
+from xumd.checkouts import marker
 from xumd.git import Git
-from xumd.lifecycle import marker, preserved, rows, views
+from xumd.lifecycle import preserved, rows, views
 from xumd.paths import RootPaths
 from xumd.store import Store
 

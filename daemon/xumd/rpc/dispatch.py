@@ -70,6 +70,12 @@ def answer_if_cut(build: Callable[[], BaseModel | None], method: str) -> None:
         ctx.committed = build
 
 
+def cut_reason(stopping: bool, subject: str = "it") -> str:
+    """Why work was cut short, for the record it leaves: the shutdown grace ran out, or
+    `subject` (the request, the lane) was cancelled."""
+    return "the daemon is shutting down" if stopping else f"{subject} was cancelled"
+
+
 Handler = Callable[[Any, RequestContext], Awaitable[BaseModel]]
 
 

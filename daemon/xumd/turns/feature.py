@@ -12,14 +12,13 @@ from xum_protocol.models.turn import (
 )
 
 from xumd.app import App
-from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.service import WorkspaceService
 from xumd.rpc.dispatch import RequestContext
 from xumd.turns.service import TurnService, turn_info
 
 
-def install(app: App) -> TurnService:
-    turns = app.provide(TurnService(app, app.get(WorkspaceService), app.get(Coordinator)))
+def install(app: App, *, workspaces: WorkspaceService) -> TurnService:
+    turns = app.provide(TurnService(app, workspaces, workspaces.coord))
 
     async def create(p: TurnCreateParams, ctx: RequestContext) -> TurnCreateResult:
         return await turns.create(p)

@@ -186,21 +186,21 @@ class TurnService:
         turn = rows.get(self.store, handle_id)
         if turn is None or turn.state != rows.CREATING:
             return
+        with self.store.transaction():
+            settled = self._settle_creating(turn, reason)
+        if settled == "opened":
+            self._publish("turn.created", self.get(handle_id))
+
+    def _settle_creating(self, turn: TurnRow, reason: str) -> str:
+        """The one decision for a turn left `creating` (a crash, or its create failed): `open`
+        when its target row exists (active, or flagged interrupted: still bound), `failed` with
+        `reason` when it is gone. Returns "opened" or "failed"."""
         target = turn.target_workspace_id
         if target and ws_rows.get_workspace(self.store, target) is not None:
-            with self.store.transaction():
-                rows.set_state(self.store, handle_id, rows.OPEN, expect=rows.CREATING)
-            opened = self.get(handle_id)
-            self._publish("turn.created", opened)
-            return
-        with self.store.transaction():
-            rows.set_state(
-                self.store,
-                handle_id,
-                rows.FAILED,
-                expect=rows.CREATING,
-                reason=reason,
-            )
+            rows.set_state(self.store, turn.id, rows.OPEN, expect=rows.CREATING)
+            return "opened"
+        rows.set_state(self.store, turn.id, rows.FAILED, expect=rows.CREATING, reason=reason)
+        return "failed"
 
     async def _reuse(self, owner_id: str, target_id: str) -> TurnCreateResult:
         ids.check_id(target_id, ids.WORKSPACE, "workspace")
@@ -266,19 +266,8 @@ class TurnService:
         target is then active or flagged interrupted: still bound), `failed` when it is gone."""
         counts = {"opened": 0, "failed": 0}
         for turn in rows.in_state(self.store, rows.CREATING):
-            target = turn.target_workspace_id
-            if target and ws_rows.get_workspace(self.store, target) is not None:
-                rows.set_state(self.store, turn.id, rows.OPEN, expect=rows.CREATING)
-                counts["opened"] += 1
-            else:
-                rows.set_state(
-                    self.store,
-                    turn.id,
-                    rows.FAILED,
-                    expect=rows.CREATING,
-                    reason="the target's creation was undone before a crash",
-                )
-                counts["failed"] += 1
+            settled = self._settle_creating(turn, "the target's creation was undone before a crash")
+            counts[settled] += 1
         return counts
 
     def _publish(self, event: str, turn: TurnRow) -> None:

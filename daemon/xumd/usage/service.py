@@ -39,9 +39,13 @@ class _Cached:
 
 
 class UsageService:
-    def __init__(self, app: App, git: Git) -> None:
+    def __init__(
+        self, app: App, git: Git, workspaces: WorkspaceService, cleanup: CleanupService
+    ) -> None:
         self.app = app
         self.git = git
+        self.workspaces = workspaces
+        self.cleanup = cleanup
         self.config = app.config.usage
         self._cache: dict[str, _Cached] = {}
         # Walks are disk-bound: two at once keep a `du` of everything from starving the rest.
@@ -49,9 +53,8 @@ class UsageService:
 
     async def usage(self, params: WorkspaceUsageParams) -> WorkspaceUsageResult:
         deadline = time.monotonic() + self.config.deadline_s
-        workspaces = self.app.get(WorkspaceService)
         if params.workspace_id is not None:
-            row = workspaces.row(params.workspace_id)
+            row = self.workspaces.row(params.workspace_id)
             return WorkspaceUsageResult(workspaces=[await self._one(row, deadline, params.refresh)])
         listed = [
             await self._one(r, deadline, params.refresh)
@@ -167,7 +170,7 @@ class UsageService:
     def _pending_reclaims(self) -> tuple[int, list[Path]]:
         """How many reclaim obligations are pending, and their trash entries (where the trash
         step moved the checkout; one whose trash step has not moved anything has none)."""
-        obligations = self.app.get(CleanupService).obligations
+        obligations = self.cleanup.obligations
         records = self.app.store.all(
             "SELECT id FROM cleanup_obligations WHERE kind = 'reclaim' AND state = 'pending'"
         )

@@ -1,4 +1,5 @@
-"""The on-disk incarnation marker: proof that a directory is the checkout a row names.
+"""A checkout's identity: the reference a workspace row gives out (`WorkspaceRef`), and the
+on-disk incarnation marker, proof that a directory is the checkout a row names.
 
 Worktree runtime: `git worktree add --lock --reason "xum <workspace-id> <incarnation>"` writes the
 reason into the worktree's admin dir (`<common-git-dir>/worktrees/<name>/locked`): atomic with the
@@ -16,6 +17,17 @@ from pathlib import Path
 
 PREFIX = "xum"
 DIRECTORY_MARKER = ".xum-incarnation"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceRef:
+    """One materialisation of a workspace: its row's id, project, name, path and incarnation."""
+
+    id: str
+    project_id: str
+    name: str
+    path: Path
+    incarnation: str
 
 
 @dataclass(frozen=True, slots=True)

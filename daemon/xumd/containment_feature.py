@@ -10,6 +10,7 @@ the script runner and the process supervisor.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -17,6 +18,10 @@ import anyio
 from xumd import containment, logs
 from xumd.app import App
 from xumd.containment import Containment, Marker
+from xumd.git import Git
+from xumd.lifecycle.scripts import ScriptRunner
+from xumd.processes.leases import LeaseStore
+from xumd.processes.supervisor import Supervisor
 
 log = logs.get("xumd.containment")
 
@@ -24,7 +29,33 @@ REAP_INTERVAL_S = 1.0
 SWEEP_GRACE_S = 2.0
 
 
-def install(app: App) -> Containment:
+class _Adoptable:
+    """Which leftover the start-up sweep keeps: a live supervised process (and its tree) is
+    adopted, not stopped. The lease store is the processes feature's, installed after this one;
+    `wire` hands it in before the start-up hooks run (without it, nothing is kept: the sweep
+    runs only after wiring, so that is a wiring bug, not a state a user can reach)."""
+
+    def __init__(self) -> None:
+        self.leases: LeaseStore | None = None
+
+    def __call__(self, marker: Marker) -> bool:
+        leases = self.leases
+        if leases is None or not marker.record.startswith("proc_"):
+            return False
+        lease = leases.for_process(marker.record)
+        return lease is not None and leases.is_live(lease)
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    """What `install` built, for `wire` to finish once the features above it exist."""
+
+    containment: Containment
+    adoptable: _Adoptable
+
+
+def install(app: App) -> Installed:
+    adoptable = _Adoptable()
     cont = app.provide(
         Containment(
             tag=containment.root_tag(app.paths.root),
@@ -33,18 +64,8 @@ def install(app: App) -> Containment:
         )
     )
 
-    def keep(marker: Marker) -> bool:
-        """A live supervised process (and its tree) is adopted, not stopped."""
-        from xumd.processes.leases import LeaseStore
-
-        leases = app.find(LeaseStore)
-        if leases is None or not marker.record.startswith("proc_"):
-            return False
-        lease = leases.for_process(marker.record)
-        return lease is not None and leases.is_live(lease)
-
     async def sweep() -> None:
-        left = await cont.sweep(keep, SWEEP_GRACE_S)
+        left = await cont.sweep(adoptable, SWEEP_GRACE_S)
         if left:
             log.error("containment.sweep_survivors", pids=[m.pid for m in left])
 
@@ -64,7 +85,7 @@ def install(app: App) -> Containment:
     if cont.subreaper:
         app.after_ready("containment.reaper", reap)
     app.status_providers["containment"] = cont.status
-    return cont
+    return Installed(cont, adoptable)
 
 
 def _cgroup(setting: str) -> Path | None:
@@ -80,20 +101,11 @@ def _cgroup(setting: str) -> Path | None:
     return None
 
 
-def wire(app: App) -> None:
-    from xumd.git import Git
-    from xumd.lifecycle.scripts import ScriptRunner
-    from xumd.processes.supervisor import Supervisor
-
-    cont = app.find(Containment)
-    if cont is None:
-        return
-    git = app.find(Git)
-    if git is not None:
-        git.containment = cont
-    runner = app.find(ScriptRunner)
-    if runner is not None:
-        runner.containment = cont
-    sup = app.find(Supervisor)
-    if sup is not None:
-        sup.settings.containment = cont
+def wire(installed: Installed, *, git: Git, scripts: ScriptRunner, supervisor: Supervisor) -> None:
+    """After every feature is installed: each command they run carries the marker, and the
+    start-up sweep knows the supervisor's leases (what it must adopt, not stop)."""
+    cont = installed.containment
+    installed.adoptable.leases = supervisor.leases
+    git.containment = cont
+    scripts.containment = cont
+    supervisor.settings.containment = cont

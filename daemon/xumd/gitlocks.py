@@ -18,15 +18,15 @@ git runner answers `busy` with that, after a bounded wait).
 
 from __future__ import annotations
 
-import errno
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from xumd import logs
+from xumd import logs, procstat
+from xumd.fdlimits import is_exhausted
 
-log = logs.get("xumd.lifecycle.gitlocks")
+log = logs.get("xumd.gitlocks")
 
 STALE_AFTER_S = 60.0
 _TOP_LOCKS = ("index.lock", "config.lock", "packed-refs.lock", "HEAD.lock", "shallow.lock")
@@ -68,7 +68,7 @@ def open_holders(paths: list[Path]) -> dict[str, int]:
         try:
             fds = os.listdir(fd_dir)
         except OSError as exc:
-            if _exhausted(exc):
+            if is_exhausted(exc):
                 raise  # could not look: never "nobody has it open"
             continue
         for fd in fds:
@@ -87,23 +87,19 @@ class GitProcess:
     command: str  # argv joined, truncated: for the message naming the holder
 
 
-def _exhausted(exc: OSError) -> bool:
-    return exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
-
-
 def _read(path: str) -> bytes:
     try:
         with open(path, "rb") as handle:
             return handle.read(256 * 1024)
     except OSError as exc:
-        if _exhausted(exc):
+        if is_exhausted(exc):
             # Out of descriptors is not "no such process": a scan that could not look must
             # not conclude that nobody holds a lock (fail closed; the caller answers).
             raise
         return b""
 
 
-def _common_dir_of(git_dir: str) -> str:
+def common_dir_of(git_dir: str) -> str:
     """The common dir of a git dir (a linked worktree's admin dir names it in `commondir`)."""
     try:
         with open(os.path.join(git_dir, "commondir"), encoding="utf-8") as handle:
@@ -111,6 +107,25 @@ def _common_dir_of(git_dir: str) -> str:
     except OSError:
         return os.path.realpath(git_dir)
     return os.path.realpath(os.path.join(git_dir, common))
+
+
+def common_dir_above(path: Path) -> Path | None:
+    """The repository's common git dir of a path inside a git dir (a lock file): walk up to the
+    git dir (an admin dir with `commondir`, or a dir with HEAD and refs/), then its common dir."""
+    here = path.parent
+    for _ in range(32):
+        try:
+            # First: a linked worktree's admin dir may have refs/ too.
+            if (here / "commondir").is_file() or (
+                (here / "HEAD").exists() and (here / "refs").is_dir()
+            ):
+                return Path(common_dir_of(str(here)))
+        except OSError:
+            return None
+        if here.parent == here:
+            return None
+        here = here.parent
+    return None
 
 
 def _git_dir_above(cwd: str) -> str | None:
@@ -158,7 +173,7 @@ def git_processes(common_dir: Path) -> list[GitProcess]:
     try:
         entries = list(os.scandir("/proc"))
     except OSError as exc:
-        if _exhausted(exc):
+        if is_exhausted(exc):
             raise
         return found
     for entry in entries:
@@ -172,14 +187,14 @@ def git_processes(common_dir: Path) -> list[GitProcess]:
                 continue
             cwd = os.readlink(f"/proc/{entry.name}/cwd")
         except OSError as exc:
-            if _exhausted(exc):
+            if is_exhausted(exc):
                 raise
             continue
-        stat_text = _read(f"/proc/{entry.name}/stat").decode(errors="replace")
-        if stat_text[stat_text.rfind(")") + 2 : stat_text.rfind(")") + 3] == "Z":
+        fields = procstat.stat_fields(int(entry.name))
+        if fields and fields[0] == "Z":
             continue  # a zombie holds nothing
         git_dir = _process_git_dir(entry.name, cwd)
-        if git_dir is None or _common_dir_of(git_dir) != target:
+        if git_dir is None or common_dir_of(git_dir) != target:
             continue
         argv = _read(f"/proc/{entry.name}/cmdline").split(b"\0")
         command = " ".join(os.fsdecode(a) for a in argv if a)[:200]

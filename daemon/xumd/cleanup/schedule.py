@@ -1,11 +1,46 @@
-"""Time, injected: scheduling logic (backoff, fairness, wake-ups) is tested with a fake clock."""
+"""When cleanup work runs: the two lanes, the backoff after a failure, and the clock (injected,
+so scheduling logic is tested with a fake one).
+
+The lanes keep a large reclaim from delaying another workspace's path: `path` is what frees the
+checkout's path (teardown, trash); `reclaim` deletes trash entries, which may take minutes. Each
+lane runs its own background cycle and takes its own per-workspace lock.
+"""
 
 from __future__ import annotations
 
+import random
 import time
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
+
+PATH_LANE = "path"
+RECLAIM_LANE = "reclaim"
+LANES: dict[str, tuple[str, ...]] = {
+    PATH_LANE: ("teardown", "trash", "prune", "remove_dir"),
+    RECLAIM_LANE: ("reclaim",),
+}
+
+
+@dataclass
+class Backoff:
+    """Capped exponential backoff with jitter, per obligation."""
+
+    initial_s: float
+    max_s: float
+    jitter: float
+    rng: random.Random = field(default_factory=random.Random)
+
+    def base(self, attempts: int) -> float:
+        """The un-jittered delay after `attempts` failed attempts (1 -> initial), capped."""
+        exponent = min(max(attempts, 1) - 1, 60)  # 2**60 already dwarfs any sane cap
+        return min(self.max_s, self.initial_s * (2.0**exponent))
+
+    def delay(self, attempts: int) -> float:
+        # Jitter only shortens the delay, so the cap is a hard upper bound and many obligations
+        # that failed together (one broken teardown across siblings) spread out.
+        return self.base(attempts) * (1.0 - self.jitter * self.rng.random())
 
 
 class Clock(Protocol):

@@ -1,1 +1,0 @@
-"""Daemon services, one concern each; `xumd.bootstrap` composes them."""

@@ -1,0 +1,379 @@
+"""The import rule: which package may import which, read from the source (no import-linter).
+
+Every `import` and `from ... import` counts, wherever it stands (module level, inside a
+function, under `TYPE_CHECKING`): a lazy import is still a dependency. A *unit* is a package or
+a top-level module of `xumd` (`xumd.cleanup`, `xumd.git`), of `xum_client` (`xum_client.commands`,
+`xum_client.cli`), or the whole of `xum_protocol`. docs/DEVELOPING.md says how to extend the table.
+
+The rule:
+- `LAYERS` lists every unit, lowest first. A unit may import units of strictly lower layers only:
+  a back-edge, or an edge inside one layer, fails and names the importing line. A unit missing
+  from the table fails too (place it: that is the decision the table records).
+- No import cycle between any two modules (so no part imports the facade that imports it).
+- `FACADES` names each facade and the parts it is built from: no part imports its facade.
+- The daemon never looks code up by name (`importlib.import_module`, `__import__`): the
+  composition root hands each feature its collaborators.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCES = {
+    "xumd": REPO / "daemon" / "xumd",
+    "xum_client": REPO / "clients" / "xum_client",
+    "xum_protocol": REPO / "protocol" / "xum_protocol",
+}
+
+LAYERS: list[tuple[str, list[str]]] = [
+    # The wire protocol: imports nothing of the daemon or the client (checked below too).
+    ("protocol", ["xum_protocol"]),
+    # -- the daemon, lowest first ------------------------------------------------------------
+    # Leaves: no xumd import at all.
+    (
+        "leaves",
+        [
+            "xumd",
+            "xumd.errors",
+            "xumd.logs",
+            "xumd.paths",
+            "xumd.config",
+            "xumd.faults",
+            "xumd.fsdelete",
+            "xumd.sdnotify",
+            "xumd.rootlock",
+        ],
+    ),
+    ("os", ["xumd.diskfull", "xumd.events", "xumd.fdlimits", "xumd.loopguard"]),
+    ("process identity", ["xumd.procstat"]),
+    ("containment, git locks", ["xumd.containment", "xumd.gitlocks"]),
+    ("children", ["xumd.procutil"]),
+    ("git, store", ["xumd.git", "xumd.store"]),
+    ("transport", ["xumd.rpc"]),
+    ("runtime", ["xumd.app"]),
+    # What lifecycle and cleanup share: a checkout's identity and the directory exclusion.
+    ("checkouts", ["xumd.checkouts"]),
+    # Features, each above those it uses: lifecycle uses cleanup, never the other way.
+    ("cleanup", ["xumd.cleanup"]),
+    ("lifecycle", ["xumd.lifecycle"]),
+    ("processes", ["xumd.processes"]),
+    ("turns", ["xumd.turns"]),
+    ("usage", ["xumd.usage"]),
+    ("recovery", ["xumd.recovery"]),
+    ("gc", ["xumd.gc"]),
+    ("daemon-wide features", ["xumd.daemon_feature", "xumd.containment_feature"]),
+    ("composition root", ["xumd.bootstrap"]),
+    ("start-up", ["xumd.daemon_runner"]),
+    ("entry", ["xumd.main"]),
+    ("python -m", ["xumd.__main__"]),
+    # -- the client ----------------------------------------------------------------------------
+    ("client leaves", ["xum_client.errors", "xum_client.units"]),
+    ("client", ["xum_client.sync"]),
+    ("client api", ["xum_client.aio", "xum_client.install"]),
+    ("client package", ["xum_client"]),
+    ("cli parts", ["xum_client.commands"]),
+    ("cli", ["xum_client.cli"]),
+]
+
+FACADES: dict[str, list[str]] = {
+    # facade: the parts it is built from (none may import it)
+    "xumd.cleanup.service": [
+        "xumd.cleanup.planning",
+        "xumd.cleanup.runner",
+        "xumd.cleanup.cycle",
+        "xumd.cleanup.outcomes",
+        "xumd.cleanup.status",
+        "xumd.cleanup.steps",
+        "xumd.cleanup.teardown_scripts",
+        "xumd.cleanup.schedule",
+    ],
+    "xumd.lifecycle.service": [
+        "xumd.lifecycle.context",
+        "xumd.lifecycle.create",
+        "xumd.lifecycle.archive",
+        "xumd.lifecycle.unarchive",
+        "xumd.lifecycle.remove",
+        "xumd.lifecycle.rename",
+        "xumd.lifecycle.keep",
+    ],
+    "xumd.processes.supervisor": [
+        "xumd.processes.adoption",
+        "xumd.processes.foreground",
+        "xumd.processes.starting",
+        "xumd.processes.watching",
+        "xumd.processes.settlement",
+        "xumd.processes.stopping",
+        "xumd.processes.process_io",
+        "xumd.processes.state",
+    ],
+    "xum_client.cli": [
+        "xum_client.commands._context",
+        "xum_client.commands._progress",
+        "xum_client.commands._resolve",
+        "xum_client.commands.cleanup",
+        "xum_client.commands.process",
+        "xum_client.commands.project",
+        "xum_client.commands.turn",
+        "xum_client.commands.workspace",
+    ],
+}
+
+LOOKUP_BY_NAME_ALLOWED = {
+    # The CLI loads a domain's command module on first use (start-up time): its own parts, by
+    # their package path, never a service.
+    "xum_client.cli",
+}
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    where: str  # path:line, for the failure message
+
+
+def _modules(top: str, root: Path) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in root.rglob("*.py"):
+        parts = (top, *path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str, path: Path, known: dict[str, Path]) -> tuple[list[Edge], list[str]]:
+    """The module's edges to known modules, and its lookups by name (`where` of each)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    edges: list[Edge] = []
+    lookups: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+        where = f"{shown}:{getattr(node, 'lineno', 0)}"
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+            if any(alias.name == "importlib" for alias in node.names):
+                lookups.append(where)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            # `from pkg import mod` depends on pkg.mod when that is a module, else on pkg.
+            names = [f"{base}.{alias.name}" for alias in node.names]
+            if base == "importlib" and any(a.name == "import_module" for a in node.names):
+                lookups.append(where)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "__import__"
+        ):
+            lookups.append(where)
+        for name in names:
+            target = _resolve(name, known)
+            if target is not None and target != module:
+                edges.append(Edge(module, target, where))
+    return edges, lookups
+
+
+def _graph(
+    sources: dict[str, Path] | None = None,
+) -> tuple[dict[str, Path], list[Edge], dict[str, list[str]]]:
+    known: dict[str, Path] = {}
+    for top, root in (sources or SOURCES).items():
+        known.update(_modules(top, root))
+    edges: list[Edge] = []
+    lookups: dict[str, list[str]] = {}
+    for module, path in sorted(known.items()):
+        found, by_name = _imports(module, path, known)
+        edges.extend(found)
+        if by_name:
+            lookups[module] = by_name
+    return known, edges, lookups
+
+
+def unit_of(module: str) -> str:
+    top, _, rest = module.partition(".")
+    if top == "xum_protocol" or not rest:
+        return top
+    return f"{top}.{rest.split('.')[0]}"
+
+
+def layer_violations(known: dict[str, Path], edges: list[Edge]) -> list[str]:
+    rank: dict[str, int] = {}
+    for index, (_name, units) in enumerate(LAYERS):
+        for unit in units:
+            assert unit not in rank, f"{unit} is in two layers"
+            rank[unit] = index
+    problems = [
+        f"{unit} is in no layer of tests/test_architecture.py (LAYERS): place it"
+        for unit in sorted({unit_of(m) for m in known} - rank.keys())
+    ]
+    for edge in edges:
+        source, target = unit_of(edge.source), unit_of(edge.target)
+        if source == target or source not in rank or target not in rank:
+            continue
+        if rank[target] >= rank[source]:
+            problems.append(
+                f"{edge.where}: {edge.source} imports {edge.target}, but {source} "
+                f"(layer {LAYERS[rank[source]][0]!r}) may import only lower layers, and "
+                f"{target} is in layer {LAYERS[rank[target]][0]!r}"
+            )
+    return problems
+
+
+def cycles(edges: list[Edge]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for edge in edges:
+        graph[edge.source].add(edge.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = [(root, sorted(graph[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, todo = work[-1]
+            if todo:
+                nxt = todo.pop()
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, sorted(graph.get(nxt, ()))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def facade_violations(edges: list[Edge]) -> list[str]:
+    reach: dict[str, set[str]] = defaultdict(set)
+    for edge in edges:
+        reach[edge.source].add(edge.target)
+    problems = []
+    for facade, parts in FACADES.items():
+        for part in parts:
+            seen: set[str] = set()
+            todo = [part]
+            while todo:
+                here = todo.pop()
+                for nxt in reach.get(here, ()):
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        todo.append(nxt)
+            if facade in seen:
+                problems.append(f"{part} imports its facade {facade} (directly or through others)")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def graph() -> tuple[dict[str, Path], list[Edge], dict[str, list[str]]]:
+    return _graph()
+
+
+def test_every_unit_imports_only_lower_layers(
+    graph: tuple[dict[str, Path], list[Edge], dict[str, list[str]]],
+) -> None:
+    known, edges, _ = graph
+    assert layer_violations(known, edges) == []
+
+
+def test_no_import_cycle_between_modules(
+    graph: tuple[dict[str, Path], list[Edge], dict[str, list[str]]],
+) -> None:
+    _, edges, _ = graph
+    assert cycles(edges) == []
+
+
+def test_no_part_imports_its_facade(
+    graph: tuple[dict[str, Path], list[Edge], dict[str, list[str]]],
+) -> None:
+    known, edges, _ = graph
+    for facade, parts in FACADES.items():
+        missing = [m for m in [facade, *parts] if m not in known]
+        assert missing == [], f"FACADES names modules that do not exist: {missing}"
+    assert facade_violations(edges) == []
+
+
+def test_no_lookup_by_name(
+    graph: tuple[dict[str, Path], list[Edge], dict[str, list[str]]],
+) -> None:
+    _, _, lookups = graph
+    assert {m: w for m, w in lookups.items() if m not in LOOKUP_BY_NAME_ALLOWED} == {}
+
+
+def test_the_table_is_checked_for_what_it_claims(tmp_path: Path) -> None:
+    """The checks fail on what they forbid: a back-edge (cleanup importing lifecycle), a cycle,
+    a part importing its facade, a lookup by name and an unplaced unit, in a copy of the tree."""
+    import shutil
+
+    root = tmp_path / "xumd"
+    shutil.copytree(SOURCES["xumd"], root, ignore=shutil.ignore_patterns("__pycache__"))
+    sources = {**SOURCES, "xumd": root}
+    known, edges, lookups = _graph(sources)
+    assert layer_violations(known, edges) == [] and cycles(edges) == []
+
+    with (root / "cleanup" / "steps.py").open("a") as handle:
+        handle.write("\nfrom xumd.lifecycle import rows  # back-edge\n")
+    with (root / "processes" / "watching.py").open("a") as handle:
+        handle.write("\ndef _f() -> None:\n    from xumd.processes.supervisor import Supervisor\n")
+    with (root / "lifecycle" / "archive.py").open("a") as handle:
+        handle.write("\nimport importlib\n")
+    (root / "newthing.py").write_text("")
+    known, edges, lookups = _graph(sources)
+
+    layers = layer_violations(known, edges)
+    assert any("xumd.cleanup.steps imports xumd.lifecycle.rows" in p for p in layers), layers
+    assert any("xumd.newthing is in no layer" in p for p in layers), layers
+    assert any("xumd.processes.supervisor" in c for c in cycles(edges))
+    assert any("xumd.processes.watching imports its facade" in p for p in facade_violations(edges))
+    assert "xumd.lifecycle.archive" in lookups
+
+
+if __name__ == "__main__":  # print the unit graph (for docs and for placing a new unit)
+    _known, _edges, _ = _graph()
+    deps: dict[str, set[str]] = defaultdict(set)
+    for _edge in _edges:
+        if unit_of(_edge.source) != unit_of(_edge.target):
+            deps[unit_of(_edge.source)].add(unit_of(_edge.target))
+    for _unit in sorted({unit_of(m) for m in _known}):
+        sys.stdout.write(f"{_unit}: {', '.join(sorted(deps[_unit]))}\n")
