@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xum_client.errors import XumRpcError
 
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
+from tests.support.holds import hold_env, release, wait_held
 from tests.test_cli_workspace import xum
 
 
@@ -334,21 +338,119 @@ def test_cli_new_with_fetch(
 def test_sparse_workspace_archives_and_unarchives_its_work(
     daemon: DaemonProcess, tmp_short: Path
 ) -> None:
-    """A sparse checkout's uncommitted work survives archive/unarchive (the snapshot holds it);
-    the restored checkout is a full one (docs/CONFIGURATION.md: big repositories)."""
-    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+    """A sparse checkout's uncommitted work survives archive/unarchive (the snapshot holds it),
+    and it comes back sparse: the cone it had is re-applied (lifecycle/sparsekeep.py)."""
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "a/g": "g\n", "b/f": "2\n", "top": "t\n"})
     git(repo, "sparse-checkout", "set", "--cone", "a")
     project = add_project(daemon, repo)
     ws = create(daemon, project["id"], "sp")["workspace"]
     path = Path(ws["path"])
     (path / "a" / "f").write_text("edited\n")
     (path / "a" / "new.txt").write_text("new\n")
+    (path / "a" / "g").write_text("staged\n")
+    git(path, "add", "a/g")
+    (path / "a" / "g").write_text("staged then edited\n")
     archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
-    assert sorted(archived["snapshot"]["files"]) == ["a/f", "a/new.txt"]
-    daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    assert sorted(archived["snapshot"]["files"]) == ["a/f", "a/g", "a/new.txt"]
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
+    assert restored["sparse"] == {"cone": True, "patterns": ["a"]}
+    assert restored["sparse_kept"] == []
     assert (path / "a" / "f").read_text() == "edited\n"
     assert (path / "a" / "new.txt").read_text() == "new\n"
+    assert (path / "a" / "g").read_text() == "staged then edited\n"
+    assert (path / "top").read_text() == "t\n"
+    assert not (path / "b").exists()
+    assert git(path, "sparse-checkout", "list").split() == ["a"]
+    assert sorted(git(path, "status", "--porcelain=v1", "--untracked-files=all").splitlines()) == [
+        " M a/f",
+        "?? a/new.txt",
+        "MM a/g",
+    ]
+    assert git(path, "show", ":a/g") == "staged\n"  # the index as it was
+
+
+def test_sparse_unarchive_keeps_the_workspaces_own_cone(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    """The cone re-applied is the workspace's own as archived (widened there by the user), not
+    the main checkout's, which changed meanwhile."""
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n", "c/f": "3\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "own")["workspace"]
+    path = Path(ws["path"])
+    git(path, "sparse-checkout", "add", "b")
+    daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    git(repo, "sparse-checkout", "set", "--cone", "c")
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
+    assert restored["sparse"]["patterns"] == ["a", "b"]
+    assert (path / "a" / "f").exists() and (path / "b" / "f").exists()
+    assert not (path / "c").exists()
+    assert git(path, "status", "--porcelain=v1", "--untracked-files=all") == ""
+
+
+def test_sparse_unarchive_keeps_work_outside_the_cone_and_reports_it(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    """Files outside the cone that carry work (a tracked file the user wrote back and staged,
+    an untracked file, a preserved ignored file) are kept, their directories added to the cone,
+    and reported; a directory holding only clean files stays out."""
+    repo = make_repo(
+        tmp_short / "big",
+        {
+            "a/f": "1\n",
+            "b/f": "2\n",
+            "c/d/f": "3\n",
+            "e/f": "5\n",
+            ".gitignore": "*.local\n",
+        },
+    )
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text('[scripts]\npreserve = ["**/*.local"]\n')
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "out")["workspace"]
+    path = Path(ws["path"])
+    assert not (path / "b").exists()
+    (path / "b").mkdir()
+    (path / "b" / "f").write_text("mine\n")  # tracked, outside the cone, written by the user
+    # and staged: clean against the index, git alone would sparsify it off the disk.
+    git(path, "add", "--sparse", "b/f")
+    (path / "c" / "d").mkdir(parents=True)
+    (path / "c" / "d" / "mine.txt").write_text("untracked\n")
+    (path / "e").mkdir()
+    (path / "e" / "keep.local").write_text("preserved\n")
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert sorted(archived["snapshot"]["files"]) == ["b/f", "c/d/mine.txt"]
+    assert archived["dropped"]["preserved"] == ["e/keep.local"]
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
+    assert (path / "b" / "f").read_text() == "mine\n"
+    assert (path / "c" / "d" / "mine.txt").read_text() == "untracked\n"
+    assert (path / "e" / "keep.local").read_text() == "preserved\n"
+    assert restored["sparse_kept"] == ["b/f", "c/d/mine.txt", "e/keep.local"]
+    assert restored["sparse"]["patterns"] == ["a", "b", "c/d", "e"]
+    assert (path / "c" / "d" / "f").read_text() == "3\n"  # its directory is in the cone now
+    assert git(path, "sparse-checkout", "list").split() == ["a", "b", "c/d", "e"]
+    assert sorted(git(path, "status", "--porcelain=v1", "--untracked-files=all").splitlines()) == [
+        "?? c/d/mine.txt",
+        "M  b/f",
+    ]
+
+
+def test_full_workspace_unarchives_full(daemon: DaemonProcess, tmp_short: Path) -> None:
+    """A workspace whose checkout was full when archived (its sparse checkout disabled by the
+    user) comes back full even though the main checkout is sparse."""
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "full")["workspace"]
+    path = Path(ws["path"])
+    git(path, "sparse-checkout", "disable")
+    daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
+    assert restored["sparse"] is None
     assert (path / "b" / "f").read_text() == "2\n"
+    assert "S " not in git(path, "ls-files", "-t")  # no entry left skipped
 
 
 def test_workspace_with_submodule_archives_and_unarchives(
@@ -433,3 +535,111 @@ def test_project_config_swapped_for_a_fifo_does_not_block(
     from xumd.lifecycle.basefetch import project_wants_fetch
 
     assert project_wants_fetch(repo) is False
+
+
+def test_sparse_unarchive_whose_cone_cannot_be_set_is_undone(root: Path, tmp_short: Path) -> None:
+    """`sparse-checkout set` failing after the restore (its lock held) refuses the unarchive:
+    the new checkout is taken back and the workspace stays archived with its snapshot; the
+    next unarchive restores everything, sparse."""
+    point, holds = "workspace.unarchive.hold", tmp_short / "holds"
+    daemon = DaemonProcess(root, env=hold_env(point, holds)).start()
+    try:
+        repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+        git(repo, "sparse-checkout", "set", "--cone", "a")
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "lk")["workspace"]
+        path = Path(ws["path"])
+        (path / "a" / "f").write_text("edited\n")
+        daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        out: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                out["result"] = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+            except XumRpcError as exc:
+                out["error"] = exc
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        wait_held(point, holds)
+        info = Path(git(path, "rev-parse", "--absolute-git-dir").strip()) / "info"
+        info.mkdir(exist_ok=True)
+        (info / "sparse-checkout.lock").touch()
+        release(point, holds)
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert "sparse-checkout" in str(out["error"])
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert got["state"] == "archived"
+        assert not os.path.lexists(path)
+        release(point, holds)  # the next arrival passes at once
+        again = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+        assert again["restored"]["sparse"]["patterns"] == ["a"]
+        assert (path / "a" / "f").read_text() == "edited\n"
+        assert not (path / "b").exists()
+    finally:
+        daemon.close()
+
+
+def test_sparse_cone_with_names_git_quotes(daemon: DaemonProcess, tmp_short: Path) -> None:
+    """`sparse-checkout list` C-quotes a name with a quote, a backslash or a non-ASCII byte;
+    create and unarchive give git the real names back (a quoted one would be another
+    directory: the checkout would miss the user's cone)."""
+    names = ["a b", "é", 'q"x', "back\\slash"]
+    repo = make_repo(tmp_short / "big", {**{f"{n}/f": f"{n}\n" for n in names}, "z/f": "z\n"})
+    git(repo, "sparse-checkout", "set", "--cone", *names)
+    project = add_project(daemon, repo)
+    result = create(daemon, project["id"], "q")
+    path = Path(result["workspace"]["path"])
+    assert sorted(result["sparse"]["patterns"]) == sorted(names)
+    for n in names:
+        assert (path / n / "f").read_text() == f"{n}\n"
+    assert not (path / "z").exists()
+    (path / "é" / "f").write_text("edited\n")
+    daemon.call("workspace.archive", {"workspace_id": result["workspace"]["id"]})
+    restored = daemon.call("workspace.unarchive", {"workspace_id": result["workspace"]["id"]})
+    assert sorted(restored["restored"]["sparse"]["patterns"]) == sorted(names)
+    assert restored["restored"]["sparse_kept"] == []
+    assert (path / "é" / "f").read_text() == "edited\n"
+    assert (path / 'q"x' / "f").read_text() == 'q"x\n'
+    assert not (path / "z").exists()
+
+
+def test_cli_unarchive_reports_the_cone_and_what_it_kept(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    path = Path(create(daemon, project["id"], "cli")["workspace"]["path"])
+    (path / "b").mkdir()
+    (path / "b" / "mine.txt").write_text("mine\n")
+    ref = f"{project['name']}/cli"
+    xum(daemon, "ws", "archive", ref)
+    done = xum(daemon, "ws", "unarchive", ref)
+    assert "sparse: a b" in done.stdout
+    assert "kept outside the archived cone (their directories added): b/mine.txt" in done.stdout
+    assert (path / "b" / "mine.txt").read_text() == "mine\n"
+
+
+def test_sparse_index_workspace_archives_and_unarchives(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    """A workspace whose user turned on the sparse index (directory entries in the index):
+    its work outside and inside the cone is captured and restored, and it comes back sparse."""
+    repo = make_repo(tmp_short / "big", {"a/f": "1\n", "b/f": "2\n", "c/f": "3\n"})
+    git(repo, "sparse-checkout", "set", "--cone", "a")
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "si")["workspace"]
+    path = Path(ws["path"])
+    git(path, "sparse-checkout", "set", "--cone", "--sparse-index", "a")
+    (path / "a" / "f").write_text("edited\n")
+    (path / "b").mkdir()
+    (path / "b" / "mine.txt").write_text("mine\n")
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert sorted(archived["snapshot"]["files"]) == ["a/f", "b/mine.txt"]
+    restored = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})["restored"]
+    assert restored["sparse_kept"] == ["b/mine.txt"]
+    assert (path / "a" / "f").read_text() == "edited\n"
+    assert (path / "b" / "mine.txt").read_text() == "mine\n"
+    assert not (path / "c").exists()

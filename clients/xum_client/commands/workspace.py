@@ -332,6 +332,12 @@ def register(cli: click.Group) -> None:
             human += "\nyour preserved copy replaced what setup wrote: " + ", ".join(
                 restored["replaced"]
             )
+        if restored.get("sparse"):
+            human += "\nsparse: " + " ".join(restored["sparse"]["patterns"])
+        if restored.get("sparse_kept"):
+            human += "\nkept outside the archived cone (their directories added): " + ", ".join(
+                restored["sparse_kept"]
+            )
         copied = result.get("ignored_copy") or {}
         if copied.get("status", "none") != "none":
             human += f"\n{copy_line(copied)}"

@@ -13,7 +13,7 @@ from xum_protocol.models.workspace import WorkspaceArchiveResult
 from xumd import faults
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.errors import XumError
-from xumd.lifecycle import dirstore, rows, views
+from xumd.lifecycle import bigrepo, dirstore, rows, sparsekeep, views
 from xumd.lifecycle.checkout import clear_stale_locks
 from xumd.lifecycle.context import Context, invalid_state
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
@@ -57,12 +57,16 @@ async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> Worksp
         try:
             await HOLD.hold()
             snap, dropped = await _save_work(ctx, project, row)
+            # The checkout's own cone, for its unarchive to re-apply (lifecycle/sparsekeep.py).
+            owned = row.runtime == "worktree" and ctx.owns_checkout(row)
+            sparse = await bigrepo.sparse_patterns(ctx.git, row.path) if owned else None
         except BaseException:
             ctx.roll_back(row, state="active")
             raise
         ARCHIVE_AFTER_SNAPSHOT()
         with ctx.store.transaction():
             row = ctx.update(row, state="archived", **_snapshot_fields(snap))
+            sparsekeep.record(ctx.store, row.id, sparse)
             ctx.plan_cleanup(project, row, teardown=True)
         ctx.publish("workspace.state_changed", row)
         ARCHIVE_AFTER_COMMIT()

@@ -15,10 +15,7 @@ the result says so (`fetch.stale`).
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +28,9 @@ from xumd import logs
 from xumd.config import DaemonConfig
 from xumd.errors import XumError
 from xumd.git import Git
+from xumd.lifecycle import createconfig
 from xumd.lifecycle.rows import ProjectRow
-from xumd.lifecycle.scripts import CONFIG_RELPATH, MAX_CONFIG_BYTES
+from xumd.lifecycle.scripts import CONFIG_RELPATH
 
 log = logs.get("xumd.lifecycle.basefetch")
 
@@ -48,36 +46,15 @@ class Target:
 
 
 def project_wants_fetch(project_path: Path) -> bool:
-    """`[create] fetch` of the main checkout's `.xum/config.toml` (no trust needed: it runs no
-    code of the file). A missing file or key is false; a wrong type is `invalid_params`."""
-    path = project_path / CONFIG_RELPATH
+    """`[create] fetch` of the main checkout's `.xum/config.toml`, as createconfig reads it (no
+    trust needed: it runs no code of the file). A missing file or key, or a file that cannot
+    be read at all, is false here (createconfig.load refuses the latter where it matters); a
+    wrong type is `invalid_params`."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError:
+        data = createconfig.read(project_path)
+    except XumError:
         return False
-    try:
-        # Never block on a FIFO put there, never read a huge file (as scripts.load_config).
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        raw = os.read(fd, MAX_CONFIG_BYTES + 1)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    try:
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise OSError(errno.EFBIG, "too large")
-        table = tomllib.loads(raw.decode("utf-8")).get("create", {})
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return False  # the scripts' reader reports a broken file where it matters (setup)
-    value = table.get("fetch", False) if isinstance(table, dict) else False
-    if not isinstance(value, bool):
-        raise XumError(
-            ErrorKind.INVALID_PARAMS,
-            f"{path}: [create] fetch must be true or false",
-            path=str(path),
-        )
-    return value
+    return createconfig.fetch_of(data, project_path / CONFIG_RELPATH)
 
 
 async def _full_name(git: Git, repo: Path, spec: str) -> str:
@@ -197,16 +174,20 @@ def _failed(params: WorkspaceCreateParams, remote: str, status: str, reason: str
 
 
 async def prepare(
-    git: Git, config: DaemonConfig, project: ProjectRow, params: WorkspaceCreateParams
+    git: Git,
+    config: DaemonConfig,
+    project: ProjectRow,
+    params: WorkspaceCreateParams,
+    wanted: createconfig.CreateSettings,
 ) -> tuple[WorkspaceCreateParams, FetchInfo | None]:
     """Before the branch is planned: fetch when asked (the call's `fetch`, else the project's
-    `[create] fetch`). Only a git worktree has a base to fetch."""
+    `[create] fetch`, as createconfig.load read it). Only a git worktree has a base to fetch."""
     if params.runtime != "worktree":
         if params.fetch:
             raise XumError(ErrorKind.INVALID_PARAMS, "runtime 'directory' has no base to fetch")
         return params, None
-    wanted = params.fetch if params.fetch is not None else project_wants_fetch(project.path)
-    if not wanted:
+    fetch = params.fetch if params.fetch is not None else wanted.wants_fetch()
+    if not fetch:
         return params, None
     branch = params.branch or f"xum/{params.name}"
     return await fetch_base(git, project.path, params, branch, config.fetch_timeout_s)

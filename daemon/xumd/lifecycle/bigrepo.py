@@ -41,8 +41,36 @@ async def sparse_patterns(git: Git, repo: Path) -> SparseInfo | None:
     listed = await git.run(repo, "sparse-checkout", "list", check=False)
     if not listed.ok:
         return None
-    patterns = [line for line in listed.output.text().splitlines() if line.strip()]
+    patterns = [_unquote(line) for line in listed.output.text().splitlines() if line.strip()]
     return SparseInfo(cone=True, patterns=patterns)
+
+
+_ESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, '"': 34, "\\": 92}
+_OCTAL = frozenset("01234567")
+
+
+def _unquote(line: str) -> str:
+    """`sparse-checkout list` prints a directory whose name holds a quote, a backslash, a
+    control or a non-ASCII byte C-quoted (`"\\303\\251"` for `é`): given back to `set` as
+    printed, it would name another directory. Undecodable bytes round-trip (surrogateescape)."""
+    if len(line) < 2 or not (line.startswith('"') and line.endswith('"')):
+        return line
+    body, out, i = line[1:-1], bytearray(), 0
+    while i < len(body):
+        ch, digits = body[i], body[i + 1 : i + 4]
+        if ch != "\\" or i + 1 == len(body):
+            out += ch.encode("utf-8", "surrogateescape")
+            i += 1
+        elif body[i + 1] in _ESCAPES:
+            out.append(_ESCAPES[body[i + 1]])
+            i += 2
+        elif len(digits) == 3 and set(digits) <= _OCTAL:
+            out.append(int(digits, 8) & 0xFF)
+            i += 4
+        else:
+            out += ch.encode()
+            i += 1
+    return out.decode("utf-8", "surrogateescape")
 
 
 async def apply_sparse(git: Git, repo: Path, checkout: Path, sparse: SparseInfo) -> None:

@@ -160,7 +160,7 @@ async def _create(
 ) -> WorkspaceCreateResult:
     _check_params(ctx, project, params)
     wanted = createconfig.load(project.path)  # a broken config refuses before any fetch
-    params, fetched = await basefetch.prepare(ctx.git, ctx.app.config, project, params)
+    params, fetched = await basefetch.prepare(ctx.git, ctx.app.config, project, params, wanted)
     plan = await _plan_branch(ctx, project, params) if params.runtime == "worktree" else None
     sparse = await bigrepo.sparse_patterns(ctx.git, project.path) if plan else None
     submodules: list[SubmoduleInfo] = []

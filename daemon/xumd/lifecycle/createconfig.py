@@ -1,5 +1,6 @@
 """What a project's config asks of a new workspace (issue 14): `[create] copy`, the
-repository's `.worktreeinclude`, `[ports] count` and `[env]`.
+repository's `.worktreeinclude`, `[create] fetch`, `[ports] count` and `[env]`. The one reader of
+the `[create]` table (lifecycle/basefetch.py takes `fetch` from here).
 
 They are read from the project's main checkout at create, before the new checkout exists (the
 copy's source is that checkout too). None of them runs code, so none needs the config to be
@@ -31,6 +32,13 @@ class CreateSettings:
     """gitignore-style patterns: `[create] copy` then the lines of `.worktreeinclude`."""
     ports: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    fetch: object = False
+    """`[create] fetch` as written: checked only where a create consults it (`wants_fetch`),
+    so a wrong type refuses a create that would fetch, not an unarchive or a directory."""
+    path: Path | None = None
+
+    def wants_fetch(self) -> bool:
+        return _fetch_value(self.fetch, self.path)
 
 
 def _bad(path: Path, message: str) -> XumError:
@@ -60,20 +68,43 @@ def _patterns_file(path: Path) -> list[str]:
     return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
-def load(project_path: Path) -> CreateSettings:
+def read(project_path: Path) -> dict[str, Any]:
+    """The parsed `.xum/config.toml` of the main checkout ({} when there is none). Read
+    without blocking (a FIFO or a device there is unreadable: scripts._read_regular)."""
     path = project_path / CONFIG_RELPATH
-    data: dict[str, Any] = {}
     try:
         raw = _read_regular(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
-        raw = None
+        return {}
     except OSError as exc:
         raise _bad(path, f"cannot read it: {exc}") from None
-    if raw is not None:
-        try:
-            data = tomllib.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise _bad(path, f"not valid TOML: {exc}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise _bad(path, f"not valid TOML: {exc}") from None
+
+
+def fetch_of(data: dict[str, Any], path: Path) -> bool:
+    """`[create] fetch`: missing is false; a wrong type is `invalid_params`. (A `[create]`
+    that is not a table is `load`'s refusal; alone, this reads it as no fetch.)"""
+    create = data.get("create", {})
+    return _fetch_value(create.get("fetch", False) if isinstance(create, dict) else False, path)
+
+
+def _fetch_value(value: object, path: Path | None) -> bool:
+    if not isinstance(value, bool):
+        raise XumError(
+            ErrorKind.INVALID_PARAMS,
+            f"{path}: [create] fetch must be true or false",
+            config=str(path),
+            path=str(path),
+        )
+    return value
+
+
+def load(project_path: Path) -> CreateSettings:
+    path = project_path / CONFIG_RELPATH
+    data = read(project_path)
     create = _table(data, "create", path)
     copy = create.get("copy", [])
     if not isinstance(copy, list) or not all(isinstance(p, str) for p in copy):
@@ -92,4 +123,5 @@ def load(project_path: Path) -> CreateSettings:
     problem = env_problem(env, "[env]")
     if problem:
         raise _bad(path, problem)
-    return CreateSettings(copy=copy, ports=count, env=dict(env))
+    fetch = create.get("fetch", False)
+    return CreateSettings(copy=copy, ports=count, env=dict(env), fetch=fetch, path=path)

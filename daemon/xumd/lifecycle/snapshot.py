@@ -110,7 +110,12 @@ class Snapshotter:
                 shutil.copyfile(real_index, tmp_index)
             env = {"GIT_INDEX_FILE": str(tmp_index)}
             staged = await self.git.out(checkout, "write-tree", env=env)
-            await self.git.run(checkout, "add", "-A", "--", ".", env=env, what="git add -A")
+            # `--sparse`: in a sparse checkout, a file the user wrote outside the cone is work
+            # too; without it git refuses the whole add (and the archive with it). Entries
+            # outside the cone that are not on disk stay as they are (not deletions).
+            await self.git.run(
+                checkout, "add", "-A", "--sparse", "--", ".", env=env, what="git add -A"
+            )
             work = await self.git.out(checkout, "write-tree", env=env)
         finally:
             tmp_index.unlink(missing_ok=True)

@@ -27,6 +27,7 @@ from xumd.lifecycle import (
     preserved,
     rows,
     setup,
+    sparsekeep,
 )
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
 from xumd.lifecycle.create import seed_checkout
@@ -98,6 +99,7 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
             await HOLD.hold()
             restored = await _restore(ctx, row)
             if row.runtime == "worktree":
+                restored = await _resparsify(ctx, project, row, restored)
                 # As create does: from the main checkout's copies, no network (bigrepo.py).
                 subs = await bigrepo.init_submodules(ctx.git, project.path, row.path)
                 restored = restored.model_copy(update={"submodules": subs})
@@ -345,6 +347,21 @@ async def _restore(ctx: Context, row: WorkspaceRow) -> RestoredInfo:
         snap = SnapshotInfo(ref=row.snapshot_ref, commit=row.snapshot_commit, files=files)
     preserved = ctx.snapshots.restore_preserved(row.id, row.path)
     return RestoredInfo(snapshot=snap, preserved=preserved)
+
+
+async def _resparsify(
+    ctx: Context, project: ProjectRow, row: WorkspaceRow, restored: RestoredInfo
+) -> RestoredInfo:
+    """The cone recorded at archive, re-applied over the restored files without dropping any
+    that carries work (lifecycle/sparsekeep.py)."""
+    sparse = sparsekeep.recorded(ctx.store, row.id)
+    if sparse is None:
+        await sparsekeep.unsparse(ctx.git, project.path, row.path)
+        return restored
+    applied, kept = await sparsekeep.reapply(
+        ctx.git, project.path, row.path, sparse, restored.preserved
+    )
+    return restored.model_copy(update={"sparse": applied, "sparse_kept": kept})
 
 
 async def _undo(

@@ -254,6 +254,17 @@ class RestoredInfo(Result):
         description="The checkout's submodules, initialised from the main checkout's copies "
         "as at create.",
     )
+    sparse: SparseInfo | None = Field(
+        default=None,
+        description="Set when the workspace was a cone-mode sparse checkout when archived: the "
+        "cone re-applied (its own cone as archived, widened by the directory of each "
+        "`sparse_kept` path).",
+    )
+    sparse_kept: list[str] = Field(
+        default_factory=list,
+        description="Restored paths outside the archived cone that carry work (changed, "
+        "untracked, or preserved): kept on disk, their directories added to the cone.",
+    )
 
 
 class WorkspaceUnarchiveResult(Result):

@@ -1047,6 +1047,13 @@ export interface RestoredInfo {
   replaced?: string[];
   /** default: null */
   snapshot?: SnapshotInfo | null;
+  /**
+   * Set when the workspace was a cone-mode sparse checkout when archived: the cone re-applied (its own cone as archived, widened by the directory of each `sparse_kept` path).
+   * default: null
+   */
+  sparse?: SparseInfo | null;
+  /** Restored paths outside the archived cone that carry work (changed, untracked, or preserved): kept on disk, their directories added to the cone. */
+  sparse_kept?: string[];
   /** The checkout's submodules, initialised from the main checkout's copies as at create. */
   submodules?: SubmoduleInfo[];
   /** With `kept_at`: the files not in place. */
