@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
-from xum_protocol.models.gc import GcItem, GcPolicies, GcSkipped
+from xum_protocol.models.gc import GcAction, GcItem, GcPolicies, GcSkipped
 
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.config import GcConfig
@@ -35,15 +35,19 @@ class Plan:
     skipped: list[GcSkipped] = field(default_factory=list)
 
     def skip(self, item: GcItem, reason: str) -> None:
-        self.skipped.append(
-            GcSkipped(
-                key=item.key,
-                action=item.action,
-                workspace_id=item.workspace_id,
-                name=item.name,
-                reason=reason,
-            )
-        )
+        self.skipped.append(skipped(item, reason))
+
+
+def skipped(item: GcItem, reason: str, kind: str | None = None) -> GcSkipped:
+    """What the plan or the run says of an item it leaves, and why."""
+    return GcSkipped(
+        key=item.key,
+        action=item.action,
+        workspace_id=item.workspace_id,
+        name=item.name,
+        reason=reason,
+        kind=kind,
+    )
 
 
 def policies(config: GcConfig) -> GcPolicies:
@@ -77,6 +81,23 @@ class Planner:
             await self._kept(plan, self.config.kept_after_days)
         return plan
 
+    async def _workspace_item(
+        self, row: WorkspaceRow, action: GcAction, age: float, reason: str
+    ) -> GcItem:
+        """An item that collects one workspace, with the bytes it frees measured now."""
+        figures = await self.usage.figures(row, refresh=True)
+        return GcItem(
+            key=f"{action}:{row.id}",
+            action=action,
+            workspace_id=row.id,
+            project_id=row.project_id,
+            name=row.name,
+            path=str(row.path),
+            age_days=age,
+            bytes=figures.bytes if figures else 0,
+            reason=reason,
+        )
+
     # -- archived workspaces ------------------------------------------------------------------
 
     async def _archived(self, plan: Plan, days: float) -> None:
@@ -84,17 +105,8 @@ class Planner:
             age = (plan.now - row.updated_at) / DAY_S
             if age < days:
                 continue
-            figures = await self.usage.figures(row, refresh=True)
-            item = GcItem(
-                key=f"remove_archived:{row.id}",
-                action="remove_archived",
-                workspace_id=row.id,
-                project_id=row.project_id,
-                name=row.name,
-                path=str(row.path),
-                age_days=age,
-                bytes=figures.bytes if figures else 0,
-                reason=f"archived {age:.1f} days ago (policy: {days:g})",
+            item = await self._workspace_item(
+                row, "remove_archived", age, f"archived {age:.1f} days ago (policy: {days:g})"
             )
             if row.interrupted:
                 plan.skip(item, f"interrupted: {row.interrupted_reason or 'needs a look'}")
@@ -174,17 +186,11 @@ class Planner:
                 continue
             when = await self._out(row.path, "log", "-1", "--format=%ct", tip)
             age = max(0.0, (plan.now - float(when)) / DAY_S) if when.isdigit() else 0.0
-            figures = await self.usage.figures(row, refresh=True)
-            item = GcItem(
-                key=f"archive_merged:{row.id}",
-                action="archive_merged",
-                workspace_id=row.id,
-                project_id=row.project_id,
-                name=row.name,
-                path=str(row.path),
-                age_days=age,
-                bytes=figures.bytes if figures else 0,
-                reason=f"clean, and {tip[:12]} is merged into the main checkout's HEAD",
+            item = await self._workspace_item(
+                row,
+                "archive_merged",
+                age,
+                f"clean, and {tip[:12]} is merged into the main checkout's HEAD",
             )
             why = await self._not_stale(row)
             if why:

@@ -32,7 +32,7 @@ from xum_protocol.models.gc import (
 from xumd import logs
 from xumd.app import App
 from xumd.errors import XumError
-from xumd.gc.plan import Plan, Planner, policies
+from xumd.gc.plan import Plan, Planner, policies, skipped
 from xumd.git import Git
 from xumd.lifecycle import rows
 from xumd.lifecycle.seams import LifecycleHooks
@@ -214,29 +214,12 @@ class GcService:
             detail = await self._collect(item)
         except XumError as exc:
             log.info("gc.item_skipped", key=item.key, kind=exc.kind.value)
-            result.skipped.append(
-                GcSkipped(
-                    key=item.key,
-                    action=item.action,
-                    workspace_id=item.workspace_id,
-                    name=item.name,
-                    reason=exc.message,
-                    kind=exc.kind.value,
-                )
-            )
+            result.skipped.append(skipped(item, exc.message, exc.kind.value))
             return
         except Exception as exc:  # one broken item must not end the run
             log.warning("gc.item_failed", key=item.key, error=repr(exc))
-            result.skipped.append(
-                GcSkipped(
-                    key=item.key,
-                    action=item.action,
-                    workspace_id=item.workspace_id,
-                    name=item.name,
-                    reason=f"failed: {type(exc).__name__}: {exc}",
-                    kind=ErrorKind.INTERNAL.value,
-                )
-            )
+            reason = f"failed: {type(exc).__name__}: {exc}"
+            result.skipped.append(skipped(item, reason, ErrorKind.INTERNAL.value))
             return
         log.info("gc.item_done", key=item.key, action=item.action)
         result.done.append(

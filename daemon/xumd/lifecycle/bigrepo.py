@@ -74,9 +74,15 @@ def _unquote(line: str) -> str:
 
 
 async def apply_sparse(git: Git, repo: Path, checkout: Path, sparse: SparseInfo) -> None:
-    """In a checkout added with `--no-checkout`: set the cone, then write only it. `set` also
-    writes the repository's shared config (extensions.worktreeConfig): under the admin lock, as
-    every other shared write of the daemon's (git's config lock is not retried like a ref's)."""
+    """In a checkout added with `--no-checkout`: set the cone, then write only it."""
+    await set_cone(git, repo, checkout, sparse.patterns)
+    await git.run(checkout, "read-tree", "-mu", "HEAD", what="git read-tree (sparse checkout)")
+
+
+async def set_cone(git: Git, repo: Path, checkout: Path, patterns: list[str]) -> None:
+    """`git sparse-checkout set --cone`: it also writes the repository's shared config
+    (extensions.worktreeConfig), so under the admin lock, as every other shared write of the
+    daemon's (git's config lock is not retried like a ref's)."""
     async with git.admin_lock(repo):
         await git.run(
             checkout,
@@ -84,10 +90,9 @@ async def apply_sparse(git: Git, repo: Path, checkout: Path, sparse: SparseInfo)
             "set",
             "--cone",
             "--end-of-options",
-            *sparse.patterns,
+            *patterns,
             what="git sparse-checkout set",
         )
-    await git.run(checkout, "read-tree", "-mu", "HEAD", what="git read-tree (sparse checkout)")
 
 
 async def _submodule_paths(git: Git, checkout: Path) -> list[tuple[str, str]]:

@@ -27,6 +27,7 @@ from xum_protocol.models.checkout_extras import SparseInfo
 
 from xumd import logs
 from xumd.git import Git
+from xumd.lifecycle import bigrepo
 from xumd.store import Store
 
 log = logs.get("xumd.lifecycle.sparsekeep")
@@ -90,16 +91,7 @@ async def reapply(
         if parent and not in_cone(path, cones):
             cones.append(parent)
     applied = SparseInfo(cone=True, patterns=cones)
-    async with git.admin_lock(repo):
-        await git.run(
-            checkout,
-            "sparse-checkout",
-            "set",
-            "--cone",
-            "--end-of-options",
-            *applied.patterns,
-            what="git sparse-checkout set",
-        )
+    await bigrepo.set_cone(git, repo, checkout, applied.patterns)
     if kept:
         log.warning("workspace.sparse_kept", checkout=str(checkout), files=len(kept))
     return applied, kept
