@@ -104,11 +104,15 @@ def connect(path: Path, timeout: float = 10.0) -> socket.socket:
             time.sleep(0.005)
 
 
-def read_all(sock: socket.socket, timeout: float = 15.0) -> list[Any]:
-    """Every message until the daemon closes the connection; fails (never hangs) past timeout."""
+def read_all(sock: socket.socket, timeout: float = 15.0, *, owed: Owed | None = None) -> list[Any]:
+    """Every message until the daemon closes the connection; fails (never hangs) past timeout.
+
+    With `owed`, reading also ends once every owed reply is in: a connection that subscribed
+    to events stays open after the client's half-close (it keeps receiving events, as
+    PROTOCOL.md's socat example needs), so EOF is not owed to it."""
     deadline = time.monotonic() + timeout
     buffer = b""
-    while True:
+    while owed is None or not _all_in(buffer, owed):
         left = deadline - time.monotonic()
         if left <= 0:
             raise AssertionError(f"daemon did not finish answering within {timeout}s")
@@ -124,14 +128,23 @@ def read_all(sock: socket.socket, timeout: float = 15.0) -> list[Any]:
     return [orjson.loads(line) for line in buffer.split(b"\n") if line]
 
 
+def _all_in(buffer: bytes, owed: Owed) -> bool:
+    complete = buffer[: buffer.rfind(b"\n") + 1]
+    got, _ = received([orjson.loads(line) for line in complete.split(b"\n") if line])
+    return got.nulls >= owed.nulls and all(got.ids[k] >= n for k, n in owed.ids.items())
+
+
 def exchange(path: Path, chunks: list[bytes], timeout: float = 15.0) -> list[Any]:
-    """Send `chunks` (one send each), half-close, and read every answer until EOF."""
+    """Send `chunks` (one send each), half-close, and read every answer until EOF (or, where
+    the stream may subscribe to events, until every owed reply is in: see `read_all`)."""
     sock = connect(path)
+    stream = b"".join(chunks)
+    owed = expected_replies(stream) if b"events.subscribe" in stream else None
     try:
         for chunk in chunks:
             sock.sendall(chunk)
         sock.shutdown(socket.SHUT_WR)
-        return read_all(sock, timeout)
+        return read_all(sock, timeout, owed=owed)
     finally:
         sock.close()
 
