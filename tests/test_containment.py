@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import anyio
 import psutil
 import pytest
-from xumd import containment
+from xumd import containment, procstat
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.cleanup.steps import teardown_outcome
 from xumd.containment import Containment, Marker, root_tag
@@ -764,6 +764,38 @@ def test_a_process_that_cannot_be_pinned_is_not_reported_stopped(
         monkeypatch.undo()
         assert [m.pid for m in left] == [proc.pid]
         assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_process_whose_state_cannot_be_read_is_not_taken_for_ended(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of descriptors when reading /proc/PID/stat (strict): the state is unknown, never
+    "gone". A process that ignores SIGTERM is still SIGKILLed after the grace, not reported
+    stopped while it runs on."""
+    cont = Containment(tag=root_tag(tmp_short))
+    env = dict(os.environ)
+    env[containment.MARKER_VAR] = str(Marker(cont.tag, "previousrun", "lease_s"))
+    proc = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 100"], env=env)
+    real = procstat.stat_fields
+
+    def no_fd_when_strict(pid: int, *, strict: bool = False) -> list[str] | None:
+        if strict:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real(pid, strict=strict)
+
+    try:
+        until(lambda: containment.read_marker(proc.pid) is not None)
+        until(lambda: "sleep" in " ".join(containment._argv(proc.pid)))  # TERM ignored by now
+        (found,) = containment.scan(cont.tag)
+        monkeypatch.setattr(procstat, "stat_fields", no_fd_when_strict)
+        assert containment._state(proc.pid) == "?"
+        left = run_async(lambda: containment.stop_marked([found], 0.2))
+        monkeypatch.undo()
+        assert left == []
+        proc.wait(timeout=5)  # SIGKILLed after the grace: gone, not merely said to be
     finally:
         proc.kill()
         proc.wait()
