@@ -747,6 +747,27 @@ def test_leftovers_that_cannot_be_looked_for_fail_the_script(
     assert again.status == "ok", again.error
 
 
+def test_with_the_subreaper_orphans_that_cannot_be_read_still_fail_the_run(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the subreaper the /proc scan is skipped when no adopted orphan carries the run's
+    marker; an orphan whose marker cannot be read (out of descriptors) may carry it, so the
+    scan runs and, failing too, the run's leftovers are reported unknown, never "none"."""
+    cont = Containment(tag=root_tag(tmp_short), subreaper=True)
+
+    def exhausted(path: str, *args: Any, **kwargs: Any) -> Any:
+        if str(path).endswith("/environ"):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(containment, "foreign_children", lambda: {os.getpid()})
+    monkeypatch.setattr(containment, "open", exhausted, raising=False)
+    left = run_async(lambda: cont.leftovers(cont.marker("lease_o"), 0.1, always=False))
+    monkeypatch.undo()
+    assert [m.pid for m in left] == [0]
+    assert "cannot look in /proc" in left[0].argv[0]
+
+
 def test_a_process_that_cannot_be_pinned_is_not_reported_stopped(
     tmp_short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
