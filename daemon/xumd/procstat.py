@@ -1,8 +1,8 @@
 """Who a process is: its pid *and* its start time, read from /proc, stable across wall-clock
 steps; and whether that process (not a reuse of its pid) still runs.
 
-The one reader of /proc/PID/stat (`stat_fields`): procutil, containment, the probes and the git
-lock scan ask here.
+The one reader of /proc/PID/stat (`stat_fields`): procutil, containment and the probes ask
+here.
 """
 
 from __future__ import annotations
