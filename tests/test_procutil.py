@@ -18,7 +18,7 @@ from xumd.procutil import CommandNotFound, run_command
 
 from tests.support.freezer import frozen
 from tests.support.procs import alive, identify
-from tests.support.wait import until
+from tests.support.wait import until, wait_for
 
 
 def test_exit_code_and_merged_output() -> None:
@@ -291,9 +291,8 @@ def test_a_cancelled_run_still_kills_a_tree_that_ignores_sigterm(tmp_path: Path)
                     marker=marker,
                 )
             )
-            with anyio.fail_after(20):
-                while len(scan(cont.tag)) < 3:  # the shell, its sleep, the escapee
-                    await anyio.sleep(0.02)
+            # the shell, its sleep, the escapee
+            await wait_for(lambda: len(scan(cont.tag)) >= 3, timeout=20)
             tg.cancel_scope.cancel()
 
     try:
