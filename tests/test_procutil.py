@@ -181,6 +181,20 @@ def test_a_command_that_cannot_start_names_its_program(tmp_path: Path) -> None:
         anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "file", timeout_s=5))
 
 
+def test_a_missing_working_directory_is_named_not_called_a_missing_command(
+    tmp_path: Path,
+) -> None:
+    """A program that exists but whose working directory is gone (a checkout removed under a
+    script) is not reported as `command not found`: the error names the directory."""
+    gone = tmp_path / "gone"
+    with pytest.raises(CommandNotFound) as failed:
+        anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=gone, timeout_s=5))
+    assert "command not found" not in str(failed.value)
+    assert str(failed.value) == f"sh: no working directory {gone}"
+    with pytest.raises(CommandNotFound, match=r"^xum-no-such-program: command not found$"):
+        anyio.run(lambda: run_command(["xum-no-such-program"], cwd=tmp_path, timeout_s=5))
+
+
 def test_kill_tree_reports_a_tree_ended_by_sigkill_as_gone() -> None:
     """A group that ignores SIGTERM is ended by the SIGKILL after the grace: kill_tree answers
     True (gone), not False as if it had survived SIGKILL."""

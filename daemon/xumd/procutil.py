@@ -290,6 +290,9 @@ async def run_command(
             )
         pid = proc.pid
     except FileNotFoundError as exc:
+        if cwd is not None and not os.path.isdir(cwd):
+            # The program may well exist: it is where it would run that is gone.
+            raise CommandNotFound(f"{argv[0]}: no working directory {cwd}") from exc
         raise CommandNotFound(f"{argv[0]}: command not found") from exc
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
