@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from xumd import procutil
 from xumd.procutil import CommandNotFound, run_command
 
 from tests.support.freezer import frozen
-from tests.support.procs import alive, identify
+from tests.support.procs import ProcId, alive, identify
 from tests.support.wait import until, wait_for
 
 
@@ -325,6 +324,7 @@ def test_kill_tree_reaches_a_group_member_outside_the_tree() -> None:
         stdout=subprocess.PIPE,
         start_new_session=True,
     )
+    orphan: ProcId | None = None
     try:
         assert leader.stdout is not None
         orphan = identify(int(leader.stdout.readline()))
@@ -335,5 +335,9 @@ def test_kill_tree_reaches_a_group_member_outside_the_tree() -> None:
         assert gone is True
         assert not alive(orphan)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(leader.pid, signal.SIGKILL)
+        # Only that very orphan: once the group is empty its id may be another test's group.
+        if orphan is not None and alive(orphan):
+            os.kill(orphan.pid, signal.SIGKILL)
+        if leader.poll() is None:
+            leader.kill()
+            leader.wait()
