@@ -123,6 +123,11 @@ SCOPES = [
             "tests/test_daemon_basics.py::test_restart_after_sigkill",
         ],
     ),
+    # Liveness by identity (pid and start time), moved out of procutil.py: never mutated yet.
+    Scope(
+        "daemon/xumd/procstat.py",
+        ["tests/test_process_identity.py", "tests/test_lease.py", "tests/test_procutil.py"],
+    ),
     Scope(
         "daemon/xumd/procutil.py",
         [
