@@ -242,6 +242,37 @@ def test_sigterm_gets_its_grace_before_sigkill(tmp_path: Path) -> None:
             child.wait()
 
 
+def test_sigterm_is_sent_once_to_a_member_of_the_group() -> None:
+    """A process of the signalled group gets one SIGTERM, not a second one as a member of the
+    tree: many programs take a second SIGTERM as `quit now, skip the clean-up` (here: exit 3),
+    which would cut the very grace the first one gives."""
+    handler = (
+        "import signal, sys, time\n"
+        "seen = []\n"
+        "def term(*_):\n"
+        "    if seen:\n"
+        "        sys.exit(3)  # asked twice: give up the clean-up\n"
+        "    seen.append(1)\n"
+        "    time.sleep(0.3)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, term)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", handler], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 30.0))
+        assert gone is True
+        assert child.wait(10) == 0, "a second SIGTERM cut its clean-up short"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_a_command_leads_its_own_session_and_is_not_ours_after_the_run() -> None:
     """The command runs in a new session and group of its own (so its whole group can be
     signalled without touching the daemon's), and once its exit status was read its pid no
