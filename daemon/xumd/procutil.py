@@ -100,7 +100,7 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float = 0.02) -> bool:
-    """SIGTERM the group (and the tree), wait up to `grace_s`, then SIGKILL every member.
+    """SIGTERM the group and the tree (each once), wait up to `grace_s`, then SIGKILL every member.
 
     Descendants are collected before signalling, so a child that escaped the group (setsid)
     is still reached when it was a descendant at that moment. Returns True when nothing of the
