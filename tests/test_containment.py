@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import anyio
 import psutil
 import pytest
-from xumd import containment
+from xumd import containment, procstat
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.cleanup.steps import teardown_outcome
 from xumd.containment import Containment, Marker, root_tag
@@ -743,6 +743,27 @@ def test_leftovers_that_cannot_be_looked_for_fail_the_script(
     assert again.status == "ok", again.error
 
 
+def test_with_the_subreaper_orphans_that_cannot_be_read_still_fail_the_run(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the subreaper the /proc scan is skipped when no adopted orphan carries the run's
+    marker; an orphan whose marker cannot be read (out of descriptors) may carry it, so the
+    scan runs and, failing too, the run's leftovers are reported unknown, never "none"."""
+    cont = Containment(tag=root_tag(tmp_short), subreaper=True)
+
+    def exhausted(path: str, *args: Any, **kwargs: Any) -> Any:
+        if str(path).endswith("/environ"):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(containment, "foreign_children", lambda: {os.getpid()})
+    monkeypatch.setattr(containment, "open", exhausted, raising=False)
+    left = run_async(lambda: cont.leftovers(cont.marker("lease_o"), 0.1, always=False))
+    monkeypatch.undo()
+    assert [m.pid for m in left] == [0]
+    assert "cannot look in /proc" in left[0].argv[0]
+
+
 def test_a_process_that_cannot_be_pinned_is_not_reported_stopped(
     tmp_short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -760,6 +781,76 @@ def test_a_process_that_cannot_be_pinned_is_not_reported_stopped(
         monkeypatch.undo()
         assert [m.pid for m in left] == [proc.pid]
         assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_process_whose_state_cannot_be_read_is_not_taken_for_ended(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of descriptors when reading /proc/PID/stat (strict): the state is unknown, never
+    "gone". A process that ignores SIGTERM is still SIGKILLed after the grace, not reported
+    stopped while it runs on."""
+    cont = Containment(tag=root_tag(tmp_short))
+    env = dict(os.environ)
+    env[containment.MARKER_VAR] = str(Marker(cont.tag, "previousrun", "lease_s"))
+    proc = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 100"], env=env)
+    real = procstat.stat_fields
+    pinned: list[int] = []
+
+    def no_fd_when_strict(pid: int, *, strict: bool = False) -> list[str] | None:
+        if strict and pinned:  # the first strict read is the pin's (its start time)
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        if strict:
+            pinned.append(pid)
+        return real(pid, strict=strict)
+
+    try:
+        until(lambda: containment.read_marker(proc.pid) is not None)
+        until(lambda: "sleep" in " ".join(containment._argv(proc.pid)))  # TERM ignored by now
+        (found,) = containment.scan(cont.tag)
+        monkeypatch.setattr(procstat, "stat_fields", no_fd_when_strict)
+        pinned.append(proc.pid)
+        assert containment._state(proc.pid) == "?"
+        pinned.clear()
+        left = run_async(lambda: containment.stop_marked([found], 0.2))
+        monkeypatch.undo()
+        assert left == []
+        proc.wait(timeout=5)  # SIGKILLed after the grace: gone, not merely said to be
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("unreadable", ["/environ", "/stat"])
+def test_a_process_whose_identity_cannot_be_read_is_not_reported_stopped(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch, unreadable: str
+) -> None:
+    """Pinned but its marker (out of descriptors) or its start time (any failed read) cannot
+    be read again: not taken for another process, which would be neither signalled nor
+    reported. It is reported left, and the pidfd opened for it is closed."""
+    cont = Containment(tag=root_tag(tmp_short))
+    proc = _sleeper(str(Marker(cont.tag, "previousrun", "lease_u")))
+    code = errno.EMFILE if unreadable == "/environ" else errno.EACCES
+    real_open = open
+
+    def failing(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path) == f"/proc/{proc.pid}{unreadable}":
+            raise OSError(code, os.strerror(code), str(path))
+        return real_open(path, *args, **kwargs)
+
+    try:
+        until(lambda: containment.read_marker(proc.pid) is not None)
+        (found,) = containment.scan(cont.tag)
+        fds = len(os.listdir("/proc/self/fd"))
+        monkeypatch.setattr(containment, "open", failing, raising=False)
+        monkeypatch.setattr(procstat, "open", failing, raising=False)
+        left = run_async(lambda: containment.stop_marked([found], 0.2))
+        monkeypatch.undo()
+        assert [m.pid for m in left] == [proc.pid]
+        assert proc.poll() is None
+        assert len(os.listdir("/proc/self/fd")) == fds  # no pidfd left open
     finally:
         proc.kill()
         proc.wait()

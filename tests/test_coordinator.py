@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from xumd.checkouts.exclusion import DirectoryExclusion, dir_key
+from xumd.checkouts.exclusion import DirectoryExclusion, DirKey, dir_key
 from xumd.errors import XumError
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.store import Store
@@ -174,6 +174,24 @@ def test_dir_key_spellings(tmp_path: Path) -> None:
     assert len({k.realpath for k in keys}) == 1
     assert len({k.identity for k in keys}) == 1
     assert not dir_key(real / "other").conflicts(dir_key(real / "ws"))
+
+
+def test_dir_keys_of_one_directory_conflict_by_identity_alone() -> None:
+    """Two spellings whose realpaths differ (a bind mount, a case-folding filesystem) still
+    exclude each other when they reach the same (st_dev, st_ino) and tail."""
+    a = DirKey("/mnt/a/ws", (5, 42, "ws"))
+    b = DirKey("/srv/b/ws", (5, 42, "ws"))
+    assert a.conflicts(b) and b.conflicts(a)
+    assert not a.conflicts(DirKey("/srv/b/other", (5, 42, "other")))
+
+
+async def test_status_names_the_directories_held(store: Store, tmp_path: Path) -> None:
+    exclusion = DirectoryExclusion(wait_s=5)
+    coord = Coordinator(store, directories=exclusion)
+    assert coord.status()["directories"] == []
+    async with exclusion.directory(tmp_path / "ws"):
+        assert coord.status()["directories"] == [os.path.realpath(tmp_path / "ws")]
+    assert coord.status()["directories"] == []
 
 
 @pytest.mark.parametrize("spelling", ["symlink", "dotdot"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from xumd import gitlocks
+from xumd import gitlocks, procstat
 from xumd.git import Git, GitLockBusy
 
 from tests.lifecycle_helpers import add_project, branch_exists, create, rpc_error
@@ -238,7 +239,7 @@ def anyio_backend() -> str:
 _SCAN_WITHOUT_DESCRIPTORS = r"""
 import os, sys
 from pathlib import Path
-from xumd import gitlocks
+from xumd import gitlocks, procstat
 common = Path(sys.argv[1])
 hog = []
 while True:
@@ -304,3 +305,25 @@ async def test_lock_in_a_linked_worktree_names_the_users_git(
     report = gitlocks.clear_stale(repo / ".git")
     assert str(commit.lock) not in report.cleared and commit.lock.exists()
     commit.finish()
+
+
+def test_a_zombie_git_of_the_repository_holds_no_lock(tmp_short: Path) -> None:
+    """A git that ended but was not reaped yet (a zombie) holds nothing: its repository's
+    stale lock is cleared, not kept live in its name."""
+    repo = make_repo(tmp_short / "repo")
+    fake = tmp_short / "bin" / "git"  # its command name is `git`
+    fake.parent.mkdir()
+    true = shutil.which("true")
+    assert true is not None
+    shutil.copy(true, fake)
+    lock = repo / ".git" / "index.lock"
+    lock.write_text("")
+    _age(lock, gitlocks.STALE_AFTER_S + 60)
+    proc = subprocess.Popen([str(fake)], cwd=repo)  # not waited for: a zombie once it ends
+    try:
+        until(lambda: (procstat.stat_fields(proc.pid) or ["?"])[0] == "Z")
+        assert gitlocks.git_processes(repo / ".git") == []
+        report = gitlocks.clear_stale(repo / ".git")
+        assert report.cleared == [str(lock)] and not lock.exists()
+    finally:
+        proc.wait()

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from xum_client.errors import XumClientError
+from xumd.git import Git
+from xumd.lifecycle.snapshot import Snapshotter
 
 from tests.crash.world import World
 from tests.lifecycle_helpers import (
@@ -532,3 +534,16 @@ def test_preserved_file_in_a_directory_of_only_ignored_files_is_saved_once(
     back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
     assert (path / "config" / ".env").read_text() == SECRET
     assert back["restored"]["unverified"] == []
+
+
+def test_an_ignored_symlink_to_a_directory_is_one_entry_never_walked_into(tmp_path: Path) -> None:
+    """An ignored `cache -> /elsewhere` is the link itself: counted and preserved as one
+    entry, never the files of the directory it points to (outside the checkout)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.env").write_text("not the checkout's\n")
+    checkout = tmp_path / "co"
+    checkout.mkdir()
+    (checkout / "cache").symlink_to(outside)
+    snapshots = Snapshotter(Git(), tmp_path / "tmp", tmp_path / "archive")
+    assert snapshots.preserved_files(checkout, ["cache"], ["*"]) == ["cache"]

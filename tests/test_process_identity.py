@@ -14,6 +14,7 @@ hour) checks the tick normalisation with a real kernel."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -172,3 +173,31 @@ def test_a_start_time_recorded_before_the_anchor_still_reads(
     holder.kill()
     holder.wait(10)
     assert not procstat.same_process_alive(holder.pid, legacy)
+
+
+@pytest.mark.parametrize(
+    ("error", "lenient", "strict"),
+    [
+        (errno.ENOENT, None, None),  # no such process: gone, in both modes
+        (errno.EACCES, None, "raises"),  # could not read: "gone" only when not strict
+        (errno.EMFILE, "raises", "raises"),  # out of descriptors: never "gone"
+        (errno.ENOBUFS, "raises", "raises"),  # out of kernel memory (fdlimits.EXHAUSTED)
+    ],
+)
+def test_a_stat_read_that_fails_is_gone_only_when_the_process_is(
+    monkeypatch: pytest.MonkeyPatch, error: int, lenient: str | None, strict: str | None
+) -> None:
+    """`stat_fields`: a process whose /proc/PID/stat is missing is gone; one whose read failed
+    for want of descriptors or memory is not (fail closed), and with `strict` (containment)
+    neither is one whose read failed for any other reason."""
+
+    def failing(path: str, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(error, os.strerror(error), path)
+
+    monkeypatch.setattr(procstat, "open", failing, raising=False)
+    for mode, expected in ((False, lenient), (True, strict)):
+        if expected == "raises":
+            with pytest.raises(OSError):
+                procstat.stat_fields(os.getpid(), strict=mode)
+        else:
+            assert procstat.stat_fields(os.getpid(), strict=mode) is None

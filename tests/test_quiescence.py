@@ -62,6 +62,15 @@ async def test_busy_names_every_holder_kind_with_its_pid(
             "editor": editor_pid,
             "setup": setup_pid,
         }
+        # The daemon's own processes are named by id and command (archive --stop can stop
+        # them); a holder it did not start has no process id.
+        assert {x.kind: (x.process_id, x.command) for x in holders} == {
+            "terminal": (term.id, "sleep 60"),
+            "mcp": (mcp.id, "sleep 60"),
+            "agent": (agent.id, "sleep 60"),
+            "editor": (None, None),
+            "setup": (None, None),
+        }
         message = busy_message(holders)
         assert f"terminal in pid {term.pid}" in message
         assert f"MCP server in pid {mcp.pid}" in message
@@ -93,6 +102,7 @@ async def test_cwd_and_open_file_probe_finds_unleased_processes(
         kinds = {x.pid: x.kind for x in holders}
         assert kinds[cwd_pid] == "process" and kinds[opener] == "process"
         assert any(x.label == "sleep" for x in holders)
+        assert [x.command for x in holders if x.pid == cwd_pid] == ["sleep 60"]  # named by it
         # A leased process is reported once, through its lease, not again by the probe.
         h.leases.acquire_external(workspace_id=ref.id, kind="terminal", pid=cwd_pid, label="term")
         holders = await h.quiet.holders(ref)
@@ -140,6 +150,7 @@ async def test_archive_stop_names_a_process_whose_stop_is_unconfirmed_as_pending
             stopped, left = await h.quiet.stop(ref, 1.0)
             assert stopped == []
             assert [(x.kind, x.pid) for x in left] == [("pending_stop", agent.pid)]
+            assert [(x.process_id, x.command) for x in left] == [(agent.id, "sleep 60")]
             holders = await h.quiet.holders(ref)
             assert [(x.kind, x.pid) for x in holders] == [("pending_stop", agent.pid)]
         await h.sup.wait(agent, 10)  # thawed: the SIGKILL takes effect

@@ -375,9 +375,9 @@ def read_marker(pid: int) -> Marker | None:
     return None
 
 
-def _start(pid: int) -> float | None:
+def _start(pid: int, *, strict: bool = False) -> float | None:
     # procstat's identity (boot anchor + ticks): stable across wall-clock steps.
-    return procstat.start_time(pid)
+    return procstat.start_time(pid, strict=strict)
 
 
 def _argv(pid: int) -> tuple[str, ...]:
@@ -441,8 +441,14 @@ def _pin(marked: Marked) -> _Pinned | None:
         if exc.errno == errno.ESRCH:
             return None
         raise  # e.g. no descriptor left: not "gone"; the caller counts it as not stopped
-    again = read_marker(marked.pid)
-    start = _start(marked.pid)
+    try:
+        again = read_marker(marked.pid)
+        # Strict: a start time that could not be read is not "another process" (never
+        # signalled nor reported): it raises, and the caller counts the process as not stopped.
+        start = _start(marked.pid, strict=True)
+    except OSError:
+        os.close(pidfd)  # could not look: no descriptor kept (it is the one that ran out)
+        raise
     same_start = marked.start is None or (
         start is not None and abs(start - marked.start) < procstat.START_TOLERANCE_S
     )

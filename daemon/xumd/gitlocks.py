@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from xumd import logs, procstat
+from xumd import logs
 from xumd.fdlimits import is_exhausted
 
 log = logs.get("xumd.gitlocks")
@@ -185,14 +185,12 @@ def git_processes(common_dir: Path) -> list[GitProcess]:
             comm = _read(f"/proc/{entry.name}/comm").decode(errors="replace").strip()
             if comm != "git" and not comm.startswith("git-"):
                 continue
+            # A zombie holds nothing, and has no cwd left to read: skipped here.
             cwd = os.readlink(f"/proc/{entry.name}/cwd")
         except OSError as exc:
             if is_exhausted(exc):
                 raise
             continue
-        fields = procstat.stat_fields(int(entry.name))
-        if fields and fields[0] == "Z":
-            continue  # a zombie holds nothing
         git_dir = _process_git_dir(entry.name, cwd)
         if git_dir is None or common_dir_of(git_dir) != target:
             continue

@@ -1,8 +1,8 @@
 """Who a process is: its pid *and* its start time, read from /proc, stable across wall-clock
 steps; and whether that process (not a reuse of its pid) still runs.
 
-The one reader of /proc/PID/stat (`stat_fields`): procutil, containment, the probes and the git
-lock scan ask here.
+The one reader of /proc/PID/stat (`stat_fields`): procutil, containment and the probes ask
+here.
 """
 
 from __future__ import annotations
@@ -118,12 +118,13 @@ def stat_fields(pid: int, *, strict: bool = False) -> list[str] | None:
     return raw[raw.rfind(b")") + 2 :].decode("ascii", "replace").split()
 
 
-def identity(pid: int) -> tuple[float, bool] | None:
+def identity(pid: int, *, strict: bool = False) -> tuple[float, bool] | None:
     """(start time, zombie) of pid, or None when there is no such process. The start time is
-    the boot anchor plus the start in ticks since boot: stable across wall-clock steps."""
+    the boot anchor plus the start in ticks since boot: stable across wall-clock steps.
+    `strict`: as `stat_fields`."""
     if pid <= 0:
         return None
-    fields = stat_fields(pid)
+    fields = stat_fields(pid, strict=strict)
     if fields is None or len(fields) < 20:
         if sys.platform.startswith("linux"):
             return None
@@ -136,9 +137,9 @@ def identity(pid: int) -> tuple[float, bool] | None:
     return round(_anchor() + ticks, 3), fields[0] in ("Z", "X")
 
 
-def start_time(pid: int) -> float | None:
+def start_time(pid: int, *, strict: bool = False) -> float | None:
     """The process's start time (see `identity`), or None when there is no such process."""
-    found = identity(pid)
+    found = identity(pid, strict=strict)
     return found[0] if found is not None else None
 
 

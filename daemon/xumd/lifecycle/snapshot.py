@@ -29,6 +29,7 @@ import anyio
 from xumd import fsdelete
 from xumd.git import Git
 from xumd.lifecycle import fscopy, preserved
+from xumd.lifecycle.seed import git_list
 
 SNAPSHOT_NS = "refs/xum/snapshots"
 _IDENT = {
@@ -251,8 +252,6 @@ class Snapshotter:
     async def ignored(self, checkout: Path) -> list[str]:
         # Every entry or an error (never a listing cut in the middle: an ignored file that
         # `preserve` asks to keep, listed there, would go with the checkout unsaved).
-        from xumd.lifecycle.seed import git_list
-
         return await git_list(
             self.git,
             checkout,

@@ -21,14 +21,6 @@ import psutil
 from xumd.fdlimits import is_exhausted
 from xumd.procstat import START_TOLERANCE_S, identity, same_process_alive
 
-_START_TOLERANCE_S = START_TOLERANCE_S
-
-
-def _status(pid: int) -> tuple[float, bool] | None:
-    """(start time, zombie) of pid, or None when there is no such process (procstat.identity:
-    a start time that a wall-clock step does not move)."""
-    return identity(pid)
-
 
 def group_members(pgid: int, *, exclude_zombies: bool = True) -> list[int]:
     """Pids of the live members of process group `pgid` (kill(-pgid, 0) first: cheap ESRCH)."""
@@ -57,10 +49,11 @@ def holder_alive(pid: int | None, start_time: float | None, pgid: int | None) ->
     """The liveness rule above. A holder with no pid yet is judged by the caller."""
     if pid is None or pid <= 0:
         return False
-    status = _status(pid)
+    # procstat.identity: a start time that a wall-clock step does not move.
+    status = identity(pid)
     if status is not None:
         started, zombie = status
-        same = start_time is None or abs(started - start_time) < _START_TOLERANCE_S
+        same = start_time is None or abs(started - start_time) < START_TOLERANCE_S
         if not same:
             return False  # reused pid: the old group is necessarily empty
         if not zombie:
