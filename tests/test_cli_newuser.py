@@ -616,3 +616,16 @@ def test_json_error_kinds_of_the_clis_own_failures() -> None:
     assert stop_note("proc_1", {"signal": "SIGTERM", "stop_reason": "request"}) == (
         "proc_1 stopped by a request to stop it (`xum kill proc_1` or process.stop)"
     )
+
+
+def test_socket_option_reaches_every_command_with_its_own_timeout(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    # `--socket` beats `--root`: the commands that open a client with a long timeout of their
+    # own (du, gc, cleanup retry) must still go to the socket given, not to the root's.
+    empty = tmp_short / "elsewhere"
+    empty.mkdir()
+    sock = str(daemon.socket_path)
+    for args in (("du",), ("gc", "--dry-run"), ("cleanup", "retry"), ("ws", "ls")):
+        done = xum(empty, "--socket", sock, "--json", *args, ok=False)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)

@@ -40,7 +40,7 @@ def register(cli: click.Group) -> None:
     def gc(obj: Ctx, dry_run: bool, background: bool, run_id: str | None) -> None:
         """Collect stale workspaces, snapshot refs and kept copies (policies: [gc] in the
         daemon's config.toml); anything busy or holding unsaved work is skipped."""
-        with Client(obj.root, timeout=GC_TIMEOUT_S, client_name="xum-cli") as client:
+        with obj.client(timeout=GC_TIMEOUT_S) as client:
             if run_id is not None:
                 got = client.call("gc.get", {"run_id": run_id})
                 obj.emit(got, _run_summary(got))

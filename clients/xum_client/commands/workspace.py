@@ -20,7 +20,7 @@ terminal, setup output is shown as it comes: _progress.py)."""
 
 
 def _long(obj: Ctx) -> Client:
-    return Client(obj.root, socket_path=obj.socket, timeout=LONG_TIMEOUT_S, client_name="xum-cli")
+    return obj.client(timeout=LONG_TIMEOUT_S)
 
 
 def _on_workspace(obj: Ctx, method: str, ref: str, **params: Any) -> dict[str, Any]:
