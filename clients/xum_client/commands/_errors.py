@@ -65,8 +65,8 @@ def emit_json_error(exc: BaseException, exit_code: int) -> None:
 
 
 def wants_json(argv: list[str]) -> bool:
-    """`--json` among the CLI's own options (before a `--`: what follows is a command's argv).
-    Used when the failure came before the option was parsed (a usage error)."""
+    """`--json` among the CLI's own options (before a `--`: what follows is a command's argv),
+    wherever it stands (before or after the command's name), whether click parsed it or not."""
     for arg in argv:
         if arg == "--":
             return False
