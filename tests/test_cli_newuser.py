@@ -21,7 +21,7 @@ import pytest
 from xum_client import units
 from xum_client.errors import ConnectionLost
 
-from tests.support.daemon import DaemonProcess
+from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.holds import hold_env, release, wait_held
 from tests.support.procs import alive, identify
@@ -372,6 +372,42 @@ def test_setup_rerun_cut_by_a_crash_is_settled_as_failed(root: Path, repo: Path)
         setup = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]["setup"]
         assert setup["status"] == "failed"  # never left `running`
         assert "interrupted by a crash" in (setup["error"] or "")
+        assert "setup: ok" in xum(daemon, "ws", "setup", "repo/a").stdout
+    finally:
+        daemon.close()
+
+
+def test_setup_rerun_cut_by_a_shutdown_answers_its_failed_setup(
+    root: Path, repo: Path, tmp_short: Path
+) -> None:
+    # A shutdown past its grace cuts the rerun's script: the row is never left `running`, and
+    # the request answers what it committed (a failed setup saying why), not `shutting_down`.
+    block, started = tmp_short / "block", tmp_short / "started"
+    commit_setup(repo, f"touch {started}; while [ -e {block} ]; do sleep 0.05; done")
+    write_config(root, "shutdown_grace_s = 0.5\nstop_grace_s = 1.0\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        ws = new_ws(daemon, repo, "a")
+        xum(daemon, "project", "trust", "repo")
+        block.touch()
+        answer: dict[str, Any] = {}
+
+        def run_setup() -> None:
+            answer.update(daemon.call("workspace.setup", {"workspace_id": ws["id"]}))
+
+        worker = threading.Thread(target=run_setup, daemon=True)
+        worker.start()
+        until(started.exists, message="the rerun setup to start")
+        assert daemon.call("daemon.shutdown") == {"stopping": True}
+        worker.join(30)
+        assert not worker.is_alive() and daemon.wait(30) == 0
+        setup = answer["setup"]  # a result, not an error
+        assert setup["status"] == "failed" and "cut short" in setup["error"], setup
+        assert "shutting down" in setup["error"]
+        block.unlink()
+        daemon.start()
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert got["state"] == "active" and got["setup"]["status"] == "failed", got
         assert "setup: ok" in xum(daemon, "ws", "setup", "repo/a").stdout
     finally:
         daemon.close()
