@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from xum_client.commands._resolve import env_option
 from xum_client.errors import ConnectionLost, XumRpcError
 from xum_client.sync import Client
 
@@ -154,16 +155,6 @@ def stop_note(process_id: str, exit_info: dict[str, Any] | None) -> str | None:
     return f"{process_id} " + note.format(id=process_id)
 
 
-def _parse_env(pairs: tuple[str, ...]) -> dict[str, str] | None:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env")
-        env[key] = value
-    return env or None
-
-
 def register(cli: click.Group) -> None:
     @cli.command(context_settings={"ignore_unknown_options": True})
     @click.argument("workspace")
@@ -199,7 +190,7 @@ def register(cli: click.Group) -> None:
                     "workspace_id": ws,
                     "kind": kind,
                     "argv": list(argv),
-                    "env": _parse_env(env_pairs),
+                    "env": env_option(env_pairs) or None,
                     # Detached: not tied to this connection, so it outlives this command.
                     "foreground": kind == "exec" and not detach,
                 },

@@ -11,7 +11,7 @@ import click
 
 from xum_client.commands._context import Ctx
 from xum_client.commands._progress import by_id, by_name, setup_progress
-from xum_client.commands._resolve import given, project_id, short, workspace_id
+from xum_client.commands._resolve import env_option, given, project_id, short, workspace_id
 from xum_client.sync import Client
 
 LONG_TIMEOUT_S = 3600.0
@@ -105,11 +105,8 @@ def _create_extras(result: dict[str, Any]) -> str:
 
 
 def _env(pairs: tuple[str, ...]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{pair!r}: give NAME=VALUE", param_hint="--env")
+    env = env_option(pairs)
+    for name in env:
         if name.upper().startswith("XUM_"):
             # The daemon refuses it too (invalid_params); said here in words.
             raise click.BadParameter(
@@ -117,7 +114,6 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
                 "overridden",
                 param_hint="--env",
             )
-        env[name] = value
     return env
 
 
