@@ -665,3 +665,15 @@ def test_socket_option_reaches_every_command_with_its_own_timeout(
     for args in (("du",), ("gc", "--dry-run"), ("cleanup", "retry"), ("ws", "ls")):
         done = xum(empty, "--socket", sock, "--json", *args, ok=False)
         assert done.returncode == 0, (args, done.stdout, done.stderr)
+
+
+def test_a_bad_env_option_is_a_usage_error_before_any_daemon_is_asked(tmp_short: Path) -> None:
+    nowhere = tmp_short / "no-daemon"
+    nowhere.mkdir()
+    for args in (
+        ("ws", "new", "p", "n", "--env", "NOEQUALS"),
+        ("ws", "new", "p", "n", "--env", "XUM_PORT=1"),
+        ("run", "--env", "=1", "p/n", "--", "true"),
+    ):
+        done = xum(nowhere, *args, ok=False)
+        assert done.returncode == 2 and "--env" in done.stderr, (args, done.stderr)

@@ -182,6 +182,7 @@ def register(cli: click.Group) -> None:
         xum run --detach --kind agent WS -- my-agent   # prints proc_..., returns
         """
         obj = _obj(ctx)
+        env = env_option(env_pairs) or None  # bad input is a usage error, daemon or not
         with obj.client() as client:
             ws = resolve_workspace(client, workspace)
             process = client.call(
@@ -190,7 +191,7 @@ def register(cli: click.Group) -> None:
                     "workspace_id": ws,
                     "kind": kind,
                     "argv": list(argv),
-                    "env": env_option(env_pairs) or None,
+                    "env": env,
                     # Detached: not tied to this connection, so it outlives this command.
                     "foreground": kind == "exec" and not detach,
                 },

@@ -198,13 +198,14 @@ def register(cli: click.Group) -> None:
         env_pairs: tuple[str, ...],
     ) -> None:
         """Create workspace NAME in PROJECT."""
+        env = _env(env_pairs)  # bad input is a usage error, daemon or not
         with _long(obj) as client:
             pid = project_id(client, project_ref)
             params = {
                 "project_id": pid,
                 "name": name,
                 "runtime": runtime,
-                **given(branch=branch, base=base, auto_archive=auto_archive, env=_env(env_pairs)),
+                **given(branch=branch, base=base, auto_archive=auto_archive, env=env),
             }
             if fetch is not None:  # --no-fetch overrides the project's [create] fetch
                 params["fetch"] = fetch
