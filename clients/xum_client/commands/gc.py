@@ -50,13 +50,12 @@ def register(cli: click.Group) -> None:
                 obj.emit(started, f"gc run {started['run_id']} started in the background")
                 return
             plan = client.call("gc.plan", {})
-            if dry_run or obj.as_json:
-                if dry_run:
-                    _show_plan(obj, plan)
-                    return
+            if dry_run:
+                _show_plan(obj, plan)
+            elif obj.as_json:  # one answer, no progress lines
                 obj.emit(client.call("gc.run", {"keys": [i["key"] for i in plan["items"]]}))
-                return
-            _run(obj, client, plan)
+            else:
+                _run(obj, client, plan)
 
 
 def _run_summary(result: dict[str, Any]) -> str:
