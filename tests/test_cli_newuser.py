@@ -413,6 +413,45 @@ def test_setup_rerun_cut_by_a_shutdown_answers_its_failed_setup(
         daemon.close()
 
 
+def test_project_rm_cut_part_way_exits_non_zero(root: Path, repo: Path, tmp_short: Path) -> None:
+    # A shutdown cuts `xum project rm` in a teardown: the project stays, and the command must
+    # not exit 0 (a script would take it as removed).
+    block, started = tmp_short / "block", tmp_short / "started"
+    teardown = f"touch {started}; while [ -e {block} ]; do sleep 0.05; done"
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text(f'[scripts]\nteardown = ["{teardown}"]\n')
+    git(repo, "add", ".xum")
+    git(repo, "commit", "-q", "-m", "teardown")
+    write_config(root, "shutdown_grace_s = 0.5\nstop_grace_s = 1.0\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        new_ws(daemon, repo, "a")
+        new_ws(daemon, repo, "b")
+        xum(daemon, "project", "trust", "repo")
+        block.touch()
+        removing = subprocess.Popen(
+            [XUM, "--root", str(root), "project", "rm", "repo", "--force"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            until(started.exists, message="the first teardown to start")
+            assert daemon.call("daemon.shutdown") == {"stopping": True}
+            out, err = removing.communicate(timeout=60)
+        finally:
+            if removing.poll() is None:
+                removing.kill()
+                removing.wait(10)
+        assert daemon.wait(30) == 0
+        assert "was NOT removed" in out, (out, err)
+        assert removing.returncode == 1, (out, err)
+    finally:
+        block.unlink(missing_ok=True)
+        daemon.close()
+
+
 # -- the archive summary's dropped / preserved line -------------------------------------------
 
 
