@@ -4,10 +4,11 @@ workspace whose setup was skipped as untrusted).
 Fenced like the other lifecycle operations: under the workspace's exclusive reservation, so no
 archive, rename or remove runs meanwhile. It refuses anything but an active, uninterrupted
 workspace whose checkout is its own (`invalid_state`, saying what to do instead): an archived
-workspace's setup runs at unarchive; one mid-way through another operation is left to it.
-The durable order is setup's own (xumd.lifecycle.setup): `setup_status=running` committed before
-the script, the outcome after it; a crash in between is settled at startup (recovery flags the
-setup failed, never leaves it `running`).
+workspace's setup runs at unarchive; one mid-way through another operation is left to it
+(`busy` from the reservation while that runs). The durable order is setup's own
+(xumd.lifecycle.setup): `setup_status=running` committed before the script, the outcome after
+it; a crash in between is settled at startup (recovery flags the setup failed, never leaves it
+`running`), a shutdown that cuts the script commits and answers it `failed`.
 """
 
 from __future__ import annotations
