@@ -60,8 +60,8 @@ def exit_status(exit_info: dict[str, Any] | None) -> int:
 class _Side:
     """The second connection: stdin, signals and resizes, serialised by a lock."""
 
-    def __init__(self, root: str | None, process_id: str, socket_path: str | None = None) -> None:
-        self.client = Client(root, socket_path=socket_path, client_name="xum-cli-input")
+    def __init__(self, client: Client, process_id: str) -> None:
+        self.client = client
         self.process_id = process_id
         self.lock = threading.Lock()
 
@@ -199,7 +199,7 @@ def register(cli: click.Group) -> None:
             if detach:
                 obj.emit({"process": process}, process["id"])
                 return
-            side = _Side(obj.root, process["id"], obj.socket)
+            side = _Side(obj.client(client_name="xum-cli-input"), process["id"])
             threading.Thread(target=side.pump, args=(False,), daemon=True).start()
             previous = signal.signal(
                 signal.SIGINT, lambda *_: side.call("process.signal", signal="INT")
@@ -237,7 +237,7 @@ def register(cli: click.Group) -> None:
                     "foreground": True,
                 },
             )["process"]
-            side = _Side(obj.root, process["id"], obj.socket)
+            side = _Side(obj.client(client_name="xum-cli-input"), process["id"])
 
             def on_winch(*_: Any) -> None:
                 now = os.get_terminal_size()
