@@ -24,7 +24,7 @@ from xum_client.errors import (
 def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
     """The `--json` form of a failure: `code` is the JSON-RPC code for the daemon's errors
     (null for the CLI's own), `kind` the error kind (the daemon's, or `usage`, `no_daemon`,
-    `connection_lost`, `client_timeout`, `daemon_stopping`, `error`)."""
+    `connection_lost`, `client_timeout`, `daemon_stopping`, `aborted`, `error`)."""
     code: int | None = None
     data: dict[str, Any] = {}
     if isinstance(exc, XumRpcError):
