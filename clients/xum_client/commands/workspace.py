@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from xum_client.commands._context import Ctx
-from xum_client.commands._progress import by_id, by_name, setup_progress
+from xum_client.commands._progress import SetupDisplay, by_id, by_name, setup_progress
 from xum_client.commands._resolve import env_option, given, project_id, short, workspace_id
 from xum_client.sync import Client
 
@@ -40,6 +40,15 @@ def _setup_line(setup: dict[str, Any], ref: str | None = None) -> str:
             # Trusting does not run a skipped setup by itself: say how.
             line += f"; then run its setup: xum ws setup {ref}"
     return line
+
+
+def _setup_report(setup: dict[str, Any], ref: str, display: SetupDisplay | None) -> str:
+    """The setup line, then a failed setup's output unless the display already streamed it."""
+    text = _setup_line(setup, ref)
+    streamed = display is not None and display.streamed
+    if setup.get("output") and setup["status"] != "ok" and not streamed:
+        text += "\n" + setup["output"]
+    return text
 
 
 def _cleanup_line(cleanup: dict[str, Any]) -> str:
@@ -223,10 +232,7 @@ def register(cli: click.Group) -> None:
         extras = _create_extras(result)
         if extras:
             human += "\n" + extras
-        human += f"\n{_setup_line(result['setup'], f'{project_ref}/{name}')}"
-        streamed = display is not None and display.streamed
-        if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
-            human += "\n" + result["setup"]["output"]
+        human += "\n" + _setup_report(result["setup"], f"{project_ref}/{name}", display)
         obj.emit(result, human)
 
     @ws.command("ls")
@@ -376,10 +382,7 @@ def register(cli: click.Group) -> None:
             with setup_progress(obj, by_id(wid), f"setting up {ref}") as display:
                 result = client.call("workspace.setup", {"workspace_id": wid})
         w = result["workspace"]
-        human = f"{w['name']} ({w['id']})\n{_setup_line(result['setup'], ref)}"
-        streamed = display is not None and display.streamed
-        if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
-            human += "\n" + result["setup"]["output"]
+        human = f"{w['name']} ({w['id']})\n" + _setup_report(result["setup"], ref, display)
         obj.emit(result, human)
         if result["setup"]["status"] in ("failed", "untrusted"):
             # Not a success for a script: the setup did not run, or failed.
