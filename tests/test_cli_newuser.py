@@ -656,6 +656,9 @@ def test_ws_setup_is_fenced_while_it_runs(
         for args in (("ws", "setup", "repo/a"), ("ws", "archive", "repo/a")):
             error = json_error(xum(daemon, "--json", *args, ok=False))
             assert error["kind"] == "busy" and "setup in progress" in error["message"], error
+            assert not error["message"].startswith("busy"), error  # the kind says it
+            text = xum(daemon, *args, ok=False).stderr
+            assert text.startswith("xum: busy: workspace ") and text.count("busy") == 1, text
     finally:
         try:  # lets the script's `cat` finish; no reader (it never started): nothing to free
             fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)

@@ -50,13 +50,9 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
 
 
 def error_text(exc: XumClientError) -> str:
-    """One line: the kind once, then the message (a message that already starts with its
-    kind, as `busy: workspace ... is being changed` does, is not prefixed again)."""
+    """One line: the kind, then the message (the daemon's messages never repeat their kind)."""
     if isinstance(exc, XumRpcError):
-        message = exc.message
-        if message.startswith(f"{exc.kind}:") or message.startswith(f"{exc.kind} "):
-            return f"xum: {message}"
-        return f"xum: {exc.kind}: {message}"
+        return f"xum: {exc.kind}: {exc.message}"
     return f"xum: {exc}"
 
 
