@@ -21,7 +21,7 @@ import pytest
 from xum_client import units
 from xum_client.errors import ConnectionLost
 
-from tests.support.daemon import DaemonProcess
+from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.holds import hold_env, release, wait_held
 from tests.support.procs import alive, identify
@@ -377,6 +377,81 @@ def test_setup_rerun_cut_by_a_crash_is_settled_as_failed(root: Path, repo: Path)
         daemon.close()
 
 
+def test_setup_rerun_cut_by_a_shutdown_answers_its_failed_setup(
+    root: Path, repo: Path, tmp_short: Path
+) -> None:
+    # A shutdown past its grace cuts the rerun's script: the row is never left `running`, and
+    # the request answers what it committed (a failed setup saying why), not `shutting_down`.
+    block, started = tmp_short / "block", tmp_short / "started"
+    commit_setup(repo, f"touch {started}; while [ -e {block} ]; do sleep 0.05; done")
+    write_config(root, "shutdown_grace_s = 0.5\nstop_grace_s = 1.0\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        ws = new_ws(daemon, repo, "a")
+        xum(daemon, "project", "trust", "repo")
+        block.touch()
+        answer: dict[str, Any] = {}
+
+        def run_setup() -> None:
+            answer.update(daemon.call("workspace.setup", {"workspace_id": ws["id"]}))
+
+        worker = threading.Thread(target=run_setup, daemon=True)
+        worker.start()
+        until(started.exists, message="the rerun setup to start")
+        assert daemon.call("daemon.shutdown") == {"stopping": True}
+        worker.join(30)
+        assert not worker.is_alive() and daemon.wait(30) == 0
+        setup = answer["setup"]  # a result, not an error
+        assert setup["status"] == "failed" and "cut short" in setup["error"], setup
+        assert "shutting down" in setup["error"]
+        block.unlink()
+        daemon.start()
+        got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert got["state"] == "active" and got["setup"]["status"] == "failed", got
+        assert "setup: ok" in xum(daemon, "ws", "setup", "repo/a").stdout
+    finally:
+        daemon.close()
+
+
+def test_project_rm_cut_part_way_exits_non_zero(root: Path, repo: Path, tmp_short: Path) -> None:
+    # A shutdown cuts `xum project rm` in a teardown: the project stays, and the command must
+    # not exit 0 (a script would take it as removed).
+    block, started = tmp_short / "block", tmp_short / "started"
+    teardown = f"touch {started}; while [ -e {block} ]; do sleep 0.05; done"
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text(f'[scripts]\nteardown = ["{teardown}"]\n')
+    git(repo, "add", ".xum")
+    git(repo, "commit", "-q", "-m", "teardown")
+    write_config(root, "shutdown_grace_s = 0.5\nstop_grace_s = 1.0\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        new_ws(daemon, repo, "a")
+        new_ws(daemon, repo, "b")
+        xum(daemon, "project", "trust", "repo")
+        block.touch()
+        removing = subprocess.Popen(
+            [XUM, "--root", str(root), "project", "rm", "repo", "--force"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            until(started.exists, message="the first teardown to start")
+            assert daemon.call("daemon.shutdown") == {"stopping": True}
+            out, err = removing.communicate(timeout=60)
+        finally:
+            if removing.poll() is None:
+                removing.kill()
+                removing.wait(10)
+        assert daemon.wait(30) == 0
+        assert "was NOT removed" in out, (out, err)
+        assert removing.returncode == 1, (out, err)
+    finally:
+        block.unlink(missing_ok=True)
+        daemon.close()
+
+
 # -- the archive summary's dropped / preserved line -------------------------------------------
 
 
@@ -581,6 +656,9 @@ def test_ws_setup_is_fenced_while_it_runs(
         for args in (("ws", "setup", "repo/a"), ("ws", "archive", "repo/a")):
             error = json_error(xum(daemon, "--json", *args, ok=False))
             assert error["kind"] == "busy" and "setup in progress" in error["message"], error
+            assert not error["message"].startswith("busy"), error  # the kind says it
+            text = xum(daemon, *args, ok=False).stderr
+            assert text.startswith("xum: busy: workspace ") and text.count("busy") == 1, text
     finally:
         try:  # lets the script's `cat` finish; no reader (it never started): nothing to free
             fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
@@ -616,3 +694,28 @@ def test_json_error_kinds_of_the_clis_own_failures() -> None:
     assert stop_note("proc_1", {"signal": "SIGTERM", "stop_reason": "request"}) == (
         "proc_1 stopped by a request to stop it (`xum kill proc_1` or process.stop)"
     )
+
+
+def test_socket_option_reaches_every_command_with_its_own_timeout(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    # `--socket` beats `--root`: the commands that open a client with a long timeout of their
+    # own (du, gc, cleanup retry) must still go to the socket given, not to the root's.
+    empty = tmp_short / "elsewhere"
+    empty.mkdir()
+    sock = str(daemon.socket_path)
+    for args in (("du",), ("gc", "--dry-run"), ("cleanup", "retry"), ("ws", "ls")):
+        done = xum(empty, "--socket", sock, "--json", *args, ok=False)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+
+
+def test_a_bad_env_option_is_a_usage_error_before_any_daemon_is_asked(tmp_short: Path) -> None:
+    nowhere = tmp_short / "no-daemon"
+    nowhere.mkdir()
+    for args in (
+        ("ws", "new", "p", "n", "--env", "NOEQUALS"),
+        ("ws", "new", "p", "n", "--env", "XUM_PORT=1"),
+        ("run", "--env", "=1", "p/n", "--", "true"),
+    ):
+        done = xum(nowhere, *args, ok=False)
+        assert done.returncode == 2 and "--env" in done.stderr, (args, done.stderr)

@@ -105,16 +105,6 @@ class XumGroup(click.Group):
         self.load_domains()
         return super().list_commands(ctx)
 
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except Exception:
-            # The failure leaves click's context behind: `main` still needs to know whether
-            # --json was given (before or after the command's name) to report it as JSON.
-            if isinstance(ctx.obj, Ctx):
-                _RUN[:] = [ctx.obj]
-            raise
-
 
 @click.group(cls=XumGroup, epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 no daemon.")
 @click.option(
@@ -332,13 +322,8 @@ def daemon_install(obj: Ctx, dry_run: bool) -> None:
 # -- entry point ------------------------------------------------------------------------------
 
 
-_RUN: list[Ctx] = []
-"""This run's context (`main` reports a failure as JSON when --json was given)."""
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(argv) if argv is not None else sys.argv[1:]
-    _RUN.clear()  # a context left by an earlier run in this process (tests) is not ours
     try:
         # prog_name: usage lines, and the `_XUM_COMPLETE` variable of shell completion, say
         # `xum` however the CLI was started (`python -m`, a wrapper script).
@@ -361,9 +346,9 @@ def _fail(exc: Exception, code: int, args: list[str]) -> None:
     """Report `exc` (JSON on stdout with --json, else text on stderr) and exit with `code`."""
     from xum_client.commands import _errors
 
-    # As click parsed it, or, for a usage error that stopped parsing before it reached a
-    # `--json` (`xum ws bogus --json`), as the arguments say.
-    if any(run.as_json for run in _RUN) or _errors.wants_json(args):
+    # From the arguments, not from click's context: a failure leaves that behind, and a usage
+    # error stops parsing before it reaches a `--json` (`xum ws bogus --json`).
+    if _errors.wants_json(args):
         _errors.emit_json_error(exc, code)
     elif isinstance(exc, click.exceptions.Abort):
         click.echo("aborted", err=True)

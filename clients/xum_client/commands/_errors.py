@@ -24,7 +24,7 @@ from xum_client.errors import (
 def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
     """The `--json` form of a failure: `code` is the JSON-RPC code for the daemon's errors
     (null for the CLI's own), `kind` the error kind (the daemon's, or `usage`, `no_daemon`,
-    `connection_lost`, `client_timeout`, `daemon_stopping`, `error`)."""
+    `connection_lost`, `client_timeout`, `daemon_stopping`, `aborted`, `error`)."""
     code: int | None = None
     data: dict[str, Any] = {}
     if isinstance(exc, XumRpcError):
@@ -50,13 +50,9 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
 
 
 def error_text(exc: XumClientError) -> str:
-    """One line: the kind once, then the message (a message that already starts with its
-    kind, as `busy: workspace ... is being changed` does, is not prefixed again)."""
+    """One line: the kind, then the message (the daemon's messages never repeat their kind)."""
     if isinstance(exc, XumRpcError):
-        message = exc.message
-        if message.startswith(f"{exc.kind}:") or message.startswith(f"{exc.kind} "):
-            return f"xum: {message}"
-        return f"xum: {exc.kind}: {message}"
+        return f"xum: {exc.kind}: {exc.message}"
     return f"xum: {exc}"
 
 
@@ -65,8 +61,8 @@ def emit_json_error(exc: BaseException, exit_code: int) -> None:
 
 
 def wants_json(argv: list[str]) -> bool:
-    """`--json` among the CLI's own options (before a `--`: what follows is a command's argv).
-    Used when the failure came before the option was parsed (a usage error)."""
+    """`--json` among the CLI's own options (before a `--`: what follows is a command's argv),
+    wherever it stands (before or after the command's name), whether click parsed it or not."""
     for arg in argv:
         if arg == "--":
             return False

@@ -46,15 +46,8 @@ def by_id(workspace_id: str) -> Callable[[Subject], bool]:
 
 
 class SetupDisplay:
-    def __init__(
-        self,
-        root: str | None,
-        match: Callable[[Subject], bool],
-        what: str,
-        socket_path: str | None = None,
-    ) -> None:
-        self.root = root
-        self.socket_path = socket_path
+    def __init__(self, obj: Ctx, match: Callable[[Subject], bool], what: str) -> None:
+        self.obj = obj
         self.match = match
         self.what = what
         self.streamed = False
@@ -68,12 +61,7 @@ class SetupDisplay:
         from rich.spinner import Spinner
 
         try:
-            self._client = Client(
-                self.root,
-                socket_path=self.socket_path,
-                timeout=None,
-                client_name="xum-cli-progress",
-            )
+            self._client = self.obj.client(timeout=None, client_name="xum-cli-progress")
             self._client.call("events.subscribe", {"types": ["script.", "workspace."]})
         except (XumClientError, OSError):
             self._close_client()
@@ -142,5 +130,5 @@ def setup_progress(
     if obj.as_json or not sys.stdout.isatty():
         yield None
         return
-    with SetupDisplay(obj.root, match, what, obj.socket) as display:
+    with SetupDisplay(obj, match, what) as display:
         yield display

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import click
+
 from xum_client.errors import InvalidParams, NotFound
 from xum_client.sync import Client
 
@@ -11,6 +13,17 @@ from xum_client.sync import Client
 def given(**values: Any) -> dict[str, Any]:
     """The options the user gave (None and empty dropped), as request params."""
     return {key: value for key, value in values.items() if value}
+
+
+def env_option(pairs: tuple[str, ...]) -> dict[str, str]:
+    """The `--env NAME=VALUE` options given, as a dict (a pair without `=` or a name: usage)."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r}: give NAME=VALUE", param_hint="--env")
+        env[name] = value
+    return env
 
 
 def _not_found(message: str) -> NotFound:

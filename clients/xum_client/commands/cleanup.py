@@ -12,7 +12,6 @@ import click
 
 from xum_client.commands._context import Ctx
 from xum_client.commands._resolve import workspace_id
-from xum_client.sync import Client
 
 LONG_TIMEOUT_S = 3600.0
 """A retry runs teardown scripts and deletions inline: wait for them."""
@@ -115,9 +114,7 @@ def register(cli: click.Group) -> None:
     def retry(obj: Ctx, target: str | None) -> None:
         """Run pending cleanup now: TARGET is an obligation (ob_...), a workspace (ws_... or
         PROJECT/NAME), or nothing for everything due."""
-        with Client(
-            obj.root, socket_path=obj.socket, timeout=LONG_TIMEOUT_S, client_name="xum-cli"
-        ) as client:
+        with obj.client(timeout=LONG_TIMEOUT_S) as client:
             params: dict[str, Any] = {}
             if target and target.startswith("ob_"):
                 params["obligation_id"] = target

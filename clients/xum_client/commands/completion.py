@@ -9,11 +9,6 @@ from __future__ import annotations
 import click
 
 SHELLS = ("bash", "zsh", "fish")
-INSTALL = {
-    "bash": 'eval "$(xum completion bash)"            # in ~/.bashrc',
-    "zsh": 'eval "$(xum completion zsh)"             # in ~/.zshrc (after compinit)',
-    "fish": "xum completion fish > ~/.config/fish/completions/xum.fish",
-}
 
 
 def script(cli: click.Command, shell: str) -> str:

@@ -40,7 +40,7 @@ def register(cli: click.Group) -> None:
     def gc(obj: Ctx, dry_run: bool, background: bool, run_id: str | None) -> None:
         """Collect stale workspaces, snapshot refs and kept copies (policies: [gc] in the
         daemon's config.toml); anything busy or holding unsaved work is skipped."""
-        with Client(obj.root, timeout=GC_TIMEOUT_S, client_name="xum-cli") as client:
+        with obj.client(timeout=GC_TIMEOUT_S) as client:
             if run_id is not None:
                 got = client.call("gc.get", {"run_id": run_id})
                 obj.emit(got, _run_summary(got))
@@ -50,13 +50,12 @@ def register(cli: click.Group) -> None:
                 obj.emit(started, f"gc run {started['run_id']} started in the background")
                 return
             plan = client.call("gc.plan", {})
-            if dry_run or obj.as_json:
-                if dry_run:
-                    _show_plan(obj, plan)
-                    return
+            if dry_run:
+                _show_plan(obj, plan)
+            elif obj.as_json:  # one answer, no progress lines
                 obj.emit(client.call("gc.run", {"keys": [i["key"] for i in plan["items"]]}))
-                return
-            _run(obj, client, plan)
+            else:
+                _run(obj, client, plan)
 
 
 def _run_summary(result: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from xum_client.commands._resolve import env_option
 from xum_client.errors import ConnectionLost, XumRpcError
 from xum_client.sync import Client
 
@@ -59,8 +60,8 @@ def exit_status(exit_info: dict[str, Any] | None) -> int:
 class _Side:
     """The second connection: stdin, signals and resizes, serialised by a lock."""
 
-    def __init__(self, root: str | None, process_id: str, socket_path: str | None = None) -> None:
-        self.client = Client(root, socket_path=socket_path, client_name="xum-cli-input")
+    def __init__(self, client: Client, process_id: str) -> None:
+        self.client = client
         self.process_id = process_id
         self.lock = threading.Lock()
 
@@ -154,16 +155,6 @@ def stop_note(process_id: str, exit_info: dict[str, Any] | None) -> str | None:
     return f"{process_id} " + note.format(id=process_id)
 
 
-def _parse_env(pairs: tuple[str, ...]) -> dict[str, str] | None:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env")
-        env[key] = value
-    return env or None
-
-
 def register(cli: click.Group) -> None:
     @cli.command(context_settings={"ignore_unknown_options": True})
     @click.argument("workspace")
@@ -191,6 +182,7 @@ def register(cli: click.Group) -> None:
         xum run --detach --kind agent WS -- my-agent   # prints proc_..., returns
         """
         obj = _obj(ctx)
+        env = env_option(env_pairs) or None  # bad input is a usage error, daemon or not
         with obj.client() as client:
             ws = resolve_workspace(client, workspace)
             process = client.call(
@@ -199,7 +191,7 @@ def register(cli: click.Group) -> None:
                     "workspace_id": ws,
                     "kind": kind,
                     "argv": list(argv),
-                    "env": _parse_env(env_pairs),
+                    "env": env,
                     # Detached: not tied to this connection, so it outlives this command.
                     "foreground": kind == "exec" and not detach,
                 },
@@ -207,7 +199,7 @@ def register(cli: click.Group) -> None:
             if detach:
                 obj.emit({"process": process}, process["id"])
                 return
-            side = _Side(obj.root, process["id"], obj.socket)
+            side = _Side(obj.client(client_name="xum-cli-input"), process["id"])
             threading.Thread(target=side.pump, args=(False,), daemon=True).start()
             previous = signal.signal(
                 signal.SIGINT, lambda *_: side.call("process.signal", signal="INT")
@@ -245,7 +237,7 @@ def register(cli: click.Group) -> None:
                     "foreground": True,
                 },
             )["process"]
-            side = _Side(obj.root, process["id"], obj.socket)
+            side = _Side(obj.client(client_name="xum-cli-input"), process["id"])
 
             def on_winch(*_: Any) -> None:
                 now = os.get_terminal_size()

@@ -80,6 +80,8 @@ def register(cli: click.Group) -> None:
             if done.get("kept"):
                 lines.append("    " + kept_line(done["kept"]))
         obj.emit(result, "\n".join(lines))
+        if not result["removed"]:
+            raise SystemExit(1)  # not a success for a script: the project is still there
 
     @project.command("trust")
     @click.argument("project_ref")

@@ -13,7 +13,6 @@ import click
 
 from xum_client.commands._context import Ctx
 from xum_client.commands._resolve import project_id, workspace_id
-from xum_client.sync import Client
 
 LONG_TIMEOUT_S = 3600.0
 """A new target runs its setup script inside turn.create: wait for it."""
@@ -97,9 +96,7 @@ def register(cli: click.Group) -> None:
         runtime: str | None,
     ) -> None:
         """Delegate from OWNER to a new target workspace (or --existing TARGET)."""
-        with Client(
-            obj.root, socket_path=obj.socket, timeout=LONG_TIMEOUT_S, client_name="xum-cli"
-        ) as client:
+        with obj.client(timeout=LONG_TIMEOUT_S) as client:
             params: dict[str, Any] = {"owner_workspace_id": workspace_id(client, owner_ref)}
             if target_ref:
                 params.update(mode="existing", target_workspace_id=workspace_id(client, target_ref))

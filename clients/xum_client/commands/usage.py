@@ -8,7 +8,6 @@ import click
 
 from xum_client.commands._context import Ctx
 from xum_client.commands._resolve import workspace_id
-from xum_client.sync import Client
 
 USAGE_TIMEOUT_S = 600.0
 """A walk of every checkout runs under the daemon's own deadline (`usage.deadline_s`)."""
@@ -34,7 +33,7 @@ def usage_cell(entry: dict[str, Any]) -> str:
 
 
 def fetch_usage(obj: Ctx, ref: str | None = None, refresh: bool = False) -> dict[str, Any]:
-    with Client(obj.root, timeout=USAGE_TIMEOUT_S, client_name="xum-cli") as client:
+    with obj.client(timeout=USAGE_TIMEOUT_S) as client:
         params: dict[str, Any] = {"refresh": refresh} if refresh else {}
         if ref is not None:
             params["workspace_id"] = workspace_id(client, ref)

@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from xum_client.commands._context import Ctx
-from xum_client.commands._progress import by_id, by_name, setup_progress
-from xum_client.commands._resolve import given, project_id, short, workspace_id
+from xum_client.commands._progress import SetupDisplay, by_id, by_name, setup_progress
+from xum_client.commands._resolve import env_option, given, project_id, short, workspace_id
 from xum_client.sync import Client
 
 LONG_TIMEOUT_S = 3600.0
@@ -20,7 +20,7 @@ terminal, setup output is shown as it comes: _progress.py)."""
 
 
 def _long(obj: Ctx) -> Client:
-    return Client(obj.root, socket_path=obj.socket, timeout=LONG_TIMEOUT_S, client_name="xum-cli")
+    return obj.client(timeout=LONG_TIMEOUT_S)
 
 
 def _on_workspace(obj: Ctx, method: str, ref: str, **params: Any) -> dict[str, Any]:
@@ -40,6 +40,15 @@ def _setup_line(setup: dict[str, Any], ref: str | None = None) -> str:
             # Trusting does not run a skipped setup by itself: say how.
             line += f"; then run its setup: xum ws setup {ref}"
     return line
+
+
+def _setup_report(setup: dict[str, Any], ref: str, display: SetupDisplay | None) -> str:
+    """The setup line, then a failed setup's output unless the display already streamed it."""
+    text = _setup_line(setup, ref)
+    streamed = display is not None and display.streamed
+    if setup.get("output") and setup["status"] != "ok" and not streamed:
+        text += "\n" + setup["output"]
+    return text
 
 
 def _cleanup_line(cleanup: dict[str, Any]) -> str:
@@ -105,11 +114,8 @@ def _create_extras(result: dict[str, Any]) -> str:
 
 
 def _env(pairs: tuple[str, ...]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{pair!r}: give NAME=VALUE", param_hint="--env")
+    env = env_option(pairs)
+    for name in env:
         if name.upper().startswith("XUM_"):
             # The daemon refuses it too (invalid_params); said here in words.
             raise click.BadParameter(
@@ -117,7 +123,6 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
                 "overridden",
                 param_hint="--env",
             )
-        env[name] = value
     return env
 
 
@@ -202,13 +207,14 @@ def register(cli: click.Group) -> None:
         env_pairs: tuple[str, ...],
     ) -> None:
         """Create workspace NAME in PROJECT."""
+        env = _env(env_pairs)  # bad input is a usage error, daemon or not
         with _long(obj) as client:
             pid = project_id(client, project_ref)
             params = {
                 "project_id": pid,
                 "name": name,
                 "runtime": runtime,
-                **given(branch=branch, base=base, auto_archive=auto_archive, env=_env(env_pairs)),
+                **given(branch=branch, base=base, auto_archive=auto_archive, env=env),
             }
             if fetch is not None:  # --no-fetch overrides the project's [create] fetch
                 params["fetch"] = fetch
@@ -226,10 +232,7 @@ def register(cli: click.Group) -> None:
         extras = _create_extras(result)
         if extras:
             human += "\n" + extras
-        human += f"\n{_setup_line(result['setup'], f'{project_ref}/{name}')}"
-        streamed = display is not None and display.streamed
-        if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
-            human += "\n" + result["setup"]["output"]
+        human += "\n" + _setup_report(result["setup"], f"{project_ref}/{name}", display)
         obj.emit(result, human)
 
     @ws.command("ls")
@@ -379,10 +382,7 @@ def register(cli: click.Group) -> None:
             with setup_progress(obj, by_id(wid), f"setting up {ref}") as display:
                 result = client.call("workspace.setup", {"workspace_id": wid})
         w = result["workspace"]
-        human = f"{w['name']} ({w['id']})\n{_setup_line(result['setup'], ref)}"
-        streamed = display is not None and display.streamed
-        if result["setup"].get("output") and result["setup"]["status"] != "ok" and not streamed:
-            human += "\n" + result["setup"]["output"]
+        human = f"{w['name']} ({w['id']})\n" + _setup_report(result["setup"], ref, display)
         obj.emit(result, human)
         if result["setup"]["status"] in ("failed", "untrusted"):
             # Not a success for a script: the setup did not run, or failed.

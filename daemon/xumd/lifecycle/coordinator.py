@@ -92,7 +92,7 @@ class Coordinator:
             if res.closed_by is not None:
                 raise XumError(
                     ErrorKind.BUSY,
-                    f"busy: {what} {key} is being changed ({res.closed_by} in progress)",
+                    f"{what} {key} is being changed ({res.closed_by} in progress)",
                     operation=res.closed_by,
                     holders=[{"kind": "operation", "label": res.closed_by, "pid": os.getpid()}],
                 )
@@ -120,7 +120,7 @@ class Coordinator:
             except anyio.WouldBlock:
                 raise XumError(
                     ErrorKind.BUSY,
-                    f"busy: {what} {key} is being changed ({res.closed_by} in progress)",
+                    f"{what} {key} is being changed ({res.closed_by} in progress)",
                     operation=res.closed_by,
                     holders=[{"kind": "operation", "label": res.closed_by, "pid": os.getpid()}],
                 ) from None

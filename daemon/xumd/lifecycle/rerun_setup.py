@@ -4,21 +4,22 @@ workspace whose setup was skipped as untrusted).
 Fenced like the other lifecycle operations: under the workspace's exclusive reservation, so no
 archive, rename or remove runs meanwhile. It refuses anything but an active, uninterrupted
 workspace whose checkout is its own (`invalid_state`, saying what to do instead): an archived
-workspace's setup runs at unarchive; one mid-way through another operation is left to it.
-The durable order is setup's own (xumd.lifecycle.setup): `setup_status=running` committed before
-the script, the outcome after it; a crash in between is settled at startup (recovery flags the
-setup failed, never leaves it `running`).
+workspace's setup runs at unarchive; one mid-way through another operation is left to it
+(`busy` from the reservation while that runs). The durable order is setup's own
+(xumd.lifecycle.setup): `setup_status=running` committed before the script, the outcome after
+it; a crash in between is settled at startup (recovery flags the setup failed, never leaves it
+`running`), a shutdown that cuts the script commits and answers it `failed`.
 """
 
 from __future__ import annotations
-
-import json
 
 from xum_protocol.models.workspace import WorkspaceSetupResult
 
 from xumd import logs
 from xumd.lifecycle import setup
 from xumd.lifecycle.context import Context, invalid_state
+from xumd.lifecycle.scripts import ScriptOutcome
+from xumd.rpc.dispatch import answer_if_cut, cut_reason
 
 log = logs.get("xumd.lifecycle.rerun_setup")
 
@@ -58,14 +59,19 @@ async def rerun(ctx: Context, workspace_id: str) -> WorkspaceSetupResult:
         try:
             row, outcome = await setup.run(ctx, row)
         except BaseException:
-            # Cancelled (or failed) mid-way: never leave `running` behind for a live daemon
-            # (a crash here is settled by recovery). Synchronous: runs in a cancelled task.
+            # Cut mid-way (a shutdown past its grace): never leave `running` behind for a live
+            # daemon (a crash here is settled by recovery). Committed and answered as unarchive
+            # does: a failed setup that says why. Synchronous: runs in a cancelled task.
             current = ctx.row(ref.id)
             if current.setup_status == "running":
-                error = json.dumps({"error": "setup was cut short (run it again)"})
-                with ctx.store.transaction():
-                    current = ctx.update(current, setup_status="failed", setup_output=error)
-                ctx.publish("workspace.updated", current)
+                why = cut_reason(ctx.app.stopping)
+                cut = ScriptOutcome(status="failed", error=f"setup was cut short: {why}")
+                done = setup.activate(ctx, current, cut)  # it is active already: the outcome
+                ctx.publish("workspace.updated", done)
+                answer_if_cut(
+                    lambda: WorkspaceSetupResult(workspace=ctx.info(done), setup=setup.result(cut)),
+                    "workspace.setup",
+                )
             raise
         ctx.publish("workspace.updated", row)
         log.info(

@@ -314,9 +314,8 @@ class Snapshotter:
         dropped.paths = top[:_MAX_TOP_PATHS]
         # git never lists special files (FIFOs, sockets, devices): without this walk they
         # would go with the checkout without a mention.
+        # (Never among `matched`: `_walk_files` lists no special file.)
         dropped.special = [s.as_dict() for s in fscopy.special_files(checkout, _skip_git)]
-        specials = {s["path"] for s in dropped.special}
-        matched = [rel for rel in matched if rel not in specials]
         store = self.archive_dir / workspace_id
         tmp = self.archive_dir / f".{workspace_id}.{secrets.token_hex(4)}"
         # A copy of another incarnation is the user's until an unarchive settled it: kept.

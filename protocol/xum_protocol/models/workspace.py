@@ -357,9 +357,10 @@ METHODS = [
         WorkspaceIdParams,
         WorkspaceSetupResult,
         "Run an active workspace's setup again (after `project.trust`, for one whose setup was "
-        "skipped as untrusted), under its exclusive reservation. `invalid_state` for a "
-        "workspace that is archived, mid-way through another operation, interrupted, or whose "
-        "checkout is missing; `not_found` once removed. Since 1.0, additive.",
+        "skipped as untrusted), under its exclusive reservation: `busy` while another "
+        "operation on it runs (named); `invalid_state` for a workspace that is archived, "
+        "interrupted, or whose checkout is missing; `not_found` once removed. A shutdown that "
+        "cuts the script answers the setup `failed`, saying why. Since 1.0, additive.",
     ),
     MethodSpec(
         "workspace.keep",
