@@ -387,3 +387,21 @@ def test_an_entry_deleted_from_the_main_checkout_after_sizing_is_skipped(tmp_sho
     seed._copy(src, dest, plan, lambda _rel: False)
     assert plan.done == [".env"] and plan.vanished == ["node_modules/"]
     assert (dest / ".env").read_text() == "E=1\n" and not (dest / "node_modules").exists()
+
+
+def test_an_entry_the_new_checkout_has_already_does_not_count_against_the_cap(
+    tmp_short: Path,
+) -> None:
+    """A file the branch tracks (or the archive restored) is left as it is: it must not use up
+    the cap and push the entries after it into `skipped`."""
+    from xumd.lifecycle import seed
+
+    src, dest = tmp_short / "src", tmp_short / "dest"
+    src.mkdir()
+    (src / "big.log").write_bytes(os.urandom(256 * 1024))
+    (src / "z.env").write_text("E=1\n")
+    dest.mkdir()
+    (dest / "big.log").write_text("tracked on the branch\n")
+    plan = seed._plan(src, dest, ["big.log", "z.env"], 65536, lambda _rel: False)
+    assert plan.existing == ["big.log"] and plan.skipped == []
+    assert [p.entry for p in plan.todo] == ["z.env"]

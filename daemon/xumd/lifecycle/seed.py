@@ -197,8 +197,8 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
         for entry in entries:
             parts = entry.rstrip("/").split("/")
             there = _at_dest(dest_fd, parts)
-            if there == "dir" and not entry.endswith("/"):
-                there = "exists"
+            if there == "exists" or (there == "dir" and not entry.endswith("/")):
+                # Left as it is: neither sized against the cap nor counted for space.
                 plan.existing.append(entry)
                 continue
             if there == "linked":
