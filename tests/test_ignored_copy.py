@@ -405,3 +405,46 @@ def test_an_entry_the_new_checkout_has_already_does_not_count_against_the_cap(
     plan = seed._plan(src, dest, ["big.log", "z.env"], 65536, lambda _rel: False)
     assert plan.existing == ["big.log"] and plan.skipped == []
     assert [p.entry for p in plan.todo] == ["z.env"]
+
+
+def test_a_disk_that_fills_up_mid_copy_is_disk_full_and_the_partial_entry_is_removed(
+    tmp_short: Path,
+) -> None:
+    """The space check passed, then something else fills the filesystem while the copy runs:
+    a real ENOSPC mid-copy is `disk_full` (not an internal error), and the entry being copied
+    is removed, not left half-written (the caller then undoes the checkout)."""
+    import anyio
+    from xumd.errors import XumError
+    from xumd.git import Git
+    from xumd.lifecycle import seed
+
+    from tests.support.tmpfs import fill
+
+    repo = make_repo(tmp_short / "repo", {".gitignore": "node_modules/\n"})
+    for i in range(8):
+        (repo / "node_modules" / "pkg").mkdir(parents=True, exist_ok=True)
+        (repo / "node_modules" / "pkg" / f"f{i}.js").write_bytes(os.urandom(64 * 1024))
+    with tmpfs(tmp_short / "small", "size=2m") as dest:
+        filled: list[Path] = []
+
+        def stopping() -> bool:
+            # Called before each file; once the copy has begun, another writer fills the disk.
+            if not filled and (dest / "node_modules").exists():
+                filled.append(fill(dest))
+            return False
+
+        with pytest.raises(XumError) as caught:
+            anyio.run(
+                lambda: seed.seed(
+                    Git(),
+                    repo,
+                    dest,
+                    ["node_modules/"],
+                    cap=1 << 30,
+                    timeout_s=60,
+                    stopping=stopping,
+                )
+            )
+        assert filled, "the copy never started"
+        assert caught.value.kind == "disk_full", caught.value
+        assert not (dest / "node_modules").exists()
