@@ -86,14 +86,10 @@ class Tally:
     """Files whose data was shared copy-on-write (FICLONE) instead of copied."""
 
 
-def _identity(fd: int) -> tuple[int, int | None]:
-    return os.fstat(fd).st_dev, fsdelete.mount_id(fd)
-
-
-def _other_mount(fd: int, top: tuple[int, int | None]) -> bool:
-    """Whether the open directory `fd` is on another mount than `top` (see `_identity`)."""
-    dev, mnt = _identity(fd)
-    return dev != top[0] or mnt != top[1]
+def other_mount(fd: int, top: tuple[int, int | None]) -> bool:
+    """Whether the open directory `fd` is on another mount than `top`
+    (`fsdelete.mount_identity`, the test its deletions use)."""
+    return fsdelete.mount_identity(fd) != top
 
 
 Skip = Callable[[str], bool]
@@ -118,7 +114,7 @@ def _walk(
     Directories are opened relative to their parent with O_NOFOLLOW; an iterative walk, so a
     deep tree cannot exhaust the recursion limit. A directory on another mount is yielded but
     not entered (named in `mounts`)."""
-    top = _identity(top_fd)
+    top = fsdelete.mount_identity(top_fd)
     stack: list[tuple[int, str, list[str]]] = [(top_fd, "", _entries(top_fd))]
     try:
         while stack:
@@ -138,7 +134,7 @@ def _walk(
                 continue  # gone since the listing
             if stat.S_ISDIR(st.st_mode):
                 sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                if _other_mount(sub, top):
+                if other_mount(sub, top):
                     os.close(sub)
                     if mounts is not None:
                         mounts.append(child)
@@ -397,7 +393,7 @@ def _remove(path: Path) -> None:
 
 def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "") -> None:
     """Depth-first copy of the directory `sdir` into `ddir` (an explicit stack, no recursion)."""
-    top = _identity(sdir)
+    top = fsdelete.mount_identity(sdir)
     stack: list[tuple[int, int, str, list[str], os.stat_result | None]] = [
         (sdir, ddir, rel, _entries(sdir), None)
     ]
@@ -427,7 +423,7 @@ def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "
                 report.special.append(Special(child, kind))
             elif stat.S_ISDIR(st.st_mode):
                 sub = os.open(name, _DIR_FLAGS, dir_fd=s)
-                if _other_mount(sub, top):
+                if other_mount(sub, top):
                     os.close(sub)
                     report.mounts.append(child)
                     continue
@@ -520,7 +516,7 @@ def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repo
         return
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
-        if _other_mount(sub, _identity(sdir)):
+        if other_mount(sub, fsdelete.mount_identity(sdir)):
             report.mounts.append(rel)
             return
         os.mkdir(name, 0o700, dir_fd=ddir)
@@ -541,7 +537,7 @@ def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repor
     destination has (a new file never replaces one: that is an error). Nothing is followed."""
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
-        if _other_mount(sub, _identity(sdir)):
+        if other_mount(sub, fsdelete.mount_identity(sdir)):
             report.mounts.append(rel)
             return
         dsub = os.open(name, _DIR_FLAGS, dir_fd=ddir)
@@ -570,7 +566,7 @@ def tally_at(sdir: int, name: str, skip: Skip = _never) -> Tally:
         return found
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
-        if _other_mount(sub, _identity(sdir)):
+        if other_mount(sub, fsdelete.mount_identity(sdir)):
             return found
         for _fd, _n, _rel, cst in _walk(sub, skip, found.mounts):
             if special_type(cst.st_mode) is not None:

@@ -193,7 +193,7 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
     root_fd = os.open(src, _DIR_FLAGS)
     dest_fd = os.open(dest, _DIR_FLAGS)
     try:
-        top = fscopy._identity(root_fd)
+        top = fsdelete.mount_identity(root_fd)
         for entry in entries:
             parts = entry.rstrip("/").split("/")
             there = _at_dest(dest_fd, parts)
@@ -214,7 +214,7 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
                     continue  # gone since git listed it
                 raise
             try:
-                if fscopy._other_mount(parent, top):
+                if fscopy.other_mount(parent, top):
                     plan.mounts.append(entry)
                     continue
                 try:
