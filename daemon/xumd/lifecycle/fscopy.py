@@ -375,7 +375,7 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
             ours = set(os.listdir(src))
             created = [n for n in os.listdir(dest) if n not in before and n in ours]
             for name in created:
-                _remove(dest / name)
+                remove_partial(dest / name)
         else:
             fsdelete.remove_tree(dest, ignore_errors=True)
         raise
@@ -384,8 +384,14 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
     return report
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
+def remove_partial(path: Path) -> None:
+    """Remove what a failed copy wrote at `path` (a directory whole, a file or a link as
+    itself, never followed); nothing there is not an error."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
         fsdelete.remove_tree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)

@@ -298,7 +298,7 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
                             sdir, ddir, parts[-1], item.entry.rstrip("/"), skip=check, report=report
                         )
                     except BaseException:
-                        _remove_partial(dest / item.entry.rstrip("/"))
+                        fscopy.remove_partial(dest / item.entry.rstrip("/"))
                         raise
                     plan.done.append(item.entry)
                 finally:
@@ -323,17 +323,6 @@ def _merging(dest: Path, check: fscopy.Skip) -> fscopy.Skip:
         return not stat.S_ISDIR(st.st_mode)
 
     return skip
-
-
-def _remove_partial(path: Path) -> None:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        fsdelete.remove_tree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
 
 
 def _shown(items: list[str]) -> list[str]:
