@@ -159,22 +159,27 @@ def tally(top: Path, skip: Skip = _never) -> Tally:
     found = Tally()
     top_fd = os.open(top, _DIR_FLAGS)
     try:
-        for _fd, _name, rel, st in _walk(top_fd, skip, found.mounts):
-            kind = special_type(st.st_mode)
-            if kind is not None:
-                found.special.append(Special(rel, kind))
-                continue
-            found.entries += 1
-            if stat.S_ISREG(st.st_mode):
-                found.allocated += st.st_blocks * 512
-                found.files.append(rel)
-            else:
-                found.allocated += DIR_COST
-                if stat.S_ISLNK(st.st_mode):
-                    found.files.append(rel)
+        _count_below(found, top_fd, skip)
     finally:
         os.close(top_fd)
     return found
+
+
+def _count_below(found: Tally, top_fd: int, skip: Skip) -> None:
+    """Add what is under the open directory `top_fd` to `found` (paths relative to it)."""
+    for _fd, _name, rel, st in _walk(top_fd, skip, found.mounts):
+        kind = special_type(st.st_mode)
+        if kind is not None:
+            found.special.append(Special(rel, kind))
+            continue
+        found.entries += 1
+        if stat.S_ISREG(st.st_mode):
+            found.allocated += st.st_blocks * 512
+            found.files.append(rel)
+        else:
+            found.allocated += DIR_COST
+            if stat.S_ISLNK(st.st_mode):
+                found.files.append(rel)
 
 
 def special_files(top: Path, skip: Skip = _never) -> list[Special]:
@@ -574,11 +579,7 @@ def tally_at(sdir: int, name: str, skip: Skip = _never) -> Tally:
     try:
         if other_mount(sub, fsdelete.mount_identity(sdir)):
             return found
-        for _fd, _n, _rel, cst in _walk(sub, skip, found.mounts):
-            if special_type(cst.st_mode) is not None:
-                continue
-            found.entries += 1
-            found.allocated += cst.st_blocks * 512 if stat.S_ISREG(cst.st_mode) else DIR_COST
+        _count_below(found, sub, skip)
     finally:
         os.close(sub)
     return found
