@@ -12,14 +12,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from xumd.errors import XumError
+from xumd.git import Git
+from xumd.lifecycle import seed
 
 from tests.lifecycle_helpers import add_project, branch_exists, create, rpc_error, worktrees
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.mounts import Mounts, real_mounts
 from tests.support.reflinkfs import xfs_reflink
-from tests.support.tmpfs import tmpfs
+from tests.support.tmpfs import fill, tmpfs
 
 GITIGNORE = ".env\nnode_modules/\n*.log\nbig/\ncache\nfifo-dir/\nbuild/*.o\n"
 
@@ -142,8 +146,6 @@ def test_symlinks_are_copied_as_links_and_never_followed(
 def test_a_symlink_on_the_way_to_an_entry_is_refused(tmp_short: Path) -> None:
     """The planner opens each component with O_NOFOLLOW: a directory swapped for a link
     between git's listing and the copy is refused, not followed."""
-    from xumd.lifecycle import seed
-
     src, dest, outside = tmp_short / "src", tmp_short / "dest", tmp_short / "outside"
     for d in (src, dest, outside):
         d.mkdir()
@@ -373,8 +375,6 @@ def test_unarchive_merges_into_a_directory_a_preserved_file_restored(
 def test_an_entry_deleted_from_the_main_checkout_after_sizing_is_skipped(tmp_short: Path) -> None:
     """Between the sizing and the copy the main checkout changes (an `npm ci` there): an entry
     gone meanwhile is skipped, not a failed create."""
-    from xumd.lifecycle import seed
-
     src, dest = tmp_short / "src", tmp_short / "dest"
     (src / "node_modules").mkdir(parents=True)
     (src / "node_modules" / "a.js").write_text("a\n")
@@ -394,8 +394,6 @@ def test_an_entry_the_new_checkout_has_already_does_not_count_against_the_cap(
 ) -> None:
     """A file the branch tracks (or the archive restored) is left as it is: it must not use up
     the cap and push the entries after it into `skipped`."""
-    from xumd.lifecycle import seed
-
     src, dest = tmp_short / "src", tmp_short / "dest"
     src.mkdir()
     (src / "big.log").write_bytes(os.urandom(256 * 1024))
@@ -413,13 +411,6 @@ def test_a_disk_that_fills_up_mid_copy_is_disk_full_and_the_partial_entry_is_rem
     """The space check passed, then something else fills the filesystem while the copy runs:
     a real ENOSPC mid-copy is `disk_full` (not an internal error), and the entry being copied
     is removed, not left half-written (the caller then undoes the checkout)."""
-    import anyio
-    from xumd.errors import XumError
-    from xumd.git import Git
-    from xumd.lifecycle import seed
-
-    from tests.support.tmpfs import fill
-
     repo = make_repo(tmp_short / "repo", {".gitignore": "node_modules/\n"})
     for i in range(8):
         (repo / "node_modules" / "pkg").mkdir(parents=True, exist_ok=True)
@@ -448,3 +439,33 @@ def test_a_disk_that_fills_up_mid_copy_is_disk_full_and_the_partial_entry_is_rem
         assert filled, "the copy never started"
         assert caught.value.kind == "disk_full", caught.value
         assert not (dest / "node_modules").exists()
+
+
+def test_a_shutdown_mid_copy_stops_it_at_the_next_file_and_removes_the_partial_entry(
+    tmp_short: Path,
+) -> None:
+    """The daemon starts stopping while a directory is being copied: the copy stops at the
+    next file with `shutting_down` (not `timeout`), and the half-copied directory is removed."""
+    repo = make_repo(tmp_short / "repo", {".gitignore": "node_modules/\n"})
+    (repo / "node_modules").mkdir()
+    for i in range(5):
+        (repo / "node_modules" / f"f{i}.js").write_text(f"{i}\n")
+    dest = tmp_short / "dest"
+    dest.mkdir()
+
+    began: list[bool] = []
+
+    def stopping() -> bool:
+        # Stopping once the copy has begun, and from then on (as `app.stopping` is).
+        if (dest / "node_modules").exists():
+            began.append(True)
+        return bool(began)
+
+    with pytest.raises(XumError) as caught:
+        anyio.run(
+            lambda: seed.seed(
+                Git(), repo, dest, ["node_modules/"], cap=1 << 30, timeout_s=60, stopping=stopping
+            )
+        )
+    assert caught.value.kind == "shutting_down", caught.value
+    assert not (dest / "node_modules").exists()
