@@ -469,3 +469,28 @@ def test_a_shutdown_mid_copy_stops_it_at_the_next_file_and_removes_the_partial_e
         )
     assert caught.value.kind == "shutting_down", caught.value
     assert not (dest / "node_modules").exists()
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "bind"])
+def test_a_matched_directory_that_is_itself_a_mount_is_reported_not_copied(
+    daemon: DaemonProcess, tmp_short: Path, mounts: Mounts, kind: str
+) -> None:
+    """`cache/` of the main checkout is a mount point: it is neither entered nor listed among
+    the entries copied (no false success), only among the mounts."""
+    repo = seeded_repo(tmp_short / "repo", '[create]\ncopy = ["cache", ".env"]\n')
+    inner = repo / "cache"
+    inner.mkdir()
+    if kind == "tmpfs":
+        mounts.tmpfs(inner)
+    else:
+        other = tmp_short / "elsewhere"
+        other.mkdir()
+        mounts.bind(other, inner)
+    (inner / "on-the-mount").write_text("not the checkout's\n")
+    project = add_project(daemon, repo)
+    made = create(daemon, project["id"], "w")
+    ws = Path(made["workspace"]["path"])
+    report = made["ignored_copy"]
+    assert not (ws / "cache").exists()
+    assert report["paths"] == [".env", "sub/.env"], report
+    assert report["mounts"] == ["cache"], report

@@ -501,35 +501,36 @@ def copy_file(src: Path, dest: Path) -> str | None:
         os.close(ddir)
 
 
-def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> None:
+def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> bool:
     """Copy the entry `name` of the open directory `sdir` (a file, a symlink as a link, or a
     whole directory) into the open directory `ddir`, where it must not exist. `rel` is its path
     for `skip` and the report. Nothing is followed: `sdir` and `ddir` were opened with
     O_NOFOLLOW by the caller. The caller checks space (`check_space`) first and, on failure,
-    removes the partial entry (it knows the destination's path)."""
+    removes the partial entry (it knows the destination's path). False when nothing was
+    written: a special file, or a directory on another mount (both reported)."""
     st = os.stat(name, dir_fd=sdir, follow_symlinks=False)
     kind = special_type(st.st_mode)
     if kind is not None:
         report.special.append(Special(rel, kind))
-        return
+        return False
     if stat.S_ISLNK(st.st_mode):
         os.symlink(os.readlink(name, dir_fd=sdir), name, dir_fd=ddir)
         os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=ddir, follow_symlinks=False)
         report.files.append(rel)
-        return
+        return True
     if stat.S_ISREG(st.st_mode):
         if _copy_file(sdir, ddir, name, st, report=report):
             report.files.append(rel)
             report.allocated += st.st_blocks * 512
-        else:
-            now = os.stat(name, dir_fd=sdir, follow_symlinks=False)
-            report.special.append(Special(rel, special_type(now.st_mode) or "changed"))
-        return
+            return True
+        now = os.stat(name, dir_fd=sdir, follow_symlinks=False)
+        report.special.append(Special(rel, special_type(now.st_mode) or "changed"))
+        return False
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
         if other_mount(sub, fsdelete.mount_identity(sdir)):
             report.mounts.append(rel)
-            return
+            return False
         os.mkdir(name, 0o700, dir_fd=ddir)
         dsub = os.open(name, _DIR_FLAGS, dir_fd=ddir)
         try:
@@ -540,17 +541,19 @@ def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repo
             os.close(dsub)
     finally:
         os.close(sub)
+    return True
 
 
-def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> None:
+def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> bool:
     """Copy the directory `name` of `sdir` into the directory of the same name that `ddir`
     already has: subdirectories merge, and `skip` must leave out every file or link the
-    destination has (a new file never replaces one: that is an error). Nothing is followed."""
+    destination has (a new file never replaces one: that is an error). Nothing is followed.
+    False when `name` is on another mount (reported, not entered)."""
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
         if other_mount(sub, fsdelete.mount_identity(sdir)):
             report.mounts.append(rel)
-            return
+            return False
         dsub = os.open(name, _DIR_FLAGS, dir_fd=ddir)
         try:
             _copy_tree_fds(sub, dsub, skip, report, rel)
@@ -558,6 +561,7 @@ def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repor
             os.close(dsub)
     finally:
         os.close(sub)
+    return True
 
 
 def tally_at(sdir: int, name: str, skip: Skip = _never) -> Tally:

@@ -277,15 +277,15 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
                     raise
                 try:
                     if item.merge:
-                        fscopy.merge_dir_at(
+                        if fscopy.merge_dir_at(
                             sdir,
                             ddir,
                             parts[-1],
                             item.entry.rstrip("/"),
                             skip=_merging(dest, check),
                             report=report,
-                        )
-                        plan.done.append(item.entry)
+                        ):
+                            plan.done.append(item.entry)
                         continue
                     try:
                         os.stat(parts[-1], dir_fd=ddir, follow_symlinks=False)
@@ -294,13 +294,14 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
                     except FileNotFoundError:
                         pass
                     try:
-                        fscopy.copy_entry_at(
+                        wrote = fscopy.copy_entry_at(
                             sdir, ddir, parts[-1], item.entry.rstrip("/"), skip=check, report=report
                         )
                     except BaseException:
                         fscopy.remove_partial(dest / item.entry.rstrip("/"))
                         raise
-                    plan.done.append(item.entry)
+                    if wrote:  # else a special file or a mount: reported as such, not copied
+                        plan.done.append(item.entry)
                 finally:
                     os.close(ddir)
             finally:
