@@ -494,3 +494,43 @@ def test_a_matched_directory_that_is_itself_a_mount_is_reported_not_copied(
     assert not (ws / "cache").exists()
     assert report["paths"] == [".env", "sub/.env"], report
     assert report["mounts"] == ["cache"], report
+
+
+def test_an_unarchive_whose_copy_fails_stays_archived_and_loses_nothing(tmp_short: Path) -> None:
+    """The copy at unarchive times out: the unarchive is undone (no false success), the
+    workspace is archived as before, and a later unarchive brings back the user's work."""
+    repo = seeded_repo(
+        tmp_short / "repo",
+        '[create]\ncopy = [".env", "node_modules/"]\n[scripts]\npreserve = [".env"]\n',
+    )
+    root = tmp_short / "root"
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "w")["workspace"]
+        path = Path(ws["path"])
+        (path / ".env").write_text("SECRET=mine\n")
+        (path / "work.txt").write_text("untracked work\n")
+        daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    finally:
+        daemon.close()
+    write_config(root, "[create]\ncopy_timeout_s = 0.000001\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        error = rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
+        assert error.kind == "timeout" and "copying ignored files" in str(error)
+        row = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert row["state"] == "archived" and not row.get("interrupted")
+        assert not path.exists()
+    finally:
+        daemon.close()
+    write_config(root, "")
+    daemon = DaemonProcess(root).start()
+    try:
+        back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+        assert back["workspace"]["state"] == "active"
+        assert (path / ".env").read_text() == "SECRET=mine\n"
+        assert (path / "work.txt").read_text() == "untracked work\n"
+        assert (path / "node_modules" / "pkg" / "index.js").exists()
+    finally:
+        daemon.close()
