@@ -16,7 +16,7 @@ import anyio
 import pytest
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import seed
+from xumd.lifecycle import fscopy, seed
 
 from tests.lifecycle_helpers import add_project, branch_exists, create, rpc_error, worktrees
 from tests.support.daemon import DaemonProcess, write_config
@@ -534,3 +534,30 @@ def test_an_unarchive_whose_copy_fails_stays_archived_and_loses_nothing(tmp_shor
         assert (path / "node_modules" / "pkg" / "index.js").exists()
     finally:
         daemon.close()
+
+
+def test_a_shutdown_during_one_large_file_stops_between_its_chunks(tmp_short: Path) -> None:
+    """One file much larger than a copy chunk: a stop is honoured between its chunks, not
+    only before the next file (a multi-gigabyte file on a slow disk would hold the shutdown
+    and overrun `copy_timeout_s`); the half-written file is removed."""
+    repo = make_repo(tmp_short / "repo", {".gitignore": "*.bin\n"})
+    with (repo / "big.bin").open("wb") as out:
+        for _ in range(3):
+            out.write(os.urandom(fscopy._CHUNK))
+    dest = tmp_short / "dest"
+    dest.mkdir()
+    began: list[bool] = []
+
+    def stopping() -> bool:
+        if (dest / "big.bin").exists():  # the file is being written
+            began.append(True)
+        return bool(began)
+
+    with pytest.raises(XumError) as caught:
+        anyio.run(
+            lambda: seed.seed(
+                Git(), repo, dest, ["big.bin"], cap=1 << 40, timeout_s=60, stopping=stopping
+            )
+        )
+    assert caught.value.kind == "shutting_down", caught.value
+    assert not (dest / "big.bin").exists()

@@ -84,6 +84,9 @@ class Tally:
     """Directories on another mount: not entered, not copied."""
     cloned: int = 0
     """Files whose data was shared copy-on-write (FICLONE) instead of copied."""
+    between: Callable[[], object] | None = None
+    """Called between chunks of a file's data: a deadline check may raise there, so one large
+    file does not hold a stop until it is whole."""
 
 
 def other_mount(fd: int, top: tuple[int, int | None]) -> bool:
@@ -255,7 +258,7 @@ def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str
         )
 
 
-def _copy_data(src: int, dst: int, size: int) -> bool:
+def _copy_data(src: int, dst: int, size: int, between: Callable[[], object] | None = None) -> bool:
     """The data extents of `src` into `dst` at the same offsets; holes stay holes. True when
     the data was cloned (shared copy-on-write) rather than copied."""
     try:
@@ -276,15 +279,19 @@ def _copy_data(src: int, dst: int, size: int) -> bool:
             end = size
         else:
             end = min(os.lseek(src, start, os.SEEK_HOLE), size)
-        _copy_range(src, dst, start, end)
+        _copy_range(src, dst, start, end, between)
         offset = end
     os.ftruncate(dst, size)
     return False
 
 
-def _copy_range(src: int, dst: int, start: int, end: int) -> None:
+def _copy_range(
+    src: int, dst: int, start: int, end: int, between: Callable[[], object] | None
+) -> None:
     pos = start
     while pos < end:
+        if between is not None and pos > start:
+            between()
         count = min(_CHUNK, end - pos)
         try:
             done = os.copy_file_range(src, dst, count, pos, pos)
@@ -326,7 +333,8 @@ def _copy_file(
             return False
         dst = os.open(dest_name, _WRITE_FLAGS, 0o600, dir_fd=ddir)
         try:
-            if _copy_data(src, dst, now.st_size) and report is not None:
+            between = report.between if report is not None else None
+            if _copy_data(src, dst, now.st_size, between) and report is not None:
                 report.cloned += 1
             os.fchmod(dst, stat.S_IMODE(now.st_mode))
             os.utime(dst, ns=(now.st_atime_ns, now.st_mtime_ns))

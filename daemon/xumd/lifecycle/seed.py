@@ -235,7 +235,7 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
 
 
 def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tally:
-    report = fscopy.Tally()
+    report = fscopy.Tally(between=lambda: check(""))
     if not plan.todo:
         return report
     fscopy.check_space(
