@@ -15,8 +15,9 @@ archive's preserved files restored) is left as it is.
 Bounded: the whole copy is sized first; entries beyond `[create] copy_max_bytes` (ROOT/config.toml)
 are skipped whole (never half a directory) and reported (`capped`); space is checked before
 anything is written; the copy runs in a worker thread under `copy_timeout_s`, and stops at the
-next file when the deadline passes or the daemon stops. A copy that fails raises: the caller
-(create, unarchive) undoes the checkout, so a half-seeded workspace is never reported as made.
+next file (or the next 8 MiB of a large one) when the deadline passes or the daemon stops. A
+copy that fails raises: the caller (create, unarchive) undoes the checkout, so a half-seeded
+workspace is never reported as made.
 """
 
 from __future__ import annotations
