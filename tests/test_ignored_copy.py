@@ -561,3 +561,23 @@ def test_a_shutdown_during_one_large_file_stops_between_its_chunks(tmp_short: Pa
         )
     assert caught.value.kind == "shutting_down", caught.value
     assert not (dest / "big.bin").exists()
+
+
+def test_entries_past_the_cap_are_not_walked(tmp_short: Path) -> None:
+    """Once the cap is reached the rest is skipped whole: a large tree after it (a
+    node_modules of many files) is not walked just to be skipped."""
+    src, dest = tmp_short / "src", tmp_short / "dest"
+    (src / "a-big").mkdir(parents=True)
+    (src / "a-big" / "blob").write_bytes(os.urandom(128 * 1024))
+    (src / "z-tree" / "deep").mkdir(parents=True)
+    (src / "z-tree" / "deep" / "f").write_text("f\n")
+    dest.mkdir()
+    walked: list[str] = []
+
+    def check(rel: str) -> bool:
+        walked.append(rel)
+        return False
+
+    plan = seed._plan(src, dest, ["a-big/", "z-tree/"], 65536, check)
+    assert plan.skipped == ["a-big/", "z-tree/"] and plan.todo == []
+    assert walked == ["blob"]  # only the first entry was sized

@@ -218,13 +218,16 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
                 if fscopy.other_mount(parent, top):
                     plan.mounts.append(entry)
                     continue
+                if plan.skipped:  # past the cap: skipped without walking it to size it
+                    plan.skipped.append(entry)
+                    continue
                 try:
                     size = fscopy.tally_at(parent, parts[-1], check)
                 except FileNotFoundError:
                     continue
             finally:
                 os.close(parent)
-            if plan.skipped or total + size.allocated > cap:
+            if total + size.allocated > cap:
                 plan.skipped.append(entry)  # the copy stops at the cap: this and the rest
                 continue
             total += size.allocated
