@@ -48,7 +48,7 @@ def test_copy_tree_removes_partial_output_on_failure(
     calls = {"n": 0}
     real = fscopy._copy_data
 
-    def failing(s: int, d: int, size: int) -> None:
+    def failing(s: int, d: int, size: int, between: object = None) -> None:
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError(28, "No space left on device")
@@ -74,7 +74,7 @@ def test_merge_tree_removes_only_what_it_made(
     assert sorted(os.listdir(dest)) == [".marker"]
 
 
-def _raise(s: int, d: int, size: int) -> None:
+def _raise(s: int, d: int, size: int, between: object = None) -> None:
     raise OSError(5, "Input/output error")
 
 

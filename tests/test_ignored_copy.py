@@ -12,14 +12,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from xumd.errors import XumError
+from xumd.git import Git
+from xumd.lifecycle import fscopy, seed
 
 from tests.lifecycle_helpers import add_project, branch_exists, create, rpc_error, worktrees
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.mounts import Mounts, real_mounts
 from tests.support.reflinkfs import xfs_reflink
-from tests.support.tmpfs import tmpfs
+from tests.support.tmpfs import fill, tmpfs
 
 GITIGNORE = ".env\nnode_modules/\n*.log\nbig/\ncache\nfifo-dir/\nbuild/*.o\n"
 
@@ -142,8 +146,6 @@ def test_symlinks_are_copied_as_links_and_never_followed(
 def test_a_symlink_on_the_way_to_an_entry_is_refused(tmp_short: Path) -> None:
     """The planner opens each component with O_NOFOLLOW: a directory swapped for a link
     between git's listing and the copy is refused, not followed."""
-    from xumd.lifecycle import seed
-
     src, dest, outside = tmp_short / "src", tmp_short / "dest", tmp_short / "outside"
     for d in (src, dest, outside):
         d.mkdir()
@@ -373,8 +375,6 @@ def test_unarchive_merges_into_a_directory_a_preserved_file_restored(
 def test_an_entry_deleted_from_the_main_checkout_after_sizing_is_skipped(tmp_short: Path) -> None:
     """Between the sizing and the copy the main checkout changes (an `npm ci` there): an entry
     gone meanwhile is skipped, not a failed create."""
-    from xumd.lifecycle import seed
-
     src, dest = tmp_short / "src", tmp_short / "dest"
     (src / "node_modules").mkdir(parents=True)
     (src / "node_modules" / "a.js").write_text("a\n")
@@ -387,3 +387,197 @@ def test_an_entry_deleted_from_the_main_checkout_after_sizing_is_skipped(tmp_sho
     seed._copy(src, dest, plan, lambda _rel: False)
     assert plan.done == [".env"] and plan.vanished == ["node_modules/"]
     assert (dest / ".env").read_text() == "E=1\n" and not (dest / "node_modules").exists()
+
+
+def test_an_entry_the_new_checkout_has_already_does_not_count_against_the_cap(
+    tmp_short: Path,
+) -> None:
+    """A file the branch tracks (or the archive restored) is left as it is: it must not use up
+    the cap and push the entries after it into `skipped`."""
+    src, dest = tmp_short / "src", tmp_short / "dest"
+    src.mkdir()
+    (src / "big.log").write_bytes(os.urandom(256 * 1024))
+    (src / "z.env").write_text("E=1\n")
+    dest.mkdir()
+    (dest / "big.log").write_text("tracked on the branch\n")
+    plan = seed._plan(src, dest, ["big.log", "z.env"], 65536, lambda _rel: False)
+    assert plan.existing == ["big.log"] and plan.skipped == []
+    assert [p.entry for p in plan.todo] == ["z.env"]
+
+
+def test_a_disk_that_fills_up_mid_copy_is_disk_full_and_the_partial_entry_is_removed(
+    tmp_short: Path,
+) -> None:
+    """The space check passed, then something else fills the filesystem while the copy runs:
+    a real ENOSPC mid-copy is `disk_full` (not an internal error), and the entry being copied
+    is removed, not left half-written (the caller then undoes the checkout)."""
+    repo = make_repo(tmp_short / "repo", {".gitignore": "node_modules/\n"})
+    for i in range(8):
+        (repo / "node_modules" / "pkg").mkdir(parents=True, exist_ok=True)
+        (repo / "node_modules" / "pkg" / f"f{i}.js").write_bytes(os.urandom(64 * 1024))
+    with tmpfs(tmp_short / "small", "size=2m") as dest:
+        filled: list[Path] = []
+
+        def stopping() -> bool:
+            # Called before each file; once the copy has begun, another writer fills the disk.
+            if not filled and (dest / "node_modules").exists():
+                filled.append(fill(dest))
+            return False
+
+        with pytest.raises(XumError) as caught:
+            anyio.run(
+                lambda: seed.seed(
+                    Git(),
+                    repo,
+                    dest,
+                    ["node_modules/"],
+                    cap=1 << 30,
+                    timeout_s=60,
+                    stopping=stopping,
+                )
+            )
+        assert filled, "the copy never started"
+        assert caught.value.kind == "disk_full", caught.value
+        assert not (dest / "node_modules").exists()
+
+
+def test_a_shutdown_mid_copy_stops_it_at_the_next_file_and_removes_the_partial_entry(
+    tmp_short: Path,
+) -> None:
+    """The daemon starts stopping while a directory is being copied: the copy stops at the
+    next file with `shutting_down` (not `timeout`), and the half-copied directory is removed."""
+    repo = make_repo(tmp_short / "repo", {".gitignore": "node_modules/\n"})
+    (repo / "node_modules").mkdir()
+    for i in range(5):
+        (repo / "node_modules" / f"f{i}.js").write_text(f"{i}\n")
+    dest = tmp_short / "dest"
+    dest.mkdir()
+
+    began: list[bool] = []
+
+    def stopping() -> bool:
+        # Stopping once the copy has begun, and from then on (as `app.stopping` is).
+        if (dest / "node_modules").exists():
+            began.append(True)
+        return bool(began)
+
+    with pytest.raises(XumError) as caught:
+        anyio.run(
+            lambda: seed.seed(
+                Git(), repo, dest, ["node_modules/"], cap=1 << 30, timeout_s=60, stopping=stopping
+            )
+        )
+    assert caught.value.kind == "shutting_down", caught.value
+    assert not (dest / "node_modules").exists()
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "bind"])
+def test_a_matched_directory_that_is_itself_a_mount_is_reported_not_copied(
+    daemon: DaemonProcess, tmp_short: Path, mounts: Mounts, kind: str
+) -> None:
+    """`cache/` of the main checkout is a mount point: it is neither entered nor listed among
+    the entries copied (no false success), only among the mounts."""
+    repo = seeded_repo(tmp_short / "repo", '[create]\ncopy = ["cache", ".env"]\n')
+    inner = repo / "cache"
+    inner.mkdir()
+    if kind == "tmpfs":
+        mounts.tmpfs(inner)
+    else:
+        other = tmp_short / "elsewhere"
+        other.mkdir()
+        mounts.bind(other, inner)
+    (inner / "on-the-mount").write_text("not the checkout's\n")
+    project = add_project(daemon, repo)
+    made = create(daemon, project["id"], "w")
+    ws = Path(made["workspace"]["path"])
+    report = made["ignored_copy"]
+    assert not (ws / "cache").exists()
+    assert report["paths"] == [".env", "sub/.env"], report
+    assert report["mounts"] == ["cache"], report
+
+
+def test_an_unarchive_whose_copy_fails_stays_archived_and_loses_nothing(tmp_short: Path) -> None:
+    """The copy at unarchive times out: the unarchive is undone (no false success), the
+    workspace is archived as before, and a later unarchive brings back the user's work."""
+    repo = seeded_repo(
+        tmp_short / "repo",
+        '[create]\ncopy = [".env", "node_modules/"]\n[scripts]\npreserve = [".env"]\n',
+    )
+    root = tmp_short / "root"
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "w")["workspace"]
+        path = Path(ws["path"])
+        (path / ".env").write_text("SECRET=mine\n")
+        (path / "work.txt").write_text("untracked work\n")
+        daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    finally:
+        daemon.close()
+    write_config(root, "[create]\ncopy_timeout_s = 0.000001\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        error = rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
+        assert error.kind == "timeout" and "copying ignored files" in str(error)
+        row = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+        assert row["state"] == "archived" and not row.get("interrupted")
+        assert not path.exists()
+    finally:
+        daemon.close()
+    write_config(root, "")
+    daemon = DaemonProcess(root).start()
+    try:
+        back = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+        assert back["workspace"]["state"] == "active"
+        assert (path / ".env").read_text() == "SECRET=mine\n"
+        assert (path / "work.txt").read_text() == "untracked work\n"
+        assert (path / "node_modules" / "pkg" / "index.js").exists()
+    finally:
+        daemon.close()
+
+
+def test_a_shutdown_during_one_large_file_stops_between_its_chunks(tmp_short: Path) -> None:
+    """One file much larger than a copy chunk: a stop is honoured between its chunks, not
+    only before the next file (a multi-gigabyte file on a slow disk would hold the shutdown
+    and overrun `copy_timeout_s`); the half-written file is removed."""
+    repo = make_repo(tmp_short / "repo", {".gitignore": "*.bin\n"})
+    with (repo / "big.bin").open("wb") as out:
+        for _ in range(3):
+            out.write(os.urandom(fscopy._CHUNK))
+    dest = tmp_short / "dest"
+    dest.mkdir()
+    began: list[bool] = []
+
+    def stopping() -> bool:
+        if (dest / "big.bin").exists():  # the file is being written
+            began.append(True)
+        return bool(began)
+
+    with pytest.raises(XumError) as caught:
+        anyio.run(
+            lambda: seed.seed(
+                Git(), repo, dest, ["big.bin"], cap=1 << 40, timeout_s=60, stopping=stopping
+            )
+        )
+    assert caught.value.kind == "shutting_down", caught.value
+    assert not (dest / "big.bin").exists()
+
+
+def test_entries_past_the_cap_are_not_walked(tmp_short: Path) -> None:
+    """Once the cap is reached the rest is skipped whole: a large tree after it (a
+    node_modules of many files) is not walked just to be skipped."""
+    src, dest = tmp_short / "src", tmp_short / "dest"
+    (src / "a-big").mkdir(parents=True)
+    (src / "a-big" / "blob").write_bytes(os.urandom(128 * 1024))
+    (src / "z-tree" / "deep").mkdir(parents=True)
+    (src / "z-tree" / "deep" / "f").write_text("f\n")
+    dest.mkdir()
+    walked: list[str] = []
+
+    def check(rel: str) -> bool:
+        walked.append(rel)
+        return False
+
+    plan = seed._plan(src, dest, ["a-big/", "z-tree/"], 65536, check)
+    assert plan.skipped == ["a-big/", "z-tree/"] and plan.todo == []
+    assert walked == ["blob"]  # only the first entry was sized

@@ -378,3 +378,20 @@ def test_an_unarchive_under_a_broken_project_config_changes_nothing(
     assert error.kind == "invalid_params" and "[ports] count" in str(error)
     still = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
     assert still["state"] == "archived" and not Path(ws["path"]).exists()
+
+
+def test_a_request_env_and_a_project_env_over_the_limit_together_are_refused(
+    daemon: DaemonProcess, repo: Path
+) -> None:
+    """Each is within the limits alone; merged (what is stored and given to every child) they
+    are not: refused before anything is made, not stored over the limit."""
+    with_config(repo, "[env]\n" + "".join(f'P{i} = ""\n' for i in range(200)))
+    project = add_project(daemon, repo)
+    env = {f"R{i}": "" for i in range(100)}
+    error = rpc_error(
+        daemon, "workspace.create", {"project_id": project["id"], "name": "e", "env": env}
+    )
+    assert error.kind == "invalid_params"
+    assert "at most 256" in str(error)
+    assert daemon.call("workspace.list")["workspaces"] == []
+    assert len(worktrees(repo)) == 1

@@ -88,12 +88,16 @@ class UsageConfig(BaseModel):
     cache_s: float = Field(default=300.0, ge=0, description="A usage answer is reused this long.")
 
 
+MAX_PORTS = 64
+"""Ports one workspace may get (root `[ports] count`, a project's `[ports] count`)."""
+
+
 class PortsConfig(BaseModel):
     """Ports per workspace (issue 14): a project's `[ports] count` overrides `count`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    count: int = Field(default=0, ge=0, le=64, description="Ports per workspace by default.")
+    count: int = Field(default=0, ge=0, le=MAX_PORTS, description="Ports per workspace by default.")
     range_start: int = Field(default=20000, ge=1024, le=65535)
     range_end: int = Field(default=29999, ge=1024, le=65535)
 

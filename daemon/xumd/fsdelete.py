@@ -134,6 +134,12 @@ def mount_id(fd: int) -> int | None:
     return None
 
 
+def mount_identity(fd: int) -> tuple[int, int | None]:
+    """(st_dev, mount id) of an open file: two directories are on one mount when these agree
+    (`st_dev` alone cannot tell: two bind mounts of one filesystem share it)."""
+    return os.fstat(fd).st_dev, mount_id(fd)
+
+
 def same_mount(a: Path, b: Path) -> bool:
     """Whether two existing directories sit on one mount (a rename between them cannot fail
     with EXDEV). `st_dev` alone cannot tell: two bind mounts of one filesystem share it."""
@@ -141,8 +147,7 @@ def same_mount(a: Path, b: Path) -> bool:
     try:
         for path in (a, b):
             fds.append(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
-        sa, sb = os.fstat(fds[0]), os.fstat(fds[1])
-        return sa.st_dev == sb.st_dev and mount_id(fds[0]) == mount_id(fds[1])
+        return mount_identity(fds[0]) == mount_identity(fds[1])
     finally:
         for fd in fds:
             os.close(fd)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tmpfs import mounted
+
 XFS_MIN_BYTES = 320 << 20
 """mkfs.xfs refuses a filesystem under 300 MB; the image file is sparse (costs little)."""
 
@@ -33,13 +35,10 @@ def xfs_reflink(base: Path) -> Iterator[Path]:
     )
     if made.returncode != 0:
         pytest.skip(f"mkfs.xfs failed: {made.stderr.strip()}")
-    done = subprocess.run(
-        ["mount", "-o", "loop", str(image), str(mount)], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount an XFS image on a loop device here: {done.stderr.strip()}")
     try:
-        yield mount
+        with mounted(
+            ["mount", "-o", "loop", str(image), str(mount)], mount, "an XFS image on a loop device"
+        ):
+            yield mount
     finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
         image.unlink(missing_ok=True)

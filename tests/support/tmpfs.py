@@ -18,16 +18,20 @@ def tmpfs(mount: Path, options: str = "size=4m") -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     mount.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"{options},mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    argv = ["mount", "-t", "tmpfs", "-o", f"{options},mode=0700", "tmpfs", str(mount)]
+    with mounted(argv, mount, "a tmpfs"):
         yield mount
+
+
+@contextmanager
+def mounted(argv: list[str], mount: Path, what: str) -> Iterator[None]:
+    """Run the mount command `argv` (onto `mount`); skip the test, naming `what`, where it
+    fails; always unmount (lazily) at the end, even when the test fails."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount {what} here: {done.stderr.strip()}")
+    try:
+        yield
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
 

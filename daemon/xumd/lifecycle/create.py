@@ -15,7 +15,7 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.models.base import CONTROL_RE
 from xum_protocol.models.checkout_extras import SubmoduleInfo
 from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreateResult
-from xum_protocol.models.wsenv import CopyReport
+from xum_protocol.models.wsenv import CopyReport, env_problem
 
 from xumd import faults, logs
 from xumd.errors import XumError
@@ -160,13 +160,14 @@ async def _create(
 ) -> WorkspaceCreateResult:
     _check_params(ctx, project, params)
     wanted = createconfig.load(project.path)  # a broken config refuses before any fetch
+    env = _workspace_env(wanted, params)
     params, fetched = await basefetch.prepare(ctx.git, ctx.app.config, project, params, wanted)
     plan = await _plan_branch(ctx, project, params) if params.runtime == "worktree" else None
     sparse = await bigrepo.sparse_patterns(ctx.git, project.path) if plan else None
     submodules: list[SubmoduleInfo] = []
     await HOLD.hold()
     row = ctx.row(
-        _insert_intent(ctx, project, params, plan, binding, also=_extras(ctx, params, wanted))
+        _insert_intent(ctx, project, params, plan, binding, also=_extras(ctx, wanted, env))
     )
     ctx.publish("workspace.created", row)
     cleared: list[str] = []
@@ -226,13 +227,24 @@ async def _create(
     )
 
 
+def _workspace_env(
+    wanted: createconfig.CreateSettings, params: WorkspaceCreateParams
+) -> dict[str, str]:
+    """The project's `[env]` with the request's `env` over it. Each was checked alone; what is
+    stored and given to every child is the merge, so it is checked too (the limits)."""
+    env = {**wanted.env, **params.env}
+    problem = env_problem(env, "env (the request's with the project's [env])")
+    if problem:
+        raise XumError(ErrorKind.INVALID_PARAMS, problem)
+    return env
+
+
 def _extras(
-    ctx: Context, params: WorkspaceCreateParams, wanted: createconfig.CreateSettings
+    ctx: Context, wanted: createconfig.CreateSettings, env: dict[str, str]
 ) -> Callable[[str], None]:
     """What the intent transaction writes beside the row: the ports (allocated now, before
     any checkout exists: a crash leaves both or neither) and the environment."""
     count = wanted.ports if wanted.ports is not None else ctx.app.config.ports.count
-    env = {**wanted.env, **params.env}
 
     def write(workspace_id: str) -> None:
         ports.allocate(ctx.store, workspace_id, count, ctx.app.config.ports)

@@ -18,12 +18,12 @@ from typing import Any
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.wsenv import env_problem
 
+from xumd.config import MAX_PORTS
 from xumd.errors import XumError
 from xumd.lifecycle.scripts import CONFIG_RELPATH, MAX_CONFIG_BYTES, _read_regular
 
 WORKTREEINCLUDE = ".worktreeinclude"
 MAX_PATTERNS = 1000
-MAX_PORTS = 64
 
 
 @dataclass(frozen=True, slots=True)

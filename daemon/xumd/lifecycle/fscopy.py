@@ -84,16 +84,15 @@ class Tally:
     """Directories on another mount: not entered, not copied."""
     cloned: int = 0
     """Files whose data was shared copy-on-write (FICLONE) instead of copied."""
+    between: Callable[[], object] | None = None
+    """Called between chunks of a file's data: a deadline check may raise there, so one large
+    file does not hold a stop until it is whole."""
 
 
-def _identity(fd: int) -> tuple[int, int | None]:
-    return os.fstat(fd).st_dev, fsdelete.mount_id(fd)
-
-
-def _other_mount(fd: int, top: tuple[int, int | None]) -> bool:
-    """Whether the open directory `fd` is on another mount than `top` (see `_identity`)."""
-    dev, mnt = _identity(fd)
-    return dev != top[0] or mnt != top[1]
+def other_mount(fd: int, top: tuple[int, int | None]) -> bool:
+    """Whether the open directory `fd` is on another mount than `top`
+    (`fsdelete.mount_identity`, the test its deletions use)."""
+    return fsdelete.mount_identity(fd) != top
 
 
 Skip = Callable[[str], bool]
@@ -118,7 +117,7 @@ def _walk(
     Directories are opened relative to their parent with O_NOFOLLOW; an iterative walk, so a
     deep tree cannot exhaust the recursion limit. A directory on another mount is yielded but
     not entered (named in `mounts`)."""
-    top = _identity(top_fd)
+    top = fsdelete.mount_identity(top_fd)
     stack: list[tuple[int, str, list[str]]] = [(top_fd, "", _entries(top_fd))]
     try:
         while stack:
@@ -138,7 +137,7 @@ def _walk(
                 continue  # gone since the listing
             if stat.S_ISDIR(st.st_mode):
                 sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                if _other_mount(sub, top):
+                if other_mount(sub, top):
                     os.close(sub)
                     if mounts is not None:
                         mounts.append(child)
@@ -163,22 +162,27 @@ def tally(top: Path, skip: Skip = _never) -> Tally:
     found = Tally()
     top_fd = os.open(top, _DIR_FLAGS)
     try:
-        for _fd, _name, rel, st in _walk(top_fd, skip, found.mounts):
-            kind = special_type(st.st_mode)
-            if kind is not None:
-                found.special.append(Special(rel, kind))
-                continue
-            found.entries += 1
-            if stat.S_ISREG(st.st_mode):
-                found.allocated += st.st_blocks * 512
-                found.files.append(rel)
-            else:
-                found.allocated += DIR_COST
-                if stat.S_ISLNK(st.st_mode):
-                    found.files.append(rel)
+        _count_below(found, top_fd, skip)
     finally:
         os.close(top_fd)
     return found
+
+
+def _count_below(found: Tally, top_fd: int, skip: Skip) -> None:
+    """Add what is under the open directory `top_fd` to `found` (paths relative to it)."""
+    for _fd, _name, rel, st in _walk(top_fd, skip, found.mounts):
+        kind = special_type(st.st_mode)
+        if kind is not None:
+            found.special.append(Special(rel, kind))
+            continue
+        found.entries += 1
+        if stat.S_ISREG(st.st_mode):
+            found.allocated += st.st_blocks * 512
+            found.files.append(rel)
+        else:
+            found.allocated += DIR_COST
+            if stat.S_ISLNK(st.st_mode):
+                found.files.append(rel)
 
 
 def special_files(top: Path, skip: Skip = _never) -> list[Special]:
@@ -254,7 +258,7 @@ def check_space(dest_dir: Path, needed_bytes: int, needed_inodes: int, what: str
         )
 
 
-def _copy_data(src: int, dst: int, size: int) -> bool:
+def _copy_data(src: int, dst: int, size: int, between: Callable[[], object] | None = None) -> bool:
     """The data extents of `src` into `dst` at the same offsets; holes stay holes. True when
     the data was cloned (shared copy-on-write) rather than copied."""
     try:
@@ -275,15 +279,19 @@ def _copy_data(src: int, dst: int, size: int) -> bool:
             end = size
         else:
             end = min(os.lseek(src, start, os.SEEK_HOLE), size)
-        _copy_range(src, dst, start, end)
+        _copy_range(src, dst, start, end, between)
         offset = end
     os.ftruncate(dst, size)
     return False
 
 
-def _copy_range(src: int, dst: int, start: int, end: int) -> None:
+def _copy_range(
+    src: int, dst: int, start: int, end: int, between: Callable[[], object] | None
+) -> None:
     pos = start
     while pos < end:
+        if between is not None and pos > start:
+            between()
         count = min(_CHUNK, end - pos)
         try:
             done = os.copy_file_range(src, dst, count, pos, pos)
@@ -325,7 +333,8 @@ def _copy_file(
             return False
         dst = os.open(dest_name, _WRITE_FLAGS, 0o600, dir_fd=ddir)
         try:
-            if _copy_data(src, dst, now.st_size) and report is not None:
+            between = report.between if report is not None else None
+            if _copy_data(src, dst, now.st_size, between) and report is not None:
                 report.cloned += 1
             os.fchmod(dst, stat.S_IMODE(now.st_mode))
             os.utime(dst, ns=(now.st_atime_ns, now.st_mtime_ns))
@@ -379,7 +388,7 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
             ours = set(os.listdir(src))
             created = [n for n in os.listdir(dest) if n not in before and n in ours]
             for name in created:
-                _remove(dest / name)
+                remove_partial(dest / name)
         else:
             fsdelete.remove_tree(dest, ignore_errors=True)
         raise
@@ -388,8 +397,14 @@ def _copy(src: Path, dest: Path, *, skip: Skip, what: str, merge: bool) -> Tally
     return report
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
+def remove_partial(path: Path) -> None:
+    """Remove what a failed copy wrote at `path` (a directory whole, a file or a link as
+    itself, never followed); nothing there is not an error."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
         fsdelete.remove_tree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
@@ -397,7 +412,7 @@ def _remove(path: Path) -> None:
 
 def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "") -> None:
     """Depth-first copy of the directory `sdir` into `ddir` (an explicit stack, no recursion)."""
-    top = _identity(sdir)
+    top = fsdelete.mount_identity(sdir)
     stack: list[tuple[int, int, str, list[str], os.stat_result | None]] = [
         (sdir, ddir, rel, _entries(sdir), None)
     ]
@@ -427,7 +442,7 @@ def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "
                 report.special.append(Special(child, kind))
             elif stat.S_ISDIR(st.st_mode):
                 sub = os.open(name, _DIR_FLAGS, dir_fd=s)
-                if _other_mount(sub, top):
+                if other_mount(sub, top):
                     os.close(sub)
                     report.mounts.append(child)
                     continue
@@ -494,35 +509,36 @@ def copy_file(src: Path, dest: Path) -> str | None:
         os.close(ddir)
 
 
-def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> None:
+def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> bool:
     """Copy the entry `name` of the open directory `sdir` (a file, a symlink as a link, or a
     whole directory) into the open directory `ddir`, where it must not exist. `rel` is its path
     for `skip` and the report. Nothing is followed: `sdir` and `ddir` were opened with
     O_NOFOLLOW by the caller. The caller checks space (`check_space`) first and, on failure,
-    removes the partial entry (it knows the destination's path)."""
+    removes the partial entry (it knows the destination's path). False when nothing was
+    written: a special file, or a directory on another mount (both reported)."""
     st = os.stat(name, dir_fd=sdir, follow_symlinks=False)
     kind = special_type(st.st_mode)
     if kind is not None:
         report.special.append(Special(rel, kind))
-        return
+        return False
     if stat.S_ISLNK(st.st_mode):
         os.symlink(os.readlink(name, dir_fd=sdir), name, dir_fd=ddir)
         os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=ddir, follow_symlinks=False)
         report.files.append(rel)
-        return
+        return True
     if stat.S_ISREG(st.st_mode):
         if _copy_file(sdir, ddir, name, st, report=report):
             report.files.append(rel)
             report.allocated += st.st_blocks * 512
-        else:
-            now = os.stat(name, dir_fd=sdir, follow_symlinks=False)
-            report.special.append(Special(rel, special_type(now.st_mode) or "changed"))
-        return
+            return True
+        now = os.stat(name, dir_fd=sdir, follow_symlinks=False)
+        report.special.append(Special(rel, special_type(now.st_mode) or "changed"))
+        return False
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
-        if _other_mount(sub, _identity(sdir)):
+        if other_mount(sub, fsdelete.mount_identity(sdir)):
             report.mounts.append(rel)
-            return
+            return False
         os.mkdir(name, 0o700, dir_fd=ddir)
         dsub = os.open(name, _DIR_FLAGS, dir_fd=ddir)
         try:
@@ -533,17 +549,19 @@ def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repo
             os.close(dsub)
     finally:
         os.close(sub)
+    return True
 
 
-def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> None:
+def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> bool:
     """Copy the directory `name` of `sdir` into the directory of the same name that `ddir`
     already has: subdirectories merge, and `skip` must leave out every file or link the
-    destination has (a new file never replaces one: that is an error). Nothing is followed."""
+    destination has (a new file never replaces one: that is an error). Nothing is followed.
+    False when `name` is on another mount (reported, not entered)."""
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
-        if _other_mount(sub, _identity(sdir)):
+        if other_mount(sub, fsdelete.mount_identity(sdir)):
             report.mounts.append(rel)
-            return
+            return False
         dsub = os.open(name, _DIR_FLAGS, dir_fd=ddir)
         try:
             _copy_tree_fds(sub, dsub, skip, report, rel)
@@ -551,6 +569,7 @@ def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repor
             os.close(dsub)
     finally:
         os.close(sub)
+    return True
 
 
 def tally_at(sdir: int, name: str, skip: Skip = _never) -> Tally:
@@ -570,13 +589,9 @@ def tally_at(sdir: int, name: str, skip: Skip = _never) -> Tally:
         return found
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
-        if _other_mount(sub, _identity(sdir)):
+        if other_mount(sub, fsdelete.mount_identity(sdir)):
             return found
-        for _fd, _n, _rel, cst in _walk(sub, skip, found.mounts):
-            if special_type(cst.st_mode) is not None:
-                continue
-            found.entries += 1
-            found.allocated += cst.st_blocks * 512 if stat.S_ISREG(cst.st_mode) else DIR_COST
+        _count_below(found, sub, skip)
     finally:
         os.close(sub)
     return found

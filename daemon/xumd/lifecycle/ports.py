@@ -65,8 +65,9 @@ def _taken(store: Store) -> set[int]:
     return {int(r["port"]) for r in store.all("SELECT port FROM workspace_ports")}
 
 
-def _pick(store: Store, cfg: PortsConfig, count: int, avoid: set[int]) -> list[int]:
-    taken = _taken(store) | avoid
+def _pick(store: Store, cfg: PortsConfig, count: int) -> list[int]:
+    """`count` ports of the range no workspace holds (archived ones too) and nothing listens on."""
+    taken = _taken(store)
     found: list[int] = []
     for port in range(cfg.range_start, cfg.range_end + 1):
         if len(found) == count:
@@ -92,7 +93,7 @@ def allocate(store: Store, workspace_id: str, count: int, cfg: PortsConfig) -> l
     """Give `workspace_id` `count` ports. Call inside the transaction that inserts its row."""
     if count <= 0:
         return []
-    found = _pick(store, cfg, count, set())
+    found = _pick(store, cfg, count)
     now = time.time()
     for position, port in enumerate(found):
         store.execute(
@@ -111,7 +112,7 @@ def recheck(store: Store, workspace_id: str, cfg: PortsConfig) -> list[PortChang
     busy = [p for p in held if not is_free(p)]
     if not busy:
         return []
-    fresh = _pick(store, cfg, len(busy), set(held))
+    fresh = _pick(store, cfg, len(busy))  # the held ports are rows: never picked again
     changes: list[PortChange] = []
     for old, new in zip(busy, fresh, strict=True):
         store.execute(

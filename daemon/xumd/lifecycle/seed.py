@@ -15,8 +15,9 @@ archive's preserved files restored) is left as it is.
 Bounded: the whole copy is sized first; entries beyond `[create] copy_max_bytes` (ROOT/config.toml)
 are skipped whole (never half a directory) and reported (`capped`); space is checked before
 anything is written; the copy runs in a worker thread under `copy_timeout_s`, and stops at the
-next file when the deadline passes or the daemon stops. A copy that fails raises: the caller
-(create, unarchive) undoes the checkout, so a half-seeded workspace is never reported as made.
+next file (or the next 8 MiB of a large one) when the deadline passes or the daemon stops. A
+copy that fails raises: the caller (create, unarchive) undoes the checkout, so a half-seeded
+workspace is never reported as made.
 """
 
 from __future__ import annotations
@@ -193,12 +194,12 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
     root_fd = os.open(src, _DIR_FLAGS)
     dest_fd = os.open(dest, _DIR_FLAGS)
     try:
-        top = fscopy._identity(root_fd)
+        top = fsdelete.mount_identity(root_fd)
         for entry in entries:
             parts = entry.rstrip("/").split("/")
             there = _at_dest(dest_fd, parts)
-            if there == "dir" and not entry.endswith("/"):
-                there = "exists"
+            if there == "exists" or (there == "dir" and not entry.endswith("/")):
+                # Left as it is: neither sized against the cap nor counted for space.
                 plan.existing.append(entry)
                 continue
             if there == "linked":
@@ -214,8 +215,11 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
                     continue  # gone since git listed it
                 raise
             try:
-                if fscopy._other_mount(parent, top):
+                if fscopy.other_mount(parent, top):
                     plan.mounts.append(entry)
+                    continue
+                if plan.skipped:  # past the cap: skipped without walking it to size it
+                    plan.skipped.append(entry)
                     continue
                 try:
                     size = fscopy.tally_at(parent, parts[-1], check)
@@ -223,7 +227,7 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
                     continue
             finally:
                 os.close(parent)
-            if plan.skipped or total + size.allocated > cap:
+            if total + size.allocated > cap:
                 plan.skipped.append(entry)  # the copy stops at the cap: this and the rest
                 continue
             total += size.allocated
@@ -235,7 +239,7 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
 
 
 def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tally:
-    report = fscopy.Tally()
+    report = fscopy.Tally(between=lambda: check(""))
     if not plan.todo:
         return report
     fscopy.check_space(
@@ -277,15 +281,15 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
                     raise
                 try:
                     if item.merge:
-                        fscopy.merge_dir_at(
+                        if fscopy.merge_dir_at(
                             sdir,
                             ddir,
                             parts[-1],
                             item.entry.rstrip("/"),
                             skip=_merging(dest, check),
                             report=report,
-                        )
-                        plan.done.append(item.entry)
+                        ):
+                            plan.done.append(item.entry)
                         continue
                     try:
                         os.stat(parts[-1], dir_fd=ddir, follow_symlinks=False)
@@ -294,13 +298,14 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
                     except FileNotFoundError:
                         pass
                     try:
-                        fscopy.copy_entry_at(
+                        wrote = fscopy.copy_entry_at(
                             sdir, ddir, parts[-1], item.entry.rstrip("/"), skip=check, report=report
                         )
                     except BaseException:
-                        _remove_partial(dest / item.entry.rstrip("/"))
+                        fscopy.remove_partial(dest / item.entry.rstrip("/"))
                         raise
-                    plan.done.append(item.entry)
+                    if wrote:  # else a special file or a mount: reported as such, not copied
+                        plan.done.append(item.entry)
                 finally:
                     os.close(ddir)
             finally:
@@ -323,17 +328,6 @@ def _merging(dest: Path, check: fscopy.Skip) -> fscopy.Skip:
         return not stat.S_ISDIR(st.st_mode)
 
     return skip
-
-
-def _remove_partial(path: Path) -> None:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        fsdelete.remove_tree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
 
 
 def _shown(items: list[str]) -> list[str]:
