@@ -81,12 +81,19 @@ class Planner:
             await self._kept(plan, self.config.kept_after_days)
         return plan
 
-    async def _workspace_item(
-        self, row: WorkspaceRow, action: GcAction, age: float, reason: str
-    ) -> GcItem:
-        """An item that collects one workspace, with the bytes it frees measured now."""
-        figures = await self.usage.figures(row, refresh=True)
-        return GcItem(
+    async def _add_workspace(
+        self,
+        plan: Plan,
+        row: WorkspaceRow,
+        action: GcAction,
+        age: float,
+        *,
+        reason: str,
+        why_not: str | None,
+    ) -> None:
+        """An item that collects one workspace: skipped (`why_not`), or planned with the bytes it
+        frees measured now (only a planned item is walked: a skipped one frees nothing)."""
+        item = GcItem(
             key=f"{action}:{row.id}",
             action=action,
             workspace_id=row.id,
@@ -94,9 +101,13 @@ class Planner:
             name=row.name,
             path=str(row.path),
             age_days=age,
-            bytes=figures.bytes if figures else 0,
             reason=reason,
         )
+        if why_not:
+            plan.skip(item, why_not)
+            return
+        figures = await self.usage.figures(row, refresh=True)
+        plan.items.append(item.model_copy(update={"bytes": figures.bytes if figures else 0}))
 
     # -- archived workspaces ------------------------------------------------------------------
 
@@ -105,13 +116,14 @@ class Planner:
             age = (plan.now - row.updated_at) / DAY_S
             if age < days:
                 continue
-            item = await self._workspace_item(
-                row, "remove_archived", age, f"archived {age:.1f} days ago (policy: {days:g})"
+            await self._add_workspace(
+                plan,
+                row,
+                "remove_archived",
+                age,
+                reason=f"archived {age:.1f} days ago (policy: {days:g})",
+                why_not=_interrupted(row),
             )
-            if row.interrupted:
-                plan.skip(item, f"interrupted: {row.interrupted_reason or 'needs a look'}")
-                continue
-            plan.items.append(item)
 
     # -- snapshot refs of removed workspaces --------------------------------------------------
 
@@ -186,21 +198,18 @@ class Planner:
                 continue
             when = await self._out(row.path, "log", "-1", "--format=%ct", tip)
             age = max(0.0, (plan.now - float(when)) / DAY_S) if when.isdigit() else 0.0
-            item = await self._workspace_item(
+            await self._add_workspace(
+                plan,
                 row,
                 "archive_merged",
                 age,
-                f"clean, and {tip[:12]} is merged into the main checkout's HEAD",
+                reason=f"clean, and {tip[:12]} is merged into the main checkout's HEAD",
+                why_not=await self._not_stale(row),
             )
-            why = await self._not_stale(row)
-            if why:
-                plan.skip(item, why)
-                continue
-            plan.items.append(item)
 
     async def _not_stale(self, row: WorkspaceRow) -> str | None:
         if row.interrupted:
-            return f"interrupted: {row.interrupted_reason or 'needs a look'}"
+            return _interrupted(row)
         status = await self.git.run(
             row.path, "status", "--porcelain=v1", "-z", "--untracked-files=all", check=False
         )
@@ -254,3 +263,7 @@ class Planner:
                     reason=f"kept {age:.1f} days (policy: {days:g})",
                 )
             )
+
+
+def _interrupted(row: WorkspaceRow) -> str | None:
+    return f"interrupted: {row.interrupted_reason or 'needs a look'}" if row.interrupted else None
