@@ -5,11 +5,9 @@ work no snapshot holds, a removal the daemon has no record of) is listed as skip
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import anyio
 from xum_protocol.models.gc import GcAction, GcItem, GcPolicies, GcSkipped
 
 from xumd.checkouts.marker import WorkspaceRef
@@ -22,7 +20,6 @@ from xumd.paths import RootPaths
 from xumd.recovery import strays
 from xumd.store import Store
 from xumd.usage.service import UsageService
-from xumd.usage.walk import walk
 
 DAY_S = 86400.0
 SNAPSHOT_REFS = "refs/xum/snapshots/"
@@ -67,7 +64,6 @@ class Planner:
     hooks: LifecycleHooks
     usage: UsageService
     config: GcConfig
-    deadline_s: float = 30.0
 
     async def plan(self, now: float) -> Plan:
         plan = Plan(now)
@@ -247,9 +243,7 @@ class Planner:
             age = (plan.now - since) / DAY_S
             if age < days:
                 continue
-            figures = await anyio.to_thread.run_sync(
-                walk, stray.path, time.monotonic() + self.deadline_s
-            )
+            figures = await self.usage.measure(stray.path)
             plan.items.append(
                 GcItem(
                     key=f"discard_kept:{name}",

@@ -90,7 +90,6 @@ class GcService:
             self.hooks,
             self.usage,
             self.app.config.gc,
-            self.app.config.usage.deadline_s,
         )
 
     async def plan(self) -> GcPlanResult:

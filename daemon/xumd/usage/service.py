@@ -67,6 +67,11 @@ class UsageService:
         deadline = time.monotonic() + self.config.deadline_s
         return (await self._one(row, deadline, refresh)).usage
 
+    async def measure(self, path: Path | str) -> UsageFigures:
+        """For gc: a directory that is no workspace's (a kept copy), walked like the rest:
+        under the configured deadline, at most two walks at once, never cached."""
+        return await self._walk(path, time.monotonic() + self.config.deadline_s)
+
     async def _one(self, row: WorkspaceRow, deadline: float, refresh: bool) -> WorkspaceUsage:
         now = time.time()
         cached = self._cache.get(row.id)
