@@ -22,7 +22,7 @@ from xumd import logs
 from xumd.app import App
 from xumd.cleanup.service import CleanupService
 from xumd.git import Git
-from xumd.lifecycle import rows
+from xumd.lifecycle import owned, rows
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.service import WorkspaceService
 from xumd.usage import walk
@@ -160,7 +160,7 @@ class UsageService:
                 continue
             figures = await self._walk(source, deadline)
             reclaim_bytes += figures.bytes
-            if not _within(source, paths.trash):
+            if not owned.within(owned.real(source), owned.real(paths.trash)):
                 outside += figures.bytes
         ws_bytes = sum(w.usage.bytes for w in listed if w.usage is not None)
         return RootUsage(
@@ -192,12 +192,3 @@ class UsageService:
             if source:
                 found.append(Path(str(source)))
         return len(records), found
-
-
-def _within(path: Path, parent: Path) -> bool:
-    try:
-        return os.path.commonpath([os.path.realpath(path), os.path.realpath(parent)]) == (
-            os.path.realpath(parent)
-        )
-    except ValueError:
-        return False
