@@ -170,6 +170,12 @@ def test_root_totals_count_a_pending_reclaim(root: Path, tmp_short: Path) -> Non
         assert root_usage["pending_reclaim_bytes"] >= 3 * MIB
         assert root_usage["trash"]["bytes"] >= 3 * MIB
         assert root_usage["total_bytes"] >= root_usage["trash"]["bytes"]
+        # The pending reclaim lies in the trash: counted there, never a second time.
+        assert root_usage["total_bytes"] == (
+            root_usage["workspaces_bytes"]
+            + root_usage["trash"]["bytes"]
+            + root_usage["archive_store"]["bytes"]
+        )
         release(RECLAIM_HOLD, holds)
     finally:
         daemon.close()
