@@ -28,8 +28,13 @@ SNAPSHOT_REFS = "refs/xum/snapshots/"
 @dataclass(slots=True)
 class Plan:
     now: float
+    keys: frozenset[str] | None = None
+    """A run's chosen keys: only those items are measured (the rest are not collected)."""
     items: list[GcItem] = field(default_factory=list)
     skipped: list[GcSkipped] = field(default_factory=list)
+
+    def measures(self, key: str) -> bool:
+        return self.keys is None or key in self.keys
 
     def skip(self, item: GcItem, reason: str) -> None:
         self.skipped.append(skipped(item, reason))
@@ -65,8 +70,8 @@ class Planner:
     usage: UsageService
     config: GcConfig
 
-    async def plan(self, now: float) -> Plan:
-        plan = Plan(now)
+    async def plan(self, now: float, keys: frozenset[str] | None = None) -> Plan:
+        plan = Plan(now, keys)
         if self.config.archived_after_days > 0:
             await self._archived(plan, self.config.archived_after_days)
         if self.config.snapshot_refs_days > 0:
@@ -88,7 +93,8 @@ class Planner:
         why_not: str | None,
     ) -> None:
         """An item that collects one workspace: skipped (`why_not`), or planned with the bytes it
-        frees measured now (only a planned item is walked: a skipped one frees nothing)."""
+        frees measured now (only a planned item a run collects is walked: a skipped one frees
+        nothing, and `xum gc` runs one key at a time)."""
         item = GcItem(
             key=f"{action}:{row.id}",
             action=action,
@@ -102,8 +108,10 @@ class Planner:
         if why_not:
             plan.skip(item, why_not)
             return
-        figures = await self.usage.figures(row, refresh=True)
-        plan.items.append(item.model_copy(update={"bytes": figures.bytes if figures else 0}))
+        if plan.measures(item.key):
+            figures = await self.usage.figures(row, refresh=True)
+            item = item.model_copy(update={"bytes": figures.bytes if figures else 0})
+        plan.items.append(item)
 
     # -- archived workspaces ------------------------------------------------------------------
 
@@ -243,17 +251,18 @@ class Planner:
             age = (plan.now - since) / DAY_S
             if age < days:
                 continue
-            figures = await self.usage.measure(stray.path)
+            key = f"discard_kept:{name}"
+            figures = await self.usage.measure(stray.path) if plan.measures(key) else None
             plan.items.append(
                 GcItem(
-                    key=f"discard_kept:{name}",
+                    key=key,
                     action="discard_kept",
                     workspace_id=stray.workspace_id,
                     project_id=stray.project_id,
                     name=name,
                     path=stray.path,
                     age_days=age,
-                    bytes=figures.bytes,
+                    bytes=figures.bytes if figures else 0,
                     reason=f"kept {age:.1f} days (policy: {days:g})",
                 )
             )

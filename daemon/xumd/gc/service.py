@@ -191,7 +191,8 @@ class GcService:
             return await self._collect_all(params)
 
     async def _collect_all(self, params: GcRunParams) -> GcRunResult:
-        plan = await self._planner().plan(self.clock.time())
+        keys = frozenset(params.keys) if params.keys is not None else None
+        plan = await self._planner().plan(self.clock.time(), keys)
         result = GcRunResult(skipped=list(plan.skipped))
         chosen = plan.items
         if params.keys is not None:
