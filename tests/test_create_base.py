@@ -17,6 +17,7 @@ from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.holds import hold_env, release, wait_held
+from tests.support.wait import until
 from tests.test_cli_workspace import xum
 
 
@@ -176,6 +177,38 @@ def test_hung_fetch_hits_the_deadline_and_is_tree_killed(
     stale = create(daemon, project["id"], "h", fetch=True, allow_stale_base=True)
     assert stale["fetch"]["status"] == "timeout"
     assert stale["fetch"]["stale"] is True
+
+
+def test_create_queued_behind_a_hung_fetch_waits_only_its_deadline(
+    fast_fetch_daemon: DaemonProcess, repo: Path, tmp_short: Path
+) -> None:
+    """Creates that fetch one repository take turns (basefetch's lock): behind a hung fetch, a
+    queue of creates each waits at most `fetch_timeout_s` for its turn, then answers `timeout`
+    with nothing made; never an unbounded wait for the one ahead."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    daemon = fast_fetch_daemon
+    project = add_project(daemon, repo)
+    pidfile = tmp_short / "helper.pid"
+    helper = tmp_short / "hang.sh"
+    helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
+    helper.chmod(0o755)
+    git(repo, "config", "remote.origin.uploadpack", str(helper))
+
+    def attempt(name: str) -> XumRpcError:
+        return rpc_error(
+            daemon, "workspace.create", {"project_id": project["id"], "name": name, "fetch": True}
+        )
+
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(attempt, "q0")
+        until(pidfile.exists, timeout=30, message="the first fetch reached the hung remote")
+        queued = [pool.submit(attempt, f"q{n}") for n in (1, 2)]
+        errors = [first.result(), *(f.result() for f in queued)]
+    assert [e.kind for e in errors] == ["timeout"] * 3
+    assert "for another fetch" not in errors[0].message
+    assert any("for another fetch" in e.message for e in errors[1:]), [e.message for e in errors]
+    assert daemon.call("workspace.list")["workspaces"] == []
 
 
 # -- big repositories ----------------------------------------------------------------------------
