@@ -211,3 +211,41 @@ def test_walk_of_a_symlinked_top_walks_nothing(tmp_short: Path) -> None:
     figures = walk.walk(str(tmp_short / "link"), time.monotonic() + 30)
     assert figures.files == 0 and figures.bytes == 0
     assert not figures.complete
+
+
+def test_cache_ages_by_the_monotonic_clock(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached answer's freshness and age come from the monotonic clock: the wall clock
+    stepped back (NTP, a suspended laptop's correction) must not keep an old walk fresh."""
+    import types
+
+    import anyio
+    from xumd.config import UsageConfig
+    from xumd.lifecycle.rows import WorkspaceRow
+    from xumd.usage import service
+
+    checkout = tmp_short / "ws"
+    checkout.mkdir()
+    (checkout / "a.txt").write_text("a\n")
+    app: Any = types.SimpleNamespace(config=types.SimpleNamespace(usage=UsageConfig(cache_s=0)))
+    usage = service.UsageService(app, git=Any, workspaces=Any, cleanup=Any)  # type: ignore[arg-type]
+    row = WorkspaceRow(
+        **{f: None for f in WorkspaceRow.__dataclass_fields__}  # type: ignore[arg-type]
+        | {"id": "ws_1", "project_id": "p_1", "name": "w", "state": "active"}
+        | {"runtime": "directory", "path": checkout, "incarnation": "i1"}
+    )
+    wall = [time.time()]
+    monkeypatch.setattr(
+        service, "time", types.SimpleNamespace(time=lambda: wall[0], monotonic=time.monotonic)
+    )
+
+    async def twice() -> tuple[Any, Any]:
+        first = await usage.figures(row)
+        (checkout / "b.txt").write_text("b\n")
+        wall[0] -= 3600.0  # the wall clock steps back an hour
+        return first, await usage.figures(row)
+
+    first, second = anyio.run(twice)
+    assert first.files == 1
+    assert second.files == 2  # cache_s = 0: walked again, whatever the wall clock says

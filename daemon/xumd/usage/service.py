@@ -35,6 +35,9 @@ class _Cached:
     incarnation: str
     path: str
     computed_at: float
+    """Wall time, for the answer; freshness and age go by `walked` (monotonic): a wall clock
+    stepped back must not keep an old walk fresh."""
+    walked: float
     figures: UsageFigures | None
 
 
@@ -73,19 +76,19 @@ class UsageService:
         return await self._walk(path, time.monotonic() + self.config.deadline_s)
 
     async def _one(self, row: WorkspaceRow, deadline: float, refresh: bool) -> WorkspaceUsage:
-        now = time.time()
+        now, wall = time.monotonic(), time.time()
         cached = self._cache.get(row.id)
         fresh = (
             cached is not None
             and not refresh
             and cached.incarnation == row.incarnation
             and cached.path == str(row.path)
-            and now - cached.computed_at <= self.config.cache_s
+            and now - cached.walked <= self.config.cache_s
             and (cached.figures is None or cached.figures.complete)
         )
         if not fresh:
             figures = await self._walk_checkout(row, deadline)
-            cached = _Cached(row.incarnation, str(row.path), now, figures)
+            cached = _Cached(row.incarnation, str(row.path), wall, now, figures)
             self._cache[row.id] = cached
         assert cached is not None
         return WorkspaceUsage(
@@ -96,7 +99,7 @@ class UsageService:
             path=str(row.path),
             usage=cached.figures,
             computed_at=cached.computed_at,
-            age_s=max(0.0, now - cached.computed_at),
+            age_s=max(0.0, now - cached.walked),
         )
 
     async def _walk_checkout(self, row: WorkspaceRow, deadline: float) -> UsageFigures | None:
