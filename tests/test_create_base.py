@@ -676,3 +676,23 @@ def test_sparse_index_workspace_archives_and_unarchives(
     assert (path / "a" / "f").read_text() == "edited\n"
     assert (path / "b" / "mine.txt").read_text() == "mine\n"
     assert not (path / "c").exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "inside"),
+    [
+        ("top.txt", True),  # the top level is always checked out
+        ("a/b/f.txt", True),  # in the cone
+        ("a/b/c/f.txt", True),  # under the cone
+        ("a/f.txt", True),  # directly in a directory leading to the cone
+        ("a/x/f.txt", False),  # a sibling of the cone
+        ("ab/f.txt", False),  # a name that only starts like the cone's parent
+        ("c/f.txt", False),
+    ],
+)
+def test_in_cone_follows_git_cone_mode(path: str, inside: bool) -> None:
+    """What sparsekeep keeps on disk at unarchive must match what git's cone mode writes: a
+    path it wrongly calls outside widens the cone and is reported kept for nothing."""
+    from xumd.lifecycle.sparsekeep import in_cone
+
+    assert in_cone(path, ["/a/b/"]) is inside
