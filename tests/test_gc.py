@@ -22,6 +22,7 @@ from tests.test_cli_workspace import xum, xum_json
 
 DAY = 86400.0
 ARCHIVE_HOLD = "workspace.archive.hold"
+REMOVE_HOLD = "workspace.remove.hold"
 POLICIES = """enable_test_methods = true
 [cleanup]
 backoff_initial_s = 0.01
@@ -312,6 +313,36 @@ def test_a_second_run_while_one_runs_is_busy(root: Path, repo: Path, tmp_short: 
         release(ARCHIVE_HOLD, holds)
         final = until_done(daemon, run_id)
         assert [d["workspace_id"] for d in final["done"]] == [wid]
+    finally:
+        daemon.close()
+
+
+def test_a_workspace_unarchived_after_the_plan_is_not_removed(
+    root: Path, repo: Path, tmp_short: Path
+) -> None:
+    """A run plans, then collects item by item: a workspace the user unarchives while an
+    earlier item is collected is no longer what the plan selected (archived), and the run
+    leaves it, reported `invalid_state`, instead of removing an active workspace."""
+    write_config(root, POLICIES)
+    holds = tmp_short / "holds"
+    holds.mkdir()
+    daemon = DaemonProcess(root, env=hold_env(REMOVE_HOLD, holds)).start()
+    try:
+        project = add_project(daemon, repo)
+        first = create(daemon, project["id"], "first")["workspace"]["id"]
+        second = create(daemon, project["id"], "second")["workspace"]["id"]
+        for wid in (first, second):
+            daemon.call("workspace.archive", {"workspace_id": wid})
+        _advance(daemon, 8)
+        run_id = daemon.call("gc.run", {"background": True})["run_id"]
+        wait_held(REMOVE_HOLD, holds)  # the first item's removal, after its plan
+        daemon.call("workspace.unarchive", {"workspace_id": second})
+        release(REMOVE_HOLD, holds)
+        final = until_done(daemon, run_id)
+        assert [d["workspace_id"] for d in final["done"]] == [first]
+        assert _skipped(final)[f"remove_archived:{second}"]["kind"] == "invalid_state"
+        ws = daemon.call("workspace.get", {"workspace_id": second})["workspace"]
+        assert ws["state"] == "active"
     finally:
         daemon.close()
 

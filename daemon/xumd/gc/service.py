@@ -236,7 +236,9 @@ class GcService:
     async def _collect(self, item: GcItem) -> str:
         workspaces = self.workspaces
         if item.action == "remove_archived" and item.workspace_id:
-            removed = await workspaces.remove(item.workspace_id, force=False)
+            removed = await workspaces.remove(
+                item.workspace_id, force=False, expect_state="archived"
+            )
             return f"removed; cleanup {removed.cleanup.status}"
         if item.action == "archive_merged" and item.workspace_id:
             archived = await workspaces.archive(item.workspace_id)
