@@ -696,3 +696,15 @@ def test_in_cone_follows_git_cone_mode(path: str, inside: bool) -> None:
     from xumd.lifecycle.sparsekeep import in_cone
 
     assert in_cone(path, ["/a/b/"]) is inside
+
+
+def test_remote_of_a_tracking_ref_is_the_longest_matching_remote() -> None:
+    """Remote names may hold slashes: `refs/remotes/team/x/main` is remote `team/x`'s branch
+    `main` when both `team` and `team/x` exist, and no remote's when none matches."""
+    from xumd.lifecycle.basefetch import _remote_of
+
+    remotes = ["team", "team/x", "origin"]
+    assert _remote_of("refs/remotes/team/x/main", remotes) == "team/x"
+    assert _remote_of("refs/remotes/team/main", remotes) == "team"
+    assert _remote_of("refs/remotes/teamx/main", remotes) is None
+    assert _remote_of("", remotes) is None
