@@ -178,20 +178,13 @@ class UsageService:
     def _pending_reclaims(self) -> tuple[int, list[Path]]:
         """How many reclaim obligations are pending, and their trash entries (where the trash
         step moved the checkout; one whose trash step has not moved anything has none)."""
-        obligations = self.cleanup.obligations
         records = self.app.store.all(
             "SELECT id FROM cleanup_obligations WHERE kind = 'reclaim' AND state = 'pending'"
         )
         found: list[Path] = []
         for record in records:
-            ob = obligations.get(str(record["id"]))
-            if ob is None:
-                continue
-            source = ob.detail.get("trash_path")
-            if not source:
-                trash_ob = obligations.get(str(ob.detail.get("trash_ob", "")))
-                if trash_ob is not None and trash_ob.detail.get("moved"):
-                    source = trash_ob.detail.get("trash_path")
-            if source:
-                found.append(Path(str(source)))
+            ob = self.cleanup.obligations.get(str(record["id"]))
+            source = self.cleanup.steps.reclaim_source(ob)[0] if ob is not None else None
+            if source is not None:
+                found.append(source)
         return len(records), found
