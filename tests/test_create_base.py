@@ -708,3 +708,40 @@ def test_remote_of_a_tracking_ref_is_the_longest_matching_remote() -> None:
     assert _remote_of("refs/remotes/team/main", remotes) == "team"
     assert _remote_of("refs/remotes/teamx/main", remotes) is None
     assert _remote_of("", remotes) is None
+
+
+def test_fetch_retry_after_a_ref_race_shares_the_one_deadline(tmp_short: Path) -> None:
+    """A fetch that lost a ref race to someone else's fetch is tried once more, within what is
+    left of `fetch_timeout_s`: the two tries together never outlast the one deadline."""
+    import types
+
+    import anyio
+    from xum_protocol.models.workspace import WorkspaceCreateParams
+    from xumd.lifecycle import basefetch
+
+    timeouts: list[float] = []
+
+    def answer(ok: bool, text: str = "") -> Any:
+        output = types.SimpleNamespace(text=lambda: text, tail_text=lambda _n: text)
+        return types.SimpleNamespace(
+            ok=ok, timed_out=False, output=output, describe=lambda: "exit 1"
+        )
+
+    class FakeGit:
+        async def out(self, repo: Path, *args: str, **kw: object) -> str:
+            return "origin"
+
+        async def run(self, repo: Path, *args: str, **kw: Any) -> Any:
+            if args[0] != "fetch":
+                return answer(False)
+            timeouts.append(float(kw["timeout_s"]))
+            await anyio.sleep(0.3)
+            if len(timeouts) == 1:
+                return answer(False, "error: cannot lock ref 'refs/remotes/origin/main'")
+            return answer(True)
+
+    params = WorkspaceCreateParams(project_id="p_1", name="w", fetch=True)
+    anyio.run(basefetch.fetch_base, FakeGit(), tmp_short, params, "xum/w", 1.0)  # type: ignore[arg-type]
+    assert len(timeouts) == 2
+    assert timeouts[0] == pytest.approx(1.0, abs=0.05)
+    assert timeouts[1] <= 0.75  # what the first try left, not a second full deadline

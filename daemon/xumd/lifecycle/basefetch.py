@@ -122,6 +122,8 @@ async def fetch_base(
         reason = f"waited {timeout_s:g}s for another fetch of {repo} to finish"
         return params, _failed(params, where.remote, "timeout", reason)
     try:
+        # Its turn come, the fetch has `timeout_s`: a retry gets what the first try left.
+        deadline = anyio.current_time() + timeout_s
         for _attempt in range(2):
             result = await git.run(
                 repo,
@@ -130,7 +132,7 @@ async def fetch_base(
                 "--no-write-fetch-head",
                 "--end-of-options",
                 where.remote,
-                timeout_s=timeout_s,
+                timeout_s=max(0.1, deadline - anyio.current_time()),
                 check=False,
             )
             if result.ok or result.timed_out or _REF_RACE not in result.output.text():
