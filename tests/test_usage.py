@@ -249,3 +249,48 @@ def test_cache_ages_by_the_monotonic_clock(
     first, second = anyio.run(twice)
     assert first.files == 1
     assert second.files == 2  # cache_s = 0: walked again, whatever the wall clock says
+
+
+def test_one_huge_checkout_does_not_starve_the_others(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`workspace.usage` of every workspace shares one deadline: a checkout whose walk takes the
+    whole of it (it comes back partial, so it is walked again next time) must not leave every
+    other workspace unmeasured, call after call."""
+    import types
+
+    import anyio
+    from xumd.config import UsageConfig
+    from xumd.lifecycle.rows import WorkspaceRow
+    from xumd.usage import service
+
+    def row(name: str) -> WorkspaceRow:
+        path = tmp_short / name
+        path.mkdir()
+        (path / "f.txt").write_text(name)
+        fields: dict[str, Any] = dict.fromkeys(WorkspaceRow.__dataclass_fields__)
+        fields |= {"id": f"ws_{name}", "project_id": "p_1", "name": name, "state": "active"}
+        fields |= {"runtime": "directory", "path": path, "incarnation": "i1"}
+        return WorkspaceRow(**fields)
+
+    found = [row("huge"), row("small1"), row("small2")]
+    real_walk = walk.walk
+
+    def slow_walk(top: str, deadline: float, ignored: frozenset[str] = frozenset()) -> Any:
+        if top.endswith("huge"):
+            time.sleep(max(0.0, deadline - time.monotonic()) + 0.01)  # walks past the deadline
+        return real_walk(top, deadline, ignored)
+
+    monkeypatch.setattr(service.walk, "walk", slow_walk)
+    monkeypatch.setattr(service.rows, "list_workspaces", lambda store: found)
+    config = types.SimpleNamespace(usage=UsageConfig(deadline_s=1.0))
+    app: Any = types.SimpleNamespace(config=config, store=None)
+    usage = service.UsageService(app, git=Any, workspaces=Any, cleanup=Any)  # type: ignore[arg-type]
+
+    async def everything() -> Any:
+        return await usage._all(found, time.monotonic() + 1.0, refresh=False)
+
+    listed = {w.name: w.usage for w in anyio.run(everything)}
+    assert not listed["huge"].complete
+    assert listed["small1"].complete and listed["small1"].files == 1
+    assert listed["small2"].complete and listed["small2"].files == 1

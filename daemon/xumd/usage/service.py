@@ -59,11 +59,32 @@ class UsageService:
         if params.workspace_id is not None:
             row = self.workspaces.row(params.workspace_id)
             return WorkspaceUsageResult(workspaces=[await self._one(row, deadline, params.refresh)])
-        listed = [
-            await self._one(r, deadline, params.refresh)
-            for r in rows.list_workspaces(self.app.store)
-        ]
+        listed = await self._all(rows.list_workspaces(self.app.store), deadline, params.refresh)
         return WorkspaceUsageResult(workspaces=listed, root=await self._root(listed, deadline))
+
+    async def _all(
+        self, found: list[WorkspaceRow], deadline: float, refresh: bool
+    ) -> list[WorkspaceUsage]:
+        """Two workspaces at a time under the call's one deadline: a checkout too big to walk
+        in it holds one lane, never the whole deadline from every workspace after it (a partial
+        walk is not cached, so one by one the same ones would be starved at every call)."""
+        listed: list[WorkspaceUsage | None] = [None] * len(found)
+        failed: list[Exception] = []
+        lanes = anyio.CapacityLimiter(2)
+
+        async def one(index: int, row: WorkspaceRow) -> None:
+            async with lanes:
+                try:
+                    listed[index] = await self._one(row, deadline, refresh)
+                except Exception as exc:  # answered as itself below, not as a task group's
+                    failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for index, row in enumerate(found):
+                tg.start_soon(one, index, row)
+        if failed:
+            raise failed[0]
+        return [entry for entry in listed if entry is not None]
 
     async def figures(self, row: WorkspaceRow, refresh: bool = False) -> UsageFigures | None:
         """For gc: one workspace's figures under the configured deadline."""
