@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from typing import get_args
 
 import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.gc import (
+    GcAction,
     GcDone,
     GcItem,
     GcPlanResult,
@@ -266,9 +268,8 @@ class GcService:
 
 def _gone(key: str) -> GcSkipped:
     action = key.split(":", 1)[0]
-    known = ("remove_archived", "prune_snapshot_ref", "archive_merged", "discard_kept")
     return GcSkipped(
         key=key,
-        action=action if action in known else "remove_archived",
+        action=action if action in get_args(GcAction) else "remove_archived",
         reason="no longer planned (the workspace changed, or another run collected it)",
     )
