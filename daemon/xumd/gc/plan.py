@@ -185,6 +185,7 @@ class Planner:
     # -- merged, clean, active workspaces -----------------------------------------------------
 
     async def _merged(self, plan: Plan) -> None:
+        mains: dict[str, str] = {}  # each main checkout's HEAD, read once per plan
         for row in rows.list_workspaces(self.store, state="active"):
             if row.runtime != "worktree" or not row.base:
                 continue
@@ -192,7 +193,11 @@ class Planner:
             if project is None or not os.path.isdir(row.path):
                 continue
             tip = await self._out(row.path, "rev-parse", "--verify", "--quiet", "HEAD")
-            main = await self._out(project.path, "rev-parse", "--verify", "--quiet", "HEAD")
+            if project.id not in mains:
+                mains[project.id] = await self._out(
+                    project.path, "rev-parse", "--verify", "--quiet", "HEAD"
+                )
+            main = mains[project.id]
             if not tip or not main or tip == row.base:
                 continue  # nothing of its own yet: a fresh workspace is not stale
             merged = await self.git.run(
