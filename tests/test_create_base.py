@@ -745,3 +745,49 @@ def test_fetch_retry_after_a_ref_race_shares_the_one_deadline(tmp_short: Path) -
     assert len(timeouts) == 2
     assert timeouts[0] == pytest.approx(1.0, abs=0.05)
     assert timeouts[1] <= 0.75  # what the first try left, not a second full deadline
+
+
+def test_fetch_during_another_creates_worktree_add_waits_for_it_and_retries(
+    tmp_short: Path,
+) -> None:
+    """`git worktree add` writes the new worktree's HEAD as a placeholder first; a fetch at that
+    moment fails its connectivity check on it ("bad object worktrees/<name>/HEAD": seen with
+    concurrent creates that fetch). The fetch waits for the daemon's admin lock (the add holds
+    it), then tries once more, instead of refusing the create."""
+    import contextlib
+    import types
+    from collections.abc import AsyncIterator
+
+    import anyio
+    from xum_protocol.models.workspace import WorkspaceCreateParams
+    from xumd.lifecycle import basefetch
+
+    seen: list[str] = []
+
+    def answer(ok: bool, text: str = "") -> Any:
+        output = types.SimpleNamespace(text=lambda: text, tail_text=lambda _n: text)
+        return types.SimpleNamespace(
+            ok=ok, timed_out=False, output=output, describe=lambda: "exit 128"
+        )
+
+    class FakeGit:
+        async def out(self, repo: Path, *args: str, **kw: object) -> str:
+            return "origin"
+
+        @contextlib.asynccontextmanager
+        async def admin_lock(self, repo: Path, *, wait_s: float = 60.0) -> AsyncIterator[None]:
+            seen.append("admin_lock")
+            yield
+
+        async def run(self, repo: Path, *args: str, **kw: Any) -> Any:
+            if args[0] != "fetch":
+                return answer(False)
+            seen.append("fetch")
+            if seen.count("fetch") == 1:
+                return answer(False, "fatal: bad object worktrees/par0/HEAD")
+            return answer(True)
+
+    params = WorkspaceCreateParams(project_id="p_1", name="w", fetch=True)
+    _, info = anyio.run(basefetch.fetch_base, FakeGit(), tmp_short, params, "xum/w", 5.0)  # type: ignore[arg-type]
+    assert seen == ["fetch", "admin_lock", "fetch"]
+    assert info.status == "fetched"
