@@ -259,6 +259,43 @@ def test_crash_mid_gc_is_settled_by_recovery(root: Path, repo: Path) -> None:
         daemon.close()
 
 
+@pytest.mark.parametrize(
+    "point", ["workspace.remove.after_intent", "workspace.remove.after_commit"]
+)
+def test_crash_mid_gc_removal_is_settled_by_recovery(root: Path, repo: Path, point: str) -> None:
+    """SIGKILL inside the gc's removal of an archived workspace, after its intent (`removing`)
+    and after its commit: the restarted daemon settles it (archived again, or removed), never
+    left `removing`, and the next run leaves nothing of it planned."""
+    write_config(root, POLICIES)
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        wid = create(daemon, project["id"], "old")["workspace"]["id"]
+        daemon.call("workspace.archive", {"workspace_id": wid})
+        daemon.close()
+        daemon = DaemonProcess(root, env={"XUM_FAULT": point}).start()
+        _advance(daemon, 8)
+        with pytest.raises((XumClientError, OSError)):
+            daemon.call("gc.run")
+        assert daemon.wait() == -signal.SIGKILL
+        daemon = DaemonProcess(root).start()
+        _advance(daemon, 8)  # the gc clock's offset lives in the daemon: move it again
+        listed = {w["id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+        assert wid not in listed or listed[wid]["state"] == "archived"
+        if wid in listed and listed[wid]["interrupted"]:
+            # Cut short mid-way: the plan leaves it (`interrupted`) until someone looks.
+            assert (
+                "interrupted"
+                in _skipped(daemon.call("gc.plan"))[f"remove_archived:{wid}"]["reason"]
+            )
+            daemon.call("workspace.keep", {"workspace_id": wid})
+        daemon.call("gc.run")
+        assert rpc_error(daemon, "workspace.get", {"workspace_id": wid}).kind == "not_found"
+        assert f"remove_archived:{wid}" not in _keys(daemon.call("gc.plan"))
+    finally:
+        daemon.close()
+
+
 def test_background_run_resumes_after_a_crash(root: Path, repo: Path) -> None:
     """`gc.run {background}` is recorded before it starts: SIGKILL in the middle of its first
     item, and the restarted daemon settles the item (startup pass) and finishes the run."""
