@@ -8,24 +8,16 @@ initialising a submodule from the main checkout's copy costs on top of a plain a
 from __future__ import annotations
 
 import shutil
-import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from bench import procs, synth
-from bench.lifecycle import _wait_trash_empty, _Xum
+from bench.lifecycle import _timed, _wait_trash_empty, _Xum
 from bench.settings import Settings
 from bench.stats import Figure
 
 ADD = "git worktree add -b (full checkout, identical repository)"
 SUBMODULE_FILES = 500
-
-
-def _timed(fn: Any) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
 
 
 def _cone(repo: Path) -> str:

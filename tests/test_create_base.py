@@ -17,6 +17,7 @@ from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.holds import hold_env, release, wait_held
+from tests.support.wait import until
 from tests.test_cli_workspace import xum
 
 
@@ -176,6 +177,38 @@ def test_hung_fetch_hits_the_deadline_and_is_tree_killed(
     stale = create(daemon, project["id"], "h", fetch=True, allow_stale_base=True)
     assert stale["fetch"]["status"] == "timeout"
     assert stale["fetch"]["stale"] is True
+
+
+def test_create_queued_behind_a_hung_fetch_waits_only_its_deadline(
+    fast_fetch_daemon: DaemonProcess, repo: Path, tmp_short: Path
+) -> None:
+    """Creates that fetch one repository take turns (basefetch's lock): behind a hung fetch, a
+    queue of creates each waits at most `fetch_timeout_s` for its turn, then answers `timeout`
+    with nothing made; never an unbounded wait for the one ahead."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    daemon = fast_fetch_daemon
+    project = add_project(daemon, repo)
+    pidfile = tmp_short / "helper.pid"
+    helper = tmp_short / "hang.sh"
+    helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
+    helper.chmod(0o755)
+    git(repo, "config", "remote.origin.uploadpack", str(helper))
+
+    def attempt(name: str) -> XumRpcError:
+        return rpc_error(
+            daemon, "workspace.create", {"project_id": project["id"], "name": name, "fetch": True}
+        )
+
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(attempt, "q0")
+        until(pidfile.exists, timeout=30, message="the first fetch reached the hung remote")
+        queued = [pool.submit(attempt, f"q{n}") for n in (1, 2)]
+        errors = [first.result(), *(f.result() for f in queued)]
+    assert [e.kind for e in errors] == ["timeout"] * 3
+    assert "for another fetch" not in errors[0].message
+    assert any("for another fetch" in e.message for e in errors[1:]), [e.message for e in errors]
+    assert daemon.call("workspace.list")["workspaces"] == []
 
 
 # -- big repositories ----------------------------------------------------------------------------
@@ -643,3 +676,118 @@ def test_sparse_index_workspace_archives_and_unarchives(
     assert (path / "a" / "f").read_text() == "edited\n"
     assert (path / "b" / "mine.txt").read_text() == "mine\n"
     assert not (path / "c").exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "inside"),
+    [
+        ("top.txt", True),  # the top level is always checked out
+        ("a/b/f.txt", True),  # in the cone
+        ("a/b/c/f.txt", True),  # under the cone
+        ("a/f.txt", True),  # directly in a directory leading to the cone
+        ("a/x/f.txt", False),  # a sibling of the cone
+        ("ab/f.txt", False),  # a name that only starts like the cone's parent
+        ("c/f.txt", False),
+    ],
+)
+def test_in_cone_follows_git_cone_mode(path: str, inside: bool) -> None:
+    """What sparsekeep keeps on disk at unarchive must match what git's cone mode writes: a
+    path it wrongly calls outside widens the cone and is reported kept for nothing."""
+    from xumd.lifecycle.sparsekeep import in_cone
+
+    assert in_cone(path, ["/a/b/"]) is inside
+
+
+def test_remote_of_a_tracking_ref_is_the_longest_matching_remote() -> None:
+    """Remote names may hold slashes: `refs/remotes/team/x/main` is remote `team/x`'s branch
+    `main` when both `team` and `team/x` exist, and no remote's when none matches."""
+    from xumd.lifecycle.basefetch import _remote_of
+
+    remotes = ["team", "team/x", "origin"]
+    assert _remote_of("refs/remotes/team/x/main", remotes) == "team/x"
+    assert _remote_of("refs/remotes/team/main", remotes) == "team"
+    assert _remote_of("refs/remotes/teamx/main", remotes) is None
+    assert _remote_of("", remotes) is None
+
+
+def test_fetch_retry_after_a_ref_race_shares_the_one_deadline(tmp_short: Path) -> None:
+    """A fetch that lost a ref race to someone else's fetch is tried once more, within what is
+    left of `fetch_timeout_s`: the two tries together never outlast the one deadline."""
+    import types
+
+    import anyio
+    from xum_protocol.models.workspace import WorkspaceCreateParams
+    from xumd.lifecycle import basefetch
+
+    timeouts: list[float] = []
+
+    def answer(ok: bool, text: str = "") -> Any:
+        output = types.SimpleNamespace(text=lambda: text, tail_text=lambda _n: text)
+        return types.SimpleNamespace(
+            ok=ok, timed_out=False, output=output, describe=lambda: "exit 1"
+        )
+
+    class FakeGit:
+        async def out(self, repo: Path, *args: str, **kw: object) -> str:
+            return "origin"
+
+        async def run(self, repo: Path, *args: str, **kw: Any) -> Any:
+            if args[0] != "fetch":
+                return answer(False)
+            timeouts.append(float(kw["timeout_s"]))
+            await anyio.sleep(0.3)
+            if len(timeouts) == 1:
+                return answer(False, "error: cannot lock ref 'refs/remotes/origin/main'")
+            return answer(True)
+
+    params = WorkspaceCreateParams(project_id="p_1", name="w", fetch=True)
+    anyio.run(basefetch.fetch_base, FakeGit(), tmp_short, params, "xum/w", 1.0)  # type: ignore[arg-type]
+    assert len(timeouts) == 2
+    assert timeouts[0] == pytest.approx(1.0, abs=0.05)
+    assert timeouts[1] <= 0.75  # what the first try left, not a second full deadline
+
+
+def test_fetch_during_another_creates_worktree_add_waits_for_it_and_retries(
+    tmp_short: Path,
+) -> None:
+    """`git worktree add` writes the new worktree's HEAD as a placeholder first; a fetch at that
+    moment fails its connectivity check on it ("bad object worktrees/<name>/HEAD": seen with
+    concurrent creates that fetch). The fetch waits for the daemon's admin lock (the add holds
+    it), then tries once more, instead of refusing the create."""
+    import contextlib
+    import types
+    from collections.abc import AsyncIterator
+
+    import anyio
+    from xum_protocol.models.workspace import WorkspaceCreateParams
+    from xumd.lifecycle import basefetch
+
+    seen: list[str] = []
+
+    def answer(ok: bool, text: str = "") -> Any:
+        output = types.SimpleNamespace(text=lambda: text, tail_text=lambda _n: text)
+        return types.SimpleNamespace(
+            ok=ok, timed_out=False, output=output, describe=lambda: "exit 128"
+        )
+
+    class FakeGit:
+        async def out(self, repo: Path, *args: str, **kw: object) -> str:
+            return "origin"
+
+        @contextlib.asynccontextmanager
+        async def admin_lock(self, repo: Path, *, wait_s: float = 60.0) -> AsyncIterator[None]:
+            seen.append("admin_lock")
+            yield
+
+        async def run(self, repo: Path, *args: str, **kw: Any) -> Any:
+            if args[0] != "fetch":
+                return answer(False)
+            seen.append("fetch")
+            if seen.count("fetch") == 1:
+                return answer(False, "fatal: bad object worktrees/par0/HEAD")
+            return answer(True)
+
+    params = WorkspaceCreateParams(project_id="p_1", name="w", fetch=True)
+    _, info = anyio.run(basefetch.fetch_base, FakeGit(), tmp_short, params, "xum/w", 5.0)  # type: ignore[arg-type]
+    assert seen == ["fetch", "admin_lock", "fetch"]
+    assert info.status == "fetched"

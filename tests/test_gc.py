@@ -22,6 +22,7 @@ from tests.test_cli_workspace import xum, xum_json
 
 DAY = 86400.0
 ARCHIVE_HOLD = "workspace.archive.hold"
+REMOVE_HOLD = "workspace.remove.hold"
 POLICIES = """enable_test_methods = true
 [cleanup]
 backoff_initial_s = 0.01
@@ -215,8 +216,10 @@ def test_kept_copies_dropped_after_n_days(gcd: DaemonProcess, repo: Path) -> Non
     item = _keys(plan)[f"discard_kept:{kept.name}"]
     assert item["bytes"] > 0
     assert item["path"] == str(kept)
-    done = gcd.call("gc.run")["done"]
+    # A run of chosen keys measures what it collects.
+    done = gcd.call("gc.run", {"keys": [item["key"]]})["done"]
     assert [d["key"] for d in done] == [f"discard_kept:{kept.name}"]
+    assert done[0]["bytes"] > 0
     assert not kept.exists()
 
 
@@ -252,6 +255,43 @@ def test_crash_mid_gc_is_settled_by_recovery(root: Path, repo: Path) -> None:
         final = daemon.call("workspace.get", {"workspace_id": wid})["workspace"]
         assert final["state"] == "archived", result
         assert git(repo, "log", "-1", "--format=%s", "xum/crash").strip() == "crash"
+    finally:
+        daemon.close()
+
+
+@pytest.mark.parametrize(
+    "point", ["workspace.remove.after_intent", "workspace.remove.after_commit"]
+)
+def test_crash_mid_gc_removal_is_settled_by_recovery(root: Path, repo: Path, point: str) -> None:
+    """SIGKILL inside the gc's removal of an archived workspace, after its intent (`removing`)
+    and after its commit: the restarted daemon settles it (archived again, or removed), never
+    left `removing`, and the next run leaves nothing of it planned."""
+    write_config(root, POLICIES)
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        wid = create(daemon, project["id"], "old")["workspace"]["id"]
+        daemon.call("workspace.archive", {"workspace_id": wid})
+        daemon.close()
+        daemon = DaemonProcess(root, env={"XUM_FAULT": point}).start()
+        _advance(daemon, 8)
+        with pytest.raises((XumClientError, OSError)):
+            daemon.call("gc.run")
+        assert daemon.wait() == -signal.SIGKILL
+        daemon = DaemonProcess(root).start()
+        _advance(daemon, 8)  # the gc clock's offset lives in the daemon: move it again
+        listed = {w["id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+        assert wid not in listed or listed[wid]["state"] == "archived"
+        if wid in listed and listed[wid]["interrupted"]:
+            # Cut short mid-way: the plan leaves it (`interrupted`) until someone looks.
+            assert (
+                "interrupted"
+                in _skipped(daemon.call("gc.plan"))[f"remove_archived:{wid}"]["reason"]
+            )
+            daemon.call("workspace.keep", {"workspace_id": wid})
+        daemon.call("gc.run")
+        assert rpc_error(daemon, "workspace.get", {"workspace_id": wid}).kind == "not_found"
+        assert f"remove_archived:{wid}" not in _keys(daemon.call("gc.plan"))
     finally:
         daemon.close()
 
@@ -310,6 +350,36 @@ def test_a_second_run_while_one_runs_is_busy(root: Path, repo: Path, tmp_short: 
         release(ARCHIVE_HOLD, holds)
         final = until_done(daemon, run_id)
         assert [d["workspace_id"] for d in final["done"]] == [wid]
+    finally:
+        daemon.close()
+
+
+def test_a_workspace_unarchived_after_the_plan_is_not_removed(
+    root: Path, repo: Path, tmp_short: Path
+) -> None:
+    """A run plans, then collects item by item: a workspace the user unarchives while an
+    earlier item is collected is no longer what the plan selected (archived), and the run
+    leaves it, reported `invalid_state`, instead of removing an active workspace."""
+    write_config(root, POLICIES)
+    holds = tmp_short / "holds"
+    holds.mkdir()
+    daemon = DaemonProcess(root, env=hold_env(REMOVE_HOLD, holds)).start()
+    try:
+        project = add_project(daemon, repo)
+        first = create(daemon, project["id"], "first")["workspace"]["id"]
+        second = create(daemon, project["id"], "second")["workspace"]["id"]
+        for wid in (first, second):
+            daemon.call("workspace.archive", {"workspace_id": wid})
+        _advance(daemon, 8)
+        run_id = daemon.call("gc.run", {"background": True})["run_id"]
+        wait_held(REMOVE_HOLD, holds)  # the first item's removal, after its plan
+        daemon.call("workspace.unarchive", {"workspace_id": second})
+        release(REMOVE_HOLD, holds)
+        final = until_done(daemon, run_id)
+        assert [d["workspace_id"] for d in final["done"]] == [first]
+        assert _skipped(final)[f"remove_archived:{second}"]["kind"] == "invalid_state"
+        ws = daemon.call("workspace.get", {"workspace_id": second})["workspace"]
+        assert ws["state"] == "active"
     finally:
         daemon.close()
 

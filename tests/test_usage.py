@@ -170,6 +170,12 @@ def test_root_totals_count_a_pending_reclaim(root: Path, tmp_short: Path) -> Non
         assert root_usage["pending_reclaim_bytes"] >= 3 * MIB
         assert root_usage["trash"]["bytes"] >= 3 * MIB
         assert root_usage["total_bytes"] >= root_usage["trash"]["bytes"]
+        # The pending reclaim lies in the trash: counted there, never a second time.
+        assert root_usage["total_bytes"] == (
+            root_usage["workspaces_bytes"]
+            + root_usage["trash"]["bytes"]
+            + root_usage["archive_store"]["bytes"]
+        )
         release(RECLAIM_HOLD, holds)
     finally:
         daemon.close()
@@ -205,3 +211,86 @@ def test_walk_of_a_symlinked_top_walks_nothing(tmp_short: Path) -> None:
     figures = walk.walk(str(tmp_short / "link"), time.monotonic() + 30)
     assert figures.files == 0 and figures.bytes == 0
     assert not figures.complete
+
+
+def test_cache_ages_by_the_monotonic_clock(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached answer's freshness and age come from the monotonic clock: the wall clock
+    stepped back (NTP, a suspended laptop's correction) must not keep an old walk fresh."""
+    import types
+
+    import anyio
+    from xumd.config import UsageConfig
+    from xumd.lifecycle.rows import WorkspaceRow
+    from xumd.usage import service
+
+    checkout = tmp_short / "ws"
+    checkout.mkdir()
+    (checkout / "a.txt").write_text("a\n")
+    app: Any = types.SimpleNamespace(config=types.SimpleNamespace(usage=UsageConfig(cache_s=0)))
+    usage = service.UsageService(app, git=Any, workspaces=Any, cleanup=Any)  # type: ignore[arg-type]
+    row = WorkspaceRow(
+        **{f: None for f in WorkspaceRow.__dataclass_fields__}  # type: ignore[arg-type]
+        | {"id": "ws_1", "project_id": "p_1", "name": "w", "state": "active"}
+        | {"runtime": "directory", "path": checkout, "incarnation": "i1"}
+    )
+    wall = [time.time()]
+    monkeypatch.setattr(
+        service, "time", types.SimpleNamespace(time=lambda: wall[0], monotonic=time.monotonic)
+    )
+
+    async def twice() -> tuple[Any, Any]:
+        first = await usage.figures(row)
+        (checkout / "b.txt").write_text("b\n")
+        wall[0] -= 3600.0  # the wall clock steps back an hour
+        return first, await usage.figures(row)
+
+    first, second = anyio.run(twice)
+    assert first.files == 1
+    assert second.files == 2  # cache_s = 0: walked again, whatever the wall clock says
+
+
+def test_one_huge_checkout_does_not_starve_the_others(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`workspace.usage` of every workspace shares one deadline: a checkout whose walk takes the
+    whole of it (it comes back partial, so it is walked again next time) must not leave every
+    other workspace unmeasured, call after call."""
+    import types
+
+    import anyio
+    from xumd.config import UsageConfig
+    from xumd.lifecycle.rows import WorkspaceRow
+    from xumd.usage import service
+
+    def row(name: str) -> WorkspaceRow:
+        path = tmp_short / name
+        path.mkdir()
+        (path / "f.txt").write_text(name)
+        fields: dict[str, Any] = dict.fromkeys(WorkspaceRow.__dataclass_fields__)
+        fields |= {"id": f"ws_{name}", "project_id": "p_1", "name": name, "state": "active"}
+        fields |= {"runtime": "directory", "path": path, "incarnation": "i1"}
+        return WorkspaceRow(**fields)
+
+    found = [row("huge"), row("small1"), row("small2")]
+    real_walk = walk.walk
+
+    def slow_walk(top: str, deadline: float, ignored: frozenset[str] = frozenset()) -> Any:
+        if top.endswith("huge"):
+            time.sleep(max(0.0, deadline - time.monotonic()) + 0.01)  # walks past the deadline
+        return real_walk(top, deadline, ignored)
+
+    monkeypatch.setattr(service.walk, "walk", slow_walk)
+    monkeypatch.setattr(service.rows, "list_workspaces", lambda store: found)
+    config = types.SimpleNamespace(usage=UsageConfig(deadline_s=1.0))
+    app: Any = types.SimpleNamespace(config=config, store=None)
+    usage = service.UsageService(app, git=Any, workspaces=Any, cleanup=Any)  # type: ignore[arg-type]
+
+    async def everything() -> Any:
+        return await usage._all(found, time.monotonic() + 1.0, refresh=False)
+
+    listed = {w.name: w.usage for w in anyio.run(everything)}
+    assert not listed["huge"].complete
+    assert listed["small1"].complete and listed["small1"].files == 1
+    assert listed["small2"].complete and listed["small2"].files == 1

@@ -269,8 +269,8 @@ class Steps:
 
     # -- reclaim ---------------------------------------------------------------------------------
 
-    def _reclaim_source(self, ob: ObligationRow) -> tuple[Path | None, str | None]:
-        """(trash entry to delete, abandon reason)."""
+    def reclaim_source(self, ob: ObligationRow) -> tuple[Path | None, str | None]:
+        """(trash entry to delete, abandon reason); usage counts the pending ones by it too."""
         if ob.detail.get("trash_path"):
             return Path(ob.detail["trash_path"]), None
         trash_ob = self.obligations.get(str(ob.detail.get("trash_ob", "")))
@@ -283,7 +283,7 @@ class Steps:
         return Path(trash_ob.detail["trash_path"]), None
 
     async def reclaim(self, ob: ObligationRow) -> Outcome:
-        source, reason = self._reclaim_source(ob)
+        source, reason = self.reclaim_source(ob)
         if reason:
             return Outcome.abandoned(reason)
         if source is None:

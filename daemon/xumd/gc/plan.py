@@ -5,11 +5,9 @@ work no snapshot holds, a removal the daemon has no record of) is listed as skip
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import anyio
 from xum_protocol.models.gc import GcAction, GcItem, GcPolicies, GcSkipped
 
 from xumd.checkouts.marker import WorkspaceRef
@@ -22,7 +20,6 @@ from xumd.paths import RootPaths
 from xumd.recovery import strays
 from xumd.store import Store
 from xumd.usage.service import UsageService
-from xumd.usage.walk import walk
 
 DAY_S = 86400.0
 SNAPSHOT_REFS = "refs/xum/snapshots/"
@@ -31,8 +28,13 @@ SNAPSHOT_REFS = "refs/xum/snapshots/"
 @dataclass(slots=True)
 class Plan:
     now: float
+    keys: frozenset[str] | None = None
+    """A run's chosen keys: only those items are measured (the rest are not collected)."""
     items: list[GcItem] = field(default_factory=list)
     skipped: list[GcSkipped] = field(default_factory=list)
+
+    def measures(self, key: str) -> bool:
+        return self.keys is None or key in self.keys
 
     def skip(self, item: GcItem, reason: str) -> None:
         self.skipped.append(skipped(item, reason))
@@ -67,10 +69,9 @@ class Planner:
     hooks: LifecycleHooks
     usage: UsageService
     config: GcConfig
-    deadline_s: float = 30.0
 
-    async def plan(self, now: float) -> Plan:
-        plan = Plan(now)
+    async def plan(self, now: float, keys: frozenset[str] | None = None) -> Plan:
+        plan = Plan(now, keys)
         if self.config.archived_after_days > 0:
             await self._archived(plan, self.config.archived_after_days)
         if self.config.snapshot_refs_days > 0:
@@ -81,12 +82,20 @@ class Planner:
             await self._kept(plan, self.config.kept_after_days)
         return plan
 
-    async def _workspace_item(
-        self, row: WorkspaceRow, action: GcAction, age: float, reason: str
-    ) -> GcItem:
-        """An item that collects one workspace, with the bytes it frees measured now."""
-        figures = await self.usage.figures(row, refresh=True)
-        return GcItem(
+    async def _add_workspace(
+        self,
+        plan: Plan,
+        row: WorkspaceRow,
+        action: GcAction,
+        age: float,
+        *,
+        reason: str,
+        why_not: str | None,
+    ) -> None:
+        """An item that collects one workspace: skipped (`why_not`), or planned with the bytes it
+        frees measured now (only a planned item a run collects is walked: a skipped one frees
+        nothing, and `xum gc` runs one key at a time)."""
+        item = GcItem(
             key=f"{action}:{row.id}",
             action=action,
             workspace_id=row.id,
@@ -94,9 +103,15 @@ class Planner:
             name=row.name,
             path=str(row.path),
             age_days=age,
-            bytes=figures.bytes if figures else 0,
             reason=reason,
         )
+        if why_not:
+            plan.skip(item, why_not)
+            return
+        if plan.measures(item.key):
+            figures = await self.usage.figures(row, refresh=True)
+            item = item.model_copy(update={"bytes": figures.bytes if figures else 0})
+        plan.items.append(item)
 
     # -- archived workspaces ------------------------------------------------------------------
 
@@ -105,13 +120,14 @@ class Planner:
             age = (plan.now - row.updated_at) / DAY_S
             if age < days:
                 continue
-            item = await self._workspace_item(
-                row, "remove_archived", age, f"archived {age:.1f} days ago (policy: {days:g})"
+            await self._add_workspace(
+                plan,
+                row,
+                "remove_archived",
+                age,
+                reason=f"archived {age:.1f} days ago (policy: {days:g})",
+                why_not=_interrupted(row),
             )
-            if row.interrupted:
-                plan.skip(item, f"interrupted: {row.interrupted_reason or 'needs a look'}")
-                continue
-            plan.items.append(item)
 
     # -- snapshot refs of removed workspaces --------------------------------------------------
 
@@ -169,6 +185,7 @@ class Planner:
     # -- merged, clean, active workspaces -----------------------------------------------------
 
     async def _merged(self, plan: Plan) -> None:
+        mains: dict[str, str] = {}  # each main checkout's HEAD, read once per plan
         for row in rows.list_workspaces(self.store, state="active"):
             if row.runtime != "worktree" or not row.base:
                 continue
@@ -176,7 +193,11 @@ class Planner:
             if project is None or not os.path.isdir(row.path):
                 continue
             tip = await self._out(row.path, "rev-parse", "--verify", "--quiet", "HEAD")
-            main = await self._out(project.path, "rev-parse", "--verify", "--quiet", "HEAD")
+            if project.id not in mains:
+                mains[project.id] = await self._out(
+                    project.path, "rev-parse", "--verify", "--quiet", "HEAD"
+                )
+            main = mains[project.id]
             if not tip or not main or tip == row.base:
                 continue  # nothing of its own yet: a fresh workspace is not stale
             merged = await self.git.run(
@@ -186,21 +207,18 @@ class Planner:
                 continue
             when = await self._out(row.path, "log", "-1", "--format=%ct", tip)
             age = max(0.0, (plan.now - float(when)) / DAY_S) if when.isdigit() else 0.0
-            item = await self._workspace_item(
+            await self._add_workspace(
+                plan,
                 row,
                 "archive_merged",
                 age,
-                f"clean, and {tip[:12]} is merged into the main checkout's HEAD",
+                reason=f"clean, and {tip[:12]} is merged into the main checkout's HEAD",
+                why_not=await self._not_stale(row),
             )
-            why = await self._not_stale(row)
-            if why:
-                plan.skip(item, why)
-                continue
-            plan.items.append(item)
 
     async def _not_stale(self, row: WorkspaceRow) -> str | None:
         if row.interrupted:
-            return f"interrupted: {row.interrupted_reason or 'needs a look'}"
+            return _interrupted(row)
         status = await self.git.run(
             row.path, "status", "--porcelain=v1", "-z", "--untracked-files=all", check=False
         )
@@ -238,19 +256,22 @@ class Planner:
             age = (plan.now - since) / DAY_S
             if age < days:
                 continue
-            figures = await anyio.to_thread.run_sync(
-                walk, stray.path, time.monotonic() + self.deadline_s
-            )
+            key = f"discard_kept:{name}"
+            figures = await self.usage.measure(stray.path) if plan.measures(key) else None
             plan.items.append(
                 GcItem(
-                    key=f"discard_kept:{name}",
+                    key=key,
                     action="discard_kept",
                     workspace_id=stray.workspace_id,
                     project_id=stray.project_id,
                     name=name,
                     path=stray.path,
                     age_days=age,
-                    bytes=figures.bytes,
+                    bytes=figures.bytes if figures else 0,
                     reason=f"kept {age:.1f} days (policy: {days:g})",
                 )
             )
+
+
+def _interrupted(row: WorkspaceRow) -> str | None:
+    return f"interrupted: {row.interrupted_reason or 'needs a look'}" if row.interrupted else None

@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from typing import get_args
 
 import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.gc import (
+    GcAction,
     GcDone,
     GcItem,
     GcPlanResult,
@@ -90,7 +92,6 @@ class GcService:
             self.hooks,
             self.usage,
             self.app.config.gc,
-            self.app.config.usage.deadline_s,
         )
 
     async def plan(self) -> GcPlanResult:
@@ -192,7 +193,8 @@ class GcService:
             return await self._collect_all(params)
 
     async def _collect_all(self, params: GcRunParams) -> GcRunResult:
-        plan = await self._planner().plan(self.clock.time())
+        keys = frozenset(params.keys) if params.keys is not None else None
+        plan = await self._planner().plan(self.clock.time(), keys)
         result = GcRunResult(skipped=list(plan.skipped))
         chosen = plan.items
         if params.keys is not None:
@@ -236,7 +238,9 @@ class GcService:
     async def _collect(self, item: GcItem) -> str:
         workspaces = self.workspaces
         if item.action == "remove_archived" and item.workspace_id:
-            removed = await workspaces.remove(item.workspace_id, force=False)
+            removed = await workspaces.remove(
+                item.workspace_id, force=False, expect_state="archived"
+            )
             return f"removed; cleanup {removed.cleanup.status}"
         if item.action == "archive_merged" and item.workspace_id:
             archived = await workspaces.archive(item.workspace_id)
@@ -264,9 +268,8 @@ class GcService:
 
 def _gone(key: str) -> GcSkipped:
     action = key.split(":", 1)[0]
-    known = ("remove_archived", "prune_snapshot_ref", "archive_merged", "discard_kept")
     return GcSkipped(
         key=key,
-        action=action if action in known else "remove_archived",
+        action=action if action in get_args(GcAction) else "remove_archived",
         reason="no longer planned (the workspace changed, or another run collected it)",
     )

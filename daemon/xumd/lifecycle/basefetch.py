@@ -36,6 +36,9 @@ log = logs.get("xumd.lifecycle.basefetch")
 
 _FETCH_LOCKS: dict[str, anyio.Lock] = {}
 _REF_RACE = "cannot lock ref"
+# A `git worktree add` in flight (another create's) writes a placeholder HEAD for the new
+# worktree first; a fetch's connectivity check reads every worktree's HEAD and fails on it.
+_WORKTREE_ADDING = "bad object worktrees/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,8 @@ async def fetch_base(
         reason = f"waited {timeout_s:g}s for another fetch of {repo} to finish"
         return params, _failed(params, where.remote, "timeout", reason)
     try:
+        # Its turn come, the fetch has `timeout_s`: a retry gets what the first try left.
+        deadline = anyio.current_time() + timeout_s
         for _attempt in range(2):
             result = await git.run(
                 repo,
@@ -130,10 +135,22 @@ async def fetch_base(
                 "--no-write-fetch-head",
                 "--end-of-options",
                 where.remote,
-                timeout_s=timeout_s,
+                timeout_s=max(0.1, deadline - anyio.current_time()),
                 check=False,
             )
-            if result.ok or result.timed_out or _REF_RACE not in result.output.text():
+            if result.ok or result.timed_out:
+                break
+            if _WORKTREE_ADDING in result.output.text():
+                # The daemon adds worktrees under the admin lock: once it is free, the add is
+                # done and its HEAD real; then once more.
+                try:
+                    async with git.admin_lock(
+                        repo, wait_s=max(0.1, deadline - anyio.current_time())
+                    ):
+                        pass
+                except XumError:
+                    break
+            elif _REF_RACE not in result.output.text():
                 break
     finally:
         lock.release()

@@ -48,9 +48,18 @@ class Checked:
     globs: list[str]
 
 
-async def remove(ctx: Context, workspace_id: str, force: bool = False) -> WorkspaceRemoveResult:
+async def remove(
+    ctx: Context, workspace_id: str, force: bool = False, *, expect_state: str | None = None
+) -> WorkspaceRemoveResult:
+    """`expect_state`: refuse (`invalid_state`) unless the workspace is in that state under the
+    reservation (gc removes what its plan saw archived, never one unarchived since)."""
     async with ctx.coord.exclusive(workspace_id, "remove") as ref:
-        return await remove_checked(ctx, await check(ctx, ctx.row(ref.id), force))
+        row = ctx.row(ref.id)
+        if expect_state is not None and row.state != expect_state:
+            raise invalid_state(
+                row, f"workspace {row.name!r} is {row.state}, no longer {expect_state}"
+            )
+        return await remove_checked(ctx, await check(ctx, row, force))
 
 
 async def check(ctx: Context, row: WorkspaceRow, force: bool) -> Checked:

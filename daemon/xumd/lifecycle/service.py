@@ -65,8 +65,10 @@ class WorkspaceService(Context):
     async def unarchive(self, workspace_id: str) -> WorkspaceUnarchiveResult:
         return await do_unarchive(self, workspace_id)
 
-    async def remove(self, workspace_id: str, force: bool = False) -> WorkspaceRemoveResult:
-        return await do_remove(self, workspace_id, force)
+    async def remove(
+        self, workspace_id: str, force: bool = False, *, expect_state: str | None = None
+    ) -> WorkspaceRemoveResult:
+        return await do_remove(self, workspace_id, force, expect_state=expect_state)
 
     async def rename(self, workspace_id: str, name: str) -> WorkspaceRenameResult:
         return await do_rename(self, workspace_id, name)

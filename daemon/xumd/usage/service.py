@@ -22,7 +22,7 @@ from xumd import logs
 from xumd.app import App
 from xumd.cleanup.service import CleanupService
 from xumd.git import Git
-from xumd.lifecycle import rows
+from xumd.lifecycle import owned, rows
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.service import WorkspaceService
 from xumd.usage import walk
@@ -35,6 +35,9 @@ class _Cached:
     incarnation: str
     path: str
     computed_at: float
+    """Wall time, for the answer; freshness and age go by `walked` (monotonic): a wall clock
+    stepped back must not keep an old walk fresh."""
+    walked: float
     figures: UsageFigures | None
 
 
@@ -56,31 +59,57 @@ class UsageService:
         if params.workspace_id is not None:
             row = self.workspaces.row(params.workspace_id)
             return WorkspaceUsageResult(workspaces=[await self._one(row, deadline, params.refresh)])
-        listed = [
-            await self._one(r, deadline, params.refresh)
-            for r in rows.list_workspaces(self.app.store)
-        ]
+        listed = await self._all(rows.list_workspaces(self.app.store), deadline, params.refresh)
         return WorkspaceUsageResult(workspaces=listed, root=await self._root(listed, deadline))
+
+    async def _all(
+        self, found: list[WorkspaceRow], deadline: float, refresh: bool
+    ) -> list[WorkspaceUsage]:
+        """Two workspaces at a time under the call's one deadline: a checkout too big to walk
+        in it holds one lane, never the whole deadline from every workspace after it (a partial
+        walk is not cached, so one by one the same ones would be starved at every call)."""
+        listed: list[WorkspaceUsage | None] = [None] * len(found)
+        failed: list[Exception] = []
+        lanes = anyio.CapacityLimiter(2)
+
+        async def one(index: int, row: WorkspaceRow) -> None:
+            async with lanes:
+                try:
+                    listed[index] = await self._one(row, deadline, refresh)
+                except Exception as exc:  # answered as itself below, not as a task group's
+                    failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for index, row in enumerate(found):
+                tg.start_soon(one, index, row)
+        if failed:
+            raise failed[0]
+        return [entry for entry in listed if entry is not None]
 
     async def figures(self, row: WorkspaceRow, refresh: bool = False) -> UsageFigures | None:
         """For gc: one workspace's figures under the configured deadline."""
         deadline = time.monotonic() + self.config.deadline_s
         return (await self._one(row, deadline, refresh)).usage
 
+    async def measure(self, path: Path | str) -> UsageFigures:
+        """For gc: a directory that is no workspace's (a kept copy), walked like the rest:
+        under the configured deadline, at most two walks at once, never cached."""
+        return await self._walk(path, time.monotonic() + self.config.deadline_s)
+
     async def _one(self, row: WorkspaceRow, deadline: float, refresh: bool) -> WorkspaceUsage:
-        now = time.time()
+        now, wall = time.monotonic(), time.time()
         cached = self._cache.get(row.id)
         fresh = (
             cached is not None
             and not refresh
             and cached.incarnation == row.incarnation
             and cached.path == str(row.path)
-            and now - cached.computed_at <= self.config.cache_s
+            and now - cached.walked <= self.config.cache_s
             and (cached.figures is None or cached.figures.complete)
         )
         if not fresh:
             figures = await self._walk_checkout(row, deadline)
-            cached = _Cached(row.incarnation, str(row.path), now, figures)
+            cached = _Cached(row.incarnation, str(row.path), wall, now, figures)
             self._cache[row.id] = cached
         assert cached is not None
         return WorkspaceUsage(
@@ -91,7 +120,7 @@ class UsageService:
             path=str(row.path),
             usage=cached.figures,
             computed_at=cached.computed_at,
-            age_s=max(0.0, now - cached.computed_at),
+            age_s=max(0.0, now - cached.walked),
         )
 
     async def _walk_checkout(self, row: WorkspaceRow, deadline: float) -> UsageFigures | None:
@@ -155,7 +184,7 @@ class UsageService:
                 continue
             figures = await self._walk(source, deadline)
             reclaim_bytes += figures.bytes
-            if not _within(source, paths.trash):
+            if not owned.within(owned.real(source), owned.real(paths.trash)):
                 outside += figures.bytes
         ws_bytes = sum(w.usage.bytes for w in listed if w.usage is not None)
         return RootUsage(
@@ -170,29 +199,13 @@ class UsageService:
     def _pending_reclaims(self) -> tuple[int, list[Path]]:
         """How many reclaim obligations are pending, and their trash entries (where the trash
         step moved the checkout; one whose trash step has not moved anything has none)."""
-        obligations = self.cleanup.obligations
         records = self.app.store.all(
             "SELECT id FROM cleanup_obligations WHERE kind = 'reclaim' AND state = 'pending'"
         )
         found: list[Path] = []
         for record in records:
-            ob = obligations.get(str(record["id"]))
-            if ob is None:
-                continue
-            source = ob.detail.get("trash_path")
-            if not source:
-                trash_ob = obligations.get(str(ob.detail.get("trash_ob", "")))
-                if trash_ob is not None and trash_ob.detail.get("moved"):
-                    source = trash_ob.detail.get("trash_path")
-            if source:
-                found.append(Path(str(source)))
+            ob = self.cleanup.obligations.get(str(record["id"]))
+            source = self.cleanup.steps.reclaim_source(ob)[0] if ob is not None else None
+            if source is not None:
+                found.append(source)
         return len(records), found
-
-
-def _within(path: Path, parent: Path) -> bool:
-    try:
-        return os.path.commonpath([os.path.realpath(path), os.path.realpath(parent)]) == (
-            os.path.realpath(parent)
-        )
-    except ValueError:
-        return False
