@@ -76,22 +76,11 @@ end
 -- The project a directory belongs to: the workspace it is in, else the repository it is in
 -- (the deepest match either way).
 local function project_of(dir, projects, workspaces)
-  local best
-  for _, ws in ipairs(workspaces) do
-    if util.is_within(dir, ws.path) and (not best or #ws.path > #best.path) then
-      best = ws
-    end
+  local ws = util.deepest_holding(dir, workspaces)
+  if ws then
+    return projects[ws.project_id]
   end
-  if best then
-    return projects[best.project_id]
-  end
-  local found
-  for _, p in pairs(projects) do
-    if util.is_within(dir, p.path) and (not found or #p.path > #found.path) then
-      found = p
-    end
-  end
-  return found
+  return util.deepest_holding(dir, projects)
 end
 
 -- What the user typed (ws_<id>, PROJECT/NAME, or NAME) -> the workspace. A bare NAME is
@@ -149,13 +138,7 @@ local function resolve(ref, cb, pick_state)
       return fail(err)
     end
     if ref == nil or ref == '' then
-      local dir = xum().cwd()
-      local best
-      for _, ws in ipairs(workspaces) do
-        if util.is_within(dir, ws.path) and (not best or #ws.path > #best.path) then
-          best = ws
-        end
-      end
+      local best = util.deepest_holding(xum().cwd(), workspaces)
       if best then
         return cb(best, projects)
       end
@@ -503,18 +486,27 @@ function M.term(args)
   end, 'active')
 end
 
--- :Xum archive [REF] [--stop] — snapshot, archive, and say what the cleanup did.
-function M.archive(args)
-  local stop = flag(args, '--stop')
+-- The start of a command that takes a checkout away (archive, rm; its own flags already
+-- taken): the workspace, refused while buffers in it are unsaved (unless --ignore-unsaved),
+-- and this editor's directories moved out of it; then cb(ws).
+local function leaving(args, verb, synopsis, cb)
   local ignore_unsaved = flag(args, '--ignore-unsaved')
-  if bad_args(args, 1, ':Xum archive [REF] [--stop] [--ignore-unsaved]') then
+  if bad_args(args, 1, synopsis) then
     return
   end
   resolve(args[1], function(ws, projects)
-    if refuse_unsaved(ws, 'archive', ignore_unsaved) then
+    if refuse_unsaved(ws, verb, ignore_unsaved) then
       return
     end
     step_out(ws, projects)
+    cb(ws)
+  end)
+end
+
+-- :Xum archive [REF] [--stop] — snapshot, archive, and say what the cleanup did.
+function M.archive(args)
+  local stop = flag(args, '--stop')
+  leaving(args, 'archive', ':Xum archive [REF] [--stop] [--ignore-unsaved]', function(ws)
     if stop then
       stop_terminals(ws.id)
     end
@@ -570,15 +562,7 @@ end
 -- :Xum rm REF [--force]
 function M.rm(args)
   local force = flag(args, '--force')
-  local ignore_unsaved = flag(args, '--ignore-unsaved')
-  if bad_args(args, 1, ':Xum rm REF [--force] [--ignore-unsaved]') then
-    return
-  end
-  resolve(args[1], function(ws, projects)
-    if refuse_unsaved(ws, 'rm', ignore_unsaved) then
-      return
-    end
-    step_out(ws, projects)
+  leaving(args, 'rm', ':Xum rm REF [--force] [--ignore-unsaved]', function(ws)
     client.request('workspace.remove', { workspace_id = ws.id, force = force }, function(err, result)
       if err then
         return fail(err, 'rm ' .. ws.name)
