@@ -463,3 +463,15 @@ def test_setup_progress_shown_while_waiting() -> None:
     finally:
         world.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_failed_setup_is_a_warning_on_create_and_unarchive() -> None:
+    """A setup that fails is shown as a warning, after a create and after an
+    unarchive alike."""
+    base = short_tmpdir("xumnv-")
+    world = World(base, setup=["echo about to fail", "exit 3"])
+    try:
+        run_scenario(world, "setup_fails")
+    finally:
+        world.close()
+        shutil.rmtree(base, ignore_errors=True)

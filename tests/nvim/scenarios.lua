@@ -895,6 +895,26 @@ function S.setup_progress(T)
   T.note('xum: restored ' .. name, m, 60000)
 end
 
+-- A setup that fails: the create and the unarchive both say so, as a warning.
+function S.setup_fails(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  connect(T)
+  vim.cmd('cd ' .. vim.fn.fnameescape(os.getenv('XUM_TEST_REPO')))
+  local m = T.mark()
+  vim.cmd('Xum new ' .. name)
+  local created = T.note('xum: created ', m, 60000)
+  T.check(created.msg:find('; setup: failed', 1, true), 'the create says so: ' .. created.msg)
+  T.eq(created.level, vim.log.levels.WARN, 'a warning')
+  m = T.mark()
+  vim.cmd('Xum archive ' .. name)
+  T.note('xum: archived ' .. name, m, 60000)
+  m = T.mark()
+  vim.cmd('Xum unarchive ' .. name)
+  local restored = T.note('xum: restored ' .. name, m, 60000)
+  T.check(restored.msg:find('; setup: failed', 1, true), 'the unarchive says so: ' .. restored.msg)
+  T.eq(restored.level, vim.log.levels.WARN, 'a warning')
+end
+
 -- Each refusal of the commands themselves, forced: the message names the kind and why.
 function S.refusals(T)
   local name = os.getenv('XUM_TEST_NAME')

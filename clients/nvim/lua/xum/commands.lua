@@ -199,6 +199,20 @@ local function cleanup_text(cleanup)
 end
 M.cleanup_text = cleanup_text
 
+-- What the setup of a create or unarchive did, for the message ('' when there was none),
+-- and the level to show the message at (a failed setup warns).
+local function setup_text(setup)
+  setup = type(setup) == 'table' and setup or {}
+  if not setup.status or setup.status == 'none' then
+    return '', INFO
+  end
+  local text = '; setup: ' .. tostring(setup.status)
+  if setup.hint then
+    text = text .. ' (' .. tostring(setup.hint) .. ')'
+  end
+  return text, (setup.status == 'failed' or setup.status == 'timeout') and WARN or INFO
+end
+
 local function project_dir(ws, projects)
   local p = projects and projects[ws.project_id] or state.projects[ws.project_id]
   return (p and p.path) or vim.fn.expand('~')
@@ -367,15 +381,8 @@ function M.new(args)
           return fail(cerr, 'new ' .. name)
         end
         local ws = result.workspace
-        local setup = result.setup or {}
-        local msg = 'xum: created ' .. project.name .. '/' .. ws.name .. ' at ' .. ws.path
-        if setup.status and setup.status ~= 'none' then
-          msg = msg .. '; setup: ' .. tostring(setup.status)
-          if setup.hint then
-            msg = msg .. ' (' .. tostring(setup.hint) .. ')'
-          end
-        end
-        notify(msg, (setup.status == 'failed' or setup.status == 'timeout') and WARN or INFO)
+        local setup, level = setup_text(result.setup)
+        notify('xum: created ' .. project.name .. '/' .. ws.name .. ' at ' .. ws.path .. setup, level)
       end)
     end
     local list = {}
@@ -545,16 +552,13 @@ function M.unarchive(args)
       if err then
         return fail(err, 'unarchive ' .. ws.name)
       end
-      local msg = 'xum: restored ' .. ws.name .. ' at ' .. result.workspace.path
-      local setup = result.setup or {}
-      if setup.status and setup.status ~= 'none' then
-        msg = msg .. '; setup: ' .. tostring(setup.status)
-      end
+      local setup, level = setup_text(result.setup)
+      local msg = 'xum: restored ' .. ws.name .. ' at ' .. result.workspace.path .. setup
       local restored = result.restored or {}
       if restored.kept_at then
         msg = msg .. '; some preserved files were not verified, kept at ' .. tostring(restored.kept_at)
       end
-      notify(msg)
+      notify(msg, level)
     end)
   end)
 end
