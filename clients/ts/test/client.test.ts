@@ -18,6 +18,15 @@ import {
 } from "../src/index.js";
 import { makeRepo, until, withDaemon } from "./support/daemon.js";
 
+/** What `client` emits from now on: its events and its snapshots, in order. */
+function record(client: XumClient): { events: RawEvent[]; snapshots: SnapshotInfo[] } {
+  const events: RawEvent[] = [];
+  const snapshots: SnapshotInfo[] = [];
+  client.on("event", (e) => events.push(e));
+  client.on("snapshot", (s) => snapshots.push(s));
+  return { events, snapshots };
+}
+
 test("calls: hello, status, a project and a workspace, typed results", async () => {
   await withDaemon(async (daemon, tmp) => {
     const client = await XumClient.connect({ socketPath: daemon.socketPath, clientName: "ts-test" });
@@ -234,10 +243,7 @@ test("a frame longer than the client's cap ends the connection; the subscription
     const client = await XumClient.connect({ socketPath: daemon.socketPath, maxFrameBytes: 4096, reconnect: false });
     const other = await XumClient.connect({ socketPath: daemon.socketPath });
     try {
-      const events: RawEvent[] = [];
-      const snapshots: SnapshotInfo[] = [];
-      client.on("event", (e) => events.push(e));
-      client.on("snapshot", (s) => snapshots.push(s));
+      const { events, snapshots } = record(client);
       await client.subscribe({ types: ["test."] });
       const dropped = once(client, "disconnect");
       // A small event passes; one with a 10 kB field is a frame over the cap.
@@ -272,10 +278,7 @@ test("events: a snapshot, then each event once and in order", async () => {
     const client = await XumClient.connect({ socketPath: daemon.socketPath });
     const other = await XumClient.connect({ socketPath: daemon.socketPath });
     try {
-      const events: RawEvent[] = [];
-      client.on("event", (e) => events.push(e));
-      const snapshots: SnapshotInfo[] = [];
-      client.on("snapshot", (s) => snapshots.push(s));
+      const { events, snapshots } = record(client);
       const first = await client.subscribe({ types: ["project.", "workspace."] });
       assert.equal(first.reason, "initial");
       assert.deepEqual(first.snapshot["projects"], []);
@@ -316,10 +319,7 @@ test("after a daemon restart the subscription resumes: a snapshot of the new run
       reconnect: { initialDelayMs: 20, maxDelayMs: 200 },
     });
     try {
-      const events: RawEvent[] = [];
-      const snapshots: SnapshotInfo[] = [];
-      client.on("event", (e) => events.push(e));
-      client.on("snapshot", (s) => snapshots.push(s));
+      const { events, snapshots } = record(client);
       const first = await client.subscribe({ types: ["test."] });
       await client.callRaw("test.publish", { type: "test.before", count: 3 });
       await until(() => events.length === 3, "three events before the restart");
@@ -355,10 +355,7 @@ test("a dropped connection resumes where it left off: the missed events replayed
     const client = await XumClient.connect({ socketPath: daemon.socketPath, reconnect: false });
     const other = await XumClient.connect({ socketPath: daemon.socketPath });
     try {
-      const events: RawEvent[] = [];
-      const snapshots: SnapshotInfo[] = [];
-      client.on("event", (e) => events.push(e));
-      client.on("snapshot", (s) => snapshots.push(s));
+      const { events, snapshots } = record(client);
       const first = await client.subscribe({ types: ["test.kept"] });
       await other.callRaw("test.publish", { type: "test.kept", count: 2 });
       await until(() => events.length === 2, "two live events");
@@ -394,10 +391,7 @@ test("a gap the daemon's ring no longer holds: resync_required, a new snapshot, 
       const client = await XumClient.connect({ socketPath: daemon.socketPath, reconnect: false });
       const other = await XumClient.connect({ socketPath: daemon.socketPath });
       try {
-        const events: RawEvent[] = [];
-        const snapshots: SnapshotInfo[] = [];
-        client.on("event", (e) => events.push(e));
-        client.on("snapshot", (s) => snapshots.push(s));
+        const { events, snapshots } = record(client);
         const first = await client.subscribe({ types: ["test."] });
         await client.disconnect();
         // Ten events into a ring of four: the one right after the client's seq is gone.
