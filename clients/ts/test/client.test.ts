@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 
 import {
+  ClientClosed,
   ClientTimeout,
   ConnectionLost,
   DaemonNotRunning,
@@ -214,6 +215,22 @@ test("no daemon: DaemonNotRunning for a missing socket and for a stale one", asy
       assert.equal(e.reason, "stale socket");
       return true;
     });
+  });
+});
+
+test("waitConnected with nothing to wait for rejects at once, not at its timeout", async () => {
+  await withDaemon(async (daemon, tmp) => {
+    // Reconnecting off, never started: no attempt is coming.
+    const idle = new XumClient({ socketPath: join(tmp, "nothing.sock"), reconnect: false });
+    let started = Date.now();
+    await assert.rejects(idle.waitConnected(30_000), (e: unknown) => e instanceof DaemonNotRunning);
+    assert.ok(Date.now() - started < 5_000, "rejected at once");
+    // Closed: nothing will ever connect.
+    const closed = await XumClient.connect({ socketPath: daemon.socketPath });
+    await closed.close();
+    started = Date.now();
+    await assert.rejects(closed.waitConnected(30_000), (e: unknown) => e instanceof ClientClosed);
+    assert.ok(Date.now() - started < 5_000, "rejected at once");
   });
 });
 
