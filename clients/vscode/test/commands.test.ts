@@ -100,6 +100,28 @@ test("new (project picked, name asked), open in a new window, terminal, archive,
   });
 });
 
+test("a failed setup is an error after an unarchive as after a create", async () => {
+  await withDaemon(async (daemon, tmp) => {
+    const client = await XumClient.connect({ socketPath: daemon.socketPath });
+    try {
+      const repo = makeRepo(join(tmp, "repo"), { ".xum/config.toml": '[scripts]\nsetup = ["exit 3"]\n' });
+      const { project } = await client.call("project.add", { path: repo, name: "app" });
+      await client.call("project.trust", { project_id: project.id });
+      const ui = new ScriptedUi(["setup-fails"]);
+      const commands = new Commands(client, ui);
+      const created = await commands.newWorkspace(project.id);
+      assert.ok(created, ui.errors.join("\n"));
+      assert.match(ui.errors.at(-1) ?? "", /'setup-fails' created, but its setup failed/);
+      await client.call("workspace.archive", { workspace_id: created.id });
+      const restored = await commands.unarchive(created);
+      assert.equal(restored?.workspace.state, "active");
+      assert.match(ui.errors.at(-1) ?? "", /'setup-fails' restored, but its setup failed/);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
 test("archive refused busy: the error names its kind and each holder; Stop and archive is offered", async () => {
   await withDaemon(async (daemon, tmp) => {
     const client = await XumClient.connect({ socketPath: daemon.socketPath });

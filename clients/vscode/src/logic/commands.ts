@@ -4,6 +4,7 @@
 
 import {
   isRpcError,
+  type ScriptResult,
   type WorkspaceArchiveResult,
   type WorkspaceInfo,
   type WorkspaceRemoveResult,
@@ -65,13 +66,7 @@ export class Commands {
       const name = await this.ui.input("Name of the new workspace", validateName);
       if (name === undefined) return undefined;
       const { workspace, setup } = await this.client.call("workspace.create", { project_id: project, name });
-      if (setup.status === "failed" || setup.status === "timeout") {
-        this.ui.error(`xum: workspace '${workspace.name}' created, but its setup ${setup.status}: ${setup.error ?? ""}`);
-      } else if (setup.status === "untrusted") {
-        this.ui.info(`xum: workspace '${workspace.name}' created; setup skipped: ${setup.hint ?? "the project's config is not trusted"}`);
-      } else {
-        this.ui.info(`xum: workspace '${workspace.name}' created at ${workspace.path}`);
-      }
+      this.reportSetup("created", workspace, setup);
       return workspace;
     });
   }
@@ -104,7 +99,7 @@ export class Commands {
   async unarchive(ws: WorkspaceRef): Promise<WorkspaceUnarchiveResult | undefined> {
     return this.guard(async () => {
       const result = await this.client.call("workspace.unarchive", { workspace_id: ws.id });
-      this.ui.info(`xum: '${result.workspace.name}' restored at ${result.workspace.path}`);
+      this.reportSetup("restored", result.workspace, result.setup);
       return result;
     });
   }
@@ -159,6 +154,17 @@ export class Commands {
       }
       return workspace;
     });
+  }
+
+  /** How a create or an unarchive went, its setup included: a failed setup is an error. */
+  private reportSetup(done: string, workspace: WorkspaceInfo, setup: ScriptResult): void {
+    if (setup.status === "failed" || setup.status === "timeout") {
+      this.ui.error(`xum: workspace '${workspace.name}' ${done}, but its setup ${setup.status}: ${setup.error ?? ""}`);
+    } else if (setup.status === "untrusted") {
+      this.ui.info(`xum: workspace '${workspace.name}' ${done}; setup skipped: ${setup.hint ?? "the project's config is not trusted"}`);
+    } else {
+      this.ui.info(`xum: workspace '${workspace.name}' ${done} at ${workspace.path}`);
+    }
   }
 
   private reportArchive(result: WorkspaceArchiveResult): void {
