@@ -65,25 +65,13 @@ function S.connect(T)
   local m = T.mark()
   vim.cmd('Xum status')
   T.note('xum: ready', m)
-  m = T.mark()
-  vim.cmd('Xum frobnicate')
-  T.wait_for(function()
-    return T.notes[m + 1]
-  end, 'an answer')
-  T.check(T.notes[m + 1].msg:find('unknown subcommand frobnicate', 1, true), 'a usage error: ' .. T.notes[m + 1].msg)
+  local msg = T.answer('Xum frobnicate')
+  T.check(msg:find('unknown subcommand frobnicate', 1, true), 'a usage error: ' .. msg)
   -- a mistyped option is not taken for a workspace name
-  m = T.mark()
-  vim.cmd('Xum archive some --stpo')
-  T.wait_for(function()
-    return T.notes[m + 1]
-  end, 'an answer')
-  T.check(T.notes[m + 1].msg:find('xum: usage: unknown option --stpo', 1, true), 'an unknown option: ' .. T.notes[m + 1].msg)
-  m = T.mark()
-  vim.cmd('Xum unarchive a b')
-  T.wait_for(function()
-    return T.notes[m + 1]
-  end, 'an answer')
-  T.check(T.notes[m + 1].msg:find('too many arguments', 1, true), 'extra arguments: ' .. T.notes[m + 1].msg)
+  msg = T.answer('Xum archive some --stpo')
+  T.check(msg:find('xum: usage: unknown option --stpo', 1, true), 'an unknown option: ' .. msg)
+  msg = T.answer('Xum unarchive a b')
+  T.check(msg:find('too many arguments', 1, true), 'extra arguments: ' .. msg)
 
   -- setup{} with another socket: another daemon, so nothing of this one is kept
   local old_conn = client.conn
@@ -203,12 +191,7 @@ function S.lifecycle(T)
   -- uncommitted work, still in a buffer: the archive refuses (its snapshot is of the disk)
   vim.cmd('edit ' .. vim.fn.fnameescape(ws.path .. '/notes.txt'))
   vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'work in progress' })
-  m = T.mark()
-  vim.cmd('Xum archive')
-  T.wait_for(function()
-    return T.notes[m + 1]
-  end, 'an answer')
-  local refused = T.notes[m + 1].msg
+  local refused = T.answer('Xum archive')
   T.check(refused:find('not_safe: unsaved changes in 1 buffer(s): notes.txt', 1, true), 'refused: ' .. refused)
   T.eq(T.realpath(vim.fn.getcwd()), T.realpath(ws.path), 'nothing done: still in the checkout')
   T.eq(require('xum.state').workspaces[ws.id].state, 'active', 'still active')
@@ -303,12 +286,8 @@ function S.lifecycle(T)
   -- rm refuses too while a buffer holds unsaved changes; --ignore-unsaved goes on
   vim.cmd('edit ' .. vim.fn.fnameescape(ws.path .. '/README.md'))
   vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'never written' })
-  m = T.mark()
-  vim.cmd('Xum rm ' .. name)
-  T.wait_for(function()
-    return T.notes[m + 1]
-  end, 'an answer')
-  T.check(T.notes[m + 1].msg:find('xum: rm ' .. name .. ': not_safe: unsaved changes in 1 buffer(s): README.md', 1, true), 'rm refused: ' .. T.notes[m + 1].msg)
+  local msg = T.answer('Xum rm ' .. name)
+  T.check(msg:find('xum: rm ' .. name .. ': not_safe: unsaved changes in 1 buffer(s): README.md', 1, true), 'rm refused: ' .. msg)
   m = T.mark()
   vim.cmd('Xum rm ' .. name .. ' --ignore-unsaved')
   note = T.note('xum: removed ' .. name, m, 60000)
@@ -924,15 +903,8 @@ function S.refusals(T)
   local archived = T.cli({ 'ws', 'new', project, name .. '-z' }).workspace
   T.cli({ 'ws', 'archive', archived.id })
   vim.cmd('cd ' .. vim.fn.fnameescape(os.getenv('XUM_TEST_REPO')))
-  local function answer(cmd)
-    local m = T.mark()
-    vim.cmd(cmd)
-    return T.wait_for(function()
-      return T.notes[m + 1]
-    end, 'an answer to ' .. cmd).msg
-  end
   local function expect(cmd, text)
-    local msg = answer(cmd)
+    local msg = T.answer(cmd)
     T.check(msg:find(text, 1, true), cmd .. ': ' .. msg)
   end
   expect('Xum new', 'xum: usage: :Xum new [PROJECT/]NAME')
@@ -948,7 +920,7 @@ function S.refusals(T)
   T.note('xum: unarchive ' .. name .. ': invalid_state: ', m)
   -- a shell that cannot start: said, and no lease is taken for it
   vim.o.shell = '/nonexistent/shell'
-  local msg = answer('Xum term ' .. name)
+  local msg = T.answer('Xum term ' .. name)
   T.check(msg:find('operation_failed: could not start /nonexistent/shell', 1, true), 'term: ' .. msg)
 end
 
