@@ -52,12 +52,7 @@ local function listing(cb)
       if werr then
         return cb(werr)
       end
-      local projects = {}
-      for _, p in ipairs(presult.projects or {}) do
-        if type(p) == 'table' and type(p.id) == 'string' then
-          projects[p.id] = p
-        end
-      end
+      local projects = state.index(presult.projects)
       local workspaces = {}
       for _, ws in ipairs(wresult.workspaces or {}) do
         if type(ws) == 'table' and type(ws.id) == 'string' and type(ws.name) == 'string' and type(ws.path) == 'string' then
@@ -685,10 +680,8 @@ function M.workspace_names(states)
           state.workspaces[ws.id] = ws
         end
       end
-      for _, p in ipairs(presult.projects or {}) do
-        if type(p) == 'table' and type(p.id) == 'string' then
-          state.projects[p.id] = p
-        end
+      for id, p in pairs(state.index(presult.projects)) do
+        state.projects[id] = p
       end
     end
   end

@@ -34,6 +34,7 @@ local function changed()
 end
 M.changed = changed
 
+-- The tables of `list` that have a string id, by id (what an answer may hold is not trusted).
 local function index(list)
   local out = {}
   if type(list) ~= 'table' then
@@ -46,6 +47,8 @@ local function index(list)
   end
   return out
 end
+
+M.index = index
 
 function M.reset()
   M.projects, M.workspaces, M.obligations = {}, {}, {}
