@@ -4,12 +4,14 @@
 
 import {
   isRpcError,
+  type ErrorKind,
   type ScriptResult,
   type WorkspaceArchiveResult,
   type WorkspaceInfo,
   type WorkspaceRemoveResult,
   type WorkspaceUnarchiveResult,
   type XumClient,
+  type XumRpcError,
 } from "../../../ts/src/index.js";
 import { describeCleanup, formatError } from "./format.js";
 
@@ -76,24 +78,13 @@ export class Commands {
    * daemon's own processes and archive (`stop: true`); other holders still refuse.
    */
   async archive(ws: WorkspaceRef): Promise<WorkspaceArchiveResult | undefined> {
-    try {
-      const result = await this.client.call("workspace.archive", { workspace_id: ws.id });
-      this.reportArchive(result);
-      return result;
-    } catch (err) {
-      if (!isRpcError(err, "busy")) {
-        this.ui.error(formatError(err));
-        return undefined;
-      }
-      this.ui.error(formatError(err));
-      const stop = await this.ui.confirm(`Stop the processes xum runs in '${ws.name}' and archive it?`, "Stop and archive");
-      if (!stop) return undefined;
-      return this.guard(async () => {
-        const result = await this.client.call("workspace.archive", { workspace_id: ws.id, stop: true });
-        this.reportArchive(result);
-        return result;
-      });
-    }
+    return this.overridable(
+      "busy",
+      (stop) => this.client.call("workspace.archive", { workspace_id: ws.id, stop }),
+      (result) => this.reportArchive(result),
+      () => `Stop the processes xum runs in '${ws.name}' and archive it?`,
+      "Stop and archive",
+    );
   }
 
   async unarchive(ws: WorkspaceRef): Promise<WorkspaceUnarchiveResult | undefined> {
@@ -111,18 +102,37 @@ export class Commands {
       "Remove",
     );
     if (!sure) return undefined;
+    return this.overridable(
+      "not_safe",
+      (force) => this.client.call("workspace.remove", { workspace_id: ws.id, force }),
+      (result) => this.reportRemove(ws, result),
+      (err) => `Remove '${ws.name}' anyway? ${err.message}`,
+      "Remove anyway",
+    );
+  }
+
+  /**
+   * `call(false)`; refused with `kind`, the error is shown and, when the user confirms
+   * `question`, `call(true)` (the override: stop, force). Each result goes to `report`.
+   */
+  private async overridable<R>(
+    kind: ErrorKind,
+    call: (override: boolean) => Promise<R>,
+    report: (result: R) => void,
+    question: (err: XumRpcError) => string,
+    action: string,
+  ): Promise<R | undefined> {
     try {
-      const result = await this.client.call("workspace.remove", { workspace_id: ws.id });
-      this.reportRemove(ws, result);
+      const result = await call(false);
+      report(result);
       return result;
     } catch (err) {
       this.ui.error(formatError(err));
-      if (!isRpcError(err, "not_safe")) return undefined;
-      const force = await this.ui.confirm(`Remove '${ws.name}' anyway? ${err.message}`, "Remove anyway");
-      if (!force) return undefined;
+      if (!isRpcError(err, kind)) return undefined;
+      if (!(await this.ui.confirm(question(err), action))) return undefined;
       return this.guard(async () => {
-        const result = await this.client.call("workspace.remove", { workspace_id: ws.id, force: true });
-        this.reportRemove(ws, result);
+        const result = await call(true);
+        report(result);
         return result;
       });
     }
