@@ -122,9 +122,9 @@ export function activate(context: vscode.ExtensionContext): void {
     context.subscriptions.push(vscode.commands.registerCommand(name, fn));
   };
   register("xum.refresh", async () => {
-    const { projects } = await client.call("project.list");
-    const { workspaces } = await client.call("workspace.list");
-    model.reset({ projects, workspaces });
+    const all = await commands.listAll();
+    if (all === undefined) return;
+    model.reset(all);
     update();
   });
   register("xum.newWorkspace", (node) => commands.newWorkspace(node?.kind === "project" ? node.project.id : undefined));

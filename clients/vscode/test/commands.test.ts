@@ -122,6 +122,25 @@ test("a failed setup is an error after an unarchive as after a create", async ()
   });
 });
 
+test("refresh lists every project and workspace; a failure is shown, not thrown", async () => {
+  await withDaemon(async (daemon, tmp) => {
+    const client = await XumClient.connect({ socketPath: daemon.socketPath });
+    const ui = new ScriptedUi();
+    const commands = new Commands(client, ui);
+    try {
+      const { project } = await client.call("project.add", { path: makeRepo(join(tmp, "repo")) });
+      await client.call("workspace.create", { project_id: project.id, name: "listed" });
+      const all = await commands.listAll();
+      assert.deepEqual(all?.projects.map((p) => p.id), [project.id]);
+      assert.deepEqual(all?.workspaces.map((w) => w.name), ["listed"]);
+    } finally {
+      await client.close();
+    }
+    assert.equal(await commands.listAll(), undefined);
+    assert.match(ui.errors.at(-1) ?? "", /closed/);
+  });
+});
+
 test("remove refused not_safe: the error is shown, and Remove anyway forces it only when confirmed", async () => {
   await withDaemon(async (daemon, tmp) => {
     const client = await XumClient.connect({ socketPath: daemon.socketPath });

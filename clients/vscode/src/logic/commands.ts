@@ -5,6 +5,7 @@
 import {
   isRpcError,
   type ErrorKind,
+  type ProjectInfo,
   type ScriptResult,
   type WorkspaceArchiveResult,
   type WorkspaceInfo,
@@ -48,6 +49,15 @@ export class Commands {
     private readonly client: XumClient,
     private readonly ui: Ui,
   ) {}
+
+  /** Every project and workspace, read now (the Refresh command); a failure is shown. */
+  async listAll(): Promise<{ projects: ProjectInfo[]; workspaces: WorkspaceInfo[] } | undefined> {
+    return this.guard(async () => {
+      const { projects } = await this.client.call("project.list");
+      const { workspaces } = await this.client.call("workspace.list");
+      return { projects, workspaces };
+    });
+  }
 
   /** New workspace: pick the project (unless given), name it, create it. */
   async newWorkspace(projectId?: string): Promise<WorkspaceInfo | undefined> {
