@@ -418,14 +418,24 @@ function M.new(args)
   end)
 end
 
+-- Only an active workspace has a checkout to go to: refused (invalid_state) otherwise.
+local function refuse_inactive(ws)
+  if ws.state == 'active' then
+    return false
+  end
+  local hint = ws.state == 'archived' and ' (unarchive it first)' or ''
+  fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active' .. hint, data = { kind = 'invalid_state' } })
+  return true
+end
+
 -- :Xum open [REF] — :tcd into the checkout.
 function M.open(args)
   if bad_args(args, 1, ':Xum open [REF]') then
     return
   end
   resolve(args[1], function(ws)
-    if ws.state ~= 'active' then
-      return fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active (unarchive it first)', data = { kind = 'invalid_state' } })
+    if refuse_inactive(ws) then
+      return
     end
     vim.cmd('tcd ' .. vim.fn.fnameescape(ws.path))
     notify('xum: ' .. ws.name .. ' (' .. ws.path .. ')')
@@ -438,8 +448,8 @@ function M.term(args)
     return
   end
   resolve(args[1], function(ws)
-    if ws.state ~= 'active' then
-      return fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active', data = { kind = 'invalid_state' } })
+    if refuse_inactive(ws) then
+      return
     end
     -- 'shell' as an argv (a string would run through the shell itself, which then fails in
     -- the terminal instead of here)
