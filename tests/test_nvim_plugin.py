@@ -372,6 +372,12 @@ def test_bad_peers_time_out_or_disconnect(shared: World) -> None:
     run_scenario(shared, "bad_peers")
 
 
+def test_resume_answered_by_another_run_is_a_resync(shared: World) -> None:
+    """A peer that answers a resume with another epoch but no `resync_required`: the plugin
+    still replaces what it knew (xumd itself sets the flag; the check is the plugin's own)."""
+    run_scenario(shared, "epoch_change")
+
+
 def test_protocol_mismatch_is_shown_and_not_retried(shared: World) -> None:
     run_scenario(shared, "mismatch")
 

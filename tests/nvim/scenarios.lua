@@ -641,6 +641,38 @@ function S.bad_peers(T)
   rude:close()
 end
 
+-- A resume answered by another daemon run (another epoch) is a resync even when the answer
+-- does not say so: what the plugin knew of the old run is replaced, never kept.
+function S.epoch_change(T)
+  local client = require('xum.client')
+  local state = require('xum.state')
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir, 'p')
+  local results = {
+    hello = '{"protocol":"1.1","server":{"name":"fake","version":null},"root":null,"capabilities":[]}',
+    ['events.subscribe'] = '{"epoch":"e2","seq":5,"snapshot":{"projects":[],"workspaces":[]}}',
+    ['cleanup.list'] = '{"obligations":[]}',
+  }
+  local asked = {}
+  local server = fake_server(dir .. '/other-run.sock', function(conn, data)
+    for line in data:gmatch('[^\n]+') do
+      local id, method = line:match('"id":(%d+)'), line:match('"method":"([%w%.]+)"')
+      asked[method] = line
+      conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":' .. (results[method] or '{}') .. '}\n')
+    end
+  end)
+  client.stop()
+  xum().setup({ socket = dir .. '/other-run.sock', reconnect = false })
+  state.apply_snapshot('e1', 3, { workspaces = { { id = 'ws_old', name = 'old', state = 'active', project_id = 'prj_1', path = '/old' } } })
+  connect(T)
+  T.check(asked['events.subscribe']:find('"epoch":"e1"', 1, true), 'it asked to resume: ' .. asked['events.subscribe'])
+  T.eq(client.last_subscribe, 'resync', 'another run: a resync')
+  T.eq(state.epoch, 'e2', 'the new run')
+  T.eq(state.workspaces.ws_old, nil, 'the old run\'s workspace is gone')
+  client.stop()
+  server:close()
+end
+
 -- Another major version: protocol_mismatch naming both sides, and no reconnect loop.
 function S.mismatch(T)
   local client = require('xum.client')
