@@ -2,6 +2,8 @@
 
 import assert from "node:assert/strict";
 import { once } from "node:events";
+import { rmSync } from "node:fs";
+import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { test } from "node:test";
 
@@ -17,7 +19,7 @@ import {
   type RawEvent,
   type SnapshotInfo,
 } from "../src/index.js";
-import { makeRepo, until, withDaemon } from "./support/daemon.js";
+import { makeRepo, shortTmpdir, until, withDaemon } from "./support/daemon.js";
 
 /** What `client` emits from now on: its events and its snapshots, in order. */
 function record(client: XumClient): { events: RawEvent[]; snapshots: SnapshotInfo[] } {
@@ -532,4 +534,51 @@ test("a daemon that stops reading: calls beyond the queue bound fail at once wit
     },
     { config: "max_inflight_per_connection = 1\n" },
   );
+});
+
+test("a resume answered by another run (epoch) without resync_required is still a new snapshot", async () => {
+  // A peer of our own: the first connection starts run e1; the second answers the resume with
+  // run e2 and does not say resync_required (xumd does; the client must not rely on it).
+  const dir = shortTmpdir();
+  const socketPath = join(dir, "fake.sock");
+  let connections = 0;
+  const asked: Record<string, unknown>[] = [];
+  const sockets: Socket[] = [];
+  const server = createServer((sock) => {
+    sockets.push(sock);
+    const run = ++connections === 1 ? "e1" : "e2";
+    let buffered = "";
+    sock.on("data", (chunk) => {
+      buffered += chunk.toString();
+      let nl: number;
+      while ((nl = buffered.indexOf("\n")) >= 0) {
+        const request = JSON.parse(buffered.slice(0, nl)) as { id: number; method: string; params: Record<string, unknown> };
+        buffered = buffered.slice(nl + 1);
+        const result =
+          request.method === "hello"
+            ? { protocol: "1.1", server: { name: "fake", version: null }, root: null, capabilities: [] }
+            : request.method === "events.subscribe"
+              ? (asked.push(request.params), { epoch: run, seq: 5, snapshot: { projects: [], workspaces: [] } })
+              : {};
+        sock.write(JSON.stringify({ jsonrpc: "2.0", id: request.id, result }) + "\n");
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+  const client = await XumClient.connect({ socketPath, reconnect: { initialDelayMs: 20, maxDelayMs: 100 } });
+  try {
+    const { snapshots } = record(client);
+    const first = await client.subscribe();
+    assert.equal(first.epoch, "e1");
+    for (const sock of sockets) sock.destroy();
+    await until(() => snapshots.length === 2, "the second run's snapshot");
+    assert.equal(asked[1]?.["epoch"], "e1", "it asked to resume the first run");
+    assert.equal(snapshots[1]?.reason, "epoch_changed");
+    assert.equal(snapshots[1]?.epoch, "e2");
+    assert.deepEqual(client.position, { epoch: "e2", seq: 5 });
+  } finally {
+    await client.close();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
