@@ -99,6 +99,8 @@ SCOPES = [
         "daemon/xumd/lifecycle/coordinator.py",
         ["tests/test_coordinator.py", "tests/test_rename_settle.py"],
     ),
+    # The directory exclusion, moved out of coordinator.py: the same contract, its own module.
+    Scope("daemon/xumd/checkouts/exclusion.py", ["tests/test_coordinator.py"]),
     Scope(
         "daemon/xumd/processes/quiescence.py",
         [
@@ -120,6 +122,11 @@ SCOPES = [
             "tests/test_daemon_basics.py::test_second_daemon_refused_naming_the_first",
             "tests/test_daemon_basics.py::test_restart_after_sigkill",
         ],
+    ),
+    # Liveness by identity (pid and start time), moved out of procutil.py: never mutated yet.
+    Scope(
+        "daemon/xumd/procstat.py",
+        ["tests/test_process_identity.py", "tests/test_lease.py", "tests/test_procutil.py"],
     ),
     Scope(
         "daemon/xumd/procutil.py",

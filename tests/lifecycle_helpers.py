@@ -11,7 +11,7 @@ import pytest
 from xum_client.errors import XumRpcError
 
 from tests.support.daemon import DaemonProcess, write_config
-from tests.support.gitrepo import git
+from tests.support.gitrepo import git, make_repo
 
 
 def rpc_error(daemon: DaemonProcess, method: str, params: dict[str, Any]) -> XumRpcError:
@@ -52,6 +52,24 @@ def add_project(daemon: DaemonProcess, repo: Path, **extra: Any) -> dict[str, An
 
 def create(daemon: DaemonProcess, project_id: str, name: str, **extra: Any) -> dict[str, Any]:
     return daemon.call("workspace.create", {"project_id": project_id, "name": name, **extra})
+
+
+def kept_env_copy(daemon: DaemonProcess, base: Path) -> Path:
+    """A workspace whose preserved `.env` ("KEY=1") was kept when it was removed with force:
+    the kept copy's directory (ROOT/archive/<ws>; the file is at `files/.env`)."""
+    repo = make_repo(
+        base / "repo",
+        {
+            "README.md": "hi\n",
+            ".gitignore": ".env\n",
+            ".xum/config.toml": '[scripts]\npreserve = [".env"]\n',
+        },
+    )
+    project = add_project(daemon, repo)
+    ws = create(daemon, project["id"], "w")["workspace"]
+    (Path(ws["path"]) / ".env").write_text("KEY=1\n")
+    removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+    return Path(removed["kept"]["path"])
 
 
 def failing_teardown(ctl: Path, *, log_runs: bool = False) -> str:

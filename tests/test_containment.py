@@ -13,7 +13,6 @@ import errno
 import gc
 import json
 import os
-import secrets
 import signal
 import subprocess
 import threading
@@ -33,6 +32,7 @@ from xumd.lifecycle.scripts import ScriptRunner
 from xumd.procutil import run_command
 
 from tests.lifecycle_helpers import add_project, create
+from tests.support.cgroups import new_cgroup
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.procs import alive, identify, identify_all
@@ -563,11 +563,7 @@ def cgroup_base() -> Iterator[Path]:
     mount = _cgroup2_mount()
     if mount is None or os.geteuid() != 0:
         pytest.skip("needs a cgroup v2 mount and root to create a cgroup in it")
-    base = mount / f"xum-test-{os.getpid()}-{secrets.token_hex(3)}"
-    try:
-        base.mkdir()
-    except OSError as exc:
-        pytest.skip(f"cannot create a cgroup under {mount}: {exc}")
+    base = new_cgroup(mount)
     try:
         yield base
     finally:

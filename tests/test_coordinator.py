@@ -291,3 +291,21 @@ async def test_exclusive_resolves_a_workspace_in_any_state(store: Store) -> None
     async with coord.exclusive(ARCHIVED, "unarchive") as ref:
         assert ref.id == ARCHIVED
         assert coord.closed_by(ARCHIVED) == "unarchive"
+
+
+async def test_a_directory_created_meanwhile_is_still_the_same_directory(tmp_path: Path) -> None:
+    """Taken before it exists (a creation), the directory keys by its parent and name; taken
+    again once it exists, by itself: the same realpath still conflicts although the identity
+    part differs, so the second waits (and times out here). `held` names it meanwhile."""
+    exclusion = DirectoryExclusion(wait_s=5)
+    target = tmp_path / "ws"
+    async with exclusion.directory(target) as first:
+        target.mkdir()
+        second = dir_key(target)
+        assert second.realpath == first.realpath and second.identity != first.identity
+        assert exclusion.held() == [str(target)]
+        with anyio.fail_after(10), pytest.raises(XumError) as info:
+            async with exclusion.directory(target, timeout=0.1):
+                pass
+        assert info.value.kind.value == "timeout"
+    assert exclusion.held() == []

@@ -21,7 +21,14 @@ from typing import Any
 
 import pytest
 
-from tests.lifecycle_helpers import add_project, commit_scripts, create, rpc_error, trusted_daemon
+from tests.lifecycle_helpers import (
+    add_project,
+    commit_scripts,
+    create,
+    kept_env_copy,
+    rpc_error,
+    trusted_daemon,
+)
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import make_repo
 from tests.support.holds import hold_env, release, wait_held
@@ -458,19 +465,7 @@ def test_discard_kept_never_empties_a_mount_in_the_kept_copy(
 ) -> None:
     """`workspace.discard_kept` deletes a kept copy of preserved files (ROOT/archive/<ws>): a
     mount inside it is `busy` naming it (nothing deleted); after the unmount it goes."""
-    repo = make_repo(
-        tmp_short / "repo",
-        {
-            "README.md": "hi\n",
-            ".gitignore": ".env\n",
-            ".xum/config.toml": '[scripts]\npreserve = [".env"]\n',
-        },
-    )
-    project = add_project(fast, repo)
-    ws = create(fast, project["id"], "w")["workspace"]
-    (Path(ws["path"]) / ".env").write_text("KEY=1\n")
-    removed = fast.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
-    kept = Path(removed["kept"]["path"])
+    kept = kept_env_copy(fast, tmp_short)
     (kept / "files" / "cache").mkdir()
     point = mounts.bind(outside, kept / "files" / "cache")
     err = rpc_error(fast, "workspace.discard_kept", {"path": str(kept)})

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from xum_protocol.errors import ErrorKind
 
-from tests.lifecycle_helpers import add_project, create, rpc_error
+from tests.lifecycle_helpers import kept_env_copy, rpc_error
 from tests.support.daemon import DaemonProcess
-from tests.support.gitrepo import make_repo
 
 # Write-only kernel attributes: opening one for reading fails even for root.
 UNREADABLE = [Path("/sys/bus/platform/uevent"), Path("/sys/bus/pci/rescan")]
@@ -58,19 +57,7 @@ def test_discard_kept_holds_when_the_mount_table_is_unreadable(
     namespaced: DaemonProcess, tmp_short: Path
 ) -> None:
     daemon = namespaced
-    repo = make_repo(
-        tmp_short / "repo",
-        {
-            "README.md": "hi\n",
-            ".gitignore": ".env\n",
-            ".xum/config.toml": '[scripts]\npreserve = [".env"]\n',
-        },
-    )
-    project = add_project(daemon, repo)
-    ws = create(daemon, project["id"], "w")["workspace"]
-    (Path(ws["path"]) / ".env").write_text("KEY=1\n")
-    removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
-    kept = Path(removed["kept"]["path"])
+    kept = kept_env_copy(daemon, tmp_short)
     mountinfo = f"/proc/{daemon.pid}/mountinfo"
     _in_namespace(daemon, "mount", "--bind", str(_unreadable_file()), mountinfo)
     try:

@@ -211,11 +211,12 @@ def test_keep_processes_leaves_agents_running_for_the_next_start(
 ) -> None:
     ws = insert_workspace(root, tmp_short / "checkouts" / "w")
     daemon = DaemonProcess(root, args=["--keep-processes"]).start()
-    agent: dict[str, Any] = {"pid": 0}
+    kept: ProcId | None = None
     try:
         agent = spawn(daemon, ws, ["sleep", "60"], kind="agent")
+        kept = identify(agent["pid"])
         cmd = spawn(daemon, ws, ["sleep", "60"])
-        kept, stopped = identify(agent["pid"]), identify(cmd["pid"])
+        stopped = identify(cmd["pid"])
         assert daemon.terminate() == 0
         assert alive(kept) and not alive(stopped)
         daemon.args = []
@@ -228,8 +229,8 @@ def test_keep_processes_leaves_agents_running_for_the_next_start(
         assert not alive(kept)
     finally:
         daemon.close()
-        if agent["pid"] and alive(identify(agent["pid"])):
-            os.kill(agent["pid"], signal.SIGKILL)
+        if kept is not None and alive(kept):
+            os.kill(kept.pid, signal.SIGKILL)
 
 
 def test_crash_between_record_and_gate_runs_nothing(root: Path, tmp_short: Path) -> None:

@@ -12,7 +12,8 @@ import pytest
 from xumd.errors import XumError
 from xumd.processes.output_log import OutputLog
 
-from tests.test_process_support import PY, Harness, running, wait_for
+from tests.support.wait import wait_for
+from tests.test_process_support import PY, Harness, running
 
 pytestmark = pytest.mark.anyio
 

@@ -14,6 +14,7 @@ from xumd.errors import XumError
 from xumd.processes.supervisor import parse_signal
 
 from tests.support.procs import alive, identify_all
+from tests.support.wait import wait_for
 from tests.test_process_support import (
     PY,
     FakePeer,
@@ -21,7 +22,6 @@ from tests.test_process_support import (
     pids_in,
     running,
     stubborn_argv,
-    wait_for,
 )
 
 pytestmark = pytest.mark.anyio

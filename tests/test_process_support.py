@@ -150,14 +150,6 @@ async def running(harness: Harness) -> AsyncIterator[Harness]:
     harness.store.close()
 
 
-async def wait_for(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """Poll a condition inside an event loop, under an anyio deadline (never a bare sleep)."""
-    with anyio.fail_after(timeout):
-        while not (value := condition()):
-            await anyio.sleep(0.02)
-    return value
-
-
 def external_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     """The `external` fixture: processes a test starts itself (editors, terminals), SIGKILLed as
     a group afterwards. Test modules use `external = pytest.fixture(external_processes, ...)`."""

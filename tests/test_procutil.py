@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -17,8 +16,8 @@ from xumd import procutil
 from xumd.procutil import CommandNotFound, run_command
 
 from tests.support.freezer import frozen
-from tests.support.procs import alive, identify
-from tests.support.wait import until
+from tests.support.procs import ProcId, alive, identify
+from tests.support.wait import until, wait_for
 
 
 def test_exit_code_and_merged_output() -> None:
@@ -181,6 +180,20 @@ def test_a_command_that_cannot_start_names_its_program(tmp_path: Path) -> None:
         anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "file", timeout_s=5))
 
 
+def test_a_missing_working_directory_is_named_not_called_a_missing_command(
+    tmp_path: Path,
+) -> None:
+    """A program that exists but whose working directory is gone (a checkout removed under a
+    script) is not reported as `command not found`: the error names the directory."""
+    gone = tmp_path / "gone"
+    with pytest.raises(CommandNotFound) as failed:
+        anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=gone, timeout_s=5))
+    assert "command not found" not in str(failed.value)
+    assert str(failed.value) == f"sh: no working directory {gone}"
+    with pytest.raises(CommandNotFound, match=r"^xum-no-such-program: command not found$"):
+        anyio.run(lambda: run_command(["xum-no-such-program"], cwd=tmp_path, timeout_s=5))
+
+
 def test_kill_tree_reports_a_tree_ended_by_sigkill_as_gone() -> None:
     """A group that ignores SIGTERM is ended by the SIGKILL after the grace: kill_tree answers
     True (gone), not False as if it had survived SIGKILL."""
@@ -223,6 +236,37 @@ def test_sigterm_gets_its_grace_before_sigkill(tmp_path: Path) -> None:
         assert gone is True
         assert child.wait(10) == 0, "ended by SIGKILL instead of its own SIGTERM handler"
         assert done.exists()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_sigterm_is_sent_once_to_a_member_of_the_group() -> None:
+    """A process of the signalled group gets one SIGTERM, not a second one as a member of the
+    tree: many programs take a second SIGTERM as `quit now, skip the clean-up` (here: exit 3),
+    which would cut the very grace the first one gives."""
+    handler = (
+        "import signal, sys, time\n"
+        "seen = []\n"
+        "def term(*_):\n"
+        "    if seen:\n"
+        "        sys.exit(3)  # asked twice: give up the clean-up\n"
+        "    seen.append(1)\n"
+        "    time.sleep(0.3)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, term)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", handler], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 30.0))
+        assert gone is True
+        assert child.wait(10) == 0, "a second SIGTERM cut its clean-up short"
     finally:
         if child.poll() is None:
             child.kill()
@@ -291,9 +335,8 @@ def test_a_cancelled_run_still_kills_a_tree_that_ignores_sigterm(tmp_path: Path)
                     marker=marker,
                 )
             )
-            with anyio.fail_after(20):
-                while len(scan(cont.tag)) < 3:  # the shell, its sleep, the escapee
-                    await anyio.sleep(0.02)
+            # the shell, its sleep, the escapee
+            await wait_for(lambda: len(scan(cont.tag)) >= 3, timeout=20)
             tg.cancel_scope.cancel()
 
     try:
@@ -312,6 +355,7 @@ def test_kill_tree_reaches_a_group_member_outside_the_tree() -> None:
         stdout=subprocess.PIPE,
         start_new_session=True,
     )
+    orphan: ProcId | None = None
     try:
         assert leader.stdout is not None
         orphan = identify(int(leader.stdout.readline()))
@@ -322,5 +366,9 @@ def test_kill_tree_reaches_a_group_member_outside_the_tree() -> None:
         assert gone is True
         assert not alive(orphan)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(leader.pid, signal.SIGKILL)
+        # Only that very orphan: once the group is empty its id may be another test's group.
+        if orphan is not None and alive(orphan):
+            os.kill(orphan.pid, signal.SIGKILL)
+        if leader.poll() is None:
+            leader.kill()
+            leader.wait()

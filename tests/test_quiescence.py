@@ -14,13 +14,13 @@ from xumd.errors import XumError
 from xumd.lifecycle.seams import busy_message
 
 from tests.support.freezer import frozen
+from tests.support.wait import wait_for
 from tests.test_process_support import (
     FakePeer,
     Harness,
     external_processes,
     running,
     stubborn_argv,
-    wait_for,
 )
 
 pytestmark = pytest.mark.anyio

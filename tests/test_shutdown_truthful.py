@@ -29,6 +29,7 @@ from tests.lifecycle_helpers import add_project, branch_exists, create
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.holds import hold_env, wait_held
+from tests.support.procs import ProcId, alive, identify
 from tests.support.raw import RawPeer
 from tests.support.wait import until
 
@@ -99,12 +100,11 @@ def cut(daemon: DaemonProcess, thread: threading.Thread, out: dict[str, Any]) ->
     assert daemon.wait(30) == 0
 
 
-def gone(pid_file: Path) -> bool:
-    try:
-        os.kill(int(pid_file.read_text()), 0)
-    except ProcessLookupError:
-        return True
-    return False
+def script_started(ctl: Path, script: str) -> ProcId:
+    """Wait for the `script` (setup or teardown) to start; its process, identified while it
+    runs (it writes its pid before it says it started, then blocks)."""
+    until((ctl / f"{script}-started").exists, timeout=30, message=f"the {script} to start")
+    return identify(int((ctl / f"{script}-pid").read_text()))
 
 
 def shutting_down(out: dict[str, Any]) -> None:
@@ -128,7 +128,7 @@ def test_archive_cut_in_its_teardown_answers_archived(base: Path) -> None:
         thread, out = in_thread(
             lambda: daemon.call("workspace.archive", {"workspace_id": ws["id"]})
         )
-        until((ctl / "teardown-started").exists, timeout=30, message="the teardown to start")
+        teardown = script_started(ctl, "teardown")
         cut(daemon, thread, out)
         assert "error" not in out, f"a committed archive answered {out.get('error')}"
         result = out["result"]
@@ -140,7 +140,7 @@ def test_archive_cut_in_its_teardown_answers_archived(base: Path) -> None:
         assert "teardown was cut short" in cleanup["last_error"], cleanup
         assert cleanup["next_attempt_at"] is not None and cleanup["obligations"]
         # The teardown was stopped with the daemon; the checkout waits for the retry.
-        until(lambda: gone(ctl / "teardown-pid"), message="the teardown to be stopped")
+        until(lambda: not alive(teardown), message="the teardown to be stopped")
         assert not (ctl / "torn-down").exists() and Path(ws["path"]).is_dir()
         # The next daemon completes it without any call.
         (ctl / "block-teardown").unlink()
@@ -168,11 +168,11 @@ def test_a_teardown_that_ignores_sigterm_is_killed_and_the_archive_still_answere
         thread, out = in_thread(
             lambda: daemon.call("workspace.archive", {"workspace_id": ws["id"]})
         )
-        until((ctl / "teardown-started").exists, timeout=30, message="the teardown to start")
+        teardown = script_started(ctl, "teardown")
         cut(daemon, thread, out)  # within the shutdown budget: exit 0, not the forced 70
         assert out["result"]["workspace"]["state"] == "archived", out
         assert out["result"]["cleanup"]["status"] == "pending"
-        until(lambda: gone(ctl / "teardown-pid"), message="the teardown to be SIGKILLed")
+        until(lambda: not alive(teardown), message="the teardown to be SIGKILLed")
     finally:
         daemon.close()
 
@@ -268,7 +268,7 @@ def test_unarchive_cut_in_its_setup_answers_restored(base: Path) -> None:
         thread, out = in_thread(
             lambda: daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
         )
-        until((ctl / "setup-started").exists, timeout=30, message="the setup to start")
+        setup = script_started(ctl, "setup")
         cut(daemon, thread, out)
         assert "error" not in out, f"a restored unarchive answered {out.get('error')}"
         result = out["result"]
@@ -280,7 +280,7 @@ def test_unarchive_cut_in_its_setup_answers_restored(base: Path) -> None:
         )
         assert result["restored"]["snapshot"] is not None
         assert (Path(ws["path"]) / "notes.txt").read_text() == "unsaved\n"
-        until(lambda: gone(ctl / "setup-pid"), message="the setup to be stopped")
+        until(lambda: not alive(setup), message="the setup to be stopped")
         (ctl / "block-setup").unlink()
         daemon.start()
         got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]

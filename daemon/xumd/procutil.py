@@ -81,23 +81,37 @@ def _signal_pids(pids: Sequence[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal the group (never the daemon's own); True when it was sent."""
     if pgid > 1 and pgid != os.getpgrp():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    return False
 
 
 async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float = 0.02) -> bool:
-    """SIGTERM the group (and the tree), wait up to `grace_s`, then SIGKILL every member.
+    """SIGTERM the group and the tree (each once), wait up to `grace_s`, then SIGKILL every member.
 
     Descendants are collected before signalling, so a child that escaped the group (setsid)
     is still reached when it was a descendant at that moment. Returns True when nothing of the
     tree or the group is left.
     """
     members = set(tree_pids(pid))
-    if pgid:
-        _signal_group(pgid, signal.SIGTERM)
-    _signal_pids(sorted(members), signal.SIGTERM)
+    signalled = pgid if pgid and _signal_group(pgid, signal.SIGTERM) else None
+    # Once each: a second SIGTERM is `quit now, skip the clean-up` to many programs.
+    _signal_pids(
+        sorted(p for p in members if not signalled or _pgid(p) != signalled), signal.SIGTERM
+    )
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         members |= set(tree_pids(pid))
@@ -290,6 +304,9 @@ async def run_command(
             )
         pid = proc.pid
     except FileNotFoundError as exc:
+        if cwd is not None and not os.path.isdir(cwd):
+            # The program may well exist: it is where it would run that is gone.
+            raise CommandNotFound(f"{argv[0]}: no working directory {cwd}") from exc
         raise CommandNotFound(f"{argv[0]}: command not found") from exc
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):

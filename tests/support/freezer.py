@@ -7,13 +7,13 @@ thawed: a real stop whose exit cannot be confirmed in time, on demand, without a
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from tests.support.cgroups import new_cgroup
 from tests.support.wait import until
 
 FREEZER = Path("/sys/fs/cgroup/freezer")
@@ -25,11 +25,7 @@ def frozen(pid: int) -> Iterator[None]:
     also when the test fails. Skips where no v1 freezer is mounted or writable."""
     if not (FREEZER / "cgroup.procs").exists():
         pytest.skip("no cgroup v1 freezer mounted here (/sys/fs/cgroup/freezer)")
-    group = FREEZER / f"xum-test-{secrets.token_hex(4)}"
-    try:
-        group.mkdir()
-    except OSError as exc:
-        pytest.skip(f"cannot create a freezer cgroup here: {exc}")
+    group = new_cgroup(FREEZER)
     try:
         (group / "cgroup.procs").write_text(f"{pid}\n")
         (group / "freezer.state").write_text("FROZEN\n")

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import anyio
+
 T = TypeVar("T")
 
 
@@ -24,3 +26,12 @@ def until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+async def wait_for(condition: Callable[[], T], timeout: float = 10.0) -> T:
+    """`until` inside an event loop: poll `condition` under an anyio deadline (never a bare
+    sleep), without blocking the loop between looks."""
+    with anyio.fail_after(timeout):
+        while not (value := condition()):
+            await anyio.sleep(0.02)
+    return value
