@@ -112,11 +112,10 @@ export function activate(context: vscode.ExtensionContext): void {
   const pickWorkspace = async (node: Node | undefined, states: WorkspaceInfo["state"][]): Promise<WorkspaceInfo | undefined> => {
     if (node?.kind === "workspace") return node.workspace;
     const candidates = [...model.workspaces.values()].filter((w) => states.includes(w.state));
-    const chosen = await vscode.window.showQuickPick(
-      candidates.map((w) => ({ label: w.name, description: `${model.projects.get(w.project_id)?.name ?? ""} · ${w.state}`, w })),
-      { placeHolder: "Workspace" },
+    return ui.pick(
+      candidates.map((w) => ({ label: w.name, description: `${model.projects.get(w.project_id)?.name ?? ""} · ${w.state}`, value: w })),
+      "Workspace",
     );
-    return chosen?.w;
   };
   const register = (name: string, fn: (node?: Node) => Promise<unknown>): void => {
     context.subscriptions.push(vscode.commands.registerCommand(name, fn));
