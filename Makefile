@@ -53,6 +53,8 @@ vsix: ts-deps
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@# the Neovim plugin and its scenarios (.luacheckrc); CI installs luacheck (Debian: lua-check)
+	if command -v luacheck >/dev/null; then luacheck -q clients/nvim tests/nvim; else echo "luacheck not found: the Lua is not linted"; fi
 
 typecheck: install
 	$(BIN)/mypy

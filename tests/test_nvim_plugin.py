@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,28 +75,31 @@ class World:
         self.daemon.close()
 
 
+@contextmanager
+def world_in(base: Path, **options: Any) -> Iterator[World]:
+    """A World in `base` (made by short_tmpdir), closed and removed after."""
+    try:
+        world = World(base, **options)
+        try:
+            yield world
+        finally:
+            world.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def shared() -> Iterator[World]:
     """One daemon for the scenarios that leave it running (each uses its own names)."""
-    base = short_tmpdir("xumnv-")
-    world = World(base)
-    try:
+    with world_in(short_tmpdir("xumnv-")) as world:
         yield world
-    finally:
-        world.close()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
 def own() -> Iterator[World]:
     """A daemon of the test's own, for the scenarios that restart or stop it."""
-    base = short_tmpdir("xumnv-")
-    world = World(base)
-    try:
+    with world_in(short_tmpdir("xumnv-")) as world:
         yield world
-    finally:
-        world.close()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def run_scenario(
@@ -368,6 +372,12 @@ def test_bad_peers_time_out_or_disconnect(shared: World) -> None:
     run_scenario(shared, "bad_peers")
 
 
+def test_resume_answered_by_another_run_is_a_resync(shared: World) -> None:
+    """A peer that answers a resume with another epoch but no `resync_required`: the plugin
+    still replaces what it knew (xumd itself sets the flag; the check is the plugin's own)."""
+    run_scenario(shared, "epoch_change")
+
+
 def test_protocol_mismatch_is_shown_and_not_retried(shared: World) -> None:
     run_scenario(shared, "mismatch")
 
@@ -395,28 +405,19 @@ def test_statusline_shows_pending_cleanup() -> None:
     base = short_tmpdir("xumnv-")
     ctl = base / "ctl"
     ctl.mkdir()
-    world = World(
+    with world_in(
         base,
         teardown=failing_teardown(ctl),
         config="[cleanup]\nbackoff_initial_s = 0.2\nbackoff_max_s = 0.5\n",
-    )
-    try:
+    ) as world:
         run_scenario(world, "cleanup", env={"XUM_TEST_CTL": str(ctl)})
-    finally:
-        world.close()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_resume_past_the_ring_resyncs() -> None:
     """The same daemon run, but the replay ring no longer holds what was missed (size 0):
     `resync_required`, and the snapshot replaces what the plugin knew."""
-    base = short_tmpdir("xumnv-")
-    world = World(base, config="event_ring_size = 0\n")
-    try:
+    with world_in(short_tmpdir("xumnv-"), config="event_ring_size = 0\n") as world:
         run_scenario(world, "resume", env={"XUM_TEST_RESUME": "0"})
-    finally:
-        world.close()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 HOSTILE_NAME = b"\x1b[31mevil\nname"
@@ -456,10 +457,12 @@ def test_holder_with_hostile_name_is_shown_escaped(shared: World) -> None:
 def test_setup_progress_shown_while_waiting() -> None:
     """A create or unarchive made from Neovim shows each setup command as it starts (from
     `script.started` events), before the answer."""
-    base = short_tmpdir("xumnv-")
-    world = World(base, setup=["echo first step", "echo second step"])
-    try:
+    with world_in(short_tmpdir("xumnv-"), setup=["echo first step", "echo second step"]) as world:
         run_scenario(world, "setup_progress")
-    finally:
-        world.close()
-        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_failed_setup_is_a_warning_on_create_and_unarchive() -> None:
+    """A setup that fails is shown as a warning, after a create and after an
+    unarchive alike."""
+    with world_in(short_tmpdir("xumnv-"), setup=["echo about to fail", "exit 3"]) as world:
+        run_scenario(world, "setup_fails")

@@ -64,6 +64,15 @@ function T.mark()
   return #T.notes
 end
 
+-- Run an Ex command and return the text of the first notification after it.
+function T.answer(cmd)
+  local m = T.mark()
+  vim.cmd(cmd)
+  return T.wait_for(function()
+    return T.notes[m + 1]
+  end, 'an answer to ' .. cmd).msg
+end
+
 -- Run `xum` (the real CLI, a separate client) against the same daemon.
 function T.cli(args)
   local cmd = { os.getenv('XUM_CLI'), '--json' }

@@ -65,25 +65,13 @@ function S.connect(T)
   local m = T.mark()
   vim.cmd('Xum status')
   T.note('xum: ready', m)
-  m = T.mark()
-  vim.cmd('Xum frobnicate')
-  T.wait_for(function()
-    return T.notes[m + 1]
-  end, 'an answer')
-  T.check(T.notes[m + 1].msg:find('unknown subcommand frobnicate', 1, true), 'a usage error: ' .. T.notes[m + 1].msg)
+  local msg = T.answer('Xum frobnicate')
+  T.check(msg:find('unknown subcommand frobnicate', 1, true), 'a usage error: ' .. msg)
   -- a mistyped option is not taken for a workspace name
-  m = T.mark()
-  vim.cmd('Xum archive some --stpo')
-  T.wait_for(function()
-    return T.notes[m + 1]
-  end, 'an answer')
-  T.check(T.notes[m + 1].msg:find('xum: usage: unknown option --stpo', 1, true), 'an unknown option: ' .. T.notes[m + 1].msg)
-  m = T.mark()
-  vim.cmd('Xum unarchive a b')
-  T.wait_for(function()
-    return T.notes[m + 1]
-  end, 'an answer')
-  T.check(T.notes[m + 1].msg:find('too many arguments', 1, true), 'extra arguments: ' .. T.notes[m + 1].msg)
+  msg = T.answer('Xum archive some --stpo')
+  T.check(msg:find('xum: usage: unknown option --stpo', 1, true), 'an unknown option: ' .. msg)
+  msg = T.answer('Xum unarchive a b')
+  T.check(msg:find('too many arguments', 1, true), 'extra arguments: ' .. msg)
 
   -- setup{} with another socket: another daemon, so nothing of this one is kept
   local old_conn = client.conn
@@ -203,12 +191,7 @@ function S.lifecycle(T)
   -- uncommitted work, still in a buffer: the archive refuses (its snapshot is of the disk)
   vim.cmd('edit ' .. vim.fn.fnameescape(ws.path .. '/notes.txt'))
   vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'work in progress' })
-  m = T.mark()
-  vim.cmd('Xum archive')
-  T.wait_for(function()
-    return T.notes[m + 1]
-  end, 'an answer')
-  local refused = T.notes[m + 1].msg
+  local refused = T.answer('Xum archive')
   T.check(refused:find('not_safe: unsaved changes in 1 buffer(s): notes.txt', 1, true), 'refused: ' .. refused)
   T.eq(T.realpath(vim.fn.getcwd()), T.realpath(ws.path), 'nothing done: still in the checkout')
   T.eq(require('xum.state').workspaces[ws.id].state, 'active', 'still active')
@@ -303,12 +286,8 @@ function S.lifecycle(T)
   -- rm refuses too while a buffer holds unsaved changes; --ignore-unsaved goes on
   vim.cmd('edit ' .. vim.fn.fnameescape(ws.path .. '/README.md'))
   vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'never written' })
-  m = T.mark()
-  vim.cmd('Xum rm ' .. name)
-  T.wait_for(function()
-    return T.notes[m + 1]
-  end, 'an answer')
-  T.check(T.notes[m + 1].msg:find('xum: rm ' .. name .. ': not_safe: unsaved changes in 1 buffer(s): README.md', 1, true), 'rm refused: ' .. T.notes[m + 1].msg)
+  local msg = T.answer('Xum rm ' .. name)
+  T.check(msg:find('xum: rm ' .. name .. ': not_safe: unsaved changes in 1 buffer(s): README.md', 1, true), 'rm refused: ' .. msg)
   m = T.mark()
   vim.cmd('Xum rm ' .. name .. ' --ignore-unsaved')
   note = T.note('xum: removed ' .. name, m, 60000)
@@ -634,10 +613,8 @@ function S.bad_peers(T)
   T.eq(util.kind(err), 'permission_denied', 'the refusal: ' .. vim.inspect(err))
   T.check(util.format_error(err):find('uid 1000', 1, true), 'its message')
   T.eq(client.status, 'offline', 'not connected')
-  -- nothing to wait for: give a retry (due after 100 ms) the time to happen, and see none
-  local attempts = client.attempts
-  vim.wait(400)
-  T.eq(client.attempts, attempts, 'and not retried')
+  -- no retry is scheduled (retrying cannot help a refusal)
+  T.check(not client.reconnecting(), 'and not retried')
   client.stop()
   refuser:close()
 
@@ -664,6 +641,38 @@ function S.bad_peers(T)
   rude:close()
 end
 
+-- A resume answered by another daemon run (another epoch) is a resync even when the answer
+-- does not say so: what the plugin knew of the old run is replaced, never kept.
+function S.epoch_change(T)
+  local client = require('xum.client')
+  local state = require('xum.state')
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir, 'p')
+  local results = {
+    hello = '{"protocol":"1.1","server":{"name":"fake","version":null},"root":null,"capabilities":[]}',
+    ['events.subscribe'] = '{"epoch":"e2","seq":5,"snapshot":{"projects":[],"workspaces":[]}}',
+    ['cleanup.list'] = '{"obligations":[]}',
+  }
+  local asked = {}
+  local server = fake_server(dir .. '/other-run.sock', function(conn, data)
+    for line in data:gmatch('[^\n]+') do
+      local id, method = line:match('"id":(%d+)'), line:match('"method":"([%w%.]+)"')
+      asked[method] = line
+      conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":' .. (results[method] or '{}') .. '}\n')
+    end
+  end)
+  client.stop()
+  xum().setup({ socket = dir .. '/other-run.sock', reconnect = false })
+  state.apply_snapshot('e1', 3, { workspaces = { { id = 'ws_old', name = 'old', state = 'active', project_id = 'prj_1', path = '/old' } } })
+  connect(T)
+  T.check(asked['events.subscribe']:find('"epoch":"e1"', 1, true), 'it asked to resume: ' .. asked['events.subscribe'])
+  T.eq(client.last_subscribe, 'resync', 'another run: a resync')
+  T.eq(state.epoch, 'e2', 'the new run')
+  T.eq(state.workspaces.ws_old, nil, 'the old run\'s workspace is gone')
+  client.stop()
+  server:close()
+end
+
 -- Another major version: protocol_mismatch naming both sides, and no reconnect loop.
 function S.mismatch(T)
   local client = require('xum.client')
@@ -672,10 +681,8 @@ function S.mismatch(T)
   T.eq(require('xum.util').kind(err), 'protocol_mismatch', 'the kind')
   T.check(err.message:find('99.0', 1, true), 'names our version: ' .. err.message)
   T.eq(client.status, 'offline', 'not connected')
-  -- nothing to wait for: give a retry (due after 100 ms) the time to happen, and see none
-  local attempts = client.attempts
-  vim.wait(400)
-  T.eq(client.attempts, attempts, 'no reconnect after a mismatch')
+  -- no retry is scheduled (retrying cannot help another major version)
+  T.check(not client.reconnecting(), 'no reconnect after a mismatch')
 end
 
 -- The daemon dies (SIGKILL at a fault point) in the middle of :Xum archive: the command
@@ -899,6 +906,26 @@ function S.setup_progress(T)
   T.note('xum: restored ' .. name, m, 60000)
 end
 
+-- A setup that fails: the create and the unarchive both say so, as a warning.
+function S.setup_fails(T)
+  local name = os.getenv('XUM_TEST_NAME')
+  connect(T)
+  vim.cmd('cd ' .. vim.fn.fnameescape(os.getenv('XUM_TEST_REPO')))
+  local m = T.mark()
+  vim.cmd('Xum new ' .. name)
+  local created = T.note('xum: created ', m, 60000)
+  T.check(created.msg:find('; setup: failed', 1, true), 'the create says so: ' .. created.msg)
+  T.eq(created.level, vim.log.levels.WARN, 'a warning')
+  m = T.mark()
+  vim.cmd('Xum archive ' .. name)
+  T.note('xum: archived ' .. name, m, 60000)
+  m = T.mark()
+  vim.cmd('Xum unarchive ' .. name)
+  local restored = T.note('xum: restored ' .. name, m, 60000)
+  T.check(restored.msg:find('; setup: failed', 1, true), 'the unarchive says so: ' .. restored.msg)
+  T.eq(restored.level, vim.log.levels.WARN, 'a warning')
+end
+
 -- Each refusal of the commands themselves, forced: the message names the kind and why.
 function S.refusals(T)
   local name = os.getenv('XUM_TEST_NAME')
@@ -908,15 +935,8 @@ function S.refusals(T)
   local archived = T.cli({ 'ws', 'new', project, name .. '-z' }).workspace
   T.cli({ 'ws', 'archive', archived.id })
   vim.cmd('cd ' .. vim.fn.fnameescape(os.getenv('XUM_TEST_REPO')))
-  local function answer(cmd)
-    local m = T.mark()
-    vim.cmd(cmd)
-    return T.wait_for(function()
-      return T.notes[m + 1]
-    end, 'an answer to ' .. cmd).msg
-  end
   local function expect(cmd, text)
-    local msg = answer(cmd)
+    local msg = T.answer(cmd)
     T.check(msg:find(text, 1, true), cmd .. ': ' .. msg)
   end
   expect('Xum new', 'xum: usage: :Xum new [PROJECT/]NAME')
@@ -932,7 +952,7 @@ function S.refusals(T)
   T.note('xum: unarchive ' .. name .. ': invalid_state: ', m)
   -- a shell that cannot start: said, and no lease is taken for it
   vim.o.shell = '/nonexistent/shell'
-  local msg = answer('Xum term ' .. name)
+  local msg = T.answer('Xum term ' .. name)
   T.check(msg:find('operation_failed: could not start /nonexistent/shell', 1, true), 'term: ' .. msg)
 end
 

@@ -209,6 +209,13 @@ class Conn {
     this.sock.destroy();
   }
 
+  /** Close, and settle once the socket is gone (destroying it always ends in 'close'). */
+  closeAndWait(): Promise<void> {
+    const gone = new Promise<void>((resolve) => this.sock.once("close", () => resolve()));
+    this.close();
+    return gone;
+  }
+
   private receive(chunk: Buffer): void {
     let lines: string[];
     try {
@@ -391,13 +398,9 @@ export class XumClient extends EventEmitter<ClientEvents> {
 
   /** Resolves when connected; rejects after `timeoutMs` with why the last attempt failed. */
   waitConnected(timeoutMs: number = this.options.timeoutMs): Promise<void> {
-    if (this.state === "connected") return Promise.resolve();
-    if (this.state === "closed") return Promise.reject(new ClientClosed("the client is closed"));
-    if (this.backoff === null && this.state !== "connecting") {
-      return Promise.reject(this.lastFailure ?? new DaemonNotRunning(this.socketPath, "not connected"));
-    }
     return new Promise((resolve, reject) => {
-      // Woken on every change of state; settles on connected, closed, or no retry to come.
+      // Woken on every change of state (and looked at once now); settles on connected, closed,
+      // or no retry to come.
       const done = (): void => {
         if (this.state === "connected") settle(null);
         else if (this.state === "closed") settle(new ClientClosed("the client is closed"));
@@ -415,6 +418,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
         settle(this.lastFailure ?? new DaemonNotRunning(this.socketPath, `not connected within ${timeoutMs} ms`));
       }, timeoutMs);
       this.waiters.add(done);
+      done();
     });
   }
 
@@ -507,9 +511,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
   async disconnect(): Promise<void> {
     const conn = this.conn;
     if (conn === null || conn.closed) return;
-    const gone = new Promise<void>((resolve) => conn.sock.once("close", () => resolve()));
-    conn.close();
-    await gone;
+    await conn.closeAndWait();
   }
 
   /** Close the connection and stop reconnecting. Calls in flight fail with `ConnectionLost`. */
@@ -521,13 +523,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
     const conns = [this.conn, this.opening].filter((c): c is Conn => c !== null && !c.closed);
     this.conn = null;
     this.opening = null;
-    await Promise.all(
-      conns.map((conn) => {
-        const gone = new Promise<void>((resolve) => conn.sock.once("close", () => resolve()));
-        conn.close();
-        return gone;
-      }),
-    );
+    await Promise.all(conns.map((conn) => conn.closeAndWait()));
     this.wake();
   }
 

@@ -99,11 +99,19 @@ export function isRpcError(err: unknown, kind?: ErrorKind): err is XumRpcError {
   return err instanceof XumRpcError && (kind === undefined || err.is(kind));
 }
 
-/** A one-line description of a holder: `agent in pid 123 (label)`. */
+/**
+ * A one-line description of a holder: `agent in pid 123 (label)`. A process picks its own name:
+ * control characters in it (an escape sequence, a newline) are shown escaped (`\x1b`), never raw.
+ */
 export function describeHolder(holder: HolderInfo & { workspace?: unknown }): string {
   let text = holder.pid === null ? holder.kind : `${holder.kind} in pid ${holder.pid}`;
   if (holder.label && holder.label !== holder.kind && holder.pid !== null) text += ` (${holder.label})`;
   else if (holder.pid === null && holder.label) text = holder.label;
   if (typeof holder.workspace === "string") text += ` [${holder.workspace}]`;
-  return text;
+  return printable(text);
+}
+
+/** `text` with its control characters escaped as `\xNN`. */
+function printable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
 }

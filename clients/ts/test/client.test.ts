@@ -2,10 +2,13 @@
 
 import assert from "node:assert/strict";
 import { once } from "node:events";
+import { rmSync } from "node:fs";
+import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import {
+  ClientClosed,
   ClientTimeout,
   ConnectionLost,
   DaemonNotRunning,
@@ -16,7 +19,16 @@ import {
   type RawEvent,
   type SnapshotInfo,
 } from "../src/index.js";
-import { makeRepo, until, withDaemon } from "./support/daemon.js";
+import { makeRepo, shortTmpdir, until, withDaemon } from "./support/daemon.js";
+
+/** What `client` emits from now on: its events and its snapshots, in order. */
+function record(client: XumClient): { events: RawEvent[]; snapshots: SnapshotInfo[] } {
+  const events: RawEvent[] = [];
+  const snapshots: SnapshotInfo[] = [];
+  client.on("event", (e) => events.push(e));
+  client.on("snapshot", (s) => snapshots.push(s));
+  return { events, snapshots };
+}
 
 test("calls: hello, status, a project and a workspace, typed results", async () => {
   await withDaemon(async (daemon, tmp) => {
@@ -208,6 +220,22 @@ test("no daemon: DaemonNotRunning for a missing socket and for a stale one", asy
   });
 });
 
+test("waitConnected with nothing to wait for rejects at once, not at its timeout", async () => {
+  await withDaemon(async (daemon, tmp) => {
+    // Reconnecting off, never started: no attempt is coming.
+    const idle = new XumClient({ socketPath: join(tmp, "nothing.sock"), reconnect: false });
+    let started = Date.now();
+    await assert.rejects(idle.waitConnected(30_000), (e: unknown) => e instanceof DaemonNotRunning);
+    assert.ok(Date.now() - started < 5_000, "rejected at once");
+    // Closed: nothing will ever connect.
+    const closed = await XumClient.connect({ socketPath: daemon.socketPath });
+    await closed.close();
+    started = Date.now();
+    await assert.rejects(closed.waitConnected(30_000), (e: unknown) => e instanceof ClientClosed);
+    assert.ok(Date.now() - started < 5_000, "rejected at once");
+  });
+});
+
 test("another major protocol version: protocol_mismatch naming both sides, no reconnect loop", async () => {
   await withDaemon(async (daemon) => {
     const client = new XumClient({ socketPath: daemon.socketPath, protocol: "99.0" });
@@ -234,10 +262,7 @@ test("a frame longer than the client's cap ends the connection; the subscription
     const client = await XumClient.connect({ socketPath: daemon.socketPath, maxFrameBytes: 4096, reconnect: false });
     const other = await XumClient.connect({ socketPath: daemon.socketPath });
     try {
-      const events: RawEvent[] = [];
-      const snapshots: SnapshotInfo[] = [];
-      client.on("event", (e) => events.push(e));
-      client.on("snapshot", (s) => snapshots.push(s));
+      const { events, snapshots } = record(client);
       await client.subscribe({ types: ["test."] });
       const dropped = once(client, "disconnect");
       // A small event passes; one with a 10 kB field is a frame over the cap.
@@ -272,10 +297,7 @@ test("events: a snapshot, then each event once and in order", async () => {
     const client = await XumClient.connect({ socketPath: daemon.socketPath });
     const other = await XumClient.connect({ socketPath: daemon.socketPath });
     try {
-      const events: RawEvent[] = [];
-      client.on("event", (e) => events.push(e));
-      const snapshots: SnapshotInfo[] = [];
-      client.on("snapshot", (s) => snapshots.push(s));
+      const { events, snapshots } = record(client);
       const first = await client.subscribe({ types: ["project.", "workspace."] });
       assert.equal(first.reason, "initial");
       assert.deepEqual(first.snapshot["projects"], []);
@@ -316,10 +338,7 @@ test("after a daemon restart the subscription resumes: a snapshot of the new run
       reconnect: { initialDelayMs: 20, maxDelayMs: 200 },
     });
     try {
-      const events: RawEvent[] = [];
-      const snapshots: SnapshotInfo[] = [];
-      client.on("event", (e) => events.push(e));
-      client.on("snapshot", (s) => snapshots.push(s));
+      const { events, snapshots } = record(client);
       const first = await client.subscribe({ types: ["test."] });
       await client.callRaw("test.publish", { type: "test.before", count: 3 });
       await until(() => events.length === 3, "three events before the restart");
@@ -355,10 +374,7 @@ test("a dropped connection resumes where it left off: the missed events replayed
     const client = await XumClient.connect({ socketPath: daemon.socketPath, reconnect: false });
     const other = await XumClient.connect({ socketPath: daemon.socketPath });
     try {
-      const events: RawEvent[] = [];
-      const snapshots: SnapshotInfo[] = [];
-      client.on("event", (e) => events.push(e));
-      client.on("snapshot", (s) => snapshots.push(s));
+      const { events, snapshots } = record(client);
       const first = await client.subscribe({ types: ["test.kept"] });
       await other.callRaw("test.publish", { type: "test.kept", count: 2 });
       await until(() => events.length === 2, "two live events");
@@ -394,10 +410,7 @@ test("a gap the daemon's ring no longer holds: resync_required, a new snapshot, 
       const client = await XumClient.connect({ socketPath: daemon.socketPath, reconnect: false });
       const other = await XumClient.connect({ socketPath: daemon.socketPath });
       try {
-        const events: RawEvent[] = [];
-        const snapshots: SnapshotInfo[] = [];
-        client.on("event", (e) => events.push(e));
-        client.on("snapshot", (s) => snapshots.push(s));
+        const { events, snapshots } = record(client);
         const first = await client.subscribe({ types: ["test."] });
         await client.disconnect();
         // Ten events into a ring of four: the one right after the client's seq is gone.
@@ -521,4 +534,51 @@ test("a daemon that stops reading: calls beyond the queue bound fail at once wit
     },
     { config: "max_inflight_per_connection = 1\n" },
   );
+});
+
+test("a resume answered by another run (epoch) without resync_required is still a new snapshot", async () => {
+  // A peer of our own: the first connection starts run e1; the second answers the resume with
+  // run e2 and does not say resync_required (xumd does; the client must not rely on it).
+  const dir = shortTmpdir();
+  const socketPath = join(dir, "fake.sock");
+  let connections = 0;
+  const asked: Record<string, unknown>[] = [];
+  const sockets: Socket[] = [];
+  const server = createServer((sock) => {
+    sockets.push(sock);
+    const run = ++connections === 1 ? "e1" : "e2";
+    let buffered = "";
+    sock.on("data", (chunk) => {
+      buffered += chunk.toString();
+      let nl: number;
+      while ((nl = buffered.indexOf("\n")) >= 0) {
+        const request = JSON.parse(buffered.slice(0, nl)) as { id: number; method: string; params: Record<string, unknown> };
+        buffered = buffered.slice(nl + 1);
+        const result =
+          request.method === "hello"
+            ? { protocol: "1.1", server: { name: "fake", version: null }, root: null, capabilities: [] }
+            : request.method === "events.subscribe"
+              ? (asked.push(request.params), { epoch: run, seq: 5, snapshot: { projects: [], workspaces: [] } })
+              : {};
+        sock.write(JSON.stringify({ jsonrpc: "2.0", id: request.id, result }) + "\n");
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+  const client = await XumClient.connect({ socketPath, reconnect: { initialDelayMs: 20, maxDelayMs: 100 } });
+  try {
+    const { snapshots } = record(client);
+    const first = await client.subscribe();
+    assert.equal(first.epoch, "e1");
+    for (const sock of sockets) sock.destroy();
+    await until(() => snapshots.length === 2, "the second run's snapshot");
+    assert.equal(asked[1]?.["epoch"], "e1", "it asked to resume the first run");
+    assert.equal(snapshots[1]?.reason, "epoch_changed");
+    assert.equal(snapshots[1]?.epoch, "e2");
+    assert.deepEqual(client.position, { epoch: "e2", seq: 5 });
+  } finally {
+    await client.close();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

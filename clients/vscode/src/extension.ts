@@ -5,7 +5,7 @@ import * as vscode from "vscode";
 
 import { XumClient, type ProjectInfo, type WorkspaceInfo } from "../../ts/src/index.js";
 import { Commands, type PickItem, type Ui } from "./logic/commands.js";
-import { formatError, projectLabel, statusBarText, workspaceLabel } from "./logic/format.js";
+import { formatError, projectLabel, statusBarText, workspaceLabel, type WorkspaceLabel } from "./logic/format.js";
 import { WorkspaceModel } from "./logic/model.js";
 import { ModelSync } from "./logic/sync.js";
 
@@ -32,23 +32,20 @@ class Tree implements vscode.TreeDataProvider<Node> {
   getTreeItem(node: Node): vscode.TreeItem {
     if (node.kind === "project") {
       const label = projectLabel(node.project, this.model.workspacesOf(node.project.id));
-      const item = new vscode.TreeItem(label.label, vscode.TreeItemCollapsibleState.Expanded);
-      item.description = label.description;
-      item.tooltip = label.tooltip;
-      item.contextValue = label.contextValue;
-      item.iconPath = new vscode.ThemeIcon(label.icon);
-      item.id = node.project.id;
-      return item;
+      return treeItem(label, node.project.id, vscode.TreeItemCollapsibleState.Expanded);
     }
-    const label = workspaceLabel(node.workspace);
-    const item = new vscode.TreeItem(label.label, vscode.TreeItemCollapsibleState.None);
-    item.description = label.description;
-    item.tooltip = label.tooltip;
-    item.contextValue = label.contextValue;
-    item.iconPath = new vscode.ThemeIcon(label.icon);
-    item.id = node.workspace.id;
-    return item;
+    return treeItem(workspaceLabel(node.workspace), node.workspace.id, vscode.TreeItemCollapsibleState.None);
   }
+}
+
+function treeItem(label: WorkspaceLabel, id: string, collapsible: vscode.TreeItemCollapsibleState): vscode.TreeItem {
+  const item = new vscode.TreeItem(label.label, collapsible);
+  item.description = label.description;
+  item.tooltip = label.tooltip;
+  item.contextValue = label.contextValue;
+  item.iconPath = new vscode.ThemeIcon(label.icon);
+  item.id = id;
+  return item;
 }
 
 const ui: Ui = {
@@ -115,19 +112,18 @@ export function activate(context: vscode.ExtensionContext): void {
   const pickWorkspace = async (node: Node | undefined, states: WorkspaceInfo["state"][]): Promise<WorkspaceInfo | undefined> => {
     if (node?.kind === "workspace") return node.workspace;
     const candidates = [...model.workspaces.values()].filter((w) => states.includes(w.state));
-    const chosen = await vscode.window.showQuickPick(
-      candidates.map((w) => ({ label: w.name, description: `${model.projects.get(w.project_id)?.name ?? ""} · ${w.state}`, w })),
-      { placeHolder: "Workspace" },
+    return ui.pick(
+      candidates.map((w) => ({ label: w.name, description: `${model.projects.get(w.project_id)?.name ?? ""} · ${w.state}`, value: w })),
+      "Workspace",
     );
-    return chosen?.w;
   };
   const register = (name: string, fn: (node?: Node) => Promise<unknown>): void => {
     context.subscriptions.push(vscode.commands.registerCommand(name, fn));
   };
   register("xum.refresh", async () => {
-    const { projects } = await client.call("project.list");
-    const { workspaces } = await client.call("workspace.list");
-    model.reset({ projects, workspaces });
+    const all = await commands.listAll();
+    if (all === undefined) return;
+    model.reset(all);
     update();
   });
   register("xum.newWorkspace", (node) => commands.newWorkspace(node?.kind === "project" ? node.project.id : undefined));

@@ -2,7 +2,7 @@
 // one part that cannot be real here: VS Code itself); everything it asks the daemon is real.
 
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
+import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
@@ -94,6 +94,72 @@ test("new (project picked, name asked), open in a new window, terminal, archive,
       const removed = await new Commands(client, removeUi).remove(created);
       assert.equal(removed?.removed, true);
       await assert.rejects(client.call("workspace.get", { workspace_id: created.id }), /not found/);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+test("a failed setup is an error after an unarchive as after a create", async () => {
+  await withDaemon(async (daemon, tmp) => {
+    const client = await XumClient.connect({ socketPath: daemon.socketPath });
+    try {
+      const repo = makeRepo(join(tmp, "repo"), { ".xum/config.toml": '[scripts]\nsetup = ["exit 3"]\n' });
+      const { project } = await client.call("project.add", { path: repo, name: "app" });
+      await client.call("project.trust", { project_id: project.id });
+      const ui = new ScriptedUi(["setup-fails"]);
+      const commands = new Commands(client, ui);
+      const created = await commands.newWorkspace(project.id);
+      assert.ok(created, ui.errors.join("\n"));
+      assert.match(ui.errors.at(-1) ?? "", /'setup-fails' created, but its setup failed/);
+      await client.call("workspace.archive", { workspace_id: created.id });
+      const restored = await commands.unarchive(created);
+      assert.equal(restored?.workspace.state, "active");
+      assert.match(ui.errors.at(-1) ?? "", /'setup-fails' restored, but its setup failed/);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+test("refresh lists every project and workspace; a failure is shown, not thrown", async () => {
+  await withDaemon(async (daemon, tmp) => {
+    const client = await XumClient.connect({ socketPath: daemon.socketPath });
+    const ui = new ScriptedUi();
+    const commands = new Commands(client, ui);
+    try {
+      const { project } = await client.call("project.add", { path: makeRepo(join(tmp, "repo")) });
+      await client.call("workspace.create", { project_id: project.id, name: "listed" });
+      const all = await commands.listAll();
+      assert.deepEqual(all?.projects.map((p) => p.id), [project.id]);
+      assert.deepEqual(all?.workspaces.map((w) => w.name), ["listed"]);
+    } finally {
+      await client.close();
+    }
+    assert.equal(await commands.listAll(), undefined);
+    assert.match(ui.errors.at(-1) ?? "", /closed/);
+  });
+});
+
+test("remove refused not_safe: the error is shown, and Remove anyway forces it only when confirmed", async () => {
+  await withDaemon(async (daemon, tmp) => {
+    const client = await XumClient.connect({ socketPath: daemon.socketPath });
+    try {
+      const repo = makeRepo(join(tmp, "repo"));
+      const { project } = await client.call("project.add", { path: repo });
+      const { workspace } = await client.call("workspace.create", { project_id: project.id, name: "dirty" });
+      writeFileSync(join(workspace.path, "work.txt"), "not committed\n");
+
+      const declined = new ScriptedUi([true, false]);
+      assert.equal(await new Commands(client, declined).remove(workspace), undefined);
+      assert.match(declined.errors[0] ?? "", /not_safe/);
+      assert.match(declined.asked[1] ?? "", /Remove 'dirty' anyway\? .*work\.txt/);
+      assert.equal((await client.call("workspace.get", { workspace_id: workspace.id })).workspace.state, "active");
+
+      const forced = new ScriptedUi([true, true]);
+      const removed = await new Commands(client, forced).remove(workspace);
+      assert.equal(removed?.removed, true, forced.errors.join("\n"));
+      assert.match(forced.infos.at(-1) ?? "", /'dirty' removed/);
     } finally {
       await client.close();
     }

@@ -294,6 +294,11 @@ function M.request_sync(method, params, timeout_ms)
   return result_out, err_out
 end
 
+-- Is a reconnect attempt scheduled (a retry after the backoff)?
+function M.reconnecting()
+  return reconnect_timer ~= nil
+end
+
 -- Drop the connection and stop reconnecting (setup() with a new socket, tests).
 function M.stop()
   M.stopped = true

@@ -52,12 +52,7 @@ local function listing(cb)
       if werr then
         return cb(werr)
       end
-      local projects = {}
-      for _, p in ipairs(presult.projects or {}) do
-        if type(p) == 'table' and type(p.id) == 'string' then
-          projects[p.id] = p
-        end
-      end
+      local projects = state.index(presult.projects)
       local workspaces = {}
       for _, ws in ipairs(wresult.workspaces or {}) do
         if type(ws) == 'table' and type(ws.id) == 'string' and type(ws.name) == 'string' and type(ws.path) == 'string' then
@@ -76,22 +71,11 @@ end
 -- The project a directory belongs to: the workspace it is in, else the repository it is in
 -- (the deepest match either way).
 local function project_of(dir, projects, workspaces)
-  local best
-  for _, ws in ipairs(workspaces) do
-    if util.is_within(dir, ws.path) and (not best or #ws.path > #best.path) then
-      best = ws
-    end
+  local ws = util.deepest_holding(dir, workspaces)
+  if ws then
+    return projects[ws.project_id]
   end
-  if best then
-    return projects[best.project_id]
-  end
-  local found
-  for _, p in pairs(projects) do
-    if util.is_within(dir, p.path) and (not found or #p.path > #found.path) then
-      found = p
-    end
-  end
-  return found
+  return util.deepest_holding(dir, projects)
 end
 
 -- What the user typed (ws_<id>, PROJECT/NAME, or NAME) -> the workspace. A bare NAME is
@@ -149,13 +133,7 @@ local function resolve(ref, cb, pick_state)
       return fail(err)
     end
     if ref == nil or ref == '' then
-      local dir = xum().cwd()
-      local best
-      for _, ws in ipairs(workspaces) do
-        if util.is_within(dir, ws.path) and (not best or #ws.path > #best.path) then
-          best = ws
-        end
-      end
+      local best = util.deepest_holding(xum().cwd(), workspaces)
       if best then
         return cb(best, projects)
       end
@@ -215,6 +193,20 @@ local function cleanup_text(cleanup)
   return text
 end
 M.cleanup_text = cleanup_text
+
+-- What the setup of a create or unarchive did, for the message ('' when there was none),
+-- and the level to show the message at (a failed setup warns).
+local function setup_text(setup)
+  setup = type(setup) == 'table' and setup or {}
+  if not setup.status or setup.status == 'none' then
+    return '', INFO
+  end
+  local text = '; setup: ' .. tostring(setup.status)
+  if setup.hint then
+    text = text .. ' (' .. tostring(setup.hint) .. ')'
+  end
+  return text, (setup.status == 'failed' or setup.status == 'timeout') and WARN or INFO
+end
 
 local function project_dir(ws, projects)
   local p = projects and projects[ws.project_id] or state.projects[ws.project_id]
@@ -384,15 +376,8 @@ function M.new(args)
           return fail(cerr, 'new ' .. name)
         end
         local ws = result.workspace
-        local setup = result.setup or {}
-        local msg = 'xum: created ' .. project.name .. '/' .. ws.name .. ' at ' .. ws.path
-        if setup.status and setup.status ~= 'none' then
-          msg = msg .. '; setup: ' .. tostring(setup.status)
-          if setup.hint then
-            msg = msg .. ' (' .. tostring(setup.hint) .. ')'
-          end
-        end
-        notify(msg, (setup.status == 'failed' or setup.status == 'timeout') and WARN or INFO)
+        local setup, level = setup_text(result.setup)
+        notify('xum: created ' .. project.name .. '/' .. ws.name .. ' at ' .. ws.path .. setup, level)
       end)
     end
     local list = {}
@@ -433,14 +418,24 @@ function M.new(args)
   end)
 end
 
+-- Only an active workspace has a checkout to go to: refused (invalid_state) otherwise.
+local function refuse_inactive(ws)
+  if ws.state == 'active' then
+    return false
+  end
+  local hint = ws.state == 'archived' and ' (unarchive it first)' or ''
+  fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active' .. hint, data = { kind = 'invalid_state' } })
+  return true
+end
+
 -- :Xum open [REF] — :tcd into the checkout.
 function M.open(args)
   if bad_args(args, 1, ':Xum open [REF]') then
     return
   end
   resolve(args[1], function(ws)
-    if ws.state ~= 'active' then
-      return fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active (unarchive it first)', data = { kind = 'invalid_state' } })
+    if refuse_inactive(ws) then
+      return
     end
     vim.cmd('tcd ' .. vim.fn.fnameescape(ws.path))
     notify('xum: ' .. ws.name .. ' (' .. ws.path .. ')')
@@ -453,8 +448,8 @@ function M.term(args)
     return
   end
   resolve(args[1], function(ws)
-    if ws.state ~= 'active' then
-      return fail({ message = ws.name .. ' is ' .. tostring(ws.state) .. ', not active', data = { kind = 'invalid_state' } })
+    if refuse_inactive(ws) then
+      return
     end
     -- 'shell' as an argv (a string would run through the shell itself, which then fails in
     -- the terminal instead of here)
@@ -503,18 +498,27 @@ function M.term(args)
   end, 'active')
 end
 
--- :Xum archive [REF] [--stop] — snapshot, archive, and say what the cleanup did.
-function M.archive(args)
-  local stop = flag(args, '--stop')
+-- The start of a command that takes a checkout away (archive, rm; its own flags already
+-- taken): the workspace, refused while buffers in it are unsaved (unless --ignore-unsaved),
+-- and this editor's directories moved out of it; then cb(ws).
+local function leaving(args, verb, synopsis, cb)
   local ignore_unsaved = flag(args, '--ignore-unsaved')
-  if bad_args(args, 1, ':Xum archive [REF] [--stop] [--ignore-unsaved]') then
+  if bad_args(args, 1, synopsis) then
     return
   end
   resolve(args[1], function(ws, projects)
-    if refuse_unsaved(ws, 'archive', ignore_unsaved) then
+    if refuse_unsaved(ws, verb, ignore_unsaved) then
       return
     end
     step_out(ws, projects)
+    cb(ws)
+  end)
+end
+
+-- :Xum archive [REF] [--stop] — snapshot, archive, and say what the cleanup did.
+function M.archive(args)
+  local stop = flag(args, '--stop')
+  leaving(args, 'archive', ':Xum archive [REF] [--stop] [--ignore-unsaved]', function(ws)
     if stop then
       stop_terminals(ws.id)
     end
@@ -553,16 +557,13 @@ function M.unarchive(args)
       if err then
         return fail(err, 'unarchive ' .. ws.name)
       end
-      local msg = 'xum: restored ' .. ws.name .. ' at ' .. result.workspace.path
-      local setup = result.setup or {}
-      if setup.status and setup.status ~= 'none' then
-        msg = msg .. '; setup: ' .. tostring(setup.status)
-      end
+      local setup, level = setup_text(result.setup)
+      local msg = 'xum: restored ' .. ws.name .. ' at ' .. result.workspace.path .. setup
       local restored = result.restored or {}
       if restored.kept_at then
         msg = msg .. '; some preserved files were not verified, kept at ' .. tostring(restored.kept_at)
       end
-      notify(msg)
+      notify(msg, level)
     end)
   end)
 end
@@ -570,15 +571,7 @@ end
 -- :Xum rm REF [--force]
 function M.rm(args)
   local force = flag(args, '--force')
-  local ignore_unsaved = flag(args, '--ignore-unsaved')
-  if bad_args(args, 1, ':Xum rm REF [--force] [--ignore-unsaved]') then
-    return
-  end
-  resolve(args[1], function(ws, projects)
-    if refuse_unsaved(ws, 'rm', ignore_unsaved) then
-      return
-    end
-    step_out(ws, projects)
+  leaving(args, 'rm', ':Xum rm REF [--force] [--ignore-unsaved]', function(ws)
     client.request('workspace.remove', { workspace_id = ws.id, force = force }, function(err, result)
       if err then
         return fail(err, 'rm ' .. ws.name)
@@ -697,10 +690,8 @@ function M.workspace_names(states)
           state.workspaces[ws.id] = ws
         end
       end
-      for _, p in ipairs(presult.projects or {}) do
-        if type(p) == 'table' and type(p.id) == 'string' then
-          state.projects[p.id] = p
-        end
+      for id, p in pairs(state.index(presult.projects)) do
+        state.projects[id] = p
       end
     end
   end

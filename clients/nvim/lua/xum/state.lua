@@ -34,6 +34,7 @@ local function changed()
 end
 M.changed = changed
 
+-- The tables of `list` that have a string id, by id (what an answer may hold is not trusted).
 local function index(list)
   local out = {}
   if type(list) ~= 'table' then
@@ -46,6 +47,8 @@ local function index(list)
   end
   return out
 end
+
+M.index = index
 
 function M.reset()
   M.projects, M.workspaces, M.obligations = {}, {}, {}
@@ -167,15 +170,7 @@ end
 
 -- The workspace whose checkout holds `dir` (the deepest, should checkouts nest).
 function M.workspace_at(dir)
-  local best
-  for _, ws in pairs(M.workspaces) do
-    if type(ws.path) == 'string' and util.is_within(dir, ws.path) then
-      if not best or #ws.path > #best.path then
-        best = ws
-      end
-    end
-  end
-  return best
+  return util.deepest_holding(dir, M.workspaces)
 end
 
 -- The project a directory belongs to: its repository, or one of its workspaces.
@@ -184,15 +179,7 @@ function M.project_at(dir)
   if ws then
     return M.projects[ws.project_id]
   end
-  local best
-  for _, p in pairs(M.projects) do
-    if type(p.path) == 'string' and util.is_within(dir, p.path) then
-      if not best or #p.path > #best.path then
-        best = p
-      end
-    end
-  end
-  return best
+  return util.deepest_holding(dir, M.projects)
 end
 
 return M

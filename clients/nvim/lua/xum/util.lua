@@ -157,4 +157,16 @@ function M.is_within(path, root)
   return path:sub(1, #prefix) == prefix
 end
 
+-- The deepest of `items` (workspaces or projects, each with a path) that holds `dir`
+-- (checkouts may nest).
+function M.deepest_holding(dir, items)
+  local best
+  for _, item in pairs(items) do
+    if M.is_within(dir, item.path) and (not best or #item.path > #best.path) then
+      best = item
+    end
+  end
+  return best
+end
+
 return M

@@ -183,8 +183,8 @@ export async function withDaemon<T>(
   }
 }
 
-/** A real git repository with one commit. */
-export function makeRepo(path: string): string {
+/** A real git repository with one commit: a README and `files` (relative path -> content). */
+export function makeRepo(path: string, files: Record<string, string> = {}): string {
   mkdirSync(path, { recursive: true });
   const git = (...args: string[]): void => {
     execFileSync("git", args, {
@@ -201,7 +201,11 @@ export function makeRepo(path: string): string {
   };
   git("init", "-q", "-b", "main");
   writeFileSync(join(path, "README.md"), "hello\n");
-  git("add", "README.md");
+  for (const [name, content] of Object.entries(files)) {
+    mkdirSync(dirname(join(path, name)), { recursive: true });
+    writeFileSync(join(path, name), content);
+  }
+  git("add", "-A");
   git("commit", "-q", "-m", "init");
   return resolve(path);
 }

@@ -4,11 +4,15 @@
 
 import {
   isRpcError,
+  type ErrorKind,
+  type ProjectInfo,
+  type ScriptResult,
   type WorkspaceArchiveResult,
   type WorkspaceInfo,
   type WorkspaceRemoveResult,
   type WorkspaceUnarchiveResult,
   type XumClient,
+  type XumRpcError,
 } from "../../../ts/src/index.js";
 import { describeCleanup, formatError } from "./format.js";
 
@@ -46,6 +50,15 @@ export class Commands {
     private readonly ui: Ui,
   ) {}
 
+  /** Every project and workspace, read now (the Refresh command); a failure is shown. */
+  async listAll(): Promise<{ projects: ProjectInfo[]; workspaces: WorkspaceInfo[] } | undefined> {
+    return this.guard(async () => {
+      const { projects } = await this.client.call("project.list");
+      const { workspaces } = await this.client.call("workspace.list");
+      return { projects, workspaces };
+    });
+  }
+
   /** New workspace: pick the project (unless given), name it, create it. */
   async newWorkspace(projectId?: string): Promise<WorkspaceInfo | undefined> {
     return this.guard(async () => {
@@ -65,13 +78,7 @@ export class Commands {
       const name = await this.ui.input("Name of the new workspace", validateName);
       if (name === undefined) return undefined;
       const { workspace, setup } = await this.client.call("workspace.create", { project_id: project, name });
-      if (setup.status === "failed" || setup.status === "timeout") {
-        this.ui.error(`xum: workspace '${workspace.name}' created, but its setup ${setup.status}: ${setup.error ?? ""}`);
-      } else if (setup.status === "untrusted") {
-        this.ui.info(`xum: workspace '${workspace.name}' created; setup skipped: ${setup.hint ?? "the project's config is not trusted"}`);
-      } else {
-        this.ui.info(`xum: workspace '${workspace.name}' created at ${workspace.path}`);
-      }
+      this.reportSetup("created", workspace, setup);
       return workspace;
     });
   }
@@ -81,30 +88,19 @@ export class Commands {
    * daemon's own processes and archive (`stop: true`); other holders still refuse.
    */
   async archive(ws: WorkspaceRef): Promise<WorkspaceArchiveResult | undefined> {
-    try {
-      const result = await this.client.call("workspace.archive", { workspace_id: ws.id });
-      this.reportArchive(result);
-      return result;
-    } catch (err) {
-      if (!isRpcError(err, "busy")) {
-        this.ui.error(formatError(err));
-        return undefined;
-      }
-      this.ui.error(formatError(err));
-      const stop = await this.ui.confirm(`Stop the processes xum runs in '${ws.name}' and archive it?`, "Stop and archive");
-      if (!stop) return undefined;
-      return this.guard(async () => {
-        const result = await this.client.call("workspace.archive", { workspace_id: ws.id, stop: true });
-        this.reportArchive(result);
-        return result;
-      });
-    }
+    return this.overridable(
+      "busy",
+      (stop) => this.client.call("workspace.archive", { workspace_id: ws.id, stop }),
+      (result) => this.reportArchive(result),
+      () => `Stop the processes xum runs in '${ws.name}' and archive it?`,
+      "Stop and archive",
+    );
   }
 
   async unarchive(ws: WorkspaceRef): Promise<WorkspaceUnarchiveResult | undefined> {
     return this.guard(async () => {
       const result = await this.client.call("workspace.unarchive", { workspace_id: ws.id });
-      this.ui.info(`xum: '${result.workspace.name}' restored at ${result.workspace.path}`);
+      this.reportSetup("restored", result.workspace, result.setup);
       return result;
     });
   }
@@ -116,18 +112,37 @@ export class Commands {
       "Remove",
     );
     if (!sure) return undefined;
+    return this.overridable(
+      "not_safe",
+      (force) => this.client.call("workspace.remove", { workspace_id: ws.id, force }),
+      (result) => this.reportRemove(ws, result),
+      (err) => `Remove '${ws.name}' anyway? ${err.message}`,
+      "Remove anyway",
+    );
+  }
+
+  /**
+   * `call(false)`; refused with `kind`, the error is shown and, when the user confirms
+   * `question`, `call(true)` (the override: stop, force). Each result goes to `report`.
+   */
+  private async overridable<R>(
+    kind: ErrorKind,
+    call: (override: boolean) => Promise<R>,
+    report: (result: R) => void,
+    question: (err: XumRpcError) => string,
+    action: string,
+  ): Promise<R | undefined> {
     try {
-      const result = await this.client.call("workspace.remove", { workspace_id: ws.id });
-      this.reportRemove(ws, result);
+      const result = await call(false);
+      report(result);
       return result;
     } catch (err) {
       this.ui.error(formatError(err));
-      if (!isRpcError(err, "not_safe")) return undefined;
-      const force = await this.ui.confirm(`Remove '${ws.name}' anyway? ${err.message}`, "Remove anyway");
-      if (!force) return undefined;
+      if (!isRpcError(err, kind)) return undefined;
+      if (!(await this.ui.confirm(question(err), action))) return undefined;
       return this.guard(async () => {
-        const result = await this.client.call("workspace.remove", { workspace_id: ws.id, force: true });
-        this.reportRemove(ws, result);
+        const result = await call(true);
+        report(result);
         return result;
       });
     }
@@ -159,6 +174,17 @@ export class Commands {
       }
       return workspace;
     });
+  }
+
+  /** How a create or an unarchive went, its setup included: a failed setup is an error. */
+  private reportSetup(done: string, workspace: WorkspaceInfo, setup: ScriptResult): void {
+    if (setup.status === "failed" || setup.status === "timeout") {
+      this.ui.error(`xum: workspace '${workspace.name}' ${done}, but its setup ${setup.status}: ${setup.error ?? ""}`);
+    } else if (setup.status === "untrusted") {
+      this.ui.info(`xum: workspace '${workspace.name}' ${done}; setup skipped: ${setup.hint ?? "the project's config is not trusted"}`);
+    } else {
+      this.ui.info(`xum: workspace '${workspace.name}' ${done} at ${workspace.path}`);
+    }
   }
 
   private reportArchive(result: WorkspaceArchiveResult): void {
