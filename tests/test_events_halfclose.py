@@ -168,3 +168,18 @@ def test_a_subscriber_that_closes_is_let_go_at_once_not_kept_as_half_closed(
     # Closed, both sides: end of input and a hangup together; nothing to keep streaming to.
     until(lambda: connections(daemon) == 0, message="the closed subscriber's connection to end")
     assert "conn.half_closed_subscriber" not in daemon.log_text()
+
+
+def test_a_subscribe_sent_as_a_notification_subscribes_without_an_answer(
+    daemon: DaemonProcess,
+) -> None:
+    """PROTOCOL.md: a notification is run and never answered; a subscribe is no exception. Its
+    events (not answers) follow, and a half-close keeps the connection as for any subscriber."""
+    with RawPeer(daemon.socket_path) as peer:
+        peer.send(json.dumps({"jsonrpc": "2.0", "method": "events.subscribe"}) + "\n")
+        peer.shut_write()
+        until(lambda: "conn.half_closed_subscriber" in daemon.log_text(), message="the EOF")
+        seq = publish(daemon, "test.after_notification")
+        first = peer.read()
+        assert "id" not in first and first["method"] == "event"
+        assert first["params"]["seq"] == seq
