@@ -310,3 +310,16 @@ def test_daemon_install_still_bakes_an_exported_xum_root_into_the_units() -> Non
     assert done.returncode == 0, done.stderr
     service = next(t for p, t in json.loads(done.stdout)["files"].items() if p.endswith(".service"))
     assert f"--root {root}" in service
+
+
+def test_a_client_names_the_root_it_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root given as `~/...` is the one its socket was derived from, in the client and its
+    errors alike (not the unexpanded text)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(DaemonNotRunning) as caught:
+        Client("~/nowhere")
+    assert caught.value.root == str(tmp_path / "nowhere")
+    assert caught.value.socket_path == str(tmp_path / "nowhere" / "xumd.sock")
+    assert AsyncClient("~/nowhere").root == str(tmp_path / "nowhere")

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,53 @@ def test_a_subscriber_that_closes_is_let_go_at_once_not_kept_as_half_closed(
     # Closed, both sides: end of input and a hangup together; nothing to keep streaming to.
     until(lambda: connections(daemon) == 0, message="the closed subscriber's connection to end")
     assert "conn.half_closed_subscriber" not in daemon.log_text()
+
+
+def test_a_subscribe_sent_as_a_notification_subscribes_without_an_answer(
+    daemon: DaemonProcess,
+) -> None:
+    """PROTOCOL.md: a notification is run and never answered; a subscribe is no exception. Its
+    events (not answers) follow, and a half-close keeps the connection as for any subscriber."""
+    with RawPeer(daemon.socket_path) as peer:
+        peer.send(json.dumps({"jsonrpc": "2.0", "method": "events.subscribe"}) + "\n")
+        peer.shut_write()
+        until(lambda: "conn.half_closed_subscriber" in daemon.log_text(), message="the EOF")
+        seq = publish(daemon, "test.after_notification")
+        first = peer.read()
+        assert "id" not in first and first["method"] == "event"
+        assert first["params"]["seq"] == seq
+
+
+def test_one_subscriber_that_does_not_read_is_dropped_the_others_miss_nothing(
+    daemon: DaemonProcess,
+) -> None:
+    """One busy (non-reading) subscriber of two: it is dropped; the reading one, half-closed
+    too, gets every event in order, before and after the drop."""
+    got: list[int] = []
+    with RawPeer(daemon.socket_path) as lazy, RawPeer(daemon.socket_path) as reader:
+        for peer in (lazy, reader):
+            peer.send(_request("events.subscribe", {"types": ["test."]}))
+            peer.shut_write()
+            assert "result" in peer.read()
+
+        def read() -> None:
+            while True:
+                event = reader.read()["params"]
+                got.append(event["seq"])
+                if event["type"] == "test.after_the_drop":
+                    return
+
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        # Small bursts, so a reader that keeps up is never behind by a whole write queue.
+        first = publish(daemon, "test.flood", pad="x" * 2000)
+        for _ in range(400):
+            last = publish(daemon, "test.flood", count=4, pad="x" * 2000)
+            if "conn.slow_client_dropped" in daemon.log_text():
+                break
+        assert "conn.slow_client_dropped" in daemon.log_text()
+        last = publish(daemon, "test.after_the_drop")
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        until(lambda: connections(daemon) == 1, message="only the reading subscriber left")
+    assert got == list(range(first, last + 1)), "a gap or a duplicate for the reading subscriber"

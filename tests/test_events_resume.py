@@ -336,6 +336,15 @@ def test_cli_events_watches_and_resumes(daemon: DaemonProcess) -> None:
     )
     assert human.returncode == 0, human.stderr
     assert human.stdout.splitlines()[1].split() == [str(last - 1), "test.y"]
+    # --count stops the replay too: one line of the two events missed.
+    one = subprocess.run(
+        [*xum, "events", "--after-seq", str(start), "--epoch", epoch, "--count", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert one.returncode == 0, one.stderr
+    assert [line.split()[:2] for line in one.stdout.splitlines()[1:]] == [[str(last - 1), "test.y"]]
     watcher = subprocess.Popen(
         [*xum, "events", "--after-seq", "0", "--epoch", "other", "--count", "1", "--type", "z."],
         stdout=subprocess.PIPE,

@@ -15,6 +15,7 @@ the caller decides what to do. Errors are the typed exceptions of `xum_client.er
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -63,7 +64,7 @@ class EventStream:
     def __init__(self, snapshot: SubscribeResult, receive: Any, after_seq: int | None) -> None:
         self.snapshot = snapshot
         self.epoch = snapshot.epoch
-        self._replay = list(snapshot.events)
+        self._replay = deque(snapshot.events)
         # A resume hands out the replay first: until then the state is at the client's after_seq.
         self.position = after_seq if self._replay and after_seq is not None else snapshot.seq
         self._receive = receive
@@ -73,7 +74,7 @@ class EventStream:
 
     async def __anext__(self) -> Event:
         if self._replay:
-            event = self._replay.pop(0)
+            event = self._replay.popleft()
             # Filtered out types leave gaps: after the last replayed event, the answer's seq.
             self.position = event.seq if self._replay else self.snapshot.seq
             return event

@@ -55,9 +55,12 @@ def socket_path_for(root: Path | str | None = None) -> Path:
 
 
 def client_root(root: Path | str | None, choice: discovery.SocketChoice) -> str:
-    """The root a client names in its messages: the explicit one, else the socket's, else the
-    one XUM_ROOT or the default says (the daemon's `hello` tells the truth)."""
-    return str(root or choice.root or discovery.default_root())
+    """The root a client names in its messages: the socket's, else the explicit one (beside an
+    explicit socket), else the one XUM_ROOT or the default says (the daemon's `hello` tells the
+    truth). Expanded as the socket's is (`~`)."""
+    if choice.root is not None:
+        return str(choice.root)
+    return str(discovery.expand(root) if root else discovery.default_root())
 
 
 def hello_params(client_name: str) -> dict[str, Any]:

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import anyio
-from xum_protocol.discovery import resolve_socket
+from xum_protocol.discovery import default_root, resolve_socket
 
 from xumd import containment, faults, fdlimits, logs, procstat
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.config import ConfigError, load
-from xumd.paths import RootPaths, default_root
+from xumd.paths import RootPaths
 from xumd.rootlock import RootLockedError, acquire
 from xumd.rpc.server import SocketSetupError, bind_socket, socket_name, systemd_socket
 from xumd.sdnotify import Notifier

@@ -1,4 +1,4 @@
-"""Where the daemon keeps things under its root."""
+"""Where the daemon keeps things under its root (which root: `xum_protocol.discovery`)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,6 @@ from pathlib import Path
 
 SUN_PATH_MAX = 107
 """Linux's sun_path holds 108 bytes including the terminating NUL."""
-
-
-def default_root() -> Path:
-    env = os.environ.get("XUM_ROOT")
-    if env:
-        return Path(env)
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "xum"
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,18 +60,23 @@ test("explicit socket or root first; a leading ~ is the home directory ($HOME fi
 
 test("the rule matches the Python one (xum_protocol.discovery.resolve_socket), case by case", () => {
   const python = process.env["XUM_PYTHON"] ?? join(repoRoot(), ".venv", "bin", "python");
-  const cases: [Record<string, string>, Explicit][] = [
-    [{ XUM_SOCKET: "/s/x.sock", XUM_ROOT: "/r", XDG_STATE_HOME: "/x", HOME: "/h" }, {}],
-    [{ XUM_ROOT: "/r", XDG_STATE_HOME: "/x", HOME: "/h" }, {}],
-    [{ XDG_STATE_HOME: "/x", HOME: "/h" }, {}],
-    [{ HOME: "/h" }, {}],
-    [{ XUM_SOCKET: "", XUM_ROOT: "", XDG_STATE_HOME: "", HOME: "/h" }, {}],
-    [{ XUM_SOCKET: "~/s.sock", HOME: "/h" }, {}],
-    [{ XUM_ROOT: "~/r", HOME: "/h" }, {}],
-    [{ XDG_STATE_HOME: "~/st", HOME: "/h" }, {}],
-    [{ XUM_SOCKET: "/s/x.sock", HOME: "/h" }, { root: "/r" }],
-    [{ XUM_SOCKET: "/s/x.sock", HOME: "/h" }, { socket: "~/e.sock", root: "/r" }],
-  ];
+  // Every combination of the explicit choices and the environment (empty values included), as
+  // the Neovim plugin's matrix (tests/test_nvim_plugin.py).
+  const cases: [Record<string, string>, Explicit][] = [];
+  const opt = (v: string | null) => (v === null ? [] : [v]);
+  for (const socket of [null, "", "/o/s.sock", "~/o.sock"])
+    for (const root of [null, "", "/or", "~"])
+      for (const xs of [null, "", "/s.sock", "~/s.sock", "~x/s.sock"])
+        for (const xr of [null, "", "/r", "~/r"])
+          for (const xdg of [null, "", "/st", "~/st"]) {
+            const env: Record<string, string> = { HOME: "/h" };
+            for (const [k, v] of [["XUM_SOCKET", xs], ["XUM_ROOT", xr], ["XDG_STATE_HOME", xdg]] as const)
+              for (const value of opt(v)) env[k] = value;
+            const ex: Explicit = {};
+            for (const value of opt(socket)) ex.socket = value;
+            for (const value of opt(root)) ex.root = value;
+            cases.push([env, ex]);
+          }
   const script = [
     "import json, sys",
     "from pathlib import Path",

@@ -72,7 +72,8 @@ def register(cli: click.Group) -> None:
                 )
             else:
                 click.echo(f"epoch {answer['epoch']}, at seq {answer['seq']}")
-            replayed = answer.get("events") or []
+            # The replay counts towards --count (with --json it is in the answer line, whole).
+            replayed = (answer.get("events") or [])[:count]
             if not obj.as_json:
                 for event in replayed:
                     click.echo(_line(event))

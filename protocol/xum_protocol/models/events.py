@@ -60,7 +60,8 @@ class SubscribeResult(Result):
     resync_required: bool = Field(
         default=False,
         description="A resume (`after_seq`) could not be honoured: another epoch (a restart), "
-        "or the replay ring no longer holds the event after `after_seq`. The snapshot is "
+        "the replay ring no longer holds the event after `after_seq`, `after_seq` is ahead of "
+        "this run, or the replay would not fit in half of `max_frame_bytes`. The snapshot is "
         "given: replace the client's state with it. Since 1.1.",
     )
     events: list[Event] = Field(

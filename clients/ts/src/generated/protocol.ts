@@ -1324,7 +1324,7 @@ export interface SubscribeResult {
   /** A successful resume: the events after `after_seq` up to `seq` that match `types`, in order (each as an `event` notification's params). Since 1.1. */
   events?: Event[];
   /**
-   * A resume (`after_seq`) could not be honoured: another epoch (a restart), or the replay ring no longer holds the event after `after_seq`. The snapshot is given: replace the client's state with it. Since 1.1.
+   * A resume (`after_seq`) could not be honoured: another epoch (a restart), the replay ring no longer holds the event after `after_seq`, `after_seq` is ahead of this run, or the replay would not fit in half of `max_frame_bytes`. The snapshot is given: replace the client's state with it. Since 1.1.
    * default: false
    */
   resync_required?: boolean;
