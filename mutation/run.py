@@ -118,20 +118,16 @@ SCOPES = [
         ],
         timeout_s=300,
     ),
+    # In-process (real git repositories, no daemon): seconds per mutant where the archive and
+    # unarchive daemon tests took minutes; the rules those tests pinned are pinned here too.
     Scope(
         "daemon/xumd/lifecycle/snapshot.py",
         [
-            "tests/test_lifecycle_archive.py",
-            "tests/test_lifecycle_unarchive_pending.py",
-            # What the archive reports dropped (special files, fully preserved top paths), the
-            # lstat walk (a symlinked directory is one entry), `add --sparse`.
-            "tests/test_cli_newuser.py::test_archive_summary_names_dropped_and_preserved_files",
+            "tests/test_snapshot_inprocess.py",
+            # The lstat walk (a symlinked directory is one entry), in-process too.
             "tests/test_preserved_files.py::"
             "test_an_ignored_symlink_to_a_directory_is_one_entry_never_walked_into",
-            "tests/test_create_base.py::"
-            "test_sparse_unarchive_keeps_work_outside_the_cone_and_reports_it",
         ],
-        timeout_s=300,
     ),
     Scope(
         "daemon/xumd/rootlock.py",
