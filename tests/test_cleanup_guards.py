@@ -539,7 +539,11 @@ def test_an_unsaved_wait_names_ten_files_then_counts_the_rest() -> None:
     few = [f"f{i}" for i in range(3)]
     assert "f0, f1, f2;" in _unsaved_wait(Path("/co"), few)
     assert " more" not in _unsaved_wait(Path("/co"), few)
-    many = [f"f{i}" for i in range(UNSAVED_SHOWN + 2)]
+    assert UNSAVED_SHOWN == 10  # (a literal: the module's constant is what is tested)
+    ten = [f"f{i}" for i in range(10)]
+    assert "f8, f9;" in _unsaved_wait(Path("/co"), ten)
+    assert " more" not in _unsaved_wait(Path("/co"), ten)
+    many = [f"f{i}" for i in range(12)]
     text = _unsaved_wait(Path("/co"), many)
     assert "f9 and 2 more;" in text and "f10" not in text
 
