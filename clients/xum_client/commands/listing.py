@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from xum_protocol.cursor import parse_list_cursor
 from xum_protocol.version import parse_version
 
 from xum_client.sync import Client
@@ -28,6 +29,11 @@ def list_workspaces(
     """`workspace.list`'s answer: with `limit` (or `after`) one page as asked; else every page,
     joined (`next` null). An older daemon gets the unpaged call it understands."""
     if limit is not None or after is not None:
+        if after is not None:
+            try:
+                parse_list_cursor(after)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--after") from None
         if not _pages(client):
             raise click.UsageError("--limit and --after need a daemon of protocol 1.2 or later")
         params = dict(filters)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
-from xum_protocol.models.workspace import list_cursor, parse_list_cursor
+from xum_protocol.cursor import list_cursor, parse_list_cursor
 
 from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.status import status_of
