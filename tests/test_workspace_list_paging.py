@@ -197,7 +197,7 @@ FILTERS = [
 ]
 
 
-@pytest.mark.parametrize("filters", FILTERS, ids=lambda f: json.dumps(f))
+@pytest.mark.parametrize("filters", FILTERS, ids=json.dumps)
 def test_direct_listing_is_the_model_listing_byte_for_byte(
     app: App, filters: dict[str, Any]
 ) -> None:
@@ -272,7 +272,7 @@ def test_listing_runs_a_fixed_number_of_statements(app: App) -> None:
     seen: list[str] = []
     app.store._db.set_trace_callback(seen.append)
     try:
-        small = _direct(svc)
+        _direct(svc)
         small_count = len(seen)
         _common_rows(app.store, 100, 300)
         seen.clear()
@@ -308,7 +308,7 @@ def test_cursor_round_trips_and_refuses_what_it_did_not_make() -> None:
         "c1.MDEuMAp3c18x",  # a time not written the way the daemon writes it
         "c1.//79",  # not UTF-8
     ]:
-        with pytest.raises(ValueError, match="not a workspace.list cursor"):
+        with pytest.raises(ValueError, match=r"not a workspace\.list cursor"):
             parse_list_cursor(bad)
 
 
