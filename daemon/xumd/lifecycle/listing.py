@@ -68,8 +68,10 @@ def _where(project_id: str | None, state: str | None, after: str | None) -> tupl
         # Keyset paging on the listing order: rows created or removed between pages move no
         # other row across the cursor, and the cursor's own row need not exist any more.
         created_at, workspace_id = parse_list_cursor(after)
-        sql += " AND (w.created_at > ? OR (w.created_at = ? AND w.id > ?))"
-        args += [created_at, created_at, workspace_id]
+        # A row value: SQLite seeks the (created_at, id) index to it, where the OR form
+        # scans every row of an equal creation time.
+        sql += " AND (w.created_at, w.id) > (?, ?)"
+        args += [created_at, workspace_id]
     return sql, args
 
 
