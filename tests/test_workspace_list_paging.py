@@ -354,6 +354,8 @@ def test_daemon_pages_concatenate_under_every_filter(world: dict[str, Any]) -> N
         for limit in (1, 2, 3, len(ids), len(ids) + 5):
             pages = _pages(daemon, limit, **filters)
             assert [i for page in pages for i in page] == ids, (filters, limit)
+            assert [len(page) for page in pages[:-1]] == [limit] * (len(pages) - 1)
+            assert 1 <= len(pages[-1]) <= limit
 
 
 def test_create_and_remove_between_pages_skip_and_repeat_nothing(
@@ -430,7 +432,18 @@ def test_python_clients_iterate_every_page(world: dict[str, Any]) -> None:
     project = world["projects"][0]
     mine = [w["id"] for w in daemon.call("workspace.list", {"project_id": project})["workspaces"]]
     with Client(daemon.root) as client:
+        asked: list[dict[str, Any]] = []
+        call = client.call
+
+        def spy(method: str, params: Any = None) -> dict[str, Any]:
+            asked.append(params)
+            return call(method, params)
+
+        client.call = spy  # type: ignore[method-assign]
         assert [w["id"] for w in client.iter_workspaces(page=2)] == full
+        assert len(asked) == -(-len(full) // 2) and all(p["limit"] == 2 for p in asked)
+        assert "after" not in asked[0] and all(p["after"].startswith("c1.") for p in asked[1:])
+        client.call = call  # type: ignore[method-assign]
         assert [w["id"] for w in client.iter_workspaces({"project_id": project}, 1)] == mine
         with pytest.raises(ValueError, match="page size"):
             list(client.iter_workspaces({"limit": 3}))
