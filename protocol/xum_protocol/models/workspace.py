@@ -366,7 +366,14 @@ METHODS = [
         WorkspaceCreateResult,
         "Create a workspace (git worktree on a new branch, or a plain directory).",
     ),
-    MethodSpec("workspace.list", WorkspaceListParams, WorkspaceListResult, "Workspaces."),
+    MethodSpec(
+        "workspace.list",
+        WorkspaceListParams,
+        WorkspaceListResult,
+        "Workspaces, in creation order (then id): all of them, or with `limit` one page whose "
+        "`next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, "
+        "additive).",
+    ),
     MethodSpec("workspace.get", WorkspaceIdParams, WorkspaceResult, "One workspace."),
     MethodSpec(
         "workspace.rename", WorkspaceRenameParams, WorkspaceRenameResult, "Rename (journaled)."

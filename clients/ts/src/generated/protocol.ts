@@ -2002,7 +2002,7 @@ export interface Methods {
   "workspace.get": { params: WorkspaceIdParams; result: WorkspaceResult };
   /** Clear the interrupted flag. A kept rename journal (a rename whose undo failed) is first settled as startup recovery would: the answer is the settled workspace (still flagged if the settle left a problem), or `invalid_state` naming why neither state is provable (journal and flag stay). */
   "workspace.keep": { params: WorkspaceIdParams; result: WorkspaceResult };
-  /** Workspaces. */
+  /** Workspaces, in creation order (then id): all of them, or with `limit` one page whose `next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, additive). */
   "workspace.list": { params: WorkspaceListParams; result: WorkspaceListResult };
   /** Delete the checkout and the row; branch and snapshot refs are kept. */
   "workspace.remove": { params: WorkspaceRemoveParams; result: WorkspaceRemoveResult };
