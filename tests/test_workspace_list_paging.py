@@ -32,6 +32,7 @@ from xum_protocol.models.workspace import WorkspaceListParams, WorkspaceListResu
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.config import DaemonConfig
+from xumd.lifecycle import listing
 from xumd.lifecycle.service import WorkspaceService
 from xumd.paths import RootPaths
 from xumd.store import Store
@@ -234,7 +235,7 @@ def test_every_page_size_concatenates_to_the_listing(app: App) -> None:
                 after = page["next"]
                 if after is None:
                     break
-                assert len(page["workspaces"]) == limit, "a short page must end the listing"
+                assert len(page["workspaces"]) == limit, "a short small page must end it"
             assert got == full, (filters, limit)
             assert pages == max(1, -(-len(full) // limit)), "no empty trailing page"
 
@@ -262,6 +263,34 @@ def _common_rows(store: Store, first: int, count: int) -> None:
                 " VALUES (?, ?, 0, ?)",
                 (20_000 + n, ws_id, T0),
             )
+
+
+def test_a_page_is_cut_at_its_byte_budget_and_next_continues(app: App) -> None:
+    """Workspaces with 64 KiB of environment each (the most `workspace.create` takes): a page
+    of 10,000 would be megabytes over a client's frame cap; it stops near PAGE_BYTES instead,
+    with `next`, and the pages still concatenate to the listing."""
+    with app.store.transaction():
+        _projects(app.store)
+        big = json.dumps({"V": "x" * (64 * 1024 - 16)})
+        for n in range(1, 161):
+            ws_id = _ws(app.store, n)
+            app.store.execute("INSERT INTO workspace_env VALUES (?, ?)", (ws_id, big))
+    svc = app.get(WorkspaceService)
+    full = _direct(svc)["workspaces"]
+    assert len(full) == 160 and full[0]["env"]["V"]
+    got: list[dict[str, Any]] = []
+    after: str | None = None
+    sizes: list[int] = []
+    while True:
+        page = _direct(svc, limit=10_000, **({"after": after} if after else {}))
+        sizes.append(len(orjson.dumps(page)))
+        got += page["workspaces"]
+        after = page["next"]
+        if after is None:
+            break
+    assert got == full
+    assert len(sizes) == 3, sizes  # 160 rows of ~64 KiB: 10 MiB in pages of at most 4 MiB
+    assert max(sizes) <= listing.PAGE_BYTES + 128 * 1024, sizes
 
 
 def test_listing_runs_a_fixed_number_of_statements(app: App) -> None:

@@ -45,6 +45,26 @@ _SELECT = (
 _ORDER = " ORDER BY w.created_at, w.id"
 
 
+PAGE_BYTES = 4 * 1024 * 1024
+"""A page (`limit` given) is also cut when its rows' estimated answer passes this: the largest
+workspace row is ~200 KiB (64 KiB of environment, setup output, stored statuses), so a page stays
+well under a client's 16 MiB frame cap whatever `limit` says. `next` says that more follow."""
+
+_ROW_BYTES = 1024
+"""The estimate of a row's fixed part (ids, path, names, times, the setup and cleanup objects)."""
+
+
+def _estimate(row: Any) -> int:
+    """About the JSON size of a row's answer: the fixed part plus its free-size text columns
+    (already JSON or plain text, about their size once serialised)."""
+    size = _ROW_BYTES
+    for column in ("x_env", "setup_output", "last_cleanup", "auto_archive_outcome", "path"):
+        value = row[column]
+        if isinstance(value, str):
+            size += len(value)
+    return size
+
+
 class JsonResult(BaseModel):
     """A result already in its JSON form (plain dicts and lists): the dispatcher dumps a result
     with `model_dump(mode="json")`, which here is the value itself, not a second pass."""
@@ -93,10 +113,18 @@ def select(
         args.append(limit + 1)  # one more row says whether a next page exists
     found = store.all(sql, args)
     following = None
-    if limit is not None and len(found) > limit:
-        found = found[:limit]
-        last = found[-1]
-        following = list_cursor(last["created_at"], last["id"])
+    if limit is not None:
+        keep = min(len(found), limit)
+        total = 0
+        for index in range(keep):
+            total += _estimate(found[index])
+            if total > PAGE_BYTES and index > 0:
+                keep = index  # this row starts the next page
+                break
+        if len(found) > keep:
+            found = found[:keep]
+            last = found[-1]
+            following = list_cursor(last["created_at"], last["id"])
     wanted = [r["id"] for r in found if r["x_obs"]]
     obligations: dict[str, list[ObligationRow]] = {}
     if wanted:

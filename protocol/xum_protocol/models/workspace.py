@@ -203,8 +203,9 @@ class WorkspaceListParams(Params):
         ge=1,
         le=LIST_PAGE_MAX,
         strict=True,
-        description="At most this many workspaces (1 to 10,000); the answer's `next` is set when "
-        "more may follow. Unset: all of them (since 1.2, additive).",
+        description="At most this many workspaces (1 to 10,000; fewer when the page would pass "
+        "about 4 MiB); the answer's `next` is set when more may follow. Unset: all of them "
+        "(since 1.2, additive).",
     )
     after: str | None = Field(
         default=None,

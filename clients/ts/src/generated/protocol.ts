@@ -1679,7 +1679,7 @@ export interface WorkspaceListParams {
    */
   after?: string | null;
   /**
-   * At most this many workspaces (1 to 10,000); the answer's `next` is set when more may follow. Unset: all of them (since 1.2, additive).
+   * At most this many workspaces (1 to 10,000; fewer when the page would pass about 4 MiB); the answer's `next` is set when more may follow. Unset: all of them (since 1.2, additive).
    * default: null
    */
   limit?: number | null;
