@@ -517,3 +517,12 @@ def test_cli_ws_ls_fetches_all_pages_and_one_with_limit(world: dict[str, Any]) -
     done = xum("--root", str(daemon.root), "ws", "ls", "--after", "bogus")
     assert done.returncode == 2, done.stderr
     assert "--after" in done.stderr and "not a workspace.list cursor" in done.stderr
+
+
+def test_event_snapshot_lists_the_workspaces_as_workspace_list(world: dict[str, Any]) -> None:
+    """`events.subscribe`'s snapshot uses the same direct listing."""
+    daemon: DaemonProcess = world["daemon"]
+    listed = daemon.call("workspace.list")["workspaces"]
+    with Client(daemon.root) as client:
+        snapshot = client.call("events.subscribe", {"types": ["workspace."]})["snapshot"]
+    assert snapshot["workspaces"] == listed and listed

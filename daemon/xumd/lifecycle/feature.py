@@ -167,7 +167,9 @@ def install(
         return [projects.info(r).model_dump(mode="json") for r in rows.list_projects(app.store)]
 
     def workspaces_snapshot() -> list[dict[str, Any]]:
-        return [workspaces.info(r).model_dump(mode="json") for r in rows.list_workspaces(app.store)]
+        # The listing's direct path: the same values as a model per row, for a fraction.
+        listed: list[dict[str, Any]] = workspaces.list_json(WorkspaceListParams())["workspaces"]
+        return listed
 
     app.events.add_snapshot_provider("projects", projects_snapshot)
     app.events.add_snapshot_provider("workspaces", workspaces_snapshot)
