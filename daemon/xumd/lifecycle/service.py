@@ -62,12 +62,20 @@ class WorkspaceService(Context):
             self.project(params.project_id)
         return listing.listing(
             self.store,
-            lambda row: self.info(row).model_dump(mode="json"),
+            self._info_json,
             project_id=params.project_id,
             state=params.state,
             limit=params.limit,
             after=params.after,
         )
+
+    def _info_json(self, workspace_id: str) -> dict[str, Any]:
+        """The model path for a row the listing does not build itself (read in the same
+        synchronous step as the listing: it is there)."""
+        row = rows.get_workspace(self.store, workspace_id)
+        if row is None:
+            raise RuntimeError(f"workspace {workspace_id!r} vanished during a listing")
+        return self.info(row).model_dump(mode="json")
 
     # -- operations -------------------------------------------------------------------------------
 
