@@ -526,3 +526,13 @@ def test_event_snapshot_lists_the_workspaces_as_workspace_list(world: dict[str, 
     with Client(daemon.root) as client:
         snapshot = client.call("events.subscribe", {"types": ["workspace."]})["snapshot"]
     assert snapshot["workspaces"] == listed and listed
+
+
+def test_cursors_past_either_end(app: App) -> None:
+    count = _hostile_mix(app.store)
+    svc = app.get(WorkspaceService)
+    full = _direct(svc)["workspaces"]
+    beyond = _direct(svc, limit=5, after=list_cursor(T0 + 10**9, "ws_ffffffffffffffff"))
+    assert beyond == {"workspaces": [], "next": None}
+    before = _direct(svc, after=list_cursor(0.0, "ws_0"))
+    assert before["workspaces"] == full and len(full) == count
