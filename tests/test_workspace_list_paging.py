@@ -536,3 +536,27 @@ def test_cursors_past_either_end(app: App) -> None:
     assert beyond == {"workspaces": [], "next": None}
     before = _direct(svc, after=list_cursor(0.0, "ws_0"))
     assert before["workspaces"] == full and len(full) == count
+
+
+def test_cli_listing_with_a_pre_paging_daemon_asks_unpaged(world: dict[str, Any]) -> None:
+    """A daemon whose hello says 1.1 refuses `limit` (unknown params field): `xum ws ls` then
+    asks for everything at once, as before, and --limit is a usage error naming the need."""
+    import click
+    from xum_client.commands.listing import list_workspaces
+
+    daemon: DaemonProcess = world["daemon"]
+    with Client(daemon.root) as client:
+        assert client.server is not None
+        client.server["protocol"] = "1.1"  # what an older daemon's hello says
+        asked: list[Any] = []
+        call = client.call
+
+        def spy(method: str, params: Any = None) -> dict[str, Any]:
+            asked.append(params)
+            return call(method, params)
+
+        client.call = spy  # type: ignore[method-assign]
+        result = list_workspaces(client, {}, None, None)
+        assert asked == [{}] and result["workspaces"]
+        with pytest.raises(click.UsageError, match=r"protocol 1\.2"):
+            list_workspaces(client, {}, 5, None)
