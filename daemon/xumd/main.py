@@ -100,7 +100,10 @@ def _leave(code: int) -> None:
     Only after a run that returned: the store is closed (checkpointed), the root lock released
     and the socket removed by then, so the teardown has nothing durable left to do. atexit
     handlers still run and stdio is flushed. If a non-daemon thread is still busy after
-    EXIT_THREADS_WAIT_S, return instead: the ordinary exit joins it, as it always did."""
+    EXIT_THREADS_WAIT_S, return instead: the ordinary exit joins it, as it always did; so does a
+    process under a profiler or a tracer (cProfile, a debugger), which writes its report last."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return
     deadline = time.monotonic() + EXIT_THREADS_WAIT_S
     for thread in threading.enumerate():
         if thread is threading.current_thread() or thread.daemon:
