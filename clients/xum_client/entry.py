@@ -55,7 +55,8 @@ def status_args(args: Sequence[str]) -> tuple[str | None, str | None, bool] | No
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(argv) if argv is not None else sys.argv[1:]
     parsed = status_args(args)
-    if parsed is None or sys.stdout.isatty():
+    # No stdout at all (`>&-`) is the command line's case too, whatever it makes of it.
+    if parsed is None or sys.stdout is None or sys.stdout.isatty():
         from xum_client.cli import main as cli_main
 
         cli_main(args)
