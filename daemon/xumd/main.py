@@ -114,7 +114,8 @@ def _leave(code: int) -> None:
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: started with that descriptor closed
+                stream.flush()
         except (OSError, ValueError):
             pass
     os._exit(code)
