@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     base = args.base.resolve()
     for tree in (base, HERE):
-        for part in PARTS:
+        for part in ("daemon/xumd", "protocol/xum_protocol", "clients/xum_client"):
             compileall.compile_dir(
                 tree / part, quiet=1, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH
             )

@@ -19,7 +19,10 @@ REPO = Path(__file__).resolve().parent.parent
 def pytest_sessionstart(session: pytest.Session) -> None:
     # Once per session, so that no test daemon or CLI process compiles the code from source
     # (tests/support/bytecode.py says why).
-    bytecode.ensure(REPO / part for part in ("daemon", "protocol", "clients"))
+    # The three packages only: clients/ also holds node_modules, with Python files of its own.
+    bytecode.ensure(
+        REPO / part for part in ("daemon/xumd", "protocol/xum_protocol", "clients/xum_client")
+    )
 
 
 @pytest.fixture
