@@ -287,3 +287,17 @@ def test_session_bytecode_is_never_stale(tmp_short: Path) -> None:
     done = run([sys.executable, "-c", probe], PYTHONPATH=str(package), PYTHONDONTWRITEBYTECODE="1")
     assert done.stdout.strip() == "2"
     assert bytecode.ensure([package]) == [module]
+
+
+def test_the_session_wrote_bytecode_for_the_code_under_test() -> None:
+    # What every test daemon and `xum` starts from (conftest.pytest_sessionstart).
+    import importlib.util
+
+    import xum_client.entry
+    import xum_protocol.methods
+    import xumd.app
+
+    for module in (xumd.app, xum_protocol.methods, xum_client.entry):
+        source = Path(str(module.__file__))
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        assert bytecode._fresh(source.read_bytes(), cached), cached
