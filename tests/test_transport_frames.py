@@ -325,3 +325,24 @@ def test_a_final_frame_without_newline_is_answered_after_half_close(method: str)
             writer.close()
 
     _run(main)
+
+
+def test_status_samples_the_open_descriptor_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """daemon.status lists /proc/self/fd at most every OPEN_COUNT_TTL_S (a clock mock: the
+    listing itself is real)."""
+    from xumd import fdlimits
+
+    now = [1000.0]
+    monkeypatch.setattr(fdlimits.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(fdlimits, "_open_sample", (float("-inf"), 0))
+    limits = fdlimits.plan(1024, 64)
+    first = limits.as_status()["open"]
+    extra = [socket.socket() for _ in range(5)]
+    try:
+        assert limits.as_status()["open"] == first  # within the interval: the sample
+        now[0] += fdlimits.OPEN_COUNT_TTL_S
+        assert limits.as_status()["open"] == first + 5  # then counted again
+    finally:
+        for sock in extra:
+            sock.close()
+        limits.close()
