@@ -53,6 +53,7 @@ class FrameProtocol(asyncio.Protocol):
         self._stopped = False
         self._discarding = False
         self._discarded = 0
+        self._eof_written = False
         self._input = asyncio.Event()
         self._output = asyncio.Event()
         self._output.set()
@@ -151,8 +152,8 @@ class FrameProtocol(asyncio.Protocol):
     def write(self, data: bytes) -> bool:
         """Hand `data` to the transport; False when the connection is gone."""
         transport = self.transport
-        if self.lost or transport is None or transport.is_closing():
-            return False
+        if self.lost or self._eof_written or transport is None or transport.is_closing():
+            return False  # (asyncio raises on a write after write_eof)
         transport.write(data)
         return True
 
@@ -177,6 +178,7 @@ class FrameProtocol(asyncio.Protocol):
             self._discarding = True
             with anyio.move_on_after(LINGER_S):
                 if transport.can_write_eof() and not transport.is_closing():
+                    self._eof_written = True
                     transport.write_eof()  # after the buffered answers are written
                 if not self.eof:
                     self._read_paused = False
