@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,8 +26,10 @@ from xumd.config import DaemonConfig
 from xumd.errors import XumError
 from xumd.rpc.dispatch import RequestContext, Router
 from xumd.rpc.server import Server, bind_socket
+from xumd.rpc.transport import WRITE_HIGH
 
 from tests.support.daemon import short_tmpdir
+from tests.support.wait import wait_for
 
 # -- the sans-IO reader ----------------------------------------------------------------------
 
@@ -233,59 +236,54 @@ def test_a_frame_over_the_cap_in_one_read_with_frames_before_it() -> None:
 
 def test_a_peer_that_reads_nothing_is_slowed_then_answered_in_full() -> None:
     """Inline answers go straight to the transport only while it has room: a client that
-    pipelines without reading fills the socket, then the outbox, then the daemon stops reading
-    it (its sends block), others are served meanwhile, and once it reads every answer is
-    there."""
+    pipelines without reading fills the socket, the transport's buffer (to its high-water
+    mark), then the outbox; its frames then wait for the reader task and the daemon stops
+    reading it (its send blocks). Others are served meanwhile, and once it reads, every answer
+    is there."""
+    count = 20_000
+    blob = b"".join(_req("t.inline", i) for i in range(count))
 
     async def main() -> None:
         async with _serving(_router([]), write_queue_messages=16, write_queue_bytes=4096) as (
             path,
-            _server,
+            server,
         ):
             flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             flood.connect(str(path))
-            flood.setblocking(False)
-            request = _req("t.inline", 1)
-            sent = 0
-            blocked = False
-            with anyio.fail_after(60):
-                while sent < 64 * 2**20:  # bounded: the daemon must push back long before
-                    try:
-                        flood.send(request)
-                        sent += 1
-                    except BlockingIOError:
-                        # Full: let the daemon run, and if it still reads nothing, done.
-                        await anyio.wait_all_tasks_blocked()
-                        try:
-                            flood.send(request)
-                            sent += 1
-                        except BlockingIOError:
-                            blocked = True
-                            break
-            assert blocked, "the daemon never stopped reading a client that does not read"
+            flood.settimeout(60)
+            sender = threading.Thread(target=flood.sendall, args=(blob,), daemon=True)
+            sender.start()
+            conn = await wait_for(lambda: next(iter(server.connections), None))
+            proto = conn._proto
+            # The daemon stops reading it (without back-pressure it would read on and buffer
+            # every answer), while the sender still has most of its blob to send.
+            await wait_for(lambda: proto._read_paused, 30)
+            assert sender.is_alive()
+            assert proto.transport is not None
+            assert proto.transport.get_write_buffer_size() <= WRITE_HIGH + len(blob) // count * 2
+            assert len(conn._outbox) <= 16
             # Another client is served while that one is stuck.
             reader, writer = await asyncio.open_unix_connection(str(path))
             writer.write(_req("t.inline", 2, 2))
             (answer,) = await _read_answers(reader, 1)
             assert answer["result"]["n"] == 2
             writer.close()
-            # Now it reads: every request it sent is answered, none lost.
-            flood.setblocking(True)
-            flood.settimeout(30)
-            flood.shutdown(socket.SHUT_WR)
-            got = 0
-            buf = b""
 
-            def drain() -> int:
-                nonlocal buf
-                lines = 0
-                while chunk := flood.recv(1 << 20):
+            # Now it reads: every request it sent is answered once, none lost.
+            def drain() -> list[int]:
+                ids: list[int] = []
+                buf = b""
+                while len(ids) < count:
+                    chunk = flood.recv(1 << 20)
+                    assert chunk, "closed before every answer came"
                     buf += chunk
-                    lines += chunk.count(b"\n")
-                return lines
+                    *lines, buf = buf.split(b"\n")
+                    ids.extend(orjson.loads(line)["id"] for line in lines)
+                return ids
 
-            got = await anyio.to_thread.run_sync(drain)
-            assert got == sent
+            ids = await anyio.to_thread.run_sync(drain)
+            sender.join(30)
+            assert sorted(ids) == list(range(count))
             flood.close()
 
     _run(main)
