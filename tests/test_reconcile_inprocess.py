@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.events import Event
+from xumd import faults
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.checkouts.marker import Marker, write_directory_marker
@@ -32,8 +33,9 @@ from xumd.cleanup.service import CleanupService
 from xumd.config import DaemonConfig
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import rows
+from xumd.lifecycle import removing, rows
 from xumd.lifecycle.rows import WorkspaceRow
+from xumd.lifecycle.service import WorkspaceService
 from xumd.paths import RootPaths
 from xumd.recovery.reconcile import Reconciler, RecoveryReport
 from xumd.store import Store
@@ -498,6 +500,52 @@ async def test_removing_rows_roll_back_to_where_they_came_from(env: Env) -> None
     # The already-flagged row was not flagged again by this pass.
     assert sorted(report.interrupted) == sorted([ours, absent, foreign])
     assert was_flagged not in env.interrupted_events()
+
+
+async def test_a_flagged_row_goes_back_to_the_state_its_removal_began_from(env: Env) -> None:
+    """A flagged active or archived workspace (flagged by an earlier pass) may be removed as
+    well as a flagged creation: a removal cut short puts each back where it was, flag and
+    reason kept, never turns it into a creation (an archived one could not be unarchived)."""
+    reason = "unarchive was interrupted; it carries no marker (left alone)"
+    prior = {
+        env.add("arc", "removing", interrupted=True, reason=reason): "archived",
+        env.add("act", "removing", interrupted=True, reason=reason): "active",
+        env.add("cre", "removing", interrupted=True, reason=reason): "creating",
+    }
+    with env.store.transaction():
+        for wid, state in prior.items():
+            removing.record_prior(env.store, wid, state)
+    # Begun by a daemon that did not record it: the earlier rule (a flagged creation).
+    legacy = env.add("old", "removing", interrupted=True, reason=reason)
+
+    report = await env.rec.run()
+
+    for wid, state in [*prior.items(), (legacy, "creating")]:
+        row = env.row(wid)
+        assert (row.state, row.interrupted, row.interrupted_reason) == (state, True, reason)
+    assert report.actions == {"remove_rolled_back": 4}
+
+
+async def test_a_failed_removal_of_a_flagged_archived_row_leaves_it_archived(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real removal: its intent records the state it began from, and the failure guard
+    (recovery's own decision, as after a crash) puts the row back there."""
+    reason = "removal was interrupted before it was committed; remove again or keep it"
+    wid = env.add("arc", "archived", interrupted=True, reason=reason)
+    service = env.app.find(WorkspaceService)
+    assert service is not None
+    monkeypatch.setattr(faults, "_armed", "workspace.remove.after_intent")
+    monkeypatch.setattr(faults, "_mode", "raise")
+    with pytest.raises(faults.FaultInjected):
+        await service.remove(wid)
+    row = env.row(wid)
+    assert (row.state, row.interrupted) == ("archived", True)
+    assert row.interrupted_reason is not None and row.interrupted_reason.endswith(reason)
+    assert removing.prior_state(env.store, wid) == "archived"
+    # The record goes with the row.
+    await service.remove(wid)
+    assert env.store.one("SELECT 1 FROM workspace_removing WHERE workspace_id = ?", (wid,)) is None
 
 
 # -- active ----------------------------------------------------------------------------------------
