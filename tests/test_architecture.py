@@ -74,7 +74,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("entry", ["xumd.main"]),
     ("python -m", ["xumd.__main__"]),
     # -- the client ----------------------------------------------------------------------------
-    ("client leaves", ["xum_client.errors", "xum_client.units"]),
+    ("client leaves", ["xum_client.errors", "xum_client.units", "xum_client.paging"]),
     ("client", ["xum_client.sync"]),
     ("client api", ["xum_client.aio", "xum_client.install"]),
     ("client package", ["xum_client"]),
