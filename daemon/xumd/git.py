@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import diskfull, gitlocks
+from xumd import childproc, diskfull, gitlocks
 from xumd.containment import Containment
 from xumd.errors import XumError
 from xumd.procutil import CommandNotFound, CommandResult, run_command
@@ -157,6 +157,9 @@ class Git:
                 # SIGTERM lets git remove its own lock files; SIGKILL only after a grace.
                 grace_s=5.0,
                 containment=self.containment,
+                # A process group of its own suffices (and skips a new session's cost) unless
+                # the daemon has a terminal a hook could read from: xumd.childproc.
+                own_session=childproc.has_controlling_tty(),
             )
         except CommandNotFound as exc:
             raise XumError(
