@@ -35,6 +35,7 @@ DEFAULT_OUTPUT_LIMIT = 64 * 1024
 # util-linux's setpriv sets the parent-death signal (kept across exec) with one extra exec; SIGTERM
 # lets git remove its own lock files. Where setpriv is missing, commands run without it.
 _SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+_SETPRIV_REAL = os.path.realpath(_SETPRIV) if _SETPRIV else None
 
 
 # -- liveness of groups and trees ------------------------------------------------------------
@@ -245,6 +246,17 @@ def _with_parent_death_signal(argv: Sequence[str], env: Mapping[str, str] | None
     return [_SETPRIV, "--pdeathsig", "TERM", "--", program, *argv[1:]]
 
 
+PDEATHSIG_WAIT_S = 1.0
+
+
+def _runs_setpriv(pid: int) -> bool:
+    """True while the process still runs setpriv's image (an ended one: False)."""
+    try:
+        return os.path.realpath(f"/proc/{pid}/exe") == _SETPRIV_REAL
+    except OSError:
+        return False
+
+
 class CommandNotFound(Exception):
     pass
 
@@ -308,9 +320,15 @@ async def run_command(
     finally:
         # Registered before the orphan reaper can run again: it never reaps this child.
         contain.started(pid)
-    if callable(on_start):
-        on_start(proc.pid)
     timed_out = False
+    if callable(on_start):
+        # Whoever records the pid (a lease) relies on the parent-death signal from then on:
+        # wait, boundedly, until setpriv has set it and exec'd the command (the start returns
+        # at setpriv's exec, before its prctl).
+        with anyio.move_on_after(PDEATHSIG_WAIT_S):
+            while full_argv[0] == _SETPRIV and _runs_setpriv(proc.pid):
+                await anyio.sleep(0.001)
+        on_start(proc.pid)
     try:
         with anyio.move_on_after(timeout_s) as scope:
             async with anyio.create_task_group() as tg:
