@@ -159,3 +159,22 @@ def test_git_runs_in_its_own_session_when_the_daemon_has_a_terminal() -> None:
         os.close(fd)
         os.waitpid(pid, 0)
     assert out.read_text() == "True True True"
+
+
+def test_on_start_comes_after_setpriv_set_the_parent_death_signal() -> None:
+    """The start returns at setpriv's exec, before its prctl: a caller told the pid (a lease)
+    must not meet a window where the daemon's death would not take the command along."""
+    from xumd import procutil
+
+    if procutil._SETPRIV is None:
+        pytest.skip("no setpriv: commands run without a parent-death signal")
+    images: list[str] = []
+
+    def on_start(pid: int) -> None:
+        images.append(os.path.realpath(f"/proc/{pid}/exe"))
+
+    for _ in range(5):
+        anyio.run(lambda: run_command(["sleep", "0.2"], timeout_s=30, on_start=on_start))
+    setpriv = os.path.realpath(procutil._SETPRIV)
+    assert images
+    assert setpriv not in images
