@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.fsdelete",
             "xumd.sdnotify",
             "xumd.rootlock",
+            "xumd.childproc",
         ],
     ),
     ("os", ["xumd.diskfull", "xumd.events", "xumd.fdlimits", "xumd.loopguard"]),
@@ -74,12 +75,14 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("entry", ["xumd.main"]),
     ("python -m", ["xumd.__main__"]),
     # -- the client ----------------------------------------------------------------------------
-    ("client leaves", ["xum_client.errors", "xum_client.units"]),
+    ("client leaves", ["xum_client.errors", "xum_client.units", "xum_client.paging"]),
     ("client", ["xum_client.sync"]),
     ("client api", ["xum_client.aio", "xum_client.install"]),
     ("client package", ["xum_client"]),
     ("cli parts", ["xum_client.commands"]),
     ("cli", ["xum_client.cli"]),
+    # `xum`'s entry: answers `xum status` itself, hands everything else to the cli.
+    ("cli entry", ["xum_client.entry"]),
 ]
 
 FACADES: dict[str, list[str]] = {

@@ -133,10 +133,11 @@ def install(app: App) -> None:
     app.status_providers["fds"] = lambda: (
         app.server.limits.as_status() if app.server.limits is not None else {}
     )
-    app.router.add("hello", hello, allowed_while_stopping=True)
-    app.router.add("daemon.status", status, allowed_while_stopping=True)
+    # These three read memory and return (no await): answered in the read callback, no task.
+    app.router.add("hello", hello, allowed_while_stopping=True, inline=True)
+    app.router.add("daemon.status", status, allowed_while_stopping=True, inline=True)
     app.router.add("daemon.shutdown", shutdown, allowed_while_stopping=True)
-    app.router.add("events.subscribe", subscribe)
+    app.router.add("events.subscribe", subscribe, inline=True)
 
 
 def _encoded_size(events: list[Event]) -> int:
@@ -145,14 +146,16 @@ def _encoded_size(events: list[Event]) -> int:
     return sum(len(orjson.dumps(event.model_dump(mode="json"))) + 1 for event in events)
 
 
+# Test-method models (enable_test_methods only): built on first use, not at every start-up.
 class _PublishParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: str = Field(min_length=1, max_length=200)
     data: dict[str, Any] = Field(default_factory=dict)
     count: int = Field(default=1, ge=1, le=100_000)
 
 
 class _Published(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     seq: int
 
 
