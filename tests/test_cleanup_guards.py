@@ -513,3 +513,45 @@ async def test_the_trash_path_beside_a_checkout_is_committed_before_the_move(
             (holds / f"{HOLD_BEFORE_RENAME.name}.release").touch()
         assert row.detail["trash_path"] == str(mount / ".xum-trash" / row.id), row.detail
         assert not os.path.lexists(path)
+
+
+async def test_a_mount_inside_the_checkout_keeps_the_trash_step_waiting(world: World) -> None:
+    """A filesystem mounted inside the checkout would ride along into the trash (and its
+    reclaim would stop at it): the step waits, naming the mount, the checkout and the mount
+    untouched; once unmounted, a retry moves the checkout."""
+    wid, inc, path, ident = dir_ws(world, "m")
+    world.plan(wid, path, inc, ident, teardown=False)
+    with tmpfs(path / "mnt", "size=1m") as mnt:
+        (mnt / "theirs").write_text("on the mount\n")
+        status = await world.service.run_workspace(wid)
+        assert status.status == "pending", status
+        assert f"mount at {mnt}" in (status.last_error or ""), status
+        assert path.is_dir() and (mnt / "theirs").read_text() == "on the mount\n"
+    world.clock.advance(10)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    assert not os.path.lexists(path)
+
+
+def test_an_unsaved_wait_names_ten_files_then_counts_the_rest() -> None:
+    from xumd.cleanup.steps import UNSAVED_SHOWN, _unsaved_wait
+
+    few = [f"f{i}" for i in range(3)]
+    assert "f0, f1, f2;" in _unsaved_wait(Path("/co"), few)
+    assert " more" not in _unsaved_wait(Path("/co"), few)
+    assert UNSAVED_SHOWN == 10  # (a literal: the module's constant is what is tested)
+    ten = [f"f{i}" for i in range(10)]
+    assert "f8, f9;" in _unsaved_wait(Path("/co"), ten)
+    assert " more" not in _unsaved_wait(Path("/co"), ten)
+    many = [f"f{i}" for i in range(12)]
+    text = _unsaved_wait(Path("/co"), many)
+    assert "f9 and 2 more;" in text and "f10" not in text
+
+
+def test_the_cleanup_holds_are_test_points_never_crash_points() -> None:
+    # A hold only parks a step for a test; the crash matrix must not kill the daemon there.
+    import xumd.cleanup.steps  # noqa: F401  (declares the points)
+
+    holds = {"cleanup.trash.hold", "cleanup.reclaim.hold", "cleanup.reclaim.hold_walk"}
+    assert holds <= set(faults.simulated_points())
+    assert not holds & set(faults.all_points())
