@@ -245,6 +245,23 @@ def test_a_failed_stat_read_by_errno(
             assert procstat.identity(os.getpid(), strict=mode) is None
 
 
+@pytest.mark.parametrize("error", [errno.EACCES, errno.EIO])
+def test_by_default_a_read_that_fails_is_no_process(
+    monkeypatch: pytest.MonkeyPatch, error: int
+) -> None:
+    # Lenient unless asked (`strict`): liveness checks and probes take "could not read" as
+    # gone; only descriptor or memory exhaustion raises (test_process_identity.py).
+    def failing(path: str, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(error, os.strerror(error), path)
+
+    monkeypatch.setattr(procstat, "open", failing, raising=False)
+    pid = os.getpid()
+    assert procstat.stat_fields(pid) is None
+    assert procstat.identity(pid) is None
+    assert procstat.start_time(pid) is None
+    assert not procstat.same_process_alive(pid, None)
+
+
 def _short_stat(monkeypatch: pytest.MonkeyPatch, real: list[str], keep: int) -> None:
     """A /proc/PID/stat cut after `keep` fields (a kernel never writes one: a fault)."""
     monkeypatch.setattr(procstat, "stat_fields", lambda *_a, **_k: real[:keep])
@@ -267,6 +284,7 @@ def test_elsewhere_than_linux_psutil_answers(
 ) -> None:
     # Other platforms have no /proc/PID/stat: psutil's create_time, the best there is.
     monkeypatch.setattr(procstat, "sys", SimpleNamespace(platform="darwin"))
+    monkeypatch.setattr(procstat, "stat_fields", lambda *_a, **_k: None)
     assert procstat.identity(sleeper.pid) == (
         psutil.Process(sleeper.pid).create_time(),
         False,
