@@ -61,7 +61,9 @@ def _try_connect(path: Path) -> socket.socket | None:
     """A connection, None when no daemon listens there, BridgeError for anything else."""
     try:
         return _connect(path)
-    except (FileNotFoundError, ConnectionRefusedError):
+    except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+        # No socket, a stale one, or no root yet (a file in its way is reported when the
+        # daemon's root is made).
         return None
     except PermissionError:
         raise BridgeError(
@@ -129,6 +131,9 @@ def connect_or_start(
     while True:
         sock = _try_connect(choice.path)
         if sock is not None:
+            # Reaped when it exits (a loser of a race exits 3 at once; the winner outlives
+            # the bridge and is then re-parented): no zombie while the bridge relays.
+            threading.Thread(target=proc.wait, name="xumd-reaper", daemon=True).start()
             return sock
         code = proc.poll()
         # Status 3: another daemon holds the root (a racing bridge started it first): wait for

@@ -128,6 +128,10 @@ class SshLink:
         self._closed = False
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def pid(self) -> int:
         return self.proc.pid
 

@@ -123,6 +123,7 @@ class Client:
         reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's."""
         self.host = host
         self._link: SshLink | None = None
+        self._peer_ended = False
         if host is not None:
             from xum_client.hosts import get_host
             from xum_client.sshlink import SshLink
@@ -164,7 +165,7 @@ class Client:
         try:
             return self._call(method, params)
         except ConnectionLost:
-            if self._link is None:
+            if self._link is None or not self._peer_ended:
                 raise
             if self.server is None and method == "hello":
                 # Nothing but the handshake went out: ssh's status says why (no host, no key,
@@ -188,6 +189,7 @@ class Client:
         try:
             self._sock.sendall(encode(message))
         except (BrokenPipeError, ConnectionResetError):
+            self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection") from None
         except TimeoutError:
             raise ClientTimeout(f"timed out sending {method}") from None
@@ -216,8 +218,10 @@ class Client:
         except TimeoutError:
             raise ClientTimeout("no answer from the daemon in time") from None
         except ConnectionResetError:
+            self._peer_ended = True
             raise ConnectionLost("the daemon reset the connection") from None
         if not line:
+            self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection")
         try:
             return decode(line)
