@@ -85,7 +85,7 @@ def test_a_failed_write_leaves_the_old_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(hosts.os, "replace", failing_replace)
-    with pytest.raises(HostConfigError, match="cannot write hosts file .*No space left"):
+    with pytest.raises(HostConfigError, match=r"cannot write hosts file .*No space left"):
         hosts.add_host(HostEntry("b", "alias-b"))
     assert hosts_path.read_text() == before
     assert [p.name for p in hosts_path.parent.iterdir()] == ["hosts.toml"]
@@ -250,7 +250,7 @@ def test_cli_host_add_ls_rm(hosts_path: Path) -> None:
 
 def test_cli_unknown_host_is_one_clear_line(hosts_path: Path) -> None:
     env = {"XUM_HOSTS_FILE": str(hosts_path)}
-    for args, extra in (((" --host nope".split()), {}), ([], {"XUM_HOST": "nope"})):
+    for args, extra in ((["--host", "nope"], {}), ([], {"XUM_HOST": "nope"})):
         done = xum({**env, **extra}, *args, "ws", "ls")
         assert done.returncode == 1
         assert done.stderr.startswith("xum: no host 'nope' in ")

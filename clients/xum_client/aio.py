@@ -10,7 +10,8 @@
 
 Reconnect-free on purpose: a lost connection fails every pending call with ConnectionLost and
 the caller decides what to do (with `host=`, the message says the outcome is unknown and how to
-look; events resume on a new client with `subscribe(after_seq=..., epoch=...)`). Errors are the typed exceptions of `xum_client.errors`.
+look; events resume on a new client with `subscribe(after_seq=..., epoch=...)`). Errors are the
+typed exceptions of `xum_client.errors`.
 """
 
 from __future__ import annotations
