@@ -142,6 +142,12 @@ class AsyncClient:
 
     # -- connection ------------------------------------------------------------------------
 
+    @property
+    def ssh_pid(self) -> int | None:
+        """With `host=`: the pid of the ssh process that carries the connection."""
+        return self._link.pid if self._link is not None else None
+
+
     async def _connect_host(self) -> anyio.abc.SocketStream:
         from xum_client.sshlink import SshLink
 

@@ -160,6 +160,11 @@ class Client:
             self.root = str(self.server.get("root", self.root))
             self.socket_path = str(self.server.get("socket", self.socket_path))
 
+    @property
+    def ssh_pid(self) -> int | None:
+        """With `host=`: the pid of the ssh process that carries the connection."""
+        return self._link.pid if self._link is not None else None
+
     def call(self, method: str, params: dict[str, Any] | list[Any] | None = None) -> dict[str, Any]:
         """Call `method`; returns its result object or raises the typed error."""
         try:

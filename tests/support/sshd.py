@@ -93,8 +93,12 @@ class SshServer:
         *,
         path_head: list[str] | None = None,
         set_env: dict[str, str] | None = None,
+        authorized_from: SshServer | None = None,
     ) -> None:
+        """`authorized_from`: also accept that server's client key (so one ssh_config reaches
+        both: an entry's `Port` option picks this one)."""
         self.base = base
+        self.authorized_from = authorized_from
         # The venv's bin first: the remote `xum` is this worktree's.
         self.path_head = [str(Path(sys.executable).parent)] if path_head is None else path_head
         self.set_env = set_env or {}
@@ -121,7 +125,10 @@ class SshServer:
         host_key = keygen(b / "host_ed25519")
         key = keygen(b / "id_ed25519")
         keygen(b / "id_unknown")
-        (b / "authorized_keys").write_text((b / "id_ed25519.pub").read_text())
+        keys = (b / "id_ed25519.pub").read_text()
+        if self.authorized_from is not None:
+            keys += (self.authorized_from.base / "id_ed25519.pub").read_text()
+        (b / "authorized_keys").write_text(keys)
         for d in (self.data_home, self.state_home, self.config_home):
             d.mkdir(parents=True, exist_ok=True)
         set_env = " ".join(f"{k}={v}" for k, v in self.session_env().items())
