@@ -20,7 +20,7 @@ import anyio
 import psutil
 import pytest
 from xum_client import AsyncClient, Client, ConnectionLost
-from xum_client.errors import HostKeyRefused, HostUnreachable, XumMissingOnHost
+from xum_client.errors import BridgeFailed, HostKeyRefused, HostUnreachable, XumMissingOnHost
 from xum_client.hosts import HostEntry, add_host
 from xumd.rootlock import read_holder
 
@@ -164,17 +164,39 @@ def no_xum_sshd(sshd: SshServer) -> Iterator[SshServer]:
     shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture
+def noisy_sshd(sshd: SshServer) -> Iterator[SshServer]:
+    """A server whose sessions print a banner on stdout before running the command (what a
+    chatty shell startup file does for non-interactive shells)."""
+    base = short_tmpdir("xsq-")
+    force = """ForceCommand echo 'Welcome to the build farm!'; eval "$SSH_ORIGINAL_COMMAND"\n"""
+    server = SshServer(base, authorized_from=sshd, extra_config=force)
+    server.start()
+    yield server
+    server.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
 def test_unusable_hosts_each_say_why(
-    host_env: dict[str, str], no_xum_sshd: SshServer, tmp_short: Path
+    host_env: dict[str, str], no_xum_sshd: SshServer, noisy_sshd: SshServer, tmp_short: Path
 ) -> None:
     add_host(HostEntry("down", ALIAS_DOWN))
     add_host(HostEntry("badkey", ALIAS_BADKEY))
     # The alias's key and known hosts, another server's port: an ssh option in the entry.
     add_host(HostEntry("noxum", ALIAS, None, {"Port": str(no_xum_sshd.port)}))
+    add_host(HostEntry("noisy", ALIAS, None, {"Port": str(noisy_sshd.port)}))
+    (tmp_short / "empty_known_hosts").write_text("")
+    strict = {
+        "StrictHostKeyChecking": "yes",
+        "UserKnownHostsFile": str(tmp_short / "empty_known_hosts"),
+    }
+    add_host(HostEntry("unknownkey", ALIAS, None, strict))
     expected = {
         "down": ("host_unreachable", "is unreachable: ssh: connect to host 127.0.0.1 port"),
         "badkey": ("host_key_refused", "refused the key: "),
+        "unknownkey": ("host_key_unverified", "ssh could not verify the host's key"),
         "noxum": ("xum_missing", "xum is not installed on host 'noxum'"),
+        "noisy": ("bridge_failed", "wrote 'Welcome to the build farm!' before xum's bridge ran"),
     }
     for name, (kind, text) in expected.items():
         done = xum(host_env, "--host", name, "ws", "ls")
@@ -193,6 +215,13 @@ def test_unusable_hosts_each_say_why(
             Client(host=name)
     with pytest.raises(XumMissingOnHost, match="xum host install noxum"):
         Client(host="noxum")
+
+    async def noisy() -> None:
+        async with AsyncClient(host="noisy"):
+            pass
+
+    with pytest.raises(BridgeFailed, match="Welcome to the build farm"):
+        anyio.run(noisy)
 
 
 # -- a connection dropped mid-call --------------------------------------------------------------
@@ -324,19 +353,17 @@ def test_async_client_call_lost_and_events_resume(
         await anyio.to_thread.run_sync(release, ctl)
         await anyio.to_thread.run_sync(
             lambda: until(
-                lambda: xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"][
-                    "state"
-                ]
-                == "archived",
+                lambda: (
+                    xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]["state"]
+                    == "archived"
+                ),
                 60,
                 interval=0.2,
                 message="the archive to finish",
             )
         )
         async with AsyncClient(host="h1") as again:
-            async with again.subscribe(
-                ["workspace."], after_seq=position, epoch=epoch
-            ) as resumed:
+            async with again.subscribe(["workspace."], after_seq=position, epoch=epoch) as resumed:
                 assert resumed.snapshot.resync_required is False
                 replayed = [
                     (e.data.get("workspace") or {}).get("state") for e in resumed.snapshot.events

@@ -135,6 +135,7 @@ class AsyncClient:
         self._tg: anyio.abc.TaskGroup | None = None
         self._lost: str | None = None
         self._peer_ended = False
+        self._noise: bytes | None = None
         self._send_lock = anyio.Lock()
         self._notify_send, self._notify_receive = anyio.create_memory_object_stream[dict[str, Any]](
             NOTIFICATION_BUFFER
@@ -146,7 +147,6 @@ class AsyncClient:
     def ssh_pid(self) -> int | None:
         """With `host=`: the pid of the ssh process that carries the connection."""
         return self._link.pid if self._link is not None else None
-
 
     async def _connect_host(self) -> anyio.abc.SocketStream:
         from xum_client.sshlink import SshLink
@@ -231,7 +231,13 @@ class AsyncClient:
                 line = await reader.receive_until(framing.DELIMITER, MAX_FRAME)
                 if not line.strip():
                     continue
-                message = framing.decode(line)
+                try:
+                    message = framing.decode(line)
+                except ValueError:
+                    if self._link is not None and self.server is None:
+                        # Before the first answer through ssh: the host's shell wrote it.
+                        self._noise = line
+                    raise
                 if isinstance(message, dict) and "method" in message and "id" not in message:
                     try:
                         self._notify_send.send_nowait(message)
@@ -289,6 +295,8 @@ class AsyncClient:
         finally:
             self._pending.pop(request_id, None)
         if pending.reply is None:
+            if self._link is not None and self._noise is not None:
+                raise self._link.noise(self._noise)
             if self._link is not None and self._peer_ended and not self._link.closed:
                 if method == "hello" and self.server is None:
                     # Only the handshake went out: ssh's status says why (no host, no key, no

@@ -231,6 +231,9 @@ class Client:
         try:
             return decode(line)
         except ValueError:
+            if self._link is not None and self.server is None:
+                # Before the first answer through ssh: the host's shell, not the daemon.
+                raise self._link.noise(line) from None
             raise ConnectionLost(f"the daemon sent invalid JSON: {line[:200]!r}") from None
 
     def next_notification(self) -> dict[str, Any]:
