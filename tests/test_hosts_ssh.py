@@ -289,7 +289,7 @@ def test_connection_dropped_mid_archive(host_env: dict[str, str], tmp_short: Pat
     )
     try:
         ssh = _ssh_child(cli)
-        until(lambda: (ctl / "started").exists(), message="the teardown to start")
+        until((ctl / "started").exists, message="the teardown to start")
         ssh.send_signal(signal.SIGKILL)
         out, err = cli.communicate(timeout=60)
     finally:
@@ -321,53 +321,49 @@ def test_async_client_call_lost_and_events_resume(
     _repo, ctl = _slow_teardown_project(host_env, tmp_short)
     ws = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")["workspace"]
 
+    started = ctl / "started"
+
+    def archived() -> bool:
+        shown = xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]
+        return bool(shown["state"] == "archived")
+
     async def scenario() -> None:
-        async with AsyncClient(host="h1") as client:
-            async with client.subscribe(["workspace."]) as events:
-                lost: list[BaseException] = []
+        lost: list[BaseException] = []
+        async with AsyncClient(host="h1") as client, client.subscribe(["workspace."]) as events:
 
-                async def archive() -> None:
-                    try:
-                        await client.call("workspace.archive", {"workspace_id": ws["id"]})
-                    except ConnectionLost as exc:
-                        lost.append(exc)
+            async def archive() -> None:
+                try:
+                    await client.call("workspace.archive", {"workspace_id": ws["id"]})
+                except ConnectionLost as exc:
+                    lost.append(exc)
 
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(archive)
-                    # The archive's intent is committed (an event) and the teardown runs.
-                    async for event in events:
-                        if (event.data.get("workspace") or {}).get("state") == "archiving":
-                            break
-                    await anyio.to_thread.run_sync(
-                        lambda: until(lambda: (ctl / "started").exists(), message="teardown")
-                    )
-                    assert client.ssh_pid is not None
-                    os.kill(client.ssh_pid, signal.SIGKILL)
-                assert len(lost) == 1
-                message = str(lost[0])
-                assert "lost during workspace.archive" in message
-                assert "ssh was killed by signal 9" in message
-                assert "the outcome is unknown" in message
-                assert f"xum --host h1 ws show {ws['id']}" in message
-                epoch, position = events.epoch, events.position
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(archive)
+                # The archive's intent is committed (an event) and the teardown runs.
+                async for event in events:
+                    if (event.data.get("workspace") or {}).get("state") == "archiving":
+                        break
+                await anyio.to_thread.run_sync(until, started.exists)
+                assert client.ssh_pid is not None
+                os.kill(client.ssh_pid, signal.SIGKILL)
+            epoch, position = events.epoch, events.position
+        assert len(lost) == 1
+        message = str(lost[0])
+        assert "lost during workspace.archive" in message
+        assert "ssh was killed by signal 9" in message
+        assert "the outcome is unknown" in message
+        assert f"xum --host h1 ws show {ws['id']}" in message
+
         await anyio.to_thread.run_sync(release, ctl)
-        await anyio.to_thread.run_sync(
-            lambda: until(
-                lambda: (
-                    xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]["state"]
-                    == "archived"
-                ),
-                60,
-                interval=0.2,
-                message="the archive to finish",
-            )
-        )
-        async with AsyncClient(host="h1") as again:
-            async with again.subscribe(["workspace."], after_seq=position, epoch=epoch) as resumed:
-                assert resumed.snapshot.resync_required is False
-                replayed = [
-                    (e.data.get("workspace") or {}).get("state") for e in resumed.snapshot.events
-                ]
-                assert "archived" in replayed
+        await anyio.to_thread.run_sync(until, archived, 60, 0.2)
+        async with (
+            AsyncClient(host="h1") as again,
+            again.subscribe(["workspace."], after_seq=position, epoch=epoch) as resumed,
+        ):
+            assert resumed.snapshot.resync_required is False
+            replayed = [
+                (e.data.get("workspace") or {}).get("state") for e in resumed.snapshot.events
+            ]
+            assert "archived" in replayed
 
     anyio.run(scenario)
