@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -134,6 +135,32 @@ def test_two_bridges_racing_start_one_daemon(tmp_short: Path) -> None:
             p.kill()
             p.wait()
         stop_root_daemon(root)
+
+
+def test_bridge_waits_for_the_daemon_that_holds_the_root(tmp_short: Path) -> None:
+    """The race made an ordered step: another daemon holds the root lock (here: the test) when
+    the bridge starts its own, which exits 3; the bridge waits on, and connects to the lock
+    holder once that one listens."""
+    root = tmp_short / "root"
+    root.mkdir(mode=0o700)
+    lock = os.open(root / "xumd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    proc = bridge("--root", str(root))
+    daemon = DaemonProcess(root)
+    try:
+        log = root / "xumd.log"
+        until(
+            lambda: log.exists() and "already running" in log.read_text(errors="replace"),
+            message="the bridge's xumd to find the root taken",
+        )
+        assert proc.poll() is None
+        os.close(lock)
+        daemon.start()
+        assert hello(proc)["pid"] == daemon.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        daemon.close()
 
 
 def test_bridge_reports_a_daemon_that_cannot_start(tmp_short: Path) -> None:
