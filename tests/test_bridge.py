@@ -21,12 +21,16 @@ from tests.support.wait import until
 XUM = str(Path(sys.executable).parent / "xum")
 
 
-def bridge(*args: str) -> subprocess.Popen[bytes]:
+def bridge(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [XUM, "bridge", *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
 
 
@@ -78,12 +82,25 @@ def test_bridge_relays_and_half_closes(daemon: DaemonProcess) -> None:
 
 def test_bridge_starts_a_detached_daemon(tmp_short: Path) -> None:
     root = tmp_short / "root"
-    proc = bridge("--root", str(root))
+    session = {
+        "SSH_AUTH_SOCK": str(tmp_short / "agent.sock"),
+        "SSH_CONNECTION": "127.0.0.1 5555 127.0.0.1 22",
+        "SSH_CLIENT": "127.0.0.1 5555 22",
+        "XUM_BRIDGE_TEST_KEEP": "kept",
+    }
+    # A relative root, from the session's directory: the daemon gets it absolute.
+    proc = bridge("--root", "root", env=session, cwd=tmp_short)
     try:
         info = hello(proc)
         assert info["root"] == str(root)
         daemon_pid = info["pid"]
         started = psutil.Process(daemon_pid)
+        # It runs from /, without the ssh session's variables (a forwarded agent's socket is a
+        # credential, gone with the session), with the rest of the environment.
+        assert started.cwd() == "/"
+        environ = started.environ()
+        assert not {"SSH_AUTH_SOCK", "SSH_CONNECTION", "SSH_CLIENT"} & set(environ)
+        assert environ["XUM_BRIDGE_TEST_KEEP"] == "kept"
         # Its own session (an ssh session's hangup never reaches it), stdio into the root's log.
         assert os.getsid(daemon_pid) == daemon_pid
         assert os.getsid(daemon_pid) != os.getsid(proc.pid)
