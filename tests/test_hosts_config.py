@@ -272,3 +272,13 @@ def test_cli_local_only_commands_refuse_host(hosts_path: Path) -> None:
         done = xum(env, "--host", "h", *args)
         assert done.returncode == 2, args
         assert "acts on this machine" in done.stderr
+
+
+def test_cli_ssh_that_cannot_run_is_one_clear_line(hosts_path: Path) -> None:
+    env = {"XUM_HOSTS_FILE": str(hosts_path), "XUM_SSH": "/nonexistent/ssh -F x"}
+    assert xum(env, "host", "add", "h", "alias").returncode == 0
+    done = xum(env, "--host", "h", "ws", "ls")
+    assert done.returncode == 1
+    assert done.stderr == (
+        "xum: cannot run ssh (/nonexistent/ssh) for host 'h': No such file or directory\n"
+    )

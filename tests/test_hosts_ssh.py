@@ -89,8 +89,6 @@ def test_cli_through_a_host(host_env: dict[str, str], tmp_short: Path) -> None:
     assert checked["pid"] == holder["pid"]
     assert checked["root"] == str(remote_root)
     assert checked["version"] and checked["protocol"]
-    human = xum(host_env, "host", "check", "h1").stdout
-    assert f"root {remote_root}, pid {holder['pid']}" in human
 
     added = xum_json(host_env, "--host", "h1", "project", "add", str(repo))
     assert added["project"]["name"] == "repo"
@@ -106,12 +104,10 @@ def test_cli_through_a_host(host_env: dict[str, str], tmp_short: Path) -> None:
     assert archived["workspace"]["state"] == "archived"
     assert archived["cleanup"]["status"] == "completed"
     assert not Path(ws["path"]).exists()
-    assert xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]["state"] == (
-        "archived"
-    )
-    # The same daemon answered every time.
-    status = xum_json(host_env, "--host", "h1", "status")
-    assert status["pid"] == holder["pid"]
+    # The same daemon answered every time, and the human form of `host check` says so.
+    human = xum(host_env, "host", "check", "h1").stdout
+    assert f"h1 ({ALIAS}): xumd " in human
+    assert f"root {remote_root}, pid {holder['pid']}" in human
 
 
 def test_host_root_flag_overrides_the_entry(host_env: dict[str, str], tmp_short: Path) -> None:
@@ -199,16 +195,19 @@ def test_unusable_hosts_each_say_why(
         "noisy": ("bridge_failed", "wrote 'Welcome to the build farm!' before xum's bridge ran"),
     }
     for name, (kind, text) in expected.items():
-        done = xum(host_env, "--host", name, "ws", "ls")
-        assert done.returncode == 6, (name, done.stderr)
-        assert done.stdout == ""
-        assert done.stderr.startswith("xum: ") and text in done.stderr, done.stderr
-        assert done.stderr.count("\n") == 1, done.stderr
         as_json = xum(host_env, "--host", name, "--json", "ws", "ls")
-        assert as_json.returncode == 6
+        assert as_json.returncode == 6, (name, as_json.stdout, as_json.stderr)
         error = json.loads(as_json.stdout)["error"]
         assert error["kind"] == kind, error
+        assert text in error["message"], error
+        assert "\n" not in error["message"]
         assert error["data"]["host"] == name
+    # Without --json: the same message, one line on stderr, nothing on stdout.
+    done = xum(host_env, "--host", "badkey", "ws", "ls")
+    assert done.returncode == 6
+    assert done.stdout == ""
+    assert done.stderr.startswith("xum: host 'badkey' (xumtest1-badkey) refused the key: ")
+    assert done.stderr.count("\n") == 1, done.stderr
     # The Python client raises the typed errors.
     for name, cls in (("down", HostUnreachable), ("badkey", HostKeyRefused)):
         with pytest.raises(cls):
@@ -227,9 +226,10 @@ def test_unusable_hosts_each_say_why(
 # -- a connection dropped mid-call --------------------------------------------------------------
 
 
-def _slow_teardown_project(env: dict[str, str], tmp_short: Path) -> tuple[Path, Path]:
-    """A trusted project whose teardown says it started, then waits on a FIFO the test
-    writes to (`release`): an archive that is in flight for as long as the test wants."""
+def _slow_teardown_workspace(tmp_short: Path) -> tuple[dict[str, Any], Path]:
+    """A workspace on host h1 of a trusted project whose teardown says it started, then waits
+    on a FIFO the test writes to (`release`): an archive in flight for as long as the test
+    wants. Set up through one client (one ssh connection)."""
     ctl = tmp_short / "ctl"
     ctl.mkdir()
     os.mkfifo(ctl / "fifo")
@@ -240,9 +240,11 @@ def _slow_teardown_project(env: dict[str, str], tmp_short: Path) -> tuple[Path, 
     )
     git(repo, "add", ".xum")
     git(repo, "commit", "-q", "-m", "slow teardown")
-    xum_json(env, "--host", "h1", "project", "add", str(repo))
-    xum_json(env, "--host", "h1", "project", "trust", "repo")
-    return repo, ctl
+    with Client(host="h1") as client:
+        project = client.call("project.add", {"path": str(repo)})["project"]
+        client.call("project.trust", {"project_id": project["id"]})
+        ws = client.call("workspace.create", {"project_id": project["id"], "name": "one"})
+    return ws["workspace"], ctl
 
 
 def release(ctl: Path) -> None:
@@ -263,6 +265,18 @@ def release(ctl: Path) -> None:
         os.close(fd)
 
 
+def wait_archived(remote_root: Path, workspace_id: str) -> None:
+    """Until the host's daemon has archived the workspace: asked on its socket directly (the
+    host is this machine), so the wait costs no ssh connection per look."""
+
+    def archived() -> bool:
+        with Client(remote_root) as client:
+            row = client.call("workspace.get", {"workspace_id": workspace_id})["workspace"]
+        return bool(row["state"] == "archived")
+
+    until(archived, 60, message="the host's daemon to finish the archive")
+
+
 def _ssh_child(cli: subprocess.Popen[str]) -> psutil.Process:
     def find() -> psutil.Process | None:
         for child in psutil.Process(cli.pid).children(recursive=True):
@@ -278,8 +292,7 @@ def test_connection_dropped_mid_archive(host_env: dict[str, str], tmp_short: Pat
     """ssh killed while the host archives: the CLI says connection_lost (outcome unknown, how to
     look), never a success or failure it did not see; the host's daemon finishes the archive,
     and `ws show` through the host shows it."""
-    _repo, ctl = _slow_teardown_project(host_env, tmp_short)
-    ws = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")["workspace"]
+    ws, ctl = _slow_teardown_workspace(tmp_short)
     cli = subprocess.Popen(
         [XUM, "--host", "h1", "ws", "archive", ws["id"]],
         stdout=subprocess.PIPE,
@@ -305,27 +318,21 @@ def test_connection_dropped_mid_archive(host_env: dict[str, str], tmp_short: Pat
     # The host's daemon goes on: the teardown is still waiting, then finishes the archive.
     release(ctl)
 
-    def archived() -> bool:
-        shown = xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]
-        return bool(shown["state"] == "archived")
-
-    until(archived, 60, interval=0.2, message="the host's daemon to finish the archive")
+    wait_archived(Path(host_env["REMOTE_ROOT"]), ws["id"])
+    shown = xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]
+    assert shown["state"] == "archived"
     assert not Path(ws["path"]).exists()
 
 
+@pytest.mark.reliability  # > 5 s: the CLI's test above is the fast suite's dropped connection
 def test_async_client_call_lost_and_events_resume(
     host_env: dict[str, str], tmp_short: Path
 ) -> None:
     """AsyncClient(host=): the call in flight when ssh dies raises ConnectionLost (outcome
     unknown); a new client resumes the event stream with after_seq and sees what happened."""
-    _repo, ctl = _slow_teardown_project(host_env, tmp_short)
-    ws = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")["workspace"]
+    ws, ctl = _slow_teardown_workspace(tmp_short)
 
     started = ctl / "started"
-
-    def archived() -> bool:
-        shown = xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]
-        return bool(shown["state"] == "archived")
 
     async def scenario() -> None:
         lost: list[BaseException] = []
@@ -355,7 +362,7 @@ def test_async_client_call_lost_and_events_resume(
         assert f"xum --host h1 ws show {ws['id']}" in message
 
         await anyio.to_thread.run_sync(release, ctl)
-        await anyio.to_thread.run_sync(until, archived, 60, 0.2)
+        await anyio.to_thread.run_sync(wait_archived, Path(host_env["REMOTE_ROOT"]), ws["id"])
         async with (
             AsyncClient(host="h1") as again,
             again.subscribe(["workspace."], after_seq=position, epoch=epoch) as resumed,
@@ -367,3 +374,29 @@ def test_async_client_call_lost_and_events_resume(
             assert "archived" in replayed
 
     anyio.run(scenario)
+
+
+@pytest.mark.reliability  # > 5 s: ssh configurations, not the contract
+def test_a_persistent_control_master_is_reused_and_left_alone(
+    host_env: dict[str, str], sshd: SshServer, tmp_short: Path
+) -> None:
+    """`ControlMaster auto` + `ControlPersist` (a common ~/.ssh/config): the background master
+    ssh forks leaves the client's process group, so closing a client neither hangs on it nor
+    kills it, and the next client reuses it."""
+    control = str(tmp_short / "cm-%C")
+    options = {"ControlMaster": "auto", "ControlPath": control, "ControlPersist": "60"}
+    add_host(HostEntry("cm", ALIAS, host_env["REMOTE_ROOT"], options))
+    ssh = ["ssh", "-F", str(sshd.ssh_config), "-o", f"ControlPath={control}"]
+    try:
+        pids = set()
+        for _ in range(2):
+            with Client(host="cm") as client:
+                pids.add(client.call("daemon.status")["pid"])
+        assert len(pids) == 1
+        check = subprocess.run(
+            [*ssh, "-O", "check", ALIAS], capture_output=True, text=True, timeout=30, check=False
+        )
+        assert check.returncode == 0, check.stderr
+        assert "Master running" in check.stderr
+    finally:
+        subprocess.run([*ssh, "-O", "exit", ALIAS], capture_output=True, timeout=30, check=False)
