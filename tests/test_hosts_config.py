@@ -57,8 +57,8 @@ def test_add_load_remove_round_trip(hosts_path: Path) -> None:
     hosts.add_host(HostEntry("b", "alias"))
     loaded = hosts.load_hosts()
     assert loaded == {"dev-box.1": odd, "b": HostEntry("b", "alias", None, {})}
-    # Written whole: the file is the only one in its directory (no temporary left behind).
-    assert [p.name for p in hosts_path.parent.iterdir()] == ["hosts.toml"]
+    # Written whole: no temporary left behind (the lock file stays, empty).
+    assert sorted(p.name for p in hosts_path.parent.iterdir()) == [".hosts.toml.lock", "hosts.toml"]
 
     with pytest.raises(HostConfigError, match="already exists"):
         hosts.add_host(HostEntry("b", "other"))
@@ -88,7 +88,7 @@ def test_a_failed_write_leaves_the_old_file(
     with pytest.raises(HostConfigError, match=r"cannot write hosts file .*No space left"):
         hosts.add_host(HostEntry("b", "alias-b"))
     assert hosts_path.read_text() == before
-    assert [p.name for p in hosts_path.parent.iterdir()] == ["hosts.toml"]
+    assert sorted(p.name for p in hosts_path.parent.iterdir()) == [".hosts.toml.lock", "hosts.toml"]
 
 
 def test_malformed_file_names_file_and_line(hosts_path: Path) -> None:
@@ -282,3 +282,42 @@ def test_cli_ssh_that_cannot_run_is_one_clear_line(hosts_path: Path) -> None:
     assert done.stderr == (
         "xum: cannot run ssh (/nonexistent/ssh) for host 'h': No such file or directory\n"
     )
+
+
+ADDER = """
+import sys
+from xum_client.hosts import HostEntry, add_host
+for i in range(int(sys.argv[2])):
+    add_host(HostEntry(f"{sys.argv[1]}{i}", "alias"))
+"""
+
+
+def test_concurrent_adds_all_land(hosts_path: Path) -> None:
+    """Two writers adding at once: each read-modify-write holds the file's lock, so neither
+    add is lost (the rename alone keeps the file whole, not both changes)."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", ADDER, prefix, "15"], env=os.environ.copy())
+        for prefix in ("a", "b")
+    ]
+    for proc in procs:
+        assert proc.wait(120) == 0
+    names = set(hosts.load_hosts())
+    assert names == {f"{p}{i}" for p in ("a", "b") for i in range(15)}
+
+
+def test_a_held_lock_is_a_clear_error_after_its_deadline(
+    hosts_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    hosts_path.parent.mkdir(parents=True)
+    fd = os.open(hosts_path.parent / ".hosts.toml.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    monkeypatch.setattr(hosts, "LOCK_TIMEOUT_S", 0.2)
+    try:
+        with pytest.raises(HostConfigError, match="is locked by another xum for over"):
+            hosts.add_host(HostEntry("a", "alias"))
+    finally:
+        os.close(fd)
+    hosts.add_host(HostEntry("a", "alias"))
+    assert list(hosts.load_hosts()) == ["a"]
