@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from xum_client import AsyncClient, Client, ConnectionLost
+from xum_client import AsyncClient, Client, ClientTimeout, ConnectionLost
 from xum_client.errors import BridgeFailed, HostKeyRefused, HostUnreachable, XumMissingOnHost
 from xum_client.hosts import HostEntry, add_host
 from xumd.rootlock import read_holder
@@ -343,6 +343,10 @@ def test_async_client_call_lost_and_events_resume(
                     await client.call("workspace.archive", {"workspace_id": ws["id"]})
                 except ConnectionLost as exc:
                     lost.append(exc)
+
+            # A call that gets no answer in time through a host: its outcome is unknown too.
+            with pytest.raises(ClientTimeout, match="the outcome is unknown: look with `xum"):
+                await client.call("workspace.get", {"workspace_id": ws["id"]}, timeout=0.0)
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(archive)
