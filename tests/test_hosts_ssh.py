@@ -226,6 +226,22 @@ def test_unusable_hosts_each_say_why(
 # -- a connection dropped mid-call --------------------------------------------------------------
 
 
+@pytest.fixture
+def slow_ws(host_env: dict[str, str], tmp_short: Path) -> Iterator[tuple[dict[str, Any], Path]]:
+    """`_slow_teardown_workspace`; a teardown still waiting when the test ends (it failed
+    half-way) is let go before the host's daemon is stopped."""
+    ws, ctl = _slow_teardown_workspace(tmp_short)
+    yield ws, ctl
+    try:
+        fd = os.open(ctl / "fifo", os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return  # no reader: nothing waits
+    try:
+        os.write(fd, b"go\n")
+    finally:
+        os.close(fd)
+
+
 def _slow_teardown_workspace(tmp_short: Path) -> tuple[dict[str, Any], Path]:
     """A workspace on host h1 of a trusted project whose teardown says it started, then waits
     on a FIFO the test writes to (`release`): an archive in flight for as long as the test
@@ -288,11 +304,13 @@ def _ssh_child(cli: subprocess.Popen[str]) -> psutil.Process:
     return found
 
 
-def test_connection_dropped_mid_archive(host_env: dict[str, str], tmp_short: Path) -> None:
+def test_connection_dropped_mid_archive(
+    host_env: dict[str, str], slow_ws: tuple[dict[str, Any], Path]
+) -> None:
     """ssh killed while the host archives: the CLI says connection_lost (outcome unknown, how to
     look), never a success or failure it did not see; the host's daemon finishes the archive,
     and `ws show` through the host shows it."""
-    ws, ctl = _slow_teardown_workspace(tmp_short)
+    ws, ctl = slow_ws
     cli = subprocess.Popen(
         [XUM, "--host", "h1", "ws", "archive", ws["id"]],
         stdout=subprocess.PIPE,
@@ -326,11 +344,11 @@ def test_connection_dropped_mid_archive(host_env: dict[str, str], tmp_short: Pat
 
 @pytest.mark.reliability  # > 5 s: the CLI's test above is the fast suite's dropped connection
 def test_async_client_call_lost_and_events_resume(
-    host_env: dict[str, str], tmp_short: Path
+    host_env: dict[str, str], slow_ws: tuple[dict[str, Any], Path]
 ) -> None:
     """AsyncClient(host=): the call in flight when ssh dies raises ConnectionLost (outcome
     unknown); a new client resumes the event stream with after_seq and sees what happened."""
-    ws, ctl = _slow_teardown_workspace(tmp_short)
+    ws, ctl = slow_ws
 
     started = ctl / "started"
 
