@@ -258,3 +258,23 @@ def test_bridge_relays_large_frames_byte_for_byte(daemon: DaemonProcess) -> None
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_bridge_starts_a_daemon_over_a_crashed_ones_socket(tmp_short: Path) -> None:
+    """A daemon SIGKILLed leaves its socket file (connect: refused): the bridge starts a new
+    one, which takes the root (the lock died with the old one) and the socket path."""
+    root = tmp_short / "root"
+    crashed = DaemonProcess(root).start()
+    crashed.kill()
+    assert (root / "xumd.sock").exists()
+    proc = bridge("--root", str(root))
+    try:
+        pid = hello(proc)["pid"]
+        assert pid != crashed.pid
+        holder = read_holder(root / "xumd.lock")
+        assert holder is not None and holder["pid"] == pid
+    finally:
+        proc.kill()
+        proc.wait()
+        crashed.close()
+        stop_root_daemon(root)
