@@ -422,3 +422,34 @@ def test_a_persistent_control_master_is_reused_and_left_alone(
         assert "Master running" in check.stderr
     finally:
         subprocess.run([*ssh, "-O", "exit", ALIAS], capture_output=True, timeout=30, check=False)
+
+
+HOLDER = """
+import sys
+from xum_client import Client
+client = Client(host="h1")
+print(client.ssh_pid, flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_a_killed_client_leaves_no_ssh(host_env: dict[str, str]) -> None:
+    """A client SIGKILLed (no close, no cleanup) takes its ssh with it: the kernel closes the
+    client's end of the socketpair, ssh reads the end of its stdin and exits (no orphan)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **host_env},
+    )
+    try:
+        assert holder.stdout is not None
+        ssh = identify(int(holder.stdout.readline()))
+        assert alive(ssh)
+        holder.kill()
+        holder.wait()
+        until(lambda: not alive(ssh), message="the orphaned ssh to exit")
+    finally:
+        holder.kill()
+        holder.wait()
