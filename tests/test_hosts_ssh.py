@@ -115,6 +115,16 @@ def test_host_root_flag_overrides_the_entry(host_env: dict[str, str], tmp_short:
     try:
         status = xum_json(host_env, "--host", "h1", "--root", str(other), "status")
         assert status["root"] == str(other)
+        # `daemon stop` through a host asks that daemon to stop (its lock is the host's).
+        stopped = xum_json(host_env, "--host", "h1", "--root", str(other), "daemon", "stop")
+        assert stopped == {
+            "stopped": False,
+            "stopping": True,
+            "pid": status["pid"],
+            "root": str(other),
+            "host": "h1",
+        }
+        until(lambda: read_holder(other / "xumd.lock") is None, message="that daemon's exit")
     finally:
         stop_root_daemon(other)
 
