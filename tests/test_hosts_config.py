@@ -268,7 +268,12 @@ def test_cli_malformed_hosts_file_is_one_clear_line(hosts_path: Path) -> None:
 
 def test_cli_local_only_commands_refuse_host(hosts_path: Path) -> None:
     env = {"XUM_HOSTS_FILE": str(hosts_path)}
-    for args in (["daemon", "run"], ["daemon", "install", "--dry-run"], ["socket"]):
+    for args in (
+        ["daemon", "run"],
+        ["daemon", "install", "--dry-run"],
+        ["socket"],
+        ["ws", "open", "x"],
+    ):
         done = xum(env, "--host", "h", *args)
         assert done.returncode == 2, args
         assert "acts on this machine" in done.stderr
