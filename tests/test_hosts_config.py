@@ -198,7 +198,13 @@ def test_remote_command_prefers_the_data_dir_venv(tmp_short: Path) -> None:
     _fake_xum(home_venv, home_log)
     subprocess.run(["sh", "-c", line], env=env, check=True, timeout=30)
     assert home_log.exists()
-    # Neither: the shell's own "not found", status 127 (what the client reports as no xum).
+    # Not on PATH, but in ~/.local/bin (pipx, pip --user): found there.
+    local_bin_log = tmp_short / "local-bin.log"
+    _fake_xum(tmp_short / "home2" / ".local" / "bin", local_bin_log)
+    env2 = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_short / "home2")}
+    subprocess.run(["sh", "-c", line], env=env2, check=True, timeout=30)
+    assert local_bin_log.read_text().splitlines()[1:] == ["bridge"]
+    # None: the shell's own "not found", status 127 (what the client reports as no xum).
     done = subprocess.run(
         ["sh", "-c", line],
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_short / "nohome")},

@@ -161,9 +161,13 @@ def test_python_clients_through_a_host(host_env: dict[str, str]) -> None:
 
 @pytest.fixture
 def no_xum_sshd(sshd: SshServer) -> Iterator[SshServer]:
-    """A second server whose sessions' PATH has no xum (and no data-directory venv)."""
+    """A second server whose sessions' PATH has no xum (and no data-directory venv, and a
+    HOME of its own: no ~/.local/bin/xum either)."""
     base = short_tmpdir("xsn-")
-    server = SshServer(base, path_head=[], authorized_from=sshd)
+    (base / "home").mkdir()
+    server = SshServer(
+        base, path_head=[], authorized_from=sshd, set_env={"HOME": str(base / "home")}
+    )
     server.start()
     yield server
     server.close()

@@ -44,11 +44,15 @@ OPTION_KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 REMOTE_XUM_SCRIPT = (
     'x="${XDG_DATA_HOME:-$HOME/.local/share}/xum/venv/bin/xum"; '
     'if [ -x "$x" ]; then exec "$x" "$@"; fi; '
+    'if command -v xum >/dev/null 2>&1; then exec xum "$@"; fi; '
+    'if [ -x "$HOME/.local/bin/xum" ]; then exec "$HOME/.local/bin/xum" "$@"; fi; '
     'exec xum "$@"'
 )
 """Run on the host by `sh -c`: the xum that `xum host install` put under the host's data
-directory when it is there, else the one on PATH. A POSIX `sh` runs it whatever the user's
-login shell is (fish, csh): the login shell only sees one single-quoted word."""
+directory when it is there, else the one on PATH, else `~/.local/bin/xum` (where `pipx` and
+`pip install --user` put it, often missing from a non-interactive shell's PATH); none: the
+shell's own `not found`, status 127. A POSIX `sh` runs it whatever the user's login shell is
+(fish, csh): the login shell only sees one single-quoted word."""
 
 LOCK_TIMEOUT_S = 10.0
 """How long `xum host add|rm` waits for another one's read-modify-write of the hosts file."""
