@@ -332,3 +332,33 @@ def test_a_held_lock_is_a_clear_error_after_its_deadline(
         os.close(fd)
     hosts.add_host(HostEntry("a", "alias"))
     assert list(hosts.load_hosts()) == ["a"]
+
+
+def test_a_stream_cut_mid_message_is_a_lost_connection(tmp_short: Path) -> None:
+    """The end of the stream in the middle of an answer (a connection cut while the daemon
+    wrote) is ConnectionLost as a dropped connection, not "invalid JSON from the daemon": through
+    a host it then says the outcome is unknown. The peer is a scripted socket (the fault)."""
+    import socket
+    import threading
+
+    from xum_client import Client, ConnectionLost
+
+    path = tmp_short / "s.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.makefile("rb").readline()
+            conn.sendall(b'{"jsonrpc":"2.0","id":1,"result":{"pid')
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ConnectionLost, match="ended in the middle of a message"):
+            Client(socket_path=path, timeout=10)
+    finally:
+        thread.join(10)
+        server.close()

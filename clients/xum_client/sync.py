@@ -236,6 +236,11 @@ class Client:
         if not line:
             self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection")
+        if not line.endswith(b"\n"):
+            # The end of the stream in the middle of a message: a dropped connection, not a
+            # daemon that writes bad JSON.
+            self._peer_ended = True
+            raise ConnectionLost("the connection ended in the middle of a message")
         try:
             return decode(line)
         except ValueError:
