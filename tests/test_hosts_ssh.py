@@ -90,6 +90,10 @@ def test_cli_through_a_host(host_env: dict[str, str], tmp_short: Path) -> None:
     assert checked["root"] == str(remote_root)
     assert checked["version"] and checked["protocol"]
 
+    # The path is the host's: not checked here (a path missing there is the host's answer).
+    missing = xum(host_env, "--host", "h1", "--json", "project", "add", "/nonexistent/xum-repo")
+    assert missing.returncode not in (0, 2), missing.stdout
+    assert json.loads(missing.stdout)["error"]["code"] is not None  # the daemon's error
     added = xum_json(host_env, "--host", "h1", "project", "add", str(repo))
     assert added["project"]["name"] == "repo"
     created = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")
