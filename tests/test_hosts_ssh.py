@@ -205,12 +205,16 @@ def test_unusable_hosts_each_say_why(
         "UserKnownHostsFile": str(tmp_short / "empty_known_hosts"),
     }
     add_host(HostEntry("unknownkey", ALIAS, None, strict))
+    # A remote root the bridge cannot make (under a file): the bridge's own line comes back.
+    (tmp_short / "a-file").write_text("")
+    add_host(HostEntry("badroot", ALIAS, str(tmp_short / "a-file" / "root")))
     expected = {
         "down": ("host_unreachable", "is unreachable: ssh: connect to host 127.0.0.1 port"),
         "badkey": ("host_key_refused", "refused the key: "),
         "unknownkey": ("host_key_unverified", "ssh could not verify the host's key"),
         "noxum": ("xum_missing", "xum is not installed on host 'noxum'"),
         "noisy": ("bridge_failed", "wrote 'Welcome to the build farm!' before xum's bridge ran"),
+        "badroot": ("bridge_failed", "(ssh exit 1): xum bridge: cannot prepare root "),
     }
     for name, (kind, text) in expected.items():
         as_json = xum(host_env, "--host", name, "--json", "ws", "ls")
