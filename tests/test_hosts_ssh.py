@@ -128,7 +128,7 @@ def test_host_root_flag_overrides_the_entry(host_env: dict[str, str], tmp_short:
             "root": str(other),
             "host": "h1",
         }
-        until(lambda: read_holder(other / "xumd.lock") is None, message="that daemon's exit")
+        until(lambda: read_holder(other / "xumd.lock") is None, 60, message="that daemon's exit")
     finally:
         stop_root_daemon(other)
 
@@ -342,7 +342,7 @@ def test_connection_dropped_mid_archive(
     )
     try:
         ssh = _ssh_child(cli)
-        until((ctl / "started").exists, message="the teardown to start")
+        until((ctl / "started").exists, 60, message="the teardown to start")
         ssh.send_signal(signal.SIGKILL)
         out, err = cli.communicate(timeout=60)
     finally:
@@ -394,7 +394,7 @@ def test_async_client_call_lost_and_events_resume(
                 async for event in events:
                     if (event.data.get("workspace") or {}).get("state") == "archiving":
                         break
-                await anyio.to_thread.run_sync(until, started.exists)
+                await anyio.to_thread.run_sync(until, started.exists, 60)
                 assert client.ssh_pid is not None
                 os.kill(client.ssh_pid, signal.SIGKILL)
             epoch, position = events.epoch, events.position
