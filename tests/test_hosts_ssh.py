@@ -391,9 +391,10 @@ def test_async_client_call_lost_and_events_resume(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(archive)
                 # The archive's intent is committed (an event) and the teardown runs.
-                async for event in events:
-                    if (event.data.get("workspace") or {}).get("state") == "archiving":
-                        break
+                with anyio.fail_after(60):
+                    async for event in events:
+                        if (event.data.get("workspace") or {}).get("state") == "archiving":
+                            break
                 await anyio.to_thread.run_sync(until, started.exists, 60)
                 assert client.ssh_pid is not None
                 os.kill(client.ssh_pid, signal.SIGKILL)
