@@ -4,6 +4,7 @@ export * from "./errors.js";
 export * from "./discovery.js";
 export { isEvent } from "./events.js";
 export { encodeFrame, LineDecoder, FrameTooLong } from "./framing.js";
+export { iterWorkspaces, DEFAULT_PAGE } from "./paging.js";
 export {
   XumClient,
   CLIENT_VERSION,

@@ -239,12 +239,28 @@ def register(cli: click.Group) -> None:
     @click.option("--project", "project_ref", help="only this project (id or name)")
     @click.option("--state", help="only this state")
     @click.option("--usage", "with_usage", is_flag=True, help="with each checkout's disk usage")
+    @click.option(
+        "--limit",
+        type=click.IntRange(1, 10_000),
+        help="at most N workspaces (one page; its `next` continues with --after)",
+    )
+    @click.option("--after", help="the `next` cursor of a previous --limit listing")
     @click.pass_obj
-    def ls(obj: Ctx, project_ref: str | None, state: str | None, with_usage: bool) -> None:
-        """List workspaces."""
+    def ls(
+        obj: Ctx,
+        *,
+        project_ref: str | None,
+        state: str | None,
+        with_usage: bool,
+        limit: int | None,
+        after: str | None,
+    ) -> None:
+        """List workspaces (all of them, fetched a page at a time; --limit: one page)."""
+        from xum_client.commands.listing import list_workspaces
+
         with obj.client() as client:
             pid = project_id(client, project_ref) if project_ref else None
-            result = client.call("workspace.list", given(project_id=pid, state=state))
+            result = list_workspaces(client, given(project_id=pid, state=state), limit, after)
         lines = [short(w) for w in result["workspaces"]]
         if with_usage:
             from xum_client.commands.usage import fetch_usage, usage_cell
@@ -255,6 +271,8 @@ def register(cli: click.Group) -> None:
                 f"{usage_cell(sizes.get(w['id'], {})):>12}  {line}"
                 for w, line in zip(result["workspaces"], lines, strict=True)
             ]
+        if result.get("next"):
+            lines.append(f"(more: --after {result['next']})")
         obj.emit(result, "\n".join(lines) if lines else "no workspaces")
 
     @ws.command("show")
