@@ -144,6 +144,8 @@ SCOPES = [
         "daemon/xumd/procutil.py",
         [
             "tests/test_procutil.py",
+            # run_command's start through xumd.childproc: group or session, big stdin, fds.
+            "tests/test_childproc.py",
             "tests/test_lease.py::test_script_lease_covers_a_run_command",
             *(
                 f"tests/test_containment.py::test_{name}"

@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.fsdelete",
             "xumd.sdnotify",
             "xumd.rootlock",
+            "xumd.childproc",
         ],
     ),
     ("os", ["xumd.diskfull", "xumd.events", "xumd.fdlimits", "xumd.loopguard"]),
