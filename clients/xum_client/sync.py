@@ -29,6 +29,8 @@ from xum_client.errors import (
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from xum_client.sshlink import SshLink
+
     M = TypeVar("M", bound=BaseModel)
 
 CLIENT_VERSION = "0.1.0"
@@ -116,12 +118,34 @@ class Client:
         timeout: float | None = 60.0,
         handshake: bool = True,
         client_name: str = "xum-client",
+        host: str | None = None,
     ) -> None:
-        choice = discovery.resolve_socket(socket_path, root)
-        self.root = client_root(root, choice)
-        self.socket_path = str(choice.path)
-        self.socket_source = choice.source
-        self._sock = connect_unix(self.socket_path, self.root, timeout)
+        """`host`: a name from the hosts file (docs/HOSTS.md): the daemon on that machine,
+        reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's."""
+        self.host = host
+        self._link: SshLink | None = None
+        self._peer_ended = False
+        if host is not None:
+            from xum_client.hosts import get_host
+            from xum_client.sshlink import SshLink
+
+            entry = get_host(host)
+            self._link = SshLink(
+                entry,
+                root=str(root) if root is not None else None,
+                socket_path=str(socket_path) if socket_path is not None else None,
+            )
+            self.root = str(root or entry.remote_root or "")
+            self.socket_path = str(socket_path or "")
+            self.socket_source = "host"
+            self._sock = self._link.sock
+            self._sock.settimeout(timeout)
+        else:
+            choice = discovery.resolve_socket(socket_path, root)
+            self.root = client_root(root, choice)
+            self.socket_path = str(choice.path)
+            self.socket_source = choice.source
+            self._sock = connect_unix(self.socket_path, self.root, timeout)
         self._file = self._sock.makefile("rb")
         self._ids = itertools.count(1)
         self.notifications: deque[dict[str, Any]] = deque()
@@ -132,16 +156,54 @@ class Client:
             except BaseException:
                 self.close()
                 raise
+        if self._link is not None and self.server is not None:
+            # The host's own word on where its daemon is.
+            self.root = str(self.server.get("root", self.root))
+            self.socket_path = str(self.server.get("socket", self.socket_path))
+
+    @property
+    def ssh_pid(self) -> int | None:
+        """With `host=`: the pid of the ssh process that carries the connection."""
+        return self._link.pid if self._link is not None else None
 
     def call(self, method: str, params: dict[str, Any] | list[Any] | None = None) -> dict[str, Any]:
         """Call `method`; returns its result object or raises the typed error."""
+        try:
+            return self._call(method, params)
+        except ConnectionLost:
+            if self._link is None or not self._peer_ended:
+                raise
+            if self.server is None and method == "hello":
+                # Nothing but the handshake went out: ssh's status says why (no host, no key,
+                # no xum, no daemon), and nothing ran there.
+                raise self._link.failure() from None
+            raise self._link.lost(method, params) from None
+        except ClientTimeout as exc:
+            if self._link is None:
+                raise
+            if self.server is not None:
+                # A call went out and no answer came in time: as unknown as a dropped one.
+                from xum_client.sshlink import how_to_look
+
+                raise ClientTimeout(
+                    f"no answer from host {self.host!r} to {method} in time ({exc}); the outcome "
+                    f"is unknown: look with `{how_to_look(self._link.entry.name, method, params)}`"
+                ) from None
+            detail = self._link.stderr_text().strip().splitlines()
+            raise ClientTimeout(
+                f"no answer from host {self.host!r} in time ({exc})"
+                + (f"; ssh said: {detail[-1]}" if detail else "")
+            ) from None
+
+    def _call(self, method: str, params: dict[str, Any] | list[Any] | None) -> dict[str, Any]:
         request_id = next(self._ids)
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
         if params is not None:
             message["params"] = params
         try:
             self._sock.sendall(encode(message))
-        except BrokenPipeError:
+        except (BrokenPipeError, ConnectionResetError):
+            self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection") from None
         except TimeoutError:
             raise ClientTimeout(f"timed out sending {method}") from None
@@ -178,12 +240,22 @@ class Client:
         except TimeoutError:
             raise ClientTimeout("no answer from the daemon in time") from None
         except ConnectionResetError:
+            self._peer_ended = True
             raise ConnectionLost("the daemon reset the connection") from None
         if not line:
+            self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection")
+        if not line.endswith(b"\n"):
+            # The end of the stream in the middle of a message: a dropped connection, not a
+            # daemon that writes bad JSON.
+            self._peer_ended = True
+            raise ConnectionLost("the connection ended in the middle of a message")
         try:
             return decode(line)
         except ValueError:
+            if self._link is not None and self.server is None:
+                # Before the first answer through ssh: the host's shell, not the daemon.
+                raise self._link.noise(line) from None
             raise ConnectionLost(f"the daemon sent invalid JSON: {line[:200]!r}") from None
 
     def next_notification(self) -> dict[str, Any]:
@@ -197,6 +269,8 @@ class Client:
     def close(self) -> None:
         self._file.close()
         self._sock.close()
+        if self._link is not None:
+            self._link.close()
 
     def __enter__(self) -> Client:
         return self
