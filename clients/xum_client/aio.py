@@ -36,7 +36,7 @@ from xum_client.errors import (
     DaemonNotRunning,
     XumClientError,
 )
-from xum_client.sync import check_reply, client_root, hello_params
+from xum_client.sync import LOCAL_HINT, check_release, check_reply, client_root, hello_params
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -98,6 +98,7 @@ class AsyncClient:
         timeout: float | None = 60.0,
         handshake: bool = True,
         client_name: str = "xum-client",
+        check_version: bool = True,
     ) -> None:
         choice = discovery.resolve_socket(socket_path, root)
         self.root = client_root(root, choice)
@@ -107,6 +108,7 @@ class AsyncClient:
         self.server: HelloResult | None = None
         self._handshake = handshake
         self._client_name = client_name
+        self._check_version = check_version
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._stream: anyio.abc.SocketStream | None = None
@@ -139,6 +141,10 @@ class AsyncClient:
                 self.server = await self.call_model(
                     "hello", hello_params(self._client_name), HelloResult
                 )
+                if self._check_version:
+                    check_release(
+                        self.server.model_dump(mode="json"), f"on {self.root}", LOCAL_HINT
+                    )
             except BaseException:
                 await self.aclose()
                 raise

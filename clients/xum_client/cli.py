@@ -23,7 +23,7 @@ import click
 
 from xum_client.commands._context import Ctx
 from xum_client.errors import DaemonNotRunning, NotFound, XumClientError
-from xum_client.sync import socket_path_for
+from xum_client.sync import CLIENT_VERSION, socket_path_for
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -118,7 +118,7 @@ class XumGroup(click.Group):
     "XUM_SOCKET, XUM_ROOT, the default root (`xum socket` shows the choice).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.version_option("0.1.0", prog_name="xum")
+@click.version_option(CLIENT_VERSION, prog_name="xum")
 @click.pass_context
 def cli(ctx: click.Context, root: str | None, socket_path: str | None, as_json: bool) -> None:
     """xum: talk to the workspace lifecycle daemon (xumd)."""
@@ -258,7 +258,8 @@ def daemon_status(obj: Ctx) -> None:
     """The daemon's status; says why when it does not answer (exit 4)."""
     root = obj.root_path
     try:
-        with obj.client(timeout=10) as client:
+        # Any daemon, whatever its version: this is how one learns which one runs.
+        with obj.client(timeout=10, check_version=False) as client:
             result = client.call("daemon.status")
     except DaemonNotRunning as exc:
         holder = lock_holder(root)
@@ -283,7 +284,8 @@ def daemon_status(obj: Ctx) -> None:
 def daemon_stop(obj: Ctx, timeout: float) -> None:
     """Ask the daemon to stop gracefully and wait until it has exited."""
     root = obj.root_path
-    with obj.client(timeout=10) as client:
+    # Any daemon, whatever its version: stopping an older one is how one upgrades.
+    with obj.client(timeout=10, check_version=False) as client:
         pid = client.call("daemon.status")["pid"]
         client.call("daemon.shutdown")
     deadline = time.monotonic() + timeout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import socket
 from collections import deque
 from pathlib import Path
@@ -21,6 +22,7 @@ from xum_client.errors import (
     ClientTimeout,
     ConnectionLost,
     DaemonNotRunning,
+    VersionMismatch,
     XumClientError,
     from_error_object,
 )
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
     M = TypeVar("M", bound=BaseModel)
 
 CLIENT_VERSION = "0.1.0"
+"""This client's xum release (the one distribution ships the client, the CLI and xumd: a test keeps
+this, `xumd.__version__` and pyproject.toml's version equal). Sent in `hello` as `client.version`
+and compared with the daemon's `server.version` (`check_release`)."""
 
 
 # The stdlib codec, not orjson: loading orjson costs a CLI run about 10 ms, more than the
@@ -68,6 +73,34 @@ def hello_params(client_name: str) -> dict[str, Any]:
         "protocol": PROTOCOL_VERSION,
         "client": {"name": client_name, "version": CLIENT_VERSION},
     }
+
+
+LOCAL_HINT = (
+    "restart the daemon from this installation (`xum daemon stop`, then start it again), or use "
+    "the xum that matches it"
+)
+
+
+def release_line(version: str) -> tuple[int, int] | None:
+    """`major.minor` of a release string ("0.1.0", "1.2.3rc1", "0.1.0+local"), None when it does
+    not start with two numbers."""
+    match = re.match(r"(\d{1,6})\.(\d{1,6})(?:\D|$)", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def check_release(
+    server: dict[str, Any], where: str, hint: str, client_version: str | None = None
+) -> None:
+    """Raise VersionMismatch unless `hello`'s `server.version` is this client's major.minor.
+
+    Patch releases mix freely; a daemon whose version cannot be read (absent, not a release
+    string) is a mismatch too: the client cannot vouch for what it does not know."""
+    mine = client_version or CLIENT_VERSION
+    info = server.get("server")
+    theirs = info.get("version") if isinstance(info, dict) else None
+    theirs = theirs if isinstance(theirs, str) and theirs else "(unknown version)"
+    if release_line(theirs) is None or release_line(theirs) != release_line(mine):
+        raise VersionMismatch(mine, theirs, where, hint)
 
 
 def connect_unix(path: str, root: str, timeout: float | None) -> socket.socket:
@@ -115,7 +148,10 @@ class Client:
         timeout: float | None = 60.0,
         handshake: bool = True,
         client_name: str = "xum-client",
+        check_version: bool = True,
     ) -> None:
+        """`check_version`: after `hello`, refuse (VersionMismatch) a daemon of another xum
+        major.minor; off only for what must reach any daemon (`xum daemon status|stop`)."""
         choice = discovery.resolve_socket(socket_path, root)
         self.root = client_root(root, choice)
         self.socket_path = str(choice.path)
@@ -128,6 +164,8 @@ class Client:
         if handshake:
             try:
                 self.server = self.call("hello", hello_params(client_name))
+                if check_version:
+                    check_release(self.server, f"on {self.root}", LOCAL_HINT)
             except BaseException:
                 self.close()
                 raise

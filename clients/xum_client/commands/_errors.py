@@ -16,6 +16,7 @@ from xum_client.errors import (
     ClientTimeout,
     ConnectionLost,
     DaemonNotRunning,
+    VersionMismatch,
     XumClientError,
     XumRpcError,
 )
@@ -24,7 +25,8 @@ from xum_client.errors import (
 def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
     """The `--json` form of a failure: `code` is the JSON-RPC code for the daemon's errors
     (null for the CLI's own), `kind` the error kind (the daemon's, or `usage`, `no_daemon`,
-    `connection_lost`, `client_timeout`, `daemon_stopping`, `aborted`, `error`)."""
+    `connection_lost`, `client_timeout`, `version_mismatch`, `daemon_stopping`, `aborted`,
+    `error`)."""
     code: int | None = None
     data: dict[str, Any] = {}
     if isinstance(exc, XumRpcError):
@@ -42,6 +44,8 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
         kind, message = "connection_lost", str(exc)
     elif isinstance(exc, ClientTimeout):
         kind, message = "client_timeout", str(exc)
+    elif isinstance(exc, VersionMismatch):
+        kind, message, data = exc.kind, str(exc), dict(exc.data)
     elif isinstance(exc, click.exceptions.Abort):
         kind, message = "aborted", "aborted"
     else:
