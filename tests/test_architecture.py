@@ -75,6 +75,9 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("python -m", ["xumd.__main__"]),
     # -- the client ----------------------------------------------------------------------------
     ("client leaves", ["xum_client.errors", "xum_client.units"]),
+    # Hosts (docs/HOSTS.md): the hosts file and ssh command, the bridge, the ssh transport.
+    ("hosts", ["xum_client.hosts", "xum_client.bridge"]),
+    ("host transport", ["xum_client.sshlink"]),
     ("client", ["xum_client.sync"]),
     ("client api", ["xum_client.aio", "xum_client.install"]),
     ("client package", ["xum_client"]),
@@ -118,6 +121,7 @@ FACADES: dict[str, list[str]] = {
         "xum_client.commands._progress",
         "xum_client.commands._resolve",
         "xum_client.commands.cleanup",
+        "xum_client.commands.hosts",
         "xum_client.commands.process",
         "xum_client.commands.project",
         "xum_client.commands.turn",

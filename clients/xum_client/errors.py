@@ -27,7 +27,55 @@ class DaemonNotRunning(XumClientError):
 
 
 class ConnectionLost(XumClientError):
-    """The daemon closed the connection, or sent something that is not an answer."""
+    """The daemon closed the connection, or sent something that is not an answer.
+
+    For a call in flight the outcome is unknown: the daemon may have done it (it finishes or
+    rolls back an operation whose client left, as it does for any client). `host` and `method`
+    say where and what, when known."""
+
+    def __init__(self, message: str, *, host: str | None = None, method: str | None = None):
+        super().__init__(message)
+        self.host = host
+        self.method = method
+
+
+class HostError(XumClientError):
+    """A host (`--host`, `Client(host=...)`) could not be reached: nothing ran there.
+
+    `host` is its name, `status` ssh's exit status, `detail` the last line ssh (or the remote
+    shell, or the bridge) wrote on stderr."""
+
+    kind = "host_error"
+
+    def __init__(self, message: str, *, host: str, status: int | None, detail: str) -> None:
+        super().__init__(message)
+        self.host = host
+        self.status = status
+        self.detail = detail
+
+
+class HostUnreachable(HostError):
+    """ssh could not reach the host (exit 255: refused, timed out, no route, name unknown)."""
+
+    kind = "host_unreachable"
+
+
+class HostKeyRefused(HostError):
+    """The host refused every key ssh offered (exit 255, `Permission denied`)."""
+
+    kind = "host_key_refused"
+
+
+class XumMissingOnHost(HostError):
+    """The host's shell found no xum (exit 127): install it there (`xum host install`)."""
+
+    kind = "xum_missing"
+
+
+class BridgeFailed(HostError):
+    """`xum bridge` on the host reached no daemon (it says why)."""
+
+    kind = "bridge_failed"
 
 
 class ClientTimeout(XumClientError):

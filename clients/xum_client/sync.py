@@ -30,6 +30,8 @@ from xum_client.errors import (
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from xum_client.sshlink import SshLink
+
     M = TypeVar("M", bound=BaseModel)
 
 CLIENT_VERSION = "0.1.0"
@@ -79,6 +81,17 @@ LOCAL_HINT = (
     "restart the daemon from this installation (`xum daemon stop`, then start it again), or use "
     "the xum that matches it"
 )
+
+
+def release_context(root: str, host: str | None) -> tuple[str, str]:
+    """Where the daemon runs and how to fix a mismatch, for VersionMismatch's message."""
+    if host is None:
+        return f"on {root}", LOCAL_HINT
+    return (
+        f"on host {host}" + (f" ({root})" if root else ""),
+        f"run `xum host install {host}` to put this version there, then stop its daemon "
+        f"(`xum --host {host} daemon stop`) so the next connection starts the new one",
+    )
 
 
 def release_line(version: str) -> tuple[int, int] | None:
@@ -148,15 +161,36 @@ class Client:
         timeout: float | None = 60.0,
         handshake: bool = True,
         client_name: str = "xum-client",
+        host: str | None = None,
         check_version: bool = True,
     ) -> None:
-        """`check_version`: after `hello`, refuse (VersionMismatch) a daemon of another xum
+        """`host`: a name from the hosts file (docs/HOSTS.md): the daemon on that machine,
+        reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's.
+        `check_version`: after `hello`, refuse (VersionMismatch) a daemon of another xum
         major.minor; off only for what must reach any daemon (`xum daemon status|stop`)."""
-        choice = discovery.resolve_socket(socket_path, root)
-        self.root = client_root(root, choice)
-        self.socket_path = str(choice.path)
-        self.socket_source = choice.source
-        self._sock = connect_unix(self.socket_path, self.root, timeout)
+        self.host = host
+        self._link: SshLink | None = None
+        if host is not None:
+            from xum_client.hosts import get_host
+            from xum_client.sshlink import SshLink
+
+            entry = get_host(host)
+            self._link = SshLink(
+                entry,
+                root=str(root) if root is not None else None,
+                socket_path=str(socket_path) if socket_path is not None else None,
+            )
+            self.root = str(root or entry.remote_root or "")
+            self.socket_path = str(socket_path or "")
+            self.socket_source = "host"
+            self._sock = self._link.sock
+            self._sock.settimeout(timeout)
+        else:
+            choice = discovery.resolve_socket(socket_path, root)
+            self.root = client_root(root, choice)
+            self.socket_path = str(choice.path)
+            self.socket_source = choice.source
+            self._sock = connect_unix(self.socket_path, self.root, timeout)
         self._file = self._sock.makefile("rb")
         self._ids = itertools.count(1)
         self.notifications: deque[dict[str, Any]] = deque()
@@ -165,20 +199,44 @@ class Client:
             try:
                 self.server = self.call("hello", hello_params(client_name))
                 if check_version:
-                    check_release(self.server, f"on {self.root}", LOCAL_HINT)
+                    check_release(self.server, *release_context(self.root, host))
             except BaseException:
                 self.close()
                 raise
+        if self._link is not None and self.server is not None:
+            # The host's own word on where its daemon is.
+            self.root = str(self.server.get("root", self.root))
+            self.socket_path = str(self.server.get("socket", self.socket_path))
 
     def call(self, method: str, params: dict[str, Any] | list[Any] | None = None) -> dict[str, Any]:
         """Call `method`; returns its result object or raises the typed error."""
+        try:
+            return self._call(method, params)
+        except ConnectionLost:
+            if self._link is None:
+                raise
+            if self.server is None and method == "hello":
+                # Nothing but the handshake went out: ssh's status says why (no host, no key,
+                # no xum, no daemon), and nothing ran there.
+                raise self._link.failure() from None
+            raise self._link.lost(method, params) from None
+        except ClientTimeout as exc:
+            if self._link is None or self.server is not None:
+                raise
+            detail = self._link.stderr_text().strip().splitlines()
+            raise ClientTimeout(
+                f"no answer from host {self.host!r} in time ({exc})"
+                + (f"; ssh said: {detail[-1]}" if detail else "")
+            ) from None
+
+    def _call(self, method: str, params: dict[str, Any] | list[Any] | None) -> dict[str, Any]:
         request_id = next(self._ids)
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
         if params is not None:
             message["params"] = params
         try:
             self._sock.sendall(encode(message))
-        except BrokenPipeError:
+        except (BrokenPipeError, ConnectionResetError):
             raise ConnectionLost("the daemon closed the connection") from None
         except TimeoutError:
             raise ClientTimeout(f"timed out sending {method}") from None
@@ -226,6 +284,8 @@ class Client:
     def close(self) -> None:
         self._file.close()
         self._sock.close()
+        if self._link is not None:
+            self._link.close()
 
     def __enter__(self) -> Client:
         return self
