@@ -79,7 +79,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("hosts", ["xum_client.hosts", "xum_client.bridge"]),
     ("host transport", ["xum_client.sshlink"]),
     ("client", ["xum_client.sync"]),
-    ("client api", ["xum_client.aio", "xum_client.install"]),
+    ("client api", ["xum_client.aio", "xum_client.install", "xum_client.hostinstall"]),
     ("client package", ["xum_client"]),
     ("cli parts", ["xum_client.commands"]),
     ("cli", ["xum_client.cli"]),

@@ -54,6 +54,7 @@ DOMAINS = (
     "gc",
     "completion",
     "hosts",
+    "host_install",
 )
 """Modules under xum_client.commands that add commands, each with `register(cli)`."""
 

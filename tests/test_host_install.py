@@ -1,0 +1,197 @@
+"""`xum host install NAME` against a real OpenSSH server on loopback (tests/support/sshd.py).
+
+The "host" is this machine behind sshd, with its own XDG_DATA_HOME (the install goes into the
+test's temp directory) and a PATH the test chooses: the remote side has no network access of
+its own to lean on, since everything it installs comes over the ssh connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import xumd
+from xum_client import hostinstall
+from xum_client.hostinstall import HostPython, Probe, choose_python, platform_tags
+from xum_client.hosts import HostEntry
+
+from tests.support.daemon import short_tmpdir
+from tests.support.sshd import ALIAS, SshServer, stop_root_daemon
+
+XUM = str(Path(sys.executable).parent / "xum")
+
+
+def run_xum(
+    env: dict[str, str], *args: str, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [XUM, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **env}
+    )
+
+
+class Host:
+    """One sshd, one host entry `h` (its own remote root), the environment to reach it."""
+
+    def __init__(self, base: Path, server: SshServer) -> None:
+        self.base = base
+        self.server = server
+        self.root = base / "r"
+        self.env = {**server.env(), "XUM_HOSTS_FILE": str(base / "hosts.toml")}
+        self.data = server.data_home / "xum"
+
+    def add(self, name: str = "h") -> None:
+        done = run_xum(self.env, "host", "add", name, ALIAS, "--remote-root", str(self.root))
+        assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def host() -> Iterator[Host]:
+    base = short_tmpdir("xumhi-")
+    server = SshServer(base)
+    try:
+        server.start()
+        h = Host(base, server)
+        h.add()
+        yield h
+    finally:
+        stop_root_daemon(base / "r")
+        server.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# -- what fits the host (pure functions) -----------------------------------------------------
+
+
+def _python(platform: str, libc: str, libc_version: tuple[int, int] | None) -> HostPython:
+    return HostPython("/usr/bin/python3", (3, 11, 2), "cpython", platform, libc, libc_version, "/d")
+
+
+def test_platform_tags_for_glibc_musl_and_refusals() -> None:
+    tags = platform_tags(_python("linux-x86_64", "glibc", (2, 36)))
+    assert tags[0] == "manylinux_2_36_x86_64"
+    assert {"manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"} <= set(tags)
+    assert tags[-1] == "linux_x86_64" and "manylinux_2_37_x86_64" not in tags
+    arm = platform_tags(_python("linux-aarch64", "glibc", (2, 31)))
+    assert "manylinux2014_aarch64" in arm and "manylinux2010_aarch64" not in arm
+    musl = platform_tags(_python("linux-x86_64", "musl", (1, 2)))
+    assert musl == [
+        "musllinux_1_2_x86_64",
+        "musllinux_1_1_x86_64",
+        "musllinux_1_0_x86_64",
+        "linux_x86_64",
+    ]
+    with pytest.raises(hostinstall.HostInstallError, match="supports Linux hosts"):
+        platform_tags(_python("macosx-14.0-arm64", "", None))
+
+
+def test_no_cpython_3_11_is_one_clear_line() -> None:
+    entry = HostEntry("h", "dest")
+    old = HostPython(
+        "/usr/bin/python3", (3, 9, 18), "cpython", "linux-x86_64", "glibc", (2, 36), "/d"
+    )
+    pypy = HostPython("/opt/pypy3", (3, 11, 0), "pypy", "linux-x86_64", "glibc", (2, 36), "/d")
+    with pytest.raises(hostinstall.HostInstallError) as caught:
+        choose_python(entry, Probe(pythons=[old, pypy]))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "no CPython >= 3.11" in message
+    assert "cpython 3.9.18 at /usr/bin/python3" in message and "pypy 3.11.0" in message
+    with pytest.raises(hostinstall.HostInstallError, match="no python3 on its PATH"):
+        choose_python(entry, Probe())
+
+
+def test_the_wheel_is_the_running_xum(tmp_short: Path) -> None:
+    wheel = hostinstall.build_xum_wheel(tmp_short)
+    assert wheel.name == f"xum-{xumd.__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        metadata = zf.read(f"xum-{xumd.__version__}.dist-info/METADATA").decode()
+        entry_points = zf.read(f"xum-{xumd.__version__}.dist-info/entry_points.txt").decode()
+        shipped_cli = zf.read("xum_client/cli.py")
+    assert shipped_cli == Path(hostinstall.__file__).with_name("cli.py").read_bytes()
+    assert "xumd/store/migrations/0001_initial.sql" in names or any(
+        n.startswith("xumd/store/migrations/") and n.endswith(".sql") for n in names
+    )
+    assert {"xumd/py.typed", "xum_protocol/py.typed", "xum_client/py.typed"} <= names
+    assert not any("__pycache__" in n for n in names)
+    assert "Requires-Dist: pydantic" in metadata and "pytest" not in metadata
+    assert "xumd = xumd.main:main" in entry_points and "xum = xum_client.cli:main" in entry_points
+
+
+# -- against the real sshd ---------------------------------------------------------------------
+
+
+def test_install_then_idempotent_then_the_host_runs_the_installed_copy(host: Host) -> None:
+    done = run_xum(host.env, "host", "install", "h", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["changed"] is True and result["version"] == xumd.__version__
+    assert result["installed_before"] is None
+    link = host.data / "venv"
+    assert link.is_symlink()
+    venv = link.resolve()
+    assert venv.parent == host.data / "venvs" and venv.name.startswith(xumd.__version__ + "-")
+    assert result["venv"] == str(venv)
+    said = subprocess.run([str(link / "bin" / "xum"), "--version"], capture_output=True, text=True)
+    assert said.stdout.strip() == f"xum, version {xumd.__version__}"
+    # Nothing left behind but the link, the versions, the lock.
+    assert sorted(p.name for p in host.data.iterdir()) == ["install.lock", "venv", "venvs"]
+
+    # Same version again: nothing to do, and it says so.
+    again = run_xum(host.env, "host", "install", "h")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == f"host h already has xum {xumd.__version__}: nothing to do"
+    assert link.resolve() == venv
+
+    # Through the host, the daemon the bridge starts is the installed copy.
+    status = run_xum(host.env, "--host", "h", "status", "--json", timeout=120)
+    assert status.returncode == 0, status.stderr
+    pid = json.loads(status.stdout)["pid"]
+    argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    assert argv0.startswith(str(venv) + "/bin/python"), argv0
+
+
+def test_a_host_without_python_3_11_says_so_in_one_line(host: Host) -> None:
+    # A real interpreter (pyenv's shims are scripts that need pyenv itself). Named with
+    # --python: the remote login shell's own start-up files (root's ~/.bashrc here) decide the
+    # host's PATH, so the test cannot take every newer python3 off it.
+    old = "/root/.pyenv/versions/3.9.18/bin/python3.9"
+    if not os.path.exists(old):
+        pytest.skip("no Python 3.9 here to play the host's python3")
+    done = run_xum(host.env, "host", "install", "h", "--python", old)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == (
+        f"xum: host h (xumtest1) has no CPython >= 3.11 (found: cpython 3.9.18 at {old}); "
+        "install one there (e.g. `apt-get install python3.11`), or name it with --python"
+    )
+    # Nothing but progress before it, nothing installed.
+    assert [line for line in lines if not line.endswith(" ...")] == [lines[-1]]
+    assert not (host.data / "venv").exists()
+
+
+def test_a_python_that_does_not_run_is_named(host: Host) -> None:
+    broken = host.base / "python3"
+    broken.write_text("#!/bin/sh\nexit 1\n")
+    broken.chmod(0o755)
+    done = run_xum(host.env, "host", "install", "h", "--python", str(broken), "--json")
+    assert done.returncode == 1
+    error = json.loads(done.stdout)["error"]
+    assert f"found: {broken} (does not run)" in error["message"]
+
+
+def test_an_unreachable_host_is_one_line(host: Host) -> None:
+    done = run_xum(host.env, "host", "add", "down", "xumtest-down")
+    assert done.returncode == 0, done.stderr
+    done = run_xum(host.env, "host", "install", "down")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("xum: host down (xumtest-down): ssh failed while asking which Python")
+    assert "Connection refused" in last
