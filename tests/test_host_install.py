@@ -36,6 +36,14 @@ def run_xum(
     )
 
 
+@pytest.fixture(scope="module")
+def wheel_cache() -> Iterator[Path]:
+    """One wheel cache for this module's installs: the first fetches, the others reuse."""
+    path = short_tmpdir("xumwc-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 class Host:
     """One sshd, one host entry `h` (its own remote root), the environment to reach it."""
 
@@ -52,12 +60,13 @@ class Host:
 
 
 @pytest.fixture
-def host() -> Iterator[Host]:
+def host(wheel_cache: Path) -> Iterator[Host]:
     base = short_tmpdir("xumhi-")
     server = SshServer(base)
     try:
         server.start()
         h = Host(base, server)
+        h.env["XDG_CACHE_HOME"] = str(wheel_cache)
         h.add()
         yield h
     finally:
@@ -128,6 +137,10 @@ def test_the_wheel_is_the_running_xum(tmp_short: Path) -> None:
 # -- against the real sshd ---------------------------------------------------------------------
 
 
+# Slow (a wheelhouse built and a venv installed: tens of seconds on a loaded machine), so in the
+# reliability suite, which CI runs (`make test-reliability-sample`).
+@pytest.mark.reliability
+@pytest.mark.timeout(900)
 def test_install_then_idempotent_then_the_host_runs_the_installed_copy(host: Host) -> None:
     done = run_xum(host.env, "host", "install", "h", "--json")
     assert done.returncode == 0, done.stderr
@@ -195,3 +208,27 @@ def test_an_unreachable_host_is_one_line(host: Host) -> None:
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("xum: host down (xumtest-down): ssh failed while asking which Python")
     assert "Connection refused" in last
+
+
+@pytest.mark.reliability
+@pytest.mark.timeout(900)
+def test_a_host_with_another_python_gets_wheels_for_it_and_force_reinstalls(host: Host) -> None:
+    other = "/root/.pyenv/versions/3.12.1/bin/python3.12"
+    if not os.path.exists(other):
+        pytest.skip("no Python 3.12 here to play the host's interpreter")
+    done = run_xum(host.env, "host", "install", "h", "--python", other, "--json")
+    assert done.returncode == 0, done.stderr
+    first = json.loads(done.stdout)
+    # The compiled dependencies are the host's (cp312), not this Python's.
+    assert any(w.startswith("pydantic_core-") and "-cp312-" in w for w in first["wheels"])
+    link = host.data / "venv"
+    assert (link / "lib" / "python3.12" / "site-packages" / "xum_client").is_dir()
+
+    # --force: a fresh venv beside the first, the link moved, the first one kept.
+    done = run_xum(host.env, "host", "install", "h", "--python", other, "--force", "--json")
+    assert done.returncode == 0, done.stderr
+    second = json.loads(done.stdout)
+    assert second["changed"] is True and second["installed_before"] == xumd.__version__
+    assert second["venv"] != first["venv"] and second["previous"] == first["venv"]
+    assert second["kept"] == [first["venv"]]
+    assert link.resolve() == Path(second["venv"]) and Path(first["venv"]).is_dir()

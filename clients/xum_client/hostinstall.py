@@ -35,6 +35,7 @@ import importlib.metadata
 import importlib.util
 import io
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -414,43 +415,51 @@ def _pip_wheel(dest: Path, timeout: float) -> Path:
     return found[0]
 
 
+def wheel_cache() -> Path:
+    """Where dependency wheels fetched for hosts are kept for the next install:
+    `${XDG_CACHE_HOME:-~/.cache}/xum/wheels` (a flat directory: a wheel's name says which
+    Python and platform it is for)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "xum" / "wheels"
+
+
+def _keep_in_cache(wheels: Sequence[Path], cache: Path) -> None:
+    """Copy `wheels` into the cache, each whole or not at all (temporary name, then rename);
+    a cache that cannot be written only costs the next install a download."""
+    with contextlib.suppress(OSError):
+        cache.mkdir(parents=True, exist_ok=True)
+        for wheel in wheels:
+            if (cache / wheel.name).exists():
+                continue
+            tmp = cache / f".{wheel.name}.{os.getpid()}.tmp"
+            shutil.copyfile(wheel, tmp)
+            os.replace(tmp, cache / wheel.name)
+
+
 def build_wheelhouse(
     dest: Path, python: HostPython, timeout: float = DOWNLOAD_TIMEOUT_S
 ) -> list[Path]:
-    """Every wheel the host needs for this xum, into `dest` (an empty directory)."""
+    """Every wheel the host needs for this xum, into `dest` (an empty directory): from the
+    wheel cache alone when it has them all, else from pip's index (and then cached)."""
     xum_wheel = build_xum_wheel(dest)
     constraints = dest.parent / f".{dest.name}-constraints.txt"
     constraints.write_text(_constraints())
+    major, minor = python.version[:2]
+    args = ["download", "-q", "--only-binary=:all:"]
+    for tag in platform_tags(python):
+        args += ["--platform", tag]
+    args += ["--python-version", f"{major}.{minor}", "--implementation", "cp"]
+    args += ["--abi", f"cp{major}{minor}", "--abi", "abi3", "--abi", "none"]
+    args += ["-c", str(constraints), "-d", str(dest), str(xum_wheel)]
+    what = f"fetching xum's dependencies for {python.short} ({python.platform})"
+    cache = wheel_cache()
     try:
-        major, minor = python.version[:2]
-        tag_args: list[str] = []
-        for tag in platform_tags(python):
-            tag_args += ["--platform", tag]
-        _run_pip(
-            [
-                "download",
-                "-q",
-                "--only-binary=:all:",
-                *tag_args,
-                "--python-version",
-                f"{major}.{minor}",
-                "--implementation",
-                "cp",
-                "--abi",
-                f"cp{major}{minor}",
-                "--abi",
-                "abi3",
-                "--abi",
-                "none",
-                "-c",
-                str(constraints),
-                "-d",
-                str(dest),
-                str(xum_wheel),
-            ],
-            f"fetching xum's dependencies for {python.short} ({python.platform})",
-            timeout,
-        )
+        try:
+            # Offline first: no index is asked when an earlier install cached every wheel.
+            _run_pip([*args, "--no-index", "--find-links", str(cache)], what, timeout)
+        except HostInstallError:
+            _run_pip(args, what, timeout)
+            _keep_in_cache([w for w in dest.glob("*.whl") if w != xum_wheel], cache)
     finally:
         constraints.unlink(missing_ok=True)
     _pip_wheel(dest, timeout)
@@ -508,7 +517,7 @@ try:
     done = subprocess.run(
         [python, os.path.join(staging, pips[-1], "pip"), "install", "--no-index",
          "--find-links", staging, "--no-cache-dir", "--disable-pip-version-check",
-         "--no-warn-script-location", "-q", "xum==" + version],
+         "--no-warn-script-location", "--no-compile", "-q", "xum==" + version],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     if done.returncode != 0:
