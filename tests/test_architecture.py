@@ -80,6 +80,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("host transport", ["xum_client.sshlink"]),
     ("client", ["xum_client.sync"]),
     ("client api", ["xum_client.aio", "xum_client.install", "xum_client.hostinstall"]),
+    ("one view", ["xum_client.allhosts"]),
     ("client package", ["xum_client"]),
     ("cli parts", ["xum_client.commands"]),
     ("cli", ["xum_client.cli"]),

@@ -226,9 +226,22 @@ def _show_status(obj: Ctx, result: dict[str, Any]) -> None:
 
 
 @cli.command()
+@click.option("--all-hosts", is_flag=True, help="The local daemon and every host's, one row each.")
+@click.option(
+    "--host-timeout",
+    type=click.FloatRange(min=0.1),
+    default=15.0,
+    show_default=True,
+    help="With --all-hosts: seconds each host (connection and call) may take.",
+)
 @click.pass_obj
-def status(obj: Ctx) -> None:
+def status(obj: Ctx, all_hosts: bool, host_timeout: float) -> None:
     """Show the daemon's status."""
+    if all_hosts:
+        from xum_client.commands.allhosts_view import status_all
+
+        status_all(obj, host_timeout)
+        return
     with obj.client() as client:
         _show_status(obj, client.call("daemon.status"))
 

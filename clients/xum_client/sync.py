@@ -6,6 +6,7 @@ Light on purpose (no pydantic, no anyio): the CLI uses it on its start-up path. 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
@@ -280,6 +281,16 @@ class Client:
         if not isinstance(message, dict):
             raise ConnectionLost(f"unexpected message: {message!r}")
         return message
+
+    def set_timeout(self, timeout: float | None) -> None:
+        """The deadline of each later read and write (None: wait as long as it takes)."""
+        self._sock.settimeout(timeout)
+
+    def interrupt(self) -> None:
+        """End the connection under a read blocked in another thread: that read sees the
+        connection close (ConnectionLost). For a reader thread that must stop."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self._file.close()

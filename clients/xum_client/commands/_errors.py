@@ -49,7 +49,8 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
     elif isinstance(exc, click.exceptions.Abort):
         kind, message = "aborted", "aborted"
     else:
-        kind, message = "error", str(exc)
+        # A client error may name its kind (a host's: `host_unreachable`, `xum_missing`, ...).
+        kind, message = str(getattr(exc, "kind", None) or "error"), str(exc)
     return {"code": code, "kind": kind, "message": message, "data": data, "exit": exit_code}
 
 

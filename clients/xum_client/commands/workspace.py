@@ -239,9 +239,31 @@ def register(cli: click.Group) -> None:
     @click.option("--project", "project_ref", help="only this project (id or name)")
     @click.option("--state", help="only this state")
     @click.option("--usage", "with_usage", is_flag=True, help="with each checkout's disk usage")
+    @click.option("--all-hosts", is_flag=True, help="the local daemon's and every host's")
+    @click.option(
+        "--host-timeout",
+        type=click.FloatRange(min=0.1),
+        default=15.0,
+        show_default=True,
+        help="with --all-hosts: seconds each host (connection and call) may take",
+    )
     @click.pass_obj
-    def ls(obj: Ctx, project_ref: str | None, state: str | None, with_usage: bool) -> None:
+    def ls(  # noqa: PLR0917 - one parameter per click option
+        obj: Ctx,
+        project_ref: str | None,
+        state: str | None,
+        with_usage: bool,
+        all_hosts: bool,
+        host_timeout: float,
+    ) -> None:
         """List workspaces."""
+        if all_hosts:
+            if with_usage:
+                raise click.UsageError("--usage does not go with --all-hosts")
+            from xum_client.commands.allhosts_view import ws_ls_all
+
+            ws_ls_all(obj, project_ref, state, host_timeout)
+            return
         with obj.client() as client:
             pid = project_id(client, project_ref) if project_ref else None
             result = client.call("workspace.list", given(project_id=pid, state=state))
