@@ -12,7 +12,8 @@ stdout and the bridge exits; a reader of stdout that goes away (ssh dropped) end
 once, which closes the connection, so the daemon sees the client leave.
 
 Starting: when nothing answers on the socket, the bridge starts `xumd` for that root detached (a
-session of its own, stdin from /dev/null, stdout and stderr appended to `ROOT/xumd.log`), then
+session of its own, in `/`, stdin from /dev/null, stdout and stderr appended to `ROOT/xumd.log`,
+without the ssh session's variables: `SESSION_VARIABLES`), then
 waits, with a deadline, until the socket accepts. The root lock keeps the daemon single: two
 bridges racing both start one, the second exits 3 (`already running`) and its bridge connects to
 the first. A systemd socket unit (`xum daemon install`) needs nothing here: its socket accepts,
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from xum_protocol import discovery
@@ -61,7 +63,9 @@ def _try_connect(path: Path) -> socket.socket | None:
     """A connection, None when no daemon listens there, BridgeError for anything else."""
     try:
         return _connect(path)
-    except (FileNotFoundError, ConnectionRefusedError):
+    except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+        # No socket, a stale one, or no root yet (a file in its way is reported when the
+        # daemon's root is made).
         return None
     except PermissionError:
         raise BridgeError(
@@ -83,6 +87,24 @@ def _log_tail(log_path: Path) -> str:
     return lines[-1] if lines else ""
 
 
+SESSION_VARIABLES = (
+    "SSH_AUTH_SOCK",
+    "SSH_CLIENT",
+    "SSH_CONNECTION",
+    "SSH_ORIGINAL_COMMAND",
+    "SSH_TTY",
+    "XUM_HOST",
+)
+"""What describes the ssh session the bridge runs in, not the daemon: the daemon outlives the
+session and hands its environment to scripts and agents, which must not get a forwarded agent's
+socket (gone with the session, and a credential besides) or the client's address."""
+
+
+def daemon_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a daemon the bridge starts: its own, less the session's."""
+    return {k: v for k, v in env.items() if k not in SESSION_VARIABLES}
+
+
 def start_daemon(
     root: Path, root_arg: str | None, socket_arg: str | None
 ) -> subprocess.Popen[bytes]:
@@ -93,10 +115,11 @@ def start_daemon(
     except OSError as exc:
         raise BridgeError(f"cannot prepare root {root}: {exc.strerror or exc}") from None
     argv = [sys.executable, "-m", "xumd"]
+    # Absolute: the daemon runs from / (it must not keep the session's directory busy).
     if root_arg:
-        argv += ["--root", root_arg]
+        argv += ["--root", os.path.abspath(root_arg)]
     if socket_arg:
-        argv += ["--socket", socket_arg]
+        argv += ["--socket", os.path.abspath(socket_arg)]
     try:
         # Its own session: the ssh session ending (SIGHUP to its group) must not end the
         # daemon, and it must not hold the ssh channel open through inherited descriptors.
@@ -107,6 +130,8 @@ def start_daemon(
             stderr=log_fd,
             start_new_session=True,
             close_fds=True,
+            cwd="/",
+            env=daemon_env(os.environ),
         )
     except OSError as exc:
         raise BridgeError(f"cannot start xumd ({argv[0]}): {exc.strerror or exc}") from None
@@ -129,6 +154,9 @@ def connect_or_start(
     while True:
         sock = _try_connect(choice.path)
         if sock is not None:
+            # Reaped when it exits (a loser of a race exits 3 at once; the winner outlives
+            # the bridge and is then re-parented): no zombie while the bridge relays.
+            threading.Thread(target=proc.wait, name="xumd-reaper", daemon=True).start()
             return sock
         code = proc.poll()
         # Status 3: another daemon holds the root (a racing bridge started it first): wait for

@@ -66,6 +66,12 @@ class HostKeyRefused(HostError):
     kind = "host_key_refused"
 
 
+class HostKeyUnverified(HostError):
+    """ssh could not verify the host's own key (unknown, or changed): exit 255."""
+
+    kind = "host_key_unverified"
+
+
 class XumMissingOnHost(HostError):
     """The host's shell found no xum (exit 127): install it there (`xum host install`)."""
 

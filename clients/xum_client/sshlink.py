@@ -27,6 +27,7 @@ from xum_client.errors import (
     ConnectionLost,
     HostError,
     HostKeyRefused,
+    HostKeyUnverified,
     HostUnreachable,
     XumClientError,
     XumMissingOnHost,
@@ -51,6 +52,14 @@ def classify(entry: hosts.HostEntry, status: int | None, stderr: str) -> HostErr
     detail = _stderr_detail(stderr)
     where = f"host {entry.name!r} ({entry.dest})"
     if status == hosts.EXIT_SSH_FAILED:
+        if "Host key verification failed" in stderr or "HOST IDENTIFICATION HAS CHANGED" in stderr:
+            return HostKeyUnverified(
+                f"{where}: ssh could not verify the host's key ({detail}): it is unknown or has "
+                f"changed; check it and accept it with `ssh {entry.dest}` once",
+                host=entry.name,
+                status=status,
+                detail=detail,
+            )
         if any(mark in stderr for mark in _KEY_REFUSED):
             return HostKeyRefused(
                 f"{where} refused the key: {detail or 'permission denied'} (ssh -v {entry.dest} "
@@ -128,6 +137,10 @@ class SshLink:
         self._closed = False
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def pid(self) -> int:
         return self.proc.pid
 
@@ -165,6 +178,19 @@ class SshLink:
     def failure(self) -> HostError:
         """What ended the link before any answer: ssh's status and stderr, classified."""
         return classify(self.entry, self.exit_status(), self.stderr_text())
+
+    def noise(self, line: bytes) -> HostError:
+        """The error for text that is not the protocol before the first answer: the host's
+        shell printed it (a startup file that writes for non-interactive shells)."""
+        text = line.decode(errors="replace").strip()[:200]
+        return BridgeFailed(
+            f"the shell on host {self.entry.name!r} ({self.entry.dest}) wrote {text!r} before "
+            "xum's bridge ran: a shell startup file prints even for non-interactive sessions "
+            f"(make it quiet; `ssh {self.entry.dest} true` must print nothing)",
+            host=self.entry.name,
+            status=None,
+            detail=text,
+        )
 
     def lost(self, method: str | None, params: Any) -> ConnectionLost:
         """The error for a call in flight when the link ended: outcome unknown."""

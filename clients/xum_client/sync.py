@@ -171,6 +171,7 @@ class Client:
         major.minor; off only for what must reach any daemon (`xum daemon status|stop`)."""
         self.host = host
         self._link: SshLink | None = None
+        self._peer_ended = False
         if host is not None:
             from xum_client.hosts import get_host
             from xum_client.sshlink import SshLink
@@ -209,12 +210,17 @@ class Client:
             self.root = str(self.server.get("root", self.root))
             self.socket_path = str(self.server.get("socket", self.socket_path))
 
+    @property
+    def ssh_pid(self) -> int | None:
+        """With `host=`: the pid of the ssh process that carries the connection."""
+        return self._link.pid if self._link is not None else None
+
     def call(self, method: str, params: dict[str, Any] | list[Any] | None = None) -> dict[str, Any]:
         """Call `method`; returns its result object or raises the typed error."""
         try:
             return self._call(method, params)
         except ConnectionLost:
-            if self._link is None:
+            if self._link is None or not self._peer_ended:
                 raise
             if self.server is None and method == "hello":
                 # Nothing but the handshake went out: ssh's status says why (no host, no key,
@@ -238,6 +244,7 @@ class Client:
         try:
             self._sock.sendall(encode(message))
         except (BrokenPipeError, ConnectionResetError):
+            self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection") from None
         except TimeoutError:
             raise ClientTimeout(f"timed out sending {method}") from None
@@ -266,12 +273,17 @@ class Client:
         except TimeoutError:
             raise ClientTimeout("no answer from the daemon in time") from None
         except ConnectionResetError:
+            self._peer_ended = True
             raise ConnectionLost("the daemon reset the connection") from None
         if not line:
+            self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection")
         try:
             return decode(line)
         except ValueError:
+            if self._link is not None and self.server is None:
+                # Before the first answer through ssh: the host's shell, not the daemon.
+                raise self._link.noise(line) from None
             raise ConnectionLost(f"the daemon sent invalid JSON: {line[:200]!r}") from None
 
     def next_notification(self) -> dict[str, Any]:

@@ -93,8 +93,15 @@ class SshServer:
         *,
         path_head: list[str] | None = None,
         set_env: dict[str, str] | None = None,
+        authorized_from: SshServer | None = None,
+        extra_config: str = "",
     ) -> None:
+        """`authorized_from`: also accept that server's client key (so one ssh_config reaches
+        both: an entry's `Port` option picks this one)."""
         self.base = base
+        self.authorized_from = authorized_from
+        self.extra_config = extra_config
+        """Lines appended to sshd_config (e.g. a `ForceCommand`)."""
         # The venv's bin first: the remote `xum` is this worktree's.
         self.path_head = [str(Path(sys.executable).parent)] if path_head is None else path_head
         self.set_env = set_env or {}
@@ -121,7 +128,10 @@ class SshServer:
         host_key = keygen(b / "host_ed25519")
         key = keygen(b / "id_ed25519")
         keygen(b / "id_unknown")
-        (b / "authorized_keys").write_text((b / "id_ed25519.pub").read_text())
+        keys = (b / "id_ed25519.pub").read_text()
+        if self.authorized_from is not None:
+            keys += (self.authorized_from.base / "id_ed25519.pub").read_text()
+        (b / "authorized_keys").write_text(keys)
         for d in (self.data_home, self.state_home, self.config_home):
             d.mkdir(parents=True, exist_ok=True)
         set_env = " ".join(f"{k}={v}" for k, v in self.session_env().items())
@@ -141,6 +151,7 @@ class SshServer:
             "PrintMotd no\n"
             "LogLevel INFO\n"
             f"SetEnv {set_env}\n"
+            f"{self.extra_config}"
         )
         common = (
             f"  User {user}\n"
@@ -154,6 +165,9 @@ class SshServer:
             "  ControlPath none\n"
             "  ConnectTimeout 10\n"
             "  LogLevel ERROR\n"
+            # The cheapest key exchange ssh offers (the default adds a post-quantum part):
+            # every test connection pays for it on shared cores.
+            "  KexAlgorithms curve25519-sha256\n"
         )
         self.ssh_config.write_text(
             f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {self.port}\n"
@@ -194,6 +208,8 @@ class SshServer:
         return {"XUM_SSH": f"ssh -F {self.ssh_config}"}
 
     def close(self) -> None:
+        # A bridge without --root started its daemon on the sessions' default root.
+        stop_root_daemon(self.state_home / "xum")
         if self.proc is not None and self.proc.poll() is None:
             # Its own session: the listener and any session it still serves.
             with contextlib.suppress(ProcessLookupError):

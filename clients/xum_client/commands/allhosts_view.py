@@ -33,7 +33,6 @@ from xum_client.sync import Client
 EXIT_NONE_ANSWERED = 1
 
 
-
 def _check(obj: Ctx) -> None:
     if obj.host:
         raise click.UsageError("--all-hosts asks every host: it does not go with --host")

@@ -1,0 +1,369 @@
+"""Hosts through a real OpenSSH server on loopback (tests/support/sshd.py, docs/HOSTS.md):
+the CLI's `--host` / `XUM_HOST`, `Client(host=)` and `AsyncClient(host=)`, the bridge starting
+the host's daemon, a connection dropped mid-archive, and a host that is down, refuses the key,
+or has no xum."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from xum_client import AsyncClient, Client, ConnectionLost
+from xum_client.errors import BridgeFailed, HostKeyRefused, HostUnreachable, XumMissingOnHost
+from xum_client.hosts import HostEntry, add_host
+from xumd.rootlock import read_holder
+
+from tests.support.daemon import short_tmpdir
+from tests.support.gitrepo import git, make_repo
+from tests.support.procs import alive, identify
+from tests.support.sshd import ALIAS, ALIAS_BADKEY, ALIAS_DOWN, SshServer, stop_root_daemon
+from tests.support.wait import until
+
+XUM = str(Path(sys.executable).parent / "xum")
+
+
+@pytest.fixture(scope="module")
+def sshd() -> Iterator[SshServer]:
+    base = short_tmpdir("xsd-")
+    server = SshServer(base).start()
+    yield server
+    server.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def host_env(
+    sshd: SshServer, tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, str]]:
+    """Host `h1` (this sshd, a remote root under the test's temp directory), in a hosts file of
+    the test's own; the same variables for in-process clients and the CLI."""
+    env = {**sshd.env(), "XUM_HOSTS_FILE": str(tmp_short / "hosts.toml")}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("XUM_HOST", raising=False)
+    remote_root = tmp_short / "remote-root"
+    add_host(HostEntry("h1", ALIAS, str(remote_root)))
+    env["REMOTE_ROOT"] = str(remote_root)
+    yield env
+    stop_root_daemon(remote_root)
+
+
+def xum(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [XUM, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def xum_json(env: dict[str, str], *args: str) -> dict[str, Any]:
+    done = xum(env, "--json", *args)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_cli_through_a_host(host_env: dict[str, str], tmp_short: Path) -> None:
+    remote_root = Path(host_env["REMOTE_ROOT"])
+    assert read_holder(remote_root / "xumd.lock") is None
+    repo = make_repo(tmp_short / "repo")
+
+    checked = xum_json(host_env, "host", "check", "h1")
+    # The bridge started the host's daemon on the entry's remote root.
+    holder = read_holder(remote_root / "xumd.lock")
+    assert holder is not None
+    assert checked["pid"] == holder["pid"]
+    assert checked["root"] == str(remote_root)
+    assert checked["version"] and checked["protocol"]
+    human = xum(host_env, "host", "check", "h1").stdout
+    assert f"root {remote_root}, pid {holder['pid']}" in human
+
+    added = xum_json(host_env, "--host", "h1", "project", "add", str(repo))
+    assert added["project"]["name"] == "repo"
+    created = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")
+    ws = created["workspace"]
+    assert ws["path"].startswith(str(remote_root))
+    # XUM_HOST is the same as --host
+    listed = xum_json({**host_env, "XUM_HOST": "h1"}, "ws", "ls")
+    assert [w["name"] for w in listed["workspaces"]] == ["one"]
+    shown = xum_json(host_env, "--host", "h1", "ws", "show", "repo/one")
+    assert shown["workspace"]["id"] == ws["id"]
+    archived = xum_json(host_env, "--host", "h1", "ws", "archive", "repo/one")
+    assert archived["workspace"]["state"] == "archived"
+    assert archived["cleanup"]["status"] == "completed"
+    assert not Path(ws["path"]).exists()
+    assert xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]["state"] == (
+        "archived"
+    )
+    # The same daemon answered every time.
+    status = xum_json(host_env, "--host", "h1", "status")
+    assert status["pid"] == holder["pid"]
+
+
+def test_host_root_flag_overrides_the_entry(host_env: dict[str, str], tmp_short: Path) -> None:
+    other = tmp_short / "other-root"
+    try:
+        status = xum_json(host_env, "--host", "h1", "--root", str(other), "status")
+        assert status["root"] == str(other)
+    finally:
+        stop_root_daemon(other)
+
+
+def test_python_clients_through_a_host(host_env: dict[str, str]) -> None:
+    remote_root = host_env["REMOTE_ROOT"]
+    with Client(host="h1") as client:
+        assert client.root == remote_root
+        assert client.call("daemon.status")["root"] == remote_root
+        ssh_pid = client.ssh_pid
+        assert ssh_pid is not None
+        ssh = identify(ssh_pid)
+        assert alive(ssh)
+    # Closing the client ends (and reaps) its ssh.
+    assert not alive(ssh)
+    with pytest.raises(psutil.NoSuchProcess):
+        psutil.Process(ssh_pid).status()
+
+    async def run_async() -> int:
+        async with AsyncClient(host="h1") as aclient:
+            status = await aclient.status()
+            assert status.root == remote_root
+            assert aclient.server is not None and aclient.server.root == remote_root
+            assert aclient.ssh_pid is not None
+            return aclient.ssh_pid
+
+    async_ssh = anyio.run(run_async)
+    with pytest.raises(psutil.NoSuchProcess):
+        psutil.Process(async_ssh).status()
+
+
+# -- a host that cannot be used: one clear line each --------------------------------------------
+
+
+@pytest.fixture
+def no_xum_sshd(sshd: SshServer) -> Iterator[SshServer]:
+    """A second server whose sessions' PATH has no xum (and no data-directory venv)."""
+    base = short_tmpdir("xsn-")
+    server = SshServer(base, path_head=[], authorized_from=sshd)
+    server.start()
+    yield server
+    server.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def noisy_sshd(sshd: SshServer) -> Iterator[SshServer]:
+    """A server whose sessions print a banner on stdout before running the command (what a
+    chatty shell startup file does for non-interactive shells)."""
+    base = short_tmpdir("xsq-")
+    force = """ForceCommand echo 'Welcome to the build farm!'; eval "$SSH_ORIGINAL_COMMAND"\n"""
+    server = SshServer(base, authorized_from=sshd, extra_config=force)
+    server.start()
+    yield server
+    server.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_unusable_hosts_each_say_why(
+    host_env: dict[str, str], no_xum_sshd: SshServer, noisy_sshd: SshServer, tmp_short: Path
+) -> None:
+    add_host(HostEntry("down", ALIAS_DOWN))
+    add_host(HostEntry("badkey", ALIAS_BADKEY))
+    # The alias's key and known hosts, another server's port: an ssh option in the entry.
+    add_host(HostEntry("noxum", ALIAS, None, {"Port": str(no_xum_sshd.port)}))
+    add_host(HostEntry("noisy", ALIAS, None, {"Port": str(noisy_sshd.port)}))
+    (tmp_short / "empty_known_hosts").write_text("")
+    strict = {
+        "StrictHostKeyChecking": "yes",
+        "UserKnownHostsFile": str(tmp_short / "empty_known_hosts"),
+    }
+    add_host(HostEntry("unknownkey", ALIAS, None, strict))
+    expected = {
+        "down": ("host_unreachable", "is unreachable: ssh: connect to host 127.0.0.1 port"),
+        "badkey": ("host_key_refused", "refused the key: "),
+        "unknownkey": ("host_key_unverified", "ssh could not verify the host's key"),
+        "noxum": ("xum_missing", "xum is not installed on host 'noxum'"),
+        "noisy": ("bridge_failed", "wrote 'Welcome to the build farm!' before xum's bridge ran"),
+    }
+    for name, (kind, text) in expected.items():
+        done = xum(host_env, "--host", name, "ws", "ls")
+        assert done.returncode == 6, (name, done.stderr)
+        assert done.stdout == ""
+        assert done.stderr.startswith("xum: ") and text in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+        as_json = xum(host_env, "--host", name, "--json", "ws", "ls")
+        assert as_json.returncode == 6
+        error = json.loads(as_json.stdout)["error"]
+        assert error["kind"] == kind, error
+        assert error["data"]["host"] == name
+    # The Python client raises the typed errors.
+    for name, cls in (("down", HostUnreachable), ("badkey", HostKeyRefused)):
+        with pytest.raises(cls):
+            Client(host=name)
+    with pytest.raises(XumMissingOnHost, match="xum host install noxum"):
+        Client(host="noxum")
+
+    async def noisy() -> None:
+        async with AsyncClient(host="noisy"):
+            pass
+
+    with pytest.raises(BridgeFailed, match="Welcome to the build farm"):
+        anyio.run(noisy)
+
+
+# -- a connection dropped mid-call --------------------------------------------------------------
+
+
+def _slow_teardown_project(env: dict[str, str], tmp_short: Path) -> tuple[Path, Path]:
+    """A trusted project whose teardown says it started, then waits on a FIFO the test
+    writes to (`release`): an archive that is in flight for as long as the test wants."""
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    os.mkfifo(ctl / "fifo")
+    repo = make_repo(tmp_short / "repo")
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text(
+        f'[scripts]\nteardown = ["touch {ctl}/started && read line < {ctl}/fifo"]\n'
+    )
+    git(repo, "add", ".xum")
+    git(repo, "commit", "-q", "-m", "slow teardown")
+    xum_json(env, "--host", "h1", "project", "add", str(repo))
+    xum_json(env, "--host", "h1", "project", "trust", "repo")
+    return repo, ctl
+
+
+def release(ctl: Path) -> None:
+    """Let the teardown go on: write a line to its FIFO once it reads it."""
+
+    def open_writer() -> int | None:
+        try:
+            return os.open(ctl / "fifo", os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no reader yet
+                return None
+            raise
+
+    fd = until(open_writer, message="the teardown reading its FIFO")
+    try:
+        os.write(fd, b"go\n")
+    finally:
+        os.close(fd)
+
+
+def _ssh_child(cli: subprocess.Popen[str]) -> psutil.Process:
+    def find() -> psutil.Process | None:
+        for child in psutil.Process(cli.pid).children(recursive=True):
+            if child.name() == "ssh":
+                return child
+        return None
+
+    found = until(find, message="the CLI's ssh process")
+    return found
+
+
+def test_connection_dropped_mid_archive(host_env: dict[str, str], tmp_short: Path) -> None:
+    """ssh killed while the host archives: the CLI says connection_lost (outcome unknown, how to
+    look), never a success or failure it did not see; the host's daemon finishes the archive,
+    and `ws show` through the host shows it."""
+    _repo, ctl = _slow_teardown_project(host_env, tmp_short)
+    ws = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")["workspace"]
+    cli = subprocess.Popen(
+        [XUM, "--host", "h1", "ws", "archive", ws["id"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **host_env},
+    )
+    try:
+        ssh = _ssh_child(cli)
+        until((ctl / "started").exists, message="the teardown to start")
+        ssh.send_signal(signal.SIGKILL)
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 5, err
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert "connection to host 'h1' lost during workspace.archive" in err
+    assert "the outcome is unknown" in err
+    assert f"xum --host h1 ws show {ws['id']}" in err
+    # The host's daemon goes on: the teardown is still waiting, then finishes the archive.
+    release(ctl)
+
+    def archived() -> bool:
+        shown = xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]
+        return bool(shown["state"] == "archived")
+
+    until(archived, 60, interval=0.2, message="the host's daemon to finish the archive")
+    assert not Path(ws["path"]).exists()
+
+
+def test_async_client_call_lost_and_events_resume(
+    host_env: dict[str, str], tmp_short: Path
+) -> None:
+    """AsyncClient(host=): the call in flight when ssh dies raises ConnectionLost (outcome
+    unknown); a new client resumes the event stream with after_seq and sees what happened."""
+    _repo, ctl = _slow_teardown_project(host_env, tmp_short)
+    ws = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")["workspace"]
+
+    started = ctl / "started"
+
+    def archived() -> bool:
+        shown = xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]
+        return bool(shown["state"] == "archived")
+
+    async def scenario() -> None:
+        lost: list[BaseException] = []
+        async with AsyncClient(host="h1") as client, client.subscribe(["workspace."]) as events:
+
+            async def archive() -> None:
+                try:
+                    await client.call("workspace.archive", {"workspace_id": ws["id"]})
+                except ConnectionLost as exc:
+                    lost.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(archive)
+                # The archive's intent is committed (an event) and the teardown runs.
+                async for event in events:
+                    if (event.data.get("workspace") or {}).get("state") == "archiving":
+                        break
+                await anyio.to_thread.run_sync(until, started.exists)
+                assert client.ssh_pid is not None
+                os.kill(client.ssh_pid, signal.SIGKILL)
+            epoch, position = events.epoch, events.position
+        assert len(lost) == 1
+        message = str(lost[0])
+        assert "lost during workspace.archive" in message
+        assert "ssh was killed by signal 9" in message
+        assert "the outcome is unknown" in message
+        assert f"xum --host h1 ws show {ws['id']}" in message
+
+        await anyio.to_thread.run_sync(release, ctl)
+        await anyio.to_thread.run_sync(until, archived, 60, 0.2)
+        async with (
+            AsyncClient(host="h1") as again,
+            again.subscribe(["workspace."], after_seq=position, epoch=epoch) as resumed,
+        ):
+            assert resumed.snapshot.resync_required is False
+            replayed = [
+                (e.data.get("workspace") or {}).get("state") for e in resumed.snapshot.events
+            ]
+            assert "archived" in replayed
+
+    anyio.run(scenario)
