@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from xum_client.allhosts import DEADLINE_S, HostAnswer, HostEvents, gather, targets
+from xum_client.allhosts import HostAnswer, HostEvents, gather, targets
 from xum_client.commands._context import Ctx
 from xum_client.commands._errors import error_object
 from xum_client.commands._resolve import given, project_id, short
