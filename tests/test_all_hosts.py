@@ -296,3 +296,45 @@ def test_events_from_several_hosts_tagged_and_resumed_after_a_drop(
         assert item.data["data"]["project"]["path"] == str(repo_h1b)
     # Closed: no ssh left behind.
     until(lambda: not _ssh_for(world.h1.root), timeout=20, message="ssh gone")
+
+
+# The real CLI, its client claiming another release (one constant changed before it runs).
+CLAIMING = (
+    "import sys, xum_client.sync as s; s.CLIENT_VERSION = sys.argv[1]; "
+    "from xum_client.cli import main; main(sys.argv[2:])"
+)
+
+
+def test_a_host_of_another_version_is_named_with_how_to_fix_it(world: World) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CLAIMING, "0.99.0", "--host", "h1", "status"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **world.env},
+    )
+    assert done.returncode == 1
+    line = done.stderr.strip().splitlines()[-1]
+    assert f"the daemon on host h1 ({world.h1.root}) is xumd " in line
+    assert "xum 0.99.0" in line and "xum host install h1" in line
+    # In the one view, each such host is a row saying so; none answered: exit 1.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CLAIMING,
+            "0.99.0",
+            "--root",
+            str(world.local.root),
+            "status",
+            "--all-hosts",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **world.env},
+    )
+    assert done.returncode == 1
+    kinds = {h["host"]: h["error"]["kind"] for h in json.loads(done.stdout)["hosts"]}
+    assert kinds == {None: "version_mismatch", "h1": "version_mismatch", "h2": "version_mismatch"}

@@ -232,3 +232,16 @@ def test_a_host_with_another_python_gets_wheels_for_it_and_force_reinstalls(host
     assert second["venv"] != first["venv"] and second["previous"] == first["venv"]
     assert second["kept"] == [first["venv"]]
     assert link.resolve() == Path(second["venv"]) and Path(first["venv"]).is_dir()
+
+
+def test_a_venv_made_by_hand_is_never_replaced(host: Host) -> None:
+    made = host.data / "venv"
+    made.mkdir(parents=True)
+    (made / "mine").write_text("keep")
+    done = run_xum(host.env, "host", "install", "h")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"xum: host h (xumtest1): {made} exists and is not the link `xum host install` makes: "
+        "move it away first"
+    )
+    assert (made / "mine").read_text() == "keep" and not (host.data / "venvs").exists()

@@ -103,6 +103,8 @@ class Probe:
     installed: str | None = None
     """The installed xum's version, None when none is (or it does not run)."""
     installed_text: str | None = None
+    not_link: str | None = None
+    """The host's `xum/venv` when it is there but not the link an install makes."""
     silent: list[str] = field(default_factory=list)
     """Interpreters found on the host's PATH that did not describe themselves (too old for the
     probe, or broken)."""
@@ -138,7 +140,11 @@ print("XUM-PYTHON " + json.dumps({
 # through whatever login shell the user has). $1: the probe (base64); then the interpreters.
 _PROBE_SH = """
 b=$1; shift
-x="${XDG_DATA_HOME:-$HOME/.local/share}/xum/venv/bin/xum"
+v="${XDG_DATA_HOME:-$HOME/.local/share}/xum/venv"
+if [ -e "$v" ] && [ ! -L "$v" ]; then
+  printf "XUM-NOT-LINK %s\n" "$v"
+fi
+x="$v/bin/xum"
 if [ -x "$x" ]; then
   v=$("$x" --version 2>&1 | tail -n 1)
   printf "XUM-INSTALLED %s\\n" "$v"
@@ -179,6 +185,8 @@ def parse_probe(text: str) -> Probe:
             if candidate is not None:
                 probe.silent.append(candidate)
             candidate = line.removeprefix("XUM-CANDIDATE ").strip()
+        elif line.startswith("XUM-NOT-LINK "):
+            probe.not_link = line.removeprefix("XUM-NOT-LINK ").strip()
         elif line.startswith("XUM-INSTALLED "):
             probe.installed_text = line.removeprefix("XUM-INSTALLED ").strip()
             words = probe.installed_text.split()
@@ -639,6 +647,12 @@ def install(
     }
     if probe.installed == version and not force:
         return {**result, "changed": False}
+    if probe.not_link is not None:
+        # Never replaced: someone made it by hand, or another tool owns it.
+        raise HostInstallError(
+            f"host {entry.name} ({entry.dest}): {probe.not_link} exists and is not the link "
+            "`xum host install` makes: move it away first"
+        )
     chosen = choose_python(entry, probe)
     with tempfile.TemporaryDirectory(prefix="xum-wheelhouse-") as tmp:
         house = Path(tmp) / "wheels"
