@@ -338,3 +338,43 @@ def test_a_host_of_another_version_is_named_with_how_to_fix_it(world: World) -> 
     assert done.returncode == 1
     kinds = {h["host"]: h["error"]["kind"] for h in json.loads(done.stdout)["hosts"]}
     assert kinds == {None: "version_mismatch", "h1": "version_mismatch", "h2": "version_mismatch"}
+
+
+def test_xum_events_all_hosts_tags_each_line(world: World) -> None:
+    proc = subprocess.Popen(
+        [
+            XUM,
+            "--root",
+            str(world.local.root),
+            "events",
+            "--all-hosts",
+            "--json",
+            "--type",
+            "project.",
+            "--count",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **world.env},
+    )
+    try:
+        assert proc.stdout is not None
+        subscribed = set()
+        while len(subscribed) < 3:
+            item = json.loads(proc.stdout.readline())
+            assert item["kind"] == "subscribed", item
+            subscribed.add(item["host"])
+        assert subscribed == {None, "h1", "h2"}
+        repo = make_repo(world.base / "ev-cli-h2")
+        add_project(world.h2, repo)
+        item = json.loads(proc.stdout.readline())
+        assert (item["host"], item["kind"]) == ("h2", "event")
+        assert item["data"]["type"] == "project.added"
+        assert item["data"]["data"]["project"]["path"] == str(repo)
+        assert proc.wait(timeout=60) == 0  # --count 1: done
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
