@@ -130,6 +130,12 @@ def test_the_wheel_is_the_running_xum(tmp_short: Path) -> None:
     )
     assert {"xumd/py.typed", "xum_protocol/py.typed", "xum_client/py.typed"} <= names
     assert not any("__pycache__" in n for n in names)
+    # Every file the packages have here goes (a new kind of package data must not be left out).
+    for package in hostinstall.PACKAGES:
+        base = Path(__import__(package).__file__).parent
+        for path in base.rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                assert f"{package}/{path.relative_to(base).as_posix()}" in names, path
     assert "Requires-Dist: pydantic" in metadata and "pytest" not in metadata
     assert "xumd = xumd.main:main" in entry_points and "xum = xum_client.cli:main" in entry_points
 
