@@ -241,3 +241,40 @@ def test_bridge_ignores_xum_host(daemon: DaemonProcess, tmp_short: Path) -> None
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_bridge_relays_large_frames_byte_for_byte(daemon: DaemonProcess) -> None:
+    """A 4 MiB request crosses the bridge in many reads and writes and arrives whole: the
+    daemon parses it (and refuses its unknown parameter by name)."""
+    proc = bridge("--root", str(daemon.root))
+    try:
+        big = "é" * (2 * 1024 * 1024)  # 4 MiB of UTF-8
+        send(proc.stdin, 7, "daemon.status", padding=big)
+        reply = answer(proc.stdout)
+        assert reply["id"] == 7
+        assert reply["error"]["data"]["kind"] == "invalid_params"
+        assert "padding" in json.dumps(reply["error"])
+        assert hello(proc, 8)["pid"] == daemon.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_bridge_starts_a_daemon_over_a_crashed_ones_socket(tmp_short: Path) -> None:
+    """A daemon SIGKILLed leaves its socket file (connect: refused): the bridge starts a new
+    one, which takes the root (the lock died with the old one) and the socket path."""
+    root = tmp_short / "root"
+    crashed = DaemonProcess(root).start()
+    crashed.kill()
+    assert (root / "xumd.sock").exists()
+    proc = bridge("--root", str(root))
+    try:
+        pid = hello(proc)["pid"]
+        assert pid != crashed.pid
+        holder = read_holder(root / "xumd.lock")
+        assert holder is not None and holder["pid"] == pid
+    finally:
+        proc.kill()
+        proc.wait()
+        crashed.close()
+        stop_root_daemon(root)

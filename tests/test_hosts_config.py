@@ -57,8 +57,8 @@ def test_add_load_remove_round_trip(hosts_path: Path) -> None:
     hosts.add_host(HostEntry("b", "alias"))
     loaded = hosts.load_hosts()
     assert loaded == {"dev-box.1": odd, "b": HostEntry("b", "alias", None, {})}
-    # Written whole: the file is the only one in its directory (no temporary left behind).
-    assert [p.name for p in hosts_path.parent.iterdir()] == ["hosts.toml"]
+    # Written whole: no temporary left behind (the lock file stays, empty).
+    assert sorted(p.name for p in hosts_path.parent.iterdir()) == [".hosts.toml.lock", "hosts.toml"]
 
     with pytest.raises(HostConfigError, match="already exists"):
         hosts.add_host(HostEntry("b", "other"))
@@ -88,7 +88,7 @@ def test_a_failed_write_leaves_the_old_file(
     with pytest.raises(HostConfigError, match=r"cannot write hosts file .*No space left"):
         hosts.add_host(HostEntry("b", "alias-b"))
     assert hosts_path.read_text() == before
-    assert [p.name for p in hosts_path.parent.iterdir()] == ["hosts.toml"]
+    assert sorted(p.name for p in hosts_path.parent.iterdir()) == [".hosts.toml.lock", "hosts.toml"]
 
 
 def test_malformed_file_names_file_and_line(hosts_path: Path) -> None:
@@ -198,7 +198,13 @@ def test_remote_command_prefers_the_data_dir_venv(tmp_short: Path) -> None:
     _fake_xum(home_venv, home_log)
     subprocess.run(["sh", "-c", line], env=env, check=True, timeout=30)
     assert home_log.exists()
-    # Neither: the shell's own "not found", status 127 (what the client reports as no xum).
+    # Not on PATH, but in ~/.local/bin (pipx, pip --user): found there.
+    local_bin_log = tmp_short / "local-bin.log"
+    _fake_xum(tmp_short / "home2" / ".local" / "bin", local_bin_log)
+    env2 = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_short / "home2")}
+    subprocess.run(["sh", "-c", line], env=env2, check=True, timeout=30)
+    assert local_bin_log.read_text().splitlines()[1:] == ["bridge"]
+    # None: the shell's own "not found", status 127 (what the client reports as no xum).
     done = subprocess.run(
         ["sh", "-c", line],
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_short / "nohome")},
@@ -268,7 +274,91 @@ def test_cli_malformed_hosts_file_is_one_clear_line(hosts_path: Path) -> None:
 
 def test_cli_local_only_commands_refuse_host(hosts_path: Path) -> None:
     env = {"XUM_HOSTS_FILE": str(hosts_path)}
-    for args in (["daemon", "run"], ["daemon", "install", "--dry-run"], ["socket"]):
+    for args in (
+        ["daemon", "run"],
+        ["daemon", "install", "--dry-run"],
+        ["socket"],
+        ["ws", "open", "x"],
+    ):
         done = xum(env, "--host", "h", *args)
         assert done.returncode == 2, args
         assert "acts on this machine" in done.stderr
+
+
+def test_cli_ssh_that_cannot_run_is_one_clear_line(hosts_path: Path) -> None:
+    env = {"XUM_HOSTS_FILE": str(hosts_path), "XUM_SSH": "/nonexistent/ssh -F x"}
+    assert xum(env, "host", "add", "h", "alias").returncode == 0
+    done = xum(env, "--host", "h", "ws", "ls")
+    assert done.returncode == 1
+    assert done.stderr == (
+        "xum: cannot run ssh (/nonexistent/ssh) for host 'h': No such file or directory\n"
+    )
+
+
+ADDER = """
+import sys
+from xum_client.hosts import HostEntry, add_host
+for i in range(int(sys.argv[2])):
+    add_host(HostEntry(f"{sys.argv[1]}{i}", "alias"))
+"""
+
+
+def test_concurrent_adds_all_land(hosts_path: Path) -> None:
+    """Two writers adding at once: each read-modify-write holds the file's lock, so neither
+    add is lost (the rename alone keeps the file whole, not both changes)."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", ADDER, prefix, "15"], env=os.environ.copy())
+        for prefix in ("a", "b")
+    ]
+    for proc in procs:
+        assert proc.wait(120) == 0
+    names = set(hosts.load_hosts())
+    assert names == {f"{p}{i}" for p in ("a", "b") for i in range(15)}
+
+
+def test_a_held_lock_is_a_clear_error_after_its_deadline(
+    hosts_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    hosts_path.parent.mkdir(parents=True)
+    fd = os.open(hosts_path.parent / ".hosts.toml.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    monkeypatch.setattr(hosts, "LOCK_TIMEOUT_S", 0.2)
+    try:
+        with pytest.raises(HostConfigError, match="is locked by another xum for over"):
+            hosts.add_host(HostEntry("a", "alias"))
+    finally:
+        os.close(fd)
+    hosts.add_host(HostEntry("a", "alias"))
+    assert list(hosts.load_hosts()) == ["a"]
+
+
+def test_a_stream_cut_mid_message_is_a_lost_connection(tmp_short: Path) -> None:
+    """The end of the stream in the middle of an answer (a connection cut while the daemon
+    wrote) is ConnectionLost as a dropped connection, not "invalid JSON from the daemon": through
+    a host it then says the outcome is unknown. The peer is a scripted socket (the fault)."""
+    import socket
+    import threading
+
+    from xum_client import Client, ConnectionLost
+
+    path = tmp_short / "s.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.makefile("rb").readline()
+            conn.sendall(b'{"jsonrpc":"2.0","id":1,"result":{"pid')
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ConnectionLost, match="ended in the middle of a message"):
+            Client(socket_path=path, timeout=10)
+    finally:
+        thread.join(10)
+        server.close()

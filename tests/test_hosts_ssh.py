@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from xum_client import AsyncClient, Client, ConnectionLost
+from xum_client import AsyncClient, Client, ClientTimeout, ConnectionLost
 from xum_client.errors import BridgeFailed, HostKeyRefused, HostUnreachable, XumMissingOnHost
 from xum_client.hosts import HostEntry, add_host
 from xumd.rootlock import read_holder
@@ -89,8 +89,6 @@ def test_cli_through_a_host(host_env: dict[str, str], tmp_short: Path) -> None:
     assert checked["pid"] == holder["pid"]
     assert checked["root"] == str(remote_root)
     assert checked["version"] and checked["protocol"]
-    human = xum(host_env, "host", "check", "h1").stdout
-    assert f"root {remote_root}, pid {holder['pid']}" in human
 
     added = xum_json(host_env, "--host", "h1", "project", "add", str(repo))
     assert added["project"]["name"] == "repo"
@@ -106,12 +104,10 @@ def test_cli_through_a_host(host_env: dict[str, str], tmp_short: Path) -> None:
     assert archived["workspace"]["state"] == "archived"
     assert archived["cleanup"]["status"] == "completed"
     assert not Path(ws["path"]).exists()
-    assert xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]["state"] == (
-        "archived"
-    )
-    # The same daemon answered every time.
-    status = xum_json(host_env, "--host", "h1", "status")
-    assert status["pid"] == holder["pid"]
+    # The same daemon answered every time, and the human form of `host check` says so.
+    human = xum(host_env, "host", "check", "h1").stdout
+    assert f"h1 ({ALIAS}): xumd " in human
+    assert f"root {remote_root}, pid {holder['pid']}" in human
 
 
 def test_host_root_flag_overrides_the_entry(host_env: dict[str, str], tmp_short: Path) -> None:
@@ -119,6 +115,16 @@ def test_host_root_flag_overrides_the_entry(host_env: dict[str, str], tmp_short:
     try:
         status = xum_json(host_env, "--host", "h1", "--root", str(other), "status")
         assert status["root"] == str(other)
+        # `daemon stop` through a host asks that daemon to stop (its lock is the host's).
+        stopped = xum_json(host_env, "--host", "h1", "--root", str(other), "daemon", "stop")
+        assert stopped == {
+            "stopped": False,
+            "stopping": True,
+            "pid": status["pid"],
+            "root": str(other),
+            "host": "h1",
+        }
+        until(lambda: read_holder(other / "xumd.lock") is None, message="that daemon's exit")
     finally:
         stop_root_daemon(other)
 
@@ -155,9 +161,13 @@ def test_python_clients_through_a_host(host_env: dict[str, str]) -> None:
 
 @pytest.fixture
 def no_xum_sshd(sshd: SshServer) -> Iterator[SshServer]:
-    """A second server whose sessions' PATH has no xum (and no data-directory venv)."""
+    """A second server whose sessions' PATH has no xum (and no data-directory venv, and a
+    HOME of its own: no ~/.local/bin/xum either)."""
     base = short_tmpdir("xsn-")
-    server = SshServer(base, path_head=[], authorized_from=sshd)
+    (base / "home").mkdir()
+    server = SshServer(
+        base, path_head=[], authorized_from=sshd, set_env={"HOME": str(base / "home")}
+    )
     server.start()
     yield server
     server.close()
@@ -199,16 +209,19 @@ def test_unusable_hosts_each_say_why(
         "noisy": ("bridge_failed", "wrote 'Welcome to the build farm!' before xum's bridge ran"),
     }
     for name, (kind, text) in expected.items():
-        done = xum(host_env, "--host", name, "ws", "ls")
-        assert done.returncode == 6, (name, done.stderr)
-        assert done.stdout == ""
-        assert done.stderr.startswith("xum: ") and text in done.stderr, done.stderr
-        assert done.stderr.count("\n") == 1, done.stderr
         as_json = xum(host_env, "--host", name, "--json", "ws", "ls")
-        assert as_json.returncode == 6
+        assert as_json.returncode == 6, (name, as_json.stdout, as_json.stderr)
         error = json.loads(as_json.stdout)["error"]
         assert error["kind"] == kind, error
+        assert text in error["message"], error
+        assert "\n" not in error["message"]
         assert error["data"]["host"] == name
+    # Without --json: the same message, one line on stderr, nothing on stdout.
+    done = xum(host_env, "--host", "badkey", "ws", "ls")
+    assert done.returncode == 6
+    assert done.stdout == ""
+    assert done.stderr.startswith("xum: host 'badkey' (xumtest1-badkey) refused the key: ")
+    assert done.stderr.count("\n") == 1, done.stderr
     # The Python client raises the typed errors.
     for name, cls in (("down", HostUnreachable), ("badkey", HostKeyRefused)):
         with pytest.raises(cls):
@@ -227,9 +240,26 @@ def test_unusable_hosts_each_say_why(
 # -- a connection dropped mid-call --------------------------------------------------------------
 
 
-def _slow_teardown_project(env: dict[str, str], tmp_short: Path) -> tuple[Path, Path]:
-    """A trusted project whose teardown says it started, then waits on a FIFO the test
-    writes to (`release`): an archive that is in flight for as long as the test wants."""
+@pytest.fixture
+def slow_ws(host_env: dict[str, str], tmp_short: Path) -> Iterator[tuple[dict[str, Any], Path]]:
+    """`_slow_teardown_workspace`; a teardown still waiting when the test ends (it failed
+    half-way) is let go before the host's daemon is stopped."""
+    ws, ctl = _slow_teardown_workspace(tmp_short)
+    yield ws, ctl
+    try:
+        fd = os.open(ctl / "fifo", os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return  # no reader: nothing waits
+    try:
+        os.write(fd, b"go\n")
+    finally:
+        os.close(fd)
+
+
+def _slow_teardown_workspace(tmp_short: Path) -> tuple[dict[str, Any], Path]:
+    """A workspace on host h1 of a trusted project whose teardown says it started, then waits
+    on a FIFO the test writes to (`release`): an archive in flight for as long as the test
+    wants. Set up through one client (one ssh connection)."""
     ctl = tmp_short / "ctl"
     ctl.mkdir()
     os.mkfifo(ctl / "fifo")
@@ -240,9 +270,11 @@ def _slow_teardown_project(env: dict[str, str], tmp_short: Path) -> tuple[Path, 
     )
     git(repo, "add", ".xum")
     git(repo, "commit", "-q", "-m", "slow teardown")
-    xum_json(env, "--host", "h1", "project", "add", str(repo))
-    xum_json(env, "--host", "h1", "project", "trust", "repo")
-    return repo, ctl
+    with Client(host="h1") as client:
+        project = client.call("project.add", {"path": str(repo)})["project"]
+        client.call("project.trust", {"project_id": project["id"]})
+        ws = client.call("workspace.create", {"project_id": project["id"], "name": "one"})
+    return ws["workspace"], ctl
 
 
 def release(ctl: Path) -> None:
@@ -263,6 +295,18 @@ def release(ctl: Path) -> None:
         os.close(fd)
 
 
+def wait_archived(remote_root: Path, workspace_id: str) -> None:
+    """Until the host's daemon has archived the workspace: asked on its socket directly (the
+    host is this machine), so the wait costs no ssh connection per look."""
+
+    def archived() -> bool:
+        with Client(remote_root) as client:
+            row = client.call("workspace.get", {"workspace_id": workspace_id})["workspace"]
+        return bool(row["state"] == "archived")
+
+    until(archived, 60, message="the host's daemon to finish the archive")
+
+
 def _ssh_child(cli: subprocess.Popen[str]) -> psutil.Process:
     def find() -> psutil.Process | None:
         for child in psutil.Process(cli.pid).children(recursive=True):
@@ -274,12 +318,13 @@ def _ssh_child(cli: subprocess.Popen[str]) -> psutil.Process:
     return found
 
 
-def test_connection_dropped_mid_archive(host_env: dict[str, str], tmp_short: Path) -> None:
+def test_connection_dropped_mid_archive(
+    host_env: dict[str, str], slow_ws: tuple[dict[str, Any], Path]
+) -> None:
     """ssh killed while the host archives: the CLI says connection_lost (outcome unknown, how to
     look), never a success or failure it did not see; the host's daemon finishes the archive,
     and `ws show` through the host shows it."""
-    _repo, ctl = _slow_teardown_project(host_env, tmp_short)
-    ws = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")["workspace"]
+    ws, ctl = slow_ws
     cli = subprocess.Popen(
         [XUM, "--host", "h1", "ws", "archive", ws["id"]],
         stdout=subprocess.PIPE,
@@ -305,27 +350,21 @@ def test_connection_dropped_mid_archive(host_env: dict[str, str], tmp_short: Pat
     # The host's daemon goes on: the teardown is still waiting, then finishes the archive.
     release(ctl)
 
-    def archived() -> bool:
-        shown = xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]
-        return bool(shown["state"] == "archived")
-
-    until(archived, 60, interval=0.2, message="the host's daemon to finish the archive")
+    wait_archived(Path(host_env["REMOTE_ROOT"]), ws["id"])
+    shown = xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]
+    assert shown["state"] == "archived"
     assert not Path(ws["path"]).exists()
 
 
+@pytest.mark.reliability  # > 5 s: the CLI's test above is the fast suite's dropped connection
 def test_async_client_call_lost_and_events_resume(
-    host_env: dict[str, str], tmp_short: Path
+    host_env: dict[str, str], slow_ws: tuple[dict[str, Any], Path]
 ) -> None:
     """AsyncClient(host=): the call in flight when ssh dies raises ConnectionLost (outcome
     unknown); a new client resumes the event stream with after_seq and sees what happened."""
-    _repo, ctl = _slow_teardown_project(host_env, tmp_short)
-    ws = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")["workspace"]
+    ws, ctl = slow_ws
 
     started = ctl / "started"
-
-    def archived() -> bool:
-        shown = xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]
-        return bool(shown["state"] == "archived")
 
     async def scenario() -> None:
         lost: list[BaseException] = []
@@ -336,6 +375,10 @@ def test_async_client_call_lost_and_events_resume(
                     await client.call("workspace.archive", {"workspace_id": ws["id"]})
                 except ConnectionLost as exc:
                     lost.append(exc)
+
+            # A call that gets no answer in time through a host: its outcome is unknown too.
+            with pytest.raises(ClientTimeout, match="the outcome is unknown: look with `xum"):
+                await client.call("workspace.get", {"workspace_id": ws["id"]}, timeout=0.0)
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(archive)
@@ -355,7 +398,7 @@ def test_async_client_call_lost_and_events_resume(
         assert f"xum --host h1 ws show {ws['id']}" in message
 
         await anyio.to_thread.run_sync(release, ctl)
-        await anyio.to_thread.run_sync(until, archived, 60, 0.2)
+        await anyio.to_thread.run_sync(wait_archived, Path(host_env["REMOTE_ROOT"]), ws["id"])
         async with (
             AsyncClient(host="h1") as again,
             again.subscribe(["workspace."], after_seq=position, epoch=epoch) as resumed,
@@ -367,3 +410,60 @@ def test_async_client_call_lost_and_events_resume(
             assert "archived" in replayed
 
     anyio.run(scenario)
+
+
+@pytest.mark.reliability  # > 5 s: ssh configurations, not the contract
+def test_a_persistent_control_master_is_reused_and_left_alone(
+    host_env: dict[str, str], sshd: SshServer, tmp_short: Path
+) -> None:
+    """`ControlMaster auto` + `ControlPersist` (a common ~/.ssh/config): the background master
+    ssh forks leaves the client's process group, so closing a client neither hangs on it nor
+    kills it, and the next client reuses it."""
+    control = str(tmp_short / "cm-%C")
+    options = {"ControlMaster": "auto", "ControlPath": control, "ControlPersist": "60"}
+    add_host(HostEntry("cm", ALIAS, host_env["REMOTE_ROOT"], options))
+    ssh = ["ssh", "-F", str(sshd.ssh_config), "-o", f"ControlPath={control}"]
+    try:
+        pids = set()
+        for _ in range(2):
+            with Client(host="cm") as client:
+                pids.add(client.call("daemon.status")["pid"])
+        assert len(pids) == 1
+        check = subprocess.run(
+            [*ssh, "-O", "check", ALIAS], capture_output=True, text=True, timeout=30, check=False
+        )
+        assert check.returncode == 0, check.stderr
+        assert "Master running" in check.stderr
+    finally:
+        subprocess.run([*ssh, "-O", "exit", ALIAS], capture_output=True, timeout=30, check=False)
+
+
+HOLDER = """
+import sys
+from xum_client import Client
+client = Client(host="h1")
+print(client.ssh_pid, flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_a_killed_client_leaves_no_ssh(host_env: dict[str, str]) -> None:
+    """A client SIGKILLed (no close, no cleanup) takes its ssh with it: the kernel closes the
+    client's end of the socketpair, ssh reads the end of its stdin and exits (no orphan)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **host_env},
+    )
+    try:
+        assert holder.stdout is not None
+        ssh = identify(int(holder.stdout.readline()))
+        assert alive(ssh)
+        holder.kill()
+        holder.wait()
+        until(lambda: not alive(ssh), message="the orphaned ssh to exit")
+    finally:
+        holder.kill()
+        holder.wait()

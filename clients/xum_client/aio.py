@@ -301,6 +301,14 @@ class AsyncClient:
                     await self._stream.send(framing.encode(message))
                 await pending.done.wait()
         except TimeoutError:
+            if self._link is not None and self.server is not None:
+                from xum_client.sshlink import how_to_look
+
+                raise ClientTimeout(
+                    f"no answer from host {self.host!r} to {method} within {limit}s; the "
+                    f"outcome is unknown: look with "
+                    f"`{how_to_look(self._link.entry.name, method, params)}`"
+                ) from None
             raise ClientTimeout(f"no answer to {method} within {limit}s") from None
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             raise ConnectionLost("the daemon closed the connection") from None

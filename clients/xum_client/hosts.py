@@ -21,11 +21,15 @@ Light on purpose (stdlib only): the CLI imports it on its start-up path when `--
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shlex
 import tempfile
+import time
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +44,18 @@ OPTION_KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 REMOTE_XUM_SCRIPT = (
     'x="${XDG_DATA_HOME:-$HOME/.local/share}/xum/venv/bin/xum"; '
     'if [ -x "$x" ]; then exec "$x" "$@"; fi; '
+    'if command -v xum >/dev/null 2>&1; then exec xum "$@"; fi; '
+    'if [ -x "$HOME/.local/bin/xum" ]; then exec "$HOME/.local/bin/xum" "$@"; fi; '
     'exec xum "$@"'
 )
 """Run on the host by `sh -c`: the xum that `xum host install` put under the host's data
-directory when it is there, else the one on PATH. A POSIX `sh` runs it whatever the user's
-login shell is (fish, csh): the login shell only sees one single-quoted word."""
+directory when it is there, else the one on PATH, else `~/.local/bin/xum` (where `pipx` and
+`pip install --user` put it, often missing from a non-interactive shell's PATH); none: the
+shell's own `not found`, status 127. A POSIX `sh` runs it whatever the user's login shell is
+(fish, csh): the login shell only sees one single-quoted word."""
+
+LOCK_TIMEOUT_S = 10.0
+"""How long `xum host add|rm` waits for another one's read-modify-write of the hosts file."""
 
 EXIT_SSH_FAILED = 255
 """ssh's own failure (cannot connect, key refused, host key mismatch): its stderr says which."""
@@ -236,35 +247,67 @@ def _write_atomic(path: Path, text: str) -> None:
         os.close(dirfd)
 
 
+@contextmanager
+def _locked(path: Path, timeout: float | None = None) -> Iterator[None]:
+    """Hold the hosts file's lock (`.hosts.toml.lock` beside it) for a read-modify-write, so
+    two `xum host add` at once both land (the rename alone keeps the file whole, not both
+    changes). Waits at most `timeout`, then HostConfigError naming the lock."""
+    timeout = LOCK_TIMEOUT_S if timeout is None else timeout
+    lock_path = path.parent / f".{path.name}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise HostConfigError(f"cannot lock hosts file {path}: {exc}") from None
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise HostConfigError(
+                        f"hosts file {path} is locked by another xum for over {timeout:.0f}s "
+                        f"({lock_path})"
+                    ) from None
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)
+
+
 def add_host(entry: HostEntry, *, replace: bool = False, path: Path | None = None) -> HostEntry:
     """Add `entry` to the hosts file (an existing name: HostConfigError unless `replace`)."""
     path = path or hosts_file()
     check_entry(entry)
-    hosts = load_hosts(path)
-    if entry.name in hosts and not replace:
-        raise HostConfigError(
-            f"host {entry.name!r} already exists in {path} (remove it first: "
-            f"`xum host rm {entry.name}`)"
-        )
-    hosts[entry.name] = entry
-    try:
-        _write_atomic(path, render_hosts(hosts))
-    except OSError as exc:
-        raise HostConfigError(f"cannot write hosts file {path}: {exc}") from None
+    with _locked(path):
+        hosts = load_hosts(path)
+        if entry.name in hosts and not replace:
+            raise HostConfigError(
+                f"host {entry.name!r} already exists in {path} (remove it first: "
+                f"`xum host rm {entry.name}`)"
+            )
+        hosts[entry.name] = entry
+        try:
+            _write_atomic(path, render_hosts(hosts))
+        except OSError as exc:
+            raise HostConfigError(f"cannot write hosts file {path}: {exc}") from None
     return entry
 
 
 def remove_host(name: str, *, path: Path | None = None) -> HostEntry:
     """Remove host `name` from the hosts file; returns it (unknown: HostConfigError)."""
     path = path or hosts_file()
-    hosts = load_hosts(path)
-    if name not in hosts:
-        raise HostConfigError(f"no host {name!r} in {path}")
-    entry = hosts.pop(name)
-    try:
-        _write_atomic(path, render_hosts(hosts))
-    except OSError as exc:
-        raise HostConfigError(f"cannot write hosts file {path}: {exc}") from None
+    with _locked(path):
+        hosts = load_hosts(path)
+        if name not in hosts:
+            raise HostConfigError(f"no host {name!r} in {path}")
+        entry = hosts.pop(name)
+        try:
+            _write_atomic(path, render_hosts(hosts))
+        except OSError as exc:
+            raise HostConfigError(f"cannot write hosts file {path}: {exc}") from None
     return entry
 
 

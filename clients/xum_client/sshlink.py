@@ -200,6 +200,8 @@ class SshLink:
             why = "the bridge closed the connection"
         elif status < 0:
             why = f"ssh was killed by signal {-status}"
+        elif status == 0:
+            why = "the host's daemon closed the connection"
         else:
             why = f"ssh exited with status {status}" + (f": {detail}" if detail else "")
         during = f" during {method}" if method else ""

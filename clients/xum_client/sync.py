@@ -228,8 +228,16 @@ class Client:
                 raise self._link.failure() from None
             raise self._link.lost(method, params) from None
         except ClientTimeout as exc:
-            if self._link is None or self.server is not None:
+            if self._link is None:
                 raise
+            if self.server is not None:
+                # A call went out and no answer came in time: as unknown as a dropped one.
+                from xum_client.sshlink import how_to_look
+
+                raise ClientTimeout(
+                    f"no answer from host {self.host!r} to {method} in time ({exc}); the outcome "
+                    f"is unknown: look with `{how_to_look(self._link.entry.name, method, params)}`"
+                ) from None
             detail = self._link.stderr_text().strip().splitlines()
             raise ClientTimeout(
                 f"no answer from host {self.host!r} in time ({exc})"
@@ -278,6 +286,11 @@ class Client:
         if not line:
             self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection")
+        if not line.endswith(b"\n"):
+            # The end of the stream in the middle of a message: a dropped connection, not a
+            # daemon that writes bad JSON.
+            self._peer_ended = True
+            raise ConnectionLost("the connection ended in the middle of a message")
         try:
             return decode(line)
         except ValueError:
