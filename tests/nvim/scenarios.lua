@@ -962,8 +962,9 @@ end
 function S.host(T)
   local client = require('xum.client')
   local util = require('xum.util')
+  -- by name: the hosts file (XUM_HOSTS_FILE) names `h`, read with the real CLI
   xum().setup({
-    host = { name = 'h', dest = os.getenv('XUM_TEST_SSH_ALIAS'), remote_root = os.getenv('XUM_ROOT') },
+    host = 'h',
     connect_timeout_ms = 30000,
     timeout_ms = 30000,
     reconnect_min_ms = 50,

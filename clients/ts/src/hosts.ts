@@ -4,7 +4,7 @@
 //   else ~/.config/xum/hosts.toml), or an entry given as such;
 // - the transport is `ssh -T -o BatchMode=yes [-o K=V ...] -- DEST 'sh' '-c' '<script>' 'xum'
 //   'bridge' ['--root' R]`, where the script runs the xum `xum host install` put under the host's
-//   data directory, else `xum` from PATH; $XUM_SSH replaces `ssh` (split as a shell would);
+//   data directory, else `xum` from PATH, else ~/.local/bin/xum; $XUM_SSH replaces `ssh` (split as a shell would);
 // - ssh runs in a process group of its own and is stopped with it when the connection closes;
 // - ssh ending before the daemon answered is a `HostError` saying why (unreachable, key refused,
 //   no xum there, the bridge failed); ending while a call is in flight is `ConnectionLost`, with
@@ -34,6 +34,8 @@ export interface HostEntry {
 export const REMOTE_XUM_SCRIPT =
   'x="${XDG_DATA_HOME:-$HOME/.local/share}/xum/venv/bin/xum"; ' +
   'if [ -x "$x" ]; then exec "$x" "$@"; fi; ' +
+  'if command -v xum >/dev/null 2>&1; then exec xum "$@"; fi; ' +
+  'if [ -x "$HOME/.local/bin/xum" ]; then exec "$HOME/.local/bin/xum" "$@"; fi; ' +
   'exec xum "$@"';
 
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;

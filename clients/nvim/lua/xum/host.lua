@@ -11,6 +11,8 @@ local M = {}
 
 M.REMOTE_XUM_SCRIPT = 'x="${XDG_DATA_HOME:-$HOME/.local/share}/xum/venv/bin/xum"; '
   .. 'if [ -x "$x" ]; then exec "$x" "$@"; fi; '
+  .. 'if command -v xum >/dev/null 2>&1; then exec xum "$@"; fi; '
+  .. 'if [ -x "$HOME/.local/bin/xum" ]; then exec "$HOME/.local/bin/xum" "$@"; fi; '
   .. 'exec xum "$@"'
 
 -- `s` quoted for a POSIX shell.
@@ -21,20 +23,36 @@ function M.quote(s)
   return "'" .. s:gsub("'", [['"'"']]) .. "'"
 end
 
--- The entry for setup{ host }: a table as given, or a name from the hosts file.
+-- The entry for setup{ host }: a table as given, or a name from the hosts file, read with the
+-- local CLI (`xum host ls --json`, bounded: 10 s).
 function M.resolve(host)
   if type(host) == 'table' then
     return host, nil
   end
   local cli = os.getenv('XUM_CLI') or 'xum'
-  local ok, result = pcall(function()
-    return vim.system({ cli, 'host', 'ls', '--json' }, { text = true }):wait(10000)
-  end)
-  if not ok or result.code ~= 0 then
-    return nil, 'cannot read the hosts file with `' .. cli .. ' host ls --json`: '
-      .. tostring(ok and (result.stderr or ''):gsub('%s+$', '') or result)
+  local out, err_out = {}, {}
+  local ok, job = pcall(vim.fn.jobstart, { cli, 'host', 'ls', '--json' }, {
+    stdout_buffered = true,
+    stderr_buffered = true,
+    on_stdout = function(_, data)
+      out = data
+    end,
+    on_stderr = function(_, data)
+      err_out = data
+    end,
+  })
+  if not ok or job <= 0 then
+    return nil, 'cannot run `' .. cli .. ' host ls --json` to find host ' .. tostring(host)
   end
-  local decoded_ok, data = pcall(vim.json.decode, result.stdout)
+  local code = vim.fn.jobwait({ job }, 10000)[1]
+  if code == -1 then
+    vim.fn.jobstop(job)
+    return nil, '`' .. cli .. ' host ls --json` did not answer within 10 s'
+  end
+  if code ~= 0 then
+    return nil, 'cannot read the hosts file: ' .. vim.trim(table.concat(err_out, ' '))
+  end
+  local decoded_ok, data = pcall(vim.json.decode, table.concat(out, '\n'))
   if decoded_ok and type(data) == 'table' then
     for _, entry in ipairs(data.hosts or {}) do
       if entry.name == host then
