@@ -210,10 +210,12 @@ def test_an_unreachable_host_is_one_line(host: Host) -> None:
     done = run_xum(host.env, "host", "add", "down", "xumtest-down")
     assert done.returncode == 0, done.stderr
     done = run_xum(host.env, "host", "install", "down")
-    assert done.returncode == 1
+    assert done.returncode == 6  # a host that cannot be reached, as for any command
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("xum: host down (xumtest-down): ssh failed while asking which Python")
+    assert last.startswith("xum: host 'down' (xumtest-down) is unreachable: ")
     assert "Connection refused" in last
+    done = run_xum(host.env, "host", "install", "down", "--json")
+    assert json.loads(done.stdout)["error"]["kind"] == "host_unreachable"
 
 
 @pytest.mark.reliability

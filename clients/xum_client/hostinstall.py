@@ -49,8 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xum_client import hosts
 from xum_client.errors import XumClientError
 from xum_client.hosts import HostEntry, ssh_base
+from xum_client.sshlink import classify
 from xum_client.sync import CLIENT_VERSION, release_line
 
 DISTRIBUTION = "xum"
@@ -235,6 +237,9 @@ def probe_host(
             f"host {entry.name} ({entry.dest}): no answer within {timeout:.0f}s while asking "
             "which Python it has"
         ) from None
+    if done.returncode == hosts.EXIT_SSH_FAILED:
+        # Nothing ran there: the same typed error (and exit status) as any command's.
+        raise classify(entry, done.returncode, done.stderr)
     if done.returncode != 0:
         raise _ssh_failure(entry, "asking which Python it has", done.returncode, done.stderr)
     return parse_probe(done.stdout)
