@@ -362,3 +362,25 @@ def test_a_stream_cut_mid_message_is_a_lost_connection(tmp_short: Path) -> None:
     finally:
         thread.join(10)
         server.close()
+
+
+def test_how_to_look_names_what_the_lost_call_touched() -> None:
+    from xum_client.sshlink import how_to_look
+
+    assert how_to_look("h", "workspace.archive", {"workspace_id": "ws_1"}) == (
+        "xum --host h ws show ws_1"
+    )
+    assert how_to_look("h", "workspace.create", {"project_id": "prj_1", "name": "a b"}) == (
+        "xum --host h ws show 'prj_1/a b'"
+    )
+    assert how_to_look("h", "project.add", {"path": "/x"}) == "xum --host h project ls"
+    assert how_to_look("h", "daemon.status", None) == "xum --host h ws ls"
+
+
+def test_cli_project_add_through_a_host_takes_absolute_paths(hosts_path: Path) -> None:
+    """With --host, PATH is the host's: a relative one is refused before connecting (usage)."""
+    env = {"XUM_HOSTS_FILE": str(hosts_path)}
+    for args in (["rel/repo"], ["/abs/repo", "--workspaces-dir", "rel"]):
+        done = xum(env, "--host", "h", "project", "add", *args)
+        assert done.returncode == 2, done.stderr
+        assert "are paths on host h: give them absolute" in done.stderr

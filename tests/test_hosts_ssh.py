@@ -90,6 +90,10 @@ def test_cli_through_a_host(host_env: dict[str, str], tmp_short: Path) -> None:
     assert checked["root"] == str(remote_root)
     assert checked["version"] and checked["protocol"]
 
+    # The path is the host's: not checked here (a path missing there is the host's answer).
+    missing = xum(host_env, "--host", "h1", "--json", "project", "add", "/nonexistent/xum-repo")
+    assert missing.returncode not in (0, 2), missing.stdout
+    assert json.loads(missing.stdout)["error"]["code"] is not None  # the daemon's error
     added = xum_json(host_env, "--host", "h1", "project", "add", str(repo))
     assert added["project"]["name"] == "repo"
     created = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")
@@ -124,7 +128,7 @@ def test_host_root_flag_overrides_the_entry(host_env: dict[str, str], tmp_short:
             "root": str(other),
             "host": "h1",
         }
-        until(lambda: read_holder(other / "xumd.lock") is None, message="that daemon's exit")
+        until(lambda: read_holder(other / "xumd.lock") is None, 60, message="that daemon's exit")
     finally:
         stop_root_daemon(other)
 
@@ -201,12 +205,16 @@ def test_unusable_hosts_each_say_why(
         "UserKnownHostsFile": str(tmp_short / "empty_known_hosts"),
     }
     add_host(HostEntry("unknownkey", ALIAS, None, strict))
+    # A remote root the bridge cannot make (under a file): the bridge's own line comes back.
+    (tmp_short / "a-file").write_text("")
+    add_host(HostEntry("badroot", ALIAS, str(tmp_short / "a-file" / "root")))
     expected = {
         "down": ("host_unreachable", "is unreachable: ssh: connect to host 127.0.0.1 port"),
         "badkey": ("host_key_refused", "refused the key: "),
         "unknownkey": ("host_key_unverified", "ssh could not verify the host's key"),
         "noxum": ("xum_missing", "xum is not installed on host 'noxum'"),
         "noisy": ("bridge_failed", "wrote 'Welcome to the build farm!' before xum's bridge ran"),
+        "badroot": ("bridge_failed", "(ssh exit 1): xum bridge: cannot prepare root "),
     }
     for name, (kind, text) in expected.items():
         as_json = xum(host_env, "--host", name, "--json", "ws", "ls")
@@ -334,7 +342,7 @@ def test_connection_dropped_mid_archive(
     )
     try:
         ssh = _ssh_child(cli)
-        until((ctl / "started").exists, message="the teardown to start")
+        until((ctl / "started").exists, 60, message="the teardown to start")
         ssh.send_signal(signal.SIGKILL)
         out, err = cli.communicate(timeout=60)
     finally:
@@ -383,10 +391,11 @@ def test_async_client_call_lost_and_events_resume(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(archive)
                 # The archive's intent is committed (an event) and the teardown runs.
-                async for event in events:
-                    if (event.data.get("workspace") or {}).get("state") == "archiving":
-                        break
-                await anyio.to_thread.run_sync(until, started.exists)
+                with anyio.fail_after(60):
+                    async for event in events:
+                        if (event.data.get("workspace") or {}).get("state") == "archiving":
+                            break
+                await anyio.to_thread.run_sync(until, started.exists, 60)
                 assert client.ssh_pid is not None
                 os.kill(client.ssh_pid, signal.SIGKILL)
             epoch, position = events.epoch, events.position

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -97,6 +98,11 @@ def how_to_look(host: str, method: str | None, params: Any) -> str:
         workspace = params.get("workspace_id") or params.get("workspace")
     if workspace and isinstance(workspace, str):
         return f"xum --host {host} ws show {workspace}"
+    if isinstance(params, dict):
+        project, name = params.get("project_id"), params.get("name")
+        if method == "workspace.create" and isinstance(project, str) and isinstance(name, str):
+            # `ws show` takes PROJECT/NAME, the project by id too.
+            return f"xum --host {host} ws show {shlex.quote(f'{project}/{name}')}"
     if method and method.startswith("project."):
         return f"xum --host {host} project ls"
     return f"xum --host {host} ws ls"
