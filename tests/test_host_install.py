@@ -7,6 +7,7 @@ its own to lean on, since everything it installs comes over the ssh connection.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -253,3 +254,21 @@ def test_a_venv_made_by_hand_is_never_replaced(host: Host) -> None:
         "move it away first"
     )
     assert (made / "mine").read_text() == "keep" and not (host.data / "venvs").exists()
+
+
+@pytest.mark.reliability
+@pytest.mark.timeout(900)
+def test_one_install_at_a_time_per_host(host: Host) -> None:
+    # Another install holds the host's lock (this test plays it: the host is this machine).
+    host.data.mkdir(parents=True)
+    with open(host.data / "install.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        done = run_xum(host.env, "host", "install", "h")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "xum: host h (xumtest1): install failed: another xum host install is running on this host"
+    )
+    # Nothing half-made is left: no link, no version directory, no staged wheels.
+    assert not (host.data / "venv").exists()
+    assert list((host.data / "venvs").iterdir()) == []
+    assert not [p for p in host.data.iterdir() if p.name.startswith(".wheels-")]
