@@ -272,3 +272,25 @@ def test_one_install_at_a_time_per_host(host: Host) -> None:
     assert not (host.data / "venv").exists()
     assert list((host.data / "venvs").iterdir()) == []
     assert not [p for p in host.data.iterdir() if p.name.startswith(".wheels-")]
+
+
+@pytest.mark.reliability
+def test_a_failed_install_on_the_host_leaves_nothing_half_made(host: Host, tmp_short: Path) -> None:
+    """pip fails on the host (a wheelhouse without xum's dependencies): the error says so in one
+    line and neither a link nor a version directory nor staged wheels are left."""
+    entry = HostEntry("h", ALIAS)
+    house = tmp_short / "house"
+    wheels = [hostinstall.build_xum_wheel(house), hostinstall._pip_wheel(house, 120)]
+    python = HostPython(sys.executable, (3, 11, 0), "cpython", "linux-x86_64", "glibc", None, "")
+    env = {**os.environ, **host.server.env()}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        with pytest.raises(hostinstall.HostInstallError) as caught:
+            hostinstall.push_and_install(entry, python, wheels)
+    message = str(caught.value)
+    assert message.startswith("host h (xumtest1): install failed: pip install: ")
+    assert "\n" not in message
+    assert not (host.data / "venv").exists()
+    assert list((host.data / "venvs").iterdir()) == []
+    assert not [p for p in host.data.iterdir() if p.name.startswith(".wheels-")]
