@@ -384,3 +384,16 @@ def test_cli_project_add_through_a_host_takes_absolute_paths(hosts_path: Path) -
         done = xum(env, "--host", "h", "project", "add", *args)
         assert done.returncode == 2, done.stderr
         assert "are paths on host h: give them absolute" in done.stderr
+
+
+def test_a_symlinked_hosts_file_stays_a_link(hosts_path: Path, tmp_short: Path) -> None:
+    """A dotfiles manager links the hosts file: a write replaces the target, not the link."""
+    target = tmp_short / "dotfiles" / "hosts.toml"
+    target.parent.mkdir()
+    target.write_text('[hosts.a]\ndest = "x"\n')
+    hosts_path.parent.mkdir(parents=True)
+    hosts_path.symlink_to(target)
+    hosts.add_host(HostEntry("b", "y"))
+    assert hosts_path.is_symlink()
+    assert set(hosts.load_hosts()) == {"a", "b"}
+    assert "[hosts.b]" in target.read_text()

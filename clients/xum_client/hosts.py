@@ -208,16 +208,21 @@ def _toml_string(text: str) -> str:
     return "".join(out)
 
 
+def _toml_key(name: str) -> str:
+    """A table key: bare when TOML allows (a '.' would nest tables), else quoted."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _toml_string(name)
+
+
 def render_hosts(hosts: dict[str, HostEntry]) -> str:
     lines = ["# xum hosts (docs/HOSTS.md); `xum host add|rm` rewrite this file.", ""]
     for name in sorted(hosts):
         entry = hosts[name]
-        lines.append(f"[hosts.{_toml_string(name)}]")
+        lines.append(f"[hosts.{_toml_key(name)}]")
         lines.append(f"dest = {_toml_string(entry.dest)}")
         if entry.remote_root is not None:
             lines.append(f"remote_root = {_toml_string(entry.remote_root)}")
         if entry.ssh_options:
-            lines.append(f"[hosts.{_toml_string(name)}.ssh_options]")
+            lines.append(f"[hosts.{_toml_key(name)}.ssh_options]")
             for key in sorted(entry.ssh_options):
                 lines.append(f"{key} = {_toml_string(entry.ssh_options[key])}")
         lines.append("")
@@ -225,7 +230,11 @@ def render_hosts(hosts: dict[str, HostEntry]) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write `path` whole or not at all: a temporary file beside it, fsync, rename, fsync dir."""
+    """Write `path` whole or not at all: a temporary file beside it, fsync, rename, fsync dir.
+
+    A symlinked hosts file (a dotfiles manager's) is written through: its target is replaced,
+    the link stays."""
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(prefix=".hosts-", suffix=".tmp", dir=path.parent)
     try:
