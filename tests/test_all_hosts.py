@@ -179,6 +179,13 @@ def test_status_all_hosts_names_each_daemon(world: World) -> None:
     assert pids == {None: world.local.pid, "h1": world.h1.pid, "h2": world.h2.pid}
     roots = {h["host"]: h["status"]["root"] for h in data["hosts"]}
     assert roots["h2"] == str(world.h2.root)
+    # The human table: one row per target, qualified by its host.
+    rows = world.xum("status", "--all-hosts").stdout.splitlines()
+    assert rows[0].split() == ["host", "daemon", "pid", "root", "uptime", "state"]
+    by_host = {row.split()[0]: row.split() for row in rows[1:]}
+    # (the daemon column is two words: `xumd 0.1.0`)
+    assert by_host["h1"][3] == str(world.h1.pid) and by_host["h1"][4] == str(world.h1.root)
+    assert by_host["local"][3] == str(world.local.pid) and by_host["h2"][-1] == "serving"
 
 
 def test_no_target_answering_is_exit_1(world: World) -> None:
