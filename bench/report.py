@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 import psutil
 
+from bench import targets
 from bench.stats import Figure, Spread
 
 
@@ -27,11 +28,22 @@ def _triple(spread: Spread) -> str:
 
 
 def table(figures: list[Figure], out: TextIO) -> None:
-    headers = ("figure", "unit", "xum min/med/max", "floor min/med/max", "cost x (min/med/max)")
+    headers = (
+        "figure",
+        "unit",
+        "xum min/med/max",
+        "floor min/med/max",
+        "cost x (min/med/max)",
+        "target",
+        "ok",
+    )
     rows: list[tuple[str, ...]] = []
     for fig in figures:
+        bound, ok = targets.mark(fig)
         if not fig.complete:
-            rows.append((f"{fig.group}: {fig.name}", fig.unit, "n/a", "n/a", fig.note or "n/a"))
+            rows.append(
+                (f"{fig.group}: {fig.name}", fig.unit, "n/a", "n/a", fig.note or "n/a", bound, ok)
+            )
             continue
         rows.append(
             (
@@ -40,6 +52,8 @@ def table(figures: list[Figure], out: TextIO) -> None:
                 _triple(Spread.of(fig.xum)),
                 _triple(Spread.of(fig.baseline)),
                 _triple(Spread.of(fig.factors)),
+                bound,
+                ok,
             )
         )
     widths = [
@@ -88,4 +102,8 @@ def machine() -> dict[str, Any]:
 def as_json(
     figures: list[Figure], settings: dict[str, Any], host: dict[str, Any]
 ) -> dict[str, Any]:
-    return {"machine": host, "settings": settings, "figures": [f.as_dict() for f in figures]}
+    return {
+        "machine": host,
+        "settings": settings,
+        "figures": [{**f.as_dict(), "target": targets.verdict(f)} for f in figures],
+    }

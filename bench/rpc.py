@@ -4,7 +4,11 @@ time to ready; each against the bare asyncio echo server (bench.echo) in the sam
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,6 +69,43 @@ async def _settle_and_rss(proc: procs.Launched, path: Path) -> int:
     return proc.rss_bytes()
 
 
+def _xum_argv() -> list[str]:
+    """The installed `xum` script next to this interpreter (what a hook runs), else the module."""
+    script = Path(sys.executable).parent / "xum"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from xum_client.cli import main; main()"]
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(
+        argv, check=False, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60
+    )
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{argv} exited {done.returncode}: {done.stderr.decode(errors='replace')}"
+        )
+    return took
+
+
+def _cli_pair(socket_path: Path, runs: int) -> tuple[float, float]:
+    """Median wall time (s) of `xum status` against the running daemon and of `python -c pass`,
+    alternated so that load on the machine falls on both alike."""
+    env = {**os.environ, "XUM_SOCKET": str(socket_path)}
+    env.pop("XUM_ROOT", None)
+    xum = [*_xum_argv(), "status"]
+    floor = [sys.executable, "-c", "pass"]
+    mine: list[float] = []
+    base: list[float] = []
+    _timed(xum, env)  # warm-up: page cache of the imports
+    for _ in range(runs):
+        mine.append(_timed(xum, env))
+        base.append(_timed(floor, env))
+    return statistics.median(mine), statistics.median(base)
+
+
 def run(settings: Settings) -> list[Figure]:
     ready = Figure(
         "startup", "time to ready (no workspaces)", "ms", "python + asyncio server, READY=1"
@@ -76,6 +117,7 @@ def run(settings: Settings) -> list[Figure]:
         c: Figure("rpc", f"throughput, {c} client(s)", "req/s", ECHO, higher_is_better=True)
         for c in settings.concurrency
     }
+    cli = Figure("cli", "xum status", "ms", "python -c pass (same interpreter)")
     work = procs.short_dir("xbr-")
     root = work / "root"
     try:
@@ -102,9 +144,11 @@ def run(settings: Settings) -> list[Figure]:
                         _throughput(daemon.socket_path, clients, settings.throughput_s)
                     )
                     fig.add(xum, floor)
+                cli_mine, cli_base = _cli_pair(daemon.socket_path, 3 if settings.quick else 5)
+                cli.add(cli_mine * 1000, cli_base * 1000)
             finally:
                 daemon.stop()
                 echo.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return [ready, rss, p50, p99, *tput.values()]
+    return [ready, rss, p50, p99, *tput.values(), cli]

@@ -109,6 +109,12 @@ def _records(settings: Settings) -> list[Figure]:
     ready = Figure(
         "scale", f"time to ready ({tag})", "ms", "python that reads every row, then READY=1"
     )
+    added = Figure(
+        "scale",
+        f"time to ready, records minus empty ({tag})",
+        "ms",
+        "the same daemon on an empty root, started right before",
+    )
     listing = Figure(
         "scale",
         f"workspace.list, all ({tag})",
@@ -117,10 +123,14 @@ def _records(settings: Settings) -> list[Figure]:
     )
     work = procs.short_dir("xbs-")
     root = work / "root"
+    empty_root = work / "empty"
     try:
         procs.xumd(root).start().stop()
+        procs.xumd(empty_root).start().stop()
         populate(root, settings.list_workspaces, settings.list_obligations)
         for _ in range(settings.repeats):
+            empty = procs.xumd(empty_root).start()
+            empty.stop()
             floor = procs.Launched(
                 [sys.executable, "-m", "bench.floor_reader", str(root / "state.db")],
                 work / "unused.sock",
@@ -131,6 +141,8 @@ def _records(settings: Settings) -> list[Figure]:
             try:
                 assert daemon.ready_s is not None and floor.ready_s is not None
                 ready.add(daemon.ready_s * 1000, floor.ready_s * 1000)
+                assert empty.ready_s is not None
+                added.add(daemon.ready_s * 1000, empty.ready_s * 1000)
                 answer = asyncio.run(_capture(daemon.socket_path))
                 canned = work / "answer.json"
                 canned.write_bytes(orjson.dumps(answer))
@@ -147,7 +159,7 @@ def _records(settings: Settings) -> list[Figure]:
                 daemon.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return [ready, listing]
+    return [ready, added, listing]
 
 
 async def _capture(sock: Path) -> Any:

@@ -9,8 +9,20 @@ import pytest
 
 from tests.crash.world import World
 from tests.lifecycle_helpers import add_project
+from tests.support import bytecode
 from tests.support.daemon import DaemonProcess, short_tmpdir
 from tests.support.gitrepo import make_repo
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Once per session, so that no test daemon or CLI process compiles the code from source
+    # (tests/support/bytecode.py says why).
+    # The three packages only: clients/ also holds node_modules, with Python files of its own.
+    bytecode.ensure(
+        REPO / part for part in ("daemon/xumd", "protocol/xum_protocol", "clients/xum_client")
+    )
 
 
 @pytest.fixture

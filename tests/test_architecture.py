@@ -84,6 +84,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("client package", ["xum_client"]),
     ("cli parts", ["xum_client.commands"]),
     ("cli", ["xum_client.cli"]),
+    # `xum`'s entry: answers `xum status` itself, hands everything else to the cli.
+    ("cli entry", ["xum_client.entry"]),
 ]
 
 FACADES: dict[str, list[str]] = {

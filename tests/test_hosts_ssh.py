@@ -99,9 +99,10 @@ def test_cli_through_a_host(host_env: dict[str, str], tmp_short: Path) -> None:
     created = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")
     ws = created["workspace"]
     assert ws["path"].startswith(str(remote_root))
-    # XUM_HOST is the same as --host
+    # XUM_HOST is the same as --host (`status` off a terminal too: the fast entry defers)
     listed = xum_json({**host_env, "XUM_HOST": "h1"}, "ws", "ls")
     assert [w["name"] for w in listed["workspaces"]] == ["one"]
+    assert xum_json({**host_env, "XUM_HOST": "h1"}, "status")["root"] == str(remote_root)
     shown = xum_json(host_env, "--host", "h1", "ws", "show", "repo/one")
     assert shown["workspace"]["id"] == ws["id"]
     archived = xum_json(host_env, "--host", "h1", "ws", "archive", "repo/one")

@@ -18,11 +18,13 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
+from xum_client.commands import _status
 from xum_client.commands._context import Ctx
+from xum_client.commands._status import status_lines as _status_lines
 from xum_client.errors import (
     ConnectionLost,
     DaemonNotRunning,
@@ -165,64 +167,13 @@ def socket_cmd(obj: Ctx) -> None:
     obj.emit(choice.as_dict(), str(choice.path))
 
 
-def _status_lines(result: dict[str, Any]) -> list[tuple[str, str]]:
-    details = result.get("details") or {}
-    cleanup: list[tuple[str, str]] = []
-    if "cleanup" in details:
-        # Imported here, after the daemon answered: start-up stays light.
-        from xum_client.commands.cleanup import status_line
-
-        cleanup = [("cleanup", status_line(details["cleanup"]))]
-    return [
-        ("daemon", f"xumd {result['version']} (protocol {result['protocol']})"),
-        ("pid", str(result["pid"])),
-        ("root", str(result["root"])),
-        ("uptime", f"{result['uptime_s']:.0f}s"),
-        ("connections", str(result["connections"])),
-        ("state", "shutting down" if result.get("shutting_down") else "serving"),
-        *(
-            [("interrupted", str(recovery["interrupted"])), ("strays", str(recovery["strays"]))]
-            if (recovery := details.get("recovery"))
-            else []
-        ),
-        *cleanup,
-        *(
-            [("containment", _containment_line(contained))]
-            if (contained := details.get("containment"))
-            else []
-        ),
-        *(
-            [
-                (
-                    "descriptors",
-                    f"{fds['open']} open, limit {fds['soft']} (hard {fds['hard']}); "
-                    f"at most {fds['max_connections']} connections",
-                )
-            ]
-            if (fds := details.get("fds"))
-            else []
-        ),
-    ]
-
-
-def _containment_line(contained: dict[str, Any]) -> str:
-    """How the daemon contains what it starts, and what escaped it (docs/PROCESSES.md)."""
-    line = str(contained.get("mechanism"))
-    escaped = contained.get("escaped") or []
-    if escaped:
-        pids = ", ".join(str(e.get("pid")) for e in escaped[-5:])
-        line += f"; {len(escaped)} process(es) could not be stopped (pid {pids})"
-    return line
-
-
 def _show_status(obj: Ctx, result: dict[str, Any]) -> None:
     if obj.as_json:
         obj.emit(result)
     elif sys.stdout.isatty():
         obj.table(result, ["", ""], _status_lines(result))
     else:
-        for key, value in _status_lines(result):
-            click.echo(f"{key + ':':<13}{value}")
+        click.echo(_status.plain(result), nl=False)
 
 
 @cli.command()
@@ -383,25 +334,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         # prog_name: usage lines, and the `_XUM_COMPLETE` variable of shell completion, say
         # `xum` however the CLI was started (`python -m`, a wrapper script).
         cli.main(args=args, prog_name="xum", standalone_mode=False)
-    except click.exceptions.Abort as exc:
+    except (click.exceptions.Abort, click.ClickException, XumClientError) as exc:
+        fail(exc, args)
+
+
+def fail(exc: Exception, args: list[str]) -> NoReturn:
+    """Report a failure of the command `args` and exit with its code (the fast entry,
+    `xum_client.entry`, reports its failures here too, so both say the same)."""
+    if isinstance(exc, click.exceptions.Abort):
         _fail(exc, EXIT_ERROR, args)
-    except click.UsageError as exc:
+    elif isinstance(exc, click.UsageError):
         _fail(exc, EXIT_USAGE, args)
-    except click.ClickException as exc:
+    elif isinstance(exc, click.ClickException):
         _fail(exc, exc.exit_code, args)
-    except DaemonNotRunning as exc:
+    elif isinstance(exc, DaemonNotRunning):
         _fail(exc, EXIT_NO_DAEMON, args)
-    except NotFound as exc:
+    elif isinstance(exc, NotFound):
         _fail(exc, EXIT_NOT_FOUND, args)
-    except ConnectionLost as exc:
+    elif isinstance(exc, ConnectionLost):
         _fail(exc, EXIT_CONNECTION_LOST, args)
-    except HostError as exc:
+    elif isinstance(exc, HostError):
         _fail(exc, EXIT_HOST, args)
-    except XumClientError as exc:
-        _fail(exc, EXIT_ERROR, args)
+    _fail(exc, EXIT_ERROR, args)
 
 
-def _fail(exc: Exception, code: int, args: list[str]) -> None:
+def _fail(exc: Exception, code: int, args: list[str]) -> NoReturn:
     """Report `exc` (JSON on stdout with --json, else text on stderr) and exit with `code`."""
     from xum_client.commands import _errors
 

@@ -19,7 +19,6 @@ from xumd.lifecycle import feature as lifecycle_feature
 from xumd.lifecycle.seams import LifecycleHooks
 from xumd.processes import feature as processes_feature
 from xumd.recovery import feature as recovery_feature
-from xumd.rpc import spec_examples
 from xumd.turns import feature as turns_feature
 from xumd.usage import feature as usage_feature
 
@@ -54,4 +53,7 @@ def install_features(app: App) -> None:
     )
     containment_feature.wire(containment, git=git, scripts=scripts, supervisor=supervisor)
     if app.config.enable_test_methods:
+        # Imported here: its models are built at import, and only test daemons serve them.
+        from xumd.rpc import spec_examples
+
         spec_examples.install(app.router)

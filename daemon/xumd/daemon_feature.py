@@ -145,14 +145,16 @@ def _encoded_size(events: list[Event]) -> int:
     return sum(len(orjson.dumps(event.model_dump(mode="json"))) + 1 for event in events)
 
 
+# Test-method models (enable_test_methods only): built on first use, not at every start-up.
 class _PublishParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: str = Field(min_length=1, max_length=200)
     data: dict[str, Any] = Field(default_factory=dict)
     count: int = Field(default=1, ge=1, le=100_000)
 
 
 class _Published(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     seq: int
 
 

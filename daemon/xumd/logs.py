@@ -6,7 +6,20 @@ import logging
 import sys
 from typing import Any, TextIO
 
-import structlog
+# structlog's package imports `structlog.dev`, which imports rich (and through it pygments) when
+# it is installed, only to pretty-print tracebacks on a console: about a sixth of the daemon's
+# start-up imports (docs/PERFORMANCE.md, "Issue 12: start-up"). The daemon writes JSON lines, and
+# plain tracebacks on a console, so rich stays hidden while structlog loads: a None entry in
+# sys.modules makes `import rich` raise ImportError, which structlog reads as "not installed".
+# A later `import rich` (the CLI's tables, in a process that also logs) gets the real package.
+_HIDE_RICH = "rich" not in sys.modules and "structlog" not in sys.modules
+if _HIDE_RICH:
+    sys.modules["rich"] = None  # type: ignore[assignment]
+try:
+    import structlog
+finally:
+    if _HIDE_RICH and "rich" in sys.modules and sys.modules["rich"] is None:
+        del sys.modules["rich"]
 
 LEVELS = ("debug", "info", "warning", "error")
 

@@ -1,16 +1,31 @@
-"""`xumd`: the daemon's command line."""
+"""`xumd`: the daemon's command line.
+
+Start-up cost (docs/PERFORMANCE.md, "Issue 12: start-up"): the daemon's time to ready is almost
+all imports, so this module imports nothing heavy at its top, runs the imports with the cyclic
+garbage collector paused, and, after a clean stop, leaves without the interpreter's teardown.
+"""
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
-from xumd import __version__, faults, logs
+from xumd import __version__
+
+EXIT_THREADS_WAIT_S = 2.0
+"""At exit: how long the fast exit waits for worker threads that are finishing (anyio's idle
+workers stop when the event loop ends); past it, the ordinary exit joins them as before."""
 
 
 def _parser() -> argparse.ArgumentParser:
+    from xumd import logs
+
     parser = argparse.ArgumentParser(
         prog="xumd",
         description="xum's workspace lifecycle daemon: one per root, serving JSON-RPC 2.0 on "
@@ -47,23 +62,63 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    level = args.log_level or os.environ.get("XUM_LOG_LEVEL", "info")
-    if level not in logs.LEVELS:
-        level = "info"
-    logs.configure(level, json={"auto": None, "json": True, "console": False}[args.log_format])
+    # Start-up builds some 50,000 long-lived objects (modules, classes, functions) and no
+    # garbage worth collecting: every cycle collection during the imports walks them all again
+    # for nothing (about a tenth of their CPU). Collect nothing while the daemon's code loads,
+    # then move what it built to the permanent generation (gc.freeze), so that the collections
+    # of the serving daemon never walk it either.
+    gc.disable()
+    try:
+        from xumd import faults, logs
 
-    # Importing the composition root declares every fault point.
-    from xumd import bootstrap  # noqa: F401
+        args = _parser().parse_args(argv)
+        level = args.log_level or os.environ.get("XUM_LOG_LEVEL", "info")
+        if level not in logs.LEVELS:
+            level = "info"
+        logs.configure(level, json={"auto": None, "json": True, "console": False}[args.log_format])
+        # Importing the composition root declares every fault point.
+        from xumd import bootstrap  # noqa: F401
+        from xumd.daemon_runner import run_daemon
+    finally:
+        gc.freeze()
+        gc.enable()
 
     if args.list_fault_points:
         for name in faults.all_points():
             print(name)
         return 0
 
-    from xumd.daemon_runner import run_daemon
+    code = run_daemon(args.root, args.socket, keep_processes=args.keep_processes)
+    _leave(code)
+    return code
 
-    return run_daemon(args.root, args.socket, keep_processes=args.keep_processes)
+
+def _leave(code: int) -> None:
+    """Exit now, skipping the interpreter's teardown (freeing every module and object: tens of
+    milliseconds of CPU per stop, paid by every restart and every test daemon).
+
+    Only after a run that returned: the store is closed (checkpointed), the root lock released
+    and the socket removed by then, so the teardown has nothing durable left to do. atexit
+    handlers still run and stdio is flushed. If a non-daemon thread is still busy after
+    EXIT_THREADS_WAIT_S, return instead: the ordinary exit joins it, as it always did; so does a
+    process under a profiler or a tracer (cProfile, a debugger), which writes its report last."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return
+    deadline = time.monotonic() + EXIT_THREADS_WAIT_S
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            return
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:  # None: started with that descriptor closed
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 SOCKET_NAME = "xumd.sock"
 
@@ -51,8 +50,9 @@ def default_root(env: Mapping[str, str] | None = None) -> Path:
     return expand(state, env) / "xum"
 
 
-@dataclass(frozen=True, slots=True)
-class SocketChoice:
+# A NamedTuple, not a dataclass: `xum status` imports this module, and `dataclasses` brings
+# `inspect` (and with it ast, dis, tokenize): several milliseconds of a run that costs tens.
+class SocketChoice(NamedTuple):
     path: Path
     """The socket to connect to (or, for the daemon, to listen on)."""
     source: Source

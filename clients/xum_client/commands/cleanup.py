@@ -1,6 +1,7 @@
 """`xum cleanup ls|retry`: pending physical cleanup (teardown, trash, reclaim) and its retries.
 
-`status_line(details)` renders `daemon.status` details['cleanup'] for `xum status`.
+`status_line(details)` renders `daemon.status` details['cleanup'] for `xum status` (it lives in
+`commands/_status.py`, which the fast entry uses without click).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import click
 
 from xum_client.commands._context import Ctx
 from xum_client.commands._resolve import workspace_id
+from xum_client.commands._status import cleanup_line as status_line
+from xum_client.commands._status import first_line as _first_line
 
 LONG_TIMEOUT_S = 3600.0
 """A retry runs teardown scripts and deletions inline: wait for them."""
@@ -22,41 +25,6 @@ def _when(at: float | None) -> str:
         return "-"
     delta = at - time.time()
     return "now" if delta <= 0 else f"in {delta:.0f}s"
-
-
-def _age(at: float) -> str:
-    seconds = max(0.0, time.time() - at)
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def _first_line(text: str | None, limit: int = 80) -> str:
-    if not text:
-        return ""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def status_line(summary: dict[str, Any] | None) -> str:
-    """One line for `xum status`: the pending count and the oldest pending obligation."""
-    if not summary:
-        return "unknown"
-    pending = int(summary.get("pending", 0))
-    line = f"{pending} pending obligation(s)"
-    oldest = summary.get("oldest")
-    if pending and oldest:
-        line += (
-            f"; oldest {oldest['kind']} of {oldest['workspace_id'] or '(trash)'} "
-            f"({_age(oldest['created_at'])} old, {oldest['attempts']} attempt(s))"
-        )
-        if oldest.get("last_error"):
-            line += f": {_first_line(oldest['last_error'], 60)}"
-    if summary.get("abandoned"):
-        line += f"; {summary['abandoned']} abandoned"
-    return line
 
 
 def _rows(obligations: list[dict[str, Any]]) -> list[list[Any]]:
@@ -140,3 +108,6 @@ def register(cli: click.Group) -> None:
                 click.echo(f"  {status['reason']}")
         if not result["workspaces"]:
             click.echo("nothing was due")
+
+
+__all__ = ["register", "status_line"]

@@ -21,12 +21,14 @@ from xumd.rpc.dispatch import RequestContext
 from xumd.usage.service import UsageService
 
 
+# Test-method models (enable_test_methods only): built on first use, not at every start-up.
 class _Advance(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     seconds: float = Field(ge=0)
 
 
 class _Now(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     now: float
 
 

@@ -1,0 +1,196 @@
+"""Start-up of two trees side by side: `python -m bench.pair BASE [--repeats N]`.
+
+BASE is a checkout (or `git archive`) of another revision, e.g.
+`mkdir /tmp/base && git archive main | tar -x -C /tmp/base`. Its `daemon`, `protocol` and
+`clients` go first on PYTHONPATH (before this venv's editable install), so both trees run with
+the same interpreter and packages. Each repetition alternates: the echo floor, BASE's xumd, this
+tree's xumd, then `python -c pass`, BASE's `xum status`, this tree's `xum status`, so that the
+load of a shared machine falls on all alike. For each it reports the medians of wall time and of
+CPU time (user + system: it moves much less with the load), plus for the daemons idle RSS and
+the time from SIGTERM to exit. Bytecode is written first for both trees (as bench/__main__.py
+does), and the measured starts reuse a root whose database exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import json
+import os
+import py_compile
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench import procs
+
+HERE = Path(__file__).resolve().parent.parent
+PARTS = ("daemon", "protocol", "clients")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _status_calls(path: Path, count: int = 20) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(path))
+        stream = sock.makefile("rwb")
+        hello = {"protocol": "1.0", "client": {"name": "bench-pair"}}
+        messages = [{"jsonrpc": "2.0", "id": 0, "method": "hello", "params": hello}]
+        messages += [
+            {"jsonrpc": "2.0", "id": i + 1, "method": "daemon.status"} for i in range(count)
+        ]
+        for message in messages:
+            stream.write(json.dumps(message).encode() + b"\n")
+            stream.flush()
+            stream.readline()
+
+
+def _daemon(
+    argv: list[str], env: dict[str, str], sock: Path, timeout: float = 120.0
+) -> list[float]:
+    """[ms to READY=1, CPU ms at READY=1, idle RSS MiB, ms from SIGTERM to exit]."""
+    notify_dir = procs.short_dir("xbp-")
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(notify_dir / "n"))
+    notify.settimeout(timeout)
+    try:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            argv,
+            env={**env, "NOTIFY_SOCKET": str(notify_dir / "n")},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            while "READY=1" not in notify.recv(4096).decode().split("\n"):
+                pass
+            ready = time.perf_counter() - started
+            cpu = _cpu_s(proc.pid)
+            if "xumd" in argv:
+                _status_calls(sock)
+            time.sleep(0.3)  # idle means idle: let the loop settle before sampling
+            rss = _rss_mib(proc.pid)
+            stopping = time.perf_counter()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout)
+            stop = time.perf_counter() - stopping
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return [ready * 1e3, cpu * 1e3, rss, stop * 1e3]
+    finally:
+        notify.close()
+        shutil.rmtree(notify_dir, ignore_errors=True)
+
+
+def _command(argv: list[str], env: dict[str, str]) -> list[float]:
+    """[wall ms, CPU ms] of one command that must succeed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True, timeout=60)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return [wall * 1e3, cpu * 1e3]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pair", description=__doc__)
+    parser.add_argument("base", type=Path, help="the other tree (checkout or git archive)")
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args(argv)
+    base = args.base.resolve()
+    for tree in (base, HERE):
+        for part in ("daemon/xumd", "protocol/xum_protocol", "clients/xum_client"):
+            compileall.compile_dir(
+                tree / part, quiet=1, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH
+            )
+    python = sys.executable
+    env = {k: v for k, v in os.environ.items() if k not in ("XUM_SOCKET", "XUM_ROOT")}
+    base_env = {**env, "PYTHONPATH": os.pathsep.join(str(base / p) for p in PARTS)}
+    work = procs.short_dir("xbp-")
+    try:
+        roots = {"base": work / "base", "this": work / "this"}
+
+        def xumd(which: str) -> list[str]:
+            return [python, "-m", "xumd", "--root", str(roots[which]), "--log-level", "warning"]
+
+        daemons = {
+            "echo floor": [python, "-m", "bench.echo", str(work / "e.sock")],
+            "base": xumd("base"),
+            "this tree": xumd("this"),
+        }
+        envs = {"echo floor": {**env, "PYTHONPATH": procs.repo_path()}, "base": base_env}
+        socks = {"echo floor": work / "e.sock", "base": roots["base"] / "xumd.sock"}
+        socks["this tree"] = roots["this"] / "xumd.sock"
+        for name in ("base", "this tree"):  # the database exists before the measured starts
+            _daemon(daemons[name], envs.get(name, env), socks[name])
+        results: dict[str, list[list[float]]] = {name: [] for name in daemons}
+        cli: dict[str, list[list[float]]] = {"python -c pass": [], "base": [], "this tree": []}
+        for _ in range(args.repeats):
+            for name, argv_ in daemons.items():
+                results[name].append(_daemon(argv_, envs.get(name, env), socks[name]))
+        # `xum status` against this tree's daemon, both clients alike.
+        server = procs.xumd(roots["this"]).start()
+        try:
+            status = ["--root", str(roots["this"]), "status"]
+            commands = {
+                "python -c pass": ([python, "-c", "pass"], env),
+                "base": (
+                    [python, "-c", "from xum_client.cli import main; main()", *status],
+                    base_env,
+                ),
+                "this tree": ([str(Path(python).parent / "xum"), *status], env),
+            }
+            for argv_, env_ in commands.values():
+                _command(argv_, env_)  # warm-up
+            for _ in range(args.repeats * 3):
+                for name, (argv_, env_) in commands.items():
+                    cli[name].append(_command(argv_, env_))
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def med(rows: list[list[float]], col: int) -> float:
+        return statistics.median(r[col] for r in rows)
+
+    print(f"medians of {args.repeats} (load {os.getloadavg()[0]:.1f}); base: {base}")
+    print(f"{'daemon':12} {'ready ms':>9} {'CPU@ready ms':>13} {'RSS MiB':>8} {'stop ms':>8}")
+    floor = results["echo floor"]
+    for name, rows in results.items():
+        cells = [f"{med(rows, c):>{w}.1f}" for c, w in zip(range(4), (9, 13, 8, 8), strict=True)]
+        ratio = f"  ({med(rows, 0) / med(floor, 0):.2f}x / {med(rows, 1) / med(floor, 1):.2f}x"
+        ratio += f" / RSS {med(rows, 2) / med(floor, 2):.2f}x)"
+        print(f"{name:12} {' '.join(cells)}{ratio}")
+    print(f"{'xum status':15} {'wall ms':>8} {'CPU ms':>8}")
+    base_cli = cli["python -c pass"]
+    for name, rows in cli.items():
+        print(
+            f"{name:15} {med(rows, 0):>8.1f} {med(rows, 1):>8.1f}  "
+            f"({med(rows, 0) / med(base_cli, 0):.2f}x / {med(rows, 1) / med(base_cli, 1):.2f}x)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The targets of issue 12, in one place: a figure's key -> the bound its median must meet.
+
+A figure's key is `group: name` without the trailing parenthesised tag that names the size of the
+run ("(2,000 files)", "(10,000 workspaces, ...)"), so a `--quick` run (smaller sizes) is held to
+the same bound. A figure without an entry here has no target (its mark is "-").
+
+Two kinds of bound:
+- "factor": the median of the pairwise cost factors (above 1 = xum costs that many times the
+  floor, for throughput too) is at most `limit`;
+- "delta": the median of the pairwise differences xum - floor, in the figure's unit, is at most
+  `limit` (an added cost, e.g. what 10,000 records add to the time to ready).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from bench.stats import Figure
+
+_TAG = re.compile(r"\s+\([^()]*\)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    kind: Literal["factor", "delta"]
+    limit: float
+
+    def label(self, unit: str) -> str:
+        if self.kind == "factor":
+            return f"<= {self.limit:g}x"
+        return f"<= +{self.limit:g} {unit}"
+
+
+TARGETS: dict[str, Target] = {
+    "rpc: daemon.status round trip p50": Target("factor", 1.5),
+    "rpc: daemon.status round trip p99": Target("factor", 3.0),
+    "rpc: throughput, 16 client(s)": Target("factor", 2.0),
+    "scale: workspace.list, all": Target("factor", 1.5),
+    "startup: time to ready": Target("factor", 2.0),
+    "scale: time to ready, records minus empty": Target("delta", 60.0),
+    "lifecycle: workspace.create": Target("factor", 1.2),
+    "lifecycle: workspace.remove, clean": Target("factor", 1.3),
+    "cli: xum status": Target("factor", 2.0),
+    "startup: idle RSS": Target("factor", 2.0),
+}
+
+
+def key(fig: Figure) -> str:
+    return f"{fig.group}: {_TAG.sub('', fig.name)}"
+
+
+def target_of(fig: Figure) -> Target | None:
+    return TARGETS.get(key(fig))
+
+
+def measured(fig: Figure, target: Target) -> float:
+    """The median the target is checked against (a factor, or a difference in the unit)."""
+    if target.kind == "factor":
+        return float(statistics.median(fig.factors))
+    return float(statistics.median(m - f for m, f in zip(fig.xum, fig.baseline, strict=True)))
+
+
+def verdict(fig: Figure) -> dict[str, Any] | None:
+    """None without a target; else the bound, the measured median and whether it is met (None
+    when the figure has no complete measurement)."""
+    target = target_of(fig)
+    if target is None:
+        return None
+    out: dict[str, Any] = {
+        "kind": target.kind,
+        "limit": target.limit,
+        "label": target.label(fig.unit),
+        "value": None,
+        "met": None,
+    }
+    if fig.complete:
+        value = measured(fig, target)
+        out["value"] = value
+        out["met"] = value <= target.limit
+    return out
+
+
+def mark(fig: Figure) -> tuple[str, str]:
+    """(target column, mark column) for the table: the bound (and for a delta the measured
+    median), then a check mark, a cross, "-" without a target or "n/a" without a measurement."""
+    result = verdict(fig)
+    if result is None:
+        return "-", "-"
+    label = str(result["label"])
+    if result["met"] is None:
+        return label, "n/a"
+    if result["kind"] == "delta":
+        label += f" (med {result['value']:+.1f})"
+    return label, "\u2713" if result["met"] else "\u2717"
