@@ -109,15 +109,9 @@ SCOPES = [
             "tests/test_contract_deadlines.py::test_a_probe_in_time_names_the_process",
         ],
     ),
-    Scope(
-        "daemon/xumd/recovery/reconcile.py",
-        [
-            "tests/test_recovery.py",
-            # The one test of a rerun setup cut by a crash (settled `failed`, never `running`).
-            "tests/test_cli_newuser.py::test_setup_rerun_cut_by_a_crash_is_settled_as_failed",
-        ],
-        timeout_s=300,
-    ),
+    # In-process (a real store, git and directories; no daemon): every decision of the pass in
+    # seconds. The daemon-level tests (test_recovery.py, the crash matrix) take minutes a mutant.
+    Scope("daemon/xumd/recovery/reconcile.py", ["tests/test_reconcile_inprocess.py"]),
     Scope(
         "daemon/xumd/lifecycle/snapshot.py",
         [

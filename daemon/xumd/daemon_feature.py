@@ -133,10 +133,11 @@ def install(app: App) -> None:
     app.status_providers["fds"] = lambda: (
         app.server.limits.as_status() if app.server.limits is not None else {}
     )
-    app.router.add("hello", hello, allowed_while_stopping=True)
-    app.router.add("daemon.status", status, allowed_while_stopping=True)
+    # These three read memory and return (no await): answered in the read callback, no task.
+    app.router.add("hello", hello, allowed_while_stopping=True, inline=True)
+    app.router.add("daemon.status", status, allowed_while_stopping=True, inline=True)
     app.router.add("daemon.shutdown", shutdown, allowed_while_stopping=True)
-    app.router.add("events.subscribe", subscribe)
+    app.router.add("events.subscribe", subscribe, inline=True)
 
 
 def _encoded_size(events: list[Event]) -> int:

@@ -20,6 +20,7 @@ import contextlib
 import errno
 import os
 import resource
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -59,7 +60,7 @@ class FdLimits:
             "initial_soft": self.initial_soft,
             "max_connections": self.max_connections,
             "reserve": self.reserve,
-            "open": open_count(),
+            "open": _recent_open_count(),
             "refused_connections": self.refused,
             "accept_failures": self.accept_failures,
         }
@@ -91,6 +92,22 @@ class FdLimits:
             with contextlib.suppress(OSError):
                 os.close(self._spare)
             self._spare = None
+
+
+OPEN_COUNT_TTL_S = 0.5
+"""`daemon.status` reports the open count sampled at most this often: listing /proc/self/fd was
+the largest single cost of a status poll (issue 12), and monitors poll many times a second."""
+_open_sample: tuple[float, int] = (float("-inf"), 0)
+
+
+def _recent_open_count() -> int:
+    global _open_sample
+    now = time.monotonic()
+    taken, count = _open_sample
+    if now - taken >= OPEN_COUNT_TTL_S:
+        count = open_count()
+        _open_sample = (now, count)
+    return count
 
 
 def open_count() -> int:

@@ -24,3 +24,71 @@ def encode(message: Any) -> bytes:
 def decode(frame: bytes) -> Any:
     """Decode one frame (with or without its newline); raises ValueError on bad JSON."""
     return orjson.loads(frame)
+
+
+class FrameReader:
+    """Sans-IO NDJSON decoder: bytes in (as they arrive, split anywhere), frames out.
+
+    `feed` returns the complete frames (newline stripped) in order. A frame longer than
+    `max_frame` bytes (newline excluded) sets `oversize` and ends the stream: the frames complete
+    before it are still returned, everything after it is ignored (the reader cannot know where
+    the next frame would begin). Memory stays bounded by `max_frame` plus one read, and each byte
+    is scanned for the delimiter once however the input is split. `finish` (end of input)
+    returns the last frame when it lacked its newline.
+    """
+
+    __slots__ = ("_buf", "ended", "max_frame", "oversize")
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()  # the start of a frame whose newline has not arrived
+        self.oversize = False
+        self.ended = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held of a frame not yet complete."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if self.ended or not data:
+            return []
+        frames: list[bytes] = []
+        start = 0
+        if self._buf:
+            end = data.find(DELIMITER)
+            if end == -1:
+                self._buf += data
+                return self._overflow(frames) if len(self._buf) > self.max_frame else frames
+            self._buf += data[:end]
+            if len(self._buf) > self.max_frame:
+                return self._overflow(frames)
+            frames.append(bytes(self._buf))
+            self._buf.clear()
+            start = end + 1
+        # The common case, nothing held over: frames are sliced straight out of the read.
+        while (end := data.find(DELIMITER, start)) != -1:
+            if end - start > self.max_frame:
+                return self._overflow(frames)
+            frames.append(data[start:end])
+            start = end + 1
+        if start < len(data):
+            if len(data) - start > self.max_frame:
+                return self._overflow(frames)
+            self._buf += data[start:]
+        return frames
+
+    def _overflow(self, frames: list[bytes]) -> list[bytes]:
+        self.oversize = True
+        self.ended = True
+        self._buf = bytearray()
+        return frames
+
+    def finish(self) -> bytes | None:
+        """End of input: the last frame if it had no newline (None if nothing is held)."""
+        if self.ended:
+            return None
+        self.ended = True
+        frame = bytes(self._buf)
+        self._buf = bytearray()
+        return frame or None

@@ -14,7 +14,7 @@ from xum_protocol.models.workspace import KeptInfo, WorkspaceRemoveResult
 
 from xumd import faults, logs
 from xumd.errors import XumError
-from xumd.lifecycle import dirstore, preserved, rows, views
+from xumd.lifecycle import dirstore, preserved, removing, rows, views
 from xumd.lifecycle.context import Context, invalid_state, some
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
@@ -98,6 +98,7 @@ async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResul
     prior = row.state
     with ctx.store.transaction():
         row = ctx.update(row, state="removing")
+        removing.record_prior(ctx.store, row.id, prior)
     ctx.publish("workspace.state_changed", row)
     REMOVE_AFTER_INTENT()
     snap: Snapshot | None = None

@@ -27,7 +27,7 @@ from xum_protocol.errors import ErrorKind
 from xumd import faults, logs
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import preserved, rows
+from xumd.lifecycle import preserved, removing, rows
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.recovery.disk import Probe, probe, same_identity
 
@@ -336,7 +336,11 @@ class Reconciler:
         # means nothing was deleted yet. Roll back; the user removes again (or keeps).
         disk = probe(row)
         if row.interrupted:
-            return Change(row, {"state": "creating"}, "remove_rolled_back")
+            # Flagged before the removal began (a creation never kept, or an active or archived
+            # row flagged by an earlier pass): back to the state it was removed from, flag and
+            # reason kept. No record: a removal begun by an older daemon; its rule stands.
+            prior = removing.prior_state(self.store, row.id) or "creating"
+            return Change(row, {"state": prior}, "remove_rolled_back")
         reason = "removal was interrupted before it was committed; remove again or keep it"
         if disk.ours:
             return Change(row, _flag(reason, state="active"), "remove_rolled_back")

@@ -25,57 +25,32 @@ from __future__ import annotations
 
 import itertools
 import select
-import socket
 from collections.abc import Callable
 from typing import Any
 
 import anyio
-from anyio.abc import SocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
+import orjson
 from xum_protocol import framing
 from xum_protocol.errors import ErrorKind
 from xum_protocol.version import PROTOCOL_VERSION
 
 from xumd import logs
-from xumd.rpc.dispatch import Router, error_response, expects_reply
+from xumd.rpc.dispatch import LATER, Router, error_response, expects_reply
 from xumd.rpc.outbox import Outbox, OutboxClosed
+from xumd.rpc.transport import FrameProtocol
 
 log = logs.get("xumd.conn")
 
 _ids = itertools.count(1)
 
-STREAM_CLOSE_DEADLINE_S = 1.0
-
-
-LINGER_S = 0.5
 HANGUP_POLL_S = 1.0
 """How often a half-closed subscriber's socket is checked for a hangup (the peer closed it)."""
-LINGER_BYTES = 1024 * 1024
-
-
-async def close_stream(stream: SocketStream, *, linger: bool = False) -> None:
-    """Close `stream`. With `linger`, first half-close and discard what the peer still sends
-    (bounded in time and bytes): closing a Unix socket with unread input makes the peer's next
-    read fail with ECONNRESET, and it would lose our last answer (a refusal, an oversize error)."""
-    if linger:
-        with anyio.move_on_after(LINGER_S):
-            try:
-                await stream.send_eof()
-                discarded = 0
-                while discarded < LINGER_BYTES:
-                    discarded += len(await stream.receive())
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                pass
-            except OSError:
-                pass
-    with anyio.move_on_after(STREAM_CLOSE_DEADLINE_S, shield=True):
-        await stream.aclose()
 
 
 class Connection:
     def __init__(
         self,
-        stream: SocketStream,
+        proto: FrameProtocol,
         router: Router,
         *,
         pid: int | None,
@@ -91,7 +66,7 @@ class Connection:
         self.pid = pid
         self.uid = uid
         self.protocol = PROTOCOL_VERSION
-        self._stream = stream
+        self._proto = proto
         self._router = router
         self._max_frame = max_frame
         self._max_batch = max_batch
@@ -125,6 +100,7 @@ class Connection:
 
     def stop_reading(self) -> None:
         """Close gracefully: read no more frames, let in-flight frames answer, flush, close."""
+        self._proto.stop()
         self._reading.cancel()
         self._end_streaming.set()
 
@@ -144,11 +120,24 @@ class Connection:
             log.error("conn.encode_failed", conn=self.id, error=str(exc))
             return framing.encode(_unencodable(message))
 
+    def _put_nowait(self, data: bytes) -> bool:
+        """Send `data` now if nothing is queued before it and the transport takes it, else queue
+        it if the outbox has room; False when it has none. Raises OutboxClosed once closed."""
+        box = self._outbox
+        if box.closed:
+            raise OutboxClosed
+        if not box and self._proto.writable:
+            # Nothing ahead of it and no backlog: straight to the transport, no writer wake-up.
+            # A peer that is gone already is noticed by the reader (or the next queued write).
+            self._proto.write(data)
+            return True
+        return box.put_nowait(data)
+
     def _enqueue_nowait(self, message: Any) -> bool:
         if self._closed:
             return False
         try:
-            if self._outbox.put_nowait(self._encode(message)):
+            if self._put_nowait(self._encode(message)):
                 return True
         except OutboxClosed:
             return False
@@ -167,7 +156,9 @@ class Connection:
         if self._closed:
             return
         try:
-            await self._outbox.put(self._encode(message))
+            data = self._encode(message)
+            if not self._put_nowait(data):
+                await self._outbox.put(data)
         except OutboxClosed:
             pass
 
@@ -176,25 +167,29 @@ class Connection:
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._writer)
+                    self._proto.fast = self._answer_inline
                     with self._reading:
                         await self._reader()
                     # EOF, oversize frame or graceful close: in-flight frames answer first.
+                    self._proto.fast = None
                     await self._drain_inflight()
                     if self._streaming and self._saw_eof:
                         await self._stream_after_eof()
                     self._outbox.close()
             finally:
+                self._proto.fast = None
                 self._finish()
         if self._cancel.cancel_called:
-            await close_stream(self._stream)
+            self._proto.abort()
+            await self._proto.close(linger=False)
         else:
-            await close_stream(self._stream, linger=not self._saw_eof)
+            await self._proto.close(linger=not self._saw_eof)
 
     async def _stream_after_eof(self) -> None:
         """A half-closed subscriber: keep the writer going until the peer hangs up or the
         daemon stops (stop_reading). A write that fails (the peer is gone) or a full outbox (it
         does not read) cancels the whole connection, this wait included."""
-        raw: socket.socket | None = self._stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        raw = self._proto.socket()
         # A subscriber that closed its connection (not only its sending side) also reads as end
         # of input here: it is let go at once, not after a poll interval.
         if raw is None or _hung_up(raw):
@@ -225,38 +220,61 @@ class Connection:
 
     async def _writer(self) -> None:
         while (frame := await self._outbox.get()) is not None:
-            try:
-                await self._stream.send(frame)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            if not self._proto.write(frame):
                 self._cancel.cancel()
                 return
+            if not self._proto.writable:
+                await self._proto.wait_writable()
+                if self._proto.lost:
+                    self._cancel.cancel()
+                    return
 
     async def _reader(self) -> None:
-        reader = BufferedByteReceiveStream(self._stream)
+        proto = self._proto
         while True:
-            try:
-                frame = await reader.receive_until(framing.DELIMITER, self._max_frame)
-            except anyio.IncompleteRead:
-                # EOF. A final frame without its newline is still a frame.
-                self._saw_eof = True
-                frame = bytes(reader.buffer)
-                if len(frame) > self._max_frame:
-                    self._refuse_oversize()
-                elif frame.strip():
+            frame = proto.take()
+            if frame is not None:
+                if frame.strip():
                     await self._admit(frame)
-                return
-            except anyio.DelimiterNotFound:
+                continue
+            if proto.oversize:
                 self._refuse_oversize()
                 return
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            if proto.eof:
+                self._saw_eof = True
                 return
-            # receive_until checks the size only before each read, so a frame that arrived in
-            # two reads can exceed the cap by up to one read: the cap is enforced exactly here.
-            if len(frame) > self._max_frame:
-                self._refuse_oversize()
+            if proto.lost:
                 return
-            if frame.strip():
-                await self._admit(frame)
+            await proto.wait_input()
+
+    def _answer_inline(self, frame: bytes) -> bool:
+        """Called from the transport's read callback: answer `frame` now when that needs no
+        await (a handler marked inline, or an error), else False (the reader task admits it)."""
+        if self._closed or self._outbox or not self._proto.writable or self._router.stopping():
+            return False
+        try:
+            message = orjson.loads(frame)
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(message, dict):
+            return False  # batches take the task path
+        try:
+            reply = self._router.handle_now(message, self)
+        except Exception:
+            # Last line of defence, as for a task: a bug costs this answer, never the daemon,
+            # and a request with an id is still answered.
+            log.exception("conn.process_failed", conn=self.id)
+            wanted, request_id = expects_reply(message)
+            reply = (
+                error_response(request_id, ErrorKind.INTERNAL, "internal error; see the daemon log")
+                if wanted
+                else None
+            )
+        if reply is LATER:
+            return False
+        if reply is not None:
+            self._enqueue_nowait(reply)
+        return True
 
     def _refuse_oversize(self) -> None:
         log.warning("conn.frame_too_large", conn=self.id, limit=self._max_frame)
@@ -306,7 +324,7 @@ class Connection:
             await self._process_batch(message)
             return
         try:
-            reply = await self._router.handle(message, self)
+            reply = await self._router.handle(message, self, fragments=True)
         except anyio.get_cancelled_exc_class():
             self._answer_cancelled([message], [None], batch=False)
             raise
@@ -343,7 +361,7 @@ class Connection:
         answers: list[dict[str, Any] | None] = [None] * len(batch)
 
         async def one(index: int, item: Any) -> None:
-            answers[index] = await self._router.handle(item, self)
+            answers[index] = await self._router.handle(item, self, fragments=True)
 
         try:
             async with anyio.create_task_group() as tg:
@@ -380,7 +398,7 @@ class Connection:
         self._enqueue_nowait(replies if batch else replies[0])
 
 
-def _hung_up(sock: socket.socket) -> bool:
+def _hung_up(sock: Any) -> bool:
     """The peer closed its end entirely. A half-close (shutdown of its sending side) is only
     end of input; a Unix stream socket reports POLLHUP once both directions are shut."""
     try:

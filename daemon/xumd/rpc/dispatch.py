@@ -7,12 +7,13 @@ response object, so the transport and the tests can drive it alike.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol, cast
 
 import anyio
+import orjson
 from pydantic import BaseModel, ValidationError
 from xum_protocol.errors import ErrorKind, code_for
 from xum_protocol.methods import METHODS
@@ -84,6 +85,20 @@ class _Route:
     params: type[BaseModel]
     handler: Handler
     allowed_while_stopping: bool
+    inline: bool = False
+
+
+class _Later:
+    def __repr__(self) -> str:
+        return "LATER"
+
+
+LATER: Final = _Later()
+"""`Router.handle_now`: this message needs a task (its handler may await)."""
+
+
+class InlineAwaited(RuntimeError):
+    """A handler registered `inline` awaited: a bug in its registration, answered `internal`."""
 
 
 def error_object(
@@ -153,7 +168,11 @@ class Router:
         params: type[BaseModel] | None = None,
         *,
         allowed_while_stopping: bool = False,
+        inline: bool = False,
     ) -> None:
+        """Register `handler` for `name`. `inline`: the handler never awaits (it reads memory
+        and returns), so the transport may run it in its read callback, without a task; one
+        that awaits all the same is stopped there and answered `internal`."""
         if name in self.routes:
             raise RuntimeError(f"method {name} registered twice")
         if params is None:
@@ -161,7 +180,7 @@ class Router:
             if spec is None:
                 raise RuntimeError(f"method {name} is not in the protocol's method table")
             params = spec.params
-        self.routes[name] = _Route(params, handler, allowed_while_stopping)
+        self.routes[name] = _Route(params, handler, allowed_while_stopping, inline)
 
     def method(
         self, name: str, *, allowed_while_stopping: bool = False
@@ -172,8 +191,9 @@ class Router:
 
         return register
 
-    async def handle(self, message: Any, peer: Peer) -> dict[str, Any] | None:
-        """Answer one (non-batch) message; None for a notification."""
+    @staticmethod
+    def _envelope(message: Any) -> dict[str, Any] | tuple[bool, RequestId, str, Any]:
+        """The envelope checks: an error response, or (has_id, id, method, params)."""
         if not isinstance(message, dict):
             return error_response(None, ErrorKind.INVALID_REQUEST, "a request must be an object")
         has_id = "id" in message
@@ -195,20 +215,53 @@ class Router:
                 "not a JSON-RPC 2.0 request: needs jsonrpc '2.0', a string method, "
                 "and params that are an object or an array",
             )
+        return has_id, request_id, method, params
+
+    def _done(self) -> None:
+        self.active -= 1
+        if not self.active and self._idle is not None:
+            self._idle.set()
+            self._idle = None
+
+    async def handle(
+        self, message: Any, peer: Peer, *, fragments: bool = False
+    ) -> dict[str, Any] | None:
+        """Answer one (non-batch) message; None for a notification. With `fragments`, a
+        result is serialised once, by its model, into an `orjson.Fragment` (for the transport,
+        which encodes the envelope with orjson); else it is a plain dict."""
+        checked = self._envelope(message)
+        if isinstance(checked, dict):
+            return checked
+        has_id, request_id, method, params = checked
         self.active += 1
         try:
-            response = await self._call(method, params, peer, request_id)
+            response = await self._call(method, params, peer, request_id, fragments)
         finally:
-            self.active -= 1
-            if not self.active and self._idle is not None:
-                self._idle.set()
-                self._idle = None
+            self._done()
         return response if has_id else None
 
-    async def _call(
-        self, method: str, raw_params: Any, peer: Peer, request_id: RequestId
-    ) -> dict[str, Any]:
+    def handle_now(self, message: Any, peer: Peer) -> dict[str, Any] | _Later | None:
+        """`handle` without awaiting, for what needs no task: envelope errors, unknown methods,
+        refusals, bad params, and handlers registered `inline`; LATER for the rest (before
+        anything else is done with the message, so the task path starts from scratch)."""
+        checked = self._envelope(message)
+        if isinstance(checked, dict):
+            return checked
+        has_id, request_id, method, raw_params = checked
         route = self.routes.get(method)
+        if route is not None and not route.inline:
+            return LATER
+        self.active += 1
+        try:
+            response = self._call_now(route, method, raw_params, peer, request_id)
+        finally:
+            self._done()
+        return response if has_id else None
+
+    def _refusal(
+        self, route: _Route | None, method: str, raw_params: Any, request_id: RequestId
+    ) -> dict[str, Any] | BaseModel:
+        """An error response (no route, stopping, bad params), or the validated params."""
         if route is None:
             return error_response(
                 request_id, ErrorKind.METHOD_NOT_FOUND, f"method {method!r} not found"
@@ -218,7 +271,7 @@ class Router:
                 request_id, ErrorKind.SHUTTING_DOWN, "the daemon is shutting down"
             )
         try:
-            params = self._parse_params(route.params, raw_params)
+            return self._parse_params(route.params, raw_params)
         except ValidationError as exc:
             return error_response(
                 request_id,
@@ -226,17 +279,67 @@ class Router:
                 f"invalid params for {method}: {exc.error_count()} problem(s)",
                 {"errors": _validation_errors(exc)},
             )
+
+    def _call_now(
+        self,
+        route: _Route | None,
+        method: str,
+        raw_params: Any,
+        peer: Peer,
+        request_id: RequestId,
+    ) -> dict[str, Any]:
+        params = self._refusal(route, method, raw_params, request_id)
+        if isinstance(params, dict):
+            return params
+        assert route is not None
+        started = time.perf_counter()
+        outcome = "ok"
+        ctx = RequestContext(peer, method, request_id)
+        token = _current.set(ctx)
+        try:
+            coro = cast(Coroutine[Any, Any, BaseModel], route.handler(params, ctx))
+            try:
+                coro.send(None)
+            except StopIteration as finished:
+                return _success(request_id, finished.value, fragments=True)
+            # It awaited: without a task it cannot go on. Stop it there (its `finally` blocks
+            # run) and say so; the registration is the bug.
+            coro.close()
+            raise InlineAwaited(f"inline handler for {method} awaited")
+        except Exception as exc:
+            response, outcome = _failure(exc, method, request_id)
+            return response
+        finally:
+            _current.reset(token)
+            log.debug(
+                "rpc.request",
+                method=method,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                outcome=outcome,
+                conn=peer.id,
+                inline=True,
+            )
+
+    async def _call(
+        self,
+        method: str,
+        raw_params: Any,
+        peer: Peer,
+        request_id: RequestId,
+        fragments: bool = False,
+    ) -> dict[str, Any]:
+        route = self.routes.get(method)
+        params = self._refusal(route, method, raw_params, request_id)
+        if isinstance(params, dict):
+            return params
+        assert route is not None
         started = time.perf_counter()
         outcome = "ok"
         ctx = RequestContext(peer, method, request_id)
         token = _current.set(ctx)
         try:
             result = await route.handler(params, ctx)
-            return {
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "result": result.model_dump(mode="json"),
-            }
+            return _success(request_id, result, fragments=fragments)
         except anyio.get_cancelled_exc_class():
             if ctx.committed is None:
                 outcome = "cancelled"
@@ -251,43 +354,9 @@ class Router:
             outcome = "cut_short"
             log.info("rpc.answered_after_cut", method=method, conn=peer.id)
             return {"jsonrpc": "2.0", "id": request_id, "result": late.model_dump(mode="json")}
-        except XumError as exc:
-            outcome = exc.kind.value
-            if exc.kind is ErrorKind.DISK_FULL:
-                log.warning("rpc.disk_full", method=method, filesystem=exc.data.get("filesystem"))
-            return error_response(request_id, exc.kind, exc.message, exc.data)
         except Exception as exc:
-            if isinstance(exc, OSError) and is_exhausted(exc):
-                # Out of descriptors (a git spawn, a pipe, a PTY, the store): transient, and the
-                # durable write order leaves nothing half-applied that recovery would not settle.
-                outcome = "exhausted"
-                resource = "file_descriptors" if exc.errno in FD_ERRNOS else "memory"
-                log.warning("rpc.resource_exhausted", method=method, resource=resource)
-                return error_response(
-                    request_id,
-                    ErrorKind.OPERATION_FAILED,
-                    f"{method} failed: the daemon is out of {resource.replace('_', ' ')} "
-                    f"({exc.strerror}); retry later",
-                    {"resource": resource},
-                )
-            known = diskfull.from_exception(exc)
-            if known is not None:
-                # A write the handler did not expect to fail (a full disk, a read-only one) is
-                # the machine's answer, not a bug: named as such (its own cleanup ran as the
-                # error passed).
-                outcome = known.kind.value
-                log.warning(
-                    "rpc.filesystem_refused",
-                    method=method,
-                    kind=known.kind.value,
-                    filesystem=known.data.get("filesystem"),
-                )
-                return error_response(request_id, known.kind, known.message, known.data)
-            outcome = "internal"
-            log.exception("rpc.internal_error", method=method)
-            return error_response(
-                request_id, ErrorKind.INTERNAL, f"internal error in {method}; see the daemon log"
-            )
+            response, outcome = _failure(exc, method, request_id)
+            return response
         finally:
             _current.reset(token)
             log.debug(
@@ -312,3 +381,52 @@ class Router:
             else:
                 raw = dict(zip(names, raw, strict=False))
         return model.model_validate(raw)
+
+
+def _success(request_id: RequestId, result: BaseModel, *, fragments: bool) -> dict[str, Any]:
+    if fragments and type(result).model_dump is _MODEL_DUMP:
+        # Serialised once, by the model's own (Rust) serialiser, straight to JSON bytes that
+        # orjson splices into the envelope: no intermediate dict.
+        body: Any = orjson.Fragment(result.__pydantic_serializer__.to_json(result))
+    else:
+        # A model that shapes its own output (overrides model_dump) is asked for it.
+        body = result.model_dump(mode="json")
+    return {"jsonrpc": "2.0", "id": request_id, "result": body}
+
+
+_MODEL_DUMP = BaseModel.model_dump
+
+
+def _failure(exc: Exception, method: str, request_id: RequestId) -> tuple[dict[str, Any], str]:
+    """The error response for a handler's exception, and the outcome to log."""
+    if isinstance(exc, XumError):
+        if exc.kind is ErrorKind.DISK_FULL:
+            log.warning("rpc.disk_full", method=method, filesystem=exc.data.get("filesystem"))
+        return error_response(request_id, exc.kind, exc.message, exc.data), exc.kind.value
+    if isinstance(exc, OSError) and is_exhausted(exc):
+        # Out of descriptors (a git spawn, a pipe, a PTY, the store): transient, and the
+        # durable write order leaves nothing half-applied that recovery would not settle.
+        resource = "file_descriptors" if exc.errno in FD_ERRNOS else "memory"
+        log.warning("rpc.resource_exhausted", method=method, resource=resource)
+        return error_response(
+            request_id,
+            ErrorKind.OPERATION_FAILED,
+            f"{method} failed: the daemon is out of {resource.replace('_', ' ')} "
+            f"({exc.strerror}); retry later",
+            {"resource": resource},
+        ), "exhausted"
+    known = diskfull.from_exception(exc)
+    if known is not None:
+        # A write the handler did not expect to fail (a full disk, a read-only one) is the
+        # machine's answer, not a bug: named as such (its own cleanup ran as the error passed).
+        log.warning(
+            "rpc.filesystem_refused",
+            method=method,
+            kind=known.kind.value,
+            filesystem=known.data.get("filesystem"),
+        )
+        return error_response(request_id, known.kind, known.message, known.data), known.kind.value
+    log.exception("rpc.internal_error", method=method)
+    return error_response(
+        request_id, ErrorKind.INTERNAL, f"internal error in {method}; see the daemon log"
+    ), "internal"

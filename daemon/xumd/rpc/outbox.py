@@ -28,6 +28,10 @@ class Outbox:
         self._changed = anyio.Event()
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def queued_bytes(self) -> int:
         return self._bytes
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -10,7 +11,6 @@ import struct
 from pathlib import Path
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream, UNIXSocketStream
 from xum_protocol import framing
 from xum_protocol.errors import ErrorKind
 
@@ -18,8 +18,9 @@ from xumd import diskfull, logs
 from xumd.config import DaemonConfig
 from xumd.fdlimits import FdLimits, is_exhausted
 from xumd.paths import socket_path_problem
-from xumd.rpc.connection import Connection, close_stream
+from xumd.rpc.connection import Connection
 from xumd.rpc.dispatch import Router, error_response
+from xumd.rpc.transport import FrameProtocol
 
 log = logs.get("xumd.server")
 
@@ -216,14 +217,8 @@ class Server:
                 if self._open >= self.max_connections:
                     conn_tg.start_soon(self._refuse, client)
                     continue
-                try:
-                    stream = await UNIXSocketStream.from_socket(client)
-                except OSError as exc:
-                    log.error("server.stream_failed", error=str(exc))
-                    client.close()
-                    continue
                 self._open += 1
-                conn_tg.start_soon(self._serve_counted, stream, work_tg)
+                conn_tg.start_soon(self._serve_counted, client, work_tg)
         finally:
             self.serving = False
             # Stop accepting means closed: new clients get ECONNREFUSED, not a backlog that
@@ -294,32 +289,40 @@ class Server:
                         )
                     )
 
-    async def _serve_counted(self, stream: SocketStream, work_tg: anyio.abc.TaskGroup) -> None:
+    async def _serve_counted(self, client: socket.socket, work_tg: anyio.abc.TaskGroup) -> None:
         try:
-            await self._serve_one(stream, work_tg)
+            await self._serve_one(client, work_tg)
         finally:
             self._open -= 1
 
-    async def _serve_one(self, stream: SocketStream, work_tg: anyio.abc.TaskGroup) -> None:
-        raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
-        creds = peer_credentials(raw)
+    async def _serve_one(self, client: socket.socket, work_tg: anyio.abc.TaskGroup) -> None:
+        creds = peer_credentials(client)
         pid, uid = (creds[0], creds[1]) if creds else (None, None)
+        max_frame = self._config.max_frame_bytes
+        try:
+            _transport, proto = await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: FrameProtocol(max_frame), client
+            )
+        except OSError as exc:
+            log.error("server.stream_failed", error=str(exc))
+            client.close()
+            return
         if uid is not None and uid != os.getuid():
             log.warning("server.peer_refused", peer_uid=uid, peer_pid=pid)
-            with anyio.move_on_after(1):
-                await stream.send(
-                    framing.encode(
-                        error_response(
-                            None,
-                            ErrorKind.PERMISSION_DENIED,
-                            f"permission denied: this daemon serves uid {os.getuid()} only",
-                        )
+            proto.stop()  # nothing it sends is read, let alone answered
+            proto.write(
+                framing.encode(
+                    error_response(
+                        None,
+                        ErrorKind.PERMISSION_DENIED,
+                        f"permission denied: this daemon serves uid {os.getuid()} only",
                     )
                 )
-            await close_stream(stream, linger=True)
+            )
+            await proto.close(linger=True)
             return
         conn = Connection(
-            stream,
+            proto,
             self._router,
             pid=pid,
             uid=uid,

@@ -1,0 +1,346 @@
+"""The asyncio transport over the sans-IO frame reader (issue 12): frames split anywhere, many
+frames per read, the cap, a peer that reads nothing, a peer gone mid-frame, and handlers answered
+inline (in the read callback, without a task), including ones that raise or wrongly await.
+
+The reader is checked byte by byte in memory; the rest runs a real `Server` on a real Unix
+socket inside the test's event loop, with its own small router (so the inline handlers can
+observe where they run)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from pydantic import BaseModel
+from xum_protocol.errors import ErrorKind
+from xum_protocol.framing import FrameReader
+from xumd.config import DaemonConfig
+from xumd.errors import XumError
+from xumd.rpc.dispatch import RequestContext, Router
+from xumd.rpc.server import Server, bind_socket
+from xumd.rpc.transport import WRITE_HIGH
+
+from tests.support.daemon import short_tmpdir
+from tests.support.wait import wait_for
+
+# -- the sans-IO reader ----------------------------------------------------------------------
+
+STREAM = b'{"a":1}\n{"b":"x\\ny"}\n\n[1,2]\n{"c":3}\n'
+FRAMES = [b'{"a":1}', b'{"b":"x\\ny"}', b"", b"[1,2]", b'{"c":3}']
+
+
+def test_a_stream_split_at_every_byte_gives_the_same_frames() -> None:
+    for cut in range(len(STREAM) + 1):
+        reader = FrameReader(64)
+        got = reader.feed(STREAM[:cut]) + reader.feed(STREAM[cut:])
+        assert got == FRAMES, cut
+        assert reader.finish() is None
+    reader = FrameReader(64)
+    one_by_one = [frame for i in range(len(STREAM)) for frame in reader.feed(STREAM[i : i + 1])]
+    assert one_by_one == FRAMES and reader.buffered == 0
+
+
+def test_many_frames_in_one_read() -> None:
+    frames = [orjson.dumps({"id": i}) for i in range(5000)]
+    reader = FrameReader(64)
+    assert reader.feed(b"\n".join(frames) + b"\n") == frames
+
+
+def test_the_cap_is_exact_however_the_frame_is_split() -> None:
+    at_cap = b"x" * 10
+    for cut in range(12):
+        reader = FrameReader(10)
+        data = at_cap + b"\n"
+        assert reader.feed(data[:cut]) + reader.feed(data[cut:]) == [at_cap]
+        assert not reader.oversize
+    for cut in range(13):
+        reader = FrameReader(10)
+        data = b"ok\n" + b"y" * 11 + b"\nnext\n"
+        got = reader.feed(data[:cut]) + reader.feed(data[cut:])
+        # The frames before the oversize one are served; nothing after it.
+        assert got == [b"ok"], (cut, got)
+        assert reader.oversize and reader.ended
+        assert reader.feed(b"more\n") == [] and reader.finish() is None
+
+
+def test_without_a_newline_the_held_bytes_are_capped() -> None:
+    reader = FrameReader(10)
+    assert reader.feed(b"12345") == [] and reader.buffered == 5
+    assert reader.feed(b"67890") == [] and not reader.oversize
+    assert reader.feed(b"1") == [] and reader.oversize and reader.buffered == 0
+
+
+def test_the_last_frame_may_lack_its_newline() -> None:
+    reader = FrameReader(64)
+    assert reader.feed(b'{"a":1}\n{"b"') == [b'{"a":1}']
+    assert reader.finish() == b'{"b"'
+    assert reader.finish() is None
+
+
+# -- a real server on a real socket ----------------------------------------------------------
+
+
+class _P(BaseModel):
+    n: int = 0
+
+
+class _R(BaseModel):
+    n: int
+    task: bool
+
+
+def _router(seen: list[bool]) -> Router:
+    router = Router()
+
+    async def echo(params: _P, ctx: RequestContext) -> _R:
+        # In the read callback there is no current task; in the task path there is one.
+        in_task = asyncio.current_task() is not None
+        seen.append(in_task)
+        return _R(n=params.n, task=in_task)
+
+    async def boom(params: _P, ctx: RequestContext) -> _R:
+        raise RuntimeError("inline bug")
+
+    async def refused(params: _P, ctx: RequestContext) -> _R:
+        raise XumError(ErrorKind.NOT_FOUND, "no such thing")
+
+    async def awaits(params: _P, ctx: RequestContext) -> _R:
+        await anyio.sleep(0)  # wrong: registered inline
+        return _R(n=params.n, task=True)
+
+    router.add("t.inline", echo, _P, inline=True)
+    router.add("t.task", echo, _P)
+    router.add("t.boom", boom, _P, inline=True)
+    router.add("t.refused", refused, _P, inline=True)
+    router.add("t.awaits", awaits, _P, inline=True)
+    return router
+
+
+@asynccontextmanager
+async def _serving(router: Router, **config: Any) -> AsyncIterator[tuple[Path, Server]]:
+    path = short_tmpdir() / "s"
+    server = Server(router, DaemonConfig(**config))
+    server.attach(bind_socket(path))
+    async with anyio.create_task_group() as conns, anyio.create_task_group() as work:
+        conns.start_soon(server.serve, conns, work)
+        try:
+            yield path, server
+        finally:
+            conns.cancel_scope.cancel()
+            work.cancel_scope.cancel()
+
+
+def _req(method: str, id_: int, n: int = 0) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "method": method, "id": id_, "params": {"n": n}}) + b"\n"
+
+
+async def _read_answers(reader: asyncio.StreamReader, count: int) -> list[Any]:
+    with anyio.fail_after(30):
+        return [orjson.loads(await reader.readline()) for _ in range(count)]
+
+
+def _run(test: Callable[[], Any]) -> None:
+    anyio.run(test)
+
+
+def test_inline_handlers_run_without_a_task_and_others_in_one() -> None:
+    seen: list[bool] = []
+
+    async def main() -> None:
+        async with _serving(_router(seen)) as (path, _server):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(_req("t.inline", 1, 5) + _req("t.task", 2, 6))
+            answers = {a["id"]: a for a in await _read_answers(reader, 2)}
+            assert answers[1]["result"] == {"n": 5, "task": False}
+            assert answers[2]["result"] == {"n": 6, "task": True}
+            writer.close()
+
+    _run(main)
+    assert sorted(seen) == [False, True]
+
+
+def test_an_inline_handler_that_raises_is_answered_and_the_connection_lives() -> None:
+    async def main() -> None:
+        async with _serving(_router([])) as (path, _server):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(_req("t.boom", 1) + _req("t.refused", 2) + _req("t.awaits", 3))
+            writer.write(_req("t.inline", 4, 9))
+            answers = {a["id"]: a for a in await _read_answers(reader, 4)}
+            assert answers[1]["error"]["data"]["kind"] == "internal"
+            assert answers[2]["error"]["data"]["kind"] == "not_found"
+            assert answers[2]["error"]["message"] == "no such thing"
+            # A handler marked inline that awaits is stopped and answered, never left hanging.
+            assert answers[3]["error"]["data"]["kind"] == "internal"
+            assert answers[4]["result"] == {"n": 9, "task": False}
+            writer.close()
+
+    _run(main)
+
+
+def test_a_frame_split_across_reads_at_every_byte() -> None:
+    frame = _req("t.inline", 7, 3)
+
+    async def main() -> None:
+        async with _serving(_router([])) as (path, _server):
+            for cut in range(1, len(frame)):
+                reader, writer = await asyncio.open_unix_connection(str(path))
+                writer.write(frame[:cut])
+                await writer.drain()
+                await anyio.wait_all_tasks_blocked()  # the daemon has read the first part
+                writer.write(frame[cut:])
+                (answer,) = await _read_answers(reader, 1)
+                assert answer["result"] == {"n": 3, "task": False}, cut
+                writer.close()
+
+    _run(main)
+
+
+def test_many_frames_in_one_write_all_answered() -> None:
+    count = 2000
+
+    async def main() -> None:
+        async with _serving(_router([])) as (path, _server):
+            reader, writer = await asyncio.open_unix_connection(str(path), limit=2**20)
+            blob = b"".join(_req("t.inline" if i % 2 else "t.task", i, i) for i in range(count))
+            writer.write(blob)
+            answers = await _read_answers(reader, count)
+            assert sorted(a["id"] for a in answers) == list(range(count))
+            assert all(a["result"]["n"] == a["id"] for a in answers)
+            writer.close()
+
+    _run(main)
+
+
+def test_a_frame_over_the_cap_in_one_read_with_frames_before_it() -> None:
+    async def main() -> None:
+        async with _serving(_router([]), max_frame_bytes=1024) as (path, _server):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(_req("t.inline", 1) + b"x" * 2000 + b"\n" + _req("t.inline", 2))
+            first, refusal = await _read_answers(reader, 2)
+            assert first["id"] == 1
+            assert refusal["error"]["data"] == {"kind": "frame_too_large", "limit": 1024}
+            with anyio.fail_after(10):
+                assert await reader.read() == b""  # closed; the frame after it is not served
+            writer.close()
+
+    _run(main)
+
+
+def test_a_peer_that_reads_nothing_is_slowed_then_answered_in_full() -> None:
+    """Inline answers go straight to the transport only while it has room: a client that
+    pipelines without reading fills the socket, the transport's buffer (to its high-water
+    mark), then the outbox; its frames then wait for the reader task and the daemon stops
+    reading it (its send blocks). Others are served meanwhile, and once it reads, every answer
+    is there."""
+    count = 20_000
+    blob = b"".join(_req("t.inline", i) for i in range(count))
+
+    async def main() -> None:
+        async with _serving(_router([]), write_queue_messages=16, write_queue_bytes=4096) as (
+            path,
+            server,
+        ):
+            flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            flood.connect(str(path))
+            flood.settimeout(60)
+            sender = threading.Thread(target=flood.sendall, args=(blob,), daemon=True)
+            sender.start()
+            conn = await wait_for(lambda: next(iter(server.connections), None))
+            proto = conn._proto
+            # The daemon stops reading it (without back-pressure it would read on and buffer
+            # every answer), while the sender still has most of its blob to send.
+            await wait_for(lambda: proto._read_paused, 30)
+            assert sender.is_alive()
+            assert proto.transport is not None
+            assert proto.transport.get_write_buffer_size() <= WRITE_HIGH + len(blob) // count * 2
+            assert len(conn._outbox) <= 16
+            # Another client is served while that one is stuck.
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(_req("t.inline", 2, 2))
+            (answer,) = await _read_answers(reader, 1)
+            assert answer["result"]["n"] == 2
+            writer.close()
+
+            # Now it reads: every request it sent is answered once, none lost.
+            def drain() -> list[int]:
+                ids: list[int] = []
+                buf = b""
+                while len(ids) < count:
+                    chunk = flood.recv(1 << 20)
+                    assert chunk, "closed before every answer came"
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    ids.extend(orjson.loads(line)["id"] for line in lines)
+                return ids
+
+            ids = await anyio.to_thread.run_sync(drain)
+            sender.join(30)
+            assert sorted(ids) == list(range(count))
+            flood.close()
+
+    _run(main)
+
+
+def test_a_peer_gone_mid_frame_harms_nobody() -> None:
+    async def main() -> None:
+        async with _serving(_router([])) as (path, server):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(_req("t.inline", 1) + b'{"jsonrpc": "2.0", "meth')
+            (answer,) = await _read_answers(reader, 1)
+            assert answer["id"] == 1
+            writer.transport.abort()  # gone, half a frame sent
+            with anyio.fail_after(10):
+                while server.connections:
+                    await anyio.sleep(0.01)
+            other_reader, other = await asyncio.open_unix_connection(str(path))
+            other.write(_req("t.task", 2, 2))
+            (answer,) = await _read_answers(other_reader, 1)
+            assert answer["result"] == {"n": 2, "task": True}
+            other.close()
+
+    _run(main)
+
+
+@pytest.mark.parametrize("method", ["t.inline", "t.task"])
+def test_a_final_frame_without_newline_is_answered_after_half_close(method: str) -> None:
+    async def main() -> None:
+        async with _serving(_router([])) as (path, _server):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(_req(method, 1, 4).rstrip(b"\n"))
+            writer.write_eof()
+            (answer,) = await _read_answers(reader, 1)
+            assert answer["result"]["n"] == 4
+            with anyio.fail_after(10):
+                assert await reader.read() == b""
+            writer.close()
+
+    _run(main)
+
+
+def test_status_samples_the_open_descriptor_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """daemon.status lists /proc/self/fd at most every OPEN_COUNT_TTL_S (a clock mock: the
+    listing itself is real)."""
+    from xumd import fdlimits
+
+    now = [1000.0]
+    monkeypatch.setattr(fdlimits.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(fdlimits, "_open_sample", (float("-inf"), 0))
+    limits = fdlimits.plan(1024, 64)
+    first = limits.as_status()["open"]
+    extra = [socket.socket() for _ in range(5)]
+    try:
+        assert limits.as_status()["open"] == first  # within the interval: the sample
+        now[0] += fdlimits.OPEN_COUNT_TTL_S
+        assert limits.as_status()["open"] == first + 5  # then counted again
+    finally:
+        for sock in extra:
+            sock.close()
+        limits.close()
