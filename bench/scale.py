@@ -11,6 +11,8 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,19 @@ def _records(settings: Settings) -> list[Figure]:
         "ms",
         "sqlite read of the rows + the same answer bytes from the echo server",
     )
+    page = settings.list_page
+    first_page = Figure(
+        "scale",
+        f"workspace.list, first page of {page:,} ({tag})",
+        "ms",
+        "sqlite read of the same rows (index range) + the same answer bytes from the echo server",
+    )
+    mid_page = Figure(
+        "scale",
+        f"workspace.list, page of {page:,} after {settings.list_workspaces // 2:,} ({tag})",
+        "ms",
+        "sqlite read of the same rows (index range) + the same answer bytes from the echo server",
+    )
     work = procs.short_dir("xbs-")
     root = work / "root"
     empty_root = work / "empty"
@@ -128,6 +143,7 @@ def _records(settings: Settings) -> list[Figure]:
         procs.xumd(root).start().stop()
         procs.xumd(empty_root).start().stop()
         populate(root, settings.list_workspaces, settings.list_obligations)
+        db = root / "state.db"
         for _ in range(settings.repeats):
             empty = procs.xumd(empty_root).start()
             empty.stop()
@@ -143,29 +159,93 @@ def _records(settings: Settings) -> list[Figure]:
                 ready.add(daemon.ready_s * 1000, floor.ready_s * 1000)
                 assert empty.ready_s is not None
                 added.add(daemon.ready_s * 1000, empty.ready_s * 1000)
-                answer = asyncio.run(_capture(daemon.socket_path))
-                canned = work / "answer.json"
-                canned.write_bytes(orjson.dumps(answer))
-                echo = procs.echo_server(work / "echo.sock", canned).start()
-                try:
-                    count = 3 if settings.quick else 10
-                    mine = asyncio.run(_rtt(daemon.socket_path, "workspace.list", {}, count))
-                    base = asyncio.run(_rtt(echo.socket_path, "workspace.list", {}, count))
-                    read = min(_sqlite_read_s(root / "state.db") for _ in range(3))
-                    listing.add(min(mine) * 1000, (min(base) + read) * 1000)
-                finally:
-                    echo.stop()
+                count = 3 if settings.quick else 10
+                _paired(listing, daemon, work, {}, partial(_sqlite_read_s, db), count)
+                middle = _cursor_at(db, settings.list_workspaces // 2)
+                for fig, after in ((first_page, None), (mid_page, middle)):
+                    params: dict[str, Any] = {"limit": page}
+                    if after is not None:
+                        params["after"] = after
+                    _paired(
+                        fig,
+                        daemon,
+                        work,
+                        params,
+                        partial(_sqlite_page_s, db, page, after),
+                        count * 10,
+                    )
             finally:
                 daemon.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return [ready, added, listing]
+    return [ready, added, listing, first_page, mid_page]
 
 
-async def _capture(sock: Path) -> Any:
+def _paired(
+    fig: Figure,
+    daemon: procs.Launched,
+    work: Path,
+    params: dict[str, Any],
+    read: Callable[[], float],
+    count: int,
+) -> None:
+    """One pair: the daemon's `workspace.list` round trip against the floor's read of the same
+    rows plus the echo server's round trip of the very same answer bytes (best of `count`)."""
+    answer = asyncio.run(_capture(daemon.socket_path, params))
+    canned = work / "answer.json"
+    canned.write_bytes(orjson.dumps(answer))
+    echo = procs.echo_server(work / "echo.sock", canned).start()
+    try:
+        mine = asyncio.run(_rtt(daemon.socket_path, "workspace.list", params, count))
+        base = asyncio.run(_rtt(echo.socket_path, "workspace.list", params, count))
+        floor_read = min(read() for _ in range(3))
+        fig.add(min(mine) * 1000, (min(base) + floor_read) * 1000)
+    finally:
+        echo.stop()
+
+
+def _cursor_at(db: Path, index: int) -> str:
+    """The paging cursor after the `index`-th workspace of the listing order."""
+    from xum_protocol.cursor import list_cursor
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        created_at, ws_id = conn.execute(
+            "SELECT created_at, id FROM workspaces ORDER BY created_at, id LIMIT 1 OFFSET ?",
+            (index - 1,),
+        ).fetchone()
+    finally:
+        conn.close()
+    return list_cursor(created_at, ws_id)
+
+
+def _sqlite_page_s(db: Path, limit: int, after: str | None) -> float:
+    """The floor's read of one page: the same keyset range on the same index, rows to dicts,
+    orjson."""
+    from xum_protocol.cursor import parse_list_cursor
+
+    started = time.perf_counter()
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    if after is None:
+        found = conn.execute("SELECT * FROM workspaces ORDER BY created_at, id LIMIT ?", (limit,))
+    else:
+        created_at, ws_id = parse_list_cursor(after)
+        found = conn.execute(
+            "SELECT * FROM workspaces WHERE (created_at, id) > (?, ?)"
+            " ORDER BY created_at, id LIMIT ?",
+            (created_at, ws_id, limit),
+        )
+    rows = [dict(r) for r in found]
+    conn.close()
+    orjson.dumps(rows)
+    return time.perf_counter() - started
+
+
+async def _capture(sock: Path, params: dict[str, Any]) -> Any:
     conn = await Conn.open(sock, hello=True)
     try:
-        return await conn.call("workspace.list", {})
+        return await conn.call("workspace.list", params)
     finally:
         await conn.close()
 

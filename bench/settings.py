@@ -18,6 +18,7 @@ class Settings:
     large_files: int = 50000
     list_workspaces: int = 10000
     list_obligations: int = 1000
+    list_page: int = 100
     parallel_creates: int = 64
     subscribers: int = 100
 

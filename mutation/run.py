@@ -112,20 +112,16 @@ SCOPES = [
     # In-process (a real store, git and directories; no daemon): every decision of the pass in
     # seconds. The daemon-level tests (test_recovery.py, the crash matrix) take minutes a mutant.
     Scope("daemon/xumd/recovery/reconcile.py", ["tests/test_reconcile_inprocess.py"]),
+    # In-process (real git repositories, no daemon): seconds per mutant where the archive and
+    # unarchive daemon tests took minutes; the rules those tests pinned are pinned here too.
     Scope(
         "daemon/xumd/lifecycle/snapshot.py",
         [
-            "tests/test_lifecycle_archive.py",
-            "tests/test_lifecycle_unarchive_pending.py",
-            # What the archive reports dropped (special files, fully preserved top paths), the
-            # lstat walk (a symlinked directory is one entry), `add --sparse`.
-            "tests/test_cli_newuser.py::test_archive_summary_names_dropped_and_preserved_files",
+            "tests/test_snapshot_inprocess.py",
+            # The lstat walk (a symlinked directory is one entry), in-process too.
             "tests/test_preserved_files.py::"
             "test_an_ignored_symlink_to_a_directory_is_one_entry_never_walked_into",
-            "tests/test_create_base.py::"
-            "test_sparse_unarchive_keeps_work_outside_the_cone_and_reports_it",
         ],
-        timeout_s=300,
     ),
     Scope(
         "daemon/xumd/rootlock.py",
@@ -144,6 +140,8 @@ SCOPES = [
         "daemon/xumd/procutil.py",
         [
             "tests/test_procutil.py",
+            # run_command's start through xumd.childproc: group or session, big stdin, fds.
+            "tests/test_childproc.py",
             "tests/test_lease.py::test_script_lease_covers_a_run_command",
             *(
                 f"tests/test_containment.py::test_{name}"
@@ -246,8 +244,11 @@ def _inert_lines(path: Path) -> set[int]:
 
 def _config(scope: Scope, python: str) -> str:
     tests = " ".join(scope.tests)
+    # Without hypothesis' pytest plugin (no scoped selection uses it): importing it is half
+    # of each mutant's collection time on these cores, paid once per mutant.
     command = (
-        f"{python} -m pytest -x -q -p no:cacheprovider -o addopts= -m 'not reliability'"
+        f"{python} -m pytest -x -q -p no:cacheprovider -p no:hypothesispytest -o addopts="
+        " -m 'not reliability'"
         f" --timeout={int(scope.timeout_s)} {tests}"
     )
     # JSON string syntax is TOML's basic string syntax (for this ASCII text).

@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.fsdelete",
             "xumd.sdnotify",
             "xumd.rootlock",
+            "xumd.childproc",
         ],
     ),
     ("os", ["xumd.diskfull", "xumd.events", "xumd.fdlimits", "xumd.loopguard"]),
@@ -74,7 +75,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("entry", ["xumd.main"]),
     ("python -m", ["xumd.__main__"]),
     # -- the client ----------------------------------------------------------------------------
-    ("client leaves", ["xum_client.errors", "xum_client.units"]),
+    ("client leaves", ["xum_client.errors", "xum_client.units", "xum_client.paging"]),
     # Hosts (docs/HOSTS.md): the hosts file and ssh command, the bridge, the ssh transport.
     ("hosts", ["xum_client.hosts", "xum_client.bridge"]),
     ("host transport", ["xum_client.sshlink"]),

@@ -513,3 +513,109 @@ async def test_the_trash_path_beside_a_checkout_is_committed_before_the_move(
             (holds / f"{HOLD_BEFORE_RENAME.name}.release").touch()
         assert row.detail["trash_path"] == str(mount / ".xum-trash" / row.id), row.detail
         assert not os.path.lexists(path)
+
+
+async def test_a_mount_inside_the_checkout_keeps_the_trash_step_waiting(world: World) -> None:
+    """A filesystem mounted inside the checkout would ride along into the trash (and its
+    reclaim would stop at it): the step waits, naming the mount, the checkout and the mount
+    untouched; once unmounted, a retry moves the checkout."""
+    wid, inc, path, ident = dir_ws(world, "m")
+    world.plan(wid, path, inc, ident, teardown=False)
+    with tmpfs(path / "mnt", "size=1m") as mnt:
+        (mnt / "theirs").write_text("on the mount\n")
+        status = await world.service.run_workspace(wid)
+        assert status.status == "pending", status
+        assert f"mount at {mnt}" in (status.last_error or ""), status
+        assert path.is_dir() and (mnt / "theirs").read_text() == "on the mount\n"
+    world.clock.advance(10)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    assert not os.path.lexists(path)
+
+
+def test_an_unsaved_wait_names_ten_files_then_counts_the_rest() -> None:
+    from xumd.cleanup.steps import UNSAVED_SHOWN, _unsaved_wait
+
+    few = [f"f{i}" for i in range(3)]
+    assert "f0, f1, f2;" in _unsaved_wait(Path("/co"), few)
+    assert " more" not in _unsaved_wait(Path("/co"), few)
+    assert UNSAVED_SHOWN == 10  # (a literal: the module's constant is what is tested)
+    ten = [f"f{i}" for i in range(10)]
+    assert "f8, f9;" in _unsaved_wait(Path("/co"), ten)
+    assert " more" not in _unsaved_wait(Path("/co"), ten)
+    many = [f"f{i}" for i in range(12)]
+    text = _unsaved_wait(Path("/co"), many)
+    assert "f9 and 2 more;" in text and "f10" not in text
+
+
+def test_the_cleanup_holds_are_test_points_never_crash_points() -> None:
+    # A hold only parks a step for a test; the crash matrix must not kill the daemon there.
+    import xumd.cleanup.steps  # noqa: F401  (declares the points)
+
+    holds = {"cleanup.trash.hold", "cleanup.reclaim.hold", "cleanup.reclaim.hold_walk"}
+    assert holds <= set(faults.simulated_points())
+    assert not holds & set(faults.all_points())
+
+
+# -- the last four survivors of steps.py's mutation run (issue 17) -------------------------------
+
+
+async def test_a_mount_over_the_checkout_itself_makes_the_teardown_wait(world: World) -> None:
+    """A tmpfs mounted over the checkout hides its marker: the fence cannot prove the directory
+    ours, but the checkout is still there under the mount. The teardown waits (failed, retried,
+    naming the mount), never abandons the workspace's teardown as if the directory were foreign."""
+    wid, inc, path, ident = dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=True)
+    with tmpfs(path):
+        status = await world.service.run_workspace(wid)
+        teardown = world.service.obligations.for_workspace(wid)[0]
+        assert teardown.kind == "teardown", teardown
+        assert teardown.state == "pending", teardown
+        assert f"waiting: mount at {path} over the checkout" in (teardown.last_error or "")
+        assert status.status == "pending", status
+        assert teardown_calls(world) == []
+    assert os.stat(path).st_ino == ident[1]  # the checkout itself was never touched
+
+
+async def test_an_unlocked_admin_entry_naming_another_missing_path_is_left_alone(
+    world: World,
+) -> None:
+    """The recorded admin entry, unlocked, now names another checkout path that does not exist
+    (another workspace's worktree, its disk unmounted): a `gitdir` proves the entry ours only when
+    it names OUR path; a missing target alone is not proof. Left alone."""
+    wid, inc = ws_id("wt"), secrets.token_hex(8)
+    path = world.root / "workspaces" / "wt"
+    ident = make_worktree(world.repo, path, wid, inc)
+    add_workspace(world.app, world.project_id, wid, path, inc)
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    git(world.repo, "worktree", "unlock", str(path))
+    shutil.rmtree(path)
+    admin = world.repo / ".git" / "worktrees" / "wt"
+    (admin / "gitdir").write_text(str(world.root / "elsewhere" / "wt" / ".git") + "\n")
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    assert admin.is_dir() and (admin / "gitdir").is_file()
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "left alone (names another worktree)", trash.detail
+
+
+async def test_an_admin_entry_outside_a_worktrees_directory_is_left_alone(world: World) -> None:
+    """The checkout's `.git` file named a directory that is not under git's `worktrees/` (a
+    hand-edited or hostile `.git` file): even though its `gitdir` names our path, it is not a
+    worktree admin entry, so the step never deletes it."""
+    wid, inc = ws_id("wt"), secrets.token_hex(8)
+    path = world.root / "workspaces" / "wt"
+    ident = make_worktree(world.repo, path, wid, inc)
+    add_workspace(world.app, world.project_id, wid, path, inc)
+    decoy = world.root / "someones" / "wt"
+    decoy.mkdir(parents=True)
+    (decoy / "gitdir").write_text(str(path / ".git") + "\n")
+    (decoy / "keep").write_text("not git's")
+    (path / ".git").write_text(f"gitdir: {decoy}\n")
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    shutil.rmtree(path)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    assert (decoy / "keep").read_text() == "not git's"
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "left alone (not a worktree admin dir)", trash.detail

@@ -35,7 +35,7 @@ from tests.lifecycle_helpers import add_project, create
 from tests.support.cgroups import new_cgroup
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
-from tests.support.procs import alive, identify, identify_all
+from tests.support.procs import ProcId, alive, identify, identify_all
 from tests.support.wait import until
 
 T = TypeVar("T")
@@ -856,38 +856,32 @@ def test_a_process_whose_identity_cannot_be_read_is_not_reported_stopped(
         proc.wait()
 
 
-def test_a_cancellation_while_the_child_starts_still_kills_it(
-    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A shutdown's cancellation can land after the fork but before open_process returned (it
-    still awaits the pipes; seen under load). The fault: that await made slow."""
-    from xumd import procutil
-
-    pidfile = tmp_short / "pid"
-    real_open = anyio.open_process
+def test_a_cancellation_while_the_child_starts_still_kills_it() -> None:
+    """A shutdown's cancellation can land as soon as the child exists. The start itself is
+    synchronous now (`xumd.childproc.start`: no await between the fork and the handle, where
+    `anyio.open_process` awaited its pipes); the cancellation lands at run_command's first
+    await after it, which must still kill the tree. The fault: a cancel requested the moment
+    the child was started (from `on_start`, which runs right after the start)."""
+    started: list[ProcId] = []
     opened = anyio.Event()
 
-    async def slow_open(*args: Any, **kwargs: Any) -> Any:
-        proc = await real_open(*args, **kwargs)
+    def on_start(pid: int) -> None:
+        started.append(identify(pid))
         opened.set()
-        await anyio.sleep(0.5)  # where the cancellation lands
-        return proc
-
-    monkeypatch.setattr(procutil.anyio, "open_process", slow_open)
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(
                 lambda: run_command(
-                    ["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 100"],
+                    ["/bin/sh", "-c", "exec sleep 100"],
                     timeout_s=60,
                     grace_s=0.5,
+                    on_start=on_start,
                 )
             )
             await opened.wait()
             tg.cancel_scope.cancel()
 
     run_async(main)
-    monkeypatch.undo()
-    pid = int(until(lambda: pidfile.exists() and pidfile.read_text().strip()))
-    assert not alive(identify(pid))
+    assert started
+    assert not alive(started[0])

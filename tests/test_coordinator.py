@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+import structlog.testing
 from xumd.checkouts.exclusion import DirectoryExclusion, DirKey, dir_key
 from xumd.errors import XumError
 from xumd.lifecycle.coordinator import Coordinator
@@ -327,3 +328,17 @@ async def test_a_directory_created_meanwhile_is_still_the_same_directory(tmp_pat
                 pass
         assert info.value.kind.value == "timeout"
     assert exclusion.held() == []
+
+
+async def test_a_wait_on_a_held_directory_is_logged_once_and_a_free_one_never(
+    tmp_path: Path,
+) -> None:
+    # Who waits on a directory is otherwise invisible (a create parked behind a cleanup).
+    exclusion = DirectoryExclusion(wait_s=5)
+    with structlog.testing.capture_logs() as logs:
+        async with exclusion.directory(tmp_path / "x", label="first"):
+            with pytest.raises(XumError):
+                async with exclusion.directory(tmp_path / "x", timeout=0.1, label="second"):
+                    pass
+    waits = [e for e in logs if e["event"] == "coordinator.directory_waiting"]
+    assert [(e["path"], e["label"]) for e in waits] == [(str(tmp_path / "x"), "second")]

@@ -342,6 +342,15 @@ class AsyncClient:
         )
         return result.model_validate(await self.call(method, raw, timeout=timeout))
 
+    def iter_workspaces(
+        self, filters: Mapping[str, Any] | None = None, page: int = 500
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every workspace (`filters`: `project_id`, `state`), `page` per `workspace.list`:
+        `async for ws in client.iter_workspaces(): ...`."""
+        from xum_client.paging import aiter_workspaces
+
+        return aiter_workspaces(self.call, filters, page)
+
     async def status(self) -> DaemonStatusResult:
         return await self.call_model("daemon.status", None, DaemonStatusResult)
 

@@ -12,6 +12,7 @@ import json
 import re
 import socket
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -262,6 +263,14 @@ class Client:
                 self.notifications.append(reply)
                 continue
             return check_reply(reply, request_id)
+
+    def iter_workspaces(
+        self, filters: dict[str, Any] | None = None, page: int = 500
+    ) -> Iterator[dict[str, Any]]:
+        """Every workspace (`filters`: `project_id`, `state`), `page` per `workspace.list`."""
+        from xum_client.paging import iter_workspaces
+
+        return iter_workspaces(self.call, filters, page)
 
     def call_model(self, method: str, params: BaseModel | None, result: type[M]) -> M:
         """Typed call: params and result are protocol models."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import diskfull, gitlocks
+from xumd import childproc, diskfull, gitlocks
 from xumd.containment import Containment
 from xumd.errors import XumError
 from xumd.procutil import CommandNotFound, CommandResult, run_command
@@ -54,6 +54,7 @@ class GitError(XumError):
         self.result = result
 
 
+_OBJECT_LINE = re.compile(r"[0-9a-f]{40,64} [a-z]+")
 _LOCK_EXISTS = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 LOCK_POLL_S = 0.05
 
@@ -157,6 +158,9 @@ class Git:
                 # SIGTERM lets git remove its own lock files; SIGKILL only after a grace.
                 grace_s=5.0,
                 containment=self.containment,
+                # A process group of its own suffices (and skips a new session's cost) unless
+                # the daemon has a terminal a hook could read from: xumd.childproc.
+                own_session=childproc.has_controlling_tty(),
             )
         except CommandNotFound as exc:
             raise XumError(
@@ -170,6 +174,40 @@ class Git:
                 return False
             await anyio.sleep(LOCK_POLL_S)
         return True
+
+    async def resolve(self, repo: Path, *names: str) -> list[str | None]:
+        """What `git rev-parse --verify --quiet <name>` gives for each name (its object id, or
+        None when it names no object, or an ambiguous one), in one git process: `cat-file
+        --batch-check` reads the names from stdin (so a name like `-h` is never an option),
+        one per line (the caller refuses control characters in names)."""
+        if any("\n" in name or "\r" in name for name in names):
+            raise ValueError("a name to resolve holds a line break")
+        result = await self.run(
+            repo,
+            # Ambiguity warnings would otherwise interleave with the answers (stderr is merged).
+            "-c",
+            "core.warnAmbiguousRefs=false",
+            "cat-file",
+            "--batch-check=%(objectname) %(objecttype)",
+            stdin="".join(f"{name}\n" for name in names).encode(),
+            what="git cat-file --batch-check",
+        )
+        found: list[str | None] = []
+        pending = list(names)
+        for line in result.output.text().splitlines():
+            if not pending:
+                break
+            name = pending[0]
+            if line in (f"{name} missing", f"{name} ambiguous"):
+                found.append(None)
+            elif _OBJECT_LINE.fullmatch(line):
+                found.append(line.split(" ", 1)[0])
+            else:
+                continue  # an error or warning line of git's, not an answer
+            pending.pop(0)
+        if pending:
+            raise GitError(result, "git cat-file --batch-check (answers missing)")
+        return found
 
     async def out(self, repo: Path, *args: str, **kwargs: object) -> str:
         """Run and return stdout+stderr as text, stripped."""

@@ -14,7 +14,6 @@ import errno
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
-import anyio.abc
 import psutil
 
+from xumd import childproc, logs
 from xumd import containment as contain
-from xumd import logs
 
 log = logs.get("xumd.proc")
 
@@ -37,6 +35,7 @@ DEFAULT_OUTPUT_LIMIT = 64 * 1024
 # util-linux's setpriv sets the parent-death signal (kept across exec) with one extra exec; SIGTERM
 # lets git remove its own lock files. Where setpriv is missing, commands run without it.
 _SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+_SETPRIV_REAL = os.path.realpath(_SETPRIV) if _SETPRIV else None
 
 
 # -- liveness of groups and trees ------------------------------------------------------------
@@ -206,7 +205,7 @@ class CommandResult:
         return f"{self.argv[0]} exited with {self.returncode}"
 
 
-async def _feed_stdin(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
+async def _feed_stdin(stream: childproc.FdSend, data: bytes) -> None:
     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
         await stream.send(data)
     with contextlib.suppress(OSError):
@@ -214,7 +213,7 @@ async def _feed_stdin(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
 
 
 async def _read_into(
-    stream: anyio.abc.ByteReceiveStream | None,
+    stream: childproc.FdReceive | None,
     output: BoundedOutput,
     scope: anyio.CancelScope,
     done: anyio.Event,
@@ -247,6 +246,17 @@ def _with_parent_death_signal(argv: Sequence[str], env: Mapping[str, str] | None
     return [_SETPRIV, "--pdeathsig", "TERM", "--", program, *argv[1:]]
 
 
+PDEATHSIG_WAIT_S = 1.0
+
+
+def _runs_setpriv(pid: int) -> bool:
+    """True while the process still runs setpriv's image (an ended one: False)."""
+    try:
+        return os.path.realpath(f"/proc/{pid}/exe") == _SETPRIV_REAL
+    except OSError:
+        return False
+
+
 class CommandNotFound(Exception):
     pass
 
@@ -264,6 +274,7 @@ async def run_command(
     on_output: Callable[[bytes], None] | None = None,
     containment: contain.Containment | None = None,
     marker: contain.Marker | None = None,
+    own_session: bool = True,
 ) -> CommandResult:
     """Run argv in its own session with merged stdout/stderr, bounded output and a deadline.
 
@@ -271,6 +282,8 @@ async def run_command(
     cancellation is re-raised after the tree is gone (shielded, bounded). With `containment`,
     the child carries a marker (`marker`, or a fresh one) in its environment, and whatever still
     carries it once the command ended (a double-forked descendant too) is stopped as well.
+    `own_session=False`: a new process group instead of a new session (cheaper; see
+    `xumd.childproc`), for callers that checked the daemon has no controlling terminal.
     """
     if not argv:
         raise ValueError("empty argv")
@@ -289,19 +302,11 @@ async def run_command(
     contain.starting()
     pid: int | None = None
     try:
-        # Shielded: the child exists once the fork returned, but open_process still awaits its
-        # pipes; a cancellation (a shutdown) landing there would lose the handle and leave the
-        # child running. The cancellation is taken at the next await, which kills the tree.
-        with anyio.CancelScope(shield=True):
-            proc = await anyio.open_process(
-                full_argv,
-                cwd=cwd,
-                env=dict(env) if env is not None else None,
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        # Synchronous (vfork + exec, no await): no cancellation can land between the fork and
+        # the handle; a pending one is taken at the next await, which kills the tree.
+        proc = childproc.start(
+            full_argv, cwd=cwd, env=env, stdin_pipe=stdin is not None, own_session=own_session
+        )
         pid = proc.pid
     except FileNotFoundError as exc:
         if cwd is not None and not os.path.isdir(cwd):
@@ -315,9 +320,15 @@ async def run_command(
     finally:
         # Registered before the orphan reaper can run again: it never reaps this child.
         contain.started(pid)
-    if callable(on_start):
-        on_start(proc.pid)
     timed_out = False
+    if callable(on_start):
+        # Whoever records the pid (a lease) relies on the parent-death signal from then on:
+        # wait, boundedly, until setpriv has set it and exec'd the command (the start returns
+        # at setpriv's exec, before its prctl).
+        with anyio.move_on_after(PDEATHSIG_WAIT_S):
+            while full_argv[0] == _SETPRIV and _runs_setpriv(proc.pid):
+                await anyio.sleep(0.001)
+        on_start(proc.pid)
     try:
         with anyio.move_on_after(timeout_s) as scope:
             async with anyio.create_task_group() as tg:
@@ -348,12 +359,9 @@ async def run_command(
                 # Descendants that left the group and the tree (setsid, double fork) still
                 # carry the marker: the command does not outlive the command, wherever they went.
                 escaped = await containment.leftovers(marker, grace_s, always=explicit)
-            # Our ends of the pipes now, not at garbage collection: a descendant that escaped
-            # may hold the other end open for as long as it lives.
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    with contextlib.suppress(Exception):
-                        await stream.aclose()
+            # Our ends of the pipes (and the pidfd) now, not at garbage collection: a
+            # descendant that escaped may hold the other end open for as long as it lives.
+            proc.close()
     return CommandResult(
         argv=list(argv),
         returncode=proc.returncode,

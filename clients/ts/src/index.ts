@@ -5,6 +5,7 @@ export * from "./discovery.js";
 export * from "./hosts.js";
 export { isEvent } from "./events.js";
 export { encodeFrame, LineDecoder, FrameTooLong } from "./framing.js";
+export { iterWorkspaces, DEFAULT_PAGE } from "./paging.js";
 export {
   XumClient,
   CLIENT_VERSION,

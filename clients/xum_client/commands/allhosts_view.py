@@ -93,8 +93,11 @@ def ws_ls_all(obj: Ctx, project_ref: str | None, state: str | None, deadline_s: 
     _check(obj)
 
     def listing(client: Client) -> dict[str, Any]:
+        from xum_client.commands.listing import list_workspaces
+
         pid = project_id(client, project_ref) if project_ref else None
-        return client.call("workspace.list", given(project_id=pid, state=state))
+        # Every page (a daemon pages its answer; an older one answers all at once).
+        return list_workspaces(client, given(project_id=pid, state=state), None, None)
 
     answers = gather(listing, targets(obj.root, obj.socket), deadline_s)
     workspaces: list[dict[str, Any]] = []

@@ -239,6 +239,12 @@ def register(cli: click.Group) -> None:
     @click.option("--project", "project_ref", help="only this project (id or name)")
     @click.option("--state", help="only this state")
     @click.option("--usage", "with_usage", is_flag=True, help="with each checkout's disk usage")
+    @click.option(
+        "--limit",
+        type=click.IntRange(1, 10_000),
+        help="at most N workspaces (one page; its `next` continues with --after)",
+    )
+    @click.option("--after", help="the `next` cursor of a previous --limit listing")
     @click.option("--all-hosts", is_flag=True, help="the local daemon's and every host's")
     @click.option(
         "--host-timeout",
@@ -248,25 +254,30 @@ def register(cli: click.Group) -> None:
         help="with --all-hosts: seconds each host (connection and call) may take",
     )
     @click.pass_obj
-    def ls(  # noqa: PLR0917 - one parameter per click option
+    def ls(
         obj: Ctx,
+        *,
         project_ref: str | None,
         state: str | None,
         with_usage: bool,
+        limit: int | None,
+        after: str | None,
         all_hosts: bool,
         host_timeout: float,
     ) -> None:
-        """List workspaces."""
+        """List workspaces (all of them, fetched a page at a time; --limit: one page)."""
+        from xum_client.commands.listing import list_workspaces
+
         if all_hosts:
-            if with_usage:
-                raise click.UsageError("--usage does not go with --all-hosts")
+            if with_usage or limit is not None or after is not None:
+                raise click.UsageError("--usage, --limit and --after do not go with --all-hosts")
             from xum_client.commands.allhosts_view import ws_ls_all
 
             ws_ls_all(obj, project_ref, state, host_timeout)
             return
         with obj.client() as client:
             pid = project_id(client, project_ref) if project_ref else None
-            result = client.call("workspace.list", given(project_id=pid, state=state))
+            result = list_workspaces(client, given(project_id=pid, state=state), limit, after)
         lines = [short(w) for w in result["workspaces"]]
         if with_usage:
             from xum_client.commands.usage import fetch_usage, usage_cell
@@ -277,6 +288,8 @@ def register(cli: click.Group) -> None:
                 f"{usage_cell(sizes.get(w['id'], {})):>12}  {line}"
                 for w, line in zip(result["workspaces"], lines, strict=True)
             ]
+        if result.get("next"):
+            lines.append(f"(more: --after {result['next']})")
         obj.emit(result, "\n".join(lines) if lines else "no workspaces")
 
     @ws.command("show")

@@ -23,7 +23,12 @@ from xumd.errors import XumError
 
 def workspace_status(obligations: Obligations, workspace_id: str) -> CleanupStatus | None:
     """The latest cleanup status of a workspace (its latest incarnation's obligations)."""
-    obs = obligations.for_workspace(workspace_id)
+    return status_of(obligations.for_workspace(workspace_id))
+
+
+def status_of(obs: list[ObligationRow]) -> CleanupStatus | None:
+    """The status that one workspace's obligations (all of them, in `for_workspace` order)
+    make: listings read the obligations of many workspaces in one query."""
     if not obs:
         return None
     latest = max(obs, key=lambda o: (o.created_at, o.seq)).incarnation

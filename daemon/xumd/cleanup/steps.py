@@ -8,7 +8,6 @@ directory in the trash completes; a reclaim finding the entry gone completes).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -380,8 +379,3 @@ def teardown_outcome(status: str, error: str | None, output: str) -> Outcome:
     head = error or f"teardown {status}"
     tail = output[-TAIL_CHARS:].strip() if output else ""
     return Outcome.failed(f"{head}\n{tail}" if tail else head)
-
-
-def ensure_dir(path: Path) -> None:
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700, parents=True)

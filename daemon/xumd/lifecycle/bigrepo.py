@@ -31,6 +31,8 @@ log = logs.get("xumd.lifecycle.bigrepo")
 
 async def sparse_patterns(git: Git, repo: Path) -> SparseInfo | None:
     """The main checkout's cone patterns, or None when it is not a cone-mode sparse checkout."""
+    if not _maybe_sparse(repo):
+        return None
     enabled = await git.run(repo, "config", "--bool", "core.sparseCheckout", check=False)
     if not enabled.ok or enabled.output.text().strip() != "true":
         return None
@@ -43,6 +45,20 @@ async def sparse_patterns(git: Git, repo: Path) -> SparseInfo | None:
         return None
     patterns = [_unquote(line) for line in listed.output.text().splitlines() if line.strip()]
     return SparseInfo(cone=True, patterns=patterns)
+
+
+def _maybe_sparse(repo: Path) -> bool:
+    """False only when the main checkout certainly is not sparse, seen without running git:
+    its git directory is `repo/.git` (a directory, no GIT_DIR in the environment) and has no
+    `info/sparse-checkout` file. Without that file git does not treat the checkout as sparse
+    (`sparse-checkout list` says so), whatever `core.sparseCheckout` says; this saves the
+    `git config` process that every create ran."""
+    if "GIT_DIR" in os.environ or "GIT_COMMON_DIR" in os.environ:
+        return True
+    gitdir = repo / ".git"
+    if gitdir.is_symlink() or not gitdir.is_dir():
+        return True  # a linked worktree or submodule (`.git` is a file): git decides
+    return os.path.lexists(gitdir / "info" / "sparse-checkout")
 
 
 _ESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, '"': 34, "\\": 92}

@@ -17,7 +17,7 @@ from xum_protocol.errors import ErrorKind
 from xumd import diskfull, fsdelete, gitlocks, logs
 from xumd.checkouts import marker
 from xumd.errors import XumError
-from xumd.git import Git
+from xumd.git import Git, GitError
 from xumd.lifecycle.rows import WorkspaceRow
 
 log = logs.get("xumd.lifecycle.checkout")
@@ -56,21 +56,35 @@ async def add_worktree(
     else:
         args += ["--", str(row.path), branch]
     async with git.admin_lock(repo):
-        if new_from is not None:
-            # Re-checked under the admin lock (every branch-making operation of the daemon takes
-            # it): a branch found after a failed `add -b` below is then this add's own.
-            taken = await git.run(
-                repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+        # One git process: the common dir (for the stale locks), and for a new branch whether
+        # it exists now, re-checked under the admin lock (every branch-making operation of the
+        # daemon takes it): a branch found after a failed `add -b` below is then this add's own.
+        common, taken = await _common_dir_and_branch(
+            git, repo, branch if new_from is not None else None
+        )
+        if taken:
+            raise BranchTaken(
+                ErrorKind.CONFLICT,
+                f"branch {branch!r} was created meanwhile (by another create?); pick another",
+                branch=branch,
             )
-            if taken.ok:
-                raise BranchTaken(
-                    ErrorKind.CONFLICT,
-                    f"branch {branch!r} was created meanwhile (by another create?); pick another",
-                    branch=branch,
-                )
-        cleared = await clear_stale_locks(git, repo)
+        cleared = gitlocks.clear_stale(common).cleared
         await git.run(repo, *args, what="git worktree add")
     return cleared
+
+
+async def _common_dir_and_branch(git: Git, repo: Path, branch: str | None) -> tuple[Path, bool]:
+    """`rev-parse --git-common-dir [--verify --quiet refs/heads/<branch>]`: git prints the
+    common dir first, then exits 1 (no other output) when the branch does not exist."""
+    args = ["rev-parse", "--path-format=absolute", "--git-common-dir"]
+    if branch is not None:
+        args += ["--verify", "--quiet", f"refs/heads/{branch}"]
+    result = await git.run(repo, *args, check=False)
+    lines = result.output.text().splitlines()
+    answered = result.ok or (branch is not None and result.returncode == 1)
+    if not answered or not lines or not os.path.isabs(lines[0]):
+        raise GitError(result, "git rev-parse --git-common-dir")
+    return Path(lines[0]), branch is not None and result.ok
 
 
 async def drop_stale_admin_entry(git: Git, repo: Path, row: WorkspaceRow) -> str | None:

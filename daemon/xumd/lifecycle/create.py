@@ -27,6 +27,7 @@ from xumd.lifecycle import (
     ids,
     owned,
     ports,
+    refcheck,
     rows,
     seed,
     setup,
@@ -289,36 +290,33 @@ async def _plan_branch(
             f"base {params.base!r} contains control characters; pass a commit, branch or tag",
             base=params.base,
         )
-    check = await ctx.git.run(project.path, "check-ref-format", "--branch", branch, check=False)
-    # `--branch` also expands `@{-1}` and the like; only a name that is itself valid is taken.
-    if not check.ok or check.output.text().strip() != branch:
-        raise XumError(
-            ErrorKind.INVALID_NAME, f"{branch!r} is not a valid branch name", branch=branch
-        )
-    exists = await ctx.git.run(
-        project.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+    if not refcheck.plain_branch_name(branch):
+        # Not certainly valid by the conservative rule: git decides (rarely taken).
+        check = await ctx.git.run(project.path, "check-ref-format", "--branch", branch, check=False)
+        # `--branch` also expands `@{-1}` and the like; only a name that is itself valid is
+        # taken.
+        if not check.ok or check.output.text().strip() != branch:
+            raise XumError(
+                ErrorKind.INVALID_NAME, f"{branch!r} is not a valid branch name", branch=branch
+            )
+    # One git process answers what three `rev-parse --verify` did: does the branch exist,
+    # where does it point, and where does the base (or HEAD) point.
+    ref = f"refs/heads/{branch}"
+    exists, existing, base = await ctx.git.resolve(
+        project.path, ref, f"{ref}^{{commit}}", f"{params.base or 'HEAD'}^{{commit}}"
     )
-    if exists.ok and params.base:
+    if exists is not None and params.base:
         raise XumError(
             ErrorKind.CONFLICT,
             f"branch {branch!r} already exists; omit base to check it out, or pick a branch",
             branch=branch,
         )
-    spec = f"refs/heads/{branch}" if exists.ok else (params.base or "HEAD")
-    resolved = await ctx.git.run(
-        project.path,
-        "rev-parse",
-        "--verify",
-        "--quiet",
-        "--end-of-options",  # a base like `-h` or `--upload-pack=x` is a revision, not an option
-        f"{spec}^{{commit}}",
-        check=False,
-    )
-    if not resolved.ok:
+    spec, resolved = (ref, existing) if exists is not None else (params.base or "HEAD", base)
+    if resolved is None:
         raise XumError(
             ErrorKind.NOT_FOUND, f"base {spec!r} is not a commit in {project.path}", base=spec
         )
-    return BranchPlan(branch, resolved.output.text().strip(), create=not exists.ok)
+    return BranchPlan(branch, resolved, create=exists is None)
 
 
 async def _undo(

@@ -24,7 +24,6 @@ from xum_protocol.models.workspace import (
     WorkspaceCreateResult,
     WorkspaceIdParams,
     WorkspaceListParams,
-    WorkspaceListResult,
     WorkspaceRemoveParams,
     WorkspaceRemoveResult,
     WorkspaceRenameParams,
@@ -41,6 +40,7 @@ from xumd.cleanup.service import CleanupService
 from xumd.git import Git
 from xumd.lifecycle import rows, wsenv
 from xumd.lifecycle.coordinator import Coordinator
+from xumd.lifecycle.listing import JsonResult
 from xumd.lifecycle.projects import ProjectService
 from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.seams import LifecycleHooks, mount_holders
@@ -118,8 +118,9 @@ def install(
     async def ws_create(p: WorkspaceCreateParams, ctx: RequestContext) -> WorkspaceCreateResult:
         return await workspaces.create(p)
 
-    async def ws_list(p: WorkspaceListParams, ctx: RequestContext) -> WorkspaceListResult:
-        return WorkspaceListResult(workspaces=workspaces.list_workspaces(p.project_id, p.state))
+    async def ws_list(p: WorkspaceListParams, ctx: RequestContext) -> JsonResult:
+        # Rows straight to the answer's JSON (a `WorkspaceListResult`): no model per row.
+        return JsonResult.model_construct(value=workspaces.list_json(p))
 
     async def ws_get(p: WorkspaceIdParams, ctx: RequestContext) -> WorkspaceResult:
         return workspaces.get(p.workspace_id)
@@ -166,7 +167,9 @@ def install(
         return [projects.info(r).model_dump(mode="json") for r in rows.list_projects(app.store)]
 
     def workspaces_snapshot() -> list[dict[str, Any]]:
-        return [workspaces.info(r).model_dump(mode="json") for r in rows.list_workspaces(app.store)]
+        # The listing's direct path: the same values as a model per row, for a fraction.
+        listed: list[dict[str, Any]] = workspaces.list_json(WorkspaceListParams())["workspaces"]
+        return listed
 
     app.events.add_snapshot_provider("projects", projects_snapshot)
     app.events.add_snapshot_provider("workspaces", workspaces_snapshot)

@@ -12,11 +12,14 @@ marker, the rename journal), which is what the startup recovery pass relies on.
 
 from __future__ import annotations
 
+from typing import Any
+
 from xum_protocol.models.workspace import (
     WorkspaceArchiveResult,
     WorkspaceCreateParams,
     WorkspaceCreateResult,
     WorkspaceInfo,
+    WorkspaceListParams,
     WorkspaceRemoveResult,
     WorkspaceRenameResult,
     WorkspaceResult,
@@ -24,7 +27,7 @@ from xum_protocol.models.workspace import (
     WorkspaceUnarchiveResult,
 )
 
-from xumd.lifecycle import rows
+from xumd.lifecycle import listing, rows
 from xumd.lifecycle.archive import archive as do_archive
 from xumd.lifecycle.context import Context
 from xumd.lifecycle.create import IntentBinding
@@ -51,6 +54,28 @@ class WorkspaceService(Context):
         if project_id is not None:
             self.project(project_id)
         return [self.info(r) for r in rows.list_workspaces(self.store, project_id, state)]
+
+    def list_json(self, params: WorkspaceListParams) -> dict[str, Any]:
+        """`workspace.list`'s answer as its JSON value, built from the rows directly
+        (lifecycle/listing.py); the same bytes as `list_workspaces` through the models."""
+        if params.project_id is not None:
+            self.project(params.project_id)
+        return listing.listing(
+            self.store,
+            self._info_json,
+            project_id=params.project_id,
+            state=params.state,
+            limit=params.limit,
+            after=params.after,
+        )
+
+    def _info_json(self, workspace_id: str) -> dict[str, Any]:
+        """The model path for a row the listing does not build itself (read in the same
+        synchronous step as the listing: it is there)."""
+        row = rows.get_workspace(self.store, workspace_id)
+        if row is None:
+            raise RuntimeError(f"workspace {workspace_id!r} vanished during a listing")
+        return self.info(row).model_dump(mode="json")
 
     # -- operations -------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -27,7 +28,7 @@ from pathlib import Path
 import anyio
 
 from xumd import fsdelete
-from xumd.git import Git
+from xumd.git import Git, GitError
 from xumd.lifecycle import fscopy, preserved
 from xumd.lifecycle.seed import git_list
 
@@ -39,6 +40,7 @@ _IDENT = {
     "GIT_COMMITTER_EMAIL": "xum@localhost",
 }
 _MAX_TOP_PATHS = 50
+_OBJECT_ID = re.compile(r"[0-9a-f]{40,64}")
 MAX_SPECIAL = 1000
 
 
@@ -99,10 +101,11 @@ class Snapshotter:
         return await self.git.out(checkout, "rev-parse", "--verify", "--quiet", spec)
 
     async def capture(self, checkout: Path) -> WorkState:
-        """Write the staged and the working trees through a temporary index copy."""
-        head = await self._rev(checkout, "HEAD^{commit}")
-        head_tree = await self._rev(checkout, "HEAD^{tree}")
-        git_dir = Path(await self.git.out(checkout, "rev-parse", "--absolute-git-dir"))
+        """Write the staged and the working trees through a temporary index copy (or, for a
+        checkout `git status` shows clean, know them to be HEAD's tree: `_clean`)."""
+        git_dir, head, head_tree = await self._head(checkout)
+        if await self._clean(checkout, git_dir):
+            return WorkState(head, head_tree, head_tree, head_tree)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         tmp_index = self.tmp_dir / f"index-{secrets.token_hex(6)}"
         try:
@@ -121,6 +124,50 @@ class Snapshotter:
         finally:
             tmp_index.unlink(missing_ok=True)
         return WorkState(head, head_tree, staged, work)
+
+    async def _head(self, checkout: Path) -> tuple[Path, str, str]:
+        """The git dir, HEAD's commit and HEAD's tree, in one git process (`--`: both are
+        revisions, never paths; an unborn HEAD fails as `rev-parse --verify` did)."""
+        result = await self.git.run(
+            checkout, "rev-parse", "--absolute-git-dir", "HEAD^{commit}", "HEAD^{tree}", "--"
+        )
+        lines = result.output.text().splitlines()
+        if (
+            len(lines) < 3
+            or not os.path.isabs(lines[0])
+            or not all(_OBJECT_ID.fullmatch(line) for line in lines[1:3])
+        ):
+            raise GitError(result, "git rev-parse HEAD (unexpected answer)")
+        return Path(lines[0]), lines[1], lines[2]
+
+    async def _clean(self, checkout: Path, git_dir: Path) -> bool:
+        """True when nothing would be snapshotted: `git status` lists no staged, unstaged or
+        untracked-not-ignored path, so the index's tree and `add -A`'s tree are both HEAD's.
+        Only for an index of version 2: index entries git status does not look at but `add -A
+        --sparse` would update (skip-worktree, which needs version 3 or 4) cannot exist there;
+        otherwise, and on any doubt, False (the trees are then written as before).
+        Submodules are compared whatever the configuration says (`--ignore-submodules=none`),
+        as `add -A` would stage a moved one; untracked files are listed whatever
+        `status.showUntrackedFiles` says. GIT_OPTIONAL_LOCKS=0 (the runner's): status never
+        writes the user's index."""
+        try:
+            with open(git_dir / "index", "rb") as index:
+                header = index.read(8)
+        except OSError:
+            return False
+        if header != b"DIRC\x00\x00\x00\x02":
+            return False
+        status = await self.git.run(
+            checkout,
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--ignore-submodules=none",
+            "--no-renames",
+            check=False,
+        )
+        return status.ok and status.output.text() == ""
 
     async def changed_paths(self, checkout: Path, a: str, b: str) -> list[str]:
         out = await self.git.run(checkout, "diff-tree", "-r", "-z", "--name-only", a, b)

@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from xum_protocol.cursor import parse_list_cursor
 from xum_protocol.methods_base import MethodSpec
 from xum_protocol.models.base import Name, Params, Result
 from xum_protocol.models.checkout_extras import FetchInfo, SparseInfo, SubmoduleInfo
@@ -187,13 +188,50 @@ class WorkspaceSetupResult(Result):
     )
 
 
+LIST_PAGE_MAX = 10_000
+"""The largest `limit` of one `workspace.list` page."""
+
+
 class WorkspaceListParams(Params):
+    """Without `limit`, every workspace that matches, in one answer (as before 1.2). With
+    `limit`, a page: the answer's `next` is the `after` of the following page."""
+
     project_id: str | None = Field(default=None, max_length=200)
     state: WorkspaceState | None = None
+    limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=LIST_PAGE_MAX,
+        strict=True,
+        description="At most this many workspaces (1 to 10,000; fewer when the page would pass "
+        "about 4 MiB); the answer's `next` is set when more may follow. Unset: all of them "
+        "(since 1.2, additive).",
+    )
+    after: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=400,
+        description="The `next` of the previous page (an opaque cursor): the workspaces that "
+        "come after it in the listing order (creation time, then id). Stable under creates and "
+        "removals between pages: none that stayed is repeated or skipped, even when the one the "
+        "cursor came from was removed. Since 1.2, additive.",
+    )
+
+    @field_validator("after")
+    @classmethod
+    def _cursor_rule(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_list_cursor(value)  # raises ValueError: invalid_params
+        return value
 
 
 class WorkspaceListResult(Result):
     workspaces: list[WorkspaceInfo]
+    next: str | None = Field(
+        default=None,
+        description="With `limit`: the `after` of the next page when more workspaces may "
+        "follow; null when this page ends the listing (since 1.2, additive).",
+    )
 
 
 class WorkspaceIdParams(Params):
@@ -329,7 +367,14 @@ METHODS = [
         WorkspaceCreateResult,
         "Create a workspace (git worktree on a new branch, or a plain directory).",
     ),
-    MethodSpec("workspace.list", WorkspaceListParams, WorkspaceListResult, "Workspaces."),
+    MethodSpec(
+        "workspace.list",
+        WorkspaceListParams,
+        WorkspaceListResult,
+        "Workspaces, in creation order (then id): all of them, or with `limit` one page whose "
+        "`next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, "
+        "additive).",
+    ),
     MethodSpec("workspace.get", WorkspaceIdParams, WorkspaceResult, "One workspace."),
     MethodSpec(
         "workspace.rename", WorkspaceRenameParams, WorkspaceRenameResult, "Rename (journaled)."

@@ -3,7 +3,7 @@
 /* eslint-disable */
 
 /** The protocol version this file was generated from (`major.minor`). */
-export const PROTOCOL_VERSION = "1.1";
+export const PROTOCOL_VERSION = "1.2";
 
 /** Every error kind and its JSON-RPC code (`data.kind` on the wire). */
 export const ERROR_CODES = {
@@ -1668,7 +1668,21 @@ export interface WorkspaceInterruptedEvent {
   type: "workspace.interrupted";
 }
 
+/**
+ * Without `limit`, every workspace that matches, in one answer (as before 1.2). With
+ * `limit`, a page: the answer's `next` is the `after` of the following page.
+ */
 export interface WorkspaceListParams {
+  /**
+   * The `next` of the previous page (an opaque cursor): the workspaces that come after it in the listing order (creation time, then id). Stable under creates and removals between pages: none that stayed is repeated or skipped, even when the one the cursor came from was removed. Since 1.2, additive.
+   * default: null
+   */
+  after?: string | null;
+  /**
+   * At most this many workspaces (1 to 10,000; fewer when the page would pass about 4 MiB); the answer's `next` is set when more may follow. Unset: all of them (since 1.2, additive).
+   * default: null
+   */
+  limit?: number | null;
   /** default: null */
   project_id?: string | null;
   /** default: null */
@@ -1676,6 +1690,11 @@ export interface WorkspaceListParams {
 }
 
 export interface WorkspaceListResult {
+  /**
+   * With `limit`: the `after` of the next page when more workspaces may follow; null when this page ends the listing (since 1.2, additive).
+   * default: null
+   */
+  next?: string | null;
   workspaces: WorkspaceInfo[];
 }
 
@@ -1983,7 +2002,7 @@ export interface Methods {
   "workspace.get": { params: WorkspaceIdParams; result: WorkspaceResult };
   /** Clear the interrupted flag. A kept rename journal (a rename whose undo failed) is first settled as startup recovery would: the answer is the settled workspace (still flagged if the settle left a problem), or `invalid_state` naming why neither state is provable (journal and flag stay). */
   "workspace.keep": { params: WorkspaceIdParams; result: WorkspaceResult };
-  /** Workspaces. */
+  /** Workspaces, in creation order (then id): all of them, or with `limit` one page whose `next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, additive). */
   "workspace.list": { params: WorkspaceListParams; result: WorkspaceListResult };
   /** Delete the checkout and the row; branch and snapshot refs are kept. */
   "workspace.remove": { params: WorkspaceRemoveParams; result: WorkspaceRemoveResult };

@@ -1,0 +1,506 @@
+"""The snapshotter driven in-process (issue 17): real git repositories in a temp dir, no daemon.
+
+Each test pins one rule of `lifecycle/snapshot.py` by behaviour: what a snapshot holds (staged,
+unstaged, untracked, binary, symlinks, deletions), that the user's index is never written, what
+a restore puts back and what it never deletes, which ignored files are reported and which are
+preserved, and the failure paths (a git command that fails, a full archive filesystem). It is the
+fast selection `make mutate` runs for this module (seconds, where the daemon tests take minutes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from xumd.errors import ErrorKind, XumError
+from xumd.git import Git, GitError
+from xumd.lifecycle.snapshot import (
+    MAX_SPECIAL,
+    Dropped,
+    Snapshotter,
+    WorkState,
+    snapshot_ref,
+)
+
+from tests.support.gitrepo import git, make_repo
+from tests.support.tmpfs import tmpfs
+
+WS = "ws-1"
+INC = "inc-1"
+BINARY = bytes(range(256)) * 4 + b"\0\0tail"
+
+
+def snapper(tmp_path: Path, git_: Git | None = None) -> Snapshotter:
+    # Nested directories that do not exist yet: the snapshotter makes them itself.
+    return Snapshotter(git_ or Git(), tmp_path / "t" / "tmp", tmp_path / "a" / "archive")
+
+
+def repo(tmp_path: Path) -> Path:
+    return make_repo(
+        tmp_path / "co",
+        {
+            "a.txt": "a\n",
+            "gone.txt": "gone\n",
+            "sub/b.txt": "b\n",
+            "sub/gone2.txt": "gone2\n",
+            "out/f.txt": "f\n",
+            ".gitignore": "*.log\n",
+        },
+    )
+
+
+def index_digest(checkout: Path) -> str:
+    return hashlib.sha256((checkout / ".git" / "index").read_bytes()).hexdigest()
+
+
+def make_dirty(checkout: Path) -> None:
+    (checkout / "a.txt").write_text("a changed, unstaged\n")
+    (checkout / "sub" / "b.txt").write_text("b changed, staged\n")
+    git(checkout, "add", "sub/b.txt")
+    (checkout / "new.txt").write_text("untracked\n")
+    (checkout / "bin.dat").write_bytes(BINARY)
+    (checkout / "link").symlink_to("a.txt")
+    (checkout / "gone.txt").unlink()  # an unstaged deletion
+    git(checkout, "rm", "-q", "sub/gone2.txt")  # a staged deletion
+    (checkout / "x.log").write_text("ignored: never snapshotted\n")
+
+
+DIRTY_FILES = ["a.txt", "bin.dat", "gone.txt", "link", "new.txt", "sub/b.txt", "sub/gone2.txt"]
+
+
+def wrapper_git(tmp_path: Path, failing: str) -> Git:
+    """A git that fails `failing` (a forced fault: the command errors as a broken repository
+    would) and runs every other command as the real git."""
+    real = shutil.which("git")
+    assert real is not None
+    script = tmp_path / f"git-failing-{failing}"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$3" = "{failing}" ]; then echo "fatal: forced failure of {failing}" >&2; '
+        "exit 128; fi\n"
+        f'exec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    return Git(binary=str(script))
+
+
+# -- capture and take ---------------------------------------------------------------------------
+
+
+def test_dirty_is_a_difference_of_either_tree_from_head() -> None:
+    assert not WorkState("h", "t", "t", "t").dirty
+    assert WorkState("h", "t", "staged", "t").dirty
+    assert WorkState("h", "t", "t", "work").dirty
+    assert WorkState("h", "t", "staged", "work").dirty
+
+
+async def test_a_clean_checkout_has_nothing_to_snapshot(tmp_path: Path) -> None:
+    checkout = repo(tmp_path)
+    snaps = snapper(tmp_path)
+    state = await snaps.capture(checkout)
+    head_tree = git(checkout, "rev-parse", "HEAD^{tree}").strip()
+    assert state.head == git(checkout, "rev-parse", "HEAD").strip()
+    assert (state.head_tree, state.staged_tree, state.work_tree) == (head_tree,) * 3
+    assert not state.dirty
+    assert await snaps.take(checkout, WS, INC) is None
+    assert await snaps.unsaved_files(checkout, state, None) == []
+    assert git(checkout, "for-each-ref", "refs/xum").strip() == ""
+    # No temporary index left (a clean checkout may need none at all).
+    assert not snaps.tmp_dir.exists() or list(snaps.tmp_dir.iterdir()) == []
+
+
+async def test_a_snapshot_holds_every_kind_of_uncommitted_work_without_writing_the_index(
+    tmp_path: Path,
+) -> None:
+    checkout = repo(tmp_path)
+    make_dirty(checkout)
+    before = index_digest(checkout)
+    staged_before = git(checkout, "diff", "--cached", "--name-only")
+    snaps = snapper(tmp_path)
+
+    state = await snaps.capture(checkout)
+    assert index_digest(checkout) == before  # the user's index is never written
+    # (`git write-tree` stores a cache of trees in the index it reads: our own check, after.)
+    assert state.staged_tree == git(checkout, "write-tree").strip()  # the index as staged
+    before = index_digest(checkout)
+    again = await snaps.capture(checkout)  # the temp directory exists now: reused
+    assert again == state
+    snap = await snaps.take(checkout, WS, INC)  # no state given: captured here
+    assert snap is not None
+    assert snap.ref == snapshot_ref(WS, INC) == f"refs/xum/snapshots/{WS}/{INC}"
+    assert git(checkout, "rev-parse", snap.ref).strip() == snap.commit
+    assert snap.files == DIRTY_FILES
+    assert snap.as_dict() == {"ref": snap.ref, "commit": snap.commit, "files": DIRTY_FILES}
+    assert git(checkout, "show", f"{snap.commit}:a.txt") == "a changed, unstaged\n"
+    assert git(checkout, "show", f"{snap.commit}^2:sub/b.txt") == "b changed, staged\n"
+    assert git(checkout, "show", f"{snap.commit}^2:a.txt") == "a\n"  # unstaged: not in I
+    listed = git(checkout, "ls-tree", "-r", "--name-only", snap.commit).split()
+    assert "x.log" not in listed and "gone.txt" not in listed and "new.txt" in listed
+    assert git(checkout, "rev-parse", f"{snap.commit}^1").strip() == state.head
+    assert index_digest(checkout) == before
+    assert git(checkout, "diff", "--cached", "--name-only") == staged_before
+    assert await snaps.holds(checkout, state, snap.commit)
+    assert await snaps.unsaved_files(checkout, state, snap.commit) == []
+    assert list(snaps.tmp_dir.iterdir()) == []
+
+
+async def test_a_snapshot_of_a_checkout_without_an_index_file(tmp_path: Path) -> None:
+    checkout = repo(tmp_path)
+    (checkout / "a.txt").write_text("changed\n")
+    (checkout / ".git" / "index").unlink()  # nothing staged at all: everything is deleted
+    state = await snapper(tmp_path).capture(checkout)
+    assert state.staged_tree == "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # the empty tree
+    assert not (checkout / ".git" / "index").exists()
+    assert git(checkout, "show", f"{state.work_tree}:a.txt") == "changed\n"
+
+
+async def test_holds_and_unsaved_files_name_exactly_what_a_snapshot_lacks(
+    tmp_path: Path,
+) -> None:
+    checkout = repo(tmp_path)
+    make_dirty(checkout)
+    snaps = snapper(tmp_path)
+    state = await snaps.capture(checkout)
+    assert await snaps.unsaved_files(checkout, state, None) == DIRTY_FILES
+    assert not await snaps.holds(checkout, state, None)
+    assert not await snaps.holds(checkout, state, "")
+    assert not await snaps.holds(checkout, state, "0" * 40)  # no such commit: not held
+    head = git(checkout, "rev-parse", "HEAD").strip()
+    assert not await snaps.holds(checkout, state, head)  # one parent: not a snapshot
+    snap = await snaps.take(checkout, WS, INC, state)
+    assert snap is not None and await snaps.holds(checkout, state, snap.commit)
+
+    (checkout / "a.txt").write_text("changed again\n")
+    (checkout / "staged.txt").write_text("new, staged\n")
+    git(checkout, "add", "staged.txt")
+    later = await snaps.capture(checkout)
+    assert not await snaps.holds(checkout, later, snap.commit)
+    assert await snaps.unsaved_files(checkout, later, snap.commit) == ["a.txt", "staged.txt"]
+    # Replayed with the same incarnation: the ref is overwritten, never duplicated.
+    again = await snaps.take(checkout, WS, INC, later)
+    assert again is not None and again.commit != snap.commit
+    assert git(checkout, "for-each-ref", "--format=%(refname)", "refs/xum").split() == [
+        snapshot_ref(WS, INC)
+    ]
+
+
+# -- restore ------------------------------------------------------------------------------------
+
+
+async def test_restore_puts_back_files_index_and_deletions(tmp_path: Path) -> None:
+    checkout = repo(tmp_path)
+    make_dirty(checkout)
+    snap = await snapper(tmp_path).take(checkout, WS, INC)
+    assert snap is not None
+    git(checkout, "reset", "-q", "--hard")
+    git(checkout, "clean", "-q", "-f", "-d")
+    assert (checkout / "gone.txt").exists() and (checkout / "sub" / "gone2.txt").exists()
+
+    # A fresh snapshotter (its temp directory not made yet), as after a daemon restart.
+    snaps = Snapshotter(Git(), tmp_path / "t2" / "tmp", tmp_path / "a" / "archive")
+    files = await snaps.restore(checkout, snap.commit)
+    assert files == DIRTY_FILES
+    assert (checkout / "a.txt").read_text() == "a changed, unstaged\n"
+    assert (checkout / "sub" / "b.txt").read_text() == "b changed, staged\n"
+    assert (checkout / "new.txt").read_text() == "untracked\n"
+    assert (checkout / "bin.dat").read_bytes() == BINARY
+    assert os.readlink(checkout / "link") == "a.txt"
+    assert not (checkout / "gone.txt").exists()  # a deletion at the top
+    assert not (checkout / "sub" / "gone2.txt").exists()  # and in a directory
+    assert git(checkout, "diff", "--cached", "--name-only").split() == [
+        "sub/b.txt",
+        "sub/gone2.txt",
+    ]
+    status = git(checkout, "status", "--porcelain=v1", "--untracked-files=all").splitlines()
+    assert "?? new.txt" in status and " D gone.txt" in status and " M a.txt" in status
+    state = await snaps.capture(checkout)
+    assert await snaps.holds(checkout, state, snap.commit)
+
+    # Again, onto the restored checkout (its deleted files already gone): the same result.
+    assert await snaps.restore(checkout, snap.commit) == DIRTY_FILES
+    assert await snaps.holds(checkout, await snaps.capture(checkout), snap.commit)
+    assert list(snaps.tmp_dir.iterdir()) == []
+
+
+async def test_restore_never_deletes_through_a_symlinked_directory(tmp_path: Path) -> None:
+    checkout = repo(tmp_path)
+    (checkout / "out" / "f.txt").unlink()  # the snapshot deletes out/f.txt
+    snaps = snapper(tmp_path)
+    snap = await snaps.take(checkout, WS, INC)
+    assert snap is not None and snap.files == ["out/f.txt"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "f.txt").write_text("not the checkout's\n")
+    shutil.rmtree(checkout / "out")
+    (checkout / "out").symlink_to(elsewhere)
+    await snaps.restore(checkout, snap.commit)
+    assert (elsewhere / "f.txt").read_text() == "not the checkout's\n"
+
+
+async def test_a_failed_restore_raises_the_git_error_and_leaves_no_temp_index(
+    tmp_path: Path,
+) -> None:
+    checkout = repo(tmp_path)
+    (checkout / "a.txt").write_text("changed\n")
+    snap = await snapper(tmp_path).take(checkout, WS, INC)
+    assert snap is not None
+    snaps = snapper(tmp_path, wrapper_git(tmp_path, "read-tree"))
+    with pytest.raises(GitError, match="forced failure of read-tree"):
+        await snaps.restore(checkout, snap.commit)
+    assert list(snaps.tmp_dir.iterdir()) == []
+
+
+async def test_a_failed_index_refresh_does_not_fail_the_restore(tmp_path: Path) -> None:
+    # The refresh only updates stat data (a later `git status` is faster): best effort.
+    checkout = repo(tmp_path)
+    (checkout / "a.txt").write_text("changed\n")
+    snap = await snapper(tmp_path).take(checkout, WS, INC)
+    assert snap is not None
+    git(checkout, "reset", "-q", "--hard")
+    snaps = snapper(tmp_path, wrapper_git(tmp_path, "update-index"))
+    assert await snaps.restore(checkout, snap.commit) == ["a.txt"]
+    assert (checkout / "a.txt").read_text() == "changed\n"
+
+
+async def test_a_failed_capture_raises_the_git_error_and_leaves_no_temp_index(
+    tmp_path: Path,
+) -> None:
+    checkout = repo(tmp_path)
+    (checkout / "a.txt").write_text("changed\n")
+    (checkout / ".git" / "index").unlink()  # no copy made: git is the first to write it
+    snaps = snapper(tmp_path, wrapper_git(tmp_path, "write-tree"))
+    with pytest.raises(GitError, match="forced failure of write-tree"):
+        await snaps.capture(checkout)
+    assert list(snaps.tmp_dir.iterdir()) == []
+
+
+# -- dirty files ----------------------------------------------------------------------------------
+
+
+async def test_dirty_files_lists_each_path_once_and_never_a_rename_source(
+    tmp_path: Path,
+) -> None:
+    checkout = make_repo(
+        tmp_path / "co", {"a": "a\n", "b-old.txt": "rename me\n" * 20, "c.txt": "c\n"}
+    )
+    (checkout / "a").write_text("one-character name\n")  # " M a": four characters
+    git(checkout, "mv", "b-old.txt", "b-new.txt")  # "R  b-new.txt", then "b-old.txt"
+    (checkout / "c.txt").write_text("after the rename\n")
+    (checkout / "d").write_text("untracked\n")
+    files = await snapper(tmp_path).dirty_files(checkout)
+    assert files == ["a", "b-new.txt", "c.txt", "d"]
+
+
+# -- ignored files: report and preserve ------------------------------------------------------------
+
+
+def ignored_repo(tmp_path: Path) -> Path:
+    checkout = make_repo(
+        tmp_path / "co",
+        {
+            "sub/keep.txt": "tracked\n",
+            ".gitignore": "*.log\n*.key\nbuild/\ncache/\n.env\n",
+        },
+    )
+    (checkout / "top.log").write_text("12345")
+    (checkout / "build" / "deep").mkdir(parents=True)
+    (checkout / "build" / "out.o").write_text("0123456789")
+    (checkout / "build" / "deep" / "x.o").write_text("abc")
+    (checkout / "cache").mkdir()  # an ignored empty directory
+    (checkout / ".env").write_text("API_KEY=top\n")
+    (checkout / "sub" / ".env").write_text("API_KEY=sub\n")
+    (checkout / "sub" / "a.key").write_text("KEY\n")
+    os.mkfifo(checkout / "pipe")
+    os.mkfifo(checkout / ".git" / "not-the-checkouts")
+    return checkout
+
+
+async def test_report_and_preserve_counts_dropped_and_keeps_preserved(tmp_path: Path) -> None:
+    checkout = ignored_repo(tmp_path)
+    snaps = snapper(tmp_path)
+    assert await snaps.preserved_in(checkout, []) == []
+    assert snaps.preserved_files(checkout, [".env"], []) == []
+    assert await snaps.preserved_in(checkout, [".env", "*.key"]) == [
+        ".env",
+        "sub/.env",
+        "sub/a.key",
+    ]
+
+    dropped = await snaps.report_and_preserve(checkout, WS, INC, [".env", "*.key"])
+    assert (dropped.count, dropped.bytes) == (3, 18)  # top.log, build/out.o, build/deep/x.o
+    assert dropped.preserved == [".env", "sub/.env", "sub/a.key"]
+    # `.env` and `sub/` hold only preserved files: not lost; the empty `cache/` is.
+    assert sorted(dropped.paths) == ["build/", "cache/", "top.log"]
+    assert dropped.special == [{"path": "pipe", "type": "fifo"}]  # never one inside .git
+    store = snaps.archive_dir / WS
+    assert (store / "files" / ".env").read_text() == "API_KEY=top\n"
+    assert (store / "files" / "sub" / ".env").read_text() == "API_KEY=sub\n"
+    assert (store / "files" / "sub" / "a.key").read_text() == "KEY\n"
+    manifest = json.loads((store / "manifest.json").read_text())
+    assert manifest == {
+        "workspace_id": WS,
+        "incarnation": INC,
+        "files": [".env", "sub/.env", "sub/a.key"],
+    }
+    assert sorted(p.name for p in snaps.archive_dir.iterdir()) == [WS]  # no temp copy left
+
+    # A replay of the same save (the store exists): replaced, the same result.
+    (checkout / ".env").write_text("API_KEY=top, later\n")
+    again = await snaps.report_and_preserve(checkout, WS, INC, [".env", "*.key"])
+    assert again.as_dict() == dropped.as_dict()
+    assert (store / "files" / ".env").read_text() == "API_KEY=top, later\n"
+    assert sorted(p.name for p in snaps.archive_dir.iterdir()) == [WS]
+
+
+async def test_nothing_preserved_without_a_matching_glob(tmp_path: Path) -> None:
+    checkout = ignored_repo(tmp_path)
+    snaps = snapper(tmp_path)
+    dropped = await snaps.report_and_preserve(checkout, WS, INC, ["sub/*.none"])
+    assert dropped.preserved == []
+    assert (dropped.count, dropped.bytes) == (6, 18 + 12 + 12 + 4)
+    assert not (snaps.archive_dir / WS).exists()
+    none = await snaps.report_and_preserve(checkout, WS, INC, [])
+    assert none.as_dict() == dropped.as_dict()
+
+
+def test_a_glob_with_a_slash_matches_the_path_only(tmp_path: Path) -> None:
+    checkout = ignored_repo(tmp_path)
+    snaps = snapper(tmp_path)
+    entries = [".env", "sub/.env", "sub/a.key", "top.log"]
+    assert snaps.preserved_files(checkout, entries, ["sub/*"]) == ["sub/.env", "sub/a.key"]
+    assert snaps.preserved_files(checkout, entries, ["*/.env"]) == ["sub/.env"]
+    assert snaps.preserved_files(checkout, entries, ["top.log"]) == ["top.log"]
+
+
+def test_top_paths_and_specials_are_bounded(tmp_path: Path) -> None:
+    checkout = make_repo(tmp_path / "co")
+    entries = []
+    for i in range(55):
+        (checkout / f"f{i:02}.log").write_text("x")
+        entries.append(f"f{i:02}.log")
+    fifos = checkout / "fifos"
+    fifos.mkdir()
+    for i in range(1001):
+        os.mkfifo(fifos / f"p{i}")
+    dropped = snapper(tmp_path)._report_and_preserve(checkout, WS, INC, entries, [])
+    assert (dropped.count, dropped.bytes) == (55, 55)
+    assert dropped.paths == entries[:50]
+    assert len(dropped.special) == 1001
+    # The reply names the first thousand (a literal: the module's constant is what is tested).
+    assert MAX_SPECIAL == 1000
+    assert len(dropped.as_dict()["special"]) == 1000  # type: ignore[arg-type]
+
+
+def test_a_file_listed_twice_counts_once_and_the_walk_goes_on(tmp_path: Path) -> None:
+    # git may list a directory and a file in it: `d/x` then `d/`, whose walk meets `x` first
+    # (top-down) and `d/s/z` after it.
+    checkout = make_repo(tmp_path / "co")
+    (checkout / "d" / "s").mkdir(parents=True)
+    (checkout / "d" / "x").write_text("xx")
+    (checkout / "d" / "s" / "z").write_text("zzz")
+    dropped = snapper(tmp_path)._report_and_preserve(checkout, WS, INC, ["d/x", "d/"], [])
+    assert (dropped.count, dropped.bytes) == (2, 5)
+    assert dropped.paths == ["d/"]
+    assert Dropped().as_dict() == {
+        "count": 0,
+        "bytes": 0,
+        "paths": [],
+        "preserved": [],
+        "special": [],
+    }
+
+
+def test_entries_gone_special_or_unreadable_are_not_counted(tmp_path: Path) -> None:
+    checkout = make_repo(tmp_path / "co")
+    os.mkfifo(checkout / "p")
+    # A directory whose path fits PATH_MAX (4096) while a long name in it does not: `lstat`
+    # of that file fails (ENAMETOOLONG); the walk skips it and counts the rest.
+    deep = checkout / "deep"
+    rel_dirs = []
+    while len(str(deep)) < 3900:
+        deep = deep / ("d" * 200)
+        rel_dirs.append("d" * 200)
+    deep.mkdir(parents=True)
+    fd = os.open(deep, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i in range(5):
+            os.close(os.open(f"{i}" + "L" * 240, os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    finally:
+        os.close(fd)
+    for i in range(20):
+        (deep / f"s{i}").write_text("s")
+    order = os.listdir(deep)
+    assert any(n.startswith("s") for n in order[order.index(next(n for n in order if "L" in n)) :])
+    dropped = snapper(tmp_path)._report_and_preserve(
+        checkout, WS, INC, ["missing", "missing-dir/", "p", "deep/"], []
+    )
+    assert (dropped.count, dropped.bytes) == (20, 20)
+    assert {s["path"] for s in dropped.special} == {"p"}
+    assert stat.S_ISFIFO(os.lstat(checkout / "p").st_mode)
+
+
+# -- a full archive filesystem ---------------------------------------------------------------
+
+
+async def test_a_copy_that_runs_out_of_inodes_fails_and_leaves_nothing(tmp_path: Path) -> None:
+    checkout = ignored_repo(tmp_path)
+    with tmpfs(tmp_path / "arch", "size=4m,nr_inodes=3") as mount:
+        # Room for the one file the up-front check counts, not for the copy's directories.
+        snaps = Snapshotter(Git(), tmp_path / "tmp", mount)
+        with pytest.raises(XumError) as raised:
+            await snaps.report_and_preserve(checkout, WS, INC, [".env"])
+        assert raised.value.kind == ErrorKind.DISK_FULL
+        assert list(mount.iterdir()) == []  # the half copy is rolled back
+
+
+async def test_a_copy_that_does_not_fit_is_refused_before_writing(tmp_path: Path) -> None:
+    checkout = ignored_repo(tmp_path)
+    (checkout / ".env").write_bytes(os.urandom(3 << 20))
+    with tmpfs(tmp_path / "arch", "size=2m") as mount:
+        snaps = Snapshotter(Git(), tmp_path / "tmp", mount)
+        with pytest.raises(XumError) as raised:
+            await snaps.report_and_preserve(checkout, WS, INC, [".env"])
+        assert raised.value.kind == ErrorKind.DISK_FULL
+        assert list(mount.iterdir()) == []
+
+
+# -- restore of preserved files -------------------------------------------------------------------
+
+
+def test_restore_preserved_puts_back_only_what_is_safe(tmp_path: Path) -> None:
+    snaps = snapper(tmp_path)
+    checkout = make_repo(tmp_path / "co")
+    assert snaps.restore_preserved(WS, checkout) == []  # no copy at all
+    store = snaps.archive_dir / WS
+    files = store / "files"
+    (files / "esc").mkdir(parents=True)
+    (files / "esc" / "f").write_text("would go outside\n")
+    (files / "exists.env").write_text("saved\n")
+    (files / "deep" / "er").mkdir(parents=True)
+    (files / "deep" / "er" / ".env").write_text("deep\n")
+    (files / "deep" / "er" / "b.env").write_text("b\n")
+    (files / "dangling").symlink_to("nowhere")
+    (store / "manifest.json").write_text("{not json")
+    assert snaps.restore_preserved(WS, checkout) == []  # an unreadable manifest: nothing
+    manifest = ["esc/f", "missing.env", "exists.env", "dlink", "dangling"]
+    manifest += ["deep/er/.env", "deep/er/b.env"]
+    (store / "manifest.json").write_text(json.dumps({"files": manifest}))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (checkout / "esc").symlink_to(outside)
+    (checkout / "exists.env").write_text("the new checkout's\n")
+    (checkout / "dlink").symlink_to("nowhere-either")
+    (files / "dlink").write_text("saved\n")
+
+    assert snaps.restore_preserved(WS, checkout) == ["dangling", "deep/er/.env", "deep/er/b.env"]
+    assert list(outside.iterdir()) == []  # never written through a symlinked directory
+    assert (checkout / "exists.env").read_text() == "the new checkout's\n"
+    assert os.readlink(checkout / "dlink") == "nowhere-either"
+    assert os.readlink(checkout / "dangling") == "nowhere"
+    assert (checkout / "deep" / "er" / ".env").read_text() == "deep\n"
+    assert (checkout / "deep" / "er" / "b.env").read_text() == "b\n"

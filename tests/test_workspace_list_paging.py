@@ -1,0 +1,562 @@
+"""`workspace.list` at scale (issue 12): rows straight to JSON, and paging.
+
+In process: the direct path (lifecycle/listing.py) answers byte for byte what the model path
+(`WorkspaceInfo` per row, dumped) answers on the same rows, including rows the direct path leaves
+to the model (stored JSON of other features, paths `Path()` normalises, bad columns), under every
+filter and at every page size; it runs a fixed number of SQL statements whatever the row count;
+the answer validates against the protocol's models. With a real daemon: pages concatenate to
+the full listing under the filters, a create or removal between pages neither repeats nor skips
+another workspace, bad `limit`/`after` are `invalid_params`, and the Python clients and `xum ws
+ls` fetch every page.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from click.testing import CliRunner
+from xum_client.aio import AsyncClient
+from xum_client.cli import cli as cli_main
+from xum_client.errors import XumRpcError
+from xum_client.sync import Client
+from xum_protocol.cursor import list_cursor, parse_list_cursor
+from xum_protocol.models.workspace import WorkspaceListParams, WorkspaceListResult
+from xumd.app import App
+from xumd.bootstrap import install_features
+from xumd.config import DaemonConfig
+from xumd.lifecycle import listing
+from xumd.lifecycle.service import WorkspaceService
+from xumd.paths import RootPaths
+from xumd.store import Store
+
+from tests.lifecycle_helpers import add_project, create, rpc_error
+from tests.support.daemon import DaemonProcess, short_tmpdir
+from tests.support.gitrepo import make_repo
+from tests.test_cli_daemon import xum
+
+P1, P2 = "prj_00000000000000a1", "prj_00000000000000a2"
+T0 = 1_764_000_000.25
+
+
+# -- in process: the direct path against the model path ----------------------------------------
+
+
+@pytest.fixture
+def app(tmp_short: Path) -> Iterator[App]:
+    store = Store(tmp_short / "state.db")
+    store.migrate()
+    try:
+        app = App(RootPaths(tmp_short), DaemonConfig(), store)
+        install_features(app)
+        yield app
+    finally:
+        store.close()
+
+
+def _ws(store: Store, n: int, **cols: Any) -> str:
+    ws_id = cols.pop("id", f"ws_{n:016x}")
+    row: dict[str, Any] = {
+        "id": ws_id,
+        "project_id": P1,
+        "name": f"w{n}",
+        "runtime": "worktree",
+        "path": f"/srv/ws/w{n}",
+        "state": "active",
+        "incarnation": f"inc{n}",
+        "setup_status": "none",
+        "created_at": T0 + n,
+        "updated_at": T0 + n + 0.5,
+        **cols,
+    }
+    names = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    store.execute(f"INSERT INTO workspaces ({names}) VALUES ({marks})", list(row.values()))
+    return str(ws_id)
+
+
+def _ob(store: Store, ws_id: str, n: int, **cols: Any) -> None:
+    row: dict[str, Any] = {
+        "id": f"ob_{ws_id}_{n}",
+        "workspace_id": ws_id,
+        "project_id": P1,
+        "kind": "trash",
+        "seq": n,
+        "path": f"/srv/trash/{ws_id}",
+        "incarnation": "inc",
+        "state": "pending",
+        "attempts": 0,
+        "next_attempt_at": T0 + 99,
+        "created_at": T0 + n,
+        "updated_at": T0 + n,
+        **cols,
+    }
+    names = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    store.execute(f"INSERT INTO cleanup_obligations ({names}) VALUES ({marks})", list(row.values()))
+
+
+def _hostile_mix(store: Store) -> int:
+    """Rows of every shape the listing meets; returns how many workspaces."""
+    with store.transaction():
+        _projects(store)
+        n = 0
+
+        def ws(**cols: Any) -> str:
+            nonlocal n
+            n += 1
+            return _ws(store, n, **cols)
+
+        plain = ws(branch="xum/w1", base="abc123")
+        for position, port in ((1, 41002), (0, 41001), (2, 41000)):  # stored out of order
+            store.execute(
+                "INSERT INTO workspace_ports (port, workspace_id, position, allocated_at)"
+                " VALUES (?, ?, ?, ?)",
+                (port, plain, position, T0),
+            )
+        store.execute(
+            "INSERT INTO workspace_env (workspace_id, env) VALUES (?, ?)",
+            (plain, json.dumps({"B": "2", "A": "x y", "U": "é😀"})),
+        )
+        bad_env = ws(runtime="directory")
+        store.execute("INSERT INTO workspace_env VALUES (?, 'not json')", (bad_env,))
+        list_env = ws()
+        store.execute("INSERT INTO workspace_env VALUES (?, '[1, 2]')", (list_env,))
+        odd_env = ws()
+        store.execute("INSERT INTO workspace_env VALUES (?, ?)", (odd_env, '{"N": 1, "Z": null}'))
+        archived = ws(state="archived", snapshot_ref="refs/xum/a", snapshot_commit="c0ffee")
+        _ob(store, archived, 0, state="completed", attempts=1, incarnation="old")
+        _ob(store, archived, 1, state="completed", attempts=2)
+        _ob(store, archived, 2, kind="reclaim", state="completed", detail='{"bytes": 4096}')
+        removing = ws(state="removing")
+        _ob(store, removing, 0, kind="teardown", state="pending", last_error="busy", attempts=3)
+        _ob(store, removing, 1, state="pending", next_attempt_at=T0 + 5)
+        failed = ws(state="archived")
+        _ob(store, failed, 0, state="failed", reason="gone", last_error="EIO")
+        reclaim_only = ws(state="archived")
+        _ob(store, reclaim_only, 0, kind="reclaim", state="pending")
+        ws(snapshot_ref="refs/xum/b")  # a ref without a commit: no snapshot
+        ws(setup_status="ok", setup_output=json.dumps({"output": "done\n", "commands": 2}))
+        ws(setup_status="failed", setup_output="plain text, not JSON")
+        ws(setup_status="untrusted", setup_output="[1]")
+        ws(setup_status="running", setup_output="")
+        ws(state="archived", last_cleanup=json.dumps({"status": "completed", "attempts": 1}))
+        ws(state="archived", last_cleanup="{")
+        ws(state="archived", last_cleanup=json.dumps({"status": "weird"}))
+        with_both = ws(state="archived", last_cleanup=json.dumps({"status": "failed"}))
+        _ob(store, with_both, 0, state="completed")
+        ws(
+            auto_archive="on_agent_exit",
+            auto_archive_outcome=json.dumps({"status": "retrying", "attempts": 2}),
+        )
+        ws(auto_archive="on_agent_exit", auto_archive_outcome="nope")
+        ws(auto_archive="on_agent_exit")
+        ws(path="/srv/ws/trailing/")
+        ws(path="//srv//double")
+        ws(path="/srv/./dot")
+        ws(path="relative/path")
+        ws(path="/")
+        ws(name="é-ünï", path="/srv/ws/é ünï")
+        ws(state="creating", interrupted=1, interrupted_reason="daemon stopped mid-create")
+        ws(state="restoring", handle_id="h_1", owner_workspace_id=plain)
+        ws(state="archiving", created_at=T0 + 1000, updated_at=T0 + 1000)
+        # Same creation time: the id orders them, and a cursor between them must hold.
+        ws(id="ws_00000000000000fe", created_at=T0 + 500)
+        ws(id="ws_00000000000000fd", created_at=T0 + 500)
+        ws(id="ws_00000000000000ff", created_at=T0 + 500, project_id=P2)
+        ws(created_at=1_764_000_100, project_id=P2)  # an integer time (REAL column)
+        for state in ("active", "archived"):
+            ws(project_id=P2, state=state)
+        return n
+
+
+def _model_bytes(svc: WorkspaceService, project_id: str | None, state: str | None) -> bytes:
+    """The answer the way every release before 1.2 built it."""
+    result = WorkspaceListResult(workspaces=svc.list_workspaces(project_id, state))
+    return orjson.dumps(result.model_dump(mode="json"))
+
+
+def _direct(svc: WorkspaceService, **params: Any) -> dict[str, Any]:
+    return svc.list_json(WorkspaceListParams.model_validate(params))
+
+
+FILTERS = [
+    {},
+    {"project_id": P1},
+    {"project_id": P2},
+    {"state": "archived"},
+    {"state": "active"},
+    {"project_id": P2, "state": "archived"},
+    {"state": "restoring"},
+]
+
+
+@pytest.mark.parametrize("filters", FILTERS, ids=json.dumps)
+def test_direct_listing_is_the_model_listing_byte_for_byte(
+    app: App, filters: dict[str, Any]
+) -> None:
+    count = _hostile_mix(app.store)
+    svc = app.get(WorkspaceService)
+    direct = _direct(svc, **filters)
+    assert direct["next"] is None
+    expected = _model_bytes(svc, filters.get("project_id"), filters.get("state"))
+    assert orjson.dumps(direct["workspaces"]) == orjson.dumps(orjson.loads(expected)["workspaces"])
+    if not filters:
+        assert len(direct["workspaces"]) == count
+    # The answer is what the protocol says: it validates as the result model (the schema is
+    # generated from it) and nothing is lost or reshaped doing so.
+    answer = orjson.dumps(direct)
+    parsed = WorkspaceListResult.model_validate_json(answer)
+    assert orjson.dumps(parsed.model_dump(mode="json")) == answer
+
+
+def test_every_page_size_concatenates_to_the_listing(app: App) -> None:
+    count = _hostile_mix(app.store)
+    svc = app.get(WorkspaceService)
+    for filters in FILTERS:
+        full = _direct(svc, **filters)["workspaces"]
+        for limit in range(1, count + 2):
+            got: list[dict[str, Any]] = []
+            after: str | None = None
+            pages = 0
+            while True:
+                params = {**filters, "limit": limit, **({"after": after} if after else {})}
+                page = _direct(svc, **params)
+                pages += 1
+                assert len(page["workspaces"]) <= limit
+                got += page["workspaces"]
+                after = page["next"]
+                if after is None:
+                    break
+                assert len(page["workspaces"]) == limit, "a short small page must end it"
+            assert got == full, (filters, limit)
+            assert pages == max(1, -(-len(full) // limit)), "no empty trailing page"
+
+
+def _projects(store: Store) -> None:
+    for pid, name in ((P1, "one"), (P2, "two")):
+        store.execute(
+            "INSERT INTO projects (id, name, path, dev, ino, kind, created_at, updated_at)"
+            " VALUES (?, ?, ?, 1, 1, 'git', ?, ?)",
+            (pid, name, f"/srv/{name}", T0, T0),
+        )
+
+
+def _common_rows(store: Store, first: int, count: int) -> None:
+    """Workspaces of the everyday shape: ports, environment, some with obligations."""
+    with store.transaction():
+        for n in range(first, first + count):
+            ws_id = _ws(store, n, state="archived" if n % 3 else "active")
+            if n % 3:
+                _ob(store, ws_id, 0, state="completed")
+                _ob(store, ws_id, 1, kind="reclaim", state="completed")
+            store.execute('INSERT INTO workspace_env VALUES (?, \'{"A": "1"}\')', (ws_id,))
+            store.execute(
+                "INSERT INTO workspace_ports (port, workspace_id, position, allocated_at)"
+                " VALUES (?, ?, 0, ?)",
+                (20_000 + n, ws_id, T0),
+            )
+
+
+def test_a_page_is_cut_at_its_byte_budget_and_next_continues(app: App) -> None:
+    """Workspaces with 64 KiB of environment each (the most `workspace.create` takes): a page
+    of 10,000 would be megabytes over a client's frame cap; it stops near PAGE_BYTES instead,
+    with `next`, and the pages still concatenate to the listing."""
+    with app.store.transaction():
+        _projects(app.store)
+        big = json.dumps({"V": "x" * (64 * 1024 - 16)})
+        for n in range(1, 161):
+            ws_id = _ws(app.store, n)
+            app.store.execute("INSERT INTO workspace_env VALUES (?, ?)", (ws_id, big))
+    svc = app.get(WorkspaceService)
+    full = _direct(svc)["workspaces"]
+    assert len(full) == 160 and full[0]["env"]["V"]
+    got: list[dict[str, Any]] = []
+    after: str | None = None
+    sizes: list[int] = []
+    while True:
+        page = _direct(svc, limit=10_000, **({"after": after} if after else {}))
+        sizes.append(len(orjson.dumps(page)))
+        got += page["workspaces"]
+        after = page["next"]
+        if after is None:
+            break
+    assert got == full
+    assert len(sizes) == 3, sizes  # 160 rows of ~64 KiB: 10 MiB in pages of at most 4 MiB
+    assert max(sizes) <= listing.PAGE_BYTES + 128 * 1024, sizes
+
+
+def test_listing_runs_a_fixed_number_of_statements(app: App) -> None:
+    with app.store.transaction():
+        _projects(app.store)
+    _common_rows(app.store, 1, 10)
+    svc = app.get(WorkspaceService)
+    seen: list[str] = []
+    app.store._db.set_trace_callback(seen.append)
+    try:
+        _direct(svc)
+        small_count = len(seen)
+        _common_rows(app.store, 100, 300)
+        seen.clear()
+        large = _direct(svc)
+        paged = _direct(svc, limit=50)
+    finally:
+        app.store._db.set_trace_callback(None)
+    assert len(large["workspaces"]) == 310 and len(paged["workspaces"]) == 50
+    # One statement for the rows, one for the obligations of those that have any, whatever
+    # the number of rows (the model path ran three per row).
+    assert small_count == 2
+    assert len(seen) == 4, seen
+    assert orjson.dumps(large) == orjson.dumps(
+        {**orjson.loads(_model_bytes(svc, None, None)), "next": None}
+    )
+
+
+def test_cursor_round_trips_and_refuses_what_it_did_not_make() -> None:
+    cursor = list_cursor(T0, "ws_0123456789abcdef")
+    assert parse_list_cursor(cursor) == (T0, "ws_0123456789abcdef")
+    assert parse_list_cursor(list_cursor(1764000100, "x")) == (1764000100.0, "x")
+    for bad in [
+        "",
+        "ws_0123456789abcdef",
+        "c1.",
+        "c1.$$$",
+        "c2." + cursor[3:],
+        "c1.bm90IGEgY3Vyc29y",  # base64 of text without the separator
+        "c1.bmFuCndzXzE",  # nan
+        "c1.aW5mCndzXzE",  # inf
+        "c1.MS4wCg",  # no id
+        "c1.MS4wCndzXzEKeA",  # a control character in the id
+        "c1.MDEuMAp3c18x",  # a time not written the way the daemon writes it
+        "c1.//79",  # not UTF-8
+    ]:
+        with pytest.raises(ValueError, match=r"not a workspace\.list cursor"):
+            parse_list_cursor(bad)
+
+
+# -- a real daemon --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[dict[str, Any]]:
+    tmp = short_tmpdir("xuml-")
+    daemon = DaemonProcess(tmp / "root").start()
+    try:
+        one = add_project(daemon, make_repo(tmp / "one"))["id"]
+        two = add_project(daemon, make_repo(tmp / "two"))["id"]
+        for index in range(7):
+            create(daemon, one if index % 2 else two, f"w{index}", runtime="directory")
+        yield {"daemon": daemon, "projects": [one, two]}
+    finally:
+        daemon.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _pages(daemon: DaemonProcess, limit: int, **filters: Any) -> list[list[str]]:
+    pages: list[list[str]] = []
+    after: str | None = None
+    while True:
+        params = {**filters, "limit": limit, **({"after": after} if after else {})}
+        result = daemon.call("workspace.list", params)
+        pages.append([w["id"] for w in result["workspaces"]])
+        after = result["next"]
+        if after is None:
+            return pages
+
+
+def test_daemon_pages_concatenate_under_every_filter(world: dict[str, Any]) -> None:
+    daemon: DaemonProcess = world["daemon"]
+    for filters in [{}, {"project_id": world["projects"][0]}, {"state": "active"}]:
+        full = daemon.call("workspace.list", filters)
+        assert full.get("next") is None, "without limit: everything, no cursor"
+        ids = [w["id"] for w in full["workspaces"]]
+        assert ids, filters
+        created = [w["created_at"] for w in full["workspaces"]]
+        assert created == sorted(created), "documented order: creation time, then id"
+        for limit in (1, 2, 3, len(ids), len(ids) + 5):
+            pages = _pages(daemon, limit, **filters)
+            assert [i for page in pages for i in page] == ids, (filters, limit)
+            assert [len(page) for page in pages[:-1]] == [limit] * (len(pages) - 1)
+            assert 1 <= len(pages[-1]) <= limit
+
+
+def test_create_and_remove_between_pages_skip_and_repeat_nothing(
+    world: dict[str, Any],
+) -> None:
+    daemon: DaemonProcess = world["daemon"]
+    project = world["projects"][0]
+    before = [w["id"] for w in daemon.call("workspace.list")["workspaces"]]
+    first = daemon.call("workspace.list", {"limit": 3})
+    seen = [w["id"] for w in first["workspaces"]]
+    # The last workspace of the page goes (the cursor came from it), one of a later page goes,
+    # and a new one comes.
+    gone = [seen[-1], before[4]]
+    for ws_id in gone:
+        daemon.call("workspace.remove", {"workspace_id": ws_id, "force": True})
+    new = create(daemon, project, "between", runtime="directory")["workspace"]["id"]
+    try:
+        after = first["next"]
+        while after is not None:
+            page = daemon.call("workspace.list", {"limit": 2, "after": after})
+            seen += [w["id"] for w in page["workspaces"]]
+            after = page["next"]
+        assert len(seen) == len(set(seen)), "a workspace was listed twice"
+        stayed = [i for i in before if i not in gone]
+        assert [i for i in seen if i in stayed or i == new] == [*stayed, new]
+        assert before[4] not in seen
+    finally:
+        daemon.call("workspace.remove", {"workspace_id": new, "force": True})
+        for index, ws_id in enumerate(gone):
+            create(daemon, project, f"again{index}-{time.monotonic_ns()}", runtime="directory")
+            assert ws_id
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"limit": 0},
+        {"limit": -1},
+        {"limit": 10_001},
+        {"limit": "5"},
+        {"limit": True},
+        {"limit": 1.5},
+        {"after": ""},
+        {"after": "ws_0123456789abcdef"},
+        {"after": "c1.$$$"},
+        {"after": 5},
+        {"after": "x" * 401},
+    ],
+    ids=lambda p: json.dumps(p)[:40],
+)
+def test_bad_limit_or_after_is_invalid_params(
+    world: dict[str, Any], params: dict[str, Any]
+) -> None:
+    error = rpc_error(world["daemon"], "workspace.list", params)
+    assert error.kind == "invalid_params"
+    assert error.data["errors"][0]["loc"][0] in ("limit", "after")
+
+
+def test_a_cursor_of_another_listing_resumes_from_its_place(world: dict[str, Any]) -> None:
+    """A cursor is a place in the listing order, so a filtered listing may resume from a
+    cursor of the unfiltered one: the workspaces after it that match."""
+    daemon: DaemonProcess = world["daemon"]
+    everything = daemon.call("workspace.list")["workspaces"]
+    mid = everything[2]
+    cursor = list_cursor(mid["created_at"], mid["id"])
+    project = world["projects"][1]
+    got = daemon.call("workspace.list", {"project_id": project, "after": cursor})["workspaces"]
+    assert [w["id"] for w in got] == [w["id"] for w in everything[3:] if w["project_id"] == project]
+
+
+def test_python_clients_iterate_every_page(world: dict[str, Any]) -> None:
+    daemon: DaemonProcess = world["daemon"]
+    full = [w["id"] for w in daemon.call("workspace.list")["workspaces"]]
+    project = world["projects"][0]
+    mine = [w["id"] for w in daemon.call("workspace.list", {"project_id": project})["workspaces"]]
+    with Client(daemon.root) as client:
+        asked: list[dict[str, Any]] = []
+        call = client.call
+
+        def spy(method: str, params: Any = None) -> dict[str, Any]:
+            asked.append(params)
+            return call(method, params)
+
+        client.call = spy  # type: ignore[method-assign]
+        assert [w["id"] for w in client.iter_workspaces(page=2)] == full
+        assert len(asked) == -(-len(full) // 2) and all(p["limit"] == 2 for p in asked)
+        assert "after" not in asked[0] and all(p["after"].startswith("c1.") for p in asked[1:])
+        client.call = call  # type: ignore[method-assign]
+        assert [w["id"] for w in client.iter_workspaces({"project_id": project}, 1)] == mine
+        with pytest.raises(ValueError, match="page size"):
+            list(client.iter_workspaces({"limit": 3}))
+        with pytest.raises(XumRpcError) as caught:
+            list(client.iter_workspaces(page=0))
+        assert caught.value.kind == "invalid_params"
+
+    async def collect() -> tuple[list[str], list[str]]:
+        async with AsyncClient(daemon.root) as aclient:
+            every = [w["id"] async for w in aclient.iter_workspaces(page=3)]
+            only = [w["id"] async for w in aclient.iter_workspaces({"project_id": project}, 2)]
+            return every, only
+
+    assert anyio.run(collect) == (full, mine)
+
+
+def test_cli_ws_ls_fetches_all_pages_and_one_with_limit(world: dict[str, Any]) -> None:
+    daemon: DaemonProcess = world["daemon"]
+    full = daemon.call("workspace.list")["workspaces"]
+    runner = CliRunner()
+    base = ["--root", str(daemon.root), "--json"]
+
+    listed = runner.invoke(cli_main, [*base, "ws", "ls"])
+    assert listed.exit_code == 0, listed.output
+    assert [w["id"] for w in json.loads(listed.output)["workspaces"]] == [w["id"] for w in full]
+
+    first = runner.invoke(cli_main, [*base, "ws", "ls", "--limit", "2"])
+    assert first.exit_code == 0, first.output
+    page = json.loads(first.output)
+    assert [w["id"] for w in page["workspaces"]] == [w["id"] for w in full[:2]]
+    rest = runner.invoke(cli_main, [*base, "ws", "ls", "--after", page["next"]])
+    assert rest.exit_code == 0, rest.output
+    assert [w["id"] for w in json.loads(rest.output)["workspaces"]] == [w["id"] for w in full[2:]]
+
+    human = runner.invoke(cli_main, ["--root", str(daemon.root), "ws", "ls", "--limit", "1"])
+    assert human.exit_code == 0, human.output
+    assert full[0]["name"] in human.output and "--after c1." in human.output
+
+    # The real entry point: usage errors are exit 2 with a message naming the option.
+    done = xum("--root", str(daemon.root), "ws", "ls", "--limit", "0")
+    assert done.returncode == 2 and "--limit" in done.stderr, done.stderr
+    done = xum("--root", str(daemon.root), "ws", "ls", "--after", "bogus")
+    assert done.returncode == 2, done.stderr
+    assert "--after" in done.stderr and "not a workspace.list cursor" in done.stderr
+
+
+def test_event_snapshot_lists_the_workspaces_as_workspace_list(world: dict[str, Any]) -> None:
+    """`events.subscribe`'s snapshot uses the same direct listing."""
+    daemon: DaemonProcess = world["daemon"]
+    listed = daemon.call("workspace.list")["workspaces"]
+    with Client(daemon.root) as client:
+        snapshot = client.call("events.subscribe", {"types": ["workspace."]})["snapshot"]
+    assert snapshot["workspaces"] == listed and listed
+
+
+def test_cursors_past_either_end(app: App) -> None:
+    count = _hostile_mix(app.store)
+    svc = app.get(WorkspaceService)
+    full = _direct(svc)["workspaces"]
+    beyond = _direct(svc, limit=5, after=list_cursor(T0 + 10**9, "ws_ffffffffffffffff"))
+    assert beyond == {"workspaces": [], "next": None}
+    before = _direct(svc, after=list_cursor(0.0, "ws_0"))
+    assert before["workspaces"] == full and len(full) == count
+
+
+def test_cli_listing_with_a_pre_paging_daemon_asks_unpaged(world: dict[str, Any]) -> None:
+    """A daemon whose hello says 1.1 refuses `limit` (unknown params field): `xum ws ls` then
+    asks for everything at once, as before, and --limit is a usage error naming the need."""
+    import click
+    from xum_client.commands.listing import list_workspaces
+
+    daemon: DaemonProcess = world["daemon"]
+    with Client(daemon.root) as client:
+        assert client.server is not None
+        client.server["protocol"] = "1.1"  # what an older daemon's hello says
+        asked: list[Any] = []
+        call = client.call
+
+        def spy(method: str, params: Any = None) -> dict[str, Any]:
+            asked.append(params)
+            return call(method, params)
+
+        client.call = spy  # type: ignore[method-assign]
+        result = list_workspaces(client, {}, None, None)
+        assert asked == [{}] and result["workspaces"]
+        with pytest.raises(click.UsageError, match=r"protocol 1\.2"):
+            list_workspaces(client, {}, 5, None)
