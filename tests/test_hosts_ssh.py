@@ -365,7 +365,6 @@ def test_connection_dropped_mid_archive(
     assert not Path(ws["path"]).exists()
 
 
-@pytest.mark.reliability  # > 5 s: the CLI's test above is the fast suite's dropped connection
 def test_async_client_call_lost_and_events_resume(
     host_env: dict[str, str], slow_ws: tuple[dict[str, Any], Path]
 ) -> None:
@@ -422,7 +421,6 @@ def test_async_client_call_lost_and_events_resume(
     anyio.run(scenario)
 
 
-@pytest.mark.reliability  # > 5 s: ssh configurations, not the contract
 def test_a_persistent_control_master_is_reused_and_left_alone(
     host_env: dict[str, str], sshd: SshServer, tmp_short: Path
 ) -> None:
