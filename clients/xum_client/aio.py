@@ -38,7 +38,13 @@ from xum_client.errors import (
     DaemonNotRunning,
     XumClientError,
 )
-from xum_client.sync import check_reply, client_root, hello_params
+from xum_client.sync import (
+    check_release,
+    check_reply,
+    client_root,
+    hello_params,
+    release_context,
+)
 
 if TYPE_CHECKING:
     from xum_client.hosts import HostEntry
@@ -105,6 +111,7 @@ class AsyncClient:
         handshake: bool = True,
         client_name: str = "xum-client",
         host: str | None = None,
+        check_version: bool = True,
     ) -> None:
         """`host`: a name from the hosts file (docs/HOSTS.md): the daemon on that machine,
         reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's."""
@@ -129,6 +136,7 @@ class AsyncClient:
         self.server: HelloResult | None = None
         self._handshake = handshake
         self._client_name = client_name
+        self._check_version = check_version
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._stream: anyio.abc.SocketStream | None = None
@@ -191,6 +199,10 @@ class AsyncClient:
                 self.server = await self.call_model(
                     "hello", hello_params(self._client_name), HelloResult
                 )
+                if self._check_version:
+                    check_release(
+                        self.server.model_dump(mode="json"), *release_context(self.root, self.host)
+                    )
             except BaseException:
                 await self.aclose()
                 raise

@@ -32,7 +32,7 @@ from xum_client.errors import (
     NotFound,
     XumClientError,
 )
-from xum_client.sync import socket_path_for
+from xum_client.sync import CLIENT_VERSION, socket_path_for
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -56,6 +56,7 @@ DOMAINS = (
     "gc",
     "completion",
     "hosts",
+    "host_install",
 )
 """Modules under xum_client.commands that add commands, each with `register(cli)`."""
 
@@ -142,7 +143,7 @@ class XumGroup(click.Group):
     "--root and --socket then name the host's.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.version_option("0.1.0", prog_name="xum")
+@click.version_option(CLIENT_VERSION, prog_name="xum")
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -176,9 +177,22 @@ def _show_status(obj: Ctx, result: dict[str, Any]) -> None:
 
 
 @cli.command()
+@click.option("--all-hosts", is_flag=True, help="The local daemon and every host's, one row each.")
+@click.option(
+    "--host-timeout",
+    type=click.FloatRange(min=0.1),
+    default=15.0,
+    show_default=True,
+    help="With --all-hosts: seconds each host (connection and call) may take.",
+)
 @click.pass_obj
-def status(obj: Ctx) -> None:
+def status(obj: Ctx, all_hosts: bool, host_timeout: float) -> None:
     """Show the daemon's status."""
+    if all_hosts:
+        from xum_client.commands.allhosts_view import status_all
+
+        status_all(obj, host_timeout)
+        return
     with obj.client() as client:
         _show_status(obj, client.call("daemon.status"))
 
@@ -239,7 +253,8 @@ def daemon_status(obj: Ctx) -> None:
     """The daemon's status; says why when it does not answer (exit 4)."""
     root = obj.root_path
     try:
-        with obj.client(timeout=10) as client:
+        # Any daemon, whatever its version: this is how one learns which one runs.
+        with obj.client(timeout=10, check_version=False) as client:
             result = client.call("daemon.status")
     except DaemonNotRunning as exc:
         holder = lock_holder(root)
@@ -264,7 +279,8 @@ def daemon_status(obj: Ctx) -> None:
 def daemon_stop(obj: Ctx, timeout: float) -> None:
     """Ask the daemon to stop gracefully and wait until it has exited."""
     root = obj.root_path
-    with obj.client(timeout=10) as client:
+    # Any daemon, whatever its version: stopping an older one is how one upgrades.
+    with obj.client(timeout=10, check_version=False) as client:
         pid = client.call("daemon.status")["pid"]
         client.call("daemon.shutdown")
         remote_root = str(client.root)

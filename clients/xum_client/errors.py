@@ -88,6 +88,27 @@ class ClientTimeout(XumClientError):
     """No answer within the client's timeout."""
 
 
+class VersionMismatch(XumClientError):
+    """The daemon's xum release differs from this client's in major.minor (`hello`'s
+    `server.version`): raised by the client right after the handshake, never sent by a daemon.
+    `kind` is `version_mismatch`; `data` names both versions and where the daemon runs."""
+
+    kind = "version_mismatch"
+
+    def __init__(self, client_version: str, server_version: str, where: str, hint: str) -> None:
+        super().__init__(
+            f"this client is xum {client_version} but the daemon {where} is xumd "
+            f"{server_version}: their versions differ (major.minor); {hint}"
+        )
+        self.client_version = client_version
+        self.server_version = server_version
+        self.data = {
+            "client_version": client_version,
+            "server_version": server_version,
+            "where": where,
+        }
+
+
 class XumRpcError(XumClientError):
     """A JSON-RPC error from the daemon: `kind` (e.g. 'not_found'), `code`, `message`, `data`."""
 

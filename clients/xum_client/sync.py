@@ -6,8 +6,10 @@ Light on purpose (no pydantic, no anyio): the CLI uses it on its start-up path. 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import re
 import socket
 from collections import deque
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from xum_client.errors import (
     ClientTimeout,
     ConnectionLost,
     DaemonNotRunning,
+    VersionMismatch,
     XumClientError,
     from_error_object,
 )
@@ -34,6 +37,9 @@ if TYPE_CHECKING:
     M = TypeVar("M", bound=BaseModel)
 
 CLIENT_VERSION = "0.1.0"
+"""This client's xum release (the one distribution ships the client, the CLI and xumd: a test keeps
+this, `xumd.__version__` and pyproject.toml's version equal). Sent in `hello` as `client.version`
+and compared with the daemon's `server.version` (`check_release`)."""
 
 
 # The stdlib codec, not orjson: loading orjson costs a CLI run about 10 ms, more than the
@@ -71,6 +77,45 @@ def hello_params(client_name: str) -> dict[str, Any]:
         "protocol": PROTOCOL_VERSION,
         "client": {"name": client_name, "version": CLIENT_VERSION},
     }
+
+
+LOCAL_HINT = (
+    "restart the daemon from this installation (`xum daemon stop`, then start it again), or use "
+    "the xum that matches it"
+)
+
+
+def release_context(root: str, host: str | None) -> tuple[str, str]:
+    """Where the daemon runs and how to fix a mismatch, for VersionMismatch's message."""
+    if host is None:
+        return f"on {root}", LOCAL_HINT
+    return (
+        f"on host {host}" + (f" ({root})" if root else ""),
+        f"run `xum host install {host}` to put this version there, then stop its daemon "
+        f"(`xum --host {host} daemon stop`) so the next connection starts the new one",
+    )
+
+
+def release_line(version: str) -> tuple[int, int] | None:
+    """`major.minor` of a release string ("0.1.0", "1.2.3rc1", "0.1.0+local"), None when it does
+    not start with two numbers."""
+    match = re.match(r"(\d{1,6})\.(\d{1,6})(?:\D|$)", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def check_release(
+    server: dict[str, Any], where: str, hint: str, client_version: str | None = None
+) -> None:
+    """Raise VersionMismatch unless `hello`'s `server.version` is this client's major.minor.
+
+    Patch releases mix freely; a daemon whose version cannot be read (absent, not a release
+    string) is a mismatch too: the client cannot vouch for what it does not know."""
+    mine = client_version or CLIENT_VERSION
+    info = server.get("server")
+    theirs = info.get("version") if isinstance(info, dict) else None
+    theirs = theirs if isinstance(theirs, str) and theirs else "(unknown version)"
+    if release_line(theirs) is None or release_line(theirs) != release_line(mine):
+        raise VersionMismatch(mine, theirs, where, hint)
 
 
 def connect_unix(path: str, root: str, timeout: float | None) -> socket.socket:
@@ -119,9 +164,12 @@ class Client:
         handshake: bool = True,
         client_name: str = "xum-client",
         host: str | None = None,
+        check_version: bool = True,
     ) -> None:
         """`host`: a name from the hosts file (docs/HOSTS.md): the daemon on that machine,
-        reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's."""
+        reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's.
+        `check_version`: after `hello`, refuse (VersionMismatch) a daemon of another xum
+        major.minor; off only for what must reach any daemon (`xum daemon status|stop`)."""
         self.host = host
         self._link: SshLink | None = None
         self._peer_ended = False
@@ -153,6 +201,8 @@ class Client:
         if handshake:
             try:
                 self.server = self.call("hello", hello_params(client_name))
+                if check_version:
+                    check_release(self.server, *release_context(self.root, host))
             except BaseException:
                 self.close()
                 raise
@@ -265,6 +315,16 @@ class Client:
         if not isinstance(message, dict):
             raise ConnectionLost(f"unexpected message: {message!r}")
         return message
+
+    def set_timeout(self, timeout: float | None) -> None:
+        """The deadline of each later read and write (None: wait as long as it takes)."""
+        self._sock.settimeout(timeout)
+
+    def interrupt(self) -> None:
+        """End the connection under a read blocked in another thread: that read sees the
+        connection close (ConnectionLost). For a reader thread that must stop."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self._file.close()
