@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import click
 
 from xum_client.commands import _status
-from xum_client.commands._context import Ctx
+from xum_client.commands._context import Ctx, host_timeout_option
 from xum_client.commands._status import status_lines as _status_lines
 from xum_client.errors import (
     ConnectionLost,
@@ -178,13 +178,7 @@ def _show_status(obj: Ctx, result: dict[str, Any]) -> None:
 
 @cli.command()
 @click.option("--all-hosts", is_flag=True, help="The local daemon and every host's, one row each.")
-@click.option(
-    "--host-timeout",
-    type=click.FloatRange(min=0.1),
-    default=15.0,
-    show_default=True,
-    help="With --all-hosts: seconds each host (connection and call) may take.",
-)
+@host_timeout_option("connection and call")
 @click.pass_obj
 def status(obj: Ctx, all_hosts: bool, host_timeout: float) -> None:
     """Show the daemon's status."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 
@@ -76,3 +76,18 @@ class Ctx:
         lines = [list(columns), *cells]
         for line in lines:
             click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False)).rstrip())
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def host_timeout_option(what: str) -> Callable[[F], F]:
+    """`--host-timeout`, the per-host deadline of an `--all-hosts` command (`what` each host may
+    take: its connection, or its connection and call)."""
+    return click.option(
+        "--host-timeout",
+        type=click.FloatRange(min=0.1),
+        default=15.0,
+        show_default=True,
+        help=f"With --all-hosts: seconds each host's {what} may take.",
+    )

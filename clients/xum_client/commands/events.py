@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from xum_client.commands._context import Ctx
+from xum_client.commands._context import Ctx, host_timeout_option
 
 
 def _subject(data: dict[str, Any]) -> str:
@@ -50,13 +50,7 @@ def register(cli: click.Group) -> None:
         is_flag=True,
         help="The local daemon's and every host's events, each line tagged by host.",
     )
-    @click.option(
-        "--host-timeout",
-        type=click.FloatRange(min=0.1),
-        default=15.0,
-        show_default=True,
-        help="With --all-hosts: seconds each host's connection may take.",
-    )
+    @host_timeout_option("connection")
     @click.pass_obj
     def events(  # noqa: PLR0917 - one parameter per click option
         obj: Ctx,

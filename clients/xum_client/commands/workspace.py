@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from xum_client.commands._context import Ctx
+from xum_client.commands._context import Ctx, host_timeout_option
 from xum_client.commands._progress import SetupDisplay, by_id, by_name, setup_progress
 from xum_client.commands._resolve import env_option, given, project_id, short, workspace_id
 from xum_client.sync import Client
@@ -246,13 +246,7 @@ def register(cli: click.Group) -> None:
     )
     @click.option("--after", help="the `next` cursor of a previous --limit listing")
     @click.option("--all-hosts", is_flag=True, help="the local daemon's and every host's")
-    @click.option(
-        "--host-timeout",
-        type=click.FloatRange(min=0.1),
-        default=15.0,
-        show_default=True,
-        help="with --all-hosts: seconds each host (connection and call) may take",
-    )
+    @host_timeout_option("connection and call")
     @click.pass_obj
     def ls(
         obj: Ctx,
