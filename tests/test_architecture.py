@@ -76,8 +76,12 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("python -m", ["xumd.__main__"]),
     # -- the client ----------------------------------------------------------------------------
     ("client leaves", ["xum_client.errors", "xum_client.units", "xum_client.paging"]),
+    # Hosts (docs/HOSTS.md): the hosts file and ssh command, the bridge, the ssh transport.
+    ("hosts", ["xum_client.hosts", "xum_client.bridge"]),
+    ("host transport", ["xum_client.sshlink"]),
     ("client", ["xum_client.sync"]),
-    ("client api", ["xum_client.aio", "xum_client.install"]),
+    ("client api", ["xum_client.aio", "xum_client.install", "xum_client.hostinstall"]),
+    ("one view", ["xum_client.allhosts"]),
     ("client package", ["xum_client"]),
     ("cli parts", ["xum_client.commands"]),
     ("cli", ["xum_client.cli"]),
@@ -121,6 +125,7 @@ FACADES: dict[str, list[str]] = {
         "xum_client.commands._progress",
         "xum_client.commands._resolve",
         "xum_client.commands.cleanup",
+        "xum_client.commands.hosts",
         "xum_client.commands.process",
         "xum_client.commands.project",
         "xum_client.commands.turn",

@@ -9,7 +9,9 @@
                 ...
 
 Reconnect-free on purpose: a lost connection fails every pending call with ConnectionLost and
-the caller decides what to do. Errors are the typed exceptions of `xum_client.errors`.
+the caller decides what to do (with `host=`, the message says the outcome is unknown and how to
+look; events resume on a new client with `subscribe(after_seq=..., epoch=...)`). Errors are the
+typed exceptions of `xum_client.errors`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -36,7 +38,17 @@ from xum_client.errors import (
     DaemonNotRunning,
     XumClientError,
 )
-from xum_client.sync import check_reply, client_root, hello_params
+from xum_client.sync import (
+    check_release,
+    check_reply,
+    client_root,
+    hello_params,
+    release_context,
+)
+
+if TYPE_CHECKING:
+    from xum_client.hosts import HostEntry
+    from xum_client.sshlink import SshLink
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -98,20 +110,40 @@ class AsyncClient:
         timeout: float | None = 60.0,
         handshake: bool = True,
         client_name: str = "xum-client",
+        host: str | None = None,
+        check_version: bool = True,
     ) -> None:
-        choice = discovery.resolve_socket(socket_path, root)
-        self.root = client_root(root, choice)
-        self.socket_path = str(choice.path)
-        self.socket_source = choice.source
+        """`host`: a name from the hosts file (docs/HOSTS.md): the daemon on that machine,
+        reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's."""
+        self.host = host
+        self._host_entry: HostEntry | None = None
+        self._link: SshLink | None = None
+        if host is not None:
+            from xum_client.hosts import get_host
+
+            self._host_entry = get_host(host)
+            self._host_root = str(root) if root is not None else None
+            self._host_socket = str(socket_path) if socket_path is not None else None
+            self.root = str(root or self._host_entry.remote_root or "")
+            self.socket_path = str(socket_path or "")
+            self.socket_source = "host"
+        else:
+            choice = discovery.resolve_socket(socket_path, root)
+            self.root = client_root(root, choice)
+            self.socket_path = str(choice.path)
+            self.socket_source = choice.source
         self.timeout = timeout
         self.server: HelloResult | None = None
         self._handshake = handshake
         self._client_name = client_name
+        self._check_version = check_version
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._stream: anyio.abc.SocketStream | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._lost: str | None = None
+        self._peer_ended = False
+        self._noise: bytes | None = None
         self._send_lock = anyio.Lock()
         self._notify_send, self._notify_receive = anyio.create_memory_object_stream[dict[str, Any]](
             NOTIFICATION_BUFFER
@@ -119,7 +151,31 @@ class AsyncClient:
 
     # -- connection ------------------------------------------------------------------------
 
+    @property
+    def ssh_pid(self) -> int | None:
+        """With `host=`: the pid of the ssh process that carries the connection."""
+        return self._link.pid if self._link is not None else None
+
+    async def _connect_host(self) -> anyio.abc.SocketStream:
+        from xum_client.sshlink import SshLink
+
+        assert self._host_entry is not None
+        self._link = SshLink(self._host_entry, root=self._host_root, socket_path=self._host_socket)
+        try:
+            return await anyio.abc.UNIXSocketStream.from_socket(self._link.sock)
+        except BaseException:
+            link, self._link = self._link, None
+            await anyio.to_thread.run_sync(link.close)
+            raise
+
     async def __aenter__(self) -> AsyncClient:
+        if self._host_entry is not None:
+            self._stream = await self._connect_host()
+            await self._start()
+            if self.server is not None:
+                self.root = self.server.root
+                self.socket_path = self.server.socket or self.socket_path
+            return self
         try:
             self._stream = await anyio.connect_unix(self.socket_path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
@@ -131,6 +187,10 @@ class AsyncClient:
             ) from None
         except OSError as exc:
             raise DaemonNotRunning(self.root, self.socket_path, exc.strerror or str(exc)) from None
+        await self._start()
+        return self
+
+    async def _start(self) -> None:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._reader)
@@ -139,10 +199,13 @@ class AsyncClient:
                 self.server = await self.call_model(
                     "hello", hello_params(self._client_name), HelloResult
                 )
+                if self._check_version:
+                    check_release(
+                        self.server.model_dump(mode="json"), *release_context(self.root, self.host)
+                    )
             except BaseException:
                 await self.aclose()
                 raise
-        return self
 
     async def __aexit__(
         self,
@@ -161,6 +224,10 @@ class AsyncClient:
         if self._stream is not None:
             await self._stream.aclose()
         self._fail_pending("the client was closed")
+        if self._link is not None:
+            # ssh and its group are stopped and reaped (bounded by its grace periods).
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._link.close)
 
     def _fail_pending(self, reason: str) -> None:
         self._lost = self._lost or reason
@@ -176,7 +243,13 @@ class AsyncClient:
                 line = await reader.receive_until(framing.DELIMITER, MAX_FRAME)
                 if not line.strip():
                     continue
-                message = framing.decode(line)
+                try:
+                    message = framing.decode(line)
+                except ValueError:
+                    if self._link is not None and self.server is None:
+                        # Before the first answer through ssh: the host's shell wrote it.
+                        self._noise = line
+                    raise
                 if isinstance(message, dict) and "method" in message and "id" not in message:
                     try:
                         self._notify_send.send_nowait(message)
@@ -195,6 +268,7 @@ class AsyncClient:
                         waiting.reply = message
                         waiting.done.set()
         except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError):
+            self._peer_ended = True
             self._fail_pending("the daemon closed the connection")
         except (anyio.DelimiterNotFound, ValueError):
             self._fail_pending("the daemon sent an unreadable frame")
@@ -227,12 +301,28 @@ class AsyncClient:
                     await self._stream.send(framing.encode(message))
                 await pending.done.wait()
         except TimeoutError:
+            if self._link is not None and self.server is not None:
+                from xum_client.sshlink import how_to_look
+
+                raise ClientTimeout(
+                    f"no answer from host {self.host!r} to {method} within {limit}s; the "
+                    f"outcome is unknown: look with "
+                    f"`{how_to_look(self._link.entry.name, method, params)}`"
+                ) from None
             raise ClientTimeout(f"no answer to {method} within {limit}s") from None
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             raise ConnectionLost("the daemon closed the connection") from None
         finally:
             self._pending.pop(request_id, None)
         if pending.reply is None:
+            if self._link is not None and self._noise is not None:
+                raise self._link.noise(self._noise)
+            if self._link is not None and self._peer_ended and not self._link.closed:
+                if method == "hello" and self.server is None:
+                    # Only the handshake went out: ssh's status says why (no host, no key, no
+                    # xum, no daemon), and nothing ran there.
+                    raise await anyio.to_thread.run_sync(self._link.failure)
+                raise await anyio.to_thread.run_sync(self._link.lost, method, params)
             raise ConnectionLost(self._lost or "the connection was lost")
         return check_reply(pending.reply, request_id)
 

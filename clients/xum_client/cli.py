@@ -5,7 +5,8 @@ only click and the light sync client: domain command modules (`commands/<domain>
 first time one of their commands is asked for, rich loads only to draw a table on a terminal, and
 pydantic never loads for the built-in commands.
 
-Exit codes: 0 ok; 1 error; 2 usage; 3 not found; 4 no daemon on the root.
+Exit codes: 0 ok; 1 error; 2 usage; 3 not found; 4 no daemon on the root; 5 the connection was
+lost during a call (its outcome is unknown); 6 a host could not be reached (`--host`).
 `--json` is accepted by every command (before or after its name) and prints machine-readable output;
 a failure is then one JSON object on stdout, `{"error": {code, kind, message, data, exit}}`.
 """
@@ -22,16 +23,27 @@ from typing import Any, NoReturn
 import click
 
 from xum_client.commands import _status
-from xum_client.commands._context import Ctx
+from xum_client.commands._context import Ctx, host_timeout_option
 from xum_client.commands._status import status_lines as _status_lines
-from xum_client.errors import DaemonNotRunning, NotFound, XumClientError
-from xum_client.sync import socket_path_for
+from xum_client.errors import (
+    ConnectionLost,
+    DaemonNotRunning,
+    HostError,
+    NotFound,
+    XumClientError,
+)
+from xum_client.sync import CLIENT_VERSION, socket_path_for
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_NO_DAEMON = 4
+EXIT_CONNECTION_LOST = 5
+"""The connection ended while a call was in flight: its outcome is unknown (the message says
+how to look)."""
+EXIT_HOST = 6
+"""A host could not be reached (unreachable, key refused, no xum there, no daemon): nothing ran."""
 
 DOMAINS = (
     "project",
@@ -43,6 +55,8 @@ DOMAINS = (
     "usage",
     "gc",
     "completion",
+    "hosts",
+    "host_install",
 )
 """Modules under xum_client.commands that add commands, each with `register(cli)`."""
 
@@ -108,7 +122,11 @@ class XumGroup(click.Group):
         return super().list_commands(ctx)
 
 
-@click.group(cls=XumGroup, epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 no daemon.")
+@click.group(
+    cls=XumGroup,
+    epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 no daemon, "
+    "5 connection lost (outcome unknown), 6 host unreachable.",
+)
 @click.option(
     "--root",
     help="Daemon root (env XUM_ROOT; default $XDG_STATE_HOME/xum, i.e. ~/.local/state/xum).",
@@ -119,18 +137,30 @@ class XumGroup(click.Group):
     help="Daemon socket (env XUM_SOCKET); beats --root. The rule: --socket, --root, "
     "XUM_SOCKET, XUM_ROOT, the default root (`xum socket` shows the choice).",
 )
+@click.option(
+    "--host",
+    help="Run against the daemon on this host from the hosts file (env XUM_HOST; `xum host ls`); "
+    "--root and --socket then name the host's.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.version_option("0.1.0", prog_name="xum")
+@click.version_option(CLIENT_VERSION, prog_name="xum")
 @click.pass_context
-def cli(ctx: click.Context, root: str | None, socket_path: str | None, as_json: bool) -> None:
+def cli(
+    ctx: click.Context,
+    root: str | None,
+    socket_path: str | None,
+    host: str | None,
+    as_json: bool,
+) -> None:
     """xum: talk to the workspace lifecycle daemon (xumd)."""
-    ctx.obj = Ctx(root, as_json, socket_path)
+    ctx.obj = Ctx(root, as_json, socket_path, host or os.environ.get("XUM_HOST") or None)
 
 
 @cli.command("socket")
 @click.pass_obj
 def socket_cmd(obj: Ctx) -> None:
     """Print the daemon socket this command line would use (--json: and how it was chosen)."""
+    obj.require_local("xum socket")
     from xum_protocol.discovery import resolve_socket
 
     choice = resolve_socket(obj.socket, obj.root)
@@ -147,9 +177,16 @@ def _show_status(obj: Ctx, result: dict[str, Any]) -> None:
 
 
 @cli.command()
+@click.option("--all-hosts", is_flag=True, help="The local daemon and every host's, one row each.")
+@host_timeout_option("connection and call")
 @click.pass_obj
-def status(obj: Ctx) -> None:
+def status(obj: Ctx, all_hosts: bool, host_timeout: float) -> None:
     """Show the daemon's status."""
+    if all_hosts:
+        from xum_client.commands.allhosts_view import status_all
+
+        status_all(obj, host_timeout)
+        return
     with obj.client() as client:
         _show_status(obj, client.call("daemon.status"))
 
@@ -191,6 +228,7 @@ def daemon() -> None:
 @click.pass_obj
 def daemon_run(obj: Ctx, log_level: str | None, socket_path: str | None) -> None:
     """Run xumd in the foreground on the root (replaces this process)."""
+    obj.require_local("xum daemon run")
     argv = [sys.executable, "-m", "xumd"]
     if obj.root:
         argv += ["--root", obj.root]
@@ -209,7 +247,8 @@ def daemon_status(obj: Ctx) -> None:
     """The daemon's status; says why when it does not answer (exit 4)."""
     root = obj.root_path
     try:
-        with obj.client(timeout=10) as client:
+        # Any daemon, whatever its version: this is how one learns which one runs.
+        with obj.client(timeout=10, check_version=False) as client:
             result = client.call("daemon.status")
     except DaemonNotRunning as exc:
         holder = lock_holder(root)
@@ -234,9 +273,18 @@ def daemon_status(obj: Ctx) -> None:
 def daemon_stop(obj: Ctx, timeout: float) -> None:
     """Ask the daemon to stop gracefully and wait until it has exited."""
     root = obj.root_path
-    with obj.client(timeout=10) as client:
+    # Any daemon, whatever its version: stopping an older one is how one upgrades.
+    with obj.client(timeout=10, check_version=False) as client:
         pid = client.call("daemon.status")["pid"]
         client.call("daemon.shutdown")
+        remote_root = str(client.root)
+    if obj.host is not None:
+        # Its lock is on the host: the next command through the bridge starts it again.
+        obj.emit(
+            {"stopped": False, "stopping": True, "pid": pid, "root": remote_root, "host": obj.host},
+            f"xumd pid {pid} on host {obj.host} is stopping",
+        )
+        return
     deadline = time.monotonic() + timeout
     while lock_holder(root) is not None:
         if time.monotonic() > deadline:
@@ -253,6 +301,7 @@ def daemon_stop(obj: Ctx, timeout: float) -> None:
 @click.pass_obj
 def daemon_install(obj: Ctx, dry_run: bool) -> None:
     """Install xumd as a user service (systemd; launchd on macOS) and print how to start it."""
+    obj.require_local("xum daemon install")
     from xum_client.install import install
 
     # An exported XUM_ROOT is baked into the units, as --root is (the service has no shell env).
@@ -296,6 +345,10 @@ def fail(exc: Exception, args: list[str]) -> NoReturn:
         _fail(exc, EXIT_NO_DAEMON, args)
     elif isinstance(exc, NotFound):
         _fail(exc, EXIT_NOT_FOUND, args)
+    elif isinstance(exc, ConnectionLost):
+        _fail(exc, EXIT_CONNECTION_LOST, args)
+    elif isinstance(exc, HostError):
+        _fail(exc, EXIT_HOST, args)
     _fail(exc, EXIT_ERROR, args)
 
 

@@ -7,15 +7,17 @@ of that one command that a script uses, off a terminal, are answered here withou
 
     xum [--root R] [--socket S] [--json] status [--json]
 
-(`--root=R` and `--socket=S` too; each option at most once). Their output and exit codes are
-the command line's own: the lines come from the same module (`commands/_status.py`) and a
-failure is reported by the command line's own `fail`. Anything else, and any form on a
-terminal (a person reading a table), goes to the click command line (`xum_client.cli`).
+(`--root=R` and `--socket=S` too; each option at most once; not with `XUM_HOST` set). Their
+output and exit codes are the command line's own: the lines come from the same module
+(`commands/_status.py`) and a failure is reported by the command line's own `fail`. Anything
+else, and any form on a terminal (a person reading a table), goes to the click command line
+(`xum_client.cli`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -55,8 +57,9 @@ def status_args(args: Sequence[str]) -> tuple[str | None, str | None, bool] | No
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(argv) if argv is not None else sys.argv[1:]
     parsed = status_args(args)
-    # No stdout at all (`>&-`) is the command line's case too, whatever it makes of it.
-    if parsed is None or sys.stdout is None or sys.stdout.isatty():
+    # No stdout at all (`>&-`) is the command line's case too, whatever it makes of it; so
+    # is XUM_HOST (the daemon on another host, through ssh: docs/HOSTS.md).
+    if parsed is None or sys.stdout is None or sys.stdout.isatty() or os.environ.get("XUM_HOST"):
         from xum_client.cli import main as cli_main
 
         cli_main(args)

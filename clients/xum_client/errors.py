@@ -27,11 +27,86 @@ class DaemonNotRunning(XumClientError):
 
 
 class ConnectionLost(XumClientError):
-    """The daemon closed the connection, or sent something that is not an answer."""
+    """The daemon closed the connection, or sent something that is not an answer.
+
+    For a call in flight the outcome is unknown: the daemon may have done it (it finishes or
+    rolls back an operation whose client left, as it does for any client). `host` and `method`
+    say where and what, when known."""
+
+    def __init__(self, message: str, *, host: str | None = None, method: str | None = None):
+        super().__init__(message)
+        self.host = host
+        self.method = method
+
+
+class HostError(XumClientError):
+    """A host (`--host`, `Client(host=...)`) could not be reached: nothing ran there.
+
+    `host` is its name, `status` ssh's exit status, `detail` the last line ssh (or the remote
+    shell, or the bridge) wrote on stderr."""
+
+    kind = "host_error"
+
+    def __init__(self, message: str, *, host: str, status: int | None, detail: str) -> None:
+        super().__init__(message)
+        self.host = host
+        self.status = status
+        self.detail = detail
+
+
+class HostUnreachable(HostError):
+    """ssh could not reach the host (exit 255: refused, timed out, no route, name unknown)."""
+
+    kind = "host_unreachable"
+
+
+class HostKeyRefused(HostError):
+    """The host refused every key ssh offered (exit 255, `Permission denied`)."""
+
+    kind = "host_key_refused"
+
+
+class HostKeyUnverified(HostError):
+    """ssh could not verify the host's own key (unknown, or changed): exit 255."""
+
+    kind = "host_key_unverified"
+
+
+class XumMissingOnHost(HostError):
+    """The host's shell found no xum (exit 127): install it there (`xum host install`)."""
+
+    kind = "xum_missing"
+
+
+class BridgeFailed(HostError):
+    """`xum bridge` on the host reached no daemon (it says why)."""
+
+    kind = "bridge_failed"
 
 
 class ClientTimeout(XumClientError):
     """No answer within the client's timeout."""
+
+
+class VersionMismatch(XumClientError):
+    """The daemon's xum release differs from this client's in major.minor (`hello`'s
+    `server.version`): raised by the client right after the handshake, never sent by a daemon.
+    `kind` is `version_mismatch`; `data` names both versions and where the daemon runs."""
+
+    kind = "version_mismatch"
+
+    def __init__(self, client_version: str, server_version: str, where: str, hint: str) -> None:
+        super().__init__(
+            f"this client is xum {client_version} but the daemon {where} is xumd "
+            f"{server_version}: their versions differ (major.minor); {hint}"
+        )
+        self.client_version = client_version
+        self.server_version = server_version
+        self.data = {
+            "client_version": client_version,
+            "server_version": server_version,
+            "where": where,
+        }
 
 
 class XumRpcError(XumClientError):

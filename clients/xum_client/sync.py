@@ -6,8 +6,10 @@ Light on purpose (no pydantic, no anyio): the CLI uses it on its start-up path. 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import re
 import socket
 from collections import deque
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from xum_client.errors import (
     ClientTimeout,
     ConnectionLost,
     DaemonNotRunning,
+    VersionMismatch,
     XumClientError,
     from_error_object,
 )
@@ -29,9 +32,14 @@ from xum_client.errors import (
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from xum_client.sshlink import SshLink
+
     M = TypeVar("M", bound=BaseModel)
 
 CLIENT_VERSION = "0.1.0"
+"""This client's xum release (the one distribution ships the client, the CLI and xumd: a test keeps
+this, `xumd.__version__` and pyproject.toml's version equal). Sent in `hello` as `client.version`
+and compared with the daemon's `server.version` (`check_release`)."""
 
 
 # The stdlib codec, not orjson: loading orjson costs a CLI run about 10 ms, more than the
@@ -69,6 +77,45 @@ def hello_params(client_name: str) -> dict[str, Any]:
         "protocol": PROTOCOL_VERSION,
         "client": {"name": client_name, "version": CLIENT_VERSION},
     }
+
+
+LOCAL_HINT = (
+    "restart the daemon from this installation (`xum daemon stop`, then start it again), or use "
+    "the xum that matches it"
+)
+
+
+def release_context(root: str, host: str | None) -> tuple[str, str]:
+    """Where the daemon runs and how to fix a mismatch, for VersionMismatch's message."""
+    if host is None:
+        return f"on {root}", LOCAL_HINT
+    return (
+        f"on host {host}" + (f" ({root})" if root else ""),
+        f"run `xum host install {host}` to put this version there, then stop its daemon "
+        f"(`xum --host {host} daemon stop`) so the next connection starts the new one",
+    )
+
+
+def release_line(version: str) -> tuple[int, int] | None:
+    """`major.minor` of a release string ("0.1.0", "1.2.3rc1", "0.1.0+local"), None when it does
+    not start with two numbers."""
+    match = re.match(r"(\d{1,6})\.(\d{1,6})(?:\D|$)", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def check_release(
+    server: dict[str, Any], where: str, hint: str, client_version: str | None = None
+) -> None:
+    """Raise VersionMismatch unless `hello`'s `server.version` is this client's major.minor.
+
+    Patch releases mix freely; a daemon whose version cannot be read (absent, not a release
+    string) is a mismatch too: the client cannot vouch for what it does not know."""
+    mine = client_version or CLIENT_VERSION
+    info = server.get("server")
+    theirs = info.get("version") if isinstance(info, dict) else None
+    theirs = theirs if isinstance(theirs, str) and theirs else "(unknown version)"
+    if release_line(theirs) is None or release_line(theirs) != release_line(mine):
+        raise VersionMismatch(mine, theirs, where, hint)
 
 
 def connect_unix(path: str, root: str, timeout: float | None) -> socket.socket:
@@ -116,12 +163,37 @@ class Client:
         timeout: float | None = 60.0,
         handshake: bool = True,
         client_name: str = "xum-client",
+        host: str | None = None,
+        check_version: bool = True,
     ) -> None:
-        choice = discovery.resolve_socket(socket_path, root)
-        self.root = client_root(root, choice)
-        self.socket_path = str(choice.path)
-        self.socket_source = choice.source
-        self._sock = connect_unix(self.socket_path, self.root, timeout)
+        """`host`: a name from the hosts file (docs/HOSTS.md): the daemon on that machine,
+        reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's.
+        `check_version`: after `hello`, refuse (VersionMismatch) a daemon of another xum
+        major.minor; off only for what must reach any daemon (`xum daemon status|stop`)."""
+        self.host = host
+        self._link: SshLink | None = None
+        self._peer_ended = False
+        if host is not None:
+            from xum_client.hosts import get_host
+            from xum_client.sshlink import SshLink
+
+            entry = get_host(host)
+            self._link = SshLink(
+                entry,
+                root=str(root) if root is not None else None,
+                socket_path=str(socket_path) if socket_path is not None else None,
+            )
+            self.root = str(root or entry.remote_root or "")
+            self.socket_path = str(socket_path or "")
+            self.socket_source = "host"
+            self._sock = self._link.sock
+            self._sock.settimeout(timeout)
+        else:
+            choice = discovery.resolve_socket(socket_path, root)
+            self.root = client_root(root, choice)
+            self.socket_path = str(choice.path)
+            self.socket_source = choice.source
+            self._sock = connect_unix(self.socket_path, self.root, timeout)
         self._file = self._sock.makefile("rb")
         self._ids = itertools.count(1)
         self.notifications: deque[dict[str, Any]] = deque()
@@ -129,19 +201,59 @@ class Client:
         if handshake:
             try:
                 self.server = self.call("hello", hello_params(client_name))
+                if check_version:
+                    check_release(self.server, *release_context(self.root, host))
             except BaseException:
                 self.close()
                 raise
+        if self._link is not None and self.server is not None:
+            # The host's own word on where its daemon is.
+            self.root = str(self.server.get("root", self.root))
+            self.socket_path = str(self.server.get("socket", self.socket_path))
+
+    @property
+    def ssh_pid(self) -> int | None:
+        """With `host=`: the pid of the ssh process that carries the connection."""
+        return self._link.pid if self._link is not None else None
 
     def call(self, method: str, params: dict[str, Any] | list[Any] | None = None) -> dict[str, Any]:
         """Call `method`; returns its result object or raises the typed error."""
+        try:
+            return self._call(method, params)
+        except ConnectionLost:
+            if self._link is None or not self._peer_ended:
+                raise
+            if self.server is None and method == "hello":
+                # Nothing but the handshake went out: ssh's status says why (no host, no key,
+                # no xum, no daemon), and nothing ran there.
+                raise self._link.failure() from None
+            raise self._link.lost(method, params) from None
+        except ClientTimeout as exc:
+            if self._link is None:
+                raise
+            if self.server is not None:
+                # A call went out and no answer came in time: as unknown as a dropped one.
+                from xum_client.sshlink import how_to_look
+
+                raise ClientTimeout(
+                    f"no answer from host {self.host!r} to {method} in time ({exc}); the outcome "
+                    f"is unknown: look with `{how_to_look(self._link.entry.name, method, params)}`"
+                ) from None
+            detail = self._link.stderr_text().strip().splitlines()
+            raise ClientTimeout(
+                f"no answer from host {self.host!r} in time ({exc})"
+                + (f"; ssh said: {detail[-1]}" if detail else "")
+            ) from None
+
+    def _call(self, method: str, params: dict[str, Any] | list[Any] | None) -> dict[str, Any]:
         request_id = next(self._ids)
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
         if params is not None:
             message["params"] = params
         try:
             self._sock.sendall(encode(message))
-        except BrokenPipeError:
+        except (BrokenPipeError, ConnectionResetError):
+            self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection") from None
         except TimeoutError:
             raise ClientTimeout(f"timed out sending {method}") from None
@@ -178,12 +290,22 @@ class Client:
         except TimeoutError:
             raise ClientTimeout("no answer from the daemon in time") from None
         except ConnectionResetError:
+            self._peer_ended = True
             raise ConnectionLost("the daemon reset the connection") from None
         if not line:
+            self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection")
+        if not line.endswith(b"\n"):
+            # The end of the stream in the middle of a message: a dropped connection, not a
+            # daemon that writes bad JSON.
+            self._peer_ended = True
+            raise ConnectionLost("the connection ended in the middle of a message")
         try:
             return decode(line)
         except ValueError:
+            if self._link is not None and self.server is None:
+                # Before the first answer through ssh: the host's shell, not the daemon.
+                raise self._link.noise(line) from None
             raise ConnectionLost(f"the daemon sent invalid JSON: {line[:200]!r}") from None
 
     def next_notification(self) -> dict[str, Any]:
@@ -194,9 +316,21 @@ class Client:
             raise ConnectionLost(f"unexpected message: {message!r}")
         return message
 
+    def set_timeout(self, timeout: float | None) -> None:
+        """The deadline of each later read and write (None: wait as long as it takes)."""
+        self._sock.settimeout(timeout)
+
+    def interrupt(self) -> None:
+        """End the connection under a read blocked in another thread: that read sees the
+        connection close (ConnectionLost). For a reader thread that must stop."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
     def close(self) -> None:
         self._file.close()
         self._sock.close()
+        if self._link is not None:
+            self._link.close()
 
     def __enter__(self) -> Client:
         return self

@@ -956,4 +956,55 @@ function S.refusals(T)
   T.check(msg:find('operation_failed: could not start /nonexistent/shell', 1, true), 'term: ' .. msg)
 end
 
+-- Through a host (docs/HOSTS.md): `ssh ... xum bridge` (XUM_SSH, a real sshd) to the test's
+-- daemon; ssh killed: the plugin goes offline and reconnects through a new ssh; a host that is
+-- down is one clear error with its kind.
+function S.host(T)
+  local client = require('xum.client')
+  local util = require('xum.util')
+  -- by name: the hosts file (XUM_HOSTS_FILE) names `h`, read with the real CLI
+  xum().setup({
+    host = 'h',
+    connect_timeout_ms = 30000,
+    timeout_ms = 30000,
+    reconnect_min_ms = 50,
+    reconnect_max_ms = 500,
+  })
+  T.eq(client.socket_path(), 'ssh:h', 'the connection is named by its host')
+  connect(T)
+  T.eq(client.status, 'ready', 'status')
+  T.eq(T.realpath(client.hello.root), T.realpath(os.getenv('XUM_ROOT')), "the host's daemon answered")
+  local pid = client.conn.pid
+  T.check(pid ~= nil, 'an ssh process carries the connection')
+  local got = nil
+  client.request('daemon.status', {}, function(err, result)
+    got = { err = err, result = result }
+  end)
+  T.wait_for(function()
+    return got
+  end, 'daemon.status through the host')
+  T.check(got.err == nil, 'daemon.status failed: ' .. vim.inspect(got.err))
+  T.eq(got.result.pid, tonumber(os.getenv('XUM_TEST_DAEMON_PID')), 'the daemon pid')
+  -- ssh dies: offline, then the same reconnect rule brings it back through a new ssh
+  uv.kill(-pid, 'sigkill')
+  T.wait_for(function()
+    return client.connections >= 2 and client.status == 'ready'
+  end, 'the plugin to reconnect through a new ssh')
+  T.check(client.conn.pid ~= pid, 'a new ssh process')
+  -- a host that is down: its kind and one line
+  xum().setup({ host = { name = 'down', dest = os.getenv('XUM_TEST_SSH_DOWN') }, reconnect = false })
+  local err, done = nil, false
+  xum().connect(function(e)
+    err, done = e, true
+  end)
+  T.wait_for(function()
+    return done
+  end, 'the connect to a host that is down to fail')
+  T.check(err ~= nil, 'connecting to a host that is down failed')
+  T.eq(util.kind(err), 'host_unreachable', 'kind')
+  T.check(err.message:find("host 'down'", 1, true) and err.message:find('Connection refused', 1, true),
+    'the message says which host and why: ' .. tostring(err.message))
+  T.check(not err.message:find('\n'), 'one line')
+end
+
 return S

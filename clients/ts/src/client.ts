@@ -12,8 +12,10 @@
 
 import { EventEmitter } from "node:events";
 import { createConnection, type Socket } from "node:net";
+import type { Duplex } from "node:stream";
 
 import { resolveSocket, type Env } from "./discovery.js";
+import { checkEntry, getHost, HostLink, type HostEntry } from "./hosts.js";
 import {
   ClientClosed,
   Backpressure,
@@ -50,6 +52,14 @@ export interface ReconnectOptions {
 export interface ClientOptions {
   /** The socket; default: discovery (`XUM_SOCKET`, `$XUM_ROOT/xumd.sock`, the default root). */
   socketPath?: string;
+  /**
+   * A host (docs/HOSTS.md): a name from the hosts file, or an entry. The client then runs
+   * `ssh ... xum bridge` and speaks over its pipes; `root` and `socketPath` name the host's. A host
+   * that cannot be reached is a `HostError` (`HostUnreachable`, `HostKeyRefused`,
+   * `XumMissingOnHost`, `BridgeFailed`); a connection that drops during calls fails them with
+   * `HostConnectionLost` (outcome unknown). Reconnecting follows the same rule as locally.
+   */
+  host?: string | HostEntry;
   /** A root whose socket to use (`ROOT/xumd.sock`), when no `socketPath` is given. */
   root?: string;
   /** The environment discovery reads (default `process.env`). */
@@ -161,13 +171,15 @@ function isSnapshotInfo(value: unknown): value is SnapshotInfo {
 /** One socket. A reconnect makes a new one, so a stale socket's close never touches the new. */
 class Conn {
   readonly pending = new Map<number, Pending>();
+  /** The ssh transport of a host connection (null: a local socket). */
+  link: HostLink | null = null;
   private nextId = 1;
   private decoder: LineDecoder;
   private nullError: XumRpcError | null = null;
   closed = false;
 
   constructor(
-    readonly sock: Socket,
+    readonly sock: Duplex,
     maxFrameBytes: number,
     private readonly maxQueuedBytes: number,
     private readonly onNotification: (message: Record<string, unknown>) => void,
@@ -283,7 +295,13 @@ class Conn {
     for (const [id, pending] of this.pending) {
       this.pending.delete(id);
       clearTimeout(pending.timer);
-      pending.reject(reason instanceof XumRpcError ? reason : new ConnectionLost(`${pending.method}: ${reason.message}`));
+      pending.reject(
+        reason instanceof XumRpcError
+          ? reason
+          : this.link !== null
+            ? this.link.lost(pending.method)
+            : new ConnectionLost(`${pending.method}: ${reason.message}`),
+      );
     }
     this.onClose(this, reason);
   }
@@ -328,11 +346,17 @@ function openSocket(path: string, timeoutMs: number): Promise<Socket> {
 type State = "idle" | "connecting" | "connected" | "waiting" | "closed";
 
 export class XumClient extends EventEmitter<ClientEvents> {
+  /** The socket (for a host: `ssh:NAME`, the host's socket being the bridge's business). */
   readonly socketPath: string;
+  /** The host this client reaches through ssh (null: the local daemon). */
+  readonly host: HostEntry | null;
+  private readonly hostRoot: string | undefined;
+  private readonly hostSocket: string | undefined;
+  private readonly env: Env;
   /** The last `hello` answer (null before the first connection). */
   server: HelloResult | null = null;
 
-  private readonly options: Required<Omit<ClientOptions, "socketPath" | "root" | "env" | "reconnect">>;
+  private readonly options: Required<Omit<ClientOptions, "socketPath" | "root" | "env" | "reconnect" | "host">>;
   private readonly backoff: Required<ReconnectOptions> | null;
   private conn: Conn | null = null;
   private state: State = "idle";
@@ -347,7 +371,16 @@ export class XumClient extends EventEmitter<ClientEvents> {
 
   constructor(options: ClientOptions = {}) {
     super();
-    this.socketPath = resolveSocket(options.env, undefined, { socket: options.socketPath, root: options.root }).path;
+    this.env = options.env ?? process.env;
+    if (options.host !== undefined) {
+      this.host = typeof options.host === "string" ? getHost(options.host, this.env) : checkEntry(options.host);
+      this.hostRoot = options.root;
+      this.hostSocket = options.socketPath;
+      this.socketPath = `ssh:${this.host.name}`;
+    } else {
+      this.host = null;
+      this.socketPath = resolveSocket(options.env, undefined, { socket: options.socketPath, root: options.root }).path;
+    }
     this.options = {
       clientName: options.clientName ?? "xum-ts",
       clientVersion: options.clientVersion ?? CLIENT_VERSION,
@@ -379,6 +412,11 @@ export class XumClient extends EventEmitter<ClientEvents> {
 
   get connected(): boolean {
     return this.state === "connected";
+  }
+
+  /** The pid of the ssh process carrying a host connection (null: local, or not connected). */
+  get transportPid(): number | null {
+    return this.conn?.link?.pid ?? null;
   }
 
   /** One connection attempt now; throws why it failed (no retry: see `start`). */
@@ -560,7 +598,8 @@ export class XumClient extends EventEmitter<ClientEvents> {
   }
 
   private async connectOnce(): Promise<void> {
-    const sock = await openSocket(this.socketPath, this.options.connectTimeoutMs);
+    const link = this.host !== null ? HostLink.open(this.host, this.env, this.hostRoot, this.hostSocket) : null;
+    const sock = link !== null ? link.stream : await openSocket(this.socketPath, this.options.connectTimeoutMs);
     if (this.state === "closed") {
       sock.destroy();
       throw new ClientClosed("the client is closed");
@@ -572,6 +611,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
       (message) => this.onNotification(conn, message),
       (closed, reason) => this.onConnClosed(closed, reason),
     );
+    conn.link = link;
     this.opening = conn;
     try {
       const hello = await conn.call(
@@ -594,6 +634,11 @@ export class XumClient extends EventEmitter<ClientEvents> {
       if (this.opening === conn) this.opening = null;
       if (this.state === "connected") this.state = "connecting";
       conn.close();
+      if (link !== null && err instanceof ConnectionLost) {
+        // ssh ended during hello (or the resubscription): its status says why; nothing that
+        // changes anything ran on this connection.
+        throw await link.failure();
+      }
       throw err;
     }
   }

@@ -2,6 +2,7 @@
 export * from "./generated/protocol.js";
 export * from "./errors.js";
 export * from "./discovery.js";
+export * from "./hosts.js";
 export { isEvent } from "./events.js";
 export { encodeFrame, LineDecoder, FrameTooLong } from "./framing.js";
 export { iterWorkspaces, DEFAULT_PAGE } from "./paging.js";

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 
@@ -19,7 +19,11 @@ from xum_client.sync import Client, default_root
 class Ctx:
     """What every command gets with `@click.pass_obj`."""
 
-    def __init__(self, root: str | None, as_json: bool, socket: str | None = None) -> None:
+    def __init__(
+        self, root: str | None, as_json: bool, socket: str | None = None, host: str | None = None
+    ) -> None:
+        self.host = host
+        """--host, else XUM_HOST: the daemon on that host (docs/HOSTS.md); None: this machine."""
         self.root = root
         """--root as given on the command line (XUM_ROOT is read by the discovery rule)."""
         self.socket = socket
@@ -33,7 +37,16 @@ class Ctx:
     def client(self, **kwargs: Any) -> Client:
         kwargs.setdefault("client_name", "xum-cli")
         kwargs.setdefault("socket_path", self.socket)
+        kwargs.setdefault("host", self.host)
         return Client(self.root, **kwargs)
+
+    def require_local(self, what: str) -> None:
+        """Refuse `what` with --host: it acts on this machine (a usage error saying so)."""
+        if self.host is not None:
+            raise click.UsageError(
+                f"{what} acts on this machine, not through --host {self.host} "
+                f"(run it there: ssh to the host, or unset XUM_HOST)"
+            )
 
     def emit(self, data: Any, human: str | None = None) -> None:
         """Print `data` as JSON with --json (or when there is no human form), else `human`."""
@@ -63,3 +76,18 @@ class Ctx:
         lines = [list(columns), *cells]
         for line in lines:
             click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False)).rstrip())
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def host_timeout_option(what: str) -> Callable[[F], F]:
+    """`--host-timeout`, the per-host deadline of an `--all-hosts` command (`what` each host may
+    take: its connection, or its connection and call)."""
+    return click.option(
+        "--host-timeout",
+        type=click.FloatRange(min=0.1),
+        default=15.0,
+        show_default=True,
+        help=f"With --all-hosts: seconds each host's {what} may take.",
+    )

@@ -16,6 +16,8 @@ from xum_client.errors import (
     ClientTimeout,
     ConnectionLost,
     DaemonNotRunning,
+    HostError,
+    VersionMismatch,
     XumClientError,
     XumRpcError,
 )
@@ -24,7 +26,9 @@ from xum_client.errors import (
 def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
     """The `--json` form of a failure: `code` is the JSON-RPC code for the daemon's errors
     (null for the CLI's own), `kind` the error kind (the daemon's, or `usage`, `no_daemon`,
-    `connection_lost`, `client_timeout`, `daemon_stopping`, `aborted`, `error`)."""
+    `connection_lost`, `client_timeout`, `version_mismatch`, `daemon_stopping`, `aborted`,
+    `error`, and for `--host`: `host_unreachable`, `host_key_refused`, `xum_missing`,
+    `bridge_failed`)."""
     code: int | None = None
     data: dict[str, Any] = {}
     if isinstance(exc, XumRpcError):
@@ -40,12 +44,20 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
         kind, message = str(getattr(exc, "kind", "error")), exc.format_message()
     elif isinstance(exc, ConnectionLost):
         kind, message = "connection_lost", str(exc)
+        if exc.host is not None:
+            data = {"host": exc.host, "method": exc.method, "outcome": "unknown"}
+    elif isinstance(exc, HostError):
+        kind, message = exc.kind, str(exc)
+        data = {"host": exc.host, "ssh_status": exc.status, "detail": exc.detail}
     elif isinstance(exc, ClientTimeout):
         kind, message = "client_timeout", str(exc)
+    elif isinstance(exc, VersionMismatch):
+        kind, message, data = exc.kind, str(exc), dict(exc.data)
     elif isinstance(exc, click.exceptions.Abort):
         kind, message = "aborted", "aborted"
     else:
-        kind, message = "error", str(exc)
+        # A client error may name its kind (a host's: `host_unreachable`, `xum_missing`, ...).
+        kind, message = str(getattr(exc, "kind", None) or "error"), str(exc)
     return {"code": code, "kind": kind, "message": message, "data": data, "exit": exit_code}
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from xum_client.commands._context import Ctx
+from xum_client.commands._context import Ctx, host_timeout_option
 
 
 def _subject(data: dict[str, Any]) -> str:
@@ -45,15 +45,30 @@ def register(cli: click.Group) -> None:
         type=click.IntRange(min=1),
         help="Stop after this many events (replayed ones count).",
     )
+    @click.option(
+        "--all-hosts",
+        is_flag=True,
+        help="The local daemon's and every host's events, each line tagged by host.",
+    )
+    @host_timeout_option("connection")
     @click.pass_obj
-    def events(
+    def events(  # noqa: PLR0917 - one parameter per click option
         obj: Ctx,
         types: tuple[str, ...],
         after_seq: int | None,
         epoch: str | None,
         count: int | None,
+        all_hosts: bool,
+        host_timeout: float,
     ) -> None:
         """Print the daemon's events as they happen (until interrupted, or --count)."""
+        if all_hosts:
+            if after_seq is not None or epoch is not None:
+                raise click.UsageError("--after-seq/--epoch are per daemon: not with --all-hosts")
+            from xum_client.commands.allhosts_view import events_all
+
+            events_all(obj, types, count, host_timeout)
+            return
         if (after_seq is None) != (epoch is None):
             raise click.UsageError("--after-seq and --epoch go together")
         params: dict[str, Any] = {"types": list(types)} if types else {}

@@ -109,7 +109,8 @@ def usable_checkout(obj: Ctx, ref: str) -> dict[str, Any]:
         raise click.ClickException(
             f"workspace {ws['name']!r} is {ws['state']}: it has no checkout to enter{hint}"
         )
-    if not Path(ws["path"]).is_dir():
+    # Through --host the checkout is on the host: its daemon's word (active) is what we have.
+    if obj.host is None and not Path(ws["path"]).is_dir():
         raise click.ClickException(
             f"the checkout of workspace {ws['name']!r} is missing: {ws['path']}"
         )
@@ -132,6 +133,7 @@ def register_into(ws: click.Group) -> None:
     def open_(obj: Ctx, ref: str, with_: str | None) -> None:
         """Open an active workspace's checkout in an editor (--with, [open] command in the
         client config, $VISUAL or $EDITOR)."""
+        obj.require_local("xum ws open")
         found = usable_checkout(obj, ref)
         argv, source = open_command(with_)
         try:

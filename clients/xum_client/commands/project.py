@@ -17,16 +17,26 @@ def register(cli: click.Group) -> None:
         """Projects: repositories registered with the daemon."""
 
     @project.command("add")
-    @click.argument("path", type=click.Path(exists=True, file_okay=False))
+    @click.argument("path")
     @click.option("--name", help="display name (default: the directory's name)")
     @click.option("--workspaces-dir", help="where its workspaces go (default ROOT/workspaces/NAME)")
     @click.pass_obj
     def add(obj: Ctx, path: str, name: str | None, workspaces_dir: str | None) -> None:
-        """Register the repository at PATH."""
-        params = {
-            "path": os.path.abspath(path),
-            **given(name=name, workspaces_dir=workspaces_dir and os.path.abspath(workspaces_dir)),
-        }
+        """Register the repository at PATH (with --host: an absolute path on that host)."""
+        if obj.host is not None:
+            # The paths are the host's: nothing here can check or complete them.
+            if not os.path.isabs(path) or (workspaces_dir and not os.path.isabs(workspaces_dir)):
+                raise click.UsageError(
+                    f"with --host, PATH and --workspaces-dir are paths on host {obj.host}: "
+                    "give them absolute"
+                )
+        else:
+            if not os.path.isdir(path):
+                why = "is a file" if os.path.exists(path) else "does not exist"
+                raise click.BadParameter(f"Directory {path!r} {why}.", param_hint="'PATH'")
+            path = os.path.abspath(path)
+            workspaces_dir = workspaces_dir and os.path.abspath(workspaces_dir)
+        params = {"path": path, **given(name=name, workspaces_dir=workspaces_dir)}
         with obj.client() as client:
             result = client.call("project.add", params)
         p = result["project"]

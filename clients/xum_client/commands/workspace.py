@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from xum_client.commands._context import Ctx
+from xum_client.commands._context import Ctx, host_timeout_option
 from xum_client.commands._progress import SetupDisplay, by_id, by_name, setup_progress
 from xum_client.commands._resolve import env_option, given, project_id, short, workspace_id
 from xum_client.sync import Client
@@ -245,6 +245,8 @@ def register(cli: click.Group) -> None:
         help="at most N workspaces (one page; its `next` continues with --after)",
     )
     @click.option("--after", help="the `next` cursor of a previous --limit listing")
+    @click.option("--all-hosts", is_flag=True, help="the local daemon's and every host's")
+    @host_timeout_option("connection and call")
     @click.pass_obj
     def ls(
         obj: Ctx,
@@ -254,10 +256,19 @@ def register(cli: click.Group) -> None:
         with_usage: bool,
         limit: int | None,
         after: str | None,
+        all_hosts: bool,
+        host_timeout: float,
     ) -> None:
         """List workspaces (all of them, fetched a page at a time; --limit: one page)."""
         from xum_client.commands.listing import list_workspaces
 
+        if all_hosts:
+            if with_usage or limit is not None or after is not None:
+                raise click.UsageError("--usage, --limit and --after do not go with --all-hosts")
+            from xum_client.commands.allhosts_view import ws_ls_all
+
+            ws_ls_all(obj, project_ref, state, host_timeout)
+            return
         with obj.client() as client:
             pid = project_id(client, project_ref) if project_ref else None
             result = list_workspaces(client, given(project_id=pid, state=state), limit, after)

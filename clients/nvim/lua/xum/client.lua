@@ -14,6 +14,9 @@ local M = {
   config = {
     socket = nil,
     root = nil,
+    -- a host (docs/HOSTS.md): { name, dest, remote_root?, ssh_options? } or a name from the
+    -- hosts file; the daemon there is reached through `ssh ... xum bridge`
+    host = nil,
     -- a connect attempt; a quick request; a structural one (create, archive, ...)
     connect_timeout_ms = 2000,
     timeout_ms = 10000,
@@ -56,6 +59,10 @@ local LONG = {
 }
 
 function M.socket_path()
+  local host = M.config.host
+  if host ~= nil then
+    return 'ssh:' .. tostring(type(host) == 'table' and (host.name or host.dest) or host), 'setup{ host }'
+  end
   return discovery.socket_path(M.config)
 end
 
@@ -202,9 +209,14 @@ function M.ensure(cb)
   M.status = 'connecting'
   M.attempts = M.attempts + 1
   local path = M.socket_path()
+  local host_entry, host_err = nil, nil
+  if M.config.host ~= nil then
+    host_entry, host_err = require('xum.host').resolve(M.config.host)
+  end
   local conn
   conn = Conn.new({
     path = path,
+    host = host_entry,
     max_frame = M.config.max_frame_bytes,
     on_notification = on_notification,
     on_close = function(reason)
@@ -224,6 +236,9 @@ function M.ensure(cb)
     if kind ~= 'protocol_mismatch' and kind ~= 'permission_denied' then
       schedule_reconnect()
     end
+  end
+  if host_err then
+    return fail(Conn.local_error('host_error', host_err))
   end
   conn:connect(M.config.connect_timeout_ms, function(err)
     if err then

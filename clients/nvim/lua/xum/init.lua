@@ -8,7 +8,7 @@ local M = {}
 M.client = client
 M.state = state
 
--- setup{ socket, root, connect_timeout_ms, timeout_ms, long_timeout_ms, events, reconnect,
+-- setup{ socket, root, host, connect_timeout_ms, timeout_ms, long_timeout_ms, events, reconnect,
 --        reconnect_min_ms, reconnect_max_ms, statusline = { prefix } }
 function M.setup(opts)
   opts = opts or {}
@@ -17,7 +17,7 @@ function M.setup(opts)
   conf.statusline = nil
   -- a misspelt option is said, not silently ignored
   for key in pairs(conf) do
-    if client.config[key] == nil and key ~= 'socket' and key ~= 'root' then
+    if client.config[key] == nil and key ~= 'socket' and key ~= 'root' and key ~= 'host' then
       vim.notify('xum: unknown setup option ' .. tostring(key) .. ' (see :help xum.setup())', vim.log.levels.WARN)
       conf[key] = nil
     end

@@ -23,10 +23,12 @@ local function local_error(kind, message, extra)
 end
 Conn.local_error = local_error
 
--- opts: path, on_notification(method, params), on_close(reason), max_frame (bytes)
+-- opts: path, on_notification(method, params), on_close(reason), max_frame (bytes); host (an
+-- entry, xum.host): reach that host's daemon through `ssh ... xum bridge` instead of a socket
 function Conn.new(opts)
   local self = setmetatable({}, Conn)
   self.path = opts.path
+  self.host = opts.host
   self.on_notification = opts.on_notification or function() end
   self.on_close = opts.on_close or function() end
   -- The daemon's default frame cap; a line longer than this without a newline is a broken
@@ -75,6 +77,10 @@ function Conn:connect(timeout_ms, cb)
   timer:start(timeout_ms, 0, function()
     finish(local_error('timeout', 'connecting to ' .. self.path .. ' took over ' .. timeout_ms .. ' ms'))
   end)
+  if self.host then
+    close_handle(pipe)
+    return self:_spawn(finish)
+  end
   -- sun_path holds 107 bytes and a NUL: some libuv versions cut a longer path short
   -- silently, which would connect to another socket than the one named.
   if #self.path > 107 then
@@ -92,6 +98,76 @@ function Conn:connect(timeout_ms, cb)
   end
 end
 
+-- The host's transport: ssh in a process group of its own, its stdout read as the socket
+-- would be, its stdin written; stderr kept (bounded) to say why it ended.
+function Conn:_spawn(finish)
+  local hostmod = require('xum.host')
+  local argv = hostmod.ssh_argv(self.host)
+  local stdin, stdout, stderr = uv.new_pipe(false), uv.new_pipe(false), uv.new_pipe(false)
+  self.pipe, self.wpipe, self.epipe = stdout, stdin, stderr
+  self.stderr = ''
+  local handle, pid = uv.spawn(argv[1], {
+    args = vim.list_slice(argv, 2),
+    stdio = { stdin, stdout, stderr },
+    detached = true,
+  }, function(code)
+    self.exit_code = code
+    if self.proc then
+      close_handle(self.proc)
+    end
+    if self.on_exit then
+      self.on_exit()
+    end
+  end)
+  if not handle then
+    close_handle(stdin)
+    close_handle(stdout)
+    close_handle(stderr)
+    return finish(local_error('host_unreachable', 'cannot run ' .. argv[1] .. ': ' .. tostring(pid)))
+  end
+  self.proc, self.pid = handle, pid
+  stderr:read_start(function(_, data)
+    if data and #self.stderr < 65536 then
+      self.stderr = self.stderr .. data
+    end
+  end)
+  finish(nil)
+end
+
+-- ssh's end: wait (bounded) for its exit status, then say why the connection ended. Before any
+-- answer came, nothing ran on the host: the reason is ssh's (unreachable, key refused, no xum).
+-- After, calls in flight have an unknown outcome.
+function Conn:_host_ended(reason)
+  local function decide()
+    if self.state == 'closed' then
+      return
+    end
+    local name = tostring(self.host.name or self.host.dest)
+    if not self.answered then
+      local kind, message = require('xum.host').classify(self.host, self.exit_code, self.stderr)
+      self.peer_error = local_error(kind, message, { host = name, ssh_status = self.exit_code })
+    else
+      self.peer_error = local_error('connection_lost', 'the connection to host ' .. name
+        .. ' was lost (' .. reason .. '); the outcome of a call in flight is unknown: look with `xum --host '
+        .. name .. ' ws ls`', { host = name })
+    end
+    self:_closed(reason)
+  end
+  if self.exit_code ~= nil then
+    return decide()
+  end
+  local timer = uv.new_timer()
+  self.on_exit = function()
+    timer:stop()
+    close_handle(timer)
+    decide()
+  end
+  timer:start(5000, 0, function()
+    close_handle(timer)
+    decide()
+  end)
+end
+
 function Conn:is_open()
   return self.state == 'open'
 end
@@ -100,6 +176,9 @@ function Conn:_read()
   self.pipe:read_start(function(err, data)
     if err then
       self:_closed('read error: ' .. tostring(err))
+    elseif data == nil and self.host then
+      pcall(self.pipe.read_stop, self.pipe)
+      self:_host_ended('ssh ended')
     elseif data == nil then
       self:_closed('the daemon closed the connection')
     else
@@ -164,6 +243,7 @@ function Conn:_message(line)
     self.peer_error = msg.error
     return
   end
+  self.answered = true
   local entry = self.pending[msg.id]
   if not entry then
     return -- an answer after its deadline, or to nobody
@@ -186,6 +266,12 @@ function Conn:_closed(reason)
   if self.pipe then
     pcall(self.pipe.read_stop, self.pipe)
     close_handle(self.pipe)
+  end
+  close_handle(self.wpipe)
+  close_handle(self.epipe)
+  if self.pid and self.exit_code == nil then
+    -- ssh and whatever it started (a ProxyCommand): its own group
+    pcall(uv.kill, -self.pid, 'sigterm')
   end
   vim.schedule(function()
     local pending = self.pending
@@ -237,7 +323,7 @@ function Conn:request(method, params, timeout_ms, cb)
       end
     end)
   end)
-  self.pipe:write(frame, function(err)
+  ;(self.wpipe or self.pipe):write(frame, function(err)
     if err then
       self:_closed('write error: ' .. tostring(err))
     end

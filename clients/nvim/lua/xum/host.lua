@@ -1,0 +1,117 @@
+-- A daemon on another machine, reached through OpenSSH (docs/HOSTS.md): the plugin runs
+-- `ssh ... xum bridge` with vim.uv.spawn and speaks the same NDJSON JSON-RPC over its pipes.
+-- The same command as the Python client's (xum_client.hosts.ssh_command):
+--   ssh -T -o BatchMode=yes [-o K=V ...] -- DEST 'sh' '-c' '<script>' 'xum' 'bridge' ['--root' R]
+-- where the script runs the xum `xum host install` put under the host's data directory, else
+-- `xum` from PATH. $XUM_SSH replaces `ssh` (split on whitespace).
+--
+-- setup{ host = ... } takes an entry { name, dest, remote_root?, ssh_options? } or a host's
+-- name, looked up in the hosts file with the local `xum host ls --json`.
+local M = {}
+
+M.REMOTE_XUM_SCRIPT = 'x="${XDG_DATA_HOME:-$HOME/.local/share}/xum/venv/bin/xum"; '
+  .. 'if [ -x "$x" ]; then exec "$x" "$@"; fi; '
+  .. 'if command -v xum >/dev/null 2>&1; then exec xum "$@"; fi; '
+  .. 'if [ -x "$HOME/.local/bin/xum" ]; then exec "$HOME/.local/bin/xum" "$@"; fi; '
+  .. 'exec xum "$@"'
+
+-- `s` quoted for a POSIX shell.
+function M.quote(s)
+  if s:match('^[%w@%%+=:,./_-]+$') then
+    return s
+  end
+  return "'" .. s:gsub("'", [['"'"']]) .. "'"
+end
+
+-- The entry for setup{ host }: a table as given, or a name from the hosts file, read with the
+-- local CLI (`xum host ls --json`, bounded: 10 s).
+function M.resolve(host)
+  if type(host) == 'table' then
+    return host, nil
+  end
+  local cli = os.getenv('XUM_CLI') or 'xum'
+  local out, err_out = {}, {}
+  local ok, job = pcall(vim.fn.jobstart, { cli, 'host', 'ls', '--json' }, {
+    stdout_buffered = true,
+    stderr_buffered = true,
+    on_stdout = function(_, data)
+      out = data
+    end,
+    on_stderr = function(_, data)
+      err_out = data
+    end,
+  })
+  if not ok or job <= 0 then
+    return nil, 'cannot run `' .. cli .. ' host ls --json` to find host ' .. tostring(host)
+  end
+  local code = vim.fn.jobwait({ job }, 10000)[1]
+  if code == -1 then
+    vim.fn.jobstop(job)
+    return nil, '`' .. cli .. ' host ls --json` did not answer within 10 s'
+  end
+  if code ~= 0 then
+    return nil, 'cannot read the hosts file: ' .. vim.trim(table.concat(err_out, ' '))
+  end
+  local decoded_ok, data = pcall(vim.json.decode, table.concat(out, '\n'))
+  if decoded_ok and type(data) == 'table' then
+    for _, entry in ipairs(data.hosts or {}) do
+      if entry.name == host then
+        require('xum.util').denull(entry)
+        return entry, nil
+      end
+    end
+  end
+  return nil, 'no host ' .. tostring(host) .. ' in the hosts file (`xum host ls`)'
+end
+
+function M.ssh_argv(entry)
+  local argv = {}
+  for word in (os.getenv('XUM_SSH') or 'ssh'):gmatch('%S+') do
+    argv[#argv + 1] = word
+  end
+  if #argv == 0 then
+    argv = { 'ssh' }
+  end
+  vim.list_extend(argv, { '-T', '-o', 'BatchMode=yes' })
+  local keys = vim.tbl_keys(entry.ssh_options or {})
+  table.sort(keys)
+  for _, key in ipairs(keys) do
+    vim.list_extend(argv, { '-o', key .. '=' .. entry.ssh_options[key] })
+  end
+  local words = { 'sh', '-c', M.REMOTE_XUM_SCRIPT, 'xum', 'bridge' }
+  if entry.remote_root and entry.remote_root ~= '' then
+    vim.list_extend(words, { '--root', entry.remote_root })
+  end
+  local quoted = {}
+  for i, w in ipairs(words) do
+    quoted[i] = M.quote(w)
+  end
+  vim.list_extend(argv, { '--', entry.dest, table.concat(quoted, ' ') })
+  return argv
+end
+
+-- Why a host could not be reached, from ssh's exit status and last stderr line: the kind
+-- (host_unreachable, host_key_refused, xum_missing, bridge_failed) and one line.
+function M.classify(entry, code, stderr)
+  local detail = ''
+  for line in (stderr or ''):gmatch('[^\n]+') do
+    if line:find('%S') then
+      detail = vim.trim(line)
+    end
+  end
+  local where = "host '" .. tostring(entry.name or entry.dest) .. "' (" .. entry.dest .. ')'
+  if code == 255 then
+    if (stderr or ''):find('Permission denied', 1, true) then
+      return 'host_key_refused', where .. ' refused the key: ' .. (detail ~= '' and detail or 'permission denied')
+    end
+    return 'host_unreachable', where .. ' is unreachable: ' .. (detail ~= '' and detail or 'ssh failed')
+  end
+  if code == 127 then
+    return 'xum_missing', 'xum is not installed on ' .. where .. ' (' .. detail .. '): `xum host install '
+      .. tostring(entry.name) .. '`'
+  end
+  return 'bridge_failed', 'the bridge on ' .. where .. ' failed (ssh exit ' .. tostring(code) .. '): '
+    .. (detail ~= '' and detail or 'no message')
+end
+
+return M

@@ -1,0 +1,372 @@
+// Hosts: a daemon on another machine, reached through OpenSSH (docs/HOSTS.md). The same rules as
+// the Python client (`xum_client.hosts`, `xum_client.sshlink`):
+// - a host is a name in the hosts file ($XUM_HOSTS_FILE, else $XDG_CONFIG_HOME/xum/hosts.toml,
+//   else ~/.config/xum/hosts.toml), or an entry given as such;
+// - the transport is `ssh -T -o BatchMode=yes [-o K=V ...] -- DEST 'sh' '-c' '<script>' 'xum'
+//   'bridge' ['--root' R]`, where the script runs the xum `xum host install` put under the host's
+//   data directory, else `xum` from PATH, else ~/.local/bin/xum; $XUM_SSH replaces `ssh` (split as a shell would);
+// - ssh runs in a process group of its own and is stopped with it when the connection closes;
+// - ssh ending before the daemon answered is a `HostError` saying why (unreachable, key refused,
+//   no xum there, the bridge failed); ending while a call is in flight is `ConnectionLost`, with
+//   the outcome unknown and how to look.
+
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { Duplex } from "node:stream";
+
+import type { Env } from "./discovery.js";
+import { ConnectionLost, XumClientError } from "./errors.js";
+
+/** A host as the hosts file describes it. */
+export interface HostEntry {
+  name: string;
+  /** Anything `ssh` accepts: `[user@]host`, `ssh://...`, an ~/.ssh/config alias. */
+  dest: string;
+  /** The daemon root on the host (default: the host's own default root). */
+  remoteRoot?: string | null;
+  /** `ssh -o K=V` each. */
+  sshOptions?: Record<string, string>;
+}
+
+/** Run on the host by `sh -c` (the same text as `xum_client.hosts.REMOTE_XUM_SCRIPT`). */
+export const REMOTE_XUM_SCRIPT =
+  'x="${XDG_DATA_HOME:-$HOME/.local/share}/xum/venv/bin/xum"; ' +
+  'if [ -x "$x" ]; then exec "$x" "$@"; fi; ' +
+  'if command -v xum >/dev/null 2>&1; then exec xum "$@"; fi; ' +
+  'if [ -x "$HOME/.local/bin/xum" ]; then exec "$HOME/.local/bin/xum" "$@"; fi; ' +
+  'exec xum "$@"';
+
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
+const OPTION_KEY_RE = /^[A-Za-z][A-Za-z0-9]{0,63}$/;
+// eslint-disable-next-line no-control-regex
+const CONTROL_RE = /[\u0000-\u001f\u007f]/;
+
+/** The hosts file cannot be read, or an entry is invalid (the message names which). */
+export class HostConfigError extends XumClientError {
+  override name = "HostConfigError";
+}
+
+/** A host could not be reached: nothing ran there. `kind` says why. */
+export class HostError extends XumClientError {
+  override name = "HostError";
+  readonly kind: string = "host_error";
+  constructor(
+    message: string,
+    readonly host: string,
+    /** ssh's exit status (null: killed by a signal). */
+    readonly status: number | null,
+    /** The last line ssh (or the remote shell, or the bridge) wrote on stderr. */
+    readonly detail: string,
+  ) {
+    super(message);
+  }
+}
+
+/** ssh could not reach the host (exit 255: refused, timed out, no route, name unknown). */
+export class HostUnreachable extends HostError {
+  override name = "HostUnreachable";
+  override readonly kind = "host_unreachable";
+}
+
+/** The host refused every key ssh offered. */
+export class HostKeyRefused extends HostError {
+  override name = "HostKeyRefused";
+  override readonly kind = "host_key_refused";
+}
+
+/** The host's shell found no xum (exit 127): `xum host install NAME`. */
+export class XumMissingOnHost extends HostError {
+  override name = "XumMissingOnHost";
+  override readonly kind = "xum_missing";
+}
+
+/** `xum bridge` on the host reached no daemon (it says why). */
+export class BridgeFailed extends HostError {
+  override name = "BridgeFailed";
+  override readonly kind = "bridge_failed";
+}
+
+/** The connection to a host dropped while calls were in flight: their outcome is unknown. */
+export class HostConnectionLost extends ConnectionLost {
+  override name = "HostConnectionLost";
+  readonly kind = "connection_lost";
+  constructor(
+    message: string,
+    readonly host: string,
+  ) {
+    super(message);
+  }
+}
+
+export function hostsFile(env: Env = process.env): string {
+  if (env["XUM_HOSTS_FILE"]) return expand(env["XUM_HOSTS_FILE"], env);
+  const config = env["XDG_CONFIG_HOME"] ? expand(env["XDG_CONFIG_HOME"], env) : join(home(env), ".config");
+  return join(config, "xum", "hosts.toml");
+}
+
+function home(env: Env): string {
+  return env["HOME"] || homedir();
+}
+
+function expand(path: string, env: Env): string {
+  return path === "~" || path.startsWith("~/") ? home(env) + path.slice(1) : path;
+}
+
+export function checkEntry(entry: HostEntry): HostEntry {
+  if (!NAME_RE.test(entry.name)) throw new HostConfigError(`invalid host name ${JSON.stringify(entry.name)}`);
+  const dest = entry.dest;
+  if (!dest || dest.startsWith("-") || CONTROL_RE.test(dest) || /\s/.test(dest)) {
+    throw new HostConfigError(`host ${entry.name}: invalid destination ${JSON.stringify(dest)}`);
+  }
+  if (entry.remoteRoot !== undefined && entry.remoteRoot !== null) {
+    if (!entry.remoteRoot || CONTROL_RE.test(entry.remoteRoot)) {
+      throw new HostConfigError(`host ${entry.name}: invalid remote root ${JSON.stringify(entry.remoteRoot)}`);
+    }
+  }
+  for (const [key, value] of Object.entries(entry.sshOptions ?? {})) {
+    if (!OPTION_KEY_RE.test(key) || typeof value !== "string" || CONTROL_RE.test(value)) {
+      throw new HostConfigError(`host ${entry.name}: invalid ssh option ${JSON.stringify(key)}`);
+    }
+  }
+  return entry;
+}
+
+/** A TOML string value: basic ("...", JSON's escapes) or literal ('...'). */
+function tomlString(text: string, where: string): string {
+  if (text.startsWith('"')) {
+    try {
+      const value: unknown = JSON.parse(text);
+      if (typeof value === "string") return value;
+    } catch {
+      // below
+    }
+  } else if (text.startsWith("'") && text.endsWith("'") && text.length >= 2 && !text.slice(1, -1).includes("'")) {
+    return text.slice(1, -1);
+  }
+  throw new HostConfigError(`${where}: expected a string, got ${text}`);
+}
+
+function tableKey(text: string, where: string): string {
+  return text.startsWith('"') || text.startsWith("'") ? tomlString(text, where) : text;
+}
+
+/**
+ * The hosts file's entries (none when it does not exist). Reads the TOML that `xum host add`
+ * writes (`[hosts.NAME]`, `dest`, `remote_root`, `[hosts.NAME.ssh_options]`, strings, comments);
+ * anything else is an error naming the file and line.
+ */
+export function loadHosts(env: Env = process.env, path: string = hostsFile(env)): Map<string, HostEntry> {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return new Map();
+    throw new HostConfigError(`cannot read hosts file ${path}: ${(err as Error).message}`);
+  }
+  const hosts = new Map<string, HostEntry>();
+  let current: HostEntry | null = null;
+  let inOptions = false;
+  const lines = text.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const where = `${path}, line ${i + 1}`;
+    const line = (lines[i] ?? "").trim();
+    if (!line || line.startsWith("#")) continue;
+    const header = /^\[hosts\.("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9._-]+?)(\.ssh_options)?\]$/.exec(line);
+    if (header) {
+      const name = tableKey(header[1] ?? "", where);
+      inOptions = header[2] !== undefined;
+      current = hosts.get(name) ?? { name, dest: "", remoteRoot: null, sshOptions: {} };
+      hosts.set(name, current);
+      continue;
+    }
+    const pair = /^([A-Za-z0-9_-]+)\s*=\s*(.+)$/.exec(line);
+    if (!pair || current === null) throw new HostConfigError(`${where}: not understood: ${line}`);
+    const key = pair[1] ?? "";
+    const value = tomlString((pair[2] ?? "").replace(/\s+#.*$/, "").trim(), where);
+    if (inOptions) (current.sshOptions ??= {})[key] = value;
+    else if (key === "dest") current.dest = value;
+    else if (key === "remote_root") current.remoteRoot = value;
+    else throw new HostConfigError(`${where}: unknown key ${JSON.stringify(key)}`);
+  }
+  for (const entry of hosts.values()) {
+    if (!entry.dest) throw new HostConfigError(`${path} ([hosts.${entry.name}]): \`dest\` is required`);
+    checkEntry(entry);
+  }
+  return hosts;
+}
+
+export function getHost(name: string, env: Env = process.env): HostEntry {
+  const path = hostsFile(env);
+  const hosts = loadHosts(env, path);
+  const entry = hosts.get(name);
+  if (entry === undefined) {
+    const known = [...hosts.keys()].sort().join(", ") || "none";
+    throw new HostConfigError(`no host ${JSON.stringify(name)} in ${path} (known: ${known}); add it with \`xum host add ${name} DEST\``);
+  }
+  return entry;
+}
+
+/** `s` quoted for a POSIX shell (as Python's shlex.quote). */
+export function shellQuote(s: string): string {
+  if (s === "") return "''";
+  if (/^[A-Za-z0-9@%+=:,./_-]+$/.test(s)) return s;
+  return "'" + s.replace(/'/g, `'"'"'`) + "'";
+}
+
+/** $XUM_SSH split as a shell would (quotes, backslashes), else `ssh`. */
+export function sshProgram(env: Env = process.env): string[] {
+  const text = env["XUM_SSH"] || "ssh";
+  const words: string[] = [];
+  let word: string | null = null;
+  let quote: string | null = null;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i] as string;
+    if (quote !== null) {
+      if (c === quote) quote = null;
+      else if (c === "\\" && quote === '"' && i + 1 < text.length) word = (word ?? "") + text[++i];
+      else word = (word ?? "") + c;
+    } else if (c === "'" || c === '"') {
+      quote = c;
+      word ??= "";
+    } else if (c === "\\" && i + 1 < text.length) {
+      word = (word ?? "") + text[++i];
+    } else if (/\s/.test(c)) {
+      if (word !== null) words.push(word);
+      word = null;
+    } else {
+      word = (word ?? "") + c;
+    }
+  }
+  if (word !== null) words.push(word);
+  return words.length ? words : ["ssh"];
+}
+
+/** The argv that runs `xum bridge [--root R] [--socket S]` on the host. */
+export function sshCommand(entry: HostEntry, env: Env = process.env, root?: string, socket?: string): string[] {
+  checkEntry(entry);
+  const options: string[] = [];
+  for (const [key, value] of Object.entries(entry.sshOptions ?? {})) options.push("-o", `${key}=${value}`);
+  const args = ["bridge"];
+  const chosenRoot = root ?? entry.remoteRoot ?? null;
+  if (chosenRoot) args.push("--root", chosenRoot);
+  if (socket) args.push("--socket", socket);
+  const remote = ["sh", "-c", REMOTE_XUM_SCRIPT, "xum", ...args].map(shellQuote).join(" ");
+  return [...sshProgram(env), "-T", "-o", "BatchMode=yes", ...options, "--", entry.dest, remote];
+}
+
+const STDERR_CAP = 64 * 1024;
+const EXIT_WAIT_MS = 5_000;
+const KEY_REFUSED = ["Permission denied", "Too many authentication failures"];
+
+/** One `ssh ... xum bridge` process; `stream` carries the NDJSON both ways. */
+export class HostLink {
+  readonly stream: Duplex;
+  private stderr = "";
+  private exited: Promise<number | null>;
+  private exitStatus: number | null | undefined = undefined;
+
+  constructor(
+    readonly entry: HostEntry,
+    readonly child: ChildProcess,
+  ) {
+    if (child.stdout === null || child.stdin === null) throw new XumClientError("ssh has no pipes");
+    this.stream = Duplex.from({ readable: child.stdout, writable: child.stdin });
+    // Ending the stream ends ssh's group (ProxyCommand children included), not only ssh.
+    this.stream.on("close", () => this.kill());
+    child.stderr?.on("data", (chunk: Buffer) => {
+      if (this.stderr.length < STDERR_CAP) this.stderr += chunk.toString("utf8");
+    });
+    this.exited = new Promise((resolve) => {
+      child.once("exit", (code) => {
+        this.exitStatus = code;
+        resolve(code);
+      });
+      child.once("error", () => {
+        this.exitStatus = null;
+        resolve(null);
+      });
+    });
+  }
+
+  static open(entry: HostEntry, env: Env = process.env, root?: string, socket?: string): HostLink {
+    const argv = sshCommand(entry, env, root, socket);
+    const child = spawn(argv[0] as string, argv.slice(1), {
+      stdio: ["pipe", "pipe", "pipe"],
+      detached: true, // its own process group, stopped as a whole on close
+      env: { ...process.env, ...env } as NodeJS.ProcessEnv,
+    });
+    return new HostLink(entry, child);
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  kill(): void {
+    const pid = this.child.pid;
+    if (pid === undefined || this.exitStatus !== undefined) return;
+    try {
+      process.kill(-pid, "SIGTERM");
+    } catch {
+      // already gone
+    }
+    const timer = setTimeout(() => {
+      try {
+        if (this.exitStatus === undefined) process.kill(-pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }, 2_000);
+    timer.unref();
+    void this.exited.then(() => clearTimeout(timer));
+  }
+
+  /** ssh's exit status once it has ended (within a deadline), else undefined. */
+  async status(waitMs = EXIT_WAIT_MS): Promise<number | null | undefined> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), waitMs);
+    });
+    try {
+      return await Promise.race([this.exited, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Why the host could not be reached, from ssh's status and stderr (nothing ran there). */
+  async failure(): Promise<HostError> {
+    const status = await this.status();
+    const lines = this.stderr.split("\n").map((l) => l.trim()).filter(Boolean);
+    const detail = lines[lines.length - 1] ?? "";
+    const name = this.entry.name;
+    const where = `host '${name}' (${this.entry.dest})`;
+    if (status === 255) {
+      if (KEY_REFUSED.some((mark) => this.stderr.includes(mark))) {
+        return new HostKeyRefused(`${where} refused the key: ${detail || "permission denied"}`, name, status, detail);
+      }
+      return new HostUnreachable(`${where} is unreachable: ${detail || "ssh failed"}`, name, status, detail);
+    }
+    if (status === 127) {
+      return new XumMissingOnHost(
+        `xum is not installed on ${where} (${detail || "command not found"}): install it with \`xum host install ${name}\``,
+        name,
+        status,
+        detail,
+      );
+    }
+    return new BridgeFailed(`the bridge on ${where} failed (ssh exit ${String(status)}): ${detail || "no message"}`, name, status ?? null, detail);
+  }
+
+  /** The error for calls in flight when the connection dropped: their outcome is unknown. */
+  lost(method: string): HostConnectionLost {
+    const name = this.entry.name;
+    return new HostConnectionLost(
+      `${method}: the connection to host ${name} was lost during the call; its outcome is unknown ` +
+        `(the daemon there finishes or rolls it back): look with \`xum --host ${name} ws ls\``,
+      name,
+    );
+  }
+}

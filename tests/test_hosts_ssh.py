@@ -1,0 +1,477 @@
+"""Hosts through a real OpenSSH server on loopback (tests/support/sshd.py, docs/HOSTS.md):
+the CLI's `--host` / `XUM_HOST`, `Client(host=)` and `AsyncClient(host=)`, the bridge starting
+the host's daemon, a connection dropped mid-archive, and a host that is down, refuses the key,
+or has no xum."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from xum_client import AsyncClient, Client, ClientTimeout, ConnectionLost
+from xum_client.errors import BridgeFailed, HostKeyRefused, HostUnreachable, XumMissingOnHost
+from xum_client.hosts import HostEntry, add_host
+from xumd.rootlock import read_holder
+
+from tests.support.daemon import short_tmpdir
+from tests.support.gitrepo import git, make_repo
+from tests.support.procs import alive, identify
+from tests.support.sshd import ALIAS, ALIAS_BADKEY, ALIAS_DOWN, SshServer, stop_root_daemon
+from tests.support.wait import until
+
+XUM = str(Path(sys.executable).parent / "xum")
+
+
+@pytest.fixture(scope="module")
+def sshd() -> Iterator[SshServer]:
+    base = short_tmpdir("xsd-")
+    server = SshServer(base).start()
+    yield server
+    server.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def host_env(
+    sshd: SshServer, tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, str]]:
+    """Host `h1` (this sshd, a remote root under the test's temp directory), in a hosts file of
+    the test's own; the same variables for in-process clients and the CLI."""
+    env = {**sshd.env(), "XUM_HOSTS_FILE": str(tmp_short / "hosts.toml")}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("XUM_HOST", raising=False)
+    remote_root = tmp_short / "remote-root"
+    add_host(HostEntry("h1", ALIAS, str(remote_root)))
+    env["REMOTE_ROOT"] = str(remote_root)
+    yield env
+    stop_root_daemon(remote_root)
+
+
+def xum(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [XUM, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def xum_json(env: dict[str, str], *args: str) -> dict[str, Any]:
+    done = xum(env, "--json", *args)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_cli_through_a_host(host_env: dict[str, str], tmp_short: Path) -> None:
+    remote_root = Path(host_env["REMOTE_ROOT"])
+    assert read_holder(remote_root / "xumd.lock") is None
+    repo = make_repo(tmp_short / "repo")
+
+    checked = xum_json(host_env, "host", "check", "h1")
+    # The bridge started the host's daemon on the entry's remote root.
+    holder = read_holder(remote_root / "xumd.lock")
+    assert holder is not None
+    assert checked["pid"] == holder["pid"]
+    assert checked["root"] == str(remote_root)
+    assert checked["version"] and checked["protocol"]
+
+    # The path is the host's: not checked here (a path missing there is the host's answer).
+    missing = xum(host_env, "--host", "h1", "--json", "project", "add", "/nonexistent/xum-repo")
+    assert missing.returncode not in (0, 2), missing.stdout
+    assert json.loads(missing.stdout)["error"]["code"] is not None  # the daemon's error
+    added = xum_json(host_env, "--host", "h1", "project", "add", str(repo))
+    assert added["project"]["name"] == "repo"
+    created = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")
+    ws = created["workspace"]
+    assert ws["path"].startswith(str(remote_root))
+    # XUM_HOST is the same as --host (`status` off a terminal too: the fast entry defers)
+    listed = xum_json({**host_env, "XUM_HOST": "h1"}, "ws", "ls")
+    assert [w["name"] for w in listed["workspaces"]] == ["one"]
+    assert xum_json({**host_env, "XUM_HOST": "h1"}, "status")["root"] == str(remote_root)
+    shown = xum_json(host_env, "--host", "h1", "ws", "show", "repo/one")
+    assert shown["workspace"]["id"] == ws["id"]
+    archived = xum_json(host_env, "--host", "h1", "ws", "archive", "repo/one")
+    assert archived["workspace"]["state"] == "archived"
+    assert archived["cleanup"]["status"] == "completed"
+    assert not Path(ws["path"]).exists()
+    # The same daemon answered every time, and the human form of `host check` says so.
+    human = xum(host_env, "host", "check", "h1").stdout
+    assert f"h1 ({ALIAS}): xumd " in human
+    assert f"root {remote_root}, pid {holder['pid']}" in human
+
+
+def test_host_root_flag_overrides_the_entry(host_env: dict[str, str], tmp_short: Path) -> None:
+    other = tmp_short / "other-root"
+    try:
+        status = xum_json(host_env, "--host", "h1", "--root", str(other), "status")
+        assert status["root"] == str(other)
+        # `daemon stop` through a host asks that daemon to stop (its lock is the host's).
+        stopped = xum_json(host_env, "--host", "h1", "--root", str(other), "daemon", "stop")
+        assert stopped == {
+            "stopped": False,
+            "stopping": True,
+            "pid": status["pid"],
+            "root": str(other),
+            "host": "h1",
+        }
+        until(lambda: read_holder(other / "xumd.lock") is None, 60, message="that daemon's exit")
+    finally:
+        stop_root_daemon(other)
+
+
+def test_python_clients_through_a_host(host_env: dict[str, str]) -> None:
+    remote_root = host_env["REMOTE_ROOT"]
+    with Client(host="h1") as client:
+        assert client.root == remote_root
+        assert client.call("daemon.status")["root"] == remote_root
+        ssh_pid = client.ssh_pid
+        assert ssh_pid is not None
+        ssh = identify(ssh_pid)
+        assert alive(ssh)
+    # Closing the client ends (and reaps) its ssh.
+    assert not alive(ssh)
+    with pytest.raises(psutil.NoSuchProcess):
+        psutil.Process(ssh_pid).status()
+
+    async def run_async() -> int:
+        async with AsyncClient(host="h1") as aclient:
+            status = await aclient.status()
+            assert status.root == remote_root
+            assert aclient.server is not None and aclient.server.root == remote_root
+            assert aclient.ssh_pid is not None
+            return aclient.ssh_pid
+
+    async_ssh = anyio.run(run_async)
+    with pytest.raises(psutil.NoSuchProcess):
+        psutil.Process(async_ssh).status()
+
+
+# -- a host that cannot be used: one clear line each --------------------------------------------
+
+
+@pytest.fixture
+def no_xum_sshd(sshd: SshServer) -> Iterator[SshServer]:
+    """A second server whose sessions' PATH has no xum (and no data-directory venv, and a
+    HOME of its own: no ~/.local/bin/xum either)."""
+    base = short_tmpdir("xsn-")
+    (base / "home").mkdir()
+    server = SshServer(
+        base, path_head=[], authorized_from=sshd, set_env={"HOME": str(base / "home")}
+    )
+    server.start()
+    yield server
+    server.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def noisy_sshd(sshd: SshServer) -> Iterator[SshServer]:
+    """A server whose sessions print a banner on stdout before running the command (what a
+    chatty shell startup file does for non-interactive shells)."""
+    base = short_tmpdir("xsq-")
+    force = """ForceCommand echo 'Welcome to the build farm!'; eval "$SSH_ORIGINAL_COMMAND"\n"""
+    server = SshServer(base, authorized_from=sshd, extra_config=force)
+    server.start()
+    yield server
+    server.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_unusable_hosts_each_say_why(
+    host_env: dict[str, str], no_xum_sshd: SshServer, noisy_sshd: SshServer, tmp_short: Path
+) -> None:
+    add_host(HostEntry("down", ALIAS_DOWN))
+    add_host(HostEntry("badkey", ALIAS_BADKEY))
+    # The alias's key and known hosts, another server's port: an ssh option in the entry.
+    add_host(HostEntry("noxum", ALIAS, None, {"Port": str(no_xum_sshd.port)}))
+    add_host(HostEntry("noisy", ALIAS, None, {"Port": str(noisy_sshd.port)}))
+    (tmp_short / "empty_known_hosts").write_text("")
+    strict = {
+        "StrictHostKeyChecking": "yes",
+        "UserKnownHostsFile": str(tmp_short / "empty_known_hosts"),
+    }
+    add_host(HostEntry("unknownkey", ALIAS, None, strict))
+    # A remote root the bridge cannot make (under a file): the bridge's own line comes back.
+    (tmp_short / "a-file").write_text("")
+    add_host(HostEntry("badroot", ALIAS, str(tmp_short / "a-file" / "root")))
+    expected = {
+        "down": ("host_unreachable", "is unreachable: ssh: connect to host 127.0.0.1 port"),
+        "badkey": ("host_key_refused", "refused the key: "),
+        "unknownkey": ("host_key_unverified", "ssh could not verify the host's key"),
+        "noxum": ("xum_missing", "xum is not installed on host 'noxum'"),
+        "noisy": ("bridge_failed", "wrote 'Welcome to the build farm!' before xum's bridge ran"),
+        "badroot": ("bridge_failed", "(ssh exit 1): xum bridge: cannot prepare root "),
+    }
+    for name, (kind, text) in expected.items():
+        as_json = xum(host_env, "--host", name, "--json", "ws", "ls")
+        assert as_json.returncode == 6, (name, as_json.stdout, as_json.stderr)
+        error = json.loads(as_json.stdout)["error"]
+        assert error["kind"] == kind, error
+        assert text in error["message"], error
+        assert "\n" not in error["message"]
+        assert error["data"]["host"] == name
+    # Without --json: the same message, one line on stderr, nothing on stdout.
+    done = xum(host_env, "--host", "badkey", "ws", "ls")
+    assert done.returncode == 6
+    assert done.stdout == ""
+    assert done.stderr.startswith("xum: host 'badkey' (xumtest1-badkey) refused the key: ")
+    assert done.stderr.count("\n") == 1, done.stderr
+    # The Python client raises the typed errors.
+    for name, cls in (("down", HostUnreachable), ("badkey", HostKeyRefused)):
+        with pytest.raises(cls):
+            Client(host=name)
+    with pytest.raises(XumMissingOnHost, match="xum host install noxum"):
+        Client(host="noxum")
+
+    async def noisy() -> None:
+        async with AsyncClient(host="noisy"):
+            pass
+
+    with pytest.raises(BridgeFailed, match="Welcome to the build farm"):
+        anyio.run(noisy)
+
+
+# -- a connection dropped mid-call --------------------------------------------------------------
+
+
+@pytest.fixture
+def slow_ws(host_env: dict[str, str], tmp_short: Path) -> Iterator[tuple[dict[str, Any], Path]]:
+    """`_slow_teardown_workspace`; a teardown still waiting when the test ends (it failed
+    half-way) is let go before the host's daemon is stopped."""
+    ws, ctl = _slow_teardown_workspace(tmp_short)
+    yield ws, ctl
+    try:
+        fd = os.open(ctl / "fifo", os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return  # no reader: nothing waits
+    try:
+        os.write(fd, b"go\n")
+    finally:
+        os.close(fd)
+
+
+def _slow_teardown_workspace(tmp_short: Path) -> tuple[dict[str, Any], Path]:
+    """A workspace on host h1 of a trusted project whose teardown says it started, then waits
+    on a FIFO the test writes to (`release`): an archive in flight for as long as the test
+    wants. Set up through one client (one ssh connection)."""
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    os.mkfifo(ctl / "fifo")
+    repo = make_repo(tmp_short / "repo")
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text(
+        f'[scripts]\nteardown = ["touch {ctl}/started && read line < {ctl}/fifo"]\n'
+    )
+    git(repo, "add", ".xum")
+    git(repo, "commit", "-q", "-m", "slow teardown")
+    with Client(host="h1") as client:
+        project = client.call("project.add", {"path": str(repo)})["project"]
+        client.call("project.trust", {"project_id": project["id"]})
+        ws = client.call("workspace.create", {"project_id": project["id"], "name": "one"})
+    return ws["workspace"], ctl
+
+
+def release(ctl: Path) -> None:
+    """Let the teardown go on: write a line to its FIFO once it reads it."""
+
+    def open_writer() -> int | None:
+        try:
+            return os.open(ctl / "fifo", os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no reader yet
+                return None
+            raise
+
+    fd = until(open_writer, message="the teardown reading its FIFO")
+    try:
+        os.write(fd, b"go\n")
+    finally:
+        os.close(fd)
+
+
+def wait_archived(remote_root: Path, workspace_id: str) -> None:
+    """Until the host's daemon has archived the workspace: asked on its socket directly (the
+    host is this machine), so the wait costs no ssh connection per look."""
+
+    def archived() -> bool:
+        with Client(remote_root) as client:
+            row = client.call("workspace.get", {"workspace_id": workspace_id})["workspace"]
+        return bool(row["state"] == "archived")
+
+    until(archived, 60, message="the host's daemon to finish the archive")
+
+
+def _ssh_child(cli: subprocess.Popen[str]) -> psutil.Process:
+    def find() -> psutil.Process | None:
+        for child in psutil.Process(cli.pid).children(recursive=True):
+            if child.name() == "ssh":
+                return child
+        return None
+
+    found = until(find, message="the CLI's ssh process")
+    return found
+
+
+def test_connection_dropped_mid_archive(
+    host_env: dict[str, str], slow_ws: tuple[dict[str, Any], Path]
+) -> None:
+    """ssh killed while the host archives: the CLI says connection_lost (outcome unknown, how to
+    look), never a success or failure it did not see; the host's daemon finishes the archive,
+    and `ws show` through the host shows it."""
+    ws, ctl = slow_ws
+    cli = subprocess.Popen(
+        [XUM, "--host", "h1", "ws", "archive", ws["id"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **host_env},
+    )
+    try:
+        ssh = _ssh_child(cli)
+        until((ctl / "started").exists, 60, message="the teardown to start")
+        ssh.send_signal(signal.SIGKILL)
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 5, err
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert "connection to host 'h1' lost during workspace.archive" in err
+    assert "the outcome is unknown" in err
+    assert f"xum --host h1 ws show {ws['id']}" in err
+    # The host's daemon goes on: the teardown is still waiting, then finishes the archive.
+    release(ctl)
+
+    wait_archived(Path(host_env["REMOTE_ROOT"]), ws["id"])
+    shown = xum_json(host_env, "--host", "h1", "ws", "show", ws["id"])["workspace"]
+    assert shown["state"] == "archived"
+    assert not Path(ws["path"]).exists()
+
+
+def test_async_client_call_lost_and_events_resume(
+    host_env: dict[str, str], slow_ws: tuple[dict[str, Any], Path]
+) -> None:
+    """AsyncClient(host=): the call in flight when ssh dies raises ConnectionLost (outcome
+    unknown); a new client resumes the event stream with after_seq and sees what happened."""
+    ws, ctl = slow_ws
+
+    started = ctl / "started"
+
+    async def scenario() -> None:
+        lost: list[BaseException] = []
+        async with AsyncClient(host="h1") as client, client.subscribe(["workspace."]) as events:
+
+            async def archive() -> None:
+                try:
+                    await client.call("workspace.archive", {"workspace_id": ws["id"]})
+                except ConnectionLost as exc:
+                    lost.append(exc)
+
+            # A call that gets no answer in time through a host: its outcome is unknown too.
+            with pytest.raises(ClientTimeout, match="the outcome is unknown: look with `xum"):
+                await client.call("workspace.get", {"workspace_id": ws["id"]}, timeout=0.0)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(archive)
+                # The archive's intent is committed (an event) and the teardown runs.
+                with anyio.fail_after(60):
+                    async for event in events:
+                        if (event.data.get("workspace") or {}).get("state") == "archiving":
+                            break
+                await anyio.to_thread.run_sync(until, started.exists, 60)
+                assert client.ssh_pid is not None
+                os.kill(client.ssh_pid, signal.SIGKILL)
+            epoch, position = events.epoch, events.position
+        assert len(lost) == 1
+        message = str(lost[0])
+        assert "lost during workspace.archive" in message
+        assert "ssh was killed by signal 9" in message
+        assert "the outcome is unknown" in message
+        assert f"xum --host h1 ws show {ws['id']}" in message
+
+        await anyio.to_thread.run_sync(release, ctl)
+        await anyio.to_thread.run_sync(wait_archived, Path(host_env["REMOTE_ROOT"]), ws["id"])
+        async with (
+            AsyncClient(host="h1") as again,
+            again.subscribe(["workspace."], after_seq=position, epoch=epoch) as resumed,
+        ):
+            assert resumed.snapshot.resync_required is False
+            replayed = [
+                (e.data.get("workspace") or {}).get("state") for e in resumed.snapshot.events
+            ]
+            assert "archived" in replayed
+
+    anyio.run(scenario)
+
+
+def test_a_persistent_control_master_is_reused_and_left_alone(
+    host_env: dict[str, str], sshd: SshServer, tmp_short: Path
+) -> None:
+    """`ControlMaster auto` + `ControlPersist` (a common ~/.ssh/config): the background master
+    ssh forks leaves the client's process group, so closing a client neither hangs on it nor
+    kills it, and the next client reuses it."""
+    control = str(tmp_short / "cm-%C")
+    options = {"ControlMaster": "auto", "ControlPath": control, "ControlPersist": "60"}
+    add_host(HostEntry("cm", ALIAS, host_env["REMOTE_ROOT"], options))
+    ssh = ["ssh", "-F", str(sshd.ssh_config), "-o", f"ControlPath={control}"]
+    try:
+        pids = set()
+        for _ in range(2):
+            with Client(host="cm") as client:
+                pids.add(client.call("daemon.status")["pid"])
+        assert len(pids) == 1
+        check = subprocess.run(
+            [*ssh, "-O", "check", ALIAS], capture_output=True, text=True, timeout=30, check=False
+        )
+        assert check.returncode == 0, check.stderr
+        assert "Master running" in check.stderr
+    finally:
+        subprocess.run([*ssh, "-O", "exit", ALIAS], capture_output=True, timeout=30, check=False)
+
+
+HOLDER = """
+import sys
+from xum_client import Client
+client = Client(host="h1")
+print(client.ssh_pid, flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_a_killed_client_leaves_no_ssh(host_env: dict[str, str]) -> None:
+    """A client SIGKILLed (no close, no cleanup) takes its ssh with it: the kernel closes the
+    client's end of the socketpair, ssh reads the end of its stdin and exits (no orphan)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **host_env},
+    )
+    try:
+        assert holder.stdout is not None
+        ssh = identify(int(holder.stdout.readline()))
+        assert alive(ssh)
+        holder.kill()
+        holder.wait()
+        until(lambda: not alive(ssh), message="the orphaned ssh to exit")
+    finally:
+        holder.kill()
+        holder.wait()

@@ -1,0 +1,84 @@
+"""The Neovim plugin through a host (docs/HOSTS.md): setup{ host = ... } runs `ssh ... xum
+bridge` (a real sshd on loopback, tests/support/sshd.py) to a real xumd; the scenario is
+`host` in tests/nvim/scenarios.lua."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from xum_client.hosts import HostEntry, add_host, ssh_command
+
+from tests.support.daemon import short_tmpdir
+from tests.support.sshd import ALIAS, ALIAS_DOWN, SshServer
+from tests.test_nvim_plugin import NVIM, PLUGIN, run_scenario, world_in
+
+pytestmark = pytest.mark.skipif(
+    NVIM is None, reason="nvim is not installed (apt-get install neovim)"
+)
+
+
+def test_plugin_through_a_host_reconnects_and_names_a_host_down() -> None:
+    base = short_tmpdir("xumnh-")
+    server = SshServer(base)
+    try:
+        server.start()
+        with world_in(short_tmpdir("xumnv-")) as world:
+            hosts_file = base / "hosts.toml"
+            add_host(HostEntry("h", ALIAS, str(world.root)), path=hosts_file)
+            run_scenario(
+                world,
+                "host",
+                env={
+                    **server.env(),
+                    "XUM_SOCKET": "<unset>",
+                    "XUM_TEST_SSH_ALIAS": ALIAS,
+                    "XUM_TEST_SSH_DOWN": ALIAS_DOWN,
+                    "XUM_TEST_DAEMON_PID": str(world.daemon.pid),
+                    "XUM_HOSTS_FILE": str(hosts_file),
+                },
+            )
+    finally:
+        server.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_plugins_ssh_command_is_the_python_clients(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XUM_SSH", "ssh -F /tmp/cfg")
+    entry = HostEntry("dev-1", "me@dev.example", "/srv/a b'c$(x)", {"ConnectTimeout": "5"})
+    script = tmp_short / "argv.lua"
+    out = tmp_short / "argv.json"
+    script.write_text(
+        "local argv = require('xum.host').ssh_argv({ name = 'dev-1', dest = 'me@dev.example', "
+        "remote_root = \"/srv/a b'c$(x)\", ssh_options = { ConnectTimeout = '5' } })\n"
+        f"vim.fn.writefile({{ vim.json.encode(argv) }}, '{out}')\n"
+    )
+    assert NVIM is not None
+    done = subprocess.run(
+        [
+            NVIM,
+            "--headless",
+            "-u",
+            "NONE",
+            "-i",
+            "NONE",
+            "-n",
+            "--cmd",
+            f"set rtp^={PLUGIN}",
+            "-c",
+            f"luafile {script}",
+            "-c",
+            "qa!",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text()) == ssh_command(entry)
