@@ -372,3 +372,37 @@ def test_kill_tree_reaches_a_group_member_outside_the_tree() -> None:
         if leader.poll() is None:
             leader.kill()
             leader.wait()
+
+
+def test_without_setpriv_a_missing_program_is_named_not_its_argument(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where util-linux's setpriv is missing, commands start directly: a program that is not
+    found is the exec's own FileNotFoundError, still a CommandNotFound naming the program (not
+    its last argument)."""
+    monkeypatch.setattr(procutil, "_SETPRIV", None)
+    with pytest.raises(CommandNotFound, match=r"^xum-no-such-program: command not found$"):
+        anyio.run(lambda: run_command(["xum-no-such-program", "an-argument"], timeout_s=5))
+
+
+def test_kill_tree_without_a_group_waits_for_a_tree_that_ignores_sigterm() -> None:
+    """No group to signal and a tree that ignores SIGTERM: kill_tree does not answer "gone"
+    while a member still runs; the SIGKILL after the grace ends it, then it answers True."""
+    parent = subprocess.Popen(
+        ["sh", "-c", "trap '' TERM; sleep 60 & echo $!; wait"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert parent.stdout is not None
+        sleeper = identify(int(parent.stdout.readline()))
+        shell = identify(parent.pid)
+        gone = anyio.run(lambda: procutil.kill_tree(parent.pid, None, 0.3))
+        assert gone is True
+        assert not alive(sleeper)
+        assert parent.wait(10) == -signal.SIGKILL  # it outlived SIGTERM: ended by the SIGKILL
+        assert not alive(shell)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
