@@ -406,3 +406,48 @@ def test_kill_tree_without_a_group_waits_for_a_tree_that_ignores_sigterm() -> No
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
+
+
+def test_a_descendant_outside_the_group_gets_its_own_sigterm(tmp_path: Path) -> None:
+    """The group's SIGTERM does not reach a descendant that left the group (setsid): it gets
+    its own SIGTERM, and so its chance to clean up, not only the SIGKILL after the grace."""
+    cleaned = tmp_path / "cleaned"
+    escapee = textwrap.dedent(
+        f"""
+        import os, signal
+        def term(*_):
+            with open({str(cleaned)!r}, "w") as handle:
+                handle.write("term")
+            os._exit(0)
+        signal.signal(signal.SIGTERM, term)
+        print(os.getpid(), flush=True)
+        while True:
+            signal.pause()
+        """
+    )
+    leader_code = textwrap.dedent(
+        f"""
+        import signal, subprocess, sys
+        subprocess.Popen([sys.executable, "-c", {escapee!r}], start_new_session=True)
+        signal.pause()
+        """
+    )
+    leader = subprocess.Popen(
+        [sys.executable, "-c", leader_code], stdout=subprocess.PIPE, start_new_session=True
+    )
+    escaped: ProcId | None = None
+    try:
+        assert leader.stdout is not None
+        escaped = identify(int(leader.stdout.readline()))
+        assert os.getpgid(escaped.pid) != leader.pid
+        assert escaped.pid in procutil.tree_pids(leader.pid)
+        gone = anyio.run(lambda: procutil.kill_tree(leader.pid, leader.pid, 5.0))
+        assert gone is True
+        assert cleaned.read_text() == "term"
+        assert not alive(escaped)
+    finally:
+        if escaped is not None and alive(escaped):
+            os.kill(escaped.pid, signal.SIGKILL)
+        if leader.poll() is None:
+            leader.kill()
+        leader.wait()
