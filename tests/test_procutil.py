@@ -375,14 +375,21 @@ def test_kill_tree_reaches_a_group_member_outside_the_tree() -> None:
 
 
 def test_without_setpriv_a_missing_program_is_named_not_its_argument(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Where util-linux's setpriv is missing, commands start directly: a program that is not
     found is the exec's own FileNotFoundError, still a CommandNotFound naming the program (not
-    its last argument)."""
+    its argument), and not a missing working directory when that directory exists."""
     monkeypatch.setattr(procutil, "_SETPRIV", None)
-    with pytest.raises(CommandNotFound, match=r"^xum-no-such-program: command not found$"):
-        anyio.run(lambda: run_command(["xum-no-such-program", "an-argument"], timeout_s=5))
+    for cwd in (None, tmp_path):
+        with pytest.raises(CommandNotFound, match=r"^xum-no-such-program: command not found$"):
+            anyio.run(
+                lambda where=cwd: run_command(
+                    ["xum-no-such-program", "an-argument"], cwd=where, timeout_s=5
+                )
+            )
+    with pytest.raises(CommandNotFound, match=r"^sh: no working directory "):
+        anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "gone", timeout_s=5))
 
 
 def test_kill_tree_without_a_group_waits_for_a_tree_that_ignores_sigterm() -> None:
