@@ -95,6 +95,12 @@ def trusted(daemon: DaemonProcess, repo: Path) -> dict[str, Any]:
     return project
 
 
+def at_least(count: int, found: list[containment.Marked]) -> list[containment.Marked] | None:
+    """`found` when it holds `count` processes or more: one scan decides and is returned (two
+    scans could disagree when a process comes or goes between them)."""
+    return found if len(found) >= count else None
+
+
 def marked(root: Path, prefix: str = "") -> list[containment.Marked]:
     """Processes carrying a marker of this root (whose record starts with `prefix`: `lease_`
     for setup/teardown commands, `cmd-` for git, `proc_` for supervised processes)."""
@@ -144,7 +150,7 @@ def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
         creating.start()
         # The subshell and its sleep, and the script's own sleep, carry the run's marker.
         found = until(
-            lambda: len(marked(root, "lease_")) >= 3 and marked(root, "lease_"),
+            lambda: at_least(3, marked(root, "lease_")),
             message="setup to run",
         )
         procs = identify_all(m.pid for m in found)
@@ -193,7 +199,7 @@ def test_setup_that_ignores_the_parent_death_signal_is_stopped_at_the_restart(
         creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "t"))
         creating.start()
         found = until(
-            lambda: len(marked(root, "lease_")) >= 2 and marked(root, "lease_"),
+            lambda: at_least(2, marked(root, "lease_")),
             message="setup to run",
         )
         procs = identify_all(m.pid for m in found)
@@ -225,7 +231,7 @@ def test_git_hook_child_of_a_crashed_daemon_is_stopped_at_the_restart(
         creating = threading.Thread(target=_quiet, args=(create, daemon, project["id"], "g"))
         creating.start()
         found = until(
-            lambda: len(marked(root, "cmd-")) >= 3 and marked(root, "cmd-"),
+            lambda: at_least(3, marked(root, "cmd-")),
             message="the hook to run",
         )
         procs = identify_all(m.pid for m in found)

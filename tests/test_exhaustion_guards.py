@@ -104,7 +104,7 @@ async def test_quiescence_out_of_descriptors_inside_a_process_never_says_nobody(
 ) -> None:
     """A process with a file open in the checkout (its cwd elsewhere) is found only by listing
     its open files. When that listing fails for want of descriptors (the fault: EMFILE from
-    psutil's read of /proc/PID/fd; a real exhaustion would fail the whole scan before it), the
+    the read of /proc/PID/fd; a real exhaustion would fail the whole scan before it), the
     probe raises instead of going on as if that process used nothing: the caller answers out
     of descriptors, never "nobody holds it"."""
     async with running(Harness(tmp_path)) as h:
@@ -126,10 +126,21 @@ async def test_quiescence_out_of_descriptors_inside_a_process_never_says_nobody(
         holders = await h.quiet.holders(ref)
         assert opener.pid in {x.pid for x in holders}
 
+        # The fault where the probe lists that process's descriptors: /proc/PID/fd read
+        # directly, or psutil's open_files where there is no /proc to read.
+        listdir = os.listdir
+        fds_of_opener = f"/proc/{opener.pid}/fd"
+
+        def listdir_exhausted(path: Any = ".") -> list[str]:
+            if str(path) == fds_of_opener:
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+            return listdir(path)
+
         def exhausted(self: psutil.Process) -> Any:
             raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
 
         monkeypatch.setattr(psutil.Process, "open_files", exhausted)
+        monkeypatch.setattr(os, "listdir", listdir_exhausted)
         with pytest.raises(OSError) as failed:
             await h.quiet.holders(ref)
         assert failed.value.errno == errno.EMFILE

@@ -510,13 +510,14 @@ test("a daemon that stops reading: calls beyond the queue bound fail at once wit
       const client = await XumClient.connect({ socketPath: daemon.socketPath, maxQueuedBytes: 64 * 1024 });
       try {
         // One request in flight is this connection's limit (config below): while it waits, the
-        // daemon reads nothing more from it, and the requests pile up in the kernel, then here.
+        // daemon admits no other request that needs a task (it answers only what it can at once:
+        // hello, daemon.status), and the requests pile up in the kernel, then here.
         const holding = client.call("process.wait", { process_id: proc.id, timeout_s: 30 }).catch((e: unknown) => e);
         // 5 MB of requests (10 kB each): more than the kernel's socket buffers and the bound.
         const pad = "x".repeat(10_000);
         const outcomes = await Promise.all(
           Array.from({ length: 500 }, () =>
-            client.callRaw("daemon.status", { pad }, { timeoutMs: 3000 }).then(
+            client.callRaw("workspace.list", { pad }, { timeoutMs: 3000 }).then(
               () => "answered",
               (e: unknown) => (e instanceof Error ? e.name : String(e)),
             ),

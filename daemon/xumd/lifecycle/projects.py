@@ -312,12 +312,15 @@ class ProjectService:
             if failed:
                 first = failed[0].error or {}
                 kind = ErrorKind(first.get("kind", ErrorKind.OPERATION_FAILED.value))
+                # The first failure's own data (a full disk's filesystem and free space, a
+                # holder...) is the project error's too: a client acts on it by kind.
+                detail = {k: v for k, v in first.items() if k not in ("kind", "message")}
                 raise XumError(
                     kind,
                     f"project {project.name!r} not removed: {len(failed)} of {len(outcomes)} "
                     f"workspace(s) could not be removed; first: {failed[0].name!r}: "
                     f"{first.get('message')}",
-                    workspaces=[o.model_dump(mode="json") for o in outcomes],
+                    **{**detail, "workspaces": [o.model_dump(mode="json") for o in outcomes]},
                 )
             self._refuse_owed_teardowns(project, outcomes)
             with self.store.transaction():
