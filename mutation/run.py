@@ -131,10 +131,22 @@ SCOPES = [
             "tests/test_daemon_basics.py::test_restart_after_sigkill",
         ],
     ),
-    # Liveness by identity (pid and start time), moved out of procutil.py: never mutated yet.
+    # Liveness by identity (pid and start time), moved out of procutil.py. In-process (real
+    # children, zombies, a real time namespace; no daemon): about a second of tests a mutant,
+    # where test_process_identity.py's daemon restarts and test_lease.py took ~50 s.
     Scope(
         "daemon/xumd/procstat.py",
-        ["tests/test_process_identity.py", "tests/test_lease.py", "tests/test_procutil.py"],
+        [
+            "tests/test_procstat.py",
+            *(
+                f"tests/test_process_identity.py::test_{name}"
+                for name in (
+                    "boot_anchor_is_kept_for_this_boot_and_renewed_after_a_reboot",
+                    "a_start_time_recorded_before_the_anchor_still_reads",
+                    "a_stat_read_that_fails_is_gone_only_when_the_process_is",
+                )
+            ),
+        ],
     ),
     Scope(
         "daemon/xumd/procutil.py",

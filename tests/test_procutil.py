@@ -372,3 +372,89 @@ def test_kill_tree_reaches_a_group_member_outside_the_tree() -> None:
         if leader.poll() is None:
             leader.kill()
             leader.wait()
+
+
+def test_without_setpriv_a_missing_program_is_named_not_its_argument(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where util-linux's setpriv is missing, commands start directly: a program that is not
+    found is the exec's own FileNotFoundError, still a CommandNotFound naming the program (not
+    its argument), and not a missing working directory when that directory exists."""
+    monkeypatch.setattr(procutil, "_SETPRIV", None)
+    for cwd in (None, tmp_path):
+        with pytest.raises(CommandNotFound, match=r"^xum-no-such-program: command not found$"):
+            anyio.run(
+                lambda where=cwd: run_command(
+                    ["xum-no-such-program", "an-argument"], cwd=where, timeout_s=5
+                )
+            )
+    with pytest.raises(CommandNotFound, match=r"^sh: no working directory "):
+        anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "gone", timeout_s=5))
+
+
+def test_kill_tree_without_a_group_waits_for_a_tree_that_ignores_sigterm() -> None:
+    """No group to signal and a tree that ignores SIGTERM: kill_tree does not answer "gone"
+    while a member still runs; the SIGKILL after the grace ends it, then it answers True."""
+    parent = subprocess.Popen(
+        ["sh", "-c", "trap '' TERM; sleep 60 & echo $!; wait"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert parent.stdout is not None
+        sleeper = identify(int(parent.stdout.readline()))
+        shell = identify(parent.pid)
+        gone = anyio.run(lambda: procutil.kill_tree(parent.pid, None, 0.3))
+        assert gone is True
+        assert not alive(sleeper)
+        assert parent.wait(10) == -signal.SIGKILL  # it outlived SIGTERM: ended by the SIGKILL
+        assert not alive(shell)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+
+
+def test_a_descendant_outside_the_group_gets_its_own_sigterm(tmp_path: Path) -> None:
+    """The group's SIGTERM does not reach a descendant that left the group (setsid): it gets
+    its own SIGTERM, and so its chance to clean up, not only the SIGKILL after the grace."""
+    cleaned = tmp_path / "cleaned"
+    escapee = textwrap.dedent(
+        f"""
+        import os, signal
+        def term(*_):
+            with open({str(cleaned)!r}, "w") as handle:
+                handle.write("term")
+            os._exit(0)
+        signal.signal(signal.SIGTERM, term)
+        print(os.getpid(), flush=True)
+        while True:
+            signal.pause()
+        """
+    )
+    leader_code = textwrap.dedent(
+        f"""
+        import signal, subprocess, sys
+        subprocess.Popen([sys.executable, "-c", {escapee!r}], start_new_session=True)
+        signal.pause()
+        """
+    )
+    leader = subprocess.Popen(
+        [sys.executable, "-c", leader_code], stdout=subprocess.PIPE, start_new_session=True
+    )
+    escaped: ProcId | None = None
+    try:
+        assert leader.stdout is not None
+        escaped = identify(int(leader.stdout.readline()))
+        assert os.getpgid(escaped.pid) != leader.pid
+        assert escaped.pid in procutil.tree_pids(leader.pid)
+        gone = anyio.run(lambda: procutil.kill_tree(leader.pid, leader.pid, 5.0))
+        assert gone is True
+        assert cleaned.read_text() == "term"
+        assert not alive(escaped)
+    finally:
+        if escaped is not None and alive(escaped):
+            os.kill(escaped.pid, signal.SIGKILL)
+        if leader.poll() is None:
+            leader.kill()
+        leader.wait()
