@@ -96,6 +96,28 @@ def test_skip_worktree_entries_take_the_full_path() -> None:
     assert fast == full
 
 
+def test_only_a_clean_version_2_index_is_judged_clean_by_status() -> None:
+    """The fold's own guard, tested where it is the only guard: a clean checkout with a
+    version 2 index is clean (the trees are not written); the same checkout with a version 4
+    index is never judged by status (False: the full path), and neither is one whose index is
+    missing; a dirty version 4 index is captured whole."""
+    repo = make_repo(short_tmpdir() / "r", {"a": "1", "d/b": "2"})
+    snap = Snapshotter(Git(), repo.parent / "tmp", repo.parent / "archive")
+    git_dir = repo / ".git"
+
+    def clean() -> bool:
+        return anyio.run(lambda: snap._clean(repo, git_dir))
+
+    assert clean() is True
+    git(repo, "update-index", "--index-version", "4")
+    assert clean() is False
+    (repo / "a").write_text("changed")
+    fast, full = _both(repo)
+    assert fast.dirty and fast == full
+    (git_dir / "index").rename(git_dir / "index.away")
+    assert clean() is False
+
+
 def test_an_unborn_head_fails_as_before() -> None:
     empty = short_tmpdir() / "e"
     empty.mkdir()
