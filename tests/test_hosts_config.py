@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from xum_client import hosts
@@ -157,6 +158,29 @@ def test_ssh_command_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     assert hosts.ssh_command(HostEntry("h", "h"))[:3] == ["ssh", "-F", "/tmp/my config"]
     # No remote root: the host's default root.
     assert hosts.ssh_command(HostEntry("h", "h"))[-1].endswith(" xum bridge")
+
+
+XUM_SSH_CASES = Path(__file__).parent / "support" / "xum_ssh_cases.json"
+
+
+def xum_ssh_cases() -> list[dict[str, Any]]:
+    """$XUM_SSH texts and the words every client splits them into (or the refusal): the table
+    the Neovim and TypeScript tests hold their clients to as well."""
+    cases: list[dict[str, Any]] = json.loads(XUM_SSH_CASES.read_text())["cases"]
+    return cases
+
+
+@pytest.mark.parametrize("case", xum_ssh_cases(), ids=lambda case: repr(case["text"]))
+def test_xum_ssh_is_split_as_a_shell_would(
+    case: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XUM_SSH", case["text"])
+    if "error" in case:
+        # A clear refusal naming the variable, never a traceback from shlex.
+        with pytest.raises(HostConfigError, match=rf"\$XUM_SSH .*{case['error']}"):
+            hosts.ssh_program()
+    else:
+        assert hosts.ssh_program() == case["words"]
 
 
 def _fake_xum(bin_dir: Path, log: Path) -> None:

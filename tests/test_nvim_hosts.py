@@ -10,11 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from xum_client.hosts import HostEntry, add_host, ssh_command
+from xum_client.hosts import HostConfigError, HostEntry, add_host, ssh_command
 
 from tests.support.daemon import short_tmpdir
 from tests.support.sshd import ALIAS, ALIAS_DOWN, SshServer
-from tests.test_nvim_plugin import NVIM, PLUGIN, run_scenario, world_in
+from tests.test_hosts_config import xum_ssh_cases
+from tests.test_nvim_plugin import NVIM, headless_nvim, run_scenario, world_in
 
 pytestmark = pytest.mark.skipif(
     NVIM is None, reason="nvim is not installed (apt-get install neovim)"
@@ -49,36 +50,40 @@ def test_plugin_through_a_host_reconnects_and_names_a_host_down() -> None:
 def test_the_plugins_ssh_command_is_the_python_clients(
     tmp_short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XUM_SSH", "ssh -F /tmp/cfg")
+    """Word for word, for every $XUM_SSH of the shared table (quotes, backslashes, a path with
+    a space): the same argv, or the same refusal where it cannot be split."""
     entry = HostEntry("dev-1", "me@dev.example", "/srv/a b'c$(x)", {"ConnectTimeout": "5"})
+    cases = xum_ssh_cases()
     script = tmp_short / "argv.lua"
     out = tmp_short / "argv.json"
     script.write_text(
-        "local argv = require('xum.host').ssh_argv({ name = 'dev-1', dest = 'me@dev.example', "
-        "remote_root = \"/srv/a b'c$(x)\", ssh_options = { ConnectTimeout = '5' } })\n"
-        f"vim.fn.writefile({{ vim.json.encode(argv) }}, '{out}')\n"
+        f"local cases = vim.json.decode({json.dumps(json.dumps(cases))})\n"
+        "local results = {}\n"
+        "for i, case in ipairs(cases) do\n"
+        "  vim.env.XUM_SSH = case.text\n"
+        "  local argv, err = require('xum.host').ssh_argv({ name = 'dev-1', "
+        "dest = 'me@dev.example', remote_root = \"/srv/a b'c$(x)\", "
+        "ssh_options = { ConnectTimeout = '5' } })\n"
+        "  results[i] = { argv = argv or vim.NIL, err = err or vim.NIL }\n"
+        "end\n"
+        f"vim.fn.writefile({{ vim.json.encode(results) }}, '{out}')\n"
     )
-    assert NVIM is not None
     done = subprocess.run(
-        [
-            NVIM,
-            "--headless",
-            "-u",
-            "NONE",
-            "-i",
-            "NONE",
-            "-n",
-            "--cmd",
-            f"set rtp^={PLUGIN}",
-            "-c",
-            f"luafile {script}",
-            "-c",
-            "qa!",
-        ],
+        headless_nvim(f"luafile {script}", "qa!"),
         capture_output=True,
         text=True,
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(out.read_text()) == ssh_command(entry)
+    results = json.loads(out.read_text())
+    assert len(results) == len(cases)
+    for case, result in zip(cases, results, strict=True):
+        monkeypatch.setenv("XUM_SSH", case["text"])
+        if "error" in case:
+            with pytest.raises(HostConfigError, match=case["error"]):
+                ssh_command(entry)
+            assert result["argv"] is None, case
+            assert case["error"] in result["err"], (case, result)
+        else:
+            assert result == {"argv": ssh_command(entry), "err": None}, case

@@ -44,6 +44,16 @@ RUN_TIMEOUT = 100.0
 _names = itertools.count()
 
 
+def headless_nvim(*commands: str) -> list[str]:
+    """Neovim with nothing but the plugin under test (no user config, shada or swap files),
+    running `commands` (each an ex command) in order."""
+    assert NVIM is not None
+    argv = [NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd", f"set rtp^={PLUGIN}"]
+    for command in commands:
+        argv += ["-c", command]
+    return argv
+
+
 class World:
     def __init__(
         self,
@@ -135,23 +145,8 @@ def run_scenario(
         **(env or {}),
     }
     full_env = {k: v for k, v in full_env.items() if v != "<unset>"}
-    assert NVIM is not None
     proc = subprocess.Popen(
-        [
-            NVIM,
-            "--headless",
-            "-u",
-            "NONE",
-            "-i",
-            "NONE",
-            "-n",
-            "--cmd",
-            f"set rtp^={PLUGIN}",
-            "-c",
-            "runtime plugin/xum.lua",
-            "-c",
-            f"luafile {HARNESS}",
-        ],
+        headless_nvim("runtime plugin/xum.lua", f"luafile {HARNESS}"),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

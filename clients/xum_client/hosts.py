@@ -337,8 +337,14 @@ def get_host(name: str, *, path: Path | None = None) -> HostEntry:
 
 
 def ssh_program() -> list[str]:
-    """The ssh to run: `$XUM_SSH` split as a shell would (tests: `ssh -F <config>`), else ssh."""
-    words = shlex.split(os.environ.get("XUM_SSH") or "ssh")
+    """The ssh to run: `$XUM_SSH` split as a shell would (tests: `ssh -F <config>`), else ssh.
+    The TypeScript client and the Neovim plugin split it by the same rules (POSIX `shlex`)."""
+    text = os.environ.get("XUM_SSH") or "ssh"
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        # An unclosed quote or a trailing backslash: a clear error, not a traceback.
+        raise HostConfigError(f"cannot split $XUM_SSH {text!r}: {exc}") from None
     return words or ["ssh"]
 
 

@@ -215,30 +215,45 @@ export function shellQuote(s: string): string {
   return "'" + s.replace(/'/g, `'"'"'`) + "'";
 }
 
-/** $XUM_SSH split as a shell would (quotes, backslashes), else `ssh`. */
+/**
+ * $XUM_SSH split as a shell would, else `ssh`: the rules of Python's `shlex.split` (the Python
+ * client's and the Neovim plugin's too): '...' literal; in "..." a backslash escapes only `"` and
+ * `\`; outside quotes it escapes any character. An unclosed quote or a trailing backslash is a
+ * HostConfigError, as in the Python client.
+ */
 export function sshProgram(env: Env = process.env): string[] {
   const text = env["XUM_SSH"] || "ssh";
+  const refuse = (why: string): never => {
+    throw new HostConfigError(`cannot split $XUM_SSH ${JSON.stringify(text)}: ${why}`);
+  };
   const words: string[] = [];
   let word: string | null = null;
   let quote: string | null = null;
   for (let i = 0; i < text.length; i++) {
     const c = text[i] as string;
-    if (quote !== null) {
+    if (quote === "'") {
       if (c === quote) quote = null;
-      else if (c === "\\" && quote === '"' && i + 1 < text.length) word = (word ?? "") + text[++i];
       else word = (word ?? "") + c;
+    } else if (quote === '"') {
+      if (c === quote) quote = null;
+      else if (c === "\\" && i + 1 < text.length) {
+        const next = text[++i] as string;
+        word = (word ?? "") + (next === '"' || next === "\\" ? next : c + next);
+      } else word = (word ?? "") + c;
     } else if (c === "'" || c === '"') {
       quote = c;
       word ??= "";
-    } else if (c === "\\" && i + 1 < text.length) {
+    } else if (c === "\\") {
+      if (i + 1 >= text.length) refuse("No escaped character");
       word = (word ?? "") + text[++i];
-    } else if (/\s/.test(c)) {
+    } else if (" \t\r\n".includes(c)) {
       if (word !== null) words.push(word);
       word = null;
     } else {
       word = (word ?? "") + c;
     }
   }
+  if (quote !== null) refuse("No closing quotation");
   if (word !== null) words.push(word);
   return words.length ? words : ["ssh"];
 }

@@ -4,18 +4,20 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { once } from "node:events";
-import { rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import {
   ConnectionLost,
+  HostConfigError,
   HostConnectionLost,
   HostKeyRefused,
   HostUnreachable,
   XumClient,
   loadHosts,
   sshCommand,
+  sshProgram,
   type HostEntry,
 } from "../src/index.js";
 import { repoRoot, shortTmpdir, until, withDaemon } from "./support/daemon.js";
@@ -46,6 +48,22 @@ test("the ssh command is the Python client's, word for word", () => {
     ),
   ) as string[];
   assert.deepEqual(sshCommand(entry, env), theirs);
+});
+
+test("$XUM_SSH is split as the Python client and the Neovim plugin split it", () => {
+  // The one table all three clients' tests read (tests/support/xum_ssh_cases.json).
+  const table = JSON.parse(readFileSync(join(repoRoot(), "tests", "support", "xum_ssh_cases.json"), "utf8")) as {
+    cases: { text: string; words?: string[]; error?: string }[];
+  };
+  assert.ok(table.cases.length > 0);
+  for (const { text, words, error } of table.cases) {
+    const env = { XUM_SSH: text };
+    if (error !== undefined) {
+      assert.throws(() => sshProgram(env), (err: unknown) => err instanceof HostConfigError && err.message.includes(error), text);
+    } else {
+      assert.deepEqual(sshProgram(env), words, text);
+    }
+  }
 });
 
 test("the hosts file `xum host add` writes is read the same", () => {

@@ -3,7 +3,7 @@
 -- The same command as the Python client's (xum_client.hosts.ssh_command):
 --   ssh -T -o BatchMode=yes [-o K=V ...] -- DEST 'sh' '-c' '<script>' 'xum' 'bridge' ['--root' R]
 -- where the script runs the xum `xum host install` put under the host's data directory, else
--- `xum` from PATH. $XUM_SSH replaces `ssh` (split on whitespace).
+-- `xum` from PATH. $XUM_SSH replaces `ssh` (split as a shell would: M.split_words).
 --
 -- setup{ host = ... } takes an entry { name, dest, remote_root?, ssh_options? } or a host's
 -- name, looked up in the hosts file with the local `xum host ls --json`.
@@ -64,13 +64,81 @@ function M.resolve(host)
   return nil, 'no host ' .. tostring(host) .. ' in the hosts file (`xum host ls`)'
 end
 
-function M.ssh_argv(entry)
-  local argv = {}
-  for word in (os.getenv('XUM_SSH') or 'ssh'):gmatch('%S+') do
-    argv[#argv + 1] = word
+-- `text` split into words as Python's shlex.split does (POSIX rules: '...' literal, "..." where
+-- a backslash escapes only " and \, a backslash outside quotes escapes any character), so that
+-- $XUM_SSH means the same words to every client (a path with a space in quotes stays one word).
+-- nil and a message for an unclosed quote or a trailing backslash.
+function M.split_words(text)
+  local words, word, quote = {}, nil, nil
+  local i, n = 1, #text
+  while i <= n do
+    local c = text:sub(i, i)
+    if quote == "'" then
+      if c == "'" then
+        quote = nil
+      else
+        word = word .. c
+      end
+    elseif quote == '"' then
+      if c == '"' then
+        quote = nil
+      elseif c == '\\' and i < n then
+        local nxt = text:sub(i + 1, i + 1)
+        word = word .. ((nxt == '"' or nxt == '\\') and nxt or (c .. nxt))
+        i = i + 1
+      else
+        word = word .. c
+      end
+    elseif c == "'" or c == '"' then
+      quote = c
+      word = word or ''
+    elseif c == '\\' then
+      if i == n then
+        return nil, 'No escaped character'
+      end
+      word = (word or '') .. text:sub(i + 1, i + 1)
+      i = i + 1
+    elseif c:match('^[ \t\r\n]$') then
+      if word then
+        words[#words + 1] = word
+      end
+      word = nil
+    else
+      word = (word or '') .. c
+    end
+    i = i + 1
   end
-  if #argv == 0 then
-    argv = { 'ssh' }
+  if quote then
+    return nil, 'No closing quotation'
+  end
+  if word then
+    words[#words + 1] = word
+  end
+  return words, nil
+end
+
+-- The ssh to run: $XUM_SSH split as a shell would, else `ssh`; nil and a message when it
+-- cannot be split.
+function M.ssh_program()
+  local text = os.getenv('XUM_SSH')
+  if text == nil or text == '' then
+    text = 'ssh'
+  end
+  local words, err = M.split_words(text)
+  if not words then
+    return nil, 'cannot split $XUM_SSH ' .. vim.inspect(text) .. ': ' .. err
+  end
+  if #words == 0 then
+    words = { 'ssh' }
+  end
+  return words, nil
+end
+
+-- The argv that runs the bridge on the host, or nil and a message.
+function M.ssh_argv(entry)
+  local argv, err = M.ssh_program()
+  if not argv then
+    return nil, err
   end
   vim.list_extend(argv, { '-T', '-o', 'BatchMode=yes' })
   local keys = vim.tbl_keys(entry.ssh_options or {})

@@ -102,7 +102,10 @@ end
 -- would be, its stdin written; stderr kept (bounded) to say why it ended.
 function Conn:_spawn(finish)
   local hostmod = require('xum.host')
-  local argv = hostmod.ssh_argv(self.host)
+  local argv, argv_err = hostmod.ssh_argv(self.host)
+  if not argv then
+    return finish(local_error('host_error', argv_err))
+  end
   local stdin, stdout, stderr = uv.new_pipe(false), uv.new_pipe(false), uv.new_pipe(false)
   self.pipe, self.wpipe, self.epipe = stdout, stdin, stderr
   self.stderr = ''
