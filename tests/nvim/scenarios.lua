@@ -515,6 +515,12 @@ local function fake_server(path, respond)
   return server
 end
 
+-- `fields` (a JSON object) with a `server` of this plugin's own release: a fake peer passes
+-- the release check (S.release tests the check itself).
+local function fake_hello(fields)
+  return fields:sub(1, -2) .. ',"server":{"name":"fake","version":"' .. require('xum.client').VERSION .. '"}}'
+end
+
 function S.bad_peers(T)
   local client = require('xum.client')
   local util = require('xum.util')
@@ -533,7 +539,7 @@ function S.bad_peers(T)
   local chatty = fake_server(dir .. '/chatty.sock', function(conn, data)
     for line in data:gmatch('[^\n]+') do
       local id, method = line:match('"id":(%d+)'), line:match('"method":"([%w%.]+)"')
-      local result = method == 'hello' and '{"protocol":"1.0","server":{"name":"fake","version":null},"root":null,"capabilities":[]}'
+      local result = method == 'hello' and fake_hello('{"protocol":"1.0","root":null,"capabilities":[]}')
         or '{"pid":7,"uptime_s":null}'
       local answer = '{"jsonrpc":"2.0","id":' .. id .. ',"result":' .. result .. '}\n'
       conn:write('not json at all\n[1,2\n\n{"jsonrpc":"2.0","id":9999,"result":{}}\n')
@@ -554,7 +560,7 @@ function S.bad_peers(T)
   T.check(serr == nil, 'garbage is skipped: ' .. vim.inspect(serr))
   T.eq(status.pid, 7, 'the answer to our id')
   T.eq(status.uptime_s, nil, 'a null result field is nil, not vim.NIL')
-  T.eq(client.hello.server.version, nil, 'a null hello field is nil')
+  T.eq(client.hello.root, nil, 'a null hello field is nil')
   chatty:close()
 
   -- late: the first daemon.status is answered after its deadline (dropped), the second at
@@ -564,7 +570,7 @@ function S.bad_peers(T)
     for line in data:gmatch('[^\n]+') do
       local id, method = line:match('"id":(%d+)'), line:match('"method":"([%w%.]+)"')
       if method == 'hello' then
-        conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":{"protocol":"1.0","server":{"name":"fake"}}}\n')
+        conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":' .. fake_hello('{"protocol":"1.0"}') .. '}\n')
       else
         late_count = late_count + 1
         local n = late_count
@@ -649,7 +655,7 @@ function S.epoch_change(T)
   local dir = vim.fn.tempname()
   vim.fn.mkdir(dir, 'p')
   local results = {
-    hello = '{"protocol":"1.1","server":{"name":"fake","version":null},"root":null,"capabilities":[]}',
+    hello = fake_hello('{"protocol":"1.1","root":null,"capabilities":[]}'),
     ['events.subscribe'] = '{"epoch":"e2","seq":5,"snapshot":{"projects":[],"workspaces":[]}}',
     ['cleanup.list'] = '{"obligations":[]}',
   }
@@ -683,6 +689,50 @@ function S.mismatch(T)
   T.eq(client.status, 'offline', 'not connected')
   -- no retry is scheduled (retrying cannot help another major version)
   T.check(not client.reconnecting(), 'no reconnect after a mismatch')
+end
+
+-- The daemon is of another xum release (major.minor): refused on the plugin's side with
+-- `version_mismatch`, the Python client's message word for word (XUM_TEST_MISMATCH: what the
+-- Python client says for 0.99.0 against this daemon), not retried; a patch release passes; a
+-- peer whose version cannot be read is refused too.
+function S.release(T)
+  local client = require('xum.client')
+  local util = require('xum.util')
+  local ours = client.VERSION
+  client.VERSION = '0.99.0'
+  local _, err = xum().call_sync('daemon.status', {}, 5000)
+  T.eq(util.kind(err), 'version_mismatch', 'the kind: ' .. vim.inspect(err))
+  T.eq(err.message, os.getenv('XUM_TEST_MISMATCH'), "the Python client's message")
+  T.eq(err.data.client_version, '0.99.0', 'data names ours')
+  T.eq(err.data.server_version, os.getenv('XUM_TEST_XUMD_VERSION'), 'and theirs')
+  T.eq(client.status, 'offline', 'not connected')
+  T.check(client.hello == nil, 'no hello kept from a refused daemon')
+  T.check(not client.reconnecting(), 'no reconnect after a mismatch')
+
+  local major, minor = client.release_line(ours)
+  client.VERSION = major .. '.' .. minor .. '.97'
+  local status, serr = xum().call_sync('daemon.status', {}, 5000)
+  T.check(serr == nil, 'a patch release is accepted: ' .. vim.inspect(serr))
+  T.eq(status.pid, tonumber(os.getenv('XUM_TEST_DAEMON_PID')), 'the daemon answered')
+  client.stop()
+  client.VERSION = ours
+
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir, 'p')
+  local unknown = fake_server(dir .. '/unknown.sock', function(conn, data)
+    for line in data:gmatch('[^\n]+') do
+      local id = line:match('"id":(%d+)')
+      conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":{"protocol":"1.1","server":{"name":"fake","version":"dev"},"root":"/r"}}\n')
+    end
+  end)
+  xum().setup({ socket = dir .. '/unknown.sock', reconnect = true, events = false })
+  _, err = xum().call_sync('daemon.status', {}, 5000)
+  T.eq(util.kind(err), 'version_mismatch', 'an unreadable version: ' .. vim.inspect(err))
+  T.eq(err.data.server_version, 'dev', 'named as sent')
+  T.eq(err.data.where, 'on /r', 'where: the root the daemon gave')
+  T.check(not client.reconnecting(), 'and not retried')
+  client.stop()
+  unknown:close()
 end
 
 -- The daemon dies (SIGKILL at a fault point) in the middle of :Xum archive: the command
