@@ -238,14 +238,46 @@ def test_a_host_with_another_python_gets_wheels_for_it_and_force_reinstalls(host
     link = host.data / "venv"
     assert (link / "lib" / "python3.12" / "site-packages" / "xum_client").is_dir()
 
-    # --force: a fresh venv beside the first, the link moved, the first one kept.
-    done = run_xum(host.env, "host", "install", "h", "--python", other, "--force", "--json")
+    # --force while a process runs from the first (as a daemon started before would): a fresh
+    # venv beside it, the link moved, the first kept, saying why.
+    ready = "import sys, pydantic_core; print('ready', flush=True); sys.stdin.read()"
+    user = subprocess.Popen(
+        [str(Path(first["venv"]) / "bin" / "python"), "-c", ready],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert user.stdout is not None and user.stdout.readline().strip() == "ready"
+        done = run_xum(host.env, "host", "install", "h", "--python", other, "--force", "--json")
+    finally:
+        assert user.stdin is not None
+        user.stdin.close()
+        user.wait(30)
     assert done.returncode == 0, done.stderr
     second = json.loads(done.stdout)
     assert second["changed"] is True and second["installed_before"] == xumd.__version__
     assert second["venv"] != first["venv"] and second["previous"] == first["venv"]
-    assert second["kept"] == [first["venv"]]
+    assert second["pruned"] == [] and second["kept"] == [first["venv"]]
+    assert second["why"] == {first["venv"]: f"in use by process {user.pid}"}
     assert link.resolve() == Path(second["venv"]) and Path(first["venv"]).is_dir()
+
+    # Once nothing runs from them, the next install removes both older ones, and never a
+    # directory someone made there by hand.
+    by_hand = host.data / "venvs" / "mine"
+    by_hand.mkdir()
+    done = run_xum(host.env, "host", "install", "h", "--python", other, "--force")
+    assert done.returncode == 0, done.stderr
+    third = link.resolve()
+    assert sorted(p.name for p in (host.data / "venvs").iterdir()) == sorted(["mine", third.name])
+    lines = done.stdout.strip().splitlines()
+    assert sorted(lines[1:]) == sorted(
+        [
+            f"removed the older {first['venv']}",
+            f"removed the older {second['venv']}",
+            f"kept {by_hand}: not made by xum host install (no .xum-host-install)",
+        ]
+    )
 
 
 def test_a_venv_made_by_hand_is_never_replaced(host: Host) -> None:

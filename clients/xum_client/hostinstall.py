@@ -20,7 +20,9 @@ host"):
    `--no-index --find-links`, checks `bin/xum --version`, and only then points the symlink
    `xum/venv` at it (rename: atomic, so a client never sees half an install). One install at a
    time per host (a lock file); a failed install removes its own directory and leaves the
-   previous one in place. Older version directories are kept (a running daemon may use them).
+   previous one in place. Then the older environments it made are pruned, unless a process
+   still uses one (a daemon started before: `hostprune`); one made by hand is never touched.
+   Linux hosts only (the wheel platform tags, and /proc for telling what is in use).
 
 Every child (pip, ssh) runs with a deadline; a deadline that passes kills it and says which step.
 """
@@ -526,6 +528,9 @@ try:
     target = tempfile.mkdtemp(prefix=version + "-", dir=venvs)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", target], check=True,
                    stdout=subprocess.DEVNULL)
+    # Ours: only an environment with this mark is ever pruned by a later install.
+    with open(os.path.join(target, MARKER), "w") as mark:
+        mark.write(version + "\\n")
     python = os.path.join(target, "bin", "python")
     done = subprocess.run(
         [python, os.path.join(staging, pips[-1], "pip"), "install", "--no-index",
@@ -546,21 +551,34 @@ try:
     fresh = os.path.join(data, ".venv-" + os.path.basename(target))
     os.symlink(os.path.relpath(target, data), fresh)
     os.replace(fresh, link)
+    # The link is the commit: from here on the new environment is the installed one, never
+    # removed as a failed install's, whatever fails after.
+    installed, target = target, None
     dirfd = os.open(data, os.O_RDONLY)
     try:
         os.fsync(dirfd)
     finally:
         os.close(dirfd)
-    kept = sorted(os.path.join(venvs, n) for n in os.listdir(venvs)
-                  if os.path.join(venvs, n) != target)
-    print("XUM-INSTALLED " + json.dumps({"venv": target, "link": link, "previous": previous,
-                                          "kept": kept, "python": sys.executable}), flush=True)
-    target = None
+    try:
+        pruning = prune(venvs, installed)
+    except Exception as exc:
+        others = sorted(os.path.join(venvs, n) for n in os.listdir(venvs)
+                        if os.path.join(venvs, n) != installed)
+        pruning = {"pruned": [], "kept": others,
+                   "why": {path: "not pruned: " + repr(exc) for path in others}}
+    print("XUM-INSTALLED " + json.dumps({"venv": installed, "link": link, "previous": previous,
+                                          "python": sys.executable, **pruning}), flush=True)
 finally:
     shutil.rmtree(staging, ignore_errors=True)
     if target is not None:
         shutil.rmtree(target, ignore_errors=True)
 """
+
+
+def _install_script() -> str:
+    """The install script as run on the host: hostprune's source, then the install itself."""
+    prune_source = Path(__file__).with_name("hostprune.py").read_text(encoding="utf-8")
+    return prune_source + _INSTALL_PY
 
 
 def _send_tar(stdin: Any, wheels: Sequence[Path]) -> None:
@@ -591,7 +609,7 @@ def push_and_install(
         python.path,
         "-c",
         "import base64,sys;exec(base64.b64decode(sys.argv.pop(1)))",
-        _b64(_INSTALL_PY),
+        _b64(_install_script()),
         version,
     )
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:

@@ -48,4 +48,9 @@ def register(cli: click.Group) -> None:
                 f"installed xum {result['version']} on host {name} "
                 f"({result['python']}) in {result['venv']}" + (f" (was {before})" if before else "")
             )
+            # Older environments: removed, or kept saying why (a daemon still runs from one).
+            for path in result.get("pruned", []):
+                human += f"\nremoved the older {path}"
+            for path in result.get("kept", []):
+                human += f"\nkept {path}: {result.get('why', {}).get(path, 'not pruned')}"
         obj.emit(result, human)
