@@ -8,10 +8,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -475,3 +477,117 @@ def test_a_killed_client_leaves_no_ssh(host_env: dict[str, str]) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+# -- commands that start or attach to a process, through a host --------------------------------
+
+
+@pytest.fixture
+def host_ws(host_env: dict[str, str], tmp_short: Path) -> str:
+    """An active workspace `repo/one` on host h1; its checkout path (the host's)."""
+    repo = make_repo(tmp_short / "repo")
+    xum_json(host_env, "--host", "h1", "project", "add", str(repo))
+    path: str = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")["workspace"]["path"]
+    return path
+
+
+def test_run_through_a_host_streams_forwards_stdin_and_exits_with_the_code(
+    host_env: dict[str, str], host_ws: str
+) -> None:
+    """`xum --host h1 run` runs on the host, in its checkout: output streamed back over the
+    bridge, stdin forwarded over a second bridge connection, the exit code the process's."""
+    done = subprocess.run(
+        [XUM, "--host", "h1", "run", "repo/one", "--", "sh", "-c", "echo start; pwd; cat; exit 7"],
+        input="hello\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **host_env},
+    )
+    assert done.returncode == 7, done.stderr
+    assert done.stdout == f"start\n{host_ws}\nhello\n"
+    # --detach: started there, the id printed, still running after the command returned.
+    started = xum(
+        host_env,
+        "--host",
+        "h1",
+        "run",
+        "--detach",
+        "--kind",
+        "agent",
+        "repo/one",
+        "--",
+        "sleep",
+        "600",
+    )
+    assert started.returncode == 0, started.stderr
+    process_id = started.stdout.strip()
+    listed = xum_json(host_env, "--host", "h1", "ps")["processes"]
+    assert [(p["id"], p["state"]) for p in listed] == [(process_id, "running")]
+    assert xum(host_env, "--host", "h1", "kill", process_id).returncode == 0
+
+
+def test_a_run_through_a_host_whose_cli_is_killed_leaves_no_orphan(
+    host_env: dict[str, str], host_ws: str
+) -> None:
+    """SIGKILL the CLI mid-run: both its ssh connections end, and the host's daemon stops the
+    foreground process its connection owned (`session`), as it would locally."""
+    cli = subprocess.Popen(
+        [XUM, "--host", "h1", "run", "repo/one", "--", "sh", "-c", "echo started; exec sleep 600"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, **host_env},
+        start_new_session=True,
+    )
+    try:
+        assert cli.stdout is not None and cli.stdout.readline() == b"started\n"
+        ssh = [identify(p.pid) for p in psutil.Process(cli.pid).children() if "ssh" in p.name()]
+        assert len(ssh) == 2, ssh  # the output connection and the stdin one
+        cli.kill()
+        cli.wait(30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait(30)
+    until(lambda: not any(alive(s) for s in ssh), 60, message="the CLI's ssh to exit")
+
+    def stopped() -> dict[str, Any] | None:
+        processes = xum_json(host_env, "--host", "h1", "ps", "--all")["processes"]
+        return processes[0] if processes and processes[0]["state"] == "exited" else None
+
+    process = until(stopped, 60, message="the daemon to stop the orphaned run")
+    assert process["exit"]["stop_reason"] == "session"
+
+
+def test_term_through_a_host_is_an_interactive_pty(host_env: dict[str, str], host_ws: str) -> None:
+    master, slave = os.openpty()
+    proc = subprocess.Popen(
+        [XUM, "--host", "h1", "term", "repo/one", "--shell", "/bin/sh"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**os.environ, **host_env},
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        sent = False
+        while b"hi-42" not in seen and time.monotonic() < deadline:
+            if not sent and seen:  # the shell's prompt: the terminal is attached
+                os.write(master, b"tty >/dev/null && echo hi-$((6*7)) && pwd; exit 5\n")
+                sent = True
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+        assert b"hi-42" in seen, seen
+        assert proc.wait(60) == 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        os.close(master)
