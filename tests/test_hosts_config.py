@@ -183,6 +183,25 @@ def test_xum_ssh_is_split_as_a_shell_would(
         assert hosts.ssh_program() == case["words"]
 
 
+SSH_FAILURES = Path(__file__).parent / "support" / "ssh_failures.json"
+
+
+def ssh_failures() -> dict[str, Any]:
+    """ssh exit statuses and stderr, and the kind and message each client gives them: the table
+    the Neovim and TypeScript tests hold their clients to as well."""
+    table: dict[str, Any] = json.loads(SSH_FAILURES.read_text())
+    return table
+
+
+@pytest.mark.parametrize("case", ssh_failures()["cases"], ids=lambda case: case["message"][:60])
+def test_an_ssh_failure_is_classified(case: dict[str, Any]) -> None:
+    from xum_client.sshlink import classify
+
+    entry = HostEntry(**ssh_failures()["entry"])
+    error = classify(entry, case["status"], case["stderr"])
+    assert (error.kind, str(error)) == (case["kind"], case["message"])
+
+
 def _fake_xum(bin_dir: Path, log: Path) -> None:
     bin_dir.mkdir(parents=True)
     script = bin_dir / "xum"

@@ -14,7 +14,7 @@ from xum_client.hosts import HostConfigError, HostEntry, add_host, ssh_command
 
 from tests.support.daemon import short_tmpdir
 from tests.support.sshd import ALIAS, ALIAS_DOWN, SshServer
-from tests.test_hosts_config import xum_ssh_cases
+from tests.test_hosts_config import ssh_failures, xum_ssh_cases
 from tests.test_nvim_plugin import NVIM, headless_nvim, run_scenario, world_in
 
 pytestmark = pytest.mark.skipif(
@@ -87,3 +87,30 @@ def test_the_plugins_ssh_command_is_the_python_clients(
             assert case["error"] in result["err"], (case, result)
         else:
             assert result == {"argv": ssh_command(entry), "err": None}, case
+
+
+def test_the_plugin_classifies_ssh_failures_as_the_python_client(tmp_short: Path) -> None:
+    """Kind and message word for word, for every case of the shared table."""
+    table = ssh_failures()
+    script = tmp_short / "classify.lua"
+    out = tmp_short / "classify.json"
+    script.write_text(
+        f"local table_ = vim.json.decode({json.dumps(json.dumps(table))})\n"
+        "local results = {}\n"
+        "for i, case in ipairs(table_.cases) do\n"
+        "  local kind, message = require('xum.host').classify(table_.entry, case.status, "
+        "case.stderr)\n"
+        "  results[i] = { kind = kind, message = message }\n"
+        "end\n"
+        f"vim.fn.writefile({{ vim.json.encode(results) }}, '{out}')\n"
+    )
+    done = subprocess.run(
+        headless_nvim(f"luafile {script}", "qa!"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    expected = [{"kind": c["kind"], "message": c["message"]} for c in table["cases"]]
+    assert json.loads(out.read_text()) == expected

@@ -76,6 +76,12 @@ export class HostKeyRefused extends HostError {
   override readonly kind = "host_key_refused";
 }
 
+/** ssh could not verify the host's key: unknown, or changed since it was accepted. */
+export class HostKeyUnverified extends HostError {
+  override name = "HostKeyUnverified";
+  override readonly kind = "host_key_unverified";
+}
+
 /** The host's shell found no xum (exit 127): `xum host install NAME`. */
 export class XumMissingOnHost extends HostError {
   override name = "XumMissingOnHost";
@@ -275,6 +281,48 @@ const STDERR_CAP = 64 * 1024;
 const EXIT_WAIT_MS = 5_000;
 const KEY_REFUSED = ["Permission denied", "Too many authentication failures"];
 
+/**
+ * The error for an ssh that ended before the daemon answered anything, from its exit status and
+ * stderr: the Python client's `sshlink.classify`, kind and message word for word (a shared table
+ * of cases holds both to it: tests/support/ssh_failures.json).
+ */
+export function classifyFailure(entry: HostEntry, status: number | null, stderr: string): HostError {
+  const lines = stderr.split("\n").map((l) => l.trim()).filter(Boolean);
+  const detail = lines[lines.length - 1] ?? "";
+  const name = entry.name;
+  const where = `host '${name}' (${entry.dest})`;
+  if (status === 255) {
+    if (stderr.includes("Host key verification failed") || stderr.includes("HOST IDENTIFICATION HAS CHANGED")) {
+      return new HostKeyUnverified(
+        `${where}: ssh could not verify the host's key (${detail}): it is unknown or has changed; ` +
+          `check it and accept it with \`ssh ${entry.dest}\` once`,
+        name,
+        status,
+        detail,
+      );
+    }
+    if (KEY_REFUSED.some((mark) => stderr.includes(mark))) {
+      return new HostKeyRefused(
+        `${where} refused the key: ${detail || "permission denied"} (ssh -v ${entry.dest} shows which keys were offered)`,
+        name,
+        status,
+        detail,
+      );
+    }
+    return new HostUnreachable(`${where} is unreachable: ${detail || "ssh failed"}`, name, status, detail);
+  }
+  if (status === 127) {
+    return new XumMissingOnHost(
+      `xum is not installed on ${where} (${detail || "command not found"}): install it with ` +
+        `\`xum host install ${name}\`, or put xum on the PATH of its non-interactive shell`,
+      name,
+      status,
+      detail,
+    );
+  }
+  return new BridgeFailed(`the bridge on ${where} failed (ssh exit ${String(status)}): ${detail || "no message"}`, name, status, detail);
+}
+
 /** One `ssh ... xum bridge` process; `stream` carries the NDJSON both ways. */
 export class HostLink {
   readonly stream: Duplex;
@@ -353,26 +401,7 @@ export class HostLink {
 
   /** Why the host could not be reached, from ssh's status and stderr (nothing ran there). */
   async failure(): Promise<HostError> {
-    const status = await this.status();
-    const lines = this.stderr.split("\n").map((l) => l.trim()).filter(Boolean);
-    const detail = lines[lines.length - 1] ?? "";
-    const name = this.entry.name;
-    const where = `host '${name}' (${this.entry.dest})`;
-    if (status === 255) {
-      if (KEY_REFUSED.some((mark) => this.stderr.includes(mark))) {
-        return new HostKeyRefused(`${where} refused the key: ${detail || "permission denied"}`, name, status, detail);
-      }
-      return new HostUnreachable(`${where} is unreachable: ${detail || "ssh failed"}`, name, status, detail);
-    }
-    if (status === 127) {
-      return new XumMissingOnHost(
-        `xum is not installed on ${where} (${detail || "command not found"}): install it with \`xum host install ${name}\``,
-        name,
-        status,
-        detail,
-      );
-    }
-    return new BridgeFailed(`the bridge on ${where} failed (ssh exit ${String(status)}): ${detail || "no message"}`, name, status ?? null, detail);
+    return classifyFailure(this.entry, (await this.status()) ?? null, this.stderr);
   }
 
   /** The error for calls in flight when the connection dropped: their outcome is unknown. */

@@ -15,6 +15,7 @@ import {
   HostKeyRefused,
   HostUnreachable,
   XumClient,
+  classifyFailure,
   loadHosts,
   sshCommand,
   sshProgram,
@@ -63,6 +64,19 @@ test("$XUM_SSH is split as the Python client and the Neovim plugin split it", ()
     } else {
       assert.deepEqual(sshProgram(env), words, text);
     }
+  }
+});
+
+test("an ssh failure is classified as the Python client and the Neovim plugin classify it", () => {
+  // The one table all three clients' tests read (tests/support/ssh_failures.json).
+  const table = JSON.parse(readFileSync(join(repoRoot(), "tests", "support", "ssh_failures.json"), "utf8")) as {
+    entry: HostEntry;
+    cases: { status: number; stderr: string; kind: string; message: string }[];
+  };
+  assert.ok(table.cases.length > 0);
+  for (const { status, stderr, kind, message } of table.cases) {
+    const error = classifyFailure(table.entry, status, stderr);
+    assert.deepEqual([error.kind, error.message], [kind, message]);
   }
 });
 

@@ -158,25 +158,37 @@ function M.ssh_argv(entry)
   return argv
 end
 
--- Why a host could not be reached, from ssh's exit status and last stderr line: the kind
--- (host_unreachable, host_key_refused, xum_missing, bridge_failed) and one line.
+-- Why a host could not be reached, from ssh's exit status and stderr: the kind
+-- (host_unreachable, host_key_refused, host_key_unverified, xum_missing, bridge_failed) and
+-- the message, those of the Python client's sshlink.classify word for word (a shared table of
+-- cases holds both to it: tests/support/ssh_failures.json).
 function M.classify(entry, code, stderr)
+  stderr = stderr or ''
   local detail = ''
-  for line in (stderr or ''):gmatch('[^\n]+') do
+  for line in stderr:gmatch('[^\n]+') do
     if line:find('%S') then
       detail = vim.trim(line)
     end
   end
-  local where = "host '" .. tostring(entry.name or entry.dest) .. "' (" .. entry.dest .. ')'
+  local name = tostring(entry.name or entry.dest)
+  local where = "host '" .. name .. "' (" .. entry.dest .. ')'
+  local function has(mark)
+    return stderr:find(mark, 1, true) ~= nil
+  end
   if code == 255 then
-    if (stderr or ''):find('Permission denied', 1, true) then
+    if has('Host key verification failed') or has('HOST IDENTIFICATION HAS CHANGED') then
+      return 'host_key_unverified', where .. ": ssh could not verify the host's key (" .. detail
+        .. '): it is unknown or has changed; check it and accept it with `ssh ' .. entry.dest .. '` once'
+    end
+    if has('Permission denied') or has('Too many authentication failures') then
       return 'host_key_refused', where .. ' refused the key: ' .. (detail ~= '' and detail or 'permission denied')
+        .. ' (ssh -v ' .. entry.dest .. ' shows which keys were offered)'
     end
     return 'host_unreachable', where .. ' is unreachable: ' .. (detail ~= '' and detail or 'ssh failed')
   end
   if code == 127 then
-    return 'xum_missing', 'xum is not installed on ' .. where .. ' (' .. detail .. '): `xum host install '
-      .. tostring(entry.name) .. '`'
+    return 'xum_missing', 'xum is not installed on ' .. where .. ' (' .. (detail ~= '' and detail or 'command not found')
+      .. '): install it with `xum host install ' .. name .. '`, or put xum on the PATH of its non-interactive shell'
   end
   return 'bridge_failed', 'the bridge on ' .. where .. ' failed (ssh exit ' .. tostring(code) .. '): '
     .. (detail ~= '' and detail or 'no message')
