@@ -331,3 +331,30 @@ def test_a_failed_install_on_the_host_leaves_nothing_half_made(host: Host, tmp_s
     assert not (host.data / "venv").exists()
     assert list((host.data / "venvs").iterdir()) == []
     assert not [p for p in host.data.iterdir() if p.name.startswith(".wheels-")]
+
+
+def test_a_host_that_never_answers_the_probe_is_stopped_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An ssh that connects and then hangs (played by a shell that sleeps, in ssh's place)."""
+    monkeypatch.setenv("XUM_SSH", "sh -c 'exec sleep 600' ssh")
+    with pytest.raises(hostinstall.HostInstallError) as caught:
+        hostinstall.probe_host(HostEntry("h", "box"), timeout=1)
+    assert str(caught.value) == (
+        "host h (box): no answer within 1s while asking which Python it has"
+    )
+
+
+def test_a_pip_that_never_finishes_is_stopped_at_its_deadline(tmp_short: Path) -> None:
+    """pip asking an index that accepts the connection and never answers."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as index:
+        index.bind(("127.0.0.1", 0))
+        index.listen(1)
+        url = f"http://127.0.0.1:{index.getsockname()[1]}/simple"
+        args = ["download", "--no-cache-dir", "--index-url", url, "--timeout", "600"]
+        args += ["--retries", "0", "-d", str(tmp_short), "xum-no-such-dist"]
+        with pytest.raises(hostinstall.HostInstallError) as caught:
+            hostinstall._run_pip(args, "fetching", 3)
+    assert str(caught.value) == "fetching: pip did not finish within 3s"

@@ -162,6 +162,22 @@ done
 """
 
 
+def _run_bounded(argv: list[str], timeout: float, late: str) -> subprocess.CompletedProcess[str]:
+    """Run `argv` (ssh or this Python's pip: an argv, no shell here) to its end, its output
+    captured; past `timeout` it is killed and the install fails with `late`."""
+    try:
+        return subprocess.run(  # noqa: S603 - argv, no shell; remote words are quoted
+            argv,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise HostInstallError(late) from None
+
+
 def _b64(code: str) -> str:
     return base64.b64encode(code.encode()).decode("ascii")
 
@@ -224,21 +240,12 @@ def parse_probe(text: str) -> Probe:
 def probe_host(
     entry: HostEntry, pythons: Sequence[str] = PYTHONS, timeout: float = PROBE_TIMEOUT_S
 ) -> Probe:
-    argv = _remote(entry, "sh", "-c", _PROBE_SH, "sh", _b64(_PROBE_PY), *pythons)
-    try:
-        done = subprocess.run(  # noqa: S603 - argv, no shell here; the remote words are quoted
-            argv,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        raise HostInstallError(
-            f"host {entry.name} ({entry.dest}): no answer within {timeout:.0f}s while asking "
-            "which Python it has"
-        ) from None
+    done = _run_bounded(
+        _remote(entry, "sh", "-c", _PROBE_SH, "sh", _b64(_PROBE_PY), *pythons),
+        timeout,
+        f"host {entry.name} ({entry.dest}): no answer within {timeout:.0f}s while asking "
+        "which Python it has",
+    )
     if done.returncode == hosts.EXIT_SSH_FAILED:
         # Nothing ran there: the same typed error (and exit status) as any command's.
         raise classify(entry, done.returncode, done.stderr)
@@ -386,18 +393,11 @@ def _constraints() -> str:
 
 
 def _run_pip(args: list[str], what: str, timeout: float) -> None:
-    argv = [sys.executable, "-m", "pip", *args]
-    try:
-        done = subprocess.run(  # noqa: S603 - this Python's pip, argv, no shell
-            argv,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        raise HostInstallError(f"{what}: pip did not finish within {timeout:.0f}s") from None
+    done = _run_bounded(
+        [sys.executable, "-m", "pip", *args],
+        timeout,
+        f"{what}: pip did not finish within {timeout:.0f}s",
+    )
     if done.returncode != 0:
         lines = [
             line.strip()
