@@ -26,8 +26,9 @@ from xum_client.errors import BridgeFailed, HostKeyRefused, HostUnreachable, Xum
 from xum_client.hosts import HostEntry, add_host
 from xumd.rootlock import read_holder
 
+from tests.lifecycle_helpers import commit_scripts
 from tests.support.daemon import short_tmpdir
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import make_repo
 from tests.support.procs import alive, identify
 from tests.support.sshd import ALIAS, ALIAS_BADKEY, ALIAS_DOWN, SshServer, stop_root_daemon
 from tests.support.wait import until
@@ -275,12 +276,7 @@ def _slow_teardown_workspace(tmp_short: Path) -> tuple[dict[str, Any], Path]:
     ctl.mkdir()
     os.mkfifo(ctl / "fifo")
     repo = make_repo(tmp_short / "repo")
-    (repo / ".xum").mkdir()
-    (repo / ".xum" / "config.toml").write_text(
-        f'[scripts]\nteardown = ["touch {ctl}/started && read line < {ctl}/fifo"]\n'
-    )
-    git(repo, "add", ".xum")
-    git(repo, "commit", "-q", "-m", "slow teardown")
+    commit_scripts(repo, teardown=f"touch {ctl}/started && read line < {ctl}/fifo")
     with Client(host="h1") as client:
         project = client.call("project.add", {"path": str(repo)})["project"]
         client.call("project.trust", {"project_id": project["id"]})
