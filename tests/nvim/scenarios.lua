@@ -17,15 +17,21 @@ local function by_name(name)
   end
 end
 
-local function connect(T)
+-- Connect; the error (nil: connected), once the attempt has ended.
+local function try_connect(T)
   local err_out, done = nil, false
   xum().connect(function(err)
     err_out, done = err, true
   end)
   T.wait_for(function()
     return done
-  end, 'the plugin to connect')
-  T.check(err_out == nil, 'connect failed: ' .. vim.inspect(err_out))
+  end, 'the connect attempt to end')
+  return err_out
+end
+
+local function connect(T)
+  local err = try_connect(T)
+  T.check(err == nil, 'connect failed: ' .. vim.inspect(err))
 end
 
 -- Connect + hello + subscribe; the cache holds the registered project.
@@ -1043,13 +1049,7 @@ function S.host(T)
   T.check(client.conn.pid ~= pid, 'a new ssh process')
   -- a host that is down: its kind and one line
   xum().setup({ host = { name = 'down', dest = os.getenv('XUM_TEST_SSH_DOWN') }, reconnect = false })
-  local err, done = nil, false
-  xum().connect(function(e)
-    err, done = e, true
-  end)
-  T.wait_for(function()
-    return done
-  end, 'the connect to a host that is down to fail')
+  local err = try_connect(T)
   T.check(err ~= nil, 'connecting to a host that is down failed')
   T.eq(util.kind(err), 'host_unreachable', 'kind')
   T.check(err.message:find("host 'down'", 1, true) and err.message:find('Connection refused', 1, true),
