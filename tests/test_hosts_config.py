@@ -338,6 +338,16 @@ def test_cli_ssh_that_cannot_run_is_one_clear_line(hosts_path: Path) -> None:
     )
 
 
+def test_cli_xum_ssh_that_cannot_be_split_is_one_clear_line(hosts_path: Path) -> None:
+    env = {"XUM_HOSTS_FILE": str(hosts_path), "XUM_SSH": "ssh -F '/tmp/my config"}
+    assert xum(env, "host", "add", "h", "alias").returncode == 0
+    done = xum(env, "--host", "h", "ws", "ls")
+    assert done.returncode == 1
+    assert done.stderr == (
+        "xum: cannot split $XUM_SSH \"ssh -F '/tmp/my config\": No closing quotation\n"
+    )
+
+
 ADDER = """
 import sys
 from xum_client.hosts import HostEntry, add_host
