@@ -344,7 +344,7 @@ def test_cli_xum_ssh_that_cannot_be_split_is_one_clear_line(hosts_path: Path) ->
     done = xum(env, "--host", "h", "ws", "ls")
     assert done.returncode == 1
     assert done.stderr == (
-        "xum: cannot split $XUM_SSH \"ssh -F '/tmp/my config\": No closing quotation\n"
+        'xum: cannot split $XUM_SSH "ssh -F \'/tmp/my config": No closing quotation\n'
     )
 
 
