@@ -587,3 +587,21 @@ def test_term_through_a_host_is_an_interactive_pty(host_env: dict[str, str], hos
             proc.kill()
             proc.wait(10)
         os.close(master)
+
+
+def test_a_proxy_commands_children_go_with_the_client(
+    host_env: dict[str, str], tmp_short: Path
+) -> None:
+    """ssh's ProxyCommand and what it starts run in ssh's process group: closing the client
+    stops that whole group, so nothing the proxy left behind outlives the connection."""
+    marker = tmp_short / "proxy-child.pid"
+    proxy = (
+        f"sh -c 'sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {marker}; "
+        "exec socat - TCP:127.0.0.1:%p'"
+    )
+    add_host(HostEntry("px", ALIAS, host_env["REMOTE_ROOT"], {"ProxyCommand": proxy}))
+    with Client(host="px") as client:
+        assert client.call("daemon.status")["root"] == host_env["REMOTE_ROOT"]
+        child = identify(int(marker.read_text()))
+        assert alive(child)
+    until(lambda: not alive(child), 30, message="the proxy's child to be stopped")

@@ -4,8 +4,11 @@ bridge` (a real sshd on loopback, tests/support/sshd.py) to a real xumd; the sce
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -42,6 +45,35 @@ def test_plugin_through_a_host_reconnects_and_names_a_host_down() -> None:
                     "XUM_HOSTS_FILE": str(hosts_file),
                 },
             )
+    finally:
+        server.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_what_a_proxy_command_left_goes_with_ssh(tmp_short: Path) -> None:
+    base = short_tmpdir("xumnp-")
+    server = SshServer(base)
+    marker = tmp_short / "proxy-child.pid"
+    try:
+        server.start()
+        with world_in(short_tmpdir("xumnv-")) as world:
+            try:
+                run_scenario(
+                    world,
+                    "host_proxy",
+                    env={
+                        **server.env(),
+                        "XUM_SOCKET": "<unset>",
+                        "XUM_TEST_SSH_ALIAS": ALIAS,
+                        "XUM_TEST_PROXY_MARKER": str(marker),
+                    },
+                )
+            except BaseException:
+                if marker.exists():
+                    # The scenario failed: the child it names may still run, and is ours.
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(marker.read_text()), signal.SIGKILL)
+                raise
     finally:
         server.close()
         shutil.rmtree(base, ignore_errors=True)

@@ -1057,4 +1057,37 @@ function S.host(T)
   T.check(not err.message:find('\n'), 'one line')
 end
 
+-- ssh's ProxyCommand leaves a child behind; the host's daemon stops, so ssh ends by itself
+-- (before the plugin closes anything): that child goes with ssh's group all the same.
+function S.host_proxy(T)
+  local client = require('xum.client')
+  local util = require('xum.util')
+  local marker = os.getenv('XUM_TEST_PROXY_MARKER')
+  xum().setup({
+    host = {
+      name = 'px',
+      dest = os.getenv('XUM_TEST_SSH_ALIAS'),
+      remote_root = os.getenv('XUM_ROOT'),
+      ssh_options = {
+        ProxyCommand = "sh -c 'sleep 600 </dev/null >/dev/null 2>&1 & echo $! > " .. marker
+          .. "; exec socat - TCP:127.0.0.1:%p'",
+      },
+    },
+    reconnect = false,
+    events = false,
+  })
+  connect(T)
+  local child = tonumber(vim.trim(table.concat(vim.fn.readfile(marker), '')))
+  local function gone()
+    return uv.kill(child, 0) ~= 0
+  end
+  T.check(not gone(), "the proxy's child runs while connected")
+  local _, err = xum().call_sync('daemon.shutdown', {}, 30000)
+  T.check(err == nil or util.kind(err) == 'disconnected', 'shutdown: ' .. vim.inspect(err))
+  T.wait_for(function()
+    return client.status == 'offline'
+  end, 'ssh to end by itself')
+  T.wait_for(gone, "the proxy's child to be stopped with ssh's group")
+end
+
 return S

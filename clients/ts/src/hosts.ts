@@ -344,6 +344,16 @@ export class HostLink {
     this.exited = new Promise((resolve) => {
       child.once("exit", (code) => {
         this.exitStatus = code;
+        // What ssh leaves in its group (a ProxyCommand's child) goes with it, whether ssh
+        // ended by itself or was stopped: the group's id stays reserved while any member
+        // lives, so this reaches only them (none left: ESRCH).
+        if (child.pid !== undefined) {
+          try {
+            process.kill(-child.pid, "SIGKILL");
+          } catch {
+            // nothing left in the group
+          }
+        }
         resolve(code);
       });
       child.once("error", () => {

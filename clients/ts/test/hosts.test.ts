@@ -208,3 +208,38 @@ test("ssh dying during a call: HostConnectionLost (outcome unknown), then it rec
     }, "the client's ssh to be gone");
   }, t);
 });
+
+test("what a ProxyCommand left behind goes with ssh, even when ssh ended first", async (t) => {
+  await withHost(async (sshd, env, daemon) => {
+    const marker = join(daemon.root, "..", "proxy-child.pid");
+    const entry: HostEntry = {
+      name: "px",
+      dest: sshd.alias,
+      remoteRoot: daemon.root,
+      sshOptions: {
+        ProxyCommand: `sh -c 'sleep 600 </dev/null >/dev/null 2>&1 & echo $! > ${marker}; exec socat - TCP:127.0.0.1:%p'`,
+      },
+    };
+    const client = await XumClient.connect({ host: entry, env, reconnect: false, connectTimeoutMs: 30_000 });
+    const child = Number(readFileSync(marker, "utf8").trim());
+    const gone = (): boolean => {
+      try {
+        process.kill(child, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    };
+    try {
+      assert.ok(!gone(), "the proxy's child runs while connected");
+      // The host's daemon stops: the bridge ends, then ssh, by itself (before any close()).
+      const ended = once(client, "disconnect");
+      await client.call("daemon.shutdown", {}).catch(() => undefined);
+      await ended;
+      await until(gone, "the proxy's child to be stopped with ssh's group");
+    } finally {
+      await client.close();
+      if (!gone()) process.kill(child, "SIGKILL");
+    }
+  }, t);
+});

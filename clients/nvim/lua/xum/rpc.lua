@@ -115,6 +115,12 @@ function Conn:_spawn(finish)
     detached = true,
   }, function(code)
     self.exit_code = code
+    -- What ssh leaves in its group (a ProxyCommand's child) goes with it, whether ssh ended by
+    -- itself or was stopped: the group's id stays reserved while any member lives, so this
+    -- reaches only them (none left: an error, ignored).
+    if self.pid then
+      pcall(uv.kill, -self.pid, 'sigkill')
+    end
     if self.proc then
       close_handle(self.proc)
     end
