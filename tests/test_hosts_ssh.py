@@ -594,6 +594,8 @@ def test_a_proxy_commands_children_go_with_the_client(
 ) -> None:
     """ssh's ProxyCommand and what it starts run in ssh's process group: closing the client
     stops that whole group, so nothing the proxy left behind outlives the connection."""
+    if shutil.which("socat") is None:
+        pytest.skip("socat is not installed (apt-get install socat)")
     marker = tmp_short / "proxy-child.pid"
     proxy = (
         f"sh -c 'sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {marker}; "

@@ -51,6 +51,8 @@ def test_plugin_through_a_host_reconnects_and_names_a_host_down() -> None:
 
 
 def test_what_a_proxy_command_left_goes_with_ssh(tmp_short: Path) -> None:
+    if shutil.which("socat") is None:
+        pytest.skip("socat is not installed (apt-get install socat)")
     base = short_tmpdir("xumnp-")
     server = SshServer(base)
     marker = tmp_short / "proxy-child.pid"

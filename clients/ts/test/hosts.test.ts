@@ -210,6 +210,12 @@ test("ssh dying during a call: HostConnectionLost (outcome unknown), then it rec
 });
 
 test("what a ProxyCommand left behind goes with ssh, even when ssh ended first", async (t) => {
+  try {
+    execFileSync("sh", ["-c", "command -v socat"], { stdio: "ignore" });
+  } catch {
+    t.skip("socat is not installed (apt-get install socat)");
+    return;
+  }
   await withHost(async (sshd, env, daemon) => {
     const marker = join(daemon.root, "..", "proxy-child.pid");
     const entry: HostEntry = {
