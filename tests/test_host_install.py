@@ -358,3 +358,26 @@ def test_a_pip_that_never_finishes_is_stopped_at_its_deadline(tmp_short: Path) -
         with pytest.raises(hostinstall.HostInstallError) as caught:
             hostinstall._run_pip(args, "fetching", 3)
     assert str(caught.value) == "fetching: pip did not finish within 3s"
+
+
+def test_ssh_ending_mid_install_says_the_outcome_is_unknown(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection drops (ssh's 255) with no word from the install script: it may have
+    finished on the host, so the message must not say it failed. (An "ssh" that reads the
+    wheels, then ends as a dropped connection does.)"""
+    monkeypatch.setenv(
+        "XUM_SSH", "sh -c 'cat >/dev/null; echo \"Connection reset by peer\" >&2; exit 255' ssh"
+    )
+    wheel = tmp_short / "x-1-py3-none-any.whl"
+    wheel.write_bytes(b"not really a wheel")
+    python = HostPython(
+        "/usr/bin/python3", (3, 11, 0), "cpython", "linux-x86_64", "glibc", None, ""
+    )
+    with pytest.raises(hostinstall.HostInstallError) as caught:
+        hostinstall.push_and_install(HostEntry("h", "box"), python, [wheel])
+    assert str(caught.value) == (
+        "host h (box): ssh ended while installing (Connection reset by peer): the install may or "
+        "may not have finished there; run `xum host install h` again to see (it does nothing "
+        "when this version is in place)"
+    )

@@ -644,6 +644,16 @@ def push_and_install(
         if line.startswith("XUM-INSTALLED ") and code == 0:
             result: dict[str, Any] = json.loads(line.removeprefix("XUM-INSTALLED "))
             return result
+    if code == hosts.EXIT_SSH_FAILED:
+        # The connection ended with no word from the install: it may have finished there (the
+        # link moved) or not. Saying "failed" could be false; running it again says which.
+        tail = [line.strip() for line in (stderr or stdout).splitlines() if line.strip()]
+        raise HostInstallError(
+            f"host {entry.name} ({entry.dest}): ssh ended while installing "
+            f"({tail[-1] if tail else 'no message'}): the install may or may not have finished "
+            f"there; run `xum host install {entry.name}` again to see (it does nothing when "
+            "this version is in place)"
+        )
     raise _ssh_failure(entry, "installing", code, stderr or stdout)
 
 
