@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from xum_client import hostinstall
-from xum_client.hostprune import MARKER, prune, user_of
+from xum_client.hostprune import MARKER, filesystem_of, prune, shared_filesystem, user_of
 
 
 def make_venv(venvs: Path, name: str, *, ours: bool = True) -> Path:
@@ -113,6 +113,49 @@ def test_a_prefix_is_not_a_parent(tmp_short: Path) -> None:
     with running([str(interpreter), "-c", ready]):
         result = prune(str(venvs), str(current))
     assert result["pruned"] == [str(old)] and result["kept"] == [str(sibling)]
+
+
+def test_the_filesystem_of_a_path_is_its_longest_mount() -> None:
+    table = "\n".join(
+        [
+            "22 1 0:21 / / rw - ext4 /dev/sda1 rw",
+            "23 22 0:22 / /home rw - nfs4 srv:/home rw",
+            "24 23 0:23 / /home/me\\040x/fast rw - tmpfs tmpfs rw",
+            "25 22 0:24 / /mnt/box rw - fuse.sshfs me@box: rw",
+            "not a mountinfo line",
+        ]
+    )
+    assert filesystem_of("/home/me/.local/share/xum/venvs", table) == "nfs4"
+    assert filesystem_of("/home/me x/fast/venvs", table) == "tmpfs"  # an escaped space
+    assert filesystem_of("/home/me x/fastest", table) == "nfs4"  # a prefix, not a parent
+    assert filesystem_of("/mnt/box/xum", table) == "fuse.sshfs"
+    assert filesystem_of("/srv", table) == "ext4"
+    assert filesystem_of("/srv", "") is None
+
+
+def test_on_a_shared_filesystem_nothing_is_removed(tmp_short: Path) -> None:
+    """A home shared by several machines (NFS): a process on another one is not in this /proc,
+    so no environment is removed there. The mount table says where `venvs` is: this one puts
+    it on NFS (a real network mount cannot be made here); an unreadable one is fail-closed."""
+    venvs = tmp_short / "venvs"
+    current = make_venv(venvs, "0.2.0-cur")
+    old = make_venv(venvs, "0.1.0-old")
+    mountinfo = tmp_short / "mountinfo"
+    mountinfo.write_text(
+        f"22 1 0:21 / / rw - ext4 /dev/sda1 rw\n23 22 0:22 / {venvs} rw - nfs4 srv:/v rw\n"
+    )
+    assert shared_filesystem(str(venvs), str(mountinfo)) == "nfs4"
+    result = prune(str(venvs), str(current), str(mountinfo))
+    assert result["pruned"] == [] and result["kept"] == [str(old)]
+    assert result["why"] == {
+        str(old): "on a nfs4 filesystem: a process on another machine may use it"
+    }
+    missing = str(tmp_short / "no-mountinfo")
+    assert prune(str(venvs), str(current), missing)["kept"] == [str(old)]
+    assert old.is_dir()
+    # This machine's own mount table (the temp directory is local): removed.
+    assert shared_filesystem(str(venvs)) is None
+    assert prune(str(venvs), str(current))["pruned"] == [str(old)]
 
 
 def test_the_install_script_carries_the_prune_code() -> None:

@@ -14,6 +14,9 @@ An environment under `xum/venvs/` is removed only when all of these hold:
   through the link shows its real path there), as its executable, or in its memory maps (a
   loaded extension module). That is read from /proc: where /proc cannot be read, nothing is
   removed (fail closed).
+- the environments are not on a network or FUSE filesystem (NFS, CIFS, sshfs, ...): a home
+  directory shared by several machines shares `xum/venvs/` too, and a process on another machine
+  is not in this one's /proc. There, nothing is removed (each is kept, saying why).
 Removal renames the directory to `.prune-<name>` first (one atomic step: no half-removed
 environment is left under a name that looks usable), then deletes it; a `.prune-*` left by a
 crash is deleted on the next run.
@@ -27,6 +30,76 @@ import shutil
 MARKER = ".xum-host-install"
 """The file `xum host install` writes into each environment it makes."""
 PRUNING = ".prune-"
+
+
+SHARED_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "ncpfs",
+        "afs",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "9p",
+        "virtiofs",
+        "orangefs",
+        "ocfs2",
+        "gfs2",
+    }
+)
+"""Filesystem types another machine may have mounted too (and every FUSE one: sshfs, ...)."""
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes a space, a tab, a newline and a backslash as \040, \011, \012, \134.
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def filesystem_of(path: str, mountinfo: str) -> str | None:
+    """The type of the filesystem `path` (absolute, symlinks resolved) is on, by the text of a
+    mountinfo file (the mount whose point is the longest prefix of `path`); None if no line
+    names one."""
+    best, kind = -1, None
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right.split():
+            continue
+        point = _unescape(fields[4])
+        inside = point in ("/", path) or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, kind = len(point), right.split()[0]
+    return kind
+
+
+def shared_filesystem(path: str, mountinfo_path: str = MOUNTINFO) -> str | None:
+    """Why `path` may be seen by other machines (its filesystem's type), or None when it is
+    local; a mount table that cannot be read counts as shared (fail closed)."""
+    try:
+        with open(mountinfo_path, encoding="utf-8", errors="replace") as handle:
+            kind = filesystem_of(os.path.realpath(path), handle.read())
+    except OSError:
+        return "unknown"
+    if kind is None:
+        return "unknown"
+    if kind in SHARED_FILESYSTEMS or kind == "fuse" or kind.startswith("fuse."):
+        return kind
+    return None
 
 
 def user_of(path: str) -> int | None:
@@ -62,13 +135,14 @@ def user_of(path: str) -> int | None:
     return None
 
 
-def prune(venvs: str, current: str) -> dict[str, object]:
+def prune(venvs: str, current: str, mountinfo_path: str = MOUNTINFO) -> dict[str, object]:
     """Remove the environments under `venvs` that the rules above allow; `current` is the one
     the link points at. Returns `{"pruned": [paths], "kept": [paths], "why": {path: reason}}`."""
     pruned: list[str] = []
     kept: list[str] = []
     why: dict[str, str] = {}
     current = os.path.realpath(current)
+    shared = shared_filesystem(venvs, mountinfo_path)
     for name in sorted(os.listdir(venvs)):
         path = os.path.join(venvs, name)
         if name.startswith(PRUNING):
@@ -77,7 +151,9 @@ def prune(venvs: str, current: str) -> dict[str, object]:
             continue
         if os.path.realpath(path) == current:
             continue
-        if os.path.islink(path) or not os.path.isdir(path):
+        if shared is not None:
+            reason = f"on a {shared} filesystem: a process on another machine may use it"
+        elif os.path.islink(path) or not os.path.isdir(path):
             reason = "not a directory made by xum host install"
         elif not os.path.isfile(os.path.join(path, MARKER)):
             reason = "not made by xum host install (no " + MARKER + ")"
