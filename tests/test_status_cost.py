@@ -10,23 +10,16 @@ from typing import Any
 
 import pytest
 from xumd.app import App
-from xumd.bootstrap import install_features
-from xumd.config import DaemonConfig
-from xumd.paths import RootPaths
 from xumd.store import Store
 from xumd.store.memo import StoreMemo
+
+from tests.support.inproc import installed_app
 
 
 @pytest.fixture
 def app(tmp_short: Path) -> Iterator[App]:
-    store = Store(tmp_short / "state.db")
-    store.migrate()
-    try:
-        app = App(RootPaths(tmp_short), DaemonConfig(), store)
-        install_features(app)
+    with installed_app(tmp_short) as app:
         yield app
-    finally:
-        store.close()
 
 
 def details(app: App) -> dict[str, Any]:

@@ -30,16 +30,14 @@ from xum_client.sync import Client
 from xum_protocol.cursor import list_cursor, parse_list_cursor
 from xum_protocol.models.workspace import WorkspaceListParams, WorkspaceListResult
 from xumd.app import App
-from xumd.bootstrap import install_features
-from xumd.config import DaemonConfig
 from xumd.lifecycle import listing
 from xumd.lifecycle.service import WorkspaceService
-from xumd.paths import RootPaths
 from xumd.store import Store
 
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, short_tmpdir
 from tests.support.gitrepo import make_repo
+from tests.support.inproc import installed_app
 from tests.test_cli_daemon import xum
 
 P1, P2 = "prj_00000000000000a1", "prj_00000000000000a2"
@@ -51,14 +49,8 @@ T0 = 1_764_000_000.25
 
 @pytest.fixture
 def app(tmp_short: Path) -> Iterator[App]:
-    store = Store(tmp_short / "state.db")
-    store.migrate()
-    try:
-        app = App(RootPaths(tmp_short), DaemonConfig(), store)
-        install_features(app)
+    with installed_app(tmp_short) as app:
         yield app
-    finally:
-        store.close()
 
 
 def _ws(store: Store, n: int, **cols: Any) -> str:
