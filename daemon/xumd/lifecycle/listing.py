@@ -26,6 +26,7 @@ from xum_protocol.cursor import list_cursor, parse_list_cursor
 
 from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.status import status_of
+from xumd.lifecycle import rows
 from xumd.store import Store
 
 _RUNTIMES = frozenset({"worktree", "directory"})
@@ -54,7 +55,6 @@ _SELECT = (
     " EXISTS (SELECT 1 FROM cleanup_obligations o WHERE o.workspace_id = w.id) AS x_obs"
     " FROM workspaces w"
 )
-_ORDER = " ORDER BY w.created_at, w.id"
 
 
 PAGE_BYTES = 4 * 1024 * 1024
@@ -88,14 +88,7 @@ class JsonResult(BaseModel):
 
 
 def _where(project_id: str | None, state: str | None, after: str | None) -> tuple[str, list[Any]]:
-    sql = " WHERE 1=1"
-    args: list[Any] = []
-    if project_id is not None:
-        sql += " AND w.project_id = ?"
-        args.append(project_id)
-    if state is not None:
-        sql += " AND w.state = ?"
-        args.append(state)
+    sql, args = rows.workspace_filter(project_id, state)
     if after is not None:
         # Keyset paging on the listing order: rows created or removed between pages move no
         # other row across the cursor, and the cursor's own row need not exist any more.
@@ -119,7 +112,7 @@ def select(
     cursor of the next page (None when this one ends the listing). Synchronous and without an
     await between the two queries: no write lands between them (one connection, one loop)."""
     where, args = _where(project_id, state, after)
-    sql = _SELECT + where + _ORDER
+    sql = _SELECT + where + rows.LISTING_ORDER
     if limit is not None:
         sql += " LIMIT ?"
         args.append(limit + 1)  # one more row says whether a next page exists
