@@ -12,8 +12,10 @@ ls` fetch every page.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +32,13 @@ from xum_client.sync import Client
 from xum_protocol.cursor import list_cursor, parse_list_cursor
 from xum_protocol.models.workspace import WorkspaceListParams, WorkspaceListResult
 from xumd.app import App
+from xumd.bootstrap import install_features
+from xumd.config import DaemonConfig
 from xumd.lifecycle import listing
 from xumd.lifecycle.service import WorkspaceService
+from xumd.paths import RootPaths
 from xumd.store import Store
+from xumd.store.db import _migrations, latest_schema_version
 
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, short_tmpdir
@@ -159,7 +165,8 @@ def _hostile_mix(store: Store) -> int:
         ws(state="creating", interrupted=1, interrupted_reason="daemon stopped mid-create")
         ws(state="restoring", handle_id="h_1", owner_workspace_id=plain)
         ws(state="archiving", created_at=T0 + 1000, updated_at=T0 + 1000)
-        # Same creation time: the id orders them, and a cursor between them must hold.
+        # Same creation time, ids out of order: the listing keeps the order they were written
+        # in, and a cursor between them must hold.
         ws(id="ws_00000000000000fe", created_at=T0 + 500)
         ws(id="ws_00000000000000fd", created_at=T0 + 500)
         ws(id="ws_00000000000000ff", created_at=T0 + 500, project_id=P2)
@@ -311,16 +318,36 @@ def test_listing_runs_a_fixed_number_of_statements(app: App) -> None:
     )
 
 
+def _time_cursor(created_at: float, workspace_id: str) -> str:
+    """A cursor the way daemons before the listing sequence made it (creation time, id)."""
+    raw = f"{float(created_at)!r}\n{workspace_id}".encode()
+    return "c1." + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
 def test_cursor_round_trips_and_refuses_what_it_did_not_make() -> None:
-    cursor = list_cursor(T0, "ws_0123456789abcdef")
-    assert parse_list_cursor(cursor) == (T0, "ws_0123456789abcdef")
-    assert parse_list_cursor(list_cursor(1764000100, "x")) == (1764000100.0, "x")
+    for seq in (0, 1, 7, 2**63 - 1):
+        assert parse_list_cursor(list_cursor(seq)) == seq
+    old = _time_cursor(T0, "ws_0123456789abcdef")
+    assert parse_list_cursor(old) == (T0, "ws_0123456789abcdef")
+    assert parse_list_cursor(_time_cursor(1764000100, "x")) == (1764000100.0, "x")
     for bad in [
         "",
         "ws_0123456789abcdef",
+        "7",
+        "c2.",
+        "c2.-1",
+        "c2.+1",
+        "c2.01",
+        "c2.1.5",
+        "c2. 1",
+        "c2.1 ",
+        "c2.\u0661",  # an Arabic-Indic digit: a digit to str.isdigit, not one the daemon writes
+        "c2.9223372036854775808",  # past SQLite's INTEGER
+        "c2." + "9" * 5000,  # past int()'s digit limit: still this error, not another
+        "c3.1",
         "c1.",
         "c1.$$$",
-        "c2." + cursor[3:],
+        "c2." + old[3:],
         "c1.bm90IGEgY3Vyc29y",  # base64 of text without the separator
         "c1.bmFuCndzXzE",  # nan
         "c1.aW5mCndzXzE",  # inf
@@ -371,7 +398,7 @@ def test_daemon_pages_concatenate_under_every_filter(world: dict[str, Any]) -> N
         ids = [w["id"] for w in full["workspaces"]]
         assert ids, filters
         created = [w["created_at"] for w in full["workspaces"]]
-        assert created == sorted(created), "documented order: creation time, then id"
+        assert created == sorted(created), "creation order (the clock did not step back here)"
         for limit in (1, 2, 3, len(ids), len(ids) + 5):
             pages = _pages(daemon, limit, **filters)
             assert [i for page in pages for i in page] == ids, (filters, limit)
@@ -440,8 +467,7 @@ def test_a_cursor_of_another_listing_resumes_from_its_place(world: dict[str, Any
     cursor of the unfiltered one: the workspaces after it that match."""
     daemon: DaemonProcess = world["daemon"]
     everything = daemon.call("workspace.list")["workspaces"]
-    mid = everything[2]
-    cursor = list_cursor(mid["created_at"], mid["id"])
+    cursor = daemon.call("workspace.list", {"limit": 3})["next"]
     project = world["projects"][1]
     got = daemon.call("workspace.list", {"project_id": project, "after": cursor})["workspaces"]
     assert [w["id"] for w in got] == [w["id"] for w in everything[3:] if w["project_id"] == project]
@@ -463,7 +489,7 @@ def test_python_clients_iterate_every_page(world: dict[str, Any]) -> None:
         client.call = spy  # type: ignore[method-assign]
         assert [w["id"] for w in client.iter_workspaces(page=2)] == full
         assert len(asked) == -(-len(full) // 2) and all(p["limit"] == 2 for p in asked)
-        assert "after" not in asked[0] and all(p["after"].startswith("c1.") for p in asked[1:])
+        assert "after" not in asked[0] and all(p["after"].startswith("c2.") for p in asked[1:])
         client.call = call  # type: ignore[method-assign]
         assert [w["id"] for w in client.iter_workspaces({"project_id": project}, 1)] == mine
         with pytest.raises(ValueError, match="page size"):
@@ -501,7 +527,7 @@ def test_cli_ws_ls_fetches_all_pages_and_one_with_limit(world: dict[str, Any]) -
 
     human = runner.invoke(cli_main, ["--root", str(daemon.root), "ws", "ls", "--limit", "1"])
     assert human.exit_code == 0, human.output
-    assert full[0]["name"] in human.output and "--after c1." in human.output
+    assert full[0]["name"] in human.output and "--after c2." in human.output
 
     # The real entry point: usage errors are exit 2 with a message naming the option.
     done = xum("--root", str(daemon.root), "ws", "ls", "--limit", "0")
@@ -524,10 +550,54 @@ def test_cursors_past_either_end(app: App) -> None:
     count = _hostile_mix(app.store)
     svc = app.get(WorkspaceService)
     full = _direct(svc)["workspaces"]
-    beyond = _direct(svc, limit=5, after=list_cursor(T0 + 10**9, "ws_ffffffffffffffff"))
+    beyond = _direct(svc, limit=5, after=list_cursor(2**63 - 1))
     assert beyond == {"workspaces": [], "next": None}
-    before = _direct(svc, after=list_cursor(0.0, "ws_0"))
+    before = _direct(svc, after=list_cursor(0))
     assert before["workspaces"] == full and len(full) == count
+
+
+def test_rows_of_an_earlier_schema_keep_their_order_and_its_cursors_resume(
+    tmp_short: Path,
+) -> None:
+    """A database from before the listing sequence (schema 11), its rows inserted out of their
+    creation order: migration 0012 numbers them in the order they were listed in (creation
+    time, then id), a cursor that daemon made resumes at the same place, and a workspace
+    created after the upgrade comes last, even with an earlier clock."""
+    db = tmp_short / "state.db"
+    raw = sqlite3.connect(db)
+    for number, _, sql in _migrations():
+        if number <= 11:
+            raw.executescript(f"BEGIN;\n{sql}\nPRAGMA user_version={number};\nCOMMIT;")
+    raw.close()
+    store = Store(db)
+    try:
+        with store.transaction():
+            _projects(store)
+            # Inserted in this order; listed before the upgrade by (created_at, id).
+            for n, created in ((1, T0 + 5), (2, T0 + 1), (3, T0 + 5), (4, T0 + 3), (5, T0)):
+                _ws(store, n, id=f"ws_{6 - n:016x}", created_at=created)
+        old_order = [
+            (r["created_at"], r["id"])
+            for r in store.all("SELECT * FROM workspaces ORDER BY created_at, id")
+        ]
+        assert store.migrate() == latest_schema_version()
+        app = App(RootPaths(tmp_short), DaemonConfig(), store)
+        install_features(app)
+        svc = app.get(WorkspaceService)
+        assert [w["id"] for w in _direct(svc)["workspaces"]] == [i for _, i in old_order]
+        with store.transaction():
+            late = _ws(store, 9, created_at=T0 - 60)
+        ids = [i for _, i in old_order] + [late]
+        assert [w["id"] for w in _direct(svc)["workspaces"]] == ids
+        for index, (created, ws_id) in enumerate(old_order):
+            assert _walk(svc, 2, _time_cursor(created, ws_id)) == ids[index + 1 :]
+        # A place between rows (its row was removed before the upgrade) resumes after it too,
+        # and places past either end give everything after them.
+        assert _walk(svc, 1, _time_cursor(T0 + 2, "ws_x")) == ids[2:]
+        assert _walk(svc, 2, _time_cursor(T0 + 10**9, "ws_f")) == [late]
+        assert _walk(svc, 2, _time_cursor(0.0, "ws_0")) == ids
+    finally:
+        store.close()
 
 
 def test_cli_listing_with_a_pre_paging_daemon_asks_unpaged(world: dict[str, Any]) -> None:
@@ -552,3 +622,37 @@ def test_cli_listing_with_a_pre_paging_daemon_asks_unpaged(world: dict[str, Any]
         assert asked == [{}] and result["workspaces"]
         with pytest.raises(click.UsageError, match=r"protocol 1\.2"):
             list_workspaces(client, {}, 5, None)
+
+
+def _walk(svc: WorkspaceService, limit: int, after: str | None, **filters: Any) -> list[str]:
+    """The ids of every page from `after` on."""
+    seen: list[str] = []
+    while True:
+        page = _direct(svc, limit=limit, **filters, **({"after": after} if after else {}))
+        seen += [w["id"] for w in page["workspaces"]]
+        after = page["next"]
+        if after is None:
+            return seen
+
+
+def test_a_workspace_created_with_an_earlier_clock_between_pages_is_not_skipped(
+    app: App,
+) -> None:
+    """The wall clock stepped back (NTP, a VM resumed) between two pages: the workspace created
+    then has a `created_at` before the cursor's. The listing order is the order the daemon
+    recorded the workspaces, not their clock, so it comes on a later page like any new one."""
+    with app.store.transaction():
+        _projects(app.store)
+        for n in range(1, 7):
+            _ws(app.store, n)
+    svc = app.get(WorkspaceService)
+    first = _direct(svc, limit=3)
+    seen = [w["id"] for w in first["workspaces"]]
+    with app.store.transaction():
+        stepped = _ws(app.store, 90, created_at=T0 - 3600, updated_at=T0 - 3600)
+        equal = _ws(app.store, 91, id="ws_0000000000000000", created_at=T0 + 3)
+    seen += _walk(svc, 2, first["next"])
+    assert seen == [f"ws_{n:016x}" for n in range(1, 7)] + [stepped, equal]
+    # The unpaged listing (and the model path) has the same order: pages concatenate to it.
+    assert [w["id"] for w in _direct(svc)["workspaces"]] == seen
+    assert [w.id for w in svc.list_workspaces(None, None)] == seen

@@ -1,7 +1,8 @@
 // `workspace.list` page by page (protocol 1.2): every workspace, a bounded answer at a time.
 // Each page asks for `page` workspaces after the previous answer's `next` cursor; the listing
-// ends when `next` is null. The daemon pages by keyset on the listing order (creation time, then
-// id), so a workspace created or removed between pages neither repeats nor hides another.
+// ends when `next` is null. The daemon pages by keyset on the listing order (creation order, a
+// number that only grows), so a workspace created or removed between pages neither repeats nor
+// hides another.
 
 import type { WorkspaceInfo, WorkspaceListParams } from "./generated/protocol.js";
 import type { XumClient } from "./client.js";

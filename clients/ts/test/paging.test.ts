@@ -20,7 +20,7 @@ test("iterWorkspaces walks every page of workspace.list", async () => {
       assert.equal(full.length, 5);
       const first = await client.call("workspace.list", { limit: 2 });
       assert.equal(first.workspaces.length, 2);
-      assert.match(first.next ?? "", /^c1\./);
+      assert.match(first.next ?? "", /^c2\./);
 
       const asked: unknown[] = [];
       const spy = {

@@ -41,9 +41,9 @@ _COLUMNS = (
     " last_cleanup, handle_id, owner_workspace_id, auto_archive, auto_archive_outcome,"
     " created_at, updated_at"
 )
-_ID, _CREATED_AT = 0, 20
+_ID = 0
 _ENV, _SETUP_OUTPUT, _LAST_CLEANUP, _OUTCOME, _PATH = 23, 12, 15, 19, 4
-_OBS = 24
+_OBS, _SEQ = 24, 25
 # Ports as "position:port" pairs (group_concat's order is unspecified before SQLite 3.44: the
 # position sorts them here), the environment's JSON text, and whether any obligation exists.
 _SELECT = (
@@ -52,7 +52,8 @@ _SELECT = (
     + ", (SELECT group_concat(p.position || ':' || p.port) FROM workspace_ports p"
     "  WHERE p.workspace_id = w.id) AS x_ports,"
     " (SELECT e.env FROM workspace_env e WHERE e.workspace_id = w.id) AS x_env,"
-    " EXISTS (SELECT 1 FROM cleanup_obligations o WHERE o.workspace_id = w.id) AS x_obs"
+    " EXISTS (SELECT 1 FROM cleanup_obligations o WHERE o.workspace_id = w.id) AS x_obs,"
+    " w.listing_seq"
     " FROM workspaces w"
 )
 
@@ -90,13 +91,24 @@ class JsonResult(BaseModel):
 def _where(project_id: str | None, state: str | None, after: str | None) -> tuple[str, list[Any]]:
     sql, args = rows.workspace_filter(project_id, state)
     if after is not None:
-        # Keyset paging on the listing order: rows created or removed between pages move no
-        # other row across the cursor, and the cursor's own row need not exist any more.
-        created_at, workspace_id = parse_list_cursor(after)
-        # A row value: SQLite seeks the (created_at, id) index to it, where the OR form
-        # scans every row of an equal creation time.
-        sql += " AND (w.created_at, w.id) > (?, ?)"
-        args += [created_at, workspace_id]
+        # Keyset paging on the listing order (the number each workspace got when it was
+        # recorded, which only grows): rows created or removed between pages move no other row
+        # across the cursor, a new row always comes after it whatever its clock said, and the
+        # cursor's own row need not exist any more.
+        place = parse_list_cursor(after)
+        if isinstance(place, int):
+            sql += " AND w.listing_seq > ?"
+            args.append(place)
+        else:
+            # An earlier daemon's cursor, a place in (creation time, id): migration 0012
+            # numbered the rows that daemon knew in that order, so the place is after the last
+            # of those at or before it (a later row's clock says nothing of where it was).
+            sql += (
+                " AND w.listing_seq > (SELECT coalesce(max(listing_seq), 0) FROM workspaces"
+                " WHERE listing_seq <= (SELECT numbered FROM workspace_listing_counter)"
+                " AND (created_at, id) <= (?, ?))"
+            )
+            args += list(place)
     return sql, args
 
 
@@ -131,7 +143,7 @@ def select(
         if len(found) > keep:
             found = found[:keep]
             last = found[-1]
-            following = list_cursor(last[_CREATED_AT], last[_ID])
+            following = list_cursor(last[_SEQ])
     wanted = [r[_ID] for r in found if r[_OBS]]
     obligations: dict[str, list[ObligationRow]] = {}
     if wanted:
@@ -229,6 +241,7 @@ def row_json(
         updated_at,
         x_ports,
         x_env,
+        _,
         _,
     ) = row
     ports = _ports(x_ports)

@@ -137,8 +137,10 @@ def workspace_by_name(store: Store, project_id: str, name: str) -> WorkspaceRow 
     return WorkspaceRow.of(row) if row else None
 
 
-LISTING_ORDER = " ORDER BY w.created_at, w.id"
-"""The order of every workspace listing (`list_workspaces`, `workspace.list`), on `workspaces w`."""
+LISTING_ORDER = " ORDER BY w.listing_seq"
+"""The order of every workspace listing (`list_workspaces`, `workspace.list`), on `workspaces w`:
+the order the daemon recorded them in (store migration 0012), which is creation order whatever
+the wall clock did meanwhile."""
 
 
 def workspace_filter(project_id: str | None, state: str | None) -> tuple[str, list[Any]]:
