@@ -656,3 +656,125 @@ def test_a_workspace_created_with_an_earlier_clock_between_pages_is_not_skipped(
     # The unpaged listing (and the model path) has the same order: pages concatenate to it.
     assert [w["id"] for w in _direct(svc)["workspaces"]] == seen
     assert [w.id for w in svc.list_workspaces(None, None)] == seen
+
+
+# -- a real daemon under changes between pages ------------------------------------------------
+
+LIBFAKETIME = next(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"), None)
+
+
+def _walk_daemon(
+    daemon: DaemonProcess,
+    limit: int,
+    between: Iterator[None] | None = None,
+    **filters: Any,
+) -> list[str]:
+    """Every page's ids, running the next step of `between` after each page that has a next."""
+    seen: list[str] = []
+    after: str | None = None
+    while True:
+        params = {**filters, "limit": limit, **({"after": after} if after else {})}
+        page = daemon.call("workspace.list", params)
+        seen += [w["id"] for w in page["workspaces"]]
+        after = page["next"]
+        if after is None:
+            return seen
+        if between is not None:
+            next(between, None)
+
+
+def test_a_workspace_created_after_the_clock_stepped_back_is_on_a_later_page() -> None:
+    """A real daemon whose wall clock steps back an hour (libfaketime, the clock being the one
+    thing a test cannot step for real) between two pages: the workspace it creates then carries
+    the earlier `created_at`, and the listing still shows it, after the others."""
+    if LIBFAKETIME is None:
+        pytest.skip("libfaketime not installed (/usr/lib/*/faketime/; Debian package faketime)")
+    tmp = short_tmpdir("xumc-")
+    spec = tmp / "faketime"
+    spec.write_text("+0\n")
+    env = {
+        "LD_PRELOAD": str(LIBFAKETIME),
+        "FAKETIME_TIMESTAMP_FILE": str(spec),
+        "FAKETIME_NO_CACHE": "1",  # read the file on every call: the step lands at once
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",  # deadlines keep their real clock
+    }
+    daemon = DaemonProcess(tmp / "root", env=env).start()
+    try:
+        project = add_project(daemon, make_repo(tmp / "one"))["id"]
+        made = [
+            create(daemon, project, f"w{i}", runtime="directory")["workspace"] for i in range(4)
+        ]
+
+        def step_back() -> Iterator[None]:
+            spec.write_text("-3600\n")
+            made.append(create(daemon, project, "stepped", runtime="directory")["workspace"])
+            yield
+
+        seen = _walk_daemon(daemon, 2, step_back())
+        stepped = made[-1]
+        assert stepped["created_at"] < min(w["created_at"] for w in made[:-1]) - 3000
+        assert seen == [w["id"] for w in made]
+        full = daemon.call("workspace.list")["workspaces"]
+        assert [w["id"] for w in full] == seen
+    finally:
+        daemon.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_archive_unarchive_rename_remove_create_between_pages() -> None:
+    """Every page of a real daemon's listing, with a structural change after each page: a
+    workspace is listed at most once, every one that was there throughout exactly once and in
+    its place, a removed one not yet reached never, a new one at the end; under a `state`
+    filter, one that stayed in that state throughout exactly once."""
+    tmp = short_tmpdir("xumi-")
+    daemon = DaemonProcess(tmp / "root").start()
+    try:
+        projects = [add_project(daemon, make_repo(tmp / n))["id"] for n in ("one", "two")]
+        ids = [
+            create(daemon, projects[i % 2], f"w{i}", runtime="directory")["workspace"]["id"]
+            for i in range(10)
+        ]
+        daemon.call("workspace.archive", {"workspace_id": ids[1]})
+        daemon.call("workspace.archive", {"workspace_id": ids[7]})
+        removed: list[str] = []
+        created: list[str] = []
+
+        def changes() -> Iterator[None]:
+            # after page 1 (ids 0-2 seen): one seen and one ahead change state, one ahead goes
+            daemon.call("workspace.archive", {"workspace_id": ids[0]})
+            daemon.call("workspace.archive", {"workspace_id": ids[5]})
+            daemon.call("workspace.remove", {"workspace_id": ids[4], "force": True})
+            removed.append(ids[4])
+            yield
+            # after page 2: a new one, a rename ahead, an unarchive ahead
+            new = create(daemon, projects[0], "late", runtime="directory")["workspace"]["id"]
+            created.append(new)
+            daemon.call("workspace.rename", {"workspace_id": ids[8], "name": "renamed"})
+            daemon.call("workspace.unarchive", {"workspace_id": ids[7]})
+            yield
+            # after page 3: the one the cursor came from goes, another comes
+            daemon.call("workspace.remove", {"workspace_id": ids[9], "force": True})
+            created.append(
+                create(daemon, projects[1], "later", runtime="directory")["workspace"]["id"]
+            )
+
+        seen = _walk_daemon(daemon, 3, changes())
+        assert len(seen) == len(set(seen)), "a workspace was listed twice"
+        assert seen == [i for i in ids if i not in removed[:1]] + created
+        # Filtered by state: the ones active throughout come once each, in order.
+        for ws_id in (ids[0], ids[5]):
+            daemon.call("workspace.unarchive", {"workspace_id": ws_id})
+        active_throughout = [i for i in ids if i not in (ids[1], ids[4], ids[7], ids[9])]
+
+        def state_changes() -> Iterator[None]:
+            daemon.call("workspace.archive", {"workspace_id": ids[7]})  # ahead: leaves
+            daemon.call("workspace.unarchive", {"workspace_id": ids[1]})  # behind: too late
+            yield
+
+        seen = _walk_daemon(daemon, 2, state_changes(), state="active")
+        assert len(seen) == len(set(seen)), "a workspace was listed twice"
+        assert [i for i in seen if i in active_throughout] == active_throughout
+        assert ids[7] not in seen and ids[1] not in seen
+    finally:
+        daemon.close()
+        shutil.rmtree(tmp, ignore_errors=True)
