@@ -333,13 +333,19 @@ def test_background_run_resumes_after_a_crash(root: Path, repo: Path) -> None:
         daemon.close()
 
 
-def test_a_second_run_while_one_runs_is_busy(root: Path, repo: Path, tmp_short: Path) -> None:
-    """One gc run at a time: a background run held inside its archive makes `gc.run` refuse
-    `busy` at once; the held run then finishes."""
+def _held_daemon(root: Path, tmp_short: Path, point: str) -> tuple[DaemonProcess, Path]:
+    """A daemon with the gc policies that pauses at the hold `point` (tests/support/holds.py),
+    and the directory its holds are signalled in."""
     write_config(root, POLICIES)
     holds = tmp_short / "holds"
     holds.mkdir()
-    daemon = DaemonProcess(root, env=hold_env(ARCHIVE_HOLD, holds)).start()
+    return DaemonProcess(root, env=hold_env(point, holds)).start(), holds
+
+
+def test_a_second_run_while_one_runs_is_busy(root: Path, repo: Path, tmp_short: Path) -> None:
+    """One gc run at a time: a background run held inside its archive makes `gc.run` refuse
+    `busy` at once; the held run then finishes."""
+    daemon, holds = _held_daemon(root, tmp_short, ARCHIVE_HOLD)
     try:
         project = add_project(daemon, repo)
         wid = _merged_workspace(daemon, repo, project["id"], "held")
@@ -360,10 +366,7 @@ def test_a_workspace_unarchived_after_the_plan_is_not_removed(
     """A run plans, then collects item by item: a workspace the user unarchives while an
     earlier item is collected is no longer what the plan selected (archived), and the run
     leaves it, reported `invalid_state`, instead of removing an active workspace."""
-    write_config(root, POLICIES)
-    holds = tmp_short / "holds"
-    holds.mkdir()
-    daemon = DaemonProcess(root, env=hold_env(REMOVE_HOLD, holds)).start()
+    daemon, holds = _held_daemon(root, tmp_short, REMOVE_HOLD)
     try:
         project = add_project(daemon, repo)
         first = create(daemon, project["id"], "first")["workspace"]["id"]
