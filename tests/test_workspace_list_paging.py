@@ -778,3 +778,38 @@ def test_archive_unarchive_rename_remove_create_between_pages() -> None:
     finally:
         daemon.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("bad_next", [5, ["c2.1"], {"c": 1}, "same"])
+def test_python_paging_refuses_a_next_that_would_end_or_loop_the_listing(bad_next: Any) -> None:
+    """A daemon that answers a `next` that is no cursor (or the cursor it was given) is broken:
+    both iterators raise, rather than report a listing cut short as complete or loop for ever.
+    The daemon is a stand-in here: a real one never answers so."""
+    from xum_client.paging import aiter_workspaces, iter_workspaces
+
+    asked: list[dict[str, Any]] = []
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        asked.append(params)
+        if "after" not in params:
+            return {"workspaces": [{"id": "ws_1"}], "next": "same"}
+        return {"workspaces": [{"id": "ws_2"}], "next": bad_next}
+
+    def call(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert method == "workspace.list"
+        return answer(params)
+
+    async def acall(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return call(method, params)
+
+    match = "same cursor twice" if bad_next == "same" else "no cursor"
+    with pytest.raises(RuntimeError, match=match):
+        list(iter_workspaces(call, page=1))
+
+    async def walk() -> None:
+        async for _ in aiter_workspaces(acall, page=1):
+            pass
+
+    with pytest.raises(RuntimeError, match=match):
+        anyio.run(walk)
+    assert [p.get("after") for p in asked] == [None, "same"] * 2
