@@ -80,3 +80,19 @@ def test_memo_recomputes_after_a_change_or_its_max_age(app: App) -> None:
     insert_interrupted_workspace(app.store)
     assert memo() == 3
     assert memo() == 3
+
+
+def test_memo_keeps_a_value_that_is_none(app: App) -> None:
+    """A provider whose answer is None (nothing to report) is memoized like any other answer,
+    not recomputed at every poll."""
+    calls: list[int] = []
+
+    def compute() -> None:
+        calls.append(1)
+
+    memo = StoreMemo(app.store, compute, clock=lambda: 100.0)
+    for _ in range(5):
+        assert memo() is None
+    assert calls == [1]
+    insert_interrupted_workspace(app.store)
+    assert memo() is None and calls == [1, 1]
