@@ -230,6 +230,23 @@ def test_unknown_key_is_reported(gcd: DaemonProcess, repo: Path) -> None:
     assert "no longer planned" in result["skipped"][0]["reason"]
 
 
+def test_a_key_no_plan_can_hold_is_invalid_params(gcd: DaemonProcess, repo: Path) -> None:
+    """A key that is not `<action>:<what>` is refused before anything runs, a background run
+    included (never recorded), and the valid keys beside it are not collected either."""
+    project = add_project(gcd, repo)
+    wid = create(gcd, project["id"], "old")["workspace"]["id"]
+    gcd.call("workspace.archive", {"workspace_id": wid})
+    _advance(gcd, 8)
+    good = f"remove_archived:{wid}"
+    assert good in _keys(gcd.call("gc.plan"))
+    for bad in ("bogus:ws_00000000000000cd", "archive_merged", "remove_archived:"):
+        for background in (False, True):
+            error = rpc_error(gcd, "gc.run", {"keys": [good, bad], "background": background})
+            assert error.kind == "invalid_params" and repr(bad) in error.message
+    assert gcd.call("workspace.get", {"workspace_id": wid})["workspace"]["state"] == "archived"
+    assert good in _keys(gcd.call("gc.plan"))
+
+
 def test_crash_mid_gc_is_settled_by_recovery(root: Path, repo: Path) -> None:
     """SIGKILL inside the gc's archive (after its snapshot, before its commit): the restarted
     daemon's startup pass settles the workspace (never left `archiving`), nothing of its work is
