@@ -532,9 +532,15 @@ def test_cli_ws_ls_fetches_all_pages_and_one_with_limit(world: dict[str, Any]) -
     # The real entry point: usage errors are exit 2 with a message naming the option.
     done = xum("--root", str(daemon.root), "ws", "ls", "--limit", "0")
     assert done.returncode == 2 and "--limit" in done.stderr, done.stderr
-    done = xum("--root", str(daemon.root), "ws", "ls", "--after", "bogus")
-    assert done.returncode == 2, done.stderr
-    assert "--after" in done.stderr and "not a workspace.list cursor" in done.stderr
+    for bogus in ("bogus", "c2.x", "c1.$$$", "c9.", "c0.1", "c9.a b"):
+        done = xum("--root", str(daemon.root), "ws", "ls", "--after", bogus)
+        assert done.returncode == 2, (bogus, done.stderr)
+        assert "--after" in done.stderr and "not a workspace.list cursor" in done.stderr
+    # A cursor of a later form (a newer daemon's, through --host) is the daemon's to judge:
+    # this one answers invalid_params, not the CLI a usage error.
+    done = xum("--root", str(daemon.root), "--json", "ws", "ls", "--after", "c9.bmV3ZXI")
+    assert done.returncode not in (0, 2), done.stderr
+    assert "invalid_params" in done.stdout + done.stderr
 
 
 def test_event_snapshot_lists_the_workspaces_as_workspace_list(world: dict[str, Any]) -> None:

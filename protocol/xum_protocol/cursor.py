@@ -19,6 +19,8 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _CURSOR_PREFIX = "c2."
 _TIME_CURSOR_PREFIX = "c1."
 _SEQ_MAX = 2**63 - 1  # SQLite's INTEGER
+# Any form, this one or a later one: a version, a dot, URL-safe text.
+_ANY_FORM_RE = re.compile(r"c[1-9][0-9]*\.[A-Za-z0-9_-]+")
 
 
 def list_cursor(seq: int) -> str:
@@ -62,3 +64,12 @@ def parse_list_cursor(cursor: str) -> int | tuple[float, str]:
     if not math.isfinite(created_at) or when != repr(created_at):
         raise bad
     return created_at, workspace_id
+
+
+def check_given_cursor(cursor: str) -> None:
+    """What a client checks of a cursor it was handed, before it connects: a form it knows is
+    checked whole (ValueError as `parse_list_cursor`); one of a later form (a newer daemon's,
+    through `--host`) only for the shape every form has, and left to the daemon to judge."""
+    known = cursor.startswith((_CURSOR_PREFIX, _TIME_CURSOR_PREFIX))
+    if known or not _ANY_FORM_RE.fullmatch(cursor):
+        parse_list_cursor(cursor)
