@@ -25,7 +25,7 @@ CREATE TRIGGER workspaces_listing_seq AFTER INSERT ON workspaces
 BEGIN
     UPDATE workspace_listing_counter SET last = last + 1;
     UPDATE workspaces SET listing_seq = (SELECT last FROM workspace_listing_counter)
-        WHERE id = NEW.id;
+        WHERE rowid = NEW.rowid;
 END;
 
 DROP INDEX workspaces_listing;
