@@ -33,6 +33,7 @@ from xum_protocol.cursor import list_cursor, parse_list_cursor
 from xum_protocol.models.workspace import WorkspaceListParams, WorkspaceListResult
 from xumd.app import App
 from xumd.bootstrap import install_features
+from xumd.cleanup import obligations
 from xumd.config import DaemonConfig
 from xumd.lifecycle import listing
 from xumd.lifecycle.service import WorkspaceService
@@ -290,6 +291,33 @@ def test_a_page_is_cut_at_its_byte_budget_and_next_continues(app: App) -> None:
     assert got == full
     assert len(sizes) == 3, sizes  # 160 rows of ~64 KiB: 10 MiB in pages of at most 4 MiB
     assert max(sizes) <= listing.PAGE_BYTES + 128 * 1024, sizes
+
+
+def test_a_page_counts_its_cleanup_errors_against_its_byte_budget(app: App) -> None:
+    """Workspaces whose cleanup is pending with a full diagnostic tail each (a filesystem that
+    refuses every removal): the status shows ~4,000 characters per row that no column of the
+    row holds. A page of 10,000 must still stop near PAGE_BYTES, well under a client's 16 MiB
+    frame cap, and the pages still concatenate to the listing."""
+    tail = ("rm: cannot remove 'x': Device or resource busy " * 90)[: obligations.ERROR_LIMIT]
+    with app.store.transaction():
+        _projects(app.store)
+        for n in range(1, 4501):
+            ws_id = _ws(app.store, n, state="removing")
+            _ob(app.store, ws_id, 0, state="pending", last_error=tail)
+    svc = app.get(WorkspaceService)
+    got: list[dict[str, Any]] = []
+    after: str | None = None
+    sizes: list[int] = []
+    while True:
+        page = _direct(svc, limit=10_000, **({"after": after} if after else {}))
+        sizes.append(len(orjson.dumps(page)))
+        got += page["workspaces"]
+        after = page["next"]
+        if after is None:
+            break
+    assert got == _direct(svc)["workspaces"] and len(got) == 4500
+    assert got[0]["last_cleanup"]["last_error"] == tail
+    assert len(sizes) > 1 and max(sizes) <= listing.PAGE_BYTES + 128 * 1024, sizes
 
 
 def test_listing_runs_a_fixed_number_of_statements(app: App) -> None:

@@ -67,14 +67,18 @@ _ROW_BYTES = 1024
 """The estimate of a row's fixed part (ids, path, names, times, the setup and cleanup objects)."""
 
 
-def _estimate(row: Any) -> int:
+def _estimate(row: Any, obligations: list[ObligationRow] | None) -> int:
     """About the JSON size of a row's answer: the fixed part plus its free-size text columns
-    (already JSON or plain text, about their size once serialised)."""
+    (already JSON or plain text, about their size once serialised), and the text its cleanup
+    status takes from its obligations (a last error keeps up to 4,000 characters of diagnostic
+    tail, which no column of the row holds)."""
     size = _ROW_BYTES
     for column in (_ENV, _SETUP_OUTPUT, _LAST_CLEANUP, _OUTCOME, _PATH):
         value = row[column]
         if isinstance(value, str):
             size += len(value)
+    for ob in obligations or ():
+        size += len(ob.id) + len(ob.last_error or "") + len(ob.reason or "")
     return size
 
 
@@ -131,12 +135,18 @@ def select(
     cursor = store.execute(sql, args)
     cursor.row_factory = None  # plain tuples (see _COLUMNS)
     found: list[tuple[Any, ...]] = cursor.fetchall()
+    # The obligations of every row read, before the page is cut: their text counts against the
+    # page's bytes. (The row read past `limit` only says whether a next page exists: its
+    # obligations are read for nothing, and it is dropped below.)
+    obligations = _obligations(
+        store, found, where, args, paged=limit is not None or after is not None
+    )
     following = None
     if limit is not None:
         keep = min(len(found), limit)
         total = 0
         for index in range(keep):
-            total += _estimate(found[index])
+            total += _estimate(found[index], obligations.get(found[index][_ID]))
             if total > PAGE_BYTES and index > 0:
                 keep = index  # this row starts the next page
                 break
@@ -144,11 +154,18 @@ def select(
             found = found[:keep]
             last = found[-1]
             following = list_cursor(last[_SEQ])
+    return found, obligations, following
+
+
+def _obligations(
+    store: Store, found: list[tuple[Any, ...]], where: str, args: list[Any], *, paged: bool
+) -> dict[str, list[ObligationRow]]:
+    """The obligations of the rows in `found` that have any, by workspace, in one query."""
     wanted = [r[_ID] for r in found if r[_OBS]]
     obligations: dict[str, list[ObligationRow]] = {}
     if wanted:
         # The same rows and order as `Obligations.for_workspace`, for every listed workspace.
-        if limit is None and after is None:
+        if not paged:
             ob_sql = (
                 "SELECT o.* FROM cleanup_obligations o JOIN workspaces w ON w.id = o.workspace_id"
                 + where
@@ -163,7 +180,7 @@ def select(
             ob_args = [json.dumps(wanted)]
         for ob in store.all(ob_sql, ob_args):
             obligations.setdefault(ob["workspace_id"], []).append(ObligationRow.of(ob))
-    return found, obligations, following
+    return obligations
 
 
 def _plain_path(text: Any) -> bool:
