@@ -523,6 +523,8 @@ def test_run_through_a_host_streams_forwards_stdin_and_exits_with_the_code(
     assert xum(host_env, "--host", "h1", "kill", process_id).returncode == 0
 
 
+# ~10 s (a workspace made through ssh, then a run killed and waited out): reliability suite.
+@pytest.mark.reliability
 def test_a_run_through_a_host_whose_cli_is_killed_leaves_no_orphan(
     host_env: dict[str, str], host_ws: str
 ) -> None:
