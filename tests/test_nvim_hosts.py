@@ -13,7 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from xum_client.errors import VersionMismatch
 from xum_client.hosts import HostConfigError, HostEntry, add_host, ssh_command
+from xum_client.sync import CLIENT_VERSION, release_context
 
 from tests.support.daemon import short_tmpdir
 from tests.support.sshd import ALIAS, ALIAS_DOWN, SshServer
@@ -148,3 +150,31 @@ def test_the_plugin_classifies_ssh_failures_as_the_python_client(tmp_short: Path
     assert done.returncode == 0, done.stderr
     expected = [{"kind": c["kind"], "message": c["message"]} for c in table["cases"]]
     assert json.loads(out.read_text()) == expected
+
+
+def test_the_plugins_release_check_through_a_host_is_the_python_clients(tmp_short: Path) -> None:
+    """The message for a host's daemon of another release, word for word (where it runs, and
+    `xum host install` as the fix)."""
+    out = tmp_short / "mismatch.json"
+    script = tmp_short / "mismatch.lua"
+    script.write_text(
+        "local client = require('xum.client')\n"
+        "local err = client.check_release({ server = { version = '9.9.0' } }, "
+        "{ name = 'h', dest = 'me@h', remote_root = '/srv/x' })\n"
+        "local ok = client.check_release({ server = { version = client.VERSION } }, "
+        "{ name = 'h', dest = 'me@h' })\n"
+        f"vim.fn.writefile({{ vim.json.encode({{ err = err, ok = ok or vim.NIL }}) }}, '{out}')\n"
+    )
+    done = subprocess.run(
+        headless_nvim(f"luafile {script}", "qa!"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    expected = VersionMismatch(CLIENT_VERSION, "9.9.0", *release_context("/srv/x", "h"))
+    assert result["err"]["message"] == str(expected)
+    assert result["err"]["data"] == {"kind": "version_mismatch", **expected.data}
+    assert result["ok"] is None
