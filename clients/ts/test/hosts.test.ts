@@ -14,6 +14,7 @@ import {
   HostConnectionLost,
   HostKeyRefused,
   HostUnreachable,
+  VersionMismatch,
   XumClient,
   classifyFailure,
   loadHosts,
@@ -24,8 +25,8 @@ import {
 import { repoRoot, shortTmpdir, until, withDaemon } from "./support/daemon.js";
 import { pythonCommand, startSshd, type Sshd } from "./support/sshd.js";
 
-function python(code: string, env: Record<string, string> = {}): string {
-  return execFileSync(pythonCommand(), ["-c", code], {
+function python(code: string, env: Record<string, string> = {}, args: string[] = []): string {
+  return execFileSync(pythonCommand(), ["-c", code, ...args], {
     cwd: repoRoot(),
     env: { ...process.env, ...env },
     encoding: "utf8",
@@ -247,5 +248,23 @@ test("what a ProxyCommand left behind goes with ssh, even when ssh ended first",
       await client.close();
       if (!gone()) process.kill(child, "SIGKILL");
     }
+  }, t);
+});
+
+test("a host's daemon of another release: the Python client's message, naming the host and the fix", async (t) => {
+  await withHost(async (_sshd, env, daemon) => {
+    const refused = await XumClient.connect({ host: "h", env, reconnect: false, connectTimeoutMs: 30_000, clientVersion: "0.99.0" }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    assert.ok(refused instanceof VersionMismatch, String(refused));
+    const theirs = refused.serverVersion;
+    const expected = python(
+      "import sys; from xum_client.errors import VersionMismatch; from xum_client.sync import release_context; " +
+        "print(VersionMismatch('0.99.0', sys.argv[1], *release_context(sys.argv[2], 'h')))",
+      {},
+      [theirs, daemon.root],
+    ).trim();
+    assert.equal(refused.message, expected);
   }, t);
 });
