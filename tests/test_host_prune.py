@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from xum_client import hostinstall
 from xum_client.hostprune import MARKER, filesystem_of, prune, shared_filesystem, user_of
 
@@ -164,3 +165,14 @@ def test_the_install_script_carries_the_prune_code() -> None:
     assert script.startswith(Path(hostinstall.__file__).with_name("hostprune.py").read_text())
     compile(script, "<install>", "exec")
     assert "prune(venvs, installed)" in script
+
+
+def test_a_missing_prune_module_is_a_clear_error(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installation missing hostprune.py (damaged): one line, before anything is copied."""
+    monkeypatch.setattr(hostinstall, "__file__", str(tmp_short / "hostinstall.py"))
+    with pytest.raises(hostinstall.HostInstallError) as caught:
+        hostinstall._install_script()
+    assert str(caught.value).startswith(f"cannot read {tmp_short / 'hostprune.py'} to ship")
+    assert str(caught.value).endswith(": reinstall xum here")

@@ -577,7 +577,13 @@ finally:
 
 def _install_script() -> str:
     """The install script as run on the host: hostprune's source, then the install itself."""
-    prune_source = Path(__file__).with_name("hostprune.py").read_text(encoding="utf-8")
+    source = Path(__file__).with_name("hostprune.py")
+    try:
+        prune_source = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HostInstallError(
+            f"cannot read {source} to ship to the host ({exc}): reinstall xum here"
+        ) from None
     return prune_source + _INSTALL_PY
 
 
