@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -390,6 +391,41 @@ def test_without_setpriv_a_missing_program_is_named_not_its_argument(
             )
     with pytest.raises(CommandNotFound, match=r"^sh: no working directory "):
         anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "gone", timeout_s=5))
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        pytest.param(
+            "setpriv",
+            marks=pytest.mark.skipif(procutil._SETPRIV is None, reason="needs setpriv"),
+        ),
+        "none",
+    ],
+)
+def test_a_program_named_by_a_path_that_cannot_run_is_a_clear_error_whatever_the_wrapper(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, wrapper: str
+) -> None:
+    """A program named by a path (absolute, or relative to the working directory) that is
+    missing, not executable or a directory is a CommandNotFound, the same with or without the
+    setpriv wrapper: never the wrapper's exit 127/126, which reads as the command's own failure."""
+    if wrapper == "none":
+        monkeypatch.setattr(procutil, "_SETPRIV", None)
+    plain = tmp_path / "plain"
+    plain.write_text("#!/bin/sh\n")  # not executable
+    cases = {
+        "/nonexistent/xum-prog": "command not found",
+        "./xum-nope": "command not found",
+        str(plain): "Permission denied",
+        "./plain": "Permission denied",
+        str(tmp_path): "Permission denied",
+    }
+    for program, error in cases.items():
+        with pytest.raises(CommandNotFound, match=f"^{re.escape(program)}: {error}$"):
+            anyio.run(lambda p=program: run_command([p, "arg"], cwd=tmp_path, timeout_s=5))
+    plain.chmod(0o755)
+    result = anyio.run(lambda: run_command(["./plain"], cwd=tmp_path, timeout_s=5))
+    assert result.returncode == 0, result.output.text()
 
 
 def test_kill_tree_without_a_group_waits_for_a_tree_that_ignores_sigterm() -> None:

@@ -234,15 +234,31 @@ async def _read_into(
         done.set()
 
 
-def _with_parent_death_signal(argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:
-    """argv wrapped so that the child gets SIGTERM if the daemon dies; the program is resolved
-    first, so a missing program is still a clear CommandNotFound rather than setpriv's 127."""
+def _resolve_program(argv0: str, env: Mapping[str, str] | None, cwd: Path | str | None) -> str:
+    """The program argv0 names, checked before any wrapper (setpriv, the cgroup join) execs it:
+    a wrapper that fails to exec it exits 127/126 like any command, which would read as the
+    command's own failure. Raises the CommandNotFound the bare exec would have raised."""
+    if os.sep not in argv0:
+        path = (os.environ if env is None else env).get("PATH", os.defpath)
+        found = shutil.which(argv0, path=path)
+        if found is None:
+            raise CommandNotFound(f"{argv0}: command not found")
+        return found
+    if cwd is not None and not os.path.isdir(cwd):
+        return argv0  # the start fails on the directory first, and says so
+    # A path: the exec resolves a relative one in the child's working directory.
+    program = os.path.join(cwd if cwd is not None else os.getcwd(), argv0)
+    if not os.path.exists(program):
+        raise CommandNotFound(f"{argv0}: command not found")
+    if os.path.isdir(program) or not os.access(program, os.X_OK):
+        raise CommandNotFound(f"{argv0}: {os.strerror(errno.EACCES)}")
+    return argv0
+
+
+def _with_parent_death_signal(argv: Sequence[str], program: str) -> list[str]:
+    """argv (its program resolved) wrapped so that the child gets SIGTERM if the daemon dies."""
     if _SETPRIV is None:
         return list(argv)
-    path = (env or os.environ).get("PATH", os.defpath)
-    program = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=path)
-    if program is None:
-        raise CommandNotFound(f"{argv[0]}: command not found")
     return [_SETPRIV, "--pdeathsig", "TERM", "--", program, *argv[1:]]
 
 
@@ -294,7 +310,7 @@ async def run_command(
         marker = marker or containment.run_marker("cmd")
     if marker is not None:
         env = {**(os.environ if env is None else env), contain.MARKER_VAR: str(marker)}
-    full_argv = _with_parent_death_signal(argv, env)
+    full_argv = _with_parent_death_signal(argv, _resolve_program(argv[0], env, cwd))
     runs = containment.runs if containment is not None else None
     if runs is not None and marker is not None:
         # Its own cgroup: whatever it starts stays inside, even with a fresh environment.
