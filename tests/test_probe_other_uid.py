@@ -8,7 +8,6 @@ counts it, and still finds what it can see.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -18,8 +17,7 @@ import pytest
 from xumd.processes import probes
 
 from tests.support.daemon import short_tmpdir
-
-NOBODY = 65534
+from tests.support.otheruser import NOBODY, as_nobody
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.isdir("/proc/self/fd"),
@@ -62,36 +60,6 @@ def _hold(
     return proc  # type: ignore[no-any-return]
 
 
-def _probe_as_nobody(scan: Callable[[], list[probes.Usage]]) -> list[tuple[int, str]]:
-    """Run `scan` in a forked child that dropped to uid 65534 (no interpreter to start: the
-    test's may be unreadable to `nobody`); its answer comes back through a pipe."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 1
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            answer = {"found": [[u.pid, u.where] for u in scan()]}
-        except BaseException as exc:  # reported to the parent, whatever it is
-            answer = {"error": repr(exc)}
-        try:
-            os.write(write, json.dumps(answer).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    answer = json.loads(data)
-    assert "error" not in answer, answer["error"]
-    return [(pid, where) for pid, where in answer["found"]]
-
-
 def _shared_checkout() -> Path:
     """A checkout the other user may enter and write in (mkdtemp makes it 0700)."""
     checkout = short_tmpdir()
@@ -129,4 +97,4 @@ def test_a_probe_that_may_not_read_another_users_process_skips_it_and_finds_its_
         "psutil": lambda: probes._scan_psutil(root, set(), set(), 64),
     }
     for name, scan in scans.items():
-        assert _probe_as_nobody(scan) == [(mine.pid, "cwd")], name
+        assert [(u.pid, u.where) for u in as_nobody(scan)] == [(mine.pid, "cwd")], name

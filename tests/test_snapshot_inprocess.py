@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from xumd.errors import ErrorKind, XumError
 from xumd.git import Git, GitError
+from xumd.lifecycle import fscopy
 from xumd.lifecycle.snapshot import (
     MAX_SPECIAL,
     Dropped,
@@ -27,7 +28,9 @@ from xumd.lifecycle.snapshot import (
     snapshot_ref,
 )
 
+from tests.support.daemon import short_tmpdir
 from tests.support.gitrepo import git, make_repo
+from tests.support.otheruser import as_nobody
 from tests.support.tmpfs import tmpfs
 
 WS = "ws-1"
@@ -415,33 +418,61 @@ def test_a_file_listed_twice_counts_once_and_the_walk_goes_on(tmp_path: Path) ->
     }
 
 
-def test_entries_gone_special_or_unreadable_are_not_counted(tmp_path: Path) -> None:
+def test_entries_gone_or_special_are_not_counted_and_paths_past_path_max_are(
+    tmp_path: Path,
+) -> None:
     checkout = make_repo(tmp_path / "co")
     os.mkfifo(checkout / "p")
-    # A directory whose path fits PATH_MAX (4096) while a long name in it does not: `lstat`
-    # of that file fails (ENAMETOOLONG); the walk skips it and counts the rest.
+    # A directory whose path fits PATH_MAX (4096) while the long names in it do not: a walk by
+    # path could not `lstat` those files (ENAMETOOLONG) nor list the directory below them, and
+    # under-counted `dropped`. The walk by descriptor counts them with their siblings.
     deep = checkout / "deep"
-    rel_dirs = []
     while len(str(deep)) < 3900:
         deep = deep / ("d" * 200)
-        rel_dirs.append("d" * 200)
     deep.mkdir(parents=True)
     fd = os.open(deep, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for i in range(5):
-            os.close(os.open(f"{i}" + "L" * 240, os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+            long_fd = os.open(f"{i}" + "L" * 240, os.O_CREAT | os.O_WRONLY, dir_fd=fd)
+            os.write(long_fd, b"LL")
+            os.close(long_fd)
+        os.mkdir("D" * 250, dir_fd=fd)
+        below = os.open("D" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        try:
+            os.close(os.open("x" * 250, os.O_CREAT | os.O_WRONLY, dir_fd=below))
+        finally:
+            os.close(below)
     finally:
         os.close(fd)
     for i in range(20):
         (deep / f"s{i}").write_text("s")
-    order = os.listdir(deep)
-    assert any(n.startswith("s") for n in order[order.index(next(n for n in order if "L" in n)) :])
     dropped = snapper(tmp_path)._report_and_preserve(
         checkout, WS, INC, ["missing", "missing-dir/", "p", "deep/"], []
     )
-    assert (dropped.count, dropped.bytes) == (20, 20)
+    assert (dropped.count, dropped.bytes) == (20 + 5 + 1, 20 + 5 * 2)
     assert {s["path"] for s in dropped.special} == {"p"}
     assert stat.S_ISFIFO(os.lstat(checkout / "p").st_mode)
+
+
+def test_files_within_skips_what_it_cannot_read() -> None:
+    """A usage walk: a directory that cannot be listed is skipped (its siblings still counted),
+    and a top that is gone or not a directory is an empty answer, never an error."""
+    top = short_tmpdir()  # (pytest's tmp_path is 0700: `nobody` could not enter it)
+    top.chmod(0o755)
+    (top / "closed").mkdir()
+    (top / "closed" / "hidden").write_text("h")
+    (top / "open").mkdir()
+    (top / "open" / "seen").write_text("seen")
+    os.symlink("open", top / "link")
+    os.chmod(top / "closed", 0)
+    try:
+        # (root would list a mode-000 directory: the walk runs as another user)
+        found = as_nobody(lambda: fscopy.files_within(top))
+    finally:
+        os.chmod(top / "closed", 0o755)
+    assert sorted(found) == [("link", 4), ("open/seen", 4)]
+    assert fscopy.files_within(top / "gone") == []
+    assert fscopy.files_within(top / "open" / "seen") == []
 
 
 # -- a full archive filesystem ---------------------------------------------------------------

@@ -443,16 +443,8 @@ def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
         if _countable(st.st_mode):
             found.append((str(full.relative_to(checkout)), st.st_size))
         return found
-    for dirpath, _dirs, files in fsdelete.walk_within(full):
-        for name in files:
-            path = Path(dirpath) / name
-            try:
-                st = path.lstat()
-            except OSError:
-                continue
-            if _countable(st.st_mode):
-                found.append((str(path.relative_to(checkout)), st.st_size))
-    return found
+    under = full.relative_to(checkout)
+    return [(f"{under}/{rel}", size) for rel, size in fscopy.files_within(full)]
 
 
 def _countable(mode: int) -> bool:
