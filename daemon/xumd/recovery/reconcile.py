@@ -342,6 +342,16 @@ class Reconciler:
             prior = removing.prior_state(self.store, row.id) or "creating"
             return Change(row, {"state": prior}, "remove_rolled_back")
         reason = "removal was interrupted before it was committed; remove again or keep it"
+        prior = removing.prior_state(self.store, row.id)
+        if prior in ("active", "archived"):
+            # Back to where the removal began, as its in-process failure puts it: the checkout
+            # does not tell. An archived workspace's checkout may linger (its trash step
+            # pending): made `active` by it, the workspace was no longer archived, and its
+            # pending trash was abandoned for good. Flagged: the user learns of the cut.
+            if disk.ours or disk.absent:
+                return Change(row, _flag(reason, state=prior), "remove_rolled_back")
+            return Change(row, _flag(f"{reason}; {disk.detail}", state=prior), "interrupted")
+        # No record (a removal begun by an older daemon): judged by what the disk shows.
         if disk.ours:
             return Change(row, _flag(reason, state="active"), "remove_rolled_back")
         if disk.absent:
