@@ -214,33 +214,41 @@ def test_kill_tree_reports_a_tree_ended_by_sigkill_as_gone() -> None:
         child.wait()
 
 
-def test_sigterm_gets_its_grace_before_sigkill(tmp_path: Path) -> None:
-    """kill_tree lets a process that handles SIGTERM finish its handler within the grace (git
-    removes its lock files that way) before any SIGKILL."""
-    done = tmp_path / "cleaned-up"
-    handler = (
+def _term_handled_by_kill_tree(handler: str) -> int:
+    """Start `handler` (a Python script that handles SIGTERM and prints `ready`) in its own
+    session, kill_tree it with a long grace, and answer its exit status (0: its handler ended
+    it, not the SIGKILL)."""
+    script = (
         "import signal, sys, time\n"
-        "def term(*_):\n"
-        "    time.sleep(0.3)  # a clean-up that takes a moment\n"
-        f"    open({str(done)!r}, 'w').close()\n"
-        "    sys.exit(0)\n"
-        "signal.signal(signal.SIGTERM, term)\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
+        + handler
+        + "signal.signal(signal.SIGTERM, term)\nprint('ready', flush=True)\ntime.sleep(60)\n"
     )
     child = subprocess.Popen(
-        [sys.executable, "-c", handler], stdout=subprocess.PIPE, start_new_session=True
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True
     )
     try:
         assert child.stdout is not None and child.stdout.readline() == b"ready\n"
         gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 30.0))
         assert gone is True
-        assert child.wait(10) == 0, "ended by SIGKILL instead of its own SIGTERM handler"
-        assert done.exists()
+        return child.wait(10)
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_sigterm_gets_its_grace_before_sigkill(tmp_path: Path) -> None:
+    """kill_tree lets a process that handles SIGTERM finish its handler within the grace (git
+    removes its lock files that way) before any SIGKILL."""
+    done = tmp_path / "cleaned-up"
+    handler = (
+        "def term(*_):\n"
+        "    time.sleep(0.3)  # a clean-up that takes a moment\n"
+        f"    open({str(done)!r}, 'w').close()\n"
+        "    sys.exit(0)\n"
+    )
+    assert _term_handled_by_kill_tree(handler) == 0, "ended by SIGKILL, not its SIGTERM handler"
+    assert done.exists()
 
 
 def test_sigterm_is_sent_once_to_a_member_of_the_group() -> None:
@@ -248,7 +256,6 @@ def test_sigterm_is_sent_once_to_a_member_of_the_group() -> None:
     tree: many programs take a second SIGTERM as `quit now, skip the clean-up` (here: exit 3),
     which would cut the very grace the first one gives."""
     handler = (
-        "import signal, sys, time\n"
         "seen = []\n"
         "def term(*_):\n"
         "    if seen:\n"
@@ -256,22 +263,8 @@ def test_sigterm_is_sent_once_to_a_member_of_the_group() -> None:
         "    seen.append(1)\n"
         "    time.sleep(0.3)\n"
         "    sys.exit(0)\n"
-        "signal.signal(signal.SIGTERM, term)\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
     )
-    child = subprocess.Popen(
-        [sys.executable, "-c", handler], stdout=subprocess.PIPE, start_new_session=True
-    )
-    try:
-        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
-        gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 30.0))
-        assert gone is True
-        assert child.wait(10) == 0, "a second SIGTERM cut its clean-up short"
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    assert _term_handled_by_kill_tree(handler) == 0, "a second SIGTERM cut its clean-up short"
 
 
 def test_a_command_leads_its_own_session_and_is_not_ours_after_the_run() -> None:
