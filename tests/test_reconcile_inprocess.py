@@ -655,6 +655,19 @@ def tree(env: Env, name: str, *, state: str = "active", branch: str | None = Non
     return wid
 
 
+def settled_as(env: Env, wid: str, name: str, branch: str | None) -> None:
+    """The rename journal of `wid` was settled with the workspace named `name` on `branch`, at
+    that name's path, not flagged."""
+    row = env.row(wid)
+    assert (row.name, row.branch, row.path, row.interrupted) == (
+        name,
+        branch,
+        env.path(name),
+        False,
+    )
+    assert not env.has_journal(wid)
+
+
 async def test_rename_rolls_back_when_only_the_old_checkout_exists(env: Env) -> None:
     # The branch not renamed yet (crash after the journal).
     plain = tree(env, "a")
@@ -667,14 +680,7 @@ async def test_rename_rolls_back_when_only_the_old_checkout_exists(env: Env) -> 
     report = await env.rec.run()
 
     for wid, name, branch in ((plain, "a", "xum/a"), (moved, "c", "xum/c")):
-        row = env.row(wid)
-        assert (row.name, row.branch, row.path, row.interrupted) == (
-            name,
-            branch,
-            env.path(name),
-            False,
-        )
-        assert not env.has_journal(wid)
+        settled_as(env, wid, name, branch)
     assert env.branches() == {"main", "xum/a", "xum/c"}
     assert report.actions == {"rename_rolled_back": 2}
     assert report.missing == []
@@ -710,14 +716,7 @@ async def test_rename_rolls_forward_when_only_the_new_checkout_exists(env: Env) 
         (own, "f", "feature"),
         (plain, "h", None),
     ):
-        row = env.row(wid)
-        assert (row.name, row.branch, row.path, row.interrupted) == (
-            name,
-            branch,
-            env.path(name),
-            False,
-        )
-        assert not env.has_journal(wid)
+        settled_as(env, wid, name, branch)
     assert env.branches() == {"main", "xum/b", "xum/d", "feature"}
     assert report.actions == {"rename_rolled_forward": 4}
     # The moved checkouts are not reported missing: a journal's row is settled by the journal.
