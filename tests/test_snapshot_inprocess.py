@@ -23,6 +23,7 @@ from xumd.lifecycle import fscopy
 from xumd.lifecycle.snapshot import (
     MAX_SPECIAL,
     Dropped,
+    Snapshot,
     Snapshotter,
     WorkState,
     snapshot_ref,
@@ -245,13 +246,19 @@ async def test_restore_never_deletes_through_a_symlinked_directory(tmp_path: Pat
     assert (elsewhere / "f.txt").read_text() == "not the checkout's\n"
 
 
-async def test_a_failed_restore_raises_the_git_error_and_leaves_no_temp_index(
-    tmp_path: Path,
-) -> None:
+async def a_changed_snapshot(tmp_path: Path) -> tuple[Path, Snapshot]:
+    """A checkout whose `a.txt` changed, and the snapshot that holds the change."""
     checkout = repo(tmp_path)
     (checkout / "a.txt").write_text("changed\n")
     snap = await snapper(tmp_path).take(checkout, WS, INC)
     assert snap is not None
+    return checkout, snap
+
+
+async def test_a_failed_restore_raises_the_git_error_and_leaves_no_temp_index(
+    tmp_path: Path,
+) -> None:
+    checkout, snap = await a_changed_snapshot(tmp_path)
     snaps = snapper(tmp_path, wrapper_git(tmp_path, "read-tree"))
     with pytest.raises(GitError, match="forced failure of read-tree"):
         await snaps.restore(checkout, snap.commit)
@@ -260,10 +267,7 @@ async def test_a_failed_restore_raises_the_git_error_and_leaves_no_temp_index(
 
 async def test_a_failed_index_refresh_does_not_fail_the_restore(tmp_path: Path) -> None:
     # The refresh only updates stat data (a later `git status` is faster): best effort.
-    checkout = repo(tmp_path)
-    (checkout / "a.txt").write_text("changed\n")
-    snap = await snapper(tmp_path).take(checkout, WS, INC)
-    assert snap is not None
+    checkout, snap = await a_changed_snapshot(tmp_path)
     git(checkout, "reset", "-q", "--hard")
     snaps = snapper(tmp_path, wrapper_git(tmp_path, "update-index"))
     assert await snaps.restore(checkout, snap.commit) == ["a.txt"]
