@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,15 +29,6 @@ HOLD = {
     "cwd": 'cd "$1" && echo ready && exec sleep 120',
     "file": 'exec 3>"$1/held-$$" && echo ready && exec sleep 120',
 }
-
-
-@pytest.fixture
-def holders() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        proc.kill()
-        proc.wait()
 
 
 def _hold(
@@ -68,11 +59,11 @@ def _shared_checkout() -> Path:
 
 
 def test_a_readable_process_of_another_user_inside_is_a_holder(
-    holders: list[subprocess.Popen[str]],
+    started_procs: list[subprocess.Popen[str]],
 ) -> None:
     checkout = _shared_checkout()
-    in_cwd = _hold(holders, checkout, "cwd", uid=NOBODY)
-    in_file = _hold(holders, checkout, "file", uid=NOBODY)
+    in_cwd = _hold(started_procs, checkout, "cwd", uid=NOBODY)
+    in_file = _hold(started_procs, checkout, "file", uid=NOBODY)
     found = probes.find_users(checkout, exclude_pids=set(), exclude_pgids=set())
     assert sorted((u.pid, u.where) for u in found) == sorted(
         [(in_cwd.pid, "cwd"), (in_file.pid, "open file")]
@@ -82,15 +73,15 @@ def test_a_readable_process_of_another_user_inside_is_a_holder(
 
 
 def test_a_probe_that_may_not_read_another_users_process_skips_it_and_finds_its_own(
-    holders: list[subprocess.Popen[str]],
+    started_procs: list[subprocess.Popen[str]],
 ) -> None:
     """The probe itself runs as `nobody` (a daemon of an ordinary user): root's process inside
     is unreadable (EACCES on its cwd and fd links), so it is skipped without an error, and
     nobody's own process inside is still found, by both scans."""
     checkout = _shared_checkout()
-    _hold(holders, checkout, "cwd", uid=None)  # root's: unreadable to nobody
-    _hold(holders, checkout, "file", uid=None)
-    mine = _hold(holders, checkout, "cwd", uid=NOBODY)
+    _hold(started_procs, checkout, "cwd", uid=None)  # root's: unreadable to nobody
+    _hold(started_procs, checkout, "file", uid=None)
+    mine = _hold(started_procs, checkout, "cwd", uid=NOBODY)
     root = str(checkout.resolve())
     scans: dict[str, Callable[[], list[probes.Usage]]] = {
         "/proc": lambda: probes.find_users(checkout, exclude_pids=set(), exclude_pgids=set()),
