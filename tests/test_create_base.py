@@ -158,6 +158,17 @@ def test_fetch_with_directory_runtime_is_invalid(daemon: DaemonProcess, tmp_shor
     assert err.kind == "invalid_params"
 
 
+def _hang_fetches(repo: Path, tmp_short: Path) -> Path:
+    """Make `repo`'s remote hang (an upload-pack that never answers); the file where each
+    started helper writes its pid."""
+    pidfile = tmp_short / "helper.pid"
+    helper = tmp_short / "hang.sh"
+    helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
+    helper.chmod(0o755)
+    git(repo, "config", "remote.origin.uploadpack", str(helper))
+    return pidfile
+
+
 def test_hung_fetch_hits_the_deadline_and_is_tree_killed(
     fast_fetch_daemon: DaemonProcess, repo: Path, tmp_short: Path
 ) -> None:
@@ -165,11 +176,7 @@ def test_hung_fetch_hits_the_deadline_and_is_tree_killed(
     `fetch_timeout_s`, with the hung helper, and the create answers `timeout`."""
     daemon = fast_fetch_daemon
     project = add_project(daemon, repo)
-    pidfile = tmp_short / "helper.pid"
-    helper = tmp_short / "hang.sh"
-    helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
-    helper.chmod(0o755)
-    git(repo, "config", "remote.origin.uploadpack", str(helper))
+    pidfile = _hang_fetches(repo, tmp_short)
     err = rpc_error(
         daemon, "workspace.create", {"project_id": project["id"], "name": "h", "fetch": True}
     )
@@ -194,11 +201,7 @@ def test_create_queued_behind_a_hung_fetch_waits_only_its_deadline(
 
     daemon = fast_fetch_daemon
     project = add_project(daemon, repo)
-    pidfile = tmp_short / "helper.pid"
-    helper = tmp_short / "hang.sh"
-    helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
-    helper.chmod(0o755)
-    git(repo, "config", "remote.origin.uploadpack", str(helper))
+    pidfile = _hang_fetches(repo, tmp_short)
 
     def attempt(name: str) -> XumRpcError:
         return rpc_error(
