@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -487,3 +488,31 @@ def test_a_descendant_outside_the_group_gets_its_own_sigterm(tmp_path: Path) -> 
         if leader.poll() is None:
             leader.kill()
         leader.wait()
+
+
+@pytest.mark.skipif(procutil._SETPRIV is None, reason="needs util-linux setpriv (Linux)")
+def test_a_cancellation_while_on_start_waits_for_setpriv_leaves_no_child() -> None:
+    """`on_start` waits (awaits) until setpriv has exec'd the command: a cancellation landing
+    in that wait (a shutdown) still stops the child and reaps it, as one at any later await
+    does; the command never runs on unattended. Several runs: the wait is a few milliseconds,
+    and a child that exec'd before the first look skips it."""
+    token = f"{60 + os.getpid() % 1000 / 1000:.3f}"  # a `sleep` argument no other test uses
+    started: list[int] = []
+
+    async def cancelled_run() -> None:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await run_command(["sleep", token], timeout_s=30, on_start=started.append)
+
+    for _ in range(5):
+        anyio.run(cancelled_run)
+    left = [
+        p.pid
+        for p in psutil.Process().children()
+        if token in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
+    ]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    assert left == [], "a child outlived its cancelled run"

@@ -337,15 +337,16 @@ async def run_command(
         # Registered before the orphan reaper can run again: it never reaps this child.
         contain.started(pid)
     timed_out = False
-    if callable(on_start):
-        # Whoever records the pid (a lease) relies on the parent-death signal from then on:
-        # wait, boundedly, until setpriv has set it and exec'd the command (the start returns
-        # at setpriv's exec, before its prctl).
-        with anyio.move_on_after(PDEATHSIG_WAIT_S):
-            while full_argv[0] == _SETPRIV and _runs_setpriv(proc.pid):
-                await anyio.sleep(0.001)
-        on_start(proc.pid)
     try:
+        if callable(on_start):
+            # Whoever records the pid (a lease) relies on the parent-death signal from then
+            # on: wait, boundedly, until setpriv has set it and exec'd the command (the start
+            # returns at setpriv's exec, before its prctl). Inside the `try`: a cancellation
+            # in this wait stops the child like one at any later await.
+            with anyio.move_on_after(PDEATHSIG_WAIT_S):
+                while full_argv[0] == _SETPRIV and _runs_setpriv(proc.pid):
+                    await anyio.sleep(0.001)
+            on_start(proc.pid)
         with anyio.move_on_after(timeout_s) as scope:
             async with anyio.create_task_group() as tg:
                 if stdin is not None and proc.stdin is not None:
