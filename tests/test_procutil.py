@@ -420,6 +420,13 @@ def test_a_program_named_by_a_path_that_cannot_run_is_a_clear_error_whatever_the
     plain.chmod(0o755)
     result = anyio.run(lambda: run_command(["./plain"], cwd=tmp_path, timeout_s=5))
     assert result.returncode == 0, result.output.text()
+    # A relative PATH entry is searched in the command's working directory, as the exec does
+    # (not in the daemon's).
+    (tmp_path / "bin").mkdir()
+    plain.rename(tmp_path / "bin" / "xum-tool")
+    env = {**os.environ, "PATH": f"bin{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
+    result = anyio.run(lambda: run_command(["xum-tool"], cwd=tmp_path, env=env, timeout_s=5))
+    assert result.returncode == 0, result.output.text()
 
 
 def test_kill_tree_without_a_group_waits_for_a_tree_that_ignores_sigterm() -> None:

@@ -238,16 +238,18 @@ def _resolve_program(argv0: str, env: Mapping[str, str] | None, cwd: Path | str 
     """The program argv0 names, checked before any wrapper (setpriv, the cgroup join) execs it:
     a wrapper that fails to exec it exits 127/126 like any command, which would read as the
     command's own failure. Raises the CommandNotFound the bare exec would have raised."""
+    if cwd is not None and not os.path.isdir(cwd):
+        return argv0  # the start fails on the directory first, and says so
+    # The exec runs in the child, after its chdir: what is relative is relative to `cwd`.
+    where = str(cwd) if cwd is not None else os.getcwd()
     if os.sep not in argv0:
         path = (os.environ if env is None else env).get("PATH", os.defpath)
+        path = os.pathsep.join(os.path.join(where, entry) for entry in path.split(os.pathsep))
         found = shutil.which(argv0, path=path)
         if found is None:
             raise CommandNotFound(f"{argv0}: command not found")
         return found
-    if cwd is not None and not os.path.isdir(cwd):
-        return argv0  # the start fails on the directory first, and says so
-    # A path: the exec resolves a relative one in the child's working directory.
-    program = os.path.join(cwd if cwd is not None else os.getcwd(), argv0)
+    program = os.path.join(where, argv0)
     if not os.path.exists(program):
         raise CommandNotFound(f"{argv0}: command not found")
     if os.path.isdir(program) or not os.access(program, os.X_OK):
