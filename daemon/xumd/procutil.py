@@ -2,9 +2,10 @@
 
 Every child the daemon starts (git, setup/teardown scripts, supervised processes) goes through
 here, so the rules hold everywhere: argv only (never a shell unless the caller passes `sh -c`
-explicitly for a trusted script), a new session so the child and its descendants form one group,
-a deadline on every wait, and SIGTERM-then-SIGKILL of the whole tree. Who a process is (pid and
-start time) is `xumd.procstat`.
+explicitly for a trusted script), a new session (or a new group: `own_session`, xumd.childproc)
+so the child and its descendants form one group, a program that cannot run named as such
+whatever wraps it, a deadline on every wait, and SIGTERM-then-SIGKILL of the whole tree. Who a
+process is (pid and start time) is `xumd.procstat`.
 """
 
 from __future__ import annotations
