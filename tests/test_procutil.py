@@ -523,3 +523,31 @@ def test_a_cancellation_while_on_start_waits_for_setpriv_leaves_no_child() -> No
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
     assert left == [], "a child outlived its cancelled run"
+
+
+def test_a_daemon_whose_own_directory_was_deleted_still_runs_commands(tmp_path: Path) -> None:
+    """The daemon's working directory (where it was started) deleted under it: a command, by
+    PATH or with a working directory of its own, still runs; a relative program is still a
+    clear CommandNotFound. Never an error from looking up the daemon's own directory."""
+    gone = tmp_path / "started-here"
+    gone.mkdir()
+    probe = textwrap.dedent(
+        f"""
+        import os, anyio
+        from xumd.procutil import CommandNotFound, run_command
+        os.chdir({str(gone)!r})
+        os.rmdir({str(gone)!r})
+        by_path = anyio.run(lambda: run_command(["true"], timeout_s=10))
+        with_cwd = anyio.run(lambda: run_command(["true"], cwd="/", timeout_s=10))
+        try:
+            anyio.run(lambda: run_command(["./xum-nope"], timeout_s=10))
+        except CommandNotFound as exc:
+            relative = str(exc)
+        print(by_path.returncode, with_cwd.returncode, relative)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "0 0 ./xum-nope: command not found\n"

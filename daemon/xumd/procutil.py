@@ -241,16 +241,20 @@ def _resolve_program(argv0: str, env: Mapping[str, str] | None, cwd: Path | str 
     command's own failure. Raises the CommandNotFound the bare exec would have raised."""
     if cwd is not None and not os.path.isdir(cwd):
         return argv0  # the start fails on the directory first, and says so
-    # The exec runs in the child, after its chdir: what is relative is relative to `cwd`.
-    where = str(cwd) if cwd is not None else os.getcwd()
+
+    def in_cwd(path: str) -> str:
+        # The exec runs in the child, after its chdir: what is relative is relative to `cwd`
+        # (without one, to the daemon's own, which the child inherits: left relative, so a
+        # daemon whose directory was deleted still gets an answer).
+        return os.path.join(cwd, path) if cwd is not None else path
+
     if os.sep not in argv0:
         path = (os.environ if env is None else env).get("PATH", os.defpath)
-        path = os.pathsep.join(os.path.join(where, entry) for entry in path.split(os.pathsep))
-        found = shutil.which(argv0, path=path)
+        found = shutil.which(argv0, path=os.pathsep.join(map(in_cwd, path.split(os.pathsep))))
         if found is None:
             raise CommandNotFound(f"{argv0}: command not found")
         return found
-    program = os.path.join(where, argv0)
+    program = in_cwd(argv0)
     if not os.path.exists(program):
         raise CommandNotFound(f"{argv0}: command not found")
     if os.path.isdir(program) or not os.access(program, os.X_OK):
