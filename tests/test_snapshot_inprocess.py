@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -541,3 +543,38 @@ def test_restore_preserved_puts_back_only_what_is_safe(tmp_path: Path) -> None:
     assert os.readlink(checkout / "dangling") == "nowhere"
     assert (checkout / "deep" / "er" / ".env").read_text() == "deep\n"
     assert (checkout / "deep" / "er" / "b.env").read_text() == "b\n"
+
+
+def test_an_index_that_is_a_fifo_never_blocks_the_capture(tmp_path: Path) -> None:
+    """`.git/index` replaced by a named pipe (a hostile or broken checkout): the capture's look
+    at the index header must not block on it (an `open` for reading waits for a writer, in the
+    event loop's thread: the whole daemon would hang). It fails with an error instead, as the
+    full path's copy of the index always did. In a child process, bounded: a hang is a
+    failure, not a stuck suite."""
+    checkout = repo(tmp_path)
+    (checkout / ".git" / "index").unlink()
+    os.mkfifo(checkout / ".git" / "index")
+    probe = (
+        "import anyio, sys\n"
+        "from pathlib import Path\n"
+        "from xumd.git import Git\n"
+        "from xumd.lifecycle.snapshot import Snapshotter\n"
+        "base = Path(sys.argv[2])\n"
+        "snaps = Snapshotter(Git(), base / 'tmp', base / 'archive')\n"
+        "try:\n"
+        "    anyio.run(lambda: snaps.capture(Path(sys.argv[1])))\n"
+        "except OSError as exc:\n"
+        "    print('refused:', type(exc).__name__)\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, str(checkout), str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the capture blocked on an index that is a FIFO")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: "), done.stdout
