@@ -442,6 +442,23 @@ async def test_an_admin_entry_with_nothing_to_prove_it_ours_is_left_alone(world:
     assert trash.detail.get("admin_entry") == "left alone (names another worktree)", trash.detail
 
 
+async def test_admin_files_that_are_fifos_are_never_waited_on(world: World) -> None:
+    """The recorded admin entry's `locked` and `gitdir` replaced by named pipes (a hostile
+    repository): reading them must not block (a plain open waits for a writer, in the event
+    loop's thread: the whole daemon). Unreadable, they prove nothing: the entry stays."""
+    wid, path = planned_worktree(world)
+    admin = world.repo / ".git" / "worktrees" / "wt"
+    shutil.rmtree(path)
+    for name in ("locked", "gitdir"):
+        (admin / name).unlink()
+        os.mkfifo(admin / name)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    assert stat.S_ISFIFO(os.lstat(admin / "locked").st_mode)
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "left alone (names another worktree)", trash.detail
+
+
 async def test_a_foreign_directory_at_the_trash_path_is_not_taken_for_ours(
     world: World, base: Path
 ) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import anyio
 
-from xumd import fsdelete
+from xumd import fsdelete, smallfile
 from xumd.git import Git, GitError
 from xumd.lifecycle import fscopy, preserved
 from xumd.lifecycle.seed import git_list
@@ -151,7 +151,8 @@ class Snapshotter:
         `status.showUntrackedFiles` says. GIT_OPTIONAL_LOCKS=0 (the runner's): status never
         writes the user's index."""
         try:
-            header = _index_header(git_dir / "index")
+            # Never blocking: a FIFO there would hold the event loop's thread (xumd.smallfile).
+            header = smallfile.read_head(git_dir / "index", 8)
         except OSError:
             return False
         if header != b"DIRC\x00\x00\x00\x02":
@@ -426,19 +427,6 @@ class Snapshotter:
             if _matches(rel, globs)
         }
         return sorted(found)  # (git may list a file and its directory: once each)
-
-
-def _index_header(index: Path) -> bytes:
-    """The first 8 bytes of a regular index file. Opened without blocking: a named pipe there
-    (a hostile or broken checkout) would hold the event loop's thread until a writer came; it
-    is refused as not a regular file (the full path's copy then refuses it too)."""
-    fd = os.open(index, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{index} is not a regular file")
-        return os.read(fd, 8)
-    finally:
-        os.close(fd)
 
 
 def _skip_git(rel: str) -> bool:

@@ -1,0 +1,52 @@
+"""`xumd.smallfile` and the git admin file reader built on it: a named pipe, a symlink, a
+device or a huge file where a small file is expected is refused at once (never waited on,
+never read without bound). Real FIFOs, links and files."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from xumd import smallfile
+from xumd.checkouts.adminfile import ADMIN_FILE_MAX, read_admin_file
+
+
+def test_what_is_not_a_small_regular_file_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 100)
+    plain = tmp_path / "plain"
+    plain.write_text("gitdir\n")
+    link = tmp_path / "link"
+    link.symlink_to(plain)
+    for path, error in ((fifo, errno.EINVAL), (Path("/dev/zero"), errno.EINVAL)):
+        with pytest.raises(OSError) as refused:
+            smallfile.read_regular(path, 1 << 20)
+        assert refused.value.errno == error
+        with pytest.raises(OSError):
+            smallfile.read_head(path, 8)
+    with pytest.raises(OSError) as refused:
+        smallfile.read_regular(big, 99)
+    assert refused.value.errno == errno.EFBIG
+    assert smallfile.read_regular(big, 100) == b"x" * 100
+    assert smallfile.read_head(big, 8) == b"x" * 8
+    assert smallfile.read_regular(link, 100) == b"gitdir\n"
+    with pytest.raises(OSError) as refused:
+        smallfile.read_regular(link, 100, follow_symlinks=False)
+    assert refused.value.errno == errno.ELOOP
+
+
+def test_an_admin_file_that_is_not_a_plain_small_file_is_unreadable(tmp_path: Path) -> None:
+    """Unreadable (None) proves nothing: the callers leave the admin entry alone."""
+    (tmp_path / "gitdir").write_text("/somewhere/.git\n")
+    assert read_admin_file(tmp_path / "gitdir") == "/somewhere/.git\n"
+    os.mkfifo(tmp_path / "locked")
+    assert read_admin_file(tmp_path / "locked") is None
+    (tmp_path / "link").symlink_to(tmp_path / "gitdir")
+    assert read_admin_file(tmp_path / "link") is None
+    (tmp_path / "huge").write_bytes(b"y" * (ADMIN_FILE_MAX + 1))
+    assert read_admin_file(tmp_path / "huge") is None
+    assert read_admin_file(tmp_path / "missing") is None
