@@ -50,3 +50,32 @@ def test_an_admin_file_that_is_not_a_plain_small_file_is_unreadable(tmp_path: Pa
     (tmp_path / "huge").write_bytes(b"y" * (ADMIN_FILE_MAX + 1))
     assert read_admin_file(tmp_path / "huge") is None
     assert read_admin_file(tmp_path / "missing") is None
+
+
+def test_markers_that_are_fifos_are_no_markers_and_never_waited_on(tmp_path: Path) -> None:
+    """The markers live in the user's checkout (`.xum-incarnation`, the `.git` file) and the
+    repository (`locked`): each replaced by a named pipe is no marker, answered at once."""
+    from xumd.checkouts import marker
+
+    directory = tmp_path / "dir-checkout"
+    directory.mkdir()
+    os.mkfifo(directory / marker.DIRECTORY_MARKER)
+    assert marker.read_directory_marker(directory) is None
+    worktree = tmp_path / "wt-checkout"
+    worktree.mkdir()
+    os.mkfifo(worktree / ".git")
+    assert marker.worktree_admin_dir(worktree) is None
+    admin = tmp_path / "admin"
+    admin.mkdir()
+    (worktree / ".git").unlink()
+    (worktree / ".git").write_text(f"gitdir: {admin}\n")
+    os.mkfifo(admin / "locked")
+    assert marker.worktree_admin_dir(worktree) == admin
+    assert marker.read_worktree_marker(worktree) is None
+    # The same files, written as the daemon writes them, are markers (the test can fail).
+    (admin / "locked").unlink()
+    (admin / "locked").write_text("xum ws_1 inc1\n")
+    assert marker.read_worktree_marker(worktree) == marker.Marker("ws_1", "inc1")
+    (directory / marker.DIRECTORY_MARKER).unlink()
+    marker.write_directory_marker(directory, marker.Marker("ws_2", "inc2"))
+    assert marker.read_directory_marker(directory) == marker.Marker("ws_2", "inc2")
