@@ -79,3 +79,17 @@ def test_markers_that_are_fifos_are_no_markers_and_never_waited_on(tmp_path: Pat
     (directory / marker.DIRECTORY_MARKER).unlink()
     marker.write_directory_marker(directory, marker.Marker("ws_2", "inc2"))
     assert marker.read_directory_marker(directory) == marker.Marker("ws_2", "inc2")
+
+
+def test_a_commondir_that_is_a_fifo_is_no_common_dir(tmp_path: Path) -> None:
+    """A linked worktree's admin dir names its common dir in `commondir`; a FIFO there is read
+    as no name (the admin dir itself), at once."""
+    from xumd import gitlocks
+
+    admin = tmp_path / "repo" / ".git" / "worktrees" / "w"
+    admin.mkdir(parents=True)
+    (admin / "commondir").write_text("../..\n")
+    assert gitlocks.common_dir_of(str(admin)) == str(tmp_path / "repo" / ".git")
+    (admin / "commondir").unlink()
+    os.mkfifo(admin / "commondir")
+    assert gitlocks.common_dir_of(str(admin)) == str(admin)
