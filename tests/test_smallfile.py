@@ -12,6 +12,8 @@ import pytest
 from xumd import smallfile
 from xumd.checkouts.adminfile import ADMIN_FILE_MAX, read_admin_file
 
+from tests.support.daemon import DaemonProcess
+
 
 def test_what_is_not_a_small_regular_file_is_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
@@ -93,3 +95,18 @@ def test_a_commondir_that_is_a_fifo_is_no_common_dir(tmp_path: Path) -> None:
     (admin / "commondir").unlink()
     os.mkfifo(admin / "commondir")
     assert gitlocks.common_dir_of(str(admin)) == str(admin)
+
+
+def test_strays_answer_with_a_fifo_in_an_admin_entry(daemon: DaemonProcess, repo: Path) -> None:
+    """`workspace.strays` reads every admin entry's `gitdir` of the project's repository: one
+    that is a named pipe (a hostile repository) is skipped and the daemon answers (it hung,
+    in the event loop's thread, before: the client's timeout is its bound here). A real
+    daemon."""
+    project = daemon.call("project.add", {"path": str(repo)})["project"]
+    admin = repo / ".git" / "worktrees" / "hostile"
+    admin.mkdir(parents=True)
+    os.mkfifo(admin / "gitdir")
+    with daemon.client(timeout=20) as client:
+        answer = client.call("workspace.strays", {"project_id": project["id"]})
+    assert answer["strays"] == [], answer
+    assert daemon.call("daemon.status")["details"] is not None  # still serving
