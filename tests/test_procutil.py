@@ -9,12 +9,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import anyio
 import psutil
 import pytest
-from xumd import procutil
+from xumd import procstat, procutil
 from xumd.procutil import CommandNotFound, run_command
 
 from tests.support.freezer import frozen
@@ -294,15 +295,9 @@ def test_any_alive_looks_past_a_pid_that_is_gone() -> None:
     live = subprocess.Popen(["sleep", "60"])
     try:
         gone = next(p for p in range(4_000_000, 4_100_000) if not psutil.pid_exists(p))
-        pids = {gone, live.pid}
-        # The vanished pid first in the set's own order, whatever the pids are.
-        candidate = gone
-        while next(iter(pids)) != candidate:
-            candidate += 1
-            while psutil.pid_exists(candidate):
-                candidate += 1
-            pids = {candidate, live.pid}
-        assert procutil._any_alive(pids) is True
+        # The vanished pid first (a dict keeps its order), each with its start time.
+        members = {gone: None, live.pid: procstat.start_time(live.pid)}
+        assert procutil._any_alive(members) is True
     finally:
         live.kill()
         live.wait()
@@ -551,3 +546,69 @@ def test_a_daemon_whose_own_directory_was_deleted_still_runs_commands(tmp_path: 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "0 0 ./xum-nope: command not found\n"
+
+
+def _spawn_with_pid(target: int, tries: int = 50) -> subprocess.Popen[bytes] | None:
+    """A process (not of any tree under test) given exactly `target` as its pid, through
+    /proc/sys/kernel/ns_last_pid (root); None when other forks on the machine kept taking it."""
+    for _ in range(tries):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as last:
+            last.write(str(target - 1))
+        stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        if stranger.pid == target:
+            return stranger
+        stranger.kill()
+        stranger.wait()
+    return None
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/proc/sys/kernel/ns_last_pid"),
+    reason="choosing a pid needs root and ns_last_pid (tests run as root in CI)",
+)
+def test_the_sigkill_after_the_grace_spares_a_process_that_took_a_members_pid() -> None:
+    """A member of the tree ends during the grace and its pid is handed to another process
+    (pids wrap: 32768 by default) before the grace is over: kill_tree's SIGKILL goes to the
+    tree's processes, known by pid and start time, never to that stranger."""
+    parent_code = (
+        "import signal, subprocess, sys, time\n"
+        "child = subprocess.Popen(['sleep', '60'])\n"  # before the ignore: TERM ends it
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        # Older than the start-time tolerance when its pid is taken: a process started in
+        # the same instant is indistinguishable by pid and start time, by design.
+        "time.sleep(0.3)\n"
+        "print(child.pid, flush=True)\n"
+        "child.wait()\n"
+        "print('reaped', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, start_new_session=True
+    )
+    strangers: list[subprocess.Popen[bytes]] = []
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        until(lambda: child in procutil.tree_pids(parent.pid), message="the child in the tree")
+
+        def take_the_pid() -> None:
+            assert parent.stdout is not None
+            if parent.stdout.readline() == b"reaped\n":  # the child ended by the SIGTERM
+                stranger = _spawn_with_pid(child)
+                if stranger is not None:
+                    strangers.append(stranger)
+
+        taker = threading.Thread(target=take_the_pid)
+        taker.start()
+        gone = anyio.run(lambda: procutil.kill_tree(parent.pid, parent.pid, 5.0))
+        taker.join(30)
+        if not strangers:
+            pytest.skip("the member's pid could not be handed to a stranger (a busy machine)")
+        assert gone is True
+        assert strangers[0].poll() is None, "the stranger that took a member's pid was killed"
+        assert parent.wait(10) == -signal.SIGKILL  # the tree itself was ended
+    finally:
+        for proc in (*strangers, parent):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()

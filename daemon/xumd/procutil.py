@@ -24,7 +24,7 @@ from pathlib import Path
 import anyio
 import psutil
 
-from xumd import childproc, logs
+from xumd import childproc, logs, procstat
 from xumd import containment as contain
 
 log = logs.get("xumd.proc")
@@ -103,10 +103,12 @@ async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float
     """SIGTERM the group and the tree (each once), wait up to `grace_s`, then SIGKILL every member.
 
     Descendants are collected before signalling, so a child that escaped the group (setsid)
-    is still reached when it was a descendant at that moment. Returns True when nothing of the
+    is still reached when it was a descendant at that moment. Each is known by pid *and* start
+    time: one that ended during the grace and whose pid was handed to another process (pids
+    wrap: 32768 by default) is not signalled nor waited for. Returns True when nothing of the
     tree or the group is left.
     """
-    members = set(tree_pids(pid))
+    members = _identified(tree_pids(pid), {})
     signalled = pgid if pgid and _signal_group(pgid, signal.SIGTERM) else None
     # Once each: a second SIGTERM is `quit now, skip the clean-up` to many programs.
     _signal_pids(
@@ -114,14 +116,14 @@ async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float
     )
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        members |= set(tree_pids(pid))
+        members = _identified(tree_pids(pid), members)
         if not _any_alive(members) and not (pgid and group_alive(pgid)):
             return True
         await anyio.sleep(poll_s)
-    members |= set(tree_pids(pid))
+    members = _identified(tree_pids(pid), members)
     if pgid:
         _signal_group(pgid, signal.SIGKILL)
-    _signal_pids(sorted(members), signal.SIGKILL)
+    _signal_pids(sorted(p for p, start in members.items() if _still(p, start)), signal.SIGKILL)
     # SIGKILL cannot be ignored; give the kernel a moment to reap, bounded.
     with anyio.move_on_after(2.0):
         while _any_alive(members) or (pgid and group_alive(pgid)):
@@ -131,14 +133,24 @@ async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float
     return False
 
 
-def _any_alive(pids: set[int]) -> bool:
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.Error:
-            continue
-    return False
+def _identified(current: list[int], known: dict[int, float | None]) -> dict[int, float | None]:
+    """`known` (pid -> start time) with the tree's current members, each (re)identified now:
+    a pid in the tree now is the tree's, whatever ran under it before."""
+    return {**known, **{p: procstat.start_time(p) for p in current}}
+
+
+def _still(pid: int, start: float | None) -> bool:
+    """The process identified as (pid, start) still runs (a zombie does not; a pid reused by
+    another process is not it)."""
+    found = procstat.identity(pid)
+    if found is None:
+        return False
+    started, zombie = found
+    return not zombie and (start is None or abs(started - start) < procstat.START_TOLERANCE_S)
+
+
+def _any_alive(members: dict[int, float | None]) -> bool:
+    return any(_still(p, start) for p, start in members.items())
 
 
 # -- bounded output ----------------------------------------------------------------------------
