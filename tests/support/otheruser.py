@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
+import signal
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
 
 NOBODY = 65534
+DEADLINE_S = 60.0
 
 T = TypeVar("T")
 
@@ -40,8 +44,19 @@ def as_nobody(fn: Callable[[], T]) -> T:
         finally:
             os._exit(code)
     os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
+    data = b""
+    deadline = time.monotonic() + DEADLINE_S
+    with os.fdopen(read, "rb", buffering=0) as pipe:
+        while True:
+            ready, _, _ = select.select([pipe], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                os.kill(pid, signal.SIGKILL)  # stuck (a lock held at the fork): never hang
+                os.waitpid(pid, 0)
+                pytest.fail(f"the child as nobody gave no answer in {DEADLINE_S}s")
+            chunk = pipe.read(65536)
+            if not chunk:
+                break
+            data += chunk
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the child as nobody failed to answer"
     kind, value = pickle.loads(data)  # our own forked child's answer
