@@ -77,7 +77,15 @@ def cut_reason(stopping: bool, subject: str = "it") -> str:
     return "the daemon is shutting down" if stopping else f"{subject} was cancelled"
 
 
-Handler = Callable[[Any, RequestContext], Awaitable[BaseModel]]
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A result its handler already holds as JSON bytes (an answer it keeps between calls,
+    rebuilt only when what it shows changed): sent as it is, not serialised again."""
+
+    json: bytes
+
+
+Handler = Callable[[Any, RequestContext], Awaitable[BaseModel | Encoded]]
 
 
 @dataclass(slots=True)
@@ -297,7 +305,7 @@ class Router:
         ctx = RequestContext(peer, method, request_id)
         token = _current.set(ctx)
         try:
-            coro = cast(Coroutine[Any, Any, BaseModel], route.handler(params, ctx))
+            coro = cast(Coroutine[Any, Any, BaseModel | Encoded], route.handler(params, ctx))
             try:
                 coro.send(None)
             except StopIteration as finished:
@@ -383,11 +391,15 @@ class Router:
         return model.model_validate(raw)
 
 
-def _success(request_id: RequestId, result: BaseModel, *, fragments: bool) -> dict[str, Any]:
-    if fragments and type(result).model_dump is _MODEL_DUMP:
+def _success(
+    request_id: RequestId, result: BaseModel | Encoded, *, fragments: bool
+) -> dict[str, Any]:
+    if isinstance(result, Encoded):
+        body: Any = orjson.Fragment(result.json) if fragments else orjson.loads(result.json)
+    elif fragments and type(result).model_dump is _MODEL_DUMP:
         # Serialised once, by the model's own (Rust) serialiser, straight to JSON bytes that
         # orjson splices into the envelope: no intermediate dict.
-        body: Any = orjson.Fragment(result.__pydantic_serializer__.to_json(result))
+        body = orjson.Fragment(result.__pydantic_serializer__.to_json(result))
     else:
         # A model that shapes its own output (overrides model_dump) is asked for it.
         body = result.model_dump(mode="json")
