@@ -17,6 +17,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from xum_protocol.errors import ErrorKind, code_for
 from xum_protocol.methods import METHODS
+from xum_protocol.models.base import NUL_FREE
 
 from xumd import diskfull, logs
 from xumd.errors import XumError
@@ -232,23 +233,29 @@ class Router:
             self._idle = None
 
     async def handle(
-        self, message: Any, peer: Peer, *, fragments: bool = False
+        self, message: Any, peer: Peer, *, fragments: bool = False, nul_free: bool = False
     ) -> dict[str, Any] | None:
         """Answer one (non-batch) message; None for a notification. With `fragments`, a
         result is serialised once, by its model, into an `orjson.Fragment` (for the transport,
-        which encodes the envelope with orjson); else it is a plain dict."""
+        which encodes the envelope with orjson); else it is a plain dict. `nul_free`: the
+        message was decoded from a frame that holds no NUL escape (framing.nul_free), so its
+        params' strings need no NUL scan."""
         checked = self._envelope(message)
         if isinstance(checked, dict):
             return checked
         has_id, request_id, method, params = checked
         self.active += 1
         try:
-            response = await self._call(method, params, peer, request_id, fragments)
+            response = await self._call(
+                method, params, peer, request_id, fragments=fragments, nul_free=nul_free
+            )
         finally:
             self._done()
         return response if has_id else None
 
-    def handle_now(self, message: Any, peer: Peer) -> dict[str, Any] | _Later | None:
+    def handle_now(
+        self, message: Any, peer: Peer, *, nul_free: bool = False
+    ) -> dict[str, Any] | _Later | None:
         """`handle` without awaiting, for what needs no task: envelope errors, unknown methods,
         refusals, bad params, and handlers registered `inline`; LATER for the rest (before
         anything else is done with the message, so the task path starts from scratch)."""
@@ -261,13 +268,20 @@ class Router:
             return LATER
         self.active += 1
         try:
-            response = self._call_now(route, method, raw_params, peer, request_id)
+            response = self._call_now(
+                route, method, raw_params, peer, request_id, nul_free=nul_free
+            )
         finally:
             self._done()
         return response if has_id else None
 
     def _refusal(
-        self, route: _Route | None, method: str, raw_params: Any, request_id: RequestId
+        self,
+        route: _Route | None,
+        method: str,
+        raw_params: Any,
+        request_id: RequestId,
+        nul_free: bool = False,
     ) -> dict[str, Any] | BaseModel:
         """An error response (no route, stopping, bad params), or the validated params."""
         if route is None:
@@ -279,7 +293,7 @@ class Router:
                 request_id, ErrorKind.SHUTTING_DOWN, "the daemon is shutting down"
             )
         try:
-            return self._parse_params(route.params, raw_params)
+            return self._parse_params(route.params, raw_params, nul_free)
         except ValidationError as exc:
             return error_response(
                 request_id,
@@ -295,8 +309,10 @@ class Router:
         raw_params: Any,
         peer: Peer,
         request_id: RequestId,
+        *,
+        nul_free: bool = False,
     ) -> dict[str, Any]:
-        params = self._refusal(route, method, raw_params, request_id)
+        params = self._refusal(route, method, raw_params, request_id, nul_free)
         if isinstance(params, dict):
             return params
         assert route is not None
@@ -334,10 +350,12 @@ class Router:
         raw_params: Any,
         peer: Peer,
         request_id: RequestId,
+        *,
         fragments: bool = False,
+        nul_free: bool = False,
     ) -> dict[str, Any]:
         route = self.routes.get(method)
-        params = self._refusal(route, method, raw_params, request_id)
+        params = self._refusal(route, method, raw_params, request_id, nul_free)
         if isinstance(params, dict):
             return params
         assert route is not None
@@ -376,7 +394,7 @@ class Router:
             )
 
     @staticmethod
-    def _parse_params(model: type[BaseModel], raw: Any) -> BaseModel:
+    def _parse_params(model: type[BaseModel], raw: Any, nul_free: bool = False) -> BaseModel:
         if raw is None:
             raw = {}
         if isinstance(raw, list) and hasattr(model, "from_positional"):
@@ -388,7 +406,7 @@ class Router:
                 raw = {**dict(zip(names, raw, strict=False)), "__extra_positional__": raw}
             else:
                 raw = dict(zip(names, raw, strict=False))
-        return model.model_validate(raw)
+        return model.model_validate(raw, context=NUL_FREE if nul_free else None)
 
 
 def _success(
