@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, cast
 
@@ -334,15 +334,7 @@ class Router:
             response, outcome = _failure(exc, method, request_id)
             return response
         finally:
-            _current.reset(token)
-            log.debug(
-                "rpc.request",
-                method=method,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                outcome=outcome,
-                conn=peer.id,
-                inline=True,
-            )
+            _request_done(token, ctx, started, outcome, inline=True)
 
     async def _call(
         self,
@@ -384,14 +376,7 @@ class Router:
             response, outcome = _failure(exc, method, request_id)
             return response
         finally:
-            _current.reset(token)
-            log.debug(
-                "rpc.request",
-                method=method,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                outcome=outcome,
-                conn=peer.id,
-            )
+            _request_done(token, ctx, started, outcome)
 
     @staticmethod
     def _parse_params(model: type[BaseModel], raw: Any, nul_free: bool = False) -> BaseModel:
@@ -407,6 +392,26 @@ class Router:
             else:
                 raw = dict(zip(names, raw, strict=False))
         return model.model_validate(raw, context=NUL_FREE if nul_free else None)
+
+
+def _request_done(
+    token: Token[RequestContext | None],
+    ctx: RequestContext,
+    started: float,
+    outcome: str,
+    *,
+    inline: bool = False,
+) -> None:
+    """The end of a handler's run, inline or in a task: its context unset, its debug line."""
+    _current.reset(token)
+    log.debug(
+        "rpc.request",
+        method=ctx.method,
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        outcome=outcome,
+        conn=ctx.peer.id,
+        **({"inline": True} if inline else {}),
+    )
 
 
 def _success(
