@@ -19,6 +19,8 @@ from xumd.config import DaemonConfig
 from xumd.containment import Containment
 from xumd.daemon_feature import StatusAnswer
 from xumd.paths import RootPaths
+from xumd.processes.managed import Managed
+from xumd.processes.supervisor import Supervisor
 from xumd.rpc.dispatch import RequestContext
 from xumd.store.db import Store
 
@@ -218,3 +220,48 @@ def test_containment_status_follows_sweeps_and_escapes() -> None:
     assert cont.status()["escaped"] == [{"pid": 6}]
     cont.subreaper = True
     assert cont.status()["mechanism"] == "subreaper+marker"
+
+
+def _managed(process_id: str) -> Managed:
+    return Managed(
+        id=process_id,
+        workspace_id="ws_0000000000000000",
+        kind="exec",
+        argv=["true"],
+        label="true",
+        pty=False,
+        lease_id=None,
+        pid=None,
+        pgid=None,
+        start_time=None,
+        started_at=0.0,
+        checkout=Path("/nonexistent"),
+    )
+
+
+def test_processes_summary_follows_every_record_change(app: App) -> None:
+    sup = app.find(Supervisor)
+    assert sup is not None
+
+    def summary() -> dict[str, Any]:
+        details: dict[str, Any] = _answer(app, "daemon.status")["details"]["processes"]
+        return details
+
+    assert summary()["running"] == 0
+    one = _managed("proc_0000000000000001")
+    sup.table.add(one)
+    assert summary()["running"] == 1
+    one.state = "pending_stop"
+    assert (summary()["running"], summary()["pending_stop"]) == (1, 1)
+    one.on_daemon_stop = "keep"
+    assert summary()["kept_at_stop"] == 1
+    one.state = "exited"
+    assert (summary()["running"], summary()["pending_stop"]) == (0, 0)
+    # A record made before a poll and added after it, while another is pruned: the count of
+    # records stays the same, the summary still moves.
+    two = _managed("proc_0000000000000002")
+    assert summary()["kept_at_stop"] == 1
+    sup.table.settings.keep_exited = 0
+    sup.table.prune()
+    sup.table.add(two)
+    assert (summary()["running"], summary()["kept_at_stop"]) == (1, 0)
