@@ -26,6 +26,7 @@ from xumd.store.db import Store
 
 from tests.lifecycle_helpers import commit_scripts, create, failing_teardown, trusted_daemon
 from tests.support.gitrepo import make_repo
+from tests.support.peer import NullPeer
 from tests.support.wait import until
 
 
@@ -102,25 +103,9 @@ def app(tmp_short: Path) -> App:
     return built
 
 
-class _Peer:
-    id = 1
-    pid: int | None = None
-    uid: int | None = None
-    protocol = "1.0"
-
-    def notify(self, method: str, params: dict[str, Any]) -> bool:
-        return True
-
-    def on_close(self, callback: Any) -> None:
-        pass
-
-    def keep_streaming(self) -> None:
-        pass
-
-
 def _answer(app: App, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
     message = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params or {}}
-    reply = app.router.handle_now(message, _Peer())
+    reply = app.router.handle_now(message, NullPeer())
     assert isinstance(reply, dict) and "result" in reply, reply
     result: dict[str, Any] = orjson.loads(orjson.dumps(reply["result"]))
     return result
@@ -148,7 +133,7 @@ def test_hello_lists_a_method_registered_after_its_first_answer(app: App) -> Non
 def test_hello_still_negotiates_per_call(app: App) -> None:
     _answer(app, "hello", HELLO)
     reply = app.router.handle_now(
-        {"jsonrpc": "2.0", "id": 1, "method": "hello", "params": {"protocol": "9.0"}}, _Peer()
+        {"jsonrpc": "2.0", "id": 1, "method": "hello", "params": {"protocol": "9.0"}}, NullPeer()
     )
     assert isinstance(reply, dict)
     assert reply["error"]["data"]["kind"] == "protocol_mismatch"

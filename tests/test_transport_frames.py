@@ -33,6 +33,7 @@ from xumd.rpc.server import Server, bind_socket
 from xumd.rpc.transport import WRITE_HIGH
 
 from tests.support.daemon import short_tmpdir
+from tests.support.peer import NullPeer
 from tests.support.wait import wait_for
 
 # -- the sans-IO reader ----------------------------------------------------------------------
@@ -458,24 +459,8 @@ def test_params_without_nul_pass_even_where_the_frame_has_the_escape() -> None:
 def test_the_skip_is_only_for_frames_said_nul_free() -> None:
     router = _text_router()
     message = {"jsonrpc": "2.0", "method": "t.inline", "id": 1, "params": {"text": "a\0"}}
-    refused = router.handle_now(message, _NoPeer())
+    refused = router.handle_now(message, NullPeer())
     assert isinstance(refused, dict) and refused["error"]["data"]["kind"] == "invalid_params"
     # The flag is the transport's promise that no NUL can be there: it is what skips the scan.
-    trusted = router.handle_now(message, _NoPeer(), nul_free=True)
+    trusted = router.handle_now(message, NullPeer(), nul_free=True)
     assert isinstance(trusted, dict) and "result" in trusted
-
-
-class _NoPeer:
-    id = 0
-    pid: int | None = None
-    uid: int | None = None
-    protocol = "1.0"
-
-    def notify(self, method: str, params: dict[str, Any]) -> bool:
-        return False
-
-    def on_close(self, callback: Callable[[], None]) -> None:
-        pass
-
-    def keep_streaming(self) -> None:
-        pass
