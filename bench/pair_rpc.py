@@ -29,8 +29,9 @@ HELLO = {"protocol": "1.0", "client": {"name": "bench-pair-rpc"}}
 CASES = ("unknown method", "hello", "daemon.status", "daemon.status, 16 clients")
 
 
-async def _sequential(path: Path, method: str, count: int) -> float:
-    """Seconds of wall time for `count` sequential calls on one connection."""
+async def _sequential(path: Path, method: str, count: int, pid: int) -> tuple[float, float]:
+    """Seconds of wall time and of `pid`'s CPU time for `count` sequential calls on one
+    connection (after a warm-up that neither counts)."""
     conn = await Conn.open(path)
     params = HELLO if method == "hello" else None
     name = "no.such.method" if method == "unknown method" else method
@@ -44,16 +45,18 @@ async def _sequential(path: Path, method: str, count: int) -> float:
     try:
         for _ in range(min(200, count)):  # warm-up
             await one()
+        cpu = _cpu_s(pid)
         started = time.perf_counter()
         for _ in range(count):
             await one()
-        return time.perf_counter() - started
+        return time.perf_counter() - started, _cpu_s(pid) - cpu
     finally:
         await conn.close()
 
 
-async def _parallel(path: Path, clients: int, count: int) -> float:
-    """Seconds of wall time for `count` daemon.status calls spread over `clients` loops."""
+async def _parallel(path: Path, clients: int, count: int, pid: int) -> tuple[float, float]:
+    """Seconds of wall time and of `pid`'s CPU time for `count` daemon.status calls spread
+    over `clients` loops."""
     conns = [await Conn.open(path) for _ in range(clients)]
     share = count // clients
 
@@ -64,9 +67,10 @@ async def _parallel(path: Path, clients: int, count: int) -> float:
     try:
         for conn in conns:
             await conn.call("daemon.status")
+        cpu = _cpu_s(pid)
         started = time.perf_counter()
         await asyncio.gather(*(loop(c) for c in conns))
-        return time.perf_counter() - started
+        return time.perf_counter() - started, _cpu_s(pid) - cpu
     finally:
         for conn in conns:
             await conn.close()
@@ -76,12 +80,10 @@ def _measure(server: procs.Launched, path: Path, count: int) -> dict[str, tuple[
     """Per case: (wall µs per call, server CPU µs per call)."""
     out: dict[str, tuple[float, float]] = {}
     for case in CASES:
-        cpu_before = _cpu_s(server.pid)
         if case.endswith("16 clients"):
-            wall = asyncio.run(_parallel(path, 16, count))
+            wall, cpu = asyncio.run(_parallel(path, 16, count, server.pid))
         else:
-            wall = asyncio.run(_sequential(path, case, count))
-        cpu = _cpu_s(server.pid) - cpu_before
+            wall, cpu = asyncio.run(_sequential(path, case, count, server.pid))
         out[case] = (wall / count * 1e6, cpu / count * 1e6)
     return out
 
