@@ -79,6 +79,9 @@ async def _parallel(path: Path, clients: int, count: int, pid: int) -> tuple[flo
 def _measure(server: procs.Launched, path: Path, count: int) -> dict[str, tuple[float, float]]:
     """Per case: (wall µs per call, server CPU µs per call)."""
     out: dict[str, tuple[float, float]] = {}
+    # Not counted: whatever the server still does after READY, and the first connection's
+    # costs (the first case measured was ~2x the others on the echo server itself).
+    asyncio.run(_sequential(path, "daemon.status", count // 4, server.pid))
     for case in CASES:
         if case.endswith("16 clients"):
             wall, cpu = asyncio.run(_parallel(path, 16, count, server.pid))
