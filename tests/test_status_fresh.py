@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 import pytest
 from xum_protocol.models.daemon import DaemonStatusResult, HelloResult
@@ -250,3 +251,20 @@ def test_processes_summary_follows_every_record_change(app: App) -> None:
     sup.table.prune()
     sup.table.add(two)
     assert (summary()["running"], summary()["kept_at_stop"]) == (1, 0)
+
+
+def test_kept_bytes_answer_the_task_path_alike(app: App) -> None:
+    """The task path (`handle`, as batches and a stopping daemon use it) answers the kept bytes
+    too, as a plain result when not asked for fragments."""
+    message = {"jsonrpc": "2.0", "id": 3, "method": "daemon.status"}
+    inline = _answer(app, "daemon.status")
+
+    async def task() -> dict[str, Any] | None:
+        return await app.router.handle(message, NullPeer())
+
+    reply = anyio.run(task)
+    assert reply is not None and isinstance(reply["result"], dict)
+    got = reply["result"]
+    assert {k: v for k, v in got.items() if k != "uptime_s"} == {
+        k: v for k, v in inline.items() if k != "uptime_s"
+    }
