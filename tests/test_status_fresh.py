@@ -7,6 +7,7 @@ answer what it built first)."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +16,15 @@ import orjson
 import pytest
 from xum_protocol.models.daemon import DaemonStatusResult, HelloResult
 from xumd.app import App
-from xumd.bootstrap import install_features
-from xumd.config import DaemonConfig
 from xumd.containment import Containment
 from xumd.daemon_feature import StatusAnswer
-from xumd.paths import RootPaths
 from xumd.processes.managed import Managed
 from xumd.processes.supervisor import Supervisor
 from xumd.rpc.dispatch import RequestContext
-from xumd.store.db import Store
 
 from tests.lifecycle_helpers import commit_scripts, create, failing_teardown, trusted_daemon
 from tests.support.gitrepo import make_repo
+from tests.support.inproc import installed_app
 from tests.support.peer import NullPeer
 from tests.support.wait import until
 
@@ -94,14 +92,11 @@ def test_status_shows_each_change_at_once(tmp_short: Path, root: Path, ctl: Path
 
 
 @pytest.fixture
-def app(tmp_short: Path) -> App:
-    paths = RootPaths(tmp_short / "root")
-    paths.root.mkdir()
-    store = Store(paths.database)
-    store.migrate()
-    built = App(paths, DaemonConfig(), store)
-    install_features(built)
-    return built
+def app(tmp_short: Path) -> Iterator[App]:
+    root = tmp_short / "root"
+    root.mkdir()
+    with installed_app(root) as built:
+        yield built
 
 
 def _answer(app: App, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
