@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 from xumd import __version__
@@ -76,9 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         if level not in logs.LEVELS:
             level = "info"
         logs.configure(level, json={"auto": None, "json": True, "console": False}[args.log_format])
-        # Importing the composition root declares every fault point.
-        from xumd import bootstrap  # noqa: F401
+        _without_pydantic_plugins()
+        from xumd import bootstrap
         from xumd.daemon_runner import run_daemon
+
+        if args.list_fault_points or os.environ.get(faults.ENV_VAR):
+            # Every fault point is declared at import: those of the features built at their
+            # first request too.
+            bootstrap.import_deferred()
     finally:
         gc.freeze()
         gc.enable()
@@ -91,6 +97,20 @@ def main(argv: list[str] | None = None) -> int:
     code = run_daemon(args.root, args.socket, keep_processes=args.keep_processes)
     _leave(code)
     return code
+
+
+def _without_pydantic_plugins() -> None:
+    """Pydantic looks for plugins at its first model build: it imports `importlib.metadata`
+    (with email, zipfile, csv...) and reads the entry points of every installed distribution,
+    some 26 modules and a scan of site-packages before readiness. The daemon's own models use no
+    plugin (a plugin instruments validation for its user's app; the daemon is not one), so its
+    process gets a loader that finds none. Only this process: nothing is put in the environment
+    that its children (agents, scripts) inherit."""
+    if "pydantic.plugin._loader" in sys.modules:
+        return  # already looked (an embedding process): its answer stands
+    loader = types.ModuleType("pydantic.plugin._loader", "xumd: no pydantic plugins")
+    loader.get_plugins = tuple  # type: ignore[attr-defined]  # () : no plugin
+    sys.modules["pydantic.plugin._loader"] = loader
 
 
 def _leave(code: int) -> None:
