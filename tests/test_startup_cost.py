@@ -289,6 +289,25 @@ def test_a_clean_stop_leaves_at_once_flushing_stdio_and_running_atexit() -> None
     assert done.stdout == "buffered atexit ran\n"
 
 
+def test_a_failed_last_flush_is_not_a_clean_exit() -> None:
+    # stdout on a full disk: its last flush fails. The ordinary exit says so with status 120;
+    # so must the fast one (it used to swallow the error and report the run's own status).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-c", _LEAVE], stdout=full, stderr=subprocess.PIPE, timeout=60, env=env
+        )
+        ordinary = subprocess.run(
+            [sys.executable, "-c", "import sys; sys.stdout.write('x'); sys.exit(7)"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            env=env,
+        )
+    assert ordinary.returncode == 120  # the interpreter's own rule, for reference
+    assert done.returncode == 120
+
+
 def test_a_busy_worker_thread_gets_the_ordinary_exit() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     done = subprocess.run(

@@ -24,6 +24,10 @@ EXIT_THREADS_WAIT_S = 2.0
 workers stop when the event loop ends); past it, the ordinary exit joins them as before."""
 
 
+EXIT_FLUSH_FAILED = 120
+"""The interpreter's own status when flushing stdio at exit fails (Py_FinalizeEx)."""
+
+
 def _parser() -> argparse.ArgumentParser:
     from xumd import logs
 
@@ -133,11 +137,14 @@ def _leave(code: int) -> None:
             return
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
+        if stream is None or stream.closed:  # None: started with that descriptor closed
+            continue
         try:
-            if stream is not None:  # None: started with that descriptor closed
-                stream.flush()
-        except (OSError, ValueError):
-            pass
+            stream.flush()
+        except OSError:
+            # What the ordinary exit does when its last flush fails (a full disk under the
+            # log, a closed pipe): the status says so, never a clean 0 with lines lost.
+            code = EXIT_FLUSH_FAILED
     os._exit(code)
 
 
