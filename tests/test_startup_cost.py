@@ -280,8 +280,13 @@ busy.set()
 """
 
 
+def _buffered_env() -> dict[str, str]:
+    # Without PYTHONUNBUFFERED (set on these machines): only a flush writes what _LEAVE wrote.
+    return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
 def test_a_clean_stop_leaves_at_once_flushing_stdio_and_running_atexit() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env = _buffered_env()
     done = subprocess.run(
         [sys.executable, "-c", _LEAVE], capture_output=True, text=True, timeout=60, env=env
     )
@@ -292,7 +297,7 @@ def test_a_clean_stop_leaves_at_once_flushing_stdio_and_running_atexit() -> None
 def test_a_failed_last_flush_is_not_a_clean_exit() -> None:
     # stdout on a full disk: its last flush fails. The ordinary exit says so with status 120;
     # so must the fast one (it used to swallow the error and report the run's own status).
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env = _buffered_env()
     with open("/dev/full", "w") as full:
         done = subprocess.run(
             [sys.executable, "-c", _LEAVE], stdout=full, stderr=subprocess.PIPE, timeout=60, env=env
@@ -309,7 +314,7 @@ def test_a_failed_last_flush_is_not_a_clean_exit() -> None:
 
 
 def test_a_busy_worker_thread_gets_the_ordinary_exit() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env = _buffered_env()
     done = subprocess.run(
         [sys.executable, "-c", _LEAVE, "busy"], capture_output=True, text=True, timeout=60, env=env
     )
