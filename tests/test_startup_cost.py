@@ -208,6 +208,15 @@ def test_the_daemon_reaches_readiness_without_rich_or_test_methods(root: Path) -
     assert "xumd.rpc.spec_examples" not in modules  # enable_test_methods is off
 
 
+def test_rich_is_hidden_from_structlog_only() -> None:
+    # structlog loads without rich (its console extras), yet a later `import rich` in the same
+    # process (the CLI's tables beside a daemon's logger, as in-process tests have) gets it.
+    code = "import xumd.logs, structlog.dev, rich.console; print(structlog.dev.rich is None)"
+    done = run([sys.executable, "-c", code])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"]
+
+
 READY_MODULES_AT_MOST = 465
 """What the daemon imports before READY=1, as `-X importtime` lists it (459 on Python 3.11 when
 this was set; 488 before gc and usage were built at their first request and pydantic's plugin
