@@ -7,6 +7,7 @@ counts the rest)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from xum_protocol.methods import METHODS
 
 from tests.support.daemon import DaemonProcess
 from tests.support.raw import RawPeer
+from tests.support.wait import until
 
 NOT_CALLED = {"daemon.shutdown"}  # called last, on its own
 
@@ -105,5 +107,55 @@ def test_concurrent_first_calls_load_once(root: Path) -> None:
         assert [reply["id"] for reply in replies] == list(range(len(peers)))
         assert all("items" in reply["result"] for reply in replies), replies
         assert loaded(daemon) == ["usage", "gc"]  # gc's build builds usage: each once
+    finally:
+        daemon.close()
+
+
+def _record_running_gc_run(root: Path) -> str:
+    """A gc run cut by the last stop: recorded `running`, with no item to collect."""
+    run_id = "gc_00000000000000aa"
+    db = sqlite3.connect(root / "state.db")
+    with db:
+        db.execute(
+            "INSERT INTO gc_runs (id, keys, state, created_at, updated_at)"
+            " VALUES (?, '[]', 'running', 0, 0)",
+            (run_id,),
+        )
+    db.close()
+    return run_id
+
+
+def _run_state(root: Path, run_id: str) -> str:
+    db = sqlite3.connect(f"file:{root / 'state.db'}?mode=ro", uri=True)
+    try:
+        return str(db.execute("SELECT state FROM gc_runs WHERE id = ?", (run_id,)).fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_a_recorded_gc_run_resumes_at_start_without_a_request(root: Path) -> None:
+    DaemonProcess(root).start().close()  # the schema
+    run_id = _record_running_gc_run(root)
+    daemon = DaemonProcess(root, log_level="info").start()
+    try:
+        until(lambda: _run_state(root, run_id) == "done", message="the run to resume")
+        assert loaded(daemon) == ["usage", "gc"]  # built by the worker, not by a request
+    finally:
+        daemon.close()
+
+
+def test_a_worker_whose_build_failed_resumes_at_the_first_build(root: Path) -> None:
+    # The worker's own build fails (the simulation point: the daemon's first build). It must
+    # not end there, or a run recorded `running` would never finish in this daemon's life.
+    DaemonProcess(root).start().close()
+    run_id = _record_running_gc_run(root)
+    daemon = DaemonProcess(root, log_level="info", env={"XUM_FAULT": "rpc.deferred_build_fails"})
+    daemon.start()
+    try:
+        until(lambda: "rpc.feature_load_failed" in daemon.log_text(), message="the failed build")
+        assert _run_state(root, run_id) == "running"
+        assert "items" in ask(daemon, "gc.plan", {})["result"]  # builds gc
+        until(lambda: _run_state(root, run_id) == "done", message="the run to resume")
+        assert "daemon.background_failed" not in daemon.log_text()
     finally:
         daemon.close()

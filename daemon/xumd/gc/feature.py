@@ -20,6 +20,7 @@ from xum_protocol.models.gc import (
 )
 
 from xumd.app import App
+from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle.seams import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
@@ -73,10 +74,16 @@ def install(
     async def worker() -> None:
         # A run recorded `running` (cut by the last stop) resumes now; otherwise the worker has
         # nothing to do until a request builds the service (a background run wakes it).
-        if app.store.one("SELECT 1 FROM gc_runs WHERE state = 'running' LIMIT 1") is None:
+        service = None
+        if app.store.one("SELECT 1 FROM gc_runs WHERE state = 'running' LIMIT 1") is not None:
+            try:
+                service = gc.get("gc.worker")
+            except XumError:
+                # Logged by the build. The worker must not end here: the run stays recorded
+                # `running`, and the first request that builds gc brings the worker back to it.
+                service = None
+        if service is None:
             service = await gc.wait()
-        else:
-            service = gc.get("gc.worker")
         if not app.stopping:
             await service.serve()
 
