@@ -48,8 +48,6 @@ class Deferred(Generic[T]):
         self._build = build
         self._value: T | None = None
         self._built = anyio.Event()
-        self.builds = 0
-        """How many builds succeeded (one, ever; the tests read it)."""
 
     @property
     def built(self) -> T | None:
@@ -75,7 +73,6 @@ class Deferred(Generic[T]):
                 feature=self.feature,
             ) from exc
         self._value = value
-        self.builds += 1
         self._built.set()
         log.info("rpc.feature_loaded", feature=self.feature, caller=why)
         return value
