@@ -77,10 +77,17 @@ def main(argv: list[str] | None = None) -> int:
         from xumd import faults, logs
 
         args = _parser().parse_args(argv)
-        level = args.log_level or os.environ.get("XUM_LOG_LEVEL", "info")
-        if level not in logs.LEVELS:
-            level = "info"
-        logs.configure(level, json={"auto": None, "json": True, "console": False}[args.log_format])
+        level = args.log_level or os.environ.get("XUM_LOG_LEVEL", "info").strip().lower()
+        unknown = level not in logs.LEVELS
+        logs.configure(
+            "info" if unknown else level,
+            json={"auto": None, "json": True, "console": False}[args.log_format],
+        )
+        if unknown:
+            # Said, not swallowed: a user who asked for debug lines learns why there are none.
+            logs.get("xumd.main").warning(
+                "daemon.log_level_unknown", value=level, known=list(logs.LEVELS), using="info"
+            )
         _without_pydantic_plugins()
         from xumd import bootstrap
         from xumd.daemon_runner import run_daemon
