@@ -1932,7 +1932,7 @@ export interface Methods {
   "cleanup.retry": { params: CleanupRetryParams; result: CleanupRetryResult };
   /** Begin a graceful stop. */
   "daemon.shutdown": { params: EmptyParams; result: ShutdownResult };
-  /** The daemon's pid, root, uptime; `details` per feature (e.g. `containment`: which mechanism contains the processes it starts). */
+  /** The daemon's pid, root, uptime; `details` per feature (e.g. `containment`: which mechanism contains the processes it starts). Every figure is as of the answer (a change a client made is in the next status it asks for), except `details.fds.open`, the count of open descriptors, sampled at most every 0.5 s. */
   "daemon.status": { params: EmptyParams; result: DaemonStatusResult };
   /** Snapshot plus a stream of `event` notifications on this connection. */
   "events.subscribe": { params: SubscribeParams; result: SubscribeResult };
@@ -2008,7 +2008,7 @@ export interface Methods {
   "workspace.remove": { params: WorkspaceRemoveParams; result: WorkspaceRemoveResult };
   /** Rename (journaled). */
   "workspace.rename": { params: WorkspaceRenameParams; result: WorkspaceRenameResult };
-  /** Run an active workspace's setup again (after `project.trust`, for one whose setup was skipped as untrusted), under its exclusive reservation: `busy` while another operation on it runs (named); `invalid_state` for a workspace that is archived, interrupted, or whose checkout is missing; `not_found` once removed. A shutdown that cuts the script answers the setup `failed`, saying why. Since 1.0, additive. */
+  /** Run an active workspace's setup again (after `project.trust`, for one whose setup was skipped as untrusted), under its exclusive reservation: `busy` while another operation on it runs (named); `invalid_state` for a workspace that is archived, interrupted, or whose checkout is missing; `not_found` once removed. Not a structural change: it neither waits for nor stops the processes already running in the workspace, and while it runs a `process.spawn` or `lease.acquire` there is `busy`. A shutdown that cuts the script answers the setup `failed`, saying why. Since 1.0, additive. */
   "workspace.setup": { params: WorkspaceIdParams; result: WorkspaceSetupResult };
   /** Checkouts and git admin entries under the root that no workspace claims (never deleted), and kept copies of preserved files. */
   "workspace.strays": { params: StraysParams; result: StraysResult };
