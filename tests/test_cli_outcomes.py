@@ -1,0 +1,130 @@
+"""A result that says part of the work was not done exits 1 on every command, the result still
+printed whole (with `--json`: the result object, never the `{"error"}` form, since the daemon
+did act); a refusal is the error form (README, "Errors")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from xum_client.commands._outcomes import cleanup_failed, setup_failed
+
+from tests.support.daemon import DaemonProcess
+from tests.support.gitrepo import git, make_repo
+from tests.support.holds import hold_env, release, wait_held
+
+XUM = str(Path(sys.executable).parent / "xum")
+
+
+def xum(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [XUM, "--root", str(daemon.root), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_create_whose_setup_failed_exits_1_with_its_result(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    repo = make_repo(tmp_short / "repo")
+    (repo / ".xum").mkdir()
+    (repo / ".xum" / "config.toml").write_text('[scripts]\nsetup = ["echo broken >&2; exit 3"]\n')
+    git(repo, "add", ".xum")
+    git(repo, "commit", "-q", "-m", "a setup that fails")
+    assert xum(daemon, "project", "add", str(repo), "--name", "proj").returncode == 0
+    untrusted = xum(daemon, "ws", "new", "proj", "skipped")
+    assert untrusted.returncode == 0, untrusted  # skipped, not failed: `xum ws setup` runs it
+    assert xum(daemon, "project", "trust", "proj").returncode == 0
+
+    made = xum(daemon, "--json", "ws", "new", "proj", "a")
+    assert made.returncode == 1, made
+    result: dict[str, Any] = json.loads(made.stdout)
+    assert "error" not in result
+    assert result["setup"]["status"] == "failed"
+    assert result["workspace"]["state"] == "active"  # the workspace is there: said, not hidden
+    text = xum(daemon, "ws", "new", "proj", "b")
+    assert text.returncode == 1
+    assert text.stdout.startswith("created b ") and "setup: failed" in text.stdout
+    # The odd one out before: `ws setup` already exited 1 on the same outcome.
+    again = xum(daemon, "--json", "ws", "setup", "proj/b")
+    assert again.returncode == 1 and json.loads(again.stdout)["setup"]["status"] == "failed"
+
+
+POINT = "cleanup.trash.hold_before_rename"
+
+
+def test_an_archive_whose_cleanup_failed_exits_1_with_its_result(tmp_short: Path) -> None:
+    holds = tmp_short / "holds"
+    daemon = DaemonProcess(tmp_short / "root", env=hold_env(POINT, holds)).start()
+    try:
+        repo = make_repo(tmp_short / "repo")
+        assert xum(daemon, "project", "add", str(repo), "--name", "proj").returncode == 0
+        made = json.loads(xum(daemon, "--json", "ws", "new", "proj", "a").stdout)
+        path = Path(made["workspace"]["path"])
+        archiving = subprocess.Popen(
+            [XUM, "--root", str(daemon.root), "--json", "ws", "archive", "proj/a"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_held(POINT, holds)
+            # Someone else's directory takes the checkout's place after the fence: the move
+            # sees it, puts it back and abandons the step; the cleanup has failed.
+            os.rename(path, tmp_short / "original")
+            path.mkdir()
+            (path / "thesis.tex").write_text("years of work")
+            release(POINT, holds)
+            out, err = archiving.communicate(timeout=120)
+        finally:
+            if archiving.poll() is None:
+                archiving.kill()
+                archiving.wait()
+        assert archiving.returncode == 1, (out, err)
+        result = json.loads(out)
+        assert "error" not in result
+        assert result["cleanup"]["status"] == "failed", result["cleanup"]
+        assert (path / "thesis.tex").read_text() == "years of work"
+        # The workspace is archived (the logical result) all the same.
+        shown = json.loads(xum(daemon, "--json", "ws", "show", "proj/a").stdout)
+        assert shown["workspace"]["state"] == "archived"
+    finally:
+        daemon.close()
+
+
+@pytest.mark.parametrize(
+    ("cleanup", "failed"),
+    [
+        (None, False),
+        ({"status": "completed"}, False),
+        ({"status": "pending", "next_attempt_at": 1.0}, False),  # the daemon retries it
+        ({"status": "not_needed"}, False),
+        ({"status": "failed", "reason": "trash: foreign"}, True),
+        ({"status": "completed", "reclaim": {"status": "pending"}}, False),
+        ({"status": "completed", "reclaim": {"status": "failed"}}, True),
+    ],
+)
+def test_which_cleanups_count_as_not_done(cleanup: dict[str, Any] | None, failed: bool) -> None:
+    assert cleanup_failed(cleanup) is failed
+
+
+@pytest.mark.parametrize(
+    ("setup", "failed"),
+    [
+        (None, False),
+        ({"status": "ok"}, False),
+        ({"status": "untrusted"}, False),
+        ({"status": "none"}, False),
+        ({"status": "failed"}, True),
+    ],
+)
+def test_which_setups_count_as_not_done(setup: dict[str, Any] | None, failed: bool) -> None:
+    assert setup_failed({"setup": setup}) is failed
