@@ -56,6 +56,17 @@ def test_a_create_whose_setup_failed_exits_1_with_its_result(
     # The odd one out before: `ws setup` already exited 1 on the same outcome.
     again = xum(daemon, "--json", "ws", "setup", "proj/b")
     assert again.returncode == 1 and json.loads(again.stdout)["setup"]["status"] == "failed"
+    # Every other command that runs a setup says the same.
+    turn = xum(daemon, "--json", "turn", "new", "proj/a")
+    assert turn.returncode == 1, turn
+    assert json.loads(turn.stdout)["setup"]["status"] == "failed"
+    turn_text = xum(daemon, "turn", "new", "proj/a")
+    assert turn_text.returncode == 1 and "setup: failed" in turn_text.stdout, turn_text
+    archived = xum(daemon, "ws", "archive", "proj/b")
+    assert archived.returncode == 0, archived  # nothing left undone: no teardown, path free
+    restored = xum(daemon, "--json", "ws", "unarchive", "proj/b")
+    assert restored.returncode == 1, restored
+    assert json.loads(restored.stdout)["setup"]["status"] == "failed"
 
 
 POINT = "cleanup.trash.hold_before_rename"
