@@ -22,7 +22,7 @@ from xum_client import units
 from xum_client.errors import ConnectionLost
 
 from tests.support.daemon import DaemonProcess, write_config
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import commit_config, git, make_repo
 from tests.support.holds import hold_env, release, wait_held
 from tests.support.procs import alive, identify
 from tests.support.wait import until
@@ -418,10 +418,7 @@ def test_project_rm_cut_part_way_exits_non_zero(root: Path, repo: Path, tmp_shor
     # not exit 0 (a script would take it as removed).
     block, started = tmp_short / "block", tmp_short / "started"
     teardown = f"touch {started}; while [ -e {block} ]; do sleep 0.05; done"
-    (repo / ".xum").mkdir()
-    (repo / ".xum" / "config.toml").write_text(f'[scripts]\nteardown = ["{teardown}"]\n')
-    git(repo, "add", ".xum")
-    git(repo, "commit", "-q", "-m", "teardown")
+    commit_config(repo, f'[scripts]\nteardown = ["{teardown}"]\n')
     write_config(root, "shutdown_grace_s = 0.5\nstop_grace_s = 1.0\n")
     daemon = DaemonProcess(root).start()
     try:

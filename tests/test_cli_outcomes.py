@@ -15,7 +15,7 @@ import pytest
 from xum_client.commands._outcomes import cleanup_failed, setup_failed
 
 from tests.support.daemon import DaemonProcess
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import commit_config, make_repo
 from tests.support.holds import hold_env, release, wait_held
 
 XUM = str(Path(sys.executable).parent / "xum")
@@ -35,10 +35,7 @@ def test_a_create_whose_setup_failed_exits_1_with_its_result(
     daemon: DaemonProcess, tmp_short: Path
 ) -> None:
     repo = make_repo(tmp_short / "repo")
-    (repo / ".xum").mkdir()
-    (repo / ".xum" / "config.toml").write_text('[scripts]\nsetup = ["echo broken >&2; exit 3"]\n')
-    git(repo, "add", ".xum")
-    git(repo, "commit", "-q", "-m", "a setup that fails")
+    commit_config(repo, '[scripts]\nsetup = ["echo broken >&2; exit 3"]\n')
     assert xum(daemon, "project", "add", str(repo), "--name", "proj").returncode == 0
     untrusted = xum(daemon, "ws", "new", "proj", "skipped")
     assert untrusted.returncode == 0, untrusted  # skipped, not failed: `xum ws setup` runs it
