@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from xum_client.commands._outcomes import cleanup_failed, setup_failed
 
-from tests.support.daemon import DaemonProcess
+from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import commit_config, make_repo
 from tests.support.holds import hold_env, release, wait_held
 
@@ -132,7 +132,28 @@ def test_which_cleanups_count_as_not_done(cleanup: dict[str, Any] | None, failed
         ({"status": "untrusted"}, False),
         ({"status": "none"}, False),
         ({"status": "failed"}, True),
+        ({"status": "timeout"}, True),
     ],
 )
 def test_which_setups_count_as_not_done(setup: dict[str, Any] | None, failed: bool) -> None:
     assert setup_failed({"setup": setup}) is failed
+
+
+def test_a_setup_that_timed_out_is_not_done_either(tmp_short: Path) -> None:
+    # `timeout` is a setup that ran and did not succeed: `ws setup` exited 0 on it before.
+    root = tmp_short / "root"
+    write_config(root, "script_timeout_s = 0.5\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        repo = make_repo(tmp_short / "repo")
+        commit_config(repo, '[scripts]\nsetup = ["sleep 60"]\n')
+        assert xum(daemon, "project", "add", str(repo), "--name", "proj").returncode == 0
+        assert xum(daemon, "project", "trust", "proj").returncode == 0
+        made = xum(daemon, "--json", "ws", "new", "proj", "a")
+        assert made.returncode == 1, made
+        assert json.loads(made.stdout)["setup"]["status"] == "timeout"
+        again = xum(daemon, "--json", "ws", "setup", "proj/a")
+        assert again.returncode == 1, again
+        assert json.loads(again.stdout)["setup"]["status"] == "timeout"
+    finally:
+        daemon.close()

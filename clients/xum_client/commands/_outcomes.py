@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+SETUP_FAILED = ("failed", "timeout")
+"""A setup that ran and did not succeed (`timeout`: stopped at `script_timeout_s`)."""
+
 
 def setup_failed(result: dict[str, Any]) -> bool:
-    """A result whose setup ran and failed (a skipped, untrusted setup is not a failure of a
-    create: `xum ws setup` runs it later and says so)."""
-    return (result.get("setup") or {}).get("status") == "failed"
+    """A result whose setup ran and failed or timed out (a skipped, untrusted setup is not a
+    failure of a create: `xum ws setup` runs it later and says so)."""
+    return (result.get("setup") or {}).get("status") in SETUP_FAILED
 
 
 def cleanup_failed(cleanup: dict[str, Any] | None) -> bool:

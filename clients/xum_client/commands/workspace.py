@@ -403,9 +403,8 @@ def register(cli: click.Group) -> None:
         w = result["workspace"]
         human = f"{w['name']} ({w['id']})\n" + _setup_report(result["setup"], ref, display)
         # Untrusted too: running the setup is all this command is for, and it did not run.
-        obj.emit_result(
-            result, human, not_done=result["setup"]["status"] in ("failed", "untrusted")
-        )
+        untrusted = result["setup"]["status"] == "untrusted"
+        obj.emit_result(result, human, not_done=setup_failed(result) or untrusted)
 
     @ws.command("discard-kept")
     @click.argument("path")
