@@ -238,10 +238,7 @@ def test_detached_run_returns_and_an_attached_run_says_why_it_was_stopped(
 
 
 def commit_setup(repo: Path, command: str = "touch ran") -> None:
-    (repo / ".xum").mkdir(exist_ok=True)
-    (repo / ".xum" / "config.toml").write_text(f'[scripts]\nsetup = ["{command}"]\n')
-    git(repo, "add", ".xum")
-    git(repo, "commit", "-q", "-m", "setup")
+    commit_config(repo, f'[scripts]\nsetup = ["{command}"]\n', "setup")
 
 
 def test_ws_setup_after_trust_runs_the_skipped_setup(daemon: DaemonProcess, repo: Path) -> None:
