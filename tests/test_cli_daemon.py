@@ -18,8 +18,6 @@ from xum_client.errors import NotFound
 from tests.support.daemon import DaemonProcess
 from tests.support.wait import until
 
-XUM = [sys.executable, "-m", "xum_client.cli"]
-
 
 def xum(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -73,6 +71,32 @@ def test_daemon_status_and_stop(daemon: DaemonProcess) -> None:
     assert gone.returncode == 4
     assert json.loads(gone.stdout)["running"] is False
     assert xum("--root", str(daemon.root), "daemon", "stop").returncode == 4
+
+
+def test_daemon_stop_by_socket_waits_on_that_daemons_root(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    # Named by its socket only, with nothing at the default root: the wait for the exit is on
+    # the lock of the daemon that was asked to stop (its root), not on the default root's,
+    # which is free at once and would report "stopped" while the daemon still drains.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XUM_")}
+    env["XDG_STATE_HOME"] = str(tmp_short / "state")
+    socket_option = ["--socket", str(daemon.socket_path)]
+    stopped = subprocess.run(
+        [str(Path(sys.executable).parent / "xum"), *socket_option, "--json", "daemon", "stop"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout) == {
+        "stopped": True,
+        "pid": daemon.pid,
+        "root": str(daemon.root),
+    }
+    assert cli_module.lock_holder(str(daemon.root)) is None
+    assert daemon.wait(10) == 0
 
 
 def test_daemon_run_serves_in_the_foreground(root: Path) -> None:
@@ -203,3 +227,4 @@ def test_daemon_install_with_a_root(tmp_short: Path) -> None:
     literal = str(root).replace("%", "%%")
     assert f"--root {literal}\n" in (unit_dir / "xumd.service").read_text()
     assert f"ListenStream={literal}/xumd.sock\n" in (unit_dir / "xumd.socket").read_text()
+

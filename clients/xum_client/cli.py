@@ -294,12 +294,15 @@ def daemon_status(obj: Ctx) -> None:
 @click.pass_obj
 def daemon_stop(obj: Ctx, timeout: float) -> None:
     """Ask the daemon to stop gracefully and wait until it has exited."""
-    root = obj.root_path
     # Any daemon, whatever its version: stopping an older one is how one upgrades.
     with obj.client(timeout=10, check_version=False) as client:
-        pid = client.call("daemon.status")["pid"]
+        status = client.call("daemon.status")
+        pid = status["pid"]
         client.call("daemon.shutdown")
         remote_root = str(client.root)
+    # The lock to wait on is the stopped daemon's own (its root), not the one this command
+    # line would guess: `--socket` alone names no root, and the default root's lock is free.
+    root = str(status.get("root") or obj.root_path)
     if obj.host is not None:
         # Its lock is on the host: the next command through the bridge starts it again.
         obj.emit(
@@ -408,3 +411,4 @@ __all__ = [
     "main",
     "socket_path_for",
 ]
+
