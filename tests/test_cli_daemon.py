@@ -228,3 +228,13 @@ def test_daemon_install_with_a_root(tmp_short: Path) -> None:
     assert f"--root {literal}\n" in (unit_dir / "xumd.service").read_text()
     assert f"ListenStream={literal}/xumd.sock\n" in (unit_dir / "xumd.socket").read_text()
 
+
+def test_python_m_xum_client_cli_runs_the_command_line() -> None:
+    # It exited 0 doing nothing: a silent success for whatever was asked.
+    done = subprocess.run(
+        [sys.executable, "-m", "xum_client.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("xum, version "), done

@@ -412,3 +412,7 @@ __all__ = [
     "socket_path_for",
 ]
 
+
+if __name__ == "__main__":
+    # `python -m xum_client.cli`: the command line without the fast entry (it did nothing).
+    main()
