@@ -195,3 +195,26 @@ def test_a_broken_pipe_carried_past_click_that_is_not_the_outputs_is_raised() ->
 
     with pytest.raises(BrokenPipeError, match="not stdout either"):
         _stdio.run_guarded(command)
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        *COMMANDS,
+        pytest.param([XUM, "--help"], id="help"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_one_line_and_exit_1(
+    shared: DaemonProcess, command: list[str], unbuffered: str
+) -> None:
+    # /dev/full: every write fails with ENOSPC, as on a full disk.
+    with open("/dev/full", "w") as full:
+        done = run(
+            _with_root(command, shared.root),
+            {"PYTHONUNBUFFERED": unbuffered},
+            stdout=full,
+            stderr=subprocess.PIPE,
+        )
+    assert done.returncode == 1
+    assert done.stderr == "xum: cannot write the output: No space left on device\n"

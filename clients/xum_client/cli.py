@@ -350,7 +350,7 @@ def daemon_install(obj: Ctx, dry_run: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(argv) if argv is not None else sys.argv[1:]
     # A closed stream or a reader that went away is an exit code, never a traceback.
-    _stdio.mend_closed_streams()
+    _stdio.prepare()
     _stdio.run_guarded(lambda: run(args))
 
 

@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(argv) if argv is not None else sys.argv[1:]
     # A closed stream (`>&-`) becomes /dev/null, a reader that went away (`| head`) exit 141:
     # both paths below behave the same there (`commands/_stdio.py`).
-    _stdio.mend_closed_streams()
+    _stdio.prepare()
     _stdio.run_guarded(lambda: _main(args))
 
 
