@@ -17,6 +17,8 @@ import pytest
 from xum_client.commands import _stdio
 
 from tests.support.daemon import DaemonProcess, short_tmpdir
+from tests.support.gitrepo import make_repo
+from tests.support.wait import until
 
 XUM = str(Path(sys.executable).parent / "xum")
 CLICK_CLI = [sys.executable, "-c", "from xum_client.cli import main; main()"]
@@ -218,3 +220,22 @@ def test_an_output_that_cannot_be_written_is_one_line_and_exit_1(
         )
     assert done.returncode == 1
     assert done.stderr == "xum: cannot write the output: No space left on device\n"
+
+
+def test_an_attached_run_whose_reader_went_away_ends_141_and_its_command_with_it(
+    shared: DaemonProcess, tmp_short: Path
+) -> None:
+    # `xum run WS -- yes | head -1`: the endless command's output has nowhere to go; the run
+    # ends like any writer there, and the daemon stops the command its connection carried.
+    repo = make_repo(tmp_short / "repo")
+    project = shared.call("project.add", {"path": str(repo), "name": "runs"})["project"]
+    shared.call("workspace.create", {"project_id": project["id"], "name": "yes"})
+    done = run_reader_gone([XUM, "--root", str(shared.root), "run", "runs/yes", "--", "yes"])
+    assert (done.returncode, done.stderr) == (_stdio.EXIT_BROKEN_PIPE, "")
+
+    def stopped() -> bool:
+        listed = shared.call("process.list", {})["processes"]
+        ours = [p for p in listed if p["argv"] == ["yes"]]
+        return bool(ours) and all(p["state"] != "running" for p in ours)
+
+    until(stopped, timeout=30, message="the daemon to stop the run's command")
