@@ -238,3 +238,28 @@ def test_python_m_xum_client_cli_runs_the_command_line() -> None:
         timeout=60,
     )
     assert done.returncode == 0 and done.stdout.startswith("xum, version "), done
+
+
+def test_daemon_status_of_a_root_held_but_not_answering_is_exit_1_naming_the_holder(
+    root: Path,
+) -> None:
+    # A daemon starting up, or stuck: it holds the root's lock (a real flock, with the pid
+    # inside as xumd writes it) and nothing answers on the socket.
+    import fcntl
+
+    root.mkdir(parents=True)
+    fd = os.open(root / "xumd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, json.dumps({"pid": os.getpid()}).encode())
+        as_json = xum("--root", str(root), "daemon", "status", "--json")
+        assert as_json.returncode == 1, as_json.stderr
+        info = json.loads(as_json.stdout)
+        assert (info["running"], info["answering"], info["pid"]) == (True, False, os.getpid())
+        text = xum("--root", str(root), "daemon", "status")
+        assert text.returncode == 1
+        assert f"xumd pid {os.getpid()} holds {root} but does not answer" in text.stdout
+    finally:
+        os.close(fd)
+    # Released: no daemon at all.
+    assert xum("--root", str(root), "daemon", "status").returncode == 4
