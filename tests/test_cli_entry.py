@@ -239,3 +239,17 @@ def test_an_attached_run_whose_reader_went_away_ends_141_and_its_command_with_it
         return bool(ours) and all(p["state"] != "running" for p in ours)
 
     until(stopped, timeout=30, message="the daemon to stop the run's command")
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_failure_whose_message_cannot_be_written_keeps_its_code(
+    entry: str, tmp_short: Path
+) -> None:
+    # stderr on a full disk: the message is lost, the exit code (4: no daemon) is not.
+    with open("/dev/full", "w") as full:
+        done = run(
+            [*ENTRIES[entry], "--root", str(tmp_short), "status"],
+            stdout=subprocess.PIPE,
+            stderr=full,
+        )
+    assert (done.returncode, done.stdout) == (4, "")

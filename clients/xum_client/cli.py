@@ -393,12 +393,18 @@ def _fail(exc: Exception, code: int, args: list[str]) -> NoReturn:
     # error stops parsing before it reaches a `--json` (`xum ws bogus --json`).
     if _errors.wants_json(args):
         _errors.emit_json_error(exc, code)
-    elif isinstance(exc, click.exceptions.Abort):
-        click.echo("aborted", err=True)
-    elif isinstance(exc, click.ClickException):
-        exc.show()
-    elif isinstance(exc, XumClientError):
-        click.echo(_errors.error_text(exc), err=True)
+        sys.exit(code)
+    try:
+        if isinstance(exc, click.exceptions.Abort):
+            click.echo("aborted", err=True)
+        elif isinstance(exc, click.ClickException):
+            exc.show()
+        elif isinstance(exc, XumClientError):
+            click.echo(_errors.error_text(exc), err=True)
+    except BrokenPipeError:
+        raise  # a reader gone: 141 (commands/_stdio.py)
+    except OSError:
+        pass  # stderr cannot take the message (a full disk): the exit code still says it
     sys.exit(code)
 
 
