@@ -58,8 +58,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     from xum_client.commands import _stdio
 
     args = list(argv) if argv is not None else sys.argv[1:]
-    # A closed stream (`>&-`) becomes /dev/null, a reader that went away (`| head`) exit 141:
-    # both paths below behave the same there (`commands/_stdio.py`).
+    # A closed stream (`>&-`) becomes /dev/null, a reader that went away (`| head`) exit 141,
+    # an output that cannot be written (a full disk) exit 1: both paths below alike there
+    # (`commands/_stdio.py`).
     _stdio.prepare()
     _stdio.run_guarded(lambda: _main(args))
 
@@ -67,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _main(args: list[str]) -> None:
     parsed = status_args(args)
     # XUM_HOST: the daemon on another host, through ssh (docs/HOSTS.md), is the command line's.
-    assert sys.stdout is not None  # mend_closed_streams
+    assert sys.stdout is not None  # `prepare` opened /dev/null for a closed one
     if parsed is None or sys.stdout.isatty() or os.environ.get("XUM_HOST"):
         from xum_client.cli import run
 
