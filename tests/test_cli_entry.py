@@ -253,3 +253,24 @@ def test_a_failure_whose_message_cannot_be_written_keeps_its_code(
             stderr=full,
         )
     assert (done.returncode, done.stdout) == (4, "")
+
+
+def test_a_standard_descriptor_taken_by_a_file_is_never_written_as_the_stream(
+    tmp_short: Path,
+) -> None:
+    # stdout gone (None) while descriptor 1 already belongs to a file the process opened: the
+    # mended stream is /dev/null, never that file.
+    taken = tmp_short / "taken"
+    code = (
+        "import os, sys\n"
+        "from xum_client.commands import _stdio\n"
+        "os.close(1)\n"
+        f"assert os.open({str(taken)!r}, os.O_WRONLY | os.O_CREAT, 0o600) == 1\n"
+        "sys.stdout = None\n"
+        "_stdio.prepare()\n"
+        "print('must not reach the file')\n"
+        "sys.stdout.flush()\n"
+    )
+    done = run([sys.executable, "-c", code])
+    assert done.returncode == 0, done.stderr
+    assert taken.read_text() == ""

@@ -34,6 +34,9 @@ EXIT_OUTPUT_FAILED = 1
 _STREAMS = ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w"))
 
 
+_REPLACED: list[io.TextIOWrapper] = []
+
+
 class OutputError(OSError):
     """A write to stdout that failed for another reason than a gone reader."""
 
@@ -61,6 +64,9 @@ def mark_output() -> None:
     if isinstance(raw, _Output) or not isinstance(raw, io.FileIO):
         return
     out.flush()
+    # The stream replaced may own its descriptor (a mended /dev/null): kept alive, so that no
+    # collection closes what `_Output` writes to.
+    _REPLACED.append(out)
     output = _Output(raw.fileno(), "w", closefd=False)
     sys.stdout = io.TextIOWrapper(
         io.BufferedWriter(output) if below is not raw else output,
