@@ -157,3 +157,35 @@ def test_a_setup_that_timed_out_is_not_done_either(tmp_short: Path) -> None:
         assert json.loads(again.stdout)["setup"]["status"] == "timeout"
     finally:
         daemon.close()
+
+
+@pytest.mark.reliability  # ~8 s: a daemon of its own, a teardown's failure and a retry
+def test_a_cleanup_retry_that_ends_failed_exits_1_and_a_pending_one_0(tmp_short: Path) -> None:
+    root = tmp_short / "root"
+    # A teardown that fails, retried by the daemon only in two minutes: pending meanwhile.
+    write_config(root, "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        repo = make_repo(tmp_short / "repo")
+        commit_config(repo, '[scripts]\nteardown = ["exit 3"]\n')
+        assert xum(daemon, "project", "add", str(repo), "--name", "proj").returncode == 0
+        assert xum(daemon, "project", "trust", "proj").returncode == 0
+        made = json.loads(xum(daemon, "--json", "ws", "new", "proj", "a").stdout)
+        archived = xum(daemon, "--json", "ws", "archive", "proj/a")
+        assert archived.returncode == 0, archived  # pending: the daemon retries it
+        assert json.loads(archived.stdout)["cleanup"]["status"] == "pending"
+        retried = xum(daemon, "cleanup", "retry", "proj/a")
+        assert retried.returncode == 0, retried  # still pending: not a failure
+        # Someone else's directory now sits at the checkout's path: the retry's fence leaves
+        # it alone and abandons the steps; the cleanup has failed.
+        path = Path(made["workspace"]["path"])
+        os.rename(path, tmp_short / "original")
+        path.mkdir()
+        (path / "thesis.tex").write_text("years of work")
+        failed = xum(daemon, "--json", "cleanup", "retry", "proj/a")
+        assert failed.returncode == 1, failed
+        statuses = json.loads(failed.stdout)["workspaces"]
+        assert [s["status"] for s in statuses.values()] == ["failed"], statuses
+        assert (path / "thesis.tex").read_text() == "years of work"
+    finally:
+        daemon.close()
