@@ -69,41 +69,65 @@ def test_a_create_whose_setup_failed_exits_1_with_its_result(
 POINT = "cleanup.trash.hold_before_rename"
 
 
-def test_an_archive_whose_cleanup_failed_exits_1_with_its_result(tmp_short: Path) -> None:
+def _swapped_at_the_trash_step(
+    daemon: DaemonProcess, holds: Path, path: Path, aside: Path, *args: str
+) -> tuple[int, dict[str, Any]]:
+    """`xum --json ARGS`, whose trash step finds someone else's directory at the checkout's
+    path after its fence: the move sees it, puts it back and abandons the step."""
+    command = subprocess.Popen(
+        [XUM, "--root", str(daemon.root), "--json", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_held(POINT, holds)
+        os.rename(path, aside)
+        path.mkdir()
+        (path / "thesis.tex").write_text("years of work")
+        release(POINT, holds)
+        out, err = command.communicate(timeout=120)
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+    assert (path / "thesis.tex").read_text() == "years of work"
+    result: dict[str, Any] = json.loads(out) if out else {"stderr": err}
+    return command.returncode, result
+
+
+def test_an_archive_or_remove_whose_cleanup_failed_exits_1_with_its_result(
+    tmp_short: Path,
+) -> None:
     holds = tmp_short / "holds"
     daemon = DaemonProcess(tmp_short / "root", env=hold_env(POINT, holds)).start()
     try:
         repo = make_repo(tmp_short / "repo")
         assert xum(daemon, "project", "add", str(repo), "--name", "proj").returncode == 0
-        made = json.loads(xum(daemon, "--json", "ws", "new", "proj", "a").stdout)
-        path = Path(made["workspace"]["path"])
-        archiving = subprocess.Popen(
-            [XUM, "--root", str(daemon.root), "--json", "ws", "archive", "proj/a"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        paths = {
+            name: Path(
+                json.loads(xum(daemon, "--json", "ws", "new", "proj", name).stdout)["workspace"][
+                    "path"
+                ]
+            )
+            for name in ("a", "b")
+        }
+        code, result = _swapped_at_the_trash_step(
+            daemon, holds, paths["a"], tmp_short / "a-aside", "ws", "archive", "proj/a"
         )
-        try:
-            wait_held(POINT, holds)
-            # Someone else's directory takes the checkout's place after the fence: the move
-            # sees it, puts it back and abandons the step; the cleanup has failed.
-            os.rename(path, tmp_short / "original")
-            path.mkdir()
-            (path / "thesis.tex").write_text("years of work")
-            release(POINT, holds)
-            out, err = archiving.communicate(timeout=120)
-        finally:
-            if archiving.poll() is None:
-                archiving.kill()
-                archiving.wait()
-        assert archiving.returncode == 1, (out, err)
-        result = json.loads(out)
+        assert code == 1, result
         assert "error" not in result
         assert result["cleanup"]["status"] == "failed", result["cleanup"]
-        assert (path / "thesis.tex").read_text() == "years of work"
         # The workspace is archived (the logical result) all the same.
         shown = json.loads(xum(daemon, "--json", "ws", "show", "proj/a").stdout)
         assert shown["workspace"]["state"] == "archived"
+
+        code, result = _swapped_at_the_trash_step(
+            daemon, holds, paths["b"], tmp_short / "b-aside", "ws", "rm", "proj/b"
+        )
+        assert code == 1, result
+        assert "error" not in result and result["removed"] is True, result
+        assert result["cleanup"]["status"] == "failed", result["cleanup"]
     finally:
         daemon.close()
 
