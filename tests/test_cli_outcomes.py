@@ -4,6 +4,7 @@ did act); a refusal is the error form (README, "Errors")."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 from xum_client.commands._outcomes import cleanup_failed, setup_failed
 
 from tests.support.daemon import DaemonProcess, write_config
-from tests.support.gitrepo import commit_config, make_repo
+from tests.support.gitrepo import commit_config, git, make_repo
 from tests.support.holds import hold_env, release, wait_held
 
 XUM = str(Path(sys.executable).parent / "xum")
@@ -213,3 +214,36 @@ def test_a_cleanup_retry_that_ends_failed_exits_1_and_a_pending_one_0(tmp_short:
         assert (path / "thesis.tex").read_text() == "years of work"
     finally:
         daemon.close()
+
+
+def test_an_unarchive_whose_preserved_file_is_not_in_place_exits_1(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    # The branch's setup (trusted) makes a directory where the user's preserved `.env.local`
+    # goes: the file cannot be put back without deleting setup's directory (never done), so
+    # the copy is kept and the unarchive is not all done.
+    repo = make_repo(
+        tmp_short / "repo",
+        {
+            ".gitignore": ".env.local\n",
+            ".xum/config.toml": '[scripts]\npreserve = [".env*"]\n',
+        },
+    )
+    assert xum(daemon, "project", "add", str(repo), "--name", "proj").returncode == 0
+    made = json.loads(xum(daemon, "--json", "ws", "new", "proj", "a").stdout)
+    (Path(made["workspace"]["path"]) / ".env.local").write_text("LOCAL=1\n")
+    assert xum(daemon, "ws", "archive", "proj/a").returncode == 0
+    config = '[scripts]\nsetup = ["rm -f .env.local; mkdir .env.local"]\npreserve = [".env*"]\n'
+    git(repo, "checkout", "-q", "xum/a")
+    commit_config(repo, config, "setup makes a directory")
+    git(repo, "checkout", "-q", "main")
+    digest = hashlib.sha256(config.encode()).hexdigest()
+    assert xum(daemon, "project", "trust", "proj", "--hash", digest).returncode == 0
+
+    restored = xum(daemon, "--json", "ws", "unarchive", "proj/a")
+    assert restored.returncode == 1, restored
+    result = json.loads(restored.stdout)
+    assert result["setup"]["status"] == "ok"  # only the preserved file is not done
+    assert result["restored"]["unverified"] == [".env.local"]
+    kept = Path(result["restored"]["kept_at"])
+    assert (kept / "files" / ".env.local").read_text() == "LOCAL=1\n"
