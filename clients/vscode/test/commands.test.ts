@@ -2,6 +2,8 @@
 // one part that cannot be real here: VS Code itself); everything it asks the daemon is real.
 
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -121,6 +123,42 @@ test("a failed setup is an error after an unarchive as after a create", async ()
     const restored = await commands.unarchive(created);
     assert.equal(restored?.workspace.state, "active");
     assert.match(ui.errors.at(-1) ?? "", /'setup-fails' restored, but its setup failed/);
+  });
+});
+
+test("an unarchive whose preserved file cannot be put back says where the copy is kept", async () => {
+  await withClient(async (client, tmp) => {
+    // The branch's setup (trusted) makes a directory where the preserved `.env.local` goes.
+    const repo = makeRepo(join(tmp, "repo"), {
+      ".gitignore": ".env.local\n",
+      ".xum/config.toml": '[scripts]\npreserve = [".env*"]\n',
+    });
+    const { project } = await client.call("project.add", { path: repo, name: "app" });
+    const { workspace } = await client.call("workspace.create", { project_id: project.id, name: "kept" });
+    writeFileSync(join(workspace.path, ".env.local"), "LOCAL=1\n");
+    await client.call("workspace.archive", { workspace_id: workspace.id });
+    const config = '[scripts]\nsetup = ["rm -f .env.local; mkdir .env.local"]\npreserve = [".env*"]\n';
+    const git = (...args: string[]): void => {
+      execFileSync("git", args, {
+        cwd: repo,
+        stdio: "ignore",
+        env: { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@example.invalid", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@example.invalid" },
+      });
+    };
+    git("checkout", "-q", "xum/kept");
+    writeFileSync(join(repo, ".xum", "config.toml"), config);
+    git("commit", "-q", "-am", "setup makes a directory");
+    git("checkout", "-q", "main");
+    const hash = createHash("sha256").update(config).digest("hex");
+    await client.call("project.trust", { project_id: project.id, hash });
+
+    const ui = new ScriptedUi();
+    const restored = await new Commands(client, ui).unarchive(workspace);
+    assert.equal(restored?.workspace.state, "active");
+    const kept = restored?.restored.kept_at ?? "";
+    assert.ok(kept, "the daemon kept the copy");
+    assert.match(ui.errors.at(-1) ?? "", /'kept' restored, but not in place: \.env\.local; your saved copy is kept at /);
+    assert.ok((ui.errors.at(-1) ?? "").endsWith(kept));
   });
 });
 
