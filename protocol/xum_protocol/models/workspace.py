@@ -212,9 +212,10 @@ class WorkspaceListParams(Params):
         min_length=1,
         max_length=400,
         description="The `next` of the previous page (an opaque cursor): the workspaces that "
-        "come after it in the listing order (creation time, then id). Stable under creates and "
+        "come after it in the listing order (creation order). Stable under creates and "
         "removals between pages: none that stayed is repeated or skipped, even when the one the "
-        "cursor came from was removed. Since 1.2, additive.",
+        "cursor came from was removed, and one created meanwhile comes on a later page whatever "
+        "the clock said. Since 1.2, additive.",
     )
 
     @field_validator("after")
@@ -371,7 +372,7 @@ METHODS = [
         "workspace.list",
         WorkspaceListParams,
         WorkspaceListResult,
-        "Workspaces, in creation order (then id): all of them, or with `limit` one page whose "
+        "Workspaces, in creation order: all of them, or with `limit` one page whose "
         "`next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, "
         "additive).",
     ),

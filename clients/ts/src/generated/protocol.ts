@@ -1674,7 +1674,7 @@ export interface WorkspaceInterruptedEvent {
  */
 export interface WorkspaceListParams {
   /**
-   * The `next` of the previous page (an opaque cursor): the workspaces that come after it in the listing order (creation time, then id). Stable under creates and removals between pages: none that stayed is repeated or skipped, even when the one the cursor came from was removed. Since 1.2, additive.
+   * The `next` of the previous page (an opaque cursor): the workspaces that come after it in the listing order (creation order). Stable under creates and removals between pages: none that stayed is repeated or skipped, even when the one the cursor came from was removed, and one created meanwhile comes on a later page whatever the clock said. Since 1.2, additive.
    * default: null
    */
   after?: string | null;
@@ -2002,7 +2002,7 @@ export interface Methods {
   "workspace.get": { params: WorkspaceIdParams; result: WorkspaceResult };
   /** Clear the interrupted flag. A kept rename journal (a rename whose undo failed) is first settled as startup recovery would: the answer is the settled workspace (still flagged if the settle left a problem), or `invalid_state` naming why neither state is provable (journal and flag stay). */
   "workspace.keep": { params: WorkspaceIdParams; result: WorkspaceResult };
-  /** Workspaces, in creation order (then id): all of them, or with `limit` one page whose `next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, additive). */
+  /** Workspaces, in creation order: all of them, or with `limit` one page whose `next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, additive). */
   "workspace.list": { params: WorkspaceListParams; result: WorkspaceListResult };
   /** Delete the checkout and the row; branch and snapshot refs are kept. */
   "workspace.remove": { params: WorkspaceRemoveParams; result: WorkspaceRemoveResult };
