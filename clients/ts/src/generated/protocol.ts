@@ -1932,7 +1932,7 @@ export interface Methods {
   "cleanup.retry": { params: CleanupRetryParams; result: CleanupRetryResult };
   /** Begin a graceful stop. */
   "daemon.shutdown": { params: EmptyParams; result: ShutdownResult };
-  /** The daemon's pid, root, uptime; `details` per feature (e.g. `containment`: which mechanism contains the processes it starts). */
+  /** The daemon's pid, root, uptime; `details` per feature (e.g. `containment`: which mechanism contains the processes it starts). Every figure is as of the answer (a change a client made is in the next status it asks for), except `details.fds.open`, the count of open descriptors, sampled at most every 0.5 s. */
   "daemon.status": { params: EmptyParams; result: DaemonStatusResult };
   /** Snapshot plus a stream of `event` notifications on this connection. */
   "events.subscribe": { params: SubscribeParams; result: SubscribeResult };
