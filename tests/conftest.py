@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     bytecode.ensure(
         REPO / part for part in ("daemon/xumd", "protocol/xum_protocol", "clients/xum_client")
     )
+
+
+@pytest.fixture
+def started_procs() -> Iterator[list[subprocess.Popen[Any]]]:
+    """Processes a test starts (holders of a checkout, stand-in editors): killed and reaped at
+    its end, whatever happened."""
+    procs: list[subprocess.Popen[Any]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait(10)
 
 
 @pytest.fixture

@@ -405,8 +405,11 @@ METHODS = [
         "Run an active workspace's setup again (after `project.trust`, for one whose setup was "
         "skipped as untrusted), under its exclusive reservation: `busy` while another "
         "operation on it runs (named); `invalid_state` for a workspace that is archived, "
-        "interrupted, or whose checkout is missing; `not_found` once removed. A shutdown that "
-        "cuts the script answers the setup `failed`, saying why. Since 1.0, additive.",
+        "interrupted, or whose checkout is missing; `not_found` once removed. Not a "
+        "structural change: it neither waits for nor stops the processes already running in "
+        "the workspace, and while it runs a `process.spawn` or `lease.acquire` there is "
+        "`busy`. A shutdown that cuts the script answers the setup `failed`, saying why. "
+        "Since 1.0, additive.",
     ),
     MethodSpec(
         "workspace.keep",

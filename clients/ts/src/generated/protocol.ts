@@ -2008,7 +2008,7 @@ export interface Methods {
   "workspace.remove": { params: WorkspaceRemoveParams; result: WorkspaceRemoveResult };
   /** Rename (journaled). */
   "workspace.rename": { params: WorkspaceRenameParams; result: WorkspaceRenameResult };
-  /** Run an active workspace's setup again (after `project.trust`, for one whose setup was skipped as untrusted), under its exclusive reservation: `busy` while another operation on it runs (named); `invalid_state` for a workspace that is archived, interrupted, or whose checkout is missing; `not_found` once removed. A shutdown that cuts the script answers the setup `failed`, saying why. Since 1.0, additive. */
+  /** Run an active workspace's setup again (after `project.trust`, for one whose setup was skipped as untrusted), under its exclusive reservation: `busy` while another operation on it runs (named); `invalid_state` for a workspace that is archived, interrupted, or whose checkout is missing; `not_found` once removed. Not a structural change: it neither waits for nor stops the processes already running in the workspace, and while it runs a `process.spawn` or `lease.acquire` there is `busy`. A shutdown that cuts the script answers the setup `failed`, saying why. Since 1.0, additive. */
   "workspace.setup": { params: WorkspaceIdParams; result: WorkspaceSetupResult };
   /** Checkouts and git admin entries under the root that no workspace claims (never deleted), and kept copies of preserved files. */
   "workspace.strays": { params: StraysParams; result: StraysResult };
