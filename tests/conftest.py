@@ -18,7 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     # Once per session, so that no test daemon or CLI process compiles the code from source
-    # (tests/support/bytecode.py says why).
+    # (tests/support/bytecode.py says why). Under pytest-xdist (`make test` runs `-n`) the
+    # controller writes it before it starts the workers, which skip it: two workers writing the
+    # same pycs would only race to the same content, but each would pay the hashing again.
+    if hasattr(session.config, "workerinput"):
+        return
     # The three packages only: clients/ also holds node_modules, with Python files of its own.
     bytecode.ensure(
         REPO / part for part in ("daemon/xumd", "protocol/xum_protocol", "clients/xum_client")
