@@ -7,8 +7,9 @@ and `clients` on PYTHONPATH), each with its own identical repository, and a thir
 repository for the floor (`git worktree add -b` / `git worktree remove --force`). Every
 repetition runs the three in a shuffled order, so load that drifts during the run (a shared
 machine) reaches all three alike; each figure is read as the median of per-repetition ratios
-over the floor. The other tree is typically `git archive <commit>` of the commit before a
-change: "before" and "after" in one run.
+over the floor. Every create of the run is measured before its removes (see
+`bench.lifecycle.settle_disk`). The other tree is typically `git archive <commit>` of the
+commit before a change: "before" and "after" in one run.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench import procs, synth
-from bench.lifecycle import _wait_trash_empty, _Xum
+from bench.lifecycle import _wait_trash_empty, _Xum, settle_disk
 
 
 def _daemon(root: Path, tree: Path | None) -> procs.Launched:
@@ -54,29 +55,37 @@ def main() -> None:
         times: dict[str, list[float]] = {
             f"{k}.{op}": [] for k in ("this", "other", "floor") for op in ("create", "remove")
         }
-        for rep in range(-1, args.repeats):  # -1 warms up, not recorded
-            order = ["this", "other", "floor"]
-            random.shuffle(order)
-            for key in order:
-                name = f"f{rep + 1}"
-                if key == "floor":
-                    path = work / "floor-wt" / name
+        # Every create first, then every remove: on an ext4 without a journal a create just
+        # after thousands of deletions pays for them (bench.lifecycle.settle_disk).
+        made: dict[tuple[str, int], str] = {}
+        for op in ("create", "remove"):
+            for rep in range(-1, args.repeats):  # -1 warms up, not recorded
+                order = ["this", "other", "floor"]
+                random.shuffle(order)
+                for key in order:
+                    settle_disk()
+                    name = f"f{rep + 1}"
                     started = time.perf_counter()
-                    synth.git(repos["floor"], "worktree", "add", "-q", "-b", name, str(path))
-                    made = time.perf_counter()
-                    synth.git(repos["floor"], "worktree", "remove", "--force", str(path))
-                    done = time.perf_counter()
-                else:
-                    xum = clients[key]
-                    started = time.perf_counter()
-                    ws = xum.call("workspace.create", {"project_id": projects[key], "name": name})
-                    made = time.perf_counter()
-                    xum.call("workspace.remove", {"workspace_id": ws["workspace"]["id"]})
-                    done = time.perf_counter()
-                    _wait_trash_empty(work / f"root-{key}")
-                if rep >= 0:
-                    times[f"{key}.create"].append((made - started) * 1000)
-                    times[f"{key}.remove"].append((done - made) * 1000)
+                    if key == "floor":
+                        path = work / "floor-wt" / name
+                        if op == "create":
+                            synth.git(
+                                repos["floor"], "worktree", "add", "-q", "-b", name, str(path)
+                            )
+                        else:
+                            synth.git(repos["floor"], "worktree", "remove", "--force", str(path))
+                    elif op == "create":
+                        ws = clients[key].call(
+                            "workspace.create", {"project_id": projects[key], "name": name}
+                        )
+                        made[key, rep] = ws["workspace"]["id"]
+                    else:
+                        clients[key].call("workspace.remove", {"workspace_id": made[key, rep]})
+                    took = (time.perf_counter() - started) * 1000
+                    if key != "floor" and op == "remove":
+                        _wait_trash_empty(work / f"root-{key}")
+                    if rep >= 0:
+                        times[f"{key}.{op}"].append(took)
         for op in ("create", "remove"):
             floor = times[f"floor.{op}"]
             for key in ("this", "other"):

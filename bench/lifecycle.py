@@ -6,6 +6,7 @@ commit-tree); workspace.remove vs `git worktree remove --force`."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import time
@@ -44,6 +45,21 @@ def floor_snapshot(checkout: Path, ref: str) -> None:
         tree = synth.git(checkout, "write-tree", env=env).strip()
     commit = synth.git(checkout, "commit-tree", tree, "-p", "HEAD", "-m", "snapshot").strip()
     synth.git(checkout, "update-ref", ref, commit)
+
+
+def settle_disk() -> None:
+    """Before a measured create: write back what earlier steps left dirty (`sync`), so that
+    neither side of a pair pays for the other's writeback.
+
+    The order of the phases matters more on an ext4 without a journal (this machine's root
+    filesystem: "mounted filesystem ... without journal" in the kernel log): there an inode
+    deleted less than 60 s ago (300 s while its inode-table block is dirty) is not reused, and
+    every inode allocation steps past each such inode of its group, one buffer-cache lookup
+    apiece (`recently_deleted()` in fs/ext4/ialloc.c). A `git worktree add` of 2,000 files
+    just after a few thousand deletions spends seconds of system time there against ~0.1 s
+    without them (docs/PERFORMANCE.md, "Why create's figure spread"); so every create is
+    measured before anything of the run is deleted."""
+    os.sync()
 
 
 def _wait_trash_empty(root: Path, timeout: float = 300.0) -> None:
@@ -97,36 +113,55 @@ def _run_size(settings: Settings, label: str, files: int) -> list[Figure]:
         "lifecycle", f"workspace.archive, dirty, vs snapshot+remove ({tag})", "ms", SNAP_REMOVE
     )
     remove = Figure("lifecycle", f"workspace.remove, clean ({tag})", "ms", REMOVE)
+    # The same remove until its background reclaim has deleted the checkout (the deletion
+    # git's remove does before it returns): not a target, what the deferral hides.
+    reclaimed = Figure(
+        "lifecycle", f"workspace.remove, clean, until reclaimed ({tag})", "ms", REMOVE
+    )
     work = procs.short_dir("xbl-")
     root = work / "root"
     daemon: procs.Launched | None = None
     xum: _Xum | None = None
     try:
+        # The template stays until the end: deleting its files here would put thousands of
+        # recently deleted inodes in the way of the first creates (see `settle_disk`).
         template = synth.make_template(work / "template", files)
         xrepo = synth.copy(template, work / "xrepo")
         frepo = synth.copy(template, work / "frepo")
-        shutil.rmtree(template)
         floor_dir = work / "floor-wt"
         floor_dir.mkdir()
         daemon = procs.xumd(root).start()
         xum = _Xum(daemon.socket_path)
         project = xum.call("project.add", {"path": str(xrepo)})["project"]["id"]
-        for rep in range(-1, settings.repeats):  # rep -1 warms the page cache, not recorded
-            name = f"b{rep + 1}" if rep >= 0 else "warm"
-            xum_first = rep % 2 == 0
-
+        names = [f"b{rep + 1}" if rep >= 0 else "warm" for rep in range(-1, settings.repeats)]
+        # Phase 1, every create (nothing is deleted between them): rep -1 warms the page cache
+        # and is not recorded; each also makes the clean pair that phase 2 removes.
+        made: dict[str, tuple[str, Path, Path, str]] = {}
+        for rep, name in enumerate(names, start=-1):
+            settle_disk()
             fpath = floor_dir / name
             floor_add = partial(
                 synth.git, frepo, "worktree", "add", "-q", "-b", f"floor/{name}", str(fpath), "HEAD"
             )
             create_params = {"project_id": project, "name": name}
-            if xum_first:
+            if rep % 2 == 0:
                 x_create, ws = xum.timed("workspace.create", create_params)
                 f_create = _timed(floor_add)
             else:
                 f_create = _timed(floor_add)
                 x_create, ws = xum.timed("workspace.create", create_params)
-            ws_id, xpath = ws["workspace"]["id"], Path(ws["workspace"]["path"])
+            clean = xum.call("workspace.create", {"project_id": project, "name": f"c{name}"})
+            synth.git(
+                frepo, "worktree", "add", "-q", "-b", f"floor/c{name}", str(floor_dir / f"c{name}")
+            )
+            xpath = Path(ws["workspace"]["path"])
+            made[name] = (ws["workspace"]["id"], xpath, fpath, clean["workspace"]["id"])
+            if rep >= 0:
+                create.add(x_create * 1000, f_create * 1000)
+        # Phase 2, archive and remove (their deletions come after every create was measured).
+        for rep, name in enumerate(names, start=-1):
+            ws_id, xpath, fpath, clean_id = made[name]
+            settle_disk()  # both sides delete checkouts whose files reached the disk
             synth.dirty(xpath)
             synth.dirty(fpath)
             f_snap = _timed(partial(floor_snapshot, fpath, f"refs/bench/{name}"))
@@ -135,25 +170,23 @@ def _run_size(settings: Settings, label: str, files: int) -> list[Figure]:
             )
             x_archive, _ = xum.timed("workspace.archive", {"workspace_id": ws_id})
             _wait_trash_empty(root)
-            # remove: a fresh, clean workspace and worktree each
-            clean = xum.call("workspace.create", {"project_id": project, "name": f"c{name}"})
-            cpath = floor_dir / f"c{name}"
-            synth.git(frepo, "worktree", "add", "-q", "-b", f"floor/c{name}", str(cpath), "HEAD")
             f_rm_clean = _timed(
-                partial(synth.git, frepo, "worktree", "remove", "--force", str(cpath))
+                partial(
+                    synth.git, frepo, "worktree", "remove", "--force", str(floor_dir / f"c{name}")
+                )
             )
-            x_remove, _ = xum.timed("workspace.remove", {"workspace_id": clean["workspace"]["id"]})
-            _wait_trash_empty(root)
+            x_remove, _ = xum.timed("workspace.remove", {"workspace_id": clean_id})
+            x_reclaimed = _timed(partial(_wait_trash_empty, root))
             if rep < 0:
                 continue
-            create.add(x_create * 1000, f_create * 1000)
             archive.add(x_archive * 1000, f_remove * 1000)
             archive_snap.add(x_archive * 1000, (f_snap + f_remove) * 1000)
             remove.add(x_remove * 1000, f_rm_clean * 1000)
+            reclaimed.add((x_remove + x_reclaimed) * 1000, f_rm_clean * 1000)
     finally:
         if xum is not None:
             xum.close()
         if daemon is not None:
             daemon.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return [create, archive, archive_snap, remove]
+    return [create, archive, archive_snap, remove, reclaimed]

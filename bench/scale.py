@@ -210,13 +210,13 @@ def _cursor_at(db: Path, index: int) -> str:
 
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        created_at, ws_id = conn.execute(
-            "SELECT created_at, id FROM workspaces ORDER BY created_at, id LIMIT 1 OFFSET ?",
+        (seq,) = conn.execute(
+            "SELECT listing_seq FROM workspaces ORDER BY listing_seq LIMIT 1 OFFSET ?",
             (index - 1,),
         ).fetchone()
     finally:
         conn.close()
-    return list_cursor(created_at, ws_id)
+    return list_cursor(int(seq))
 
 
 def _sqlite_page_s(db: Path, limit: int, after: str | None) -> float:
@@ -228,13 +228,11 @@ def _sqlite_page_s(db: Path, limit: int, after: str | None) -> float:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     conn.row_factory = sqlite3.Row
     if after is None:
-        found = conn.execute("SELECT * FROM workspaces ORDER BY created_at, id LIMIT ?", (limit,))
+        found = conn.execute("SELECT * FROM workspaces ORDER BY listing_seq LIMIT ?", (limit,))
     else:
-        created_at, ws_id = parse_list_cursor(after)
         found = conn.execute(
-            "SELECT * FROM workspaces WHERE (created_at, id) > (?, ?)"
-            " ORDER BY created_at, id LIMIT ?",
-            (created_at, ws_id, limit),
+            "SELECT * FROM workspaces WHERE listing_seq > ? ORDER BY listing_seq LIMIT ?",
+            (parse_list_cursor(after), limit),
         )
     rows = [dict(r) for r in found]
     conn.close()

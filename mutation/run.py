@@ -182,6 +182,33 @@ SCOPES = [
         ],
         functions=["run_command", "kill_tree", "_any_alive", "_read_into", "_feed_stdin"],
     ),
+    # The narrow branch-name rule that spares create a `check-ref-format` (issue 12): its test
+    # checks every listed name against git itself, in-process (no daemon).
+    Scope(
+        "daemon/xumd/lifecycle/refcheck.py",
+        ["tests/test_create_fold.py::test_the_plain_rule_accepts_only_what_git_accepts"],
+    ),
+    # The state a removal began from: recorded in the intent's transaction and read back by
+    # recovery. In-process (a real store and directories, no daemon).
+    Scope(
+        "daemon/xumd/lifecycle/removing.py",
+        [
+            *(
+                f"tests/test_reconcile_inprocess.py::test_{name}"
+                for name in (
+                    "removing_rows_roll_back_to_where_they_came_from",
+                    "a_flagged_row_goes_back_to_the_state_its_removal_began_from",
+                    "a_failed_removal_of_a_flagged_archived_row_leaves_it_archived",
+                )
+            ),
+        ],
+    ),
+    # The spawn path under run_command (issue 12): real children, pipes, pidfds, groups and
+    # sessions, in-process; run_command's own tests reach every branch of it.
+    Scope(
+        "daemon/xumd/childproc.py",
+        ["tests/test_childproc.py", "tests/test_procutil.py"],
+    ),
 ]
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (first, -count[path])
 
     items.sort(key=key)  # stable: each file's tests keep their order
+
+
+@pytest.fixture
+def started_procs() -> Iterator[list[subprocess.Popen[Any]]]:
+    """Processes a test starts (holders of a checkout, stand-in editors): killed and reaped at
+    its end, whatever happened."""
+    procs: list[subprocess.Popen[Any]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait(10)
 
 
 @pytest.fixture

@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.sdnotify",
             "xumd.rootlock",
             "xumd.childproc",
+            "xumd.smallfile",
         ],
     ),
     ("os", ["xumd.diskfull", "xumd.events", "xumd.fdlimits", "xumd.loopguard"]),

@@ -178,3 +178,64 @@ def test_on_start_comes_after_setpriv_set_the_parent_death_signal() -> None:
     setpriv = os.path.realpath(procutil._SETPRIV)
     assert images
     assert setpriv not in images
+
+
+# Child and start() themselves (what run_command's tests do not reach on their own).
+
+
+def _output(child: childproc.Child) -> str:
+    async def read() -> str:
+        assert child.stdout is not None
+        chunks = [chunk async for chunk in child.stdout]
+        await child.wait()
+        return b"".join(chunks).decode()
+
+    try:
+        return anyio.run(read)
+    finally:
+        child.close()
+
+
+def test_start_gives_a_session_of_its_own_unless_told_otherwise() -> None:
+    """The default is the safe one (a session: no terminal can be acquired by the child)."""
+    argv = [sys.executable, "-c", WHO]
+    own = childproc.start(argv, cwd=None, env=None, stdin_pipe=False)
+    assert _output(own) == "True True\n"
+    group = childproc.start(argv, cwd=None, env=None, stdin_pipe=False, own_session=False)
+    assert _output(group) == "True False\n"
+
+
+def test_wait_without_a_pidfd_returns_the_exit_status_once_the_child_exits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Polled (no pidfd: patched), `wait` returns only after the exit, with its status: never
+    the `None` of a child still running."""
+
+    def no_pidfd(_pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    marker = short_tmpdir() / "exited"
+    child = childproc.start(
+        ["sh", "-c", f"sleep 0.3; touch {marker}; exit 7"], cwd=None, env=None, stdin_pipe=False
+    )
+    try:
+        assert anyio.run(child.wait) == 7
+        assert marker.exists()  # the child ran to its end before wait returned
+        assert child.returncode == 7
+    finally:
+        child.close()
+
+
+def test_close_closes_the_pipes_and_the_pidfd_at_once() -> None:
+    """`close` frees every descriptor of the child while the object is still referenced (not
+    at garbage collection): a daemon running thousands of git calls must not pile them up."""
+    before = set(os.listdir("/proc/self/fd"))
+    child = childproc.start(["cat"], cwd=None, env=None, stdin_pipe=True)
+    opened = set(os.listdir("/proc/self/fd")) - before
+    # stdin, stdout (stderr is merged into it), and the pidfd where the kernel has them
+    assert len(opened) >= 2
+    child.close()
+    assert set(os.listdir("/proc/self/fd")) - before == set()
+    assert anyio.run(child.wait) == 0  # cat saw its stdin closed and ended
+    assert child.stdin is not None  # still referenced: nothing was collected

@@ -56,6 +56,22 @@ def dir_ws(world: World, name: str) -> tuple[str, str, Path, tuple[int, int]]:
     return wid, inc, path, ident
 
 
+def worktree_ws(world: World) -> tuple[str, str, Path, tuple[int, int]]:
+    """A worktree workspace `wt` (its admin entry: `.git/worktrees/wt`)."""
+    wid, inc = ws_id("wt"), secrets.token_hex(8)
+    path = world.root / "workspaces" / "wt"
+    ident = make_worktree(world.repo, path, wid, inc)
+    add_workspace(world.app, world.project_id, wid, path, inc)
+    return wid, inc, path, ident
+
+
+def planned_worktree(world: World) -> tuple[str, Path]:
+    """`worktree_ws`, its removal planned (no teardown)."""
+    wid, inc, path, ident = worktree_ws(world)
+    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    return wid, path
+
+
 def teardown_calls(world: World) -> list[str]:
     fn = world.service.steps.teardown_fn
     assert isinstance(fn, ScriptTeardown)
@@ -175,11 +191,7 @@ async def test_admin_entry_locked_for_another_workspace_is_left_alone(world: Wor
     """A stale trash step whose checkout is gone would drop git's admin entry it recorded; the
     entry of that name now belongs to another workspace's worktree (its lock reason names that
     workspace): it is left alone and the other worktree keeps working."""
-    wid, inc = ws_id("wt"), secrets.token_hex(8)
-    path = world.root / "workspaces" / "wt"
-    ident = make_worktree(world.repo, path, wid, inc)
-    add_workspace(world.app, world.project_id, wid, path, inc)
-    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    wid, path = planned_worktree(world)
     admin = world.repo / ".git" / "worktrees" / "wt"
     # The user deleted the checkout and pruned its entry by hand...
     git(world.repo, "worktree", "unlock", str(path))
@@ -292,11 +304,7 @@ async def test_an_unlocked_admin_entry_pointing_at_our_path_is_dropped(world: Wo
     """The user unlocked the worktree and deleted the checkout (no lock reason is left to prove
     the entry ours): the entry is still ours when its `gitdir` names our path, now empty. It is
     dropped, and git has nothing left to prune."""
-    wid, inc = ws_id("wt"), secrets.token_hex(8)
-    path = world.root / "workspaces" / "wt"
-    ident = make_worktree(world.repo, path, wid, inc)
-    add_workspace(world.app, world.project_id, wid, path, inc)
-    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    wid, path = planned_worktree(world)
     git(world.repo, "worktree", "unlock", str(path))
     shutil.rmtree(path)
     admin = world.repo / ".git" / "worktrees" / "wt"
@@ -398,11 +406,7 @@ async def test_a_failing_teardown_is_retried_only_after_its_backoff(world: World
 async def test_an_admin_entry_already_pruned_completes_the_step(world: World) -> None:
     """The user deleted the checkout and git pruned its admin entry: nothing is left to drop, and
     the step completes saying so (it does not fail on the missing entry)."""
-    wid, inc = ws_id("wt"), secrets.token_hex(8)
-    path = world.root / "workspaces" / "wt"
-    ident = make_worktree(world.repo, path, wid, inc)
-    add_workspace(world.app, world.project_id, wid, path, inc)
-    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    wid, path = planned_worktree(world)
     git(world.repo, "worktree", "unlock", str(path))
     shutil.rmtree(path)
     git(world.repo, "worktree", "prune")
@@ -426,11 +430,7 @@ async def test_a_worktree_without_a_recorded_admin_entry_is_still_trashed(world:
 async def test_an_admin_entry_with_nothing_to_prove_it_ours_is_left_alone(world: World) -> None:
     """The recorded admin entry has neither a lock reason nor a `gitdir` (damaged, or someone
     else's): nothing proves it ours, so it stays."""
-    wid, inc = ws_id("wt"), secrets.token_hex(8)
-    path = world.root / "workspaces" / "wt"
-    ident = make_worktree(world.repo, path, wid, inc)
-    add_workspace(world.app, world.project_id, wid, path, inc)
-    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    wid, path = planned_worktree(world)
     admin = world.repo / ".git" / "worktrees" / "wt"
     shutil.rmtree(path)
     (admin / "locked").unlink()
@@ -438,6 +438,23 @@ async def test_an_admin_entry_with_nothing_to_prove_it_ours_is_left_alone(world:
     status = await world.service.run_workspace(wid)
     assert status.status == "completed", status
     assert admin.is_dir()
+    trash = world.service.obligations.for_workspace(wid)[0]
+    assert trash.detail.get("admin_entry") == "left alone (names another worktree)", trash.detail
+
+
+async def test_admin_files_that_are_fifos_are_never_waited_on(world: World) -> None:
+    """The recorded admin entry's `locked` and `gitdir` replaced by named pipes (a hostile
+    repository): reading them must not block (a plain open waits for a writer, in the event
+    loop's thread: the whole daemon). Unreadable, they prove nothing: the entry stays."""
+    wid, path = planned_worktree(world)
+    admin = world.repo / ".git" / "worktrees" / "wt"
+    shutil.rmtree(path)
+    for name in ("locked", "gitdir"):
+        (admin / name).unlink()
+        os.mkfifo(admin / name)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed", status
+    assert stat.S_ISFIFO(os.lstat(admin / "locked").st_mode)
     trash = world.service.obligations.for_workspace(wid)[0]
     assert trash.detail.get("admin_entry") == "left alone (names another worktree)", trash.detail
 
@@ -583,11 +600,7 @@ async def test_an_unlocked_admin_entry_naming_another_missing_path_is_left_alone
     """The recorded admin entry, unlocked, now names another checkout path that does not exist
     (another workspace's worktree, its disk unmounted): a `gitdir` proves the entry ours only when
     it names OUR path; a missing target alone is not proof. Left alone."""
-    wid, inc = ws_id("wt"), secrets.token_hex(8)
-    path = world.root / "workspaces" / "wt"
-    ident = make_worktree(world.repo, path, wid, inc)
-    add_workspace(world.app, world.project_id, wid, path, inc)
-    world.plan(wid, path, inc, ident, runtime="worktree", teardown=False)
+    wid, path = planned_worktree(world)
     git(world.repo, "worktree", "unlock", str(path))
     shutil.rmtree(path)
     admin = world.repo / ".git" / "worktrees" / "wt"
@@ -603,10 +616,7 @@ async def test_an_admin_entry_outside_a_worktrees_directory_is_left_alone(world:
     """The checkout's `.git` file named a directory that is not under git's `worktrees/` (a
     hand-edited or hostile `.git` file): even though its `gitdir` names our path, it is not a
     worktree admin entry, so the step never deletes it."""
-    wid, inc = ws_id("wt"), secrets.token_hex(8)
-    path = world.root / "workspaces" / "wt"
-    ident = make_worktree(world.repo, path, wid, inc)
-    add_workspace(world.app, world.project_id, wid, path, inc)
+    wid, inc, path, ident = worktree_ws(world)
     decoy = world.root / "someones" / "wt"
     decoy.mkdir(parents=True)
     (decoy / "gitdir").write_text(str(path / ".git") + "\n")

@@ -891,3 +891,25 @@ def test_a_cancellation_while_the_child_starts_still_kills_it() -> None:
     run_async(main)
     assert started
     assert not alive(started[0])
+
+
+def test_a_program_that_cannot_run_is_named_through_the_cgroup_join_too(
+    tmp_short: Path, cgroup_base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cgroup join script (the wrapper where setpriv is missing) exits 127/126 when its
+    exec fails: the program is checked before it, so the answer is the CommandNotFound a bare
+    exec gives, not a command that "exited with 127"."""
+    from xumd import procutil
+    from xumd.procutil import CommandNotFound
+
+    monkeypatch.setattr(procutil, "_SETPRIV", None)  # the join script alone wraps the command
+    cont = Containment(tag=root_tag(tmp_short), cgroup=cgroup_base)
+    # The wrapper is there: a command that runs is in the run's own cgroup.
+    where = anyio.run(
+        lambda: run_command(["cat", "/proc/self/cgroup"], timeout_s=30, containment=cont)
+    )
+    assert where.ok and f"/xum-{cont.tag}/run-" in where.output.text(), where.output.text()
+    for program in ("/nonexistent/xum-prog", "xum-no-such-program"):
+        with pytest.raises(CommandNotFound, match=f"^{program}: command not found$"):
+            anyio.run(lambda p=program: run_command([p], timeout_s=30, containment=cont))
+    assert _runs(cgroup_base) == []

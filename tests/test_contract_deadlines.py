@@ -5,10 +5,7 @@ deadline (never waited on forever). Each was seen to fail with the guard disable
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.lifecycle_helpers import add_project, create, rpc_error, worktrees
 from tests.support.daemon import DaemonProcess, write_config
@@ -17,17 +14,8 @@ from tests.support.procs import alive, identify
 from tests.support.wait import until
 
 
-@pytest.fixture
-def holder() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        proc.kill()
-        proc.wait(10)
-
-
 def test_a_probe_that_does_not_finish_means_busy(
-    root: Path, repo: Path, holder: list[subprocess.Popen[bytes]]
+    root: Path, repo: Path, started_procs: list[subprocess.Popen[bytes]]
 ) -> None:
     """The cwd/open-file scan gets a deadline it cannot meet: archive and remove refuse `busy`
     naming the unfinished probe, while a process really works in the checkout."""
@@ -36,7 +24,7 @@ def test_a_probe_that_does_not_finish_means_busy(
     try:
         project = add_project(daemon, repo)
         ws = create(daemon, project["id"], "a")["workspace"]
-        holder.append(subprocess.Popen(["sleep", "300"], cwd=ws["path"]))
+        started_procs.append(subprocess.Popen(["sleep", "300"], cwd=ws["path"]))
         for method, extra in (("workspace.archive", {}), ("workspace.remove", {"force": True})):
             err = rpc_error(daemon, method, {"workspace_id": ws["id"], **extra})
             assert err.data.get("kind") == "busy", (method, err)
@@ -50,7 +38,7 @@ def test_a_probe_that_does_not_finish_means_busy(
 
 
 def test_a_probe_in_time_names_the_process(
-    root: Path, repo: Path, holder: list[subprocess.Popen[bytes]]
+    root: Path, repo: Path, started_procs: list[subprocess.Popen[bytes]]
 ) -> None:
     """The counterpart with the default deadline: the same probe finishes and names the pid (so
     the test above fails for the deadline, not for the set-up)."""
@@ -59,7 +47,7 @@ def test_a_probe_in_time_names_the_process(
         project = add_project(daemon, repo)
         ws = create(daemon, project["id"], "a")["workspace"]
         sleeper = subprocess.Popen(["sleep", "300"], cwd=ws["path"])
-        holder.append(sleeper)
+        started_procs.append(sleeper)
         err = rpc_error(daemon, "workspace.archive", {"workspace_id": ws["id"]})
         assert err.data.get("kind") == "busy"
         assert [(h["kind"], h["pid"]) for h in err.data["holders"]] == [("process", sleeper.pid)]

@@ -3,15 +3,20 @@ submodules): real bare remotes, real git, a real daemon."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+import types
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from xum_client.errors import XumRpcError
+from xum_protocol.models.workspace import WorkspaceCreateParams
+from xumd.lifecycle import basefetch
 
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, write_config
@@ -153,6 +158,17 @@ def test_fetch_with_directory_runtime_is_invalid(daemon: DaemonProcess, tmp_shor
     assert err.kind == "invalid_params"
 
 
+def _hang_fetches(repo: Path, tmp_short: Path) -> Path:
+    """Make `repo`'s remote hang (an upload-pack that never answers); the file where each
+    started helper writes its pid."""
+    pidfile = tmp_short / "helper.pid"
+    helper = tmp_short / "hang.sh"
+    helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
+    helper.chmod(0o755)
+    git(repo, "config", "remote.origin.uploadpack", str(helper))
+    return pidfile
+
+
 def test_hung_fetch_hits_the_deadline_and_is_tree_killed(
     fast_fetch_daemon: DaemonProcess, repo: Path, tmp_short: Path
 ) -> None:
@@ -160,11 +176,7 @@ def test_hung_fetch_hits_the_deadline_and_is_tree_killed(
     `fetch_timeout_s`, with the hung helper, and the create answers `timeout`."""
     daemon = fast_fetch_daemon
     project = add_project(daemon, repo)
-    pidfile = tmp_short / "helper.pid"
-    helper = tmp_short / "hang.sh"
-    helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
-    helper.chmod(0o755)
-    git(repo, "config", "remote.origin.uploadpack", str(helper))
+    pidfile = _hang_fetches(repo, tmp_short)
     err = rpc_error(
         daemon, "workspace.create", {"project_id": project["id"], "name": "h", "fetch": True}
     )
@@ -189,11 +201,7 @@ def test_create_queued_behind_a_hung_fetch_waits_only_its_deadline(
 
     daemon = fast_fetch_daemon
     project = add_project(daemon, repo)
-    pidfile = tmp_short / "helper.pid"
-    helper = tmp_short / "hang.sh"
-    helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
-    helper.chmod(0o755)
-    git(repo, "config", "remote.origin.uploadpack", str(helper))
+    pidfile = _hang_fetches(repo, tmp_short)
 
     def attempt(name: str) -> XumRpcError:
         return rpc_error(
@@ -710,38 +718,44 @@ def test_remote_of_a_tracking_ref_is_the_longest_matching_remote() -> None:
     assert _remote_of("", remotes) is None
 
 
+def _git_answer(ok: bool, text: str = "") -> Any:
+    """What `Git.run` answers (a CommandResult's shape), for the fetch-race tests below."""
+    output = types.SimpleNamespace(text=lambda: text, tail_text=lambda _n: text)
+    return types.SimpleNamespace(ok=ok, timed_out=False, output=output, describe=lambda: "failed")
+
+
+class _OneRemoteGit:
+    """A git whose only remote is `origin`; each test answers its own fetches (a race with
+    another fetch, or with another create's `worktree add`, is a fault a real git cannot be
+    made to lose on demand)."""
+
+    async def out(self, repo: Path, *args: str, **kw: object) -> str:
+        return "origin"
+
+    async def fetch(self, kw: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    async def run(self, repo: Path, *args: str, **kw: Any) -> Any:
+        if args[0] != "fetch":
+            return _git_answer(False)
+        return await self.fetch(kw)
+
+
 def test_fetch_retry_after_a_ref_race_shares_the_one_deadline(tmp_short: Path) -> None:
     """A fetch that lost a ref race to someone else's fetch is tried once more, within what is
     left of `fetch_timeout_s`: the two tries together never outlast the one deadline."""
-    import types
-
-    import anyio
-    from xum_protocol.models.workspace import WorkspaceCreateParams
-    from xumd.lifecycle import basefetch
-
     timeouts: list[float] = []
 
-    def answer(ok: bool, text: str = "") -> Any:
-        output = types.SimpleNamespace(text=lambda: text, tail_text=lambda _n: text)
-        return types.SimpleNamespace(
-            ok=ok, timed_out=False, output=output, describe=lambda: "exit 1"
-        )
-
-    class FakeGit:
-        async def out(self, repo: Path, *args: str, **kw: object) -> str:
-            return "origin"
-
-        async def run(self, repo: Path, *args: str, **kw: Any) -> Any:
-            if args[0] != "fetch":
-                return answer(False)
+    class RacingGit(_OneRemoteGit):
+        async def fetch(self, kw: dict[str, Any]) -> Any:
             timeouts.append(float(kw["timeout_s"]))
             await anyio.sleep(0.3)
             if len(timeouts) == 1:
-                return answer(False, "error: cannot lock ref 'refs/remotes/origin/main'")
-            return answer(True)
+                return _git_answer(False, "error: cannot lock ref 'refs/remotes/origin/main'")
+            return _git_answer(True)
 
     params = WorkspaceCreateParams(project_id="p_1", name="w", fetch=True)
-    anyio.run(basefetch.fetch_base, FakeGit(), tmp_short, params, "xum/w", 1.0)  # type: ignore[arg-type]
+    anyio.run(basefetch.fetch_base, RacingGit(), tmp_short, params, "xum/w", 1.0)  # type: ignore[arg-type]
     assert len(timeouts) == 2
     assert timeouts[0] == pytest.approx(1.0, abs=0.05)
     assert timeouts[1] <= 0.75  # what the first try left, not a second full deadline
@@ -754,40 +768,21 @@ def test_fetch_during_another_creates_worktree_add_waits_for_it_and_retries(
     moment fails its connectivity check on it ("bad object worktrees/<name>/HEAD": seen with
     concurrent creates that fetch). The fetch waits for the daemon's admin lock (the add holds
     it), then tries once more, instead of refusing the create."""
-    import contextlib
-    import types
-    from collections.abc import AsyncIterator
-
-    import anyio
-    from xum_protocol.models.workspace import WorkspaceCreateParams
-    from xumd.lifecycle import basefetch
-
     seen: list[str] = []
 
-    def answer(ok: bool, text: str = "") -> Any:
-        output = types.SimpleNamespace(text=lambda: text, tail_text=lambda _n: text)
-        return types.SimpleNamespace(
-            ok=ok, timed_out=False, output=output, describe=lambda: "exit 128"
-        )
-
-    class FakeGit:
-        async def out(self, repo: Path, *args: str, **kw: object) -> str:
-            return "origin"
-
+    class AddingGit(_OneRemoteGit):
         @contextlib.asynccontextmanager
         async def admin_lock(self, repo: Path, *, wait_s: float = 60.0) -> AsyncIterator[None]:
             seen.append("admin_lock")
             yield
 
-        async def run(self, repo: Path, *args: str, **kw: Any) -> Any:
-            if args[0] != "fetch":
-                return answer(False)
+        async def fetch(self, kw: dict[str, Any]) -> Any:
             seen.append("fetch")
             if seen.count("fetch") == 1:
-                return answer(False, "fatal: bad object worktrees/par0/HEAD")
-            return answer(True)
+                return _git_answer(False, "fatal: bad object worktrees/par0/HEAD")
+            return _git_answer(True)
 
     params = WorkspaceCreateParams(project_id="p_1", name="w", fetch=True)
-    _, info = anyio.run(basefetch.fetch_base, FakeGit(), tmp_short, params, "xum/w", 5.0)  # type: ignore[arg-type]
+    _, info = anyio.run(basefetch.fetch_base, AddingGit(), tmp_short, params, "xum/w", 5.0)  # type: ignore[arg-type]
     assert seen == ["fetch", "admin_lock", "fetch"]
     assert info.status == "fetched"

@@ -318,33 +318,22 @@ def test_cli_events_watches_and_resumes(daemon: DaemonProcess) -> None:
     with RawPeer(daemon.socket_path) as peer:
         epoch = subscribe(peer)["epoch"]
     last = publish(daemon.socket_path, "test.y", count=2)
-    done = subprocess.run(
-        [*xum, "events", "--json", "--after-seq", str(start), "--epoch", epoch, "--count", "2"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout.splitlines()[0])
+
+    def replay(*extra: str, count: int) -> list[str]:
+        """The lines of `xum events` resuming after `start`, which must exit 0."""
+        resume = ["--after-seq", str(start), "--epoch", epoch, "--count", str(count)]
+        done = subprocess.run(
+            [*xum, "events", *extra, *resume], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    answer = json.loads(replay("--json", count=2)[0])
     assert answer["resync_required"] is False
     assert [e["seq"] for e in answer["events"]] == [last - 1, last]
-    human = subprocess.run(
-        [*xum, "events", "--after-seq", str(start), "--epoch", epoch, "--count", "2"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert human.returncode == 0, human.stderr
-    assert human.stdout.splitlines()[1].split() == [str(last - 1), "test.y"]
+    assert replay(count=2)[1].split() == [str(last - 1), "test.y"]
     # --count stops the replay too: one line of the two events missed.
-    one = subprocess.run(
-        [*xum, "events", "--after-seq", str(start), "--epoch", epoch, "--count", "1"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert one.returncode == 0, one.stderr
-    assert [line.split()[:2] for line in one.stdout.splitlines()[1:]] == [[str(last - 1), "test.y"]]
+    assert [line.split()[:2] for line in replay(count=1)[1:]] == [[str(last - 1), "test.y"]]
     watcher = subprocess.Popen(
         [*xum, "events", "--after-seq", "0", "--epoch", "other", "--count", "1", "--type", "z."],
         stdout=subprocess.PIPE,

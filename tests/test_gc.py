@@ -230,6 +230,23 @@ def test_unknown_key_is_reported(gcd: DaemonProcess, repo: Path) -> None:
     assert "no longer planned" in result["skipped"][0]["reason"]
 
 
+def test_a_key_no_plan_can_hold_is_invalid_params(gcd: DaemonProcess, repo: Path) -> None:
+    """A key that is not `<action>:<what>` is refused before anything runs, a background run
+    included (never recorded), and the valid keys beside it are not collected either."""
+    project = add_project(gcd, repo)
+    wid = create(gcd, project["id"], "old")["workspace"]["id"]
+    gcd.call("workspace.archive", {"workspace_id": wid})
+    _advance(gcd, 8)
+    good = f"remove_archived:{wid}"
+    assert good in _keys(gcd.call("gc.plan"))
+    for bad in ("bogus:ws_00000000000000cd", "archive_merged", "remove_archived:"):
+        for background in (False, True):
+            error = rpc_error(gcd, "gc.run", {"keys": [good, bad], "background": background})
+            assert error.kind == "invalid_params" and repr(bad) in error.message
+    assert gcd.call("workspace.get", {"workspace_id": wid})["workspace"]["state"] == "archived"
+    assert good in _keys(gcd.call("gc.plan"))
+
+
 def test_crash_mid_gc_is_settled_by_recovery(root: Path, repo: Path) -> None:
     """SIGKILL inside the gc's archive (after its snapshot, before its commit): the restarted
     daemon's startup pass settles the workspace (never left `archiving`), nothing of its work is
@@ -333,13 +350,19 @@ def test_background_run_resumes_after_a_crash(root: Path, repo: Path) -> None:
         daemon.close()
 
 
-def test_a_second_run_while_one_runs_is_busy(root: Path, repo: Path, tmp_short: Path) -> None:
-    """One gc run at a time: a background run held inside its archive makes `gc.run` refuse
-    `busy` at once; the held run then finishes."""
+def _held_daemon(root: Path, tmp_short: Path, point: str) -> tuple[DaemonProcess, Path]:
+    """A daemon with the gc policies that pauses at the hold `point` (tests/support/holds.py),
+    and the directory its holds are signalled in."""
     write_config(root, POLICIES)
     holds = tmp_short / "holds"
     holds.mkdir()
-    daemon = DaemonProcess(root, env=hold_env(ARCHIVE_HOLD, holds)).start()
+    return DaemonProcess(root, env=hold_env(point, holds)).start(), holds
+
+
+def test_a_second_run_while_one_runs_is_busy(root: Path, repo: Path, tmp_short: Path) -> None:
+    """One gc run at a time: a background run held inside its archive makes `gc.run` refuse
+    `busy` at once; the held run then finishes."""
+    daemon, holds = _held_daemon(root, tmp_short, ARCHIVE_HOLD)
     try:
         project = add_project(daemon, repo)
         wid = _merged_workspace(daemon, repo, project["id"], "held")
@@ -360,10 +383,7 @@ def test_a_workspace_unarchived_after_the_plan_is_not_removed(
     """A run plans, then collects item by item: a workspace the user unarchives while an
     earlier item is collected is no longer what the plan selected (archived), and the run
     leaves it, reported `invalid_state`, instead of removing an active workspace."""
-    write_config(root, POLICIES)
-    holds = tmp_short / "holds"
-    holds.mkdir()
-    daemon = DaemonProcess(root, env=hold_env(REMOVE_HOLD, holds)).start()
+    daemon, holds = _held_daemon(root, tmp_short, REMOVE_HOLD)
     try:
         project = add_project(daemon, repo)
         first = create(daemon, project["id"], "first")["workspace"]["id"]

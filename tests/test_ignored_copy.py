@@ -441,6 +441,30 @@ def test_a_disk_that_fills_up_mid_copy_is_disk_full_and_the_partial_entry_is_rem
         assert not (dest / "node_modules").exists()
 
 
+def _stop_once_the_copy_began(repo: Path, dest: Path, entry: str) -> None:
+    """Seed `entry` from `repo` into `dest`, the daemon stopping from the moment the entry
+    appears at `dest` (and from then on, as `app.stopping` is): the copy ends `shutting_down`
+    (not `timeout`) and the partial entry is removed."""
+    dest.mkdir()
+    written = dest / entry.rstrip("/")
+    began: list[bool] = []
+
+    def stopping() -> bool:
+        if written.exists():
+            began.append(True)
+        return bool(began)
+
+    with pytest.raises(XumError) as caught:
+        anyio.run(
+            lambda: seed.seed(
+                Git(), repo, dest, [entry], cap=1 << 40, timeout_s=60, stopping=stopping
+            )
+        )
+    assert caught.value.kind == "shutting_down", caught.value
+    assert began, "the copy never began"
+    assert not written.exists()
+
+
 def test_a_shutdown_mid_copy_stops_it_at_the_next_file_and_removes_the_partial_entry(
     tmp_short: Path,
 ) -> None:
@@ -450,25 +474,7 @@ def test_a_shutdown_mid_copy_stops_it_at_the_next_file_and_removes_the_partial_e
     (repo / "node_modules").mkdir()
     for i in range(5):
         (repo / "node_modules" / f"f{i}.js").write_text(f"{i}\n")
-    dest = tmp_short / "dest"
-    dest.mkdir()
-
-    began: list[bool] = []
-
-    def stopping() -> bool:
-        # Stopping once the copy has begun, and from then on (as `app.stopping` is).
-        if (dest / "node_modules").exists():
-            began.append(True)
-        return bool(began)
-
-    with pytest.raises(XumError) as caught:
-        anyio.run(
-            lambda: seed.seed(
-                Git(), repo, dest, ["node_modules/"], cap=1 << 30, timeout_s=60, stopping=stopping
-            )
-        )
-    assert caught.value.kind == "shutting_down", caught.value
-    assert not (dest / "node_modules").exists()
+    _stop_once_the_copy_began(repo, tmp_short / "dest", "node_modules/")
 
 
 @pytest.mark.parametrize("kind", ["tmpfs", "bind"])
@@ -544,23 +550,7 @@ def test_a_shutdown_during_one_large_file_stops_between_its_chunks(tmp_short: Pa
     with (repo / "big.bin").open("wb") as out:
         for _ in range(3):
             out.write(os.urandom(fscopy._CHUNK))
-    dest = tmp_short / "dest"
-    dest.mkdir()
-    began: list[bool] = []
-
-    def stopping() -> bool:
-        if (dest / "big.bin").exists():  # the file is being written
-            began.append(True)
-        return bool(began)
-
-    with pytest.raises(XumError) as caught:
-        anyio.run(
-            lambda: seed.seed(
-                Git(), repo, dest, ["big.bin"], cap=1 << 40, timeout_s=60, stopping=stopping
-            )
-        )
-    assert caught.value.kind == "shutting_down", caught.value
-    assert not (dest / "big.bin").exists()
+    _stop_once_the_copy_began(repo, tmp_short / "dest", "big.bin")
 
 
 def test_entries_past_the_cap_are_not_walked(tmp_short: Path) -> None:

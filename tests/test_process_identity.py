@@ -20,7 +20,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,21 +175,27 @@ def test_a_start_time_recorded_before_the_anchor_still_reads(
     assert not procstat.same_process_alive(holder.pid, legacy)
 
 
+@pytest.mark.parametrize("read", [procstat.stat_fields, procstat.identity])
 @pytest.mark.parametrize(
     ("error", "lenient", "strict"),
     [
         (errno.ENOENT, None, None),  # no such process: gone, in both modes
+        (errno.ESRCH, None, None),  # the process went while its stat was read: gone
         (errno.EACCES, None, "raises"),  # could not read: "gone" only when not strict
         (errno.EMFILE, "raises", "raises"),  # out of descriptors: never "gone"
         (errno.ENOBUFS, "raises", "raises"),  # out of kernel memory (fdlimits.EXHAUSTED)
     ],
 )
 def test_a_stat_read_that_fails_is_gone_only_when_the_process_is(
-    monkeypatch: pytest.MonkeyPatch, error: int, lenient: str | None, strict: str | None
+    monkeypatch: pytest.MonkeyPatch,
+    read: Callable[..., object],
+    error: int,
+    lenient: str | None,
+    strict: str | None,
 ) -> None:
-    """`stat_fields`: a process whose /proc/PID/stat is missing is gone; one whose read failed
-    for want of descriptors or memory is not (fail closed), and with `strict` (containment)
-    neither is one whose read failed for any other reason."""
+    """`stat_fields` and `identity` (built on it): a process whose /proc/PID/stat is missing
+    is gone; one whose read failed for want of descriptors or memory is not (fail closed), and
+    with `strict` (containment) neither is one whose read failed for any other reason."""
 
     def failing(path: str, *args: Any, **kwargs: Any) -> Any:
         raise OSError(error, os.strerror(error), path)
@@ -198,6 +204,6 @@ def test_a_stat_read_that_fails_is_gone_only_when_the_process_is(
     for mode, expected in ((False, lenient), (True, strict)):
         if expected == "raises":
             with pytest.raises(OSError):
-                procstat.stat_fields(os.getpid(), strict=mode)
+                read(os.getpid(), strict=mode)
         else:
-            assert procstat.stat_fields(os.getpid(), strict=mode) is None
+            assert read(os.getpid(), strict=mode) is None

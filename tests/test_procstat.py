@@ -222,29 +222,6 @@ def test_an_anchor_that_cannot_be_saved_still_anchors(
     assert not path.parent.exists()
 
 
-@pytest.mark.parametrize(
-    ("error", "lenient", "strict"),
-    [
-        (errno.ESRCH, None, None),  # the process went while its stat was read: gone
-        (errno.ENOENT, None, None),
-        (errno.EACCES, None, "raises"),
-    ],
-)
-def test_a_failed_stat_read_by_errno(
-    monkeypatch: pytest.MonkeyPatch, error: int, lenient: str | None, strict: str | None
-) -> None:
-    def failing(path: str, *args: Any, **kwargs: Any) -> Any:
-        raise OSError(error, os.strerror(error), path)
-
-    monkeypatch.setattr(procstat, "open", failing, raising=False)
-    for mode, expected in ((False, lenient), (True, strict)):
-        if expected == "raises":
-            with pytest.raises(OSError):
-                procstat.identity(os.getpid(), strict=mode)
-        else:
-            assert procstat.identity(os.getpid(), strict=mode) is None
-
-
 @pytest.mark.parametrize("error", [errno.EACCES, errno.EIO])
 def test_by_default_a_read_that_fails_is_no_process(
     monkeypatch: pytest.MonkeyPatch, error: int

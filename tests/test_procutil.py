@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import anyio
 import psutil
 import pytest
-from xumd import procutil
+from xumd import procstat, procutil
 from xumd.procutil import CommandNotFound, run_command
 
 from tests.support.freezer import frozen
@@ -213,33 +216,41 @@ def test_kill_tree_reports_a_tree_ended_by_sigkill_as_gone() -> None:
         child.wait()
 
 
-def test_sigterm_gets_its_grace_before_sigkill(tmp_path: Path) -> None:
-    """kill_tree lets a process that handles SIGTERM finish its handler within the grace (git
-    removes its lock files that way) before any SIGKILL."""
-    done = tmp_path / "cleaned-up"
-    handler = (
+def _term_handled_by_kill_tree(handler: str) -> int:
+    """Start `handler` (a Python script that handles SIGTERM and prints `ready`) in its own
+    session, kill_tree it with a long grace, and answer its exit status (0: its handler ended
+    it, not the SIGKILL)."""
+    script = (
         "import signal, sys, time\n"
-        "def term(*_):\n"
-        "    time.sleep(0.3)  # a clean-up that takes a moment\n"
-        f"    open({str(done)!r}, 'w').close()\n"
-        "    sys.exit(0)\n"
-        "signal.signal(signal.SIGTERM, term)\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
+        + handler
+        + "signal.signal(signal.SIGTERM, term)\nprint('ready', flush=True)\ntime.sleep(60)\n"
     )
     child = subprocess.Popen(
-        [sys.executable, "-c", handler], stdout=subprocess.PIPE, start_new_session=True
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True
     )
     try:
         assert child.stdout is not None and child.stdout.readline() == b"ready\n"
         gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 30.0))
         assert gone is True
-        assert child.wait(10) == 0, "ended by SIGKILL instead of its own SIGTERM handler"
-        assert done.exists()
+        return child.wait(10)
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_sigterm_gets_its_grace_before_sigkill(tmp_path: Path) -> None:
+    """kill_tree lets a process that handles SIGTERM finish its handler within the grace (git
+    removes its lock files that way) before any SIGKILL."""
+    done = tmp_path / "cleaned-up"
+    handler = (
+        "def term(*_):\n"
+        "    time.sleep(0.3)  # a clean-up that takes a moment\n"
+        f"    open({str(done)!r}, 'w').close()\n"
+        "    sys.exit(0)\n"
+    )
+    assert _term_handled_by_kill_tree(handler) == 0, "ended by SIGKILL, not its SIGTERM handler"
+    assert done.exists()
 
 
 def test_sigterm_is_sent_once_to_a_member_of_the_group() -> None:
@@ -247,7 +258,6 @@ def test_sigterm_is_sent_once_to_a_member_of_the_group() -> None:
     tree: many programs take a second SIGTERM as `quit now, skip the clean-up` (here: exit 3),
     which would cut the very grace the first one gives."""
     handler = (
-        "import signal, sys, time\n"
         "seen = []\n"
         "def term(*_):\n"
         "    if seen:\n"
@@ -255,22 +265,8 @@ def test_sigterm_is_sent_once_to_a_member_of_the_group() -> None:
         "    seen.append(1)\n"
         "    time.sleep(0.3)\n"
         "    sys.exit(0)\n"
-        "signal.signal(signal.SIGTERM, term)\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
     )
-    child = subprocess.Popen(
-        [sys.executable, "-c", handler], stdout=subprocess.PIPE, start_new_session=True
-    )
-    try:
-        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
-        gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 30.0))
-        assert gone is True
-        assert child.wait(10) == 0, "a second SIGTERM cut its clean-up short"
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    assert _term_handled_by_kill_tree(handler) == 0, "a second SIGTERM cut its clean-up short"
 
 
 def test_a_command_leads_its_own_session_and_is_not_ours_after_the_run() -> None:
@@ -299,15 +295,9 @@ def test_any_alive_looks_past_a_pid_that_is_gone() -> None:
     live = subprocess.Popen(["sleep", "60"])
     try:
         gone = next(p for p in range(4_000_000, 4_100_000) if not psutil.pid_exists(p))
-        pids = {gone, live.pid}
-        # The vanished pid first in the set's own order, whatever the pids are.
-        candidate = gone
-        while next(iter(pids)) != candidate:
-            candidate += 1
-            while psutil.pid_exists(candidate):
-                candidate += 1
-            pids = {candidate, live.pid}
-        assert procutil._any_alive(pids) is True
+        # The vanished pid first (a dict keeps its order), each with its start time.
+        members = {gone: None, live.pid: procstat.start_time(live.pid)}
+        assert procutil._any_alive(members) is True
     finally:
         live.kill()
         live.wait()
@@ -392,6 +382,48 @@ def test_without_setpriv_a_missing_program_is_named_not_its_argument(
         anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=tmp_path / "gone", timeout_s=5))
 
 
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        pytest.param(
+            "setpriv",
+            marks=pytest.mark.skipif(procutil._SETPRIV is None, reason="needs setpriv"),
+        ),
+        "none",
+    ],
+)
+def test_a_program_named_by_a_path_that_cannot_run_is_a_clear_error_whatever_the_wrapper(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, wrapper: str
+) -> None:
+    """A program named by a path (absolute, or relative to the working directory) that is
+    missing, not executable or a directory is a CommandNotFound, the same with or without the
+    setpriv wrapper: never the wrapper's exit 127/126, which reads as the command's own failure."""
+    if wrapper == "none":
+        monkeypatch.setattr(procutil, "_SETPRIV", None)
+    plain = tmp_path / "plain"
+    plain.write_text("#!/bin/sh\n")  # not executable
+    cases = {
+        "/nonexistent/xum-prog": "command not found",
+        "./xum-nope": "command not found",
+        str(plain): "Permission denied",
+        "./plain": "Permission denied",
+        str(tmp_path): "Permission denied",
+    }
+    for program, error in cases.items():
+        with pytest.raises(CommandNotFound, match=f"^{re.escape(program)}: {error}$"):
+            anyio.run(lambda p=program: run_command([p, "arg"], cwd=tmp_path, timeout_s=5))
+    plain.chmod(0o755)
+    result = anyio.run(lambda: run_command(["./plain"], cwd=tmp_path, timeout_s=5))
+    assert result.returncode == 0, result.output.text()
+    # A relative PATH entry is searched in the command's working directory, as the exec does
+    # (not in the daemon's).
+    (tmp_path / "bin").mkdir()
+    plain.rename(tmp_path / "bin" / "xum-tool")
+    env = {**os.environ, "PATH": f"bin{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
+    result = anyio.run(lambda: run_command(["xum-tool"], cwd=tmp_path, env=env, timeout_s=5))
+    assert result.returncode == 0, result.output.text()
+
+
 def test_kill_tree_without_a_group_waits_for_a_tree_that_ignores_sigterm() -> None:
     """No group to signal and a tree that ignores SIGTERM: kill_tree does not answer "gone"
     while a member still runs; the SIGKILL after the grace ends it, then it answers True."""
@@ -458,3 +490,125 @@ def test_a_descendant_outside_the_group_gets_its_own_sigterm(tmp_path: Path) -> 
         if leader.poll() is None:
             leader.kill()
         leader.wait()
+
+
+@pytest.mark.skipif(procutil._SETPRIV is None, reason="needs util-linux setpriv (Linux)")
+def test_a_cancellation_while_on_start_waits_for_setpriv_leaves_no_child() -> None:
+    """`on_start` waits (awaits) until setpriv has exec'd the command: a cancellation landing
+    in that wait (a shutdown) still stops the child and reaps it, as one at any later await
+    does; the command never runs on unattended. Several runs: the wait is a few milliseconds,
+    and a child that exec'd before the first look skips it."""
+    token = f"{60 + os.getpid() % 1000 / 1000:.3f}"  # a `sleep` argument no other test uses
+    started: list[int] = []
+
+    async def cancelled_run() -> None:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await run_command(["sleep", token], timeout_s=30, on_start=started.append)
+
+    for _ in range(5):
+        anyio.run(cancelled_run)
+    left = [
+        p.pid
+        for p in psutil.Process().children()
+        if token in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
+    ]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    assert left == [], "a child outlived its cancelled run"
+
+
+def test_a_daemon_whose_own_directory_was_deleted_still_runs_commands(tmp_path: Path) -> None:
+    """The daemon's working directory (where it was started) deleted under it: a command, by
+    PATH or with a working directory of its own, still runs; a relative program is still a
+    clear CommandNotFound. Never an error from looking up the daemon's own directory."""
+    gone = tmp_path / "started-here"
+    gone.mkdir()
+    probe = textwrap.dedent(
+        f"""
+        import os, anyio
+        from xumd.procutil import CommandNotFound, run_command
+        os.chdir({str(gone)!r})
+        os.rmdir({str(gone)!r})
+        by_path = anyio.run(lambda: run_command(["true"], timeout_s=10))
+        with_cwd = anyio.run(lambda: run_command(["true"], cwd="/", timeout_s=10))
+        try:
+            anyio.run(lambda: run_command(["./xum-nope"], timeout_s=10))
+        except CommandNotFound as exc:
+            relative = str(exc)
+        print(by_path.returncode, with_cwd.returncode, relative)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "0 0 ./xum-nope: command not found\n"
+
+
+def _spawn_with_pid(target: int, tries: int = 50) -> subprocess.Popen[bytes] | None:
+    """A process (not of any tree under test) given exactly `target` as its pid, through
+    /proc/sys/kernel/ns_last_pid (root); None when other forks on the machine kept taking it."""
+    for _ in range(tries):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as last:
+            last.write(str(target - 1))
+        stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        if stranger.pid == target:
+            return stranger
+        stranger.kill()
+        stranger.wait()
+    return None
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/proc/sys/kernel/ns_last_pid"),
+    reason="choosing a pid needs root and ns_last_pid (tests run as root in CI)",
+)
+def test_the_sigkill_after_the_grace_spares_a_process_that_took_a_members_pid() -> None:
+    """A member of the tree ends during the grace and its pid is handed to another process
+    (pids wrap: 32768 by default) before the grace is over: kill_tree's SIGKILL goes to the
+    tree's processes, known by pid and start time, never to that stranger."""
+    parent_code = (
+        "import signal, subprocess, sys, time\n"
+        "child = subprocess.Popen(['sleep', '60'])\n"  # before the ignore: TERM ends it
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        # Older than the start-time tolerance when its pid is taken: a process started in
+        # the same instant is indistinguishable by pid and start time, by design.
+        "time.sleep(0.3)\n"
+        "print(child.pid, flush=True)\n"
+        "child.wait()\n"
+        "print('reaped', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, start_new_session=True
+    )
+    strangers: list[subprocess.Popen[bytes]] = []
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        until(lambda: child in procutil.tree_pids(parent.pid), message="the child in the tree")
+
+        def take_the_pid() -> None:
+            assert parent.stdout is not None
+            if parent.stdout.readline() == b"reaped\n":  # the child ended by the SIGTERM
+                stranger = _spawn_with_pid(child)
+                if stranger is not None:
+                    strangers.append(stranger)
+
+        taker = threading.Thread(target=take_the_pid)
+        taker.start()
+        gone = anyio.run(lambda: procutil.kill_tree(parent.pid, parent.pid, 5.0))
+        taker.join(30)
+        if not strangers:
+            pytest.skip("the member's pid could not be handed to a stranger (a busy machine)")
+        assert gone is True
+        assert strangers[0].poll() is None, "the stranger that took a member's pid was killed"
+        assert parent.wait(10) == -signal.SIGKILL  # the tree itself was ended
+    finally:
+        for proc in (*strangers, parent):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()

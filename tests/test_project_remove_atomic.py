@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +30,6 @@ from tests.support.holds import hold_env, release, wait_held
 @pytest.fixture
 def repo(tmp_short: Path) -> Path:
     return make_repo(tmp_short / "repo")
-
-
-@pytest.fixture
-def external() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        proc.kill()
-        proc.wait(10)
 
 
 def states(daemon: DaemonProcess) -> dict[str, str]:
@@ -84,7 +74,7 @@ def test_one_busy_workspace_removes_nothing(daemon: DaemonProcess, repo: Path) -
 
 
 def test_every_holder_and_refusal_is_named(
-    daemon: DaemonProcess, repo: Path, external: list[subprocess.Popen[bytes]]
+    daemon: DaemonProcess, repo: Path, started_procs: list[subprocess.Popen[bytes]]
 ) -> None:
     project = add_project(daemon, repo)
     made = four(daemon, project["id"])
@@ -93,7 +83,7 @@ def test_every_holder_and_refusal_is_named(
         {"workspace_id": made["a"]["id"], "kind": "terminal", "argv": ["sleep", "60"]},
     )["process"]
     editor = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    external.append(editor)
+    started_procs.append(editor)
     daemon.call(
         "lease.acquire",
         {"workspace_id": made["d"]["id"], "kind": "editor", "pid": editor.pid, "label": "vim"},

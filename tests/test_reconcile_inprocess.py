@@ -526,6 +526,45 @@ async def test_a_flagged_row_goes_back_to_the_state_its_removal_began_from(env: 
     assert report.actions == {"remove_rolled_back": 4}
 
 
+async def test_an_unflagged_row_goes_back_to_the_state_its_removal_began_from(env: Env) -> None:
+    """A removal cut by a crash puts an unflagged row back where the removal began (as its
+    in-process failure does), flagged; the checkout does not decide. An archived workspace
+    whose checkout lingers (its trash step pending) stays archived, not `active`; an active one
+    whose checkout was deleted by hand stays active, not `archived`."""
+    reason = "removal was interrupted before it was committed; remove again or keep it"
+    lingering = env.add("lingering", "removing")
+    env.directory(lingering)
+    env.identify(lingering)
+    active_gone = env.add("active-gone", "removing")
+    archived_gone = env.add("archived-gone", "removing")
+    active_ours = env.add("active-ours", "removing")
+    env.directory(active_ours)
+    env.identify(active_ours)
+    active_foreign = env.add("active-foreign", "removing")
+    env.row(active_foreign).path.mkdir(parents=True)
+    prior = {
+        lingering: "archived",
+        active_gone: "active",
+        archived_gone: "archived",
+        active_ours: "active",
+        active_foreign: "active",
+    }
+    with env.store.transaction():
+        for wid, state in prior.items():
+            removing.record_prior(env.store, wid, state)
+
+    report = await env.rec.run()
+
+    for wid, state in prior.items():
+        row = env.row(wid)
+        assert (row.state, row.interrupted) == (state, True), (env.row(wid).name, row.state)
+        assert row.interrupted_reason is not None
+        assert row.interrupted_reason.startswith(reason)
+    assert "no marker" in (env.row(active_foreign).interrupted_reason or "")
+    assert (env.path("lingering") / "work.txt").read_text() == "the user's work\n"
+    assert report.actions == {"remove_rolled_back": 4, "interrupted": 1}
+
+
 async def test_a_failed_removal_of_a_flagged_archived_row_leaves_it_archived(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -616,6 +655,19 @@ def tree(env: Env, name: str, *, state: str = "active", branch: str | None = Non
     return wid
 
 
+def settled_as(env: Env, wid: str, name: str, branch: str | None) -> None:
+    """The rename journal of `wid` was settled with the workspace named `name` on `branch`, at
+    that name's path, not flagged."""
+    row = env.row(wid)
+    assert (row.name, row.branch, row.path, row.interrupted) == (
+        name,
+        branch,
+        env.path(name),
+        False,
+    )
+    assert not env.has_journal(wid)
+
+
 async def test_rename_rolls_back_when_only_the_old_checkout_exists(env: Env) -> None:
     # The branch not renamed yet (crash after the journal).
     plain = tree(env, "a")
@@ -628,14 +680,7 @@ async def test_rename_rolls_back_when_only_the_old_checkout_exists(env: Env) -> 
     report = await env.rec.run()
 
     for wid, name, branch in ((plain, "a", "xum/a"), (moved, "c", "xum/c")):
-        row = env.row(wid)
-        assert (row.name, row.branch, row.path, row.interrupted) == (
-            name,
-            branch,
-            env.path(name),
-            False,
-        )
-        assert not env.has_journal(wid)
+        settled_as(env, wid, name, branch)
     assert env.branches() == {"main", "xum/a", "xum/c"}
     assert report.actions == {"rename_rolled_back": 2}
     assert report.missing == []
@@ -671,14 +716,7 @@ async def test_rename_rolls_forward_when_only_the_new_checkout_exists(env: Env) 
         (own, "f", "feature"),
         (plain, "h", None),
     ):
-        row = env.row(wid)
-        assert (row.name, row.branch, row.path, row.interrupted) == (
-            name,
-            branch,
-            env.path(name),
-            False,
-        )
-        assert not env.has_journal(wid)
+        settled_as(env, wid, name, branch)
     assert env.branches() == {"main", "xum/b", "xum/d", "feature"}
     assert report.actions == {"rename_rolled_forward": 4}
     # The moved checkouts are not reported missing: a journal's row is settled by the journal.

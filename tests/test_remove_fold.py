@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -147,15 +146,6 @@ time.sleep(120)
 """
 
 
-@pytest.fixture
-def holders() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        proc.kill()
-        proc.wait()
-
-
 def _hold(started: list[subprocess.Popen[str]], where: Path, what: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(where), what],
@@ -170,15 +160,15 @@ def _hold(started: list[subprocess.Popen[str]], where: Path, what: str) -> subpr
 
 
 def test_the_probe_finds_cwd_and_open_files_and_nothing_else(
-    holders: list[subprocess.Popen[str]],
+    started_procs: list[subprocess.Popen[str]],
 ) -> None:
     checkout = short_tmpdir()
     (checkout / "sub").mkdir()
-    in_cwd = _hold(holders, checkout / "sub", "cwd")
-    in_file = _hold(holders, checkout, "file")
-    _hold(holders, checkout, "dir")  # a directory descriptor is not an open file
-    _hold(holders, checkout, "deleted")  # nor a file deleted since
-    _hold(holders, short_tmpdir(), "cwd")  # elsewhere
+    in_cwd = _hold(started_procs, checkout / "sub", "cwd")
+    in_file = _hold(started_procs, checkout, "file")
+    _hold(started_procs, checkout, "dir")  # a directory descriptor is not an open file
+    _hold(started_procs, checkout, "deleted")  # nor a file deleted since
+    _hold(started_procs, short_tmpdir(), "cwd")  # elsewhere
     found = probes.find_users(checkout, exclude_pids=set(), exclude_pgids=set())
     assert sorted((u.pid, u.where) for u in found) == sorted(
         [(in_cwd.pid, "cwd"), (in_file.pid, "open file")]
@@ -191,11 +181,11 @@ def test_the_probe_finds_cwd_and_open_files_and_nothing_else(
 
 
 def test_the_probe_excuses_the_pids_and_groups_it_is_told_to(
-    holders: list[subprocess.Popen[str]],
+    started_procs: list[subprocess.Popen[str]],
 ) -> None:
     checkout = short_tmpdir()
-    by_pid = _hold(holders, checkout, "cwd")
-    by_group = _hold(holders, checkout, "file")
+    by_pid = _hold(started_procs, checkout, "cwd")
+    by_group = _hold(started_procs, checkout, "file")
     found = probes.find_users(checkout, exclude_pids={by_pid.pid}, exclude_pgids={by_group.pid})
     assert found == []
     assert len(probes.find_users(checkout, exclude_pids=set(), exclude_pgids=set())) == 2

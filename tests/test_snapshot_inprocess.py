@@ -14,20 +14,26 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from xumd.errors import ErrorKind, XumError
 from xumd.git import Git, GitError
+from xumd.lifecycle import fscopy
 from xumd.lifecycle.snapshot import (
     MAX_SPECIAL,
     Dropped,
+    Snapshot,
     Snapshotter,
     WorkState,
     snapshot_ref,
 )
 
+from tests.support.daemon import short_tmpdir
 from tests.support.gitrepo import git, make_repo
+from tests.support.otheruser import as_nobody
 from tests.support.tmpfs import tmpfs
 
 WS = "ws-1"
@@ -242,13 +248,19 @@ async def test_restore_never_deletes_through_a_symlinked_directory(tmp_path: Pat
     assert (elsewhere / "f.txt").read_text() == "not the checkout's\n"
 
 
-async def test_a_failed_restore_raises_the_git_error_and_leaves_no_temp_index(
-    tmp_path: Path,
-) -> None:
+async def a_changed_snapshot(tmp_path: Path) -> tuple[Path, Snapshot]:
+    """A checkout whose `a.txt` changed, and the snapshot that holds the change."""
     checkout = repo(tmp_path)
     (checkout / "a.txt").write_text("changed\n")
     snap = await snapper(tmp_path).take(checkout, WS, INC)
     assert snap is not None
+    return checkout, snap
+
+
+async def test_a_failed_restore_raises_the_git_error_and_leaves_no_temp_index(
+    tmp_path: Path,
+) -> None:
+    checkout, snap = await a_changed_snapshot(tmp_path)
     snaps = snapper(tmp_path, wrapper_git(tmp_path, "read-tree"))
     with pytest.raises(GitError, match="forced failure of read-tree"):
         await snaps.restore(checkout, snap.commit)
@@ -257,10 +269,7 @@ async def test_a_failed_restore_raises_the_git_error_and_leaves_no_temp_index(
 
 async def test_a_failed_index_refresh_does_not_fail_the_restore(tmp_path: Path) -> None:
     # The refresh only updates stat data (a later `git status` is faster): best effort.
-    checkout = repo(tmp_path)
-    (checkout / "a.txt").write_text("changed\n")
-    snap = await snapper(tmp_path).take(checkout, WS, INC)
-    assert snap is not None
+    checkout, snap = await a_changed_snapshot(tmp_path)
     git(checkout, "reset", "-q", "--hard")
     snaps = snapper(tmp_path, wrapper_git(tmp_path, "update-index"))
     assert await snaps.restore(checkout, snap.commit) == ["a.txt"]
@@ -415,33 +424,63 @@ def test_a_file_listed_twice_counts_once_and_the_walk_goes_on(tmp_path: Path) ->
     }
 
 
-def test_entries_gone_special_or_unreadable_are_not_counted(tmp_path: Path) -> None:
+def test_entries_gone_or_special_are_not_counted_and_paths_past_path_max_are(
+    tmp_path: Path,
+) -> None:
     checkout = make_repo(tmp_path / "co")
     os.mkfifo(checkout / "p")
-    # A directory whose path fits PATH_MAX (4096) while a long name in it does not: `lstat`
-    # of that file fails (ENAMETOOLONG); the walk skips it and counts the rest.
+    # A directory whose path fits PATH_MAX (4096) while the long names in it do not: a walk by
+    # path could not `lstat` those files (ENAMETOOLONG) nor list the directory below them, and
+    # under-counted `dropped`. The walk by descriptor counts them with their siblings.
     deep = checkout / "deep"
-    rel_dirs = []
     while len(str(deep)) < 3900:
         deep = deep / ("d" * 200)
-        rel_dirs.append("d" * 200)
     deep.mkdir(parents=True)
     fd = os.open(deep, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for i in range(5):
-            os.close(os.open(f"{i}" + "L" * 240, os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+            long_fd = os.open(f"{i}" + "L" * 240, os.O_CREAT | os.O_WRONLY, dir_fd=fd)
+            os.write(long_fd, b"LL")
+            os.close(long_fd)
+        os.mkdir("D" * 250, dir_fd=fd)
+        below = os.open("D" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        try:
+            os.close(os.open("x" * 250, os.O_CREAT | os.O_WRONLY, dir_fd=below))
+        finally:
+            os.close(below)
     finally:
         os.close(fd)
     for i in range(20):
         (deep / f"s{i}").write_text("s")
-    order = os.listdir(deep)
-    assert any(n.startswith("s") for n in order[order.index(next(n for n in order if "L" in n)) :])
     dropped = snapper(tmp_path)._report_and_preserve(
         checkout, WS, INC, ["missing", "missing-dir/", "p", "deep/"], []
     )
-    assert (dropped.count, dropped.bytes) == (20, 20)
+    assert (dropped.count, dropped.bytes) == (20 + 5 + 1, 20 + 5 * 2)
     assert {s["path"] for s in dropped.special} == {"p"}
     assert stat.S_ISFIFO(os.lstat(checkout / "p").st_mode)
+
+
+def test_files_within_skips_what_it_cannot_read() -> None:
+    """A usage walk: a directory that cannot be listed is skipped (its siblings still counted),
+    and a top that is gone or not a directory is an empty answer, never an error."""
+    top = short_tmpdir()  # (pytest's tmp_path is 0700: `nobody` could not enter it)
+    top.chmod(0o755)
+    (top / "closed").mkdir()
+    (top / "closed" / "hidden").write_text("h")
+    (top / "open").mkdir()
+    (top / "open" / "seen").write_text("seen")
+    os.symlink("open", top / "link")
+    os.chmod(top / "closed", 0)
+    try:
+        # (root would list a mode-000 directory: the walk runs as another user)
+        found = as_nobody(lambda: fscopy.files_within(top))
+        unlistable_top = as_nobody(lambda: fscopy.files_within(top / "closed"))
+    finally:
+        os.chmod(top / "closed", 0o755)
+    assert sorted(found) == [("link", 4), ("open/seen", 4)]
+    assert unlistable_top == []  # a top it may not read: nothing to count, not an error
+    assert fscopy.files_within(top / "gone") == []
+    assert fscopy.files_within(top / "open" / "seen") == []
 
 
 # -- a full archive filesystem ---------------------------------------------------------------
@@ -504,3 +543,38 @@ def test_restore_preserved_puts_back_only_what_is_safe(tmp_path: Path) -> None:
     assert os.readlink(checkout / "dangling") == "nowhere"
     assert (checkout / "deep" / "er" / ".env").read_text() == "deep\n"
     assert (checkout / "deep" / "er" / "b.env").read_text() == "b\n"
+
+
+def test_an_index_that_is_a_fifo_never_blocks_the_capture(tmp_path: Path) -> None:
+    """`.git/index` replaced by a named pipe (a hostile or broken checkout): the capture's look
+    at the index header must not block on it (an `open` for reading waits for a writer, in the
+    event loop's thread: the whole daemon would hang). It fails with an error instead, as the
+    full path's copy of the index always did. In a child process, bounded: a hang is a
+    failure, not a stuck suite."""
+    checkout = repo(tmp_path)
+    (checkout / ".git" / "index").unlink()
+    os.mkfifo(checkout / ".git" / "index")
+    probe = (
+        "import anyio, sys\n"
+        "from pathlib import Path\n"
+        "from xumd.git import Git\n"
+        "from xumd.lifecycle.snapshot import Snapshotter\n"
+        "base = Path(sys.argv[2])\n"
+        "snaps = Snapshotter(Git(), base / 'tmp', base / 'archive')\n"
+        "try:\n"
+        "    anyio.run(lambda: snaps.capture(Path(sys.argv[1])))\n"
+        "except OSError as exc:\n"
+        "    print('refused:', type(exc).__name__)\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, str(checkout), str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the capture blocked on an index that is a FIFO")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: "), done.stdout

@@ -10,23 +10,16 @@ from typing import Any
 
 import pytest
 from xumd.app import App
-from xumd.bootstrap import install_features
-from xumd.config import DaemonConfig
-from xumd.paths import RootPaths
 from xumd.store import Store
 from xumd.store.memo import StoreMemo
+
+from tests.support.inproc import installed_app
 
 
 @pytest.fixture
 def app(tmp_short: Path) -> Iterator[App]:
-    store = Store(tmp_short / "state.db")
-    store.migrate()
-    try:
-        app = App(RootPaths(tmp_short), DaemonConfig(), store)
-        install_features(app)
+    with installed_app(tmp_short) as app:
         yield app
-    finally:
-        store.close()
 
 
 def details(app: App) -> dict[str, Any]:
@@ -87,3 +80,19 @@ def test_memo_recomputes_after_a_change_or_its_max_age(app: App) -> None:
     insert_interrupted_workspace(app.store)
     assert memo() == 3
     assert memo() == 3
+
+
+def test_memo_keeps_a_value_that_is_none(app: App) -> None:
+    """A provider whose answer is None (nothing to report) is memoized like any other answer,
+    not recomputed at every poll."""
+    calls: list[int] = []
+
+    def compute() -> None:
+        calls.append(1)
+
+    memo = StoreMemo(app.store, compute, clock=lambda: 100.0)
+    for _ in range(5):
+        assert memo() is None
+    assert calls == [1]
+    insert_interrupted_workspace(app.store)
+    assert memo() is None and calls == [1, 1]

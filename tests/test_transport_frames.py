@@ -19,16 +19,21 @@ from typing import Any
 import anyio
 import orjson
 import pytest
-from pydantic import BaseModel
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+from xum_protocol import framing
 from xum_protocol.errors import ErrorKind
 from xum_protocol.framing import FrameReader
+from xum_protocol.models.base import Params
 from xumd.config import DaemonConfig
 from xumd.errors import XumError
-from xumd.rpc.dispatch import RequestContext, Router
+from xumd.rpc.dispatch import RequestContext, Router, _validation_errors
 from xumd.rpc.server import Server, bind_socket
 from xumd.rpc.transport import WRITE_HIGH
 
 from tests.support.daemon import short_tmpdir
+from tests.support.peer import NullPeer
 from tests.support.wait import wait_for
 
 # -- the sans-IO reader ----------------------------------------------------------------------
@@ -297,9 +302,7 @@ def test_a_peer_gone_mid_frame_harms_nobody() -> None:
             (answer,) = await _read_answers(reader, 1)
             assert answer["id"] == 1
             writer.transport.abort()  # gone, half a frame sent
-            with anyio.fail_after(10):
-                while server.connections:
-                    await anyio.sleep(0.01)
+            await wait_for(lambda: not server.connections)
             other_reader, other = await asyncio.open_unix_connection(str(path))
             other.write(_req("t.task", 2, 2))
             (answer,) = await _read_answers(other_reader, 1)
@@ -344,3 +347,118 @@ def test_status_samples_the_open_descriptor_count(monkeypatch: pytest.MonkeyPatc
         for sock in extra:
             sock.close()
         limits.close()
+
+
+# -- params' NUL scan skipped for frames that cannot hold a NUL -------------------------------
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    return False
+
+
+@given(_json_values)
+def test_a_frame_said_nul_free_decodes_to_no_nul(value: Any) -> None:
+    frame = orjson.dumps(value)
+    if framing.nul_free(frame):
+        assert not _has_nul(framing.decode(frame))
+    if _has_nul(value):
+        assert not framing.nul_free(frame)
+
+
+def test_a_raw_nul_inside_a_string_is_not_json() -> None:
+    # What nul_free rests on: the only way to a NUL in a decoded string is the escape.
+    for frame in (b'{"a":"x\x00y"}', b'{"a\x00":1}'):
+        with pytest.raises(ValueError):
+            framing.decode(frame)
+
+
+class _Text(Params):
+    text: str = ""
+    more: list[str] = []
+
+
+def _text_router() -> Router:
+    router = Router()
+
+    async def echo(params: _Text, ctx: RequestContext) -> _Text:
+        return params
+
+    router.add("t.inline", echo, _Text, inline=True)
+    router.add("t.task", echo, _Text)
+    return router
+
+
+def _expected_refusal(params: dict[str, Any]) -> dict[str, Any]:
+    """What the dict path (the model's own NUL check) answers for these params."""
+    with pytest.raises(ValidationError) as caught:
+        _Text.model_validate(params)
+    return {"errors": _validation_errors(caught.value), "kind": "invalid_params"}
+
+
+@pytest.mark.parametrize("method", ["t.inline", "t.task"])
+def test_nul_in_params_is_refused_as_before_on_either_path(method: str) -> None:
+    cases: list[tuple[Any, dict[str, Any]]] = [
+        (1, {"text": "a\0b"}),
+        (2, {"more": ["ok", "x\0"]}),
+        ("id\0", {"text": "\0"}),
+    ]
+
+    async def main() -> None:
+        async with _serving(_text_router()) as (path, _server):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            for id_, params in cases:
+                message = {"jsonrpc": "2.0", "method": method, "id": id_, "params": params}
+                writer.write(orjson.dumps(message) + b"\n")
+                (answer,) = await _read_answers(reader, 1)
+                assert answer["id"] == id_
+                assert answer["error"]["data"] == _expected_refusal(params)
+            # In a batch too (the batch's frame is what is looked at).
+            batch = [
+                {"jsonrpc": "2.0", "method": method, "id": 9, "params": {"text": "ok"}},
+                {"jsonrpc": "2.0", "method": method, "id": 10, "params": {"text": "n\0"}},
+            ]
+            writer.write(orjson.dumps(batch) + b"\n")
+            (answers,) = await _read_answers(reader, 1)
+            by_id = {a["id"]: a for a in answers}
+            assert by_id[9]["result"]["text"] == "ok"
+            assert by_id[10]["error"]["data"] == _expected_refusal({"text": "n\0"})
+            writer.close()
+
+    _run(main)
+
+
+def test_params_without_nul_pass_even_where_the_frame_has_the_escape() -> None:
+    async def main() -> None:
+        async with _serving(_text_router()) as (path, _server):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            # A NUL in the id (not params), and a literal backslash-u0000 in the text.
+            for id_, text in (("id\0", "fine"), (3, "a\\u0000b")):
+                message = {"jsonrpc": "2.0", "method": "t.inline", "id": id_}
+                writer.write(orjson.dumps({**message, "params": {"text": text}}) + b"\n")
+                (answer,) = await _read_answers(reader, 1)
+                assert answer == {"jsonrpc": "2.0", "id": id_, "result": {"text": text, "more": []}}
+            writer.close()
+
+    _run(main)
+
+
+def test_the_skip_is_only_for_frames_said_nul_free() -> None:
+    router = _text_router()
+    message = {"jsonrpc": "2.0", "method": "t.inline", "id": 1, "params": {"text": "a\0"}}
+    refused = router.handle_now(message, NullPeer())
+    assert isinstance(refused, dict) and refused["error"]["data"]["kind"] == "invalid_params"
+    # The flag is the transport's promise that no NUL can be there: it is what skips the scan.
+    trusted = router.handle_now(message, NullPeer(), nul_free=True)
+    assert isinstance(trusted, dict) and "result" in trusted

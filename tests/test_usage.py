@@ -4,6 +4,7 @@ links, a mount inside a checkout, a real daemon."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -275,14 +276,24 @@ def test_one_huge_checkout_does_not_starve_the_others(
 
     found = [row("huge"), row("small1"), row("small2")]
     real_walk = walk.walk
+    smalls_done = threading.Event()
+    finished: list[str] = []
+    lock = threading.Lock()
 
     def slow_walk(top: str, deadline: float, ignored: frozenset[str] = frozenset()) -> Any:
         if top.endswith("huge"):
-            time.sleep(max(0.0, deadline - time.monotonic()) + 0.01)  # walks past the deadline
-        return real_walk(top, deadline, ignored)
+            # Holds its lane until both small walks are done, or the whole deadline when they
+            # cannot run beside it; then it is out of time: a partial walk.
+            smalls_done.wait(timeout=max(0.0, deadline - time.monotonic()))
+            return real_walk(top, time.monotonic(), ignored)
+        figures = real_walk(top, deadline, ignored)
+        with lock:
+            finished.append(top)
+            if len(finished) == 2:
+                smalls_done.set()
+        return figures
 
     monkeypatch.setattr(service.walk, "walk", slow_walk)
-    monkeypatch.setattr(service.rows, "list_workspaces", lambda store: found)
     config = types.SimpleNamespace(usage=UsageConfig(deadline_s=1.0))
     app: Any = types.SimpleNamespace(config=config, store=None)
     usage = service.UsageService(app, git=Any, workspaces=Any, cleanup=Any)  # type: ignore[arg-type]

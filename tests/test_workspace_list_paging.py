@@ -4,16 +4,21 @@ In process: the direct path (lifecycle/listing.py) answers byte for byte what th
 (`WorkspaceInfo` per row, dumped) answers on the same rows, including rows the direct path leaves
 to the model (stored JSON of other features, paths `Path()` normalises, bad columns), under every
 filter and at every page size; it runs a fixed number of SQL statements whatever the row count;
-the answer validates against the protocol's models. With a real daemon: pages concatenate to
-the full listing under the filters, a create or removal between pages neither repeats nor skips
-another workspace, bad `limit`/`after` are `invalid_params`, and the Python clients and `xum ws
-ls` fetch every page.
+the answer validates against the protocol's models; a page stays under its byte budget; the
+order is the order rows were written (a stepped-back clock hides nothing), and a database of the
+earlier (creation time, id) order keeps it, with its cursors. With a real daemon: pages
+concatenate to the full listing under the filters, a create, archive, unarchive, rename or
+removal between pages neither repeats nor skips another workspace, nor does a clock stepped back
+(libfaketime), bad `limit`/`after` are `invalid_params`, and the Python clients and `xum ws ls`
+fetch every page.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,15 +36,18 @@ from xum_protocol.cursor import list_cursor, parse_list_cursor
 from xum_protocol.models.workspace import WorkspaceListParams, WorkspaceListResult
 from xumd.app import App
 from xumd.bootstrap import install_features
+from xumd.cleanup import obligations
 from xumd.config import DaemonConfig
 from xumd.lifecycle import listing
 from xumd.lifecycle.service import WorkspaceService
 from xumd.paths import RootPaths
 from xumd.store import Store
+from xumd.store.db import _migrations, latest_schema_version
 
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess, short_tmpdir
 from tests.support.gitrepo import make_repo
+from tests.support.inproc import installed_app
 from tests.test_cli_daemon import xum
 
 P1, P2 = "prj_00000000000000a1", "prj_00000000000000a2"
@@ -51,14 +59,8 @@ T0 = 1_764_000_000.25
 
 @pytest.fixture
 def app(tmp_short: Path) -> Iterator[App]:
-    store = Store(tmp_short / "state.db")
-    store.migrate()
-    try:
-        app = App(RootPaths(tmp_short), DaemonConfig(), store)
-        install_features(app)
+    with installed_app(tmp_short) as app:
         yield app
-    finally:
-        store.close()
 
 
 def _ws(store: Store, n: int, **cols: Any) -> str:
@@ -167,7 +169,8 @@ def _hostile_mix(store: Store) -> int:
         ws(state="creating", interrupted=1, interrupted_reason="daemon stopped mid-create")
         ws(state="restoring", handle_id="h_1", owner_workspace_id=plain)
         ws(state="archiving", created_at=T0 + 1000, updated_at=T0 + 1000)
-        # Same creation time: the id orders them, and a cursor between them must hold.
+        # Same creation time, ids out of order: the listing keeps the order they were written
+        # in, and a cursor between them must hold.
         ws(id="ws_00000000000000fe", created_at=T0 + 500)
         ws(id="ws_00000000000000fd", created_at=T0 + 500)
         ws(id="ws_00000000000000ff", created_at=T0 + 500, project_id=P2)
@@ -293,6 +296,33 @@ def test_a_page_is_cut_at_its_byte_budget_and_next_continues(app: App) -> None:
     assert max(sizes) <= listing.PAGE_BYTES + 128 * 1024, sizes
 
 
+def test_a_page_counts_its_cleanup_errors_against_its_byte_budget(app: App) -> None:
+    """Workspaces whose cleanup is pending with a full diagnostic tail each (a filesystem that
+    refuses every removal): the status shows ~4,000 characters per row that no column of the
+    row holds. A page of 10,000 must still stop near PAGE_BYTES (4,500 such rows made one page
+    of 18.9 MB, over a client's 16 MiB frame cap), and the pages concatenate to the listing."""
+    tail = ("rm: cannot remove 'x': Device or resource busy " * 90)[: obligations.ERROR_LIMIT]
+    with app.store.transaction():
+        _projects(app.store)
+        for n in range(1, 1501):  # ~7.5 MB in all: one page of it passes PAGE_BYTES twice over
+            ws_id = _ws(app.store, n, state="removing")
+            _ob(app.store, ws_id, 0, state="pending", last_error=tail)
+    svc = app.get(WorkspaceService)
+    got: list[dict[str, Any]] = []
+    after: str | None = None
+    sizes: list[int] = []
+    while True:
+        page = _direct(svc, limit=10_000, **({"after": after} if after else {}))
+        sizes.append(len(orjson.dumps(page)))
+        got += page["workspaces"]
+        after = page["next"]
+        if after is None:
+            break
+    assert got == _direct(svc)["workspaces"] and len(got) == 1500
+    assert got[0]["last_cleanup"]["last_error"] == tail
+    assert len(sizes) > 1 and max(sizes) <= listing.PAGE_BYTES + 128 * 1024, sizes
+
+
 def test_listing_runs_a_fixed_number_of_statements(app: App) -> None:
     with app.store.transaction():
         _projects(app.store)
@@ -319,16 +349,36 @@ def test_listing_runs_a_fixed_number_of_statements(app: App) -> None:
     )
 
 
+def _time_cursor(created_at: float, workspace_id: str) -> str:
+    """A cursor the way daemons before the listing sequence made it (creation time, id)."""
+    raw = f"{float(created_at)!r}\n{workspace_id}".encode()
+    return "c1." + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
 def test_cursor_round_trips_and_refuses_what_it_did_not_make() -> None:
-    cursor = list_cursor(T0, "ws_0123456789abcdef")
-    assert parse_list_cursor(cursor) == (T0, "ws_0123456789abcdef")
-    assert parse_list_cursor(list_cursor(1764000100, "x")) == (1764000100.0, "x")
+    for seq in (0, 1, 7, 2**63 - 1):
+        assert parse_list_cursor(list_cursor(seq)) == seq
+    old = _time_cursor(T0, "ws_0123456789abcdef")
+    assert parse_list_cursor(old) == (T0, "ws_0123456789abcdef")
+    assert parse_list_cursor(_time_cursor(1764000100, "x")) == (1764000100.0, "x")
     for bad in [
         "",
         "ws_0123456789abcdef",
+        "7",
+        "c2.",
+        "c2.-1",
+        "c2.+1",
+        "c2.01",
+        "c2.1.5",
+        "c2. 1",
+        "c2.1 ",
+        "c2.\u0661",  # an Arabic-Indic digit: a digit to str.isdigit, not one the daemon writes
+        "c2.9223372036854775808",  # past SQLite's INTEGER
+        "c2." + "9" * 5000,  # past int()'s digit limit: still this error, not another
+        "c3.1",
         "c1.",
         "c1.$$$",
-        "c2." + cursor[3:],
+        "c2." + old[3:],
         "c1.bm90IGEgY3Vyc29y",  # base64 of text without the separator
         "c1.bmFuCndzXzE",  # nan
         "c1.aW5mCndzXzE",  # inf
@@ -379,7 +429,7 @@ def test_daemon_pages_concatenate_under_every_filter(world: dict[str, Any]) -> N
         ids = [w["id"] for w in full["workspaces"]]
         assert ids, filters
         created = [w["created_at"] for w in full["workspaces"]]
-        assert created == sorted(created), "documented order: creation time, then id"
+        assert created == sorted(created), "creation order (the clock did not step back here)"
         for limit in (1, 2, 3, len(ids), len(ids) + 5):
             pages = _pages(daemon, limit, **filters)
             assert [i for page in pages for i in page] == ids, (filters, limit)
@@ -448,8 +498,7 @@ def test_a_cursor_of_another_listing_resumes_from_its_place(world: dict[str, Any
     cursor of the unfiltered one: the workspaces after it that match."""
     daemon: DaemonProcess = world["daemon"]
     everything = daemon.call("workspace.list")["workspaces"]
-    mid = everything[2]
-    cursor = list_cursor(mid["created_at"], mid["id"])
+    cursor = daemon.call("workspace.list", {"limit": 3})["next"]
     project = world["projects"][1]
     got = daemon.call("workspace.list", {"project_id": project, "after": cursor})["workspaces"]
     assert [w["id"] for w in got] == [w["id"] for w in everything[3:] if w["project_id"] == project]
@@ -471,7 +520,7 @@ def test_python_clients_iterate_every_page(world: dict[str, Any]) -> None:
         client.call = spy  # type: ignore[method-assign]
         assert [w["id"] for w in client.iter_workspaces(page=2)] == full
         assert len(asked) == -(-len(full) // 2) and all(p["limit"] == 2 for p in asked)
-        assert "after" not in asked[0] and all(p["after"].startswith("c1.") for p in asked[1:])
+        assert "after" not in asked[0] and all(p["after"].startswith("c2.") for p in asked[1:])
         client.call = call  # type: ignore[method-assign]
         assert [w["id"] for w in client.iter_workspaces({"project_id": project}, 1)] == mine
         with pytest.raises(ValueError, match="page size"):
@@ -509,14 +558,20 @@ def test_cli_ws_ls_fetches_all_pages_and_one_with_limit(world: dict[str, Any]) -
 
     human = runner.invoke(cli_main, ["--root", str(daemon.root), "ws", "ls", "--limit", "1"])
     assert human.exit_code == 0, human.output
-    assert full[0]["name"] in human.output and "--after c1." in human.output
+    assert full[0]["name"] in human.output and "--after c2." in human.output
 
     # The real entry point: usage errors are exit 2 with a message naming the option.
     done = xum("--root", str(daemon.root), "ws", "ls", "--limit", "0")
     assert done.returncode == 2 and "--limit" in done.stderr, done.stderr
-    done = xum("--root", str(daemon.root), "ws", "ls", "--after", "bogus")
-    assert done.returncode == 2, done.stderr
-    assert "--after" in done.stderr and "not a workspace.list cursor" in done.stderr
+    for bogus in ("bogus", "c2.x", "c1.$$$", "c9.", "c0.1", "c9.a b"):
+        done = xum("--root", str(daemon.root), "ws", "ls", "--after", bogus)
+        assert done.returncode == 2, (bogus, done.stderr)
+        assert "--after" in done.stderr and "not a workspace.list cursor" in done.stderr
+    # A cursor of a later form (a newer daemon's, through --host) is the daemon's to judge:
+    # this one answers invalid_params, not the CLI a usage error.
+    done = xum("--root", str(daemon.root), "--json", "ws", "ls", "--after", "c9.bmV3ZXI")
+    assert done.returncode not in (0, 2), done.stderr
+    assert "invalid_params" in done.stdout + done.stderr
 
 
 def test_event_snapshot_lists_the_workspaces_as_workspace_list(world: dict[str, Any]) -> None:
@@ -532,10 +587,54 @@ def test_cursors_past_either_end(app: App) -> None:
     count = _hostile_mix(app.store)
     svc = app.get(WorkspaceService)
     full = _direct(svc)["workspaces"]
-    beyond = _direct(svc, limit=5, after=list_cursor(T0 + 10**9, "ws_ffffffffffffffff"))
+    beyond = _direct(svc, limit=5, after=list_cursor(2**63 - 1))
     assert beyond == {"workspaces": [], "next": None}
-    before = _direct(svc, after=list_cursor(0.0, "ws_0"))
+    before = _direct(svc, after=list_cursor(0))
     assert before["workspaces"] == full and len(full) == count
+
+
+def test_rows_of_an_earlier_schema_keep_their_order_and_its_cursors_resume(
+    tmp_short: Path,
+) -> None:
+    """A database from before the listing sequence (schema 11), its rows inserted out of their
+    creation order: migration 0012 numbers them in the order they were listed in (creation
+    time, then id), a cursor that daemon made resumes at the same place, and a workspace
+    created after the upgrade comes last, even with an earlier clock."""
+    db = tmp_short / "state.db"
+    raw = sqlite3.connect(db)
+    for number, _, sql in _migrations():
+        if number <= 11:
+            raw.executescript(f"BEGIN;\n{sql}\nPRAGMA user_version={number};\nCOMMIT;")
+    raw.close()
+    store = Store(db)
+    try:
+        with store.transaction():
+            _projects(store)
+            # Inserted in this order; listed before the upgrade by (created_at, id).
+            for n, created in ((1, T0 + 5), (2, T0 + 1), (3, T0 + 5), (4, T0 + 3), (5, T0)):
+                _ws(store, n, id=f"ws_{6 - n:016x}", created_at=created)
+        old_order = [
+            (r["created_at"], r["id"])
+            for r in store.all("SELECT * FROM workspaces ORDER BY created_at, id")
+        ]
+        assert store.migrate() == latest_schema_version()
+        app = App(RootPaths(tmp_short), DaemonConfig(), store)
+        install_features(app)
+        svc = app.get(WorkspaceService)
+        assert [w["id"] for w in _direct(svc)["workspaces"]] == [i for _, i in old_order]
+        with store.transaction():
+            late = _ws(store, 9, created_at=T0 - 60)
+        ids = [i for _, i in old_order] + [late]
+        assert [w["id"] for w in _direct(svc)["workspaces"]] == ids
+        for index, (created, ws_id) in enumerate(old_order):
+            assert _walk(svc, 2, _time_cursor(created, ws_id)) == ids[index + 1 :]
+        # A place between rows (its row was removed before the upgrade) resumes after it too,
+        # and places past either end give everything after them.
+        assert _walk(svc, 1, _time_cursor(T0 + 2, "ws_x")) == ids[2:]
+        assert _walk(svc, 2, _time_cursor(T0 + 10**9, "ws_f")) == [late]
+        assert _walk(svc, 2, _time_cursor(0.0, "ws_0")) == ids
+    finally:
+        store.close()
 
 
 def test_cli_listing_with_a_pre_paging_daemon_asks_unpaged(world: dict[str, Any]) -> None:
@@ -560,3 +659,194 @@ def test_cli_listing_with_a_pre_paging_daemon_asks_unpaged(world: dict[str, Any]
         assert asked == [{}] and result["workspaces"]
         with pytest.raises(click.UsageError, match=r"protocol 1\.2"):
             list_workspaces(client, {}, 5, None)
+
+
+def _walk(svc: WorkspaceService, limit: int, after: str | None, **filters: Any) -> list[str]:
+    """The ids of every page from `after` on."""
+    seen: list[str] = []
+    while True:
+        page = _direct(svc, limit=limit, **filters, **({"after": after} if after else {}))
+        seen += [w["id"] for w in page["workspaces"]]
+        after = page["next"]
+        if after is None:
+            return seen
+
+
+def test_a_workspace_created_with_an_earlier_clock_between_pages_is_not_skipped(
+    app: App,
+) -> None:
+    """The wall clock stepped back (NTP, a VM resumed) between two pages: the workspace created
+    then has a `created_at` before the cursor's. The listing order is the order the daemon
+    recorded the workspaces, not their clock, so it comes on a later page like any new one."""
+    with app.store.transaction():
+        _projects(app.store)
+        for n in range(1, 7):
+            _ws(app.store, n)
+    svc = app.get(WorkspaceService)
+    first = _direct(svc, limit=3)
+    seen = [w["id"] for w in first["workspaces"]]
+    with app.store.transaction():
+        stepped = _ws(app.store, 90, created_at=T0 - 3600, updated_at=T0 - 3600)
+        equal = _ws(app.store, 91, id="ws_0000000000000000", created_at=T0 + 3)
+    seen += _walk(svc, 2, first["next"])
+    assert seen == [f"ws_{n:016x}" for n in range(1, 7)] + [stepped, equal]
+    # The unpaged listing (and the model path) has the same order: pages concatenate to it.
+    assert [w["id"] for w in _direct(svc)["workspaces"]] == seen
+    assert [w.id for w in svc.list_workspaces(None, None)] == seen
+
+
+# -- a real daemon under changes between pages ------------------------------------------------
+
+LIBFAKETIME = next(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"), None)
+
+
+def _walk_daemon(
+    daemon: DaemonProcess,
+    limit: int,
+    between: Iterator[None] | None = None,
+    **filters: Any,
+) -> list[str]:
+    """Every page's ids, running the next step of `between` after each page that has a next."""
+    seen: list[str] = []
+    after: str | None = None
+    while True:
+        params = {**filters, "limit": limit, **({"after": after} if after else {})}
+        page = daemon.call("workspace.list", params)
+        seen += [w["id"] for w in page["workspaces"]]
+        after = page["next"]
+        if after is None:
+            return seen
+        if between is not None:
+            next(between, None)
+
+
+def test_a_workspace_created_after_the_clock_stepped_back_is_on_a_later_page() -> None:
+    """A real daemon whose wall clock steps back an hour (libfaketime, the clock being the one
+    thing a test cannot step for real) between two pages: the workspace it creates then carries
+    the earlier `created_at`, and the listing still shows it, after the others."""
+    if LIBFAKETIME is None:
+        pytest.skip("libfaketime not installed (/usr/lib/*/faketime/; Debian package faketime)")
+    tmp = short_tmpdir("xumc-")
+    spec = tmp / "faketime"
+    spec.write_text("+0\n")
+    env = {
+        "LD_PRELOAD": str(LIBFAKETIME),
+        "FAKETIME_TIMESTAMP_FILE": str(spec),
+        "FAKETIME_NO_CACHE": "1",  # read the file on every call: the step lands at once
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",  # deadlines keep their real clock
+    }
+    daemon = DaemonProcess(tmp / "root", env=env).start()
+    try:
+        project = add_project(daemon, make_repo(tmp / "one"))["id"]
+        made = [
+            create(daemon, project, f"w{i}", runtime="directory")["workspace"] for i in range(4)
+        ]
+
+        def step_back() -> Iterator[None]:
+            spec.write_text("-3600\n")
+            made.append(create(daemon, project, "stepped", runtime="directory")["workspace"])
+            yield
+
+        seen = _walk_daemon(daemon, 2, step_back())
+        stepped = made[-1]
+        assert stepped["created_at"] < min(w["created_at"] for w in made[:-1]) - 3000
+        assert seen == [w["id"] for w in made]
+        full = daemon.call("workspace.list")["workspaces"]
+        assert [w["id"] for w in full] == seen
+    finally:
+        daemon.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_archive_unarchive_rename_remove_create_between_pages() -> None:
+    """Every page of a real daemon's listing, with a structural change after each page: a
+    workspace is listed at most once, every one that was there throughout exactly once and in
+    its place, a removed one not yet reached never, a new one at the end; under a `state`
+    filter, one that stayed in that state throughout exactly once."""
+    tmp = short_tmpdir("xumi-")
+    daemon = DaemonProcess(tmp / "root").start()
+    try:
+        projects = [add_project(daemon, make_repo(tmp / n))["id"] for n in ("one", "two")]
+        ids = [
+            create(daemon, projects[i % 2], f"w{i}", runtime="directory")["workspace"]["id"]
+            for i in range(10)
+        ]
+        daemon.call("workspace.archive", {"workspace_id": ids[1]})
+        daemon.call("workspace.archive", {"workspace_id": ids[7]})
+        removed: list[str] = []
+        created: list[str] = []
+
+        def changes() -> Iterator[None]:
+            # after page 1 (ids 0-2 seen): one seen and one ahead change state, one ahead goes
+            daemon.call("workspace.archive", {"workspace_id": ids[0]})
+            daemon.call("workspace.archive", {"workspace_id": ids[5]})
+            daemon.call("workspace.remove", {"workspace_id": ids[4], "force": True})
+            removed.append(ids[4])
+            yield
+            # after page 2: a new one, a rename ahead, an unarchive ahead
+            new = create(daemon, projects[0], "late", runtime="directory")["workspace"]["id"]
+            created.append(new)
+            daemon.call("workspace.rename", {"workspace_id": ids[8], "name": "renamed"})
+            daemon.call("workspace.unarchive", {"workspace_id": ids[7]})
+            yield
+            # after page 3: the one the cursor came from goes, another comes
+            daemon.call("workspace.remove", {"workspace_id": ids[9], "force": True})
+            created.append(
+                create(daemon, projects[1], "later", runtime="directory")["workspace"]["id"]
+            )
+
+        seen = _walk_daemon(daemon, 3, changes())
+        assert len(seen) == len(set(seen)), "a workspace was listed twice"
+        assert seen == [i for i in ids if i not in removed[:1]] + created
+        # Filtered by state: the ones active throughout come once each, in order.
+        for ws_id in (ids[0], ids[5]):
+            daemon.call("workspace.unarchive", {"workspace_id": ws_id})
+        active_throughout = [i for i in ids if i not in (ids[1], ids[4], ids[7], ids[9])]
+
+        def state_changes() -> Iterator[None]:
+            daemon.call("workspace.archive", {"workspace_id": ids[7]})  # ahead: leaves
+            daemon.call("workspace.unarchive", {"workspace_id": ids[1]})  # behind: too late
+            yield
+
+        seen = _walk_daemon(daemon, 2, state_changes(), state="active")
+        assert len(seen) == len(set(seen)), "a workspace was listed twice"
+        assert [i for i in seen if i in active_throughout] == active_throughout
+        assert ids[7] not in seen and ids[1] not in seen
+    finally:
+        daemon.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("bad_next", [5, ["c2.1"], {"c": 1}, "same"])
+def test_python_paging_refuses_a_next_that_would_end_or_loop_the_listing(bad_next: Any) -> None:
+    """A daemon that answers a `next` that is no cursor (or the cursor it was given) is broken:
+    both iterators raise, rather than report a listing cut short as complete or loop for ever.
+    The daemon is a stand-in here: a real one never answers so."""
+    from xum_client.paging import aiter_workspaces, iter_workspaces
+
+    asked: list[dict[str, Any]] = []
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        asked.append(params)
+        if "after" not in params:
+            return {"workspaces": [{"id": "ws_1"}], "next": "same"}
+        return {"workspaces": [{"id": "ws_2"}], "next": bad_next}
+
+    def call(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert method == "workspace.list"
+        return answer(params)
+
+    async def acall(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return call(method, params)
+
+    match = "same cursor twice" if bad_next == "same" else "no cursor"
+    with pytest.raises(RuntimeError, match=match):
+        list(iter_workspaces(call, page=1))
+
+    async def walk() -> None:
+        async for _ in aiter_workspaces(acall, page=1):
+            pass
+
+    with pytest.raises(RuntimeError, match=match):
+        anyio.run(walk)
+    assert [p.get("after") for p in asked] == [None, "same"] * 2

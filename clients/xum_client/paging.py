@@ -1,8 +1,9 @@
 """`workspace.list` page by page (protocol 1.2): every workspace, a bounded answer at a time.
 
 Each page asks for `limit` workspaces after the previous page's `next` cursor; the listing ends
-when an answer's `next` is null. The daemon pages by keyset on the listing order (creation time,
-then id), so a workspace created or removed between pages neither repeats nor hides another.
+when an answer's `next` is null. The daemon pages by keyset on the listing order (creation
+order, a number that only grows), so a workspace created or removed between pages neither repeats
+nor hides another.
 """
 
 from __future__ import annotations
@@ -25,10 +26,15 @@ def page_params(filters: Mapping[str, Any] | None, limit: int, after: str | None
 
 def _next(result: dict[str, Any], after: str | None) -> str | None:
     following = result.get("next")
-    if following is not None and following == after:
+    if following is None:
+        return None
+    if not isinstance(following, str):
+        # Taken as the end, the listing would look complete with the rest of it missing.
+        raise RuntimeError(f"workspace.list answered a `next` that is no cursor: {following!r}")
+    if following == after:
         # A cursor that does not advance would loop for ever: never expected of a daemon.
         raise RuntimeError("workspace.list answered the same cursor twice")
-    return following if isinstance(following, str) else None
+    return following
 
 
 def iter_workspaces(

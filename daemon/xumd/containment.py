@@ -544,6 +544,9 @@ class Containment:
     """A delegated cgroup v2 directory (or the configured one): runs get their own cgroup in it."""
     swept: list[dict[str, Any]] = field(default_factory=list)
     escaped: list[dict[str, Any]] = field(default_factory=list)
+    _status: tuple[tuple[object, ...], dict[str, Any]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def marker(self, record: str) -> Marker:
         return Marker(self.tag, self.instance, record)
@@ -565,6 +568,14 @@ class Containment:
         return "+".join(parts)
 
     def status(self) -> dict[str, Any]:
+        # Polled with every daemon.status: the model is built again only when what it shows
+        # moved (`escaped` is replaced on each change, `swept` only grows).
+        key = (self.subreaper, self.cgroup, self.instance, len(self.swept), self.escaped)
+        if self._status is None or self._status[0] != key:
+            self._status = (key, self._status_now())
+        return self._status[1]
+
+    def _status_now(self) -> dict[str, Any]:
         return ContainmentStatus(
             mechanism=self.mechanism,
             subreaper=self.subreaper,

@@ -24,11 +24,33 @@ from xum_protocol.version import PROTOCOL_VERSION, SUPPORTED_PROTOCOLS, parse_ve
 
 from xumd.app import App
 from xumd.errors import XumError
-from xumd.rpc.dispatch import RequestContext
+from xumd.rpc.dispatch import Encoded, RequestContext
 
 
 def install(app: App) -> None:
-    async def hello(params: HelloParams, ctx: RequestContext) -> HelloResult:
+    # hello's answer is the same for every client of this run (only the negotiation differs):
+    # built once, again only if what it lists moved (a route registered after start-up).
+    hello_key: tuple[object, ...] = ()
+    hello_answer = Encoded(b"")
+
+    def hello_result() -> Encoded:
+        nonlocal hello_key, hello_answer
+        key = (len(app.router.routes), os.getpid(), app.events.epoch, app.socket_path)
+        if key != hello_key:
+            result = HelloResult(
+                protocol=PROTOCOL_VERSION,
+                server=ServerInfo(name="xumd", version=app.version),
+                root=str(app.paths.root),
+                capabilities=sorted(name for name in app.router.routes if name in METHODS),
+                pid=key[1],
+                started_at=app.started_at,
+                epoch=app.events.epoch,
+                socket=str(app.socket_path),
+            )
+            hello_key, hello_answer = key, Encoded(result.__pydantic_serializer__.to_json(result))
+        return hello_answer
+
+    async def hello(params: HelloParams, ctx: RequestContext) -> Encoded:
         try:
             major, _minor = parse_version(params.protocol)
         except ValueError as exc:
@@ -43,31 +65,31 @@ def install(app: App) -> None:
                 server_protocols=list(SUPPORTED_PROTOCOLS),
             )
         ctx.peer.protocol = speaks[-1]
-        return HelloResult(
-            protocol=PROTOCOL_VERSION,
-            server=ServerInfo(name="xumd", version=app.version),
-            root=str(app.paths.root),
-            capabilities=sorted(name for name in app.router.routes if name in METHODS),
-            pid=os.getpid(),
-            started_at=app.started_at,
-            epoch=app.events.epoch,
-            socket=str(app.socket_path),
-        )
+        return hello_result()
 
-    async def status(_: EmptyParams, ctx: RequestContext) -> DaemonStatusResult:
-        details: dict[str, Any] = {}
-        for name, provider in app.status_providers.items():
-            details[name] = provider()
-        return DaemonStatusResult(
+    status_answer = StatusAnswer(
+        lambda uptime_s, connections, stopping, details: DaemonStatusResult(
             pid=os.getpid(),
             root=str(app.paths.root),
             version=app.version,
             protocol=PROTOCOL_VERSION,
             started_at=app.started_at,
-            uptime_s=round(time.monotonic() - app.started_monotonic, 3),
-            connections=len(app.server.connections),
-            shutting_down=app.stopping,
+            uptime_s=uptime_s,
+            connections=connections,
+            shutting_down=stopping,
             details=details,
+        )
+    )
+
+    async def status(_: EmptyParams, ctx: RequestContext) -> Encoded:
+        # Every part is read on every call (a provider's own memo keeps that cheap): only the
+        # bytes are kept, and only while every part is what it was.
+        details = {name: provider() for name, provider in app.status_providers.items()}
+        return status_answer(
+            round(time.monotonic() - app.started_monotonic, 3),
+            len(app.server.connections),
+            app.stopping,
+            details,
         )
 
     async def shutdown(_: EmptyParams, ctx: RequestContext) -> ShutdownResult:
@@ -138,6 +160,43 @@ def install(app: App) -> None:
     app.router.add("daemon.status", status, allowed_while_stopping=True, inline=True)
     app.router.add("daemon.shutdown", shutdown, allowed_while_stopping=True)
     app.router.add("events.subscribe", subscribe, inline=True)
+
+
+class StatusAnswer:
+    """`daemon.status`'s answer as JSON bytes, rebuilt only when a part of it changed.
+
+    Monitors poll it, and building and serialising the result model was most of a poll's
+    cost. The caller reads every part on every call, so the bytes are reused only while each
+    part compares equal to what they were built from: never older than what they show. That
+    holds as long as a provider returns a new value when its value changes (never mutates a
+    value it returned; the memos replace theirs). `uptime_s` moves on every call: it is
+    spliced into the kept bytes (its first occurrence: it is serialised before `details`)."""
+
+    _UPTIME = b'"uptime_s":'
+
+    def __init__(self, build: Callable[[float, int, bool, dict[str, Any]], BaseModel]) -> None:
+        self._build = build
+        self._key: tuple[int, bool, dict[str, Any]] | None = None
+        self._head = b""
+        self._tail = b""
+        self.builds = 0
+        """How many times the bytes were built (a figure for tests and the bench)."""
+
+    def __call__(
+        self, uptime_s: float, connections: int, stopping: bool, details: dict[str, Any]
+    ) -> Encoded:
+        key = (connections, stopping, details)
+        if key != self._key:
+            result = self._build(0.0, connections, stopping, details)
+            data: bytes = result.__pydantic_serializer__.to_json(result)
+            at = data.index(self._UPTIME) + len(self._UPTIME)
+            # The model writes 0.0 as `0.0`; whatever follows it is the rest of the object.
+            if not data.startswith(b"0.0", at):
+                raise ValueError("daemon.status: uptime_s is not where it was expected")
+            self._head, self._tail = data[:at], data[at + 3 :]
+            self._key = key
+            self.builds += 1
+        return Encoded(b"".join((self._head, repr(float(uptime_s)).encode(), self._tail)))
 
 
 def _encoded_size(events: list[Event]) -> int:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from xumd import logs
+from xumd import logs, smallfile
 from xumd.fdlimits import is_exhausted
 
 log = logs.get("xumd.gitlocks")
@@ -99,11 +99,16 @@ def _read(path: str) -> bytes:
         return b""
 
 
+COMMONDIR_MAX = 16384
+"""More than a path (at most PATH_MAX) can hold."""
+
+
 def common_dir_of(git_dir: str) -> str:
     """The common dir of a git dir (a linked worktree's admin dir names it in `commondir`)."""
     try:
-        with open(os.path.join(git_dir, "commondir"), encoding="utf-8") as handle:
-            common = handle.read().strip()
+        # The repository is the user's: a FIFO there must not hold the event loop's thread.
+        raw = smallfile.read_regular(os.path.join(git_dir, "commondir"), COMMONDIR_MAX)
+        common = raw.decode("utf-8", errors="replace").strip()
     except OSError:
         return os.path.realpath(git_dir)
     return os.path.realpath(os.path.join(git_dir, common))

@@ -2,9 +2,10 @@
 
 Every child the daemon starts (git, setup/teardown scripts, supervised processes) goes through
 here, so the rules hold everywhere: argv only (never a shell unless the caller passes `sh -c`
-explicitly for a trusted script), a new session so the child and its descendants form one group,
-a deadline on every wait, and SIGTERM-then-SIGKILL of the whole tree. Who a process is (pid and
-start time) is `xumd.procstat`.
+explicitly for a trusted script), a new session (or a new group: `own_session`, xumd.childproc)
+so the child and its descendants form one group, a program that cannot run named as such
+whatever wraps it, a deadline on every wait, and SIGTERM-then-SIGKILL of the whole tree. Who a
+process is (pid and start time) is `xumd.procstat`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import anyio
 import psutil
 
-from xumd import childproc, logs
+from xumd import childproc, logs, procstat
 from xumd import containment as contain
 
 log = logs.get("xumd.proc")
@@ -102,10 +103,12 @@ async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float
     """SIGTERM the group and the tree (each once), wait up to `grace_s`, then SIGKILL every member.
 
     Descendants are collected before signalling, so a child that escaped the group (setsid)
-    is still reached when it was a descendant at that moment. Returns True when nothing of the
+    is still reached when it was a descendant at that moment. Each is known by pid *and* start
+    time: one that ended during the grace and whose pid was handed to another process (pids
+    wrap: 32768 by default) is not signalled nor waited for. Returns True when nothing of the
     tree or the group is left.
     """
-    members = set(tree_pids(pid))
+    members = _identified(tree_pids(pid), {})
     signalled = pgid if pgid and _signal_group(pgid, signal.SIGTERM) else None
     # Once each: a second SIGTERM is `quit now, skip the clean-up` to many programs.
     _signal_pids(
@@ -113,14 +116,14 @@ async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float
     )
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        members |= set(tree_pids(pid))
+        members = _identified(tree_pids(pid), members)
         if not _any_alive(members) and not (pgid and group_alive(pgid)):
             return True
         await anyio.sleep(poll_s)
-    members |= set(tree_pids(pid))
+    members = _identified(tree_pids(pid), members)
     if pgid:
         _signal_group(pgid, signal.SIGKILL)
-    _signal_pids(sorted(members), signal.SIGKILL)
+    _signal_pids(sorted(p for p, start in members.items() if _still(p, start)), signal.SIGKILL)
     # SIGKILL cannot be ignored; give the kernel a moment to reap, bounded.
     with anyio.move_on_after(2.0):
         while _any_alive(members) or (pgid and group_alive(pgid)):
@@ -130,14 +133,24 @@ async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float
     return False
 
 
-def _any_alive(pids: set[int]) -> bool:
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.Error:
-            continue
-    return False
+def _identified(current: list[int], known: dict[int, float | None]) -> dict[int, float | None]:
+    """`known` (pid -> start time) with the tree's current members, each (re)identified now:
+    a pid in the tree now is the tree's, whatever ran under it before."""
+    return {**known, **{p: procstat.start_time(p) for p in current}}
+
+
+def _still(pid: int, start: float | None) -> bool:
+    """The process identified as (pid, start) still runs (a zombie does not; a pid reused by
+    another process is not it)."""
+    found = procstat.identity(pid)
+    if found is None:
+        return False
+    started, zombie = found
+    return not zombie and (start is None or abs(started - start) < procstat.START_TOLERANCE_S)
+
+
+def _any_alive(members: dict[int, float | None]) -> bool:
+    return any(_still(p, start) for p, start in members.items())
 
 
 # -- bounded output ----------------------------------------------------------------------------
@@ -234,15 +247,37 @@ async def _read_into(
         done.set()
 
 
-def _with_parent_death_signal(argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:
-    """argv wrapped so that the child gets SIGTERM if the daemon dies; the program is resolved
-    first, so a missing program is still a clear CommandNotFound rather than setpriv's 127."""
+def _resolve_program(argv0: str, env: Mapping[str, str] | None, cwd: Path | str | None) -> str:
+    """The program argv0 names, checked before any wrapper (setpriv, the cgroup join) execs it:
+    a wrapper that fails to exec it exits 127/126 like any command, which would read as the
+    command's own failure. Raises the CommandNotFound the bare exec would have raised."""
+    if cwd is not None and not os.path.isdir(cwd):
+        return argv0  # the start fails on the directory first, and says so
+
+    def in_cwd(path: str) -> str:
+        # The exec runs in the child, after its chdir: what is relative is relative to `cwd`
+        # (without one, to the daemon's own, which the child inherits: left relative, so a
+        # daemon whose directory was deleted still gets an answer).
+        return os.path.join(cwd, path) if cwd is not None else path
+
+    if os.sep not in argv0:
+        path = (os.environ if env is None else env).get("PATH", os.defpath)
+        found = shutil.which(argv0, path=os.pathsep.join(map(in_cwd, path.split(os.pathsep))))
+        if found is None:
+            raise CommandNotFound(f"{argv0}: command not found")
+        return found
+    program = in_cwd(argv0)
+    if not os.path.exists(program):
+        raise CommandNotFound(f"{argv0}: command not found")
+    if os.path.isdir(program) or not os.access(program, os.X_OK):
+        raise CommandNotFound(f"{argv0}: {os.strerror(errno.EACCES)}")
+    return argv0
+
+
+def _with_parent_death_signal(argv: Sequence[str], program: str) -> list[str]:
+    """argv (its program resolved) wrapped so that the child gets SIGTERM if the daemon dies."""
     if _SETPRIV is None:
         return list(argv)
-    path = (env or os.environ).get("PATH", os.defpath)
-    program = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=path)
-    if program is None:
-        raise CommandNotFound(f"{argv[0]}: command not found")
     return [_SETPRIV, "--pdeathsig", "TERM", "--", program, *argv[1:]]
 
 
@@ -294,7 +329,7 @@ async def run_command(
         marker = marker or containment.run_marker("cmd")
     if marker is not None:
         env = {**(os.environ if env is None else env), contain.MARKER_VAR: str(marker)}
-    full_argv = _with_parent_death_signal(argv, env)
+    full_argv = _with_parent_death_signal(argv, _resolve_program(argv[0], env, cwd))
     runs = containment.runs if containment is not None else None
     if runs is not None and marker is not None:
         # Its own cgroup: whatever it starts stays inside, even with a fresh environment.
@@ -321,15 +356,16 @@ async def run_command(
         # Registered before the orphan reaper can run again: it never reaps this child.
         contain.started(pid)
     timed_out = False
-    if callable(on_start):
-        # Whoever records the pid (a lease) relies on the parent-death signal from then on:
-        # wait, boundedly, until setpriv has set it and exec'd the command (the start returns
-        # at setpriv's exec, before its prctl).
-        with anyio.move_on_after(PDEATHSIG_WAIT_S):
-            while full_argv[0] == _SETPRIV and _runs_setpriv(proc.pid):
-                await anyio.sleep(0.001)
-        on_start(proc.pid)
     try:
+        if callable(on_start):
+            # Whoever records the pid (a lease) relies on the parent-death signal from then
+            # on: wait, boundedly, until setpriv has set it and exec'd the command (the start
+            # returns at setpriv's exec, before its prctl). Inside the `try`: a cancellation
+            # in this wait stops the child like one at any later await.
+            with anyio.move_on_after(PDEATHSIG_WAIT_S):
+                while full_argv[0] == _SETPRIV and _runs_setpriv(proc.pid):
+                    await anyio.sleep(0.001)
+            on_start(proc.pid)
         with anyio.move_on_after(timeout_s) as scope:
             async with anyio.create_task_group() as tg:
                 if stdin is not None and proc.stdin is not None:

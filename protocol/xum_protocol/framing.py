@@ -26,6 +26,14 @@ def decode(frame: bytes) -> Any:
     return orjson.loads(frame)
 
 
+def nul_free(frame: bytes) -> bool:
+    """No string decoded from `frame` can contain a NUL character. JSON text carries a NUL
+    inside a string only as the escape `\\u0000` (a raw control character there is invalid,
+    and the decoder refuses it); a frame without that escape holds none. (A false "no"
+    on a literal backslash followed by `u0000` only costs the full check.)"""
+    return b"\\u0000" not in frame
+
+
 class FrameReader:
     """Sans-IO NDJSON decoder: bytes in (as they arrive, split anywhere), frames out.
 

@@ -1,7 +1,8 @@
 // `workspace.list` page by page (protocol 1.2): every workspace, a bounded answer at a time.
 // Each page asks for `page` workspaces after the previous answer's `next` cursor; the listing
-// ends when `next` is null. The daemon pages by keyset on the listing order (creation time, then
-// id), so a workspace created or removed between pages neither repeats nor hides another.
+// ends when `next` is null. The daemon pages by keyset on the listing order (creation order, a
+// number that only grows), so a workspace created or removed between pages neither repeats nor
+// hides another.
 
 import type { WorkspaceInfo, WorkspaceListParams } from "./generated/protocol.js";
 import type { XumClient } from "./client.js";
@@ -20,7 +21,11 @@ export async function* iterWorkspaces(
     if (after !== null) params.after = after;
     const result = await client.call("workspace.list", params);
     yield* result.workspaces;
-    const next: string | null = result.next ?? null;
+    const next: unknown = result.next ?? null;
+    // Taken as the end, a `next` that is no cursor would make a listing cut short look complete.
+    if (next !== null && typeof next !== "string") {
+      throw new Error(`workspace.list answered a \`next\` that is no cursor: ${JSON.stringify(next)}`);
+    }
     // A cursor that does not advance would loop for ever: never expected of a daemon.
     if (next !== null && next === after) throw new Error("workspace.list answered the same cursor twice");
     if (next === null) return;

@@ -20,7 +20,7 @@ test("iterWorkspaces walks every page of workspace.list", async () => {
       assert.equal(full.length, 5);
       const first = await client.call("workspace.list", { limit: 2 });
       assert.equal(first.workspaces.length, 2);
-      assert.match(first.next ?? "", /^c1\./);
+      assert.match(first.next ?? "", /^c2\./);
 
       const asked: unknown[] = [];
       const spy = {
@@ -49,4 +49,29 @@ test("iterWorkspaces walks every page of workspace.list", async () => {
       await client.close();
     }
   });
+});
+
+test("iterWorkspaces refuses a next that would end or loop the listing", async () => {
+  // A stand-in for a broken daemon (a real one never answers so): the first page's `next` is
+  // "same", the second's the bad value.
+  for (const bad of [5, ["c2.1"], { c: 1 }, "same"]) {
+    const asked: unknown[] = [];
+    const broken = {
+      call: (async (_method: string, params: Record<string, unknown>) => {
+        asked.push(params["after"]);
+        return params["after"] === undefined
+          ? { workspaces: [{ id: "ws_1" }], next: "same" }
+          : { workspaces: [{ id: "ws_2" }], next: bad };
+      }) as unknown as XumClient["call"],
+    };
+    const got: string[] = [];
+    await assert.rejects(
+      (async () => {
+        for await (const w of iterWorkspaces(broken, {}, 1)) got.push(w.id);
+      })(),
+      bad === "same" ? /same cursor twice/ : /no cursor/,
+    );
+    assert.deepEqual(got, ["ws_1", "ws_2"]);
+    assert.deepEqual(asked, [undefined, "same"]);
+  }
 });

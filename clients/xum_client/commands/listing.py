@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from xum_protocol.cursor import parse_list_cursor
+from xum_protocol.cursor import check_given_cursor
 from xum_protocol.version import parse_version
 
 from xum_client.sync import Client
@@ -31,7 +31,7 @@ def list_workspaces(
     if limit is not None or after is not None:
         if after is not None:
             try:
-                parse_list_cursor(after)
+                check_given_cursor(after)
             except ValueError as exc:
                 raise click.BadParameter(str(exc), param_hint="--after") from None
         if not _pages(client):

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from xumd.checkouts.adminfile import read_admin_file
+
 PREFIX = "xum"
 DIRECTORY_MARKER = ".xum-incarnation"
 
@@ -49,13 +51,7 @@ def parse(text: str) -> Marker | None:
 def worktree_admin_dir(checkout: Path) -> Path | None:
     """The admin dir a worktree checkout's `.git` file points to, without following symlinks
     out of the checkout (a `.git` that is a symlink or a directory is not ours)."""
-    dotgit = checkout / ".git"
-    try:
-        if dotgit.is_symlink() or not dotgit.is_file():
-            return None
-        text = dotgit.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
+    text = (read_admin_file(checkout / ".git") or "").strip()  # never a FIFO's wait
     if not text.startswith("gitdir:"):
         return None
     admin = Path(text[len("gitdir:") :].strip())
@@ -68,17 +64,12 @@ def read_worktree_marker(checkout: Path) -> Marker | None:
     admin = worktree_admin_dir(checkout)
     if admin is None:
         return None
-    try:
-        return parse((admin / "locked").read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return None
+    return parse(read_admin_file(admin / "locked") or "")
 
 
 def read_directory_marker(directory: Path) -> Marker | None:
-    try:
-        return parse((directory / DIRECTORY_MARKER).read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return None
+    # The checkout is the user's: a FIFO or a huge file there is no marker, and never waited on.
+    return parse(read_admin_file(directory / DIRECTORY_MARKER) or "")
 
 
 def write_directory_marker(directory: Path, marker: Marker) -> None:

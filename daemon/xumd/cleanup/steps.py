@@ -8,7 +8,6 @@ directory in the trash completes; a reclaim finding the entry gone completes).
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import threading
@@ -20,6 +19,7 @@ from typing import Any
 import anyio
 
 from xumd import faults, fsdelete, logs
+from xumd.checkouts.adminfile import read_admin_file
 from xumd.checkouts.marker import parse as parse_marker
 from xumd.cleanup import fence
 from xumd.cleanup.obligations import ABANDONED, ObligationRow, Obligations
@@ -245,8 +245,8 @@ class Steps:
                 return "already gone"
             if not stat.S_ISDIR(st.st_mode) or admin.parent.name != "worktrees":
                 return "left alone (not a worktree admin dir)"
-            locked = _read(admin / "locked")
-            gitdir = _read(admin / "gitdir")
+            locked = read_admin_file(admin / "locked")
+            gitdir = read_admin_file(admin / "gitdir")
             ours = False
             if locked is not None:
                 found = parse_marker(locked)
@@ -359,17 +359,6 @@ def _refused(problem: fence.RowProblem) -> Outcome:
     if problem.final:
         return Outcome.abandoned(problem.reason)
     return Outcome.failed(f"waiting: {problem.reason}")
-
-
-def _read(path: Path) -> str | None:
-    try:
-        if path.is_symlink():
-            return None
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-            log.warning("cleanup.read_failed", path=str(path), error=exc.strerror)
-        return None
 
 
 def teardown_outcome(status: str, error: str | None, output: str) -> Outcome:

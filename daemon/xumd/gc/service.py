@@ -185,6 +185,17 @@ class GcService:
     # -- a run --------------------------------------------------------------------------------
 
     async def run(self, params: GcRunParams) -> GcRunResult:
+        for key in params.keys or ():
+            # A key no plan can hold (not `<action>:<what>`) is a mistake, not a world that
+            # changed: refused before anything runs, where it was reported `remove_archived`.
+            action, sep, what = key.partition(":")
+            if not (sep and what) or action not in get_args(GcAction):
+                raise XumError(
+                    ErrorKind.INVALID_PARAMS,
+                    f"{key!r} is not a gc plan key (`<action>:<what>`, the `key` of a"
+                    f" `gc.plan` item; actions: {', '.join(get_args(GcAction))})",
+                    key=key,
+                )
         if params.background:
             return self.start_background(params)
         if self._running.locked():

@@ -16,6 +16,7 @@ from xum_protocol.errors import ErrorKind
 
 from xumd import diskfull, fsdelete, gitlocks, logs
 from xumd.checkouts import marker
+from xumd.checkouts.adminfile import read_admin_file
 from xumd.errors import XumError
 from xumd.git import Git, GitError
 from xumd.lifecycle.rows import WorkspaceRow
@@ -108,10 +109,10 @@ async def drop_stale_admin_entry(git: Git, repo: Path, row: WorkspaceRow) -> str
             if not entry.is_dir(follow_symlinks=False):
                 continue
             admin = Path(entry.path)
-            gitdir = _read_small(admin / "gitdir")
+            gitdir = read_admin_file(admin / "gitdir")
             if gitdir is None or gitdir.strip() not in wanted:
                 continue
-            found = marker.parse(_read_small(admin / "locked") or "")
+            found = marker.parse(read_admin_file(admin / "locked") or "")
             if found is None or found.workspace_id != row.id:
                 raise XumError(
                     ErrorKind.CONFLICT,
@@ -124,15 +125,6 @@ async def drop_stale_admin_entry(git: Git, repo: Path, row: WorkspaceRow) -> str
             fsdelete.remove_tree(admin)
             return str(admin)
     return None
-
-
-def _read_small(path: Path) -> str | None:
-    try:
-        if path.is_symlink():
-            return None
-        return path.read_text(encoding="utf-8", errors="replace")[:4096]
-    except OSError:
-        return None
 
 
 def make_directory(row: WorkspaceRow) -> None:

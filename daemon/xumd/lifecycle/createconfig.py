@@ -18,9 +18,10 @@ from typing import Any
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.wsenv import env_problem
 
+from xumd import smallfile
 from xumd.config import MAX_PORTS
 from xumd.errors import XumError
-from xumd.lifecycle.scripts import CONFIG_RELPATH, MAX_CONFIG_BYTES, _read_regular
+from xumd.lifecycle.scripts import CONFIG_RELPATH, MAX_CONFIG_BYTES
 
 WORKTREEINCLUDE = ".worktreeinclude"
 MAX_PATTERNS = 1000
@@ -56,7 +57,7 @@ def _patterns_file(path: Path) -> list[str]:
     """The patterns of a `.worktreeinclude` (gitignore syntax: blank lines and # comments
     are skipped by git itself; they are kept out here only to count patterns honestly)."""
     try:
-        raw = _read_regular(path, MAX_CONFIG_BYTES)
+        raw = smallfile.read_regular(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -70,10 +71,10 @@ def _patterns_file(path: Path) -> list[str]:
 
 def read(project_path: Path) -> dict[str, Any]:
     """The parsed `.xum/config.toml` of the main checkout ({} when there is none). Read
-    without blocking (a FIFO or a device there is unreadable: scripts._read_regular)."""
+    without blocking (a FIFO or a device there is unreadable: xumd.smallfile)."""
     path = project_path / CONFIG_RELPATH
     try:
-        raw = _read_regular(path, MAX_CONFIG_BYTES)
+        raw = smallfile.read_regular(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         return {}
     except OSError as exc:

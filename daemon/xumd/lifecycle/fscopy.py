@@ -111,12 +111,14 @@ def _entries(dir_fd: int) -> list[str]:
 
 
 def _walk(
-    top_fd: int, skip: Skip, mounts: list[str] | None = None
+    top_fd: int, skip: Skip, mounts: list[str] | None = None, *, tolerant: bool = False
 ) -> Iterator[tuple[int, str, str, os.stat_result]]:
     """(parent fd, name, relative path, lstat) for every entry under `top_fd`, parents first.
     Directories are opened relative to their parent with O_NOFOLLOW; an iterative walk, so a
-    deep tree cannot exhaust the recursion limit. A directory on another mount is yielded but
-    not entered (named in `mounts`)."""
+    deep tree cannot exhaust the recursion limit, and no path is ever longer than one name (a
+    tree deeper than PATH_MAX is walked whole). A directory on another mount is yielded but
+    not entered (named in `mounts`). `tolerant` (a usage walk): an entry that cannot be
+    stat'ed, or a directory that cannot be opened or listed, is skipped instead of raising."""
     top = fsdelete.mount_identity(top_fd)
     stack: list[tuple[int, str, list[str]]] = [(top_fd, "", _entries(top_fd))]
     try:
@@ -135,8 +137,17 @@ def _walk(
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue  # gone since the listing
+            except OSError:
+                if tolerant:
+                    continue
+                raise
             if stat.S_ISDIR(st.st_mode):
-                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    if tolerant:
+                        continue
+                    raise
                 if other_mount(sub, top):
                     os.close(sub)
                     if mounts is not None:
@@ -145,8 +156,10 @@ def _walk(
                 yield fd, name, child, st
                 try:
                     names_below = _entries(sub)
-                except BaseException:
+                except BaseException as exc:
                     os.close(sub)
+                    if tolerant and isinstance(exc, OSError):
+                        continue
                     raise
                 stack.append((sub, child, names_below))
             else:
@@ -183,6 +196,27 @@ def _count_below(found: Tally, top_fd: int, skip: Skip) -> None:
             found.allocated += DIR_COST
             if stat.S_ISLNK(st.st_mode):
                 found.files.append(rel)
+
+
+def files_within(top: Path) -> list[tuple[str, int]]:
+    """(path relative to `top`, size) of every regular file and symlink under the directory
+    `top`: a usage walk (the ignored files an archive drops). By descriptor, so a file whose
+    full path is longer than PATH_MAX still counts; what cannot be read is skipped; another
+    mount is not entered (what sits on it is not the checkout's)."""
+    try:
+        top_fd = os.open(top, _DIR_FLAGS)
+    except OSError:
+        return []
+    try:
+        return [
+            (rel, st.st_size)
+            for _fd, _name, rel, st in _walk(top_fd, _never, tolerant=True)
+            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)
+        ]
+    except OSError:
+        return []  # the top itself cannot be listed: nothing to count, as a path walk found
+    finally:
+        os.close(top_fd)
 
 
 def special_files(top: Path, skip: Skip = _never) -> list[Special]:

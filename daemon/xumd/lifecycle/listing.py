@@ -26,6 +26,7 @@ from xum_protocol.cursor import list_cursor, parse_list_cursor
 
 from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.status import status_of
+from xumd.lifecycle import rows
 from xumd.store import Store
 
 _RUNTIMES = frozenset({"worktree", "directory"})
@@ -40,9 +41,9 @@ _COLUMNS = (
     " last_cleanup, handle_id, owner_workspace_id, auto_archive, auto_archive_outcome,"
     " created_at, updated_at"
 )
-_ID, _CREATED_AT = 0, 20
+_ID = 0
 _ENV, _SETUP_OUTPUT, _LAST_CLEANUP, _OUTCOME, _PATH = 23, 12, 15, 19, 4
-_OBS = 24
+_OBS, _SEQ = 24, 25
 # Ports as "position:port" pairs (group_concat's order is unspecified before SQLite 3.44: the
 # position sorts them here), the environment's JSON text, and whether any obligation exists.
 _SELECT = (
@@ -51,10 +52,10 @@ _SELECT = (
     + ", (SELECT group_concat(p.position || ':' || p.port) FROM workspace_ports p"
     "  WHERE p.workspace_id = w.id) AS x_ports,"
     " (SELECT e.env FROM workspace_env e WHERE e.workspace_id = w.id) AS x_env,"
-    " EXISTS (SELECT 1 FROM cleanup_obligations o WHERE o.workspace_id = w.id) AS x_obs"
+    " EXISTS (SELECT 1 FROM cleanup_obligations o WHERE o.workspace_id = w.id) AS x_obs,"
+    " w.listing_seq"
     " FROM workspaces w"
 )
-_ORDER = " ORDER BY w.created_at, w.id"
 
 
 PAGE_BYTES = 4 * 1024 * 1024
@@ -66,14 +67,18 @@ _ROW_BYTES = 1024
 """The estimate of a row's fixed part (ids, path, names, times, the setup and cleanup objects)."""
 
 
-def _estimate(row: Any) -> int:
+def _estimate(row: Any, obligations: list[ObligationRow] | None) -> int:
     """About the JSON size of a row's answer: the fixed part plus its free-size text columns
-    (already JSON or plain text, about their size once serialised)."""
+    (already JSON or plain text, about their size once serialised), and the text its cleanup
+    status takes from its obligations (a last error keeps up to 4,000 characters of diagnostic
+    tail, which no column of the row holds)."""
     size = _ROW_BYTES
     for column in (_ENV, _SETUP_OUTPUT, _LAST_CLEANUP, _OUTCOME, _PATH):
         value = row[column]
         if isinstance(value, str):
             size += len(value)
+    for ob in obligations or ():
+        size += len(ob.id) + len(ob.last_error or "") + len(ob.reason or "")
     return size
 
 
@@ -88,22 +93,26 @@ class JsonResult(BaseModel):
 
 
 def _where(project_id: str | None, state: str | None, after: str | None) -> tuple[str, list[Any]]:
-    sql = " WHERE 1=1"
-    args: list[Any] = []
-    if project_id is not None:
-        sql += " AND w.project_id = ?"
-        args.append(project_id)
-    if state is not None:
-        sql += " AND w.state = ?"
-        args.append(state)
+    sql, args = rows.workspace_filter(project_id, state)
     if after is not None:
-        # Keyset paging on the listing order: rows created or removed between pages move no
-        # other row across the cursor, and the cursor's own row need not exist any more.
-        created_at, workspace_id = parse_list_cursor(after)
-        # A row value: SQLite seeks the (created_at, id) index to it, where the OR form
-        # scans every row of an equal creation time.
-        sql += " AND (w.created_at, w.id) > (?, ?)"
-        args += [created_at, workspace_id]
+        # Keyset paging on the listing order (the number each workspace got when it was
+        # recorded, which only grows): rows created or removed between pages move no other row
+        # across the cursor, a new row always comes after it whatever its clock said, and the
+        # cursor's own row need not exist any more.
+        place = parse_list_cursor(after)
+        if isinstance(place, int):
+            sql += " AND w.listing_seq > ?"
+            args.append(place)
+        else:
+            # An earlier daemon's cursor, a place in (creation time, id): migration 0012
+            # numbered the rows that daemon knew in that order, so the place is after the last
+            # of those at or before it (a later row's clock says nothing of where it was).
+            sql += (
+                " AND w.listing_seq > (SELECT coalesce(max(listing_seq), 0) FROM workspaces"
+                " WHERE listing_seq <= (SELECT numbered FROM workspace_listing_counter)"
+                " AND (created_at, id) <= (?, ?))"
+            )
+            args += list(place)
     return sql, args
 
 
@@ -119,31 +128,44 @@ def select(
     cursor of the next page (None when this one ends the listing). Synchronous and without an
     await between the two queries: no write lands between them (one connection, one loop)."""
     where, args = _where(project_id, state, after)
-    sql = _SELECT + where + _ORDER
+    sql = _SELECT + where + rows.LISTING_ORDER
     if limit is not None:
         sql += " LIMIT ?"
         args.append(limit + 1)  # one more row says whether a next page exists
     cursor = store.execute(sql, args)
     cursor.row_factory = None  # plain tuples (see _COLUMNS)
     found: list[tuple[Any, ...]] = cursor.fetchall()
+    # The obligations of every row read, before the page is cut: their text counts against the
+    # page's bytes. (The row read past `limit` only says whether a next page exists: its
+    # obligations are read for nothing, and it is dropped below.)
+    obligations = _obligations(
+        store, found, where, args, paged=limit is not None or after is not None
+    )
     following = None
     if limit is not None:
         keep = min(len(found), limit)
         total = 0
         for index in range(keep):
-            total += _estimate(found[index])
+            total += _estimate(found[index], obligations.get(found[index][_ID]))
             if total > PAGE_BYTES and index > 0:
                 keep = index  # this row starts the next page
                 break
         if len(found) > keep:
             found = found[:keep]
             last = found[-1]
-            following = list_cursor(last[_CREATED_AT], last[_ID])
+            following = list_cursor(last[_SEQ])
+    return found, obligations, following
+
+
+def _obligations(
+    store: Store, found: list[tuple[Any, ...]], where: str, args: list[Any], *, paged: bool
+) -> dict[str, list[ObligationRow]]:
+    """The obligations of the rows in `found` that have any, by workspace, in one query."""
     wanted = [r[_ID] for r in found if r[_OBS]]
     obligations: dict[str, list[ObligationRow]] = {}
     if wanted:
         # The same rows and order as `Obligations.for_workspace`, for every listed workspace.
-        if limit is None and after is None:
+        if not paged:
             ob_sql = (
                 "SELECT o.* FROM cleanup_obligations o JOIN workspaces w ON w.id = o.workspace_id"
                 + where
@@ -158,7 +180,7 @@ def select(
             ob_args = [json.dumps(wanted)]
         for ob in store.all(ob_sql, ob_args):
             obligations.setdefault(ob["workspace_id"], []).append(ObligationRow.of(ob))
-    return found, obligations, following
+    return obligations
 
 
 def _plain_path(text: Any) -> bool:
@@ -236,6 +258,7 @@ def row_json(
         updated_at,
         x_ports,
         x_env,
+        _,
         _,
     ) = row
     ports = _ports(x_ports)

@@ -1,11 +1,12 @@
 """The state a removal began from (table `workspace_removing`).
 
 A `removing` row means the removal's intent committed and nothing was deleted yet: a crash or a
-failure there rolls it back. A row that was not flagged is put back by what its checkout shows
-(recovery/reconcile.py); a flagged one (interrupted: a creation never kept, or an active or
-archived workspace flagged by an earlier recovery) goes back to the very state it was removed
-from, flag and reason kept, so the user resolves it as before. That state is recorded here in
-the intent's transaction: the row itself only says `removing`.
+failure there rolls it back to the very state it was removed from (recovery/reconcile.py). A
+flagged one (interrupted: a creation never kept, or an active or archived workspace flagged by
+an earlier recovery) keeps its flag and reason, so the user resolves it as before; one that was
+not flagged is flagged by a crash (the removal was interrupted). That state is recorded here in
+the intent's transaction: the row itself only says `removing`. Without a record (a removal
+begun by an older daemon) the checkout decides.
 """
 
 from __future__ import annotations

@@ -5,7 +5,11 @@ Fenced like the other lifecycle operations: under the workspace's exclusive rese
 archive, rename or remove runs meanwhile. It refuses anything but an active, uninterrupted
 workspace whose checkout is its own (`invalid_state`, saying what to do instead): an archived
 workspace's setup runs at unarchive; one mid-way through another operation is left to it
-(`busy` from the reservation while that runs). The durable order is setup's own
+(`busy` from the reservation while that runs). It is not a structural change (the contract's
+quiescence rule names rename, remove, archive and unarchive): the processes already running in
+the workspace are neither waited for nor stopped, as a user running the setup in a terminal
+would not; the reservation only keeps new ones from starting meanwhile (a spawn or a lease is
+`busy`). The durable order is setup's own
 (xumd.lifecycle.setup): `setup_status=running` committed before the script, the outcome after
 it; a crash in between is settled at startup (recovery flags the setup failed, never leaves it
 `running`), a shutdown that cuts the script commits and answers it `failed`.

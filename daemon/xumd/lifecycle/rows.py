@@ -137,18 +137,31 @@ def workspace_by_name(store: Store, project_id: str, name: str) -> WorkspaceRow 
     return WorkspaceRow.of(row) if row else None
 
 
+LISTING_ORDER = " ORDER BY w.listing_seq"
+"""The order of every workspace listing (`list_workspaces`, `workspace.list`), on `workspaces w`:
+the order the daemon recorded them in (store migration 0012), which is creation order whatever
+the wall clock did meanwhile."""
+
+
+def workspace_filter(project_id: str | None, state: str | None) -> tuple[str, list[Any]]:
+    """The WHERE clause (on `workspaces w`) and its arguments of a listing's filters, shared by
+    `list_workspaces` and `workspace.list` (lifecycle/listing.py) so they select the same rows."""
+    sql = " WHERE 1=1"
+    args: list[Any] = []
+    if project_id is not None:
+        sql += " AND w.project_id = ?"
+        args.append(project_id)
+    if state is not None:
+        sql += " AND w.state = ?"
+        args.append(state)
+    return sql, args
+
+
 def list_workspaces(
     store: Store, project_id: str | None = None, state: str | None = None
 ) -> list[WorkspaceRow]:
-    sql = "SELECT * FROM workspaces WHERE 1=1"
-    args: list[Any] = []
-    if project_id is not None:
-        sql += " AND project_id = ?"
-        args.append(project_id)
-    if state is not None:
-        sql += " AND state = ?"
-        args.append(state)
-    sql += " ORDER BY created_at, id"
+    where, args = workspace_filter(project_id, state)
+    sql = "SELECT w.* FROM workspaces w" + where + LISTING_ORDER
     return [WorkspaceRow.of(r) for r in store.all(sql, args)]
 
 

@@ -16,16 +16,13 @@ Config:
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
-import os
-import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from xumd import logs
+from xumd import logs, smallfile
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.containment import Containment, Marked
 from xumd.lifecycle import rows, wsenv
@@ -100,30 +97,10 @@ def _strings(value: Any, key: str) -> list[str]:
     return list(value)
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file, at most `limit`. The checkout is the user's: its config
-    may be swapped for a FIFO (an open or a read would block the daemon) or point at a device
-    or a huge file after `config_file` looked, so the open never blocks (O_NONBLOCK), and
-    anything but a regular file, or more than `limit` bytes, is an OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        chunks: list[bytes] = []
-        total = 0
-        while chunk := os.read(fd, 1 << 16):
-            total += len(chunk)
-            if total > limit:
-                raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def load_config(path: Path) -> ProjectConfig:
-    raw = _read_regular(path, MAX_CONFIG_BYTES)
+    # The checkout is the user's: its config may be swapped for a FIFO, a device or a huge file
+    # after `config_file` looked.
+    raw = smallfile.read_regular(path, MAX_CONFIG_BYTES)
     digest = hashlib.sha256(raw).hexdigest()
     try:
         data = tomllib.loads(raw.decode("utf-8"))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import anyio
 
-from xumd import fsdelete
+from xumd import fsdelete, smallfile
 from xumd.git import Git, GitError
 from xumd.lifecycle import fscopy, preserved
 from xumd.lifecycle.seed import git_list
@@ -151,8 +151,8 @@ class Snapshotter:
         `status.showUntrackedFiles` says. GIT_OPTIONAL_LOCKS=0 (the runner's): status never
         writes the user's index."""
         try:
-            with open(git_dir / "index", "rb") as index:
-                header = index.read(8)
+            # Never blocking: a FIFO there would hold the event loop's thread (xumd.smallfile).
+            header = smallfile.read_head(git_dir / "index", 8)
         except OSError:
             return False
         if header != b"DIRC\x00\x00\x00\x02":
@@ -443,16 +443,8 @@ def _walk_files(checkout: Path, full: Path) -> list[tuple[str, int]]:
         if _countable(st.st_mode):
             found.append((str(full.relative_to(checkout)), st.st_size))
         return found
-    for dirpath, _dirs, files in fsdelete.walk_within(full):
-        for name in files:
-            path = Path(dirpath) / name
-            try:
-                st = path.lstat()
-            except OSError:
-                continue
-            if _countable(st.st_mode):
-                found.append((str(path.relative_to(checkout)), st.st_size))
-    return found
+    under = full.relative_to(checkout)
+    return [(f"{under}/{rel}", size) for rel, size in fscopy.files_within(full)]
 
 
 def _countable(mode: int) -> bool:

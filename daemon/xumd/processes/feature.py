@@ -155,16 +155,35 @@ def install(
     app.on_startup("processes.adopt", adopt)
     app.after_ready("processes.supervisor", serve_with_auto)
     app.on_shutdown("processes", drain, stage=10)
-    # Polled by monitors: the lease count is recomputed only when a row changed.
+    # Polled by monitors (daemon.status): the lease count is recomputed only when a row changed,
+    # the counts only when a record was added, pruned, or its state or stop policy set.
     lease_count = StoreMemo(app.store, lambda: len(leases.rows()))
-    app.status_providers["processes"] = lambda: {
-        "running": sum(1 for m in sup.procs.values() if m.live_state),
-        "pending_stop": sum(1 for m in sup.procs.values() if m.state == "pending_stop"),
-        "leases": lease_count(),
-        "keep_processes": sup.keep_processes,
-        "kept_at_stop": sum(1 for m in sup.procs.values() if m.on_daemon_stop == "keep"),
-        **({"keep_problem": sup.keep_problem} if sup.keep_problem else {}),
-    }
+    summary: list[Any] = [None, None]
+
+    def processes_status() -> dict[str, Any]:
+        key = (
+            Managed.revision,
+            sup.table.revision,
+            lease_count(),
+            sup.keep_processes,
+            sup.keep_problem,
+        )
+        if summary[0] != key:
+            summary[:] = [key, processes_summary(key[2])]
+        value: dict[str, Any] = summary[1]
+        return value
+
+    def processes_summary(leases_held: int) -> dict[str, Any]:
+        return {
+            "running": sum(1 for m in sup.procs.values() if m.live_state),
+            "pending_stop": sum(1 for m in sup.procs.values() if m.state == "pending_stop"),
+            "leases": leases_held,
+            "keep_processes": sup.keep_processes,
+            "kept_at_stop": sum(1 for m in sup.procs.values() if m.on_daemon_stop == "keep"),
+            **({"keep_problem": sup.keep_problem} if sup.keep_problem else {}),
+        }
+
+    app.status_providers["processes"] = processes_status
     app.events.add_snapshot_provider(
         "processes", lambda: [m.info() for m in sup.select() if m.live_state]
     )

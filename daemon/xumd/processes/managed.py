@@ -6,7 +6,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 
@@ -14,6 +14,9 @@ from xumd.processes.durable import DurableIO
 from xumd.processes.output_log import OutputLog
 from xumd.processes.ring import OutputRing
 from xumd.processes.spawn import Child
+
+_SUMMARISED = frozenset({"state", "on_daemon_stop"})
+"""What the daemon.status summary of processes counts by (feature.py)."""
 
 DEFAULT_LABELS = {"agent": "agent", "terminal": "terminal", "mcp": "MCP server"}
 
@@ -62,6 +65,15 @@ class Managed:
     exited: anyio.Event = field(default_factory=anyio.Event)
     confirm_lost: bool = False
     """The watcher will not confirm the exit (reading it failed): a probe must settle it."""
+
+    revision: ClassVar[int] = 0
+    """Moves whenever any record's `state` or `on_daemon_stop` is set (creation included): the
+    processes' daemon.status summary is computed again only then (or when the table changed)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _SUMMARISED:
+            Managed.revision += 1
 
     @property
     def live_state(self) -> bool:

@@ -82,8 +82,10 @@ def _inside(path: str, root: str) -> bool:
 def find_users(
     checkout: Path, *, exclude_pids: set[int], exclude_pgids: set[int], limit: int = 64
 ) -> list[Usage]:
-    """Processes of this user whose cwd or an open file (a regular file) lies inside
-    `checkout`.
+    """Processes whose cwd or an open file (a regular file) lies inside `checkout`, whatever
+    their user: a process of another user inside is still a holder that a delete would harm. A
+    process whose /proc links this daemon may not read (another user's, unless the daemon is
+    root) cannot be seen at all; it is skipped, not an error (docs/RELIABILITY.md).
 
     Blocking (it reads /proc of every process): run it in a worker thread under a deadline.
     The daemon's own children are not excused: a structural change holds the workspace's
@@ -108,7 +110,7 @@ def _scan_proc(
 ) -> list[Usage]:
     """The same answer as `_scan_psutil`, for a fraction of its cost (every remove and archive
     pays it, for every process of the machine): the cwd and each descriptor are read as links
-    first, and only a process found inside the checkout is looked at further (its uid and
+    first, and only a process found inside the checkout is looked at further (its
     state, group, name, start and command line). psutil read status, uids, start time and
     every descriptor's fdinfo of every process (~200 ms per probe with ~120 processes on a
     loaded 2-core machine; docs/PERFORMANCE.md, "Issue 12")."""
@@ -174,8 +176,7 @@ def _readlink(path: str) -> str:
 
 
 def _counts(pid: int, exclude_pgids: set[int]) -> bool:
-    """A process found inside: of this user (real uid), not a zombie, not of an excused
-    group."""
+    """A process found inside: not a zombie, not of an excused group."""
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
             status = f.read()
@@ -184,9 +185,8 @@ def _counts(pid: int, exclude_pgids: set[int]) -> bool:
         _raise_if_exhausted(exc)
         return False
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    uids = fields.get("Uid", "").split()
     state = fields.get("State", "").strip()[:1]
-    return bool(uids) and int(uids[0]) == os.getuid() and state != "Z" and pgid not in exclude_pgids
+    return state != "Z" and pgid not in exclude_pgids
 
 
 def _scan_psutil(
@@ -194,15 +194,13 @@ def _scan_psutil(
 ) -> list[Usage]:
     """Where there is no /proc to read directly."""
     me = os.getpid()
-    uid = os.getuid()
     found: list[Usage] = []
-    for proc in psutil.process_iter(["pid", "name", "uids", "create_time", "status"]):
+    for proc in psutil.process_iter(["pid", "name", "create_time", "status"]):
         info = proc.info
         pid = info["pid"]
         if pid == me or pid in exclude_pids:
             continue
-        uids = info.get("uids")
-        if uids is None or uids.real != uid or info.get("status") == psutil.STATUS_ZOMBIE:
+        if info.get("status") == psutil.STATUS_ZOMBIE:
             continue
         try:
             if os.getpgid(pid) in exclude_pgids:

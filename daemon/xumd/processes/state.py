@@ -57,9 +57,13 @@ class ProcessTable:
     def __init__(self, settings: SupervisorSettings) -> None:
         self.settings = settings
         self.procs: dict[str, Managed] = {}
+        self.revision = 0
+        """Moves whenever a record is added or pruned (with `Managed.revision`: the status
+        summary's key)."""
 
     def add(self, managed: Managed) -> None:
         self.procs[managed.id] = managed
+        self.revision += 1
 
     def get(self, process_id: str) -> Managed:
         check_id(process_id, PROCESS_PREFIX, "process")
@@ -86,6 +90,7 @@ class ProcessTable:
             : max(0, len(exited) - self.settings.keep_exited)
         ]:
             del self.procs[managed.id]
+            self.revision += 1
             if managed.io is not None:
                 managed.io.remove()
 

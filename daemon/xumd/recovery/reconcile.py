@@ -335,13 +335,22 @@ class Reconciler:
         # The row is deleted in the same transaction that plans the cleanup: a `removing` row
         # means nothing was deleted yet. Roll back; the user removes again (or keeps).
         disk = probe(row)
+        prior = removing.prior_state(self.store, row.id)
         if row.interrupted:
             # Flagged before the removal began (a creation never kept, or an active or archived
             # row flagged by an earlier pass): back to the state it was removed from, flag and
             # reason kept. No record: a removal begun by an older daemon; its rule stands.
-            prior = removing.prior_state(self.store, row.id) or "creating"
-            return Change(row, {"state": prior}, "remove_rolled_back")
+            return Change(row, {"state": prior or "creating"}, "remove_rolled_back")
         reason = "removal was interrupted before it was committed; remove again or keep it"
+        if prior in ("active", "archived"):
+            # Back to where the removal began, as its in-process failure puts it: the checkout
+            # does not tell. An archived workspace's checkout may linger (its trash step
+            # pending): made `active` by it, the workspace was no longer archived, and its
+            # pending trash was abandoned for good. Flagged: the user learns of the cut.
+            if disk.ours or disk.absent:
+                return Change(row, _flag(reason, state=prior), "remove_rolled_back")
+            return Change(row, _flag(f"{reason}; {disk.detail}", state=prior), "interrupted")
+        # No record (a removal begun by an older daemon): judged by what the disk shows.
         if disk.ours:
             return Change(row, _flag(reason, state="active"), "remove_rolled_back")
         if disk.absent:

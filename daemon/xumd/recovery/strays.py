@@ -20,6 +20,7 @@ from xum_protocol.models.recovery import StrayInfo
 
 from xumd import fsdelete, logs
 from xumd.checkouts import marker
+from xumd.checkouts.adminfile import read_admin_file
 from xumd.git import Git
 from xumd.lifecycle import preserved, rows, views
 from xumd.paths import RootPaths
@@ -71,10 +72,10 @@ def _children(directory: Path | str) -> list[str]:
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
+    """A git admin file's text, stripped; None when unreadable (a FIFO is never waited on:
+    `xumd.checkouts.adminfile`)."""
+    text = read_admin_file(path)
+    return text.strip() if text is not None else None
 
 
 def _inside(path: str, tops: list[str]) -> bool:

@@ -259,7 +259,7 @@ class Connection:
         if not isinstance(message, dict):
             return False  # batches take the task path
         try:
-            reply = self._router.handle_now(message, self)
+            reply = self._router.handle_now(message, self, nul_free=framing.nul_free(frame))
         except Exception:
             # Last line of defence, as for a task: a bug costs this answer, never the daemon,
             # and a request with an id is still answered.
@@ -320,11 +320,12 @@ class Connection:
                 error_response(None, ErrorKind.PARSE_ERROR, "parse error: invalid JSON")
             )
             return
+        nul_free = framing.nul_free(frame)
         if isinstance(message, list):
-            await self._process_batch(message)
+            await self._process_batch(message, nul_free)
             return
         try:
-            reply = await self._router.handle(message, self, fragments=True)
+            reply = await self._router.handle(message, self, fragments=True, nul_free=nul_free)
         except anyio.get_cancelled_exc_class():
             self._answer_cancelled([message], [None], batch=False)
             raise
@@ -341,7 +342,7 @@ class Connection:
             self._enqueue_nowait(reply)
             raise
 
-    async def _process_batch(self, batch: list[Any]) -> None:
+    async def _process_batch(self, batch: list[Any], nul_free: bool) -> None:
         if not batch:
             await self._enqueue(
                 error_response(None, ErrorKind.INVALID_REQUEST, "invalid request: empty batch")
@@ -361,7 +362,9 @@ class Connection:
         answers: list[dict[str, Any] | None] = [None] * len(batch)
 
         async def one(index: int, item: Any) -> None:
-            answers[index] = await self._router.handle(item, self, fragments=True)
+            answers[index] = await self._router.handle(
+                item, self, fragments=True, nul_free=nul_free
+            )
 
         try:
             async with anyio.create_task_group() as tg:

@@ -6,6 +6,7 @@ response object, so the transport and the tests can drive it alike.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
@@ -17,6 +18,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from xum_protocol.errors import ErrorKind, code_for
 from xum_protocol.methods import METHODS
+from xum_protocol.models.base import NUL_FREE
 
 from xumd import diskfull, logs
 from xumd.errors import XumError
@@ -77,7 +79,15 @@ def cut_reason(stopping: bool, subject: str = "it") -> str:
     return "the daemon is shutting down" if stopping else f"{subject} was cancelled"
 
 
-Handler = Callable[[Any, RequestContext], Awaitable[BaseModel]]
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A result its handler already holds as JSON bytes (an answer it keeps between calls,
+    rebuilt only when what it shows changed): sent as it is, not serialised again."""
+
+    json: bytes
+
+
+Handler = Callable[[Any, RequestContext], Awaitable[BaseModel | Encoded]]
 
 
 @dataclass(slots=True)
@@ -147,11 +157,18 @@ def _validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
     ]
 
 
+def _debug_enabled() -> bool:
+    return bool(log.is_enabled_for(logging.DEBUG))
+
+
 @dataclass
 class Router:
     routes: dict[str, _Route] = field(default_factory=dict)
     stopping: Callable[[], bool] = lambda: False
     active: int = 0
+    log_requests: bool = field(default_factory=_debug_enabled)
+    """Write a debug line per request: read once, when the router is made (after logging is
+    configured); below debug, the line is not even built (it was a tenth of a status poll)."""
     _idle: anyio.Event | None = None
 
     async def wait_idle(self) -> None:
@@ -224,23 +241,29 @@ class Router:
             self._idle = None
 
     async def handle(
-        self, message: Any, peer: Peer, *, fragments: bool = False
+        self, message: Any, peer: Peer, *, fragments: bool = False, nul_free: bool = False
     ) -> dict[str, Any] | None:
         """Answer one (non-batch) message; None for a notification. With `fragments`, a
         result is serialised once, by its model, into an `orjson.Fragment` (for the transport,
-        which encodes the envelope with orjson); else it is a plain dict."""
+        which encodes the envelope with orjson); else it is a plain dict. `nul_free`: the
+        message was decoded from a frame that holds no NUL escape (framing.nul_free), so its
+        params' strings need no NUL scan."""
         checked = self._envelope(message)
         if isinstance(checked, dict):
             return checked
         has_id, request_id, method, params = checked
         self.active += 1
         try:
-            response = await self._call(method, params, peer, request_id, fragments)
+            response = await self._call(
+                method, params, peer, request_id, fragments=fragments, nul_free=nul_free
+            )
         finally:
             self._done()
         return response if has_id else None
 
-    def handle_now(self, message: Any, peer: Peer) -> dict[str, Any] | _Later | None:
+    def handle_now(
+        self, message: Any, peer: Peer, *, nul_free: bool = False
+    ) -> dict[str, Any] | _Later | None:
         """`handle` without awaiting, for what needs no task: envelope errors, unknown methods,
         refusals, bad params, and handlers registered `inline`; LATER for the rest (before
         anything else is done with the message, so the task path starts from scratch)."""
@@ -253,13 +276,20 @@ class Router:
             return LATER
         self.active += 1
         try:
-            response = self._call_now(route, method, raw_params, peer, request_id)
+            response = self._call_now(
+                route, method, raw_params, peer, request_id, nul_free=nul_free
+            )
         finally:
             self._done()
         return response if has_id else None
 
     def _refusal(
-        self, route: _Route | None, method: str, raw_params: Any, request_id: RequestId
+        self,
+        route: _Route | None,
+        method: str,
+        raw_params: Any,
+        request_id: RequestId,
+        nul_free: bool = False,
     ) -> dict[str, Any] | BaseModel:
         """An error response (no route, stopping, bad params), or the validated params."""
         if route is None:
@@ -271,7 +301,7 @@ class Router:
                 request_id, ErrorKind.SHUTTING_DOWN, "the daemon is shutting down"
             )
         try:
-            return self._parse_params(route.params, raw_params)
+            return self._parse_params(route.params, raw_params, nul_free)
         except ValidationError as exc:
             return error_response(
                 request_id,
@@ -287,8 +317,10 @@ class Router:
         raw_params: Any,
         peer: Peer,
         request_id: RequestId,
+        *,
+        nul_free: bool = False,
     ) -> dict[str, Any]:
-        params = self._refusal(route, method, raw_params, request_id)
+        params = self._refusal(route, method, raw_params, request_id, nul_free)
         if isinstance(params, dict):
             return params
         assert route is not None
@@ -297,7 +329,7 @@ class Router:
         ctx = RequestContext(peer, method, request_id)
         token = _current.set(ctx)
         try:
-            coro = cast(Coroutine[Any, Any, BaseModel], route.handler(params, ctx))
+            coro = cast(Coroutine[Any, Any, BaseModel | Encoded], route.handler(params, ctx))
             try:
                 coro.send(None)
             except StopIteration as finished:
@@ -311,14 +343,8 @@ class Router:
             return response
         finally:
             _current.reset(token)
-            log.debug(
-                "rpc.request",
-                method=method,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                outcome=outcome,
-                conn=peer.id,
-                inline=True,
-            )
+            if self.log_requests:
+                _log_request(ctx, started, outcome, inline=True)
 
     async def _call(
         self,
@@ -326,10 +352,12 @@ class Router:
         raw_params: Any,
         peer: Peer,
         request_id: RequestId,
+        *,
         fragments: bool = False,
+        nul_free: bool = False,
     ) -> dict[str, Any]:
         route = self.routes.get(method)
-        params = self._refusal(route, method, raw_params, request_id)
+        params = self._refusal(route, method, raw_params, request_id, nul_free)
         if isinstance(params, dict):
             return params
         assert route is not None
@@ -359,16 +387,11 @@ class Router:
             return response
         finally:
             _current.reset(token)
-            log.debug(
-                "rpc.request",
-                method=method,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                outcome=outcome,
-                conn=peer.id,
-            )
+            if self.log_requests:
+                _log_request(ctx, started, outcome)
 
     @staticmethod
-    def _parse_params(model: type[BaseModel], raw: Any) -> BaseModel:
+    def _parse_params(model: type[BaseModel], raw: Any, nul_free: bool = False) -> BaseModel:
         if raw is None:
             raw = {}
         if isinstance(raw, list) and hasattr(model, "from_positional"):
@@ -380,14 +403,32 @@ class Router:
                 raw = {**dict(zip(names, raw, strict=False)), "__extra_positional__": raw}
             else:
                 raw = dict(zip(names, raw, strict=False))
-        return model.model_validate(raw)
+        return model.model_validate(raw, context=NUL_FREE if nul_free else None)
 
 
-def _success(request_id: RequestId, result: BaseModel, *, fragments: bool) -> dict[str, Any]:
-    if fragments and type(result).model_dump is _MODEL_DUMP:
+def _log_request(
+    ctx: RequestContext, started: float, outcome: str, *, inline: bool = False
+) -> None:
+    """The debug line at the end of a handler's run, inline or in a task."""
+    log.debug(
+        "rpc.request",
+        method=ctx.method,
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        outcome=outcome,
+        conn=ctx.peer.id,
+        **({"inline": True} if inline else {}),
+    )
+
+
+def _success(
+    request_id: RequestId, result: BaseModel | Encoded, *, fragments: bool
+) -> dict[str, Any]:
+    if isinstance(result, Encoded):
+        body: Any = orjson.Fragment(result.json) if fragments else orjson.loads(result.json)
+    elif fragments and type(result).model_dump is _MODEL_DUMP:
         # Serialised once, by the model's own (Rust) serialiser, straight to JSON bytes that
         # orjson splices into the envelope: no intermediate dict.
-        body: Any = orjson.Fragment(result.__pydantic_serializer__.to_json(result))
+        body = orjson.Fragment(result.__pydantic_serializer__.to_json(result))
     else:
         # A model that shapes its own output (overrides model_dump) is asked for it.
         body = result.model_dump(mode="json")

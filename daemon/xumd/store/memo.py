@@ -35,17 +35,17 @@ class StoreMemo(Generic[T]):
         self._clock = clock
         self._changes = -1
         self._at = 0.0
+        # A flag, not `value is None`: a value that is None is memoized like any other.
+        self._computed = False
         self._value: T | None = None
 
     def __call__(self) -> T:
         changes = self._store.changes
         now = self._clock()
-        if self._value is None or changes != self._changes or now - self._at >= self._max_age_s:
+        if not self._computed or changes != self._changes or now - self._at >= self._max_age_s:
             self._value = self._compute()
+            self._computed = True
             # Read after computing: a compute that writes (it should not) is not memoized stale.
             self._changes = self._store.changes
             self._at = now
-        return self._value
-
-    def invalidate(self) -> None:
-        self._value = None
+        return self._value  # type: ignore[return-value]  # T itself once computed

@@ -7,7 +7,8 @@ import every model of the protocol but use a few per run; building them all cost
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar
+from types import MappingProxyType
+from typing import Annotated, Any, ClassVar, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -54,6 +55,12 @@ def _nul_in(value: Any, where: str) -> str | None:
     return None
 
 
+NUL_FREE: Final = MappingProxyType({"nul_free": True})
+"""Validation context for params decoded from JSON text known to hold no `\\u0000` escape
+(xum_protocol.framing.nul_free): no string in them can hold a NUL, so the per-field scan is
+skipped (it was most of the cost of validating params). Passed as `context=NUL_FREE`."""
+
+
 class Params(BaseModel):
     """Request params: unknown fields are refused, so a typo is an error and not a silent no-op.
 
@@ -70,6 +77,8 @@ class Params(BaseModel):
     @field_validator("*", mode="after")
     @classmethod
     def _refuse_nul(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.context is NUL_FREE:
+            return value
         skip = cls.nul_allowed | cls.name_fields
         if isinstance(value, str | list | tuple | dict) and info.field_name not in skip:
             where = _nul_in(value, info.field_name or "value")

@@ -212,9 +212,10 @@ class WorkspaceListParams(Params):
         min_length=1,
         max_length=400,
         description="The `next` of the previous page (an opaque cursor): the workspaces that "
-        "come after it in the listing order (creation time, then id). Stable under creates and "
+        "come after it in the listing order (creation order). Stable under creates and "
         "removals between pages: none that stayed is repeated or skipped, even when the one the "
-        "cursor came from was removed. Since 1.2, additive.",
+        "cursor came from was removed, and one created meanwhile comes on a later page whatever "
+        "the clock said. Since 1.2, additive.",
     )
 
     @field_validator("after")
@@ -371,7 +372,7 @@ METHODS = [
         "workspace.list",
         WorkspaceListParams,
         WorkspaceListResult,
-        "Workspaces, in creation order (then id): all of them, or with `limit` one page whose "
+        "Workspaces, in creation order: all of them, or with `limit` one page whose "
         "`next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, "
         "additive).",
     ),
@@ -404,8 +405,11 @@ METHODS = [
         "Run an active workspace's setup again (after `project.trust`, for one whose setup was "
         "skipped as untrusted), under its exclusive reservation: `busy` while another "
         "operation on it runs (named); `invalid_state` for a workspace that is archived, "
-        "interrupted, or whose checkout is missing; `not_found` once removed. A shutdown that "
-        "cuts the script answers the setup `failed`, saying why. Since 1.0, additive.",
+        "interrupted, or whose checkout is missing; `not_found` once removed. Not a "
+        "structural change: it neither waits for nor stops the processes already running in "
+        "the workspace, and while it runs a `process.spawn` or `lease.acquire` there is "
+        "`busy`. A shutdown that cuts the script answers the setup `failed`, saying why. "
+        "Since 1.0, additive.",
     ),
     MethodSpec(
         "workspace.keep",

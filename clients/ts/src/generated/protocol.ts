@@ -1674,7 +1674,7 @@ export interface WorkspaceInterruptedEvent {
  */
 export interface WorkspaceListParams {
   /**
-   * The `next` of the previous page (an opaque cursor): the workspaces that come after it in the listing order (creation time, then id). Stable under creates and removals between pages: none that stayed is repeated or skipped, even when the one the cursor came from was removed. Since 1.2, additive.
+   * The `next` of the previous page (an opaque cursor): the workspaces that come after it in the listing order (creation order). Stable under creates and removals between pages: none that stayed is repeated or skipped, even when the one the cursor came from was removed, and one created meanwhile comes on a later page whatever the clock said. Since 1.2, additive.
    * default: null
    */
   after?: string | null;
@@ -1932,7 +1932,7 @@ export interface Methods {
   "cleanup.retry": { params: CleanupRetryParams; result: CleanupRetryResult };
   /** Begin a graceful stop. */
   "daemon.shutdown": { params: EmptyParams; result: ShutdownResult };
-  /** The daemon's pid, root, uptime; `details` per feature (e.g. `containment`: which mechanism contains the processes it starts). */
+  /** The daemon's pid, root, uptime; `details` per feature (e.g. `containment`: which mechanism contains the processes it starts). Every figure is as of the answer (a change a client made is in the next status it asks for), except `details.fds.open`, the count of open descriptors, sampled at most every 0.5 s. */
   "daemon.status": { params: EmptyParams; result: DaemonStatusResult };
   /** Snapshot plus a stream of `event` notifications on this connection. */
   "events.subscribe": { params: SubscribeParams; result: SubscribeResult };
@@ -2002,13 +2002,13 @@ export interface Methods {
   "workspace.get": { params: WorkspaceIdParams; result: WorkspaceResult };
   /** Clear the interrupted flag. A kept rename journal (a rename whose undo failed) is first settled as startup recovery would: the answer is the settled workspace (still flagged if the settle left a problem), or `invalid_state` naming why neither state is provable (journal and flag stay). */
   "workspace.keep": { params: WorkspaceIdParams; result: WorkspaceResult };
-  /** Workspaces, in creation order (then id): all of them, or with `limit` one page whose `next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, additive). */
+  /** Workspaces, in creation order: all of them, or with `limit` one page whose `next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, additive). */
   "workspace.list": { params: WorkspaceListParams; result: WorkspaceListResult };
   /** Delete the checkout and the row; branch and snapshot refs are kept. */
   "workspace.remove": { params: WorkspaceRemoveParams; result: WorkspaceRemoveResult };
   /** Rename (journaled). */
   "workspace.rename": { params: WorkspaceRenameParams; result: WorkspaceRenameResult };
-  /** Run an active workspace's setup again (after `project.trust`, for one whose setup was skipped as untrusted), under its exclusive reservation: `busy` while another operation on it runs (named); `invalid_state` for a workspace that is archived, interrupted, or whose checkout is missing; `not_found` once removed. A shutdown that cuts the script answers the setup `failed`, saying why. Since 1.0, additive. */
+  /** Run an active workspace's setup again (after `project.trust`, for one whose setup was skipped as untrusted), under its exclusive reservation: `busy` while another operation on it runs (named); `invalid_state` for a workspace that is archived, interrupted, or whose checkout is missing; `not_found` once removed. Not a structural change: it neither waits for nor stops the processes already running in the workspace, and while it runs a `process.spawn` or `lease.acquire` there is `busy`. A shutdown that cuts the script answers the setup `failed`, saying why. Since 1.0, additive. */
   "workspace.setup": { params: WorkspaceIdParams; result: WorkspaceSetupResult };
   /** Checkouts and git admin entries under the root that no workspace claims (never deleted), and kept copies of preserved files. */
   "workspace.strays": { params: StraysParams; result: StraysResult };
