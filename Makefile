@@ -29,8 +29,15 @@ install-user: install
 run: install
 	$(BIN)/xumd
 
+# The suite runs on pytest-xdist workers, one per core (`auto`), each test file whole on one
+# worker (`--dist loadfile`: a module's shared daemon is started once, its tests keep their
+# order; the long few-test files first: tests/conftest.py). TEST_WORKERS=0 runs it in this one
+# process; docs/DEVELOPING.md, "Tests".
+TEST_WORKERS ?= auto
+TEST_ARGS ?=
+
 test: install $(TS_DEPS)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(TEST_ARGS)
 
 # The TypeScript client and the VS Code extension (clients/ts, clients/vscode): packages from the
 # committed lockfiles, then their node suites against real xumd processes.

@@ -19,11 +19,41 @@ REPO = Path(__file__).resolve().parent.parent
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     # Once per session, so that no test daemon or CLI process compiles the code from source
-    # (tests/support/bytecode.py says why).
+    # (tests/support/bytecode.py says why). Under pytest-xdist (`make test` runs `-n`) the
+    # controller writes it before it starts the workers, which skip it: two workers writing the
+    # same pycs would only race to the same content, but each would pay the hashing again.
+    if hasattr(session.config, "workerinput"):
+        return
     # The three packages only: clients/ also holds node_modules, with Python files of its own.
     bytecode.ensure(
         REPO / part for part in ("daemon/xumd", "protocol/xum_protocol", "clients/xum_client")
     )
+
+
+# Files that take long for their few tests (a node suite, hypothesis budgets). xdist's own order
+# (`--dist loadfile`: the files with the most tests first) would hand them out last, and the
+# run would end with one worker on them while the other idles: they go first instead
+# (`make test` passes --no-loadscope-reorder, so this order is the one the workers get).
+_LONG_FIRST = ("test_ts_clients.py", "test_crash_stateful.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Only on xdist's workers: each collects the same items and sorts them the same way (the
+    # controller checks that their collections agree). A plain run keeps pytest's file order.
+    if not hasattr(config, "workerinput"):
+        return
+    count: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        count[path] = count.get(path, 0) + 1
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::")[0]
+        name = path.rsplit("/", 1)[-1]
+        first = _LONG_FIRST.index(name) if name in _LONG_FIRST else len(_LONG_FIRST)
+        return (first, -count[path])
+
+    items.sort(key=key)  # stable: each file's tests keep their order
 
 
 @pytest.fixture

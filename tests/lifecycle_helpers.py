@@ -11,7 +11,7 @@ import pytest
 from xum_client.errors import XumRpcError
 
 from tests.support.daemon import DaemonProcess, write_config
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import commit_config, git, make_repo
 
 
 def rpc_error(daemon: DaemonProcess, method: str, params: dict[str, Any]) -> XumRpcError:
@@ -85,10 +85,7 @@ def commit_scripts(repo: Path, *, teardown: str, setup: list[str] | None = None)
 
     lines = f"setup = {json.dumps(setup)}\n" if setup else ""
     lines += f"teardown = [{json.dumps(teardown)}]\n"
-    (repo / ".xum").mkdir(exist_ok=True)
-    (repo / ".xum" / "config.toml").write_text(f"[scripts]\n{lines}")
-    git(repo, "add", ".xum/config.toml")
-    git(repo, "commit", "-q", "-m", "scripts")
+    commit_config(repo, f"[scripts]\n{lines}", "scripts")
 
 
 @contextmanager

@@ -18,8 +18,6 @@ from xum_client.errors import NotFound
 from tests.support.daemon import DaemonProcess
 from tests.support.wait import until
 
-XUM = [sys.executable, "-m", "xum_client.cli"]
-
 
 def xum(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -73,6 +71,32 @@ def test_daemon_status_and_stop(daemon: DaemonProcess) -> None:
     assert gone.returncode == 4
     assert json.loads(gone.stdout)["running"] is False
     assert xum("--root", str(daemon.root), "daemon", "stop").returncode == 4
+
+
+def test_daemon_stop_by_socket_waits_on_that_daemons_root(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    # Named by its socket only, with nothing at the default root: the wait for the exit is on
+    # the lock of the daemon that was asked to stop (its root), not on the default root's,
+    # which is free at once and would report "stopped" while the daemon still drains.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XUM_")}
+    env["XDG_STATE_HOME"] = str(tmp_short / "state")
+    socket_option = ["--socket", str(daemon.socket_path)]
+    stopped = subprocess.run(
+        [str(Path(sys.executable).parent / "xum"), *socket_option, "--json", "daemon", "stop"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout) == {
+        "stopped": True,
+        "pid": daemon.pid,
+        "root": str(daemon.root),
+    }
+    assert cli_module.lock_holder(str(daemon.root)) is None
+    assert daemon.wait(10) == 0
 
 
 def test_daemon_run_serves_in_the_foreground(root: Path) -> None:
@@ -203,3 +227,39 @@ def test_daemon_install_with_a_root(tmp_short: Path) -> None:
     literal = str(root).replace("%", "%%")
     assert f"--root {literal}\n" in (unit_dir / "xumd.service").read_text()
     assert f"ListenStream={literal}/xumd.sock\n" in (unit_dir / "xumd.socket").read_text()
+
+
+def test_python_m_xum_client_cli_runs_the_command_line() -> None:
+    # It exited 0 doing nothing: a silent success for whatever was asked.
+    done = subprocess.run(
+        [sys.executable, "-m", "xum_client.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("xum, version "), done
+
+
+def test_daemon_status_of_a_root_held_but_not_answering_is_exit_1_naming_the_holder(
+    root: Path,
+) -> None:
+    # A daemon starting up, or stuck: it holds the root's lock (a real flock, with the pid
+    # inside as xumd writes it) and nothing answers on the socket.
+    import fcntl
+
+    root.mkdir(parents=True)
+    fd = os.open(root / "xumd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, json.dumps({"pid": os.getpid()}).encode())
+        as_json = xum("--root", str(root), "daemon", "status", "--json")
+        assert as_json.returncode == 1, as_json.stderr
+        info = json.loads(as_json.stdout)
+        assert (info["running"], info["answering"], info["pid"]) == (True, False, os.getpid())
+        text = xum("--root", str(root), "daemon", "status")
+        assert text.returncode == 1
+        assert f"xumd pid {os.getpid()} holds {root} but does not answer" in text.stdout
+    finally:
+        os.close(fd)
+    # Released: no daemon at all.
+    assert xum("--root", str(root), "daemon", "status").returncode == 4

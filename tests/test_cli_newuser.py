@@ -22,7 +22,7 @@ from xum_client import units
 from xum_client.errors import ConnectionLost
 
 from tests.support.daemon import DaemonProcess, write_config
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import commit_config, git, make_repo
 from tests.support.holds import hold_env, release, wait_held
 from tests.support.procs import alive, identify
 from tests.support.wait import until
@@ -238,10 +238,7 @@ def test_detached_run_returns_and_an_attached_run_says_why_it_was_stopped(
 
 
 def commit_setup(repo: Path, command: str = "touch ran") -> None:
-    (repo / ".xum").mkdir(exist_ok=True)
-    (repo / ".xum" / "config.toml").write_text(f'[scripts]\nsetup = ["{command}"]\n')
-    git(repo, "add", ".xum")
-    git(repo, "commit", "-q", "-m", "setup")
+    commit_config(repo, f'[scripts]\nsetup = ["{command}"]\n', "setup")
 
 
 def test_ws_setup_after_trust_runs_the_skipped_setup(daemon: DaemonProcess, repo: Path) -> None:
@@ -418,10 +415,7 @@ def test_project_rm_cut_part_way_exits_non_zero(root: Path, repo: Path, tmp_shor
     # not exit 0 (a script would take it as removed).
     block, started = tmp_short / "block", tmp_short / "started"
     teardown = f"touch {started}; while [ -e {block} ]; do sleep 0.05; done"
-    (repo / ".xum").mkdir()
-    (repo / ".xum" / "config.toml").write_text(f'[scripts]\nteardown = ["{teardown}"]\n')
-    git(repo, "add", ".xum")
-    git(repo, "commit", "-q", "-m", "teardown")
+    commit_config(repo, f'[scripts]\nteardown = ["{teardown}"]\n')
     write_config(root, "shutdown_grace_s = 0.5\nstop_grace_s = 1.0\n")
     daemon = DaemonProcess(root).start()
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon import DaemonProcess, write_config
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import commit_config, make_repo
 
 XUM = str(Path(sys.executable).parent / "xum")
 
@@ -29,12 +29,7 @@ def repo(tmp_short: Path, ctl: Path) -> Path:
         "printf 'second-line-of-setup'"
     )
     repo = make_repo(tmp_short / "repo")
-    (repo / ".xum").mkdir()
-    (repo / ".xum" / "config.toml").write_text(
-        f"[scripts]\nsetup = [{json.dumps(script)}, 'echo third-line']\n"
-    )
-    git(repo, "add", ".xum")
-    git(repo, "commit", "-q", "-m", "setup")
+    commit_config(repo, f"[scripts]\nsetup = [{json.dumps(script)}, 'echo third-line']\n")
     return repo
 
 

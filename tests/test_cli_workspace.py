@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support.daemon import DaemonProcess
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import commit_config, git, make_repo
 
 XUM = str(Path(sys.executable).parent / "xum")
 
@@ -91,10 +91,7 @@ def test_cli_full_lifecycle(daemon: DaemonProcess, repo: Path) -> None:
 
 
 def test_cli_trust(daemon: DaemonProcess, repo: Path) -> None:
-    (repo / ".xum").mkdir()
-    (repo / ".xum" / "config.toml").write_text('[scripts]\nsetup = ["touch ran"]\n')
-    git(repo, "add", ".xum")
-    git(repo, "commit", "-q", "-m", "cfg")
+    commit_config(repo, '[scripts]\nsetup = ["touch ran"]\n')
     xum(daemon, "project", "add", str(repo), "--name", "proj")
     untrusted = xum(daemon, "ws", "new", "proj", "a").stdout
     assert "setup: untrusted" in untrusted
@@ -144,10 +141,7 @@ def test_cli_status_shows_cleanup_backlog_and_interrupted(root: Path, repo: Path
     from tests.support.daemon import write_config
 
     # A teardown that fails, retried only in two minutes: its obligations stay pending.
-    (repo / ".xum").mkdir()
-    (repo / ".xum" / "config.toml").write_text('[scripts]\nteardown = ["exit 3"]\n')
-    git(repo, "add", ".xum")
-    git(repo, "commit", "-q", "-m", "cfg")
+    commit_config(repo, '[scripts]\nteardown = ["exit 3"]\n')
     write_config(root, "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\n")
     daemon = DaemonProcess(root, env={"XUM_FAULT": "workspace.create.after_checkout"}).start()
     try:

@@ -103,3 +103,44 @@ def test_log_format_can_be_forced(root: Path) -> None:
     assert done.returncode == 4
     assert "daemon.start_failed" in done.stderr
     assert not any(line.startswith("{") for line in done.stderr.splitlines())
+
+
+def _xumd_by_environment(root: Path, level: str) -> list[dict[str, object]]:
+    """A real xumd started with XUM_LOG_LEVEL (no --log-level), asked one daemon.status, then
+    stopped: its log lines."""
+    from tests.support.wait import until
+
+    root.mkdir(mode=0o700)
+    log_path = root.parent / "env-level.log"
+    env = {**os.environ, "XUM_LOG_LEVEL": level}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "xumd", "--root", str(root)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
+    try:
+        until(lambda: b'"daemon.ready"' in log_path.read_bytes(), message="daemon.ready")
+        exchange(root / "xumd.sock", '{"jsonrpc": "2.0", "method": "daemon.status", "id": 1}\n')
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=20)
+    return json_lines(log_path.read_text())
+
+
+def test_log_level_from_the_environment_any_case(tmp_short: Path) -> None:
+    records = _xumd_by_environment(tmp_short / "root", "DEBUG")
+    assert any(r["event"] == "rpc.request" for r in records)  # debug lines: the level took
+    assert not any(r["event"] == "daemon.log_level_unknown" for r in records)
+
+
+def test_an_unknown_log_level_in_the_environment_is_said(tmp_short: Path) -> None:
+    records = _xumd_by_environment(tmp_short / "root", "verbose")
+    warned = [r for r in records if r["event"] == "daemon.log_level_unknown"]
+    assert warned and warned[0]["value"] == "verbose" and warned[0]["using"] == "info"
+    assert not any(r["event"] == "rpc.request" for r in records)  # info: no debug lines

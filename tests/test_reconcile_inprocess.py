@@ -1084,7 +1084,7 @@ async def test_no_archive_store_or_a_file_in_its_place_is_nothing_to_settle(env:
 
 async def test_copies_left_alone_do_not_stop_the_settling_of_the_others(env: Env) -> None:
     """Every kind of copy the pass skips, at least one listed before the one it settles (in
-    the directory's own order: made first, then more until one of each kind comes first)."""
+    the directory's own order: eight of each kind, then a target listed after one of each)."""
     store = env.app.paths.archive_store
 
     def archived_copy(n: int) -> str:
@@ -1115,19 +1115,22 @@ async def test_copies_left_alone_do_not_stop_the_settling_of_the_others(env: Env
         return wid
 
     kinds = (archived_copy, same_incarnation, not_ours, unreadable, fails)
-    made: dict[str, list[str]] = {make.__name__: [make(0)] for make in kinds}
-    target, target_copy = active_with_copy(env, "target", {".env": "mine\n"})
+    made: dict[str, list[str]] = {make.__name__: [make(n) for n in range(8)] for make in kinds}
+    # The directory's order (a hash order on ext4) is fixed per name: a target listed before
+    # every copy of some kind is made into one more copy whose checkout is gone (it is then a
+    # decoy like the others), and another target is tried. Making decoys after the target
+    # instead failed by chance whenever the target hashed near the start.
+    for attempt in range(40):
+        target, target_copy = active_with_copy(env, f"target{attempt}", {".env": "mine\n"})
+        with os.scandir(store) as entries:
+            order = [e.name for e in entries]
+        if all(min(map(order.index, mine)) < order.index(target) for mine in made.values()):
+            break
+        shutil.rmtree(env.row(target).path)
+        made["not_ours"].append(target)
+    else:
+        pytest.fail("no target listed after a copy of each kind")
     (env.row(target).path / ".env").write_text("setup's\n")
-    for make in kinds:
-        mine = made[make.__name__]
-        for n in range(1, 40):
-            with os.scandir(store) as entries:
-                order = [e.name for e in entries]
-            if min(order.index(w) for w in mine) < order.index(target):
-                break
-            mine.append(make(n))
-        else:
-            pytest.fail(f"no {make.__name__} copy listed before the target")
     decoys = [w for mine in made.values() for w in mine]
     before = {w: snapshot(store / w) for w in decoys}
 

@@ -45,11 +45,18 @@ def python_launcher(sock: Path) -> list[str]:
     return [sys.executable, "-c", LAUNCHER, str(sock)]
 
 
+def _listening_peer(sock: Path) -> RawPeer | None:
+    try:
+        return RawPeer(sock, timeout=20)
+    except (FileNotFoundError, ConnectionRefusedError):
+        return None
+
+
 def check_activated(daemon: DaemonProcess, sock: Path) -> None:
     # The launcher owns the listening socket before xumd exists: connecting first is fine
     # (systemd-socket-activate even waits for this connection to exec xumd).
-    until(sock.exists, message="the launcher to bind")
-    with RawPeer(sock, timeout=20) as peer:
+    # The file appears at bind(), a moment before listen(): a connect in between is refused.
+    with until(lambda: _listening_peer(sock), message="the launcher to listen") as peer:
         peer.send_json(STATUS)
         daemon.wait_for_notify("READY=1")
         result = peer.read()["result"]

@@ -6,7 +6,8 @@ first time one of their commands is asked for, rich loads only to draw a table o
 pydantic never loads for the built-in commands.
 
 Exit codes: 0 ok; 1 error; 2 usage; 3 not found; 4 no daemon on the root; 5 the connection was
-lost during a call (its outcome is unknown); 6 a host could not be reached (`--host`).
+lost during a call (its outcome is unknown); 6 a host could not be reached (`--host`); 141 the
+reader of the output went away (`commands/_stdio.py`).
 `--json` is accepted by every command (before or after its name) and prints machine-readable output;
 a failure is then one JSON object on stdout, `{"error": {code, kind, message, data, exit}}`.
 """
@@ -22,7 +23,7 @@ from typing import Any, NoReturn
 
 import click
 
-from xum_client.commands import _status
+from xum_client.commands import _status, _stdio
 from xum_client.commands._context import Ctx, host_timeout_option
 from xum_client.commands._status import status_lines as _status_lines
 from xum_client.errors import (
@@ -121,11 +122,32 @@ class XumGroup(click.Group):
         self.load_domains()
         return super().list_commands(ctx)
 
+    # click's own answer to a broken pipe is exit 1, an error; a reader that went away is 141
+    # on every path (`commands/_stdio.py`): parsing (`--help`, `--version`) and commands.
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError as exc:
+            raise _stdio.OutputGone() from exc
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _stdio.OutputGone() from exc
+
 
 @click.group(
     cls=XumGroup,
     epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 no daemon, "
-    "5 connection lost (outcome unknown), 6 host unreachable.",
+    "5 connection lost (outcome unknown), 6 host unreachable, 141 output's reader gone.",
 )
 @click.option(
     "--root",
@@ -272,12 +294,15 @@ def daemon_status(obj: Ctx) -> None:
 @click.pass_obj
 def daemon_stop(obj: Ctx, timeout: float) -> None:
     """Ask the daemon to stop gracefully and wait until it has exited."""
-    root = obj.root_path
     # Any daemon, whatever its version: stopping an older one is how one upgrades.
     with obj.client(timeout=10, check_version=False) as client:
-        pid = client.call("daemon.status")["pid"]
+        status = client.call("daemon.status")
+        pid = status["pid"]
         client.call("daemon.shutdown")
         remote_root = str(client.root)
+    # The lock to wait on is the stopped daemon's own (its root), not the one this command
+    # line would guess: `--socket` alone names no root, and the default root's lock is free.
+    root = str(status.get("root") or obj.root_path)
     if obj.host is not None:
         # Its lock is on the host: the next command through the bridge starts it again.
         obj.emit(
@@ -324,6 +349,14 @@ def daemon_install(obj: Ctx, dry_run: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(argv) if argv is not None else sys.argv[1:]
+    # A closed stream or a reader that went away is an exit code, never a traceback.
+    _stdio.prepare()
+    _stdio.run_guarded(lambda: run(args))
+
+
+def run(args: list[str]) -> None:
+    """The command line on `args`, its failures reported by `fail` (the standard streams are
+    the caller's business: `main`)."""
     try:
         # prog_name: usage lines, and the `_XUM_COMPLETE` variable of shell completion, say
         # `xum` however the CLI was started (`python -m`, a wrapper script).
@@ -360,12 +393,18 @@ def _fail(exc: Exception, code: int, args: list[str]) -> NoReturn:
     # error stops parsing before it reaches a `--json` (`xum ws bogus --json`).
     if _errors.wants_json(args):
         _errors.emit_json_error(exc, code)
-    elif isinstance(exc, click.exceptions.Abort):
-        click.echo("aborted", err=True)
-    elif isinstance(exc, click.ClickException):
-        exc.show()
-    elif isinstance(exc, XumClientError):
-        click.echo(_errors.error_text(exc), err=True)
+        sys.exit(code)
+    try:
+        if isinstance(exc, click.exceptions.Abort):
+            click.echo("aborted", err=True)
+        elif isinstance(exc, click.ClickException):
+            exc.show()
+        elif isinstance(exc, XumClientError):
+            click.echo(_errors.error_text(exc), err=True)
+    except BrokenPipeError:
+        raise  # a reader gone: 141 (commands/_stdio.py)
+    except OSError:
+        pass  # stderr cannot take the message (a full disk): the exit code still says it
     sys.exit(code)
 
 
@@ -378,3 +417,8 @@ __all__ = [
     "main",
     "socket_path_for",
 ]
+
+
+if __name__ == "__main__":
+    # `python -m xum_client.cli`: the command line without the fast entry (it did nothing).
+    main()

@@ -55,14 +55,24 @@ def status_args(args: Sequence[str]) -> tuple[str | None, str | None, bool] | No
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = list(argv) if argv is not None else sys.argv[1:]
-    parsed = status_args(args)
-    # No stdout at all (`>&-`) is the command line's case too, whatever it makes of it; so
-    # is XUM_HOST (the daemon on another host, through ssh: docs/HOSTS.md).
-    if parsed is None or sys.stdout is None or sys.stdout.isatty() or os.environ.get("XUM_HOST"):
-        from xum_client.cli import main as cli_main
+    from xum_client.commands import _stdio
 
-        cli_main(args)
+    args = list(argv) if argv is not None else sys.argv[1:]
+    # A closed stream (`>&-`) becomes /dev/null, a reader that went away (`| head`) exit 141,
+    # an output that cannot be written (a full disk) exit 1: both paths below alike there
+    # (`commands/_stdio.py`).
+    _stdio.prepare()
+    _stdio.run_guarded(lambda: _main(args))
+
+
+def _main(args: list[str]) -> None:
+    parsed = status_args(args)
+    # XUM_HOST: the daemon on another host, through ssh (docs/HOSTS.md), is the command line's.
+    assert sys.stdout is not None  # `prepare` opened /dev/null for a closed one
+    if parsed is None or sys.stdout.isatty() or os.environ.get("XUM_HOST"):
+        from xum_client.cli import run
+
+        run(args)
         return
     root, socket_path, as_json = parsed
     from xum_client.errors import XumClientError

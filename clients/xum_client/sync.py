@@ -173,6 +173,9 @@ class Client:
         self.host = host
         self._link: SshLink | None = None
         self._peer_ended = False
+        self._timed_out: str | None = None
+        """Set once a read or write timed out: the stream may hold half a message (and the
+        socket's file refuses to read again), so the connection is done (`_usable`)."""
         if host is not None:
             from xum_client.hosts import get_host
             from xum_client.sshlink import SshLink
@@ -245,7 +248,15 @@ class Client:
                 + (f"; ssh said: {detail[-1]}" if detail else "")
             ) from None
 
+    def _usable(self) -> None:
+        if self._timed_out is not None:
+            raise ConnectionLost(
+                f"this connection ended when {self._timed_out} timed out; nothing more was "
+                "sent on it: open a new client"
+            )
+
     def _call(self, method: str, params: dict[str, Any] | list[Any] | None) -> dict[str, Any]:
+        self._usable()
         request_id = next(self._ids)
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
         if params is not None:
@@ -256,6 +267,7 @@ class Client:
             self._peer_ended = True
             raise ConnectionLost("the daemon closed the connection") from None
         except TimeoutError:
+            self._timed_out = f"sending {method}"
             raise ClientTimeout(f"timed out sending {method}") from None
         while True:
             reply = self.read_message()
@@ -285,9 +297,11 @@ class Client:
         self._sock.sendall(encode(message))
 
     def read_message(self) -> Any:
+        self._usable()
         try:
             line = self._file.readline()
         except TimeoutError:
+            self._timed_out = "a read"
             raise ClientTimeout("no answer from the daemon in time") from None
         except ConnectionResetError:
             self._peer_ended = True

@@ -23,6 +23,13 @@ from xumd.turns import feature as turns_feature
 from xumd.usage import feature as usage_feature
 
 
+def import_deferred() -> None:
+    """Import now what the features built at their first request (`rpc.deferred`: gc, usage)
+    import then: `--list-fault-points` and `XUM_FAULT` must see every point a module declares."""
+    from xumd.gc import service as gc_service  # noqa: F401
+    from xumd.usage import service as usage_service  # noqa: F401
+
+
 def install_features(app: App) -> None:
     hooks = app.provide(LifecycleHooks())
     daemon_feature.install(app)
@@ -42,13 +49,13 @@ def install_features(app: App) -> None:
         app, workspaces=workspaces, scripts=scripts, hooks=hooks
     )
     turns = turns_feature.install(app, workspaces=workspaces)  # delegated turns
-    usage = usage_feature.install(  # disk usage (after lifecycle and cleanup)
+    usage = usage_feature.install(  # disk usage (after lifecycle and cleanup); built lazily
         app, git=git, workspaces=workspaces, cleanup=cleanup
     )
     recovery_feature.install(  # startup pass + strays (last: runs after the others' hooks)
         app, workspaces=workspaces, git=git, turns=turns, hooks=hooks
     )
-    gc_feature.install(  # gc policies (after usage and recovery: it uses both)
+    gc_feature.install(  # gc policies (after usage and recovery: it uses both); built lazily
         app, git=git, hooks=hooks, usage=usage, workspaces=workspaces
     )
     containment_feature.wire(containment, git=git, scripts=scripts, supervisor=supervisor)

@@ -36,10 +36,42 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
+ROOT_FILES = frozenset(
+    {
+        "xumd.lock",
+        "state.db",
+        "config.toml",  # written before a first start
+        "xumd.log",  # the bridge's log for the daemon it starts (xum_client.bridge)
+        "xumd.sock",
+        "boot-anchor",
+        "workspaces",
+        "trash",
+        "archive",
+        "processes",
+    }
+)
+"""Entries that make a directory a root of xum's: a previous start, or a client that prepared
+it for the first one."""
+
+
+class RootRefused(OSError):
+    """A root that is not made owner-only behind its users' backs."""
+
+
 def prepare_root(root: Path) -> Path:
     root = root.expanduser().absolute()
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # The root holds the socket and every checkout's state: owner only.
+    # The root holds the socket and every checkout's state: owner only. A directory that
+    # others may enter and that holds other things (`--root /tmp`, `--root ~`, a project) is
+    # not xum's to lock down: chmod would cut its other users off; refused instead.
+    if os.stat(root).st_mode & 0o077:
+        with os.scandir(root) as entries:
+            names = {entry.name for entry in entries}
+        if names and not names & ROOT_FILES:
+            raise RootRefused(
+                f"{root} holds other things and others may enter it; a root must be xum's own "
+                "directory (an empty or new one, made owner-only at start)"
+            )
     os.chmod(root, 0o700)
     return root
 

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 from xumd import __version__
@@ -21,6 +22,10 @@ from xumd import __version__
 EXIT_THREADS_WAIT_S = 2.0
 """At exit: how long the fast exit waits for worker threads that are finishing (anyio's idle
 workers stop when the event loop ends); past it, the ordinary exit joins them as before."""
+
+
+EXIT_FLUSH_FAILED = 120
+"""The interpreter's own status when flushing stdio at exit fails (Py_FinalizeEx)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,13 +77,25 @@ def main(argv: list[str] | None = None) -> int:
         from xumd import faults, logs
 
         args = _parser().parse_args(argv)
-        level = args.log_level or os.environ.get("XUM_LOG_LEVEL", "info")
-        if level not in logs.LEVELS:
-            level = "info"
-        logs.configure(level, json={"auto": None, "json": True, "console": False}[args.log_format])
-        # Importing the composition root declares every fault point.
-        from xumd import bootstrap  # noqa: F401
+        level = args.log_level or os.environ.get("XUM_LOG_LEVEL", "info").strip().lower()
+        unknown = level not in logs.LEVELS
+        logs.configure(
+            "info" if unknown else level,
+            json={"auto": None, "json": True, "console": False}[args.log_format],
+        )
+        if unknown:
+            # Said, not swallowed: a user who asked for debug lines learns why there are none.
+            logs.get("xumd.main").warning(
+                "daemon.log_level_unknown", value=level, known=list(logs.LEVELS), using="info"
+            )
+        _without_pydantic_plugins()
+        from xumd import bootstrap
         from xumd.daemon_runner import run_daemon
+
+        if args.list_fault_points or os.environ.get(faults.ENV_VAR):
+            # Every fault point is declared at import: those of the features built at their
+            # first request too.
+            bootstrap.import_deferred()
     finally:
         gc.freeze()
         gc.enable()
@@ -91,6 +108,20 @@ def main(argv: list[str] | None = None) -> int:
     code = run_daemon(args.root, args.socket, keep_processes=args.keep_processes)
     _leave(code)
     return code
+
+
+def _without_pydantic_plugins() -> None:
+    """Pydantic looks for plugins at its first model build: it imports `importlib.metadata`
+    (with email, zipfile, csv...) and reads the entry points of every installed distribution,
+    some 26 modules and a scan of site-packages before readiness. The daemon's own models use no
+    plugin (a plugin instruments validation for its user's app; the daemon is not one), so its
+    process gets a loader that finds none. Only this process: nothing is put in the environment
+    that its children (agents, scripts) inherit."""
+    if "pydantic.plugin._loader" in sys.modules:
+        return  # already looked (an embedding process): its answer stands
+    loader = types.ModuleType("pydantic.plugin._loader", "xumd: no pydantic plugins")
+    loader.get_plugins = tuple  # type: ignore[attr-defined]  # () : no plugin
+    sys.modules["pydantic.plugin._loader"] = loader
 
 
 def _leave(code: int) -> None:
@@ -113,11 +144,14 @@ def _leave(code: int) -> None:
             return
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
+        if stream is None or stream.closed:  # None: started with that descriptor closed
+            continue
         try:
-            if stream is not None:  # None: started with that descriptor closed
-                stream.flush()
-        except (OSError, ValueError):
-            pass
+            stream.flush()
+        except OSError:
+            # What the ordinary exit does when its last flush fails (a full disk under the
+            # log, a closed pipe): the status says so, never a clean 0 with lines lost.
+            code = EXIT_FLUSH_FAILED
     os._exit(code)
 
 

@@ -6,6 +6,7 @@ waits, with a deadline, for the daemon's READY=1 — exactly what systemd would 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from xum_client import Client
 
 XUMD = [sys.executable, "-m", "xumd"]
@@ -155,8 +157,21 @@ class DaemonProcess:
     def terminate(self, timeout: float = 20.0) -> int:
         assert self.proc is not None
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self._terminate_signal()
         return self.proc.wait(timeout)
+
+    def _terminate_signal(self) -> None:
+        """SIGTERM to the daemon. A launcher that forks (`unshare -T --fork`) ignores SIGTERM
+        while it waits for its child, so its children get it too: else every close waited out
+        its 15 s and then SIGKILLed the launcher. A launcher that execs (prlimit, `unshare -m`)
+        is the daemon itself and has no children here. The children are read while the launcher
+        lives and has not reaped them, so none of their pids can have been reused."""
+        assert self.proc is not None
+        children = psutil.Process(self.proc.pid).children() if self.launcher else []
+        self.proc.send_signal(signal.SIGTERM)
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.send_signal(signal.SIGTERM)
 
     def kill(self) -> int:
         assert self.proc is not None
@@ -171,7 +186,8 @@ class DaemonProcess:
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                self._terminate_signal()
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:

@@ -36,3 +36,12 @@ def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "initial")
     return path
+
+
+def commit_config(repo: Path, text: str, message: str = "xum config") -> None:
+    """Commit `text` as the project's `.xum/config.toml` (what the daemon reads at a checkout's
+    commit) into `repo`."""
+    (repo / ".xum").mkdir(exist_ok=True)
+    (repo / ".xum" / "config.toml").write_text(text)
+    git(repo, "add", ".xum/config.toml")
+    git(repo, "commit", "-q", "-m", message)

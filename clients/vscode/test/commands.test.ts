@@ -2,12 +2,14 @@
 // one part that cannot be real here: VS Code itself); everything it asks the daemon is real.
 
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import { XumClient, XumRpcError, type WorkspaceInfo } from "../../ts/src/index.js";
-import { makeRepo, until, withDaemon } from "../../ts/test/support/daemon.js";
+import { makeRepo, until, withDaemon, type Daemon } from "../../ts/test/support/daemon.js";
 import { Commands, validateName, type PickItem, type Ui } from "../src/logic/commands.js";
 import { formatError, statusBarText, workspaceLabel } from "../src/logic/format.js";
 import { WorkspaceModel } from "../src/logic/model.js";
@@ -54,71 +56,109 @@ class ScriptedUi implements Ui {
   }
 }
 
-test("new (project picked, name asked), open in a new window, terminal, archive, unarchive, remove", async () => {
-  await withDaemon(async (daemon, tmp) => {
+/** `fn` with a client of a fresh real daemon, closed after it whatever happens. */
+async function withClient<T>(fn: (client: XumClient, tmp: string, daemon: Daemon) => Promise<T>): Promise<T> {
+  return withDaemon(async (daemon, tmp) => {
     const client = await XumClient.connect({ socketPath: daemon.socketPath });
     try {
-      const repo = makeRepo(join(tmp, "repo"));
-      await client.call("project.add", { path: repo, name: "app" });
-
-      const ui = new ScriptedUi(["app", "feature-x"]);
-      const created = await new Commands(client, ui).newWorkspace();
-      assert.ok(created, ui.errors.join("\n"));
-      assert.equal(created.name, "feature-x");
-      assert.equal(created.state, "active");
-      assert.ok(existsSync(created.path));
-      assert.deepEqual(ui.asked, ["pick: Project for the new workspace", "input: Name of the new workspace"]);
-      assert.match(ui.infos[0] ?? "", /created at/);
-
-      const commands = new Commands(client, ui);
-      assert.equal(await commands.openInNewWindow(created), true);
-      assert.deepEqual(ui.opened, [{ path: created.path, newWindow: true }]);
-      assert.equal(await commands.openTerminal(created), true);
-      assert.deepEqual(ui.terminals, [{ name: "xum: feature-x", cwd: created.path }]);
-
-      const archived = await commands.archive(created);
-      assert.equal(archived?.workspace.state, "archived");
-      assert.ok(!existsSync(created.path), "the checkout is gone after the archive");
-      assert.match(ui.infos.at(-1) ?? "", /'feature-x' archived/);
-
-      // An archived workspace has no checkout to open: said so, nothing opened.
-      assert.equal(await commands.openTerminal(created), false);
-      assert.match(ui.errors.at(-1) ?? "", /is archived: .*unarchive it first/);
-      assert.equal(ui.terminals.length, 1);
-
-      const restored = await commands.unarchive(created);
-      assert.equal(restored?.workspace.state, "active");
-      assert.ok(existsSync(created.path));
-
-      const removeUi = new ScriptedUi([true]);
-      const removed = await new Commands(client, removeUi).remove(created);
-      assert.equal(removed?.removed, true);
-      await assert.rejects(client.call("workspace.get", { workspace_id: created.id }), /not found/);
+      return await fn(client, tmp, daemon);
     } finally {
       await client.close();
     }
   });
+}
+
+test("new (project picked, name asked), open in a new window, terminal, archive, unarchive, remove", async () => {
+  await withClient(async (client, tmp) => {
+    const repo = makeRepo(join(tmp, "repo"));
+    await client.call("project.add", { path: repo, name: "app" });
+
+    const ui = new ScriptedUi(["app", "feature-x"]);
+    const created = await new Commands(client, ui).newWorkspace();
+    assert.ok(created, ui.errors.join("\n"));
+    assert.equal(created.name, "feature-x");
+    assert.equal(created.state, "active");
+    assert.ok(existsSync(created.path));
+    assert.deepEqual(ui.asked, ["pick: Project for the new workspace", "input: Name of the new workspace"]);
+    assert.match(ui.infos[0] ?? "", /created at/);
+
+    const commands = new Commands(client, ui);
+    assert.equal(await commands.openInNewWindow(created), true);
+    assert.deepEqual(ui.opened, [{ path: created.path, newWindow: true }]);
+    assert.equal(await commands.openTerminal(created), true);
+    assert.deepEqual(ui.terminals, [{ name: "xum: feature-x", cwd: created.path }]);
+
+    const archived = await commands.archive(created);
+    assert.equal(archived?.workspace.state, "archived");
+    assert.ok(!existsSync(created.path), "the checkout is gone after the archive");
+    assert.match(ui.infos.at(-1) ?? "", /'feature-x' archived/);
+
+    // An archived workspace has no checkout to open: said so, nothing opened.
+    assert.equal(await commands.openTerminal(created), false);
+    assert.match(ui.errors.at(-1) ?? "", /is archived: .*unarchive it first/);
+    assert.equal(ui.terminals.length, 1);
+
+    const restored = await commands.unarchive(created);
+    assert.equal(restored?.workspace.state, "active");
+    assert.ok(existsSync(created.path));
+
+    const removeUi = new ScriptedUi([true]);
+    const removed = await new Commands(client, removeUi).remove(created);
+    assert.equal(removed?.removed, true);
+    await assert.rejects(client.call("workspace.get", { workspace_id: created.id }), /not found/);
+  });
 });
 
 test("a failed setup is an error after an unarchive as after a create", async () => {
-  await withDaemon(async (daemon, tmp) => {
-    const client = await XumClient.connect({ socketPath: daemon.socketPath });
-    try {
-      const repo = makeRepo(join(tmp, "repo"), { ".xum/config.toml": '[scripts]\nsetup = ["exit 3"]\n' });
-      const { project } = await client.call("project.add", { path: repo, name: "app" });
-      await client.call("project.trust", { project_id: project.id });
-      const ui = new ScriptedUi(["setup-fails"]);
-      const commands = new Commands(client, ui);
-      const created = await commands.newWorkspace(project.id);
-      assert.ok(created, ui.errors.join("\n"));
-      assert.match(ui.errors.at(-1) ?? "", /'setup-fails' created, but its setup failed/);
-      await client.call("workspace.archive", { workspace_id: created.id });
-      const restored = await commands.unarchive(created);
-      assert.equal(restored?.workspace.state, "active");
-      assert.match(ui.errors.at(-1) ?? "", /'setup-fails' restored, but its setup failed/);
-    } finally {
-      await client.close();
-    }
+  await withClient(async (client, tmp) => {
+    const repo = makeRepo(join(tmp, "repo"), { ".xum/config.toml": '[scripts]\nsetup = ["exit 3"]\n' });
+    const { project } = await client.call("project.add", { path: repo, name: "app" });
+    await client.call("project.trust", { project_id: project.id });
+    const ui = new ScriptedUi(["setup-fails"]);
+    const commands = new Commands(client, ui);
+    const created = await commands.newWorkspace(project.id);
+    assert.ok(created, ui.errors.join("\n"));
+    assert.match(ui.errors.at(-1) ?? "", /'setup-fails' created, but its setup failed/);
+    await client.call("workspace.archive", { workspace_id: created.id });
+    const restored = await commands.unarchive(created);
+    assert.equal(restored?.workspace.state, "active");
+    assert.match(ui.errors.at(-1) ?? "", /'setup-fails' restored, but its setup failed/);
+  });
+});
+
+test("an unarchive whose preserved file cannot be put back says where the copy is kept", async () => {
+  await withClient(async (client, tmp) => {
+    // The branch's setup (trusted) makes a directory where the preserved `.env.local` goes.
+    const repo = makeRepo(join(tmp, "repo"), {
+      ".gitignore": ".env.local\n",
+      ".xum/config.toml": '[scripts]\npreserve = [".env*"]\n',
+    });
+    const { project } = await client.call("project.add", { path: repo, name: "app" });
+    const { workspace } = await client.call("workspace.create", { project_id: project.id, name: "kept" });
+    writeFileSync(join(workspace.path, ".env.local"), "LOCAL=1\n");
+    await client.call("workspace.archive", { workspace_id: workspace.id });
+    const config = '[scripts]\nsetup = ["rm -f .env.local; mkdir .env.local"]\npreserve = [".env*"]\n';
+    const git = (...args: string[]): void => {
+      execFileSync("git", args, {
+        cwd: repo,
+        stdio: "ignore",
+        env: { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@example.invalid", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@example.invalid" },
+      });
+    };
+    git("checkout", "-q", "xum/kept");
+    writeFileSync(join(repo, ".xum", "config.toml"), config);
+    git("commit", "-q", "-am", "setup makes a directory");
+    git("checkout", "-q", "main");
+    const hash = createHash("sha256").update(config).digest("hex");
+    await client.call("project.trust", { project_id: project.id, hash });
+
+    const ui = new ScriptedUi();
+    const restored = await new Commands(client, ui).unarchive(workspace);
+    assert.equal(restored?.workspace.state, "active");
+    const kept = restored?.restored.kept_at ?? "";
+    assert.ok(kept, "the daemon kept the copy");
+    assert.match(ui.errors.at(-1) ?? "", /'kept' restored, but not in place: \.env\.local; your saved copy is kept at /);
+    assert.ok((ui.errors.at(-1) ?? "").endsWith(kept));
   });
 });
 
@@ -142,83 +182,68 @@ test("refresh lists every project and workspace; a failure is shown, not thrown"
 });
 
 test("remove refused not_safe: the error is shown, and Remove anyway forces it only when confirmed", async () => {
-  await withDaemon(async (daemon, tmp) => {
-    const client = await XumClient.connect({ socketPath: daemon.socketPath });
-    try {
-      const repo = makeRepo(join(tmp, "repo"));
-      const { project } = await client.call("project.add", { path: repo });
-      const { workspace } = await client.call("workspace.create", { project_id: project.id, name: "dirty" });
-      writeFileSync(join(workspace.path, "work.txt"), "not committed\n");
+  await withClient(async (client, tmp) => {
+    const repo = makeRepo(join(tmp, "repo"));
+    const { project } = await client.call("project.add", { path: repo });
+    const { workspace } = await client.call("workspace.create", { project_id: project.id, name: "dirty" });
+    writeFileSync(join(workspace.path, "work.txt"), "not committed\n");
 
-      const declined = new ScriptedUi([true, false]);
-      assert.equal(await new Commands(client, declined).remove(workspace), undefined);
-      assert.match(declined.errors[0] ?? "", /not_safe/);
-      assert.match(declined.asked[1] ?? "", /Remove 'dirty' anyway\? .*work\.txt/);
-      assert.equal((await client.call("workspace.get", { workspace_id: workspace.id })).workspace.state, "active");
+    const declined = new ScriptedUi([true, false]);
+    assert.equal(await new Commands(client, declined).remove(workspace), undefined);
+    assert.match(declined.errors[0] ?? "", /not_safe/);
+    assert.match(declined.asked[1] ?? "", /Remove 'dirty' anyway\? .*work\.txt/);
+    assert.equal((await client.call("workspace.get", { workspace_id: workspace.id })).workspace.state, "active");
 
-      const forced = new ScriptedUi([true, true]);
-      const removed = await new Commands(client, forced).remove(workspace);
-      assert.equal(removed?.removed, true, forced.errors.join("\n"));
-      assert.match(forced.infos.at(-1) ?? "", /'dirty' removed/);
-    } finally {
-      await client.close();
-    }
+    const forced = new ScriptedUi([true, true]);
+    const removed = await new Commands(client, forced).remove(workspace);
+    assert.equal(removed?.removed, true, forced.errors.join("\n"));
+    assert.match(forced.infos.at(-1) ?? "", /'dirty' removed/);
   });
 });
 
 test("archive refused busy: the error names its kind and each holder; Stop and archive is offered", async () => {
-  await withDaemon(async (daemon, tmp) => {
-    const client = await XumClient.connect({ socketPath: daemon.socketPath });
-    try {
-      const repo = makeRepo(join(tmp, "repo"));
-      const { project } = await client.call("project.add", { path: repo });
-      const { workspace } = await client.call("workspace.create", { project_id: project.id, name: "busy-one" });
-      // A process the daemon runs in it (stop: true can stop it) ...
-      const { process: agent } = await client.call("process.spawn", {
-        workspace_id: workspace.id,
-        kind: "agent",
-        argv: ["sleep", "60"],
-        label: "claude",
-      });
+  await withClient(async (client, tmp, daemon) => {
+    const repo = makeRepo(join(tmp, "repo"));
+    const { project } = await client.call("project.add", { path: repo });
+    const { workspace } = await client.call("workspace.create", { project_id: project.id, name: "busy-one" });
+    // A process the daemon runs in it (stop: true can stop it) ...
+    const { process: agent } = await client.call("process.spawn", {
+      workspace_id: workspace.id,
+      kind: "agent",
+      argv: ["sleep", "60"],
+      label: "claude",
+    });
 
-      // The user declines: nothing changes, and the error said why.
-      const declined = new ScriptedUi([false]);
-      assert.equal(await new Commands(client, declined).archive(workspace), undefined);
-      assert.equal(declined.errors.length, 1);
-      const message = declined.errors[0] ?? "";
-      assert.match(message, /^xum: busy: /);
-      assert.match(message, new RegExp(`agent in pid ${agent.pid}`));
-      assert.match(declined.asked[0] ?? "", /Stop the processes xum runs in 'busy-one'/);
-      assert.equal((await client.call("workspace.get", { workspace_id: workspace.id })).workspace.state, "active");
+    // The user declines: nothing changes, and the error said why.
+    const declined = new ScriptedUi([false]);
+    assert.equal(await new Commands(client, declined).archive(workspace), undefined);
+    assert.equal(declined.errors.length, 1);
+    const message = declined.errors[0] ?? "";
+    assert.match(message, /^xum: busy: /);
+    assert.match(message, new RegExp(`agent in pid ${agent.pid}`));
+    assert.match(declined.asked[0] ?? "", /Stop the processes xum runs in 'busy-one'/);
+    assert.equal((await client.call("workspace.get", { workspace_id: workspace.id })).workspace.state, "active");
 
-      // The user accepts: the archive stops the agent and says so.
-      const accepted = new ScriptedUi([true]);
-      const result = await new Commands(client, accepted).archive(workspace);
-      assert.equal(result?.workspace.state, "archived");
-      assert.deepEqual(result?.stopped, [agent.id]);
-      assert.match(accepted.infos.at(-1) ?? "", new RegExp(`stopped ${agent.id}`));
-    } finally {
-      await client.close();
-    }
+    // The user accepts: the archive stops the agent and says so.
+    const accepted = new ScriptedUi([true]);
+    const result = await new Commands(client, accepted).archive(workspace);
+    assert.equal(result?.workspace.state, "archived");
+    assert.deepEqual(result?.stopped, [agent.id]);
+    assert.match(accepted.infos.at(-1) ?? "", new RegExp(`stopped ${agent.id}`));
   });
 });
 
 test("a holder the daemon does not run (a lease) still refuses after Stop and archive", async () => {
-  await withDaemon(async (daemon, tmp) => {
-    const client = await XumClient.connect({ socketPath: daemon.socketPath });
-    try {
-      const repo = makeRepo(join(tmp, "repo"));
-      const { project } = await client.call("project.add", { path: repo });
-      const { workspace } = await client.call("workspace.create", { project_id: project.id, name: "leased" });
-      await client.call("lease.acquire", { workspace_id: workspace.id, kind: "editor", pid: process.pid, label: "vim" });
-      const ui = new ScriptedUi([true]);
-      assert.equal(await new Commands(client, ui).archive(workspace), undefined);
-      assert.equal(ui.errors.length, 2, ui.errors.join("\n"));
-      for (const error of ui.errors) assert.match(error, new RegExp(`busy: .*editor in pid ${process.pid} \\(vim\\)`));
-      assert.equal((await client.call("workspace.get", { workspace_id: workspace.id })).workspace.state, "active");
-    } finally {
-      await client.close();
-    }
+  await withClient(async (client, tmp) => {
+    const repo = makeRepo(join(tmp, "repo"));
+    const { project } = await client.call("project.add", { path: repo });
+    const { workspace } = await client.call("workspace.create", { project_id: project.id, name: "leased" });
+    await client.call("lease.acquire", { workspace_id: workspace.id, kind: "editor", pid: process.pid, label: "vim" });
+    const ui = new ScriptedUi([true]);
+    assert.equal(await new Commands(client, ui).archive(workspace), undefined);
+    assert.equal(ui.errors.length, 2, ui.errors.join("\n"));
+    for (const error of ui.errors) assert.match(error, new RegExp(`busy: .*editor in pid ${process.pid} \\(vim\\)`));
+    assert.equal((await client.call("workspace.get", { workspace_id: workspace.id })).workspace.state, "active");
   });
 });
 

@@ -15,6 +15,9 @@ import click
 
 from xum_client.sync import Client, default_root
 
+EXIT_NOT_DONE = 1
+"""A result that says part of the work was not done (`Ctx.emit_result`): the error exit."""
+
 
 class Ctx:
     """What every command gets with `@click.pass_obj`."""
@@ -54,6 +57,15 @@ class Ctx:
             click.echo(json.dumps(data, indent=None if self.as_json else 2, default=str))
         else:
             click.echo(human)
+
+    def emit_result(self, data: Any, human: str, *, not_done: bool) -> None:
+        """`emit` a result the daemon answered, then exit 1 when the result itself says part of
+        what was asked was not done (a setup or a cleanup that `failed`, a removal cut short:
+        README, "Errors"). The result is printed whole either way (never the `{"error"}`
+        form: the daemon did act), so a script reads what happened and what is left."""
+        self.emit(data, human)
+        if not_done:
+            raise SystemExit(EXIT_NOT_DONE)
 
     def table(
         self, data: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = ""

@@ -9,7 +9,6 @@ output. A failure to subscribe (an older daemon, say) only means no progress is 
 from __future__ import annotations
 
 import contextlib
-import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -75,8 +74,7 @@ class SetupDisplay:
     def __exit__(self, *exc: object) -> None:
         if self._client is not None:
             # Unblocks the follower's read: it sees the end of the stream and returns.
-            with contextlib.suppress(OSError):
-                self._client._sock.shutdown(socket.SHUT_RDWR)
+            self._client.interrupt()
         if self._thread is not None:
             self._thread.join(JOIN_S)
         if self._live is not None:

@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from xum_client.commands._context import Ctx
+from xum_client.commands._context import EXIT_NOT_DONE, Ctx
+from xum_client.commands._outcomes import cleanup_failed
 from xum_client.commands._resolve import workspace_id
 from xum_client.commands._status import cleanup_line as status_line
 from xum_client.commands._status import first_line as _first_line
@@ -89,8 +90,9 @@ def register(cli: click.Group) -> None:
             elif target:
                 params["workspace_id"] = workspace_id(client, target)
             result = client.call("cleanup.retry", params)
+        not_done = any(cleanup_failed(status) for status in result["workspaces"].values())
         if obj.as_json:
-            obj.emit(result)
+            obj.emit_result(result, "", not_done=not_done)
             return
         for wid, status in result["workspaces"].items():
             line = f"{wid}: cleanup {status['status']}"
@@ -108,6 +110,8 @@ def register(cli: click.Group) -> None:
                 click.echo(f"  {status['reason']}")
         if not result["workspaces"]:
             click.echo("nothing was due")
+        if not_done:
+            raise SystemExit(EXIT_NOT_DONE)
 
 
 __all__ = ["register", "status_line"]

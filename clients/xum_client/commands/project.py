@@ -7,6 +7,7 @@ import os
 import click
 
 from xum_client.commands._context import Ctx
+from xum_client.commands._outcomes import cleanup_failed
 from xum_client.commands._resolve import given, project_id
 from xum_client.commands.workspace import kept_line
 
@@ -89,9 +90,11 @@ def register(cli: click.Group) -> None:
             lines.append(f"  workspace {ws['name']}: removed (cleanup {cleanup})")
             if done.get("kept"):
                 lines.append("    " + kept_line(done["kept"]))
-        obj.emit(result, "\n".join(lines))
-        if not result["removed"]:
-            raise SystemExit(1)  # not a success for a script: the project is still there
+        # The project still there (cut short), or a workspace's cleanup that failed.
+        not_done = not result["removed"] or any(
+            cleanup_failed((ws.get("result") or {}).get("cleanup")) for ws in result["workspaces"]
+        )
+        obj.emit_result(result, "\n".join(lines), not_done=not_done)
 
     @project.command("trust")
     @click.argument("project_ref")

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from xum_client.commands._context import Ctx
+from xum_client.commands._outcomes import setup_failed, setup_line
 from xum_client.commands._resolve import project_id, workspace_id
 
 LONG_TIMEOUT_S = 3600.0
@@ -110,7 +111,10 @@ def register(cli: click.Group) -> None:
                 params["runtime"] = runtime
             result = client.call("turn.create", params)
         w = result["workspace"]
-        obj.emit(result, f"{result['turn']['id']}: {w['name']} ({w['id']}) at {w['path']}")
+        human = f"{result['turn']['id']}: {w['name']} ({w['id']}) at {w['path']}"
+        if result.get("setup"):  # a new target ran its setup
+            human += "\n" + setup_line(result["setup"], w["id"])
+        obj.emit_result(result, human, not_done=setup_failed(result))
 
     @turn.command("ls")
     @click.argument("owner_ref")

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from xum_client.commands._context import Ctx, host_timeout_option
+from xum_client.commands._outcomes import cleanup_failed, setup_failed, setup_line
 from xum_client.commands._progress import SetupDisplay, by_id, by_name, setup_progress
 from xum_client.commands._resolve import env_option, given, project_id, short, workspace_id
 from xum_client.sync import Client
@@ -30,21 +31,9 @@ def _on_workspace(obj: Ctx, method: str, ref: str, **params: Any) -> dict[str, A
         return client.call(method, {"workspace_id": workspace_id(client, ref), **params})
 
 
-def _setup_line(setup: dict[str, Any], ref: str | None = None) -> str:
-    line = f"setup: {setup['status']}"
-    if setup.get("error"):
-        line += f" ({setup['error']})"
-    if setup.get("hint"):
-        line += f"\n  {setup['hint']}"
-        if setup["status"] == "untrusted" and ref:
-            # Trusting does not run a skipped setup by itself: say how.
-            line += f"; then run its setup: xum ws setup {ref}"
-    return line
-
-
 def _setup_report(setup: dict[str, Any], ref: str, display: SetupDisplay | None) -> str:
     """The setup line, then a failed setup's output unless the display already streamed it."""
-    text = _setup_line(setup, ref)
+    text = setup_line(setup, ref)
     streamed = display is not None and display.streamed
     if setup.get("output") and setup["status"] != "ok" and not streamed:
         text += "\n" + setup["output"]
@@ -233,7 +222,7 @@ def register(cli: click.Group) -> None:
         if extras:
             human += "\n" + extras
         human += "\n" + _setup_report(result["setup"], f"{project_ref}/{name}", display)
-        obj.emit(result, human)
+        obj.emit_result(result, human, not_done=setup_failed(result))
 
     @ws.command("ls")
     @click.option("--project", "project_ref", help="only this project (id or name)")
@@ -298,7 +287,7 @@ def register(cli: click.Group) -> None:
         if w.get("interrupted"):
             reason = w.get("interrupted_reason") or "no reason recorded"
             human.append(f"interrupted: {reason}\n  keep it (`xum ws keep {ref}`) or remove it")
-        human.append(_setup_line(w["setup"], ref))
+        human.append(setup_line(w["setup"], ref))
         if w["setup"].get("output"):
             human.append(w["setup"]["output"].rstrip())
         if w.get("snapshot"):
@@ -342,7 +331,7 @@ def register(cli: click.Group) -> None:
         if stop:
             stopped = result.get("stopped") or []
             lines.insert(1, "stopped: " + (", ".join(stopped) if stopped else "nothing running"))
-        obj.emit(result, "\n".join(lines))
+        obj.emit_result(result, "\n".join(lines), not_done=cleanup_failed(result["cleanup"]))
 
     @ws.command("unarchive")
     @click.argument("ref")
@@ -358,7 +347,7 @@ def register(cli: click.Group) -> None:
         files = len((restored.get("snapshot") or {}).get("files", []))
         human = (
             f"restored {w['name']} at {w['path']} ({files} file(s) from the snapshot, "
-            f"{len(restored['preserved'])} preserved)\n{_setup_line(result['setup'], ref)}"
+            f"{len(restored['preserved'])} preserved)\n{setup_line(result['setup'], ref)}"
         )
         if restored.get("replaced"):
             human += "\nyour preserved copy replaced what setup wrote: " + ", ".join(
@@ -380,7 +369,8 @@ def register(cli: click.Group) -> None:
                 f"\nnot in place: {', '.join(restored.get('unverified') or [])}; "
                 f"your saved copy is kept at {restored['kept_at']}"
             )
-        obj.emit(result, human)
+        not_done = setup_failed(result) or bool(restored.get("kept_at"))
+        obj.emit_result(result, human, not_done=not_done)
 
     @ws.command("rm")
     @click.argument("ref")
@@ -399,7 +389,7 @@ def register(cli: click.Group) -> None:
         if result.get("kept"):
             lines.append(kept_line(result["kept"]))
         lines.append(_cleanup_line(result["cleanup"]))
-        obj.emit(result, "\n".join(lines))
+        obj.emit_result(result, "\n".join(lines), not_done=cleanup_failed(result["cleanup"]))
 
     @ws.command("setup")
     @click.argument("ref")
@@ -412,10 +402,9 @@ def register(cli: click.Group) -> None:
                 result = client.call("workspace.setup", {"workspace_id": wid})
         w = result["workspace"]
         human = f"{w['name']} ({w['id']})\n" + _setup_report(result["setup"], ref, display)
-        obj.emit(result, human)
-        if result["setup"]["status"] in ("failed", "untrusted"):
-            # Not a success for a script: the setup did not run, or failed.
-            raise SystemExit(1)
+        # Untrusted too: running the setup is all this command is for, and it did not run.
+        untrusted = result["setup"]["status"] == "untrusted"
+        obj.emit_result(result, human, not_done=setup_failed(result) or untrusted)
 
     @ws.command("discard-kept")
     @click.argument("path")

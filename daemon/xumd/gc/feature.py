@@ -1,7 +1,14 @@
 """Install garbage collection: `gc.plan`, `gc.run` (and, with `enable_test_methods`,
-`test.clock_advance`, which ages records for gc without sleeping)."""
+`test.clock_advance`, which ages records for gc without sleeping).
+
+No startup step needs gc: its service (the planner, the usage walk) is imported and built at the
+first request that names a gc method (`rpc.deferred`), not before readiness. The worker that
+resumes `running` runs builds it at once if the store holds one, else waits for the first build.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 from xum_protocol.models.gc import (
@@ -13,12 +20,16 @@ from xum_protocol.models.gc import (
 )
 
 from xumd.app import App
-from xumd.gc.service import GcClock, GcService
+from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle.seams import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
+from xumd.rpc.deferred import Deferred
 from xumd.rpc.dispatch import RequestContext
-from xumd.usage.service import UsageService
+
+if TYPE_CHECKING:
+    from xumd.gc.service import GcService
+    from xumd.usage.service import UsageService
 
 
 # Test-method models (enable_test_methods only): built on first use, not at every start-up.
@@ -37,32 +48,58 @@ def install(
     *,
     git: Git,
     hooks: LifecycleHooks,
-    usage: UsageService,
+    usage: Deferred[UsageService],
     workspaces: WorkspaceService,
-) -> GcService:
-    clock = GcClock()
-    service = app.provide(
-        GcService(app, git, clock, hooks=hooks, usage=usage, workspaces=workspaces)
-    )
+) -> Deferred[GcService]:
+    def build() -> GcService:
+        from xumd.gc.service import GcClock, GcService
 
-    async def gc_plan(p: GcPlanParams, ctx: RequestContext) -> GcPlanResult:
+        return app.provide(
+            GcService(
+                app, git, GcClock(), hooks=hooks, usage=usage.get("gc"), workspaces=workspaces
+            )
+        )
+
+    gc = Deferred("gc", build)
+
+    async def gc_plan(service: GcService, p: GcPlanParams, ctx: RequestContext) -> GcPlanResult:
         return await service.plan()
 
-    async def gc_run(p: GcRunParams, ctx: RequestContext) -> GcRunResult:
+    async def gc_run(service: GcService, p: GcRunParams, ctx: RequestContext) -> GcRunResult:
         return await service.run(p)
 
-    async def gc_get(p: GcGetParams, ctx: RequestContext) -> GcRunResult:
+    async def gc_get(service: GcService, p: GcGetParams, ctx: RequestContext) -> GcRunResult:
         return service.get(p.run_id)
 
-    app.router.add("gc.plan", gc_plan)
-    app.router.add("gc.run", gc_run)
-    app.router.add("gc.get", gc_get)
-    app.after_ready("gc.worker", service.serve)
-    app.on_shutdown("gc.worker", service.stop)
+    async def worker() -> None:
+        # A run recorded `running` (cut by the last stop) resumes now; otherwise the worker has
+        # nothing to do until a request builds the service (a background run wakes it).
+        service = None
+        if app.store.one("SELECT 1 FROM gc_runs WHERE state = 'running' LIMIT 1") is not None:
+            try:
+                service = gc.get("gc.worker")
+            except XumError:
+                # Logged by the build. The worker must not end here: the run stays recorded
+                # `running`, and the first request that builds gc brings the worker back to it.
+                service = None
+        if service is None:
+            service = await gc.wait()
+        if not app.stopping:
+            await service.serve()
+
+    async def stop() -> None:
+        if gc.built is not None:
+            await gc.built.stop()
+
+    app.router.add("gc.plan", gc.route(gc_plan))
+    app.router.add("gc.run", gc.route(gc_run))
+    app.router.add("gc.get", gc.route(gc_get))
+    app.after_ready("gc.worker", worker)
+    app.on_shutdown("gc.worker", stop)
     if app.config.enable_test_methods:
 
-        async def advance(p: _Advance, ctx: RequestContext) -> BaseModel:
-            return _Now(now=clock.advance(p.seconds))
+        async def advance(service: GcService, p: _Advance, ctx: RequestContext) -> BaseModel:
+            return _Now(now=service.clock.advance(p.seconds))
 
-        app.router.add("test.clock_advance", advance, _Advance)
-    return service
+        app.router.add("test.clock_advance", gc.route(advance), _Advance)
+    return gc

@@ -1,6 +1,11 @@
-"""Install disk usage: `workspace.usage`."""
+"""Install disk usage: `workspace.usage`.
+
+No startup step needs it: its service (and the walk) is imported and built at the first request
+that needs it (`rpc.deferred`), not before readiness."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from xum_protocol.models.usage import WorkspaceUsageParams, WorkspaceUsageResult
 
@@ -8,17 +13,27 @@ from xumd.app import App
 from xumd.cleanup.service import CleanupService
 from xumd.git import Git
 from xumd.lifecycle.service import WorkspaceService
+from xumd.rpc.deferred import Deferred
 from xumd.rpc.dispatch import RequestContext
-from xumd.usage.service import UsageService
+
+if TYPE_CHECKING:
+    from xumd.usage.service import UsageService
 
 
 def install(
     app: App, *, git: Git, workspaces: WorkspaceService, cleanup: CleanupService
-) -> UsageService:
-    service = app.provide(UsageService(app, git, workspaces, cleanup))
+) -> Deferred[UsageService]:
+    def build() -> UsageService:
+        from xumd.usage.service import UsageService
 
-    async def ws_usage(p: WorkspaceUsageParams, ctx: RequestContext) -> WorkspaceUsageResult:
+        return app.provide(UsageService(app, git, workspaces, cleanup))
+
+    usage = Deferred("usage", build)
+
+    async def ws_usage(
+        service: UsageService, p: WorkspaceUsageParams, ctx: RequestContext
+    ) -> WorkspaceUsageResult:
         return await service.usage(p)
 
-    app.router.add("workspace.usage", ws_usage)
-    return service
+    app.router.add("workspace.usage", usage.route(ws_usage))
+    return usage

@@ -101,6 +101,13 @@ export class Commands {
     return this.guard(async () => {
       const result = await this.client.call("workspace.unarchive", { workspace_id: ws.id });
       this.reportSetup("restored", result.workspace, result.setup);
+      const kept = result.restored.kept_at;
+      if (kept) {
+        // Preserved files that could not be put back: the user's copy is kept, and said where
+        // (as the command line says it, and exits 1).
+        const files = (result.restored.unverified ?? []).join(", ");
+        this.ui.error(`xum: '${result.workspace.name}' restored, but not in place: ${files}; your saved copy is kept at ${kept}`);
+      }
       return result;
     });
   }
