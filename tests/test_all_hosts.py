@@ -102,6 +102,16 @@ class World:
             assert done.returncode == 0, done.stderr
         return done
 
+    def spawn(self, *args: str) -> subprocess.Popen[str]:
+        """`xum --root LOCAL ARGS` running (a long view the test reads as it goes)."""
+        return subprocess.Popen(
+            [XUM, "--root", str(self.local.root), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **self.env},
+        )
+
     def close(self) -> None:
         for daemon in (self.local, self.h1, self.h2):
             daemon.close()
@@ -205,22 +215,7 @@ def test_a_host_that_never_answers_is_cut_at_its_deadline_and_hosts_go_at_once(
     world.xum("host", "add", "hang", "xumtest-hang")
     world.xum("host", "add", "hang2", "xumtest-hang")
     before = len(world.silent.accepted)
-    proc = subprocess.Popen(
-        [
-            XUM,
-            "--root",
-            str(world.local.root),
-            "status",
-            "--all-hosts",
-            "--json",
-            "--host-timeout",
-            "60",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **world.env},
-    )
+    proc = world.spawn("status", "--all-hosts", "--json", "--host-timeout", "60")
     try:
         # Both silent hosts are being asked at the same time: one at a time, the second
         # connection would come only after the first one's 60 s.
@@ -348,24 +343,7 @@ def test_a_host_of_another_version_is_named_with_how_to_fix_it(world: World) -> 
 
 
 def test_xum_events_all_hosts_tags_each_line(world: World) -> None:
-    proc = subprocess.Popen(
-        [
-            XUM,
-            "--root",
-            str(world.local.root),
-            "events",
-            "--all-hosts",
-            "--json",
-            "--type",
-            "project.",
-            "--count",
-            "1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **world.env},
-    )
+    proc = world.spawn("events", "--all-hosts", "--json", "--type", "project.", "--count", "1")
     try:
         assert proc.stdout is not None
         subscribed = set()

@@ -76,7 +76,11 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("entry", ["xumd.main"]),
     ("python -m", ["xumd.__main__"]),
     # -- the client ----------------------------------------------------------------------------
-    ("client leaves", ["xum_client.errors", "xum_client.units", "xum_client.paging"]),
+    # hostprune: shipped to a host as source and run there alone, so it imports no xum at all.
+    (
+        "client leaves",
+        ["xum_client.errors", "xum_client.units", "xum_client.paging", "xum_client.hostprune"],
+    ),
     # Hosts (docs/HOSTS.md): the hosts file and ssh command, the bridge, the ssh transport.
     ("hosts", ["xum_client.hosts", "xum_client.bridge"]),
     ("host transport", ["xum_client.sshlink"]),

@@ -238,14 +238,46 @@ def test_a_host_with_another_python_gets_wheels_for_it_and_force_reinstalls(host
     link = host.data / "venv"
     assert (link / "lib" / "python3.12" / "site-packages" / "xum_client").is_dir()
 
-    # --force: a fresh venv beside the first, the link moved, the first one kept.
-    done = run_xum(host.env, "host", "install", "h", "--python", other, "--force", "--json")
+    # --force while a process runs from the first (as a daemon started before would): a fresh
+    # venv beside it, the link moved, the first kept, saying why.
+    ready = "import sys, pydantic_core; print('ready', flush=True); sys.stdin.read()"
+    user = subprocess.Popen(
+        [str(Path(first["venv"]) / "bin" / "python"), "-c", ready],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert user.stdout is not None and user.stdout.readline().strip() == "ready"
+        done = run_xum(host.env, "host", "install", "h", "--python", other, "--force", "--json")
+    finally:
+        assert user.stdin is not None
+        user.stdin.close()
+        user.wait(30)
     assert done.returncode == 0, done.stderr
     second = json.loads(done.stdout)
     assert second["changed"] is True and second["installed_before"] == xumd.__version__
     assert second["venv"] != first["venv"] and second["previous"] == first["venv"]
-    assert second["kept"] == [first["venv"]]
+    assert second["pruned"] == [] and second["kept"] == [first["venv"]]
+    assert second["why"] == {first["venv"]: f"in use by process {user.pid}"}
     assert link.resolve() == Path(second["venv"]) and Path(first["venv"]).is_dir()
+
+    # Once nothing runs from them, the next install removes both older ones, and never a
+    # directory someone made there by hand.
+    by_hand = host.data / "venvs" / "mine"
+    by_hand.mkdir()
+    done = run_xum(host.env, "host", "install", "h", "--python", other, "--force")
+    assert done.returncode == 0, done.stderr
+    third = link.resolve()
+    assert sorted(p.name for p in (host.data / "venvs").iterdir()) == sorted(["mine", third.name])
+    lines = done.stdout.strip().splitlines()
+    assert sorted(lines[1:]) == sorted(
+        [
+            f"removed the older {first['venv']}",
+            f"removed the older {second['venv']}",
+            f"kept {by_hand}: not made by xum host install (no .xum-host-install)",
+        ]
+    )
 
 
 def test_a_venv_made_by_hand_is_never_replaced(host: Host) -> None:
@@ -299,3 +331,53 @@ def test_a_failed_install_on_the_host_leaves_nothing_half_made(host: Host, tmp_s
     assert not (host.data / "venv").exists()
     assert list((host.data / "venvs").iterdir()) == []
     assert not [p for p in host.data.iterdir() if p.name.startswith(".wheels-")]
+
+
+def test_a_host_that_never_answers_the_probe_is_stopped_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An ssh that connects and then hangs (played by a shell that sleeps, in ssh's place)."""
+    monkeypatch.setenv("XUM_SSH", "sh -c 'exec sleep 600' ssh")
+    with pytest.raises(hostinstall.HostInstallError) as caught:
+        hostinstall.probe_host(HostEntry("h", "box"), timeout=1)
+    assert str(caught.value) == (
+        "host h (box): no answer within 1s while asking which Python it has"
+    )
+
+
+def test_a_pip_that_never_finishes_is_stopped_at_its_deadline(tmp_short: Path) -> None:
+    """pip asking an index that accepts the connection and never answers."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as index:
+        index.bind(("127.0.0.1", 0))
+        index.listen(1)
+        url = f"http://127.0.0.1:{index.getsockname()[1]}/simple"
+        args = ["download", "--no-cache-dir", "--index-url", url, "--timeout", "600"]
+        args += ["--retries", "0", "-d", str(tmp_short), "xum-no-such-dist"]
+        with pytest.raises(hostinstall.HostInstallError) as caught:
+            hostinstall._run_pip(args, "fetching", 3)
+    assert str(caught.value) == "fetching: pip did not finish within 3s"
+
+
+def test_ssh_ending_mid_install_says_the_outcome_is_unknown(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection drops (ssh's 255) with no word from the install script: it may have
+    finished on the host, so the message must not say it failed. (An "ssh" that reads the
+    wheels, then ends as a dropped connection does.)"""
+    monkeypatch.setenv(
+        "XUM_SSH", "sh -c 'cat >/dev/null; echo \"Connection reset by peer\" >&2; exit 255' ssh"
+    )
+    wheel = tmp_short / "x-1-py3-none-any.whl"
+    wheel.write_bytes(b"not really a wheel")
+    python = HostPython(
+        "/usr/bin/python3", (3, 11, 0), "cpython", "linux-x86_64", "glibc", None, ""
+    )
+    with pytest.raises(hostinstall.HostInstallError) as caught:
+        hostinstall.push_and_install(HostEntry("h", "box"), python, [wheel])
+    assert str(caught.value) == (
+        "host h (box): ssh ended while installing (Connection reset by peer): the install may or "
+        "may not have finished there; run `xum host install h` again to see (it does nothing "
+        "when this version is in place)"
+    )

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from xum_client import hosts
@@ -159,6 +160,48 @@ def test_ssh_command_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     assert hosts.ssh_command(HostEntry("h", "h"))[-1].endswith(" xum bridge")
 
 
+XUM_SSH_CASES = Path(__file__).parent / "support" / "xum_ssh_cases.json"
+
+
+def xum_ssh_cases() -> list[dict[str, Any]]:
+    """$XUM_SSH texts and the words every client splits them into (or the refusal): the table
+    the Neovim and TypeScript tests hold their clients to as well."""
+    cases: list[dict[str, Any]] = json.loads(XUM_SSH_CASES.read_text())["cases"]
+    return cases
+
+
+@pytest.mark.parametrize("case", xum_ssh_cases(), ids=lambda case: repr(case["text"]))
+def test_xum_ssh_is_split_as_a_shell_would(
+    case: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XUM_SSH", case["text"])
+    if "error" in case:
+        # A clear refusal naming the variable, never a traceback from shlex.
+        with pytest.raises(HostConfigError, match=rf"\$XUM_SSH .*{case['error']}"):
+            hosts.ssh_program()
+    else:
+        assert hosts.ssh_program() == case["words"]
+
+
+SSH_FAILURES = Path(__file__).parent / "support" / "ssh_failures.json"
+
+
+def ssh_failures() -> dict[str, Any]:
+    """ssh exit statuses and stderr, and the kind and message each client gives them: the table
+    the Neovim and TypeScript tests hold their clients to as well."""
+    table: dict[str, Any] = json.loads(SSH_FAILURES.read_text())
+    return table
+
+
+@pytest.mark.parametrize("case", ssh_failures()["cases"], ids=lambda case: case["message"][:60])
+def test_an_ssh_failure_is_classified(case: dict[str, Any]) -> None:
+    from xum_client.sshlink import classify
+
+    entry = HostEntry(**ssh_failures()["entry"])
+    error = classify(entry, case["status"], case["stderr"])
+    assert (error.kind, str(error)) == (case["kind"], case["message"])
+
+
 def _fake_xum(bin_dir: Path, log: Path) -> None:
     bin_dir.mkdir(parents=True)
     script = bin_dir / "xum"
@@ -292,6 +335,16 @@ def test_cli_ssh_that_cannot_run_is_one_clear_line(hosts_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr == (
         "xum: cannot run ssh (/nonexistent/ssh) for host 'h': No such file or directory\n"
+    )
+
+
+def test_cli_xum_ssh_that_cannot_be_split_is_one_clear_line(hosts_path: Path) -> None:
+    env = {"XUM_HOSTS_FILE": str(hosts_path), "XUM_SSH": "ssh -F '/tmp/my config"}
+    assert xum(env, "host", "add", "h", "alias").returncode == 0
+    done = xum(env, "--host", "h", "ws", "ls")
+    assert done.returncode == 1
+    assert done.stderr == (
+        'xum: cannot split $XUM_SSH "ssh -F \'/tmp/my config": No closing quotation\n'
     )
 
 

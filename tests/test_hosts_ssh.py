@@ -8,10 +8,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,9 @@ from xum_client.errors import BridgeFailed, HostKeyRefused, HostUnreachable, Xum
 from xum_client.hosts import HostEntry, add_host
 from xumd.rootlock import read_holder
 
+from tests.lifecycle_helpers import commit_scripts
 from tests.support.daemon import short_tmpdir
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import make_repo
 from tests.support.procs import alive, identify
 from tests.support.sshd import ALIAS, ALIAS_BADKEY, ALIAS_DOWN, SshServer, stop_root_daemon
 from tests.support.wait import until
@@ -273,12 +276,7 @@ def _slow_teardown_workspace(tmp_short: Path) -> tuple[dict[str, Any], Path]:
     ctl.mkdir()
     os.mkfifo(ctl / "fifo")
     repo = make_repo(tmp_short / "repo")
-    (repo / ".xum").mkdir()
-    (repo / ".xum" / "config.toml").write_text(
-        f'[scripts]\nteardown = ["touch {ctl}/started && read line < {ctl}/fifo"]\n'
-    )
-    git(repo, "add", ".xum")
-    git(repo, "commit", "-q", "-m", "slow teardown")
+    commit_scripts(repo, teardown=f"touch {ctl}/started && read line < {ctl}/fifo")
     with Client(host="h1") as client:
         project = client.call("project.add", {"path": str(repo)})["project"]
         client.call("project.trust", {"project_id": project["id"]})
@@ -475,3 +473,139 @@ def test_a_killed_client_leaves_no_ssh(host_env: dict[str, str]) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+# -- commands that start or attach to a process, through a host --------------------------------
+
+
+@pytest.fixture
+def host_ws(host_env: dict[str, str], tmp_short: Path) -> str:
+    """An active workspace `repo/one` on host h1; its checkout path (the host's)."""
+    repo = make_repo(tmp_short / "repo")
+    xum_json(host_env, "--host", "h1", "project", "add", str(repo))
+    path: str = xum_json(host_env, "--host", "h1", "ws", "new", "repo", "one")["workspace"]["path"]
+    return path
+
+
+def test_run_through_a_host_streams_forwards_stdin_and_exits_with_the_code(
+    host_env: dict[str, str], host_ws: str
+) -> None:
+    """`xum --host h1 run` runs on the host, in its checkout: output streamed back over the
+    bridge, stdin forwarded over a second bridge connection, the exit code the process's."""
+    done = subprocess.run(
+        [XUM, "--host", "h1", "run", "repo/one", "--", "sh", "-c", "echo start; pwd; cat; exit 7"],
+        input="hello\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **host_env},
+    )
+    assert done.returncode == 7, done.stderr
+    assert done.stdout == f"start\n{host_ws}\nhello\n"
+    # --detach: started there, the id printed, still running after the command returned.
+    started = xum(
+        host_env,
+        "--host",
+        "h1",
+        "run",
+        "--detach",
+        "--kind",
+        "agent",
+        "repo/one",
+        "--",
+        "sleep",
+        "600",
+    )
+    assert started.returncode == 0, started.stderr
+    process_id = started.stdout.strip()
+    listed = xum_json(host_env, "--host", "h1", "ps")["processes"]
+    assert [(p["id"], p["state"]) for p in listed] == [(process_id, "running")]
+    assert xum(host_env, "--host", "h1", "kill", process_id).returncode == 0
+
+
+# ~10 s (a workspace made through ssh, then a run killed and waited out): reliability suite.
+@pytest.mark.reliability
+def test_a_run_through_a_host_whose_cli_is_killed_leaves_no_orphan(
+    host_env: dict[str, str], host_ws: str
+) -> None:
+    """SIGKILL the CLI mid-run: both its ssh connections end, and the host's daemon stops the
+    foreground process its connection owned (`session`), as it would locally."""
+    cli = subprocess.Popen(
+        [XUM, "--host", "h1", "run", "repo/one", "--", "sh", "-c", "echo started; exec sleep 600"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, **host_env},
+        start_new_session=True,
+    )
+    try:
+        assert cli.stdout is not None and cli.stdout.readline() == b"started\n"
+        ssh = [identify(p.pid) for p in psutil.Process(cli.pid).children() if "ssh" in p.name()]
+        assert len(ssh) == 2, ssh  # the output connection and the stdin one
+        cli.kill()
+        cli.wait(30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait(30)
+    until(lambda: not any(alive(s) for s in ssh), 60, message="the CLI's ssh to exit")
+
+    def stopped() -> dict[str, Any] | None:
+        processes = xum_json(host_env, "--host", "h1", "ps", "--all")["processes"]
+        return processes[0] if processes and processes[0]["state"] == "exited" else None
+
+    process = until(stopped, 60, message="the daemon to stop the orphaned run")
+    assert process["exit"]["stop_reason"] == "session"
+
+
+def test_term_through_a_host_is_an_interactive_pty(host_env: dict[str, str], host_ws: str) -> None:
+    master, slave = os.openpty()
+    proc = subprocess.Popen(
+        [XUM, "--host", "h1", "term", "repo/one", "--shell", "/bin/sh"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**os.environ, **host_env},
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        sent = False
+        while b"hi-42" not in seen and time.monotonic() < deadline:
+            if not sent and seen:  # the shell's prompt: the terminal is attached
+                os.write(master, b"tty >/dev/null && echo hi-$((6*7)) && pwd; exit 5\n")
+                sent = True
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+        assert b"hi-42" in seen, seen
+        assert proc.wait(60) == 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        os.close(master)
+
+
+def test_a_proxy_commands_children_go_with_the_client(
+    host_env: dict[str, str], tmp_short: Path
+) -> None:
+    """ssh's ProxyCommand and what it starts run in ssh's process group: closing the client
+    stops that whole group, so nothing the proxy left behind outlives the connection."""
+    if shutil.which("socat") is None:
+        pytest.skip("socat is not installed (apt-get install socat)")
+    marker = tmp_short / "proxy-child.pid"
+    proxy = (
+        f"sh -c 'sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {marker}; "
+        "exec socat - TCP:127.0.0.1:%p'"
+    )
+    add_host(HostEntry("px", ALIAS, host_env["REMOTE_ROOT"], {"ProxyCommand": proxy}))
+    with Client(host="px") as client:
+        assert client.call("daemon.status")["root"] == host_env["REMOTE_ROOT"]
+        child = identify(int(marker.read_text()))
+        assert alive(child)
+    until(lambda: not alive(child), 30, message="the proxy's child to be stopped")

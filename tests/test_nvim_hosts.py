@@ -4,17 +4,23 @@ bridge` (a real sshd on loopback, tests/support/sshd.py) to a real xumd; the sce
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from xum_client.hosts import HostEntry, add_host, ssh_command
+from xum_client.errors import VersionMismatch
+from xum_client.hosts import HostConfigError, HostEntry, add_host, ssh_command
+from xum_client.sync import CLIENT_VERSION, release_context
 
 from tests.support.daemon import short_tmpdir
 from tests.support.sshd import ALIAS, ALIAS_DOWN, SshServer
-from tests.test_nvim_plugin import NVIM, PLUGIN, run_scenario, world_in
+from tests.test_hosts_config import ssh_failures, xum_ssh_cases
+from tests.test_nvim_plugin import NVIM, headless_nvim, run_scenario, world_in
 
 pytestmark = pytest.mark.skipif(
     NVIM is None, reason="nvim is not installed (apt-get install neovim)"
@@ -46,39 +52,129 @@ def test_plugin_through_a_host_reconnects_and_names_a_host_down() -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_what_a_proxy_command_left_goes_with_ssh(tmp_short: Path) -> None:
+    if shutil.which("socat") is None:
+        pytest.skip("socat is not installed (apt-get install socat)")
+    base = short_tmpdir("xumnp-")
+    server = SshServer(base)
+    marker = tmp_short / "proxy-child.pid"
+    try:
+        server.start()
+        with world_in(short_tmpdir("xumnv-")) as world:
+            try:
+                run_scenario(
+                    world,
+                    "host_proxy",
+                    env={
+                        **server.env(),
+                        "XUM_SOCKET": "<unset>",
+                        "XUM_TEST_SSH_ALIAS": ALIAS,
+                        "XUM_TEST_PROXY_MARKER": str(marker),
+                    },
+                )
+            except BaseException:
+                if marker.exists():
+                    # The scenario failed: the child it names may still run, and is ours.
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(marker.read_text()), signal.SIGKILL)
+                raise
+    finally:
+        server.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_the_plugins_ssh_command_is_the_python_clients(
     tmp_short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XUM_SSH", "ssh -F /tmp/cfg")
+    """Word for word, for every $XUM_SSH of the shared table (quotes, backslashes, a path with
+    a space): the same argv, or the same refusal where it cannot be split."""
     entry = HostEntry("dev-1", "me@dev.example", "/srv/a b'c$(x)", {"ConnectTimeout": "5"})
+    cases = xum_ssh_cases()
     script = tmp_short / "argv.lua"
     out = tmp_short / "argv.json"
     script.write_text(
-        "local argv = require('xum.host').ssh_argv({ name = 'dev-1', dest = 'me@dev.example', "
-        "remote_root = \"/srv/a b'c$(x)\", ssh_options = { ConnectTimeout = '5' } })\n"
-        f"vim.fn.writefile({{ vim.json.encode(argv) }}, '{out}')\n"
+        f"local cases = vim.json.decode({json.dumps(json.dumps(cases))})\n"
+        "local results = {}\n"
+        "for i, case in ipairs(cases) do\n"
+        "  vim.env.XUM_SSH = case.text\n"
+        "  local argv, err = require('xum.host').ssh_argv({ name = 'dev-1', "
+        "dest = 'me@dev.example', remote_root = \"/srv/a b'c$(x)\", "
+        "ssh_options = { ConnectTimeout = '5' } })\n"
+        "  results[i] = { argv = argv or vim.NIL, err = err or vim.NIL }\n"
+        "end\n"
+        f"vim.fn.writefile({{ vim.json.encode(results) }}, '{out}')\n"
     )
-    assert NVIM is not None
     done = subprocess.run(
-        [
-            NVIM,
-            "--headless",
-            "-u",
-            "NONE",
-            "-i",
-            "NONE",
-            "-n",
-            "--cmd",
-            f"set rtp^={PLUGIN}",
-            "-c",
-            f"luafile {script}",
-            "-c",
-            "qa!",
-        ],
+        headless_nvim(f"luafile {script}", "qa!"),
         capture_output=True,
         text=True,
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(out.read_text()) == ssh_command(entry)
+    results = json.loads(out.read_text())
+    assert len(results) == len(cases)
+    for case, result in zip(cases, results, strict=True):
+        monkeypatch.setenv("XUM_SSH", case["text"])
+        if "error" in case:
+            with pytest.raises(HostConfigError, match=case["error"]):
+                ssh_command(entry)
+            assert result["argv"] is None, case
+            assert case["error"] in result["err"], (case, result)
+        else:
+            assert result == {"argv": ssh_command(entry), "err": None}, case
+
+
+def test_the_plugin_classifies_ssh_failures_as_the_python_client(tmp_short: Path) -> None:
+    """Kind and message word for word, for every case of the shared table."""
+    table = ssh_failures()
+    script = tmp_short / "classify.lua"
+    out = tmp_short / "classify.json"
+    script.write_text(
+        f"local table_ = vim.json.decode({json.dumps(json.dumps(table))})\n"
+        "local results = {}\n"
+        "for i, case in ipairs(table_.cases) do\n"
+        "  local kind, message = require('xum.host').classify(table_.entry, case.status, "
+        "case.stderr)\n"
+        "  results[i] = { kind = kind, message = message }\n"
+        "end\n"
+        f"vim.fn.writefile({{ vim.json.encode(results) }}, '{out}')\n"
+    )
+    done = subprocess.run(
+        headless_nvim(f"luafile {script}", "qa!"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    expected = [{"kind": c["kind"], "message": c["message"]} for c in table["cases"]]
+    assert json.loads(out.read_text()) == expected
+
+
+def test_the_plugins_release_check_through_a_host_is_the_python_clients(tmp_short: Path) -> None:
+    """The message for a host's daemon of another release, word for word (where it runs, and
+    `xum host install` as the fix)."""
+    out = tmp_short / "mismatch.json"
+    script = tmp_short / "mismatch.lua"
+    script.write_text(
+        "local client = require('xum.client')\n"
+        "local err = client.check_release({ server = { version = '9.9.0' } }, "
+        "{ name = 'h', dest = 'me@h', remote_root = '/srv/x' })\n"
+        "local ok = client.check_release({ server = { version = client.VERSION } }, "
+        "{ name = 'h', dest = 'me@h' })\n"
+        f"vim.fn.writefile({{ vim.json.encode({{ err = err, ok = ok or vim.NIL }}) }}, '{out}')\n"
+    )
+    done = subprocess.run(
+        headless_nvim(f"luafile {script}", "qa!"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    expected = VersionMismatch(CLIENT_VERSION, "9.9.0", *release_context("/srv/x", "h"))
+    assert result["err"]["message"] == str(expected)
+    assert result["err"]["data"] == {"kind": "version_mismatch", **expected.data}
+    assert result["ok"] is None

@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import xumd
+from xum_client import Client
+from xum_client.errors import VersionMismatch
+from xum_client.sync import LOCAL_HINT
 from xum_protocol.discovery import resolve_socket
 
 from tests.lifecycle_helpers import add_project, commit_scripts, failing_teardown
@@ -42,6 +46,16 @@ XUM = str(Path(sys.executable).parent / "xum")
 RUN_TIMEOUT = 100.0
 
 _names = itertools.count()
+
+
+def headless_nvim(*commands: str) -> list[str]:
+    """Neovim with nothing but the plugin under test (no user config, shada or swap files),
+    running `commands` (each an ex command) in order."""
+    assert NVIM is not None
+    argv = [NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-n", "--cmd", f"set rtp^={PLUGIN}"]
+    for command in commands:
+        argv += ["-c", command]
+    return argv
 
 
 class World:
@@ -135,23 +149,8 @@ def run_scenario(
         **(env or {}),
     }
     full_env = {k: v for k, v in full_env.items() if v != "<unset>"}
-    assert NVIM is not None
     proc = subprocess.Popen(
-        [
-            NVIM,
-            "--headless",
-            "-u",
-            "NONE",
-            "-i",
-            "NONE",
-            "-n",
-            "--cmd",
-            f"set rtp^={PLUGIN}",
-            "-c",
-            "runtime plugin/xum.lua",
-            "-c",
-            f"luafile {HARNESS}",
-        ],
+        headless_nvim("runtime plugin/xum.lua", f"luafile {HARNESS}"),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -380,6 +379,27 @@ def test_resume_answered_by_another_run_is_a_resync(shared: World) -> None:
 
 def test_protocol_mismatch_is_shown_and_not_retried(shared: World) -> None:
     run_scenario(shared, "mismatch")
+
+
+def test_the_plugins_release_is_the_distributions() -> None:
+    text = (PLUGIN / "lua" / "xum" / "client.lua").read_text()
+    assert f"VERSION = '{xumd.__version__}'," in text
+
+
+def test_release_mismatch_is_the_python_clients_and_not_retried(shared: World) -> None:
+    with Client(shared.root, check_version=False) as client:
+        assert client.server is not None
+        theirs, root = client.server["server"]["version"], client.server["root"]
+    expected = VersionMismatch("0.99.0", theirs, f"on {root}", LOCAL_HINT)
+    run_scenario(
+        shared,
+        "release",
+        env={
+            "XUM_TEST_MISMATCH": str(expected),
+            "XUM_TEST_XUMD_VERSION": theirs,
+            "XUM_TEST_DAEMON_PID": str(shared.daemon.pid),
+        },
+    )
 
 
 def test_daemon_killed_during_archive(own: World) -> None:

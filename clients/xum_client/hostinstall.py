@@ -20,7 +20,9 @@ host"):
    `--no-index --find-links`, checks `bin/xum --version`, and only then points the symlink
    `xum/venv` at it (rename: atomic, so a client never sees half an install). One install at a
    time per host (a lock file); a failed install removes its own directory and leaves the
-   previous one in place. Older version directories are kept (a running daemon may use them).
+   previous one in place. Then the older environments it made are pruned, unless a process
+   still uses one (a daemon started before: `hostprune`); one made by hand is never touched.
+   Linux hosts only (the wheel platform tags, and /proc for telling what is in use).
 
 Every child (pip, ssh) runs with a deadline; a deadline that passes kills it and says which step.
 """
@@ -160,6 +162,22 @@ done
 """
 
 
+def _run_bounded(argv: list[str], timeout: float, late: str) -> subprocess.CompletedProcess[str]:
+    """Run `argv` (ssh or this Python's pip: an argv, no shell here) to its end, its output
+    captured; past `timeout` it is killed and the install fails with `late`."""
+    try:
+        return subprocess.run(  # noqa: S603 - argv, no shell; remote words are quoted
+            argv,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise HostInstallError(late) from None
+
+
 def _b64(code: str) -> str:
     return base64.b64encode(code.encode()).decode("ascii")
 
@@ -222,21 +240,12 @@ def parse_probe(text: str) -> Probe:
 def probe_host(
     entry: HostEntry, pythons: Sequence[str] = PYTHONS, timeout: float = PROBE_TIMEOUT_S
 ) -> Probe:
-    argv = _remote(entry, "sh", "-c", _PROBE_SH, "sh", _b64(_PROBE_PY), *pythons)
-    try:
-        done = subprocess.run(  # noqa: S603 - argv, no shell here; the remote words are quoted
-            argv,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        raise HostInstallError(
-            f"host {entry.name} ({entry.dest}): no answer within {timeout:.0f}s while asking "
-            "which Python it has"
-        ) from None
+    done = _run_bounded(
+        _remote(entry, "sh", "-c", _PROBE_SH, "sh", _b64(_PROBE_PY), *pythons),
+        timeout,
+        f"host {entry.name} ({entry.dest}): no answer within {timeout:.0f}s while asking "
+        "which Python it has",
+    )
     if done.returncode == hosts.EXIT_SSH_FAILED:
         # Nothing ran there: the same typed error (and exit status) as any command's.
         raise classify(entry, done.returncode, done.stderr)
@@ -384,18 +393,11 @@ def _constraints() -> str:
 
 
 def _run_pip(args: list[str], what: str, timeout: float) -> None:
-    argv = [sys.executable, "-m", "pip", *args]
-    try:
-        done = subprocess.run(  # noqa: S603 - this Python's pip, argv, no shell
-            argv,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        raise HostInstallError(f"{what}: pip did not finish within {timeout:.0f}s") from None
+    done = _run_bounded(
+        [sys.executable, "-m", "pip", *args],
+        timeout,
+        f"{what}: pip did not finish within {timeout:.0f}s",
+    )
     if done.returncode != 0:
         lines = [
             line.strip()
@@ -526,6 +528,9 @@ try:
     target = tempfile.mkdtemp(prefix=version + "-", dir=venvs)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", target], check=True,
                    stdout=subprocess.DEVNULL)
+    # Ours: only an environment with this mark is ever pruned by a later install.
+    with open(os.path.join(target, MARKER), "w") as mark:
+        mark.write(version + "\\n")
     python = os.path.join(target, "bin", "python")
     done = subprocess.run(
         [python, os.path.join(staging, pips[-1], "pip"), "install", "--no-index",
@@ -546,21 +551,40 @@ try:
     fresh = os.path.join(data, ".venv-" + os.path.basename(target))
     os.symlink(os.path.relpath(target, data), fresh)
     os.replace(fresh, link)
+    # The link is the commit: from here on the new environment is the installed one, never
+    # removed as a failed install's, whatever fails after.
+    installed, target = target, None
     dirfd = os.open(data, os.O_RDONLY)
     try:
         os.fsync(dirfd)
     finally:
         os.close(dirfd)
-    kept = sorted(os.path.join(venvs, n) for n in os.listdir(venvs)
-                  if os.path.join(venvs, n) != target)
-    print("XUM-INSTALLED " + json.dumps({"venv": target, "link": link, "previous": previous,
-                                          "kept": kept, "python": sys.executable}), flush=True)
-    target = None
+    try:
+        pruning = prune(venvs, installed)
+    except Exception as exc:
+        others = sorted(os.path.join(venvs, n) for n in os.listdir(venvs)
+                        if os.path.join(venvs, n) != installed)
+        pruning = {"pruned": [], "kept": others,
+                   "why": {path: "not pruned: " + repr(exc) for path in others}}
+    print("XUM-INSTALLED " + json.dumps({"venv": installed, "link": link, "previous": previous,
+                                          "python": sys.executable, **pruning}), flush=True)
 finally:
     shutil.rmtree(staging, ignore_errors=True)
     if target is not None:
         shutil.rmtree(target, ignore_errors=True)
 """
+
+
+def _install_script() -> str:
+    """The install script as run on the host: hostprune's source, then the install itself."""
+    source = Path(__file__).with_name("hostprune.py")
+    try:
+        prune_source = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HostInstallError(
+            f"cannot read {source} to ship to the host ({exc}): reinstall xum here"
+        ) from None
+    return prune_source + _INSTALL_PY
 
 
 def _send_tar(stdin: Any, wheels: Sequence[Path]) -> None:
@@ -591,7 +615,7 @@ def push_and_install(
         python.path,
         "-c",
         "import base64,sys;exec(base64.b64decode(sys.argv.pop(1)))",
-        _b64(_INSTALL_PY),
+        _b64(_install_script()),
         version,
     )
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -626,6 +650,16 @@ def push_and_install(
         if line.startswith("XUM-INSTALLED ") and code == 0:
             result: dict[str, Any] = json.loads(line.removeprefix("XUM-INSTALLED "))
             return result
+    if code == hosts.EXIT_SSH_FAILED:
+        # The connection ended with no word from the install: it may have finished there (the
+        # link moved) or not. Saying "failed" could be false; running it again says which.
+        tail = [line.strip() for line in (stderr or stdout).splitlines() if line.strip()]
+        raise HostInstallError(
+            f"host {entry.name} ({entry.dest}): ssh ended while installing "
+            f"({tail[-1] if tail else 'no message'}): the install may or may not have finished "
+            f"there; run `xum host install {entry.name}` again to see (it does nothing when "
+            "this version is in place)"
+        )
     raise _ssh_failure(entry, "installing", code, stderr or stdout)
 
 

@@ -28,7 +28,7 @@ import shlex
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,38 +286,46 @@ def _locked(path: Path, timeout: float | None = None) -> Iterator[None]:
         os.close(fd)
 
 
+def _update(path: Path, change: Callable[[dict[str, HostEntry]], HostEntry]) -> HostEntry:
+    """Read the hosts file, apply `change` to its entries, write it back whole: all under its
+    lock, so two writers at once both land."""
+    with _locked(path):
+        hosts = load_hosts(path)
+        entry = change(hosts)
+        try:
+            _write_atomic(path, render_hosts(hosts))
+        except OSError as exc:
+            raise HostConfigError(f"cannot write hosts file {path}: {exc}") from None
+    return entry
+
+
 def add_host(entry: HostEntry, *, replace: bool = False, path: Path | None = None) -> HostEntry:
     """Add `entry` to the hosts file (an existing name: HostConfigError unless `replace`)."""
     path = path or hosts_file()
     check_entry(entry)
-    with _locked(path):
-        hosts = load_hosts(path)
+
+    def add(hosts: dict[str, HostEntry]) -> HostEntry:
         if entry.name in hosts and not replace:
             raise HostConfigError(
                 f"host {entry.name!r} already exists in {path} (remove it first: "
                 f"`xum host rm {entry.name}`)"
             )
         hosts[entry.name] = entry
-        try:
-            _write_atomic(path, render_hosts(hosts))
-        except OSError as exc:
-            raise HostConfigError(f"cannot write hosts file {path}: {exc}") from None
-    return entry
+        return entry
+
+    return _update(path, add)
 
 
 def remove_host(name: str, *, path: Path | None = None) -> HostEntry:
     """Remove host `name` from the hosts file; returns it (unknown: HostConfigError)."""
     path = path or hosts_file()
-    with _locked(path):
-        hosts = load_hosts(path)
+
+    def remove(hosts: dict[str, HostEntry]) -> HostEntry:
         if name not in hosts:
             raise HostConfigError(f"no host {name!r} in {path}")
-        entry = hosts.pop(name)
-        try:
-            _write_atomic(path, render_hosts(hosts))
-        except OSError as exc:
-            raise HostConfigError(f"cannot write hosts file {path}: {exc}") from None
-    return entry
+        return hosts.pop(name)
+
+    return _update(path, remove)
 
 
 def get_host(name: str, *, path: Path | None = None) -> HostEntry:
@@ -337,8 +345,14 @@ def get_host(name: str, *, path: Path | None = None) -> HostEntry:
 
 
 def ssh_program() -> list[str]:
-    """The ssh to run: `$XUM_SSH` split as a shell would (tests: `ssh -F <config>`), else ssh."""
-    words = shlex.split(os.environ.get("XUM_SSH") or "ssh")
+    """The ssh to run: `$XUM_SSH` split as a shell would (tests: `ssh -F <config>`), else ssh.
+    The TypeScript client and the Neovim plugin split it by the same rules (POSIX `shlex`)."""
+    text = os.environ.get("XUM_SSH") or "ssh"
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        # An unclosed quote or a trailing backslash: a clear error, not a traceback.
+        raise HostConfigError(f"cannot split $XUM_SSH {text!r}: {exc}") from None
     return words or ["ssh"]
 
 

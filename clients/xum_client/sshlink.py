@@ -49,45 +49,37 @@ def _stderr_detail(text: str) -> str:
 
 
 def classify(entry: hosts.HostEntry, status: int | None, stderr: str) -> HostError:
-    """The error for an ssh that ended before the daemon answered anything."""
+    """The error for an ssh that ended before the daemon answered anything (the TypeScript
+    client and the Neovim plugin say the same: tests/support/ssh_failures.json)."""
     detail = _stderr_detail(stderr)
     where = f"host {entry.name!r} ({entry.dest})"
+
+    def error(kind: type[HostError], message: str) -> HostError:
+        return kind(message, host=entry.name, status=status, detail=detail)
+
     if status == hosts.EXIT_SSH_FAILED:
         if "Host key verification failed" in stderr or "HOST IDENTIFICATION HAS CHANGED" in stderr:
-            return HostKeyUnverified(
+            return error(
+                HostKeyUnverified,
                 f"{where}: ssh could not verify the host's key ({detail}): it is unknown or has "
                 f"changed; check it and accept it with `ssh {entry.dest}` once",
-                host=entry.name,
-                status=status,
-                detail=detail,
             )
         if any(mark in stderr for mark in _KEY_REFUSED):
-            return HostKeyRefused(
+            return error(
+                HostKeyRefused,
                 f"{where} refused the key: {detail or 'permission denied'} (ssh -v {entry.dest} "
                 "shows which keys were offered)",
-                host=entry.name,
-                status=status,
-                detail=detail,
             )
-        return HostUnreachable(
-            f"{where} is unreachable: {detail or 'ssh failed'}",
-            host=entry.name,
-            status=status,
-            detail=detail,
-        )
+        return error(HostUnreachable, f"{where} is unreachable: {detail or 'ssh failed'}")
     if status == hosts.EXIT_COMMAND_NOT_FOUND:
-        return XumMissingOnHost(
+        return error(
+            XumMissingOnHost,
             f"xum is not installed on {where} ({detail or 'command not found'}): install it with "
             f"`xum host install {entry.name}`, or put xum on the PATH of its non-interactive shell",
-            host=entry.name,
-            status=status,
-            detail=detail,
         )
-    return BridgeFailed(
+    return error(
+        BridgeFailed,
         f"the bridge on {where} failed (ssh exit {status}): {detail or 'no message'}",
-        host=entry.name,
-        status=status,
-        detail=detail,
     )
 
 

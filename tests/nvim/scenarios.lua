@@ -17,15 +17,21 @@ local function by_name(name)
   end
 end
 
-local function connect(T)
+-- Connect; the error (nil: connected), once the attempt has ended.
+local function try_connect(T)
   local err_out, done = nil, false
   xum().connect(function(err)
     err_out, done = err, true
   end)
   T.wait_for(function()
     return done
-  end, 'the plugin to connect')
-  T.check(err_out == nil, 'connect failed: ' .. vim.inspect(err_out))
+  end, 'the connect attempt to end')
+  return err_out
+end
+
+local function connect(T)
+  local err = try_connect(T)
+  T.check(err == nil, 'connect failed: ' .. vim.inspect(err))
 end
 
 -- Connect + hello + subscribe; the cache holds the registered project.
@@ -515,6 +521,12 @@ local function fake_server(path, respond)
   return server
 end
 
+-- `fields` (a JSON object) with a `server` of this plugin's own release: a fake peer passes
+-- the release check (S.release tests the check itself).
+local function fake_hello(fields)
+  return fields:sub(1, -2) .. ',"server":{"name":"fake","version":"' .. require('xum.client').VERSION .. '"}}'
+end
+
 function S.bad_peers(T)
   local client = require('xum.client')
   local util = require('xum.util')
@@ -533,7 +545,7 @@ function S.bad_peers(T)
   local chatty = fake_server(dir .. '/chatty.sock', function(conn, data)
     for line in data:gmatch('[^\n]+') do
       local id, method = line:match('"id":(%d+)'), line:match('"method":"([%w%.]+)"')
-      local result = method == 'hello' and '{"protocol":"1.0","server":{"name":"fake","version":null},"root":null,"capabilities":[]}'
+      local result = method == 'hello' and fake_hello('{"protocol":"1.0","root":null,"capabilities":[]}')
         or '{"pid":7,"uptime_s":null}'
       local answer = '{"jsonrpc":"2.0","id":' .. id .. ',"result":' .. result .. '}\n'
       conn:write('not json at all\n[1,2\n\n{"jsonrpc":"2.0","id":9999,"result":{}}\n')
@@ -554,7 +566,7 @@ function S.bad_peers(T)
   T.check(serr == nil, 'garbage is skipped: ' .. vim.inspect(serr))
   T.eq(status.pid, 7, 'the answer to our id')
   T.eq(status.uptime_s, nil, 'a null result field is nil, not vim.NIL')
-  T.eq(client.hello.server.version, nil, 'a null hello field is nil')
+  T.eq(client.hello.root, nil, 'a null hello field is nil')
   chatty:close()
 
   -- late: the first daemon.status is answered after its deadline (dropped), the second at
@@ -564,7 +576,7 @@ function S.bad_peers(T)
     for line in data:gmatch('[^\n]+') do
       local id, method = line:match('"id":(%d+)'), line:match('"method":"([%w%.]+)"')
       if method == 'hello' then
-        conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":{"protocol":"1.0","server":{"name":"fake"}}}\n')
+        conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":' .. fake_hello('{"protocol":"1.0"}') .. '}\n')
       else
         late_count = late_count + 1
         local n = late_count
@@ -649,7 +661,7 @@ function S.epoch_change(T)
   local dir = vim.fn.tempname()
   vim.fn.mkdir(dir, 'p')
   local results = {
-    hello = '{"protocol":"1.1","server":{"name":"fake","version":null},"root":null,"capabilities":[]}',
+    hello = fake_hello('{"protocol":"1.1","root":null,"capabilities":[]}'),
     ['events.subscribe'] = '{"epoch":"e2","seq":5,"snapshot":{"projects":[],"workspaces":[]}}',
     ['cleanup.list'] = '{"obligations":[]}',
   }
@@ -683,6 +695,50 @@ function S.mismatch(T)
   T.eq(client.status, 'offline', 'not connected')
   -- no retry is scheduled (retrying cannot help another major version)
   T.check(not client.reconnecting(), 'no reconnect after a mismatch')
+end
+
+-- The daemon is of another xum release (major.minor): refused on the plugin's side with
+-- `version_mismatch`, the Python client's message word for word (XUM_TEST_MISMATCH: what the
+-- Python client says for 0.99.0 against this daemon), not retried; a patch release passes; a
+-- peer whose version cannot be read is refused too.
+function S.release(T)
+  local client = require('xum.client')
+  local util = require('xum.util')
+  local ours = client.VERSION
+  client.VERSION = '0.99.0'
+  local _, err = xum().call_sync('daemon.status', {}, 5000)
+  T.eq(util.kind(err), 'version_mismatch', 'the kind: ' .. vim.inspect(err))
+  T.eq(err.message, os.getenv('XUM_TEST_MISMATCH'), "the Python client's message")
+  T.eq(err.data.client_version, '0.99.0', 'data names ours')
+  T.eq(err.data.server_version, os.getenv('XUM_TEST_XUMD_VERSION'), 'and theirs')
+  T.eq(client.status, 'offline', 'not connected')
+  T.check(client.hello == nil, 'no hello kept from a refused daemon')
+  T.check(not client.reconnecting(), 'no reconnect after a mismatch')
+
+  local major, minor = client.release_line(ours)
+  client.VERSION = major .. '.' .. minor .. '.97'
+  local status, serr = xum().call_sync('daemon.status', {}, 5000)
+  T.check(serr == nil, 'a patch release is accepted: ' .. vim.inspect(serr))
+  T.eq(status.pid, tonumber(os.getenv('XUM_TEST_DAEMON_PID')), 'the daemon answered')
+  client.stop()
+  client.VERSION = ours
+
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir, 'p')
+  local unknown = fake_server(dir .. '/unknown.sock', function(conn, data)
+    for line in data:gmatch('[^\n]+') do
+      local id = line:match('"id":(%d+)')
+      conn:write('{"jsonrpc":"2.0","id":' .. id .. ',"result":{"protocol":"1.1","server":{"name":"fake","version":"dev"},"root":"/r"}}\n')
+    end
+  end)
+  xum().setup({ socket = dir .. '/unknown.sock', reconnect = true, events = false })
+  _, err = xum().call_sync('daemon.status', {}, 5000)
+  T.eq(util.kind(err), 'version_mismatch', 'an unreadable version: ' .. vim.inspect(err))
+  T.eq(err.data.server_version, 'dev', 'named as sent')
+  T.eq(err.data.where, 'on /r', 'where: the root the daemon gave')
+  T.check(not client.reconnecting(), 'and not retried')
+  client.stop()
+  unknown:close()
 end
 
 -- The daemon dies (SIGKILL at a fault point) in the middle of :Xum archive: the command
@@ -993,18 +1049,45 @@ function S.host(T)
   T.check(client.conn.pid ~= pid, 'a new ssh process')
   -- a host that is down: its kind and one line
   xum().setup({ host = { name = 'down', dest = os.getenv('XUM_TEST_SSH_DOWN') }, reconnect = false })
-  local err, done = nil, false
-  xum().connect(function(e)
-    err, done = e, true
-  end)
-  T.wait_for(function()
-    return done
-  end, 'the connect to a host that is down to fail')
+  local err = try_connect(T)
   T.check(err ~= nil, 'connecting to a host that is down failed')
   T.eq(util.kind(err), 'host_unreachable', 'kind')
   T.check(err.message:find("host 'down'", 1, true) and err.message:find('Connection refused', 1, true),
     'the message says which host and why: ' .. tostring(err.message))
   T.check(not err.message:find('\n'), 'one line')
+end
+
+-- ssh's ProxyCommand leaves a child behind; the host's daemon stops, so ssh ends by itself
+-- (before the plugin closes anything): that child goes with ssh's group all the same.
+function S.host_proxy(T)
+  local client = require('xum.client')
+  local util = require('xum.util')
+  local marker = os.getenv('XUM_TEST_PROXY_MARKER')
+  xum().setup({
+    host = {
+      name = 'px',
+      dest = os.getenv('XUM_TEST_SSH_ALIAS'),
+      remote_root = os.getenv('XUM_ROOT'),
+      ssh_options = {
+        ProxyCommand = "sh -c 'sleep 600 </dev/null >/dev/null 2>&1 & echo $! > " .. marker
+          .. "; exec socat - TCP:127.0.0.1:%p'",
+      },
+    },
+    reconnect = false,
+    events = false,
+  })
+  connect(T)
+  local child = tonumber(vim.trim(table.concat(vim.fn.readfile(marker), '')))
+  local function gone()
+    return uv.kill(child, 0) ~= 0
+  end
+  T.check(not gone(), "the proxy's child runs while connected")
+  local _, err = xum().call_sync('daemon.shutdown', {}, 30000)
+  T.check(err == nil or util.kind(err) == 'disconnected', 'shutdown: ' .. vim.inspect(err))
+  T.wait_for(function()
+    return client.status == 'offline'
+  end, 'ssh to end by itself')
+  T.wait_for(gone, "the proxy's child to be stopped with ssh's group")
 end
 
 return S

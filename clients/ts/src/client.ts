@@ -23,6 +23,7 @@ import {
   ConnectionLost,
   DaemonNotRunning,
   XumClientError,
+  VersionMismatch,
   XumRpcError,
   type ErrorObject,
 } from "./errors.js";
@@ -36,7 +37,32 @@ import {
   type Result,
 } from "./generated/protocol.js";
 
+/** This client's xum release (the Python client's `CLIENT_VERSION`: a test keeps them equal). */
 export const CLIENT_VERSION = "0.1.0";
+
+const LOCAL_HINT =
+  "restart the daemon from this installation (`xum daemon stop`, then start it again), or use " +
+  "the xum that matches it";
+
+/** `major.minor` of a release string ("0.1.0", "1.2.3rc1"), null when it does not start with two numbers. */
+export function releaseLine(version: string): [number, number] | null {
+  const match = /^(\d{1,6})\.(\d{1,6})(?:\D|$)/.exec(version);
+  return match ? [Number(match[1]), Number(match[2])] : null;
+}
+
+/**
+ * Throws VersionMismatch unless `hello`'s `server.version` has `mine`'s major.minor (the Python
+ * client's `check_release`): patch releases mix freely; a version that cannot be read is a
+ * mismatch, the client cannot vouch for what it does not know.
+ */
+export function checkRelease(server: HelloResult, where: string, hint: string, mine: string = CLIENT_VERSION): void {
+  const info = (server as { server?: unknown }).server;
+  const raw = info !== null && typeof info === "object" ? (info as { version?: unknown }).version : undefined;
+  const theirs = typeof raw === "string" && raw ? raw : "(unknown version)";
+  const a = releaseLine(theirs);
+  const b = releaseLine(mine);
+  if (a === null || b === null || a[0] !== b[0] || a[1] !== b[1]) throw new VersionMismatch(mine, theirs, where, hint);
+}
 
 export interface ReconnectOptions {
   /** First delay after a lost connection, ms (default 100). */
@@ -65,6 +91,10 @@ export interface ClientOptions {
   /** The environment discovery reads (default `process.env`). */
   env?: Env;
   clientName?: string;
+  /**
+   * The xum release this client is (default `CLIENT_VERSION`): sent in `hello` and compared with
+   * the daemon's (`checkVersion`).
+   */
   clientVersion?: string;
   /** The protocol version sent in `hello` (default: the one the types were generated from). */
   protocol?: string;
@@ -77,6 +107,11 @@ export interface ClientOptions {
    * a call made while disconnected makes one connection attempt and fails with its reason.
    */
   reconnect?: boolean | ReconnectOptions;
+  /**
+   * After `hello`, refuse a daemon of another xum major.minor with `VersionMismatch` (default:
+   * on); off only for what must reach any daemon (a status or stop command).
+   */
+  checkVersion?: boolean;
   /** Longest frame accepted from the daemon, bytes (default 64 MiB). */
   maxFrameBytes?: number;
   /**
@@ -389,6 +424,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
       connectTimeoutMs: options.connectTimeoutMs ?? 5_000,
       maxFrameBytes: options.maxFrameBytes ?? 64 * 1024 * 1024,
       maxQueuedBytes: options.maxQueuedBytes ?? 16 * 1024 * 1024,
+      checkVersion: options.checkVersion ?? true,
     };
     const reconnect = options.reconnect ?? true;
     this.backoff =
@@ -621,6 +657,10 @@ export class XumClient extends EventEmitter<ClientEvents> {
       );
       // Closed while `hello` was under way: close() could not see this connection yet.
       if ((this.state as State) === "closed") throw new ClientClosed("the client is closed");
+      if (this.options.checkVersion) {
+        const [where, hint] = this.releaseContext(hello as unknown as HelloResult);
+        checkRelease(hello as unknown as HelloResult, where, hint, this.options.clientVersion);
+      }
       this.server = hello as unknown as HelloResult;
       this.conn = conn;
       this.state = "connected";
@@ -643,11 +683,28 @@ export class XumClient extends EventEmitter<ClientEvents> {
     }
   }
 
+  /** Where the daemon runs and how to fix a mismatch (the Python client's `release_context`). */
+  private releaseContext(hello: HelloResult): [string, string] {
+    if (this.host === null) return [`on ${hello.root ?? this.socketPath}`, LOCAL_HINT];
+    const name = this.host.name;
+    const root = this.hostRoot ?? this.host.remoteRoot ?? "";
+    return [
+      `on host ${name}` + (root ? ` (${root})` : ""),
+      `run \`xum host install ${name}\` to put this version there, then stop its daemon ` +
+        `(\`xum --host ${name} daemon stop\`) so the next connection starts the new one`,
+    ];
+  }
+
   /** Schedules the next attempt; false when none will come. */
   private scheduleRetry(reason: Error): boolean {
     if (this.state === "closed") return false;
-    if (this.backoff === null || (reason instanceof XumRpcError && reason.is("protocol_mismatch"))) {
-      // Retrying is off, or cannot help (another major version answers on this socket).
+    if (
+      this.backoff === null ||
+      (reason instanceof XumRpcError && reason.is("protocol_mismatch")) ||
+      reason instanceof VersionMismatch
+    ) {
+      // Retrying is off, or cannot help (another major version, or another release, answers
+      // on this socket: someone must restart it first).
       this.emit("connect_failed", reason, null);
       return false;
     }

@@ -41,6 +41,30 @@ export class Backpressure extends XumClientError {
   override name = "Backpressure";
 }
 
+/**
+ * The daemon's xum release differs from this client's in major.minor (`hello`'s
+ * `server.version`; one it cannot read counts as different): raised by the client right after the
+ * handshake, never sent by a daemon. The same kind and message as the Python client's.
+ */
+export class VersionMismatch extends XumClientError {
+  override name = "VersionMismatch";
+  readonly kind = "version_mismatch";
+  readonly data: { client_version: string; server_version: string; where: string };
+
+  constructor(
+    readonly clientVersion: string,
+    readonly serverVersion: string,
+    where: string,
+    hint: string,
+  ) {
+    super(
+      `this client is xum ${clientVersion} but the daemon ${where} is xumd ${serverVersion}: ` +
+        `their versions differ (major.minor); ${hint}`,
+    );
+    this.data = { client_version: clientVersion, server_version: serverVersion, where };
+  }
+}
+
 /** The client was closed. */
 export class ClientClosed extends XumClientError {
   override name = "ClientClosed";

@@ -76,6 +76,12 @@ export class HostKeyRefused extends HostError {
   override readonly kind = "host_key_refused";
 }
 
+/** ssh could not verify the host's key: unknown, or changed since it was accepted. */
+export class HostKeyUnverified extends HostError {
+  override name = "HostKeyUnverified";
+  override readonly kind = "host_key_unverified";
+}
+
 /** The host's shell found no xum (exit 127): `xum host install NAME`. */
 export class XumMissingOnHost extends HostError {
   override name = "XumMissingOnHost";
@@ -215,30 +221,45 @@ export function shellQuote(s: string): string {
   return "'" + s.replace(/'/g, `'"'"'`) + "'";
 }
 
-/** $XUM_SSH split as a shell would (quotes, backslashes), else `ssh`. */
+/**
+ * $XUM_SSH split as a shell would, else `ssh`: the rules of Python's `shlex.split` (the Python
+ * client's and the Neovim plugin's too): '...' literal; in "..." a backslash escapes only `"` and
+ * `\`; outside quotes it escapes any character. An unclosed quote or a trailing backslash is a
+ * HostConfigError, as in the Python client.
+ */
 export function sshProgram(env: Env = process.env): string[] {
   const text = env["XUM_SSH"] || "ssh";
+  const refuse = (why: string): never => {
+    throw new HostConfigError(`cannot split $XUM_SSH ${JSON.stringify(text)}: ${why}`);
+  };
   const words: string[] = [];
   let word: string | null = null;
   let quote: string | null = null;
   for (let i = 0; i < text.length; i++) {
     const c = text[i] as string;
-    if (quote !== null) {
+    if (quote === "'") {
       if (c === quote) quote = null;
-      else if (c === "\\" && quote === '"' && i + 1 < text.length) word = (word ?? "") + text[++i];
       else word = (word ?? "") + c;
+    } else if (quote === '"') {
+      if (c === quote) quote = null;
+      else if (c === "\\" && i + 1 < text.length) {
+        const next = text[++i] as string;
+        word = (word ?? "") + (next === '"' || next === "\\" ? next : c + next);
+      } else word = (word ?? "") + c;
     } else if (c === "'" || c === '"') {
       quote = c;
       word ??= "";
-    } else if (c === "\\" && i + 1 < text.length) {
+    } else if (c === "\\") {
+      if (i + 1 >= text.length) refuse("No escaped character");
       word = (word ?? "") + text[++i];
-    } else if (/\s/.test(c)) {
+    } else if (" \t\r\n".includes(c)) {
       if (word !== null) words.push(word);
       word = null;
     } else {
       word = (word ?? "") + c;
     }
   }
+  if (quote !== null) refuse("No closing quotation");
   if (word !== null) words.push(word);
   return words.length ? words : ["ssh"];
 }
@@ -259,6 +280,48 @@ export function sshCommand(entry: HostEntry, env: Env = process.env, root?: stri
 const STDERR_CAP = 64 * 1024;
 const EXIT_WAIT_MS = 5_000;
 const KEY_REFUSED = ["Permission denied", "Too many authentication failures"];
+
+/**
+ * The error for an ssh that ended before the daemon answered anything, from its exit status and
+ * stderr: the Python client's `sshlink.classify`, kind and message word for word (a shared table
+ * of cases holds both to it: tests/support/ssh_failures.json).
+ */
+export function classifyFailure(entry: HostEntry, status: number | null, stderr: string): HostError {
+  const lines = stderr.split("\n").map((l) => l.trim()).filter(Boolean);
+  const detail = lines[lines.length - 1] ?? "";
+  const name = entry.name;
+  const where = `host '${name}' (${entry.dest})`;
+  if (status === 255) {
+    if (stderr.includes("Host key verification failed") || stderr.includes("HOST IDENTIFICATION HAS CHANGED")) {
+      return new HostKeyUnverified(
+        `${where}: ssh could not verify the host's key (${detail}): it is unknown or has changed; ` +
+          `check it and accept it with \`ssh ${entry.dest}\` once`,
+        name,
+        status,
+        detail,
+      );
+    }
+    if (KEY_REFUSED.some((mark) => stderr.includes(mark))) {
+      return new HostKeyRefused(
+        `${where} refused the key: ${detail || "permission denied"} (ssh -v ${entry.dest} shows which keys were offered)`,
+        name,
+        status,
+        detail,
+      );
+    }
+    return new HostUnreachable(`${where} is unreachable: ${detail || "ssh failed"}`, name, status, detail);
+  }
+  if (status === 127) {
+    return new XumMissingOnHost(
+      `xum is not installed on ${where} (${detail || "command not found"}): install it with ` +
+        `\`xum host install ${name}\`, or put xum on the PATH of its non-interactive shell`,
+      name,
+      status,
+      detail,
+    );
+  }
+  return new BridgeFailed(`the bridge on ${where} failed (ssh exit ${String(status)}): ${detail || "no message"}`, name, status, detail);
+}
 
 /** One `ssh ... xum bridge` process; `stream` carries the NDJSON both ways. */
 export class HostLink {
@@ -281,6 +344,16 @@ export class HostLink {
     this.exited = new Promise((resolve) => {
       child.once("exit", (code) => {
         this.exitStatus = code;
+        // What ssh leaves in its group (a ProxyCommand's child) goes with it, whether ssh
+        // ended by itself or was stopped: the group's id stays reserved while any member
+        // lives, so this reaches only them (none left: ESRCH).
+        if (child.pid !== undefined) {
+          try {
+            process.kill(-child.pid, "SIGKILL");
+          } catch {
+            // nothing left in the group
+          }
+        }
         resolve(code);
       });
       child.once("error", () => {
@@ -338,26 +411,7 @@ export class HostLink {
 
   /** Why the host could not be reached, from ssh's status and stderr (nothing ran there). */
   async failure(): Promise<HostError> {
-    const status = await this.status();
-    const lines = this.stderr.split("\n").map((l) => l.trim()).filter(Boolean);
-    const detail = lines[lines.length - 1] ?? "";
-    const name = this.entry.name;
-    const where = `host '${name}' (${this.entry.dest})`;
-    if (status === 255) {
-      if (KEY_REFUSED.some((mark) => this.stderr.includes(mark))) {
-        return new HostKeyRefused(`${where} refused the key: ${detail || "permission denied"}`, name, status, detail);
-      }
-      return new HostUnreachable(`${where} is unreachable: ${detail || "ssh failed"}`, name, status, detail);
-    }
-    if (status === 127) {
-      return new XumMissingOnHost(
-        `xum is not installed on ${where} (${detail || "command not found"}): install it with \`xum host install ${name}\``,
-        name,
-        status,
-        detail,
-      );
-    }
-    return new BridgeFailed(`the bridge on ${where} failed (ssh exit ${String(status)}): ${detail || "no message"}`, name, status ?? null, detail);
+    return classifyFailure(this.entry, (await this.status()) ?? null, this.stderr);
   }
 
   /** The error for calls in flight when the connection dropped: their outcome is unknown. */

@@ -9,6 +9,8 @@ export { iterWorkspaces, DEFAULT_PAGE } from "./paging.js";
 export {
   XumClient,
   CLIENT_VERSION,
+  checkRelease,
+  releaseLine,
   type CallArgs,
   type CallOptions,
   type ClientEvents,

@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 
 import {
+  CLIENT_VERSION,
   ClientClosed,
   ClientTimeout,
   ConnectionLost,
@@ -557,7 +558,7 @@ test("a resume answered by another run (epoch) without resync_required is still 
         buffered = buffered.slice(nl + 1);
         const result =
           request.method === "hello"
-            ? { protocol: "1.1", server: { name: "fake", version: null }, root: null, capabilities: [] }
+            ? { protocol: "1.1", server: { name: "fake", version: CLIENT_VERSION }, root: null, capabilities: [] }
             : request.method === "events.subscribe"
               ? (asked.push(request.params), { epoch: run, seq: 5, snapshot: { projects: [], workspaces: [] } })
               : {};

@@ -4,25 +4,29 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { once } from "node:events";
-import { rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import {
   ConnectionLost,
+  HostConfigError,
   HostConnectionLost,
   HostKeyRefused,
   HostUnreachable,
+  VersionMismatch,
   XumClient,
+  classifyFailure,
   loadHosts,
   sshCommand,
+  sshProgram,
   type HostEntry,
 } from "../src/index.js";
 import { repoRoot, shortTmpdir, until, withDaemon } from "./support/daemon.js";
 import { pythonCommand, startSshd, type Sshd } from "./support/sshd.js";
 
-function python(code: string, env: Record<string, string> = {}): string {
-  return execFileSync(pythonCommand(), ["-c", code], {
+function python(code: string, env: Record<string, string> = {}, args: string[] = []): string {
+  return execFileSync(pythonCommand(), ["-c", code, ...args], {
     cwd: repoRoot(),
     env: { ...process.env, ...env },
     encoding: "utf8",
@@ -46,6 +50,35 @@ test("the ssh command is the Python client's, word for word", () => {
     ),
   ) as string[];
   assert.deepEqual(sshCommand(entry, env), theirs);
+});
+
+test("$XUM_SSH is split as the Python client and the Neovim plugin split it", () => {
+  // The one table all three clients' tests read (tests/support/xum_ssh_cases.json).
+  const table = JSON.parse(readFileSync(join(repoRoot(), "tests", "support", "xum_ssh_cases.json"), "utf8")) as {
+    cases: { text: string; words?: string[]; error?: string }[];
+  };
+  assert.ok(table.cases.length > 0);
+  for (const { text, words, error } of table.cases) {
+    const env = { XUM_SSH: text };
+    if (error !== undefined) {
+      assert.throws(() => sshProgram(env), (err: unknown) => err instanceof HostConfigError && err.message.includes(error), text);
+    } else {
+      assert.deepEqual(sshProgram(env), words, text);
+    }
+  }
+});
+
+test("an ssh failure is classified as the Python client and the Neovim plugin classify it", () => {
+  // The one table all three clients' tests read (tests/support/ssh_failures.json).
+  const table = JSON.parse(readFileSync(join(repoRoot(), "tests", "support", "ssh_failures.json"), "utf8")) as {
+    entry: HostEntry;
+    cases: { status: number; stderr: string; kind: string; message: string }[];
+  };
+  assert.ok(table.cases.length > 0);
+  for (const { status, stderr, kind, message } of table.cases) {
+    const error = classifyFailure(table.entry, status, stderr);
+    assert.deepEqual([error.kind, error.message], [kind, message]);
+  }
 });
 
 test("the hosts file `xum host add` writes is read the same", () => {
@@ -174,5 +207,64 @@ test("ssh dying during a call: HostConnectionLost (outcome unknown), then it rec
         return true;
       }
     }, "the client's ssh to be gone");
+  }, t);
+});
+
+test("what a ProxyCommand left behind goes with ssh, even when ssh ended first", async (t) => {
+  try {
+    execFileSync("sh", ["-c", "command -v socat"], { stdio: "ignore" });
+  } catch {
+    t.skip("socat is not installed (apt-get install socat)");
+    return;
+  }
+  await withHost(async (sshd, env, daemon) => {
+    const marker = join(daemon.root, "..", "proxy-child.pid");
+    const entry: HostEntry = {
+      name: "px",
+      dest: sshd.alias,
+      remoteRoot: daemon.root,
+      sshOptions: {
+        ProxyCommand: `sh -c 'sleep 600 </dev/null >/dev/null 2>&1 & echo $! > ${marker}; exec socat - TCP:127.0.0.1:%p'`,
+      },
+    };
+    const client = await XumClient.connect({ host: entry, env, reconnect: false, connectTimeoutMs: 30_000 });
+    const child = Number(readFileSync(marker, "utf8").trim());
+    const gone = (): boolean => {
+      try {
+        process.kill(child, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    };
+    try {
+      assert.ok(!gone(), "the proxy's child runs while connected");
+      // The host's daemon stops: the bridge ends, then ssh, by itself (before any close()).
+      const ended = once(client, "disconnect");
+      await client.call("daemon.shutdown", {}).catch(() => undefined);
+      await ended;
+      await until(gone, "the proxy's child to be stopped with ssh's group");
+    } finally {
+      await client.close();
+      if (!gone()) process.kill(child, "SIGKILL");
+    }
+  }, t);
+});
+
+test("a host's daemon of another release: the Python client's message, naming the host and the fix", async (t) => {
+  await withHost(async (_sshd, env, daemon) => {
+    const refused = await XumClient.connect({ host: "h", env, reconnect: false, connectTimeoutMs: 30_000, clientVersion: "0.99.0" }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    assert.ok(refused instanceof VersionMismatch, String(refused));
+    const theirs = refused.serverVersion;
+    const expected = python(
+      "import sys; from xum_client.errors import VersionMismatch; from xum_client.sync import release_context; " +
+        "print(VersionMismatch('0.99.0', sys.argv[1], *release_context(sys.argv[2], 'h')))",
+      {},
+      [theirs, daemon.root],
+    ).trim();
+    assert.equal(refused.message, expected);
   }, t);
 });

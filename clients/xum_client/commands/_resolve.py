@@ -15,15 +15,21 @@ def given(**values: Any) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value}
 
 
-def env_option(pairs: tuple[str, ...]) -> dict[str, str]:
-    """The `--env NAME=VALUE` options given, as a dict (a pair without `=` or a name: usage)."""
-    env: dict[str, str] = {}
+def pairs_option(pairs: tuple[str, ...], option: str, shape: str) -> dict[str, str]:
+    """Repeated `option NAME=VALUE` options, as a dict; a pair without `=` or a name is a
+    usage error naming the option and the `shape` it wants (`NAME=VALUE`, `K=V`)."""
+    values: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise click.BadParameter(f"{pair!r}: give NAME=VALUE", param_hint="--env")
-        env[name] = value
-    return env
+            raise click.BadParameter(f"{pair!r}: give {shape}", param_hint=option)
+        values[name] = value
+    return values
+
+
+def env_option(pairs: tuple[str, ...]) -> dict[str, str]:
+    """The `--env NAME=VALUE` options given, as a dict (a pair without `=` or a name: usage)."""
+    return pairs_option(pairs, "--env", "NAME=VALUE")
 
 
 def _not_found(message: str) -> NotFound:

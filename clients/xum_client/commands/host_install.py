@@ -28,8 +28,9 @@ def register(cli: click.Group) -> None:
         """Install this version of xum on host NAME (the host needs no network access).
 
         Builds a wheelhouse here for the host's Python and platform, copies it over ssh and
-        installs it into ${XDG_DATA_HOME:-~/.local/share}/xum/venv there. Running it again with
-        the same version does nothing."""
+        installs it into ${XDG_DATA_HOME:-~/.local/share}/xum/venv there, then removes the older
+        environments it made that no process uses. Running it again with the same version does
+        nothing. Linux hosts only."""
         from xum_client import hostinstall
         from xum_client.hosts import get_host
 
@@ -48,4 +49,9 @@ def register(cli: click.Group) -> None:
                 f"installed xum {result['version']} on host {name} "
                 f"({result['python']}) in {result['venv']}" + (f" (was {before})" if before else "")
             )
+            # Older environments: removed, or kept saying why (a daemon still runs from one).
+            for path in result.get("pruned", []):
+                human += f"\nremoved the older {path}"
+            for path in result.get("kept", []):
+                human += f"\nkept {path}: {result.get('why', {}).get(path, 'not pruned')}"
         obj.emit(result, human)

@@ -7,6 +7,7 @@ import sys
 import click
 
 from xum_client.commands._context import Ctx
+from xum_client.commands._resolve import pairs_option
 from xum_client.hosts import (
     HostConfigError,
     HostEntry,
@@ -20,16 +21,6 @@ from xum_client.hosts import (
 
 def _config_error(exc: HostConfigError) -> click.ClickException:
     return click.ClickException(str(exc))
-
-
-def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not K=V", param_hint="--ssh-option")
-        options[key] = value
-    return options
 
 
 def register(cli: click.Group) -> None:
@@ -83,7 +74,7 @@ def register(cli: click.Group) -> None:
         replace: bool,
     ) -> None:
         """Add host NAME, reached as `ssh DEST` (an ~/.ssh/config alias works)."""
-        entry = HostEntry(name, dest, remote_root, _parse_options(ssh_options))
+        entry = HostEntry(name, dest, remote_root, pairs_option(ssh_options, "--ssh-option", "K=V"))
         try:
             add_host(entry, replace=replace)
         except HostConfigError as exc:

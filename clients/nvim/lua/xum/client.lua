@@ -193,6 +193,52 @@ local function on_close(conn, reason)
   schedule_reconnect()
 end
 
+local LOCAL_HINT = 'restart the daemon from this installation (`xum daemon stop`, then start it '
+  .. 'again), or use the xum that matches it'
+
+-- major, minor of a release string ('0.1.0', '1.2.3rc1'); nil when it does not start with two
+-- numbers (the Python client's release_line).
+function M.release_line(version)
+  local major, minor = tostring(version):match('^(%d+)%.(%d+)')
+  if not major or #major > 6 or #minor > 6 then
+    return nil
+  end
+  return tonumber(major), tonumber(minor)
+end
+
+-- nil, or the `version_mismatch` error for a daemon of another xum major.minor (or one whose
+-- version cannot be read): the Python client's check_release, its message word for word.
+function M.check_release(hello, host)
+  local server = type(hello) == 'table' and hello.server or nil
+  local theirs = type(server) == 'table' and server.version or nil
+  if type(theirs) ~= 'string' or theirs == '' then
+    theirs = '(unknown version)'
+  end
+  local a1, a2 = M.release_line(theirs)
+  local b1, b2 = M.release_line(M.VERSION)
+  if a1 ~= nil and a1 == b1 and a2 == b2 then
+    return nil
+  end
+  local where, hint
+  if host then
+    local name = tostring(host.name or host.dest)
+    local root = host.remote_root or ''
+    where = 'on host ' .. name .. (root ~= '' and (' (' .. root .. ')') or '')
+    hint = 'run `xum host install ' .. name .. '` to put this version there, then stop its daemon '
+      .. '(`xum --host ' .. name .. ' daemon stop`) so the next connection starts the new one'
+  else
+    local root = type(hello) == 'table' and type(hello.root) == 'string' and hello.root or M.socket_path()
+    where = 'on ' .. root
+    hint = LOCAL_HINT
+  end
+  return Conn.local_error(
+    'version_mismatch',
+    'this client is xum ' .. M.VERSION .. ' but the daemon ' .. where .. ' is xumd ' .. theirs
+      .. ': their versions differ (major.minor); ' .. hint,
+    { client_version = M.VERSION, server_version = theirs, where = where }
+  )
+end
+
 -- Connect (once at a time), say hello, subscribe; cb(err) when ready or failed.
 function M.ensure(cb)
   if M.status == 'ready' and M.conn and M.conn:is_open() then
@@ -231,9 +277,10 @@ function M.ensure(cb)
     M.status = 'offline'
     M.last_error = err.message
     flush(err)
-    -- Retrying cannot help these: another major version, a socket of another user.
+    -- Retrying cannot help these: another major version, another release (until someone
+    -- restarts that daemon), a socket of another user.
     local kind = util.kind(err)
-    if kind ~= 'protocol_mismatch' and kind ~= 'permission_denied' then
+    if kind ~= 'protocol_mismatch' and kind ~= 'version_mismatch' and kind ~= 'permission_denied' then
       schedule_reconnect()
     end
   end
@@ -255,6 +302,10 @@ function M.ensure(cb)
     conn:request('hello', hello, M.config.timeout_ms, function(herr, result)
       if herr then
         return fail(herr)
+      end
+      local mismatch = M.check_release(result, host_entry)
+      if mismatch then
+        return fail(mismatch)
       end
       M.hello = result
       local function ready(serr)

@@ -3,7 +3,7 @@
 -- The same command as the Python client's (xum_client.hosts.ssh_command):
 --   ssh -T -o BatchMode=yes [-o K=V ...] -- DEST 'sh' '-c' '<script>' 'xum' 'bridge' ['--root' R]
 -- where the script runs the xum `xum host install` put under the host's data directory, else
--- `xum` from PATH. $XUM_SSH replaces `ssh` (split on whitespace).
+-- `xum` from PATH. $XUM_SSH replaces `ssh` (split as a shell would: M.split_words).
 --
 -- setup{ host = ... } takes an entry { name, dest, remote_root?, ssh_options? } or a host's
 -- name, looked up in the hosts file with the local `xum host ls --json`.
@@ -64,13 +64,81 @@ function M.resolve(host)
   return nil, 'no host ' .. tostring(host) .. ' in the hosts file (`xum host ls`)'
 end
 
-function M.ssh_argv(entry)
-  local argv = {}
-  for word in (os.getenv('XUM_SSH') or 'ssh'):gmatch('%S+') do
-    argv[#argv + 1] = word
+-- `text` split into words as Python's shlex.split does (POSIX rules: '...' literal, "..." where
+-- a backslash escapes only " and \, a backslash outside quotes escapes any character), so that
+-- $XUM_SSH means the same words to every client (a path with a space in quotes stays one word).
+-- nil and a message for an unclosed quote or a trailing backslash.
+function M.split_words(text)
+  local words, word, quote = {}, nil, nil
+  local i, n = 1, #text
+  while i <= n do
+    local c = text:sub(i, i)
+    if quote == "'" then
+      if c == "'" then
+        quote = nil
+      else
+        word = word .. c
+      end
+    elseif quote == '"' then
+      if c == '"' then
+        quote = nil
+      elseif c == '\\' and i < n then
+        local nxt = text:sub(i + 1, i + 1)
+        word = word .. ((nxt == '"' or nxt == '\\') and nxt or (c .. nxt))
+        i = i + 1
+      else
+        word = word .. c
+      end
+    elseif c == "'" or c == '"' then
+      quote = c
+      word = word or ''
+    elseif c == '\\' then
+      if i == n then
+        return nil, 'No escaped character'
+      end
+      word = (word or '') .. text:sub(i + 1, i + 1)
+      i = i + 1
+    elseif c:match('^[ \t\r\n]$') then
+      if word then
+        words[#words + 1] = word
+      end
+      word = nil
+    else
+      word = (word or '') .. c
+    end
+    i = i + 1
   end
-  if #argv == 0 then
-    argv = { 'ssh' }
+  if quote then
+    return nil, 'No closing quotation'
+  end
+  if word then
+    words[#words + 1] = word
+  end
+  return words, nil
+end
+
+-- The ssh to run: $XUM_SSH split as a shell would, else `ssh`; nil and a message when it
+-- cannot be split.
+function M.ssh_program()
+  local text = os.getenv('XUM_SSH')
+  if text == nil or text == '' then
+    text = 'ssh'
+  end
+  local words, err = M.split_words(text)
+  if not words then
+    return nil, 'cannot split $XUM_SSH ' .. vim.inspect(text) .. ': ' .. err
+  end
+  if #words == 0 then
+    words = { 'ssh' }
+  end
+  return words, nil
+end
+
+-- The argv that runs the bridge on the host, or nil and a message.
+function M.ssh_argv(entry)
+  local argv, err = M.ssh_program()
+  if not argv then
+    return nil, err
   end
   vim.list_extend(argv, { '-T', '-o', 'BatchMode=yes' })
   local keys = vim.tbl_keys(entry.ssh_options or {})
@@ -90,25 +158,37 @@ function M.ssh_argv(entry)
   return argv
 end
 
--- Why a host could not be reached, from ssh's exit status and last stderr line: the kind
--- (host_unreachable, host_key_refused, xum_missing, bridge_failed) and one line.
+-- Why a host could not be reached, from ssh's exit status and stderr: the kind
+-- (host_unreachable, host_key_refused, host_key_unverified, xum_missing, bridge_failed) and
+-- the message, those of the Python client's sshlink.classify word for word (a shared table of
+-- cases holds both to it: tests/support/ssh_failures.json).
 function M.classify(entry, code, stderr)
+  stderr = stderr or ''
   local detail = ''
-  for line in (stderr or ''):gmatch('[^\n]+') do
+  for line in stderr:gmatch('[^\n]+') do
     if line:find('%S') then
       detail = vim.trim(line)
     end
   end
-  local where = "host '" .. tostring(entry.name or entry.dest) .. "' (" .. entry.dest .. ')'
+  local name = tostring(entry.name or entry.dest)
+  local where = "host '" .. name .. "' (" .. entry.dest .. ')'
+  local function has(mark)
+    return stderr:find(mark, 1, true) ~= nil
+  end
   if code == 255 then
-    if (stderr or ''):find('Permission denied', 1, true) then
+    if has('Host key verification failed') or has('HOST IDENTIFICATION HAS CHANGED') then
+      return 'host_key_unverified', where .. ": ssh could not verify the host's key (" .. detail
+        .. '): it is unknown or has changed; check it and accept it with `ssh ' .. entry.dest .. '` once'
+    end
+    if has('Permission denied') or has('Too many authentication failures') then
       return 'host_key_refused', where .. ' refused the key: ' .. (detail ~= '' and detail or 'permission denied')
+        .. ' (ssh -v ' .. entry.dest .. ' shows which keys were offered)'
     end
     return 'host_unreachable', where .. ' is unreachable: ' .. (detail ~= '' and detail or 'ssh failed')
   end
   if code == 127 then
-    return 'xum_missing', 'xum is not installed on ' .. where .. ' (' .. detail .. '): `xum host install '
-      .. tostring(entry.name) .. '`'
+    return 'xum_missing', 'xum is not installed on ' .. where .. ' (' .. (detail ~= '' and detail or 'command not found')
+      .. '): install it with `xum host install ' .. name .. '`, or put xum on the PATH of its non-interactive shell'
   end
   return 'bridge_failed', 'the bridge on ' .. where .. ' failed (ssh exit ' .. tostring(code) .. '): '
     .. (detail ~= '' and detail or 'no message')

@@ -102,7 +102,10 @@ end
 -- would be, its stdin written; stderr kept (bounded) to say why it ended.
 function Conn:_spawn(finish)
   local hostmod = require('xum.host')
-  local argv = hostmod.ssh_argv(self.host)
+  local argv, argv_err = hostmod.ssh_argv(self.host)
+  if not argv then
+    return finish(local_error('host_error', argv_err))
+  end
   local stdin, stdout, stderr = uv.new_pipe(false), uv.new_pipe(false), uv.new_pipe(false)
   self.pipe, self.wpipe, self.epipe = stdout, stdin, stderr
   self.stderr = ''
@@ -112,6 +115,12 @@ function Conn:_spawn(finish)
     detached = true,
   }, function(code)
     self.exit_code = code
+    -- What ssh leaves in its group (a ProxyCommand's child) goes with it, whether ssh ended by
+    -- itself or was stopped: the group's id stays reserved while any member lives, so this
+    -- reaches only them (none left: an error, ignored).
+    if self.pid then
+      pcall(uv.kill, -self.pid, 'sigkill')
+    end
     if self.proc then
       close_handle(self.proc)
     end
