@@ -913,3 +913,20 @@ def test_a_program_that_cannot_run_is_named_through_the_cgroup_join_too(
         with pytest.raises(CommandNotFound, match=f"^{program}: command not found$"):
             anyio.run(lambda p=program: run_command([p], timeout_s=30, containment=cont))
     assert _runs(cgroup_base) == []
+
+
+def test_a_command_through_the_cgroup_join_gets_every_signal_at_its_default(
+    tmp_short: Path, cgroup_base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The join script is Python, which ignores SIGPIPE and SIGXFSZ at start-up; an ignored
+    signal survives its exec. A setup script or git run through it must start with nothing
+    ignored and nothing blocked (`seq 1e9 | head -1` in a setup ends)."""
+    from xumd import procutil
+
+    monkeypatch.setattr(procutil, "_SETPRIV", None)  # the join script alone wraps the command
+    cont = Containment(tag=root_tag(tmp_short), cgroup=cgroup_base)
+    argv = ["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]
+    seen = anyio.run(lambda: run_command(argv, timeout_s=30, containment=cont))
+    assert seen.ok, seen.output.text()
+    masks = dict(line.split(":\t") for line in seen.output.text().strip().splitlines())
+    assert masks == {"SigBlk": "0000000000000000", "SigIgn": "0000000000000000"}

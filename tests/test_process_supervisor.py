@@ -218,3 +218,16 @@ async def test_release_all_is_bounded_and_reports_what_still_runs(
         assert [(x.kind, x.pid) for x in holders] == [("pending_stop", stuck.pid)]
         monkeypatch.undo()
         await h.sup.stop(stuck, 0.2)
+
+
+async def test_a_program_starts_with_every_signal_at_its_default(tmp_path: Path) -> None:
+    """The start shim is Python, which ignores SIGPIPE and SIGXFSZ and catches SIGINT; an ignored
+    signal survives exec. The program must get none of that: nothing ignored, nothing blocked
+    (a pipeline inside it dies of a closed pipe, a SIGINT right after the start is not lost)."""
+    async with running(Harness(tmp_path)) as h:
+        ref = h.workspace()
+        m = await h.spawn(ref, ["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"])
+        await h.sup.wait(m, 10)
+        out = (await h.sup.output(m, 0, 0, 65536, "utf-8"))["data"]
+        masks = dict(line.split(":\t") for line in out.strip().splitlines())
+        assert masks == {"SigBlk": "0000000000000000", "SigIgn": "0000000000000000"}

@@ -210,7 +210,25 @@ def cgroup_delegated(
 # (Python's subprocess cannot fork into a cgroup; a program, not a pre-exec hook, because forking
 # Python code in a threaded daemon is not safe.) A run that cannot join does not run: exit 126.
 JOIN_EXIT = 126
-_JOIN = """
+
+# What every Python shim that execs a program runs first, so the program starts as a service
+# manager starts one: each signal at its default, none blocked. Python ignores SIGPIPE and SIGXFSZ
+# and catches SIGINT at start-up, and an ignored signal stays ignored across exec (a program would
+# never die of a closed pipe; a SIGINT caught by Python's flag-setting handler just before the exec
+# was lost); a launcher's ignored SIGHUP or SIGINT (`nohup`, a background job) must not reach
+# the programs either.
+SHIM_PROLOGUE = """
+import _signal
+for _sig in range(1, _signal.NSIG):
+    try:
+        _signal.signal(_sig, _signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
+_signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+"""
+_JOIN = (
+    SHIM_PROLOGUE
+    + """
 import os, sys
 try:
     with open(sys.argv[1], "w") as f:
@@ -224,6 +242,7 @@ except OSError as exc:
     sys.stderr.write(f"xum: cannot run {sys.argv[2]}: {exc.strerror}\\n")
     os._exit(127)
 """
+)
 
 
 def cgroup_v2_dir(path: Path) -> bool:

@@ -6,6 +6,9 @@ pgid and start time in its lease (durable) and only then opens the gate. If the 
 between, the pipe's write end closes, the shim reads EOF and exits without running anything, so
 no program ever runs without a durable record. exec keeps the pid and the start time.
 
+The shim hands the program every signal at its default and none blocked
+(`containment.SHIM_PROLOGUE` says why).
+
 For a PTY the shim also makes the terminal its controlling terminal (TIOCSCTTY; it leads a new
 session), so the program gets job control (^C, ^Z). The shim is a separate program rather than a
 pre-exec hook: running Python code in a forked child of a threaded daemon is not safe.
@@ -30,7 +33,9 @@ from xumd import containment
 GATE_EXIT = 125
 """The shim's exit code when its gate closed without a go: the program never ran."""
 
-_SHIM = """
+_SHIM = (
+    containment.SHIM_PROLOGUE
+    + """
 import fcntl, os, sys, termios
 gate, tty = int(sys.argv[1]), sys.argv[2]
 try:
@@ -51,6 +56,7 @@ except OSError as exc:
     sys.stderr.write(f"xum: cannot run {sys.argv[3]}: {exc.strerror}\\n")
     os._exit(127)
 """
+)
 
 
 class ProgramNotFound(Exception):
