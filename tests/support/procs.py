@@ -5,6 +5,7 @@ Identify a process while it is known to run (as soon as its pid is read), then a
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -29,3 +30,16 @@ def identify_all(pids: Iterable[int]) -> list[ProcId]:
 def alive(proc: ProcId) -> bool:
     """True while that very process (pid and start time) runs; a zombie is not alive."""
     return proc.start is not None and procstat.same_process_alive(proc.pid, proc.start)
+
+
+def changed_signals(status: str) -> dict[str, set[int]]:
+    """From a process's own `/proc/self/status` lines `SigIgn:`/`SigBlk:`: which of the signals a
+    program may set (`signal.valid_signals()`) it ignores and which it blocks. Signals 32 and 33
+    belong to the C library (no program can change them: a launcher may leave them ignored)."""
+    settable = {int(s) for s in signal.valid_signals()}
+    found: dict[str, set[int]] = {}
+    for line in status.strip().splitlines():
+        name, _, mask = line.partition(":")
+        bits = int(mask.strip(), 16)
+        found[name] = {s for s in settable if bits >> (s - 1) & 1}
+    return found
