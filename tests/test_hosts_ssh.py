@@ -8,12 +8,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from tests.support.daemon import short_tmpdir
 from tests.support.gitrepo import make_repo
 from tests.support.procs import alive, identify
 from tests.support.sshd import ALIAS, ALIAS_BADKEY, ALIAS_DOWN, SshServer, stop_root_daemon
+from tests.support.terminal import run_on_a_terminal
 from tests.support.wait import until
 
 XUM = str(Path(sys.executable).parent / "xum")
@@ -558,37 +557,14 @@ def test_a_run_through_a_host_whose_cli_is_killed_leaves_no_orphan(
 
 
 def test_term_through_a_host_is_an_interactive_pty(host_env: dict[str, str], host_ws: str) -> None:
-    master, slave = os.openpty()
-    proc = subprocess.Popen(
+    code, _ = run_on_a_terminal(
         [XUM, "--host", "h1", "term", "repo/one", "--shell", "/bin/sh"],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env={**os.environ, **host_env},
-        start_new_session=True,
+        {**os.environ, **host_env},
+        b"tty >/dev/null && echo hi-$((6*7)) && pwd; exit 5\n",
+        b"hi-42",
+        60,
     )
-    os.close(slave)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 60
-        sent = False
-        while b"hi-42" not in seen and time.monotonic() < deadline:
-            if not sent and seen:  # the shell's prompt: the terminal is attached
-                os.write(master, b"tty >/dev/null && echo hi-$((6*7)) && pwd; exit 5\n")
-                sent = True
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
-                try:
-                    seen += os.read(master, 4096)
-                except OSError:
-                    break
-        assert b"hi-42" in seen, seen
-        assert proc.wait(60) == 5
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        os.close(master)
+    assert code == 5
 
 
 def test_a_proxy_commands_children_go_with_the_client(

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.daemon import DaemonProcess
+from tests.support.terminal import run_on_a_terminal
 from tests.test_process_support import insert_workspace
 
 XUM = [sys.executable, "-c", "from xum_client.cli import main; main()"]
@@ -56,35 +55,11 @@ def test_ps_kill_and_lease_ls(daemon: DaemonProcess, ws: str) -> None:
 
 
 def test_term_is_an_interactive_pty(daemon: DaemonProcess, ws: str) -> None:
-    master, slave = os.openpty()
-    env = {**os.environ, "XUM_ROOT": str(daemon.root)}
-    proc = subprocess.Popen(
+    code, _ = run_on_a_terminal(
         [*XUM, "term", ws, "--shell", "/bin/sh"],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        start_new_session=True,
+        {**os.environ, "XUM_ROOT": str(daemon.root)},
+        b"tty >/dev/null && echo hi-$((1+2)); exit 5\n",
+        b"hi-3",
+        30,
     )
-    os.close(slave)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 30
-        sent = False
-        while b"hi-3" not in seen and time.monotonic() < deadline:
-            if not sent and seen:  # the shell's prompt: the terminal is attached
-                os.write(master, b"tty >/dev/null && echo hi-$((1+2)); exit 5\n")
-                sent = True
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
-                try:
-                    seen += os.read(master, 4096)
-                except OSError:
-                    break
-        assert b"hi-3" in seen, seen
-        assert proc.wait(30) == 5
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        os.close(master)
+    assert code == 5
