@@ -4,11 +4,13 @@ did act); a refusal is the error form (README, "Errors")."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -164,37 +166,40 @@ def test_which_setups_count_as_not_done(setup: dict[str, Any] | None, failed: bo
     assert setup_failed({"setup": setup}) is failed
 
 
-def test_a_setup_that_timed_out_is_not_done_either(tmp_short: Path) -> None:
-    # `timeout` is a setup that ran and did not succeed: `ws setup` exited 0 on it before.
+@contextlib.contextmanager
+def _trusted_project(tmp_short: Path, daemon_config: str, scripts: str) -> Iterator[DaemonProcess]:
+    """A daemon of its own (configured by `daemon_config`) with one trusted project `proj`
+    whose committed config is `scripts`."""
     root = tmp_short / "root"
-    write_config(root, "script_timeout_s = 0.5\n")
+    write_config(root, daemon_config)
     daemon = DaemonProcess(root).start()
     try:
         repo = make_repo(tmp_short / "repo")
-        commit_config(repo, '[scripts]\nsetup = ["sleep 60"]\n')
+        commit_config(repo, scripts)
         assert xum(daemon, "project", "add", str(repo), "--name", "proj").returncode == 0
         assert xum(daemon, "project", "trust", "proj").returncode == 0
+        yield daemon
+    finally:
+        daemon.close()
+
+
+def test_a_setup_that_timed_out_is_not_done_either(tmp_short: Path) -> None:
+    # `timeout` is a setup that ran and did not succeed: `ws setup` exited 0 on it before.
+    scripts = '[scripts]\nsetup = ["sleep 60"]\n'
+    with _trusted_project(tmp_short, "script_timeout_s = 0.5\n", scripts) as daemon:
         made = xum(daemon, "--json", "ws", "new", "proj", "a")
         assert made.returncode == 1, made
         assert json.loads(made.stdout)["setup"]["status"] == "timeout"
         again = xum(daemon, "--json", "ws", "setup", "proj/a")
         assert again.returncode == 1, again
         assert json.loads(again.stdout)["setup"]["status"] == "timeout"
-    finally:
-        daemon.close()
 
 
 @pytest.mark.reliability  # ~8 s: a daemon of its own, a teardown's failure and a retry
 def test_a_cleanup_retry_that_ends_failed_exits_1_and_a_pending_one_0(tmp_short: Path) -> None:
-    root = tmp_short / "root"
     # A teardown that fails, retried by the daemon only in two minutes: pending meanwhile.
-    write_config(root, "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\n")
-    daemon = DaemonProcess(root).start()
-    try:
-        repo = make_repo(tmp_short / "repo")
-        commit_config(repo, '[scripts]\nteardown = ["exit 3"]\n')
-        assert xum(daemon, "project", "add", str(repo), "--name", "proj").returncode == 0
-        assert xum(daemon, "project", "trust", "proj").returncode == 0
+    backoff = "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\n"
+    with _trusted_project(tmp_short, backoff, '[scripts]\nteardown = ["exit 3"]\n') as daemon:
         made = json.loads(xum(daemon, "--json", "ws", "new", "proj", "a").stdout)
         archived = xum(daemon, "--json", "ws", "archive", "proj/a")
         assert archived.returncode == 0, archived  # pending: the daemon retries it
@@ -212,8 +217,6 @@ def test_a_cleanup_retry_that_ends_failed_exits_1_and_a_pending_one_0(tmp_short:
         statuses = json.loads(failed.stdout)["workspaces"]
         assert [s["status"] for s in statuses.values()] == ["failed"], statuses
         assert (path / "thesis.tex").read_text() == "years of work"
-    finally:
-        daemon.close()
 
 
 def test_an_unarchive_whose_preserved_file_is_not_in_place_exits_1(
