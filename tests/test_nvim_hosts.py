@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from xum_client.errors import VersionMismatch
@@ -25,6 +26,23 @@ from tests.test_nvim_plugin import NVIM, headless_nvim, run_scenario, world_in
 pytestmark = pytest.mark.skipif(
     NVIM is None, reason="nvim is not installed (apt-get install neovim)"
 )
+
+
+def lua_answer(tmp_short: Path, name: str, body: str, answer: str) -> Any:
+    """Run `body` in a headless Neovim with the plugin; the Lua expression `answer` (evaluated
+    after it), as JSON decoded here."""
+    script = tmp_short / f"{name}.lua"
+    out = tmp_short / f"{name}.json"
+    script.write_text(body + f"vim.fn.writefile({{ vim.json.encode({answer}) }}, '{out}')\n")
+    done = subprocess.run(
+        headless_nvim(f"luafile {script}", "qa!"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())
 
 
 def test_plugin_through_a_host_reconnects_and_names_a_host_down() -> None:
@@ -90,9 +108,9 @@ def test_the_plugins_ssh_command_is_the_python_clients(
     a space): the same argv, or the same refusal where it cannot be split."""
     entry = HostEntry("dev-1", "me@dev.example", "/srv/a b'c$(x)", {"ConnectTimeout": "5"})
     cases = xum_ssh_cases()
-    script = tmp_short / "argv.lua"
-    out = tmp_short / "argv.json"
-    script.write_text(
+    results = lua_answer(
+        tmp_short,
+        "argv",
         f"local cases = vim.json.decode({json.dumps(json.dumps(cases))})\n"
         "local results = {}\n"
         "for i, case in ipairs(cases) do\n"
@@ -101,18 +119,9 @@ def test_the_plugins_ssh_command_is_the_python_clients(
         "dest = 'me@dev.example', remote_root = \"/srv/a b'c$(x)\", "
         "ssh_options = { ConnectTimeout = '5' } })\n"
         "  results[i] = { argv = argv or vim.NIL, err = err or vim.NIL }\n"
-        "end\n"
-        f"vim.fn.writefile({{ vim.json.encode(results) }}, '{out}')\n"
+        "end\n",
+        "results",
     )
-    done = subprocess.run(
-        headless_nvim(f"luafile {script}", "qa!"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stderr
-    results = json.loads(out.read_text())
     assert len(results) == len(cases)
     for case, result in zip(cases, results, strict=True):
         monkeypatch.setenv("XUM_SSH", case["text"])
@@ -128,52 +137,35 @@ def test_the_plugins_ssh_command_is_the_python_clients(
 def test_the_plugin_classifies_ssh_failures_as_the_python_client(tmp_short: Path) -> None:
     """Kind and message word for word, for every case of the shared table."""
     table = ssh_failures()
-    script = tmp_short / "classify.lua"
-    out = tmp_short / "classify.json"
-    script.write_text(
+    results = lua_answer(
+        tmp_short,
+        "classify",
         f"local table_ = vim.json.decode({json.dumps(json.dumps(table))})\n"
         "local results = {}\n"
         "for i, case in ipairs(table_.cases) do\n"
         "  local kind, message = require('xum.host').classify(table_.entry, case.status, "
         "case.stderr)\n"
         "  results[i] = { kind = kind, message = message }\n"
-        "end\n"
-        f"vim.fn.writefile({{ vim.json.encode(results) }}, '{out}')\n"
+        "end\n",
+        "results",
     )
-    done = subprocess.run(
-        headless_nvim(f"luafile {script}", "qa!"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stderr
     expected = [{"kind": c["kind"], "message": c["message"]} for c in table["cases"]]
-    assert json.loads(out.read_text()) == expected
+    assert results == expected
 
 
 def test_the_plugins_release_check_through_a_host_is_the_python_clients(tmp_short: Path) -> None:
     """The message for a host's daemon of another release, word for word (where it runs, and
     `xum host install` as the fix)."""
-    out = tmp_short / "mismatch.json"
-    script = tmp_short / "mismatch.lua"
-    script.write_text(
+    result = lua_answer(
+        tmp_short,
+        "mismatch",
         "local client = require('xum.client')\n"
         "local err = client.check_release({ server = { version = '9.9.0' } }, "
         "{ name = 'h', dest = 'me@h', remote_root = '/srv/x' })\n"
         "local ok = client.check_release({ server = { version = client.VERSION } }, "
-        "{ name = 'h', dest = 'me@h' })\n"
-        f"vim.fn.writefile({{ vim.json.encode({{ err = err, ok = ok or vim.NIL }}) }}, '{out}')\n"
+        "{ name = 'h', dest = 'me@h' })\n",
+        "{ err = err, ok = ok or vim.NIL }",
     )
-    done = subprocess.run(
-        headless_nvim(f"luafile {script}", "qa!"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(out.read_text())
     expected = VersionMismatch(CLIENT_VERSION, "9.9.0", *release_context("/srv/x", "h"))
     assert result["err"]["message"] == str(expected)
     assert result["err"]["data"] == {"kind": "version_mismatch", **expected.data}
