@@ -612,3 +612,21 @@ def test_the_sigkill_after_the_grace_spares_a_process_that_took_a_members_pid() 
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("with_cwd", [True, False])
+def test_a_program_gone_between_its_check_and_its_start_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_cwd: bool
+) -> None:
+    """The program is checked before the start; one removed in between (a fault: the start
+    fails with ENOENT although the working directory is there) is still the CommandNotFound
+    naming that program, never a missing working directory or another argument."""
+
+    def gone(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(procutil.childproc, "start", gone)
+    cwd = tmp_path if with_cwd else None
+    with pytest.raises(CommandNotFound) as missing:
+        anyio.run(lambda: run_command(["sh", "-c", "true"], cwd=cwd, timeout_s=5))
+    assert str(missing.value) == "sh: command not found"
