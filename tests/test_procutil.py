@@ -614,6 +614,60 @@ def test_the_sigkill_after_the_grace_spares_a_process_that_took_a_members_pid() 
             proc.wait()
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/proc/sys/kernel/ns_last_pid"),
+    reason="choosing a pid needs root and ns_last_pid (tests run as root in CI)",
+)
+def test_a_member_whose_pid_is_reused_while_the_tree_is_read_is_not_a_member(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tree is listed, and a member ends and its pid goes to a stranger before that
+    member is identified (a busy machine between two reads: this is what failed once on two
+    workers). Parent and start time come from one read, so the stranger is no member: it
+    gets neither kill_tree's SIGTERM nor its SIGKILL."""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "child = subprocess.Popen(['sleep', '60'])\n"
+            "print(child.pid, flush=True)\n"
+            "child.wait()\n"
+            "time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    strangers: list[subprocess.Popen[bytes]] = []
+    real_stat_fields = procstat.stat_fields
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        until(lambda: child in procutil.tree_pids(parent.pid), message="the child in the tree")
+
+        def reused_before_read(pid: int, *, strict: bool = False) -> list[str] | None:
+            if pid == child and not strangers:
+                os.kill(child, signal.SIGKILL)
+                until(lambda: not os.path.exists(f"/proc/{child}"), message="the child reaped")
+                stranger = _spawn_with_pid(child)
+                if stranger is None:
+                    pytest.skip("the member's pid could not be given to a stranger (busy machine)")
+                strangers.append(stranger)
+            return real_stat_fields(pid, strict=strict)
+
+        monkeypatch.setattr(procstat, "stat_fields", reused_before_read)
+        gone = anyio.run(lambda: procutil.kill_tree(parent.pid, parent.pid, 5.0))
+        assert strangers, "the member was never read"
+        assert gone is True
+        assert strangers[0].poll() is None, "the stranger that took a member's pid was signalled"
+        assert parent.wait(10) == -signal.SIGTERM
+    finally:
+        for proc in (*strangers, parent):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
 @pytest.mark.parametrize("with_cwd", [True, False])
 def test_a_program_gone_between_its_check_and_its_start_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_cwd: bool

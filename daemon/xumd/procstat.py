@@ -133,8 +133,57 @@ def identity(pid: int, *, strict: bool = False) -> tuple[float, bool] | None:
             return proc.create_time(), proc.status() == psutil.STATUS_ZOMBIE
         except (psutil.Error, ValueError):
             return None
-    ticks = int(fields[19]) / _CLK_TCK - _timens_boottime_offset()
-    return round(_anchor() + ticks, 3), fields[0] in ("Z", "X")
+    return _ticks_to_start(fields[19]), fields[0] in ("Z", "X")
+
+
+def _ticks_to_start(ticks_field: str) -> float:
+    ticks = int(ticks_field) / _CLK_TCK - _timens_boottime_offset()
+    return round(_anchor() + ticks, 3)
+
+
+def tree_identities(root: int) -> dict[int, float | None]:
+    """root and every descendant, each with its start time (see `identity`), from one scan in
+    which a process's parent and its start time come from the same read of its stat: a
+    member that ends between the scan and a later read, its pid handed to a stranger, can
+    never lend that stranger its place in the tree. Empty when root is gone."""
+    if root <= 0:
+        return {}
+    if not sys.platform.startswith("linux"):
+        return _tree_from_psutil(root)
+    parents: dict[int, list[int]] = {}
+    starts: dict[int, float | None] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return _tree_from_psutil(root)
+    for name in names:
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        fields = stat_fields(pid)
+        if fields is None or len(fields) < 20:
+            continue
+        parents.setdefault(int(fields[1]), []).append(pid)
+        starts[pid] = _ticks_to_start(fields[19])
+    if root not in starts:
+        return {}
+    found: dict[int, float | None] = {}
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        if pid in found:  # a pid reused mid-scan could close a loop
+            continue
+        found[pid] = starts[pid]
+        pending.extend(parents.get(pid, ()))
+    return found
+
+
+def _tree_from_psutil(root: int) -> dict[int, float | None]:
+    try:
+        pids = [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
+    except psutil.Error:
+        return {}
+    return {pid: start_time(pid) for pid in pids}
 
 
 def start_time(pid: int, *, strict: bool = False) -> float | None:

@@ -65,11 +65,7 @@ def _live_member(proc: psutil.Process, pgid: int) -> bool:
 
 def tree_pids(pid: int) -> list[int]:
     """pid and every descendant still running."""
-    try:
-        parent = psutil.Process(pid)
-        return [pid, *(c.pid for c in parent.children(recursive=True))]
-    except psutil.Error:
-        return []
+    return list(procstat.tree_identities(pid))
 
 
 # -- killing ---------------------------------------------------------------------------------
@@ -108,7 +104,7 @@ async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float
     wrap: 32768 by default) is not signalled nor waited for. Returns True when nothing of the
     tree or the group is left.
     """
-    members = _identified(tree_pids(pid), {})
+    members = _identified(pid, {})
     signalled = pgid if pgid and _signal_group(pgid, signal.SIGTERM) else None
     # Once each: a second SIGTERM is `quit now, skip the clean-up` to many programs.
     _signal_pids(
@@ -116,11 +112,11 @@ async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float
     )
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        members = _identified(tree_pids(pid), members)
+        members = _identified(pid, members)
         if not _any_alive(members) and not (pgid and group_alive(pgid)):
             return True
         await anyio.sleep(poll_s)
-    members = _identified(tree_pids(pid), members)
+    members = _identified(pid, members)
     if pgid:
         _signal_group(pgid, signal.SIGKILL)
     _signal_pids(sorted(p for p, start in members.items() if _still(p, start)), signal.SIGKILL)
@@ -133,10 +129,12 @@ async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float
     return False
 
 
-def _identified(current: list[int], known: dict[int, float | None]) -> dict[int, float | None]:
+def _identified(root: int, known: dict[int, float | None]) -> dict[int, float | None]:
     """`known` (pid -> start time) with the tree's current members, each (re)identified now:
-    a pid in the tree now is the tree's, whatever ran under it before."""
-    return {**known, **{p: procstat.start_time(p) for p in current}}
+    a pid in the tree now is the tree's, whatever ran under it before. Parent and start time
+    come from one read (`procstat.tree_identities`): a member that ends between listing and
+    identifying cannot make the stranger that took its pid a member."""
+    return {**known, **procstat.tree_identities(root)}
 
 
 def _still(pid: int, start: float | None) -> bool:
