@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xum_client.commands._outcomes import cleanup_line  # noqa
+from xum_client.commands._outcomes import cleanup_line
 
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.fsattr import immutable
@@ -152,7 +152,7 @@ def test_project_rm_whose_teardown_fails_exits_1_naming_the_owed_teardown(
     assert error["kind"] == "cleanup_pending" and error["exit"] == 1, error
     assert error["data"]["owed"] == [ws["id"]], error
     shown = json.loads(xum(slow_daemon, "--json", "cleanup", "ls").stdout)
-    teardown = [o for o in shown["obligations"] if o["workspace_id"] == ws["id"]][0]
+    teardown = next(o for o in shown["obligations"] if o["workspace_id"] == ws["id"])
     assert teardown["kind"] == "teardown" and teardown["state"] == "pending"
     assert "still in use" in teardown["last_error"]
 
