@@ -31,6 +31,12 @@ from tests.support.tmpfs import tmpfs
 from tests.support.wait import until
 
 XUM = str(Path(sys.executable).parent / "xum")
+
+
+def _xum(daemon: DaemonProcess, *options: str) -> list[str]:
+    return [XUM, "--root", str(daemon.root), *options]
+
+
 HEAD, TAIL = 32 * 1024, 224 * 1024  # the defaults of [processes] output_*_bytes
 
 
@@ -145,7 +151,7 @@ def kept_daemon(base: Path) -> Iterator[tuple[DaemonProcess, Path, str]]:
 def test_a_detached_run_that_fills_the_disk_gets_its_space_back_and_goes_on(
     kept_daemon: tuple[DaemonProcess, Path, str], base: Path
 ) -> None:
-    daemon, mount, ws_id = kept_daemon
+    daemon, mount, _ = kept_daemon
     go = base / "go"
     # Eight MB into a 4 MB filesystem as fast as the pipe goes: full between two polls.
     script = (
@@ -153,8 +159,17 @@ def test_a_detached_run_that_fills_the_disk_gets_its_space_back_and_goes_on(
         f"while [ ! -e {go} ]; do sleep 0.05; done; echo; echo END"
     )
     started = subprocess.run(
-        [XUM, "--root", str(daemon.root), "--json", "run", "--detach", "--kind", "agent"]
-        + ["a", "--", "sh", "-c", script],
+        [
+            *_xum(daemon, "--json", "run"),
+            "--detach",
+            "--kind",
+            "agent",
+            "a",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -197,8 +212,7 @@ def test_an_attached_run_whose_output_cannot_be_written_ends_clearly_and_stops_t
     pidfile = base / "child.pid"
     with tmpfs(base / "full", "size=1m") as mount, (mount / "out.log").open("w") as out:
         ran = subprocess.run(
-            [XUM, "--root", str(daemon.root), "run", ws_ref, "--"]
-            + ["sh", "-c", f"echo $$ > {pidfile}; exec yes output-line"],
+            [*_xum(daemon, "run"), ws_ref, "--", "sh", "-c", f"echo $$ > {pidfile}; exec yes line"],
             stdout=out,
             stderr=subprocess.PIPE,
             text=True,
