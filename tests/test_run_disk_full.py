@@ -245,3 +245,81 @@ def daemon_for_run(base: Path) -> Iterator[tuple[DaemonProcess, str]]:
         yield daemon, "repo/a"
     finally:
         daemon.close()
+
+
+def test_xum_run_when_the_root_fills_reports_the_exit_then_refuses_disk_full(base: Path) -> None:
+    # The root itself (the store) on a 4 MB tmpfs that fills while an attached run is on its
+    # way: the run's exit still reaches its caller; a run asked for on the full root is
+    # refused `disk_full` naming the filesystem, with no process or lease left; once there is
+    # room, runs work again.
+    from tests.support.tmpfs import fill
+
+    go = base / "go"
+    with tmpfs(base / "root", "size=4m") as root:
+        daemon = DaemonProcess(root).start()
+        try:
+            project = add_project(daemon, make_repo(base / "repo"))
+            ws = create(daemon, project["id"], "a")["workspace"]
+            script = f"echo started; while [ ! -e {go} ]; do sleep 0.05; done; echo done; exit 7"
+            running = subprocess.Popen(
+                [*_xum(daemon, "run"), "repo/a", "--", "sh", "-c", script],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                until(
+                    lambda: any(
+                        p["state"] == "running"
+                        for p in daemon.call("process.list", {"workspace_id": ws["id"]})[
+                            "processes"
+                        ]
+                    ),
+                    30,
+                    message="the attached run started",
+                )
+                filler = fill(root)
+                go.touch()
+                out, err = running.communicate(timeout=60)
+            finally:
+                if running.poll() is None:
+                    running.kill()
+                    running.wait()
+            assert running.returncode == 7, (out, err)
+            assert out == "started\ndone\n" and err == ""
+
+            refused = subprocess.run(
+                [*_xum(daemon, "--json", "run"), "repo/a", "--", "echo", "never"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert refused.returncode == 1, refused
+            error = json.loads(refused.stdout)["error"]
+            assert error["kind"] == "disk_full" and error["data"]["filesystem"] == str(root)
+            found = daemon.call("process.list", {"workspace_id": ws["id"]})["processes"]
+            assert [p["argv"] for p in found if p["argv"][0] == "echo"] == []
+            assert all(p["state"] == "exited" for p in found), found
+
+            filler.unlink()
+            # The ended run's lease could not be removed while the store was full: once there
+            # is room it goes, by itself (no holder is left to keep the workspace busy).
+            until(
+                lambda: daemon.call("lease.list", {"workspace_id": ws["id"]})["leases"] == [],
+                30,
+                message="the ended run's lease removed once the store has room",
+            )
+            archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+            assert archived["workspace"]["state"] == "archived"
+            daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+            again = subprocess.run(
+                [*_xum(daemon, "run"), "repo/a", "--", "sh", "-c", "echo back; exit 3"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert (again.returncode, again.stdout) == (3, "back\n"), again
+        finally:
+            daemon.close()
