@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from xumd import procstat
+from xumd.gc.plan import AHEAD_TOLERANCE_S, Plan
 from xumd.gc.service import GcClock
 
 from tests.lifecycle_helpers import add_project, create
@@ -24,7 +25,7 @@ from tests.support.gitrepo import make_repo
 
 DAY = 86400.0
 LIBFAKETIME = next(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"), None)
-POLICY = "enable_test_methods = true\n[gc]\narchived_after_days = 7\n"
+POLICY = "enable_test_methods = true\n[gc]\narchived_after_days = 7\nsnapshot_refs_days = 30\n"
 
 
 class Clocks:
@@ -64,6 +65,13 @@ def test_the_anchored_clock_runs_with_the_wall_clock_when_nothing_stepped() -> N
 
     gap = time.time() - procstat.anchored_now()
     assert -2.0 < gap < 2.0, gap
+
+
+def test_a_stamp_after_now_is_named_and_one_within_the_anchor_s_rounding_is_not() -> None:
+    plan = Plan(now=1_000_000.0)
+    assert plan.ahead(1_000_000.0 + AHEAD_TOLERANCE_S) is None  # a stamp written this instant
+    reason = plan.ahead(1_000_000.0 + 2 * 3600)
+    assert reason is not None and "2.0 h after" in reason and "wall clock stepped" in reason
 
 
 @pytest.fixture
@@ -121,18 +129,26 @@ def test_a_wall_clock_stepped_ahead_does_not_make_a_fresh_archive_collectable(
     assert key in items and 7.9 < items[key]["age_days"] < 8.1, items
 
 
+@pytest.mark.reliability  # ~8-14 s on the shared machine: the daemon under libfaketime is slow
 def test_a_record_stamped_before_the_clock_stepped_back_is_skipped_then_aged(
     stepped_daemon: tuple[DaemonProcess, Path, Path],
 ) -> None:
     daemon, spec, tmp = stepped_daemon
     ws = _archived(daemon, tmp, "ahead")
     key = f"remove_archived:{ws['id']}"
+    # And a removed workspace's snapshot ref (aged by its tombstone's stamp).
+    project = add_project(daemon, make_repo(tmp / "repo-refs"))["id"]
+    gone = create(daemon, project, "gone")["workspace"]
+    (Path(gone["path"]) / "work.txt").write_text("saved in a snapshot\n")
+    removed = daemon.call("workspace.remove", {"workspace_id": gone["id"], "force": True})
+    ref_key = f"prune_snapshot_ref:{project}:{removed['snapshot']['ref']}"
     # The clock is set back ten days (it ran ahead; NTP corrects it): the archive's stamp is
     # now in the future. It is not collected, and the plan says why instead of hiding it.
     spec.write_text(f"-{10 * DAY:.0f}\n")
     items, skipped = _plan(daemon)
     assert key not in items
     assert "wall clock stepped" in skipped[key]["reason"], skipped
+    assert "wall clock stepped" in skipped[ref_key]["reason"], skipped
     assert daemon.call("gc.run")["done"] == []
     # Not kept forever: once the clock passes the stamp it ages from there (here 18 days on:
     # 8 past the stamp, over the policy's 7).
