@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -47,10 +48,14 @@ def slow_daemon() -> Iterator[DaemonProcess]:
         yield daemon
     finally:
         daemon.close()
+        shutil.rmtree(base, ignore_errors=True)
 
 
-def _project(daemon: DaemonProcess, where: Path, name: str, teardown: str | None = None) -> None:
-    repo = make_repo(where / name)
+def _project(daemon: DaemonProcess, name: str, teardown: str | None = None) -> None:
+    # Beside the module's daemon root, kept for its life: a repository deleted at one test's
+    # end could hand its inode to the next test's, which the daemon would take for the same
+    # directory (a project is known by its inode too, so that a moved one is recognised).
+    repo = make_repo(daemon.root.parent / name)
     if teardown is not None:
         commit_config(repo, f"[scripts]\nteardown = [{json.dumps(teardown)}]\n")
     added = xum(daemon, "project", "add", str(repo), "--name", name)
@@ -68,9 +73,9 @@ def _new(daemon: DaemonProcess, ref: str) -> dict[str, Any]:
 
 
 def test_a_removal_the_kernel_refuses_says_pending_then_a_retry_completes_it(
-    slow_daemon: DaemonProcess, tmp_short: Path
+    slow_daemon: DaemonProcess,
 ) -> None:
-    _project(slow_daemon, tmp_short, "pa")
+    _project(slow_daemon, "pa")
     a, b = _new(slow_daemon, "pa/a"), _new(slow_daemon, "pa/b")
     with immutable(Path(a["path"])), immutable(Path(b["path"])):
         text = xum(slow_daemon, "ws", "rm", "pa/a")
@@ -101,10 +106,10 @@ def test_a_removal_the_kernel_refuses_says_pending_then_a_retry_completes_it(
 
 
 def test_project_rm_says_which_workspace_s_cleanup_is_pending_and_why(
-    slow_daemon: DaemonProcess, tmp_short: Path
+    slow_daemon: DaemonProcess,
 ) -> None:
     for name in ("pb", "pc"):
-        _project(slow_daemon, tmp_short, name)
+        _project(slow_daemon, name)
     stuck, free = _new(slow_daemon, "pb/stuck"), _new(slow_daemon, "pb/free")
     stuck_json = _new(slow_daemon, "pc/stuck")
     with immutable(Path(stuck["path"])), immutable(Path(stuck_json["path"])):
@@ -133,11 +138,11 @@ def test_project_rm_says_which_workspace_s_cleanup_is_pending_and_why(
 
 
 def test_project_rm_whose_teardown_fails_exits_1_naming_the_owed_teardown(
-    slow_daemon: DaemonProcess, tmp_short: Path
+    slow_daemon: DaemonProcess,
 ) -> None:
     # The workspaces go, their teardown fails: the project stays (a teardown runs only under
     # its trusted config) and the command fails saying so, in text and in JSON.
-    _project(slow_daemon, tmp_short, "pd", teardown="echo still in use >&2; exit 3")
+    _project(slow_daemon, "pd", teardown="echo still in use >&2; exit 3")
     ws = _new(slow_daemon, "pd/a")
     text = xum(slow_daemon, "project", "rm", "pd")
     assert text.returncode == 1, text
