@@ -192,3 +192,33 @@ def test_the_cleanup_line_says_what_made_the_command_exit_1(
     line = cleanup_line(cleanup, now=1000.0)
     for part in expected:
         assert part in line, line
+
+
+def test_project_rm_with_a_mount_inside_one_checkout_removes_nothing_and_says_so(
+    slow_daemon: DaemonProcess,
+) -> None:
+    # A mount inside a checkout (a dataset, a cache): the project's removal refuses `busy`
+    # naming it, before anything is removed; text and JSON alike, exit 1.
+    from tests.support.tmpfs import tmpfs
+
+    _project(slow_daemon, "pe")
+    held, other = _new(slow_daemon, "pe/held"), _new(slow_daemon, "pe/other")
+    point = Path(held["path"]) / "mnt"
+    with tmpfs(point, "size=1m"):
+        (point / "dataset").write_text("not ours\n")
+        text = xum(slow_daemon, "project", "rm", "--force", "pe")
+        assert text.returncode == 1 and text.stdout == "", text
+        assert text.stderr.startswith("xum: busy: project 'pe' not removed, nor any of its "), text
+        assert f"mount at {point}" in text.stderr
+        as_json = xum(slow_daemon, "--json", "project", "rm", "--force", "pe")
+        assert as_json.returncode == 1, as_json
+        error = json.loads(as_json.stdout)["error"]
+        assert error["kind"] == "busy" and error["exit"] == 1, error
+        assert {h["kind"] for h in error["data"]["holders"]} == {"mount"}, error
+        assert (point / "dataset").read_text() == "not ours\n"
+    # Nothing was removed: both workspaces are there, and the project.
+    listed = {w["id"] for w in slow_daemon.call("workspace.list")["workspaces"]}
+    assert {held["id"], other["id"]} <= listed
+    assert Path(other["path"]).is_dir()
+    removed = xum(slow_daemon, "project", "rm", "--force", "pe")
+    assert removed.returncode == 0, removed
