@@ -323,3 +323,29 @@ def test_xum_run_when_the_root_fills_reports_the_exit_then_refuses_disk_full(bas
             assert (again.returncode, again.stdout) == (3, "back\n"), again
         finally:
             daemon.close()
+
+
+def test_a_fifo_in_place_of_the_record_never_blocks_and_drops_nothing(base: Path) -> None:
+    # Something put a FIFO where `output.meta` goes: reading it would block the daemon's event
+    # loop forever (no writer), writing it would too (no reader). Neither is opened blocking;
+    # without a record nothing is dropped.
+    import threading
+
+    path, meta = base / "output", base / "output.meta"
+    path.write_bytes(b"x" * (HEAD + 3 * TAIL))
+    os.mkfifo(meta, 0o600)
+    made: list[OutputLog] = []
+    opener = threading.Thread(
+        target=lambda: made.append(OutputLog(path, meta, head_limit=HEAD, tail_limit=TAIL)),
+        daemon=True,
+    )
+    opener.start()
+    opener.join(10)
+    if opener.is_alive():
+        with open(meta, "wb"):  # release the blocked reader, so the thread can end
+            pass
+        pytest.fail("opening the log blocked on the FIFO at output.meta")
+    [output] = made
+    assert output.dropped == 0
+    assert output.read(HEAD + 8192, 4).data == b"xxxx"
+    output.close()

@@ -29,13 +29,14 @@ import ctypes
 import errno
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 
-from xumd import logs
+from xumd import logs, smallfile
 from xumd.processes.ring import Chunk, Waitable
 
 log = logs.get("xumd.processes.output_log")
@@ -238,7 +239,9 @@ class OutputLog(Waitable):
         """The newest readable slot of `output.meta` (see `META_SLOT`); a file in the older
         form (one JSON object, replaced whole) reads as slot 0 of sequence 0."""
         try:
-            raw = self.meta_path.read_bytes()
+            # Never blocking the event loop on something put in its place (a FIFO), never
+            # following a symlink there.
+            raw = smallfile.read_regular(self.meta_path, 64 * 1024, follow_symlinks=False)
         except OSError:
             return {}
         best: dict[str, int] = {}
@@ -260,9 +263,13 @@ class OutputLog(Waitable):
         slot = body.encode().ljust(META_SLOT - 1) + b"\n"
         # Not O_CREAT: the file was written whole at spawn (a process from before that has
         # its older meta file, or none: then it is made, needing a block as before).
-        flags = os.O_WRONLY | os.O_CLOEXEC | (0 if self.meta_path.exists() else os.O_CREAT)
+        flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        if not os.path.lexists(self.meta_path):
+            flags |= os.O_CREAT
         fd = os.open(self.meta_path, flags, 0o600)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, f"{self.meta_path} is not a regular file")
             if os.pwrite(fd, slot, (seq % 2) * META_SLOT) != len(slot):
                 raise OSError(errno.EIO, f"short write to {self.meta_path}")
             # On the disk before the hole is punched (a block already the file's: no new space).
