@@ -349,3 +349,39 @@ def test_a_fifo_in_place_of_the_record_never_blocks_and_drops_nothing(base: Path
     assert output.dropped == 0
     assert output.read(HEAD + 8192, 4).data == b"xxxx"
     output.close()
+
+
+def test_a_daemon_whose_log_disk_is_full_keeps_serving_and_says_what_it_lost(base: Path) -> None:
+    # The daemon's stderr (its log) is a file on a full filesystem. A log line that cannot be
+    # written is counted, never raised: before, the first one ended the request half-way and
+    # then the daemon (exit 1).
+    from tests.support.tmpfs import fill
+
+    with tmpfs(base / "logs", "size=1m") as logs:
+        daemon = DaemonProcess(base / "root")
+        daemon.log_path.symlink_to(logs / "xumd.log")
+        daemon.start()
+        try:
+            project = add_project(daemon, make_repo(base / "repo"))
+            filler = fill(logs)
+            made = [create(daemon, project["id"], n)["workspace"] for n in ("a", "b")]
+            archived = daemon.call("workspace.archive", {"workspace_id": made[0]["id"]})
+            assert archived["cleanup"]["status"] == "completed"
+            ran = subprocess.run(
+                [*_xum(daemon, "run"), "repo/b", "--", "sh", "-c", "echo hi; exit 4"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert (ran.returncode, ran.stdout) == (4, "hi\n"), ran
+            assert daemon.proc is not None and daemon.proc.poll() is None
+            filler.unlink()
+            daemon.call("workspace.get", {"workspace_id": made[1]["id"]})
+            until(
+                lambda: "logs.lines_dropped" in (logs / "xumd.log").read_text(errors="replace"),
+                10,
+                message="the daemon to log how many lines it could not write",
+            )
+        finally:
+            daemon.close()
