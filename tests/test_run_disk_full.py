@@ -12,6 +12,7 @@ the process itself; we are root).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -385,3 +386,27 @@ def test_a_daemon_whose_log_disk_is_full_keeps_serving_and_says_what_it_lost(bas
             )
         finally:
             daemon.close()
+
+
+def test_a_log_line_to_a_reader_that_is_gone_is_counted_not_raised() -> None:
+    # `xumd 2>&1 | tee log` whose tee died: EPIPE at the next line (Python ignores SIGPIPE).
+    from xumd import logs
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    gone = os.fdopen(write_end, "w")
+    try:
+        logger = logs._NamedPrintLogger(gone, "xumd.test")
+        logger.info('{"event": "one"}')
+        logger.error('{"event": "two"}')
+    finally:
+        with contextlib.suppress(OSError):
+            gone.close()
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end) as reader, os.fdopen(write_end, "w") as back:
+        logs._NamedPrintLogger(back, "xumd.test").info('{"event": "three"}')
+        back.close()
+        lines = reader.read().splitlines()
+    assert lines[0] == '{"event": "three"}'
+    note = json.loads(lines[1])
+    assert note["event"] == "logs.lines_dropped" and note["lines"] >= 2, note
