@@ -154,9 +154,11 @@ def test_a_detached_run_that_fills_the_disk_gets_its_space_back_and_goes_on(
 ) -> None:
     daemon, mount, _ = kept_daemon
     go = base / "go"
-    # Eight MB into a 4 MB filesystem as fast as the pipe goes: full between two polls.
+    # Eight MB into a 4 MB filesystem as fast as the pipe goes: full between two polls. `tr`
+    # failing (its status, kept outside the full filesystem) is the proof that it filled.
+    status = base / "tr.status"
     script = (
-        "head -c 8000000 /dev/zero | tr '\\0' x; "
+        f"head -c 8000000 /dev/zero | tr '\\0' x; echo $? > {status}; "
         f"while [ ! -e {go} ]; do sleep 0.05; done; echo; echo END"
     )
     started = subprocess.run(
@@ -186,6 +188,8 @@ def test_a_detached_run_that_fills_the_disk_gets_its_space_back_and_goes_on(
         return allocated <= HEAD + 2 * TAIL + 64 * 1024 and _free(mount) > 0
 
     # Before: the record of the drop needed a block the child had taken; no drop ever came.
+    until(status.exists, 30, message="the writer to end")
+    assert status.read_text().strip() != "0", "the disk never filled: nothing was tested"
     until(bounded, 30, message="the full output file's middle dropped, the space freed")
     go.touch()
     until(
