@@ -4,6 +4,7 @@ it lacked made every `events.subscribe` an internal error the fuzzer reported as
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import tomllib
@@ -55,6 +56,8 @@ def fuzz_target(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
 
     yield dispatch_target
     dispatch_target.LOOP.close()
+    dispatch_target.APP.store.close()
+    shutil.rmtree(dispatch_target.APP.paths.root, ignore_errors=True)  # the target's own root
 
 
 def test_fuzz_target_holds_its_properties_on_the_core_methods(
