@@ -132,3 +132,31 @@ def test_each_limit_refuses_a_value_that_is_no_deadline(base: Path, key: str, va
     path.write_text(f"{key} = {value}\n")
     with pytest.raises(config.ConfigError, match=key):
         config.load(path)
+
+
+def test_a_partial_clones_lazy_fetch_is_local_work_under_git_timeout_s(base: Path) -> None:
+    # A blobless clone fetches a checkout's files from its promisor remote while `git worktree
+    # add` runs: the network inside a local command. It stays under git_timeout_s (documented:
+    # raise it for such repositories), whatever fetch_timeout_s says, and the timeout names it.
+    seed = make_repo(base / "seed", {"a.txt": "a\n", "b.txt": "b\n"})
+    git(base, "clone", "-q", "--bare", str(seed), str(base / "remote.git"))
+    git(base / "remote.git", "config", "uploadpack.allowFilter", "true")
+    url = f"file://{base / 'remote.git'}"
+    git(base, "clone", "-q", "--filter=blob:none", "--no-checkout", url, str(base / "repo"))
+    repo = base / "repo"
+    pidfile = base / "helper.pid"
+    helper = base / "hang.sh"
+    helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
+    helper.chmod(0o755)
+    git(repo, "config", "remote.origin.uploadpack", str(helper))
+    daemon = _daemon(base, "git_timeout_s = 2.0\nfetch_timeout_s = 600.0\n")
+    try:
+        project = add_project(daemon, repo)
+        err = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "w"})
+        assert err.kind == "timeout", err
+        assert err.data["limit"] == "git_timeout_s", err.data
+        assert "git worktree add" in err.message and "git_timeout_s = 2" in err.message, err
+        until(lambda: _gone(int(pidfile.read_text())), 15, message="the hung promisor killed")
+        assert daemon.call("workspace.list")["workspaces"] == []
+    finally:
+        daemon.close()
