@@ -78,7 +78,7 @@ def test_a_stamp_after_now_is_named_and_one_within_the_anchor_s_rounding_is_not(
 def stepped_daemon() -> Iterator[tuple[DaemonProcess, Path, Path]]:
     if LIBFAKETIME is None:
         pytest.skip("libfaketime not installed (/usr/lib/*/faketime/; Debian package faketime)")
-    tmp = short_tmpdir("xumg-")
+    tmp = short_tmpdir("xumgc-")
     spec = tmp / "faketime"
     spec.write_text("+0\n")
     env = {
