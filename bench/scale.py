@@ -248,6 +248,40 @@ async def _capture(sock: Path, params: dict[str, Any]) -> Any:
         await conn.close()
 
 
+# The floor's four threads together: far above what 64 worktree adds take (seconds), so only a
+# hung git reaches it (each git call has its own limit too: synth.GIT_TIMEOUT_S).
+FLOOR_DEADLINE_S = 900.0
+
+
+def run_threads(work: list[Callable[[], None]], deadline_s: float) -> None:
+    """Run each callable in its own thread and wait for all of them, within one deadline for the
+    whole set: a thread still running then is named in a TimeoutError (it is a daemon thread, so
+    it does not keep the bench process alive), and a thread's exception is raised here instead of
+    being printed and lost (a floor measured without its work would be a false figure)."""
+    errors: list[BaseException] = []
+
+    def guarded(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=guarded, args=(fn,), name=f"bench-{i}", daemon=True)
+        for i, fn in enumerate(work)
+    ]
+    for thread in threads:
+        thread.start()
+    end = time.monotonic() + deadline_s
+    for thread in threads:
+        thread.join(max(0.0, end - time.monotonic()))
+    stuck = [t.name for t in threads if t.is_alive()]
+    if stuck:
+        raise TimeoutError(f"threads still running after {deadline_s:g} s: {', '.join(stuck)}")
+    if errors:
+        raise errors[0]
+
+
 def _parallel_creates(settings: Settings) -> Figure:
     total = settings.parallel_creates
     per_repo = total // 4
@@ -284,12 +318,8 @@ def _parallel_creates(settings: Settings) -> Figure:
                             "HEAD",
                         )
 
-                threads = [threading.Thread(target=adds, args=(repo,)) for repo in frepos]
                 started = time.perf_counter()
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
+                run_threads([partial(adds, repo) for repo in frepos], FLOOR_DEADLINE_S)
                 fig.add(mine * 1000, (time.perf_counter() - started) * 1000)
         finally:
             daemon.stop()

@@ -23,6 +23,10 @@ GIT_ENV = {
 }
 
 
+# One git call of the bench (an add, a commit of a few thousand files): minutes would mean it hung.
+GIT_TIMEOUT_S = 300.0
+
+
 def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
         ["git", "-C", str(repo), *args],
@@ -30,6 +34,7 @@ def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
         text=True,
         env={**os.environ, **GIT_ENV, **(env or {})},
         check=False,
+        timeout=GIT_TIMEOUT_S,
     )
     if done.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip()}")

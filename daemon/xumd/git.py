@@ -31,12 +31,24 @@ _BASE_ENV = {
 
 class GitError(XumError):
     def __init__(
-        self, result: CommandResult, what: str, wrote_to: Sequence[Path | str] = ()
+        self,
+        result: CommandResult,
+        what: str,
+        wrote_to: Sequence[Path | str] = (),
+        limit: tuple[str, float] | None = None,
     ) -> None:
         tail = result.output.tail_text(1500).strip()
         message = f"{what}: {result.describe()}" + (f": {tail}" if tail else "")
         kind = ErrorKind.TIMEOUT if result.timed_out else ErrorKind.OPERATION_FAILED
         extra: dict[str, object] = {}
+        if result.timed_out:
+            # Say what was waited for and which setting bounds it: the operator raises that
+            # one (git_timeout_s for git's local work; a fetch has its own, fetch_timeout_s).
+            extra["waited_for"] = what
+            if limit is not None:
+                name, seconds = limit
+                message += f" (the limit: {name} = {seconds:g})"
+                extra.update(limit=name, limit_s=seconds)
         if not result.timed_out and wrote_to and diskfull.git_says_no_space(tail):
             # git's "unable to write file X" does not say why; name the full filesystem.
             full = diskfull.disk_full(
@@ -91,6 +103,8 @@ class Git:
     containment: Containment | None = None
     """Set by the containment service: a hook's double-forked leftovers are stopped too."""
     lock_wait_s: float = 2.0
+    limit_name: str = "git_timeout_s"
+    """The setting `timeout_s` comes from, named in a timeout's error."""
 
     def __post_init__(self) -> None:
         self._repo_locks: dict[str, anyio.Lock] = {}
@@ -138,7 +152,11 @@ class Git:
                 raise GitLockBusy(result, what or f"git {args[0] if args else ''}", lock)
         if check and not result.ok:
             raise GitError(
-                result, what or f"git {args[0] if args else ''}", _written(repo, args, env)
+                result,
+                what or f"git {args[0] if args else ''}",
+                _written(repo, args, env),
+                # A caller's own deadline is its own to name (the base fetch: fetch_timeout_s).
+                (self.limit_name, self.timeout_s) if timeout_s is None else None,
             )
         return result
 

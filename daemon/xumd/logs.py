@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from typing import Any, TextIO
@@ -59,6 +60,33 @@ class _NamedPrintLogger(structlog.PrintLogger):
     def __init__(self, file: TextIO, name: str) -> None:
         super().__init__(file)
         self.name = name
+
+    def msg(self, message: str) -> None:
+        """Write one line; a line that cannot be written is counted, never raised. stderr on a
+        full disk (ENOSPC), a reader gone (EPIPE: `xumd 2>&1 | tee` whose tee died), EIO: a
+        log call sits between the steps of every operation, and one that raised ended the
+        request half-way or, from a background task, the daemon. Once a line is written again,
+        one more says how many were lost (`logs.lines_dropped`)."""
+        global _dropped
+        try:
+            super().msg(message)
+        except OSError:
+            _dropped += 1
+            return
+        if _dropped:
+            lost, _dropped = _dropped, 0
+            note = {"lines": lost, "event": "logs.lines_dropped", "level": "warning"}
+            try:
+                super().msg(json.dumps({**note, "logger": "xumd.logs"}))
+            except OSError:
+                _dropped += lost + 1
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+_dropped = 0
+"""Log lines not written since the last one that was (see `_NamedPrintLogger.msg`)."""
 
 
 def _logger_factory(*args: Any) -> _NamedPrintLogger:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -97,6 +98,17 @@ def _anchor() -> float:
     if _boot_anchor is None:
         _boot_anchor = _kernel_boot_time()
     return _boot_anchor
+
+
+def anchored_now() -> float:
+    """Now, on the clock process start times are read on: the boot anchor plus the time since
+    boot (suspend included: CLOCK_BOOTTIME). Within one boot it runs with real time whatever the
+    wall clock does; a wall-clock step moves `time.time()`, never this. Where there is no boot
+    clock (not Linux) it is the wall clock: no protection, and no false one."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is None:
+        return time.time()
+    return _anchor() + time.clock_gettime(boottime) - _timens_boottime_offset()
 
 
 def stat_fields(pid: int, *, strict: bool = False) -> list[str] | None:

@@ -4,6 +4,7 @@ project, turn and cleanup commands."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 SETUP_FAILED = ("failed", "timeout")
@@ -22,6 +23,38 @@ def cleanup_failed(cleanup: dict[str, Any] | None) -> bool:
     if not cleanup:
         return False
     return "failed" in (cleanup.get("status"), (cleanup.get("reclaim") or {}).get("status"))
+
+
+def _when(at: float, now: float) -> str:
+    """A retry time as a person reads it: how far off, and the local clock time."""
+    clock = time.strftime("%H:%M:%S", time.localtime(at))
+    ahead = at - now
+    if ahead <= 0:
+        return f"due now (was due at {clock})"
+    if ahead < 120:
+        return f"in {ahead:.0f}s, at {clock}"
+    if ahead < 7200:
+        return f"in {ahead / 60:.0f}m, at {clock}"
+    return f"in {ahead / 3600:.1f}h, at {clock}"
+
+
+def cleanup_line(cleanup: dict[str, Any], now: float | None = None) -> str:
+    """The physical side of an archive or removal in one line (more when the error it quotes
+    has several): its status, when a `pending` one is tried next, why it is pending or
+    failed, and a reclaim that did not complete (a `failed` one is why the command exits 1,
+    so the line must say it even when the checkout itself went)."""
+    line = f"cleanup: {cleanup['status']}"
+    if cleanup.get("status") == "pending":
+        # The daemon retries it by itself; say when, and how to try it at once.
+        if cleanup.get("next_attempt_at"):
+            line += ", next attempt " + _when(cleanup["next_attempt_at"], now or time.time())
+        line += " (now: xum cleanup retry)"
+    if cleanup.get("last_error") or cleanup.get("reason"):
+        line += f": {cleanup.get('last_error') or cleanup.get('reason')}"
+    reclaim = (cleanup.get("reclaim") or {}).get("status")
+    if reclaim == "failed":
+        line += "\nreclaim: failed: the trashed checkout was not deleted (see xum cleanup ls)"
+    return line
 
 
 def setup_line(setup: dict[str, Any], ref: str | None = None) -> str:

@@ -7,7 +7,7 @@ import os
 import click
 
 from xum_client.commands._context import Ctx
-from xum_client.commands._outcomes import cleanup_failed
+from xum_client.commands._outcomes import cleanup_failed, cleanup_line
 from xum_client.commands._resolve import given, project_id
 from xum_client.commands.workspace import kept_line
 
@@ -86,8 +86,10 @@ def register(cli: click.Group) -> None:
                 lines.append(f"  workspace {ws['name']}: not removed: {message}")
                 continue
             done = ws.get("result") or {}
-            cleanup = done.get("cleanup", {}).get("status")
-            lines.append(f"  workspace {ws['name']}: removed (cleanup {cleanup})")
+            lines.append(f"  workspace {ws['name']}: removed")
+            if done.get("cleanup"):
+                # The same words as `xum ws rm`: a pending or failed cleanup says why.
+                lines.extend("    " + part for part in cleanup_line(done["cleanup"]).split("\n"))
             if done.get("kept"):
                 lines.append("    " + kept_line(done["kept"]))
         # The project still there (cut short), or a workspace's cleanup that failed.

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from xum_client.commands._context import Ctx, host_timeout_option
-from xum_client.commands._outcomes import cleanup_failed, setup_failed, setup_line
+from xum_client.commands._outcomes import cleanup_failed, cleanup_line, setup_failed, setup_line
 from xum_client.commands._progress import SetupDisplay, by_id, by_name, setup_progress
 from xum_client.commands._resolve import env_option, given, project_id, short, workspace_id
 from xum_client.sync import Client
@@ -38,15 +38,6 @@ def _setup_report(setup: dict[str, Any], ref: str, display: SetupDisplay | None)
     if setup.get("output") and setup["status"] != "ok" and not streamed:
         text += "\n" + setup["output"]
     return text
-
-
-def _cleanup_line(cleanup: dict[str, Any]) -> str:
-    line = f"cleanup: {cleanup['status']}"
-    if cleanup.get("status") == "pending" and cleanup.get("next_attempt_at"):
-        line += f", next attempt at {cleanup['next_attempt_at']:.0f}"
-    if cleanup.get("last_error") or cleanup.get("reason"):
-        line += f" ({cleanup.get('last_error') or cleanup.get('reason')})"
-    return line
 
 
 def _auto_archive_line(ws: dict[str, Any]) -> str:
@@ -293,7 +284,7 @@ def register(cli: click.Group) -> None:
         if w.get("snapshot"):
             human.append(f"snapshot: {w['snapshot']['ref']} {w['snapshot']['commit']}")
         if w.get("last_cleanup"):
-            human.append(_cleanup_line(w["last_cleanup"]))
+            human.append(cleanup_line(w["last_cleanup"]))
         if w.get("auto_archive"):
             human.append(_auto_archive_line(w))
         if w.get("ports"):
@@ -326,7 +317,7 @@ def register(cli: click.Group) -> None:
             if snap
             else "snapshot: none (no uncommitted work)",
             _dropped_line(result["dropped"]),
-            _cleanup_line(result["cleanup"]),
+            cleanup_line(result["cleanup"]),
         ]
         if stop:
             stopped = result.get("stopped") or []
@@ -388,7 +379,7 @@ def register(cli: click.Group) -> None:
             lines.append(f"snapshot: {result['snapshot']['ref']}")
         if result.get("kept"):
             lines.append(kept_line(result["kept"]))
-        lines.append(_cleanup_line(result["cleanup"]))
+        lines.append(cleanup_line(result["cleanup"]))
         obj.emit_result(result, "\n".join(lines), not_done=cleanup_failed(result["cleanup"]))
 
     @ws.command("setup")

@@ -23,6 +23,10 @@ from xumd.usage.service import UsageService
 
 DAY_S = 86400.0
 SNAPSHOT_REFS = "refs/xum/snapshots/"
+AHEAD_TOLERANCE_S = 60.0
+"""A stamp this far after the gc clock's now was written on a clock that has since stepped back
+(or that ran ahead of the boot-anchored clock: `GcClock`); closer than this is the anchor's
+whole-second rounding and a stamp written this instant."""
 
 
 @dataclass(slots=True)
@@ -38,6 +42,18 @@ class Plan:
 
     def skip(self, item: GcItem, reason: str) -> None:
         self.skipped.append(skipped(item, reason))
+
+    def ahead(self, stamp: float) -> str | None:
+        """Why a record stamped `stamp` cannot be aged now: it is stamped after now, so the
+        wall clock stepped between its stamp and now. Its true age is unknown; it is counted
+        once the clock passes the stamp (never kept forever, never collected early)."""
+        if stamp - self.now <= AHEAD_TOLERANCE_S:
+            return None
+        hours = (stamp - self.now) / 3600
+        return (
+            f"stamped {hours:.1f} h after the gc clock's now: the wall clock stepped since;"
+            " its age counts once the clock passes the stamp"
+        )
 
 
 def skipped(item: GcItem, reason: str, kind: str | None = None) -> GcSkipped:
@@ -118,6 +134,12 @@ class Planner:
     async def _archived(self, plan: Plan, days: float) -> None:
         for row in rows.list_workspaces(self.store, state="archived"):
             age = (plan.now - row.updated_at) / DAY_S
+            stepped = plan.ahead(row.updated_at)
+            if stepped:
+                await self._add_workspace(
+                    plan, row, "remove_archived", 0.0, reason="archived", why_not=stepped
+                )
+                continue
             if age < days:
                 continue
             await self._add_workspace(
@@ -169,6 +191,10 @@ class Planner:
                 when = removed.get(workspace_id)
                 if when is None:
                     plan.skip(item, "no record of its workspace's removal: not provably stale")
+                    continue
+                stepped = plan.ahead(when)
+                if stepped:
+                    plan.skip(item, stepped)
                     continue
                 age = (plan.now - when) / DAY_S
                 if age < days:
@@ -254,9 +280,21 @@ class Planner:
                 except OSError:
                     continue
             age = (plan.now - since) / DAY_S
+            key = f"discard_kept:{name}"
+            stepped = plan.ahead(since)
+            if stepped:
+                plan.skipped.append(
+                    GcSkipped(
+                        key=key,
+                        action="discard_kept",
+                        workspace_id=stray.workspace_id,
+                        name=name,
+                        reason=stepped,
+                    )
+                )
+                continue
             if age < days:
                 continue
-            key = f"discard_kept:{name}"
             figures = await self.usage.measure(stray.path) if plan.measures(key) else None
             plan.items.append(
                 GcItem(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Callable
 from typing import get_args
 
 import anyio
@@ -31,7 +32,7 @@ from xum_protocol.models.gc import (
     GcSkipped,
 )
 
-from xumd import logs
+from xumd import logs, procstat
 from xumd.app import App
 from xumd.errors import XumError
 from xumd.gc.plan import Plan, Planner, policies, skipped
@@ -47,15 +48,37 @@ log = logs.get("xumd.gc")
 RUN_PREFIX = "gc_"
 
 
-# The clock gc ages records by: the system's wall clock plus an offset that only a test method
-# (`test.clock_advance`, with `enable_test_methods`) moves, so tests age records without sleeping
-# and without editing the store under a live daemon.
+ANCHOR_SLACK_S = 2.0
+
+
 class GcClock:
-    def __init__(self) -> None:
+    """The clock gc ages records by. Records carry wall-clock stamps; a wall-clock step (NTP's
+    first sync, a hand-set clock, a VM restored) would make them look older or younger than
+    they are. So "now" is the earlier of the wall clock and the boot-anchored clock
+    (`procstat.anchored_now`: fixed to the wall clock once per boot, then moved only by real
+    time, suspend included). A step ahead moves only the wall clock: the anchored one keeps the
+    true time, and nothing looks older than it is. A step back moves the wall clock behind the
+    anchored one: the wall clock is then the earlier. Either way an age is never overstated,
+    and it is understated by at most the step (within this boot), so nothing is kept forever:
+    a record stamped after the gc clock's now is skipped, naming the step (`Planner`), until
+    the clock passes it. Plus an offset that only a test method (`test.clock_advance`, with
+    `enable_test_methods`) moves, so tests age records without sleeping."""
+
+    def __init__(
+        self,
+        wall: Callable[[], float] = time.time,
+        anchored: Callable[[], float] = procstat.anchored_now,
+    ) -> None:
         self.offset_s = 0.0
+        self._wall = wall
+        self._anchored = anchored
 
     def time(self) -> float:
-        return time.time() + self.offset_s
+        wall, anchored = self._wall(), self._anchored()
+        # The anchor is the kernel's boot time in whole seconds: the anchored clock may trail
+        # the wall clock by up to a second with no step at all, which is not a step ahead.
+        now = anchored if wall - anchored > ANCHOR_SLACK_S else wall
+        return now + self.offset_s
 
     def advance(self, seconds: float) -> float:
         self.offset_s += seconds

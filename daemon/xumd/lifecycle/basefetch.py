@@ -122,7 +122,10 @@ async def fetch_base(
         await lock.acquire()
     if waited.cancelled_caught:
         # Bounded like every wait: a queue of creates behind a hung fetch each get the deadline.
-        reason = f"waited {timeout_s:g}s for another fetch of {repo} to finish"
+        reason = (
+            f"waited {timeout_s:g}s for another fetch of {repo} to finish"
+            f" (the limit: fetch_timeout_s = {timeout_s:g})"
+        )
         return params, _failed(params, where.remote, "timeout", reason)
     try:
         # Its turn come, the fetch has `timeout_s`: a retry gets what the first try left.
@@ -157,6 +160,8 @@ async def fetch_base(
     if not result.ok:
         tail = result.output.tail_text(1500).strip()
         reason = f"git fetch {where.remote}: {result.describe()}" + (f": {tail}" if tail else "")
+        if result.timed_out:
+            reason += f" (the limit: fetch_timeout_s = {timeout_s:g})"
         status = "timeout" if result.timed_out else "fetch_failed"
         return params, _failed(params, where.remote, status, reason)
     log.info("workspace.base_fetched", repo=str(repo), remote=where.remote, base=where.base_ref)
@@ -175,6 +180,7 @@ def _failed(params: WorkspaceCreateParams, remote: str, status: str, reason: str
                 f"{reason}; nothing was created (allow_stale_base: create from the local base)",
                 waited_for=f"git fetch {remote}",
                 remote=remote,
+                limit="fetch_timeout_s",
             )
         raise XumError(
             ErrorKind.FETCH_FAILED,

@@ -92,9 +92,18 @@ def _refusal(project: ProjectRow, refused: list[tuple[str, str, XumError]]) -> X
 
 def _registered(raw: str, other: ProjectRow, **data: str) -> XumError:
     through = f" (the same git repository {data['repository']})" if data else ""
+    gone = ""
+    if not os.path.lexists(other.path):
+        # Known by its inode, the directory at the old path is gone: either it moved here, or
+        # it was deleted and a new directory got its inode number. Say which to check.
+        gone = (
+            f"; that project's path {other.path} is gone: if the directory moved here, it is "
+            f"the same project; if it was deleted, remove the project first "
+            f"(xum project rm {other.name})"
+        )
     return XumError(
         ErrorKind.CONFLICT,
-        f"{raw} is already registered as project {other.name!r} ({other.id}){through}",
+        f"{raw} is already registered as project {other.name!r} ({other.id}){through}{gone}",
         id=other.id,
         name=other.name,
         **data,

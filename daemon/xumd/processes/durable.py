@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xumd import fsdelete, logs
-from xumd.processes.output_log import OutputLog
+from xumd.processes.output_log import OutputLog, create_meta
 
 log = logs.get("xumd.processes.durable")
 
@@ -57,6 +57,7 @@ class DurableIO:
         try:
             os.mkfifo(io.stdin, 0o600)
             os.close(os.open(io.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+            create_meta(io.meta)
         except BaseException:
             io.remove()
             raise

@@ -29,19 +29,39 @@ import ctypes
 import errno
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 
-from xumd import logs
+from xumd import logs, smallfile
 from xumd.processes.ring import Chunk, Waitable
 
 log = logs.get("xumd.processes.output_log")
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
+
+META_SLOT = 256
+"""`output.meta` is two slots of this size, written in place and in turn, each one JSON object
+padded with spaces. The file is written whole before the child starts (`create_meta`), so
+recording a drop never needs a new block: on a full disk (the child filled it between two
+polls) the record must not fail, since the hole it precedes is what frees the space. A write
+torn by a crash spoils one slot; the other still holds the range before it."""
+
+
+def create_meta(path: Path) -> None:
+    """Write `path`'s two empty slots (a new process's, before its child starts: a full disk
+    refuses the spawn here, not a drop later)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        blank = (b" " * (META_SLOT - 1) + b"\n") * 2
+        if os.write(fd, blank) != len(blank):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    finally:
+        os.close(fd)
 
 
 def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
@@ -109,6 +129,8 @@ class OutputLog(Waitable):
         self.closed = False
         self._changed: anyio.Event | None = None
         self._punch_failed = False
+        self._meta_seq = 0
+        self._meta_failing = False
         # Read-write: punching a hole needs write access. The daemon never writes to it.
         self._fd: int | None = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         self.block = os.fstat(self._fd).st_blksize or 4096
@@ -129,6 +151,10 @@ class OutputLog(Waitable):
             return False
         size = os.fstat(self._fd).st_size
         if size <= self.total:
+            # A drop that could not be recorded last time is tried again at every poll, not
+            # only when the child writes more: a child stopped by a full disk writes nothing
+            # more until the drop frees the space.
+            self._compact()
             return False
         self.total = size
         self._compact()
@@ -191,7 +217,17 @@ class OutputLog(Waitable):
         assert self._fd is not None
         # Record first: a crash between the two leaves bytes on disk that are never served,
         # never zeros that are served as output. The next compaction punches them.
-        self._save_meta(kept_from)
+        try:
+            self._save_meta(kept_from)
+        except OSError as exc:
+            # Nothing dropped without its record; the next poll tries again (said once).
+            if not self._meta_failing:
+                log.warning("output_log.meta_unsaved", path=str(self.meta_path), error=str(exc))
+            self._meta_failing = True
+            return
+        if self._meta_failing:
+            log.info("output_log.meta_saved", path=str(self.meta_path))
+            self._meta_failing = False
         self.kept_from = kept_from
         try:
             punch_hole(self._fd, self.hole_start, kept_from - self.hole_start)
@@ -200,18 +236,44 @@ class OutputLog(Waitable):
             log.warning("output_log.punch_failed", path=str(self.path), error=str(exc))
 
     def _load_meta(self) -> dict[str, int]:
+        """The newest readable slot of `output.meta` (see `META_SLOT`); a file in the older
+        form (one JSON object, replaced whole) reads as slot 0 of sequence 0."""
         try:
-            data = json.loads(self.meta_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            # Never blocking the event loop on something put in its place (a FIFO), never
+            # following a symlink there.
+            raw = smallfile.read_regular(self.meta_path, 64 * 1024, follow_symlinks=False)
+        except OSError:
             return {}
-        return data if isinstance(data, dict) else {}
+        best: dict[str, int] = {}
+        for start in range(0, max(len(raw), 1), META_SLOT):
+            try:
+                found = json.loads(raw[start : start + META_SLOT].strip(b" \n\0") or b"null")
+            except ValueError:
+                continue  # a torn slot: the other one holds the range before it
+            if not isinstance(found, dict) or "kept_from" not in found:
+                continue
+            if not best or int(found.get("seq", 0)) > int(best.get("seq", 0)):
+                best = found
+        self._meta_seq = int(best.get("seq", 0))
+        return best
 
     def _save_meta(self, kept_from: int) -> None:
-        tmp = self.meta_path.with_suffix(".tmp")
-        body = json.dumps({"hole_start": self.hole_start, "kept_from": kept_from})
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        seq = self._meta_seq + 1
+        body = json.dumps({"seq": seq, "hole_start": self.hole_start, "kept_from": kept_from})
+        slot = body.encode().ljust(META_SLOT - 1) + b"\n"
+        # Not O_CREAT: the file was written whole at spawn (a process from before that has
+        # its older meta file, or none: then it is made, needing a block as before).
+        flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        if not os.path.lexists(self.meta_path):
+            flags |= os.O_CREAT
+        fd = os.open(self.meta_path, flags, 0o600)
         try:
-            os.write(fd, body.encode())
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, f"{self.meta_path} is not a regular file")
+            if os.pwrite(fd, slot, (seq % 2) * META_SLOT) != len(slot):
+                raise OSError(errno.EIO, f"short write to {self.meta_path}")
+            # On the disk before the hole is punched (a block already the file's: no new space).
+            os.fdatasync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, self.meta_path)
+        self._meta_seq = seq
