@@ -357,6 +357,19 @@ class Obligations:
                 (until, workspace_id, after_seq, until),
             )
 
+    def release_later_steps(self, workspace_id: str, after_seq: int, now: float) -> int:
+        """An earlier step finished: the later steps `defer_later_steps` held back for it are
+        due now (else the lane that looked while it was owed waits out the backoff it set).
+        Only never-attempted steps: a step's own failures keep their backoff. A step still
+        held by another earlier step is simply deferred again at its lane's next look."""
+        with self.store.transaction():
+            cur = self.store.execute(
+                "UPDATE cleanup_obligations SET next_attempt_at = ? WHERE workspace_id = ? "
+                "AND state = 'pending' AND seq > ? AND attempts = 0 AND next_attempt_at > ?",
+                (now, workspace_id, after_seq, now),
+            )
+        return cur.rowcount
+
     def defer(self, ids: Iterable[str], until: float) -> None:
         with self.store.transaction():
             for ob_id in ids:
