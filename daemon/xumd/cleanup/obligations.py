@@ -347,14 +347,24 @@ class Obligations:
     def set_detail(self, ob: ObligationRow, now: float, detail: dict[str, Any]) -> ObligationRow:
         return self._update(ob, now, detail={**ob.detail, **detail})
 
-    def defer_later_steps(self, workspace_id: str, after_seq: int, until: float) -> None:
+    def defer_later_steps(
+        self,
+        workspace_id: str,
+        after_seq: int,
+        until: float,
+        *,
+        kinds: Sequence[str] | None = None,
+    ) -> None:
         """Later steps of a workspace cannot run before an earlier one: they are not due either
-        (so the scheduler never spins on a step it cannot run)."""
+        (so the scheduler never spins on a step it cannot run). `kinds`: only those (a lane
+        defers its own steps, never another lane's)."""
+        marks = ",".join("?" * len(kinds)) if kinds else ""
+        only = f" AND kind IN ({marks})" if kinds else ""
         with self.store.transaction():
             self.store.execute(
                 "UPDATE cleanup_obligations SET next_attempt_at = ? WHERE workspace_id = ? "
-                "AND state = 'pending' AND seq > ? AND next_attempt_at < ?",
-                (until, workspace_id, after_seq, until),
+                f"AND state = 'pending' AND seq > ? AND next_attempt_at < ?{only}",
+                (until, workspace_id, after_seq, until, *(kinds or ())),
             )
 
     def release_later_steps(self, workspace_id: str, after_seq: int, now: float) -> int:
