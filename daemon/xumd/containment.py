@@ -48,7 +48,7 @@ import anyio
 from xum_protocol.models.daemon import ContainmentStatus
 
 from xumd import logs, procstat
-from xumd.fdlimits import is_exhausted
+from xumd.fdlimits import child_soft, is_exhausted
 
 log = logs.get("xumd.containment")
 
@@ -226,9 +226,28 @@ for _sig in range(1, _signal.NSIG):
         pass
 _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
 """
-_JOIN = (
-    SHIM_PROLOGUE
-    + """
+
+
+def shim_prologue() -> str:
+    """SHIM_PROLOGUE, and the soft RLIMIT_NOFILE the daemon started with put back when the
+    daemon raised its own (fdlimits.child_soft says why); the hard limit is left as it is.
+    Built at each start: the daemon raises its limit after the modules are imported."""
+    soft = child_soft()
+    if soft is None:
+        return SHIM_PROLOGUE
+    return SHIM_PROLOGUE + _NOFILE.format(soft=int(soft))
+
+
+_NOFILE = """
+import resource as _resource
+_soft, _hard = _resource.getrlimit(_resource.RLIMIT_NOFILE)
+if _soft == _resource.RLIM_INFINITY or _soft > {soft}:
+    try:
+        _resource.setrlimit(_resource.RLIMIT_NOFILE, ({soft}, _hard))
+    except (OSError, ValueError):
+        pass
+"""
+_JOIN = """
 import os, sys
 try:
     with open(sys.argv[1], "w") as f:
@@ -242,7 +261,6 @@ except OSError as exc:
     sys.stderr.write(f"xum: cannot run {sys.argv[2]}: {exc.strerror}\\n")
     os._exit(127)
 """
-)
 
 
 def cgroup_v2_dir(path: Path) -> bool:
@@ -276,7 +294,7 @@ class RunCgroups:
             # subreaper; refusing every git command would stop the daemon altogether.
             log.warning("containment.cgroup_failed", cgroup=str(self.base), error=str(exc))
             return list(argv)
-        return [sys.executable, "-I", "-S", "-c", _JOIN, str(procs), *argv]
+        return [sys.executable, "-I", "-S", "-c", shim_prologue() + _JOIN, str(procs), *argv]
 
     @staticmethod
     def members(path: Path) -> list[int]:
