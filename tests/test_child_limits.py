@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from tests.lifecycle_helpers import add_project, create
-from tests.support.daemon import DaemonProcess, write_config
 from tests.support.cgroups import new_cgroup
+from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import commit_config, make_repo
 from tests.test_containment import _cgroup2_mount, _remove_cgroup_tree
 
