@@ -256,18 +256,39 @@ class Obligations:
         return ObligationRow.of(row) if row else None
 
     def referenced_trash_paths(self) -> set[str]:
+        """Trash entries a pending obligation will still act on: a pending trash or reclaim's
+        own `trash_path`, and the entry of the (completed) trash step a pending reclaim names
+        by `trash_ob` (without it, every restart adopted a pending reclaim's entry as an orphan,
+        and the two reclaims raced over one tree, the workspace's reporting 0 bytes)."""
         rows = self.store.all(
             "SELECT detail FROM cleanup_obligations WHERE state = 'pending' "
             "AND kind IN ('trash', 'reclaim')"
         )
         found: set[str] = set()
+        steps: list[str] = []
         for r in rows:
             try:
-                path = json.loads(r["detail"]).get("trash_path")
+                detail = json.loads(r["detail"])
+                path = detail.get("trash_path")
+                step = detail.get("trash_ob")
             except (ValueError, AttributeError):
                 continue
             if isinstance(path, str):
                 found.add(path)
+            elif isinstance(step, str):
+                steps.append(step)
+        for start in range(0, len(steps), 500):  # bounded statements
+            batch = steps[start : start + 500]
+            marks = ",".join("?" * len(batch))
+            for r in self.store.all(
+                f"SELECT detail FROM cleanup_obligations WHERE id IN ({marks})", tuple(batch)
+            ):
+                try:
+                    path = json.loads(r["detail"]).get("trash_path")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(path, str):
+                    found.add(path)
         return found
 
     # -- writes ----------------------------------------------------------------------------------
