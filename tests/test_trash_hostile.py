@@ -203,3 +203,24 @@ def test_a_half_deleted_entry_that_gained_a_mount_is_never_descended(
         assert (outside / "precious.txt").read_text() == "keep\n"
     finally:
         daemon.close()
+
+
+def test_a_missing_entry_is_gone_unless_a_live_mount_hides_it(tmp_short: Path) -> None:
+    """trash_area's rule without a mount: the area on the mount it was recorded on, no record
+    (an entry moved before the record existed), or a recorded mount that is no longer mounted
+    at its point (unmounted, or renumbered by a reboot): the entry is gone, never waited for."""
+    from xumd.cleanup import trash_area
+
+    area = tmp_short / "area"
+    area.mkdir()
+    recorded = trash_area.area_mount(area)
+    assert recorded is not None and isinstance(recorded[0], int)
+    entry = area / "ob_0123456789abcdef"
+    assert trash_area.hiding_mount(entry, recorded) is None
+    assert trash_area.hiding_mount(entry, None) is None
+    assert trash_area.hiding_mount(entry, [recorded[0], "/not/its/point"]) is None
+    assert trash_area.hiding_mount(entry, [10**9, recorded[1]]) is None
+    # A recorded mount that still exists while the area now resolves to another one: hidden.
+    other = trash_area.area_mount(Path("/proc"))
+    assert other is not None and other[0] != recorded[0]
+    assert trash_area.hiding_mount(entry, other) == recorded[1]
