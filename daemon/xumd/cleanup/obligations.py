@@ -401,6 +401,19 @@ class Obligations:
             )
         return cur.rowcount
 
+    def release_blocked_siblings(self, teardown: ObligationRow, now: float) -> int:
+        """A teardown finished: other workspaces' never-attempted steps on the same directory
+        (deferred while it was owed: `blocking_teardown`) are due now. One still blocked by
+        another sibling's teardown is deferred again at its lane's next look."""
+        with self.store.transaction():
+            cur = self.store.execute(
+                "UPDATE cleanup_obligations SET next_attempt_at = ? WHERE path = ? AND dev IS ? "
+                "AND ino IS ? AND workspace_id != ? AND state = 'pending' AND attempts = 0 "
+                "AND kind != 'reclaim' AND next_attempt_at > ?",
+                (now, teardown.path, teardown.dev, teardown.ino, teardown.workspace_id, now),
+            )
+        return cur.rowcount
+
     def defer(self, ids: Iterable[str], until: float) -> None:
         with self.store.transaction():
             for ob_id in ids:

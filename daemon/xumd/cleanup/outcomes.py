@@ -89,6 +89,9 @@ class OutcomeRecorder:
         the lanes still never spin."""
         if stored.state != PENDING:
             self.obligations.release_later_steps(stored.workspace_id, stored.seq, now)
+            if stored.kind == "teardown":
+                # A sibling workspace's deletion of the same directory waited for this one.
+                self.obligations.release_blocked_siblings(stored, now)
         self.poke(PATH_LANE)
         self.poke(RECLAIM_LANE)
 
