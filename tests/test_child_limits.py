@@ -85,14 +85,18 @@ def run_cgroups() -> Iterator[Path]:
         _remove_cgroup_tree(base)
 
 
-@pytest.mark.parametrize("cgroup", [False, True], ids=["prlimit", "cgroup-shim"])
+@pytest.mark.parametrize("cgroup", ["none", "runs", "lost"])
 def test_children_get_the_soft_limit_the_daemon_started_with(
-    tmp_short: Path, root: Path, request: pytest.FixtureRequest, cgroup: bool
+    tmp_short: Path, root: Path, request: pytest.FixtureRequest, cgroup: str
 ) -> None:
+    """`none`: commands start through prlimit; `runs`: through the cgroup join's shim; `lost`:
+    the configured cgroup went away, so commands start without a cgroup (and its shim)."""
     hard = _hard()
     config = ""
-    if cgroup:
-        config = f'[processes]\ncgroup = "{request.getfixturevalue("run_cgroups")}"\n'
+    base: Path | None = None
+    if cgroup != "none":
+        base = request.getfixturevalue("run_cgroups")
+        config = f'[processes]\ncgroup = "{base}"\n'
 
     hook_out, setup_out = tmp_short / "hook", tmp_short / "setup"
     repo = make_repo(tmp_short / "repo", {"README.md": "hi\n"})
@@ -103,7 +107,10 @@ def test_children_get_the_soft_limit_the_daemon_started_with(
     daemon = _daemon(root, hard, config).start()
     try:
         status = daemon.call("daemon.status")["details"]
-        assert (status["containment"]["cgroup"] is not None) == cgroup
+        assert (status["containment"]["cgroup"] is not None) == (base is not None)
+        if cgroup == "lost":
+            assert base is not None
+            base.rmdir()  # empty: nothing has run yet
         fds = status["fds"]
         assert fds["initial_soft"] == SOFT and fds["soft"] == hard, "the daemon's own is raised"
         project = add_project(daemon, repo)
@@ -113,6 +120,8 @@ def test_children_get_the_soft_limit_the_daemon_started_with(
         assert _limits(hook_out.read_text()) == (SOFT, hard)
         assert _limits(setup_out.read_text()) == (SOFT, hard)
         assert _supervised(daemon, ws["id"]) == (SOFT, hard)
+        runs_without = daemon.call("daemon.status")["details"]["containment"]["runs_without_cgroup"]
+        assert (runs_without > 0) == (cgroup == "lost")
     finally:
         daemon.close()
 

@@ -353,16 +353,17 @@ async def run_command(
         env = {**(os.environ if env is None else env), contain.MARKER_VAR: str(marker)}
     program = _resolve_program(argv[0], env, cwd)
     runs = containment.runs if containment is not None else None
+    full_argv: list[str] | None = None
     if runs is not None and marker is not None:
-        # The cgroup join's shim puts the limit back itself (containment.shim_prologue).
-        full_argv = _with_parent_death_signal(argv, program)
-    else:
+        # Its own cgroup: whatever it starts stays inside, even with a fresh environment. The
+        # join's shim also puts the descriptor limit back (containment.shim_prologue).
+        plain = _with_parent_death_signal(argv, program)
+        joined = runs.join_argv(marker.record, plain)
+        full_argv = joined if joined != plain else None  # no cgroup after all: as below
+    if full_argv is None:
         # Inside setpriv: the start's wait for setpriv's exec still proves pdeathsig is set.
         limited = _with_child_limit([program, *argv[1:]])
         full_argv = _with_parent_death_signal(limited, limited[0])
-    if runs is not None and marker is not None:
-        # Its own cgroup: whatever it starts stays inside, even with a fresh environment.
-        full_argv = runs.join_argv(marker.record, full_argv)
     contain.starting()
     pid: int | None = None
     try:
