@@ -66,16 +66,23 @@ def _removed(daemon: DaemonProcess, tmp_short: Path, files: int = 3) -> dict[str
     return ws
 
 
+@pytest.mark.parametrize("kind", ["tmpfs", "bind"])
 def test_a_trash_area_on_its_own_filesystem_trashes_next_to_the_checkout(
-    root: Path, tmp_short: Path, mounts: Mounts
+    root: Path, tmp_short: Path, mounts: Mounts, kind: str
 ) -> None:
-    """ROOT/trash is a tmpfs (a user gave the trash its own disk): a rename from the checkout
-    into it would fail with EXDEV, so the checkout goes to `.xum-trash` next to itself and is
-    reclaimed there; the tmpfs is left empty and mounted."""
+    """ROOT/trash is a tmpfs (a user gave the trash its own disk), or a bind mount of the same
+    filesystem (same st_dev, another mount): a rename from the checkout into it would fail with
+    EXDEV, so the checkout goes to `.xum-trash` next to itself and is reclaimed there; the
+    trash area is left empty and mounted."""
     daemon = _daemon(root)
     try:
         (root / "trash").mkdir(exist_ok=True)
-        mounts.tmpfs(root / "trash", size="4m")
+        if kind == "bind":
+            backing = tmp_short / "backing"
+            backing.mkdir()
+            mounts.bind(backing, root / "trash")
+        else:
+            mounts.tmpfs(root / "trash", size="4m")
         ws = _removed(daemon, tmp_short)
         checkout = Path(ws["path"])
         assert not checkout.exists()
