@@ -231,3 +231,48 @@ def test_a_missing_entry_is_gone_unless_a_live_mount_hides_it(tmp_short: Path) -
     other = trash_area.area_mount(Path("/proc"))
     assert other is not None and other[0] != recorded[0]
     assert trash_area.hiding_mount(entry, other) == recorded[1]
+
+
+def _count(top: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(top))
+
+
+@pytest.mark.reliability
+def test_a_reclaim_killed_inside_its_walk_resumes_after_the_restart(
+    root: Path, tmp_short: Path
+) -> None:
+    """The real thing: SIGKILL while the reclaim's worker is deleting (some files gone, the
+    rest there), then a restart: the reclaim resumes on what is left and completes; the
+    workspace's reclaim is the only one (no orphan adopted)."""
+    holds = tmp_short / "holds"
+    repo = make_repo(tmp_short / "repo", {"README.md": "hi\n", ".gitignore": "build/\n"})
+    daemon = _daemon(root, env=hold_env(WALK_HOLD, holds))
+    try:
+        project = add_project(daemon, repo)
+        ws = create(daemon, project["id"], "big")["workspace"]
+        build = Path(ws["path"]) / "build"
+        for d in range(60):
+            (build / f"d{d}").mkdir(parents=True)
+            for f in range(250):
+                (build / f"d{d}" / f"f{f}").write_bytes(b"x")
+        removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+        assert removed["cleanup"]["status"] == "completed", removed["cleanup"]
+        wait_held(WALK_HOLD, holds)
+        entry = Path(_cleanup(daemon, ws["id"])["trash"]["detail"]["trash_path"])
+        total = _count(entry)
+        release(WALK_HOLD, holds)
+        until(lambda: _count(entry) < total, interval=0.001, message="the walk to start")
+        daemon.kill()
+        left = _count(entry)
+        assert 0 < left < total, (left, total)  # cut inside the walk
+        daemon.env = {}
+        daemon.start()
+        until(
+            lambda: _cleanup(daemon, ws["id"])["reclaim"]["state"] == "completed",
+            message="the resumed reclaim",
+        )
+        assert not entry.exists()
+        listed = daemon.call("cleanup.list", {"limit": 1000})["obligations"]
+        assert [o for o in listed if o["workspace_id"] == ""] == [], "an orphan was adopted"
+    finally:
+        daemon.close()
