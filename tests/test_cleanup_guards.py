@@ -275,6 +275,15 @@ async def test_a_step_blocked_by_a_due_sibling_teardown_waits_a_backoff(world: W
     assert trash.attempts == 0
     assert trash.next_attempt_at >= now + world.service.config.backoff_initial_s, trash
     assert teardown_calls(world) == []
+    # B's teardown finishes: A's deletion is due at once (the clock has not moved), not a
+    # backoff later; the next path cycle deletes the directory.
+    await world.service.run_workspace(b)
+    assert world.states(b)["teardown"] == "completed"
+    (trash,) = [o for o in world.service.obligations.for_workspace(a) if o.kind == "trash"]
+    assert trash.next_attempt_at <= world.clock.time(), trash
+    await world.service.run_cycle("path")
+    assert world.states(a)["trash"] == "completed" or world.states(b)["trash"] == "completed"
+    assert not os.path.lexists(path)
 
 
 async def test_reclaim_waits_for_its_trash_step_a_backoff(world: World) -> None:

@@ -266,3 +266,43 @@ def test_step_watch_sees_steps_not_slew() -> None:
     assert watch.step() == 0.0  # seen once
     clock.wall_offset += 7200.0
     assert watch.step() == pytest.approx(7200.0)
+
+
+async def test_a_finished_trash_releases_the_reclaim_its_lane_deferred(base: Path) -> None:
+    # The reclaim lane looked while the trash step was still owed and deferred the reclaim by
+    # backoff_initial_s (never spin). The trash finishing makes it due at once: the frozen fake
+    # clock never reaches the deferral, so only the release lets the next reclaim cycle run it.
+    world = make_world(base, ScriptTeardown("true"), backoff_initial_s=3600.0, backoff_jitter=0.0)
+    retry = RetryService(world.service, world.clock)
+    wid = "ws_" + "9" * 16
+    plan_dir(world, wid, "nine")
+    early = await world.service.run_cycle("reclaim")
+    assert early.attempted == [], "the trash step is owed first"
+    steps = {o.kind: o for o in world.service.obligations.for_workspace(wid)}
+    assert steps["reclaim"].next_attempt_at >= world.clock.now + 3600.0, "deferred, not spun on"
+    # Its own lane's steps only: the path lane's trash stays due (a request running the
+    # teardown right now goes on to the trash).
+    assert steps["trash"].next_attempt_at <= world.clock.now
+    assert retry.next_delay(early) >= 3600.0
+    path = await world.service.run_cycle("path")
+    assert path.attempted == [wid] and world.states(wid)["trash"] == "completed", path
+    late = await world.service.run_cycle("reclaim")
+    assert late.attempted == [wid], "released by the finished trash: due now"
+    assert world.states(wid)["reclaim"] == "completed"
+
+
+async def test_a_release_keeps_a_failed_steps_own_backoff(base: Path) -> None:
+    # Only steps never attempted are released: a step that failed keeps its backoff, so a
+    # finished sibling step cannot turn a failing step into a hot loop.
+    world = make_world(base, None, backoff_initial_s=60.0, backoff_jitter=0.0)
+    wid = "ws_" + "8" * 16
+    plan_dir(world, wid, "eight")
+    obs = world.service.obligations
+    first, *later = obs.for_workspace(wid)
+    failed = obs.fail_attempt(later[0], world.clock.now, world.clock.now + 60.0, "boom")
+    obs.defer_later_steps(wid, first.seq, world.clock.now + 60.0)
+    released = obs.release_later_steps(wid, first.seq, world.clock.now)
+    after = {o.id: o for o in obs.for_workspace(wid)}
+    assert after[failed.id].next_attempt_at == world.clock.now + 60.0, "its own backoff kept"
+    assert released == len(later) - 1
+    assert all(after[o.id].next_attempt_at == world.clock.now for o in later[1:])

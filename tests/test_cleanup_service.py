@@ -332,6 +332,23 @@ async def test_orphan_trash_is_adopted_and_reclaimed(world: World) -> None:
     assert world.service.obligations.count("pending") == 0
 
 
+async def test_a_pending_reclaims_entry_is_never_adopted_as_an_orphan(world: World) -> None:
+    # The trash step is completed (the checkout is in the trash); its reclaim is still owed,
+    # naming the entry only through `trash_ob`. The housekeeping at every start must not
+    # adopt that entry as an orphan: two reclaims would race over one tree.
+    wid, inc, path, ident = new_dir_ws(world, "a")
+    world.plan(wid, path, inc, ident, teardown=False)
+    status = await world.service.run_workspace(wid)
+    assert status.status == "completed"
+    steps = {o.kind: o for o in world.service.obligations.for_workspace(wid)}
+    assert steps["trash"].state == "completed" and steps["reclaim"].state == PENDING
+    entry = Path(steps["trash"].detail["trash_path"])
+    assert entry.is_dir()
+    world.service.housekeeping()
+    assert world.service.obligations.list(workspace_id="", state=None, limit=10) == []
+    assert entry in {Path(p) for p in world.service.obligations.referenced_trash_paths()}
+
+
 async def test_unarchive_in_progress_makes_cleanup_wait_not_abandon(
     world: World, flag: Path
 ) -> None:

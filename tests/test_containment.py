@@ -686,9 +686,21 @@ def test_delegated_cgroup_detection(tmp_short: Path) -> None:
 
     from xumd.containment_feature import _cgroup
 
-    assert _cgroup("off") is None
-    assert _cgroup(str(tmp_short / "not-a-cgroup")) is None
-    assert _cgroup("relative/path") is None
+    assert _cgroup("off") == (None, None)
+    assert _cgroup(str(tmp_short / "not-a-cgroup")) == (
+        None,
+        "not a cgroup v2 directory (no cgroup.procs)",
+    )
+    assert _cgroup("relative/path") == (None, "not an absolute path")
+    read_only = tmp_short / "ro-cgroup"
+    read_only.mkdir()
+    (read_only / "cgroup.procs").write_text("")
+    read_only.chmod(0o555)
+    try:
+        if not os.access(read_only, os.W_OK):  # root may write anyway
+            assert _cgroup(str(read_only)) == (None, "not writable by the daemon")
+    finally:
+        read_only.chmod(0o755)
 
 
 def test_a_timed_out_command_takes_its_double_fork_with_it(tmp_short: Path) -> None:
@@ -929,3 +941,79 @@ def test_a_command_through_the_cgroup_join_gets_every_signal_at_its_default(
     seen = anyio.run(lambda: run_command(argv, timeout_s=30, containment=cont))
     assert seen.ok, seen.output.text()
     assert changed_signals(seen.output.text()) == {"SigIgn": set(), "SigBlk": set()}
+
+
+# -- the fallback when a cgroup cannot be used ---------------------------------------------------
+
+
+def test_an_unusable_configured_cgroup_is_shown_degraded_and_runs_are_still_contained(
+    root: Path, tmp_short: Path, reap_strays: list[int]
+) -> None:
+    """A configured cgroup that is not one (a plain directory: no cgroup.procs) is refused at
+    start: daemon.status and `xum status` say containment is degraded and why; a teardown's
+    double fork is still stopped by its marker before the remove says completed."""
+    from xum_client.cli import _status_lines
+
+    not_a_cgroup = tmp_short / "not-a-cgroup"
+    not_a_cgroup.mkdir()
+    repo = make_repo(tmp_short / "repo")
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    teardown = (
+        f"setsid sh -c 'echo $$ > {ctl}/escapee; exec sleep 100' & "
+        f"until [ -s {ctl}/escapee ]; do sleep 0.01; done"
+    )
+    with_scripts(repo, teardown=[teardown])
+    write_config(root, f'[processes]\ncgroup = "{not_a_cgroup}"\n')
+    daemon = DaemonProcess(root).start()
+    try:
+        status = daemon.call("daemon.status")
+        details = status["details"]["containment"]
+        assert details["cgroup"] is None and details["cgroup_setting"] == str(not_a_cgroup)
+        assert details["mechanism"] == "subreaper+marker"
+        assert "cannot be used" in details["degraded"], details
+        assert "no cgroup.procs" in details["degraded"], details
+        assert "degraded: the configured cgroup" in dict(_status_lines(status))["containment"]
+        project = trusted(daemon, repo)
+        ws = create(daemon, project["id"], "fallback")["workspace"]
+        result = daemon.call("workspace.remove", {"workspace_id": ws["id"]})
+        escapee = identify(int((ctl / "escapee").read_text()))
+        reap_strays.append(escapee.pid)
+        assert result["cleanup"]["status"] == "completed", result["cleanup"]
+        assert not alive(escapee), "the fallback did not stop the double-forked teardown child"
+        assert marked(root) == []
+    finally:
+        daemon.close()
+
+
+def test_the_default_auto_without_delegation_is_not_degraded(daemon: DaemonProcess) -> None:
+    # `auto` means "where one is delegated": none here is the expected case, not a fault.
+    details = daemon.call("daemon.status")["details"]["containment"]
+    assert details["cgroup_setting"] == "auto" and details["cgroup"] is None
+    assert details["degraded"] is None and details["runs_without_cgroup"] == 0
+
+
+def test_runs_that_lose_their_cgroup_are_counted_and_shown_degraded(
+    root: Path, tmp_short: Path, cgroup_base: Path
+) -> None:
+    """The configured cgroup disappears while the daemon runs: every run goes ahead without
+    its cgroup (refusing them would stop the daemon altogether), and daemon.status stops
+    claiming what it no longer has: `degraded` says so and counts them."""
+    repo = make_repo(tmp_short / "repo")
+    write_config(root, f'[processes]\ncgroup = "{cgroup_base}"\n')
+    daemon = DaemonProcess(root).start()
+    try:
+        before = daemon.call("daemon.status")["details"]["containment"]
+        assert before["cgroup"] == str(cgroup_base) and before["degraded"] is None
+        for sub in sorted(cgroup_base.rglob("*"), reverse=True):
+            if sub.is_dir():
+                sub.rmdir()
+        cgroup_base.rmdir()  # empty: nothing runs yet
+        project = add_project(daemon, repo)
+        create(daemon, project["id"], "lost")
+        after = daemon.call("daemon.status")["details"]["containment"]
+        assert after["runs_without_cgroup"] >= 1, after
+        assert "started without their own cgroup" in after["degraded"], after
+        assert str(cgroup_base) in after["degraded"]
+    finally:
+        daemon.close()

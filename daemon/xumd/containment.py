@@ -48,7 +48,7 @@ import anyio
 from xum_protocol.models.daemon import ContainmentStatus
 
 from xumd import logs, procstat
-from xumd.fdlimits import is_exhausted
+from xumd.fdlimits import child_soft, is_exhausted
 
 log = logs.get("xumd.containment")
 
@@ -226,9 +226,28 @@ for _sig in range(1, _signal.NSIG):
         pass
 _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
 """
-_JOIN = (
-    SHIM_PROLOGUE
-    + """
+
+
+def shim_prologue() -> str:
+    """SHIM_PROLOGUE, and the soft RLIMIT_NOFILE the daemon started with put back when the
+    daemon raised its own (fdlimits.child_soft says why); the hard limit is left as it is.
+    Built at each start: the daemon raises its limit after the modules are imported."""
+    soft = child_soft()
+    if soft is None:
+        return SHIM_PROLOGUE
+    return SHIM_PROLOGUE + _NOFILE.format(soft=int(soft))
+
+
+_NOFILE = """
+import resource as _resource
+_soft, _hard = _resource.getrlimit(_resource.RLIMIT_NOFILE)
+if _soft == _resource.RLIM_INFINITY or _soft > {soft}:
+    try:
+        _resource.setrlimit(_resource.RLIMIT_NOFILE, ({soft}, _hard))
+    except (OSError, ValueError):
+        pass
+"""
+_JOIN = """
 import os, sys
 try:
     with open(sys.argv[1], "w") as f:
@@ -242,7 +261,6 @@ except OSError as exc:
     sys.stderr.write(f"xum: cannot run {sys.argv[2]}: {exc.strerror}\\n")
     os._exit(127)
 """
-)
 
 
 def cgroup_v2_dir(path: Path) -> bool:
@@ -258,6 +276,8 @@ class RunCgroups:
     daemon may stay in the delegated cgroup itself."""
 
     base: Path
+    on_failure: Callable[[str], None] | None = field(default=None, compare=False)
+    """Told when a run has to start without its cgroup (daemon.status shows it)."""
 
     def directory(self, record: str) -> Path:
         return self.base / f"run-{record}"
@@ -275,8 +295,10 @@ class RunCgroups:
             # The cgroup went away under us (or is full): the run still has its marker and the
             # subreaper; refusing every git command would stop the daemon altogether.
             log.warning("containment.cgroup_failed", cgroup=str(self.base), error=str(exc))
+            if self.on_failure is not None:
+                self.on_failure(f"{self.base}: {exc.strerror or exc}")
             return list(argv)
-        return [sys.executable, "-I", "-S", "-c", _JOIN, str(procs), *argv]
+        return [sys.executable, "-I", "-S", "-c", shim_prologue() + _JOIN, str(procs), *argv]
 
     @staticmethod
     def members(path: Path) -> list[int]:
@@ -561,6 +583,12 @@ class Containment:
     subreaper: bool = False
     cgroup: Path | None = None
     """A delegated cgroup v2 directory (or the configured one): runs get their own cgroup in it."""
+    cgroup_setting: str = "auto"
+    cgroup_unusable: str | None = None
+    """Why the configured cgroup is not used (None: it is, or none was asked for)."""
+    runs_without_cgroup: int = 0
+    cgroup_error: str | None = None
+    """The latest failure to give a run its cgroup."""
     swept: list[dict[str, Any]] = field(default_factory=list)
     escaped: list[dict[str, Any]] = field(default_factory=list)
     _status: tuple[tuple[object, ...], dict[str, Any]] | None = field(
@@ -576,7 +604,29 @@ class Containment:
 
     @property
     def runs(self) -> RunCgroups | None:
-        return RunCgroups(self.cgroup / f"xum-{self.tag}") if self.cgroup is not None else None
+        if self.cgroup is None:
+            return None
+        return RunCgroups(self.cgroup / f"xum-{self.tag}", on_failure=self._run_without_cgroup)
+
+    def _run_without_cgroup(self, error: str) -> None:
+        self.runs_without_cgroup += 1
+        self.cgroup_error = error
+
+    @property
+    def degraded(self) -> str | None:
+        """Why containment is weaker than configured (None: it is not)."""
+        if self.cgroup_unusable is not None:
+            return (
+                f"the configured cgroup {self.cgroup_setting!r} cannot be used "
+                f"({self.cgroup_unusable}): runs get no cgroup; they are stopped by session or "
+                "group and found by marker" + (" and the subreaper" if self.subreaper else "")
+            )
+        if self.runs_without_cgroup:
+            return (
+                f"{self.runs_without_cgroup} run(s) started without their own cgroup (latest: "
+                f"{self.cgroup_error}); they are stopped by session or group and found by marker"
+            )
+        return None
 
     @property
     def mechanism(self) -> str:
@@ -589,7 +639,15 @@ class Containment:
     def status(self) -> dict[str, Any]:
         # Polled with every daemon.status: the model is built again only when what it shows
         # moved (`escaped` is replaced on each change, `swept` only grows).
-        key = (self.subreaper, self.cgroup, self.instance, len(self.swept), self.escaped)
+        key = (
+            self.subreaper,
+            self.cgroup,
+            self.instance,
+            len(self.swept),
+            self.escaped,
+            self.cgroup_unusable,
+            self.runs_without_cgroup,
+        )
         if self._status is None or self._status[0] != key:
             self._status = (key, self._status_now())
         return self._status[1]
@@ -603,6 +661,9 @@ class Containment:
             instance=self.instance,
             stopped_at_start=len(self.swept),
             escaped=list(self.escaped),
+            cgroup_setting=self.cgroup_setting,
+            degraded=self.degraded,
+            runs_without_cgroup=self.runs_without_cgroup,
         ).model_dump(mode="json")
 
     async def leftovers(self, marker: Marker, grace_s: float, *, always: bool) -> list[Marked]:

@@ -56,11 +56,15 @@ class Installed:
 
 def install(app: App) -> Installed:
     adoptable = _Adoptable()
+    setting = app.config.processes.cgroup
+    cgroup, unusable = _cgroup(setting)
     cont = app.provide(
         Containment(
             tag=containment.root_tag(app.paths.root),
             subreaper=containment.is_subreaper(),
-            cgroup=_cgroup(app.config.processes.cgroup),
+            cgroup=cgroup,
+            cgroup_setting=setting,
+            cgroup_unusable=unusable,
         )
     )
 
@@ -88,17 +92,25 @@ def install(app: App) -> Installed:
     return Installed(cont, adoptable)
 
 
-def _cgroup(setting: str) -> Path | None:
+def _cgroup(setting: str) -> tuple[Path | None, str | None]:
+    """The cgroup runs get theirs under, and why a configured one cannot be used. `auto`
+    without a delegated cgroup is not a failure (it means "where one is delegated")."""
     if setting == "off":
-        return None
+        return None, None
     if setting == "auto":
-        return containment.cgroup_delegated()
+        return containment.cgroup_delegated(), None
     path = Path(setting)
     if path.is_absolute() and containment.cgroup_v2_dir(path):
-        return path
+        return path, None
     # Not usable: markers and the subreaper still hold; said in the log and in daemon.status.
-    log.warning("containment.cgroup_unusable", cgroup=setting)
-    return None
+    if not path.is_absolute():
+        why = "not an absolute path"
+    elif not (path / "cgroup.procs").is_file():
+        why = "not a cgroup v2 directory (no cgroup.procs)"
+    else:
+        why = "not writable by the daemon"
+    log.warning("containment.cgroup_unusable", cgroup=setting, reason=why)
+    return None, why
 
 
 def wire(installed: Installed, *, git: Git, scripts: ScriptRunner, supervisor: Supervisor) -> None:

@@ -4,7 +4,14 @@ A daemon that runs out of descriptors cannot accept, spawn git, open the store o
 rules, in the order they act:
 
 1. At start the soft `RLIMIT_NOFILE` is raised to the hard limit (bounded by `TARGET_MAX`, so a
-   child that loops over every possible descriptor is not slowed by a huge limit).
+   child that loops over every possible descriptor is not slowed by a huge limit). Only the
+   daemon's: every child starts with the soft limit the daemon started with (`child_soft`),
+   as systemd passes the limit it was started with to what it forks while raising its own
+   (a program that `select()`s cannot watch a descriptor from 1024 on, and one that sizes a
+   table per possible descriptor pays for every one). The rule is "what the environment gave",
+   not a fixed 1024: a user's `ulimit -n 4096` or a unit's `LimitNOFILE=` is what they chose
+   for the programs they run. The shims do it in the child (`containment.shim_prologue`),
+   procutil with util-linux's `prlimit` before the command runs.
 2. Client connections are capped below the soft limit: `reserve` descriptors stay for the
    daemon's own work (git pipes, scripts, the store, the supervisor's PTYs). The newest client
    over the cap gets one clear `busy` error and is closed.
@@ -117,9 +124,20 @@ def open_count() -> int:
         return -1
 
 
+_child_soft: int | None = None
+
+
+def child_soft() -> int | None:
+    """The soft RLIMIT_NOFILE a child must start with: the one the daemon started with, once
+    the daemon raised its own above it; None while the daemon changed nothing (a child then
+    inherits the limit as it is, which is that one)."""
+    return _child_soft
+
+
 def raise_soft_limit() -> tuple[int, int, int]:
     """(initial soft, soft now, hard). Raising never fails the start: a refused raise is logged
     and the daemon lives within the limit it has (the connection cap follows it)."""
+    global _child_soft
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     initial = soft
     target = hard if hard != resource.RLIM_INFINITY else TARGET_MAX
@@ -128,6 +146,7 @@ def raise_soft_limit() -> tuple[int, int, int]:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
+            _child_soft = initial
         except (OSError, ValueError) as exc:
             log.warning("fd.limit_raise_failed", soft=soft, hard=hard, error=str(exc))
     if soft == resource.RLIM_INFINITY:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import shutil
 import signal
@@ -24,7 +25,7 @@ from pathlib import Path
 import anyio
 import psutil
 
-from xumd import childproc, logs, procstat
+from xumd import childproc, fdlimits, logs, procstat
 from xumd import containment as contain
 
 log = logs.get("xumd.proc")
@@ -37,6 +38,11 @@ DEFAULT_OUTPUT_LIMIT = 64 * 1024
 # lets git remove its own lock files. Where setpriv is missing, commands run without it.
 _SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 _SETPRIV_REAL = os.path.realpath(_SETPRIV) if _SETPRIV else None
+# A child starts with the descriptor soft limit the daemon started with, not the one the daemon
+# raised for itself (fdlimits.child_soft says why). A wrapper that sets it and execs, not a
+# pre-exec hook (Python in a forked child of a threaded daemon is not safe), and not a
+# prlimit(2) on the pid after the start (the command could fork a hook before it lands).
+_PRLIMIT = shutil.which("prlimit") if sys.platform.startswith("linux") else None
 
 
 # -- liveness of groups and trees ------------------------------------------------------------
@@ -272,6 +278,24 @@ def _resolve_program(argv0: str, env: Mapping[str, str] | None, cwd: Path | str 
     return argv0
 
 
+def _with_child_limit(argv: list[str]) -> list[str]:
+    """argv (its program resolved) wrapped so that it starts with the daemon's initial
+    descriptor soft limit, when the daemon raised its own (only the soft limit: `N:`)."""
+    soft = fdlimits.child_soft()
+    if soft is None:
+        return argv
+    if _PRLIMIT is None:
+        _warn_unrestored(soft)
+        return argv
+    return [_PRLIMIT, f"--nofile={soft}:", "--", *argv]
+
+
+@functools.cache
+def _warn_unrestored(soft: int) -> None:
+    # Once: every command would say the same.
+    log.warning("fd.child_limit_not_restored", soft=soft, reason="prlimit (util-linux) not found")
+
+
 def _with_parent_death_signal(argv: Sequence[str], program: str) -> list[str]:
     """argv (its program resolved) wrapped so that the child gets SIGTERM if the daemon dies."""
     if _SETPRIV is None:
@@ -327,11 +351,19 @@ async def run_command(
         marker = marker or containment.run_marker("cmd")
     if marker is not None:
         env = {**(os.environ if env is None else env), contain.MARKER_VAR: str(marker)}
-    full_argv = _with_parent_death_signal(argv, _resolve_program(argv[0], env, cwd))
+    program = _resolve_program(argv[0], env, cwd)
     runs = containment.runs if containment is not None else None
+    full_argv: list[str] | None = None
     if runs is not None and marker is not None:
-        # Its own cgroup: whatever it starts stays inside, even with a fresh environment.
-        full_argv = runs.join_argv(marker.record, full_argv)
+        # Its own cgroup: whatever it starts stays inside, even with a fresh environment. The
+        # join's shim also puts the descriptor limit back (containment.shim_prologue).
+        plain = _with_parent_death_signal(argv, program)
+        joined = runs.join_argv(marker.record, plain)
+        full_argv = joined if joined != plain else None  # no cgroup after all: as below
+    if full_argv is None:
+        # Inside setpriv: the start's wait for setpriv's exec still proves pdeathsig is set.
+        limited = _with_child_limit([program, *argv[1:]])
+        full_argv = _with_parent_death_signal(limited, limited[0])
     contain.starting()
     pid: int | None = None
     try:

@@ -45,6 +45,9 @@ def cleanup_line(summary: dict[str, Any] | None) -> str:
 def containment_line(contained: dict[str, Any]) -> str:
     """How the daemon contains what it starts, and what escaped it (docs/PROCESSES.md)."""
     line = str(contained.get("mechanism"))
+    if contained.get("degraded"):
+        # Weaker than configured (protocol 1.3): said where a user looks, not only in the log.
+        line += f"; degraded: {contained['degraded']}"
     escaped = contained.get("escaped") or []
     if escaped:
         pids = ", ".join(str(e.get("pid")) for e in escaped[-5:])

@@ -256,18 +256,39 @@ class Obligations:
         return ObligationRow.of(row) if row else None
 
     def referenced_trash_paths(self) -> set[str]:
+        """Trash entries a pending obligation will still act on: a pending trash or reclaim's
+        own `trash_path`, and the entry of the (completed) trash step a pending reclaim names
+        by `trash_ob` (without it, every restart adopted a pending reclaim's entry as an orphan,
+        and the two reclaims raced over one tree, the workspace's reporting 0 bytes)."""
         rows = self.store.all(
             "SELECT detail FROM cleanup_obligations WHERE state = 'pending' "
             "AND kind IN ('trash', 'reclaim')"
         )
         found: set[str] = set()
+        steps: list[str] = []
         for r in rows:
             try:
-                path = json.loads(r["detail"]).get("trash_path")
+                detail = json.loads(r["detail"])
+                path = detail.get("trash_path")
+                step = detail.get("trash_ob")
             except (ValueError, AttributeError):
                 continue
             if isinstance(path, str):
                 found.add(path)
+            elif isinstance(step, str):
+                steps.append(step)
+        for start in range(0, len(steps), 500):  # bounded statements
+            batch = steps[start : start + 500]
+            marks = ",".join("?" * len(batch))
+            for r in self.store.all(
+                f"SELECT detail FROM cleanup_obligations WHERE id IN ({marks})", tuple(batch)
+            ):
+                try:
+                    path = json.loads(r["detail"]).get("trash_path")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(path, str):
+                    found.add(path)
         return found
 
     # -- writes ----------------------------------------------------------------------------------
@@ -347,15 +368,51 @@ class Obligations:
     def set_detail(self, ob: ObligationRow, now: float, detail: dict[str, Any]) -> ObligationRow:
         return self._update(ob, now, detail={**ob.detail, **detail})
 
-    def defer_later_steps(self, workspace_id: str, after_seq: int, until: float) -> None:
+    def defer_later_steps(
+        self,
+        workspace_id: str,
+        after_seq: int,
+        until: float,
+        *,
+        kinds: Sequence[str] | None = None,
+    ) -> None:
         """Later steps of a workspace cannot run before an earlier one: they are not due either
-        (so the scheduler never spins on a step it cannot run)."""
+        (so the scheduler never spins on a step it cannot run). `kinds`: only those (a lane
+        defers its own steps, never another lane's)."""
+        marks = ",".join("?" * len(kinds)) if kinds else ""
+        only = f" AND kind IN ({marks})" if kinds else ""
         with self.store.transaction():
             self.store.execute(
                 "UPDATE cleanup_obligations SET next_attempt_at = ? WHERE workspace_id = ? "
-                "AND state = 'pending' AND seq > ? AND next_attempt_at < ?",
-                (until, workspace_id, after_seq, until),
+                f"AND state = 'pending' AND seq > ? AND next_attempt_at < ?{only}",
+                (until, workspace_id, after_seq, until, *(kinds or ())),
             )
+
+    def release_later_steps(self, workspace_id: str, after_seq: int, now: float) -> int:
+        """An earlier step finished: the later steps `defer_later_steps` held back for it are
+        due now (else the lane that looked while it was owed waits out the backoff it set).
+        Only never-attempted steps: a step's own failures keep their backoff. A step still
+        held by another earlier step is simply deferred again at its lane's next look."""
+        with self.store.transaction():
+            cur = self.store.execute(
+                "UPDATE cleanup_obligations SET next_attempt_at = ? WHERE workspace_id = ? "
+                "AND state = 'pending' AND seq > ? AND attempts = 0 AND next_attempt_at > ?",
+                (now, workspace_id, after_seq, now),
+            )
+        return cur.rowcount
+
+    def release_blocked_siblings(self, teardown: ObligationRow, now: float) -> int:
+        """A teardown finished: other workspaces' never-attempted steps on the same directory
+        (deferred while it was owed: `blocking_teardown`) are due now. One still blocked by
+        another sibling's teardown is deferred again at its lane's next look."""
+        with self.store.transaction():
+            cur = self.store.execute(
+                "UPDATE cleanup_obligations SET next_attempt_at = ? WHERE path = ? AND dev IS ? "
+                "AND ino IS ? AND workspace_id != ? AND state = 'pending' AND attempts = 0 "
+                "AND kind != 'reclaim' AND next_attempt_at > ?",
+                (now, teardown.path, teardown.dev, teardown.ino, teardown.workspace_id, now),
+            )
+        return cur.rowcount
 
     def defer(self, ids: Iterable[str], until: float) -> None:
         with self.store.transaction():

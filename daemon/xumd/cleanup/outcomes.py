@@ -48,11 +48,11 @@ class OutcomeRecorder:
             stored = self.obligations.complete(ob, now, outcome.detail)
             log.info("cleanup.completed", obligation=ob.id, kind=ob.kind, s=round(took_s, 3))
             # A finished teardown may unblock a sibling's deletion; a trash, its reclaim.
-            self._poke_all()
+            self._release_and_poke(stored, now)
         elif outcome.state == ABANDONED:
             stored = self.obligations.abandon(ob, now, outcome.reason or "abandoned")
             log.warning("cleanup.abandoned", obligation=ob.id, kind=ob.kind, reason=stored.reason)
-            self._poke_all()
+            self._release_and_poke(stored, now)
         else:
             delay = self.backoff.delay(ob.attempts + 1)
             stored = self.obligations.fail_attempt(ob, now, now + delay, outcome.error or "failed")
@@ -80,7 +80,18 @@ class OutcomeRecorder:
         self._announce(stored)
         self._remember_status(ob.workspace_id)
 
-    def _poke_all(self) -> None:
+    def _release_and_poke(self, stored: ObligationRow, now: float) -> None:
+        """Make what waited for this step due now, then wake the lanes. A lane that looked while
+        this step was owed (the reclaim lane, woken by the remove's registry event while the
+        trash step ran) deferred the later steps by `backoff_initial_s`: a poke alone would find
+        them not due and sleep that long again. Only when the step really finished (a row that
+        another task settled meanwhile is left as it is); one release per finished step, so
+        the lanes still never spin."""
+        if stored.state != PENDING:
+            self.obligations.release_later_steps(stored.workspace_id, stored.seq, now)
+            if stored.kind == "teardown":
+                # A sibling workspace's deletion of the same directory waited for this one.
+                self.obligations.release_blocked_siblings(stored, now)
         self.poke(PATH_LANE)
         self.poke(RECLAIM_LANE)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from xumd import logs
 from xumd.checkouts.marker import worktree_admin_dir
+from xumd.cleanup import trash_area
 from xumd.cleanup.obligations import ObligationRow, Obligations, new_id
 from xumd.cleanup.outcomes import OutcomeRecorder
 from xumd.cleanup.schedule import Clock
@@ -134,7 +135,11 @@ class Planner:
                 dev=st.st_dev,
                 ino=st.st_ino,
                 incarnation="",
-                detail={"trash_path": entry.path, "orphan": True},
+                detail={
+                    "trash_path": entry.path,
+                    "orphan": True,
+                    "trash_mount": trash_area.area_mount(self.trash_dir),
+                },
                 now=now,
             )
             with self.store.transaction():

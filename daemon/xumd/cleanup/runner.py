@@ -68,9 +68,15 @@ class StepRunner:
                 continue  # a reclaim is always its plan's last step: nothing here waits for it
             if ob.kind not in kinds:
                 # An earlier step of the other lane is pending (reclaim waits for trash): this
-                # lane's later steps are not due before it.
+                # lane's later steps are not due before it (the finished step releases them:
+                # outcomes.py). Only this lane's: deferring the other lane's steps would make a
+                # request running them right now (a remove's teardown, then its trash) stop at
+                # a trash it read as not due, and answer pending for nothing.
                 self.obligations.defer_later_steps(
-                    workspace_id, ob.seq, max(ob.next_attempt_at, now + self.backoff.initial_s)
+                    workspace_id,
+                    ob.seq,
+                    max(ob.next_attempt_at, now + self.backoff.initial_s),
+                    kinds=kinds,
                 )
                 break
             if not force and ob.next_attempt_at > now:

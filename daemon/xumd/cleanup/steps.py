@@ -21,7 +21,7 @@ import anyio
 from xumd import faults, fsdelete, logs
 from xumd.checkouts.adminfile import read_admin_file
 from xumd.checkouts.marker import parse as parse_marker
-from xumd.cleanup import fence
+from xumd.cleanup import fence, trash_area
 from xumd.cleanup.obligations import ABANDONED, ObligationRow, Obligations
 from xumd.fsdelete import Interrupted, delete_tree
 from xumd.git import Git
@@ -165,6 +165,7 @@ class Steps:
         check, problem = self._fence(ob)
         path = Path(ob.path)
         moved = False
+        trash_mount: list[object] | None = None
         trash_path = Path(ob.detail["trash_path"]) if ob.detail.get("trash_path") else None
         if problem and not problem.final:
             return _refused(problem)
@@ -202,13 +203,21 @@ class Steps:
                 return Outcome.abandoned(f"{fence.FOREIGN} (swapped during the move)")
             AFTER_TRASH()
             log.info("cleanup.trashed", obligation=ob.id, path=str(path), trash=str(trash_path))
+            # Which mount the entry went onto: a mount over the area later hides it, and its
+            # reclaim must not take "not there" for "gone" (trash_area.py).
+            area = trash_area.area_mount(trash_path.parent)
+            if area is not None:
+                trash_mount = area
         elif trash_path is not None and self._is_ours(trash_path, ob):
             moved = True  # a replay after a crash between the rename and the commit
+            trash_mount = trash_area.area_mount(trash_path.parent)
         if ob.detail.get("runtime") == "worktree":
             dropped = await self._drop_admin_entry(ob)
         else:
             dropped = None
         detail: dict[str, Any] = {"moved": moved, "admin_entry": dropped}
+        if trash_mount is not None:
+            detail["trash_mount"] = trash_mount
         if trash_path is not None:
             # The recorder completes the row it was handed, whose detail predates
             # `_trash_path`: without this, a trash area next to the checkout (another mount)
@@ -281,6 +290,14 @@ class Steps:
             return None, None
         return Path(trash_ob.detail["trash_path"]), None
 
+    def _trash_mount(self, ob: ObligationRow) -> object:
+        """The mount the entry was put on (trash_area.area_mount), as its trash step (or the
+        orphan adoption) recorded it; None when unknown."""
+        if "trash_mount" in ob.detail:
+            return ob.detail["trash_mount"]
+        trash_ob = self.obligations.get(str(ob.detail.get("trash_ob", "")))
+        return trash_ob.detail.get("trash_mount") if trash_ob is not None else None
+
     async def reclaim(self, ob: ObligationRow) -> Outcome:
         source, reason = self.reclaim_source(ob)
         if reason:
@@ -291,6 +308,13 @@ class Steps:
         try:
             st = os.lstat(source)
         except FileNotFoundError:
+            over = trash_area.hiding_mount(source, self._trash_mount(ob))
+            if over is not None:
+                # Hidden, not gone: the space is still used; saying done would be false.
+                return Outcome.failed(
+                    f"waiting: mount at {over} over the trash area hides trash entry {source}; "
+                    "it is not known to be gone (unmount it and the reclaim completes)"
+                )
             return Outcome.done(bytes=int(ob.detail.get("bytes") or 0))
         if not stat.S_ISDIR(st.st_mode):
             return Outcome.abandoned(f"trash entry {source} is not a directory; left alone")

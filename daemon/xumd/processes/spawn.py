@@ -6,8 +6,8 @@ pgid and start time in its lease (durable) and only then opens the gate. If the 
 between, the pipe's write end closes, the shim reads EOF and exits without running anything, so
 no program ever runs without a durable record. exec keeps the pid and the start time.
 
-The shim hands the program every signal at its default and none blocked
-(`containment.SHIM_PROLOGUE` says why).
+The shim hands the program every signal at its default and none blocked, and the descriptor
+soft limit the daemon started with (`containment.shim_prologue` says why).
 
 For a PTY the shim also makes the terminal its controlling terminal (TIOCSCTTY; it leads a new
 session), so the program gets job control (^C, ^Z). The shim is a separate program rather than a
@@ -33,9 +33,7 @@ from xumd import containment
 GATE_EXIT = 125
 """The shim's exit code when its gate closed without a go: the program never ran."""
 
-_SHIM = (
-    containment.SHIM_PROLOGUE
-    + """
+_SHIM = """
 import fcntl, os, sys, termios
 gate, tty = int(sys.argv[1]), sys.argv[2]
 try:
@@ -56,7 +54,6 @@ except OSError as exc:
     sys.stderr.write(f"xum: cannot run {sys.argv[3]}: {exc.strerror}\\n")
     os._exit(127)
 """
-)
 
 
 class ProgramNotFound(Exception):
@@ -80,7 +77,8 @@ def resolve_program(argv0: str, *, path_env: str | None, cwd: Path) -> str:
 
 
 def _shim(gate_fd: int, tty: str) -> list[str]:
-    return [sys.executable, "-I", "-S", "-c", _SHIM, str(gate_fd), tty]
+    code = containment.shim_prologue() + _SHIM
+    return [sys.executable, "-I", "-S", "-c", code, str(gate_fd), tty]
 
 
 def set_winsize(fd: int, cols: int, rows: int) -> None:

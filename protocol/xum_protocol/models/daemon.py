@@ -70,6 +70,23 @@ class ContainmentStatus(Result):
         default_factory=list,
         description="Processes of a run that survived SIGKILL (newest 64): pid, marker, argv.",
     )
+    cgroup_setting: str = Field(
+        default="auto",
+        description="`[processes] cgroup` as configured: `auto`, `off` or a path (since 1.3).",
+    )
+    degraded: str | None = Field(
+        default=None,
+        description="Why containment is weaker than configured, null when it is not: a "
+        "configured cgroup that cannot be used, or runs that could not get their own cgroup. "
+        "Every process is still stopped with its session or group and found again by its "
+        "marker (and the subreaper); a descendant that clears its environment and leaves the "
+        "tree is then only reaped, not stopped (since 1.3).",
+    )
+    runs_without_cgroup: int = Field(
+        default=0,
+        description="Runs that started without their own cgroup although runs get one (its "
+        "creation failed; the run went ahead with its marker) (since 1.3).",
+    )
 
 
 class DaemonStatusResult(Result):

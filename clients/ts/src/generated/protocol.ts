@@ -3,7 +3,7 @@
 /* eslint-disable */
 
 /** The protocol version this file was generated from (`major.minor`). */
-export const PROTOCOL_VERSION = "1.2";
+export const PROTOCOL_VERSION = "1.3";
 
 /** Every error kind and its JSON-RPC code (`data.kind` on the wire). */
 export const ERROR_CODES = {
