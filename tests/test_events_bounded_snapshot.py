@@ -1,0 +1,115 @@
+"""A bounded `events.subscribe` snapshot (protocol 1.3, `snapshot_limit`): on a root with more
+workspaces than one page, the snapshot holds the first page of `workspace.list` and
+`workspaces_next` the cursor of the rest, which `workspace.list` pages to the end; without it
+the snapshot is whole, as before; a resync is bounded the same way, a resume carries no cursor;
+bad values are `invalid_params`. Rows are written straight into the store
+(tests/support/manyrows)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
+from tests.support.manyrows import populate
+from tests.support.raw import RawPeer
+
+COUNT = 1203
+PAGE = 500
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[DaemonProcess]:
+    root = short_tmpdir("xumbs-") / "root"
+    populate(root, COUNT)
+    write_config(root, "enable_test_methods = true\n")
+    proc = DaemonProcess(root).start()
+    try:
+        yield proc
+    finally:
+        proc.close()
+
+
+def call(peer: RawPeer, method: str, params: dict[str, Any], id_: int) -> dict[str, Any]:
+    peer.send_json({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})
+    while True:
+        message: dict[str, Any] = peer.read()
+        if message.get("id") == id_:
+            return message
+
+
+def ids(workspaces: list[dict[str, Any]]) -> list[str]:
+    return [w["id"] for w in workspaces]
+
+
+def whole_listing(daemon: DaemonProcess) -> list[str]:
+    with RawPeer(daemon.socket_path) as peer:
+        return ids(call(peer, "workspace.list", {}, 1)["result"]["workspaces"])
+
+
+def test_a_bounded_snapshot_is_the_first_page_and_its_cursor_pages_the_rest(
+    daemon: DaemonProcess,
+) -> None:
+    full = whole_listing(daemon)
+    assert len(full) == COUNT
+    with RawPeer(daemon.socket_path) as peer:
+        result = call(peer, "events.subscribe", {"snapshot_limit": PAGE}, 1)["result"]
+        first = ids(result["snapshot"]["workspaces"])
+        assert first == full[:PAGE]
+        assert result["snapshot"]["projects"], "projects stay whole"
+        after = result["workspaces_next"]
+        assert isinstance(after, str) and after.startswith("c2.")
+        got, pages, n = list(first), 1, 2
+        while after is not None:
+            page = call(peer, "workspace.list", {"limit": PAGE, "after": after}, n)["result"]
+            got += ids(page["workspaces"])
+            after, pages, n = page["next"], pages + 1, n + 1
+        assert got == full
+        assert pages == 3  # 500 + 500 + 203
+
+
+def test_without_snapshot_limit_the_snapshot_is_whole(daemon: DaemonProcess) -> None:
+    with RawPeer(daemon.socket_path) as peer:
+        result = call(peer, "events.subscribe", {}, 1)["result"]
+    assert ids(result["snapshot"]["workspaces"]) == whole_listing(daemon)
+    assert result["workspaces_next"] is None
+
+
+def test_a_limit_above_the_count_gives_everything_and_no_cursor(daemon: DaemonProcess) -> None:
+    with RawPeer(daemon.socket_path) as peer:
+        result = call(peer, "events.subscribe", {"snapshot_limit": 10_000}, 1)["result"]
+    assert len(result["snapshot"]["workspaces"]) == COUNT
+    assert result["workspaces_next"] is None
+
+
+def test_a_resync_is_bounded_and_a_resume_has_no_cursor(daemon: DaemonProcess) -> None:
+    with RawPeer(daemon.socket_path) as peer:
+        first = call(peer, "events.subscribe", {"snapshot_limit": 7}, 1)["result"]
+        resync = call(
+            peer,
+            "events.subscribe",
+            {"snapshot_limit": 7, "after_seq": 0, "epoch": "another-run"},
+            2,
+        )["result"]
+        assert resync["resync_required"] is True
+        assert len(resync["snapshot"]["workspaces"]) == 7
+        assert resync["workspaces_next"] == first["workspaces_next"]
+        resumed = call(
+            peer,
+            "events.subscribe",
+            {"snapshot_limit": 7, "after_seq": first["seq"], "epoch": first["epoch"]},
+            3,
+        )["result"]
+    assert resumed["resync_required"] is False
+    assert resumed["snapshot"] is None
+    assert resumed["workspaces_next"] is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, 10_001, "5", True, 2.5])
+def test_a_bad_snapshot_limit_is_invalid_params(daemon: DaemonProcess, bad: Any) -> None:
+    with RawPeer(daemon.socket_path) as peer:
+        answer = call(peer, "events.subscribe", {"snapshot_limit": bad}, 1)
+    assert answer["error"]["data"]["kind"] == "invalid_params", answer
+    assert "snapshot_limit" in str(answer["error"]), answer
