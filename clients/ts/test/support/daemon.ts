@@ -216,8 +216,10 @@ export function makeRepo(path: string, files: Record<string, string> = {}): stri
  */
 export function populate(root: string, count: number): string {
   const python = process.env["XUM_PYTHON"] || join(repoRoot(), ".venv", "bin", "python");
-  return execFileSync(python, ["-m", "tests.support.manyrows", root, String(count)], {
+  const out = execFileSync(python, ["-m", "tests.support.manyrows", root, String(count)], {
     cwd: repoRoot(),
     encoding: "utf8",
-  }).trim();
+  });
+  // The id is the last line: the store may log before it (a slow statement on a loaded machine).
+  return out.trim().split("\n").pop() ?? "";
 }
