@@ -28,6 +28,7 @@ from xum_protocol.discovery import resolve_socket
 
 from tests.lifecycle_helpers import add_project, commit_scripts, failing_teardown
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
+from tests.support import manyrows
 from tests.support.gitrepo import make_repo
 
 # XUM_TEST_NVIM: another Neovim to run the scenarios with (the oldest and newest supported).
@@ -66,9 +67,12 @@ class World:
         teardown: str | None = None,
         setup: list[str] | None = None,
         config: str = "",
+        populate: int = 0,
     ) -> None:
         self.base = base
         self.root = base / "root"
+        if populate:
+            manyrows.populate(self.root, populate)
         if config:
             write_config(self.root, config)
         self.daemon = DaemonProcess(self.root).start()
@@ -486,3 +490,15 @@ def test_failed_setup_is_a_warning_on_create_and_unarchive() -> None:
     unarchive alike."""
     with world_in(short_tmpdir("xumnv-"), setup=["echo about to fail", "exit 3"]) as world:
         run_scenario(world, "setup_fails")
+
+
+def test_a_root_larger_than_a_page_is_loaded_in_pages() -> None:
+    """1,203 workspaces on record: the snapshot and listings come in pages of 500 under a frame
+    cap that the whole listing would pass, and a workspace created between two pages is there
+    once (tests/nvim/scenarios.lua, S.bigroot)."""
+    with world_in(short_tmpdir("xumnv-"), populate=1203) as world:
+        listed = world.daemon.call("workspace.list", {})
+        count = len(listed["workspaces"])
+        assert count == 1203
+        cap = int(len(json.dumps(listed)) * 0.6)
+        run_scenario(world, "bigroot", env={"XUM_TEST_COUNT": str(count), "XUM_TEST_CAP": str(cap)})

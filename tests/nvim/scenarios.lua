@@ -1090,4 +1090,70 @@ function S.host_proxy(T)
   T.wait_for(gone, "the proxy's child to be stopped with ssh's group")
 end
 
+-- A root larger than one page (protocol 1.3): the snapshot comes in pages on the subscribed
+-- connection and is loaded whole under a frame cap the whole would pass; a workspace created
+-- between two pages is there once; listings page too. XUM_TEST_COUNT: the workspaces on record,
+-- XUM_TEST_CAP: the cap (below the whole listing's size, above a page's).
+function S.bigroot(T)
+  local client = require('xum.client')
+  local state = require('xum.state')
+  local Conn = require('xum.rpc')
+  local count = tonumber(os.getenv('XUM_TEST_COUNT'))
+  client.config.max_frame_bytes = tonumber(os.getenv('XUM_TEST_CAP'))
+  local pages, late = 0, nil
+  local request = Conn.request
+  Conn.request = function(self, method, params, ...)
+    if method == 'workspace.list' then
+      pages = pages + 1
+      if pages == 1 and late == nil then
+        -- between the snapshot's first page and the rest: the event is on its way first
+        late = T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), os.getenv('XUM_TEST_NAME') })
+      end
+    end
+    return request(self, method, params, ...)
+  end
+  connect(T)
+  T.eq(pages, 2, 'the snapshot: its own 500, then pages of 500 and the rest')
+  T.check(late ~= nil, 'a workspace was created between two pages')
+  local n = 0
+  for _ in pairs(state.workspaces) do
+    n = n + 1
+  end
+  T.wait_for(function()
+    local w = state.workspaces[late.workspace.id]
+    return w and w.state == 'active'
+  end, 'the late workspace, active')
+  n = 0
+  for _ in pairs(state.workspaces) do
+    n = n + 1
+  end
+  T.eq(n, count + 1, 'every workspace, the late one once')
+
+  local listed, err = nil, nil
+  client.list_workspaces({}, function(e, l)
+    listed, err = l, e
+  end)
+  T.wait_for(function()
+    return listed or err
+  end, 'the listing')
+  T.check(err == nil, 'listing: ' .. vim.inspect(err))
+  T.eq(#listed, count + 1, 'the listing, page by page')
+  local seen = {}
+  for _, w in ipairs(listed) do
+    T.check(state.workspaces[w.id] ~= nil, 'listed and in the state: ' .. w.id)
+    T.check(not seen[w.id], 'listed once: ' .. w.id)
+    seen[w.id] = true
+  end
+  -- the same listing in one answer passes the cap: what the plugin asked before it paged
+  client.config.page = 0
+  listed, err = nil, nil
+  client.list_workspaces({}, function(e, l)
+    listed, err = l, e
+  end)
+  T.wait_for(function()
+    return listed or err
+  end, 'the whole listing to fail')
+  T.check(err ~= nil and listed == nil, 'one answer past the cap drops the connection')
+end
+
 return S
