@@ -27,8 +27,8 @@ from xum_client.sync import LOCAL_HINT
 from xum_protocol.discovery import resolve_socket
 
 from tests.lifecycle_helpers import add_project, commit_scripts, failing_teardown
-from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support import manyrows
+from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.gitrepo import make_repo
 
 # XUM_TEST_NVIM: another Neovim to run the scenarios with (the oldest and newest supported).
