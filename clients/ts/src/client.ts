@@ -185,6 +185,8 @@ export interface ClientEvents {
 
 interface Pending {
   method: string;
+  /** The request went out (its write was handed to the socket): its outcome is then unknown. */
+  sent: boolean;
   resolve: (result: Record<string, unknown>) => void;
   reject: (error: Error) => void;
   timer: NodeJS.Timeout;
@@ -244,7 +246,7 @@ class Conn {
   }
 
   call(method: string, params: unknown, timeoutMs: number): Promise<Record<string, unknown>> {
-    if (this.closed) return Promise.reject(new ConnectionLost("the connection is closed"));
+    if (this.closed) return Promise.reject(ConnectionLost.during(method, false, "the connection is closed"));
     // A daemon that stopped reading (wedged, or holding this connection's requests in flight)
     // must not make this process buffer every later request: a timed-out call's bytes stay
     // queued, so timeouts alone do not bound it.
@@ -262,8 +264,14 @@ class Conn {
         this.pending.delete(id);
         reject(new ClientTimeout(method, timeoutMs));
       }, timeoutMs);
-      this.pending.set(id, { method, resolve, reject, timer });
-      this.sock.write(encodeFrame(message));
+      const entry: Pending = { method, sent: false, resolve, reject, timer };
+      this.pending.set(id, entry);
+      // Called once the bytes are handed to the kernel. When the connection ends first (behind
+      // a daemon that stopped reading, say) it is called too, with an error or, for a write
+      // under way, with none but on a destroyed socket: then the request was not sent.
+      this.sock.write(encodeFrame(message), (err) => {
+        if ((err === null || err === undefined) && !this.sock.destroyed) entry.sent = true;
+      });
     });
   }
 
@@ -350,7 +358,7 @@ class Conn {
           ? reason
           : this.link !== null
             ? this.link.lost(pending.method)
-            : new ConnectionLost(`${pending.method}: ${reason.message}`),
+            : ConnectionLost.during(pending.method, pending.sent, reason.message),
       );
     }
     this.onClose(this, reason);
@@ -528,7 +536,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
       });
     }
     const conn = this.conn;
-    if (conn === null) throw new ConnectionLost("the connection was lost");
+    if (conn === null) throw ConnectionLost.during(method, false, "the connection was lost");
     return conn.call(method, params, Math.max(1, deadline - Date.now()));
   }
 
