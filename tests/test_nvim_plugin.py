@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -502,3 +503,24 @@ def test_a_root_larger_than_a_page_is_loaded_in_pages() -> None:
         assert count == 1203
         cap = int(len(json.dumps(listed)) * 0.6)
         run_scenario(world, "bigroot", env={"XUM_TEST_COUNT": str(count), "XUM_TEST_CAP": str(cap)})
+
+
+def test_a_request_cut_by_a_killed_daemon_says_whether_it_was_sent() -> None:
+    """SIGKILL during a request the daemon read: `sent`, outcome unknown; SIGKILL of a daemon
+    that had stopped reading (SIGSTOP) with requests queued: never sent (S.lost)."""
+    with world_in(short_tmpdir("xumnv-"), config="enable_test_methods = true\n") as world:
+        daemon = world.daemon
+
+        def stop() -> None:
+            os.kill(daemon.pid, signal.SIGSTOP)
+
+        run_scenario(
+            world,
+            "lost",
+            driver={
+                "kill1": daemon.kill,
+                "start2": daemon.start,
+                "stop2": stop,
+                "kill2": daemon.kill,
+            },
+        )

@@ -1156,4 +1156,60 @@ function S.bigroot(T)
   T.check(err ~= nil and listed == nil, 'one answer past the cap drops the connection')
 end
 
+-- The daemon is SIGKILLed mid-request: a request it had read fails saying it was sent and
+-- no answer came (data.sent true); requests that could not go out to a daemon that had
+-- stopped reading fail saying they were never sent (data.sent false). Each names its method.
+function S.lost(T)
+  local client = require('xum.client')
+  client.config.reconnect = false
+  connect(T)
+  local function call(method, params)
+    local box = {}
+    client.request(method, params, function(err, result)
+      box.err, box.result, box.done = err, result, true
+    end, 60000)
+    return box
+  end
+  local function failed(box, what)
+    T.wait_for(function()
+      return box.done
+    end, what)
+    T.check(box.err ~= nil, what .. ': it failed, got ' .. vim.inspect(box.result))
+    return box.err
+  end
+  local sleeping = call('test.sleep', { seconds = 60 })
+  -- answers come in order of reading: once this one is here, the sleep was read
+  local status = call('daemon.status', {})
+  T.wait_for(function()
+    return status.done
+  end, 'daemon.status')
+  T.ask_driver('kill1')
+  local err = failed(sleeping, 'the sleep to fail')
+  T.eq(err.data.kind, 'disconnected', 'kind')
+  T.eq(err.data.method, 'test.sleep', 'method')
+  T.eq(err.data.sent, true, 'sent')
+  T.check(err.message:find('test.sleep was sent and the connection to xumd was lost before its answer (', 1, true)
+    and err.message:find('the daemon may or may not have done it', 1, true), err.message)
+
+  T.ask_driver('start2')
+  connect(T)
+  T.ask_driver('stop2') -- SIGSTOP: the daemon reads no more
+  -- 8 MiB cannot pass the socket's buffers to a daemon that does not read: it and the request
+  -- behind it stay in this process
+  local big = call('daemon.status', { pad = string.rep('x', 8 * 1024 * 1024) })
+  local behind = call('project.list', {})
+  T.ask_driver('kill2')
+  for _, case in ipairs({ { big, 'daemon.status' }, { behind, 'project.list' } }) do
+    local e = failed(case[1], case[2] .. ' to fail')
+    T.eq(e.data.kind, 'disconnected', case[2] .. ': kind')
+    T.eq(e.data.method, case[2], 'method')
+    T.eq(e.data.sent, false, case[2] .. ': not sent: ' .. e.message)
+    T.check(e.message:find(case[2] .. ' was not sent: the connection to xumd was lost before the request went out (', 1, true)
+      and e.message:find('the daemon never saw it', 1, true), e.message)
+  end
+  -- and one asked with no connection at all: not sent either
+  local _, after = xum().call_sync('daemon.status', {}, 3000)
+  T.check(after ~= nil, 'a request with the daemon gone fails')
+end
+
 return S

@@ -429,7 +429,7 @@ function M.request(method, params, cb, timeout_ms)
     end
     if not M.conn then
       -- it closed between "ready" and this turn of the loop
-      return cb(Conn.local_error('disconnected', 'the connection to xumd closed'), nil)
+      return cb(Conn.lost(method, false, 'the connection to xumd closed'), nil)
     end
     M.conn:request(method, params, timeout_ms, cb)
   end)
