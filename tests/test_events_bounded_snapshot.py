@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from xum_client.aio import AsyncClient
 
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.manyrows import populate
@@ -113,3 +114,32 @@ def test_a_bad_snapshot_limit_is_invalid_params(daemon: DaemonProcess, bad: Any)
         answer = call(peer, "events.subscribe", {"snapshot_limit": bad}, 1)
     assert answer["error"]["data"]["kind"] == "invalid_params", answer
     assert "snapshot_limit" in str(answer["error"]), answer
+
+
+async def test_the_python_client_pages_the_snapshot_and_the_stream_follows(
+    daemon: DaemonProcess,
+) -> None:
+    full = whole_listing(daemon)
+    async with AsyncClient(socket_path=daemon.socket_path) as client:
+        asked: list[str] = []
+        call = client.call
+
+        async def counting(method: str, params: Any = None, **kw: Any) -> dict[str, Any]:
+            asked.append(method)
+            return await call(method, params, **kw)
+
+        client.call = counting  # type: ignore[method-assign]
+        async with client.subscribe(snapshot_page=PAGE) as stream:
+            assert asked == ["events.subscribe", "workspace.list", "workspace.list"]
+            assert stream.snapshot.snapshot is not None
+            assert ids(stream.snapshot.snapshot["workspaces"]) == full
+            assert stream.snapshot.workspaces_next is None
+            seq = await client.call("test.publish", {"type": "test.after"})
+            event = await stream.__anext__()
+            assert event.type == "test.after" and event.seq == seq["seq"]
+    async with (
+        AsyncClient(socket_path=daemon.socket_path) as client,
+        client.subscribe(snapshot_page=None) as stream,
+    ):
+        assert stream.snapshot.snapshot is not None
+        assert ids(stream.snapshot.snapshot["workspaces"]) == full

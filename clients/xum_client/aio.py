@@ -364,14 +364,37 @@ class AsyncClient:
         *,
         after_seq: int | None = None,
         epoch: str | None = None,
+        snapshot_page: int | None = 500,
     ) -> AsyncIterator[EventStream]:
         """Subscribe on this connection; the stream ends when the connection does.
 
         To resume after a reconnect, pass the last stream's `position` and `epoch`: the answer
         then replays what was missed (the stream hands it out first), or says
-        `resync_required` and carries a new snapshot (`stream.snapshot`)."""
+        `resync_required` and carries a new snapshot (`stream.snapshot`).
+
+        The snapshot's workspaces come `snapshot_page` per answer (protocol 1.3:
+        `snapshot_limit`, then `workspace.list` pages on this connection; None: one answer), so
+        a root of any size fits the frame cap; `stream.snapshot` is whole all the same. Events
+        published meanwhile follow it (a later page may already show one: each `workspace.*`
+        event carries the whole workspace, so applying it again is harmless)."""
         params: dict[str, Any] = {"types": types} if types is not None else {}
         if after_seq is not None or epoch is not None:
             params.update(after_seq=after_seq, epoch=epoch)
+        if snapshot_page is not None:
+            params["snapshot_limit"] = snapshot_page
         snapshot = await self.call_model("events.subscribe", params, SubscribeResult)
+        if snapshot.workspaces_next is not None and snapshot.snapshot is not None:
+            from xum_client.paging import aiter_workspaces
+
+            workspaces = list(snapshot.snapshot.get("workspaces") or [])
+            async for workspace in aiter_workspaces(
+                self.call, None, snapshot_page or 500, after=snapshot.workspaces_next
+            ):
+                workspaces.append(workspace)
+            snapshot = snapshot.model_copy(
+                update={
+                    "snapshot": {**snapshot.snapshot, "workspaces": workspaces},
+                    "workspaces_next": None,
+                }
+            )
         yield EventStream(snapshot, self._notify_receive, after_seq)
