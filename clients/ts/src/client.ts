@@ -357,7 +357,7 @@ class Conn {
         reason instanceof XumRpcError
           ? reason
           : this.link !== null
-            ? this.link.lost(pending.method)
+            ? this.link.lost(pending.method, pending.sent)
             : ConnectionLost.during(pending.method, pending.sent, reason.message),
       );
     }

@@ -101,8 +101,9 @@ export class HostConnectionLost extends ConnectionLost {
   constructor(
     message: string,
     readonly host: string,
+    call?: { method: string; sent: boolean },
   ) {
-    super(message);
+    super(message, call);
   }
 }
 
@@ -581,13 +582,25 @@ export class HostLink {
     return classifyFailure(this.entry, (await this.status()) ?? null, this.stderr);
   }
 
-  /** The error for calls in flight when the connection dropped: their outcome is unknown. */
-  lost(method: string): HostConnectionLost {
+  /**
+   * The error for a call in flight when the connection dropped: sent (handed to ssh), its outcome
+   * is unknown; not sent, the daemon there never saw it.
+   */
+  lost(method: string, sent = true): HostConnectionLost {
     const name = this.entry.name;
+    if (!sent) {
+      return new HostConnectionLost(
+        `${method} was not sent: the connection to host ${name} was lost before the request went out; ` +
+          "the daemon there never saw it",
+        name,
+        { method, sent },
+      );
+    }
     return new HostConnectionLost(
       `${method}: the connection to host ${name} was lost during the call; its outcome is unknown ` +
         `(the daemon there finishes or rolls it back): look with \`xum --host ${name} ws ls\``,
       name,
+      { method, sent },
     );
   }
 }

@@ -218,6 +218,8 @@ test("ssh dying during a call: HostConnectionLost (outcome unknown), then it rec
       assert.ok(lost instanceof HostConnectionLost, String(lost));
       assert.ok(lost instanceof ConnectionLost);
       assert.equal(lost.host, "h");
+      assert.equal(lost.method, "daemon.status");
+      assert.equal(lost.sent, true, "handed to ssh before it died");
       assert.match(lost.message, /outcome is unknown.*xum --host h ws ls/);
       await reconnected;
       const status = await client.call("daemon.status");
