@@ -229,20 +229,29 @@ local function subscribe(conn, done, plain, whole)
   if page > 0 and not whole then
     params.snapshot_limit = page
   end
-  held = {}
+  -- This subscription's events; a later one (another connection) holds its own, and this one's
+  -- late callbacks never drop them.
+  local mine = {}
+  held = mine
+  local function release()
+    if held == mine then
+      held = nil
+    end
+    return mine
+  end
   conn:request('events.subscribe', params, M.config.timeout_ms, function(err, result)
     if err and params.snapshot_limit and util.kind(err) == 'invalid_params' then
       -- A daemon before 1.3: the whole snapshot in one answer.
-      held = nil
+      release()
       return subscribe(conn, done, plain, true)
     end
     if err and resuming and util.kind(err) == 'invalid_params' then
       -- A daemon without resumption: a plain subscribe and its snapshot.
-      held = nil
+      release()
       return subscribe(conn, done, true, whole)
     end
     if err then
-      held = nil
+      release()
       return done(err)
     end
     local rest = util.nn(result.workspaces_next)
@@ -255,19 +264,15 @@ local function subscribe(conn, done, plain, whole)
         conn:request(method, p, M.config.timeout_ms, cb)
       end, {}, rest, first, function(perr, all)
         if perr then
-          held = nil
+          release()
           return done(perr)
         end
         result.snapshot.workspaces = all
         result.workspaces_next = nil
-        local queued = held or {}
-        held = nil
-        subscribed(conn, result, resuming, had_state, queued, done)
+        subscribed(conn, result, resuming, had_state, release(), done)
       end)
     end
-    local queued = held or {}
-    held = nil
-    subscribed(conn, result, resuming, had_state, queued, done)
+    subscribed(conn, result, resuming, had_state, release(), done)
   end)
 end
 
