@@ -7,13 +7,17 @@ bad values are `invalid_params`. Rows are written straight into the store
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from xum_client.aio import AsyncClient
 
+from tests.lifecycle_helpers import add_project, create
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
+from tests.support.gitrepo import make_repo
 from tests.support.manyrows import populate
 from tests.support.raw import RawPeer
 
@@ -143,3 +147,77 @@ async def test_the_python_client_pages_the_snapshot_and_the_stream_follows(
     ):
         assert stream.snapshot.snapshot is not None
         assert ids(stream.snapshot.snapshot["workspaces"]) == full
+
+
+def test_on_the_subscribed_connection_a_page_shows_every_event_before_it_and_none_after(
+    tmp_short: Path,
+) -> None:
+    """What the clients' paged snapshot rests on (docs/PROTOCOL.md, "A bounded snapshot"): while
+    another client renames workspaces, every page of `workspace.list` read on the subscribed
+    connection agrees with the events that arrived before it, never older, never newer."""
+    root = short_tmpdir("xumbo-") / "root"
+    proc = DaemonProcess(root).start()
+    try:
+        project = add_project(proc, make_repo(tmp_short / "repo"))
+        ids_ = [
+            create(proc, project["id"], f"o{i}", runtime="directory")["workspace"]["id"]
+            for i in range(8)
+        ]
+        stop = threading.Event()
+        renamed = 0
+
+        def rename() -> None:
+            nonlocal renamed
+            with proc.client() as client:
+                n = 0
+                while not stop.is_set() and n < 60:
+                    ws = ids_[n % len(ids_)]
+                    client.call("workspace.rename", {"workspace_id": ws, "name": f"o{n}x{ws[-4:]}"})
+                    n += 1
+                renamed = n
+
+        with RawPeer(proc.socket_path) as peer:
+            call(peer, "events.subscribe", {"types": ["workspace."], "snapshot_limit": 1}, 1)
+            names: dict[str, str] = {}
+            worker = threading.Thread(target=rename)
+            worker.start()
+            checked, n = 0, 2
+            try:
+                while worker.is_alive() or checked == 0:
+                    after: str | None = None
+                    while True:
+                        params: dict[str, Any] = {"limit": 3}
+                        if after is not None:
+                            params["after"] = after
+                        peer.send_json(
+                            {
+                                "jsonrpc": "2.0",
+                                "id": n,
+                                "method": "workspace.list",
+                                "params": params,
+                            }
+                        )
+                        while True:
+                            message = peer.read()
+                            if message.get("method") == "event":
+                                ws = message["params"]["data"].get("workspace")
+                                if ws is not None:
+                                    names[ws["id"]] = ws["name"]
+                                continue
+                            assert message.get("id") == n, message
+                            break
+                        page = message["result"]
+                        for ws in page["workspaces"]:
+                            if ws["id"] in names:
+                                assert ws["name"] == names[ws["id"]], (ws, names)
+                                checked += 1
+                        n += 1
+                        after = page["next"]
+                        if after is None:
+                            break
+            finally:
+                stop.set()
+                worker.join(60)
+        assert renamed >= 10 and checked > 0, (renamed, checked)
+    finally:
+        proc.close()
