@@ -3,6 +3,7 @@
 // it whole; events published between two pages are neither lost nor left half-applied.
 
 import assert from "node:assert/strict";
+import { once } from "node:events";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -141,6 +142,43 @@ test("events between the snapshot's pages: a workspace created and one removed m
     } finally {
       await client.close();
       await other.close();
+    }
+  });
+});
+
+test("a connection lost between the snapshot's pages: no half snapshot is emitted, the next connection takes it whole", async () => {
+  await withDaemon(async (daemon, tmp) => {
+    const other = await XumClient.connect({ socketPath: daemon.socketPath });
+    const client = new PagingClient({ socketPath: daemon.socketPath, reconnect: { initialDelayMs: 20, maxDelayMs: 200 } });
+    try {
+      const project = (await other.call("project.add", { path: makeRepo(join(tmp, "p")) })).project.id;
+      for (let i = 0; i < 5; i++) {
+        await other.call("workspace.create", { project_id: project, name: `w${i}`, runtime: "directory" });
+      }
+      await other.close();
+      const snapshots: { reason: string; count: number }[] = [];
+      client.on("snapshot", (info) => snapshots.push({ reason: info.reason, count: (info.snapshot["workspaces"] as unknown[]).length }));
+      await client.subscribe({ snapshotPage: 2 });
+      const firstEpoch = client.position?.epoch;
+      let dropped = 0;
+      client.beforePage = async () => {
+        if (dropped > 0) return;
+        dropped++;
+        await client.disconnect(); // the page then goes nowhere: the attempt fails
+      };
+      const lost = once(client, "connect_failed");
+      await daemon.kill();
+      await daemon.start();
+      await lost;
+      await until(() => snapshots.length === 2 && client.connected, "the snapshot of the new daemon run");
+      assert.equal(dropped, 1, "one attempt was cut between two pages");
+      assert.deepEqual(snapshots, [
+        { reason: "initial", count: 5 },
+        { reason: "epoch_changed", count: 5 },
+      ]);
+      assert.notEqual(client.position?.epoch, firstEpoch);
+    } finally {
+      await client.close();
     }
   });
 });
