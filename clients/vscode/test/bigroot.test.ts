@@ -1,15 +1,16 @@
 // The extension on a root larger than one page: the tree's snapshot and the Refresh command's
 // listing come in pages (protocol 1.3), so a client whose frame cap the whole listing would pass
-// still shows every workspace.
+// still shows every workspace. And how a call cut by a lost connection is shown.
 
 import assert from "node:assert/strict";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { XumClient } from "../../ts/src/index.js";
+import { ConnectionLost, XumClient } from "../../ts/src/index.js";
 import { Daemon, populate, shortTmpdir } from "../../ts/test/support/daemon.js";
 import { Commands, type PickItem, type Ui } from "../src/logic/commands.js";
+import { formatError } from "../src/logic/format.js";
 import { WorkspaceModel } from "../src/logic/model.js";
 import { ModelSync } from "../src/logic/sync.js";
 
@@ -69,4 +70,13 @@ test("a root of 1,203 workspaces: the tree and Refresh show them all under a fra
     await daemon.close();
     rmSync(tmp, { recursive: true, force: true });
   }
+});
+
+test("a lost call is shown as the client names it: sent (may have run) or not sent (never seen)", () => {
+  const sent = ConnectionLost.during("workspace.archive", true, "the daemon closed the connection");
+  const unsent = ConnectionLost.during("workspace.archive", false, "the daemon closed the connection");
+  assert.match(formatError(sent), /^xum: connection lost: workspace\.archive was sent .* may or may not have done it/);
+  assert.match(formatError(unsent), /^xum: connection lost: workspace\.archive was not sent: .* never saw it$/);
+  assert.doesNotMatch(formatError(unsent), /may or may not/);
+  assert.match(formatError(new ConnectionLost("gone")), /may or may not have run/);
 });
