@@ -507,12 +507,16 @@ def test_a_root_larger_than_a_page_is_loaded_in_pages() -> None:
 
 def test_a_request_cut_by_a_killed_daemon_says_whether_it_was_sent() -> None:
     """SIGKILL during a request the daemon read: `sent`, outcome unknown; SIGKILL of a daemon
-    that had stopped reading (SIGSTOP) with requests queued: never sent (S.lost)."""
+    that had stopped reading (SIGSTOP) with requests queued: never sent; the plugin closing
+    behind a stopped daemon: the request cut part-way is not called unsent (S.lost)."""
     with world_in(short_tmpdir("xumnv-"), config="enable_test_methods = true\n") as world:
         daemon = world.daemon
 
         def stop() -> None:
             os.kill(daemon.pid, signal.SIGSTOP)
+
+        def cont() -> None:
+            os.kill(daemon.pid, signal.SIGCONT)
 
         run_scenario(
             world,
@@ -522,5 +526,8 @@ def test_a_request_cut_by_a_killed_daemon_says_whether_it_was_sent() -> None:
                 "start2": daemon.start,
                 "stop2": stop,
                 "kill2": daemon.kill,
+                "start3": daemon.start,
+                "stop3": stop,
+                "cont3": cont,
             },
         )

@@ -1210,6 +1210,30 @@ function S.lost(T)
   -- and one asked with no connection at all: not sent either
   local _, after = xum().call_sync('daemon.status', {}, 3000)
   T.check(after ~= nil, 'a request with the daemon gone fails')
+
+  -- closed by the plugin behind a daemon not reading: the request cut part-way may still
+  -- reach the daemon whole, so it is never called unsent; the one behind it is
+  T.ask_driver('start3')
+  connect(T)
+  T.ask_driver('stop3')
+  -- on the connection itself: sent now, not on the next turn of the loop
+  local conn = client.conn
+  local function now(method, params)
+    local box = {}
+    conn:request(method, params, 60000, function(e, r)
+      box.err, box.result, box.done = e, r, true
+    end)
+    return box
+  end
+  big = now('daemon.status', { pad = string.rep('x', 8 * 1024 * 1024) })
+  behind = now('project.list', {})
+  conn:close('test: closed by the plugin')
+  local cut = failed(big, 'the cut request to fail')
+  T.eq(cut.data.sent, true, 'part-way: outcome unknown: ' .. cut.message)
+  local queued = failed(behind, 'the queued request to fail')
+  T.eq(queued.data.sent, false, 'behind it: not sent: ' .. queued.message)
+  T.check(queued.message:find('(test: closed by the plugin)', 1, true), queued.message)
+  T.ask_driver('cont3')
 end
 
 return S

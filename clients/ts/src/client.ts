@@ -228,6 +228,8 @@ class Conn {
   private nextId = 1;
   private decoder: LineDecoder;
   private nullError: XumRpcError | null = null;
+  /** This side ended the connection (close, or a frame it could not take). */
+  private endedByUs = false;
   closed = false;
 
   constructor(
@@ -242,7 +244,12 @@ class Conn {
     sock.on("error", () => {
       // 'close' follows and carries the failure to the callers.
     });
-    sock.on("close", () => this.finish(this.nullError ?? new ConnectionLost("the daemon closed the connection")));
+    sock.on("close", () =>
+      this.finish(
+        this.nullError ??
+          new ConnectionLost(this.endedByUs ? "this client closed the connection" : "the daemon closed the connection"),
+      ),
+    );
   }
 
   call(method: string, params: unknown, timeoutMs: number): Promise<Record<string, unknown>> {
@@ -276,6 +283,7 @@ class Conn {
   }
 
   close(): void {
+    this.endedByUs = true;
     this.sock.destroy();
   }
 
@@ -343,6 +351,7 @@ class Conn {
   }
 
   private fail(reason: Error): void {
+    this.endedByUs = true;
     this.finish(reason);
     this.sock.destroy();
   }
@@ -350,15 +359,21 @@ class Conn {
   private finish(reason: Error): void {
     if (this.closed) return;
     this.closed = true;
+    // Ended from this side, the oldest request not yet sent may be partly written: the daemon
+    // then reads what came and the end of input, and a frame cut only before its newline is a
+    // whole request it runs. Its outcome is unknown; never say it was not sent.
+    let partly = this.endedByUs;
     for (const [id, pending] of this.pending) {
       this.pending.delete(id);
       clearTimeout(pending.timer);
+      const sent = pending.sent || partly;
+      if (!pending.sent) partly = false;
       pending.reject(
         reason instanceof XumRpcError
           ? reason
           : this.link !== null
-            ? this.link.lost(pending.method, pending.sent)
-            : ConnectionLost.during(pending.method, pending.sent, reason.message),
+            ? this.link.lost(pending.method, sent)
+            : ConnectionLost.during(pending.method, sent, reason.message),
       );
     }
     this.onClose(this, reason);

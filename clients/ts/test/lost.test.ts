@@ -65,3 +65,26 @@ test("killed while it was not reading: the calls queued behind were never sent",
     }
   });
 });
+
+test("closed by the client behind a daemon not reading: the request cut part-way is not called unsent", async () => {
+  await withDaemon(async (daemon) => {
+    const client = await XumClient.connect({ socketPath: daemon.socketPath, reconnect: false });
+    process.kill(daemon.pid, "SIGSTOP");
+    try {
+      const big = failure(client.callRaw("daemon.status", { pad: "x".repeat(8 * 1024 * 1024) }));
+      const behind = failure(client.call("project.list"));
+      await client.close();
+      const cut = await big;
+      assert.ok(cut instanceof ConnectionLost);
+      // Part of it may be in the daemon's socket: whether it runs is not this client's to say.
+      assert.equal(cut.sent, true, cut.message);
+      assert.match(cut.message, /this client closed the connection/);
+      const queued = await behind;
+      assert.ok(queued instanceof ConnectionLost);
+      assert.equal(queued.sent, false, queued.message);
+      assert.match(queued.message, /^project\.list was not sent: .*\(this client closed the connection\)/);
+    } finally {
+      process.kill(daemon.pid, "SIGCONT");
+    }
+  });
+});

@@ -227,7 +227,7 @@ function Conn:_feed(data)
     self.chunks[#self.chunks + 1] = rest
     self.buffered = self.buffered + #rest
     if self.buffered > self.max_frame then
-      self:_closed('the daemon sent a line longer than ' .. self.max_frame .. ' bytes')
+      self:_closed('the daemon sent a line longer than ' .. self.max_frame .. ' bytes', true)
     end
   end
 end
@@ -268,7 +268,8 @@ function Conn:_message(line)
   end
 end
 
-function Conn:_closed(reason)
+-- `by_us`: this side ended it (close, a line too long), not the daemon.
+function Conn:_closed(reason, by_us)
   if self.state == 'closed' then
     return
   end
@@ -286,10 +287,21 @@ function Conn:_closed(reason)
   vim.schedule(function()
     local pending = self.pending
     self.pending = {}
-    for _, entry in pairs(pending) do
+    -- Ended from this side, the oldest request not yet sent may be partly written: the daemon
+    -- reads what came and the end of input, and a frame cut only before its newline is a whole
+    -- request it runs. Its outcome is unknown; never say it was not sent.
+    local partly = nil
+    if by_us then
+      for id, entry in pairs(pending) do
+        if not entry.sent and (partly == nil or id < partly) then
+          partly = id
+        end
+      end
+    end
+    for id, entry in pairs(pending) do
       entry.timer:stop()
       close_handle(entry.timer)
-      entry.cb(self.peer_error or Conn.lost(entry.method, entry.sent, reason), nil)
+      entry.cb(self.peer_error or Conn.lost(entry.method, entry.sent or id == partly, reason), nil)
     end
     if self.peer_error then
       reason = util.format_error(self.peer_error)
@@ -315,7 +327,7 @@ end
 
 -- Close from our side (no reconnect is implied: that is the client's business).
 function Conn:close(reason)
-  self:_closed(reason or 'closed by the plugin')
+  self:_closed(reason or 'closed by the plugin', true)
 end
 
 -- Send a request; cb(err, result) on the main loop, exactly once, within timeout_ms.
