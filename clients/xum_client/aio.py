@@ -288,7 +288,7 @@ class AsyncClient:
         if self._stream is None or self._tg is None:
             raise XumClientError("not connected: use `async with AsyncClient(...)`")
         if self._lost:
-            raise ConnectionLost(self._lost)
+            raise ConnectionLost.during(method, False, self._lost)
         request_id = next(self._ids)
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
         if params is not None:
@@ -311,7 +311,8 @@ class AsyncClient:
                 ) from None
             raise ClientTimeout(f"no answer to {method} within {limit}s") from None
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            raise ConnectionLost("the daemon closed the connection") from None
+            # The daemon's end is closed: whatever part went out is never read as a request.
+            raise ConnectionLost.during(method, False, "the daemon closed the connection") from None
         finally:
             self._pending.pop(request_id, None)
         if pending.reply is None:
@@ -323,7 +324,7 @@ class AsyncClient:
                     # xum, no daemon), and nothing ran there.
                     raise await anyio.to_thread.run_sync(self._link.failure)
                 raise await anyio.to_thread.run_sync(self._link.lost, method, params)
-            raise ConnectionLost(self._lost or "the connection was lost")
+            raise ConnectionLost.during(method, True, self._lost or "the connection was lost")
         return check_reply(pending.reply, request_id)
 
     async def call_model(
