@@ -120,6 +120,7 @@ def test_resume_at_the_current_seq_replays_nothing(daemon: DaemonProcess) -> Non
         "snapshot": None,
         "resync_required": False,
         "events": [],
+        "workspaces_next": None,
     }
 
 

@@ -183,6 +183,31 @@ def test_xum_ssh_is_split_as_a_shell_would(
         assert hosts.ssh_program() == case["words"]
 
 
+HOSTS_FILE_CASES = Path(__file__).parent / "support" / "hosts_file_cases.json"
+
+
+def hosts_file_cases() -> list[dict[str, Any]]:
+    """Hosts files and what every client reads from them (or that it refuses them): the table
+    the TypeScript client's own TOML reader is held to (clients/ts/test/hosts.test.ts)."""
+    cases: list[dict[str, Any]] = json.loads(HOSTS_FILE_CASES.read_text())["cases"]
+    return cases
+
+
+@pytest.mark.parametrize("case", hosts_file_cases(), ids=lambda case: case["name"])
+def test_a_hosts_file_reads_as_the_shared_cases_say(case: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_bytes(case["text"].encode())
+    if case.get("error"):
+        with pytest.raises(HostConfigError, match=str(path)):
+            hosts.load_hosts(path)
+        return
+    got = {
+        name: {"dest": e.dest, "remote_root": e.remote_root, "ssh_options": e.ssh_options}
+        for name, e in hosts.load_hosts(path).items()
+    }
+    assert got == case["hosts"]
+
+
 SSH_FAILURES = Path(__file__).parent / "support" / "ssh_failures.json"
 
 

@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from xum_client.sync import LOCAL_HINT
 from xum_protocol.discovery import resolve_socket
 
 from tests.lifecycle_helpers import add_project, commit_scripts, failing_teardown
+from tests.support import manyrows
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.gitrepo import make_repo
 
@@ -66,9 +68,12 @@ class World:
         teardown: str | None = None,
         setup: list[str] | None = None,
         config: str = "",
+        populate: int = 0,
     ) -> None:
         self.base = base
         self.root = base / "root"
+        if populate:
+            manyrows.populate(self.root, populate)
         if config:
             write_config(self.root, config)
         self.daemon = DaemonProcess(self.root).start()
@@ -486,3 +491,43 @@ def test_failed_setup_is_a_warning_on_create_and_unarchive() -> None:
     unarchive alike."""
     with world_in(short_tmpdir("xumnv-"), setup=["echo about to fail", "exit 3"]) as world:
         run_scenario(world, "setup_fails")
+
+
+def test_a_root_larger_than_a_page_is_loaded_in_pages() -> None:
+    """1,203 workspaces on record: the snapshot and listings come in pages of 500 under a frame
+    cap that the whole listing would pass, and a workspace created between two pages is there
+    once (tests/nvim/scenarios.lua, S.bigroot)."""
+    with world_in(short_tmpdir("xumnv-"), populate=1203) as world:
+        listed = world.daemon.call("workspace.list", {})
+        count = len(listed["workspaces"])
+        assert count == 1203
+        cap = int(len(json.dumps(listed)) * 0.6)
+        run_scenario(world, "bigroot", env={"XUM_TEST_COUNT": str(count), "XUM_TEST_CAP": str(cap)})
+
+
+def test_a_request_cut_by_a_killed_daemon_says_whether_it_was_sent() -> None:
+    """SIGKILL during a request the daemon read: `sent`, outcome unknown; SIGKILL of a daemon
+    that had stopped reading (SIGSTOP) with requests queued: never sent; the plugin closing
+    behind a stopped daemon: the request cut part-way is not called unsent (S.lost)."""
+    with world_in(short_tmpdir("xumnv-"), config="enable_test_methods = true\n") as world:
+        daemon = world.daemon
+
+        def stop() -> None:
+            os.kill(daemon.pid, signal.SIGSTOP)
+
+        def cont() -> None:
+            os.kill(daemon.pid, signal.SIGCONT)
+
+        run_scenario(
+            world,
+            "lost",
+            driver={
+                "kill1": daemon.kill,
+                "start2": daemon.start,
+                "stop2": stop,
+                "kill2": daemon.kill,
+                "start3": daemon.start,
+                "stop3": stop,
+                "cont3": cont,
+            },
+        )

@@ -288,7 +288,7 @@ class AsyncClient:
         if self._stream is None or self._tg is None:
             raise XumClientError("not connected: use `async with AsyncClient(...)`")
         if self._lost:
-            raise ConnectionLost(self._lost)
+            raise ConnectionLost.during(method, False, self._lost)
         request_id = next(self._ids)
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
         if params is not None:
@@ -311,7 +311,8 @@ class AsyncClient:
                 ) from None
             raise ClientTimeout(f"no answer to {method} within {limit}s") from None
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            raise ConnectionLost("the daemon closed the connection") from None
+            # The daemon's end is closed: whatever part went out is never read as a request.
+            raise ConnectionLost.during(method, False, "the daemon closed the connection") from None
         finally:
             self._pending.pop(request_id, None)
         if pending.reply is None:
@@ -323,7 +324,7 @@ class AsyncClient:
                     # xum, no daemon), and nothing ran there.
                     raise await anyio.to_thread.run_sync(self._link.failure)
                 raise await anyio.to_thread.run_sync(self._link.lost, method, params)
-            raise ConnectionLost(self._lost or "the connection was lost")
+            raise ConnectionLost.during(method, True, self._lost or "the connection was lost")
         return check_reply(pending.reply, request_id)
 
     async def call_model(
@@ -364,14 +365,37 @@ class AsyncClient:
         *,
         after_seq: int | None = None,
         epoch: str | None = None,
+        snapshot_page: int | None = 500,
     ) -> AsyncIterator[EventStream]:
         """Subscribe on this connection; the stream ends when the connection does.
 
         To resume after a reconnect, pass the last stream's `position` and `epoch`: the answer
         then replays what was missed (the stream hands it out first), or says
-        `resync_required` and carries a new snapshot (`stream.snapshot`)."""
+        `resync_required` and carries a new snapshot (`stream.snapshot`).
+
+        The snapshot's workspaces come `snapshot_page` per answer (protocol 1.3:
+        `snapshot_limit`, then `workspace.list` pages on this connection; None: one answer), so
+        a root of any size fits the frame cap; `stream.snapshot` is whole all the same. Events
+        published meanwhile follow it (a later page may already show one: each `workspace.*`
+        event carries the whole workspace, so applying it again is harmless)."""
         params: dict[str, Any] = {"types": types} if types is not None else {}
         if after_seq is not None or epoch is not None:
             params.update(after_seq=after_seq, epoch=epoch)
+        if snapshot_page is not None:
+            params["snapshot_limit"] = snapshot_page
         snapshot = await self.call_model("events.subscribe", params, SubscribeResult)
+        if snapshot.workspaces_next is not None and snapshot.snapshot is not None:
+            from xum_client.paging import aiter_workspaces
+
+            workspaces = list(snapshot.snapshot.get("workspaces") or [])
+            async for workspace in aiter_workspaces(
+                self.call, None, snapshot_page or 500, after=snapshot.workspaces_next
+            ):
+                workspaces.append(workspace)
+            snapshot = snapshot.model_copy(
+                update={
+                    "snapshot": {**snapshot.snapshot, "workspaces": workspaces},
+                    "workspaces_next": None,
+                }
+            )
         yield EventStream(snapshot, self._notify_receive, after_seq)

@@ -31,12 +31,38 @@ class ConnectionLost(XumClientError):
 
     For a call in flight the outcome is unknown: the daemon may have done it (it finishes or
     rolls back an operation whose client left, as it does for any client). `host` and `method`
-    say where and what, when known."""
+    say where and what, when known; `sent` whether the call's request went out (True: no
+    answer came, the outcome is unknown; False: the daemon never saw it; None: not known, or
+    not about one call). The TypeScript client and the Neovim plugin say the same."""
 
-    def __init__(self, message: str, *, host: str | None = None, method: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str | None = None,
+        method: str | None = None,
+        sent: bool | None = None,
+    ):
         super().__init__(message)
         self.host = host
         self.method = method
+        self.sent = sent
+
+    @classmethod
+    def during(cls, method: str, sent: bool, reason: str) -> ConnectionLost:
+        """The error of `method` when the connection ended (`reason`) before its answer."""
+        if sent:
+            message = (
+                f"{method} was sent and the connection was lost before its answer ({reason}): "
+                "the daemon may or may not have done it (it finishes or rolls back on its own); "
+                "look before retrying"
+            )
+        else:
+            message = (
+                f"{method} was not sent: the connection was lost before the request went out "
+                f"({reason}); the daemon never saw it"
+            )
+        return cls(message, method=method, sent=sent)
 
 
 class HostError(XumClientError):

@@ -56,9 +56,10 @@ async def aiter_workspaces(
     call: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]],
     filters: Mapping[str, Any] | None = None,
     page: int = DEFAULT_PAGE,
+    after: str | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """`iter_workspaces` for the async client."""
-    after: str | None = None
+    """`iter_workspaces` for the async client; `after`: from that cursor (a bounded
+    snapshot's `workspaces_next`) instead of the start."""
     while True:
         result = await call("workspace.list", page_params(filters, page, after))
         for workspace in result["workspaces"]:

@@ -264,13 +264,19 @@ class Client:
         try:
             self._sock.sendall(encode(message))
         except (BrokenPipeError, ConnectionResetError):
+            # The daemon's end is closed: whatever part went out is never read as a request.
             self._peer_ended = True
-            raise ConnectionLost("the daemon closed the connection") from None
+            raise ConnectionLost.during(method, False, "the daemon closed the connection") from None
         except TimeoutError:
             self._timed_out = f"sending {method}"
             raise ClientTimeout(f"timed out sending {method}") from None
         while True:
-            reply = self.read_message()
+            try:
+                reply = self.read_message()
+            except ConnectionLost as exc:
+                if exc.method is not None:
+                    raise
+                raise ConnectionLost.during(method, True, str(exc)) from None
             if isinstance(reply, dict) and "method" in reply and "id" not in reply:
                 self.notifications.append(reply)
                 continue

@@ -142,10 +142,16 @@ def install(app: App) -> None:
                     epoch=epoch, seq=app.events.seq, snapshot=None, events=replay
                 )
             resync = True
-        seq, snapshot = app.events.snapshot()
+        seq, snapshot, rest = app.events.snapshot(params.snapshot_limit)
         stop = app.events.listen(forward)
         attach()
-        return SubscribeResult(epoch=epoch, seq=seq, snapshot=snapshot, resync_required=resync)
+        return SubscribeResult(
+            epoch=epoch,
+            seq=seq,
+            snapshot=snapshot,
+            resync_required=resync,
+            workspaces_next=rest.get("workspaces"),
+        )
 
     if app.config.enable_test_methods:
         _install_test_methods(app)

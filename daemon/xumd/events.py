@@ -29,6 +29,8 @@ log = logs.get("xumd.events")
 
 Listener = Callable[[Event], None]
 SnapshotProvider = Callable[[], Any]
+PagedSnapshotProvider = Callable[[int], tuple[list[Any], str | None]]
+"""The first `limit` items of a listing and the cursor of the rest (None: there is no rest)."""
 
 DEFAULT_RING_SIZE = 4096
 DEFAULT_RING_BYTES = 32 * 1024 * 1024
@@ -49,6 +51,7 @@ class EventBus:
         self._next_token = 0
         self._changed = anyio.Event()
         self._snapshot_providers: dict[str, SnapshotProvider] = {}
+        self._paged_providers: dict[str, PagedSnapshotProvider] = {}
 
     def publish(self, type: str, **data: Any) -> Event:
         self.seq += 1
@@ -107,9 +110,29 @@ class EventBus:
     def add_snapshot_provider(self, name: str, provider: SnapshotProvider) -> None:
         self._snapshot_providers[name] = provider
 
-    def snapshot(self) -> tuple[int, dict[str, Any]]:
-        """A snapshot of every provider and the sequence number it is valid at."""
-        return self.seq, {name: fn() for name, fn in self._snapshot_providers.items()}
+    def add_paged_snapshot_provider(
+        self, name: str, provider: SnapshotProvider, page: PagedSnapshotProvider
+    ) -> None:
+        """A part that can be too large for one answer (the workspaces of a big root): whole
+        by `provider`, or its first page by `page` when a subscriber asks for a bounded one."""
+        self._snapshot_providers[name] = provider
+        self._paged_providers[name] = page
+
+    def snapshot(self, limit: int | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """A snapshot of every provider and the sequence number it is valid at. With `limit`,
+        a paged part holds at most `limit` items, and the third value maps each part cut
+        short to the cursor of its rest."""
+        parts: dict[str, Any] = {}
+        rest: dict[str, str] = {}
+        for name, fn in self._snapshot_providers.items():
+            page = self._paged_providers.get(name)
+            if limit is None or page is None:
+                parts[name] = fn()
+                continue
+            parts[name], cursor = page(limit)
+            if cursor is not None:
+                rest[name] = cursor
+        return self.seq, parts, rest
 
 
 def _size(data: dict[str, Any]) -> int:

@@ -1090,4 +1090,150 @@ function S.host_proxy(T)
   T.wait_for(gone, "the proxy's child to be stopped with ssh's group")
 end
 
+-- A root larger than one page (protocol 1.3): the snapshot comes in pages on the subscribed
+-- connection and is loaded whole under a frame cap the whole would pass; a workspace created
+-- between two pages is there once; listings page too. XUM_TEST_COUNT: the workspaces on record,
+-- XUM_TEST_CAP: the cap (below the whole listing's size, above a page's).
+function S.bigroot(T)
+  local client = require('xum.client')
+  local state = require('xum.state')
+  local Conn = require('xum.rpc')
+  local count = tonumber(os.getenv('XUM_TEST_COUNT'))
+  client.config.max_frame_bytes = tonumber(os.getenv('XUM_TEST_CAP'))
+  local pages, late = 0, nil
+  local request = Conn.request
+  Conn.request = function(self, method, params, ...)
+    if method == 'workspace.list' then
+      pages = pages + 1
+      if pages == 1 and late == nil then
+        -- between the snapshot's first page and the rest: the event is on its way first
+        late = T.cli({ 'ws', 'new', os.getenv('XUM_TEST_PROJECT'), os.getenv('XUM_TEST_NAME') })
+      end
+    end
+    return request(self, method, params, ...)
+  end
+  connect(T)
+  T.eq(pages, 2, 'the snapshot: its own 500, then pages of 500 and the rest')
+  T.check(late ~= nil, 'a workspace was created between two pages')
+  local n = 0
+  for _ in pairs(state.workspaces) do
+    n = n + 1
+  end
+  T.wait_for(function()
+    local w = state.workspaces[late.workspace.id]
+    return w and w.state == 'active'
+  end, 'the late workspace, active')
+  n = 0
+  for _ in pairs(state.workspaces) do
+    n = n + 1
+  end
+  T.eq(n, count + 1, 'every workspace, the late one once')
+
+  local listed, err = nil, nil
+  client.list_workspaces({}, function(e, l)
+    listed, err = l, e
+  end)
+  T.wait_for(function()
+    return listed or err
+  end, 'the listing')
+  T.check(err == nil, 'listing: ' .. vim.inspect(err))
+  T.eq(#listed, count + 1, 'the listing, page by page')
+  local seen = {}
+  for _, w in ipairs(listed) do
+    T.check(state.workspaces[w.id] ~= nil, 'listed and in the state: ' .. w.id)
+    T.check(not seen[w.id], 'listed once: ' .. w.id)
+    seen[w.id] = true
+  end
+  -- the same listing in one answer passes the cap: what the plugin asked before it paged
+  client.config.page = 0
+  listed, err = nil, nil
+  client.list_workspaces({}, function(e, l)
+    listed, err = l, e
+  end)
+  T.wait_for(function()
+    return listed or err
+  end, 'the whole listing to fail')
+  T.check(err ~= nil and listed == nil, 'one answer past the cap drops the connection')
+end
+
+-- The daemon is SIGKILLed mid-request: a request it had read fails saying it was sent and
+-- no answer came (data.sent true); requests that could not go out to a daemon that had
+-- stopped reading fail saying they were never sent (data.sent false). Each names its method.
+function S.lost(T)
+  local client = require('xum.client')
+  client.config.reconnect = false
+  connect(T)
+  local function call(method, params)
+    local box = {}
+    client.request(method, params, function(err, result)
+      box.err, box.result, box.done = err, result, true
+    end, 60000)
+    return box
+  end
+  local function failed(box, what)
+    T.wait_for(function()
+      return box.done
+    end, what)
+    T.check(box.err ~= nil, what .. ': it failed, got ' .. vim.inspect(box.result))
+    return box.err
+  end
+  local sleeping = call('test.sleep', { seconds = 60 })
+  -- answers come in order of reading: once this one is here, the sleep was read
+  local status = call('daemon.status', {})
+  T.wait_for(function()
+    return status.done
+  end, 'daemon.status')
+  T.ask_driver('kill1')
+  local err = failed(sleeping, 'the sleep to fail')
+  T.eq(err.data.kind, 'disconnected', 'kind')
+  T.eq(err.data.method, 'test.sleep', 'method')
+  T.eq(err.data.sent, true, 'sent')
+  T.check(err.message:find('test.sleep was sent and the connection to xumd was lost before its answer (', 1, true)
+    and err.message:find('the daemon may or may not have done it', 1, true), err.message)
+
+  T.ask_driver('start2')
+  connect(T)
+  T.ask_driver('stop2') -- SIGSTOP: the daemon reads no more
+  -- 8 MiB cannot pass the socket's buffers to a daemon that does not read: it and the request
+  -- behind it stay in this process
+  local big = call('daemon.status', { pad = string.rep('x', 8 * 1024 * 1024) })
+  local behind = call('project.list', {})
+  T.ask_driver('kill2')
+  for _, case in ipairs({ { big, 'daemon.status' }, { behind, 'project.list' } }) do
+    local e = failed(case[1], case[2] .. ' to fail')
+    T.eq(e.data.kind, 'disconnected', case[2] .. ': kind')
+    T.eq(e.data.method, case[2], 'method')
+    T.eq(e.data.sent, false, case[2] .. ': not sent: ' .. e.message)
+    T.check(e.message:find(case[2] .. ' was not sent: the connection to xumd was lost before the request went out (', 1, true)
+      and e.message:find('the daemon never saw it', 1, true), e.message)
+  end
+  -- and one asked with no connection at all: not sent either
+  local _, after = xum().call_sync('daemon.status', {}, 3000)
+  T.check(after ~= nil, 'a request with the daemon gone fails')
+
+  -- closed by the plugin behind a daemon not reading: the request cut part-way may still
+  -- reach the daemon whole, so it is never called unsent; the one behind it is
+  T.ask_driver('start3')
+  connect(T)
+  T.ask_driver('stop3')
+  -- on the connection itself: sent now, not on the next turn of the loop
+  local conn = client.conn
+  local function now(method, params)
+    local box = {}
+    conn:request(method, params, 60000, function(e, r)
+      box.err, box.result, box.done = e, r, true
+    end)
+    return box
+  end
+  big = now('daemon.status', { pad = string.rep('x', 8 * 1024 * 1024) })
+  behind = now('project.list', {})
+  conn:close('test: closed by the plugin')
+  local cut = failed(big, 'the cut request to fail')
+  T.eq(cut.data.sent, true, 'part-way: outcome unknown: ' .. cut.message)
+  local queued = failed(behind, 'the queued request to fail')
+  T.eq(queued.data.sent, false, 'behind it: not sent: ' .. queued.message)
+  T.check(queued.message:find('(test: closed by the plugin)', 1, true), queued.message)
+  T.ask_driver('cont3')
+end
+
 return S

@@ -28,6 +28,7 @@ import {
   type ErrorObject,
 } from "./errors.js";
 import { encodeFrame, FrameTooLong, LineDecoder } from "./framing.js";
+import { DEFAULT_PAGE } from "./paging.js";
 import {
   PROTOCOL_VERSION,
   type HelloResult,
@@ -135,6 +136,13 @@ export type CallArgs<M extends MethodName> =
 export interface SubscribeOptions {
   /** Only these event types (prefix match, e.g. `workspace.`); default all. */
   types?: string[];
+  /**
+   * The snapshot's workspaces are fetched this many per answer (`snapshot_limit`, then
+   * `workspace.list` pages on the same connection; default `DEFAULT_PAGE`, 500; 1 to 10,000): a
+   * root of any size never makes one answer that passes a frame cap. The `snapshot` emitted is
+   * whole all the same, and events follow it. 0: the whole snapshot in one answer.
+   */
+  snapshotPage?: number;
 }
 
 /** Why a snapshot was delivered. */
@@ -177,6 +185,8 @@ export interface ClientEvents {
 
 interface Pending {
   method: string;
+  /** The request went out (its write was handed to the socket): its outcome is then unknown. */
+  sent: boolean;
   resolve: (result: Record<string, unknown>) => void;
   reject: (error: Error) => void;
   timer: NodeJS.Timeout;
@@ -184,6 +194,8 @@ interface Pending {
 
 interface Subscription {
   types: string[] | undefined;
+  /** `snapshot_limit` (0: none). */
+  page: number;
   epoch: string | null;
   /** The last seq delivered (or the snapshot's); events at or below it are duplicates. */
   seq: number | null;
@@ -199,6 +211,11 @@ interface Subscription {
   first: { resolve: (info: SnapshotInfo) => void; reject: (err: Error) => void } | null;
 }
 
+/** What a snapshot page is fetched over: the subscribed connection. */
+export interface SnapshotConn {
+  call(method: string, params: unknown, timeoutMs: number): Promise<Record<string, unknown>>;
+}
+
 function isSnapshotInfo(value: unknown): value is SnapshotInfo {
   return value !== null && typeof value === "object" && "reason" in value && "snapshot" in value;
 }
@@ -211,6 +228,8 @@ class Conn {
   private nextId = 1;
   private decoder: LineDecoder;
   private nullError: XumRpcError | null = null;
+  /** This side ended the connection (close, or a frame it could not take). */
+  private endedByUs = false;
   closed = false;
 
   constructor(
@@ -225,11 +244,16 @@ class Conn {
     sock.on("error", () => {
       // 'close' follows and carries the failure to the callers.
     });
-    sock.on("close", () => this.finish(this.nullError ?? new ConnectionLost("the daemon closed the connection")));
+    sock.on("close", () =>
+      this.finish(
+        this.nullError ??
+          new ConnectionLost(this.endedByUs ? "this client closed the connection" : "the daemon closed the connection"),
+      ),
+    );
   }
 
   call(method: string, params: unknown, timeoutMs: number): Promise<Record<string, unknown>> {
-    if (this.closed) return Promise.reject(new ConnectionLost("the connection is closed"));
+    if (this.closed) return Promise.reject(ConnectionLost.during(method, false, "the connection is closed"));
     // A daemon that stopped reading (wedged, or holding this connection's requests in flight)
     // must not make this process buffer every later request: a timed-out call's bytes stay
     // queued, so timeouts alone do not bound it.
@@ -247,12 +271,19 @@ class Conn {
         this.pending.delete(id);
         reject(new ClientTimeout(method, timeoutMs));
       }, timeoutMs);
-      this.pending.set(id, { method, resolve, reject, timer });
-      this.sock.write(encodeFrame(message));
+      const entry: Pending = { method, sent: false, resolve, reject, timer };
+      this.pending.set(id, entry);
+      // Called once the bytes are handed to the kernel. When the connection ends first (behind
+      // a daemon that stopped reading, say) it is called too, with an error or, for a write
+      // under way, with none but on a destroyed socket: then the request was not sent.
+      this.sock.write(encodeFrame(message), (err) => {
+        if ((err === null || err === undefined) && !this.sock.destroyed) entry.sent = true;
+      });
     });
   }
 
   close(): void {
+    this.endedByUs = true;
     this.sock.destroy();
   }
 
@@ -320,6 +351,7 @@ class Conn {
   }
 
   private fail(reason: Error): void {
+    this.endedByUs = true;
     this.finish(reason);
     this.sock.destroy();
   }
@@ -327,15 +359,21 @@ class Conn {
   private finish(reason: Error): void {
     if (this.closed) return;
     this.closed = true;
+    // Ended from this side, the oldest request not yet sent may be partly written: the daemon
+    // then reads what came and the end of input, and a frame cut only before its newline is a
+    // whole request it runs. Its outcome is unknown; never say it was not sent.
+    let partly = this.endedByUs;
     for (const [id, pending] of this.pending) {
       this.pending.delete(id);
       clearTimeout(pending.timer);
+      const sent = pending.sent || partly;
+      if (!pending.sent) partly = false;
       pending.reject(
         reason instanceof XumRpcError
           ? reason
           : this.link !== null
-            ? this.link.lost(pending.method)
-            : new ConnectionLost(`${pending.method}: ${reason.message}`),
+            ? this.link.lost(pending.method, sent)
+            : ConnectionLost.during(pending.method, sent, reason.message),
       );
     }
     this.onClose(this, reason);
@@ -513,7 +551,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
       });
     }
     const conn = this.conn;
-    if (conn === null) throw new ConnectionLost("the connection was lost");
+    if (conn === null) throw ConnectionLost.during(method, false, "the connection was lost");
     return conn.call(method, params, Math.max(1, deadline - Date.now()));
   }
 
@@ -529,8 +567,13 @@ export class XumClient extends EventEmitter<ClientEvents> {
     const first = new Promise<SnapshotInfo>((resolve, reject) => {
       settle = { resolve, reject };
     });
+    const page = options.snapshotPage ?? DEFAULT_PAGE;
+    if (!Number.isInteger(page) || page < 0 || page > 10_000) {
+      throw new XumClientError(`snapshotPage must be an integer from 0 to 10000, got ${page}`);
+    }
     const sub: Subscription = {
       types: options.types,
+      page,
       epoch: null,
       seq: null,
       held: null,
@@ -622,7 +665,12 @@ export class XumClient extends EventEmitter<ClientEvents> {
           this.state = "waiting";
           // No retry to come (reconnecting off, or a protocol mismatch): idle, so that the next
           // call or open() makes a new attempt instead of failing forever on this one's reason.
-          if (!this.scheduleRetry(error)) this.state = "idle";
+          if (!this.scheduleRetry(error)) {
+            this.state = "idle";
+            // No retry to come: a first subscribe() waiting on this connection fails now with
+            // its reason, not at its timeout.
+            if (this.subscription !== null) this.settleFirst(this.subscription, error);
+          }
         }
         this.wake();
         throw error;
@@ -752,39 +800,51 @@ export class XumClient extends EventEmitter<ClientEvents> {
       params["epoch"] = sub.epoch;
     }
     sub.resumable = true;
+    if (sub.page > 0) params["snapshot_limit"] = sub.page;
     let result: Record<string, unknown>;
-    try {
-      result = await conn.call("events.subscribe", params, this.options.timeoutMs);
-    } catch (err) {
-      if ("after_seq" in params && err instanceof XumRpcError && err.is("invalid_params")) {
-        // A daemon that cannot resume (before `after_seq`): a fresh snapshot instead.
-        delete params["after_seq"];
-        delete params["epoch"];
+    for (;;) {
+      try {
         result = await conn.call("events.subscribe", params, this.options.timeoutMs);
-      } else {
-        throw err;
+        break;
+      } catch (err) {
+        if (!(err instanceof XumRpcError && err.is("invalid_params"))) throw err;
+        if ("snapshot_limit" in params) {
+          // A daemon before 1.3 (no bounded snapshot): the whole snapshot in one answer.
+          delete params["snapshot_limit"];
+        } else if ("after_seq" in params) {
+          // A daemon that cannot resume (before `after_seq`): a fresh snapshot instead.
+          delete params["after_seq"];
+          delete params["epoch"];
+        } else {
+          throw err;
+        }
       }
     }
     if (this.subscription !== sub) return null;
     const epoch = String(result["epoch"]);
     const seq = Number(result["seq"]);
-    const held = sub.held ?? [];
-    sub.held = null;
     let info: SnapshotInfo | null = null;
     const resynced = result["resync_required"] === true;
     if (!resuming || resynced || epoch !== sub.epoch || !("after_seq" in params)) {
       const reason: SnapshotReason = !resuming ? "initial" : epoch !== sub.epoch ? "epoch_changed" : "resync";
+      const raw = result["snapshot"];
+      const snapshot = raw !== null && typeof raw === "object" ? { ...(raw as Record<string, unknown>) } : {};
+      // The rest of a bounded snapshot, page by page on this connection, events held meanwhile
+      // (docs/PROTOCOL.md, "A bounded snapshot"). The position moves only once it is whole: a
+      // connection lost between pages leaves the last complete one to resume from.
+      const rest = result["workspaces_next"];
+      if (rest !== undefined && rest !== null) {
+        const first = Array.isArray(snapshot["workspaces"]) ? (snapshot["workspaces"] as unknown[]) : [];
+        snapshot["workspaces"] = await this.snapshotRest(conn, first, rest, sub.page);
+        if (this.subscription !== sub) return null;
+      }
       sub.epoch = epoch;
       sub.seq = seq;
-      const snapshot = result["snapshot"];
-      info = {
-        reason,
-        epoch,
-        seq,
-        snapshot: snapshot !== null && typeof snapshot === "object" ? (snapshot as Record<string, unknown>) : {},
-      };
-      this.emit("snapshot", info);
+      info = { reason, epoch, seq, snapshot };
     }
+    const held = sub.held ?? [];
+    sub.held = null;
+    if (info !== null) this.emit("snapshot", info);
     // Replayed events may come in the answer (`events`) or as notifications after it; either
     // way each is delivered once, in seq order.
     const replayed = Array.isArray(result["events"]) ? (result["events"] as RawEvent[]) : [];
@@ -793,6 +853,31 @@ export class XumClient extends EventEmitter<ClientEvents> {
     // A resumed answer's `seq` is where the live stream starts (a filtered replay may end before).
     if (sub.epoch === epoch && (sub.seq === null || seq > sub.seq) && info === null) sub.seq = seq;
     return info;
+  }
+
+  /** The workspaces after a bounded snapshot's first page: `workspace.list` from `after` to the end. */
+  private async snapshotRest(conn: Conn, first: unknown[], after: unknown, page: number): Promise<unknown[]> {
+    const workspaces = [...first];
+    let cursor = after;
+    while (cursor !== null && cursor !== undefined) {
+      if (typeof cursor !== "string") {
+        throw new XumClientError(`the snapshot's workspaces ended on a cursor that is none: ${JSON.stringify(cursor)}`);
+      }
+      const answer = await this.snapshotPage(conn, cursor, page);
+      const listed = answer["workspaces"];
+      if (!Array.isArray(listed)) throw new XumClientError("workspace.list answered no `workspaces`");
+      workspaces.push(...(listed as unknown[]));
+      const next = answer["next"] ?? null;
+      // A cursor that does not advance would page for ever: never expected of a daemon.
+      if (next === cursor) throw new XumClientError("workspace.list answered the same cursor twice");
+      cursor = next;
+    }
+    return workspaces;
+  }
+
+  /** One page of a bounded snapshot's rest (a seam for tests that act between two pages). */
+  protected snapshotPage(conn: SnapshotConn, after: string, limit: number): Promise<Record<string, unknown>> {
+    return conn.call("workspace.list", { limit, after }, this.options.timeoutMs);
   }
 
   private onNotification(conn: Conn, message: Record<string, unknown>): void {

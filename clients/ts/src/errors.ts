@@ -20,9 +20,34 @@ export class DaemonNotRunning extends XumClientError {
   }
 }
 
-/** The connection closed (or broke) before the answer came: the call may or may not have run. */
+/**
+ * The connection closed (or broke) before the answer came. For a call, `sent` says which: true,
+ * the request went out and no answer came (the daemon may or may not have done it: it finishes
+ * or rolls back on its own); false, it never went out (the daemon never saw it: nothing ran).
+ * The message says the same, naming the call (`method`).
+ */
 export class ConnectionLost extends XumClientError {
   override name = "ConnectionLost";
+  /** The call this error ended (undefined: not about one call). */
+  readonly method: string | undefined;
+  /** Whether its request went out (undefined: not about one call). */
+  readonly sent: boolean | undefined;
+
+  constructor(message: string, call?: { method: string; sent: boolean }) {
+    super(message);
+    this.method = call?.method;
+    this.sent = call?.sent;
+  }
+
+  /** The error of `method` when the connection ended (`reason`) before its answer. */
+  static during(method: string, sent: boolean, reason: string): ConnectionLost {
+    const message = sent
+      ? `${method} was sent and the connection was lost before its answer (${reason}): the daemon ` +
+        "may or may not have done it (it finishes or rolls back on its own); look before retrying"
+      : `${method} was not sent: the connection was lost before the request went out (${reason}); ` +
+        "the daemon never saw it";
+    return new ConnectionLost(message, { method, sent });
+  }
 }
 
 /** No answer within the call's timeout (the daemon may still run the call). */

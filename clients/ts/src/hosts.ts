@@ -101,8 +101,9 @@ export class HostConnectionLost extends ConnectionLost {
   constructor(
     message: string,
     readonly host: string,
+    call?: { method: string; sent: boolean },
   ) {
-    super(message);
+    super(message, call);
   }
 }
 
@@ -139,29 +140,194 @@ export function checkEntry(entry: HostEntry): HostEntry {
   return entry;
 }
 
-/** A TOML string value: basic ("...", JSON's escapes) or literal ('...'). */
-function tomlString(text: string, where: string): string {
-  if (text.startsWith('"')) {
-    try {
-      const value: unknown = JSON.parse(text);
-      if (typeof value === "string") return value;
-    } catch {
-      // below
-    }
-  } else if (text.startsWith("'") && text.endsWith("'") && text.length >= 2 && !text.slice(1, -1).includes("'")) {
-    return text.slice(1, -1);
+// The hosts file is TOML. Node has no TOML reader, so this is the subset a hosts file needs,
+// read by TOML's rules (the Python client reads it with tomllib, and the two must agree: the
+// cases in tests/support/hosts_file_cases.json): keys bare (A-Z a-z 0-9 _ -), "basic" or
+// 'literal', dotted with `.` (so `[hosts.dev.box]` is host `dev` with a table `box`, and a
+// host named `dev.box` is `[hosts."dev.box"]`), whitespace around dots; tables, dotted keys
+// and inline tables; string values; comments. Anything else (numbers, arrays, multi-line
+// strings, arrays of tables) is an error naming the line: no field of a host takes one.
+
+type TomlTable = { [key: string]: TomlValue };
+type TomlValue = string | TomlTable;
+
+const BARE_KEY = /[A-Za-z0-9_-]/;
+
+class TomlLine {
+  i = 0;
+  constructor(
+    readonly text: string,
+    readonly where: string,
+  ) {}
+
+  fail(why: string): never {
+    throw new HostConfigError(`${this.where}: ${why}`);
   }
-  throw new HostConfigError(`${where}: expected a string, got ${text}`);
+
+  ws(): void {
+    while (this.i < this.text.length && (this.text[this.i] === " " || this.text[this.i] === "\t")) this.i++;
+  }
+
+  /** Whitespace, then a comment or nothing up to the end of the line. */
+  end(): void {
+    this.ws();
+    if (this.i < this.text.length && this.text[this.i] !== "#") {
+      this.fail(`not understood after ${JSON.stringify(this.text.slice(0, this.i).trim())}: ${this.text.slice(this.i)}`);
+    }
+  }
+
+  peek(): string {
+    return this.text[this.i] ?? "";
+  }
+
+  /** A dotted key: its parts. */
+  key(): string[] {
+    const parts: string[] = [];
+    for (;;) {
+      this.ws();
+      const c = this.peek();
+      if (c === '"') parts.push(this.basic());
+      else if (c === "'") parts.push(this.literal());
+      else {
+        const start = this.i;
+        while (this.i < this.text.length && BARE_KEY.test(this.peek())) this.i++;
+        if (this.i === start) this.fail(`expected a key at ${JSON.stringify(this.text.slice(start))}`);
+        parts.push(this.text.slice(start, this.i));
+      }
+      this.ws();
+      if (this.peek() !== ".") return parts;
+      this.i++;
+    }
+  }
+
+  basic(): string {
+    if (this.text.startsWith('"""', this.i)) this.fail("multi-line strings are not read here");
+    this.i++; // the opening quote
+    let out = "";
+    for (;;) {
+      if (this.i >= this.text.length) this.fail("a string without its closing quote");
+      const c = this.text[this.i++] as string;
+      if (c === '"') return out;
+      if (c !== "\\") {
+        out += c;
+        continue;
+      }
+      const e = this.text[this.i++] ?? "";
+      const simple: Record<string, string> = { b: "\b", t: "\t", n: "\n", f: "\f", r: "\r", '"': '"', "\\": "\\" };
+      if (e in simple) out += simple[e];
+      else if (e === "u" || e === "U") {
+        const size = e === "u" ? 4 : 8;
+        const hex = this.text.slice(this.i, this.i + size);
+        if (!new RegExp(`^[0-9A-Fa-f]{${size}}$`).test(hex)) this.fail(`a bad escape \\${e}${hex}`);
+        const code = parseInt(hex, 16);
+        if (code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) this.fail(`a bad escape \\${e}${hex}`);
+        out += String.fromCodePoint(code);
+        this.i += size;
+      } else this.fail(`a bad escape \\${e}`);
+    }
+  }
+
+  literal(): string {
+    if (this.text.startsWith("'''", this.i)) this.fail("multi-line strings are not read here");
+    const close = this.text.indexOf("'", this.i + 1);
+    if (close < 0) this.fail("a string without its closing quote");
+    const value = this.text.slice(this.i + 1, close);
+    this.i = close + 1;
+    return value;
+  }
+
+  value(): TomlValue {
+    this.ws();
+    const c = this.peek();
+    if (c === '"') return this.basic();
+    if (c === "'") return this.literal();
+    if (c === "{") return this.inline();
+    return this.fail(`expected a string, got ${this.text.slice(this.i).trim()}`);
+  }
+
+  inline(): TomlTable {
+    this.i++; // {
+    const table = Object.create(null) as TomlTable;
+    this.ws();
+    if (this.peek() === "}") {
+      this.i++;
+      return table;
+    }
+    for (;;) {
+      const path = this.key();
+      if (this.peek() !== "=") this.fail("expected `=` after a key");
+      this.i++;
+      assign(table, path, this.value(), this);
+      this.ws();
+      const c = this.text[this.i++];
+      if (c === "}") return table;
+      if (c !== ",") this.fail("expected `,` or `}` in an inline table");
+    }
+  }
 }
 
-function tableKey(text: string, where: string): string {
-  return text.startsWith('"') || text.startsWith("'") ? tomlString(text, where) : text;
+/** `value` at `path` under `table`, making the tables between; a key given twice is an error. */
+function assign(table: TomlTable, path: string[], value: TomlValue, line: TomlLine): void {
+  const at = descend(table, path.slice(0, -1), line);
+  const last = path[path.length - 1] as string;
+  if (Object.prototype.hasOwnProperty.call(at, last)) line.fail(`${JSON.stringify(path.join("."))} is defined twice`);
+  at[last] = value;
+}
+
+function descend(table: TomlTable, path: string[], line: TomlLine): TomlTable {
+  let at = table;
+  for (const part of path) {
+    // No prototype: a key named `__proto__` is a key like any other.
+    if (!Object.prototype.hasOwnProperty.call(at, part)) at[part] = Object.create(null) as TomlTable;
+    const next = at[part];
+    if (typeof next !== "object") line.fail(`${JSON.stringify(path.join("."))} is not a table`);
+    at = next;
+  }
+  return at;
+}
+
+/** The TOML subset above, as nested tables; the line of each `[hosts.NAME]` table. */
+function parseToml(text: string, path: string): { data: TomlTable; lines: Map<string, number> } {
+  const data: TomlTable = Object.create(null) as TomlTable;
+  const defined = new Set<string>();
+  const lines = new Map<string, number>();
+  let current = data;
+  const all = text.split("\n");
+  for (let n = 0; n < all.length; n++) {
+    const line = new TomlLine((all[n] ?? "").replace(/\r$/, ""), `${path}, line ${n + 1}`);
+    line.ws();
+    const c = line.peek();
+    if (c === "" || c === "#") continue;
+    if (c === "[") {
+      line.i++;
+      if (line.peek() === "[") line.fail("arrays of tables are not read here");
+      const parts = line.key();
+      if (line.peek() !== "]") line.fail("expected `]` after a table name");
+      line.i++;
+      line.end();
+      // Each part is JSON-quoted: `a.b` and `"a.b"` are different tables.
+      const id = JSON.stringify(parts);
+      if (defined.has(id)) line.fail(`the table [${parts.join(".")}] is defined twice`);
+      defined.add(id);
+      if (parts.length === 2 && parts[0] === "hosts") lines.set(parts[1] as string, n + 1);
+      current = descend(data, parts, line);
+      continue;
+    }
+    const parts = line.key();
+    if (line.peek() !== "=") line.fail(`not understood: ${line.text.trim()}`);
+    line.i++;
+    const value = line.value();
+    line.end();
+    assign(current, parts, value, line);
+  }
+  return { data, lines };
 }
 
 /**
- * The hosts file's entries (none when it does not exist). Reads the TOML that `xum host add`
- * writes (`[hosts.NAME]`, `dest`, `remote_root`, `[hosts.NAME.ssh_options]`, strings, comments);
- * anything else is an error naming the file and line.
+ * The hosts file's entries (none when it does not exist): `[hosts.NAME]` tables of `dest`,
+ * `remote_root` and `[hosts.NAME.ssh_options]`, as the Python client reads them (TOML: a name
+ * with a dot is quoted, `[hosts."dev.box"]`); anything else is an error naming the file (and
+ * the line where there is one).
  */
 export function loadHosts(env: Env = process.env, path: string = hostsFile(env)): Map<string, HostEntry> {
   let text: string;
@@ -171,34 +337,36 @@ export function loadHosts(env: Env = process.env, path: string = hostsFile(env))
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return new Map();
     throw new HostConfigError(`cannot read hosts file ${path}: ${(err as Error).message}`);
   }
+  const { data, lines } = parseToml(text, path);
+  const unknown = Object.keys(data)
+    .filter((k) => k !== "hosts")
+    .sort();
+  if (unknown.length > 0) throw new HostConfigError(`${path}: unknown top-level key ${JSON.stringify(unknown[0])} (only [hosts.NAME])`);
+  const tables = data["hosts"] ?? {};
+  if (typeof tables !== "object") throw new HostConfigError(`${path}: \`hosts\` must be a table of [hosts.NAME] tables`);
   const hosts = new Map<string, HostEntry>();
-  let current: HostEntry | null = null;
-  let inOptions = false;
-  const lines = text.split("\n");
-  for (let i = 0; i < lines.length; i++) {
-    const where = `${path}, line ${i + 1}`;
-    const line = (lines[i] ?? "").trim();
-    if (!line || line.startsWith("#")) continue;
-    const header = /^\[hosts\.("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9._-]+?)(\.ssh_options)?\]$/.exec(line);
-    if (header) {
-      const name = tableKey(header[1] ?? "", where);
-      inOptions = header[2] !== undefined;
-      current = hosts.get(name) ?? { name, dest: "", remoteRoot: null, sshOptions: {} };
-      hosts.set(name, current);
-      continue;
+  for (const [name, table] of Object.entries(tables)) {
+    const line = lines.get(name);
+    const where = `${path}` + (line !== undefined ? `, line ${line}` : "") + ` ([hosts.${name}])`;
+    if (typeof table !== "object") throw new HostConfigError(`${where}: must be a table`);
+    const extra = Object.keys(table)
+      .filter((k) => !["dest", "remote_root", "ssh_options"].includes(k))
+      .sort();
+    if (extra.length > 0) throw new HostConfigError(`${where}: unknown key ${JSON.stringify(extra[0])}`);
+    const dest = table["dest"];
+    const root = table["remote_root"];
+    const options = table["ssh_options"] ?? {};
+    if (typeof dest !== "string") throw new HostConfigError(`${where}: \`dest\` (a string) is required`);
+    if (root !== undefined && typeof root !== "string") throw new HostConfigError(`${where}: \`remote_root\` must be a string`);
+    if (typeof options !== "object" || !Object.values(options).every((v) => typeof v === "string")) {
+      throw new HostConfigError(`${where}: \`ssh_options\` must be a table of strings`);
     }
-    const pair = /^([A-Za-z0-9_-]+)\s*=\s*(.+)$/.exec(line);
-    if (!pair || current === null) throw new HostConfigError(`${where}: not understood: ${line}`);
-    const key = pair[1] ?? "";
-    const value = tomlString((pair[2] ?? "").replace(/\s+#.*$/, "").trim(), where);
-    if (inOptions) (current.sshOptions ??= {})[key] = value;
-    else if (key === "dest") current.dest = value;
-    else if (key === "remote_root") current.remoteRoot = value;
-    else throw new HostConfigError(`${where}: unknown key ${JSON.stringify(key)}`);
-  }
-  for (const entry of hosts.values()) {
-    if (!entry.dest) throw new HostConfigError(`${path} ([hosts.${entry.name}]): \`dest\` is required`);
-    checkEntry(entry);
+    try {
+      hosts.set(name, checkEntry({ name, dest, remoteRoot: root ?? null, sshOptions: { ...(options as Record<string, string>) } }));
+    } catch (err) {
+      if (err instanceof HostConfigError) throw new HostConfigError(`${where}: ${err.message}`);
+      throw err;
+    }
   }
   return hosts;
 }
@@ -414,13 +582,25 @@ export class HostLink {
     return classifyFailure(this.entry, (await this.status()) ?? null, this.stderr);
   }
 
-  /** The error for calls in flight when the connection dropped: their outcome is unknown. */
-  lost(method: string): HostConnectionLost {
+  /**
+   * The error for a call in flight when the connection dropped: sent (handed to ssh), its outcome
+   * is unknown; not sent, the daemon there never saw it.
+   */
+  lost(method: string, sent = true): HostConnectionLost {
     const name = this.entry.name;
+    if (!sent) {
+      return new HostConnectionLost(
+        `${method} was not sent: the connection to host ${name} was lost before the request went out; ` +
+          "the daemon there never saw it",
+        name,
+        { method, sent },
+      );
+    }
     return new HostConnectionLost(
       `${method}: the connection to host ${name} was lost during the call; its outcome is unknown ` +
         `(the daemon there finishes or rolls it back): look with \`xum --host ${name} ws ls\``,
       name,
+      { method, sent },
     );
   }
 }

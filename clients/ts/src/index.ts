@@ -16,6 +16,7 @@ export {
   type ClientEvents,
   type ClientOptions,
   type ReconnectOptions,
+  type SnapshotConn,
   type SnapshotInfo,
   type SnapshotReason,
   type SubscribeOptions,

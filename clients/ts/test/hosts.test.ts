@@ -103,6 +103,37 @@ test("the hosts file `xum host add` writes is read the same", () => {
   }
 });
 
+test("a hosts file reads as the Python client reads it: dotted names quoted, bare dots nest", () => {
+  // The one table the Python client's tests read too (tests/support/hosts_file_cases.json).
+  const table = JSON.parse(readFileSync(join(repoRoot(), "tests", "support", "hosts_file_cases.json"), "utf8")) as {
+    cases: {
+      name: string;
+      text: string;
+      error?: boolean;
+      hosts?: Record<string, { dest: string; remote_root: string | null; ssh_options: Record<string, string> }>;
+    }[];
+  };
+  assert.ok(table.cases.length >= 20);
+  const tmp = shortTmpdir();
+  try {
+    const file = join(tmp, "hosts.toml");
+    for (const c of table.cases) {
+      writeFileSync(file, c.text);
+      if (c.error) {
+        assert.throws(() => loadHosts({}, file), (e: unknown) => e instanceof HostConfigError && e.message.includes(file), c.name);
+        continue;
+      }
+      const got: Record<string, unknown> = {};
+      for (const [name, e] of loadHosts({}, file)) {
+        got[name] = { dest: e.dest, remote_root: e.remoteRoot ?? null, ssh_options: { ...e.sshOptions } };
+      }
+      assert.deepEqual(got, c.hosts, c.name);
+    }
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
 /** An sshd, a hosts file naming `h` (the daemon's root), `down` and `badkey`. */
 async function withHost(fn: (sshd: Sshd, env: Record<string, string>, daemon: { root: string; pid: number; proc: { kill: (s: NodeJS.Signals) => boolean } }) => Promise<void>, t: { skip: (r: string) => void }): Promise<void> {
   await withDaemon(async (daemon, tmp) => {
@@ -187,6 +218,8 @@ test("ssh dying during a call: HostConnectionLost (outcome unknown), then it rec
       assert.ok(lost instanceof HostConnectionLost, String(lost));
       assert.ok(lost instanceof ConnectionLost);
       assert.equal(lost.host, "h");
+      assert.equal(lost.method, "daemon.status");
+      assert.equal(lost.sent, true, "handed to ssh before it died");
       assert.match(lost.message, /outcome is unknown.*xum --host h ws ls/);
       await reconnected;
       const status = await client.call("daemon.status");

@@ -171,7 +171,13 @@ def install(
         listed: list[dict[str, Any]] = workspaces.list_json(WorkspaceListParams())["workspaces"]
         return listed
 
+    def workspaces_first_page(limit: int) -> tuple[list[dict[str, Any]], str | None]:
+        # `workspace.list`'s own first page (its byte budget included): the subscriber goes on
+        # with `workspace.list {after: next}`.
+        page = workspaces.list_json(WorkspaceListParams(limit=limit))
+        return page["workspaces"], page["next"]
+
     app.events.add_snapshot_provider("projects", projects_snapshot)
-    app.events.add_snapshot_provider("workspaces", workspaces_snapshot)
+    app.events.add_paged_snapshot_provider("workspaces", workspaces_snapshot, workspaces_first_page)
     app.status_providers["lifecycle"] = coord.status
     return workspaces

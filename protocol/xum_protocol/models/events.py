@@ -39,6 +39,18 @@ class SubscribeParams(Params):
         "Another epoch (the daemon restarted) means `resync_required`. Since 1.1.",
     )
 
+    snapshot_limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,  # workspace.list's LIST_PAGE_MAX
+        strict=True,
+        description="A bounded snapshot: its `workspaces` holds at most this many (1 to 10,000; "
+        "fewer when they would pass about 4 MiB), the first page of `workspace.list` with this "
+        "`limit`, and the answer's `workspaces_next` is the `after` of the rest (fetch it on "
+        "this connection: each page then shows at least every event before its answer). "
+        "Unset: every workspace, in one answer. Since 1.3, additive.",
+    )
+
     @model_validator(mode="after")
     def _resume_needs_both(self) -> SubscribeParams:
         if (self.after_seq is None) != (self.epoch is None):
@@ -68,6 +80,12 @@ class SubscribeResult(Result):
         default_factory=list,
         description="A successful resume: the events after `after_seq` up to `seq` that match "
         "`types`, in order (each as an `event` notification's params). Since 1.1.",
+    )
+    workspaces_next: str | None = Field(
+        default=None,
+        description="With `snapshot_limit`: the snapshot holds only the first workspaces, and "
+        "this is the `after` of `workspace.list` (with a `limit`) for the rest; null when the "
+        "snapshot holds them all (or there is no snapshot). Since 1.3, additive.",
     )
 
 

@@ -28,6 +28,10 @@ local M = {
     reconnect_max_ms = 5000,
     -- the longest line accepted from the daemon (its own default frame cap)
     max_frame_bytes = 16 * 1024 * 1024,
+    -- workspaces per answer, for the subscription's snapshot (protocol 1.3) and for listings
+    -- (list_workspaces): a root of any size never makes one answer past the frame cap. 1 to
+    -- 10000; 0: everything in one answer (what a daemon before 1.2/1.3 gets anyway).
+    page = 500,
   },
   conn = nil,
   hello = nil,
@@ -130,8 +134,88 @@ function M.server_resumes()
   return major ~= nil and (tonumber(major) > 1 or tonumber(minor) >= 1)
 end
 
+-- The answer of a subscribe (its snapshot whole), then the events that came meanwhile.
+local function subscribed(conn, result, resuming, had_state, queued, done)
+  local same_run = resuming and result.epoch == state.epoch
+  if same_run and not result.resync_required then
+    M.last_subscribe = 'resumed'
+    -- A daemon may hand back what was missed in the answer, or send it as events.
+    if type(result.events) == 'table' then
+      for _, ev in ipairs(result.events) do
+        state.apply_event(ev)
+      end
+    end
+    -- Every event of our types up to `seq` was in the replay; later ones follow as
+    -- notifications (a filtered stream has gaps: other types' numbers).
+    local upto = tonumber(result.seq)
+    if upto and (state.seq == nil or upto > state.seq) then
+      state.seq = upto
+    end
+  else
+    M.last_subscribe = had_state and 'resync' or 'snapshot'
+    state.apply_snapshot(result.epoch, tonumber(result.seq), result.snapshot)
+  end
+  for _, ev in ipairs(queued) do
+    state.apply_event(ev)
+  end
+  refresh_obligations(conn)
+  done(nil)
+end
+
+-- `workspace.list` from `after` to the end, M.config.page at a time, through `request`
+-- (method, params, cb); cb(err, list) with `list` (appended to `acc`) in the listing order.
+-- A daemon before 1.2 (no paging: `limit` is invalid_params) answers everything at once.
+local function page_through(request, filters, after, acc, cb)
+  local params = {}
+  for k, v in pairs(filters or {}) do
+    params[k] = v
+  end
+  local page = tonumber(M.config.page) or 0
+  if page > 0 then
+    params.limit = page
+  end
+  if after ~= nil then
+    params.after = after
+  end
+  request('workspace.list', params, function(err, result)
+    if err and after == nil and params.limit ~= nil and util.kind(err) == 'invalid_params' then
+      local whole = vim.deepcopy(filters or {})
+      return request('workspace.list', whole, function(werr, wresult)
+        if werr then
+          return cb(werr, nil)
+        end
+        vim.list_extend(acc, wresult.workspaces or {})
+        cb(nil, acc)
+      end)
+    end
+    if err then
+      return cb(err, nil)
+    end
+    vim.list_extend(acc, result.workspaces or {})
+    local nxt = util.nn(result.next)
+    if nxt == nil or params.limit == nil then
+      return cb(nil, acc)
+    end
+    -- Taken as the end, a `next` that is no cursor would make a listing cut short look whole;
+    -- one that does not advance would page for ever.
+    if type(nxt) ~= 'string' or nxt == after then
+      return cb(Conn.local_error('protocol', 'workspace.list answered a `next` that does not go on: '
+        .. vim.inspect(nxt)), nil)
+    end
+    page_through(request, filters, nxt, acc, cb)
+  end)
+end
+
+-- Every workspace (`filters`: project_id, state), page by page; cb(err, list) on the main loop.
+function M.list_workspaces(filters, cb, timeout_ms)
+  page_through(function(method, params, done)
+    M.request(method, params, done, timeout_ms)
+  end, filters, nil, {}, cb)
+end
+
 -- Subscribe, resuming after what we saw when the same daemon run (epoch) is still there.
-local function subscribe(conn, done, plain)
+-- `whole`: without `snapshot_limit` (a daemon before 1.3).
+local function subscribe(conn, done, plain, whole)
   -- script.started: setup progress of what this editor creates or restores (its printed
   -- lines are not asked for: too many to show)
   local params = { types = { 'workspace.', 'project.', 'cleanup.', 'script.started' } }
@@ -141,44 +225,57 @@ local function subscribe(conn, done, plain)
     params.after_seq = state.seq
     params.epoch = state.epoch
   end
-  held = {}
+  local page = tonumber(M.config.page) or 0
+  if page > 0 and not whole then
+    params.snapshot_limit = page
+  end
+  -- This subscription's events; a later one (another connection) holds its own, and this one's
+  -- late callbacks never drop them.
+  local mine = {}
+  held = mine
+  local function release()
+    if held == mine then
+      held = nil
+    end
+    return mine
+  end
   conn:request('events.subscribe', params, M.config.timeout_ms, function(err, result)
+    if err and params.snapshot_limit and util.kind(err) == 'invalid_params' then
+      -- A daemon before 1.3: the whole snapshot in one answer.
+      release()
+      return subscribe(conn, done, plain, true)
+    end
     if err and resuming and util.kind(err) == 'invalid_params' then
       -- A daemon without resumption: a plain subscribe and its snapshot.
-      held = nil
-      return subscribe(conn, done, true)
+      release()
+      return subscribe(conn, done, true, whole)
     end
-    local queued = held or {}
-    held = nil
     if err then
+      release()
       return done(err)
     end
-    local same_run = resuming and result.epoch == state.epoch
-    if same_run and not result.resync_required then
-      M.last_subscribe = 'resumed'
-      -- A daemon may hand back what was missed in the answer, or send it as events.
-      if type(result.events) == 'table' then
-        for _, ev in ipairs(result.events) do
-          state.apply_event(ev)
+    local rest = util.nn(result.workspaces_next)
+    if rest ~= nil and type(result.snapshot) == 'table' then
+      -- A bounded snapshot: its other workspaces page by page on this connection, events held
+      -- meanwhile (docs/PROTOCOL.md, "A bounded snapshot"); the state changes only once it is
+      -- whole, so a connection lost in between resumes from where the state still is.
+      local first = type(result.snapshot.workspaces) == 'table' and result.snapshot.workspaces or {}
+      return page_through(function(method, p, cb)
+        conn:request(method, p, M.config.timeout_ms, cb)
+      end, {}, rest, first, function(perr, all)
+        if perr then
+          release()
+          return done(perr)
         end
-      end
-      -- Every event of our types up to `seq` was in the replay; later ones follow as
-      -- notifications (a filtered stream has gaps: other types' numbers).
-      local upto = tonumber(result.seq)
-      if upto and (state.seq == nil or upto > state.seq) then
-        state.seq = upto
-      end
-    else
-      M.last_subscribe = had_state and 'resync' or 'snapshot'
-      state.apply_snapshot(result.epoch, tonumber(result.seq), result.snapshot)
+        result.snapshot.workspaces = all
+        result.workspaces_next = nil
+        subscribed(conn, result, resuming, had_state, release(), done)
+      end)
     end
-    for _, ev in ipairs(queued) do
-      state.apply_event(ev)
-    end
-    refresh_obligations(conn)
-    done(nil)
+    subscribed(conn, result, resuming, had_state, release(), done)
   end)
 end
+
 
 local function on_close(conn, reason)
   if M.conn ~= conn then
@@ -337,7 +434,7 @@ function M.request(method, params, cb, timeout_ms)
     end
     if not M.conn then
       -- it closed between "ready" and this turn of the loop
-      return cb(Conn.local_error('disconnected', 'the connection to xumd closed'), nil)
+      return cb(Conn.lost(method, false, 'the connection to xumd closed'), nil)
     end
     M.conn:request(method, params, timeout_ms, cb)
   end)

@@ -48,13 +48,14 @@ local function listing(cb)
     if perr then
       return cb(perr)
     end
-    client.request('workspace.list', {}, function(werr, wresult)
+    -- page by page: one answer for a root of tens of thousands would pass the frame cap
+    client.list_workspaces({}, function(werr, listed)
       if werr then
         return cb(werr)
       end
       local projects = state.index(presult.projects)
       local workspaces = {}
-      for _, ws in ipairs(wresult.workspaces or {}) do
+      for _, ws in ipairs(listed) do
         if type(ws) == 'table' and type(ws.id) == 'string' and type(ws.name) == 'string' and type(ws.path) == 'string' then
           workspaces[#workspaces + 1] = ws
         end
@@ -674,8 +675,8 @@ function M.workspace_names(states)
     -- not hang the command line; a daemon known to be down is not asked at all).
     local result, presult
     local waiting = 2
-    client.request('workspace.list', {}, function(_, r)
-      result, waiting = r, waiting - 1
+    client.list_workspaces({}, function(_, listed)
+      result, waiting = listed and { workspaces = listed }, waiting - 1
     end, 1000)
     client.request('project.list', {}, function(_, r)
       presult, waiting = r, waiting - 1

@@ -4,7 +4,8 @@
 -- order of completion, not of arrival). Every request has a deadline: when it passes, the
 -- caller gets a `timeout` error and a late answer is dropped. Notifications (`event`) go to
 -- `on_notification`. When the connection ends, every request still waiting fails at once
--- with `disconnected` and `on_close` runs (the client decides whether to reconnect).
+-- with `disconnected`, saying whether it was sent (data.sent), and `on_close` runs (the client
+-- decides whether to reconnect).
 --
 -- Callbacks run on the main loop (vim.schedule), never in luv's fast context, so they may
 -- use any Neovim API.
@@ -226,7 +227,7 @@ function Conn:_feed(data)
     self.chunks[#self.chunks + 1] = rest
     self.buffered = self.buffered + #rest
     if self.buffered > self.max_frame then
-      self:_closed('the daemon sent a line longer than ' .. self.max_frame .. ' bytes')
+      self:_closed('the daemon sent a line longer than ' .. self.max_frame .. ' bytes', true)
     end
   end
 end
@@ -267,7 +268,8 @@ function Conn:_message(line)
   end
 end
 
-function Conn:_closed(reason)
+-- `by_us`: this side ended it (close, a line too long), not the daemon.
+function Conn:_closed(reason, by_us)
   if self.state == 'closed' then
     return
   end
@@ -285,11 +287,21 @@ function Conn:_closed(reason)
   vim.schedule(function()
     local pending = self.pending
     self.pending = {}
-    local err = self.peer_error or local_error('disconnected', 'the connection to xumd closed: ' .. reason)
-    for _, entry in pairs(pending) do
+    -- Ended from this side, the oldest request not yet sent may be partly written: the daemon
+    -- reads what came and the end of input, and a frame cut only before its newline is a whole
+    -- request it runs. Its outcome is unknown; never say it was not sent.
+    local partly = nil
+    if by_us then
+      for id, entry in pairs(pending) do
+        if not entry.sent and (partly == nil or id < partly) then
+          partly = id
+        end
+      end
+    end
+    for id, entry in pairs(pending) do
       entry.timer:stop()
       close_handle(entry.timer)
-      entry.cb(err, nil)
+      entry.cb(self.peer_error or Conn.lost(entry.method, entry.sent or id == partly, reason), nil)
     end
     if self.peer_error then
       reason = util.format_error(self.peer_error)
@@ -298,16 +310,31 @@ function Conn:_closed(reason)
   end)
 end
 
+-- The error of a request whose connection ended (`reason`) before its answer: `sent` says
+-- whether it went out (then the daemon may or may not have done it) or never did (the daemon
+-- never saw it); data.sent and data.method say the same to code.
+function Conn.lost(method, sent, reason)
+  local message
+  if sent then
+    message = method .. ' was sent and the connection to xumd was lost before its answer (' .. reason
+      .. '): the daemon may or may not have done it (it finishes or rolls back on its own); look before retrying'
+  else
+    message = method .. ' was not sent: the connection to xumd was lost before the request went out ('
+      .. reason .. '); the daemon never saw it'
+  end
+  return local_error('disconnected', message, { method = method, sent = sent and true or false })
+end
+
 -- Close from our side (no reconnect is implied: that is the client's business).
 function Conn:close(reason)
-  self:_closed(reason or 'closed by the plugin')
+  self:_closed(reason or 'closed by the plugin', true)
 end
 
 -- Send a request; cb(err, result) on the main loop, exactly once, within timeout_ms.
 function Conn:request(method, params, timeout_ms, cb)
   if self.state ~= 'open' then
     vim.schedule(function()
-      cb(local_error('disconnected', 'not connected to xumd'), nil)
+      cb(Conn.lost(method, false, 'not connected to xumd'), nil)
     end)
     return nil
   end
@@ -321,20 +348,24 @@ function Conn:request(method, params, timeout_ms, cb)
     params = (params == nil or next(params) == nil) and vim.empty_dict() or params,
   }) .. '\n'
   local timer = uv.new_timer()
-  self.pending[id] = { cb = cb, timer = timer, method = method }
+  local entry = { cb = cb, timer = timer, method = method, sent = false }
+  self.pending[id] = entry
   timer:start(timeout_ms, 0, function()
     vim.schedule(function()
-      local entry = self.pending[id]
-      if entry then
+      local waiting = self.pending[id]
+      if waiting then
         self.pending[id] = nil
-        close_handle(entry.timer)
-        entry.cb(local_error('timeout', method .. ': no answer within ' .. timeout_ms .. ' ms', { waited_for = method }), nil)
+        close_handle(waiting.timer)
+        waiting.cb(local_error('timeout', method .. ': no answer within ' .. timeout_ms .. ' ms', { waited_for = method }), nil)
       end
     end)
   end)
   ;(self.wpipe or self.pipe):write(frame, function(err)
     if err then
       self:_closed('write error: ' .. tostring(err))
+    elseif self.state ~= 'closed' then
+      -- handed to the kernel: from here its outcome is unknown should the connection end
+      entry.sent = true
     end
   end)
   return id

@@ -1312,6 +1312,11 @@ export interface SubscribeParams {
    */
   epoch?: string | null;
   /**
+   * A bounded snapshot: its `workspaces` holds at most this many (1 to 10,000; fewer when they would pass about 4 MiB), the first page of `workspace.list` with this `limit`, and the answer's `workspaces_next` is the `after` of the rest (fetch it on this connection: each page then shows at least every event before its answer). Unset: every workspace, in one answer. Since 1.3, additive.
+   * default: null
+   */
+  snapshot_limit?: number | null;
+  /**
    * Only these event types (prefix match, e.g. 'workspace.').
    * default: null
    */
@@ -1332,6 +1337,11 @@ export interface SubscribeResult {
   seq: number;
   /** `projects`, `workspaces`, live `processes`. Null only when a resume succeeded (`after_seq` given and `resync_required` false): `events` holds what was missed instead. */
   snapshot: Record<string, unknown> | null;
+  /**
+   * With `snapshot_limit`: the snapshot holds only the first workspaces, and this is the `after` of `workspace.list` (with a `limit`) for the rest; null when the snapshot holds them all (or there is no snapshot). Since 1.3, additive.
+   * default: null
+   */
+  workspaces_next?: string | null;
 }
 
 export interface TurnCreateParams {

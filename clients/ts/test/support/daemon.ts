@@ -209,3 +209,17 @@ export function makeRepo(path: string, files: Record<string, string> = {}): stri
   git("commit", "-q", "-m", "init");
   return resolve(path);
 }
+
+/**
+ * `count` archived workspaces written straight into ROOT's store (tests/support/manyrows.py, as
+ * bench/scale.py populates a root): run before the daemon starts on ROOT. Returns the project id.
+ */
+export function populate(root: string, count: number): string {
+  const python = process.env["XUM_PYTHON"] || join(repoRoot(), ".venv", "bin", "python");
+  const out = execFileSync(python, ["-m", "tests.support.manyrows", root, String(count)], {
+    cwd: repoRoot(),
+    encoding: "utf8",
+  });
+  // The id is the last line: the store may log before it (a slow statement on a loaded machine).
+  return out.trim().split("\n").pop() ?? "";
+}

@@ -4,6 +4,7 @@
 
 import {
   isRpcError,
+  iterWorkspaces,
   type ErrorKind,
   type ProjectInfo,
   type ScriptResult,
@@ -54,7 +55,9 @@ export class Commands {
   async listAll(): Promise<{ projects: ProjectInfo[]; workspaces: WorkspaceInfo[] } | undefined> {
     return this.guard(async () => {
       const { projects } = await this.client.call("project.list");
-      const { workspaces } = await this.client.call("workspace.list");
+      // Page by page: one answer for a root of tens of thousands would pass the frame cap.
+      const workspaces: WorkspaceInfo[] = [];
+      for await (const w of iterWorkspaces(this.client)) workspaces.push(w);
       return { projects, workspaces };
     });
   }

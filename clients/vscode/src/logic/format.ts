@@ -112,7 +112,11 @@ export function formatError(err: unknown): string {
   }
   if (err instanceof DaemonNotRunning) return `xum: the daemon is not running (${err.reason}): start it with \`xum daemon run\``;
   if (err instanceof ClientTimeout) return `xum: ${err.message}`;
-  if (err instanceof ConnectionLost) return `xum: connection lost (${err.message}); it may or may not have run`;
+  // The message says whether the call went out (it may or may not have run) or never did.
+  if (err instanceof ConnectionLost) {
+    if (err.sent === undefined) return `xum: connection lost (${err.message}); it may or may not have run`;
+    return `xum: connection lost: ${err.message}`;
+  }
   return `xum: ${err instanceof Error ? err.message : String(err)}`;
 }
 
