@@ -86,6 +86,9 @@ SMALLFILE_TESTS = [
         "an_admin_file_that_is_not_a_plain_small_file_is_unreadable",
         "markers_that_are_fifos_are_no_markers_and_never_waited_on",
         "a_commondir_that_is_a_fifo_is_no_common_dir",
+        "read_head_follows_a_symlink_to_a_regular_file_and_refuses_one_to_a_fifo",
+        "an_admin_file_unreadable_for_a_reason_is_logged_and_a_missing_one_is_not",
+        "a_relative_gitdir_is_resolved_from_the_checkout",
     )
 ]
 
@@ -165,14 +168,10 @@ SCOPES = [
                     "a_stat_read_that_fails_is_gone_only_when_the_process_is",
                 )
             ),
-            # tree_identities (a member's parent and start time from one read), in-process.
-            *(
-                f"tests/test_procutil.py::test_{name}"
-                for name in (
-                    "a_member_whose_pid_is_reused_while_the_tree_is_read_is_not_a_member",
-                    "kill_tree_without_a_group_reaches_the_tree",
-                )
-            ),
+            # kill_tree over tree_identities (a member's parent and start time from one read);
+            # tree_identities' own tests are in test_procstat.py.
+            "tests/test_procutil.py::"
+            "test_a_member_whose_pid_is_reused_while_the_tree_is_read_is_not_a_member",
         ],
     ),
     Scope(
