@@ -79,6 +79,18 @@ OPERATORS = {
 }
 
 CLEANUP_TESTS = ["tests/test_cleanup_guards.py", "tests/test_cleanup_service.py"]
+SMALLFILE_TESTS = [
+    f"tests/test_smallfile.py::test_{name}"
+    for name in (
+        "what_is_not_a_small_regular_file_is_refused",
+        "an_admin_file_that_is_not_a_plain_small_file_is_unreadable",
+        "markers_that_are_fifos_are_no_markers_and_never_waited_on",
+        "a_commondir_that_is_a_fifo_is_no_common_dir",
+        "read_head_follows_a_symlink_to_a_regular_file_and_refuses_one_to_a_fifo",
+        "an_admin_file_unreadable_for_a_reason_is_logged_and_a_missing_one_is_not",
+        "a_relative_gitdir_is_resolved_from_the_checkout",
+    )
+]
 
 
 @dataclass(frozen=True)
@@ -156,6 +168,10 @@ SCOPES = [
                     "a_stat_read_that_fails_is_gone_only_when_the_process_is",
                 )
             ),
+            # kill_tree over tree_identities (a member's parent and start time from one read);
+            # tree_identities' own tests are in test_procstat.py.
+            "tests/test_procutil.py::"
+            "test_a_member_whose_pid_is_reused_while_the_tree_is_read_is_not_a_member",
         ],
     ),
     Scope(
@@ -208,6 +224,35 @@ SCOPES = [
     Scope(
         "daemon/xumd/childproc.py",
         ["tests/test_childproc.py", "tests/test_procutil.py"],
+    ),
+    # The never-blocking reader of small files someone else may replace (FIFOs, devices, huge
+    # files) and git's admin files read through it: in-process, real FIFOs and files.
+    Scope("daemon/xumd/smallfile.py", SMALLFILE_TESTS),
+    Scope("daemon/xumd/checkouts/adminfile.py", SMALLFILE_TESTS),
+    # The incarnation markers: read and written in-process here, and by the fence's checks.
+    Scope("daemon/xumd/checkouts/marker.py", [*SMALLFILE_TESTS, "tests/test_cleanup_guards.py"]),
+    # The copy primitive (archive store, preserved and ignored files): in-process tests of the
+    # copy itself, its callers' plans (seed) and the snapshot's use of it; real FIFOs, holes,
+    # mounts, a full filesystem. The daemon tests of test_ignored_copy.py take minutes a mutant.
+    Scope(
+        "daemon/xumd/lifecycle/fscopy.py",
+        [
+            "tests/test_fscopy.py",
+            "tests/test_fscopy_mounts.py",
+            "tests/test_snapshot_inprocess.py",
+            *(
+                f"tests/test_ignored_copy.py::test_{name}"
+                for name in (
+                    "a_symlink_on_the_way_to_an_entry_is_refused",
+                    "an_entry_deleted_from_the_main_checkout_after_sizing_is_skipped",
+                    "an_entry_the_new_checkout_has_already_does_not_count_against_the_cap",
+                    "a_disk_that_fills_up_mid_copy_is_disk_full_and_the_partial_entry_is_removed",
+                    "a_shutdown_mid_copy_stops_it_at_the_next_file_and_removes_the_partial_entry",
+                    "a_shutdown_during_one_large_file_stops_between_its_chunks",
+                    "entries_past_the_cap_are_not_walked",
+                )
+            ),
+        ],
     ),
 ]
 

@@ -359,3 +359,126 @@ def test_a_start_time_read_in_another_time_namespace_is_the_same(
     assert offset == 3600.5
     assert here is not None and there is not None
     assert abs(there - here) < procstat.START_TOLERANCE_S
+
+
+_FAMILY = """
+import subprocess, sys
+b = subprocess.Popen(["sleep", "600"])
+grandchild = (
+    "import subprocess; g = subprocess.Popen(['sleep', '600']); print(g.pid, flush=True); g.wait()"
+)
+a = subprocess.Popen(
+    [sys.executable, "-c", grandchild], stdout=subprocess.PIPE, start_new_session=True
+)
+grand = a.stdout.readline().strip().decode()
+print(a.pid, grand, b.pid, flush=True)
+a.wait()
+"""
+
+
+@pytest.fixture
+def family() -> Iterator[tuple[int, int, int, int]]:
+    """(root, a, grandchild, b): root's child `a` has a session (and group) of its own and a
+    child of its own; `b` is root's plain child. Each killed at the end."""
+    root = subprocess.Popen(
+        [sys.executable, "-c", _FAMILY], stdout=subprocess.PIPE, start_new_session=True
+    )
+    members: list[int] = [root.pid]
+    try:
+        assert root.stdout is not None
+        a, grand, b = (int(p) for p in root.stdout.readline().split())
+        members += [a, grand, b]
+        until(lambda: procstat.stat_fields(grand) is not None, message="the grandchild")
+        yield root.pid, a, grand, b
+    finally:
+        for pid in reversed(members):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        root.wait(10)
+
+
+def _expected(*pids: int) -> dict[int, float | None]:
+    return {pid: procstat.start_time(pid) for pid in pids}
+
+
+def test_tree_identities_is_the_root_and_every_descendant_with_its_start_time(
+    family: tuple[int, int, int, int],
+) -> None:
+    """By parent (not by group or session: `a` has its own), each with the start time
+    `start_time` reads."""
+    root, a, grand, b = family
+    assert procstat.tree_identities(root) == _expected(root, a, grand, b)
+    assert procstat.tree_identities(a) == _expected(a, grand)
+    assert procstat.tree_identities(_a_free_pid()) == {}
+    assert procstat.tree_identities(0) == {}
+    assert 1 in procstat.tree_identities(1)  # pid 1 is a process like any other
+
+
+def test_tree_identities_skips_a_pid_gone_mid_scan_and_a_short_stat_line(
+    family: tuple[int, int, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that ends between the listing of /proc and the read of its stat is skipped
+    and the scan goes on; a stat line cut short of the start time (a fault) is no member, and
+    neither is what hangs below it."""
+    root, a, grand, b = family
+    real = procstat.stat_fields
+    gone: list[int] = []
+
+    def scan(pid: int, *, strict: bool = False) -> list[str] | None:
+        if not gone and pid not in (root, a, grand, b):
+            gone.append(pid)  # the first one read, ended meanwhile
+            return None
+        fields = real(pid, strict=strict)
+        return None if fields is None else fields[:20]  # the start time is the last one
+
+    monkeypatch.setattr(procstat, "stat_fields", scan)
+    assert procstat.tree_identities(root) == _expected(root, a, grand, b)
+    assert gone
+
+    def cut(pid: int, *, strict: bool = False) -> list[str] | None:
+        fields = real(pid, strict=strict)
+        return None if fields is None else fields[:19] if pid == a else fields
+
+    monkeypatch.setattr(procstat, "stat_fields", cut)
+    assert procstat.tree_identities(root) == _expected(root, b)
+
+
+def test_tree_identities_never_loops_on_a_parent_that_names_a_descendant(
+    family: tuple[int, int, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pid reused during the scan can make the parents form a loop (here: root's parent
+    read as one of its own children). The walk visits each pid once and still finds every
+    other member."""
+    root, a, grand, b = family
+    real = procstat.stat_fields
+    last = max(a, b)  # /proc lists pids in order: the child the walk takes first
+
+    def looped(pid: int, *, strict: bool = False) -> list[str] | None:
+        fields = real(pid, strict=strict)
+        if fields is not None and pid == root:
+            fields = [fields[0], str(last), *fields[2:]]
+        return fields
+
+    monkeypatch.setattr(procstat, "stat_fields", looped)
+    assert procstat.tree_identities(root) == _expected(root, a, grand, b)
+
+
+def test_without_a_listing_of_proc_or_elsewhere_the_tree_is_psutils(
+    family: tuple[int, int, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, a, grand, b = family
+    real_listdir = os.listdir
+
+    def no_proc(path: Any = ".") -> list[str]:
+        if str(path) == "/proc":
+            raise PermissionError(errno.EACCES, "denied", "/proc")
+        return real_listdir(path)
+
+    monkeypatch.setattr(procstat.os, "listdir", no_proc)
+    assert procstat.tree_identities(root) == _expected(root, a, grand, b)
+    monkeypatch.undo()
+    monkeypatch.setattr(procstat, "sys", SimpleNamespace(platform="darwin"))
+    assert procstat.tree_identities(root) == _expected(root, a, grand, b)
+    assert procstat.tree_identities(_a_free_pid()) == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -97,6 +98,23 @@ def test_a_command_does_not_outlive_a_killed_daemon() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.skipif(procutil._SETPRIV is None, reason="needs util-linux setpriv (Linux)")
+def test_on_start_sees_the_command_itself_never_setpriv_before_its_exec() -> None:
+    """Whoever `on_start` tells about the pid (a lease) relies on the parent-death signal:
+    setpriv sets it and then execs the command, so `on_start` runs only once the pid runs the
+    command's image, never setpriv's (the start returns while setpriv still runs)."""
+    program = os.path.realpath(shutil.which("sleep") or "/bin/sleep")
+    seen: list[str] = []
+
+    def started(pid: int) -> None:
+        seen.append(os.path.realpath(f"/proc/{pid}/exe"))
+        os.kill(pid, signal.SIGKILL)
+
+    for _ in range(5):
+        anyio.run(lambda: run_command(["sleep", "60"], timeout_s=30, on_start=started))
+    assert seen == [program] * 5
 
 
 def test_stdin_is_fed_and_output_is_streamed() -> None:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+import structlog.testing
 from xumd import smallfile
 from xumd.checkouts.adminfile import ADMIN_FILE_MAX, read_admin_file
 
@@ -54,6 +55,37 @@ def test_an_admin_file_that_is_not_a_plain_small_file_is_unreadable(tmp_path: Pa
     assert read_admin_file(tmp_path / "missing") is None
 
 
+def test_read_head_follows_a_symlink_to_a_regular_file_and_refuses_one_to_a_fifo(
+    tmp_path: Path,
+) -> None:
+    """The index header is read where git reads it: through a symlink (unlike an admin file),
+    but still never from a named pipe."""
+    plain = tmp_path / "index"
+    plain.write_bytes(b"DIRC\x00\x00\x00\x02rest")
+    (tmp_path / "link").symlink_to(plain)
+    assert smallfile.read_head(tmp_path / "link", 8) == b"DIRC\x00\x00\x00\x02"
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "to-fifo").symlink_to(tmp_path / "fifo")
+    with pytest.raises(OSError) as refused:
+        smallfile.read_head(tmp_path / "to-fifo", 8)
+    assert refused.value.errno == errno.EINVAL
+
+
+def test_an_admin_file_unreadable_for_a_reason_is_logged_and_a_missing_one_is_not(
+    tmp_path: Path,
+) -> None:
+    """Missing (or a symlink, never followed) is the ordinary case of an entry that is not
+    ours; a FIFO or a huge file where git keeps a small one is worth a line in the log."""
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    os.mkfifo(tmp_path / "fifo")
+    with structlog.testing.capture_logs() as logs:
+        assert read_admin_file(tmp_path / "missing") is None
+        assert read_admin_file(tmp_path / "link") is None
+        assert read_admin_file(tmp_path / "fifo") is None
+    logged = [e for e in logs if e["event"] == "checkouts.admin_file_unreadable"]
+    assert [e["path"] for e in logged] == [str(tmp_path / "fifo")]
+
+
 def test_markers_that_are_fifos_are_no_markers_and_never_waited_on(tmp_path: Path) -> None:
     """The markers live in the user's checkout (`.xum-incarnation`, the `.git` file) and the
     repository (`locked`): each replaced by a named pipe is no marker, answered at once."""
@@ -81,6 +113,21 @@ def test_markers_that_are_fifos_are_no_markers_and_never_waited_on(tmp_path: Pat
     (directory / marker.DIRECTORY_MARKER).unlink()
     marker.write_directory_marker(directory, marker.Marker("ws_2", "inc2"))
     assert marker.read_directory_marker(directory) == marker.Marker("ws_2", "inc2")
+
+
+def test_a_relative_gitdir_is_resolved_from_the_checkout(tmp_path: Path) -> None:
+    """git writes a relative `gitdir:` with `worktree.useRelativePaths`: the admin dir is then
+    relative to the checkout, not to the daemon's working directory."""
+    from xumd.checkouts import marker
+
+    admin = tmp_path / "repo" / ".git" / "worktrees" / "w"
+    admin.mkdir(parents=True)
+    (admin / "locked").write_text("xum ws_3 inc3\n")
+    checkout = tmp_path / "checkouts" / "w"
+    checkout.mkdir(parents=True)
+    (checkout / ".git").write_text("gitdir: ../../repo/.git/worktrees/w\n")
+    assert marker.worktree_admin_dir(checkout) == admin.resolve()
+    assert marker.read_marker(checkout) == marker.Marker("ws_3", "inc3")
 
 
 def test_a_commondir_that_is_a_fifo_is_no_common_dir(tmp_path: Path) -> None:
