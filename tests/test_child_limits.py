@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import resource
 import shutil
 import sys
@@ -19,10 +18,9 @@ from typing import Any
 import pytest
 
 from tests.lifecycle_helpers import add_project, create
-from tests.support.cgroups import new_cgroup
+from tests.support.cgroups import delegated_cgroup
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import commit_config, make_repo
-from tests.test_containment import _cgroup2_mount, _remove_cgroup_tree
 
 PRLIMIT = shutil.which("prlimit")
 pytestmark = pytest.mark.skipif(PRLIMIT is None, reason="prlimit (util-linux) is not installed")
@@ -75,14 +73,8 @@ def _supervised(daemon: DaemonProcess, wid: str) -> tuple[int, int]:
 def run_cgroups() -> Iterator[Path]:
     """A writable cgroup v2 directory standing in for a delegated one: with it, scripts and
     supervised programs start through the cgroup join's shim instead of `prlimit`."""
-    mount = _cgroup2_mount()
-    if mount is None or os.geteuid() != 0:
-        pytest.skip("needs a cgroup v2 mount and root to create a cgroup in it")
-    base = new_cgroup(mount)
-    try:
+    with delegated_cgroup() as base:
         yield base
-    finally:
-        _remove_cgroup_tree(base)
 
 
 @pytest.mark.parametrize("cgroup", ["none", "runs", "lost"])

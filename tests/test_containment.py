@@ -8,7 +8,6 @@ delivered (a process that survives SIGKILL cannot be made on purpose).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import gc
 import json
@@ -32,7 +31,7 @@ from xumd.lifecycle.scripts import ScriptRunner
 from xumd.procutil import run_command
 
 from tests.lifecycle_helpers import add_project, create
-from tests.support.cgroups import new_cgroup
+from tests.support.cgroups import delegated_cgroup
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.procs import ProcId, alive, changed_signals, identify, identify_all
@@ -531,49 +530,10 @@ def test_run_command_stops_a_double_fork_without_a_subreaper(tmp_short: Path) ->
 # -- a cgroup per run (where one is delegated; here a directory of the host's cgroup v2) ----------
 
 
-def _cgroup2_mount() -> Path | None:
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    for line in mounts:
-        fields = line.split()
-        if len(fields) > 2 and fields[2] == "cgroup2":
-            return Path(fields[1])
-    return None
-
-
-def _cgroup_members(path: Path) -> str:
-    try:
-        return (path / "cgroup.procs").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _remove_cgroup_tree(path: Path) -> None:
-    """Kill what is in it (deepest first), then remove every directory, bounded."""
-    dirs = [*sorted((p for p in path.rglob("*") if p.is_dir()), reverse=True), path]
-    for sub in dirs:
-        with contextlib.suppress(OSError):
-            (sub / "cgroup.kill").write_text("1")
-    for sub in dirs:
-        until(lambda sub=sub: not _cgroup_members(sub), timeout=5, message=f"{sub} empty")
-        with contextlib.suppress(OSError):
-            sub.rmdir()
-
-
 @pytest.fixture
 def cgroup_base() -> Iterator[Path]:
-    """A writable cgroup v2 directory standing in for a delegated one (systemd Delegate=yes);
-    removed with everything in it, whatever the test did."""
-    mount = _cgroup2_mount()
-    if mount is None or os.geteuid() != 0:
-        pytest.skip("needs a cgroup v2 mount and root to create a cgroup in it")
-    base = new_cgroup(mount)
-    try:
+    with delegated_cgroup() as base:
         yield base
-    finally:
-        _remove_cgroup_tree(base)
 
 
 def _runs(base: Path) -> list[str]:

@@ -148,15 +148,22 @@ def _half_delete(entry: Path) -> None:
     (build / "d1" / "f0.o").unlink()
 
 
+def _killed_half_way(daemon: DaemonProcess, tmp_short: Path) -> tuple[dict[str, Any], Path]:
+    """A removed workspace whose reclaim is held at its walk, the daemon SIGKILLed there, and
+    the entry left as a cut walk leaves it. Returns the workspace and its trash entry."""
+    ws = _removed(daemon, tmp_short)
+    wait_held(WALK_HOLD, tmp_short / "holds")
+    entry = Path(_cleanup(daemon, ws["id"])["trash"]["detail"]["trash_path"])
+    daemon.kill()
+    _half_delete(entry)
+    return ws, entry
+
+
 def test_a_reclaim_killed_half_way_resumes_after_the_restart(root: Path, tmp_short: Path) -> None:
     holds = tmp_short / "holds"
     daemon = _daemon(root, env=hold_env(WALK_HOLD, holds))
     try:
-        ws = _removed(daemon, tmp_short)
-        wait_held(WALK_HOLD, holds)
-        entry = Path(_cleanup(daemon, ws["id"])["trash"]["detail"]["trash_path"])
-        daemon.kill()
-        _half_delete(entry)
+        ws, entry = _killed_half_way(daemon, tmp_short)
         daemon.env = {}
         daemon.start()
         reclaim = until(
@@ -183,11 +190,7 @@ def test_a_half_deleted_entry_that_gained_a_mount_is_never_descended(
     holds = tmp_short / "holds"
     daemon = _daemon(root, env=hold_env(WALK_HOLD, holds))
     try:
-        ws = _removed(daemon, tmp_short)
-        wait_held(WALK_HOLD, holds)
-        entry = Path(_cleanup(daemon, ws["id"])["trash"]["detail"]["trash_path"])
-        daemon.kill()
-        _half_delete(entry)
+        ws, entry = _killed_half_way(daemon, tmp_short)
         point = mounts.bind(outside, entry / "build" / "d2")
         daemon.env = {}
         daemon.start()
