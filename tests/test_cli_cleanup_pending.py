@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,25 +16,17 @@ from typing import Any
 import pytest
 from xum_client.commands._outcomes import cleanup_line
 
-from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
+from tests.support.daemon import DaemonProcess, run_xum, short_tmpdir, write_config
 from tests.support.fsattr import immutable
 from tests.support.gitrepo import commit_config, make_repo
 
-XUM = str(Path(sys.executable).parent / "xum")
 # Retried by the daemon only minutes later: a pending cleanup stays pending while it is read.
 SLOW_RETRY = "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\nbackoff_jitter = 0\n"
 EPERM = "Operation not permitted"
 PENDING = re.compile(r"cleanup: pending, next attempt in \d+m?s?, at \d\d:\d\d:\d\d")
 
 
-def xum(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [XUM, "--root", str(daemon.root), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+xum = run_xum
 
 
 @pytest.fixture(scope="module")

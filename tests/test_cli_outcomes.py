@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,21 +16,11 @@ from typing import Any
 import pytest
 from xum_client.commands._outcomes import cleanup_failed, setup_failed
 
-from tests.support.daemon import DaemonProcess, write_config
+from tests.support.daemon import XUM, DaemonProcess, run_xum, write_config
 from tests.support.gitrepo import commit_config, git, make_repo
 from tests.support.holds import hold_env, release, wait_held
 
-XUM = str(Path(sys.executable).parent / "xum")
-
-
-def xum(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [XUM, "--root", str(daemon.root), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+xum = run_xum
 
 
 def test_a_create_whose_setup_failed_exits_1_with_its_result(

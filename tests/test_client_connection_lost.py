@@ -14,19 +14,13 @@ from xum_client.aio import AsyncClient
 from xum_client.errors import ConnectionLost
 from xum_client.sync import Client
 
-from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
+from tests.support.daemon import DaemonProcess, serve
 from tests.support.wait import until
 
 
 @pytest.fixture
 def daemon() -> Iterator[DaemonProcess]:
-    root = short_tmpdir("xumcl-") / "root"
-    write_config(root, "enable_test_methods = true\n")
-    proc = DaemonProcess(root).start()
-    try:
-        yield proc
-    finally:
-        proc.close()
+    yield from serve("xumcl-", "enable_test_methods = true\n")
 
 
 def handling(daemon: DaemonProcess) -> int:

@@ -16,7 +16,7 @@ import pytest
 from xum_client.aio import AsyncClient
 
 from tests.lifecycle_helpers import add_project, create
-from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
+from tests.support.daemon import DaemonProcess, serve, short_tmpdir
 from tests.support.gitrepo import make_repo
 from tests.support.manyrows import populate
 from tests.support.raw import RawPeer
@@ -27,14 +27,9 @@ PAGE = 500
 
 @pytest.fixture(scope="module")
 def daemon() -> Iterator[DaemonProcess]:
-    root = short_tmpdir("xumbs-") / "root"
-    populate(root, COUNT)
-    write_config(root, "enable_test_methods = true\n")
-    proc = DaemonProcess(root).start()
-    try:
-        yield proc
-    finally:
-        proc.close()
+    yield from serve(
+        "xumbs-", "enable_test_methods = true\n", prepare=lambda root: populate(root, COUNT)
+    )
 
 
 def call(peer: RawPeer, method: str, params: dict[str, Any], id_: int) -> dict[str, Any]:

@@ -16,20 +16,15 @@ from typing import Any
 
 import pytest
 
-from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
+from tests.support.daemon import DaemonProcess, serve
 from tests.support.raw import RawPeer, exchange
 from tests.support.wait import until
 
 
 @pytest.fixture
 def daemon() -> Iterator[DaemonProcess]:
-    root = short_tmpdir("xumhc-") / "root"
-    write_config(root, "enable_test_methods = true\nwrite_queue_messages = 16\n")
-    proc = DaemonProcess(root).start()
-    try:
-        yield proc
-    finally:
-        proc.close()
+    config = "enable_test_methods = true\nwrite_queue_messages = 16\n"
+    yield from serve("xumhc-", config)
 
 
 def _request(method: str, params: dict[str, Any], id_: int = 1) -> str:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import psutil
 from xum_client import Client
 
 XUMD = [sys.executable, "-m", "xumd"]
+XUM = str(Path(sys.executable).parent / "xum")
 
 
 def short_tmpdir(prefix: str = "xum-") -> Path:
@@ -32,6 +34,36 @@ def short_tmpdir(prefix: str = "xum-") -> Path:
 def write_config(root: Path, text: str) -> None:
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     (root / "config.toml").write_text(text)
+
+
+def serve(
+    prefix: str, config: str, *, prepare: Callable[[Path], None] | None = None
+) -> Iterator[DaemonProcess]:
+    """A daemon started on a new short root with `config` (and whatever `prepare(root)` puts
+    there first), closed after: a fixture's body is `yield from serve(...)`."""
+    root = short_tmpdir(prefix) / "root"
+    if prepare is not None:
+        prepare(root)
+    write_config(root, config)
+    proc = DaemonProcess(root).start()
+    try:
+        yield proc
+    finally:
+        proc.close()
+
+
+def run_xum(
+    daemon: DaemonProcess, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`xum --root ROOT ARGS...` against `daemon`, its output captured, never raising on a
+    non-zero exit (the tests read it)."""
+    return subprocess.run(
+        [XUM, "--root", str(daemon.root), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 class DaemonProcess:
