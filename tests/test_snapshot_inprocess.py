@@ -432,9 +432,12 @@ def test_entries_gone_or_special_are_not_counted_and_paths_past_path_max_are(
     # A directory whose path fits PATH_MAX (4096) while the long names in it do not: a walk by
     # path could not `lstat` those files (ENAMETOOLONG) nor list the directory below them, and
     # under-counted `dropped`. The walk by descriptor counts them with their siblings.
+    # About 3,950 bytes whatever the temporary directory's own length (a CI clone's is longer):
+    # the 241-byte names below then pass PATH_MAX, the directory and its short names do not.
     deep = checkout / "deep"
-    while len(str(deep)) < 3900:
-        deep = deep / ("d" * 200)
+    while len(str(deep)) < 3950:
+        deep = deep / ("d" * max(1, min(200, 3950 - len(str(deep)) - 1)))
+    assert len(str(deep)) + 1 + 241 > 4095 > len(str(deep)) + 4
     deep.mkdir(parents=True)
     fd = os.open(deep, os.O_RDONLY | os.O_DIRECTORY)
     try:
