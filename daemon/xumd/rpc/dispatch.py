@@ -88,14 +88,19 @@ class Encoded:
 
 
 Handler = Callable[[Any, RequestContext], Awaitable[BaseModel | Encoded]]
+Builder = Callable[[str], Awaitable[None]]
+"""Builds what registers a pending method's route (given the method's name, for errors and
+logs); raises an `XumError` (internal) if it cannot."""
 
 
 @dataclass(slots=True)
 class _Route:
-    params: type[BaseModel]
-    handler: Handler
+    params: type[BaseModel] | None
+    """None: the route is pending, `build` registers the real one."""
+    handler: Handler | None
     allowed_while_stopping: bool
     inline: bool = False
+    build: Builder | None = None
 
 
 class _Later:
@@ -190,7 +195,8 @@ class Router:
         """Register `handler` for `name`. `inline`: the handler never awaits (it reads memory
         and returns), so the transport may run it in its read callback, without a task; one
         that awaits all the same is stopped there and answered `internal`."""
-        if name in self.routes:
+        known = self.routes.get(name)
+        if known is not None and known.build is None:
             raise RuntimeError(f"method {name} registered twice")
         if params is None:
             spec = METHODS.get(name)
@@ -198,6 +204,19 @@ class Router:
                 raise RuntimeError(f"method {name} is not in the protocol's method table")
             params = spec.params
         self.routes[name] = _Route(params, handler, allowed_while_stopping, inline)
+
+    def add_pending(self, name: str, build: Builder) -> None:
+        """Register `name` before its handler's module is loaded: its first request awaits
+        `build`, which registers the real route (`add`), then goes on as any request (its
+        params are validated then, with the same errors). `hello` lists it from the start. A
+        pending method is refused while the daemon stops (nothing is built then)."""
+        if name in self.routes:
+            raise RuntimeError(f"method {name} registered twice")
+        self.routes[name] = _Route(None, None, False, build=build)
+
+    def pending(self) -> list[str]:
+        """The methods whose routes are not built yet."""
+        return [name for name, route in self.routes.items() if route.build is not None]
 
     def method(
         self, name: str, *, allowed_while_stopping: bool = False
@@ -300,6 +319,12 @@ class Router:
             return error_response(
                 request_id, ErrorKind.SHUTTING_DOWN, "the daemon is shutting down"
             )
+        if route.params is None:
+            # Its build ran and did not register it: a bug in the method table.
+            log.error("rpc.pending_route_not_built", method=method)
+            return error_response(
+                request_id, ErrorKind.INTERNAL, f"internal error in {method}; see the daemon log"
+            )
         try:
             return self._parse_params(route.params, raw_params, nul_free)
         except ValidationError as exc:
@@ -323,7 +348,7 @@ class Router:
         params = self._refusal(route, method, raw_params, request_id, nul_free)
         if isinstance(params, dict):
             return params
-        assert route is not None
+        assert route is not None and route.handler is not None
         started = time.perf_counter()
         outcome = "ok"
         ctx = RequestContext(peer, method, request_id)
@@ -357,10 +382,16 @@ class Router:
         nul_free: bool = False,
     ) -> dict[str, Any]:
         route = self.routes.get(method)
+        if route is not None and route.build is not None and not self.stopping():
+            try:
+                await route.build(method)
+            except XumError as exc:
+                return error_response(request_id, exc.kind, exc.message, exc.data)
+            route = self.routes.get(method)
         params = self._refusal(route, method, raw_params, request_id, nul_free)
         if isinstance(params, dict):
             return params
-        assert route is not None
+        assert route is not None and route.handler is not None
         started = time.perf_counter()
         outcome = "ok"
         ctx = RequestContext(peer, method, request_id)
