@@ -129,7 +129,9 @@ class App:
     def mark(self) -> Mark:
         """What is registered now: for a feature installed after readiness, its startup steps
         and background services are those after the mark (or `rollback` forgets them)."""
-        return Mark(len(self._startup), len(self._background), list(self._drains), dict(self._services))
+        return Mark(
+            len(self._startup), len(self._background), list(self._drains), dict(self._services)
+        )
 
     def start_background(self, mark: Mark) -> None:
         """Start the background services added since `mark` (the daemon serves already)."""

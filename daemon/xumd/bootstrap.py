@@ -4,9 +4,9 @@ Order matters: features that others depend on are installed first, and startup h
 run in installation order before the daemon is ready. A root with nothing to recover starts
 lean (`xumd.leanstart`): the daemon's own features (status, events, the containment sweep) are
 installed before readiness, the feature graph (`xumd.features`) at the first request that needs
-it. Each feature gets its collaborators from here, explicitly (git, the directory exclusion, the script runner, the lifecycle hooks, the
-services of the features below it), never by looking a class up by name; which package may
-import which is the table in tests/test_architecture.py.
+it. Each feature gets its collaborators from here, explicitly (git, the directory exclusion, the
+script runner, the lifecycle hooks, the services of the features below it), never by looking a
+class up by name; which package may import which is the table in tests/test_architecture.py.
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ class LazyFeatures:
 
     def register(self) -> None:
         """Register every feature method as pending, and the features' idle status details."""
-        names = FEATURE_METHODS
+        names: tuple[str, ...] = FEATURE_METHODS
         if self._app.config.enable_test_methods:
             names += FEATURE_TEST_METHODS
         for name in names:
@@ -219,7 +219,6 @@ class LazyFeatures:
 def _unavailable(why: str, cause: str) -> XumError:
     return XumError(
         ErrorKind.INTERNAL,
-        f"{why} is unavailable: the daemon's features failed to load ({cause}); see the daemon "
-        "log",
+        f"{why} is unavailable: the daemon's features failed to load ({cause}); see the daemon log",
         feature="features",
     )
