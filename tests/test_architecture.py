@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.logs",
             "xumd.paths",
             "xumd.config",
+            "xumd.config_schema",
             "xumd.faults",
             "xumd.fsdelete",
             "xumd.sdnotify",

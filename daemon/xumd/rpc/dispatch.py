@@ -2,6 +2,10 @@
 
 The router knows nothing about sockets. It turns one decoded JSON-RPC message into at most one
 response object, so the transport and the tests can drive it alike.
+
+Nothing of pydantic or the protocol's models is imported here at load: a route's params model
+may be given as a loader (`params_from`), imported at the route's first request, so that the
+daemon serves before loading them (docs/PERFORMANCE.md, "Issue 12: lean start").
 """
 
 from __future__ import annotations
@@ -11,18 +15,19 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, cast
+from functools import cache
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import anyio
 import orjson
-from pydantic import BaseModel, ValidationError
 from xum_protocol.errors import ErrorKind, code_for
-from xum_protocol.methods import METHODS
-from xum_protocol.models.base import NUL_FREE
 
 from xumd import diskfull, logs
 from xumd.errors import XumError
 from xumd.fdlimits import FD_ERRNOS, is_exhausted
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
 
 log = logs.get("xumd.rpc")
 
@@ -87,7 +92,8 @@ class Encoded:
     json: bytes
 
 
-Handler = Callable[[Any, RequestContext], Awaitable[BaseModel | Encoded]]
+Handler = Callable[[Any, RequestContext], Awaitable["BaseModel | Encoded"]]
+ParamsLoader = Callable[[], "type[BaseModel]"]
 Builder = Callable[[str], Awaitable[None]]
 """Builds what registers a pending method's route (given the method's name, for errors and
 logs); raises an `XumError` (internal) if it cannot."""
@@ -96,11 +102,13 @@ logs); raises an `XumError` (internal) if it cannot."""
 @dataclass(slots=True)
 class _Route:
     params: type[BaseModel] | None
-    """None: the route is pending, `build` registers the real one."""
+    """None: loaded at the first request by `params_from`, or the route is pending (`build`
+    registers the real one)."""
     handler: Handler | None
     allowed_while_stopping: bool
     inline: bool = False
     build: Builder | None = None
+    params_from: ParamsLoader | None = None
 
 
 class _Later:
@@ -154,6 +162,16 @@ def expects_reply(message: Any) -> tuple[bool, RequestId]:
     return True, request_id if _valid_id(request_id) else None
 
 
+@cache
+def _pydantic() -> tuple[type[ValidationError], Any, Callable[..., Any]]:
+    """pydantic's ValidationError, the protocol's NUL-free validation context and
+    `BaseModel.model_dump`: loaded at the first params validated (a route's model loads it)."""
+    from pydantic import BaseModel, ValidationError
+    from xum_protocol.models.base import NUL_FREE
+
+    return ValidationError, NUL_FREE, BaseModel.model_dump
+
+
 def _validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
     # Keep what a client needs and drop input echoes (they may be huge or secret).
     return [
@@ -189,21 +207,28 @@ class Router:
         handler: Handler,
         params: type[BaseModel] | None = None,
         *,
+        params_from: ParamsLoader | None = None,
         allowed_while_stopping: bool = False,
         inline: bool = False,
     ) -> None:
-        """Register `handler` for `name`. `inline`: the handler never awaits (it reads memory
-        and returns), so the transport may run it in its read callback, without a task; one
-        that awaits all the same is stopped there and answered `internal`."""
+        """Register `handler` for `name`, with its params model: `params`, or `params_from`
+        (called at the first request: a model whose import waits until then), or the
+        protocol's method table. `inline`: the handler never awaits (it reads memory and
+        returns), so the transport may run it in its read callback, without a task; one that
+        awaits all the same is stopped there and answered `internal`."""
         known = self.routes.get(name)
         if known is not None and known.build is None:
             raise RuntimeError(f"method {name} registered twice")
-        if params is None:
+        if params is None and params_from is None:
+            from xum_protocol.methods import METHODS
+
             spec = METHODS.get(name)
             if spec is None:
                 raise RuntimeError(f"method {name} is not in the protocol's method table")
             params = spec.params
-        self.routes[name] = _Route(params, handler, allowed_while_stopping, inline)
+        self.routes[name] = _Route(
+            params, handler, allowed_while_stopping, inline, params_from=params_from
+        )
 
     def add_pending(self, name: str, build: Builder) -> None:
         """Register `name` before its handler's module is loaded: its first request awaits
@@ -320,14 +345,17 @@ class Router:
                 request_id, ErrorKind.SHUTTING_DOWN, "the daemon is shutting down"
             )
         if route.params is None:
-            # Its build ran and did not register it: a bug in the method table.
-            log.error("rpc.pending_route_not_built", method=method)
-            return error_response(
-                request_id, ErrorKind.INTERNAL, f"internal error in {method}; see the daemon log"
-            )
+            if route.params_from is None:
+                # Its build ran and did not register it: a bug in the method table.
+                log.error("rpc.pending_route_not_built", method=method)
+                message = f"internal error in {method}; see the daemon log"
+                return error_response(request_id, ErrorKind.INTERNAL, message)
+            route.params = route.params_from()
         try:
             return self._parse_params(route.params, raw_params, nul_free)
-        except ValidationError as exc:
+        except Exception as exc:
+            if not isinstance(exc, _pydantic()[0]):
+                raise
             return error_response(
                 request_id,
                 ErrorKind.INVALID_PARAMS,
@@ -354,7 +382,7 @@ class Router:
         ctx = RequestContext(peer, method, request_id)
         token = _current.set(ctx)
         try:
-            coro = cast(Coroutine[Any, Any, BaseModel | Encoded], route.handler(params, ctx))
+            coro = cast("Coroutine[Any, Any, BaseModel | Encoded]", route.handler(params, ctx))
             try:
                 coro.send(None)
             except StopIteration as finished:
@@ -434,7 +462,7 @@ class Router:
                 raw = {**dict(zip(names, raw, strict=False)), "__extra_positional__": raw}
             else:
                 raw = dict(zip(names, raw, strict=False))
-        return model.model_validate(raw, context=NUL_FREE if nul_free else None)
+        return model.model_validate(raw, context=_pydantic()[1] if nul_free else None)
 
 
 def _log_request(
@@ -456,7 +484,7 @@ def _success(
 ) -> dict[str, Any]:
     if isinstance(result, Encoded):
         body: Any = orjson.Fragment(result.json) if fragments else orjson.loads(result.json)
-    elif fragments and type(result).model_dump is _MODEL_DUMP:
+    elif fragments and type(result).model_dump is _pydantic()[2]:
         # Serialised once, by the model's own (Rust) serialiser, straight to JSON bytes that
         # orjson splices into the envelope: no intermediate dict.
         body = orjson.Fragment(result.__pydantic_serializer__.to_json(result))
@@ -464,9 +492,6 @@ def _success(
         # A model that shapes its own output (overrides model_dump) is asked for it.
         body = result.model_dump(mode="json")
     return {"jsonrpc": "2.0", "id": request_id, "result": body}
-
-
-_MODEL_DUMP = BaseModel.model_dump
 
 
 def _failure(exc: Exception, method: str, request_id: RequestId) -> tuple[dict[str, Any], str]:
