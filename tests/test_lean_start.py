@@ -9,7 +9,9 @@ feature graph is loaded, and the graph is built at the first request that needs 
 - a failed build is answered `internal`, and the next request builds it;
 - a root with a record starts whole: recovery before serving;
 - `daemon.status` shows the unbuilt features as the built ones show an empty root;
-- the method table is what the graph registers; the root lock's start time is psutil's.
+- the method table is what the graph registers; the root lock's start time is psutil's;
+- what is written without the protocol's models (hello, daemon.status, containment's status,
+  the method names) is what the models write.
 """
 
 from __future__ import annotations
@@ -24,10 +26,14 @@ from typing import Any
 import psutil
 import pytest
 from xum_protocol.errors import ErrorKind
+from xum_protocol.method_names import METHOD_NAMES
+from xum_protocol.methods import METHODS
+from xum_protocol.models.daemon import ContainmentStatus, DaemonStatusResult, HelloResult
 from xumd import leanstart, procstat, rootlock
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.config import DaemonConfig
+from xumd.containment import Containment
 from xumd.paths import RootPaths
 from xumd.store import Store
 
@@ -47,6 +53,9 @@ GRAPH = (
     "xumd.gc",
     "xumd.git",
     "psutil",
+    "pydantic",
+    "xum_protocol.models",
+    "xum_protocol.methods",
 )
 """What an empty root's daemon must not import before READY=1."""
 
@@ -187,12 +196,19 @@ def test_a_root_with_a_record_runs_recovery_before_serving(root: Path, tmp_short
         again.close()
 
 
-def test_idle_status_details_are_what_the_built_features_show(root: Path) -> None:
+def test_idle_status_and_snapshot_are_what_the_built_features_show(root: Path) -> None:
     daemon = DaemonProcess(root).start()
     try:
         before = daemon.call("daemon.status")["details"]
+        snapshots = [ask(daemon, "events.subscribe", {})["result"]["snapshot"]]
+        snapshots.append(ask(daemon, "events.subscribe", {"snapshot_limit": 5})["result"])
         daemon.call("project.list")
         after = daemon.call("daemon.status")["details"]
+        assert ask(daemon, "events.subscribe", {})["result"]["snapshot"] == snapshots[0]
+        paged = ask(daemon, "events.subscribe", {"snapshot_limit": 5})["result"]
+        assert paged["snapshot"] == snapshots[1]["snapshot"]
+        assert paged["workspaces_next"] == snapshots[1]["workspaces_next"]
+        assert list(snapshots[0]) == ["projects", "workspaces", "processes"]
     finally:
         daemon.close()
     for details in (before, after):
@@ -235,3 +251,37 @@ def test_the_lock_files_start_time_is_psutils() -> None:
     assert done.stdout.split() == ["True"], done.stderr
     assert rootlock.own_create_time() == psutil.Process().create_time()
     assert procstat._kernel_boot_time() == psutil.boot_time()
+
+
+def test_the_method_names_are_the_method_tables() -> None:
+    assert set(METHODS) == METHOD_NAMES
+
+
+def test_hello_and_status_bytes_are_what_their_models_write(root: Path) -> None:
+    daemon = DaemonProcess(root).start()
+    try:
+        daemon.call("project.list")  # every feature's details, built
+        with RawPeer(daemon.socket_path, timeout=30) as peer:
+            for method, params, model in [
+                ("hello", {"protocol": "1.0"}, HelloResult),
+                ("daemon.status", {}, DaemonStatusResult),
+            ]:
+                peer.send_json({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+                line = peer.read_line(timeout=30)
+                assert line is not None
+                start = line.index(b'"result":') + len(b'"result":')
+                written = line[start : line.rindex(b"}")]
+                parsed = model.model_validate_json(written)
+                assert parsed.__pydantic_serializer__.to_json(parsed) == written, method
+    finally:
+        daemon.close()
+
+
+def test_containment_status_is_what_its_model_dumps() -> None:
+    cont = Containment(tag="t", cgroup_setting="/nowhere", cgroup_unusable="not absolute")
+    cont.swept += [{"pid": 5}]
+    cont.escaped = [{"pid": 6, "marker": "m", "argv": ["a", "b"]}]
+    cont.runs_without_cgroup = 2
+    status = cont.status()
+    assert ContainmentStatus.model_validate(status).model_dump(mode="json") == status
+    assert list(status) == list(ContainmentStatus.model_fields)

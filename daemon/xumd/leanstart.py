@@ -15,8 +15,9 @@ nothing, since only a feature writes one), then their background services start.
 arrive meanwhile wait for the same build. A build that fails is logged and answered `internal`;
 what it registered is taken back, and the next request builds again.
 
-Until the build, `daemon.status` shows each feature's details as that feature shows them on an
-empty root (`IDLE_DETAILS`; tests/test_lean_start.py compares them with the built features').
+Until the build, `daemon.status` shows each feature's details, and `events.subscribe`'s snapshot
+each feature's part, as that feature shows them on an empty root (`idle_details`,
+`add_idle_snapshot`; tests/test_lean_start.py compares them with the built features').
 """
 
 from __future__ import annotations
@@ -132,6 +133,14 @@ def idle_details(app: App) -> dict[str, Callable[[], Any]]:
     }
 
 
+def add_idle_snapshot(app: App) -> None:
+    """`events.subscribe`'s snapshot parts of the features not built yet, as they show an
+    empty root, in the order they are installed (the built features replace them in place)."""
+    app.events.add_snapshot_provider("projects", list)
+    app.events.add_paged_snapshot_provider("workspaces", list, lambda limit: ([], None))
+    app.events.add_snapshot_provider("processes", list)
+
+
 def why_not_lean(app: App) -> str | None:
     """Why this root needs its features before serving (a record, a state directory with
     something in it), or None: nothing to adopt, recover or reclaim."""
@@ -177,6 +186,7 @@ class LazyFeatures:
         for name in names:
             self._app.router.add_pending(name, self.ensure)
         self._app.status_providers.update(idle_details(self._app))
+        add_idle_snapshot(self._app)
 
     async def ensure(self, why: str) -> None:
         """Build the feature graph if it is not yet; `why` names the method that needs it."""

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, cast
 
 import anyio
 import orjson
@@ -172,6 +172,13 @@ def _pydantic() -> tuple[type[ValidationError], Any, Callable[..., Any]]:
     return ValidationError, NUL_FREE, BaseModel.model_dump
 
 
+def _is_validation_error(exc: Exception) -> TypeGuard[ValidationError]:
+    try:
+        return isinstance(exc, _pydantic()[0])
+    except Exception:  # pydantic could not even be imported: not a validation error
+        return False
+
+
 def _validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
     # Keep what a client needs and drop input echoes (they may be huge or secret).
     return [
@@ -226,6 +233,8 @@ class Router:
             if spec is None:
                 raise RuntimeError(f"method {name} is not in the protocol's method table")
             params = spec.params
+        if params is not None:
+            _pydantic()  # loaded with the model, not at a request
         self.routes[name] = _Route(
             params, handler, allowed_while_stopping, inline, params_from=params_from
         )
@@ -344,18 +353,24 @@ class Router:
             return error_response(
                 request_id, ErrorKind.SHUTTING_DOWN, "the daemon is shutting down"
             )
-        if route.params is None:
-            if route.params_from is None:
-                # Its build ran and did not register it: a bug in the method table.
-                log.error("rpc.pending_route_not_built", method=method)
-                message = f"internal error in {method}; see the daemon log"
-                return error_response(request_id, ErrorKind.INTERNAL, message)
-            route.params = route.params_from()
+        if route.params is None and route.params_from is None:
+            # Its build ran and did not register it: a bug in the method table.
+            log.error("rpc.pending_route_not_built", method=method)
+            message = f"internal error in {method}; see the daemon log"
+            return error_response(request_id, ErrorKind.INTERNAL, message)
         try:
+            if route.params is None:
+                assert route.params_from is not None
+                model = route.params_from()  # its first request: the model's import
+                _pydantic()
+                route.params = model
             return self._parse_params(route.params, raw_params, nul_free)
         except Exception as exc:
-            if not isinstance(exc, _pydantic()[0]):
-                raise
+            if not _is_validation_error(exc):
+                # Loading or building the model failed (a model built at its first use
+                # imports more of pydantic: out of descriptors, that fails): said as any
+                # handler's failure; the next request tries again.
+                return _failure(exc, method, request_id)[0]
             return error_response(
                 request_id,
                 ErrorKind.INVALID_PARAMS,
