@@ -13,7 +13,6 @@ documentation; tests/test_config_lean.py checks that both agree, defaults and re
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -427,6 +426,8 @@ class DaemonConfig(Section):
 def load(path: Path, overrides: dict[str, Any] | None = None) -> DaemonConfig:
     data: dict[str, Any] = {}
     if path.exists():
+        import tomllib  # only for a root that has the file (its import: ~2 ms before READY=1)
+
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
