@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import functools
 import hashlib
@@ -148,8 +147,15 @@ def reap_orphans() -> list[int]:
 
 @functools.cache
 def _libc() -> ctypes.CDLL:
-    # find_library runs ldconfig: once per process, not per call.
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # glibc's soname first: `ctypes.util.find_library` runs ldconfig (a child process) and its
+    # import brings shutil, tempfile and lzma, all before readiness. It stays the fallback
+    # for a libc by another name (musl).
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        from ctypes.util import find_library
+
+        return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
 
 
 def enable_subreaper() -> bool:
