@@ -11,8 +11,10 @@ the time from SIGTERM to exit. Bytecode is written first for both trees (as benc
 does), and the measured starts reuse a root whose database exists.
 
 `--records N` adds, in the same alternation, each tree's daemon on a root filled by
-`bench.scale.populate` (N workspaces, N/10 cleanup obligations), and prints each tree's time to
-ready with records minus empty (wall and CPU at READY=1).
+`bench.scale.populate` (N workspaces, N/10 cleanup obligations) and this tree's on a root with
+one workspace, and prints each tree's time to ready with records minus empty, and this tree's
+records minus one record (both full starts: the startup passes' own share), wall and CPU at
+READY=1.
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         roots = {"base": work / "base", "this": work / "this"}
         if args.records:
             roots |= {"base+rec": work / "rb" / "root", "this+rec": work / "rt" / "root"}
+            roots["this+one"] = work / "r1" / "root"
 
         def xumd(which: str) -> list[str]:
             return [python, "-m", "xumd", "--root", str(roots[which]), "--log-level", "warning"]
@@ -151,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         socks["this tree"] = roots["this"] / "xumd.sock"
         if args.records:
             daemons |= {"base+records": xumd("base+rec"), "this+records": xumd("this+rec")}
+            daemons["this+1 record"] = xumd("this+one")
+            socks["this+1 record"] = roots["this+one"] / "xumd.sock"
             envs["base+records"] = base_env
             socks["base+records"] = roots["base+rec"] / "xumd.sock"
             socks["this+records"] = roots["this+rec"] / "xumd.sock"
@@ -160,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.records:
             for which in ("base+rec", "this+rec"):
                 scale.populate(roots[which], args.records, args.records // 10)
+            scale.populate(roots["this+one"], 1, 0)
         results: dict[str, list[list[float]]] = {name: [] for name in daemons}
         cli: dict[str, list[list[float]]] = {"python -c pass": [], "base": [], "this tree": []}
         for _ in range(args.repeats):
@@ -200,11 +206,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:12} {' '.join(cells)}{ratio}")
     if args.records:
         print(f"records minus empty ({args.records} workspaces): wall ms, CPU at READY=1 ms")
-        for name, empty in (("base", "base"), ("this+records", "this tree")):
-            full = results[name if name != "base" else "base+records"]
+        for label, full, empty in (
+            ("base", "base+records", "base"),
+            ("this tree", "this+records", "this tree"),
+            ("this, - 1 rec", "this+records", "this+1 record"),
+        ):
             print(
-                f"  {empty:12} {med(full, 0) - med(results[empty], 0):+8.1f} "
-                f"{med(full, 1) - med(results[empty], 1):+8.1f}"
+                f"  {label:13} {med(results[full], 0) - med(results[empty], 0):+8.1f} "
+                f"{med(results[full], 1) - med(results[empty], 1):+8.1f}"
             )
     print(f"{'xum status':15} {'wall ms':>8} {'CPU ms':>8}")
     base_cli = cli["python -c pass"]
