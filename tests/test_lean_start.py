@@ -285,3 +285,67 @@ def test_containment_status_is_what_its_model_dumps() -> None:
     status = cont.status()
     assert ContainmentStatus.model_validate(status).model_dump(mode="json") == status
     assert list(status) == list(ContainmentStatus.model_fields)
+
+
+HELLOS: list[Any] = [
+    None,
+    {},
+    [],
+    ["1.0"],
+    {"protocol": "1.0"},
+    {"protocol": "1.3", "client": {"name": "xum", "version": "0.1"}},
+    {"protocol": "1.3", "client": {"name": "xum"}},
+    {"protocol": "1.3", "client": None},
+    {"protocol": "1.3", "client": {"name": ""}},
+    {"protocol": "1.3", "client": {"name": "n" * 200, "version": "v" * 200}},
+    {"protocol": "1.3", "client": {"name": "n" * 201}},
+    {"protocol": "1.3", "client": {"name": "x", "version": "v" * 201}},
+    {"protocol": "1.3", "client": {"name": "x", "extra": 1}},
+    {"protocol": "1.3", "client": {"name": 5}},
+    {"protocol": "1.3", "client": "xum"},
+    {"protocol": "1" * 32},
+    {"protocol": "1" * 33},
+    {"protocol": 1.3},
+    {"protocol": "1.3", "other": True},
+    {"client": {"name": "x"}},
+]
+
+
+@pytest.mark.parametrize("raw", HELLOS, ids=[repr(h)[:50] for h in HELLOS])
+def test_lean_params_take_only_what_the_models_take(raw: Any) -> None:
+    from pydantic import ValidationError
+    from xum_protocol.models.daemon import EmptyParams, HelloParams
+    from xumd.daemon_feature import lean_empty, lean_hello
+
+    for lean, model in ((lean_hello, HelloParams), (lean_empty, EmptyParams)):
+        got = lean(raw)
+        if got is None:
+            continue  # the model decides: nothing to compare
+        try:
+            if isinstance(raw, list):
+                checked = model.model_validate(dict(zip(model.model_fields, raw, strict=False)))
+            else:
+                checked = model.model_validate(raw or {})
+        except ValidationError as exc:
+            raise AssertionError(
+                f"{lean.__name__} took {raw!r}, which {model.__name__} refuses"
+            ) from exc
+        if model is HelloParams:
+            assert got.protocol == checked.protocol  # type: ignore[union-attr, attr-defined]
+
+
+def test_hello_and_status_load_no_model(root: Path) -> None:
+    daemon = DaemonProcess(root, log_level="info", env={"PYTHONPROFILEIMPORTTIME": "1"}).start()
+    try:
+        hello = {"protocol": "1.3", "client": {"name": "t", "version": "1"}}
+        assert ask(daemon, "hello", hello)["result"]["pid"] == daemon.pid
+        for _ in range(3):
+            assert ask(daemon, "daemon.status")["result"]["pid"] == daemon.pid
+        assert heavy(imported(daemon.log_text()), ("pydantic", "xum_protocol.models")) == []
+        # Another shape goes to the model: refused with its words.
+        refused = ask(daemon, "hello", {"protocol": "1.3", "client": {"name": ""}})["error"]
+        assert refused["data"]["kind"] == ErrorKind.INVALID_PARAMS.value
+        assert refused["data"]["errors"][0]["loc"] == ["client", "name"]
+        assert "pydantic" in imported(daemon.log_text())
+    finally:
+        daemon.close()

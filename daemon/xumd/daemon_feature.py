@@ -2,8 +2,9 @@
 
 Served from the first moment, without the protocol's models loaded (docs/PERFORMANCE.md, "Issue
 12: lean start"): `hello`'s and `daemon.status`'s answers are written as their result models
-would write them (tests/test_lean_start.py compares the bytes), and each method's params model
-is imported at its first request (`Router.add(params_from=...)`).
+would write them (tests/test_lean_start.py compares the bytes), their params in the common valid
+shapes are read without the model (`lean_hello`, `lean_empty`), and each method's params model
+is imported at its first request that needs it (`Router.add(params_from=...)`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 from xum_protocol.errors import ErrorKind
@@ -44,6 +45,50 @@ def _subscribe_params() -> type[BaseModel]:
     from xum_protocol.models.events import SubscribeParams
 
     return SubscribeParams
+
+
+class LeanHello(NamedTuple):
+    """`hello`'s params in their common valid shape, read without `HelloParams`."""
+
+    protocol: str
+
+
+class LeanEmpty(NamedTuple):
+    """`EmptyParams`, read without the model."""
+
+
+_EMPTY = LeanEmpty()
+
+
+def lean_hello(raw: Any) -> LeanHello | None:
+    """`{"protocol": "1.3", "client": {"name": ..., "version": ...}}` (client optional) within
+    `HelloParams`' bounds, or None: the model reads (and refuses) every other shape."""
+    if type(raw) is not dict or not raw.keys() <= {"protocol", "client"}:
+        return None
+    protocol = raw.get("protocol")
+    if type(protocol) is not str or len(protocol) > HELLO_PROTOCOL_MAX:
+        return None
+    client = raw.get("client")
+    if client is not None:
+        if type(client) is not dict or not client.keys() <= {"name", "version"}:
+            return None
+        name, version = client.get("name"), client.get("version", "")
+        if type(name) is not str or not 1 <= len(name) <= CLIENT_FIELD_MAX:
+            return None
+        if type(version) is not str or len(version) > CLIENT_FIELD_MAX:
+            return None
+    return LeanHello(protocol)
+
+
+def lean_empty(raw: Any) -> LeanEmpty | None:
+    """No params (absent, `{}` or `[]`), or None: the model refuses the rest."""
+    return _EMPTY if raw is None or (type(raw) in (dict, list) and not raw) else None
+
+
+HELLO_PROTOCOL_MAX = 32
+CLIENT_FIELD_MAX = 200
+"""`HelloParams.protocol`'s and `ClientInfo`'s length bounds (tests/test_lean_start.py checks
+`lean_hello` against the model)."""
 
 
 def hello_json(app: App, capabilities: list[str]) -> bytes:
@@ -95,7 +140,7 @@ def install(app: App) -> None:
             hello_key, hello_answer = key, Encoded(hello_json(app, capabilities))
         return hello_answer
 
-    async def hello(params: HelloParams, ctx: RequestContext) -> Encoded:
+    async def hello(params: HelloParams | LeanHello, ctx: RequestContext) -> Encoded:
         try:
             major, _minor = parse_version(params.protocol)
         except ValueError as exc:
@@ -118,7 +163,7 @@ def install(app: App) -> None:
         )
     )
 
-    async def status(_: EmptyParams, ctx: RequestContext) -> Encoded:
+    async def status(_: EmptyParams | LeanEmpty, ctx: RequestContext) -> Encoded:
         # Every part is read on every call (a provider's own memo keeps that cheap): only the
         # bytes are kept, and only while every part is what it was.
         details = {name: provider() for name, provider in app.status_providers.items()}
@@ -129,7 +174,7 @@ def install(app: App) -> None:
             details,
         )
 
-    async def shutdown(_: EmptyParams, ctx: RequestContext) -> ShutdownResult:
+    async def shutdown(_: EmptyParams | LeanEmpty, ctx: RequestContext) -> ShutdownResult:
         # Answer first: the stop begins on the next loop turn, after this reply is queued.
         app.request_shutdown("daemon.shutdown")
         from xum_protocol.models.daemon import ShutdownResult
@@ -204,13 +249,27 @@ def install(app: App) -> None:
     )
     # These three read memory and return (no await): answered in the read callback, no task.
     app.router.add(
-        "hello", hello, params_from=_hello_params, allowed_while_stopping=True, inline=True
+        "hello",
+        hello,
+        params_from=_hello_params,
+        lean_params=lean_hello,
+        allowed_while_stopping=True,
+        inline=True,
     )
     app.router.add(
-        "daemon.status", status, params_from=_empty_params, allowed_while_stopping=True, inline=True
+        "daemon.status",
+        status,
+        params_from=_empty_params,
+        lean_params=lean_empty,
+        allowed_while_stopping=True,
+        inline=True,
     )
     app.router.add(
-        "daemon.shutdown", shutdown, params_from=_empty_params, allowed_while_stopping=True
+        "daemon.shutdown",
+        shutdown,
+        params_from=_empty_params,
+        lean_params=lean_empty,
+        allowed_while_stopping=True,
     )
     app.router.add("events.subscribe", subscribe, params_from=_subscribe_params, inline=True)
 

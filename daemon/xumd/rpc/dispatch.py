@@ -94,6 +94,9 @@ class Encoded:
 
 Handler = Callable[[Any, RequestContext], Awaitable["BaseModel | Encoded"]]
 ParamsLoader = Callable[[], "type[BaseModel]"]
+LeanParams = Callable[[Any], Any]
+"""The params of a request that are certainly valid, read without their model (a handler that
+reads only what this returns), or None: the model decides (and words any refusal)."""
 Builder = Callable[[str], Awaitable[None]]
 """Builds what registers a pending method's route (given the method's name, for errors and
 logs); raises an `XumError` (internal) if it cannot."""
@@ -109,6 +112,7 @@ class _Route:
     inline: bool = False
     build: Builder | None = None
     params_from: ParamsLoader | None = None
+    lean_params: LeanParams | None = None
 
 
 class _Later:
@@ -215,6 +219,7 @@ class Router:
         params: type[BaseModel] | None = None,
         *,
         params_from: ParamsLoader | None = None,
+        lean_params: LeanParams | None = None,
         allowed_while_stopping: bool = False,
         inline: bool = False,
     ) -> None:
@@ -222,7 +227,9 @@ class Router:
         (called at the first request: a model whose import waits until then), or the
         protocol's method table. `inline`: the handler never awaits (it reads memory and
         returns), so the transport may run it in its read callback, without a task; one that
-        awaits all the same is stopped there and answered `internal`."""
+        awaits all the same is stopped there and answered `internal`. `lean_params`: reads the
+        raw params of a frame without a NUL escape, the common valid shapes only, so that the
+        daemon's own methods answer without loading their model (any other shape goes to it)."""
         known = self.routes.get(name)
         if known is not None and known.build is None:
             raise RuntimeError(f"method {name} registered twice")
@@ -236,7 +243,12 @@ class Router:
         if params is not None:
             _pydantic()  # loaded with the model, not at a request
         self.routes[name] = _Route(
-            params, handler, allowed_while_stopping, inline, params_from=params_from
+            params,
+            handler,
+            allowed_while_stopping,
+            inline,
+            params_from=params_from,
+            lean_params=lean_params,
         )
 
     def add_pending(self, name: str, build: Builder) -> None:
@@ -358,6 +370,10 @@ class Router:
             log.error("rpc.pending_route_not_built", method=method)
             message = f"internal error in {method}; see the daemon log"
             return error_response(request_id, ErrorKind.INTERNAL, message)
+        if nul_free and route.lean_params is not None:
+            lean = route.lean_params(raw_params)
+            if lean is not None:
+                return cast("BaseModel", lean)
         try:
             if route.params is None:
                 assert route.params_from is not None
