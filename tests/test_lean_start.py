@@ -40,24 +40,7 @@ from xumd.store import Store
 from tests.support.daemon import DaemonProcess
 from tests.support.raw import RawPeer
 from tests.support.wait import until
-from tests.test_startup_cost import heavy, imported
-
-GRAPH = (
-    "xumd.features",
-    "xumd.lifecycle",
-    "xumd.cleanup",
-    "xumd.processes",
-    "xumd.turns",
-    "xumd.recovery",
-    "xumd.usage",
-    "xumd.gc",
-    "xumd.git",
-    "psutil",
-    "pydantic",
-    "xum_protocol.models",
-    "xum_protocol.methods",
-)
-"""What an empty root's daemon must not import before READY=1."""
+from tests.test_startup_cost import HEAVY_BEFORE_READY, heavy, imported
 
 
 def ask(daemon: DaemonProcess, method: str, params: Any = None, request_id: int = 1) -> Any:
@@ -95,7 +78,7 @@ def test_an_empty_root_is_ready_without_the_feature_graph(root: Path) -> None:
         log = logged_ready(daemon)
         before_ready = imported(log[: log.index('"daemon.ready"')])
         assert "xumd.bootstrap" in before_ready  # the measurement saw the start-up
-        assert heavy(before_ready, GRAPH) == []
+        assert heavy(before_ready, HEAVY_BEFORE_READY) == []
         # The containment sweep still ran before serving; the graph's passes did not.
         assert steps(daemon) == ["containment.sweep"]
         assert events(daemon, "daemon.start_shape")[0]["lean"] is True
