@@ -22,6 +22,7 @@ each feature's part, as that feature shows them on an empty root (`idle_details`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -87,7 +88,7 @@ FEATURE_METHODS = (
     "gc.get",
 )
 """Every method the feature graph registers (tests/test_lean_start.py checks it against what
-`bootstrap.install_the_features` registers)."""
+`xumd.features.install` registers)."""
 
 FEATURE_TEST_METHODS = ("test.clock_advance",)
 """...and those it registers only with `enable_test_methods`."""
@@ -157,14 +158,12 @@ def why_not_lean(app: App) -> str | None:
             return f"records in {table}"
     for name in STATE_DIRS:
         try:
-            with (app.paths.root / name).open("rb"):
-                pass
-        except IsADirectoryError:
-            if any((app.paths.root / name).iterdir()):
-                return f"entries in {name}"
+            with os.scandir(app.paths.root / name) as entries:
+                if next(entries, None) is not None:
+                    return f"entries in {name}"
         except FileNotFoundError:
             continue
-        except OSError as exc:  # not readable, or a file where a directory goes
+        except OSError as exc:  # not readable, or a file where the directory goes
             return f"{name}: {exc.strerror}"
     return None
 
@@ -218,6 +217,7 @@ class LazyFeatures:
             app.router.routes.update(routes)
             app.status_providers.clear()
             app.status_providers.update(details)
+            add_idle_snapshot(app)
             app.rollback(mark)
             raise _unavailable(why, type(exc).__name__) from exc
         finally:
