@@ -9,6 +9,12 @@ load of a shared machine falls on all alike. For each it reports the medians of 
 CPU time (user + system: it moves much less with the load), plus for the daemons idle RSS and
 the time from SIGTERM to exit. Bytecode is written first for both trees (as bench/__main__.py
 does), and the measured starts reuse a root whose database exists.
+
+`--records N` adds, in the same alternation, each tree's daemon on a root filled by
+`bench.scale.populate` (N workspaces, N/10 cleanup obligations) and this tree's on a root with
+one workspace, and prints each tree's time to ready with records minus empty, and this tree's
+records minus one record (both full starts: the startup passes' own share), wall and CPU at
+READY=1.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import procs
+from bench import procs, scale
 
 HERE = Path(__file__).resolve().parent.parent
 PARTS = ("daemon", "protocol", "clients")
@@ -117,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.pair", description=__doc__)
     parser.add_argument("base", type=Path, help="the other tree (checkout or git archive)")
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--records", type=int, default=0, help="also a root with N workspaces")
     args = parser.parse_args(argv)
     base = args.base.resolve()
     for tree in (base, HERE):
@@ -130,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     work = procs.short_dir("xbp-")
     try:
         roots = {"base": work / "base", "this": work / "this"}
+        if args.records:
+            roots |= {"base+rec": work / "rb" / "root", "this+rec": work / "rt" / "root"}
+            roots["this+one"] = work / "r1" / "root"
 
         def xumd(which: str) -> list[str]:
             return [python, "-m", "xumd", "--root", str(roots[which]), "--log-level", "warning"]
@@ -142,8 +152,20 @@ def main(argv: list[str] | None = None) -> int:
         envs = {"echo floor": {**env, "PYTHONPATH": procs.repo_path()}, "base": base_env}
         socks = {"echo floor": work / "e.sock", "base": roots["base"] / "xumd.sock"}
         socks["this tree"] = roots["this"] / "xumd.sock"
-        for name in ("base", "this tree"):  # the database exists before the measured starts
-            _daemon(daemons[name], envs.get(name, env), socks[name])
+        if args.records:
+            daemons |= {"base+records": xumd("base+rec"), "this+records": xumd("this+rec")}
+            daemons["this+1 record"] = xumd("this+one")
+            socks["this+1 record"] = roots["this+one"] / "xumd.sock"
+            envs["base+records"] = base_env
+            socks["base+records"] = roots["base+rec"] / "xumd.sock"
+            socks["this+records"] = roots["this+rec"] / "xumd.sock"
+        for name in daemons:  # the database exists before the measured starts
+            if name != "echo floor":
+                _daemon(daemons[name], envs.get(name, env), socks[name])
+        if args.records:
+            for which in ("base+rec", "this+rec"):
+                scale.populate(roots[which], args.records, args.records // 10)
+            scale.populate(roots["this+one"], 1, 0)
         results: dict[str, list[list[float]]] = {name: [] for name in daemons}
         cli: dict[str, list[list[float]]] = {"python -c pass": [], "base": [], "this tree": []}
         for _ in range(args.repeats):
@@ -182,6 +204,17 @@ def main(argv: list[str] | None = None) -> int:
         ratio = f"  ({med(rows, 0) / med(floor, 0):.2f}x / {med(rows, 1) / med(floor, 1):.2f}x"
         ratio += f" / RSS {med(rows, 2) / med(floor, 2):.2f}x)"
         print(f"{name:12} {' '.join(cells)}{ratio}")
+    if args.records:
+        print(f"records minus empty ({args.records} workspaces): wall ms, CPU at READY=1 ms")
+        for label, full, empty in (
+            ("base", "base+records", "base"),
+            ("this tree", "this+records", "this tree"),
+            ("this, - 1 rec", "this+records", "this+1 record"),
+        ):
+            print(
+                f"  {label:13} {med(results[full], 0) - med(results[empty], 0):+8.1f} "
+                f"{med(results[full], 1) - med(results[empty], 1):+8.1f}"
+            )
     print(f"{'xum status':15} {'wall ms':>8} {'CPU ms':>8}")
     base_cli = cli["python -c pass"]
     for name, rows in cli.items():

@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.logs",
             "xumd.paths",
             "xumd.config",
+            "xumd.config_schema",
             "xumd.faults",
             "xumd.fsdelete",
             "xumd.sdnotify",
@@ -71,6 +72,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("recovery", ["xumd.recovery"]),
     ("gc", ["xumd.gc"]),
     ("daemon-wide features", ["xumd.daemon_feature", "xumd.containment_feature"]),
+    # The feature graph's installs; what a lean start serves before building it.
+    ("feature graph", ["xumd.features", "xumd.leanstart"]),
     ("composition root", ["xumd.bootstrap"]),
     ("start-up", ["xumd.daemon_runner"]),
     ("entry", ["xumd.main"]),

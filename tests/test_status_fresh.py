@@ -160,9 +160,17 @@ def _build(uptime_s: float, connections: int, stopping: bool, details: dict[str,
     )
 
 
+def _build_json(
+    uptime_s: float, connections: int, stopping: bool, details: dict[str, Any]
+) -> bytes:
+    model = _build(uptime_s, connections, stopping, details)
+    data: bytes = model.__pydantic_serializer__.to_json(model)
+    return data
+
+
 @pytest.mark.parametrize("uptime_s", [0.0, 0.001, 1.5, 12345.678, 1e16])
 def test_status_answer_splices_uptime_exactly(uptime_s: float) -> None:
-    answer = StatusAnswer(_build)
+    answer = StatusAnswer(_build_json)
     # A detail that carries the same key name: only the top-level one is replaced.
     details = {"x": {"uptime_s": 0.0}, "s": '"uptime_s":0.0'}
     answer(99.0, 1, False, details)
@@ -173,7 +181,7 @@ def test_status_answer_splices_uptime_exactly(uptime_s: float) -> None:
 
 
 def test_status_answer_rebuilds_only_when_a_part_changed() -> None:
-    answer = StatusAnswer(_build)
+    answer = StatusAnswer(_build_json)
     answer(1.0, 1, False, {"a": {"n": 1}})
     answer(2.0, 1, False, {"a": {"n": 1}})
     assert answer.builds == 1

@@ -3,7 +3,8 @@
 Features (lifecycle, cleanup, processes, ...) install themselves with `install(app)`: they
 register handlers on the router, provide their service object, and add hooks:
 - `on_startup`: runs before readiness, in order (recovery lives here);
-- `after_ready`: a background task started once the socket serves, cancelled at shutdown;
+- `after_ready`: a background task started once the socket serves (at once, for a feature
+  installed later: `xumd.leanstart`), cancelled at shutdown;
 - `on_shutdown`: a drain, run with its own deadline after in-flight requests settled.
 """
 
@@ -63,6 +64,17 @@ class _Drain:
     stage: int = 50
 
 
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """`App.mark`: how many startup steps and background services there were, and which
+    drains and services."""
+
+    startup: int
+    background: int
+    drains: list[_Drain]
+    services: dict[type[Any], Any]
+
+
 class App:
     def __init__(
         self, paths: RootPaths, config: DaemonConfig, store: Store, notifier: Notifier | None = None
@@ -84,6 +96,7 @@ class App:
         self._services: dict[type[Any], Any] = {}
         self._startup: list[tuple[str, Hook]] = []
         self._background: list[tuple[str, Hook]] = []
+        self._background_group: anyio.abc.TaskGroup | None = None
         self._drains: list[_Drain] = []
         self._hard_stop: threading.Timer | None = None
         self.status_providers: dict[str, Callable[[], Any]] = {}
@@ -109,7 +122,42 @@ class App:
         self._startup.append((name, fn))
 
     def after_ready(self, name: str, fn: Hook) -> None:
+        """Add a background service. One added after readiness (a feature built at its first
+        request) starts at `start_background`, once its feature is built whole."""
         self._background.append((name, fn))
+
+    def mark(self) -> Mark:
+        """What is registered now: for a feature installed after readiness, its startup steps
+        and background services are those after the mark (or `rollback` forgets them)."""
+        return Mark(
+            len(self._startup), len(self._background), list(self._drains), dict(self._services)
+        )
+
+    def start_background(self, mark: Mark) -> None:
+        """Start the background services added since `mark` (the daemon serves already)."""
+        assert self._background_group is not None, "start_background before the daemon runs"
+        for name, fn in self._background[mark.background :]:
+            self._background_group.start_soon(self._run_background, name, fn)
+
+    def rollback(self, mark: Mark) -> None:
+        """Forget the startup steps, background services, drains and services added since
+        `mark` (a feature whose build failed: the next build adds them again)."""
+        del self._startup[mark.startup :]
+        del self._background[mark.background :]
+        self._drains[:] = mark.drains
+        self._services.clear()
+        self._services.update(mark.services)
+
+    async def run_startup_steps(self, first: int = 0) -> None:
+        """Run the startup steps from the `first`-th on, in order: all of them before readiness,
+        or, for features installed after it (`xumd.leanstart`), theirs at their build."""
+        for name, fn in self._startup[first:]:
+            if not self.ready:  # after readiness systemd's status stays "serving"
+                self.notifier.status(f"starting: {name}")
+            started = time.perf_counter()
+            await fn()
+            ms = round((time.perf_counter() - started) * 1000, 2)
+            log.info("daemon.startup_step", step=name, ms=ms)
 
     def on_shutdown(
         self, name: str, fn: Hook, deadline_s: float | None = None, *, stage: int = 50
@@ -138,12 +186,8 @@ class App:
             # Signals are handled from the first moment; startup steps (recovery) are
             # idempotent, so a stop requested during them simply takes effect after them.
             await background.start(self._watch_signals)
-            for name, fn in self._startup:
-                self.notifier.status(f"starting: {name}")
-                started = time.perf_counter()
-                await fn()
-                ms = round((time.perf_counter() - started) * 1000, 2)
-                log.info("daemon.startup_step", step=name, ms=ms)
+            self._background_group = background
+            await self.run_startup_steps()
             async with anyio.create_task_group() as connections:
                 async with anyio.create_task_group() as work:
                     accept = anyio.CancelScope()

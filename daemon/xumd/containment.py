@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import functools
 import hashlib
@@ -45,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from xum_protocol.models.daemon import ContainmentStatus
 
 from xumd import logs, procstat
 from xumd.fdlimits import child_soft, is_exhausted
@@ -149,8 +147,15 @@ def reap_orphans() -> list[int]:
 
 @functools.cache
 def _libc() -> ctypes.CDLL:
-    # find_library runs ldconfig: once per process, not per call.
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # glibc's soname first: `ctypes.util.find_library` runs ldconfig (a child process) and its
+    # import brings shutil, tempfile and lzma, all before readiness. It stays the fallback
+    # for a libc by another name (musl).
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        from ctypes.util import find_library
+
+        return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
 
 
 def enable_subreaper() -> bool:
@@ -653,18 +658,20 @@ class Containment:
         return self._status[1]
 
     def _status_now(self) -> dict[str, Any]:
-        return ContainmentStatus(
-            mechanism=self.mechanism,
-            subreaper=self.subreaper,
-            cgroup=str(self.cgroup) if self.cgroup is not None else None,
-            marker=MARKER_VAR,
-            instance=self.instance,
-            stopped_at_start=len(self.swept),
-            escaped=list(self.escaped),
-            cgroup_setting=self.cgroup_setting,
-            degraded=self.degraded,
-            runs_without_cgroup=self.runs_without_cgroup,
-        ).model_dump(mode="json")
+        # The protocol's `ContainmentStatus` as its model dumps it (tests/test_containment_status
+        # compares them), written out: the model's import is not on the way to readiness.
+        return {
+            "mechanism": self.mechanism,
+            "subreaper": self.subreaper,
+            "cgroup": str(self.cgroup) if self.cgroup is not None else None,
+            "marker": MARKER_VAR,
+            "instance": self.instance,
+            "stopped_at_start": len(self.swept),
+            "escaped": [dict(entry) for entry in self.escaped],
+            "cgroup_setting": self.cgroup_setting,
+            "degraded": self.degraded,
+            "runs_without_cgroup": self.runs_without_cgroup,
+        }
 
     async def leftovers(self, marker: Marker, grace_s: float, *, always: bool) -> list[Marked]:
         """Stop what is left of a run after its command ended: its cgroup's members (if runs get

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
 from xumd import containment, logs
 from xumd.app import App
 from xumd.containment import Containment, Marker
-from xumd.git import Git
-from xumd.lifecycle.scripts import ScriptRunner
-from xumd.processes.leases import LeaseStore
-from xumd.processes.supervisor import Supervisor
+
+if TYPE_CHECKING:  # the feature graph's: a lean start sweeps before loading them
+    from xumd.git import Git
+    from xumd.lifecycle.scripts import ScriptRunner
+    from xumd.processes.leases import LeaseStore
+    from xumd.processes.supervisor import Supervisor
 
 log = logs.get("xumd.containment")
 
@@ -32,8 +35,9 @@ SWEEP_GRACE_S = 2.0
 class _Adoptable:
     """Which leftover the start-up sweep keeps: a live supervised process (and its tree) is
     adopted, not stopped. The lease store is the processes feature's, installed after this one;
-    `wire` hands it in before the start-up hooks run (without it, nothing is kept: the sweep
-    runs only after wiring, so that is a wiring bug, not a state a user can reach)."""
+    `wire` hands it in before the start-up hooks run. Without it, nothing is kept: on a lean
+    start (`xumd.leanstart`) the store holds no lease, so nothing is adoptable; on a full
+    start the sweep runs only after wiring."""
 
     def __init__(self) -> None:
         self.leases: LeaseStore | None = None

@@ -1,30 +1,129 @@
-"""hello, daemon.status, daemon.shutdown, events.subscribe."""
+"""hello, daemon.status, daemon.shutdown, events.subscribe.
+
+Served from the first moment, without the protocol's models loaded (docs/PERFORMANCE.md, "Issue
+12: lean start"): `hello`'s and `daemon.status`'s answers are written as their result models
+would write them (tests/test_lean_start.py compares the bytes), their params in the common valid
+shapes are read without the model (`lean_hello`, `lean_empty`), and each method's params model
+is imported at its first request that needs it (`Router.add(params_from=...)`).
+"""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
 from xum_protocol.errors import ErrorKind
-from xum_protocol.methods import METHODS
-from xum_protocol.models.daemon import (
-    DaemonStatusResult,
-    EmptyParams,
-    HelloParams,
-    HelloResult,
-    ServerInfo,
-    ShutdownResult,
-)
-from xum_protocol.models.events import EVENT_NOTIFICATION, Event, SubscribeParams, SubscribeResult
+from xum_protocol.method_names import METHOD_NAMES
 from xum_protocol.version import PROTOCOL_VERSION, SUPPORTED_PROTOCOLS, parse_version
 
 from xumd.app import App
 from xumd.errors import XumError
 from xumd.rpc.dispatch import Encoded, RequestContext
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from xum_protocol.models.daemon import EmptyParams, HelloParams, ShutdownResult
+    from xum_protocol.models.events import Event, SubscribeParams, SubscribeResult
+
+
+def _hello_params() -> type[BaseModel]:
+    from xum_protocol.models.daemon import HelloParams
+
+    return HelloParams
+
+
+def _empty_params() -> type[BaseModel]:
+    from xum_protocol.models.daemon import EmptyParams
+
+    return EmptyParams
+
+
+def _subscribe_params() -> type[BaseModel]:
+    from xum_protocol.models.events import SubscribeParams
+
+    return SubscribeParams
+
+
+class LeanHello(NamedTuple):
+    """`hello`'s params in their common valid shape, read without `HelloParams`."""
+
+    protocol: str
+
+
+class LeanEmpty(NamedTuple):
+    """`EmptyParams`, read without the model."""
+
+
+_EMPTY = LeanEmpty()
+
+
+def lean_hello(raw: Any) -> LeanHello | None:
+    """`{"protocol": "1.3", "client": {"name": ..., "version": ...}}` (client optional) within
+    `HelloParams`' bounds, or None: the model reads (and refuses) every other shape."""
+    if type(raw) is not dict or not raw.keys() <= {"protocol", "client"}:
+        return None
+    protocol = raw.get("protocol")
+    if type(protocol) is not str or len(protocol) > HELLO_PROTOCOL_MAX:
+        return None
+    client = raw.get("client")
+    if client is not None:
+        if type(client) is not dict or not client.keys() <= {"name", "version"}:
+            return None
+        name, version = client.get("name"), client.get("version", "")
+        if type(name) is not str or not 1 <= len(name) <= CLIENT_FIELD_MAX:
+            return None
+        if type(version) is not str or len(version) > CLIENT_FIELD_MAX:
+            return None
+    return LeanHello(protocol)
+
+
+def lean_empty(raw: Any) -> LeanEmpty | None:
+    """No params (absent, `{}` or `[]`), or None: the model refuses the rest."""
+    return _EMPTY if raw is None or (type(raw) in (dict, list) and not raw) else None
+
+
+HELLO_PROTOCOL_MAX = 32
+CLIENT_FIELD_MAX = 200
+"""`HelloParams.protocol`'s and `ClientInfo`'s length bounds (tests/test_lean_start.py checks
+`lean_hello` against the model)."""
+
+
+def hello_json(app: App, capabilities: list[str]) -> bytes:
+    """`hello`'s result as `HelloResult` serialises it."""
+    return orjson.dumps(
+        {
+            "protocol": PROTOCOL_VERSION,
+            "server": {"name": "xumd", "version": app.version},
+            "root": str(app.paths.root),
+            "capabilities": capabilities,
+            "pid": os.getpid(),
+            "started_at": app.started_at,
+            "epoch": app.events.epoch,
+            "socket": str(app.socket_path),
+        }
+    )
+
+
+def status_json(
+    app: App, uptime_s: float, connections: int, stopping: bool, details: dict[str, Any]
+) -> bytes:
+    """`daemon.status`'s result as `DaemonStatusResult` serialises it."""
+    return orjson.dumps(
+        {
+            "pid": os.getpid(),
+            "root": str(app.paths.root),
+            "version": app.version,
+            "protocol": PROTOCOL_VERSION,
+            "started_at": app.started_at,
+            "uptime_s": uptime_s,
+            "connections": connections,
+            "shutting_down": stopping,
+            "details": details,
+        }
+    )
 
 
 def install(app: App) -> None:
@@ -37,20 +136,11 @@ def install(app: App) -> None:
         nonlocal hello_key, hello_answer
         key = (len(app.router.routes), os.getpid(), app.events.epoch, app.socket_path)
         if key != hello_key:
-            result = HelloResult(
-                protocol=PROTOCOL_VERSION,
-                server=ServerInfo(name="xumd", version=app.version),
-                root=str(app.paths.root),
-                capabilities=sorted(name for name in app.router.routes if name in METHODS),
-                pid=key[1],
-                started_at=app.started_at,
-                epoch=app.events.epoch,
-                socket=str(app.socket_path),
-            )
-            hello_key, hello_answer = key, Encoded(result.__pydantic_serializer__.to_json(result))
+            capabilities = sorted(name for name in app.router.routes if name in METHOD_NAMES)
+            hello_key, hello_answer = key, Encoded(hello_json(app, capabilities))
         return hello_answer
 
-    async def hello(params: HelloParams, ctx: RequestContext) -> Encoded:
+    async def hello(params: HelloParams | LeanHello, ctx: RequestContext) -> Encoded:
         try:
             major, _minor = parse_version(params.protocol)
         except ValueError as exc:
@@ -68,20 +158,12 @@ def install(app: App) -> None:
         return hello_result()
 
     status_answer = StatusAnswer(
-        lambda uptime_s, connections, stopping, details: DaemonStatusResult(
-            pid=os.getpid(),
-            root=str(app.paths.root),
-            version=app.version,
-            protocol=PROTOCOL_VERSION,
-            started_at=app.started_at,
-            uptime_s=uptime_s,
-            connections=connections,
-            shutting_down=stopping,
-            details=details,
+        lambda uptime_s, connections, stopping, details: status_json(
+            app, uptime_s, connections, stopping, details
         )
     )
 
-    async def status(_: EmptyParams, ctx: RequestContext) -> Encoded:
+    async def status(_: EmptyParams | LeanEmpty, ctx: RequestContext) -> Encoded:
         # Every part is read on every call (a provider's own memo keeps that cheap): only the
         # bytes are kept, and only while every part is what it was.
         details = {name: provider() for name, provider in app.status_providers.items()}
@@ -92,9 +174,11 @@ def install(app: App) -> None:
             details,
         )
 
-    async def shutdown(_: EmptyParams, ctx: RequestContext) -> ShutdownResult:
+    async def shutdown(_: EmptyParams | LeanEmpty, ctx: RequestContext) -> ShutdownResult:
         # Answer first: the stop begins on the next loop turn, after this reply is queued.
         app.request_shutdown("daemon.shutdown")
+        from xum_protocol.models.daemon import ShutdownResult
+
         return ShutdownResult(stopping=True)
 
     # One subscription per connection: a second subscribe replaces the first (a client that
@@ -104,6 +188,8 @@ def install(app: App) -> None:
     replay_limit = max(app.config.max_frame_bytes // 2, 1)
 
     async def subscribe(params: SubscribeParams, ctx: RequestContext) -> SubscribeResult:
+        from xum_protocol.models.events import EVENT_NOTIFICATION, SubscribeResult
+
         prefixes = tuple(params.types) if params.types else None
         peer = ctx.peer
 
@@ -162,10 +248,30 @@ def install(app: App) -> None:
         app.server.limits.as_status() if app.server.limits is not None else {}
     )
     # These three read memory and return (no await): answered in the read callback, no task.
-    app.router.add("hello", hello, allowed_while_stopping=True, inline=True)
-    app.router.add("daemon.status", status, allowed_while_stopping=True, inline=True)
-    app.router.add("daemon.shutdown", shutdown, allowed_while_stopping=True)
-    app.router.add("events.subscribe", subscribe, inline=True)
+    app.router.add(
+        "hello",
+        hello,
+        params_from=_hello_params,
+        lean_params=lean_hello,
+        allowed_while_stopping=True,
+        inline=True,
+    )
+    app.router.add(
+        "daemon.status",
+        status,
+        params_from=_empty_params,
+        lean_params=lean_empty,
+        allowed_while_stopping=True,
+        inline=True,
+    )
+    app.router.add(
+        "daemon.shutdown",
+        shutdown,
+        params_from=_empty_params,
+        lean_params=lean_empty,
+        allowed_while_stopping=True,
+    )
+    app.router.add("events.subscribe", subscribe, params_from=_subscribe_params, inline=True)
 
 
 class StatusAnswer:
@@ -180,7 +286,7 @@ class StatusAnswer:
 
     _UPTIME = b'"uptime_s":'
 
-    def __init__(self, build: Callable[[float, int, bool, dict[str, Any]], BaseModel]) -> None:
+    def __init__(self, build: Callable[[float, int, bool, dict[str, Any]], bytes]) -> None:
         self._build = build
         self._key: tuple[int, bool, dict[str, Any]] | None = None
         self._head = b""
@@ -193,8 +299,7 @@ class StatusAnswer:
     ) -> Encoded:
         key = (connections, stopping, details)
         if key != self._key:
-            result = self._build(0.0, connections, stopping, details)
-            data: bytes = result.__pydantic_serializer__.to_json(result)
+            data = self._build(0.0, connections, stopping, details)
             at = data.index(self._UPTIME) + len(self._UPTIME)
             # The model writes 0.0 as `0.0`; whatever follows it is the rest of the object.
             if not data.startswith(b"0.0", at):
@@ -211,21 +316,20 @@ def _encoded_size(events: list[Event]) -> int:
     return sum(len(orjson.dumps(event.model_dump(mode="json"))) + 1 for event in events)
 
 
-# Test-method models (enable_test_methods only): built on first use, not at every start-up.
-class _PublishParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-    type: str = Field(min_length=1, max_length=200)
-    data: dict[str, Any] = Field(default_factory=dict)
-    count: int = Field(default=1, ge=1, le=100_000)
-
-
-class _Published(BaseModel):
-    model_config = ConfigDict(defer_build=True)
-    seq: int
-
-
 def _install_test_methods(app: App) -> None:
     """`test.publish` (enable_test_methods only): publish events, for subscription tests."""
+    # Test-method models: defined here, so pydantic loads only in a test daemon.
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class _PublishParams(BaseModel):
+        model_config = ConfigDict(extra="forbid", defer_build=True)
+        type: str = Field(min_length=1, max_length=200)
+        data: dict[str, Any] = Field(default_factory=dict)
+        count: int = Field(default=1, ge=1, le=100_000)
+
+    class _Published(BaseModel):
+        model_config = ConfigDict(defer_build=True)
+        seq: int
 
     async def publish(params: _PublishParams, ctx: RequestContext) -> _Published:
         for _ in range(params.count):

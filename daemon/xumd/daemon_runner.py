@@ -125,7 +125,7 @@ def run_daemon(
     containment.enable_subreaper()
     app = App(paths, config, store, Notifier())
     app.socket_path = socket_path
-    install_features(app)
+    install_features(app, lean=True)
     app.server.attach(sock)
     # Before serving: every later descriptor (git pipes, PTYs, clients) counts against it.
     app.server.limits = fdlimits.plan(config.max_connections, config.fd_reserve)

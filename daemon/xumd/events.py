@@ -17,23 +17,35 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import orjson
-from xum_protocol.models.events import Event
 
 from xumd import logs
 
+if TYPE_CHECKING:
+    from xum_protocol.models.events import Event
+
 log = logs.get("xumd.events")
 
-Listener = Callable[[Event], None]
+Listener = Callable[["Event"], None]
 SnapshotProvider = Callable[[], Any]
 PagedSnapshotProvider = Callable[[int], tuple[list[Any], str | None]]
 """The first `limit` items of a listing and the cursor of the rest (None: there is no rest)."""
 
 DEFAULT_RING_SIZE = 4096
 DEFAULT_RING_BYTES = 32 * 1024 * 1024
+
+
+@cache
+def _event_model() -> type[Event]:
+    """The protocol's event model, loaded at the first event (after readiness: only features
+    publish), not on the way to it."""
+    from xum_protocol.models.events import Event
+
+    return Event
 
 
 class EventBus:
@@ -55,7 +67,7 @@ class EventBus:
 
     def publish(self, type: str, **data: Any) -> Event:
         self.seq += 1
-        event = Event(seq=self.seq, epoch=self.epoch, type=type, at=time.time(), data=data)
+        event = _event_model()(seq=self.seq, epoch=self.epoch, type=type, at=time.time(), data=data)
         self._keep(event, data)
         for token, listener in list(self._listeners.items()):
             try:

@@ -13,8 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
 from xumd import logs
 from xumd.fdlimits import is_exhausted
 
@@ -42,7 +40,18 @@ def boot_id() -> str | None:
 
 
 def _kernel_boot_time() -> float:
-    """The boot's wall-clock time as the kernel computes it now (moves with clock steps)."""
+    """The boot's wall-clock time as the kernel computes it now (moves with clock steps):
+    /proc/stat's `btime`, what `psutil.boot_time()` reads on Linux (psutil is not imported on
+    the way to readiness); psutil's elsewhere."""
+    try:
+        with open("/proc/stat", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    import psutil
+
     return float(psutil.boot_time())
 
 
@@ -140,6 +149,8 @@ def identity(pid: int, *, strict: bool = False) -> tuple[float, bool] | None:
     if fields is None or len(fields) < 20:
         if sys.platform.startswith("linux"):
             return None
+        import psutil
+
         try:  # elsewhere: psutil's create_time, the best there is
             proc = psutil.Process(pid)
             return proc.create_time(), proc.status() == psutil.STATUS_ZOMBIE
@@ -191,6 +202,8 @@ def tree_identities(root: int) -> dict[int, float | None]:
 
 
 def _tree_from_psutil(root: int) -> dict[int, float | None]:
+    import psutil
+
     try:
         pids = [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
     except psutil.Error:

@@ -2,6 +2,10 @@
 
 The router knows nothing about sockets. It turns one decoded JSON-RPC message into at most one
 response object, so the transport and the tests can drive it alike.
+
+Nothing of pydantic or the protocol's models is imported here at load: a route's params model
+may be given as a loader (`params_from`), imported at the route's first request, so that the
+daemon serves before loading them (docs/PERFORMANCE.md, "Issue 12: lean start").
 """
 
 from __future__ import annotations
@@ -11,18 +15,19 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, cast
+from functools import cache
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, cast
 
 import anyio
 import orjson
-from pydantic import BaseModel, ValidationError
 from xum_protocol.errors import ErrorKind, code_for
-from xum_protocol.methods import METHODS
-from xum_protocol.models.base import NUL_FREE
 
 from xumd import diskfull, logs
 from xumd.errors import XumError
 from xumd.fdlimits import FD_ERRNOS, is_exhausted
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
 
 log = logs.get("xumd.rpc")
 
@@ -87,15 +92,27 @@ class Encoded:
     json: bytes
 
 
-Handler = Callable[[Any, RequestContext], Awaitable[BaseModel | Encoded]]
+Handler = Callable[[Any, RequestContext], Awaitable["BaseModel | Encoded"]]
+ParamsLoader = Callable[[], "type[BaseModel]"]
+LeanParams = Callable[[Any], Any]
+"""The params of a request that are certainly valid, read without their model (a handler that
+reads only what this returns), or None: the model decides (and words any refusal)."""
+Builder = Callable[[str], Awaitable[None]]
+"""Builds what registers a pending method's route (given the method's name, for errors and
+logs); raises an `XumError` (internal) if it cannot."""
 
 
 @dataclass(slots=True)
 class _Route:
-    params: type[BaseModel]
-    handler: Handler
+    params: type[BaseModel] | None
+    """None: loaded at the first request by `params_from`, or the route is pending (`build`
+    registers the real one)."""
+    handler: Handler | None
     allowed_while_stopping: bool
     inline: bool = False
+    build: Builder | None = None
+    params_from: ParamsLoader | None = None
+    lean_params: LeanParams | None = None
 
 
 class _Later:
@@ -149,6 +166,23 @@ def expects_reply(message: Any) -> tuple[bool, RequestId]:
     return True, request_id if _valid_id(request_id) else None
 
 
+@cache
+def _pydantic() -> tuple[type[ValidationError], Any, Callable[..., Any]]:
+    """pydantic's ValidationError, the protocol's NUL-free validation context and
+    `BaseModel.model_dump`: loaded at the first params validated (a route's model loads it)."""
+    from pydantic import BaseModel, ValidationError
+    from xum_protocol.models.base import NUL_FREE
+
+    return ValidationError, NUL_FREE, BaseModel.model_dump
+
+
+def _is_validation_error(exc: Exception) -> TypeGuard[ValidationError]:
+    try:
+        return isinstance(exc, _pydantic()[0])
+    except Exception:  # pydantic could not even be imported: not a validation error
+        return False
+
+
 def _validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
     # Keep what a client needs and drop input echoes (they may be huge or secret).
     return [
@@ -184,20 +218,51 @@ class Router:
         handler: Handler,
         params: type[BaseModel] | None = None,
         *,
+        params_from: ParamsLoader | None = None,
+        lean_params: LeanParams | None = None,
         allowed_while_stopping: bool = False,
         inline: bool = False,
     ) -> None:
-        """Register `handler` for `name`. `inline`: the handler never awaits (it reads memory
-        and returns), so the transport may run it in its read callback, without a task; one
-        that awaits all the same is stopped there and answered `internal`."""
-        if name in self.routes:
+        """Register `handler` for `name`, with its params model: `params`, or `params_from`
+        (called at the first request: a model whose import waits until then), or the
+        protocol's method table. `inline`: the handler never awaits (it reads memory and
+        returns), so the transport may run it in its read callback, without a task; one that
+        awaits all the same is stopped there and answered `internal`. `lean_params`: reads the
+        raw params of a frame without a NUL escape, the common valid shapes only, so that the
+        daemon's own methods answer without loading their model (any other shape goes to it)."""
+        known = self.routes.get(name)
+        if known is not None and known.build is None:
             raise RuntimeError(f"method {name} registered twice")
-        if params is None:
+        if params is None and params_from is None:
+            from xum_protocol.methods import METHODS
+
             spec = METHODS.get(name)
             if spec is None:
                 raise RuntimeError(f"method {name} is not in the protocol's method table")
             params = spec.params
-        self.routes[name] = _Route(params, handler, allowed_while_stopping, inline)
+        if params is not None:
+            _pydantic()  # loaded with the model, not at a request
+        self.routes[name] = _Route(
+            params,
+            handler,
+            allowed_while_stopping,
+            inline,
+            params_from=params_from,
+            lean_params=lean_params,
+        )
+
+    def add_pending(self, name: str, build: Builder) -> None:
+        """Register `name` before its handler's module is loaded: its first request awaits
+        `build`, which registers the real route (`add`), then goes on as any request (its
+        params are validated then, with the same errors). `hello` lists it from the start. A
+        pending method is refused while the daemon stops (nothing is built then)."""
+        if name in self.routes:
+            raise RuntimeError(f"method {name} registered twice")
+        self.routes[name] = _Route(None, None, False, build=build)
+
+    def pending(self) -> list[str]:
+        """The methods whose routes are not built yet."""
+        return [name for name, route in self.routes.items() if route.build is not None]
 
     def method(
         self, name: str, *, allowed_while_stopping: bool = False
@@ -300,9 +365,28 @@ class Router:
             return error_response(
                 request_id, ErrorKind.SHUTTING_DOWN, "the daemon is shutting down"
             )
+        if route.params is None and route.params_from is None:
+            # Its build ran and did not register it: a bug in the method table.
+            log.error("rpc.pending_route_not_built", method=method)
+            message = f"internal error in {method}; see the daemon log"
+            return error_response(request_id, ErrorKind.INTERNAL, message)
+        if nul_free and route.lean_params is not None:
+            lean = route.lean_params(raw_params)
+            if lean is not None:
+                return cast("BaseModel", lean)
         try:
+            if route.params is None:
+                assert route.params_from is not None
+                model = route.params_from()  # its first request: the model's import
+                _pydantic()
+                route.params = model
             return self._parse_params(route.params, raw_params, nul_free)
-        except ValidationError as exc:
+        except Exception as exc:
+            if not _is_validation_error(exc):
+                # Loading or building the model failed (a model built at its first use
+                # imports more of pydantic: out of descriptors, that fails): said as any
+                # handler's failure; the next request tries again.
+                return _failure(exc, method, request_id)[0]
             return error_response(
                 request_id,
                 ErrorKind.INVALID_PARAMS,
@@ -323,13 +407,13 @@ class Router:
         params = self._refusal(route, method, raw_params, request_id, nul_free)
         if isinstance(params, dict):
             return params
-        assert route is not None
+        assert route is not None and route.handler is not None
         started = time.perf_counter()
         outcome = "ok"
         ctx = RequestContext(peer, method, request_id)
         token = _current.set(ctx)
         try:
-            coro = cast(Coroutine[Any, Any, BaseModel | Encoded], route.handler(params, ctx))
+            coro = cast("Coroutine[Any, Any, BaseModel | Encoded]", route.handler(params, ctx))
             try:
                 coro.send(None)
             except StopIteration as finished:
@@ -357,10 +441,16 @@ class Router:
         nul_free: bool = False,
     ) -> dict[str, Any]:
         route = self.routes.get(method)
+        if route is not None and route.build is not None and not self.stopping():
+            try:
+                await route.build(method)
+            except XumError as exc:
+                return error_response(request_id, exc.kind, exc.message, exc.data)
+            route = self.routes.get(method)
         params = self._refusal(route, method, raw_params, request_id, nul_free)
         if isinstance(params, dict):
             return params
-        assert route is not None
+        assert route is not None and route.handler is not None
         started = time.perf_counter()
         outcome = "ok"
         ctx = RequestContext(peer, method, request_id)
@@ -403,7 +493,7 @@ class Router:
                 raw = {**dict(zip(names, raw, strict=False)), "__extra_positional__": raw}
             else:
                 raw = dict(zip(names, raw, strict=False))
-        return model.model_validate(raw, context=NUL_FREE if nul_free else None)
+        return model.model_validate(raw, context=_pydantic()[1] if nul_free else None)
 
 
 def _log_request(
@@ -425,7 +515,7 @@ def _success(
 ) -> dict[str, Any]:
     if isinstance(result, Encoded):
         body: Any = orjson.Fragment(result.json) if fragments else orjson.loads(result.json)
-    elif fragments and type(result).model_dump is _MODEL_DUMP:
+    elif fragments and type(result).model_dump is _pydantic()[2]:
         # Serialised once, by the model's own (Rust) serialiser, straight to JSON bytes that
         # orjson splices into the envelope: no intermediate dict.
         body = orjson.Fragment(result.__pydantic_serializer__.to_json(result))
@@ -433,9 +523,6 @@ def _success(
         # A model that shapes its own output (overrides model_dump) is asked for it.
         body = result.model_dump(mode="json")
     return {"jsonrpc": "2.0", "id": request_id, "result": body}
-
-
-_MODEL_DUMP = BaseModel.model_dump
 
 
 def _failure(exc: Exception, method: str, request_id: RequestId) -> tuple[dict[str, Any], str]:

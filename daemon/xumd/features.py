@@ -1,0 +1,46 @@
+"""The feature graph: lifecycle, cleanup, processes, turns, usage, recovery and gc, installed in
+dependency order (each line owned by its feature), and wired to the containment installed before
+them. Installed before readiness, or at the first request of a lean start (`xumd.leanstart`)."""
+
+from __future__ import annotations
+
+from xumd import containment_feature
+from xumd.app import App
+from xumd.checkouts.exclusion import DirectoryExclusion
+from xumd.cleanup import feature as cleanup_feature
+from xumd.gc import feature as gc_feature
+from xumd.git import Git
+from xumd.lifecycle import feature as lifecycle_feature
+from xumd.lifecycle.seams import LifecycleHooks
+from xumd.processes import feature as processes_feature
+from xumd.recovery import feature as recovery_feature
+from xumd.turns import feature as turns_feature
+from xumd.usage import feature as usage_feature
+
+
+def install(app: App, containment: containment_feature.Installed) -> None:
+    hooks = app.provide(LifecycleHooks())
+    # Shared by lifecycle and cleanup, built here so neither reaches into the other:
+    git = app.provide(Git(timeout_s=app.config.git_timeout_s))
+    directories = app.provide(DirectoryExclusion(wait_s=app.config.lock_wait_s))
+    scripts = app.provide(lifecycle_feature.scripts(app))
+    cleanup = cleanup_feature.install(  # cleanup obligations + retry
+        app, git=git, directories=directories, scripts=scripts
+    )
+    workspaces = lifecycle_feature.install(  # projects, workspaces: uses cleanup
+        app, git=git, directories=directories, scripts=scripts, cleanup=cleanup, hooks=hooks
+    )
+    supervisor = processes_feature.install(  # processes + leases
+        app, workspaces=workspaces, scripts=scripts, hooks=hooks
+    )
+    turns = turns_feature.install(app, workspaces=workspaces)  # delegated turns
+    usage = usage_feature.install(  # disk usage (after lifecycle and cleanup); built lazily
+        app, git=git, workspaces=workspaces, cleanup=cleanup
+    )
+    recovery_feature.install(  # startup pass + strays (last: runs after the others' hooks)
+        app, workspaces=workspaces, git=git, turns=turns, hooks=hooks
+    )
+    gc_feature.install(  # gc policies (after usage and recovery: it uses both); built lazily
+        app, git=git, hooks=hooks, usage=usage, workspaces=workspaces
+    )
+    containment_feature.wire(containment, git=git, scripts=scripts, supervisor=supervisor)

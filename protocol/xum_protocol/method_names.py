@@ -1,0 +1,55 @@
+"""The names of the protocol's methods, without their models: what a server answers `hello`'s
+`capabilities` from before any model is loaded. `xum_protocol.methods.METHODS` holds the same
+names with their params and result models (tests/test_lean_start.py checks they agree)."""
+
+from __future__ import annotations
+
+METHOD_NAMES: frozenset[str] = frozenset(
+    {
+        "hello",
+        "daemon.status",
+        "daemon.shutdown",
+        "project.add",
+        "project.list",
+        "project.get",
+        "project.remove",
+        "project.trust",
+        "workspace.create",
+        "workspace.list",
+        "workspace.get",
+        "workspace.rename",
+        "workspace.archive",
+        "workspace.unarchive",
+        "workspace.remove",
+        "workspace.setup",
+        "workspace.keep",
+        "workspace.usage",
+        "gc.plan",
+        "gc.run",
+        "gc.get",
+        "cleanup.list",
+        "cleanup.retry",
+        "process.spawn",
+        "process.list",
+        "process.get",
+        "process.output",
+        "process.write",
+        "process.resize",
+        "process.signal",
+        "process.wait",
+        "process.stop",
+        "process.background",
+        "process.release_all",
+        "process.holders",
+        "lease.acquire",
+        "lease.release",
+        "lease.list",
+        "turn.create",
+        "turn.get",
+        "turn.list",
+        "turn.end",
+        "workspace.strays",
+        "workspace.discard_kept",
+        "events.subscribe",
+    }
+)
