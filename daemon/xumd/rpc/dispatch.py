@@ -324,10 +324,12 @@ class Router:
         if isinstance(params, dict):
             return params
         assert route is not None
-        started = time.perf_counter()
+        # Per request, only what the answer needs: the clock is read for the debug line alone,
+        # and the request is not made current (`_current`): that is for `answer_if_cut`, and a
+        # handler that runs to its end without awaiting cannot be cut.
+        started = time.perf_counter() if self.log_requests else 0.0
         outcome = "ok"
         ctx = RequestContext(peer, method, request_id)
-        token = _current.set(ctx)
         try:
             coro = cast(Coroutine[Any, Any, BaseModel | Encoded], route.handler(params, ctx))
             try:
@@ -342,7 +344,6 @@ class Router:
             response, outcome = _failure(exc, method, request_id)
             return response
         finally:
-            _current.reset(token)
             if self.log_requests:
                 _log_request(ctx, started, outcome, inline=True)
 
@@ -392,6 +393,10 @@ class Router:
 
     @staticmethod
     def _parse_params(model: type[BaseModel], raw: Any, nul_free: bool = False) -> BaseModel:
+        if not raw and not model.model_fields:
+            # No params for a model without fields (`daemon.status`, polled): the one valid
+            # instance, validated once. It holds nothing, so requests cannot share state in it.
+            return _empty_params(model)
         if raw is None:
             raw = {}
         if isinstance(raw, list) and hasattr(model, "from_positional"):
@@ -404,6 +409,18 @@ class Router:
             else:
                 raw = dict(zip(names, raw, strict=False))
         return model.model_validate(raw, context=NUL_FREE if nul_free else None)
+
+
+_EMPTY: dict[type[BaseModel], BaseModel] = {}
+
+
+def _empty_params(model: type[BaseModel]) -> BaseModel:
+    """`model` validated from no params, once per model (a model that refuses empty params
+    raises every time: only a success is kept)."""
+    made = _EMPTY.get(model)
+    if made is None:
+        made = _EMPTY[model] = model.model_validate({})
+    return made
 
 
 def _log_request(
