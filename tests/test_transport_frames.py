@@ -28,9 +28,10 @@ from xum_protocol.framing import FrameReader
 from xum_protocol.models.base import Params
 from xumd.config import DaemonConfig
 from xumd.errors import XumError
+from xumd.rpc import server as server_module
 from xumd.rpc.dispatch import RequestContext, Router, _validation_errors
 from xumd.rpc.server import Server, bind_socket
-from xumd.rpc.transport import WRITE_HIGH
+from xumd.rpc.transport import WRITE_HIGH, FrameProtocol
 
 from tests.support.daemon import short_tmpdir
 from tests.support.peer import NullPeer
@@ -294,6 +295,114 @@ def test_a_peer_that_reads_nothing_is_slowed_then_answered_in_full() -> None:
     _run(main)
 
 
+class _Counted(FrameProtocol):
+    """The daemon's transport protocol, counting what the socket is handed: reads that
+    carried frames, writes to the transport, and the transport's buffer after each write."""
+
+    instances: list[_Counted] = []
+
+    def __init__(self, max_frame: int) -> None:
+        super().__init__(max_frame)
+        self.reads_with_frames = 0
+        self.writes = 0
+        self.written = 0
+        self.most_buffered = 0
+        _Counted.instances.append(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert isinstance(transport, asyncio.Transport)
+        write = transport.write
+
+        def counted(data: bytes | bytearray | memoryview) -> None:
+            write(data)
+            self.writes += 1
+            self.written += len(data)
+            self.most_buffered = max(self.most_buffered, transport.get_write_buffer_size())
+
+        transport.write = counted  # type: ignore[method-assign]
+
+    def data_received(self, data: bytes) -> None:
+        self.reads_with_frames += data.count(b"\n") > 0
+        super().data_received(data)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[_Counted]:
+    monkeypatch.setattr(server_module, "FrameProtocol", _Counted)
+    _Counted.instances = []
+    return _Counted.instances
+
+
+def test_pipelined_inline_answers_leave_in_one_write_per_read(counted: list[_Counted]) -> None:
+    """Frames that arrive in one read are answered with one write, in the order they came."""
+    count = 50
+    blob = b"".join(_req("t.inline", i, i) for i in range(count))
+
+    async def main() -> None:
+        async with _serving(_router([])) as (path, _server):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(path))
+            reader, writer = await asyncio.open_unix_connection(sock=sock)
+            writer.write(blob)
+            answers = await _read_answers(reader, count)
+            assert [a["id"] for a in answers] == list(range(count))
+            assert all(a["result"] == {"n": a["id"], "task": False} for a in answers)
+            (proto,) = counted
+            assert proto.reads_with_frames >= 1
+            assert proto.writes == proto.reads_with_frames
+            writer.close()
+
+    _run(main)
+
+
+def test_joined_answers_keep_the_transport_bound_for_a_peer_that_reads_nothing(
+    counted: list[_Counted],
+) -> None:
+    """Joining does not let a read's answers pile up past the high-water mark: the transport
+    holds at most WRITE_HIGH plus two answers (the one that crossed it, and one the writer task
+    hands over before it waits), as when each answer was written on its own; a read of 256 KiB
+    of frames would otherwise be answered with one write of about as much."""
+    count = 20_000
+    blob = b"".join(_req("t.inline", i) for i in range(count))
+
+    async def main() -> None:
+        async with _serving(_router([]), write_queue_messages=16, write_queue_bytes=4096) as (
+            path,
+            server,
+        ):
+            flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            flood.connect(str(path))
+            flood.settimeout(60)
+            sender = threading.Thread(target=flood.sendall, args=(blob,), daemon=True)
+            sender.start()
+            conn = await wait_for(lambda: next(iter(server.connections), None))
+            await wait_for(lambda: conn._proto._read_paused, 30)
+            (proto,) = counted
+            answer_size = len(blob) // count
+            assert WRITE_HIGH < proto.most_buffered <= WRITE_HIGH + 2 * answer_size
+            assert proto.writes * 10 < proto.written // answer_size  # joined, not one each
+
+            def drain() -> list[int]:
+                ids: list[int] = []
+                buf = b""
+                while len(ids) < count:
+                    chunk = flood.recv(1 << 20)
+                    assert chunk, "closed before every answer came"
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    ids.extend(orjson.loads(line)["id"] for line in lines)
+                return ids
+
+            ids = await anyio.to_thread.run_sync(drain)
+            sender.join(30)
+            # Every answer, once (past the pause they took the task path: completion order).
+            assert sorted(ids) == list(range(count))
+            flood.close()
+
+    _run(main)
+
+
 def test_a_peer_gone_mid_frame_harms_nobody() -> None:
     async def main() -> None:
         async with _serving(_router([])) as (path, server):
@@ -462,3 +571,35 @@ def test_the_skip_is_only_for_frames_said_nul_free() -> None:
     # The flag is the transport's promise that no NUL can be there: it is what skips the scan.
     trusted = router.handle_now(message, NullPeer(), nul_free=True)
     assert isinstance(trusted, dict) and "result" in trusted
+
+
+class _Nothing(Params):
+    pass
+
+
+def test_params_without_fields_are_validated_once_and_still_refuse_extras() -> None:
+    """`daemon.status` and its kind take no params: the one valid instance is made once (it
+    holds nothing a request could leave behind); anything given is still refused."""
+    got: list[Any] = []
+    router = Router()
+
+    async def take(params: _Nothing, ctx: RequestContext) -> _R:
+        got.append(params)
+        return _R(n=len(got), task=False)
+
+    router.add("t.none", take, _Nothing, inline=True)
+    router.add("t.none.task", take, _Nothing)
+    base = {"jsonrpc": "2.0", "id": 1}
+    for extra in ({}, {"params": {}}, {"params": []}, {"params": None}):
+        message = {**base, "method": "t.none", **extra}
+        if extra == {"params": None}:  # not an object nor an array: the envelope refuses it
+            refused = router.handle_now(message, NullPeer())
+            assert isinstance(refused, dict) and refused["error"]["code"] == -32600
+            continue
+        answer = router.handle_now(message, NullPeer())
+        assert isinstance(answer, dict) and "result" in answer
+    anyio.run(router.handle, {**base, "method": "t.none.task"}, NullPeer())
+    assert len(got) == 4 and all(params is got[0] for params in got)
+    for params in ({"x": 1}, [1]):
+        refused = router.handle_now({**base, "method": "t.none", "params": params}, NullPeer())
+        assert isinstance(refused, dict) and refused["error"]["data"]["kind"] == "invalid_params"

@@ -17,8 +17,8 @@ DELIMITER = b"\n"
 
 
 def encode(message: Any) -> bytes:
-    """Encode one message as a frame, newline included."""
-    return orjson.dumps(message) + DELIMITER
+    """Encode one message as a frame, newline included (written by orjson: no second copy)."""
+    return orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def decode(frame: bytes) -> Any:

@@ -126,7 +126,7 @@ class Connection:
         box = self._outbox
         if box.closed:
             raise OutboxClosed
-        if not box and self._proto.writable:
+        if not box.frames and self._proto.writable:
             # Nothing ahead of it and no backlog: straight to the transport, no writer wake-up.
             # A peer that is gone already is noticed by the reader (or the next queued write).
             self._proto.write(data)
@@ -250,7 +250,12 @@ class Connection:
     def _answer_inline(self, frame: bytes) -> bool:
         """Called from the transport's read callback: answer `frame` now when that needs no
         await (a handler marked inline, or an error), else False (the reader task admits it)."""
-        if self._closed or self._outbox or not self._proto.writable or self._router.stopping():
+        if (
+            self._closed
+            or self._outbox.frames
+            or not self._proto.writable
+            or self._router.stopping()
+        ):
             return False
         try:
             message = orjson.loads(frame)

@@ -22,27 +22,25 @@ class Outbox:
     def __init__(self, max_messages: int, max_bytes: int) -> None:
         self._max_messages = max_messages
         self._max_bytes = max_bytes
-        self._frames: deque[bytes] = deque()
+        self.frames: deque[bytes] = deque()
+        """What is queued, oldest first (read it, never change it: `put*` and `get` do). A plain
+        attribute, as is `closed`: the connection looks at both for every answer it writes."""
         self._bytes = 0
-        self._closed = False
+        self.closed = False
         self._changed = anyio.Event()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @property
     def queued_bytes(self) -> int:
         return self._bytes
 
     def __len__(self) -> int:
-        return len(self._frames)
+        return len(self.frames)
 
     def _has_room(self, size: int) -> bool:
         # An empty queue takes any one frame, so a single large answer can always go out.
-        if not self._frames:
+        if not self.frames:
             return True
-        return len(self._frames) < self._max_messages and self._bytes + size <= self._max_bytes
+        return len(self.frames) < self._max_messages and self._bytes + size <= self._max_bytes
 
     def _wake(self) -> None:
         event, self._changed = self._changed, anyio.Event()
@@ -50,11 +48,11 @@ class Outbox:
 
     def put_nowait(self, frame: bytes) -> bool:
         """Queue `frame` if there is room; False when full. Raises OutboxClosed once closed."""
-        if self._closed:
+        if self.closed:
             raise OutboxClosed
         if not self._has_room(len(frame)):
             return False
-        self._frames.append(frame)
+        self.frames.append(frame)
         self._bytes += len(frame)
         self._wake()
         return True
@@ -66,16 +64,16 @@ class Outbox:
 
     async def get(self) -> bytes | None:
         """The next frame, or None once the queue is closed and empty."""
-        while not self._frames:
-            if self._closed:
+        while not self.frames:
+            if self.closed:
                 return None
             await self._changed.wait()
-        frame = self._frames.popleft()
+        frame = self.frames.popleft()
         self._bytes -= len(frame)
         self._wake()
         return frame
 
     def close(self) -> None:
         """No more frames; `get` drains what is queued, then returns None."""
-        self._closed = True
+        self.closed = True
         self._wake()

@@ -13,6 +13,10 @@ Flow control both ways, so memory stays bounded whatever the peer does:
 - output: `writable` is False while the transport's buffer is above `WRITE_HIGH` (asyncio's
   pause_writing / resume_writing); the connection then queues answers in its bounded outbox,
   which is where a peer that does not read is detected and dropped.
+
+The answers to the frames of one read are joined into one write (a client that pipelines costs
+one send per read, not one per answer), counted against `WRITE_HIGH` as they are joined, so the
+transport's buffer is bounded as if each had been written on its own.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ class FrameProtocol(asyncio.Protocol):
         self._discarding = False
         self._discarded = 0
         self._eof_written = False
+        self._joined: list[bytes] | None = None
+        """While one read's frames are answered: the answers not yet handed to the transport."""
+        self._joined_bytes = 0
         self._input = asyncio.Event()
         self._output = asyncio.Event()
         self._output.set()
@@ -76,11 +83,19 @@ class FrameProtocol(asyncio.Protocol):
             return
         frames = self.reader.feed(data)
         fast = self.fast
-        for frame in frames:
-            if fast is not None and not self.pending and fast(frame):
-                continue
-            self.pending.append(frame)
-            self._pending_bytes += len(frame)
+        if fast is not None and len(frames) > 1:
+            # Several frames in one read (a pipelining client): their inline answers leave in
+            # one write, one syscall, not one each.
+            self._joined = []
+        try:
+            for frame in frames:
+                if fast is not None and not self.pending and fast(frame):
+                    continue
+                self.pending.append(frame)
+                self._pending_bytes += len(frame)
+        finally:
+            self._write_joined()
+            self._joined = None
         if self.reader.ended:
             self._pause()  # an oversize frame: the connection refuses it and closes
         elif self._pending_bytes > READ_PAUSE_BYTES:
@@ -154,8 +169,28 @@ class FrameProtocol(asyncio.Protocol):
         transport = self.transport
         if self.lost or self._eof_written or transport is None or transport.is_closing():
             return False  # (asyncio raises on a write after write_eof)
-        transport.write(data)
+        joined = self._joined
+        if joined is None:
+            transport.write(data)
+            return True
+        joined.append(data)
+        self._joined_bytes += len(data)
+        if self._joined_bytes + transport.get_write_buffer_size() > WRITE_HIGH:
+            # As if each answer had been written: past the high-water mark the transport
+            # pauses writing (`writable` turns False) after the same answer as it would have.
+            self._write_joined()
         return True
+
+    def _write_joined(self) -> None:
+        joined = self._joined
+        if not joined:
+            return
+        data = joined[0] if len(joined) == 1 else b"".join(joined)
+        joined.clear()
+        self._joined_bytes = 0
+        transport = self.transport
+        if not (self.lost or self._eof_written or transport is None or transport.is_closing()):
+            transport.write(data)
 
     async def wait_writable(self) -> None:
         while not self.writable and not self.lost:
