@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from xum_protocol.errors import ErrorKind, StdCode
 from xum_protocol.methods import METHODS
 
 from tests.support.daemon import DaemonProcess
-from tests.support.raw import RawPeer
+from tests.support.raw import RawPeer, first_calls_together
 from tests.support.wait import until
 
 NOT_CALLED = {"daemon.shutdown"}  # called last, on its own
@@ -88,23 +87,7 @@ def test_a_failed_load_is_an_internal_error_and_the_daemon_keeps_serving(root: P
 def test_concurrent_first_calls_load_once(root: Path) -> None:
     daemon = DaemonProcess(root, log_level="info").start()
     try:
-        peers = [RawPeer(daemon.socket_path, timeout=30) for _ in range(8)]
-        go = threading.Barrier(len(peers))
-        replies: list[Any] = [None] * len(peers)
-
-        def first_call(i: int) -> None:
-            go.wait(timeout=30)
-            peers[i].send_json({"jsonrpc": "2.0", "id": i, "method": "gc.plan", "params": {}})
-            replies[i] = peers[i].read(timeout=30)
-
-        threads = [threading.Thread(target=first_call, args=(i,)) for i in range(len(peers))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-        for peer in peers:
-            peer.close()
-        assert [reply["id"] for reply in replies] == list(range(len(peers)))
+        replies = first_calls_together(daemon.socket_path, ["gc.plan"] * 8)
         assert all("items" in reply["result"] for reply in replies), replies
         assert loaded(daemon) == ["usage", "gc"]  # gc's build builds usage: each once
     finally:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from xumd.paths import RootPaths
 from xumd.store import Store
 
 from tests.support.daemon import DaemonProcess
-from tests.support.raw import RawPeer
+from tests.support.raw import RawPeer, first_calls_together
 from tests.support.wait import until
 from tests.test_startup_cost import HEAVY_BEFORE_READY, heavy, imported
 
@@ -113,25 +112,8 @@ def test_bad_params_of_a_first_request_are_refused_as_on_a_full_start(tmp_short:
 def test_concurrent_first_requests_build_the_graph_once(root: Path) -> None:
     daemon = DaemonProcess(root, log_level="info").start()
     try:
-        peers = [RawPeer(daemon.socket_path, timeout=30) for _ in range(8)]
-        go = threading.Barrier(len(peers))
-        replies: list[Any] = [None] * len(peers)
-        methods = ["project.list", "workspace.list", "process.list", "lease.list"]
-
-        def first_call(i: int) -> None:
-            go.wait(timeout=30)
-            method = methods[i % len(methods)]
-            peers[i].send_json({"jsonrpc": "2.0", "id": i, "method": method, "params": {}})
-            replies[i] = peers[i].read(timeout=30)
-
-        threads = [threading.Thread(target=first_call, args=(i,)) for i in range(len(peers))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-        for peer in peers:
-            peer.close()
-        assert [reply["id"] for reply in replies] == list(range(len(peers)))
+        methods = ["project.list", "workspace.list", "process.list", "lease.list"] * 2
+        replies = first_calls_together(daemon.socket_path, methods)
         assert all("result" in reply for reply in replies), replies
         assert len(events(daemon, "leanstart.features_built")) == 1
         assert steps(daemon).count("recovery") == 1

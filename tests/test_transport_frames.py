@@ -276,23 +276,25 @@ def test_a_peer_that_reads_nothing_is_slowed_then_answered_in_full() -> None:
             writer.close()
 
             # Now it reads: every request it sent is answered once, none lost.
-            def drain() -> list[int]:
-                ids: list[int] = []
-                buf = b""
-                while len(ids) < count:
-                    chunk = flood.recv(1 << 20)
-                    assert chunk, "closed before every answer came"
-                    buf += chunk
-                    *lines, buf = buf.split(b"\n")
-                    ids.extend(orjson.loads(line)["id"] for line in lines)
-                return ids
-
-            ids = await anyio.to_thread.run_sync(drain)
+            ids = await anyio.to_thread.run_sync(_answer_ids, flood, count)
             sender.join(30)
             assert sorted(ids) == list(range(count))
             flood.close()
 
     _run(main)
+
+
+def _answer_ids(peer: socket.socket, count: int) -> list[int]:
+    """The ids of the next `count` answers read on `peer` (blocking: run it in a thread)."""
+    ids: list[int] = []
+    buf = b""
+    while len(ids) < count:
+        chunk = peer.recv(1 << 20)
+        assert chunk, "closed before every answer came"
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        ids.extend(orjson.loads(line)["id"] for line in lines)
+    return ids
 
 
 class _Counted(FrameProtocol):
@@ -383,18 +385,7 @@ def test_joined_answers_keep_the_transport_bound_for_a_peer_that_reads_nothing(
             assert WRITE_HIGH < proto.most_buffered <= WRITE_HIGH + 2 * answer_size
             assert proto.writes * 10 < proto.written // answer_size  # joined, not one each
 
-            def drain() -> list[int]:
-                ids: list[int] = []
-                buf = b""
-                while len(ids) < count:
-                    chunk = flood.recv(1 << 20)
-                    assert chunk, "closed before every answer came"
-                    buf += chunk
-                    *lines, buf = buf.split(b"\n")
-                    ids.extend(orjson.loads(line)["id"] for line in lines)
-                return ids
-
-            ids = await anyio.to_thread.run_sync(drain)
+            ids = await anyio.to_thread.run_sync(_answer_ids, flood, count)
             sender.join(30)
             # Every answer, once (past the pause they took the task path: completion order).
             assert sorted(ids) == list(range(count))

@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 from xum_protocol.errors import ErrorKind
+from xum_protocol.method_names import METHOD_NAMES
 
 from xumd import faults, logs
 from xumd.app import App
@@ -44,51 +45,12 @@ STATE_DIRS = ("workspaces", "trash", "archive", "processes")
 copies and durable process output: anything in one (a stray, a partial copy) is theirs to
 find before serving."""
 
-FEATURE_METHODS = (
-    "cleanup.list",
-    "cleanup.retry",
-    "project.add",
-    "project.list",
-    "project.get",
-    "project.remove",
-    "project.trust",
-    "workspace.create",
-    "workspace.list",
-    "workspace.get",
-    "workspace.rename",
-    "workspace.archive",
-    "workspace.unarchive",
-    "workspace.remove",
-    "workspace.keep",
-    "workspace.setup",
-    "process.spawn",
-    "process.list",
-    "process.get",
-    "process.output",
-    "process.write",
-    "process.resize",
-    "process.signal",
-    "process.wait",
-    "process.stop",
-    "process.background",
-    "process.release_all",
-    "process.holders",
-    "lease.acquire",
-    "lease.release",
-    "lease.list",
-    "turn.create",
-    "turn.get",
-    "turn.list",
-    "turn.end",
-    "workspace.usage",
-    "workspace.strays",
-    "workspace.discard_kept",
-    "gc.plan",
-    "gc.run",
-    "gc.get",
-)
-"""Every method the feature graph registers (tests/test_lean_start.py checks it against what
-`xumd.features.install` registers)."""
+DAEMON_METHODS = frozenset({"hello", "daemon.status", "daemon.shutdown", "events.subscribe"})
+"""The daemon's own methods (`daemon_feature`): registered whole on every start."""
+
+FEATURE_METHODS = tuple(sorted(METHOD_NAMES - DAEMON_METHODS))
+"""Every method the feature graph registers: the protocol's others (tests/test_lean_start.py
+checks it against what `xumd.features.install` registers)."""
 
 FEATURE_TEST_METHODS = ("test.clock_advance",)
 """...and those it registers only with `enable_test_methods`."""

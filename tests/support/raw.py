@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -77,3 +78,27 @@ def exchange(socket_path: Path | str, data: bytes | str, timeout: float = 10.0) 
         peer.send(data)
         peer.shut_write()
         return peer.read_all()
+
+
+def first_calls_together(socket_path: Path | str, methods: list[str]) -> list[Any]:
+    """Each of `methods` on a connection of its own, all sent at once (a barrier between the
+    threads), and their replies in the same order: the first requests of something built at
+    its first use, which must be built once whoever asks first."""
+    peers = [RawPeer(socket_path, timeout=30) for _ in methods]
+    go = threading.Barrier(len(peers))
+    replies: list[Any] = [None] * len(peers)
+
+    def first_call(i: int) -> None:
+        go.wait(timeout=30)
+        peers[i].send_json({"jsonrpc": "2.0", "id": i, "method": methods[i], "params": {}})
+        replies[i] = peers[i].read(timeout=30)
+
+    threads = [threading.Thread(target=first_call, args=(i,)) for i in range(len(peers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for peer in peers:
+        peer.close()
+    assert [reply["id"] for reply in replies] == list(range(len(peers))), replies
+    return replies
