@@ -254,11 +254,7 @@ def test_a_peer_that_reads_nothing_is_slowed_then_answered_in_full() -> None:
             path,
             server,
         ):
-            flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            flood.connect(str(path))
-            flood.settimeout(60)
-            sender = threading.Thread(target=flood.sendall, args=(blob,), daemon=True)
-            sender.start()
+            flood, sender = _flood(path, blob)
             conn = await wait_for(lambda: next(iter(server.connections), None))
             proto = conn._proto
             # The daemon stops reading it (without back-pressure it would read on and buffer
@@ -282,6 +278,16 @@ def test_a_peer_that_reads_nothing_is_slowed_then_answered_in_full() -> None:
             flood.close()
 
     _run(main)
+
+
+def _flood(path: Path, blob: bytes) -> tuple[socket.socket, threading.Thread]:
+    """A client that sends `blob` from a thread of its own and reads nothing (yet)."""
+    flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    flood.connect(str(path))
+    flood.settimeout(60)
+    sender = threading.Thread(target=flood.sendall, args=(blob,), daemon=True)
+    sender.start()
+    return flood, sender
 
 
 def _answer_ids(peer: socket.socket, count: int) -> list[int]:
@@ -373,11 +379,7 @@ def test_joined_answers_keep_the_transport_bound_for_a_peer_that_reads_nothing(
             path,
             server,
         ):
-            flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            flood.connect(str(path))
-            flood.settimeout(60)
-            sender = threading.Thread(target=flood.sendall, args=(blob,), daemon=True)
-            sender.start()
+            flood, sender = _flood(path, blob)
             conn = await wait_for(lambda: next(iter(server.connections), None))
             await wait_for(lambda: conn._proto._read_paused, 30)
             (proto,) = counted
