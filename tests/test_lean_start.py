@@ -7,7 +7,8 @@ feature graph is loaded, and the graph is built at the first request that needs 
   included), runs the graph's startup steps then, and is answered as on a full start, bad params
   with the same error;
 - a failed build is answered `internal`, and the next request builds it;
-- a root with a record starts whole: recovery before serving;
+- a root with a record starts whole: recovery before serving; so does one with a record in any
+  table, anything in a state directory, or a state directory that cannot be listed (fail closed);
 - `daemon.status` shows the unbuilt features as the built ones show an empty root;
 - the method table is what the graph registers; the root lock's start time is psutil's;
 - what is written without the protocol's models (hello, daemon.status, containment's status,
@@ -314,3 +315,52 @@ def test_hello_and_status_load_no_model(root: Path) -> None:
         assert "pydantic" in imported(daemon.log_text())
     finally:
         daemon.close()
+
+
+def _why_not_lean(root: Path, prepare: Any) -> str | None:
+    """`why_not_lean` of a migrated root after `prepare(root, store)` changed it."""
+    root.mkdir(parents=True, exist_ok=True)
+    store = Store(root / "state.db")
+    store.migrate()
+    try:
+        prepare(root, store)
+        return leanstart.why_not_lean(App(RootPaths(root), DaemonConfig(), store))
+    finally:
+        store.close()
+
+
+def _project_row(root: Path, store: Store) -> None:
+    store.execute(
+        "INSERT INTO projects (id, name, path, dev, ino, kind, created_at, updated_at)"
+        " VALUES ('prj_0000000000000001', 'p', '/nowhere', 1, 1, 'directory', 0, 0)"
+    )
+
+
+def _table_added_later(root: Path, store: Store) -> None:
+    store.execute("CREATE TABLE later_feature (id TEXT)")
+    store.execute("INSERT INTO later_feature VALUES ('x')")
+
+
+def _file_where_trash_goes(root: Path, store: Store) -> None:
+    (root / "trash").write_text("not a directory")
+
+
+def _left_in_processes(root: Path, store: Store) -> None:
+    (root / "processes" / "p_1").mkdir(parents=True)
+
+
+@pytest.mark.parametrize(
+    ("prepare", "reason"),
+    [
+        (_project_row, "records in projects"),
+        (_table_added_later, "records in later_feature"),
+        (_file_where_trash_goes, "trash: Not a directory"),
+        (_left_in_processes, "entries in processes"),
+    ],
+)
+def test_what_makes_a_root_start_whole(tmp_short: Path, prepare: Any, reason: str) -> None:
+    """Fail closed: a record in any table (one a later version adds too), anything in a state
+    directory, or a state directory that cannot be listed means the full start, recovery
+    before serving; only a root with nothing at all is lean."""
+    assert _why_not_lean(tmp_short / "empty", lambda root, store: None) is None
+    assert _why_not_lean(tmp_short / "root", prepare) == reason
