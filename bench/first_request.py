@@ -18,14 +18,13 @@ import os
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from bench import procs
-from bench.pair import PARTS, _cpu_s
+from bench.pair import PARTS, _cpu_s, ready_process
 
 STEPS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("hello", "hello", {"protocol": "1.0", "client": {"name": "bench-first"}}),
@@ -37,20 +36,7 @@ STEPS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 
 
 def _one(argv: list[str], env: dict[str, str], sock: Path) -> list[tuple[float, float]]:
-    notify_dir = procs.short_dir("xbf-")
-    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    notify.bind(str(notify_dir / "n"))
-    notify.settimeout(120)
-    proc = subprocess.Popen(
-        argv,
-        env={**env, "NOTIFY_SOCKET": str(notify_dir / "n")},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        while "READY=1" not in notify.recv(4096).decode().split("\n"):
-            pass
+    with ready_process(argv, env) as (proc, _):
         out = []
         with socket.socket(socket.AF_UNIX) as conn:
             conn.connect(str(sock))
@@ -65,12 +51,9 @@ def _one(argv: list[str], env: dict[str, str], sock: Path) -> list[tuple[float, 
                 wall = time.perf_counter() - started
                 assert "result" in answer, answer
                 out.append((wall * 1e3, (_cpu_s(proc.pid) - cpu) * 1e3))
-        return out
-    finally:
         proc.terminate()
         proc.wait(60)
-        notify.close()
-        shutil.rmtree(notify_dir, ignore_errors=True)
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import json
 import os
 import py_compile
@@ -32,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench import procs, scale
@@ -68,10 +70,12 @@ def _status_calls(path: Path, count: int = 20) -> None:
             stream.readline()
 
 
-def _daemon(
-    argv: list[str], env: dict[str, str], sock: Path, timeout: float = 120.0
-) -> list[float]:
-    """[ms to READY=1, CPU ms at READY=1, idle RSS MiB, ms from SIGTERM to exit]."""
+@contextlib.contextmanager
+def ready_process(
+    argv: list[str], env: dict[str, str], timeout: float = 120.0
+) -> Iterator[tuple[subprocess.Popen[bytes], float]]:
+    """`argv` started with a NOTIFY_SOCKET of its own, yielded once it sent READY=1, with the
+    seconds that took; killed if it still runs when the block is left."""
     notify_dir = procs.short_dir("xbp-")
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(notify_dir / "n"))
@@ -88,24 +92,31 @@ def _daemon(
         try:
             while "READY=1" not in notify.recv(4096).decode().split("\n"):
                 pass
-            ready = time.perf_counter() - started
-            cpu = _cpu_s(proc.pid)
-            if "xumd" in argv:
-                _status_calls(sock)
-            time.sleep(0.3)  # idle means idle: let the loop settle before sampling
-            rss = _rss_mib(proc.pid)
-            stopping = time.perf_counter()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout)
-            stop = time.perf_counter() - stopping
+            yield proc, time.perf_counter() - started
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        return [ready * 1e3, cpu * 1e3, rss, stop * 1e3]
     finally:
         notify.close()
         shutil.rmtree(notify_dir, ignore_errors=True)
+
+
+def _daemon(
+    argv: list[str], env: dict[str, str], sock: Path, timeout: float = 120.0
+) -> list[float]:
+    """[ms to READY=1, CPU ms at READY=1, idle RSS MiB, ms from SIGTERM to exit]."""
+    with ready_process(argv, env, timeout) as (proc, ready):
+        cpu = _cpu_s(proc.pid)
+        if "xumd" in argv:
+            _status_calls(sock)
+        time.sleep(0.3)  # idle means idle: let the loop settle before sampling
+        rss = _rss_mib(proc.pid)
+        stopping = time.perf_counter()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout)
+        stop = time.perf_counter() - stopping
+    return [ready * 1e3, cpu * 1e3, rss, stop * 1e3]
 
 
 def _command(argv: list[str], env: dict[str, str]) -> list[float]:

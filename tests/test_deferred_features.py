@@ -15,19 +15,15 @@ from xum_protocol.errors import ErrorKind, StdCode
 from xum_protocol.methods import METHODS
 
 from tests.support.daemon import DaemonProcess
-from tests.support.raw import RawPeer, first_calls_together
+from tests.support.raw import ask as raw_ask
+from tests.support.raw import first_calls_together
 from tests.support.wait import until
 
 NOT_CALLED = {"daemon.shutdown"}  # called last, on its own
 
 
 def ask(daemon: DaemonProcess, method: str, params: Any = None, request_id: int = 1) -> Any:
-    with RawPeer(daemon.socket_path, timeout=30) as peer:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        peer.send_json(message)
-        return peer.read(timeout=30)
+    return raw_ask(daemon.socket_path, method, params, request_id)
 
 
 def loaded(daemon: DaemonProcess) -> list[str]:

@@ -39,17 +39,13 @@ from xumd.store import Store
 
 from tests.support.daemon import DaemonProcess
 from tests.support.raw import RawPeer, first_calls_together
+from tests.support.raw import ask as raw_ask
 from tests.support.wait import until
 from tests.test_startup_cost import HEAVY_BEFORE_READY, heavy, imported
 
 
 def ask(daemon: DaemonProcess, method: str, params: Any = None, request_id: int = 1) -> Any:
-    with RawPeer(daemon.socket_path, timeout=30) as peer:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        peer.send_json(message)
-        return peer.read(timeout=30)
+    return raw_ask(daemon.socket_path, method, params, request_id)
 
 
 def events(daemon: DaemonProcess, name: str) -> list[dict[str, Any]]:

@@ -102,3 +102,14 @@ def first_calls_together(socket_path: Path | str, methods: list[str]) -> list[An
         peer.close()
     assert [reply["id"] for reply in replies] == list(range(len(peers))), replies
     return replies
+
+
+def ask(socket_path: Path | str, method: str, params: Any = None, request_id: int = 1) -> Any:
+    """One request on a connection of its own (no handshake), its raw reply: an error object
+    or a result, as any peer would read it. `params` None sends none."""
+    with RawPeer(socket_path, timeout=30) as peer:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        peer.send_json(message)
+        return peer.read(timeout=30)
