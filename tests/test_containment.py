@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -786,7 +787,8 @@ def test_a_process_whose_state_cannot_be_read_is_not_taken_for_ended(
 
     try:
         until(lambda: containment.read_marker(proc.pid) is not None)
-        until(lambda: "sleep" in " ".join(containment._argv(proc.pid)))  # TERM ignored by now
+        # sh's own command line names sleep too: wait for the exec itself (TERM ignored by now).
+        until(lambda: containment._argv(proc.pid)[:1] == ("sleep",))
         (found,) = containment.scan(cont.tag)
         monkeypatch.setattr(procstat, "stat_fields", no_fd_when_strict)
         pinned.append(proc.pid)
@@ -796,6 +798,48 @@ def test_a_process_whose_state_cannot_be_read_is_not_taken_for_ended(
         monkeypatch.undo()
         assert left == []
         proc.wait(timeout=5)  # SIGKILLed after the grace: gone, not merely said to be
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_marked_process_caught_mid_exec_is_still_found(tmp_short: Path) -> None:
+    """Mid-exec the kernel shows no environment for a moment (the old program's is gone, the
+    new one's is published after its argv), longer when the process is preempted there: a
+    scan that caught a marked process then took it for unmarked, and a sweep missed it. Each
+    round scans, without a pause, from the moment the marked shell runs until it has become
+    `sleep`: every scan must find it. Without the wait for a user process's environment most
+    rounds missed it at least once."""
+    cont = Containment(tag=root_tag(tmp_short))
+    env = dict(os.environ)
+    env[containment.MARKER_VAR] = str(Marker(cont.tag, "previousrun", "lease_x"))
+    for _ in range(20):
+        proc = subprocess.Popen(["sh", "-c", "exec sleep 100"], env=env)
+        try:
+            # Polled without a pause (`until` sleeps between looks): the window is short.
+            deadline = time.monotonic() + 10
+            while containment.read_marker(proc.pid) is None:  # the forked copy is unmarked
+                assert time.monotonic() < deadline, "the shell never started"
+            while True:
+                became_sleep = containment._argv(proc.pid)[:1] == ("sleep",)
+                assert [m.pid for m in containment.scan(cont.tag)] == [proc.pid]
+                if became_sleep:
+                    break
+                assert time.monotonic() < deadline, "sleep never started"
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_process_without_an_environment_is_not_marked(tmp_short: Path) -> None:
+    """`env -i`: an empty environment that is no exec in progress is read again for
+    EXEC_SETTLE_S only, and found unmarked (a bounded wait, not a hang)."""
+    cont = Containment(tag=root_tag(tmp_short))
+    proc = subprocess.Popen(["env", "-i", "sleep", "100"])
+    try:
+        until(lambda: containment._argv(proc.pid)[:1] == ("sleep",))
+        assert containment.read_marker(proc.pid) is None
+        assert containment.scan(cont.tag) == []
     finally:
         proc.kill()
         proc.wait()

@@ -404,15 +404,51 @@ class Marked:
         return {"pid": self.pid, "marker": str(self.marker), "argv": list(self.argv)}
 
 
-def read_marker(pid: int) -> Marker | None:
-    """The process's marker, None without one (or no such process, or not ours to read).
-    Out of descriptors or memory raises: could not look is not "no marker"."""
+EXEC_SETTLE_S = 0.05
+"""How long a user process that shows an empty environment is read again. Mid-exec the kernel
+shows no environment for a moment (the old program's is gone; the new one's is published after
+its argv, `create_elf_tables`), and a process preempted there (a busy machine) shows none for a
+scheduling quantum or two. Without the wait, a marked process caught mid-exec (a script's loop
+starting a command) was taken for unmarked: a sweep missed it (docs/RELIABILITY.md, "Class:
+process containment across crashes"). Kernel threads and zombies, which have no environment,
+are not waited for; a process started with an empty one (`env -i`) costs the wait, once per
+scan."""
+
+PF_KTHREAD = 0x00200000
+"""/proc/PID/stat's flags: a kernel thread (include/linux/sched.h)."""
+
+
+def _may_be_mid_exec(pid: int) -> bool:
+    """An empty environment that may be an exec in progress: a live user process."""
+    fields = procstat.stat_fields(pid)
+    if fields is None or len(fields) < 7 or fields[0][:1] in ("Z", "X"):
+        return False
+    try:
+        return not int(fields[6]) & PF_KTHREAD
+    except ValueError:
+        return True
+
+
+def _environ(pid: int) -> bytes | None:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
+            return f.read()
     except OSError as exc:
         if is_exhausted(exc):
             raise
+        return None
+
+
+def read_marker(pid: int) -> Marker | None:
+    """The process's marker, None without one (or no such process, or not ours to read).
+    Out of descriptors or memory raises: could not look is not "no marker"."""
+    data = _environ(pid)
+    if data == b"" and _may_be_mid_exec(pid):
+        deadline = time.monotonic() + EXEC_SETTLE_S
+        while data == b"" and time.monotonic() < deadline:
+            time.sleep(0.001)  # bounded: EXEC_SETTLE_S in all, only for such a process
+            data = _environ(pid)
+    if data is None:
         return None
     key = MARKER_VAR.encode() + b"="
     for entry in data.split(b"\0"):
