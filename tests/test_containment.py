@@ -832,8 +832,8 @@ def test_a_marked_process_caught_mid_exec_is_still_found(tmp_short: Path) -> Non
 
 
 def test_a_process_without_an_environment_is_not_marked(tmp_short: Path) -> None:
-    """`env -i`: an empty environment that is no exec in progress is read again for
-    EXEC_SETTLE_S only, and found unmarked (a bounded wait, not a hang)."""
+    """`env -i`: an empty environment that is no exec in progress (the process idles) is
+    not waited for, and found unmarked."""
     cont = Containment(tag=root_tag(tmp_short))
     proc = subprocess.Popen(["env", "-i", "sleep", "100"])
     try:

@@ -411,17 +411,19 @@ its argv, `create_elf_tables`), and a process preempted there (a busy machine) s
 scheduling quantum or two. Without the wait, a marked process caught mid-exec (a script's loop
 starting a command) was taken for unmarked: a sweep missed it (docs/RELIABILITY.md, "Class:
 process containment across crashes"). Kernel threads and zombies, which have no environment,
-are not waited for; a process started with an empty one (`env -i`) costs the wait, once per
-scan."""
+are not waited for, nor a process idle with an empty one (`env -i`): only one running or in
+an uninterruptible wait, as an exec is."""
 
 PF_KTHREAD = 0x00200000
 """/proc/PID/stat's flags: a kernel thread (include/linux/sched.h)."""
 
 
 def _may_be_mid_exec(pid: int) -> bool:
-    """An empty environment that may be an exec in progress: a live user process."""
+    """An empty environment that may be an exec in progress: a user process running or in an
+    uninterruptible wait (an exec's waits are; one idle in `S` is not mid-exec, so a sleeping
+    `env -i` process costs no wait)."""
     fields = procstat.stat_fields(pid)
-    if fields is None or len(fields) < 7 or fields[0][:1] in ("Z", "X"):
+    if fields is None or len(fields) < 7 or fields[0][:1] not in ("R", "D"):
         return False
     try:
         return not int(fields[6]) & PF_KTHREAD
