@@ -159,6 +159,17 @@ def identity(pid: int, *, strict: bool = False) -> tuple[float, bool] | None:
     return _ticks_to_start(fields[19]), fields[0] in ("Z", "X")
 
 
+def kernel_create_time(pid: int) -> float | None:
+    """The process's start as `psutil.Process(pid).create_time()` gives it on Linux: its start
+    in ticks after boot plus the kernel's boot time now (`btime`: it moves with wall-clock
+    steps, unlike `identity`'s anchor). For records other tools compare with psutil's (the root
+    lock's holder). None when there is no such process, or elsewhere than Linux."""
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    return int(fields[19]) / _CLK_TCK + _kernel_boot_time()
+
+
 def _ticks_to_start(ticks_field: str) -> float:
     ticks = int(ticks_field) / _CLK_TCK - _timens_boottime_offset()
     return round(_anchor() + ticks, 3)

@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from xumd import procstat
+
 
 class RootLockedError(Exception):
     """Another daemon holds the root."""
@@ -73,19 +75,14 @@ def acquire(path: Path) -> RootLock:
 
 def own_create_time() -> float:
     """This process's start as `psutil.Process().create_time()` gives it (what other readers of
-    the lock file compare it with): the start in clock ticks after boot (/proc/self/stat field
-    22) plus the kernel's boot time (/proc/stat `btime`). Read here without psutil: its import
-    is on every start's path to readiness. Elsewhere than Linux, psutil's own."""
-    try:
-        with open("/proc/self/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-        with open("/proc/stat", "rb") as handle:
-            btime = next(line for line in handle if line.startswith(b"btime "))
-        return int(fields[19]) / os.sysconf("SC_CLK_TCK") + float(btime.split()[1])
-    except (OSError, IndexError, ValueError, StopIteration):
-        import psutil
+    the lock file compare it with), read without psutil on Linux (`procstat`): psutil's import
+    is not on the way to readiness. Elsewhere, psutil's own."""
+    created = procstat.kernel_create_time(os.getpid())
+    if created is not None:
+        return created
+    import psutil
 
-        return float(psutil.Process().create_time())
+    return float(psutil.Process().create_time())
 
 
 def read_holder(path: Path) -> dict[str, Any] | None:

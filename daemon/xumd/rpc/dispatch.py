@@ -302,12 +302,8 @@ class Router:
     def _done(self) -> None:
         self.active -= 1
         if not self.active and self._idle is not None:
-            self._wake_idle()
-
-    def _wake_idle(self) -> None:
-        assert self._idle is not None
-        self._idle.set()
-        self._idle = None
+            self._idle.set()
+            self._idle = None
 
     async def handle(
         self, message: Any, peer: Peer, *, fragments: bool = False, nul_free: bool = False
@@ -347,16 +343,12 @@ class Router:
         route = self.routes.get(method)
         if route is not None and not route.inline:
             return LATER
-        # No params for a model without fields: its one instance (`_empty_params`), without a
-        # call; everything else (and a stopping daemon) through the refusal checks.
-        params = (
-            None if raw_params or route is None or self.stopping() else _EMPTY.get(route.params)
-        )
-        if params is None:
-            refused = self._refusal(route, method, raw_params, request_id, nul_free)
-            if isinstance(refused, dict):
-                return refused if has_id else None
-            params = refused
+        # The daemon's own inline methods read their common params without a model
+        # (`lean_params`, in the refusal checks); a model without fields is validated once
+        # (`_empty_params`).
+        params = self._refusal(route, method, raw_params, request_id, nul_free)
+        if isinstance(params, dict):
+            return params if has_id else None
         assert route is not None and route.handler is not None  # inline: built, with a handler
         self.active += 1
         # Only what the answer needs: the clock is read for the debug line alone, and the
@@ -385,9 +377,7 @@ class Router:
         except Exception as exc:
             response, outcome = _failure(exc, method, request_id)
         finally:
-            self.active -= 1
-            if not self.active and self._idle is not None:
-                self._wake_idle()
+            self._done()
             if self.log_requests:
                 _log_request(ctx, started, outcome, inline=True)
         return response if has_id else None
@@ -510,9 +500,7 @@ class Router:
         return model.model_validate(raw, context=_pydantic()[1] if nul_free else None)
 
 
-_EMPTY: dict[type[BaseModel] | None, BaseModel | None] = {}
-"""Keyed by a route's params model; a route whose model is not loaded yet (None) is never a
-key, so its first request takes the full checks, which load it."""
+_EMPTY: dict[type[BaseModel], BaseModel | None] = {}
 
 
 def _empty_params(model: type[BaseModel]) -> BaseModel | None:
