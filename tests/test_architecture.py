@@ -45,7 +45,6 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.logs",
             "xumd.paths",
             "xumd.config",
-            "xumd.config_schema",
             "xumd.faults",
             "xumd.fsdelete",
             "xumd.sdnotify",
@@ -53,6 +52,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.smallfile",
         ],
     ),
+    # The configuration's pydantic schema, derived from its tables (docs and tests only).
+    ("configuration schema", ["xumd.config_schema"]),
     ("os", ["xumd.diskfull", "xumd.events", "xumd.fdlimits", "xumd.loopguard"]),
     ("process identity", ["xumd.procstat"]),
     # The root lock records its holder's start as psutil would (procstat).

@@ -6,8 +6,9 @@ Validated here without pydantic: building pydantic models costs its import and t
 every start's way to readiness (docs/PERFORMANCE.md, "Issue 12: lean start"). Each section is a
 table of keys (type, default, bounds); values are taken as pydantic's lax mode takes them (an
 integral float for an int, a numeric string, `yes`/`no` for a bool), and a refusal reads as
-pydantic's did. `xumd.config_schema` keeps the same schema as pydantic models, for the
-documentation; tests/test_config_lean.py checks that both agree, defaults and refusals.
+pydantic's did. `xumd.config_schema` derives pydantic models from these tables, for the
+documentation; tests/test_config_lean.py checks that pydantic, given the same keys, takes and
+refuses what this module does.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 
 
 class Key(NamedTuple):
-    """One setting: its type, its default, and its bounds (None: unbounded)."""
+    """One setting: its type, its default, its bounds (None: unbounded) and what it does (the
+    documentation's description, `xumd.config_schema`)."""
 
     kind: type[Any]
     default: Any
@@ -34,6 +36,7 @@ class Key(NamedTuple):
     ge: float | None = None
     le: float | None = None
     min_length: int | None = None
+    doc: str | None = None
 
 
 class Problem(NamedTuple):
@@ -266,11 +269,39 @@ class ProcessesConfig(Section):
         "probe_interval_s",
     )
     KEYS = {
-        "keep_processes": Key(bool, False),
+        "keep_processes": Key(
+            bool,
+            False,
+            doc=(
+                "Start agents and MCP servers (without a PTY) on durable I/O under ROOT/processes"
+                " and leave them running at shutdown; the next start adopts them."
+            ),
+        ),
         "probe_interval_s": Key(float, 2.0, gt=0),
-        "probe_deadline_s": Key(float, 5.0, gt=0),
-        "cgroup": Key(str, "auto", min_length=1),
-        "output_poll_s": Key(float, 0.1, gt=0, le=5),
+        "probe_deadline_s": Key(
+            float,
+            5.0,
+            gt=0,
+            doc="The quiescence check's cwd/open-file scan; unfinished by then: busy.",
+        ),
+        "cgroup": Key(
+            str,
+            "auto",
+            min_length=1,
+            doc=(
+                "Run every script and process in its own cgroup v2 under: `auto` (the daemon's "
+                "own cgroup when it is delegated, e.g. systemd Delegate=yes), `off`, or the "
+                "absolute path of a writable cgroup v2 directory (docs/PROCESSES.md, "
+                "Containment)."
+            ),
+        ),
+        "output_poll_s": Key(
+            float,
+            0.1,
+            gt=0,
+            le=5,
+            doc="Durable output polling.",
+        ),
         "output_head_bytes": Key(int, 32 * 1024, ge=0),
         "output_tail_bytes": Key(int, 224 * 1024, ge=1024),
         "auto_archive_attempts": Key(int, 6, ge=1),
@@ -301,10 +332,35 @@ class GcConfig(Section):
 
     __slots__ = ("archive_merged", "archived_after_days", "kept_after_days", "snapshot_refs_days")
     KEYS = {
-        "archived_after_days": Key(float, 0, ge=0),
-        "snapshot_refs_days": Key(float, 0, ge=0),
-        "archive_merged": Key(bool, False),
-        "kept_after_days": Key(float, 0, ge=0),
+        "archived_after_days": Key(
+            float,
+            0,
+            ge=0,
+            doc="Remove archived workspaces archived (last changed) longer ago; 0: off.",
+        ),
+        "snapshot_refs_days": Key(
+            float,
+            0,
+            ge=0,
+            doc=(
+                "Delete a removed workspace's snapshot refs this long after its removal; 0: off "
+                "(kept forever)."
+            ),
+        ),
+        "archive_merged": Key(
+            bool,
+            False,
+            doc=(
+                "Archive active workspaces that are clean and whose branch (with commits of its "
+                "own) is merged into the main checkout's HEAD."
+            ),
+        ),
+        "kept_after_days": Key(
+            float,
+            0,
+            ge=0,
+            doc="Delete kept copies of removed workspaces after; 0: off.",
+        ),
     }
     archived_after_days: float
     snapshot_refs_days: float
@@ -314,7 +370,20 @@ class GcConfig(Section):
 
 class UsageConfig(Section):
     __slots__ = ("cache_s", "deadline_s")
-    KEYS = {"deadline_s": Key(float, 30.0, gt=0), "cache_s": Key(float, 300.0, ge=0)}
+    KEYS = {
+        "deadline_s": Key(
+            float,
+            30.0,
+            gt=0,
+            doc="One usage walk, then partial.",
+        ),
+        "cache_s": Key(
+            float,
+            300.0,
+            ge=0,
+            doc="A usage answer is reused this long.",
+        ),
+    }
     deadline_s: float
     cache_s: float
 
@@ -324,7 +393,13 @@ class PortsConfig(Section):
 
     __slots__ = ("count", "range_end", "range_start")
     KEYS = {
-        "count": Key(int, 0, ge=0, le=MAX_PORTS),
+        "count": Key(
+            int,
+            0,
+            ge=0,
+            le=MAX_PORTS,
+            doc="Ports per workspace by default.",
+        ),
         "range_start": Key(int, 20000, ge=1024, le=65535),
         "range_end": Key(int, 29999, ge=1024, le=65535),
     }
@@ -342,7 +417,15 @@ class CreateConfig(Section):
     """Copying ignored files of the main checkout into a new one (issue 14)."""
 
     __slots__ = ("copy_max_bytes", "copy_timeout_s")
-    KEYS = {"copy_max_bytes": Key(int, 8 << 30, ge=0), "copy_timeout_s": Key(float, 600.0, gt=0)}
+    KEYS = {
+        "copy_max_bytes": Key(
+            int,
+            8 << 30,
+            ge=0,
+            doc="Allocated bytes copied at most; entries beyond are skipped and reported.",
+        ),
+        "copy_timeout_s": Key(float, 600.0, gt=0),
+    }
     copy_max_bytes: int
     copy_timeout_s: float
 
@@ -379,16 +462,51 @@ class DaemonConfig(Section):
         "max_batch_items": Key(int, 1000, ge=1),
         "write_queue_messages": Key(int, 1024, ge=1),
         "write_queue_bytes": Key(int, 32 * 1024 * 1024, ge=1024),
-        "max_connections": Key(int, 4096, ge=1),
-        "fd_reserve": Key(int, 256, ge=16),
-        "event_ring_size": Key(int, 4096, ge=0, le=1_000_000),
-        "event_ring_bytes": Key(int, 32 * 1024 * 1024, ge=0),
+        "max_connections": Key(
+            int,
+            4096,
+            ge=1,
+            doc=(
+                "Client connections served at once; further clients get one `busy` error. Also "
+                "kept below the descriptor limit minus `fd_reserve`."
+            ),
+        ),
+        "fd_reserve": Key(
+            int,
+            256,
+            ge=16,
+            doc=(
+                "File descriptors kept for the daemon's own work (git, scripts, the store, PTYs):"
+                " connections are capped at the soft limit minus this (at most half the limit)."
+            ),
+        ),
+        "event_ring_size": Key(
+            int,
+            4096,
+            ge=0,
+            le=1_000_000,
+            doc=(
+                "Events kept for a reconnecting subscriber to resume from (`events.subscribe` "
+                "`after_seq`); 0: every resume is a resync."
+            ),
+        ),
+        "event_ring_bytes": Key(
+            int,
+            32 * 1024 * 1024,
+            ge=0,
+            doc="...and at most this many bytes of them (their JSON): the oldest go first.",
+        ),
         "shutdown_grace_s": Key(float, 10.0, gt=0),
         "drain_deadline_s": Key(float, 10.0, gt=0),
         "lock_wait_s": Key(float, 30.0, gt=0),
         "git_timeout_s": Key(float, 120.0, gt=0),
         "script_timeout_s": Key(float, 600.0, gt=0),
-        "fetch_timeout_s": Key(float, 60.0, gt=0),
+        "fetch_timeout_s": Key(
+            float,
+            60.0,
+            gt=0,
+            doc="`workspace.create {fetch}`: the base's git fetch.",
+        ),
         "stop_grace_s": Key(float, 5.0, ge=0),
         "enable_test_methods": Key(bool, False),
         "cleanup": Key(CleanupConfig, CleanupConfig),
