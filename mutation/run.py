@@ -151,6 +151,8 @@ SCOPES = [
             "tests/test_rootlock_release.py",
             "tests/test_daemon_basics.py::test_second_daemon_refused_naming_the_first",
             "tests/test_daemon_basics.py::test_restart_after_sigkill",
+            # The holder's start as psutil gives it (procstat.kernel_create_time).
+            "tests/test_lean_start.py::test_the_lock_files_start_time_is_psutils",
         ],
     ),
     # Liveness by identity (pid and start time), moved out of procutil.py. In-process (real

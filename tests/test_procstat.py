@@ -105,6 +105,23 @@ def test_pids_that_name_no_process() -> None:
     assert procstat.same_process_alive(1, None)
 
 
+def test_the_kernels_create_time_is_psutils_and_none_without_a_process() -> None:
+    """What the root lock records of its holder (`kernel_create_time`): psutil's create_time to
+    the tick, for this process and a child, on the kernel's boot time (not the anchor); no
+    process, no time."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for pid in (os.getpid(), child.pid):
+            assert procstat.kernel_create_time(pid) == pytest.approx(
+                psutil.Process(pid).create_time(), abs=1e-6
+            )
+    finally:
+        child.kill()
+        child.wait()
+    assert procstat.kernel_create_time(child.pid) is None
+    assert procstat.kernel_create_time(0) is None
+
+
 def test_a_command_name_with_parentheses_and_spaces_is_skipped_whole(
     kernel_anchor: float,
 ) -> None:
