@@ -148,6 +148,10 @@ end
 -- answer came, nothing ran on the host: the reason is ssh's (unreachable, key refused, no xum).
 -- After, calls in flight have an unknown outcome.
 function Conn:_host_ended(reason)
+  if self.ending then
+    return -- the end of stdout, a failed write: one decision, on ssh's exit
+  end
+  self.ending = true
   local function decide()
     if self.state == 'closed' then
       return
@@ -184,7 +188,9 @@ end
 
 function Conn:_read()
   self.pipe:read_start(function(err, data)
-    if err then
+    if err and self.host then
+      self:_host_ended('read error: ' .. tostring(err))
+    elseif err then
       self:_closed('read error: ' .. tostring(err))
     elseif data == nil and self.host then
       pcall(self.pipe.read_stop, self.pipe)
@@ -361,7 +367,11 @@ function Conn:request(method, params, timeout_ms, cb)
     end)
   end)
   ;(self.wpipe or self.pipe):write(frame, function(err)
-    if err then
+    if err and self.host then
+      -- ssh ended before the frame went in (a host that is down): why is ssh's to say, as
+      -- when its output ends, never a bare "disconnected"
+      self:_host_ended('write error: ' .. tostring(err))
+    elseif err then
       self:_closed('write error: ' .. tostring(err))
     elseif self.state ~= 'closed' then
       -- handed to the kernel: from here its outcome is unknown should the connection end
