@@ -477,10 +477,19 @@ export class XumClient extends EventEmitter<ClientEvents> {
           };
   }
 
-  /** A connected client: the first attempt must succeed (else `DaemonNotRunning`, ...). */
+  /**
+   * A connected client: the first attempt must succeed (else `DaemonNotRunning`, ...). When it
+   * fails the client is closed before the rejection: the caller never holds it, so nothing of it
+   * (a retry timer, a connection) may keep the process alive.
+   */
   static async connect(options: ClientOptions = {}): Promise<XumClient> {
     const client = new XumClient(options);
-    await client.open();
+    try {
+      await client.open();
+    } catch (err) {
+      await client.close();
+      throw err;
+    }
     return client;
   }
 
@@ -493,7 +502,10 @@ export class XumClient extends EventEmitter<ClientEvents> {
     return this.conn?.link?.pid ?? null;
   }
 
-  /** One connection attempt now; throws why it failed (no retry: see `start`). */
+  /**
+   * One connection attempt now; throws why it failed. With reconnecting on, the failure leaves
+   * the client retrying in the background (as `start` does) until it connects or is closed.
+   */
   async open(): Promise<void> {
     if (this.state === "closed") throw new ClientClosed("the client is closed");
     if (this.state === "connected") return;
