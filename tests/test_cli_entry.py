@@ -99,7 +99,7 @@ def test_the_fast_status_says_what_click_says(
         elif as_json:
             assert json.loads(fast.stdout)["error"]["kind"] == "no_daemon"
         else:
-            assert fast.stderr.startswith("xum: no daemon on "), fast.stderr
+            assert fast.stderr.startswith("xum: no_daemon: no daemon on "), fast.stderr
 
 
 # -- closed streams and a reader gone ----------------------------------------------------------
@@ -135,7 +135,7 @@ def test_a_closed_stdout_is_the_null_device(shared: DaemonProcess, command: list
 def test_a_closed_stdout_keeps_a_failures_code_and_message(entry: str, tmp_short: Path) -> None:
     done = run_closing([*ENTRIES[entry], "--root", str(tmp_short), "status"], "1")
     assert done.returncode == 4
-    assert done.stderr.startswith("xum: no daemon on "), done.stderr
+    assert done.stderr.startswith("xum: no_daemon: no daemon on "), done.stderr
 
 
 @pytest.mark.parametrize("entry", ENTRIES)

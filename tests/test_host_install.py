@@ -194,7 +194,7 @@ def test_a_host_without_python_3_11_says_so_in_one_line(host: Host) -> None:
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert lines[-1] == (
-        f"xum: host h (xumtest1) has no CPython >= 3.11 (found: cpython 3.9.18 at {old}); "
+        f"xum: error: host h (xumtest1) has no CPython >= 3.11 (found: cpython 3.9.18 at {old}); "
         "install one there (e.g. `apt-get install python3.11`), or name it with --python"
     )
     # Nothing but progress before it, nothing installed.
@@ -218,7 +218,7 @@ def test_an_unreachable_host_is_one_line(host: Host) -> None:
     done = run_xum(host.env, "host", "install", "down")
     assert done.returncode == 6  # a host that cannot be reached, as for any command
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("xum: host 'down' (xumtest-down) is unreachable: ")
+    assert last.startswith("xum: host_unreachable: host 'down' (xumtest-down) is unreachable: ")
     assert "Connection refused" in last
     done = run_xum(host.env, "host", "install", "down", "--json")
     assert json.loads(done.stdout)["error"]["kind"] == "host_unreachable"
@@ -287,8 +287,8 @@ def test_a_venv_made_by_hand_is_never_replaced(host: Host) -> None:
     done = run_xum(host.env, "host", "install", "h")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
-        f"xum: host h (xumtest1): {made} exists and is not the link `xum host install` makes: "
-        "move it away first"
+        f"xum: error: host h (xumtest1): {made} exists and is not the link "
+        "`xum host install` makes: move it away first"
     )
     assert (made / "mine").read_text() == "keep" and not (host.data / "venvs").exists()
 
@@ -303,7 +303,8 @@ def test_one_install_at_a_time_per_host(host: Host) -> None:
         done = run_xum(host.env, "host", "install", "h")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
-        "xum: host h (xumtest1): install failed: another xum host install is running on this host"
+        "xum: error: host h (xumtest1): install failed: "
+        "another xum host install is running on this host"
     )
     # Nothing half-made is left: no link, no version directory, no staged wheels.
     assert not (host.data / "venv").exists()

@@ -227,6 +227,62 @@ def test_an_ssh_failure_is_classified(case: dict[str, Any]) -> None:
     assert (error.kind, str(error)) == (case["kind"], case["message"])
 
 
+def human_and_json(env: dict[str, str], *args: str) -> tuple[str, dict[str, Any], int]:
+    """The same failing command twice: its stderr line, and its `--json` error object (both
+    with the same exit status)."""
+    human = xum(env, *args)
+    as_json = xum(env, "--json", *args)
+    assert as_json.returncode == human.returncode, (human.stderr, as_json.stdout)
+    assert human.stdout == "", human.stdout
+    error: dict[str, Any] = json.loads(as_json.stdout)["error"]
+    return human.stderr, error, human.returncode
+
+
+def _failing_ssh(path: Path, status: int, stderr: str) -> str:
+    """An $XUM_SSH that ends as an ssh would: `stderr` on its stderr, then exit `status` (a
+    negative one: killed by that signal)."""
+    (path.parent / f"{path.name}.err").write_text(stderr)
+    end = f"kill -{-status} $$" if status < 0 else f"exit {status}"
+    path.write_text(f'#!/bin/sh\ncat "{path}.err" >&2\n{end}\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "case", ssh_failures()["cases"], ids=lambda case: f"{case['status']}-{case['kind']}"
+)
+def test_every_ssh_failure_reads_kind_then_message(
+    case: dict[str, Any], hosts_path: Path, tmp_short: Path
+) -> None:
+    """README: without --json an error is `xum: KIND: MESSAGE`, the kind and message of its
+    `--json` form, host errors included (every ssh failure of the shared table, through the
+    real CLI)."""
+    entry = ssh_failures()["entry"]
+    hosts.add_host(HostEntry(entry["name"], entry["dest"]))
+    env = {
+        "XUM_HOSTS_FILE": str(hosts_path),
+        "XUM_SSH": _failing_ssh(tmp_short / "ssh", case["status"], case["stderr"]),
+    }
+    line, error, code = human_and_json(env, "--host", entry["name"], "ws", "ls")
+    assert code == 6, line
+    assert (error["kind"], error["message"]) == (case["kind"], case["message"])
+    assert line == f"xum: {case['kind']}: {case['message']}\n"
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in xum_ssh_cases() if "error" in c], ids=lambda case: repr(case["text"])
+)
+def test_an_xum_ssh_that_cannot_be_split_reads_kind_then_message(
+    case: dict[str, Any], hosts_path: Path
+) -> None:
+    hosts.add_host(HostEntry("h", "alias"))
+    env = {"XUM_HOSTS_FILE": str(hosts_path), "XUM_SSH": case["text"]}
+    line, error, code = human_and_json(env, "--host", "h", "ws", "ls")
+    assert code == 1, line
+    assert case["error"] in error["message"]
+    assert line == f"xum: {error['kind']}: {error['message']}\n"
+
+
 def _fake_xum(bin_dir: Path, log: Path) -> None:
     bin_dir.mkdir(parents=True)
     script = bin_dir / "xum"
@@ -327,7 +383,7 @@ def test_cli_unknown_host_is_one_clear_line(hosts_path: Path) -> None:
     for args, extra in ((["--host", "nope"], {}), ([], {"XUM_HOST": "nope"})):
         done = xum({**env, **extra}, *args, "ws", "ls")
         assert done.returncode == 1
-        assert done.stderr.startswith("xum: no host 'nope' in ")
+        assert done.stderr.startswith("xum: error: no host 'nope' in ")
         assert str(hosts_path) in done.stderr and "xum host add nope" in done.stderr
         assert done.stderr.count("\n") == 1
 
@@ -359,7 +415,7 @@ def test_cli_ssh_that_cannot_run_is_one_clear_line(hosts_path: Path) -> None:
     done = xum(env, "--host", "h", "ws", "ls")
     assert done.returncode == 1
     assert done.stderr == (
-        "xum: cannot run ssh (/nonexistent/ssh) for host 'h': No such file or directory\n"
+        "xum: error: cannot run ssh (/nonexistent/ssh) for host 'h': No such file or directory\n"
     )
 
 
@@ -369,7 +425,7 @@ def test_cli_xum_ssh_that_cannot_be_split_is_one_clear_line(hosts_path: Path) ->
     done = xum(env, "--host", "h", "ws", "ls")
     assert done.returncode == 1
     assert done.stderr == (
-        'xum: cannot split $XUM_SSH "ssh -F \'/tmp/my config": No closing quotation\n'
+        'xum: error: cannot split $XUM_SSH "ssh -F \'/tmp/my config": No closing quotation\n'
     )
 
 

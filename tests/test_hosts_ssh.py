@@ -227,11 +227,17 @@ def test_unusable_hosts_each_say_why(
         assert text in error["message"], error
         assert "\n" not in error["message"]
         assert error["data"]["host"] == name
+        # Without --json: `xum: KIND: MESSAGE`, the same kind and message (README, "Errors").
+        human = xum(host_env, "--host", name, "ws", "ls")
+        assert human.returncode == 6, (name, human.stderr)
+        assert human.stderr == f"xum: {kind}: {error['message']}\n"
     # Without --json: the same message, one line on stderr, nothing on stdout.
     done = xum(host_env, "--host", "badkey", "ws", "ls")
     assert done.returncode == 6
     assert done.stdout == ""
-    assert done.stderr.startswith("xum: host 'badkey' (xumtest1-badkey) refused the key: ")
+    assert done.stderr.startswith(
+        "xum: host_key_refused: host 'badkey' (xumtest1-badkey) refused the key: "
+    )
     assert done.stderr.count("\n") == 1, done.stderr
     # The Python client raises the typed errors.
     for name, cls in (("down", HostUnreachable), ("badkey", HostKeyRefused)):

@@ -17,6 +17,8 @@ class XumClientError(Exception):
 class DaemonNotRunning(XumClientError):
     """Nothing answers on the root's socket."""
 
+    kind = "no_daemon"
+
     def __init__(self, root: str, socket_path: str, reason: str) -> None:
         super().__init__(
             f"no daemon on {root}; start it with `xum daemon run` or the systemd unit ({reason})"
@@ -33,7 +35,11 @@ class ConnectionLost(XumClientError):
     rolls back an operation whose client left, as it does for any client). `host` and `method`
     say where and what, when known; `sent` whether the call's request went out (True: no
     answer came, the outcome is unknown; False: the daemon never saw it; None: not known, or
-    not about one call). The TypeScript client and the Neovim plugin say the same."""
+    not about one call). Through a host, `status` is ssh's exit status (negative: the signal
+    that killed it; None: it had not exited) and `detail` the last line it wrote on stderr.
+    The TypeScript client and the Neovim plugin say the same."""
+
+    kind = "connection_lost"
 
     def __init__(
         self,
@@ -42,11 +48,15 @@ class ConnectionLost(XumClientError):
         host: str | None = None,
         method: str | None = None,
         sent: bool | None = None,
+        status: int | None = None,
+        detail: str = "",
     ):
         super().__init__(message)
         self.host = host
         self.method = method
         self.sent = sent
+        self.status = status
+        self.detail = detail
 
     @classmethod
     def during(cls, method: str, sent: bool, reason: str) -> ConnectionLost:
@@ -112,6 +122,8 @@ class BridgeFailed(HostError):
 
 class ClientTimeout(XumClientError):
     """No answer within the client's timeout."""
+
+    kind = "client_timeout"
 
 
 class VersionMismatch(XumClientError):

@@ -27,8 +27,8 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
     """The `--json` form of a failure: `code` is the JSON-RPC code for the daemon's errors
     (null for the CLI's own), `kind` the error kind (the daemon's, or `usage`, `no_daemon`,
     `connection_lost`, `client_timeout`, `version_mismatch`, `daemon_stopping`, `aborted`,
-    `error`, and for `--host`: `host_unreachable`, `host_key_refused`, `xum_missing`,
-    `bridge_failed`)."""
+    `error`, and for `--host`: `host_unreachable`, `host_key_refused`, `host_key_unverified`,
+    `xum_missing`, `bridge_failed`)."""
     code: int | None = None
     data: dict[str, Any] = {}
     if isinstance(exc, XumRpcError):
@@ -45,7 +45,15 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
     elif isinstance(exc, ConnectionLost):
         kind, message = "connection_lost", str(exc)
         if exc.host is not None:
-            data = {"host": exc.host, "method": exc.method, "outcome": "unknown"}
+            # ssh's status and last line say why the link ended (killed, the host gone, the
+            # host's daemon closing it), as a host that could not be reached at all does.
+            data = {
+                "host": exc.host,
+                "method": exc.method,
+                "outcome": "unknown" if exc.method is not None else None,
+                "ssh_status": exc.status,
+                "detail": exc.detail,
+            }
     elif isinstance(exc, HostError):
         kind, message = exc.kind, str(exc)
         data = {"host": exc.host, "ssh_status": exc.status, "detail": exc.detail}
@@ -62,10 +70,11 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
 
 
 def error_text(exc: XumClientError) -> str:
-    """One line: the kind, then the message (the daemon's messages never repeat their kind)."""
-    if isinstance(exc, XumRpcError):
-        return f"xum: {exc.kind}: {exc.message}"
-    return f"xum: {exc}"
+    """One line, `xum: KIND: MESSAGE`: the kind `--json` gives (the daemon's, or the client's
+    own: a host's, `connection_lost`, `no_daemon`, ...), then the message, which never repeats
+    it."""
+    found = error_object(exc, 0)
+    return f"xum: {found['kind']}: {found['message']}"
 
 
 def emit_json_error(exc: BaseException, exit_code: int) -> None:
