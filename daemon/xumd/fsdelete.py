@@ -26,6 +26,7 @@ Without `/proc` (macOS) the mount table is not read (an empty answer) and the wa
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import os
 import re
@@ -56,6 +57,35 @@ class Interrupted(Exception):
 
 class Moved(OSError):
     """A directory of the walk was moved out from under it; nothing more is deleted."""
+
+
+_NAMED = "xum_walk_path"
+
+
+def named(exc: OSError, path: str) -> OSError:
+    """`exc` as an error naming `path` (relative to the walk's top: `build/out.o`) and its
+    reason. A descriptor call (`unlinkat`, `openat`) knows only the entry's own name, so its
+    error says `Permission denied: 'out.o'`; the walk knows where that entry is. Same class and
+    errno (callers still tell ENOENT or ENOSPC apart); one already named by an inner walk, or a
+    `Moved` (it names its directory), keeps what it says. Always a new exception, for the
+    caller to raise `from exc`."""
+    if getattr(exc, _NAMED, None) is not None or isinstance(exc, Moved):
+        return copy.copy(exc)
+    if exc.errno is not None:
+        try:
+            new = type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), path)
+        except TypeError:
+            new = OSError(exc.errno, exc.strerror or os.strerror(exc.errno), path)
+    else:
+        new = OSError(f"{path}: {exc}")
+    setattr(new, _NAMED, path)
+    return new
+
+
+def walk_path(exc: BaseException) -> str | None:
+    """The path a walk's error names (see `named`); None for another error."""
+    found = getattr(exc, _NAMED, None)
+    return found if isinstance(found, str) else None
 
 
 # -- the mount table ---------------------------------------------------------------------------
@@ -284,7 +314,10 @@ def _walk(
         parent = frames[-1]
         pfd = parent.fd
         if pfd is None:
-            pfd = os.open("..", _DIR_FLAGS, dir_fd=frame.fd)
+            try:
+                pfd = os.open("..", _DIR_FLAGS, dir_fd=frame.fd)
+            except OSError as exc:
+                raise named(exc, _below(frames[0], parent.path)) from exc
             pst = os.fstat(pfd)
             if (pst.st_dev, pst.st_ino) != parent.ident:
                 os.close(pfd)
@@ -300,11 +333,27 @@ def _walk(
             pass
         except OSError as exc:
             if exc.errno != errno.EBUSY:
-                raise
+                raise named(exc, _below(frames[0], frame.path)) from exc
             report.left.append(frame.path)  # became a mount point after we emptied it
 
 
+def _below(top: _Frame, path: str) -> str:
+    """`path` (a walk's absolute path, under `top`) relative to the walk's top."""
+    return path[len(top.path) + 1 :] if path.startswith(top.path + "/") else path
+
+
 def _entry(
+    frames: list[_Frame], name: str, root: tuple[int, int | None], report: DeleteReport
+) -> None:
+    parent = frames[-1]
+    try:
+        _delete_entry(frames, name, root, report)
+    except OSError as exc:
+        path = os.path.join(parent.path, name)
+        raise named(exc, _below(frames[0], path)) from exc
+
+
+def _delete_entry(
     frames: list[_Frame], name: str, root: tuple[int, int | None], report: DeleteReport
 ) -> None:
     frame = frames[-1]

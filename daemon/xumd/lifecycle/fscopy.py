@@ -111,14 +111,20 @@ def _entries(dir_fd: int) -> list[str]:
 
 
 def _walk(
-    top_fd: int, skip: Skip, mounts: list[str] | None = None, *, tolerant: bool = False
+    top_fd: int,
+    skip: Skip,
+    mounts: list[str] | None = None,
+    *,
+    tolerant: bool = False,
+    prefix: str = "",
 ) -> Iterator[tuple[int, str, str, os.stat_result]]:
     """(parent fd, name, relative path, lstat) for every entry under `top_fd`, parents first.
     Directories are opened relative to their parent with O_NOFOLLOW; an iterative walk, so a
     deep tree cannot exhaust the recursion limit, and no path is ever longer than one name (a
     tree deeper than PATH_MAX is walked whole). A directory on another mount is yielded but
     not entered (named in `mounts`). `tolerant` (a usage walk): an entry that cannot be
-    stat'ed, or a directory that cannot be opened or listed, is skipped instead of raising."""
+    stat'ed, or a directory that cannot be opened or listed, is skipped instead of raising;
+    otherwise its error names its path (`prefix` + the relative path: `fsdelete.named`)."""
     top = fsdelete.mount_identity(top_fd)
     stack: list[tuple[int, str, list[str]]] = [(top_fd, "", _entries(top_fd))]
     try:
@@ -137,17 +143,17 @@ def _walk(
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue  # gone since the listing
-            except OSError:
+            except OSError as exc:
                 if tolerant:
                     continue
-                raise
+                raise fsdelete.named(exc, prefix + child) from exc
             if stat.S_ISDIR(st.st_mode):
                 try:
                     sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                except OSError:
+                except OSError as exc:
                     if tolerant:
                         continue
-                    raise
+                    raise fsdelete.named(exc, prefix + child) from exc
                 if other_mount(sub, top):
                     os.close(sub)
                     if mounts is not None:
@@ -160,6 +166,8 @@ def _walk(
                     os.close(sub)
                     if tolerant and isinstance(exc, OSError):
                         continue
+                    if isinstance(exc, OSError):
+                        raise fsdelete.named(exc, prefix + child) from exc
                     raise
                 stack.append((sub, child, names_below))
             else:
@@ -168,6 +176,28 @@ def _walk(
         for fd, _rel, _names in stack:
             if fd != top_fd:
                 os.close(fd)
+
+
+def open_parents(root_fd: int, parts: list[str], *, create_like: int | None = None) -> int:
+    """The directory holding the last of `parts`, opened component by component with
+    O_NOFOLLOW from `root_fd` (a symlink anywhere on the way is ELOOP/ENOTDIR, never followed).
+    With `create_like` (a mode: the source directory's), missing directories are made."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            try:
+                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if create_like is None:
+                    raise
+                os.mkdir(part, create_like, dir_fd=fd)
+                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def tally(top: Path, skip: Skip = _never) -> Tally:
@@ -181,9 +211,10 @@ def tally(top: Path, skip: Skip = _never) -> Tally:
     return found
 
 
-def _count_below(found: Tally, top_fd: int, skip: Skip) -> None:
-    """Add what is under the open directory `top_fd` to `found` (paths relative to it)."""
-    for _fd, _name, rel, st in _walk(top_fd, skip, found.mounts):
+def _count_below(found: Tally, top_fd: int, skip: Skip, prefix: str = "") -> None:
+    """Add what is under the open directory `top_fd` to `found` (paths relative to it; an
+    error names `prefix` + its path)."""
+    for _fd, _name, rel, st in _walk(top_fd, skip, found.mounts, prefix=prefix):
         kind = special_type(st.st_mode)
         if kind is not None:
             found.special.append(Special(rel, kind))
@@ -445,7 +476,8 @@ def remove_partial(path: Path) -> None:
 
 
 def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "") -> None:
-    """Depth-first copy of the directory `sdir` into `ddir` (an explicit stack, no recursion)."""
+    """Depth-first copy of the directory `sdir` into `ddir` (an explicit stack, no recursion).
+    An error names the entry's path (`rel` and below: `fsdelete.named`)."""
     top = fsdelete.mount_identity(sdir)
     stack: list[tuple[int, int, str, list[str], os.stat_result | None]] = [
         (sdir, ddir, rel, _entries(sdir), None)
@@ -459,6 +491,8 @@ def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "
                     try:
                         os.fchmod(d, stat.S_IMODE(dst.st_mode))
                         os.utime(d, ns=(dst.st_atime_ns, dst.st_mtime_ns))
+                    except OSError as exc:
+                        raise fsdelete.named(exc, here) from exc
                     finally:
                         os.close(s)
                         os.close(d)
@@ -468,50 +502,66 @@ def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "
             if skip(child):
                 continue
             try:
-                st = os.stat(name, dir_fd=s, follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # gone since the listing
-            kind = special_type(st.st_mode)
-            if kind is not None:
-                report.special.append(Special(child, kind))
-            elif stat.S_ISDIR(st.st_mode):
-                sub = os.open(name, _DIR_FLAGS, dir_fd=s)
-                if other_mount(sub, top):
-                    os.close(sub)
-                    report.mounts.append(child)
-                    continue
-                try:
-                    try:
-                        os.mkdir(name, 0o700, dir_fd=d)
-                    except FileExistsError:
-                        pass  # merging into an existing directory (a restore)
-                    dsub = os.open(name, _DIR_FLAGS, dir_fd=d)
-                except BaseException:
-                    os.close(sub)
-                    raise
-                try:
-                    names_below = _entries(sub)
-                except BaseException:
-                    os.close(sub)
-                    os.close(dsub)
-                    raise
-                stack.append((sub, dsub, child, names_below, st))
-            elif stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(name, dir_fd=s), name, dir_fd=d)
-                os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=d, follow_symlinks=False)
-                report.files.append(child)
-            elif _copy_file(s, d, name, st, report=report):
-                report.files.append(child)
-                report.allocated += st.st_blocks * 512
-            else:
-                # Swapped for a special file between the lstat and the open: skipped too.
-                now = os.stat(name, dir_fd=s, follow_symlinks=False)
-                report.special.append(Special(child, special_type(now.st_mode) or "changed"))
+                _copy_one(s, d, name, child, top, report, stack)
+            except OSError as exc:
+                raise fsdelete.named(exc, child) from exc
     finally:
         for s, d, _here, _names, dst in stack:
             if dst is not None:
                 os.close(s)
                 os.close(d)
+
+
+def _copy_one(  # noqa: PLR0917 - private; one step of _copy_tree_fds's loop
+    s: int,
+    d: int,
+    name: str,
+    child: str,
+    top: tuple[int, int | None],
+    report: Tally,
+    stack: list[tuple[int, int, str, list[str], os.stat_result | None]],
+) -> None:
+    """Copy the entry `name` of `s` into `d`; a directory is created and pushed on `stack`."""
+    try:
+        st = os.stat(name, dir_fd=s, follow_symlinks=False)
+    except FileNotFoundError:
+        return  # gone since the listing
+    kind = special_type(st.st_mode)
+    if kind is not None:
+        report.special.append(Special(child, kind))
+    elif stat.S_ISDIR(st.st_mode):
+        sub = os.open(name, _DIR_FLAGS, dir_fd=s)
+        if other_mount(sub, top):
+            os.close(sub)
+            report.mounts.append(child)
+            return
+        try:
+            try:
+                os.mkdir(name, 0o700, dir_fd=d)
+            except FileExistsError:
+                pass  # merging into an existing directory (a restore)
+            dsub = os.open(name, _DIR_FLAGS, dir_fd=d)
+        except BaseException:
+            os.close(sub)
+            raise
+        try:
+            names_below = _entries(sub)
+        except BaseException:
+            os.close(sub)
+            os.close(dsub)
+            raise
+        stack.append((sub, dsub, child, names_below, st))
+    elif stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(name, dir_fd=s), name, dir_fd=d)
+        os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=d, follow_symlinks=False)
+        report.files.append(child)
+    elif _copy_file(s, d, name, st, report=report):
+        report.files.append(child)
+        report.allocated += st.st_blocks * 512
+    else:
+        # Swapped for a special file between the lstat and the open: skipped too.
+        now = os.stat(name, dir_fd=s, follow_symlinks=False)
+        report.special.append(Special(child, special_type(now.st_mode) or "changed"))
 
 
 def copy_file(src: Path, dest: Path) -> str | None:
@@ -544,12 +594,20 @@ def copy_file(src: Path, dest: Path) -> str | None:
 
 
 def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> bool:
+    try:
+        return _copy_entry_at(sdir, ddir, name, rel, skip=skip, report=report)
+    except OSError as exc:
+        raise fsdelete.named(exc, rel) from exc
+
+
+def _copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> bool:
     """Copy the entry `name` of the open directory `sdir` (a file, a symlink as a link, or a
     whole directory) into the open directory `ddir`, where it must not exist. `rel` is its path
     for `skip` and the report. Nothing is followed: `sdir` and `ddir` were opened with
     O_NOFOLLOW by the caller. The caller checks space (`check_space`) first and, on failure,
     removes the partial entry (it knows the destination's path). False when nothing was
-    written: a special file, or a directory on another mount (both reported)."""
+    written: a special file, or a directory on another mount (both reported). An error names
+    the path it is about (`rel` or below)."""
     st = os.stat(name, dir_fd=sdir, follow_symlinks=False)
     kind = special_type(st.st_mode)
     if kind is not None:
@@ -587,6 +645,13 @@ def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repo
 
 
 def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> bool:
+    try:
+        return _merge_dir_at(sdir, ddir, name, rel, skip=skip, report=report)
+    except OSError as exc:
+        raise fsdelete.named(exc, rel) from exc
+
+
+def _merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> bool:
     """Copy the directory `name` of `sdir` into the directory of the same name that `ddir`
     already has: subdirectories merge, and `skip` must leave out every file or link the
     destination has (a new file never replaces one: that is an error). Nothing is followed.
@@ -606,8 +671,17 @@ def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repor
     return True
 
 
-def tally_at(sdir: int, name: str, skip: Skip = _never) -> Tally:
-    """What `copy_entry_at` of `name` in `sdir` would write (see `tally`)."""
+def tally_at(sdir: int, name: str, skip: Skip = _never, rel: str | None = None) -> Tally:
+    """What `copy_entry_at` of `name` in `sdir` would write (see `tally`). An error names the
+    path it is about (`rel`, the entry's path for the caller, default `name`, or below)."""
+    where = name if rel is None else rel
+    try:
+        return _tally_at(sdir, name, skip, where)
+    except OSError as exc:
+        raise fsdelete.named(exc, where) from exc
+
+
+def _tally_at(sdir: int, name: str, skip: Skip, where: str) -> Tally:
     found = Tally()
     st = os.stat(name, dir_fd=sdir, follow_symlinks=False)
     kind = special_type(st.st_mode)
@@ -625,7 +699,7 @@ def tally_at(sdir: int, name: str, skip: Skip = _never) -> Tally:
     try:
         if other_mount(sub, fsdelete.mount_identity(sdir)):
             return found
-        _count_below(found, sub, skip)
+        _count_below(found, sub, skip, prefix=f"{where}/")
     finally:
         os.close(sub)
     return found
