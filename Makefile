@@ -8,7 +8,7 @@ NPM ?= npm
 # The node suites join `make test` when npm is here (a machine without it skips them, saying so).
 TS_DEPS := $(if $(shell command -v $(NPM) 2>/dev/null),ts-deps)
 
-.PHONY: install install-user run ts-deps ts-test vsix test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
+.PHONY: install install-user run ts-deps ts-test ts-pack vsix test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
 
 install: $(STAMP)
 
@@ -52,6 +52,11 @@ clients/vscode/node_modules/.package-lock.json: clients/vscode/package-lock.json
 ts-test: install ts-deps
 	cd clients/ts && XUMD="$(CURDIR)/$(BIN)/xumd" $(NPM) test
 	cd clients/vscode && XUMD="$(CURDIR)/$(BIN)/xumd" $(NPM) test
+
+# The TypeScript client as a tarball another project installs: clients/ts/xum-client-VERSION.tgz
+# (npm pack builds it first; clients/ts/README.md, "Installing it in your project").
+ts-pack: ts-deps
+	cd clients/ts && $(NPM) pack
 
 # The VS Code extension's package: clients/vscode/xum-vscode.vsix (vsce package).
 vsix: ts-deps

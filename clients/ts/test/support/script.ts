@@ -25,13 +25,19 @@ export interface ScriptRun {
  */
 export async function runScript(
   source: string,
-  options: { env?: Record<string, string | undefined>; timeoutMs?: number; args?: string[] } = {},
+  options: {
+    env?: Record<string, string | undefined>;
+    timeoutMs?: number;
+    args?: string[];
+    /** Where the script is written (it resolves packages from there); default a temp dir, removed after. */
+    dir?: string;
+  } = {},
 ): Promise<ScriptRun> {
-  const dir = mkdtempSync(join("/tmp", "xts-script-"));
+  const dir = options.dir ?? mkdtempSync(join("/tmp", "xts-script-"));
   const file = join(dir, "script.mjs");
   writeFileSync(file, source);
   const env: Record<string, string | undefined> = { ...process.env, XUM_TEST_CLIENT: CLIENT_URL, ...options.env };
-  const child = spawn(process.execPath, [file, ...(options.args ?? [])], { stdio: ["ignore", "pipe", "pipe"], env });
+  const child = spawn(process.execPath, [file, ...(options.args ?? [])], { cwd: dir, stdio: ["ignore", "pipe", "pipe"], env });
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")));
@@ -49,6 +55,6 @@ export async function runScript(
     return { exited, code, stdout, stderr };
   } finally {
     clearTimeout(timer);
-    rmSync(dir, { recursive: true, force: true });
+    if (options.dir === undefined) rmSync(dir, { recursive: true, force: true });
   }
 }
