@@ -8,10 +8,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -451,6 +453,7 @@ def test_a_persistent_control_master_is_reused_and_left_alone(
 
 HOLDER = """
 import sys
+import time
 from xum_client import Client
 client = Client(host="h1")
 print(client.ssh_pid, flush=True)
@@ -591,3 +594,150 @@ def test_a_proxy_commands_children_go_with_the_client(
         child = identify(int(marker.read_text()))
         assert alive(child)
     until(lambda: not alive(child), 30, message="the proxy's child to be stopped")
+
+
+# -- a link that drops under a stream -------------------------------------------------------------
+
+
+def _read_line(proc: subprocess.Popen[bytes], timeout: float = 60) -> bytes:
+    """The next line `proc` writes on stdout, waited for with a deadline (never a read that
+    could block the test for ever)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    line = b""
+    deadline = time.monotonic() + timeout
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no line from the CLI in {timeout}s (so far: {line!r})"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 1)
+            assert chunk, f"the CLI's stdout ended (so far: {line!r})"
+            line += chunk
+    return line
+
+
+def _kill_ssh(cli: subprocess.Popen[bytes], count: int = 1) -> None:
+    """SIGKILL the CLI's ssh processes, once `count` of them run (the link drops, the host and
+    its daemon are fine)."""
+
+    def found() -> list[psutil.Process] | None:
+        ssh = [p for p in psutil.Process(cli.pid).children() if p.name() == "ssh"]
+        return ssh if len(ssh) == count else None
+
+    for proc in until(found, 60, message=f"{count} ssh process(es) of the CLI"):
+        proc.send_signal(signal.SIGKILL)
+
+
+def _cli(host_env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [XUM, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **host_env},
+    )
+
+
+def _finish(cli: subprocess.Popen[bytes]) -> tuple[str, str]:
+    try:
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait(30)
+    return out.decode(), err.decode()
+
+
+def test_events_through_a_host_whose_link_drops_name_the_host_and_why(
+    host_env: dict[str, str],
+) -> None:
+    """`xum --host h1 events`: ssh killed under the stream is connection_lost naming the host
+    and ssh's status (in the message and in `data`), and how to resume; never "the daemon
+    closed the connection" with nothing else."""
+    cli = _cli(host_env, "--host", "h1", "--json", "events")
+    try:
+        answer = json.loads(_read_line(cli))
+        _kill_ssh(cli)
+    finally:
+        out, err = _finish(cli)
+    assert cli.returncode == 5, (out, err)
+    error = json.loads(out)["error"]
+    assert error["kind"] == "connection_lost"
+    assert error["data"]["host"] == "h1"
+    assert error["data"]["ssh_status"] == -signal.SIGKILL
+    assert error["message"].startswith("connection to host 'h1' lost (ssh was killed by signal 9)")
+    resume = f"xum --host h1 events --epoch={answer['epoch']} --after-seq={answer['seq']}"
+    assert f"resume after the last event shown with `{resume}`" in error["message"]
+    # The same without --json: one line, its kind first.
+    cli = _cli(host_env, "--host", "h1", "events")
+    try:
+        assert _read_line(cli).startswith(b"epoch ")
+        _kill_ssh(cli)
+    finally:
+        out, err = _finish(cli)
+    assert cli.returncode == 5, (out, err)
+    assert err.startswith("xum: connection_lost: connection to host 'h1' lost (ssh was killed")
+    assert err.count("\n") == 1, err
+
+
+def test_all_hosts_events_say_which_host_lost_its_link_and_why(
+    host_env: dict[str, str], tmp_short: Path
+) -> None:
+    """`xum events --all-hosts`: a host's link killed is a `lost` item naming the host, the
+    error's kind and ssh's status; then the stream goes on through a new ssh."""
+    env = {**host_env, "XUM_ROOT": str(tmp_short / "no-local-daemon")}
+    cli = _cli(env, "--json", "events", "--all-hosts")
+    try:
+
+        def next_of_h1() -> dict[str, Any]:
+            while True:
+                item: dict[str, Any] = json.loads(_read_line(cli))
+                if item["host"] == "h1":
+                    return item
+
+        assert next_of_h1()["kind"] == "subscribed"
+        _kill_ssh(cli)
+        lost = next_of_h1()
+        assert lost["kind"] == "lost", lost
+        assert lost["data"]["kind"] == "connection_lost"
+        assert lost["data"]["ssh_status"] == -signal.SIGKILL
+        assert "connection to host 'h1' lost (ssh was killed by signal 9)" in lost["data"]["error"]
+        assert next_of_h1()["kind"] == "subscribed"  # reconnected
+    finally:
+        cli.kill()
+        _finish(cli)
+
+
+def test_run_through_a_host_whose_link_drops_is_connection_lost_not_a_daemon_stop(
+    host_env: dict[str, str], host_ws: str
+) -> None:
+    """`xum --host h1 run`: both of its ssh links killed while the host and its daemon are fine
+    is connection_lost (exit 5) naming the host, ssh's status and whether the process still
+    runs there (asked over a new link), never "the daemon is stopping" (exit 75)."""
+    cli = _cli(
+        host_env,
+        "--host", "h1", "--json", "run", "--kind", "agent", "repo/one", "--",
+        "sh", "-c", "echo started; exec sleep 600",
+    )  # fmt: skip
+    try:
+        assert _read_line(cli) == b"started\n"
+        _kill_ssh(cli, 2)  # the output's link and stdin's
+    finally:
+        out, err = _finish(cli)
+    assert cli.returncode == 5, (out, err)
+    error = json.loads(out)["error"]
+    assert error["kind"] == "connection_lost", error
+    process_id = error["data"]["process_id"]
+    assert error["data"]["host"] == "h1"
+    assert error["data"]["ssh_status"] == -signal.SIGKILL
+    assert error["data"]["running"] is True
+    assert error["message"].startswith(
+        f"connection to host 'h1' lost while following {process_id} (ssh was killed by signal 9)"
+    )
+    assert f"{process_id} is still running there" in error["message"]
+    assert f"`xum --host h1 kill {process_id}`" in error["message"]
+    # What it said is so: the agent (not tied to the connection) runs on.
+    listed = xum_json(host_env, "--host", "h1", "ps")["processes"]
+    assert [(p["id"], p["state"]) for p in listed] == [(process_id, "running")]
+    assert xum(host_env, "--host", "h1", "kill", process_id).returncode == 0

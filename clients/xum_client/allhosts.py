@@ -28,7 +28,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from xum_client.errors import ClientTimeout, XumClientError
+from xum_client.errors import ClientTimeout, ConnectionLost, HostError, XumClientError
 from xum_client.hosts import load_hosts
 from xum_client.sync import Client
 
@@ -128,11 +128,22 @@ def gather(
 # -- events from several hosts -----------------------------------------------------------------
 
 
+def failure_data(exc: XumClientError) -> dict[str, Any]:
+    """What a `lost` or `error` item says: the message, the error's kind and, for a host's
+    link, ssh's status and last line (why the link ended: killed, the host gone, its daemon
+    closing)."""
+    data: dict[str, Any] = {"error": str(exc), "kind": str(getattr(exc, "kind", None) or "error")}
+    if isinstance(exc, HostError | ConnectionLost) and exc.host is not None:
+        data.update(ssh_status=exc.status, detail=exc.detail)
+    return data
+
+
 @dataclass(frozen=True, slots=True)
 class HostEvent:
     """What `HostEvents` hands out: `kind` is `subscribed` (`data`: the subscribe answer),
-    `event` (`data`: the event), `lost` (`data`: {"error": message}; it reconnects) or
-    `error` (`data`: {"error": message}; it also retries)."""
+    `event` (`data`: the event), `lost` (it reconnects) or `error` (it also retries), whose
+    `data` is `failure_data`: {"error": message, "kind"} and, for a host, "ssh_status" and
+    "detail"."""
 
     host: str | None
     kind: str
@@ -220,7 +231,7 @@ class HostEvents:
                 if self._stop.is_set():
                     break
                 kind = "lost" if after_seq is not None else "error"
-                self._put(HostEvent(target.host, kind, {"error": str(exc)}))
+                self._put(HostEvent(target.host, kind, failure_data(exc)))
             finally:
                 with self._lock:
                     self._clients.pop(threading.get_ident(), None)

@@ -50,6 +50,7 @@ class ConnectionLost(XumClientError):
         sent: bool | None = None,
         status: int | None = None,
         detail: str = "",
+        extra: dict[str, Any] | None = None,
     ):
         super().__init__(message)
         self.host = host
@@ -57,6 +58,8 @@ class ConnectionLost(XumClientError):
         self.sent = sent
         self.status = status
         self.detail = detail
+        self.extra = extra or {}
+        """More of what the caller knows (`xum run`: the process, and whether it still runs)."""
 
     @classmethod
     def during(cls, method: str, sent: bool, reason: str) -> ConnectionLost:

@@ -100,6 +100,17 @@ def how_to_look(host: str, method: str | None, params: Any) -> str:
     return f"xum --host {host} ws ls"
 
 
+def why_lost(status: int | None, detail: str) -> str:
+    """Why a link ended, from ssh's exit status (None: it had not exited) and last line."""
+    if status is None:
+        return "the bridge closed the connection"
+    if status < 0:
+        return f"ssh was killed by signal {-status}"
+    if status == 0:
+        return "the host's daemon closed the connection"
+    return f"ssh exited with status {status}" + (f": {detail}" if detail else "")
+
+
 class SshLink:
     """One `ssh ... xum bridge` process; `sock` is the client's end of its stdin/stdout."""
 
@@ -191,24 +202,23 @@ class SshLink:
         )
 
     def lost(self, method: str | None, params: Any) -> ConnectionLost:
-        """The error for a call in flight when the link ended: outcome unknown."""
+        """The error for the link ending after the daemon answered: for a call in flight
+        (`method`) its outcome is unknown; with no call in flight (None: a stream of events
+        being read) it says only where and why. Either way it carries ssh's status."""
         status = self.exit_status()
         detail = _stderr_detail(self.stderr_text())
-        if status is None:
-            why = "the bridge closed the connection"
-        elif status < 0:
-            why = f"ssh was killed by signal {-status}"
-        elif status == 0:
-            why = "the host's daemon closed the connection"
+        why = why_lost(status, detail)
+        where = f"connection to host {self.entry.name!r} lost"
+        if method is None:
+            message = f"{where} ({why})"
         else:
-            why = f"ssh exited with status {status}" + (f": {detail}" if detail else "")
-        during = f" during {method}" if method else ""
+            message = (
+                f"{where} during {method} ({why}); the outcome is unknown: the daemon there "
+                "finishes or rolls back on its own; look with "
+                f"`{how_to_look(self.entry.name, method, params)}`"
+            )
         return ConnectionLost(
-            f"connection to host {self.entry.name!r} lost{during} ({why}); the outcome is "
-            f"unknown: the daemon there finishes or rolls back on its own; look with "
-            f"`{how_to_look(self.entry.name, method, params)}`",
-            host=self.entry.name,
-            method=method,
+            message, host=self.entry.name, method=method, status=status, detail=detail
         )
 
     def close(self) -> None:

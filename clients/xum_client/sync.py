@@ -331,7 +331,14 @@ class Client:
     def next_notification(self) -> dict[str, Any]:
         if self.notifications:
             return self.notifications.popleft()
-        message = self.read_message()
+        try:
+            message = self.read_message()
+        except ConnectionLost:
+            if self._link is None or not self._peer_ended:
+                raise
+            # Through a host the end is ssh's: its status says why (killed, the host gone, the
+            # host's daemon closing), not "the daemon closed the connection".
+            raise self._link.lost(None, None) from None
         if not isinstance(message, dict):
             raise ConnectionLost(f"unexpected message: {message!r}")
         return message

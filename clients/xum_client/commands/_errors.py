@@ -53,6 +53,7 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
                 "outcome": "unknown" if exc.method is not None else None,
                 "ssh_status": exc.status,
                 "detail": exc.detail,
+                **exc.extra,
             }
     elif isinstance(exc, HostError):
         kind, message = exc.kind, str(exc)

@@ -10,7 +10,7 @@ the output, never fatal: the exit status is 0 when at least one target answered,
 - `ws ls`: `{"workspaces": [{..., "host"}], "hosts": [{"host", "ok", "elapsed_s", "count" |
   "error"}]}`;
 - `events`: one object per line, `{"host", "kind", "data"}` (`kind`: `subscribed`, `event`,
-  `lost`, `error`).
+  `lost`, `error`; the last two's `data`: `allhosts.failure_data`).
 
 `host` is null for the local daemon; `error` is `{code, kind, message, data}` as a failing
 command prints it.

@@ -8,11 +8,13 @@ A script resumes with the `epoch` and the last `seq` it printed.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import click
 
 from xum_client.commands._context import Ctx, host_timeout_option
+from xum_client.errors import ConnectionLost
 
 
 def _subject(data: dict[str, Any]) -> str:
@@ -93,10 +95,35 @@ def register(cli: click.Group) -> None:
                 for event in replayed:
                     click.echo(_line(event))
             shown += len(replayed)
+            last = int(replayed[-1]["seq"]) if replayed else int(answer["seq"])
             while count is None or shown < count:
-                message = client.next_notification()
+                try:
+                    message = client.next_notification()
+                except ConnectionLost as exc:
+                    raise _resumable(exc, obj, str(answer["epoch"]), last, types) from None
                 if message.get("method") != "event":
                     continue
                 event = message.get("params") or {}
                 click.echo(json.dumps(event) if obj.as_json else _line(event))
+                last = int(event.get("seq", last))
                 shown += 1
+
+
+def _resumable(
+    exc: ConnectionLost, obj: Ctx, epoch: str, last: int, types: tuple[str, ...]
+) -> ConnectionLost:
+    """`exc` (where the stream ended, and why: ssh's status through a host), and the command
+    that picks the stream up after the last event printed."""
+    words = ["xum"]
+    for option, value in (("--host", obj.host), ("--root", obj.root), ("--socket", obj.socket)):
+        words += [option, value] if value else []
+    words.append("events")
+    words += [f"--type={t}" for t in types] + [f"--epoch={epoch}", f"--after-seq={last}"]
+    return ConnectionLost(
+        f"{exc}; resume after the last event shown with `{shlex.join(words)}`",
+        host=exc.host,
+        method=exc.method,
+        sent=exc.sent,
+        status=exc.status,
+        detail=exc.detail,
+    )

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from xum_client.commands._resolve import env_option
-from xum_client.errors import ConnectionLost, XumRpcError
+from xum_client.errors import ConnectionLost, XumClientError, XumRpcError
 from xum_client.sync import Client
 
 POLL_S = 5.0
@@ -104,14 +104,71 @@ def daemon_stop_note(process: dict[str, Any]) -> str:
     return f"the daemon is stopping; {process['kind']} {process['id']} is stopped ({why})"
 
 
-def _stream(client: Client, process: dict[str, Any]) -> dict[str, Any] | None:
+def _stream(client: Client, process: dict[str, Any], obj: Any) -> dict[str, Any] | None:
     """Copy the output to stdout until the process exited and everything was read."""
     try:
         return _copy_output(client, process["id"])
     except (ConnectionLost, XumRpcError) as exc:
         if isinstance(exc, XumRpcError) and exc.kind != "shutting_down":
             raise
+        if isinstance(exc, ConnectionLost) and exc.host is not None and exc.status != 0:
+            # The link to the host ended (ssh killed or failed, the host gone), not the host's
+            # daemon: status 0 alone is the bridge ending because its daemon closed.
+            raise link_lost(exc, process, obj) from None
         raise DaemonStopping(daemon_stop_note(process)) from None
+
+
+SETTLE_S = 5.0
+"""How long the look after a lost link waits for a foreground run to end: its daemon stops it
+once it sees the run's connection close, which may be a moment after ssh here ended."""
+
+
+def link_lost(exc: ConnectionLost, process: dict[str, Any], obj: Any) -> ConnectionLost:
+    """The link to the host ended while following `process`: where, why (ssh's status), and
+    whether the process still runs there, asked of the host's daemon over a new connection."""
+    from xum_client.sshlink import why_lost
+
+    host, process_id = exc.host, process["id"]
+    running: bool | None = None
+    try:
+        with obj.client(timeout=SETTLE_S + 30.0, client_name="xum-cli-look") as probe:
+            found = probe.call("process.get", {"process_id": process_id})["process"]
+            if found["state"] != "exited" and found.get("foreground"):
+                found = probe.call(
+                    "process.wait", {"process_id": process_id, "timeout_s": SETTLE_S}
+                )["process"]
+    except (XumClientError, OSError) as look_exc:
+        kind = getattr(look_exc, "kind", None) or "error"
+        now = (
+            f"whether {process_id} still runs there is not known (looking failed: {kind}); "
+            f"look with `xum --host {host} ps --all`"
+        )
+    else:
+        running = found["state"] != "exited"
+        if running:
+            now = (
+                f"{process_id} is still running there; see it with `xum --host {host} ps`, "
+                f"stop it with `xum --host {host} kill {process_id}`"
+            )
+        else:
+            reason = (found.get("exit") or {}).get("stop_reason")
+            how = "it exited"
+            if reason:
+                how = STOP_NOTES.get(reason, f"stopped by the daemon ({reason})")
+            now = (
+                f"{process_id} is no longer running there ({how.format(id=process_id)}); "
+                f"see it with `xum --host {host} ps --all`"
+            )
+    return ConnectionLost(
+        f"connection to host {host!r} lost while following {process_id} "
+        f"({why_lost(exc.status, exc.detail)}): {now}",
+        host=host,
+        method=exc.method,
+        sent=exc.sent,
+        status=exc.status,
+        detail=exc.detail,
+        extra={"process_id": process_id, "running": running},
+    )
 
 
 def _copy_output(client: Client, process_id: str) -> dict[str, Any] | None:
@@ -205,7 +262,7 @@ def register(cli: click.Group) -> None:
                 signal.SIGINT, lambda *_: side.call("process.signal", signal="INT")
             )
             try:
-                exit_info = _stream(client, process)
+                exit_info = _stream(client, process, obj)
             finally:
                 signal.signal(signal.SIGINT, previous)
         sys.exit(exit_status(exit_info))
@@ -249,7 +306,7 @@ def register(cli: click.Group) -> None:
                 # TCSANOW: keep what the user typed ahead (TCSAFLUSH would discard it).
                 tty.setraw(sys.stdin.fileno(), termios.TCSANOW)
                 threading.Thread(target=side.pump, args=(True,), daemon=True).start()
-                exit_info = _stream(client, process)
+                exit_info = _stream(client, process, obj)
             finally:
                 termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
                 signal.signal(signal.SIGWINCH, previous)
