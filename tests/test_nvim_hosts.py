@@ -70,6 +70,33 @@ def test_plugin_through_a_host_reconnects_and_names_a_host_down() -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_checkhealth_in_host_mode_checks_the_host() -> None:
+    """`:checkhealth xum` with setup{ host }: the host's entry, ssh and the daemon's hello
+    through it, no local socket; a host that is down and a name not in the hosts file are
+    errors with advice for a host (scenario `health_host`)."""
+    base = short_tmpdir("xumnh-")
+    server = SshServer(base)
+    try:
+        server.start()
+        with world_in(short_tmpdir("xumnv-")) as world:
+            hosts_file = base / "hosts.toml"
+            add_host(HostEntry("h", ALIAS, str(world.root)), path=hosts_file)
+            run_scenario(
+                world,
+                "health_host",
+                env={
+                    **server.env(),
+                    "XUM_SOCKET": "<unset>",
+                    "XUM_TEST_SSH_ALIAS": ALIAS,
+                    "XUM_TEST_SSH_DOWN": ALIAS_DOWN,
+                    "XUM_HOSTS_FILE": str(hosts_file),
+                },
+            )
+    finally:
+        server.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_what_a_proxy_command_left_goes_with_ssh(tmp_short: Path) -> None:
     if shutil.which("socat") is None:
         pytest.skip("socat is not installed (apt-get install socat)")

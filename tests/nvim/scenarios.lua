@@ -489,6 +489,7 @@ function S.health(T)
   vim.cmd('checkhealth xum')
   text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
   T.check(text:find('ERROR.-no socket at'), 'a missing socket is an error: ' .. text)
+  T.check(text:find('`xum daemon run`', 1, true), 'the advice names the README\'s command: ' .. text)
   vim.cmd('bwipeout!')
 
   -- a socket file nobody listens on (a daemon that was SIGKILLed): found, but no answer
@@ -1055,6 +1056,42 @@ function S.host(T)
   T.check(err.message:find("host 'down'", 1, true) and err.message:find('Connection refused', 1, true),
     'the message says which host and why: ' .. tostring(err.message))
   T.check(not err.message:find('\n'), 'one line')
+end
+
+-- :checkhealth xum with setup{ host }: the host is what it checks (its entry, the ssh command,
+-- the daemon's hello through it), never a local socket; a host that is down is its kind, with
+-- advice for a host, not for a local daemon.
+function S.health_host(T)
+  local function health()
+    vim.cmd('checkhealth xum')
+    local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+    vim.cmd('bwipeout!')
+    return text
+  end
+  local down = os.getenv('XUM_TEST_SSH_DOWN')
+  xum().setup({ host = 'h', connect_timeout_ms = 30000, timeout_ms = 30000 })
+  local text = health()
+  T.check(not text:find('socket', 1, true), 'no local socket looked for: ' .. text)
+  T.check(not text:find('ERROR'), 'no error: ' .. text)
+  T.check(text:find('host h: ' .. os.getenv('XUM_TEST_SSH_ALIAS'), 1, true), 'the entry: ' .. text)
+  T.check(text:find('OK.-reached through'), 'the ssh command: ' .. text)
+  T.check(text:find('OK.-hello answered: xumd'), 'hello through the host: ' .. text)
+  T.check(text:find('OK.-protocol 1%.'), 'protocol: ' .. text)
+  T.eq(T.realpath(require('xum.client').hello.root), T.realpath(os.getenv('XUM_ROOT')), "the host's daemon")
+
+  require('xum.client').stop()
+  xum().setup({ host = { name = 'down', dest = down }, reconnect = false, connect_timeout_ms = 30000 })
+  text = health()
+  T.check(text:find("ERROR.-the daemon does not answer: xum: host_unreachable: host 'down'"),
+    'a host that is down, by its kind: ' .. text)
+  T.check(text:find('`ssh ' .. down .. ' true`', 1, true), 'advice for a host: ' .. text)
+  T.check(text:find('`xum host check down`', 1, true), 'how to look from the command line: ' .. text)
+  T.check(not text:find('socket', 1, true), 'nothing about a local socket: ' .. text)
+
+  require('xum.client').stop()
+  xum().setup({ host = 'nope', reconnect = false })
+  text = health()
+  T.check(text:find('ERROR.-no host nope in the hosts file'), 'a name not in the hosts file: ' .. text)
 end
 
 -- ssh's ProxyCommand leaves a child behind; the host's daemon stops, so ssh ends by itself
