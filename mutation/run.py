@@ -92,6 +92,10 @@ SMALLFILE_TESTS = [
     )
 ]
 
+# One test per contract rule that another test guarded only in passing (real daemons, git,
+# sockets; a few seconds each): each is in the scope of the module its rule lives in.
+CONTRACT_RULES = "tests/test_contract_rules.py"
+
 
 @dataclass(frozen=True)
 class Scope:
@@ -123,7 +127,15 @@ SCOPES = [
     ),
     # In-process (a real store, git and directories; no daemon): every decision of the pass in
     # seconds. The daemon-level tests (test_recovery.py, the crash matrix) take minutes a mutant.
-    Scope("daemon/xumd/recovery/reconcile.py", ["tests/test_reconcile_inprocess.py"]),
+    # The restore's roll-forward decision is pinned a second time by a real crash (about 2 s).
+    Scope(
+        "daemon/xumd/recovery/reconcile.py",
+        [
+            "tests/test_reconcile_inprocess.py",
+            f"{CONTRACT_RULES}::"
+            "test_at_start_up_a_restore_rolls_forward_only_once_its_checkout_was_recorded",
+        ],
+    ),
     # In-process (real git repositories, no daemon): seconds per mutant where the archive and
     # unarchive daemon tests took minutes; the rules those tests pinned are pinned here too.
     Scope(
@@ -255,6 +267,75 @@ SCOPES = [
                 )
             ),
         ],
+    ),
+    # The contract rules of tests/test_contract_rules.py, each beside the module's own tests.
+    # Stale git locks: a git working in a linked worktree (a `.git` file, `commondir`) keeps its
+    # lock; the in-process and daemon tests of the sweep.
+    Scope(
+        "daemon/xumd/gitlocks.py",
+        [
+            "tests/test_lifecycle_gitlocks.py",
+            f"{CONTRACT_RULES}::"
+            "test_a_git_working_in_a_linked_worktree_keeps_its_lock_when_another_workspace_is_made",
+        ],
+    ),
+    # What a lingering archived checkout holds that its archive does not: the comparison both
+    # the cleanup's trash step (cleanup.retry) and unarchive make, preserved files included.
+    Scope(
+        "daemon/xumd/lifecycle/unarchive.py",
+        [
+            f"{CONTRACT_RULES}::"
+            "test_cleanup_retry_never_trashes_an_archived_checkout_whose_preserved_file_changed",
+            "tests/test_preserved_files.py::"
+            "test_unarchive_refuses_to_trash_a_lingering_checkout_whose_preserved_file_changed",
+            "tests/test_cleanup_lingering_work.py",
+        ],
+        functions=[
+            "unsaved_in_checkout",
+            "_unsaved_preserved",
+            "unsaved_before_trash",
+            "unsaved_in_lingering",
+            "_refuse_unsaved",
+        ],
+    ),
+    # remove: its refusals, and with force the snapshot taken before the checkout goes.
+    Scope(
+        "daemon/xumd/lifecycle/remove.py",
+        [
+            f"{CONTRACT_RULES}::test_remove_with_force_snapshots_the_work_before_the_checkout_goes",
+            *(
+                f"tests/test_lifecycle_archive.py::test_{name}"
+                for name in (
+                    "remove_clean_workspace",
+                    "remove_dirty_is_not_safe_then_force_snapshots",
+                    "remove_archived_workspace_keeps_refs",
+                    "remove_with_work_held_by_snapshot_is_safe",
+                )
+            ),
+        ],
+    ),
+    # Binding the socket: a live listener on the path is refused, a stale socket file replaced
+    # (a restart after SIGKILL leaves one).
+    Scope(
+        "daemon/xumd/rpc/server.py",
+        [
+            f"{CONTRACT_RULES}::"
+            "test_a_live_listener_on_the_socket_path_is_never_unlinked_and_the_daemon_does_not_start",
+            "tests/test_systemd.py::test_a_foreign_listener_on_the_socket_path_is_not_stolen",
+            "tests/test_daemon_basics.py::test_restart_after_sigkill",
+        ],
+        functions=["bind_socket", "_has_listener"],
+    ),
+    # gc's plan: a row the start-up pass flagged is skipped by both policies that collect
+    # workspaces; the policies' own tests show an unflagged row is still collected.
+    Scope(
+        "daemon/xumd/gc/plan.py",
+        [
+            f"{CONTRACT_RULES}::test_gc_leaves_the_workspaces_the_start_up_pass_flagged",
+            "tests/test_gc.py::test_archived_workspaces_removed_after_n_days",
+            "tests/test_gc.py::test_archive_merged_clean_only",
+        ],
+        functions=["_archived", "_merged", "_not_stale", "_add_workspace", "_interrupted"],
     ),
 ]
 
