@@ -9,6 +9,7 @@
 // - An event subscription survives reconnects: the client resubscribes with the last `seq` and
 //   `epoch` it saw, so the daemon replays what was missed; when it cannot (`resync_required`, or
 //   another daemon run), the new snapshot is delivered as a `snapshot` and the stream goes on.
+//   A position saved by an earlier process resumes the same way (`subscribe({ resumeFrom })`).
 
 import { EventEmitter } from "node:events";
 import { createConnection, type Socket } from "node:net";
@@ -143,6 +144,29 @@ export interface SubscribeOptions {
    * whole all the same, and events follow it. 0: the whole snapshot in one answer.
    */
   snapshotPage?: number;
+  /**
+   * Resume from a position saved earlier (`client.position`, in this process or another one):
+   * the daemon replays the events after it, delivered as `event` with no snapshot, and
+   * `subscribe()` answers a `ResumeInfo`. When it cannot (another daemon run, a gap its ring no
+   * longer holds) a `snapshot` comes instead (`epoch_changed`, `resync`), as after a reconnect.
+   * Listen for `event` before subscribing: the replayed events are delivered before
+   * `subscribe()`'s answer reaches its caller.
+   */
+  resumeFrom?: Position;
+}
+
+/** Where a subscription stands: the daemon run (`epoch`) and the `seq` of the last event applied. */
+export interface Position {
+  epoch: string;
+  seq: number;
+}
+
+/** `subscribe()`'s answer when it resumed from `resumeFrom`: the events after `seq` follow. */
+export interface ResumeInfo {
+  reason: "resumed";
+  epoch: string;
+  /** The position resumed from. */
+  seq: number;
 }
 
 /** Why a snapshot was delivered. */
@@ -207,8 +231,8 @@ interface Subscription {
    * snapshot instead (which stands for the event).
    */
   resumable: boolean;
-  /** Settles the first `subscribe()` call: its snapshot, or why it failed. */
-  first: { resolve: (info: SnapshotInfo) => void; reject: (err: Error) => void } | null;
+  /** Settles the first `subscribe()` call: its snapshot (or resumption), or why it failed. */
+  first: { resolve: (info: SnapshotInfo | ResumeInfo) => void; reject: (err: Error) => void } | null;
 }
 
 /** What a snapshot page is fetched over: the subscribed connection. */
@@ -216,8 +240,8 @@ export interface SnapshotConn {
   call(method: string, params: unknown, timeoutMs: number): Promise<Record<string, unknown>>;
 }
 
-function isSnapshotInfo(value: unknown): value is SnapshotInfo {
-  return value !== null && typeof value === "object" && "reason" in value && "snapshot" in value;
+function isFirstAnswer(value: unknown): value is SnapshotInfo | ResumeInfo {
+  return !(value instanceof Error) && value !== null && typeof value === "object" && "reason" in value && "epoch" in value;
 }
 
 /** One socket. A reconnect makes a new one, so a stale socket's close never touches the new. */
@@ -378,6 +402,12 @@ class Conn {
     }
     this.onClose(this, reason);
   }
+}
+
+function isPosition(value: unknown): value is Position {
+  if (value === null || typeof value !== "object") return false;
+  const { epoch, seq } = value as { epoch?: unknown; seq?: unknown };
+  return typeof epoch === "string" && epoch !== "" && Number.isSafeInteger(seq) && (seq as number) >= 0;
 }
 
 /** The connection was dropped because the daemon sent a frame over the client's cap. */
@@ -570,24 +600,32 @@ export class XumClient extends EventEmitter<ClientEvents> {
   /**
    * Subscribe to events (one subscription per client). The first answer's snapshot is returned
    * and also emitted as `snapshot`; events follow as `event`, across reconnects, each once and in
-   * order.
+   * order. With `resumeFrom`, the answer is a `ResumeInfo` when the daemon could replay from there.
    */
-  async subscribe(options: SubscribeOptions = {}): Promise<SnapshotInfo> {
+  subscribe(options?: SubscribeOptions & { resumeFrom?: undefined }): Promise<SnapshotInfo>;
+  subscribe(options: SubscribeOptions): Promise<SnapshotInfo | ResumeInfo>;
+  async subscribe(options: SubscribeOptions = {}): Promise<SnapshotInfo | ResumeInfo> {
     if (this.subscription !== null) throw new XumClientError("already subscribed (one subscription per client)");
     if (this.state === "closed") throw new ClientClosed("the client is closed");
-    let settle: { resolve: (info: SnapshotInfo) => void; reject: (err: Error) => void } | null = null;
-    const first = new Promise<SnapshotInfo>((resolve, reject) => {
+    let settle: { resolve: (info: SnapshotInfo | ResumeInfo) => void; reject: (err: Error) => void } | null = null;
+    const first = new Promise<SnapshotInfo | ResumeInfo>((resolve, reject) => {
       settle = { resolve, reject };
     });
     const page = options.snapshotPage ?? DEFAULT_PAGE;
     if (!Number.isInteger(page) || page < 0 || page > 10_000) {
       throw new XumClientError(`snapshotPage must be an integer from 0 to 10000, got ${page}`);
     }
+    const from = options.resumeFrom;
+    if (from !== undefined && !isPosition(from)) {
+      throw new XumClientError(
+        `resumeFrom must be { epoch: a non-empty string, seq: an integer >= 0 } (a saved \`position\`), got ${JSON.stringify(from)}`,
+      );
+    }
     const sub: Subscription = {
       types: options.types,
       page,
-      epoch: null,
-      seq: null,
+      epoch: from?.epoch ?? null,
+      seq: from?.seq ?? null,
       held: null,
       resumable: true,
       first: settle,
@@ -613,11 +651,11 @@ export class XumClient extends EventEmitter<ClientEvents> {
     }
   }
 
-  private settleFirst(sub: Subscription, outcome: SnapshotInfo | unknown): void {
+  private settleFirst(sub: Subscription, outcome: SnapshotInfo | ResumeInfo | unknown): void {
     const first = sub.first;
     if (first === null) return;
     sub.first = null;
-    if (isSnapshotInfo(outcome)) first.resolve(outcome);
+    if (isFirstAnswer(outcome)) first.resolve(outcome);
     else first.reject(outcome instanceof Error ? outcome : new XumClientError(String(outcome)));
   }
 
@@ -628,7 +666,10 @@ export class XumClient extends EventEmitter<ClientEvents> {
     this.conn?.close();
   }
 
-  /** The subscription's position: the epoch and last seq seen (null before any). */
+  /**
+   * The subscription's position: the epoch and last seq delivered (null before any). Saved (it is
+   * plain JSON), it is what `subscribe({ resumeFrom })` takes, in this process or a later one.
+   */
   get position(): { epoch: string | null; seq: number | null } | null {
     return this.subscription === null ? null : { epoch: this.subscription.epoch, seq: this.subscription.seq };
   }
@@ -861,6 +902,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
     // way each is delivered once, in seq order.
     const replayed = Array.isArray(result["events"]) ? (result["events"] as RawEvent[]) : [];
     if (info !== null) this.settleFirst(sub, info);
+    else if (sub.first !== null && sub.seq !== null) this.settleFirst(sub, { reason: "resumed", epoch, seq: sub.seq });
     for (const event of [...replayed, ...held]) this.deliver(sub, event);
     // A resumed answer's `seq` is where the live stream starts (a filtered replay may end before).
     if (sub.epoch === epoch && (sub.seq === null || seq > sub.seq) && info === null) sub.seq = seq;

@@ -14,6 +14,7 @@ import {
   ConnectionLost,
   DaemonNotRunning,
   XumClient,
+  XumClientError,
   XumRpcError,
   isEvent,
   isRpcError,
@@ -582,5 +583,63 @@ test("a resume answered by another run (epoch) without resync_required is still 
     await client.close();
     await new Promise<void>((resolve) => server.close(() => resolve()));
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a saved position the daemon cannot resume from gives a snapshot: another run's, or a gap its ring lost", async () => {
+  await withDaemon(
+    async (daemon) => {
+      const other = await XumClient.connect({ socketPath: daemon.socketPath });
+      try {
+        const { seq: now } = (await other.callRaw("test.publish", { type: "test.x", count: 10 })) as { seq: number };
+        const epoch = other.server?.epoch;
+        assert.ok(typeof epoch === "string");
+
+        const elsewhere = await XumClient.connect({ socketPath: daemon.socketPath });
+        try {
+          const { snapshots } = record(elsewhere);
+          const answer = await elsewhere.subscribe({ types: ["test."], resumeFrom: { epoch: "0000000000000000", seq: 3 } });
+          assert.equal(answer.reason, "epoch_changed");
+          assert.equal(answer.epoch, epoch);
+          assert.equal(answer.seq, now);
+          assert.deepEqual(snapshots.map((s) => s.reason), ["epoch_changed"]);
+        } finally {
+          await elsewhere.close();
+        }
+
+        // Ten events into a ring of four: the one right after seq 1 is gone.
+        const lost = await XumClient.connect({ socketPath: daemon.socketPath });
+        try {
+          const { events } = record(lost);
+          const answer = await lost.subscribe({ types: ["test."], resumeFrom: { epoch, seq: now - 9 } });
+          assert.equal(answer.reason, "resync");
+          assert.equal(answer.seq, now);
+          assert.equal(events.length, 0, "the snapshot stands for what was missed");
+          assert.deepEqual(lost.position, { epoch, seq: now });
+        } finally {
+          await lost.close();
+        }
+      } finally {
+        await other.close();
+      }
+    },
+    { config: "event_ring_size = 4\n" },
+  );
+});
+
+test("resumeFrom that is not a saved position is refused before anything is sent", async () => {
+  const tmp = shortTmpdir();
+  const client = new XumClient({ root: join(tmp, "none"), reconnect: false });
+  try {
+    for (const bad of [{ epoch: "", seq: 1 }, { epoch: "e", seq: -1 }, { epoch: "e", seq: 1.5 }, { epoch: null, seq: 2 }]) {
+      await assert.rejects(
+        client.subscribe({ resumeFrom: bad as unknown as { epoch: string; seq: number } }),
+        (err: unknown) => err instanceof XumClientError && /resumeFrom must be/.test(err.message),
+      );
+      assert.equal(client.position, null, "not left subscribed");
+    }
+  } finally {
+    await client.close();
+    rmSync(tmp, { recursive: true, force: true });
   }
 });

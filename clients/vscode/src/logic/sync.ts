@@ -3,7 +3,7 @@
 // `cleanup.obligation_changed` (not as a workspace event), and a workspace's `last_cleanup` is
 // derived from its obligations: so on such an event the workspace is read again.
 
-import { isEvent, isRpcError, type XumClient } from "../../../ts/src/index.js";
+import { isEvent, isRpcError, type SnapshotInfo, type XumClient } from "../../../ts/src/index.js";
 import type { WorkspaceModel } from "./model.js";
 
 export const SUBSCRIBED_TYPES = ["project.", "workspace.", "cleanup."];
@@ -31,7 +31,7 @@ export class ModelSync {
     });
   }
 
-  subscribe(): ReturnType<XumClient["subscribe"]> {
+  subscribe(): Promise<SnapshotInfo> {
     return this.client.subscribe({ types: SUBSCRIBED_TYPES });
   }
 
