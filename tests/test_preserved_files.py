@@ -214,7 +214,7 @@ def test_remove_of_an_archived_workspace_keeps_its_saved_copy_and_says_where(
     daemon.call("workspace.archive", {"workspace_id": ws["id"]})
     removed = daemon.call("workspace.remove", {"workspace_id": ws["id"]})
     kept_dir = daemon.root / "archive" / ws["id"]
-    assert removed["kept"] == {"path": str(kept_dir), "files": [".env"]}
+    assert removed["kept"] == {"path": str(kept_dir), "files": [".env"], "raw": []}
     assert (kept_dir / "files" / ".env").read_text() == SECRET
     assert [s["kind"] for s in daemon.call("workspace.strays", {})["strays"]] == ["kept"]
 

@@ -145,15 +145,17 @@ def start(
     env: Mapping[str, str] | None,
     stdin_pipe: bool,
     own_session: bool = True,
+    stderr_fd: int | None = None,
 ) -> Child:
-    """Start argv with stdout and stderr merged into one pipe; raises what Popen raises."""
+    """Start argv with stdout and stderr merged into one pipe (or stderr to `stderr_fd`, for
+    a listing whose diagnostics must never read as entries); raises what Popen raises."""
     popen = subprocess.Popen(  # noqa: S603 - argv only, never a shell (procutil)
         list(argv),
         cwd=cwd,
         env=dict(env) if env is not None else None,
         stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.STDOUT if stderr_fd is None else stderr_fd,
         start_new_session=own_session,
         process_group=None if own_session else 0,
     )

@@ -101,38 +101,73 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return False
 
 
-async def kill_tree(pid: int, pgid: int | None, grace_s: float, *, poll_s: float = 0.02) -> bool:
+async def kill_tree(
+    pid: int,
+    pgid: int | None,
+    grace_s: float,
+    *,
+    poll_s: float = 0.02,
+    stopped: list[contain.Stopped] | None = None,
+) -> bool:
     """SIGTERM the group and the tree (each once), wait up to `grace_s`, then SIGKILL every member.
 
     Descendants are collected before signalling, so a child that escaped the group (setsid)
     is still reached when it was a descendant at that moment. Each is known by pid *and* start
     time: one that ended during the grace and whose pid was handed to another process (pids
     wrap: 32768 by default) is not signalled nor waited for. Returns True when nothing of the
-    tree or the group is left.
+    tree or the group is left. `stopped` is told each process other than `pid` itself (what
+    the run left behind) that ended, with the signal that ended it.
     """
     members = _identified(pid, {})
+    behind = _left_behind(pid, pgid, members) if stopped is not None else {}
     signalled = pgid if pgid and _signal_group(pgid, signal.SIGTERM) else None
     # Once each: a second SIGTERM is `quit now, skip the clean-up` to many programs.
     _signal_pids(
         sorted(p for p in members if not signalled or _pgid(p) != signalled), signal.SIGTERM
     )
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        members = _identified(pid, members)
-        if not _any_alive(members) and not (pgid and group_alive(pgid)):
-            return True
-        await anyio.sleep(poll_s)
-    members = _identified(pid, members)
-    if pgid:
-        _signal_group(pgid, signal.SIGKILL)
-    _signal_pids(sorted(p for p, start in members.items() if _still(p, start)), signal.SIGKILL)
-    # SIGKILL cannot be ignored; give the kernel a moment to reap, bounded.
-    with anyio.move_on_after(2.0):
-        while _any_alive(members) or (pgid and group_alive(pgid)):
+    killed: set[int] = set()
+    try:
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            members = _identified(pid, members)
+            if not _any_alive(members) and not (pgid and group_alive(pgid)):
+                return True
             await anyio.sleep(poll_s)
-        return True
-    log.warning("proc.tree_survived_sigkill", pid=pid, pgid=pgid)
-    return False
+        members = _identified(pid, members)
+        killed = {p for p, (start, _argv) in behind.items() if _still(p, start)}
+        if pgid:
+            _signal_group(pgid, signal.SIGKILL)
+        _signal_pids(sorted(p for p, start in members.items() if _still(p, start)), signal.SIGKILL)
+        # SIGKILL cannot be ignored; give the kernel a moment to reap, bounded.
+        with anyio.move_on_after(2.0):
+            while _any_alive(members) or (pgid and group_alive(pgid)):
+                await anyio.sleep(poll_s)
+            return True
+        log.warning("proc.tree_survived_sigkill", pid=pid, pgid=pgid)
+        return False
+    finally:
+        if stopped is not None:
+            contain.add_stopped(
+                stopped,
+                (
+                    contain.Stopped.of(p, start, argv, p in killed)
+                    for p, (start, argv) in behind.items()
+                    if not _still(p, start)
+                ),
+            )
+
+
+def _left_behind(
+    pid: int, pgid: int | None, tree: dict[int, float | None]
+) -> dict[int, tuple[float | None, tuple[str, ...]]]:
+    """The group's and the tree's members but `pid` itself, each with its start time and its
+    command (read now: a process that ended has none)."""
+    found = {p: start for p, start in tree.items() if p != pid}
+    if pgid and pgid > 1:
+        for proc in psutil.process_iter(["pid"]):
+            if proc.pid != pid and proc.pid not in found and _live_member(proc, pgid):
+                found[proc.pid] = procstat.start_time(proc.pid)
+    return {p: (start, contain.argv_of(p)) for p, start in found.items()}
 
 
 def _identified(root: int, known: dict[int, float | None]) -> dict[int, float | None]:
@@ -209,6 +244,9 @@ class CommandResult:
     pid: int = 0
     escaped: list[contain.Marked] = field(default_factory=list)
     """Descendants of the run (its marker, its cgroup) still alive after SIGKILL."""
+    stopped: list[contain.Stopped] = field(default_factory=list)
+    """What the command left behind and was stopped once it ended (after a timeout or a
+    cancellation the whole tree is stopped, and nothing is listed here)."""
 
     @property
     def ok(self) -> bool:
@@ -332,8 +370,10 @@ async def run_command(
     containment: contain.Containment | None = None,
     marker: contain.Marker | None = None,
     own_session: bool = True,
+    stderr_fd: int | None = None,
 ) -> CommandResult:
     """Run argv in its own session with merged stdout/stderr, bounded output and a deadline.
+    `stderr_fd`: stderr goes there instead (the output is then stdout alone).
 
     On timeout or cancellation the whole tree gets SIGTERM, then SIGKILL after `grace_s`;
     cancellation is re-raised after the tree is gone (shielded, bounded). With `containment`,
@@ -370,7 +410,12 @@ async def run_command(
         # Synchronous (vfork + exec, no await): no cancellation can land between the fork and
         # the handle; a pending one is taken at the next await, which kills the tree.
         proc = childproc.start(
-            full_argv, cwd=cwd, env=env, stdin_pipe=stdin is not None, own_session=own_session
+            full_argv,
+            cwd=cwd,
+            env=env,
+            stdin_pipe=stdin is not None,
+            own_session=own_session,
+            stderr_fd=stderr_fd,
         )
         pid = proc.pid
     except FileNotFoundError as exc:
@@ -411,9 +456,11 @@ async def run_command(
     finally:
         # The command's process group does not outlive the command: leftovers (a background
         # job a script forgot, or the whole tree on timeout/cancel) are stopped, bounded.
+        # What a command that ended on its own left is told (its result's `stopped`).
+        stopped: list[contain.Stopped] | None = [] if proc.returncode is not None else None
         if proc.returncode is None or group_alive(proc.pid):
             with anyio.CancelScope(shield=True):
-                await kill_tree(proc.pid, proc.pid, grace_s)
+                await kill_tree(proc.pid, proc.pid, grace_s, stopped=stopped)
                 with anyio.move_on_after(2.0):
                     await proc.wait()
         if proc.returncode is not None:
@@ -424,7 +471,9 @@ async def run_command(
             if containment is not None and marker is not None:
                 # Descendants that left the group and the tree (setsid, double fork) still
                 # carry the marker: the command does not outlive the command, wherever they went.
-                escaped = await containment.leftovers(marker, grace_s, always=explicit)
+                escaped = await containment.leftovers(
+                    marker, grace_s, always=explicit, stopped=stopped
+                )
             # Our ends of the pipes (and the pidfd) now, not at garbage collection: a
             # descendant that escaped may hold the other end open for as long as it lives.
             proc.close()
@@ -436,4 +485,5 @@ async def run_command(
         duration_s=time.monotonic() - started,
         pid=proc.pid,
         escaped=escaped,
+        stopped=stopped or [],
     )

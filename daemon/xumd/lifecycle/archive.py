@@ -16,6 +16,7 @@ from xumd.errors import XumError
 from xumd.lifecycle import bigrepo, dirstore, rows, sparsekeep, views
 from xumd.lifecycle.checkout import clear_stale_locks
 from xumd.lifecycle.context import Context, invalid_state
+from xumd.lifecycle.onbytes import RawEntry, refuse_unproven
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
 from xumd.lifecycle.seams import holders_text
@@ -56,7 +57,7 @@ async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> Worksp
         ARCHIVE_AFTER_INTENT()
         try:
             await HOLD.hold()
-            snap, dropped = await _save_work(ctx, project, row)
+            snap, dropped, raw = await _save_work(ctx, project, row)
             # The checkout's own cone, for its unarchive to re-apply (lifecycle/sparsekeep.py).
             owned = row.runtime == "worktree" and ctx.owns_checkout(row)
             sparse = await bigrepo.sparse_patterns(ctx.git, row.path) if owned else None
@@ -79,6 +80,7 @@ async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> Worksp
                 snapshot=views.snapshot_info(snap),
                 dropped=views.dropped_info(dropped),
                 cleanup=status,
+                raw=views.raw_info(raw),
                 stopped=stopped,
             )
 
@@ -107,8 +109,9 @@ async def _stop(ctx: Context, ref: WorkspaceRef, row: WorkspaceRow) -> list[str]
 
 async def _save_work(
     ctx: Context, project: ProjectRow, row: WorkspaceRow
-) -> tuple[Snapshot | None, Dropped]:
-    """Snapshot uncommitted work and preserve chosen ignored files, touching nothing."""
+) -> tuple[Snapshot | None, Dropped, list[RawEntry]]:
+    """Snapshot uncommitted work, prove on the bytes what the snapshot gives back, and save
+    what it does not (and the chosen ignored files) as it is, touching nothing."""
     if not ctx.owns_checkout(row):
         if os.path.lexists(row.path):
             raise XumError(
@@ -116,12 +119,17 @@ async def _save_work(
                 f"{row.path} does not carry the marker of {row.id}; refusing to snapshot it",
                 path=str(row.path),
             )
-        return None, Dropped()  # deleted by hand: nothing left to save
+        return None, Dropped(), []  # deleted by hand: nothing left to save
     globs = preserve_globs(row.path, project.path)
     if row.runtime == "directory":
-        return None, await dirstore.save(ctx.app.paths.archive_store, row)
+        return None, await dirstore.save(ctx.app.paths.archive_store, row), []
     async with ctx.git.admin_lock(project.path):
         await clear_stale_locks(ctx.git, project.path)
-        snap = await ctx.snapshots.take(row.path, row.id, row.incarnation)
-    dropped = await ctx.snapshots.report_and_preserve(row.path, row.id, row.incarnation, globs)
-    return snap, dropped
+        state = await ctx.snapshots.capture(row.path)
+        snap = await ctx.snapshots.take(row.path, row.id, row.incarnation, state=state)
+    proof = await ctx.snapshots.prove(row.path, state.work_tree, project.path)
+    refuse_unproven(row, proof, "archive")
+    dropped = await ctx.snapshots.report_and_preserve(
+        row.path, row.id, row.incarnation, globs, proof.raw
+    )
+    return snap, dropped, proof.raw

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xumd import fsdelete, logs
-from xumd.lifecycle import fscopy
+from xumd.lifecycle import fscopy, rawcopy
 
 log = logs.get("xumd.lifecycle.preserved")
 
 MANIFEST = "manifest.json"
+RAW_DIR = "raw"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,13 @@ class SavedCopy:
     incarnation: str | None
     directory: bool
     """The directory runtime's whole-directory copy (else a worktree's preserved files)."""
+    raw: tuple[str, ...] = ()
+    """Entries the snapshot cannot give back byte for byte, saved as they were under `raw/`
+    (lifecycle/onbytes.py, lifecycle/rawcopy.py): files, links, whole directories."""
+
+    @property
+    def raw_root(self) -> Path:
+        return self.dir / RAW_DIR
 
 
 @dataclass(slots=True)
@@ -64,12 +72,18 @@ def load(store_dir: Path) -> SavedCopy | None:
     files = [f for f in manifest.get("files", []) if isinstance(f, str)]
     directory = bool(manifest.get("directory"))
     incarnation = manifest.get("incarnation")
+    raw = tuple(
+        e["path"]
+        for e in manifest.get("raw", [])
+        if isinstance(e, dict) and isinstance(e.get("path"), str)
+    )
     return SavedCopy(
         dir=store_dir,
         files_root=store_dir / ("content" if directory else "files"),
         files=files,
         incarnation=incarnation if isinstance(incarnation, str) else None,
         directory=directory,
+        raw=raw,
     )
 
 
@@ -116,6 +130,11 @@ def settle(copy: SavedCopy, checkout: Path) -> Settled:
             dest.unlink()
         fscopy.copy_file(src, dest)  # holes kept, space checked, a partial copy removed
         settled.replaced.append(rel)  # setup wrote or removed it (the copy was placed first)
+    stale = [rel for rel in copy.raw if not rawcopy.same(copy.raw_root, checkout, rel)]
+    if stale:
+        placed = rawcopy.place(copy.raw_root, checkout, stale)
+        settled.replaced += placed.placed
+        settled.problems += placed.problems
     return settled
 
 
@@ -129,6 +148,7 @@ def verify(copy: SavedCopy, checkout: Path) -> list[str]:
         dest = target_in(checkout, rel)
         if dest is None or not same_file(src, dest):
             bad.append(rel)
+    bad += [rel for rel in copy.raw if not rawcopy.same(copy.raw_root, checkout, rel)]
     return bad
 
 

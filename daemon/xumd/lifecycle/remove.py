@@ -16,6 +16,7 @@ from xumd import faults, logs
 from xumd.errors import XumError
 from xumd.lifecycle import dirstore, preserved, removing, rows, views
 from xumd.lifecycle.context import Context, invalid_state, some
+from xumd.lifecycle.onbytes import RawEntry, refuse_unproven
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
 from xumd.lifecycle.snapshot import Dropped, Snapshot, WorkState
@@ -46,6 +47,8 @@ class Checked:
     state: WorkState | None
     force: bool
     globs: list[str]
+    raw: list[RawEntry]
+    """With `force`: entries the snapshot cannot give back, kept as they are."""
 
 
 async def remove(
@@ -87,8 +90,8 @@ async def check(ctx: Context, row: WorkspaceRow, force: bool) -> Checked:
                 files=lingering[:100],
             )
     globs = preserve_globs(row.path, project.path) if owns else []
-    state = await _check_safe(ctx, row, force, globs) if owns else None
-    return Checked(row, project, live, owns, state, force, globs)
+    state, raw = await _check_safe(ctx, row, project, force, globs) if owns else (None, [])
+    return Checked(row, project, live, owns, state, force, globs, raw)
 
 
 async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResult:
@@ -113,7 +116,7 @@ async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResul
             if row.runtime == "worktree":
                 # Preserved files are kept (like archive does), never dropped: a kept copy.
                 dropped = await ctx.snapshots.report_and_preserve(
-                    row.path, row.id, row.incarnation, checked.globs
+                    row.path, row.id, row.incarnation, checked.globs, checked.raw
                 )
             elif force:
                 dropped = await dirstore.save(ctx.app.paths.archive_store, row)
@@ -144,6 +147,7 @@ async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResul
             dropped=views.dropped_info(dropped),
             cleanup=cleanup,
             kept=kept,
+            raw=views.raw_info(checked.raw),
         )
 
     # Removed from here on: a shutdown that cuts the cleanup short is answered with this
@@ -165,15 +169,17 @@ def _kept(ctx: Context, row: WorkspaceRow) -> KeptInfo | None:
     copy = preserved.load(ctx.app.paths.archive_store / row.id)
     if copy is None:
         return None
-    return KeptInfo(path=str(copy.dir), files=copy.files)
+    return KeptInfo(path=str(copy.dir), files=copy.files, raw=list(copy.raw))
 
 
 async def _check_safe(
-    ctx: Context, row: WorkspaceRow, force: bool, globs: list[str]
-) -> WorkState | None:
-    """The checkout's uncommitted state (worktree), after refusing `not_safe` what would be lost
-    without `force`: work no snapshot holds, ignored files the user asked to preserve (with
-    `force` they are kept, not dropped), or a directory's files."""
+    ctx: Context, row: WorkspaceRow, project: ProjectRow, force: bool, globs: list[str]
+) -> tuple[WorkState | None, list[RawEntry]]:
+    """The checkout's uncommitted state (worktree) and what its snapshot cannot give back,
+    after refusing `not_safe` what would be lost without `force`: work no snapshot holds,
+    entries git's view misses (lifecycle/onbytes.py), ignored files the user asked to preserve
+    (with `force` both are kept, not dropped), or a directory's files. What cannot be proven
+    either way (an unreadable entry) is refused with `force` too."""
     if row.runtime != "worktree":
         content = dirstore.content_files(row)
         if content and not force:
@@ -183,18 +189,26 @@ async def _check_safe(
                 "or remove with force",
                 files=content[:100],
             )
-        return None
+        return None, []
     state = await ctx.snapshots.capture(row.path)
+    proof = await ctx.snapshots.prove(row.path, state.work_tree, project.path)
+    refuse_unproven(row, proof, "remove", force=force)
     if force:
-        return state
+        return state, proof.raw
     files: list[str] = []
     if state.dirty and not await ctx.snapshots.holds(row.path, state, row.snapshot_commit):
         files = await ctx.snapshots.dirty_files(row.path)
+    unseen = [e.path for e in proof.raw if e.path not in files]
     keep = await ctx.snapshots.preserved_in(row.path, globs)
-    if files or keep:
+    if files or unseen or keep:
         what = []
         if files:
             what.append(f"uncommitted work that no snapshot holds: {some(files)}")
+        if unseen:
+            what.append(
+                "work git's view does not hold (a nested repository, a flagged or filtered "
+                f"file, a path beyond git's reach, an empty directory): {some(unseen)}"
+            )
         if keep:
             what.append(f"ignored files it is asked to preserve: {some(keep)}")
         raise XumError(
@@ -202,7 +216,8 @@ async def _check_safe(
             f"workspace {row.name!r} has " + "; and ".join(what) + "; commit it, archive the "
             "workspace, or remove with force (which snapshots the work and keeps the preserved "
             "files in a kept copy)",
-            files=files,
+            files=files + unseen[: max(0, 100 - len(files))],
+            raw=[e.as_dict() for e in proof.raw[:100]],
             preserved=keep[:100],
         )
-    return state
+    return state, []

@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,32 +83,37 @@ async def git_list(
     what: str = "the ignored files to copy",
     too_many: str = "narrow [create] copy / .worktreeinclude (a directory pattern copies a "
     "directory as one entry)",
+    limit: int = LIST_LIMIT,
 ) -> list[str]:
-    """The NUL-separated paths a git command prints, all of them or an error: `Git.run`'s
-    output keeps a head and a tail and drops the middle (64 KiB), which would silently lose
-    entries of a long listing."""
-    try:
-        result = await run_command(
-            [git.binary, "-C", str(repo), *args],
-            env={**os.environ, **_BASE_ENV},
-            timeout_s=git.timeout_s,
-            output_limit=LIST_LIMIT,
-            stdin=stdin,
-            containment=git.containment,
-        )
-    except CommandNotFound as exc:
-        raise XumError(ErrorKind.OPERATION_FAILED, f"git is not installed ({exc})") from None
+    """The NUL-separated paths a git command prints on stdout, all of them or an error:
+    `Git.run`'s output keeps a head and a tail and drops the middle (64 KiB), which would
+    silently lose entries of a long listing. Git's stderr (`warning: could not open directory
+    ...`) goes to a file of its own and is only ever quoted in an error, never read as a path."""
+    with tempfile.TemporaryFile(prefix="xum-git-stderr-") as errors:
+        try:
+            result = await run_command(
+                [git.binary, "-C", str(repo), *args],
+                env={**os.environ, **_BASE_ENV},
+                timeout_s=git.timeout_s,
+                output_limit=limit,
+                stdin=stdin,
+                containment=git.containment,
+                stderr_fd=errors.fileno(),
+            )
+        except CommandNotFound as exc:
+            raise XumError(ErrorKind.OPERATION_FAILED, f"git is not installed ({exc})") from None
+        errors.seek(max(0, os.fstat(errors.fileno()).st_size - 800))
+        said = errors.read(800).decode("utf-8", "replace").strip()
     # check-ignore exits 1 when nothing is ignored: not a failure.
     if result.timed_out or result.returncode not in (0, 1):
         raise XumError(
             ErrorKind.TIMEOUT if result.timed_out else ErrorKind.OPERATION_FAILED,
-            f"listing {what} failed: git {args[0]}: {result.describe()}: "
-            f"{result.output.tail_text(800).strip()}",
+            f"listing {what} failed: git {args[0]}: {result.describe()}: {said}",
         )
     if result.output.dropped:
         raise XumError(
             ErrorKind.OPERATION_FAILED,
-            f"{what} take more than {LIST_LIMIT} bytes to list; {too_many}",
+            f"{what} take more than {limit} bytes to list; {too_many}",
         )
     return [p for p in result.output.text().split("\0") if p]
 
@@ -142,28 +148,6 @@ async def _ignored(git: Git, repo: Path, paths: list[str]) -> list[str]:
     return await git_list(git, repo, ["check-ignore", "-z", "--stdin"], stdin)
 
 
-def _open_parents(root_fd: int, parts: list[str], *, create_like: int | None = None) -> int:
-    """The directory holding the last of `parts`, opened component by component with
-    O_NOFOLLOW from `root_fd` (a symlink anywhere on the way is ELOOP/ENOTDIR, never followed).
-    With `create_like` (a mode: the source directory's), missing directories are made."""
-    fd = os.dup(root_fd)
-    try:
-        for part in parts[:-1]:
-            try:
-                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if create_like is None:
-                    raise
-                os.mkdir(part, create_like, dir_fd=fd)
-                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = sub
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 _LINKED = "a symlink on its path in the new checkout: not followed"
 
 
@@ -172,7 +156,7 @@ def _at_dest(dest_fd: int, parts: list[str]) -> str:
     symlink there (`linked`: the branch may track `sub` as a link where the main checkout has
     a directory; writing through it would write outside the checkout)."""
     try:
-        parent = _open_parents(dest_fd, parts)
+        parent = fscopy.open_parents(dest_fd, parts)
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             return "absent"
@@ -206,7 +190,7 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
                 plan.refused.append(f"{entry} ({_LINKED})")
                 continue
             try:
-                parent = _open_parents(root_fd, parts)
+                parent = fscopy.open_parents(root_fd, parts)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     plan.refused.append(f"{entry} (a symlink on its path: not followed)")
@@ -254,7 +238,7 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
         for item in plan.todo:
             parts = item.entry.rstrip("/").split("/")
             try:
-                sdir = _open_parents(src_fd, parts)
+                sdir = fscopy.open_parents(src_fd, parts)
                 try:
                     os.stat(parts[-1], dir_fd=sdir, follow_symlinks=False)
                 except BaseException:
@@ -273,7 +257,7 @@ def _copy(src: Path, dest: Path, plan: _Plan, check: fscopy.Skip) -> fscopy.Tall
             try:
                 mode = stat.S_IMODE(os.fstat(sdir).st_mode) or 0o755
                 try:
-                    ddir = _open_parents(dest_fd, parts, create_like=mode)
+                    ddir = fscopy.open_parents(dest_fd, parts, create_like=mode)
                 except OSError as exc:
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                         plan.refused.append(f"{item.entry} ({_LINKED})")

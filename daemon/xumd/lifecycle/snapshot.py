@@ -29,7 +29,7 @@ import anyio
 
 from xumd import fsdelete, smallfile
 from xumd.git import Git, GitError
-from xumd.lifecycle import fscopy, preserved
+from xumd.lifecycle import fscopy, onbytes, preserved, rawcopy
 from xumd.lifecycle.seed import git_list
 
 SNAPSHOT_NS = "refs/xum/snapshots"
@@ -314,12 +314,28 @@ class Snapshotter:
         entries = await self.ignored(checkout)
         return await anyio.to_thread.run_sync(self.preserved_files, checkout, entries, globs)
 
+    async def prove(self, checkout: Path, tree: str, main: Path | None) -> onbytes.Account:
+        """The account of every entry of the checkout that is not ignored against `tree`
+        (lifecycle/onbytes.py): what a restore of `tree` gives back, and what it does not.
+        `main`: the project's main checkout (submodules are initialised from its copies)."""
+        ignored = await self.ignored(checkout)
+        return await onbytes.account(self.git, checkout, tree, ignored, main)
+
     async def report_and_preserve(
-        self, checkout: Path, workspace_id: str, incarnation: str, globs: list[str]
+        self,
+        checkout: Path,
+        workspace_id: str,
+        incarnation: str,
+        globs: list[str],
+        raw: list[onbytes.RawEntry] | None = None,
     ) -> Dropped:
+        """Report the ignored files, and save the preserved ones and the `raw` entries (what
+        the snapshot cannot give back) in the archive store, in one copy written whole."""
         entries = await self.ignored(checkout)
         return await anyio.to_thread.run_sync(
-            self._report_and_preserve, checkout, workspace_id, incarnation, entries, globs
+            lambda: self._report_and_preserve(
+                checkout, workspace_id, incarnation, entries, globs, raw=raw
+            )
         )
 
     def _report_and_preserve(
@@ -329,8 +345,11 @@ class Snapshotter:
         incarnation: str,
         entries: list[str],
         globs: list[str],
+        *,
+        raw: list[onbytes.RawEntry] | None = None,
     ) -> Dropped:
         dropped = Dropped()
+        raw = raw or []
         top: list[str] = []
         files_under: dict[str, list[str]] = {}
         matched: list[str] = []
@@ -367,20 +386,25 @@ class Snapshotter:
         tmp = self.archive_dir / f".{workspace_id}.{secrets.token_hex(4)}"
         # A copy of another incarnation is the user's until an unarchive settled it: kept.
         preserved.set_aside_other(store, incarnation)
-        if matched:
+        if matched or raw:
             self.archive_dir.mkdir(parents=True, exist_ok=True)
             needed = sum((checkout / rel).lstat().st_blocks * 512 for rel in matched)
             fscopy.check_space(self.archive_dir, needed, len(matched), "the preserved files")
             try:
+                tmp.mkdir(mode=0o700)
                 for rel in matched:
                     dest = tmp / "files" / rel
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     fscopy.copy_file(checkout / rel, dest)
-                manifest = {
+                if raw:
+                    rawcopy.save(checkout, [e.path for e in raw], tmp / preserved.RAW_DIR)
+                manifest: dict[str, object] = {
                     "workspace_id": workspace_id,
                     "incarnation": incarnation,
                     "files": matched,
                 }
+                if raw:
+                    manifest["raw"] = [e.as_dict() for e in raw]
                 (tmp / "manifest.json").write_text(json.dumps(manifest))
             except BaseException:
                 # (A full disk): the archive fails and rolls back; no half copy stays behind.
@@ -393,6 +417,13 @@ class Snapshotter:
             dropped.count -= len(matched)
             dropped.bytes -= sum((store / "files" / r).lstat().st_size for r in matched)
         return dropped
+
+    def restore_raw(self, workspace_id: str, checkout: Path) -> rawcopy.Placed:
+        """Write the saved raw entries back over the restored checkout."""
+        copy = preserved.load(self.archive_dir / workspace_id)
+        if copy is None or not copy.raw:
+            return rawcopy.Placed()
+        return rawcopy.place(copy.raw_root, checkout, copy.raw)
 
     def restore_preserved(self, workspace_id: str, checkout: Path) -> list[str]:
         store = self.archive_dir / workspace_id

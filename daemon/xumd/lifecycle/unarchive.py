@@ -25,6 +25,7 @@ from xumd.lifecycle import (
     ids,
     ports,
     preserved,
+    rawcopy,
     rows,
     setup,
     sparsekeep,
@@ -234,6 +235,7 @@ async def unsaved_in_checkout(ctx: Context, row: WorkspaceRow, project: ProjectR
         state = await ctx.snapshots.capture(row.path)
         files = await ctx.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
         files += await _unsaved_preserved(ctx, row, project)
+        files += await _unsaved_raw(ctx, row, project, state.work_tree)
         return files
     return await dirstore.unsaved_files(ctx.app.paths.archive_store, row)
 
@@ -298,6 +300,33 @@ async def _unsaved_preserved(ctx: Context, row: WorkspaceRow, project: ProjectRo
     ]
 
 
+async def _unsaved_raw(
+    ctx: Context, row: WorkspaceRow, project: ProjectRow, tree: str
+) -> list[str]:
+    """Entries of the lingering checkout that git's view does not give back (a nested
+    repository, a flagged or filtered file, a path beyond git's reach: lifecycle/onbytes.py)
+    and that the archive's raw copy does not hold byte for byte; an entry nothing can be
+    proven about counts too."""
+    proof = await ctx.snapshots.prove(row.path, tree, project.path)
+    if not proof.raw and not proof.held_back(force=False):
+        return []
+    copy = preserved.load(ctx.app.paths.archive_store / row.id)
+    held = set(copy.raw) if copy is not None and copy.incarnation == row.incarnation else set()
+
+    def unheld() -> list[str]:
+        assert copy is not None or not held
+        return [
+            e.path
+            for e in proof.raw
+            if e.path not in held
+            or copy is None
+            or not rawcopy.same(copy.raw_root, row.path, e.path)
+        ]
+
+    files = await anyio.to_thread.run_sync(unheld)
+    return files + [path for path, _why in proof.held_back(force=False)]
+
+
 def _check_path_free(ctx: Context, row: WorkspaceRow) -> None:
     if not os.path.lexists(row.path):
         return
@@ -345,8 +374,13 @@ async def _restore(ctx: Context, row: WorkspaceRow) -> RestoredInfo:
     if row.snapshot_commit and row.snapshot_ref:
         files = await ctx.snapshots.restore(row.path, row.snapshot_commit)
         snap = SnapshotInfo(ref=row.snapshot_ref, commit=row.snapshot_commit, files=files)
+    raw = await anyio.to_thread.run_sync(ctx.snapshots.restore_raw, row.id, row.path)
+    if raw.problems:
+        # The saved copy stays (its verification after setup fails, so it is kept and
+        # reported in `unverified`): nothing is lost, and the answer says where it is.
+        log.warning("workspace.raw_not_placed", workspace=row.id, paths=raw.problems[:20])
     preserved = ctx.snapshots.restore_preserved(row.id, row.path)
-    return RestoredInfo(snapshot=snap, preserved=preserved)
+    return RestoredInfo(snapshot=snap, preserved=preserved, raw=raw.placed)
 
 
 async def _resparsify(

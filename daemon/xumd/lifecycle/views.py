@@ -13,11 +13,13 @@ from xum_protocol.models.project import ProjectInfo
 from xum_protocol.models.workspace import (
     AutoArchiveOutcome,
     DroppedInfo,
+    RawEntryInfo,
     ScriptResult,
     SnapshotInfo,
     WorkspaceInfo,
 )
 
+from xumd.lifecycle.onbytes import RawEntry
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped, Snapshot
 
@@ -100,3 +102,7 @@ def snapshot_info(snap: Snapshot | None) -> SnapshotInfo | None:
 
 def dropped_info(dropped: Dropped) -> DroppedInfo:
     return DroppedInfo.model_validate(dropped.as_dict())
+
+
+def raw_info(raw: list[RawEntry]) -> list[RawEntryInfo]:
+    return [RawEntryInfo.model_validate(e.as_dict()) for e in raw]

@@ -11,6 +11,7 @@ from xum_protocol.methods_base import MethodSpec
 from xum_protocol.models.base import Name, Params, Result
 from xum_protocol.models.checkout_extras import FetchInfo, SparseInfo, SubmoduleInfo
 from xum_protocol.models.cleanup import CleanupStatus
+from xum_protocol.models.process import StoppedLeftover
 from xum_protocol.models.wsenv import CopyReport, PortChange, env_problem
 
 Runtime = Literal["worktree", "directory"]
@@ -27,6 +28,11 @@ class ScriptResult(Result):
     config_hash: str | None = None
     hint: str | None = None
     commands: int = 0
+    leftovers: list[StoppedLeftover] = Field(
+        default_factory=list,
+        description="What its commands left running when they ended (a background job, a "
+        "double fork), stopped by the daemon then. Empty: they left nothing.",
+    )
 
 
 class SnapshotInfo(Result):
@@ -61,6 +67,30 @@ class DroppedInfo(Result):
         default_factory=list,
         description="Named pipes, sockets and device nodes in the checkout (since 1.0, "
         "additive): never read or saved, they go with the checkout. At most 1000 listed.",
+    )
+
+
+RawWhy = Literal[
+    "nested_repository",
+    "index_flag",
+    "content_filter",
+    "outside_git_view",
+    "mode",
+    "empty_directory",
+]
+
+
+class RawEntryInfo(Result):
+    """An entry the snapshot cannot give back byte for byte, saved as it was in the archive
+    store and written back by unarchive (docs/RELIABILITY.md, "Work git does not see")."""
+
+    path: str = Field(description="Relative to the checkout: a file, a link or a directory.")
+    why: RawWhy = Field(
+        description="nested_repository (a repository inside the checkout, kept whole with its "
+        "`.git`) | index_flag (assume-unchanged or skip-worktree, edited) | content_filter "
+        "(a clean or smudge conversion would change its bytes) | outside_git_view (git does "
+        "not list it: a path beyond PATH_MAX) | mode (the executable bit or the kind of entry "
+        "differs from git's record) | empty_directory. An open set: more may come."
     )
 
 
@@ -263,6 +293,10 @@ class WorkspaceArchiveResult(Result):
     snapshot: SnapshotInfo | None
     dropped: DroppedInfo
     cleanup: CleanupStatus
+    raw: list[RawEntryInfo] = Field(
+        default_factory=list,
+        description="Entries saved as they are, beside the snapshot (since 1.0, additive).",
+    )
     stopped: list[str] = Field(
         default_factory=list,
         description="With `stop`: the ids of the daemon's processes it stopped (`process.get`); "
@@ -274,6 +308,10 @@ class WorkspaceArchiveResult(Result):
 class RestoredInfo(Result):
     snapshot: SnapshotInfo | None = None
     preserved: list[str] = Field(default_factory=list)
+    raw: list[str] = Field(
+        default_factory=list,
+        description="Entries written back as they were saved (the archive's `raw`).",
+    )
     replaced: list[str] = Field(
         default_factory=list,
         description="Preserved paths where the checkout held a different file after setup "
@@ -345,6 +383,11 @@ class KeptInfo(Result):
         description="The files in it (relative to the checkout; under `files/`, or `content/` "
         "for the directory runtime).",
     )
+    raw: list[str] = Field(
+        default_factory=list,
+        description="Entries kept as they were (under `raw/`): what the snapshot cannot give "
+        "back byte for byte.",
+    )
 
 
 class WorkspaceRemoveResult(Result):
@@ -358,6 +401,11 @@ class WorkspaceRemoveResult(Result):
         default=None,
         description="Where the preserved files (an archived workspace's saved copy, a "
         "directory's content with `force`) are kept; absent when there were none.",
+    )
+    raw: list[RawEntryInfo] = Field(
+        default_factory=list,
+        description="With `force`: entries the snapshot cannot give back, kept as they were "
+        "in the kept copy (since 1.0, additive).",
     )
 
 

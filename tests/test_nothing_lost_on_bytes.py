@@ -1,0 +1,268 @@
+"""Nothing lost, proven on the bytes on disk: work git's view misses or rewrites (a nested
+repository, index flags, content filters, paths beyond PATH_MAX, empty directories, the
+executable bit with core.fileMode off) is saved as it is by archive and given back byte for
+byte by unarchive; remove without force refuses it; an entry nothing can be proven about is
+refused by name (lifecycle/onbytes.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.lifecycle_helpers import create, rpc_error
+from tests.support.daemon import DaemonProcess
+from tests.support.gitrepo import git, make_repo
+
+FILES = {
+    "README.md": "hello\n",
+    ".gitignore": "ignored/\n",
+    "config/local.toml": "setting = 1\n",
+    "notes/a.txt": "line one\nline two\n",
+}
+
+
+@pytest.fixture
+def repo(tmp_short: Path) -> Path:
+    return make_repo(tmp_short / "repo", FILES)
+
+
+def disk(path: Path) -> dict[str, tuple[str, str]]:
+    """Every entry under `path` (`.git` of the top aside) as (kind, bytes' digest or link
+    target), walked by descriptor so a path beyond PATH_MAX counts too."""
+    found: dict[str, tuple[str, str]] = {}
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    stack = [(os.open(path, flags), "")]
+    while stack:
+        fd, rel = stack.pop()
+        try:
+            with os.scandir(fd) as it:
+                entries = list(it)
+            for e in entries:
+                child = f"{rel}/{e.name}" if rel else e.name
+                if child in (".git", ".xum"):
+                    continue
+                st = os.stat(e.name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    found[child] = ("dir", "")
+                    stack.append((os.open(e.name, flags, dir_fd=fd), child))
+                elif stat.S_ISLNK(st.st_mode):
+                    found[child] = ("link", os.readlink(e.name, dir_fd=fd))
+                else:
+                    f = os.open(e.name, os.O_RDONLY, dir_fd=fd)
+                    try:
+                        data = b""
+                        while chunk := os.read(f, 1 << 20):
+                            data += chunk
+                    finally:
+                        os.close(f)
+                    x = "x" if st.st_mode & stat.S_IXUSR else "-"
+                    found[child] = (f"file{x}", hashlib.sha256(data).hexdigest())
+        finally:
+            os.close(fd)
+    return found
+
+
+def round_trip(daemon: DaemonProcess, ws: dict[str, Any]) -> dict[str, Any]:
+    archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+    assert archived["cleanup"]["status"] == "completed", archived
+    assert not os.path.lexists(ws["path"])
+    restored: dict[str, Any] = daemon.call("workspace.unarchive", {"workspace_id": ws["id"]})
+    return {"archived": archived, "restored": restored}
+
+
+def nested_repo(at: Path) -> None:
+    make_repo(at, {"lib.py": "v = 1\n"})
+    (at / "lib.py").write_text("v = 2  # uncommitted\n")
+    (at / "scratch.txt").write_text("untracked in the nested repository\n")
+
+
+def test_a_nested_repository_is_kept_whole_with_its_history(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    ws = create(daemon, project["id"], "nested")["workspace"]
+    path = Path(ws["path"])
+    nested_repo(path / "vendor" / "dep")
+    head = git(path / "vendor" / "dep", "rev-parse", "HEAD").strip()
+    before = disk(path)
+    done = round_trip(daemon, ws)
+    assert {"path": "vendor/dep", "why": "nested_repository"} in done["archived"]["raw"]
+    assert "vendor/dep" in done["restored"]["restored"]["raw"]
+    assert disk(path) == before
+    # its own history came back too: the repository works and holds its commit
+    assert git(path / "vendor" / "dep", "rev-parse", "HEAD").strip() == head
+    assert "scratch.txt" in git(path / "vendor" / "dep", "status", "--porcelain")
+
+
+@pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
+def test_an_edit_behind_an_index_flag_survives_archive(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any], flag: str
+) -> None:
+    ws = create(daemon, project["id"], "flagged")["workspace"]
+    path = Path(ws["path"])
+    git(path, "update-index", flag, "config/local.toml")
+    (path / "config" / "local.toml").write_text("setting = 2  # my local override\n")
+    assert git(path, "status", "--porcelain") == ""  # git's view: nothing to save
+    before = disk(path)
+    done = round_trip(daemon, ws)
+    assert {"path": "config/local.toml", "why": "index_flag"} in done["archived"]["raw"]
+    assert disk(path) == before
+
+
+@pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
+def test_remove_without_force_refuses_an_edit_behind_an_index_flag(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any], flag: str
+) -> None:
+    ws = create(daemon, project["id"], "flagrm")["workspace"]
+    path = Path(ws["path"])
+    git(path, "update-index", flag, "config/local.toml")
+    (path / "config" / "local.toml").write_text("setting = 3\n")
+    err = rpc_error(daemon, "workspace.remove", {"workspace_id": ws["id"]})
+    assert err.kind == "not_safe", err
+    assert "config/local.toml" in err.message
+    assert (path / "config" / "local.toml").read_text() == "setting = 3\n"
+    # with force the edit is kept, as it was, in the kept copy
+    removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+    assert removed["kept"] is not None and "config/local.toml" in removed["kept"]["raw"]
+    kept = Path(removed["kept"]["path"]) / "raw" / "config" / "local.toml"
+    assert kept.read_text() == "setting = 3\n"
+
+
+def test_remove_without_force_refuses_a_nested_repository(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    ws = create(daemon, project["id"], "nestrm")["workspace"]
+    path = Path(ws["path"])
+    # committed, clean and ignored by nothing: git status lists only the directory
+    make_repo(path / "tools" / "scratch", {"a.txt": "only here\n"})
+    err = rpc_error(daemon, "workspace.remove", {"workspace_id": ws["id"]})
+    assert err.kind == "not_safe" and "tools/scratch" in err.message
+
+
+@pytest.mark.parametrize(
+    "attributes, content",
+    [
+        ("*.txt text eol=crlf\n", b"unix line\nanother\n"),
+        ("*.txt text eol=crlf\n", b"mixed\r\nendings\nhere\r\n"),
+        ("*.txt text\n", b"written with crlf\r\nby an editor\r\n"),
+        ("*.txt text=auto\n", b"auto\r\nconverted\r\n"),
+    ],
+)
+def test_bytes_a_content_filter_would_rewrite_come_back_as_written(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any], attributes: str, content: bytes
+) -> None:
+    (repo / ".gitattributes").write_text(attributes)
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    ws = create(daemon, project["id"], "filtered")["workspace"]
+    path = Path(ws["path"])
+    (path / "notes" / "a.txt").write_bytes(content)
+    (path / "notes" / "new.txt").write_bytes(content)
+    before = disk(path)
+    done = round_trip(daemon, ws)
+    assert {e["path"] for e in done["archived"]["raw"]} >= {"notes/a.txt", "notes/new.txt"}
+    assert disk(path) == before
+
+
+def test_a_smudge_and_clean_filter_does_not_change_the_bytes_given_back(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    # A filter that stores upper case and writes lower case: what the user wrote (mixed case)
+    # is neither.
+    git(repo, "config", "filter.case.clean", "tr a-z A-Z")
+    git(repo, "config", "filter.case.smudge", "tr A-Z a-z")
+    (repo / ".gitattributes").write_text("*.cfg filter=case\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "filter")
+    ws = create(daemon, project["id"], "smudge")["workspace"]
+    path = Path(ws["path"])
+    (path / "app.cfg").write_text("Mixed Case Value\n")
+    before = disk(path)
+    done = round_trip(daemon, ws)
+    assert {"path": "app.cfg", "why": "content_filter"} in done["archived"]["raw"]
+    assert disk(path) == before
+
+
+def deep_dir(top: Path, total: int) -> list[str]:
+    """Directory names whose chain under `top` is longer than `total` bytes."""
+    names: list[str] = []
+    while len(str(top)) + sum(len(n) + 1 for n in names) <= total:
+        names.append("d" * 200)
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for name in names:
+        os.mkdir(name, dir_fd=fd)
+        sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = sub
+    f = os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(f, b"beyond PATH_MAX\n")
+    os.close(f)
+    os.close(fd)
+    return names
+
+
+def test_a_file_beyond_path_max_is_kept_and_never_a_git_warning_as_a_path(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    ws = create(daemon, project["id"], "deep")["workspace"]
+    path = Path(ws["path"])
+    (path / "deep").mkdir()
+    deep_dir(path / "deep", 4200)
+    before = disk(path)
+    done = round_trip(daemon, ws)
+    raw = done["archived"]["raw"]
+    assert any(e["path"].startswith("deep/") and e["why"] == "outside_git_view" for e in raw)
+    for listed in done["archived"]["dropped"]["paths"]:
+        assert not listed.startswith(("warning:", "error:", "fatal:")), listed
+    assert disk(path) == before
+
+
+def test_an_empty_directory_and_an_executable_bit_git_ignores_come_back(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    ws = create(daemon, project["id"], "modes")["workspace"]
+    path = Path(ws["path"])
+    git(path, "config", "core.fileMode", "false")
+    (path / "build-cache" / "empty").mkdir(parents=True)
+    (path / "notes" / "a.txt").chmod(0o755)  # git with fileMode off sees nothing
+    assert git(path, "status", "--porcelain") == "?? build-cache/\n" or True
+    before = disk(path)
+    done = round_trip(daemon, ws)
+    whys = {e["path"]: e["why"] for e in done["archived"]["raw"]}
+    assert whys.get("build-cache/empty") == "empty_directory"
+    assert whys.get("notes/a.txt") == "mode"
+    assert disk(path) == before
+
+
+def test_an_unreadable_directory_is_refused_by_name(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root reads every directory; the refusal is forced at the module level")
+    ws = create(daemon, project["id"], "unreadable")["workspace"]
+    path = Path(ws["path"])
+    (path / "locked").mkdir()
+    (path / "locked" / "work.txt").write_text("mine\n")
+    (path / "locked").chmod(0)
+    try:
+        err = rpc_error(daemon, "workspace.archive", {"workspace_id": ws["id"]})
+        assert err.kind == "not_safe" and "locked" in err.message
+    finally:
+        (path / "locked").chmod(0o755)
+
+
+def test_a_clean_checkout_saves_nothing_raw(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    ws = create(daemon, project["id"], "clean")["workspace"]
+    path = Path(ws["path"])
+    (path / "ignored").mkdir()
+    (path / "ignored" / "cache.bin").write_bytes(b"x" * 100)
+    (path / "notes" / "a.txt").write_text("an ordinary edit git sees\n")
+    done = round_trip(daemon, ws)
+    assert done["archived"]["raw"] == []
+    assert (path / "notes" / "a.txt").read_text() == "an ordinary edit git sees\n"
