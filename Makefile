@@ -62,6 +62,13 @@ ts-pack: ts-deps
 vsix: ts-deps
 	cd clients/vscode && $(NPM) run package
 
+# The VS Code extension inside a real VS Code: code-server (Node 24) with the .vsix installed, driven
+# by headless Chromium through playwright-core against a real xumd (tests/editors/run.sh; it gets
+# Node 24, code-server and the .vsix itself, and skips saying why without npm, Chromium or the build
+# tools; docs/DEVELOPING.md, "The extension in a real VS Code").
+test-editors: install
+	tests/editors/run.sh
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
