@@ -709,15 +709,18 @@ def test_all_hosts_events_say_which_host_lost_its_link_and_why(
         _finish(cli)
 
 
+@pytest.mark.parametrize("kind", ["agent", "exec"])
 def test_run_through_a_host_whose_link_drops_is_connection_lost_not_a_daemon_stop(
-    host_env: dict[str, str], host_ws: str
+    host_env: dict[str, str], host_ws: str, kind: str
 ) -> None:
     """`xum --host h1 run`: both of its ssh links killed while the host and its daemon are fine
     is connection_lost (exit 5) naming the host, ssh's status and whether the process still
-    runs there (asked over a new link), never "the daemon is stopping" (exit 75)."""
+    runs there (asked over a new link), never "the daemon is stopping" (exit 75). An agent is
+    not tied to the connection and runs on; a foreground exec is stopped by the host's daemon
+    once it sees its connection close, which the look waits for."""
     cli = _cli(
         host_env,
-        "--host", "h1", "--json", "run", "--kind", "agent", "repo/one", "--",
+        "--host", "h1", "--json", "run", "--kind", kind, "repo/one", "--",
         "sh", "-c", "echo started; exec sleep 600",
     )  # fmt: skip
     try:
@@ -731,13 +734,23 @@ def test_run_through_a_host_whose_link_drops_is_connection_lost_not_a_daemon_sto
     process_id = error["data"]["process_id"]
     assert error["data"]["host"] == "h1"
     assert error["data"]["ssh_status"] == -signal.SIGKILL
-    assert error["data"]["running"] is True
     assert error["message"].startswith(
         f"connection to host 'h1' lost while following {process_id} (ssh was killed by signal 9)"
     )
-    assert f"{process_id} is still running there" in error["message"]
-    assert f"`xum --host h1 kill {process_id}`" in error["message"]
-    # What it said is so: the agent (not tied to the connection) runs on.
-    listed = xum_json(host_env, "--host", "h1", "ps")["processes"]
-    assert [(p["id"], p["state"]) for p in listed] == [(process_id, "running")]
-    assert xum(host_env, "--host", "h1", "kill", process_id).returncode == 0
+    # What it said is so (`ps` through the host agrees).
+    listed = xum_json(host_env, "--host", "h1", "ps", "--all")["processes"]
+    (process,) = [p for p in listed if p["id"] == process_id]
+    if kind == "agent":
+        assert error["data"]["running"] is True
+        assert f"{process_id} is still running there" in error["message"]
+        assert f"`xum --host h1 kill {process_id}`" in error["message"]
+        assert process["state"] == "running"
+        assert xum(host_env, "--host", "h1", "kill", process_id).returncode == 0
+    else:
+        assert error["data"]["running"] is False
+        assert (
+            f"{process_id} is no longer running there (stopped because its caller's "
+            "connection closed)" in error["message"]
+        )
+        assert process["state"] == "exited"
+        assert process["exit"]["stop_reason"] == "session"
