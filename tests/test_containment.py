@@ -788,7 +788,7 @@ def test_a_process_whose_state_cannot_be_read_is_not_taken_for_ended(
     try:
         until(lambda: containment.read_marker(proc.pid) is not None)
         # sh's own command line names sleep too: wait for the exec itself (TERM ignored by now).
-        until(lambda: containment._argv(proc.pid)[:1] == ("sleep",))
+        until(lambda: containment.argv_of(proc.pid)[:1] == ("sleep",))
         (found,) = containment.scan(cont.tag)
         monkeypatch.setattr(procstat, "stat_fields", no_fd_when_strict)
         pinned.append(proc.pid)
@@ -821,7 +821,7 @@ def test_a_marked_process_caught_mid_exec_is_still_found(tmp_short: Path) -> Non
             while containment.read_marker(proc.pid) is None:  # the forked copy is unmarked
                 assert time.monotonic() < deadline, "the shell never started"
             while True:
-                became_sleep = containment._argv(proc.pid)[:1] == ("sleep",)
+                became_sleep = containment.argv_of(proc.pid)[:1] == ("sleep",)
                 assert [m.pid for m in containment.scan(cont.tag)] == [proc.pid]
                 if became_sleep:
                     break
@@ -837,7 +837,7 @@ def test_a_process_without_an_environment_is_not_marked(tmp_short: Path) -> None
     cont = Containment(tag=root_tag(tmp_short))
     proc = subprocess.Popen(["env", "-i", "sleep", "100"])
     try:
-        until(lambda: containment._argv(proc.pid)[:1] == ("sleep",))
+        until(lambda: containment.argv_of(proc.pid)[:1] == ("sleep",))
         assert containment.read_marker(proc.pid) is None
         assert containment.scan(cont.tag) == []
     finally:

@@ -312,26 +312,47 @@ class RunCgroups:
         except (OSError, ValueError):
             return []
 
-    async def stop(self, record: str, grace_s: float, *, poll_s: float = 0.02) -> list[int]:
+    async def stop(
+        self,
+        record: str,
+        grace_s: float,
+        *,
+        poll_s: float = 0.02,
+        stopped: list[Stopped] | None = None,
+    ) -> list[int]:
         """SIGTERM every member, `cgroup.kill` after the grace, remove the directory; returns
-        the members still there after the kill (bounded wait)."""
+        the members still there after the kill (bounded wait). `stopped` is told each member
+        that ended, with the signal that ended it."""
         path = self.directory(record)
         if not path.is_dir():
             return []
         members = self.members(path)
         if members:
+            # Who they were, read before the signal: a process that ended has no cmdline.
+            known = {pid: (_start(pid), argv_of(pid)) for pid in members}
             for pid in members:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + grace_s
             while self.members(path) and time.monotonic() < deadline:
                 await anyio.sleep(poll_s)
-            if self.members(path):
+            killed = set(self.members(path))
+            if killed:
                 self._kill(path)
             deadline = time.monotonic() + 2.0
             while self.members(path) and time.monotonic() < deadline:
                 await anyio.sleep(poll_s)
             log.info("containment.cgroup_stopped", cgroup=str(path), pids=members)
+            if stopped is not None:
+                still = set(self.members(path))
+                add_stopped(
+                    stopped,
+                    (
+                        Stopped.of(pid, start, argv, pid in killed)
+                        for pid, (start, argv) in known.items()
+                        if pid not in still
+                    ),
+                )
         left = self.members(path)
         if not left:
             # Empty: removable (its last members may still be zombies for a moment).
@@ -404,6 +425,42 @@ class Marked:
         return {"pid": self.pid, "marker": str(self.marker), "argv": list(self.argv)}
 
 
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """A process a run left behind that containment stopped when the run ended: what the
+    run's record says, so the stop is never silent (the protocol's `StoppedLeftover`)."""
+
+    pid: int
+    argv: tuple[str, ...]
+    signal: str
+    """The signal that ended it: SIGTERM, or SIGKILL when it outlived the grace."""
+    ran_s: float | None
+    """How long it had run when it was stopped (None: its start time was not known)."""
+
+    @classmethod
+    def of(cls, pid: int, start: float | None, argv: Iterable[str], killed: bool) -> Stopped:
+        ran = None if start is None else max(0.0, round(procstat.anchored_now() - start, 3))
+        return cls(pid, tuple(argv), "SIGKILL" if killed else "SIGTERM", ran)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "argv": list(self.argv),
+            "signal": self.signal,
+            "ran_s": self.ran_s,
+        }
+
+
+def add_stopped(into: list[Stopped], found: Iterable[Stopped]) -> None:
+    """Add to `into` the ones it does not name yet (one process is found by several means:
+    its group, its marker, its cgroup)."""
+    known = {s.pid for s in into}
+    for item in found:
+        if item.pid not in known:
+            into.append(item)
+            known.add(item.pid)
+
+
 EXEC_SETTLE_S = 0.05
 """How long a user process that shows an empty environment is read again. Mid-exec the kernel
 shows no environment for a moment (the old program's is gone; the new one's is published after
@@ -464,7 +521,8 @@ def _start(pid: int, *, strict: bool = False) -> float | None:
     return procstat.start_time(pid, strict=strict)
 
 
-def _argv(pid: int) -> tuple[str, ...]:
+def argv_of(pid: int) -> tuple[str, ...]:
+    """The process's command line; empty when it is gone (or a zombie, or a kernel thread)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -489,7 +547,7 @@ def scan(tag: str, match: Callable[[Marker], bool] = lambda _: True) -> list[Mar
         marker = read_marker(pid)
         if marker is None or marker.tag != tag or not match(marker):
             continue
-        found.append(Marked(pid, marker, _start(pid), _argv(pid)))
+        found.append(Marked(pid, marker, _start(pid), argv_of(pid)))
     return found
 
 
@@ -566,10 +624,16 @@ def _ended(pinned: _Pinned) -> bool:
 
 
 async def stop_marked(
-    found: Iterable[Marked], grace_s: float, *, poll_s: float = 0.02, kill_wait_s: float = 2.0
+    found: Iterable[Marked],
+    grace_s: float,
+    *,
+    poll_s: float = 0.02,
+    kill_wait_s: float = 2.0,
+    stopped: list[Stopped] | None = None,
 ) -> list[Marked]:
     """SIGTERM each, SIGKILL what is left after `grace_s`; returns the ones still alive after
-    the SIGKILL (bounded wait). Adopted orphans among them are reaped."""
+    the SIGKILL (bounded wait). Adopted orphans among them are reaped. `stopped` is told each
+    one that ended, with the signal that ended it."""
     pinned: list[_Pinned] = []
     unpinned: list[Marked] = []
     for m in found:
@@ -593,13 +657,24 @@ async def stop_marked(
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and not all(_ended(p) for p in pinned):
             await anyio.sleep(poll_s)
+        killed: set[int] = set()
         for p in pinned:
             if not _ended(p):
                 _signal(p, signal.SIGKILL)
+                killed.add(p.marked.pid)
         deadline = time.monotonic() + kill_wait_s
         while time.monotonic() < deadline and not all(_ended(p) for p in pinned):
             await anyio.sleep(poll_s)
         left = [p.marked for p in pinned if not _ended(p)] + unpinned
+        if stopped is not None:
+            add_stopped(
+                stopped,
+                (
+                    Stopped.of(m.pid, m.start, m.argv, m.pid in killed)
+                    for m in (p.marked for p in pinned)
+                    if m not in left
+                ),
+            )
         for p in pinned:
             log.info(
                 "containment.stopped" if _ended(p) else "containment.survived",
@@ -711,16 +786,23 @@ class Containment:
             "runs_without_cgroup": self.runs_without_cgroup,
         }
 
-    async def leftovers(self, marker: Marker, grace_s: float, *, always: bool) -> list[Marked]:
+    async def leftovers(
+        self,
+        marker: Marker,
+        grace_s: float,
+        *,
+        always: bool,
+        stopped: list[Stopped] | None = None,
+    ) -> list[Marked]:
         """Stop what is left of a run after its command ended: its cgroup's members (if runs get
-        one), then what still carries `marker`; returns the survivors. Without `always`, the
-        /proc scan runs only when it can find something: with the subreaper, every leftover
-        tree hangs off an adopted orphan of the daemon."""
+        one), then what still carries `marker`; returns the survivors, and tells `stopped` what
+        ended. Without `always`, the /proc scan runs only when it can find something: with the
+        subreaper, every leftover tree hangs off an adopted orphan of the daemon."""
         left: list[Marked] = []
         runs = self.runs
         if runs is not None:
-            pids = await runs.stop(marker.record, grace_s)
-            left += [Marked(pid, marker, _start(pid), _argv(pid)) for pid in pids]
+            pids = await runs.stop(marker.record, grace_s, stopped=stopped)
+            left += [Marked(pid, marker, _start(pid), argv_of(pid)) for pid in pids]
         if not always and self.subreaper and not self._adopted_carry(marker.record):
             self._escaped(left)
             return left
@@ -734,7 +816,7 @@ class Containment:
             found = []
         if found:
             log.warning("containment.leftovers", marker=str(marker), pids=[m.pid for m in found])
-            left += await stop_marked(found, grace_s)
+            left += await stop_marked(found, grace_s, stopped=stopped)
         self._escaped(left)
         return left
 
@@ -766,10 +848,10 @@ class Containment:
                     continue
                 members = runs.members(runs.directory(record))
                 self.swept += [
-                    {"pid": pid, "cgroup": record, "argv": list(_argv(pid))} for pid in members
+                    {"pid": pid, "cgroup": record, "argv": list(argv_of(pid))} for pid in members
                 ]
                 pids = await runs.stop(record, grace_s)
-                left += [Marked(pid, marker, _start(pid), _argv(pid)) for pid in pids]
+                left += [Marked(pid, marker, _start(pid), argv_of(pid)) for pid in pids]
         try:
             found = scan(self.tag, lambda m: m.instance != self.instance and not keep(m))
         except OSError as exc:

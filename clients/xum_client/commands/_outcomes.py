@@ -66,4 +66,31 @@ def setup_line(setup: dict[str, Any], ref: str | None = None) -> str:
         if setup["status"] == "untrusted" and ref:
             # Trusting does not run a skipped setup by itself: say how.
             line += f"; then run its setup: xum ws setup {ref}"
+    said = leftovers_line("setup", setup.get("leftovers"))
+    if said:
+        line += f"\n  {said}"
     return line
+
+
+LEFTOVERS_SHOWN = 3
+
+
+def leftovers_line(who: str, leftovers: list[dict[str, Any]] | None) -> str | None:
+    """One line about what a run left running and the daemon stopped when the run ended (a run
+    does not outlive itself), and how to keep such a process; None when it left nothing."""
+    if not leftovers:
+        return None
+    shown = ", ".join(
+        f"pid {e['pid']} ({' '.join(e.get('argv') or ['?'])[:60]}; {e.get('signal')}"
+        + (f", ran {e['ran_s']:.1f}s" if isinstance(e.get("ran_s"), int | float) else "")
+        + ")"
+        for e in leftovers[:LEFTOVERS_SHOWN]
+    )
+    more = (
+        f" and {len(leftovers) - LEFTOVERS_SHOWN} more" if len(leftovers) > LEFTOVERS_SHOWN else ""
+    )
+    count = f"{len(leftovers)} process" + ("es" if len(leftovers) != 1 else "")
+    return (
+        f"{who} left {count} running, stopped when it ended: {shown}{more} "
+        "(to keep one running, start it as its own process: xum run --detach WS -- CMD)"
+    )

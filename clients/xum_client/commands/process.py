@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from xum_client.commands._outcomes import leftovers_line
 from xum_client.commands._resolve import env_option
 from xum_client.errors import ConnectionLost, XumClientError, XumRpcError
 from xum_client.sync import Client
@@ -191,6 +192,9 @@ def _copy_output(client: Client, process_id: str) -> dict[str, Any] | None:
             note = stop_note(process_id, exit_info)
             if note:
                 sys.stderr.write(f"\n[xum: {note}]\n")
+            left = leftovers_line(process_id, (exit_info or {}).get("leftovers"))
+            if left:
+                sys.stderr.write(f"[xum: {left}]\n")
             return exit_info
 
 
@@ -333,6 +337,11 @@ def register(cli: click.Group) -> None:
                 f"{p['id']:22} {p['workspace_id']:22} {p['kind']:9} {p['pid'] or '-':>7} "
                 f"{state:19} {p.get('on_daemon_stop', 'stop'):7} {' '.join(p['argv'])}"
             )
+        # An exit that stopped what the process left running says so (never a silent stop).
+        for p in found:
+            left = leftovers_line(p["id"], (p.get("exit") or {}).get("leftovers"))
+            if left:
+                lines.append(left)
         obj.emit({"processes": found}, "\n".join(lines))
 
     @cli.command()

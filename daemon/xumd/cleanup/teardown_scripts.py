@@ -9,7 +9,7 @@ trusted config: then nothing of it needs tearing down (see `SETUP_NEVER_RAN`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.cleanup import steps as steps_mod
@@ -29,6 +29,8 @@ class ScriptResult(Protocol):
     def error(self) -> str | None: ...
     @property
     def hint(self) -> str | None: ...
+    @property
+    def leftovers(self) -> list[dict[str, Any]]: ...
 
 
 class TeardownScripts(Protocol):
@@ -82,4 +84,23 @@ class ProjectTeardown:
         error = result.error
         if result.hint:
             error = f"{error} ({result.hint})"
-        return steps_mod.teardown_outcome(result.status, error, result.output or "")
+        outcome = steps_mod.teardown_outcome(result.status, error, result.output or "")
+        if result.leftovers:
+            # What the teardown left running was stopped: said in the step's record (its
+            # detail, shown by cleanup.list; its error when it failed), never silently.
+            if outcome.state == "completed":
+                outcome.detail["leftovers"] = result.leftovers
+            elif outcome.state == "failed":
+                said = describe_leftovers(result.leftovers)
+                return Outcome.failed(f"{outcome.error}\n{said}" if outcome.error else said)
+        return outcome
+
+
+def describe_leftovers(leftovers: list[dict[str, Any]]) -> str:
+    """One line naming what a teardown left running, which the daemon stopped."""
+    shown = ", ".join(
+        f"pid {e['pid']} ({' '.join(e.get('argv') or [])[:80]}, {e.get('signal')})"
+        for e in leftovers[:5]
+    )
+    more = f" and {len(leftovers) - 5} more" if len(leftovers) > 5 else ""
+    return f"stopped what the teardown left running: {shown}{more}"

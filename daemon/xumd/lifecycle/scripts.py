@@ -66,6 +66,8 @@ class ScriptOutcome:
     config_hash: str | None = None
     hint: str | None = None
     commands: int = 0
+    leftovers: list[dict[str, Any]] = field(default_factory=list)
+    """What its commands left running, stopped when each ended (containment.Stopped)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,7 @@ class ScriptOutcome:
             "config_hash": self.config_hash,
             "hint": self.hint,
             "commands": self.commands,
+            "leftovers": self.leftovers,
         }
 
 
@@ -210,6 +213,8 @@ class ScriptRunner:
         env: dict[str, str],
     ) -> ScriptOutcome:
         output = BoundedOutput(OUTPUT_LIMIT)
+        # Said, never silent: a background server a setup started is gone once it ends.
+        stopped: list[dict[str, Any]] = []
 
         def outcome(status: str, error: str | None = None) -> ScriptOutcome:
             return ScriptOutcome(
@@ -218,6 +223,7 @@ class ScriptRunner:
                 error=error,
                 config_hash=digest,
                 commands=len(commands),
+                leftovers=stopped,
             )
 
         earlier = self.escapees.pop(ws.id, [])
@@ -257,6 +263,7 @@ class ScriptRunner:
             except (CommandNotFound, OSError) as exc:
                 return outcome("failed", f"{phase} command {index} could not start: {exc}")
             output.feed(result.output.text().encode())
+            stopped += [s.describe() for s in result.stopped]
             log.info(
                 "script.done",
                 phase=phase,
@@ -264,6 +271,7 @@ class ScriptRunner:
                 index=index,
                 returncode=result.returncode,
                 timed_out=result.timed_out,
+                leftovers_stopped=[s.pid for s in result.stopped],
             )
             if result.escaped:
                 # Fail closed: the step (a teardown's obligation) stays pending, naming them,

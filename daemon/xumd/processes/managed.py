@@ -58,6 +58,8 @@ class Managed:
     """`keep`: left running when the daemon stops, adopted at the next start; `stop`: stopped."""
     stop_reason: str | None = None
     """Why the daemon stopped it: request, session, release, shutdown (None: not stopped)."""
+    leftovers: list[dict[str, Any]] = field(default_factory=list)
+    """What it left behind when it exited, stopped then (containment.Stopped.describe)."""
     foreground_peer: int | None = None
     adopted: bool = False
     state: str = "running"  # running | stopping | pending_stop | exited

@@ -51,6 +51,8 @@ class Settlement:
         managed.exit = {"code": code, "signal": sig, "settled_by": settled_by, "at": time.time()}
         if managed.stop_reason:
             managed.exit["stop_reason"] = managed.stop_reason
+        if managed.leftovers:
+            managed.exit["leftovers"] = managed.leftovers
         managed.ring.close()
         if managed.io is not None:
             managed.io.close_writer()

@@ -72,11 +72,23 @@ class Watcher:
             return
         code, sig = describe_status(returncode)
         # The group does not outlive its leader: leftovers are stopped before the lease goes,
-        # and so are descendants that left the group (they carry the process's marker).
+        # and so are descendants that left the group (they carry the process's marker). Never
+        # silently: the exit names each one (a dev server started in the background of an
+        # `xum run` would otherwise just vanish).
+        stopped: list[containment.Stopped] = []
         with anyio.CancelScope(shield=True):
             if managed.pgid and probes.group_members(managed.pgid):
-                await kill_tree(managed.pid or 0, managed.pgid, self.settings.grace_s)
-            await stop_marked_leftovers(self.settings, managed)
+                await kill_tree(
+                    managed.pid or 0, managed.pgid, self.settings.grace_s, stopped=stopped
+                )
+            await stop_marked_leftovers(self.settings, managed, stopped)
+        if stopped:
+            managed.leftovers = [s.describe() for s in stopped]
+            log.info(
+                "process.leftovers_stopped",
+                process=managed.id,
+                pids=[s.pid for s in stopped],
+            )
         self.settlement.finish(managed, code, sig, "exit")
 
     async def watch_adopted(self, managed: Managed) -> None:
@@ -119,11 +131,18 @@ class Watcher:
         done.set()
 
 
-async def stop_marked_leftovers(settings: SupervisorSettings, managed: Managed) -> None:
-    """Stop what still carries the process's marker (double-forked descendants included)."""
+async def stop_marked_leftovers(
+    settings: SupervisorSettings,
+    managed: Managed,
+    stopped: list[containment.Stopped] | None = None,
+) -> None:
+    """Stop what still carries the process's marker (double-forked descendants included);
+    `stopped` is told what ended."""
     cont = settings.containment
     if cont is not None:
-        await cont.leftovers(cont.marker(managed.id), settings.grace_s, always=False)
+        await cont.leftovers(
+            cont.marker(managed.id), settings.grace_s, always=False, stopped=stopped
+        )
 
 
 async def wait_exit(popen: Any) -> int:

@@ -43,6 +43,21 @@ class SpawnParams(Params):
         return env
 
 
+class StoppedLeftover(Result):
+    """A process a run left behind (a background job, a double fork, a `setsid`), stopped by
+    the daemon when the run ended: a run does not outlive itself (docs/PROCESSES.md,
+    "Containment"). To keep a process running, start it as its own supervised process."""
+
+    pid: int
+    argv: list[str] = Field(description="Its command line, as read before it was stopped.")
+    signal: Literal["SIGTERM", "SIGKILL"] = Field(
+        description="What ended it: SIGTERM, or SIGKILL when it outlived the grace."
+    )
+    ran_s: float | None = Field(
+        default=None, description="How long it had run when it was stopped (null: unknown)."
+    )
+
+
 class ProcessExit(Result):
     code: int | None = None
     signal: str | None = None
@@ -56,6 +71,11 @@ class ProcessExit(Result):
         description="Why the daemon stopped it: `request` (process.stop), `session` (its "
         "foreground caller went away), `release` (release_all, archive {stop}), `shutdown` (the "
         "daemon stopped and did not keep it). Absent: it ended on its own.",
+    )
+    leftovers: list[StoppedLeftover] = Field(
+        default_factory=list,
+        description="What it left running when it exited (its group, descendants that left "
+        "the group, its cgroup), stopped by the daemon then. Empty: it left nothing.",
     )
 
 

@@ -523,6 +523,8 @@ export interface KeptInfo {
   files?: string[];
   /** The kept copy (a `kept` stray: `workspace.strays`; deleted only by `workspace.discard_kept`). */
   path: string;
+  /** Entries kept as they were (under `raw/`): what the snapshot cannot give back byte for byte. */
+  raw?: string[];
 }
 
 /** A use lease on a workspace's checkout was taken (or its holder updated). */
@@ -747,6 +749,8 @@ export interface ProcessExit {
   at: number;
   /** default: null */
   code?: number | null;
+  /** What it left running when it exited (its group, descendants that left the group, its cgroup), stopped by the daemon then. Empty: it left nothing. */
+  leftovers?: StoppedLeftover[];
   /** `exit`: the exit status was read; `probe`: the process was found gone (its status could not be read); `unknown`: adopted after a restart and gone. */
   settled_by: "exit" | "probe" | "unknown";
   /** default: null */
@@ -990,6 +994,17 @@ export interface ProjectTrustedEvent {
   type: "project.trusted";
 }
 
+/**
+ * An entry the snapshot cannot give back byte for byte, saved as it was in the archive
+ * store and written back by unarchive (docs/RELIABILITY.md, "Work git does not see").
+ */
+export interface RawEntryInfo {
+  /** Relative to the checkout: a file, a link or a directory. */
+  path: string;
+  /** nested_repository (a repository inside the checkout, kept whole with its `.git`) | index_flag (assume-unchanged or skip-worktree, edited) | content_filter (a clean or smudge conversion would change its bytes) | outside_git_view (git does not list it: a path beyond PATH_MAX) | mode (the executable bit or the kind of entry differs from git's record) | empty_directory. An open set: more may come. */
+  why: "nested_repository" | "index_flag" | "content_filter" | "outside_git_view" | "mode" | "empty_directory";
+}
+
 export interface ReclaimStatus {
   /**
    * Bytes reclaimed or still to reclaim.
@@ -1043,6 +1058,8 @@ export interface RestoredInfo {
    */
   kept_at?: string | null;
   preserved?: string[];
+  /** Entries written back as they were saved (the archive's `raw`). */
+  raw?: string[];
   /** Preserved paths where the checkout held a different file after setup (setup wrote or removed it, or the branch has it): the user's saved copy was put back over it. */
   replaced?: string[];
   /** default: null */
@@ -1113,6 +1130,8 @@ export interface ScriptResult {
   error?: string | null;
   /** default: null */
   hint?: string | null;
+  /** What its commands left running when they ended (a background job, a double fork), stopped by the daemon then. Empty: they left nothing. */
+  leftovers?: StoppedLeftover[];
   /** default: "" */
   output?: string;
   status: "pending" | "running" | "ok" | "failed" | "timeout" | "untrusted" | "none";
@@ -1237,6 +1256,24 @@ export interface StopParams {
    * max length: 64
    */
   process_id: string;
+}
+
+/**
+ * A process a run left behind (a background job, a double fork, a `setsid`), stopped by
+ * the daemon when the run ended: a run does not outlive itself (docs/PROCESSES.md,
+ * "Containment"). To keep a process running, start it as its own supervised process.
+ */
+export interface StoppedLeftover {
+  /** Its command line, as read before it was stopped. */
+  argv: string[];
+  pid: number;
+  /**
+   * How long it had run when it was stopped (null: unknown).
+   * default: null
+   */
+  ran_s?: number | null;
+  /** What ended it: SIGTERM, or SIGKILL when it outlived the grace. */
+  signal: "SIGTERM" | "SIGKILL";
 }
 
 export interface StrayInfo {
@@ -1514,6 +1551,8 @@ export interface WorkspaceArchiveParams {
 export interface WorkspaceArchiveResult {
   cleanup: CleanupStatus;
   dropped: DroppedInfo;
+  /** Entries saved as they are, beside the snapshot (since 1.0, additive). */
+  raw?: RawEntryInfo[];
   snapshot: SnapshotInfo | null;
   /** With `stop`: the ids of the daemon's processes it stopped (`process.get`); empty when there were none. It once held a fixed sentence (docs/PROTOCOL.md, versioning). */
   stopped?: string[];
@@ -1744,6 +1783,8 @@ export interface WorkspaceRemoveResult {
    * default: null
    */
   kept?: KeptInfo | null;
+  /** With `force`: entries the snapshot cannot give back, kept as they were in the kept copy (since 1.0, additive). */
+  raw?: RawEntryInfo[];
   removed: boolean;
   snapshot: SnapshotInfo | null;
   workspace_id: string;
