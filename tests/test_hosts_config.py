@@ -269,6 +269,16 @@ def test_every_ssh_failure_reads_kind_then_message(
     assert line == f"xum: {case['kind']}: {case['message']}\n"
 
 
+def test_host_commands_errors_read_kind_then_message(hosts_path: Path) -> None:
+    """`xum host add|rm|check` refusing (a bad name, a host not in the file) reads `xum: KIND:
+    MESSAGE` as every error does, not click's `Error: MESSAGE`."""
+    env = {"XUM_HOSTS_FILE": str(hosts_path)}
+    for args in (["host", "add", "a;b", "x"], ["host", "rm", "nope"], ["host", "check", "nope"]):
+        line, error, code = human_and_json(env, *args)
+        assert code == 1, (args, line)
+        assert line == f"xum: {error['kind']}: {error['message']}\n", args
+
+
 @pytest.mark.parametrize(
     "case", [c for c in xum_ssh_cases() if "error" in c], ids=lambda case: repr(case["text"])
 )

@@ -397,9 +397,9 @@ def _fail(exc: Exception, code: int, args: list[str]) -> NoReturn:
     try:
         if isinstance(exc, click.exceptions.Abort):
             click.echo("aborted", err=True)
-        elif isinstance(exc, click.ClickException):
-            exc.show()
-        elif isinstance(exc, XumClientError):
+        elif isinstance(exc, click.UsageError):
+            exc.show()  # with the command's usage line
+        elif isinstance(exc, click.ClickException | XumClientError):
             click.echo(_errors.error_text(exc), err=True)
     except BrokenPipeError:
         raise  # a reader gone: 141 (commands/_stdio.py)

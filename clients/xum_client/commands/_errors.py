@@ -70,7 +70,7 @@ def error_object(exc: BaseException, exit_code: int) -> dict[str, Any]:
     return {"code": code, "kind": kind, "message": message, "data": data, "exit": exit_code}
 
 
-def error_text(exc: XumClientError) -> str:
+def error_text(exc: XumClientError | click.ClickException) -> str:
     """One line, `xum: KIND: MESSAGE`: the kind `--json` gives (the daemon's, or the client's
     own: a host's, `connection_lost`, `no_daemon`, ...), then the message, which never repeats
     it."""
