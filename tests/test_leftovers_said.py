@@ -148,3 +148,22 @@ def test_a_setup_and_a_teardown_name_what_they_left_running(daemon: DaemonProces
     (entry,) = teardown["detail"]["leftovers"]
     assert entry["argv"] == ["sleep", "315"] and entry["signal"] == "SIGTERM", teardown
     assert not _runs(entry["pid"], entry["argv"])
+
+
+def test_a_stopped_process_s_tree_is_part_of_the_stop_not_leftovers(daemon: DaemonProcess) -> None:
+    """`process.stop`: the whole tree goes with the stop, which `stop_reason` says; a child that
+    outlives its leader's SIGTERM (it ignores it) is not reported as something it left."""
+    ws = _workspace(daemon, "stop")["workspace"]
+    script = "(trap '' TERM; exec sleep 316) & echo $! > 316.pid; " + SHOWN.format(
+        tag="316", pid="$!"
+    )
+    proc = daemon.call(
+        "process.spawn",
+        {"workspace_id": ws["id"], "kind": "exec", "argv": ["sh", "-c", f"{script}; wait"]},
+    )["process"]
+    pid_file = Path(ws["path"]) / "316.pid"
+    until(lambda: pid_file.exists() and _runs(int(pid_file.read_text()), ["sleep", "316"]))
+    stopped = daemon.call("process.stop", {"process_id": proc["id"], "grace_s": 0.5})["process"]
+    assert stopped["exit"]["stop_reason"] == "request", stopped
+    assert stopped["exit"]["leftovers"] == [], stopped["exit"]
+    assert not _runs(int(pid_file.read_text()), ["sleep", "316"])

@@ -82,7 +82,9 @@ class Watcher:
                     managed.pid or 0, managed.pgid, self.settings.grace_s, stopped=stopped
                 )
             await stop_marked_leftovers(self.settings, managed, stopped)
-        if stopped:
+        # Stopped by the daemon (process.stop, a release, a shutdown): its tree went with that
+        # stop, which the exit's stop_reason already says; these are not things it left.
+        if stopped and not managed.stop_reason:
             managed.leftovers = [s.describe() for s in stopped]
             log.info(
                 "process.leftovers_stopped",
