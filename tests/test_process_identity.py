@@ -66,6 +66,11 @@ def _shift_recorded_times(root: Path, seconds: float) -> None:
             "UPDATE leases SET start_time = start_time + ?, owner_start = owner_start + ?",
             (seconds, seconds),
         )
+        # An external holder is named by its pid and start time (`lease.acquire`).
+        db.execute(
+            "UPDATE leases SET holder = printf('pid:%d:%.3f', pid, start_time) "
+            "WHERE holder LIKE 'pid:%'"
+        )
         db.commit()
     finally:
         db.close()
@@ -110,6 +115,47 @@ def test_live_lease_survives_a_wall_clock_step_across_a_restart(
         holder.wait(10)
         done = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
         assert done["workspace"]["state"] == "archived"
+    finally:
+        daemon.close()
+
+
+def test_lease_acquire_after_a_step_since_the_anchor_accepts_live_pids(
+    root: Path,
+    tmp_short: Path,
+    holder: subprocess.Popen[bytes],
+    started_procs: list[subprocess.Popen[bytes]],
+) -> None:
+    # The wall clock stepped back an hour after this boot's anchor was fixed: the kernel's
+    # boot time (psutil's create_time) moved by the step, the anchor and the recorded times
+    # did not. Acquiring after the step: the holder leased before it is the same holder (its
+    # lease, live, not a second one), and a process started after it is accepted and live.
+    daemon = DaemonProcess(root).start()
+    try:
+        ws = _leased_workspace(daemon, tmp_short, holder)
+        before = daemon.call("lease.list", {"workspace_id": ws["id"]})["leases"]
+        daemon.terminate()
+        _shift_recorded_times(root, HOUR)  # the anchor and the lease, from before the step
+        daemon.start()
+        again = daemon.call(
+            "lease.acquire",
+            {"workspace_id": ws["id"], "kind": "editor", "pid": holder.pid, "label": "vim"},
+        )
+        assert again["created"] is False and again["lease"]["live"], again
+        assert again["lease"]["id"] == before[0]["id"]
+        later = subprocess.Popen(["sleep", "600"], start_new_session=True, cwd=tmp_short)
+        started_procs.append(later)
+        fresh = daemon.call(
+            "lease.acquire",
+            {"workspace_id": ws["id"], "kind": "tool", "pid": later.pid, "label": "tool"},
+        )
+        assert fresh["created"] and fresh["lease"]["live"], fresh
+        listed = daemon.call("lease.list", {"workspace_id": ws["id"]})
+        assert listed["reclaimed"] == []
+        assert sorted((x["pid"], x["live"]) for x in listed["leases"]) == sorted(
+            [(holder.pid, True), (later.pid, True)]
+        )
+        err = rpc_error(daemon, "workspace.archive", {"workspace_id": ws["id"]})
+        assert err.kind == "busy", err
     finally:
         daemon.close()
 

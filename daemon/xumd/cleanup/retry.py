@@ -4,6 +4,8 @@
   as fast as one with none; discovery is the store itself, read in bounded batches.
 - Wakes at start, after every registry change (`workspace.*`, `project.*` events), when a
   step it depends on finishes (`poke`), and on a timer (poll_interval_s or the next due time).
+- A wall-clock step moves the stored due times when a lane wakes (`service.reanchor`): the
+  lanes wait on the monotonic clock, and a retry keeps the wait it had left.
 - Never spins: a cycle that attempted nothing waits at least `backoff_initial_s`; failures are
   pushed out by the per-obligation capped backoff.
 - Shutdown cancels the lanes and awaits them (bounded by the drain deadline); a teardown child is
@@ -16,7 +18,7 @@ import anyio
 from xum_protocol.models.events import Event
 
 from xumd import faults, logs
-from xumd.cleanup.schedule import Clock, StepWatch
+from xumd.cleanup.schedule import Clock
 from xumd.cleanup.service import LANES, CleanupService, CycleResult
 
 log = logs.get("xumd.cleanup.retry")
@@ -40,9 +42,6 @@ class RetryService:
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
         self.cycles = 0
-        # Waits run on the monotonic clock; persisted retry times are wall-clock, so a step of
-        # the wall clock re-anchors them (else a step back of an hour delays a retry an hour).
-        self.steps = StepWatch(self.clock)
         service.poke = self.poke
 
     def poke(self, lane: str | None = None) -> None:
@@ -82,7 +81,6 @@ class RetryService:
         housekeeping_at = self.clock.monotonic() + 3600.0
         while True:
             self._wake[lane] = anyio.Event()
-            self.reanchor()
             try:
                 result = await self.service.run_cycle(lane)
             except Exception:
@@ -99,15 +97,6 @@ class RetryService:
                 housekeeping_at = self.clock.monotonic() + 3600.0
                 self.service.housekeeping()
 
-    def reanchor(self) -> float:
-        """Shift pending retry times by a wall-clock step seen since the last look (one lane
-        sees it first; no await between the look and the update, so never twice)."""
-        delta = self.steps.step()
-        if delta:
-            shifted = self.service.obligations.shift_pending(delta)
-            log.warning("clock.stepped", delta_s=round(delta, 3), retries_reanchored=shifted)
-        return delta
-
     def next_delay(self, result: CycleResult) -> float:
         """How long a lane sleeps after a cycle (a wake-up ends the sleep early)."""
         if result.full and result.attempted:
@@ -115,7 +104,9 @@ class RetryService:
         poll = self.config.poll_interval_s
         if result.next_due is None:
             return poll
-        delay = min(poll, max(0.0, result.next_due - self.clock.time()))
+        # The service's clock: on the scale of the due time the cycle read (a wall-clock step
+        # since is subtracted until the next cycle re-anchors the stored times).
+        delay = min(poll, max(0.0, result.next_due - self.service.clock.time()))
         if not result.attempted:
             # Nothing ran although something is due (blocked, or running elsewhere): the
             # finisher pokes us; until then never spin.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -78,11 +79,56 @@ class StepWatch:
         self.tolerance_s = tolerance_s
         self._offset = clock.time() - clock.monotonic()
 
+    def pending(self, wall: float | None = None) -> float:
+        """The step since the last `settle` (0.0 when none), positive when the clock jumped
+        ahead; `wall`: the wall time just read, so both readings are one instant's."""
+        if wall is None:
+            wall = self.clock.time()
+        delta = wall - self.clock.monotonic() - self._offset
+        return delta if abs(delta) > self.tolerance_s else 0.0
+
+    def settle(self, delta: float) -> None:
+        """`delta` is accounted for: the next step is measured from here."""
+        self._offset += delta
+
     def step(self) -> float:
-        """The step since the last call (0.0 when none): positive when the clock jumped ahead."""
-        offset = self.clock.time() - self.clock.monotonic()
-        delta = offset - self._offset
-        if abs(delta) <= self.tolerance_s:
-            return 0.0
-        self._offset = offset
+        """The step since the last call (0.0 when none), settled."""
+        delta = self.pending()
+        self.settle(delta)
         return delta
+
+
+class ScheduleClock:
+    """The cleanup service's clock: wall time on the scale its stored due times are on.
+
+    A stored due time is a wall-clock time, and a step of the wall clock moves every one of
+    them by the step at once; they are re-anchored (`reanchor`) when the scheduler wakes. Until
+    then this clock subtracts the step: a due time written in between (a request's plan, an
+    attempt's backoff) is on the stored times' scale and moves with them, never by the step a
+    second time, and a due test never compares a stored time with a stepped clock. With no step
+    pending it is the wall clock."""
+
+    def __init__(self, clock: Clock, tolerance_s: float = STEP_TOLERANCE_S) -> None:
+        self.inner = clock
+        self.watch = StepWatch(clock, tolerance_s)
+
+    def time(self) -> float:
+        wall = self.inner.time()
+        return wall - self.watch.pending(wall)
+
+    def monotonic(self) -> float:
+        return self.inner.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+    def reanchor(self, shift: Callable[[float], int]) -> tuple[float, int]:
+        """Move the stored due times by the step since the last re-anchoring (`shift(delta)`:
+        how many moved; it commits or raises, and then the step stays pending): (step, moved).
+        Call it outside any transaction, with no await between it and the rows it serves."""
+        delta = self.watch.pending()
+        if not delta:
+            return 0.0, 0
+        moved = shift(delta)
+        self.watch.settle(delta)
+        return delta, moved

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import anyio
 from xum_protocol.models.cleanup import CleanupStatus, CleanupSummary
 
+from xumd import logs
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup import status as status_mod
@@ -28,7 +29,15 @@ from xumd.cleanup.obligations import Obligations
 from xumd.cleanup.outcomes import OutcomeRecorder
 from xumd.cleanup.planning import Planner
 from xumd.cleanup.runner import StepRunner
-from xumd.cleanup.schedule import LANES, PATH_LANE, RECLAIM_LANE, Backoff, Clock, SystemClock
+from xumd.cleanup.schedule import (
+    LANES,
+    PATH_LANE,
+    RECLAIM_LANE,
+    Backoff,
+    Clock,
+    ScheduleClock,
+    SystemClock,
+)
 from xumd.cleanup.steps import Steps, TeardownFn
 from xumd.cleanup.teardown_scripts import SETUP_NEVER_RAN, ProjectTeardown, TeardownScripts
 from xumd.git import Git
@@ -43,6 +52,8 @@ __all__ = [
     "CleanupService",
     "CycleResult",
 ]
+
+log = logs.get("xumd.cleanup")
 
 KEEP_COMPLETED_S = 24 * 3600.0
 KEEP_ABANDONED_S = 7 * 24 * 3600.0
@@ -63,7 +74,9 @@ class CleanupService:
         self.app = app
         self.store = app.store
         self.config = app.config.cleanup
-        self.clock: Clock = clock or SystemClock()
+        # Every part reads time through it, so whatever they write is on the stored due
+        # times' scale, even between a wall-clock step and its re-anchoring (schedule.py).
+        self.clock = ScheduleClock(clock or SystemClock())
         self.backoff = Backoff(
             self.config.backoff_initial_s,
             self.config.backoff_max_s,
@@ -127,6 +140,7 @@ class CleanupService:
     ) -> CleanupStatus:
         """Attempt this workspace's due steps now, in order (each fenced), and return its status.
         Reclaim is left to the background lane unless `include_reclaim`."""
+        self.reanchor()
         self.flush_announcements()
         lanes = [PATH_LANE, RECLAIM_LANE] if include_reclaim else [PATH_LANE]
         for lane in lanes:
@@ -150,16 +164,28 @@ class CleanupService:
 
     async def run_cycle(self, lane: str, *, limit: int | None = None) -> CycleResult:
         """One bounded cycle of `lane` (cycle.py)."""
+        self.reanchor()
         self.flush_announcements()
         return await self.cycles.run(lane, limit=limit)
 
     def housekeeping(self) -> None:
         """At service start and now and then: bound future retries (a wall clock that jumped),
         forget old finished rows, and adopt trash entries no obligation names (a crash)."""
+        self.reanchor()
         now = self.clock.time()
         self.obligations.clamp_future(now + self.backoff.max_s)
         self.obligations.purge_finished(now - KEEP_COMPLETED_S, now - KEEP_ABANDONED_S)
         self.planner.adopt_orphan_trash(now)
+
+    def reanchor(self) -> float:
+        """Move every pending due time by a wall-clock step seen since the last look, so a
+        retry keeps the wait it had left; the step (0.0 when none). Called before anything
+        reads due times, when the scheduler wakes and when a request runs steps; no await
+        between the look and the update, so a step is applied once."""
+        delta, moved = self.clock.reanchor(self.obligations.shift_pending)
+        if delta:
+            log.warning("clock.stepped", delta_s=round(delta, 3), retries_reanchored=moved)
+        return delta
 
     # -- status -----------------------------------------------------------------------------------
 
