@@ -6,9 +6,7 @@ refused by name (lifecycle/onbytes.py)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 from tests.lifecycle_helpers import create, rpc_error
 from tests.support.daemon import DaemonProcess
 from tests.support.gitrepo import git, make_repo
+from tests.support.ondisk import deep_dir, disk
 
 FILES = {
     "README.md": "hello\n",
@@ -29,42 +28,6 @@ FILES = {
 @pytest.fixture
 def repo(tmp_short: Path) -> Path:
     return make_repo(tmp_short / "repo", FILES)
-
-
-def disk(path: Path) -> dict[str, tuple[str, str]]:
-    """Every entry under `path` (`.git` of the top aside) as (kind, bytes' digest or link
-    target), walked by descriptor so a path beyond PATH_MAX counts too."""
-    found: dict[str, tuple[str, str]] = {}
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-    stack = [(os.open(path, flags), "")]
-    while stack:
-        fd, rel = stack.pop()
-        try:
-            with os.scandir(fd) as it:
-                entries = list(it)
-            for e in entries:
-                child = f"{rel}/{e.name}" if rel else e.name
-                if child in (".git", ".xum"):
-                    continue
-                st = os.stat(e.name, dir_fd=fd, follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    found[child] = ("dir", "")
-                    stack.append((os.open(e.name, flags, dir_fd=fd), child))
-                elif stat.S_ISLNK(st.st_mode):
-                    found[child] = ("link", os.readlink(e.name, dir_fd=fd))
-                else:
-                    f = os.open(e.name, os.O_RDONLY, dir_fd=fd)
-                    try:
-                        data = b""
-                        while chunk := os.read(f, 1 << 20):
-                            data += chunk
-                    finally:
-                        os.close(f)
-                    x = "x" if st.st_mode & stat.S_IXUSR else "-"
-                    found[child] = (f"file{x}", hashlib.sha256(data).hexdigest())
-        finally:
-            os.close(fd)
-    return found
 
 
 def round_trip(daemon: DaemonProcess, ws: dict[str, Any]) -> dict[str, Any]:
@@ -185,24 +148,6 @@ def test_a_smudge_and_clean_filter_does_not_change_the_bytes_given_back(
     done = round_trip(daemon, ws)
     assert {"path": "app.cfg", "why": "content_filter"} in done["archived"]["raw"]
     assert disk(path) == before
-
-
-def deep_dir(top: Path, total: int) -> list[str]:
-    """Directory names whose chain under `top` is longer than `total` bytes."""
-    names: list[str] = []
-    while len(str(top)) + sum(len(n) + 1 for n in names) <= total:
-        names.append("d" * 200)
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-    for name in names:
-        os.mkdir(name, dir_fd=fd)
-        sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.close(fd)
-        fd = sub
-    f = os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
-    os.write(f, b"beyond PATH_MAX\n")
-    os.close(f)
-    os.close(fd)
-    return names
 
 
 def test_a_file_beyond_path_max_is_kept_and_never_a_git_warning_as_a_path(
