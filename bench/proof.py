@@ -18,10 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import synth
-from tests.support.daemon import DaemonProcess
 from xumd.git import Git
 from xumd.lifecycle import onbytes
+
+from bench import synth
+from tests.support.daemon import DaemonProcess
 
 
 async def _account(checkout: Path) -> onbytes.Account:
@@ -67,8 +68,8 @@ def main() -> None:
             daemon.close()
         p, s = statistics.median(proof), statistics.median(status)
         print(
-            f"files {args.files}: proof {p * 1000:.0f} ms (walked {acc.walked}, raw {len(acc.raw)}),"
-            f" git status {s * 1000:.0f} ms, ratio {p / s:.2f}x"
+            f"files {args.files}: proof {p * 1000:.0f} ms (walked {acc.walked}, "
+            f"raw {len(acc.raw)}), git status {s * 1000:.0f} ms, ratio {p / s:.2f}x"
         )
     finally:
         shutil.rmtree(base, ignore_errors=True)
