@@ -152,3 +152,25 @@ def test_a_reclaim_blocked_by_a_file_says_which_one_and_why(daemon: DaemonProces
         subprocess.run(["chattr", "-i", str(out)], capture_output=True, check=False)
     retried = daemon.call("cleanup.retry", {"workspace_id": ws["id"]})
     assert retried["workspaces"][ws["id"]]["reclaim"]["status"] == "completed", retried
+
+
+def test_opening_an_entry_s_parents_names_the_directory_it_cannot_enter(tmp_short: Path) -> None:
+    """A copy of one entry (`build/sub/x/out.o`: a seed's ignored file, a raw entry) opens its
+    parents one by one: the directory that refuses is named by its path, not its last name."""
+    top = tmp_short / "src"
+    (top / "build" / "sub" / "x").mkdir(parents=True)
+    os.chmod(tmp_short, 0o755)
+    os.chmod(top / "build" / "sub", 0)
+
+    def open_it() -> str:
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.close(fscopy.open_parents(fd, ["build", "sub", "x", "out.o"]))
+        except OSError as exc:
+            return str(exc)
+        finally:
+            os.close(fd)
+        return "opened"
+
+    said = as_nobody(open_it)
+    assert said.endswith(f"{EACCES}: 'build/sub'"), said

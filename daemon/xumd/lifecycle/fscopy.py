@@ -181,17 +181,21 @@ def _walk(
 def open_parents(root_fd: int, parts: list[str], *, create_like: int | None = None) -> int:
     """The directory holding the last of `parts`, opened component by component with
     O_NOFOLLOW from `root_fd` (a symlink anywhere on the way is ELOOP/ENOTDIR, never followed).
-    With `create_like` (a mode: the source directory's), missing directories are made."""
+    With `create_like` (a mode: the source directory's), missing directories are made. An
+    error names the directory it is about (`parts` up to it: `fsdelete.named`)."""
     fd = os.dup(root_fd)
     try:
-        for part in parts[:-1]:
+        for at, part in enumerate(parts[:-1], 1):
             try:
-                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if create_like is None:
-                    raise
-                os.mkdir(part, create_like, dir_fd=fd)
-                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if create_like is None:
+                        raise
+                    os.mkdir(part, create_like, dir_fd=fd)
+                    sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                raise fsdelete.named(exc, "/".join(parts[:at])) from exc
             os.close(fd)
             fd = sub
         return fd

@@ -206,7 +206,7 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
                     plan.skipped.append(entry)
                     continue
                 try:
-                    size = fscopy.tally_at(parent, parts[-1], check)
+                    size = fscopy.tally_at(parent, parts[-1], check, rel="/".join(parts))
                 except FileNotFoundError:
                     continue
             finally:
