@@ -571,6 +571,12 @@ def test_cgroup_contains_a_teardown_child_that_drops_its_environment(
         assert result["cleanup"]["status"] == "completed", result["cleanup"]
         assert not alive(escapee), "the escapee without a marker outlived the remove"
         assert _runs(cgroup_base) == []
+        # Found by its cgroup alone, and still named in the teardown step's record.
+        listed = daemon.call("cleanup.list", {"workspace_id": ws["id"]})["obligations"]
+        (step,) = [o for o in listed if o["kind"] == "teardown"]
+        (stopped,) = step["detail"]["leftovers"]
+        assert stopped["pid"] == escapee.pid and stopped["argv"] == ["/bin/sleep", "100"], step
+        assert stopped["signal"] == "SIGTERM", step
     finally:
         daemon.close()
 
