@@ -622,7 +622,10 @@ def _kill_ssh(cli: subprocess.Popen[bytes], count: int = 1) -> None:
     its daemon are fine)."""
 
     def found() -> list[psutil.Process] | None:
-        ssh = [p for p in psutil.Process(cli.pid).children() if p.name() == "ssh"]
+        try:
+            ssh = [p for p in psutil.Process(cli.pid).children() if p.name() == "ssh"]
+        except psutil.NoSuchProcess:
+            return None  # a child gone while listed: look again
         return ssh if len(ssh) == count else None
 
     for proc in until(found, 60, message=f"{count} ssh process(es) of the CLI"):
