@@ -7,6 +7,7 @@ import { XumClient, type ProjectInfo, type WorkspaceInfo } from "../../ts/src/in
 import { Commands, type PickItem, type Ui } from "./logic/commands.js";
 import { formatError, projectLabel, statusBarText, workspaceLabel, type WorkspaceLabel } from "./logic/format.js";
 import { WorkspaceModel } from "./logic/model.js";
+import { clientOptions } from "./logic/settings.js";
 import { ModelSync } from "./logic/sync.js";
 
 type Node = { kind: "project"; project: ProjectInfo } | { kind: "workspace"; workspace: WorkspaceInfo };
@@ -76,9 +77,39 @@ const ui: Ui = {
   },
 };
 
+/** The commands the manifest declares, each showing `message`: the settings name no usable daemon. */
+function activateBroken(context: vscode.ExtensionContext, message: string, commandNames: string[]): void {
+  const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 10);
+  status.text = "$(error) xum";
+  status.tooltip = message;
+  status.show();
+  context.subscriptions.push(status);
+  for (const name of commandNames) {
+    context.subscriptions.push(vscode.commands.registerCommand(name, () => void vscode.window.showErrorMessage(message)));
+  }
+  void vscode.window.showErrorMessage(message);
+}
+
+const COMMANDS = [
+  "xum.refresh",
+  "xum.newWorkspace",
+  "xum.archive",
+  "xum.unarchive",
+  "xum.remove",
+  "xum.openInNewWindow",
+  "xum.openTerminal",
+];
+
 export function activate(context: vscode.ExtensionContext): void {
-  const socketPath = vscode.workspace.getConfiguration("xum").get<string>("socketPath") || undefined;
-  const client = new XumClient({ socketPath, clientName: "vscode-xum" });
+  const config = vscode.workspace.getConfiguration("xum");
+  let client: XumClient;
+  try {
+    client = new XumClient(clientOptions({ socketPath: config.get<string>("socketPath"), host: config.get<string>("host") }));
+  } catch (err) {
+    // A host the hosts file does not name (or cannot be read): said at once, and by every command.
+    activateBroken(context, formatError(err), COMMANDS);
+    return;
+  }
   const model = new WorkspaceModel();
   const tree = new Tree(model);
   const commands = new Commands(client, ui);
@@ -87,9 +118,13 @@ export function activate(context: vscode.ExtensionContext): void {
   status.show();
 
   const folder = (): string | null => vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? null;
+  let lastFailure: Error | null = null;
   const update = (): void => {
     tree.refresh();
-    const text = statusBarText(client.connected, model.workspaceAt(folder()), model.pendingCleanups());
+    const text = statusBarText(client.connected, model.workspaceAt(folder()), model.pendingCleanups(), {
+      host: client.host?.name ?? null,
+      failure: lastFailure,
+    });
     status.text = text.text;
     status.tooltip = text.tooltip;
   };
@@ -97,6 +132,7 @@ export function activate(context: vscode.ExtensionContext): void {
   const sync = new ModelSync(client, model, update);
   let subscribed = false;
   client.on("connect", () => {
+    lastFailure = null;
     update();
     if (subscribed) return; // the client resumes its subscription by itself
     subscribed = true;
@@ -106,6 +142,10 @@ export function activate(context: vscode.ExtensionContext): void {
     });
   });
   client.on("disconnect", update);
+  client.on("connect_failed", (err) => {
+    lastFailure = err;
+    update();
+  });
   client.start();
 
   // A command from the palette has no tree node: ask which workspace.

@@ -5,13 +5,14 @@
 // tells connected from not, and a tree command reaches the daemon.
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import { XumClient } from "../../ts/src/index.js";
-import { makeRepo, repoRoot, until, withDaemon } from "../../ts/test/support/daemon.js";
+import { makeRepo, repoRoot, shortTmpdir, until, withDaemon } from "../../ts/test/support/daemon.js";
+import { startSshd } from "../../ts/test/support/sshd.js";
 
 type Provider = { getChildren(node?: unknown): unknown[]; getTreeItem(node: unknown): { label?: unknown; description?: unknown } };
 
@@ -23,7 +24,8 @@ class FakeVscode {
   errors: string[] = [];
   infos: string[] = [];
 
-  constructor(private readonly socketPath: string) {}
+  /** `settings`: the `xum.*` settings by key (`socketPath`, `host`). */
+  constructor(private readonly settings: Record<string, string> = {}) {}
 
   module(): Record<string, unknown> {
     const self = this;
@@ -60,7 +62,9 @@ class FakeVscode {
       Uri: { file: (path: string) => ({ fsPath: path }) },
       workspace: {
         workspaceFolders: undefined,
-        getConfiguration: () => ({ get: (key: string) => (key === "socketPath" ? self.socketPath : undefined) }),
+        getConfiguration: (section: string) => ({
+          get: (key: string) => (section === "xum" ? self.settings[key] : undefined),
+        }),
       },
       window: {
         createStatusBarItem: () => self.status,
@@ -91,7 +95,7 @@ class FakeVscode {
 
 test("the bundle activates: manifest commands registered, the tree follows the daemon, a command runs", async () => {
   await withDaemon(async (daemon, tmp) => {
-    const fake = new FakeVscode(daemon.socketPath);
+    const fake = new FakeVscode({ socketPath: daemon.socketPath });
     const require = createRequire(import.meta.url);
     const Module = require("node:module") as { _load: (request: string, ...rest: unknown[]) => unknown };
     const load = Module._load;
@@ -161,4 +165,132 @@ test("the bundle activates: manifest commands registered, the tree follows the d
       await other.close().catch(() => undefined);
     }
   });
+});
+
+/** The bundle, activated against `fake`; `deactivate()` disposes of what it registered. */
+function activateBundle(fake: FakeVscode): { deactivate(): Promise<void> } {
+  const require = createRequire(import.meta.url);
+  const Module = require("node:module") as { _load: (request: string, ...rest: unknown[]) => unknown };
+  const load = Module._load;
+  Module._load = (request: string, ...rest: unknown[]) => (request === "vscode" ? fake.module() : load(request, ...rest));
+  const disposables: { dispose(): unknown }[] = [];
+  // Loaded afresh: the bundle binds `vscode` when it loads, and an earlier test's is another fake.
+  const bundle = join(repoRoot(), "clients", "vscode", "dist", "extension.js");
+  delete require.cache[require.resolve(bundle)];
+  const extension = require(bundle) as { activate(ctx: unknown): void };
+  extension.activate({ subscriptions: disposables });
+  return {
+    async deactivate() {
+      Module._load = load;
+      for (const d of disposables) await d.dispose();
+    },
+  };
+}
+
+function manifest(): {
+  repository: { url: string };
+  contributes: { commands: { command: string }[]; configuration: { properties: Record<string, unknown> } };
+} {
+  return JSON.parse(readFileSync(join(repoRoot(), "clients", "vscode", "package.json"), "utf8"));
+}
+
+/** `fn` with these variables in process.env (undefined: unset), as they were after. */
+async function withEnv<T>(vars: Record<string, string | undefined>, fn: () => Promise<T>): Promise<T> {
+  const before = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+  const put = (values: Record<string, string | undefined>): void => {
+    for (const [k, v] of Object.entries(values)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  };
+  put(vars);
+  try {
+    return await fn();
+  } finally {
+    put(before);
+  }
+}
+
+test("xum.host: the bundle reaches the host's daemon through ssh and `xum bridge`, and says which host", async (t) => {
+  assert.ok("xum.host" in manifest().contributes.configuration.properties, "the manifest declares the setting");
+  await withDaemon(async (daemon, tmp) => {
+    const sshd = await startSshd(tmp);
+    if (sshd.skip !== null) {
+      t.skip(sshd.skip);
+      return;
+    }
+    try {
+      const hosts = join(tmp, "hosts.toml");
+      writeFileSync(
+        hosts,
+        `[hosts.h]\ndest = "${sshd.alias}"\nremote_root = ${JSON.stringify(daemon.root)}\n\n[hosts.down]\ndest = "${sshd.down}"\n`,
+      );
+      // No local daemon to find: what the tree shows came through the host.
+      const env = { ...sshd.env, XUM_HOSTS_FILE: hosts, XUM_SOCKET: undefined, XUM_ROOT: undefined, XDG_STATE_HOME: join(tmp, "state") };
+      await withEnv(env, async () => {
+        const fake = new FakeVscode({ host: "h" });
+        const active = activateBundle(fake);
+        const other = await XumClient.connect({ socketPath: daemon.socketPath });
+        try {
+          await until(() => fake.status.text === "$(layers) xum", "the status bar to say connected", 60_000);
+          assert.equal(fake.status.tooltip, "xum: connected on host h");
+          const repo = makeRepo(join(tmp, "repo"));
+          const { project } = await other.call("project.add", { path: repo, name: "remote" });
+          await other.call("workspace.create", { project_id: project.id, name: "there" });
+          const tree = fake.providers.get("xum.workspaces");
+          assert.ok(tree);
+          await until(() => {
+            const [p] = tree.getChildren();
+            return p !== undefined && tree.getChildren(p).some((n) => tree.getTreeItem(n).label === "there");
+          }, "the host's workspace in the tree");
+          assert.deepEqual(fake.errors, []);
+        } finally {
+          await other.close();
+          await active.deactivate();
+        }
+
+        // A host ssh cannot reach: the status bar says which, and why.
+        const down = new FakeVscode({ host: "down" });
+        const inactive = activateBundle(down);
+        try {
+          await until(() => /unreachable/.test(String(down.status.tooltip)), "the status bar to say why", 60_000);
+          assert.equal(down.status.text, "$(debug-disconnect) xum");
+          assert.match(String(down.status.tooltip), /^xum: not connected to the daemon on host down: host 'down' \(.*\) is unreachable: /);
+        } finally {
+          await inactive.deactivate();
+        }
+      });
+    } finally {
+      await sshd.close();
+    }
+  });
+});
+
+test("xum.host naming no host of the hosts file: said at once, by the status bar and by every command", async () => {
+  const tmp = shortTmpdir();
+  try {
+    const hosts = join(tmp, "hosts.toml");
+    writeFileSync(hosts, '[hosts.known]\ndest = "me@known"\n');
+    await withEnv({ XUM_HOSTS_FILE: hosts }, async () => {
+      const fake = new FakeVscode({ host: "nope" });
+      const active = activateBundle(fake);
+      try {
+        assert.equal(fake.errors.length, 1);
+        assert.match(fake.errors[0] ?? "", /^xum: no host "nope" in .*hosts\.toml \(known: known\)/);
+        assert.equal(fake.status.text, "$(error) xum");
+        assert.equal(fake.status.tooltip, fake.errors[0]);
+        assert.deepEqual([...fake.commands.keys()].sort(), manifest().contributes.commands.map((c) => c.command).sort());
+        await fake.commands.get("xum.newWorkspace")?.();
+        assert.deepEqual(fake.errors, [fake.errors[0], fake.errors[0]]);
+      } finally {
+        await active.deactivate();
+      }
+    });
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+test("the manifest names the project's repository", () => {
+  assert.equal(manifest().repository.url, "https://github.com/xum-dev/xum");
 });

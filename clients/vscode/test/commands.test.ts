@@ -8,7 +8,7 @@ import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { XumClient, XumRpcError, type WorkspaceInfo } from "../../ts/src/index.js";
+import { HostUnreachable, XumClient, XumRpcError, type WorkspaceInfo } from "../../ts/src/index.js";
 import { makeRepo, until, withDaemon, type Daemon } from "../../ts/test/support/daemon.js";
 import { Commands, validateName, type PickItem, type Ui } from "../src/logic/commands.js";
 import { formatError, statusBarText, workspaceLabel } from "../src/logic/format.js";
@@ -369,4 +369,9 @@ test("labels: cleanup pending is shown in the tree and counted in the status bar
   // A kind newer than this client: kept as the daemon said it.
   const novel = new XumRpcError({ code: -32050, message: "m", data: { kind: "brand_new" } });
   assert.equal(formatError(novel), "xum: brand_new: m");
+});
+
+test("a host that cannot be reached is shown with its kind, as the daemon's errors are", () => {
+  const down = new HostUnreachable("host 'down' (me@down) is unreachable: Connection refused", "down", 255, "Connection refused");
+  assert.equal(formatError(down), "xum: host_unreachable: host 'down' (me@down) is unreachable: Connection refused");
 });

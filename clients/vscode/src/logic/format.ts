@@ -4,6 +4,7 @@ import {
   ClientTimeout,
   ConnectionLost,
   DaemonNotRunning,
+  HostError,
   XumRpcError,
   describeHolder,
   type CleanupStatus,
@@ -110,6 +111,7 @@ export function formatError(err: unknown): string {
     }
     return text;
   }
+  if (err instanceof HostError) return `xum: ${err.kind}: ${err.message}`;
   if (err instanceof DaemonNotRunning) return `xum: the daemon is not running (${err.reason}): start it with \`xum daemon run\``;
   if (err instanceof ClientTimeout) return `xum: ${err.message}`;
   // The message says whether the call went out (it may or may not have run) or never did.
@@ -120,18 +122,27 @@ export function formatError(err: unknown): string {
   return `xum: ${err instanceof Error ? err.message : String(err)}`;
 }
 
-/** The status bar: the workspace this window is in (and its cleanup), or the connection state. */
+/**
+ * The status bar: the workspace this window is in (and its cleanup), or the connection state;
+ * `host` names the host the daemon runs on (null: this machine), `failure` why the last
+ * connection attempt failed.
+ */
 export function statusBarText(
   connected: boolean,
   current: WorkspaceInfo | null,
   pendingCleanups: number,
+  where: { host?: string | null; failure?: Error | null } = {},
 ): { text: string; tooltip: string } {
-  if (!connected) return { text: "$(debug-disconnect) xum", tooltip: "xum: not connected to the daemon" };
+  const on = where.host ? ` on host ${where.host}` : "";
+  if (!connected) {
+    const why = where.failure ? `: ${where.failure.message}` : "";
+    return { text: "$(debug-disconnect) xum", tooltip: `xum: not connected to the daemon${on}${why}` };
+  }
   const cleanup = pendingCleanups > 0 ? ` $(sync~spin) ${pendingCleanups}` : "";
   if (current === null) {
     return {
       text: `$(layers) xum${cleanup}`,
-      tooltip: pendingCleanups > 0 ? `xum: ${pendingCleanups} cleanup(s) pending` : "xum: connected",
+      tooltip: pendingCleanups > 0 ? `xum: ${pendingCleanups} cleanup(s) pending${on}` : `xum: connected${on}`,
     };
   }
   return {
