@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from xum_client.sync import Client
 
-from tests.support.daemon import DaemonProcess, run_xum, short_tmpdir
+from tests.support.daemon import DaemonProcess, run_xum, short_tmpdir, write_config
 from tests.support.gitrepo import commit_config, make_repo
 from tests.support.wait import until
 
@@ -31,6 +31,8 @@ DOUBLE_FORK = "setsid sh -c 'exec sleep {n}' & echo $! > {n}.pid; " + SHOWN.form
 @pytest.fixture(scope="module")
 def daemon() -> Iterator[DaemonProcess]:
     base = short_tmpdir()
+    # A short grace: a leftover that ignores SIGTERM is SIGKILLed half a second later.
+    write_config(base / "root", "stop_grace_s = 0.5\n")
     running = DaemonProcess(base / "root").start()
     try:
         yield running
@@ -106,6 +108,27 @@ def test_an_exec_s_exit_names_what_it_left_running_and_stopped(daemon: DaemonPro
     assert "left 2 processes running, stopped when it ended" in line, line
     assert f"pid {group_job} (sleep 311; SIGTERM, ran " in line, line
     assert "xum run --detach" in line, line
+
+
+def test_a_leftover_that_ignores_sigterm_is_named_as_killed(daemon: DaemonProcess) -> None:
+    """In the group and out of it (`setsid`), a leftover that ignores SIGTERM outlives the
+    grace: its entry says SIGKILL, the signal that ended it."""
+    ws = _workspace(daemon, "kill")["workspace"]
+    checkout = Path(ws["path"])
+    deaf = "trap '' TERM; "
+    script = (
+        f"{deaf}{GROUP_JOB.format(n=317)}; {DOUBLE_FORK.format(n=318)}; trap - TERM; echo started"
+    )
+    proc = daemon.call(
+        "process.spawn",
+        {"workspace_id": ws["id"], "kind": "exec", "argv": ["sh", "-c", script]},
+    )["process"]
+    done = daemon.call("process.wait", {"process_id": proc["id"], "timeout_s": 30})["process"]
+    leftovers = {e["pid"]: e for e in done["exit"]["leftovers"]}
+    for n in (317, 318):
+        entry = leftovers[_pid(checkout, n)]
+        assert entry["argv"] == ["sleep", str(n)] and entry["signal"] == "SIGKILL", entry
+        assert not _runs(entry["pid"], entry["argv"])
 
 
 def test_xum_run_says_what_its_command_left_running(daemon: DaemonProcess) -> None:
