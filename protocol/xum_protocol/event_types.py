@@ -128,7 +128,8 @@ EVENT_TYPES: tuple[EventType, ...] = (
     ),
     EventType(
         "process.exited",
-        "A supervised process ended (`exit` says how it was settled).",
+        "A supervised process ended (`exit` says how it was settled, and `exit.leftovers` what "
+        "it left running, which the daemon stopped then).",
         ProcessData,
     ),
     EventType(

@@ -762,7 +762,7 @@ export interface ProcessExit {
   stop_reason?: "request" | "session" | "release" | "shutdown" | null;
 }
 
-/** A supervised process ended (`exit` says how it was settled). */
+/** A supervised process ended (`exit` says how it was settled, and `exit.leftovers` what it left running, which the daemon stopped then). */
 export interface ProcessExitedEvent {
   /** When it was published (Unix time, seconds). */
   at: number;
@@ -2133,7 +2133,7 @@ export interface EventDataMap {
   "process.adopted": ProcessData;
   /** A foreground exec was detached from its caller. */
   "process.backgrounded": ProcessData;
-  /** A supervised process ended (`exit` says how it was settled). */
+  /** A supervised process ended (`exit` says how it was settled, and `exit.leftovers` what it left running, which the daemon stopped then). */
   "process.exited": ProcessData;
   /** Left running at the daemon's stop (keep_processes), for adoption at the next start. */
   "process.kept": ProcessData;
