@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.lifecycle_helpers import create, rpc_error
+from tests.lifecycle_helpers import (
+    commit_scripts,
+    create,
+    failing_teardown,
+    rpc_error,
+    trusted_daemon,
+)
 from tests.support.daemon import DaemonProcess
 from tests.support.gitrepo import git, make_repo
 from tests.support.ondisk import deep_dir, disk
@@ -74,6 +80,10 @@ def test_an_edit_behind_an_index_flag_survives_archive(
     done = round_trip(daemon, ws)
     assert {"path": "config/local.toml", "why": "index_flag"} in done["archived"]["raw"]
     assert disk(path) == before
+    # the flag is the user's choice too: set again, so git's view is as it was
+    tag = git(path, "ls-files", "-v", "config/local.toml")[0]
+    assert tag == ("h" if flag == "--assume-unchanged" else "S")
+    assert git(path, "status", "--porcelain") == ""
 
 
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
@@ -211,3 +221,76 @@ def test_a_clean_checkout_saves_nothing_raw(
     done = round_trip(daemon, ws)
     assert done["archived"]["raw"] == []
     assert (path / "notes" / "a.txt").read_text() == "an ordinary edit git sees\n"
+
+
+def _repo_with_submodule(tmp_short: Path) -> Path:
+    sub = make_repo(tmp_short / "subsrc", {"lib.txt": "lib\n"})
+    main = make_repo(tmp_short / "main", {"m.txt": "m\n"})
+    git(main, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "libs/sub")
+    git(main, "commit", "-q", "-m", "add submodule")
+    return main
+
+
+def test_a_clean_submodule_is_given_back_by_its_gitlink_not_copied(
+    daemon: DaemonProcess, tmp_short: Path
+) -> None:
+    main = _repo_with_submodule(tmp_short)
+    project = daemon.call("project.add", {"path": str(main)})["project"]
+    ws = create(daemon, project["id"], "subclean")["workspace"]
+    path = Path(ws["path"])
+    done = round_trip(daemon, ws)
+    assert done["archived"]["raw"] == []
+    assert (path / "libs" / "sub" / "lib.txt").read_text() == "lib\n"
+
+
+@pytest.mark.parametrize("work", ["edit", "untracked", "commit"])
+def test_a_submodule_with_work_of_its_own_is_refused_by_name_and_kept_with_force(
+    daemon: DaemonProcess, tmp_short: Path, work: str
+) -> None:
+    main = _repo_with_submodule(tmp_short)
+    project = daemon.call("project.add", {"path": str(main)})["project"]
+    ws = create(daemon, project["id"], f"sub{work}")["workspace"]
+    sub = Path(ws["path"]) / "libs" / "sub"
+    if work == "edit":
+        (sub / "lib.txt").write_text("lib, edited in the submodule\n")
+    elif work == "untracked":
+        (sub / "notes.txt").write_text("only here\n")
+    else:
+        # a commit only the workspace's submodule holds: its git directory goes with the
+        # checkout's admin directory
+        (sub / "lib.txt").write_text("committed in the submodule\n")
+        git(sub, "commit", "-q", "-am", "local only")
+        git(Path(ws["path"]), "add", "libs/sub")
+    err = rpc_error(daemon, "workspace.archive", {"workspace_id": ws["id"]})
+    assert err.kind == "not_safe" and "libs/sub" in err.message, err
+    assert (
+        daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]["state"] == "active"
+    )
+    removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+    assert {"path": "libs/sub", "why": "nested_repository"} in removed["raw"]
+    kept = Path(removed["kept"]["path"]) / "raw" / "libs" / "sub" / "lib.txt"
+    assert kept.exists()
+
+
+def test_work_git_does_not_see_in_a_lingering_archived_checkout_refuses_its_removal(
+    root: Path, repo: Path, ctl: Path
+) -> None:
+    """An archived workspace whose checkout lingers (its teardown fails) and gains an edit
+    behind an index flag: removing it would let the cleanup trash that edit, and a retry of
+    the cleanup leaves it in place."""
+    commit_scripts(repo, teardown=failing_teardown(ctl))
+    slow = "[cleanup]\nbackoff_initial_s = 120\nbackoff_max_s = 240\nbackoff_jitter = 0\n"
+    with trusted_daemon(root, repo, slow) as (daemon, project):
+        ws = create(daemon, project["id"], "linger")["workspace"]
+        path = Path(ws["path"])
+        archived = daemon.call("workspace.archive", {"workspace_id": ws["id"]})
+        assert archived["cleanup"]["status"] == "pending", archived
+        git(path, "update-index", "--assume-unchanged", "config/local.toml")
+        (path / "config" / "local.toml").write_text("edited after the archive\n")
+        err = rpc_error(daemon, "workspace.remove", {"workspace_id": ws["id"]})
+        assert err.kind == "not_safe" and "config/local.toml" in err.message, err
+        (ctl / "ok").touch()  # the teardown passes now: only the edit holds the trash step
+        daemon.call("cleanup.retry", {"workspace_id": ws["id"]})
+        assert (path / "config" / "local.toml").read_text() == "edited after the archive\n"
+        refused = rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
+        assert refused.kind == "not_safe" and "config/local.toml" in refused.message

@@ -130,6 +130,6 @@ async def _save_work(
     proof = await ctx.snapshots.prove(row.path, state.work_tree, project.path)
     refuse_unproven(row, proof, "archive")
     dropped = await ctx.snapshots.report_and_preserve(
-        row.path, row.id, row.incarnation, globs, proof.raw
+        row.path, row.id, row.incarnation, globs, proof
     )
     return snap, dropped, proof.raw

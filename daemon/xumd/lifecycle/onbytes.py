@@ -46,12 +46,14 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import fsdelete
+from xumd import fsdelete, logs
 from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import fscopy
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.seed import git_list
+
+log = logs.get("xumd.lifecycle.onbytes")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
@@ -65,6 +67,9 @@ FILTERED = "content_filter"
 UNSEEN = "outside_git_view"
 MODE = "mode"
 EMPTY_DIR = "empty_directory"
+
+ASSUME_UNCHANGED = "assume_unchanged"
+SKIP_WORKTREE = "skip_worktree"
 
 _CONVERTING = ("filter", "ident", "working-tree-encoding")
 _ATTRS = ("text", "eol", "crlf", *_CONVERTING)
@@ -88,6 +93,9 @@ class Account:
     submodules: list[tuple[str, str]] = field(default_factory=list)
     """(path, reason) of submodules a restore would not give back as they are: their git
     directory goes with the checkout's admin directory, so they cannot be kept whole."""
+    flags: dict[str, str] = field(default_factory=dict)
+    """The index flags of the files on disk (path -> ASSUME_UNCHANGED or SKIP_WORKTREE): the
+    user's choice, set again by unarchive (`reflag`)."""
     walked: int = 0
 
     def held_back(self, force: bool) -> list[tuple[str, str]]:
@@ -116,7 +124,8 @@ class _Settings:
 class _Walk:
     account: Account
     tree: dict[str, tuple[str, str]]
-    flagged: set[str]
+    flagged: dict[str, str]
+    """path -> ASSUME_UNCHANGED or SKIP_WORKTREE, for every flagged index entry."""
     convert: dict[str, str]
     """path -> "hash" (checkout writes the blob as it is; the clean side may alter it) or
     "predict" (checkout converts: compare with what checkout-index writes)."""
@@ -241,7 +250,7 @@ async def _tree(git: Git, checkout: Path, tree: str) -> dict[str, tuple[str, str
     return found
 
 
-async def _flagged(git: Git, checkout: Path) -> set[str]:
+async def _flagged(git: Git, checkout: Path) -> dict[str, str]:
     """Index entries git's `status` and `add` do not look at: assume-unchanged (a lowercase
     tag) and skip-worktree (`S`)."""
     listed = await git_list(
@@ -252,7 +261,13 @@ async def _flagged(git: Git, checkout: Path) -> set[str]:
         too_many="the index is too large to prove against",
         limit=TREE_LIMIT,
     )
-    return {line[2:] for line in listed if len(line) > 2 and (line[0].islower() or line[0] == "S")}
+    found: dict[str, str] = {}
+    for line in listed:
+        if len(line) > 2 and line[0] == "S":
+            found[line[2:]] = SKIP_WORKTREE
+        elif len(line) > 2 and line[0].islower():
+            found[line[2:]] = ASSUME_UNCHANGED
+    return found
 
 
 async def _conversions(
@@ -307,6 +322,26 @@ def _conversion(attrs: dict[str, str], settings: _Settings) -> str:
         else:
             out = "crlf" if settings.eol == "crlf" else "lf"
     return "predict" if out == "crlf" else "hash"
+
+
+async def reflag(git: Git, checkout: Path, flags: dict[str, str]) -> None:
+    """Set the index flags the archive recorded again on the restored checkout (after the
+    cone is re-applied, which resets skip-worktree on what it covers)."""
+    for flag, option in (
+        (ASSUME_UNCHANGED, "--assume-unchanged"),
+        (SKIP_WORKTREE, "--skip-worktree"),
+    ):
+        paths = [p for p, f in flags.items() if f == flag]
+        if paths:
+            stdin = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+            done = await git.run(
+                checkout, "update-index", option, "-z", "--stdin", stdin=stdin, check=False
+            )
+            if not done.ok:
+                # The bytes are back either way; only git's shortcut is not: said, not fatal.
+                log.warning(
+                    "proof.reflag_failed", checkout=str(checkout), flag=flag, paths=len(paths)
+                )
 
 
 # -- the walk (a worker thread) -----------------------------------------------------------------
@@ -406,6 +441,8 @@ def _visit(walk: _Walk, fd: int, entry: os.DirEntry[str], rel: str) -> int | Non
         return None
     how = walk.convert.get(rel, "")
     flagged = rel in walk.flagged
+    if flagged:
+        acc.flags[rel] = walk.flagged[rel]
     if link:
         if walk.settings.symlinks and not flagged:
             return None

@@ -44,6 +44,9 @@ class SavedCopy:
     directory: bool
     """The directory runtime's whole-directory copy (else a worktree's preserved files)."""
     raw: tuple[str, ...] = ()
+    flags: dict[str, str] = field(default_factory=dict)
+    """Index flags of the checkout's files (path -> assume_unchanged | skip_worktree), set
+    again by unarchive."""
     """Entries the snapshot cannot give back byte for byte, saved as they were under `raw/`
     (lifecycle/onbytes.py, lifecycle/rawcopy.py): files, links, whole directories."""
 
@@ -77,6 +80,7 @@ def load(store_dir: Path) -> SavedCopy | None:
         for e in manifest.get("raw", [])
         if isinstance(e, dict) and isinstance(e.get("path"), str)
     )
+    flags = manifest.get("flags")
     return SavedCopy(
         dir=store_dir,
         files_root=store_dir / ("content" if directory else "files"),
@@ -84,6 +88,7 @@ def load(store_dir: Path) -> SavedCopy | None:
         incarnation=incarnation if isinstance(incarnation, str) else None,
         directory=directory,
         raw=raw,
+        flags={str(k): str(v) for k, v in (flags.items() if isinstance(flags, dict) else [])},
     )
 
 

@@ -16,7 +16,7 @@ from xumd import faults, logs
 from xumd.errors import XumError
 from xumd.lifecycle import dirstore, preserved, removing, rows, views
 from xumd.lifecycle.context import Context, invalid_state, some
-from xumd.lifecycle.onbytes import RawEntry, refuse_unproven
+from xumd.lifecycle.onbytes import Account, refuse_unproven
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
 from xumd.lifecycle.snapshot import Dropped, Snapshot, WorkState
@@ -47,8 +47,8 @@ class Checked:
     state: WorkState | None
     force: bool
     globs: list[str]
-    raw: list[RawEntry]
-    """With `force`: entries the snapshot cannot give back, kept as they are."""
+    proof: Account | None
+    """With `force`: what the snapshot cannot give back (kept as it is) and the index flags."""
 
 
 async def remove(
@@ -90,8 +90,8 @@ async def check(ctx: Context, row: WorkspaceRow, force: bool) -> Checked:
                 files=lingering[:100],
             )
     globs = preserve_globs(row.path, project.path) if owns else []
-    state, raw = await _check_safe(ctx, row, project, force, globs) if owns else (None, [])
-    return Checked(row, project, live, owns, state, force, globs, raw)
+    state, proof = await _check_safe(ctx, row, project, force, globs) if owns else (None, None)
+    return Checked(row, project, live, owns, state, force, globs, proof)
 
 
 async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResult:
@@ -116,7 +116,7 @@ async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResul
             if row.runtime == "worktree":
                 # Preserved files are kept (like archive does), never dropped: a kept copy.
                 dropped = await ctx.snapshots.report_and_preserve(
-                    row.path, row.id, row.incarnation, checked.globs, checked.raw
+                    row.path, row.id, row.incarnation, checked.globs, checked.proof
                 )
             elif force:
                 dropped = await dirstore.save(ctx.app.paths.archive_store, row)
@@ -147,7 +147,7 @@ async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResul
             dropped=views.dropped_info(dropped),
             cleanup=cleanup,
             kept=kept,
-            raw=views.raw_info(checked.raw),
+            raw=views.raw_info(checked.proof.raw if checked.proof else []),
         )
 
     # Removed from here on: a shutdown that cuts the cleanup short is answered with this
@@ -174,7 +174,7 @@ def _kept(ctx: Context, row: WorkspaceRow) -> KeptInfo | None:
 
 async def _check_safe(
     ctx: Context, row: WorkspaceRow, project: ProjectRow, force: bool, globs: list[str]
-) -> tuple[WorkState | None, list[RawEntry]]:
+) -> tuple[WorkState | None, Account | None]:
     """The checkout's uncommitted state (worktree) and what its snapshot cannot give back,
     after refusing `not_safe` what would be lost without `force`: work no snapshot holds,
     entries git's view misses (lifecycle/onbytes.py), ignored files the user asked to preserve
@@ -189,12 +189,12 @@ async def _check_safe(
                 "or remove with force",
                 files=content[:100],
             )
-        return None, []
+        return None, None
     state = await ctx.snapshots.capture(row.path)
     proof = await ctx.snapshots.prove(row.path, state.work_tree, project.path)
     refuse_unproven(row, proof, "remove", force=force)
     if force:
-        return state, proof.raw
+        return state, proof
     files: list[str] = []
     if state.dirty and not await ctx.snapshots.holds(row.path, state, row.snapshot_commit):
         files = await ctx.snapshots.dirty_files(row.path)
@@ -220,4 +220,4 @@ async def _check_safe(
             raw=[e.as_dict() for e in proof.raw[:100]],
             preserved=keep[:100],
         )
-    return state, []
+    return state, None

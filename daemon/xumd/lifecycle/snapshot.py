@@ -327,14 +327,15 @@ class Snapshotter:
         workspace_id: str,
         incarnation: str,
         globs: list[str],
-        raw: list[onbytes.RawEntry] | None = None,
+        proof: onbytes.Account | None = None,
     ) -> Dropped:
-        """Report the ignored files, and save the preserved ones and the `raw` entries (what
-        the snapshot cannot give back) in the archive store, in one copy written whole."""
+        """Report the ignored files, and save the preserved ones, the `raw` entries (what the
+        snapshot cannot give back) and the index flags in the archive store, in one copy
+        written whole."""
         entries = await self.ignored(checkout)
         return await anyio.to_thread.run_sync(
             lambda: self._report_and_preserve(
-                checkout, workspace_id, incarnation, entries, globs, raw=raw
+                checkout, workspace_id, incarnation, entries, globs, proof=proof
             )
         )
 
@@ -346,10 +347,11 @@ class Snapshotter:
         entries: list[str],
         globs: list[str],
         *,
-        raw: list[onbytes.RawEntry] | None = None,
+        proof: onbytes.Account | None = None,
     ) -> Dropped:
         dropped = Dropped()
-        raw = raw or []
+        raw = proof.raw if proof is not None else []
+        flags = proof.flags if proof is not None else {}
         top: list[str] = []
         files_under: dict[str, list[str]] = {}
         matched: list[str] = []
@@ -386,7 +388,7 @@ class Snapshotter:
         tmp = self.archive_dir / f".{workspace_id}.{secrets.token_hex(4)}"
         # A copy of another incarnation is the user's until an unarchive settled it: kept.
         preserved.set_aside_other(store, incarnation)
-        if matched or raw:
+        if matched or raw or flags:
             self.archive_dir.mkdir(parents=True, exist_ok=True)
             needed = sum((checkout / rel).lstat().st_blocks * 512 for rel in matched)
             fscopy.check_space(self.archive_dir, needed, len(matched), "the preserved files")
@@ -405,6 +407,8 @@ class Snapshotter:
                 }
                 if raw:
                     manifest["raw"] = [e.as_dict() for e in raw]
+                if flags:
+                    manifest["flags"] = flags
                 (tmp / "manifest.json").write_text(json.dumps(manifest))
             except BaseException:
                 # (A full disk): the archive fails and rolls back; no half copy stays behind.

@@ -23,6 +23,7 @@ from xumd.lifecycle import (
     createconfig,
     dirstore,
     ids,
+    onbytes,
     ports,
     preserved,
     rawcopy,
@@ -104,6 +105,9 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
                 # As create does: from the main checkout's copies, no network (bigrepo.py).
                 subs = await bigrepo.init_submodules(ctx.git, project.path, row.path)
                 restored = restored.model_copy(update={"submodules": subs})
+                saved = preserved.load(ctx.app.paths.archive_store / row.id)
+                if saved is not None and saved.flags:
+                    await onbytes.reflag(ctx.git, row.path, saved.flags)
             # What the archive did not preserve, copied again from the main checkout (an
             # entry the snapshot or the preserved files restored is left as it is).
             copied = await seed_checkout(ctx, project, row, wanted.copy)

@@ -1,0 +1,126 @@
+"""The proof on the bytes at the module level (daemon/xumd/lifecycle/onbytes.py): what cannot be
+read is unproven and refused by name; a sha256 repository is hashed as git hashes it; the raw
+copy keeps a path beyond PATH_MAX and a nested repository whole."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+from xumd.errors import XumError
+from xumd.git import Git
+from xumd.lifecycle import onbytes, rawcopy
+
+from tests.support.gitrepo import git, make_repo
+from tests.support.ondisk import deep_dir, disk
+from tests.support.otheruser import as_nobody
+
+
+def _account(checkout: Path, tree: str = "HEAD^{tree}") -> onbytes.Account:
+    async def run() -> onbytes.Account:
+        g = Git()
+        resolved = await g.out(checkout, "rev-parse", tree)
+        return await onbytes.account(g, checkout, resolved, [])
+
+    return anyio.run(run)
+
+
+def test_a_directory_the_daemon_cannot_read_is_unproven_and_refused_by_name(
+    tmp_short: Path,
+) -> None:
+    """A real permission (the walk runs as another user): never taken for an empty or a
+    saved directory."""
+    top = tmp_short / "co"
+    (top / "open").mkdir(parents=True)
+    (top / "open" / "a.txt").write_text("readable\n")
+    (top / "locked").mkdir()
+    (top / "locked" / "work.txt").write_text("mine\n")
+    os.chmod(tmp_short, 0o755)
+    os.chmod(top, 0o755)
+    os.chmod(top / "locked", 0o700)  # root's; nobody may not list it
+    settings = onbytes._Settings("sha1", "false", "", True, True, False)
+    tree = {"open/a.txt": ("100644", "0" * 40)}
+
+    def walk() -> tuple[list[tuple[str, str]], list[str]]:
+        w = onbytes._Walk(onbytes.Account(), tree, {}, {}, set(), set(), settings)
+        onbytes._walk_checkout(top, w)
+        return w.account.unproven, [e.path for e in w.account.raw]
+
+    unproven, raw = as_nobody(walk)
+    assert unproven == [("locked", "Permission denied")]
+    assert raw == []  # `locked` is not an empty directory: it is unknown
+
+    class Row:
+        name = "co"
+        path = top
+
+    proof = onbytes.Account(unproven=unproven)
+    with pytest.raises(XumError) as refused:
+        onbytes.refuse_unproven(Row(), proof, "archive")  # type: ignore[arg-type]
+    assert refused.value.kind.value == "not_safe"
+    assert "locked (Permission denied)" in refused.value.message
+    assert refused.value.data["unproven"] == [{"path": "locked", "reason": "Permission denied"}]
+
+
+def test_a_flagged_edit_in_a_sha256_repository_is_found(tmp_short: Path) -> None:
+    repo = tmp_short / "r256"
+    repo.mkdir()
+    git(repo, "init", "-q", "--object-format=sha256", "-b", "main")
+    (repo / "cfg").write_text("one\n")
+    (repo / "same").write_text("unchanged\n")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+    git(repo, "update-index", "--assume-unchanged", "cfg", "same")
+    (repo / "cfg").write_text("two\n")
+    proof = _account(repo)
+    assert [(e.path, e.why) for e in proof.raw] == [("cfg", "index_flag")]
+    assert proof.flags == {"cfg": "assume_unchanged", "same": "assume_unchanged"}
+
+
+def test_a_clean_checkout_reads_no_file(tmp_short: Path) -> None:
+    """Files git's own add looked at are not read again: only the listing is walked."""
+    repo = make_repo(tmp_short / "plain", {"a.txt": "a\n", "d/b.txt": "b\n"})
+    proof = _account(repo)
+    assert proof.raw == [] and proof.unproven == []
+    assert proof.walked == 3  # a.txt, d, d/b.txt
+
+
+def test_the_raw_copy_keeps_a_path_beyond_path_max_and_a_nested_repository_whole(
+    tmp_short: Path,
+) -> None:
+    src = tmp_short / "src"
+    src.mkdir()
+    (src / "deep").mkdir()
+    deep_dir(src / "deep", 4200)
+    make_repo(src / "vendor" / "dep", {"x.py": "x\n"})
+    (src / "vendor" / "dep" / "x.py").write_text("edited\n")
+    before = disk(src)
+    store = tmp_short / "store"
+    rawcopy.save(src, ["deep", "vendor/dep"], store)
+    # a restore wrote something else at the nested repository (a gitlink's empty directory)
+    dest = tmp_short / "dest"
+    (dest / "vendor" / "dep").mkdir(parents=True)
+    placed = rawcopy.place(store, dest, ["deep", "vendor/dep"])
+    assert placed.placed == ["deep", "vendor/dep"] and placed.problems == []
+    assert disk(dest) == before
+    assert rawcopy.same(store, dest, "vendor/dep") and rawcopy.same(store, dest, "deep")
+    (dest / "vendor" / "dep" / "x.py").write_text("changed again\n")
+    assert not rawcopy.same(store, dest, "vendor/dep")
+
+
+def test_a_non_empty_directory_in_the_way_is_never_deleted_to_place_an_entry(
+    tmp_short: Path,
+) -> None:
+    src = tmp_short / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "saved.txt").write_text("saved\n")
+    store = tmp_short / "store"
+    rawcopy.save(src, ["d"], store)
+    dest = tmp_short / "dest"
+    (dest / "d").mkdir(parents=True)
+    (dest / "d" / "other.txt").write_text("someone else's\n")
+    placed = rawcopy.place(store, dest, ["d"])
+    assert placed.problems == ["d"]
+    assert (dest / "d" / "other.txt").read_text() == "someone else's\n"
