@@ -29,7 +29,8 @@ if [ -z "$chromium" ]; then
     if [ -n "$c" ] && [ -x "$c" ]; then chromium="$c"; break; fi
   done
 fi
-[ -n "$chromium" ] || skip "Chromium not found (Debian: apt-get install chromium; or CHROMIUM=/path/to/chrome)"
+[ -n "$chromium" ] && [ -x "$chromium" ] \
+  || skip "Chromium not found${chromium:+ at $chromium} (Debian: apt-get install chromium; or CHROMIUM=/path/to/chrome)"
 
 # What code-server's native modules (node-gyp: kerberos, node-pty, spdlog, ...) are built with.
 missing=()
@@ -59,8 +60,12 @@ fi
 echo "test-editors: node $("$node24" --version) ($node24), chromium $chromium"
 
 # code-server and playwright-core, from the lockfile, with Node 24 first on PATH (npm, node-gyp and
-# code-server's postinstall run on it).
+# code-server's postinstall run on it), its own headers for node-gyp (the registry's package ships
+# them; a configured nodedir may hold another Node's).
 node24_path="$(dirname "$node24"):$PATH"
+for d in "$(dirname "$node24")/.." "$(dirname "$node24")"/../node_modules/node-linux-*; do
+  if [ -e "$d/include/node/node_version.h" ]; then export npm_config_nodedir="$(cd "$d" && pwd)"; break; fi
+done
 if [ ! -e "$here/node_modules/.package-lock.json" ] || [ "$here/package-lock.json" -nt "$here/node_modules/.package-lock.json" ]; then
   echo "test-editors: npm ci (code-server, playwright-core; native modules build: a few minutes)"
   (cd "$here" && PATH="$node24_path" timeout 900 npm ci --no-audit --no-fund --loglevel=error)
