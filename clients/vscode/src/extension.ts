@@ -69,11 +69,14 @@ const ui: Ui = {
   error(message) {
     void vscode.window.showErrorMessage(message);
   },
-  async openFolder(path, newWindow) {
-    await vscode.commands.executeCommand("vscode.openFolder", vscode.Uri.file(path), { forceNewWindow: newWindow });
+  async openFolder(path, newWindow, authority) {
+    const uri = authority === undefined ? vscode.Uri.file(path) : vscode.Uri.from({ scheme: "vscode-remote", authority, path });
+    await vscode.commands.executeCommand("vscode.openFolder", uri, { forceNewWindow: newWindow });
   },
-  openTerminal(name, cwd) {
-    vscode.window.createTerminal({ name, cwd }).show();
+  openTerminal(name, place) {
+    const options: vscode.TerminalOptions =
+      "cwd" in place ? { name, cwd: place.cwd } : { name, shellPath: place.argv[0], shellArgs: place.argv.slice(1) };
+    vscode.window.createTerminal(options).show();
   },
 };
 

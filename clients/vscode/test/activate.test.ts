@@ -5,6 +5,7 @@
 // tells connected from not, and a tree command reaches the daemon.
 
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -20,7 +21,8 @@ class FakeVscode {
   commands = new Map<string, (...args: unknown[]) => unknown>();
   providers = new Map<string, Provider>();
   status = { text: "", tooltip: "" as unknown, command: "" as unknown, show() {}, dispose() {} };
-  terminals: { name?: string; cwd?: string }[] = [];
+  terminals: { name?: string; cwd?: string; shellPath?: string; shellArgs?: string[] }[] = [];
+  executed: { command: string; args: unknown[] }[] = [];
   errors: string[] = [];
   infos: string[] = [];
 
@@ -59,7 +61,10 @@ class FakeVscode {
       ThemeIcon,
       TreeItemCollapsibleState: { None: 0, Collapsed: 1, Expanded: 2 },
       StatusBarAlignment: { Left: 1, Right: 2 },
-      Uri: { file: (path: string) => ({ fsPath: path }) },
+      Uri: {
+        file: (path: string) => ({ fsPath: path }),
+        from: (parts: { scheme: string; authority: string; path: string }) => ({ ...parts }),
+      },
       workspace: {
         workspaceFolders: undefined,
         getConfiguration: (section: string) => ({
@@ -77,7 +82,7 @@ class FakeVscode {
         showWarningMessage: async () => undefined,
         showQuickPick: async () => undefined,
         showInputBox: async () => undefined,
-        createTerminal: (options: { name?: string; cwd?: string }) => {
+        createTerminal: (options: { name?: string; cwd?: string; shellPath?: string; shellArgs?: string[] }) => {
           self.terminals.push(options);
           return { show() {} };
         },
@@ -87,7 +92,7 @@ class FakeVscode {
           self.commands.set(name, fn);
           return { dispose() {} };
         },
-        executeCommand: async () => undefined,
+        executeCommand: async (command: string, ...args: unknown[]) => void self.executed.push({ command, args }),
       },
     };
   }
@@ -236,13 +241,32 @@ test("xum.host: the bundle reaches the host's daemon through ssh and `xum bridge
           assert.equal(fake.status.tooltip, "xum: connected on host h");
           const repo = makeRepo(join(tmp, "repo"));
           const { project } = await other.call("project.add", { path: repo, name: "remote" });
-          await other.call("workspace.create", { project_id: project.id, name: "there" });
+          const { workspace } = await other.call("workspace.create", { project_id: project.id, name: "there" });
           const tree = fake.providers.get("xum.workspaces");
           assert.ok(tree);
-          await until(() => {
+          const node = await until(() => {
             const [p] = tree.getChildren();
-            return p !== undefined && tree.getChildren(p).some((n) => tree.getTreeItem(n).label === "there");
+            return p !== undefined && tree.getChildren(p).find((n) => tree.getTreeItem(n).label === "there");
           }, "the host's workspace in the tree");
+          assert.deepEqual(fake.errors, []);
+
+          // Its checkout is the host's: a window through Remote-SSH, a terminal through ssh.
+          await fake.commands.get("xum.openInNewWindow")?.(node);
+          assert.deepEqual(fake.executed, [
+            {
+              command: "vscode.openFolder",
+              args: [{ scheme: "vscode-remote", authority: `ssh-remote+${sshd.alias}`, path: workspace.path }, { forceNewWindow: true }],
+            },
+          ]);
+          await fake.commands.get("xum.openTerminal")?.(node);
+          const [terminal] = fake.terminals;
+          assert.equal(terminal?.name, "xum: there (h)");
+          assert.equal(terminal.cwd, undefined);
+          assert.ok(terminal.shellPath !== undefined && terminal.shellArgs !== undefined);
+          // The shell it starts there is in the checkout (stdin is no terminal here: ssh says so
+          // and goes on, the shell reading its commands from it).
+          const shown = execFileSync(terminal.shellPath, terminal.shellArgs, { input: "pwd\nexit\n", encoding: "utf8", timeout: 60_000 });
+          assert.equal(shown.trim().split("\n").pop(), workspace.path);
           assert.deepEqual(fake.errors, []);
         } finally {
           await other.close();

@@ -10,9 +10,10 @@ import { test } from "node:test";
 
 import { HostUnreachable, XumClient, XumRpcError, type WorkspaceInfo } from "../../ts/src/index.js";
 import { makeRepo, until, withDaemon, type Daemon } from "../../ts/test/support/daemon.js";
-import { Commands, validateName, type PickItem, type Ui } from "../src/logic/commands.js";
+import { Commands, validateName, type PickItem, type TerminalPlace, type Ui } from "../src/logic/commands.js";
 import { formatError, statusBarText, workspaceLabel } from "../src/logic/format.js";
 import { WorkspaceModel } from "../src/logic/model.js";
+import { remoteAuthority, terminalCommand } from "../src/logic/remote.js";
 import { ModelSync } from "../src/logic/sync.js";
 
 /** A UI whose answers are given in advance; it records what it was asked and shown. */
@@ -20,8 +21,8 @@ class ScriptedUi implements Ui {
   readonly errors: string[] = [];
   readonly infos: string[] = [];
   readonly asked: string[] = [];
-  readonly opened: { path: string; newWindow: boolean }[] = [];
-  readonly terminals: { name: string; cwd: string }[] = [];
+  readonly opened: { path: string; newWindow: boolean; authority?: string }[] = [];
+  readonly terminals: ({ name: string } & TerminalPlace)[] = [];
 
   constructor(private readonly answers: unknown[] = []) {}
 
@@ -48,11 +49,11 @@ class ScriptedUi implements Ui {
   error(message: string): void {
     this.errors.push(message);
   }
-  async openFolder(path: string, newWindow: boolean): Promise<void> {
-    this.opened.push({ path, newWindow });
+  async openFolder(path: string, newWindow: boolean, authority?: string): Promise<void> {
+    this.opened.push(authority === undefined ? { path, newWindow } : { path, newWindow, authority });
   }
-  openTerminal(name: string, cwd: string): void {
-    this.terminals.push({ name, cwd });
+  openTerminal(name: string, place: TerminalPlace): void {
+    this.terminals.push({ name, ...place });
   }
 }
 
@@ -374,4 +375,26 @@ test("labels: cleanup pending is shown in the tree and counted in the status bar
 test("a host that cannot be reached is shown with its kind, as the daemon's errors are", () => {
   const down = new HostUnreachable("host 'down' (me@down) is unreachable: Connection refused", "down", 255, "Connection refused");
   assert.equal(formatError(down), "xum: host_unreachable: host 'down' (me@down) is unreachable: Connection refused");
+});
+
+test("a host's remote authority is Remote-SSH's: the destination, hex-encoded JSON when it is no plain lower-case name", () => {
+  assert.equal(remoteAuthority({ name: "d", dest: "devbox.lan" }), "ssh-remote+devbox.lan");
+  const hex = (dest: string): string => Buffer.from(JSON.stringify({ hostName: dest })).toString("hex");
+  assert.equal(remoteAuthority({ name: "d", dest: "me@DevBox" }), `ssh-remote+${hex("me@DevBox")}`);
+  assert.equal(remoteAuthority({ name: "d", dest: "me@devbox" }), `ssh-remote+${hex("me@devbox")}`);
+});
+
+test("a terminal on a host: ssh as xum --host runs it, with a terminal, into the checkout quoted for the shell", () => {
+  const entry = { name: "d", dest: "me@devbox", sshOptions: { Port: "2222" } };
+  assert.deepEqual(terminalCommand(entry, "/srv/x y/it's", { XUM_SSH: "ssh -F '/tmp/my config'" }), [
+    "ssh",
+    "-F",
+    "/tmp/my config",
+    "-t",
+    "-o",
+    "Port=2222",
+    "--",
+    "me@devbox",
+    `cd '/srv/x y/it'"'"'s' && exec "\${SHELL:-sh}" -l`,
+  ]);
 });

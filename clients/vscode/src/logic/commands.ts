@@ -16,6 +16,7 @@ import {
   type XumRpcError,
 } from "../../../ts/src/index.js";
 import { describeCleanup, formatError } from "./format.js";
+import { remoteAuthority, terminalCommand } from "./remote.js";
 
 export interface PickItem<T> {
   label: string;
@@ -30,9 +31,13 @@ export interface Ui {
   confirm(message: string, action: string): Promise<boolean>;
   info(message: string): void;
   error(message: string): void;
-  openFolder(path: string, newWindow: boolean): Promise<void>;
-  openTerminal(name: string, cwd: string): void;
+  /** `authority`: the remote authority of the host the folder is on (none: this machine). */
+  openFolder(path: string, newWindow: boolean, authority?: string): Promise<void>;
+  openTerminal(name: string, place: TerminalPlace): void;
 }
+
+/** Where a terminal runs: a directory of this machine, or a command (ssh into a host's checkout). */
+export type TerminalPlace = { cwd: string } | { argv: string[] };
 
 /** The name rule (`xum_protocol.names`), checked before asking the daemon. */
 export function validateName(name: string): string | null {
@@ -158,19 +163,27 @@ export class Commands {
     }
   }
 
-  /** Open the checkout in a new window (only an active workspace has one). */
+  /**
+   * Open the checkout in a new window (only an active workspace has one); on a host, through
+   * Remote-SSH.
+   */
   async openInNewWindow(ws: WorkspaceRef): Promise<boolean> {
     const current = await this.activeWorkspace(ws);
     if (current === undefined) return false;
-    await this.ui.openFolder(current.path, true);
+    const host = this.client.host;
+    if (host === null) await this.ui.openFolder(current.path, true);
+    else await this.ui.openFolder(current.path, true, remoteAuthority(host));
     return true;
   }
 
-  /** A terminal whose working directory is the checkout. */
+  /** A terminal whose working directory is the checkout; on a host, a login shell there over ssh. */
   async openTerminal(ws: WorkspaceRef): Promise<boolean> {
     const current = await this.activeWorkspace(ws);
     if (current === undefined) return false;
-    this.ui.openTerminal(`xum: ${current.name}`, current.path);
+    const host = this.client.host;
+    const name = `xum: ${current.name}`;
+    if (host === null) this.ui.openTerminal(name, { cwd: current.path });
+    else this.ui.openTerminal(`${name} (${host.name})`, { argv: terminalCommand(host, current.path) });
     return true;
   }
 
