@@ -134,8 +134,10 @@ const wsNamed = async (name) => (await workspaces()).find((w) => w.name === name
 async function main() {
   mkdirSync(root, { recursive: true });
   mkdirSync(repo, { recursive: true });
+  mkdirSync(join(base, "tmp"));
   const env = {
     ...process.env,
+    TMPDIR: join(base, "tmp"), // code-server's and its git extension's sockets, removed with the rest
     HOME: home,
     XDG_CONFIG_HOME: join(home, ".config"),
     XDG_DATA_HOME: join(home, ".local", "share"),
