@@ -359,6 +359,9 @@ def _walk_checkout(checkout: Path, walk: _Walk) -> None:
     except OSError as exc:
         acc.unproven.append((".", exc.strerror or str(exc)))
         return
+    # The mount test reads /proc per directory: only where the table has a mount below.
+    real = os.path.realpath(checkout)
+    crossed = any(p != real for p in fsdelete.mounts_at_or_under(checkout))
     top = fsdelete.mount_identity(top_fd)
     stack: list[tuple[int, str]] = [(top_fd, "")]
     try:
@@ -370,9 +373,7 @@ def _walk_checkout(checkout: Path, walk: _Walk) -> None:
                 except OSError as exc:
                     acc.unproven.append((rel, exc.strerror or str(exc)))
                     continue
-                if rel and not listing:
-                    if not _tracked_below(walk, rel):
-                        acc.raw.append(RawEntry(rel, EMPTY_DIR))
+                if rel and _nested(walk, rel, listing):
                     continue
                 for entry in listing:
                     child = f"{rel}/{entry.name}" if rel else entry.name
@@ -387,7 +388,7 @@ def _walk_checkout(checkout: Path, walk: _Walk) -> None:
                         acc.unproven.append((child, exc.strerror or str(exc)))
                         continue
                     if sub is not None:
-                        if fscopy.other_mount(sub, top):
+                        if crossed and fscopy.other_mount(sub, top):
                             os.close(sub)
                         else:
                             stack.append((sub, child))
@@ -396,6 +397,26 @@ def _walk_checkout(checkout: Path, walk: _Walk) -> None:
     finally:
         for fd, _rel in stack:
             os.close(fd)
+
+
+def _nested(walk: _Walk, rel: str, listing: list[os.DirEntry[str]]) -> bool:
+    """Account for the directory `rel` as a whole when it is empty or a repository of its
+    own (True: not walked into)."""
+    if not listing:
+        if not _tracked_below(walk, rel):
+            walk.account.raw.append(RawEntry(rel, EMPTY_DIR))
+        return True
+    dot_git = next((e for e in listing if e.name == ".git"), None)
+    if dot_git is None:
+        return False
+    known = walk.tree.get(rel)
+    if dot_git.is_file(follow_symlinks=False) and known is not None and known[0] == "160000":
+        # A submodule: its git directory lives in the checkout's own admin directory and goes
+        # with it; a restore initialises it again (bigrepo.init_submodules).
+        walk.submodules.append((rel, known[1]))
+    else:
+        walk.account.raw.append(RawEntry(rel, NESTED))
+    return True
 
 
 def _tracked_below(walk: _Walk, rel: str) -> bool:
@@ -411,23 +432,7 @@ def _visit(walk: _Walk, fd: int, entry: os.DirEntry[str], rel: str) -> int | Non
     if entry.is_dir(follow_symlinks=False):
         if rel in walk.ignored_dirs:
             return None
-        sub = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-        try:
-            dot_git = os.stat(".git", dir_fd=sub, follow_symlinks=False)
-        except FileNotFoundError:
-            return sub
-        except OSError:
-            os.close(sub)
-            raise
-        os.close(sub)
-        known = walk.tree.get(rel)
-        if stat.S_ISREG(dot_git.st_mode) and known is not None and known[0] == "160000":
-            # A submodule: its git directory lives in the checkout's own admin directory and
-            # goes with it; a restore initialises it again (bigrepo.init_submodules).
-            walk.submodules.append((rel, known[1]))
-        else:
-            acc.raw.append(RawEntry(rel, NESTED))
-        return None
+        return os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
     link = entry.is_symlink()
     if not link and not entry.is_file(follow_symlinks=False):
         return None  # a special file: no bytes to keep (reported in `dropped.special`)

@@ -40,7 +40,7 @@ def save(checkout: Path, paths: Iterable[str], dest: Path) -> fscopy.Tally:
             parts = rel.split("/")
             parent = fscopy.open_parents(src_fd, parts)
             try:
-                found = fscopy.tally_at(parent, parts[-1])
+                found = fscopy.tally_at(parent, parts[-1], rel=rel)
             finally:
                 os.close(parent)
             needed.allocated += found.allocated
@@ -108,7 +108,7 @@ def _needed(src_fd: int, paths: list[str]) -> tuple[int, int]:
         except FileNotFoundError:
             continue
         try:
-            found = fscopy.tally_at(parent, parts[-1])
+            found = fscopy.tally_at(parent, parts[-1], rel=rel)
         except FileNotFoundError:
             continue
         finally:
