@@ -150,9 +150,9 @@ export interface SubscribeOptions {
    * `subscribe()` answers a `ResumeInfo`. When it cannot (another daemon run, a gap its ring no
    * longer holds) a `snapshot` comes instead (`epoch_changed`, `resync`), as after a reconnect.
    * Listen for `event` before subscribing: the replayed events are delivered before
-   * `subscribe()`'s answer reaches its caller.
+   * `subscribe()`'s answer reaches its caller. Null: none (a plain subscription).
    */
-  resumeFrom?: Position;
+  resumeFrom?: Position | null;
 }
 
 /** Where a subscription stands: the daemon run (`epoch`) and the `seq` of the last event applied. */
@@ -602,7 +602,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
    * and also emitted as `snapshot`; events follow as `event`, across reconnects, each once and in
    * order. With `resumeFrom`, the answer is a `ResumeInfo` when the daemon could replay from there.
    */
-  subscribe(options?: SubscribeOptions & { resumeFrom?: undefined }): Promise<SnapshotInfo>;
+  subscribe(options?: SubscribeOptions & { resumeFrom?: null }): Promise<SnapshotInfo>;
   subscribe(options: SubscribeOptions): Promise<SnapshotInfo | ResumeInfo>;
   async subscribe(options: SubscribeOptions = {}): Promise<SnapshotInfo | ResumeInfo> {
     if (this.subscription !== null) throw new XumClientError("already subscribed (one subscription per client)");
@@ -615,7 +615,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
     if (!Number.isInteger(page) || page < 0 || page > 10_000) {
       throw new XumClientError(`snapshotPage must be an integer from 0 to 10000, got ${page}`);
     }
-    const from = options.resumeFrom;
+    const from = options.resumeFrom ?? undefined;
     if (from !== undefined && !isPosition(from)) {
       throw new XumClientError(
         `resumeFrom must be { epoch: a non-empty string, seq: an integer >= 0 } (a saved \`position\`), got ${JSON.stringify(from)}`,

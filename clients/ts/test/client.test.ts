@@ -638,6 +638,9 @@ test("resumeFrom that is not a saved position is refused before anything is sent
       );
       assert.equal(client.position, null, "not left subscribed");
     }
+    // None saved (a position read before any subscription): a plain subscription, typed as one.
+    const plain: Promise<SnapshotInfo> = client.subscribe({ resumeFrom: null });
+    await assert.rejects(plain, DaemonNotRunning);
   } finally {
     await client.close();
     rmSync(tmp, { recursive: true, force: true });
