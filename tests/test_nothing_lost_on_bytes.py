@@ -67,15 +67,23 @@ def test_a_nested_repository_is_kept_whole_with_its_history(
     assert "scratch.txt" in git(path / "vendor" / "dep", "status", "--porcelain")
 
 
+def flagged_edit(
+    daemon: DaemonProcess, project: dict[str, Any], name: str, flag: str, text: str
+) -> tuple[dict[str, Any], Path]:
+    """A workspace whose tracked `config/local.toml` is flagged and then edited."""
+    ws = create(daemon, project["id"], name)["workspace"]
+    path = Path(ws["path"])
+    git(path, "update-index", flag, "config/local.toml")
+    (path / "config" / "local.toml").write_text(text)
+    assert git(path, "status", "--porcelain") == ""  # git's view: nothing to save
+    return ws, path
+
+
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
 def test_an_edit_behind_an_index_flag_survives_archive(
     daemon: DaemonProcess, repo: Path, project: dict[str, Any], flag: str
 ) -> None:
-    ws = create(daemon, project["id"], "flagged")["workspace"]
-    path = Path(ws["path"])
-    git(path, "update-index", flag, "config/local.toml")
-    (path / "config" / "local.toml").write_text("setting = 2  # my local override\n")
-    assert git(path, "status", "--porcelain") == ""  # git's view: nothing to save
+    ws, path = flagged_edit(daemon, project, "flagged", flag, "setting = 2  # my override\n")
     before = disk(path)
     done = round_trip(daemon, ws)
     assert {"path": "config/local.toml", "why": "index_flag"} in done["archived"]["raw"]
@@ -90,10 +98,7 @@ def test_an_edit_behind_an_index_flag_survives_archive(
 def test_remove_without_force_refuses_an_edit_behind_an_index_flag(
     daemon: DaemonProcess, repo: Path, project: dict[str, Any], flag: str
 ) -> None:
-    ws = create(daemon, project["id"], "flagrm")["workspace"]
-    path = Path(ws["path"])
-    git(path, "update-index", flag, "config/local.toml")
-    (path / "config" / "local.toml").write_text("setting = 3\n")
+    ws, path = flagged_edit(daemon, project, "flagrm", flag, "setting = 3\n")
     err = rpc_error(daemon, "workspace.remove", {"workspace_id": ws["id"]})
     assert err.kind == "not_safe", err
     assert "config/local.toml" in err.message
