@@ -7,6 +7,7 @@ refused by name (lifecycle/onbytes.py)."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from tests.lifecycle_helpers import (
     trusted_daemon,
 )
 from tests.support.daemon import DaemonProcess
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import GIT_ENV, git, make_repo
 from tests.support.ondisk import deep_dir, disk
 
 FILES = {
@@ -299,3 +300,93 @@ def test_work_git_does_not_see_in_a_lingering_archived_checkout_refuses_its_remo
         assert (path / "config" / "local.toml").read_text() == "edited after the archive\n"
         refused = rpc_error(daemon, "workspace.unarchive", {"workspace_id": ws["id"]})
         assert refused.kind == "not_safe" and "config/local.toml" in refused.message
+
+
+def _commit(path: Path, name: str, text: str, message: str) -> str:
+    (path / name).write_text(text)
+    git(path, "add", name)
+    git(path, "commit", "-q", "-m", message)
+    return git(path, "rev-parse", "HEAD").strip()
+
+
+def test_a_merge_in_progress_refuses_archive_and_remove_by_name(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    ws = create(daemon, project["id"], "merging")["workspace"]
+    path = Path(ws["path"])
+    git(path, "checkout", "-q", "-b", "side")
+    _commit(path, "README.md", "side\n", "side")
+    git(path, "checkout", "-q", ws["branch"])
+    _commit(path, "README.md", "mine\n", "mine")
+    git(path, "merge", "side", check=False)  # a conflict: MERGE_HEAD, unmerged README.md
+    for method in ("workspace.archive", "workspace.remove"):
+        err = rpc_error(daemon, method, {"workspace_id": ws["id"]})
+        assert err.kind == "not_safe" and "a merge is in progress" in err.message, err
+    got = daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]
+    assert got["state"] == "active"
+    assert (path / ".git").is_file() and "<<<<<<<" in (path / "README.md").read_text()
+
+
+def test_a_rebase_stopped_half_way_refuses_archive(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    ws = create(daemon, project["id"], "rebasing")["workspace"]
+    path = Path(ws["path"])
+    base = git(path, "rev-parse", "HEAD").strip()
+    _commit(path, "one.txt", "1\n", "one")
+    _commit(path, "two.txt", "2\n", "two")
+    done = subprocess.run(
+        ["git", "-C", str(path), "rebase", "-q", "-i", base],
+        env={**os.environ, **GIT_ENV, "GIT_SEQUENCE_EDITOR": "sed -i 1s/^pick/edit/"},
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr  # stopped at `edit`, nothing in conflict
+    err = rpc_error(daemon, "workspace.archive", {"workspace_id": ws["id"]})
+    assert err.kind == "not_safe" and "a rebase is in progress" in err.message, err
+
+
+def test_unmerged_paths_without_a_merge_are_named(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    """A `stash pop` that conflicts leaves unmerged entries and no MERGE_HEAD: git cannot
+    write them as a tree; the refusal names them instead of git's `error building trees`."""
+    ws = create(daemon, project["id"], "popped")["workspace"]
+    path = Path(ws["path"])
+    (path / "README.md").write_text("stashed\n")
+    git(path, "stash", "-q")
+    _commit(path, "README.md", "committed\n", "conflicting")
+    git(path, "stash", "pop", check=False)
+    err = rpc_error(daemon, "workspace.archive", {"workspace_id": ws["id"]})
+    assert err.kind == "not_safe" and "README.md" in err.message, err
+    assert err.data["files"] == ["README.md"]
+
+
+def test_a_detached_head_no_ref_holds_is_kept_by_the_snapshot(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    ws = create(daemon, project["id"], "detached")["workspace"]
+    path = Path(ws["path"])
+    git(path, "checkout", "-q", "--detach")
+    lone = _commit(path, "lone.txt", "a commit only HEAD holds\n", "lone")
+    assert git(path, "status", "--porcelain") == ""  # clean: nothing for git's view to save
+    err = rpc_error(daemon, "workspace.remove", {"workspace_id": ws["id"]})
+    assert err.kind == "not_safe" and "detached" in err.message, err
+    before = disk(path)
+    done = round_trip(daemon, ws)
+    snap = done["archived"]["snapshot"]
+    assert snap is not None
+    assert git(repo, "rev-parse", f"{snap['commit']}^1").strip() == lone
+    assert disk(path) == before  # its files, as they were, on the branch's checkout
+
+
+def test_remove_with_force_snapshots_a_detached_head_no_ref_holds(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    ws = create(daemon, project["id"], "detforce")["workspace"]
+    path = Path(ws["path"])
+    git(path, "checkout", "-q", "--detach")
+    lone = _commit(path, "lone.txt", "only here\n", "lone")
+    removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
+    assert removed["snapshot"] is not None
+    assert git(repo, "rev-parse", f"{removed['snapshot']['commit']}^1").strip() == lone

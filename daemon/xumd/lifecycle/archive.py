@@ -125,8 +125,12 @@ async def _save_work(
         return None, await dirstore.save(ctx.app.paths.archive_store, row), []
     async with ctx.git.admin_lock(project.path):
         await clear_stale_locks(ctx.git, project.path)
+        await ctx.snapshots.refuse_in_progress(row.path, row.name, "archive")
         state = await ctx.snapshots.capture(row.path)
-        snap = await ctx.snapshots.take(row.path, row.id, row.incarnation, state=state)
+        held = await ctx.snapshots.head_held(row.path, state.head)
+        snap = await ctx.snapshots.take(
+            row.path, row.id, row.incarnation, state=state, always=not held
+        )
     proof = await ctx.snapshots.prove(row.path, state.work_tree, project.path)
     refuse_unproven(row, proof, "archive")
     dropped = await ctx.snapshots.report_and_preserve(

@@ -48,6 +48,8 @@ class Checked:
     force: bool
     globs: list[str]
     proof: Account | None
+    head_unheld: bool = False
+    """With `force`: HEAD is detached at a commit no ref holds (the snapshot keeps it)."""
     """With `force`: what the snapshot cannot give back (kept as it is) and the index flags."""
 
 
@@ -90,8 +92,10 @@ async def check(ctx: Context, row: WorkspaceRow, force: bool) -> Checked:
                 files=lingering[:100],
             )
     globs = preserve_globs(row.path, project.path) if owns else []
-    state, proof = await _check_safe(ctx, row, project, force, globs) if owns else (None, None)
-    return Checked(row, project, live, owns, state, force, globs, proof)
+    state, proof, unheld = (
+        await _check_safe(ctx, row, project, force, globs) if owns else (None, None, False)
+    )
+    return Checked(row, project, live, owns, state, force, globs, proof, unheld)
 
 
 async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResult:
@@ -109,9 +113,11 @@ async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResul
     try:
         await HOLD.hold()
         if owns:
-            if state is not None and state.dirty:
+            if state is not None and (state.dirty or checked.head_unheld):
                 async with ctx.git.admin_lock(project.path):
-                    snap = await ctx.snapshots.take(row.path, row.id, row.incarnation, state=state)
+                    snap = await ctx.snapshots.take(
+                        row.path, row.id, row.incarnation, state=state, always=True
+                    )
                 REMOVE_AFTER_SNAPSHOT()
             if row.runtime == "worktree":
                 # Preserved files are kept (like archive does), never dropped: a kept copy.
@@ -174,7 +180,7 @@ def _kept(ctx: Context, row: WorkspaceRow) -> KeptInfo | None:
 
 async def _check_safe(
     ctx: Context, row: WorkspaceRow, project: ProjectRow, force: bool, globs: list[str]
-) -> tuple[WorkState | None, Account | None]:
+) -> tuple[WorkState | None, Account | None, bool]:
     """The checkout's uncommitted state (worktree) and what its snapshot cannot give back,
     after refusing `not_safe` what would be lost without `force`: work no snapshot holds,
     entries git's view misses (lifecycle/onbytes.py), ignored files the user asked to preserve
@@ -189,12 +195,23 @@ async def _check_safe(
                 "or remove with force",
                 files=content[:100],
             )
-        return None, None
+        return None, None, False
+    if not force:
+        await ctx.snapshots.refuse_in_progress(row.path, row.name, "remove")
     state = await ctx.snapshots.capture(row.path)
+    unheld = not await ctx.snapshots.head_held(row.path, state.head)
     proof = await ctx.snapshots.prove(row.path, state.work_tree, project.path)
     refuse_unproven(row, proof, "remove", force=force)
     if force:
-        return state, proof
+        return state, proof, unheld
+    if unheld:
+        raise XumError(
+            ErrorKind.NOT_SAFE,
+            f"workspace {row.name!r} has HEAD detached at {state.head[:12]}, which no branch, "
+            "tag or remote ref holds: its commits would go with the checkout; put a branch on "
+            "it, archive the workspace, or remove with force (which snapshots it)",
+            head=state.head,
+        )
     files: list[str] = []
     if state.dirty and not await ctx.snapshots.holds(row.path, state, row.snapshot_commit):
         files = await ctx.snapshots.dirty_files(row.path)
@@ -220,4 +237,4 @@ async def _check_safe(
             raw=[e.as_dict() for e in proof.raw[:100]],
             preserved=keep[:100],
         )
-    return state, None
+    return state, None, False

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+from xum_protocol.errors import ErrorKind
 
 from xumd import fsdelete, smallfile
+from xumd.errors import XumError
 from xumd.git import Git, GitError
 from xumd.lifecycle import fscopy, onbytes, preserved, rawcopy
 from xumd.lifecycle.seed import git_list
@@ -42,6 +44,16 @@ _IDENT = {
 _MAX_TOP_PATHS = 50
 _OBJECT_ID = re.compile(r"[0-9a-f]{40,64}")
 MAX_SPECIAL = 1000
+IN_PROGRESS = (
+    ("MERGE_HEAD", "a merge"),
+    ("rebase-merge", "a rebase"),
+    ("rebase-apply", "a rebase or `git am`"),
+    ("CHERRY_PICK_HEAD", "a cherry-pick"),
+    ("REVERT_HEAD", "a revert"),
+    ("sequencer", "a cherry-pick or revert sequence"),
+    ("BISECT_LOG", "a bisect"),
+)
+"""Files in a checkout's git directory that say git is in the middle of something."""
 
 
 def snapshot_ref(workspace_id: str, incarnation: str) -> str:
@@ -113,7 +125,10 @@ class Snapshotter:
             if real_index.exists():
                 shutil.copyfile(real_index, tmp_index)
             env = {"GIT_INDEX_FILE": str(tmp_index)}
-            staged = await self.git.out(checkout, "write-tree", env=env)
+            try:
+                staged = await self.git.out(checkout, "write-tree", env=env)
+            except GitError as exc:
+                raise await self._unmerged(checkout, exc) from None
             # `--sparse`: in a sparse checkout, a file the user wrote outside the cone is work
             # too; without it git refuses the whole add (and the archive with it). Entries
             # outside the cone that are not on disk stay as they are (not deletions).
@@ -124,6 +139,56 @@ class Snapshotter:
         finally:
             tmp_index.unlink(missing_ok=True)
         return WorkState(head, head_tree, staged, work)
+
+    async def head_held(self, checkout: Path, head: str) -> bool:
+        """Whether a branch, tag or remote-tracking ref holds HEAD's commit. A HEAD on a branch
+        is held by it; a detached one (a rebase stopped half way, a checkout of a commit) may
+        hold commits nothing else does, which the checkout's own reflog would take with it."""
+        branch = await self.git.run(checkout, "symbolic-ref", "-q", "HEAD", check=False)
+        if branch.ok and branch.output.text().strip().startswith("refs/heads/"):
+            return True
+        found = await self.git.run(
+            checkout,
+            "for-each-ref",
+            "--count=1",
+            "--format=%(refname)",
+            f"--contains={head}",
+            "refs/heads",
+            "refs/tags",
+            "refs/remotes",
+        )
+        return found.output.text().strip() != ""
+
+    async def refuse_in_progress(self, checkout: Path, name: str, what: str) -> None:
+        """`not_safe` while git is in the middle of something in the checkout (a merge, a
+        rebase, a cherry-pick, a revert, a bisect, `git am`): its state lives in the checkout's
+        admin directory and would go with it, unsaved."""
+        git_dir = Path(await self.git.out(checkout, "rev-parse", "--absolute-git-dir"))
+        doing = [label for entry, label in IN_PROGRESS if os.path.lexists(git_dir / entry)]
+        if doing:
+            raise XumError(
+                ErrorKind.NOT_SAFE,
+                f"cannot {what} {name!r}: {doing[0]} is in progress in its checkout; finish or "
+                "abort it first (its state would go with the checkout)",
+                in_progress=doing,
+                path=str(checkout),
+            )
+
+    async def _unmerged(self, checkout: Path, failed: GitError) -> XumError:
+        """The error for a capture that failed: `not_safe` naming unmerged paths (a conflict
+        git cannot write as a tree), else the failure as it was."""
+        listed = await self.git.run(checkout, "ls-files", "-u", "-z", check=False)
+        paths = sorted({e.split("\t", 1)[1] for e in listed.output.text().split("\0") if "\t" in e})
+        if not listed.ok or not paths:
+            return failed
+        return XumError(
+            ErrorKind.NOT_SAFE,
+            f"the checkout at {checkout} has unmerged paths ({', '.join(paths[:5])}"
+            + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+            + "): resolve them (git add) or abort first; a conflict cannot be snapshotted",
+            files=paths[:100],
+            path=str(checkout),
+        )
 
     async def _head(self, checkout: Path) -> tuple[Path, str, str]:
         """The git dir, HEAD's commit and HEAD's tree, in one git process (`--`: both are
@@ -179,12 +244,20 @@ class Snapshotter:
         return sorted(files)
 
     async def take(
-        self, checkout: Path, workspace_id: str, incarnation: str, state: WorkState | None = None
+        self,
+        checkout: Path,
+        workspace_id: str,
+        incarnation: str,
+        state: WorkState | None = None,
+        *,
+        always: bool = False,
     ) -> Snapshot | None:
-        """Commit the uncommitted state under the workspace's ref; None when there is none.
-        Idempotent: the ref name is per incarnation and is simply overwritten on replay."""
+        """Commit the uncommitted state under the workspace's ref; None when there is none
+        (unless `always`: a clean checkout whose HEAD no ref holds is kept by the snapshot's
+        parent link). Idempotent: the ref name is per incarnation and is simply overwritten on
+        replay."""
         state = state or await self.capture(checkout)
-        if not state.dirty:
+        if not state.dirty and not always:
             return None
         index_commit = await self.git.out(
             checkout,
