@@ -35,8 +35,11 @@ KINDS = [
     "crlf",
     "filtered",
     "deep",
+    "detached",
     "ignored",
 ]
+HEAD = ":HEAD"
+"""What `written` holds for a commit only a detached HEAD holds."""
 REFUSALS = {"invalid_state", "conflict", "not_found", "cleanup_pending", "busy", "not_safe"}
 FILES = {
     "README.md": "hello\n",
@@ -145,6 +148,12 @@ class NothingLost:
         if kind == "filtered":
             (path / f"{name}.up").write_text(f"Mixed Case {noise}\n")
             return f"{name}.up"
+        if kind == "detached":
+            git(path, "checkout", "-q", "--detach")
+            (path / f"{name}.txt").write_text(f"committed on a detached HEAD {noise}\n")
+            git(path, "add", f"{name}.txt")
+            git(path, "commit", "-q", "-m", name)
+            return HEAD
         if kind == "deep":
             (path / name).mkdir()
             deep_dir(path / name, 4200)
@@ -185,6 +194,9 @@ class NothingLost:
         if not force:
             assert not written, f"remove without force deleted user work: {sorted(written)}"
             return
+        if HEAD in written:
+            assert done.get("snapshot"), f"remove --force kept no detached HEAD: {done}"
+            written.discard(HEAD)
         named = set((done.get("snapshot") or {}).get("files", []))
         named |= {e["path"] for e in done.get("raw", [])}
         named |= set((done.get("kept") or {}).get("files", []))
