@@ -8,7 +8,7 @@ NPM ?= npm
 # The node suites join `make test` when npm is here (a machine without it skips them, saying so).
 TS_DEPS := $(if $(shell command -v $(NPM) 2>/dev/null),ts-deps)
 
-.PHONY: install install-user run ts-deps ts-test ts-pack vsix test test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
+.PHONY: install install-user run ts-deps ts-test ts-pack vsix test test-editors test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
 
 install: $(STAMP)
 

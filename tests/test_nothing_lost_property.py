@@ -282,5 +282,6 @@ def test_nothing_the_user_wrote_is_lost() -> None:
 
 
 @pytest.mark.reliability
+@pytest.mark.timeout(1200)
 def test_nothing_the_user_wrote_is_lost_long() -> None:
     _run(range(size(40, 4)), steps=size(40, 14))
