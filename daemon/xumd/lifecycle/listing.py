@@ -314,6 +314,7 @@ def row_json(
             "config_hash": None,
             "hint": None,
             "commands": 0,
+            "leftovers": [],
         },
         "snapshot": snapshot,
         "last_cleanup": cleanup.model_dump(mode="json") if cleanup is not None else None,

@@ -97,6 +97,8 @@ class Account:
     """The index flags of the files on disk (path -> ASSUME_UNCHANGED or SKIP_WORKTREE): the
     user's choice, set again by unarchive (`reflag`)."""
     walked: int = 0
+    ignored: list[str] | None = None
+    """Git's ignored listing the account was made with (reused for the `dropped` report)."""
 
     def held_back(self, force: bool) -> list[tuple[str, str]]:
         """What refuses the deletion: unreadable entries always; submodules with work unless

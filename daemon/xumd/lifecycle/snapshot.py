@@ -392,7 +392,9 @@ class Snapshotter:
         (lifecycle/onbytes.py): what a restore of `tree` gives back, and what it does not.
         `main`: the project's main checkout (submodules are initialised from its copies)."""
         ignored = await self.ignored(checkout)
-        return await onbytes.account(self.git, checkout, tree, ignored, main)
+        proof = await onbytes.account(self.git, checkout, tree, ignored, main)
+        proof.ignored = ignored
+        return proof
 
     async def report_and_preserve(
         self,
@@ -404,8 +406,10 @@ class Snapshotter:
     ) -> Dropped:
         """Report the ignored files, and save the preserved ones, the `raw` entries (what the
         snapshot cannot give back) and the index flags in the archive store, in one copy
-        written whole."""
-        entries = await self.ignored(checkout)
+        written whole. With a proof, its ignored listing is reused: the report then speaks of
+        the same listing the proof was made against."""
+        entries = proof.ignored if proof is not None and proof.ignored is not None else None
+        entries = entries if entries is not None else await self.ignored(checkout)
         return await anyio.to_thread.run_sync(
             lambda: self._report_and_preserve(
                 checkout, workspace_id, incarnation, entries, globs, proof=proof
