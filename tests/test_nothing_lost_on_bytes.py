@@ -390,3 +390,21 @@ def test_remove_with_force_snapshots_a_detached_head_no_ref_holds(
     removed = daemon.call("workspace.remove", {"workspace_id": ws["id"], "force": True})
     assert removed["snapshot"] is not None
     assert git(repo, "rev-parse", f"{removed['snapshot']['commit']}^1").strip() == lone
+
+
+def test_a_refusal_names_paths_never_a_git_warning(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    """git status warns on stderr about a directory it cannot open (here: beyond PATH_MAX);
+    the refusal's files are paths, each one in the checkout."""
+    ws = create(daemon, project["id"], "warned")["workspace"]
+    path = Path(ws["path"])
+    (path / "deep").mkdir()
+    deep_dir(path / "deep", 4200)
+    (path / "notes" / "a.txt").write_text("edited\n")
+    err = rpc_error(daemon, "workspace.remove", {"workspace_id": ws["id"]})
+    assert err.kind == "not_safe", err
+    assert "notes/a.txt" in err.data["files"]
+    for listed in err.data["files"]:
+        assert not listed.startswith(("warning:", "error:", "fatal:")), listed
+        assert "\n" not in listed, listed

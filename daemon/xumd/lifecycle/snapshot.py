@@ -177,9 +177,12 @@ class Snapshotter:
     async def _unmerged(self, checkout: Path, failed: GitError) -> XumError:
         """The error for a capture that failed: `not_safe` naming unmerged paths (a conflict
         git cannot write as a tree), else the failure as it was."""
-        listed = await self.git.run(checkout, "ls-files", "-u", "-z", check=False)
-        paths = sorted({e.split("\t", 1)[1] for e in listed.output.text().split("\0") if "\t" in e})
-        if not listed.ok or not paths:
+        try:
+            listed = await self._list(checkout, ["ls-files", "-u", "-z"])
+        except XumError:
+            return failed
+        paths = sorted({e.split("\t", 1)[1] for e in listed if "\t" in e})
+        if not paths:
             return failed
         return XumError(
             ErrorKind.NOT_SAFE,
@@ -235,8 +238,19 @@ class Snapshotter:
         return status.ok and status.output.text() == ""
 
     async def changed_paths(self, checkout: Path, a: str, b: str) -> list[str]:
-        out = await self.git.run(checkout, "diff-tree", "-r", "-z", "--name-only", a, b)
-        return [p for p in out.output.text().split("\0") if p]
+        return await self._list(checkout, ["diff-tree", "-r", "-z", "--name-only", a, b])
+
+    async def _list(self, checkout: Path, args: list[str]) -> list[str]:
+        """A git listing, whole (never cut in the middle) and from stdout alone: a warning git
+        prints is never read as a path (seed.git_list)."""
+        return await git_list(
+            self.git,
+            checkout,
+            args,
+            what=f"git {args[0]}",
+            too_many="the checkout's changes are too many to list",
+            limit=onbytes.TREE_LIMIT,
+        )
 
     async def files_of(self, checkout: Path, state: WorkState) -> list[str]:
         files = set(await self.changed_paths(checkout, state.head_tree, state.work_tree))
@@ -332,11 +346,11 @@ class Snapshotter:
             await self.git.run(checkout, "checkout-index", "-a", "-f", env=env)
         finally:
             tmp_index.unlink(missing_ok=True)
-        deleted = await self.git.run(
-            checkout, "diff-tree", "-r", "-z", "--name-only", "--diff-filter=D", "HEAD", commit
+        deleted = await self._list(
+            checkout, ["diff-tree", "-r", "-z", "--name-only", "--diff-filter=D", "HEAD", commit]
         )
         root = os.path.realpath(checkout)
-        for rel in (p for p in deleted.output.text().split("\0") if p):
+        for rel in deleted:
             target = os.path.realpath(os.path.join(root, os.path.dirname(rel)))
             if target == root or target.startswith(root + os.sep):
                 Path(target, os.path.basename(rel)).unlink(missing_ok=True)
@@ -350,10 +364,9 @@ class Snapshotter:
     # -- dirty files (for not_safe) ------------------------------------------------------------
 
     async def dirty_files(self, checkout: Path) -> list[str]:
-        out = await self.git.run(
-            checkout, "status", "--porcelain=v1", "-z", "--untracked-files=all"
+        entries = await self._list(
+            checkout, ["status", "--porcelain=v1", "-z", "--untracked-files=all"]
         )
-        entries = out.output.text().split("\0")
         files: list[str] = []
         skip = False
         for entry in entries:

@@ -28,6 +28,7 @@ from xum_protocol.models.checkout_extras import SparseInfo
 from xumd import logs
 from xumd.git import Git
 from xumd.lifecycle import bigrepo
+from xumd.lifecycle.seed import git_list
 from xumd.store import Store
 
 log = logs.get("xumd.lifecycle.sparsekeep")
@@ -72,10 +73,14 @@ def in_cone(path: str, cones: list[str]) -> bool:
 async def _work_paths(git: Git, checkout: Path) -> list[str]:
     """Every path of the checkout that differs from HEAD (tracked changes either side of the
     index, deletions, untracked files one by one)."""
-    out = await git.run(
-        checkout, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"
+    listed = await git_list(
+        git,
+        checkout,
+        ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"],
+        what="the checkout's changed paths",
+        too_many="the checkout's changes are too many to list",
     )
-    return [entry[3:] for entry in out.output.text().split("\0") if len(entry) > 3]
+    return [entry[3:] for entry in listed if len(entry) > 3]
 
 
 async def reapply(
