@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.checkouts.exclusion import DirectoryExclusion
+from xumd.cleanup import feature as cleanup_feature
 from xumd.cleanup.service import CleanupService
 from xumd.config import DaemonConfig
+from xumd.git import Git
 from xumd.lifecycle.coordinator import Coordinator
+from xumd.lifecycle.service import WorkspaceService
+from xumd.lifecycle.unarchive import ArchiveComparison
 from xumd.paths import RootPaths
 from xumd.store import Store
 
@@ -20,7 +25,7 @@ def test_processes_stop_before_other_drains(tmp_short: Path) -> None:
     try:
         app = App(RootPaths(tmp_short), DaemonConfig(), store)
         install_features(app)
-        order = app.drain_order()
+        order = [drain.name for drain in app.mark().drains]
         assert order[0] == "processes"
         assert "cleanup-retry" in order
     finally:
@@ -40,5 +45,42 @@ def test_cleanup_and_lifecycle_share_one_directory_exclusion(tmp_short: Path) ->
         assert coordinator is not None and cleanup is not None
         assert cleanup.runner.directories is coordinator.directories
         assert coordinator.directories is app.find(DirectoryExclusion)
+    finally:
+        store.close()
+
+
+def test_the_cleanup_cannot_be_built_without_the_check_that_guards_a_lingering_checkout(
+    tmp_short: Path,
+) -> None:
+    """Before it trashes an archived checkout the cleanup asks the lifecycle whether it holds
+    work its archive does not. That answer guards user data, so the check is a required
+    constructor argument: a graph that forgets it fails at start, never by answering "nothing
+    would be lost" at the moment a checkout is moved."""
+    store = Store(tmp_short / "state.db")
+    store.migrate()
+    try:
+        app = App(RootPaths(tmp_short), DaemonConfig(), store)
+        with pytest.raises(TypeError, match="unsaved"):
+            CleanupService(app)
+        with pytest.raises(TypeError, match="unsaved"):
+            cleanup_feature.install(
+                app, git=Git(), directories=DirectoryExclusion(wait_s=1.0), scripts=None
+            )
+    finally:
+        store.close()
+
+
+def test_the_cleanup_asks_the_lifecycles_own_comparison(tmp_short: Path) -> None:
+    store = Store(tmp_short / "state.db")
+    store.migrate()
+    try:
+        app = App(RootPaths(tmp_short), DaemonConfig(), store)
+        install_features(app)
+        cleanup = app.find(CleanupService)
+        workspaces = app.find(WorkspaceService)
+        assert cleanup is not None and workspaces is not None
+        check = cleanup.steps.unsaved
+        assert isinstance(check, ArchiveComparison)
+        assert check.snapshots is workspaces.snapshots and check.store is app.store
     finally:
         store.close()

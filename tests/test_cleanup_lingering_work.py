@@ -165,14 +165,14 @@ async def test_a_check_that_cannot_tell_leaves_the_checkout_in_place(tmp_short: 
 
     from tests.test_cleanup_support import add_workspace, make_dir_checkout, make_world, ws_id
 
-    world = make_world(tmp_short / "unit", None)
     seen: list[str] = []
 
-    async def cannot_tell(ob: ObligationRow) -> list[str]:
-        seen.append(ob.kind)
-        raise OSError(5, "Input/output error", ob.path)
+    class CannotTell:
+        async def unsaved_files(self, ob: ObligationRow) -> list[str]:
+            seen.append(ob.kind)
+            raise OSError(5, "Input/output error", ob.path)
 
-    world.service.steps.unsaved_check = cannot_tell
+    world = make_world(tmp_short / "unit", None, unsaved=CannotTell())
     wid, inc = ws_id("f"), secrets.token_hex(8)
     path = world.root / "workspaces" / "f"
     ident = make_dir_checkout(path, wid, inc)

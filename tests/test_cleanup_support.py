@@ -15,7 +15,7 @@ from xumd.app import App
 from xumd.checkouts.marker import Marker, write_directory_marker
 from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.service import CleanupService
-from xumd.cleanup.steps import Outcome, teardown_outcome
+from xumd.cleanup.steps import Outcome, UnsavedWork, teardown_outcome
 from xumd.config import CleanupConfig, DaemonConfig
 from xumd.paths import RootPaths
 from xumd.procutil import run_command
@@ -180,14 +180,35 @@ class World:
         return {o.kind: o.state for o in self.service.obligations.for_workspace(wid)}
 
 
+class NothingUnsaved:
+    """The lifecycle's comparison of a lingering checkout with its archive, for worlds that
+    have no archive to compare with: these test the cleanup's own steps, and say so here
+    rather than through a default in the daemon. The comparison itself is tested against a
+    real daemon (tests/test_cleanup_lingering_work.py)."""
+
+    async def unsaved_files(self, ob: ObligationRow) -> list[str]:
+        return []
+
+
 def make_world(
-    base: Path, teardown: Any, *, clock: FakeClock | None = None, **cleanup: Any
+    base: Path,
+    teardown: Any,
+    *,
+    clock: FakeClock | None = None,
+    unsaved: UnsavedWork | None = None,
+    **cleanup: Any,
 ) -> World:
     import random
 
     app = make_app(base / "root", **cleanup)
     repo = make_repo(base / "repo")
     clock = clock or FakeClock()
-    service = CleanupService(app, clock=clock, rng=random.Random(7), teardown=teardown)
+    service = CleanupService(
+        app,
+        clock=clock,
+        rng=random.Random(7),
+        teardown=teardown,
+        unsaved=unsaved or NothingUnsaved(),
+    )
     app.provide(service)
     return World(app, service, clock, base / "root", repo, add_project(app, repo))

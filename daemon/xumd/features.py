@@ -24,11 +24,22 @@ def install(app: App, containment: containment_feature.Installed) -> None:
     git = app.provide(Git(timeout_s=app.config.git_timeout_s))
     directories = app.provide(DirectoryExclusion(wait_s=app.config.lock_wait_s))
     scripts = app.provide(lifecycle_feature.scripts(app))
+    snapshots = lifecycle_feature.snapshots(app, git)
     cleanup = cleanup_feature.install(  # cleanup obligations + retry
-        app, git=git, directories=directories, scripts=scripts
+        app,
+        git=git,
+        directories=directories,
+        scripts=scripts,
+        unsaved=lifecycle_feature.archive_comparison(app, snapshots),
     )
     workspaces = lifecycle_feature.install(  # projects, workspaces: uses cleanup
-        app, git=git, directories=directories, scripts=scripts, cleanup=cleanup, hooks=hooks
+        app,
+        git=git,
+        directories=directories,
+        scripts=scripts,
+        snapshots=snapshots,
+        cleanup=cleanup,
+        hooks=hooks,
     )
     supervisor = processes_feature.install(  # processes + leases
         app, workspaces=workspaces, scripts=scripts, hooks=hooks

@@ -18,6 +18,7 @@ from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.obligations import PENDING
 from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import PATH_LANE, RECLAIM_LANE, CleanupService
+from xumd.cleanup.steps import UnsavedWork
 from xumd.cleanup.teardown_scripts import TeardownScripts
 from xumd.errors import XumError
 from xumd.git import Git
@@ -28,11 +29,19 @@ STATUS_KEY = "cleanup"
 
 
 def install(
-    app: App, *, git: Git, directories: DirectoryExclusion, scripts: TeardownScripts
+    app: App,
+    *,
+    git: Git,
+    directories: DirectoryExclusion,
+    scripts: TeardownScripts,
+    unsaved: UnsavedWork,
 ) -> CleanupService:
     """Its collaborators come from the composition root: git, the directory exclusion shared
-    with the lifecycle, and the script runner that runs teardowns."""
-    service = app.provide(CleanupService(app, git=git, directories=directories, scripts=scripts))
+    with the lifecycle, the script runner that runs teardowns, and the lifecycle's comparison
+    of a lingering checkout with its archive (asked before the checkout is trashed)."""
+    service = app.provide(
+        CleanupService(app, git=git, directories=directories, scripts=scripts, unsaved=unsaved)
+    )
     retry = app.provide(RetryService(service))
 
     async def list_(params: CleanupListParams, ctx: RequestContext) -> CleanupListResult:

@@ -38,7 +38,7 @@ from xumd.cleanup.schedule import (
     ScheduleClock,
     SystemClock,
 )
-from xumd.cleanup.steps import Steps, TeardownFn
+from xumd.cleanup.steps import Steps, TeardownFn, UnsavedWork
 from xumd.cleanup.teardown_scripts import SETUP_NEVER_RAN, ProjectTeardown, TeardownScripts
 from xumd.git import Git
 
@@ -64,6 +64,7 @@ class CleanupService:
         self,
         app: App,
         *,
+        unsaved: UnsavedWork,
         clock: Clock | None = None,
         rng: random.Random | None = None,
         teardown: TeardownFn | None = None,
@@ -89,6 +90,7 @@ class CleanupService:
             trash_dir=app.paths.trash,
             git=git or Git(timeout_s=app.config.git_timeout_s),
             teardown=teardown or ProjectTeardown(scripts),
+            unsaved=unsaved,
             now=self.clock.time,
         )
         self.recorder = OutcomeRecorder(

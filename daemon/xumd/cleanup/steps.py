@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -90,9 +90,18 @@ TeardownFn = Callable[[ObligationRow, Path], Awaitable[Outcome]]
 """Run the teardown of `ob` in the checkout; the default runs the project's teardown scripts
 through the runner the composition root hands in (teardown_scripts.py)."""
 
-UnsavedCheck = Callable[[ObligationRow], Awaitable[list[str]]]
-"""The files of `ob`'s checkout that its archive does not hold (empty: nothing would be lost).
-Wired in by the composition root from the lifecycle feature (cleanup does not import it)."""
+
+class UnsavedWork(Protocol):
+    """What a lingering archived checkout holds that its archive does not: the comparison
+    unarchive refuses on, implemented by the lifecycle (cleanup does not import it) and handed
+    in by the composition root. Required: its answer decides whether a checkout may be moved
+    into the trash, so there is no stand-in that would answer "nothing would be lost"."""
+
+    async def unsaved_files(self, ob: ObligationRow) -> list[str]:
+        """The files of `ob`'s checkout that its archive does not hold (empty: nothing would be
+        lost). Raises when it cannot tell; the trash step then waits."""
+        ...
+
 
 UNSAVED_SHOWN = 10
 """How many of the unsaved files last_error names (the rest are counted)."""
@@ -106,6 +115,7 @@ class Steps:
         trash_dir: Path,
         git: Git,
         teardown: TeardownFn,
+        unsaved: UnsavedWork,
         now: Callable[[], float],
     ) -> None:
         self.obligations = obligations
@@ -114,8 +124,7 @@ class Steps:
         self.git = git
         self.teardown_fn = teardown
         self.now = now
-        # None without the lifecycle feature (cleanup's unit tests): nothing to compare with.
-        self.unsaved_check: UnsavedCheck | None = None
+        self.unsaved = unsaved
 
     # -- fences ----------------------------------------------------------------------------------
 
@@ -185,7 +194,7 @@ class Steps:
                 return Outcome.abandoned(check.problem)
             # An archived checkout that lingered (a teardown failed, a mount) may have gained
             # work since its archive: trashing it would lose that work. Wait for the user.
-            files = await self.unsaved_check(ob) if self.unsaved_check is not None else []
+            files = await self.unsaved.unsaved_files(ob)
             if files:
                 return Outcome.failed(_unsaved_wait(path, files))
             trash_path, ob = self._trash_path(ob)

@@ -58,6 +58,19 @@ def invalid_state(row: WorkspaceRow, message: str, **data: Any) -> XumError:
     return XumError(ErrorKind.INVALID_STATE, message, state=row.state, **data)
 
 
+def is_rows_checkout(row: WorkspaceRow) -> bool:
+    """The path exists and carries this row's marker (and identity, when recorded)."""
+    if not row.path.is_dir():
+        return False
+    found = marker.read_marker(row.path)
+    if found is None or (found.workspace_id, found.incarnation) != (row.id, row.incarnation):
+        return False
+    if row.ino is not None:
+        st = row.path.stat()
+        return (st.st_dev, st.st_ino) == (row.dev, row.ino)
+    return True
+
+
 _MID_WAY = ("archiving", "restoring", "removing")
 
 
@@ -191,15 +204,7 @@ class Context:
 
     def owns_checkout(self, row: WorkspaceRow) -> bool:
         """The path exists and carries this row's marker (and identity, when recorded)."""
-        if not row.path.is_dir():
-            return False
-        found = marker.read_marker(row.path)
-        if found is None or (found.workspace_id, found.incarnation) != (row.id, row.incarnation):
-            return False
-        if row.ino is not None:
-            st = row.path.stat()
-            return (st.st_dev, st.st_ino) == (row.dev, row.ino)
-        return True
+        return is_rows_checkout(row)
 
     async def quiescent(self, row: WorkspaceRow, op: str) -> None:
         holders = await self.hooks.holders(row.ref())

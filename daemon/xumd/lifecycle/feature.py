@@ -3,7 +3,6 @@ their handlers, and the event snapshot providers."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from xum_protocol.models.project import (
@@ -35,7 +34,6 @@ from xum_protocol.models.workspace import (
 
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
-from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.service import CleanupService
 from xumd.git import Git
 from xumd.lifecycle import rows, wsenv
@@ -46,7 +44,7 @@ from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.seams import LifecycleHooks, mount_holders
 from xumd.lifecycle.service import WorkspaceService
 from xumd.lifecycle.snapshot import Snapshotter
-from xumd.lifecycle.unarchive import unsaved_before_trash
+from xumd.lifecycle.unarchive import ArchiveComparison
 from xumd.rpc.dispatch import RequestContext
 
 
@@ -61,12 +59,25 @@ def scripts(app: App) -> ScriptRunner:
     )
 
 
+def snapshots(app: App, git: Git) -> Snapshotter:
+    """The snapshotter: built by the composition root before the cleanup feature, whose trash
+    step compares a lingering checkout with its archive through it (`archive_comparison`)."""
+    return Snapshotter(git, app.paths.root / "tmp", app.paths.archive_store)
+
+
+def archive_comparison(app: App, snapshots: Snapshotter) -> ArchiveComparison:
+    """What the cleanup asks before it trashes an archived checkout: whether it holds work its
+    archive does not (the comparison unarchive refuses on)."""
+    return ArchiveComparison(app.store, snapshots, app.paths.archive_store)
+
+
 def install(
     app: App,
     *,
     git: Git,
     directories: DirectoryExclusion,
     scripts: ScriptRunner,
+    snapshots: Snapshotter,
     cleanup: CleanupService,
     hooks: LifecycleHooks,
 ) -> WorkspaceService:
@@ -75,19 +86,9 @@ def install(
     coord = app.provide(
         Coordinator(app.store, wait_s=app.config.lock_wait_s, directories=directories)
     )
-    snapshots = Snapshotter(git, app.paths.root / "tmp", app.paths.archive_store)
     workspaces = app.provide(
         WorkspaceService(app, coord, git, scripts, snapshots, cleanup=cleanup, hooks=hooks)
     )
-
-    async def unsaved(ob: ObligationRow) -> list[str]:
-        return await unsaved_before_trash(
-            workspaces, ob.workspace_id, ob.incarnation, Path(ob.path)
-        )
-
-    # Before trashing an archived checkout, the cleanup asks whether it holds work its archive
-    # does not (the comparison unarchive refuses on).
-    cleanup.steps.unsaved_check = unsaved
     # A teardown obligation keeps the workspace's variables: it may run after they are gone.
     cleanup.planner.teardown_env = lambda workspace_id: wsenv.frozen(app.store, workspace_id)
     # A structural operation that raises settles its row before its reservation opens.

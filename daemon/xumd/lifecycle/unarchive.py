@@ -8,7 +8,7 @@ row back."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
@@ -16,6 +16,7 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.models.workspace import RestoredInfo, SnapshotInfo, WorkspaceUnarchiveResult
 
 from xumd import faults, logs
+from xumd.cleanup.obligations import ObligationRow
 from xumd.errors import XumError
 from xumd.lifecycle import (
     bigrepo,
@@ -31,12 +32,20 @@ from xumd.lifecycle import (
     setup,
     sparsekeep,
 )
-from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state, some
+from xumd.lifecycle.context import (
+    UNDO_DEADLINE_S,
+    Context,
+    invalid_state,
+    is_rows_checkout,
+    some,
+)
 from xumd.lifecycle.create import seed_checkout
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptOutcome, preserve_globs
 from xumd.lifecycle.seams import busy_message, mount_holders
+from xumd.lifecycle.snapshot import Snapshotter
 from xumd.rpc.dispatch import answer_if_cut, cut_reason
+from xumd.store import Store
 
 log = logs.get("xumd.lifecycle.unarchive")
 
@@ -229,34 +238,55 @@ async def _refuse_mounted(row: WorkspaceRow) -> None:
         )
 
 
-async def unsaved_in_checkout(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class ArchiveComparison:
+    """What comparing a lingering checkout with its archive reads: the store, the snapshotter
+    and the archive store, not the workspace service. So the composition root builds it before
+    the cleanup service (whose trash step asks it: `cleanup.steps.UnsavedWork`) and the
+    workspace service (which needs that cleanup service) alike."""
+
+    store: Store
+    snapshots: Snapshotter
+    archive_store: Path
+
+    @staticmethod
+    def of(ctx: Context) -> ArchiveComparison:
+        return ArchiveComparison(ctx.store, ctx.snapshots, ctx.app.paths.archive_store)
+
+    async def unsaved_files(self, ob: ObligationRow) -> list[str]:
+        return await unsaved_before_trash(self, ob.workspace_id, ob.incarnation, Path(ob.path))
+
+
+async def unsaved_in_checkout(
+    cmp: ArchiveComparison, row: WorkspaceRow, project: ProjectRow
+) -> list[str]:
     """Files of the lingering checkout at `row.path` that the archive does not hold (worktree
     work vs the snapshot commit, preserved files vs their saved copy, a directory's files vs the
     archive store). Empty when the path is not this incarnation's checkout."""
-    if not ctx.owns_checkout(row):
+    if not is_rows_checkout(row):
         return []
     if row.runtime == "worktree":
-        state = await ctx.snapshots.capture(row.path)
-        files = await ctx.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
-        files += await _unsaved_preserved(ctx, row, project)
-        files += await _unsaved_raw(ctx, row, project, state.work_tree)
+        state = await cmp.snapshots.capture(row.path)
+        files = await cmp.snapshots.unsaved_files(row.path, state, row.snapshot_commit)
+        files += await _unsaved_preserved(cmp, row, project)
+        files += await _unsaved_raw(cmp, row, project, state.work_tree)
         return files
-    return await dirstore.unsaved_files(ctx.app.paths.archive_store, row)
+    return await dirstore.unsaved_files(cmp.archive_store, row)
 
 
 async def unsaved_before_trash(
-    ctx: Context, workspace_id: str, incarnation: str, path: Path
+    cmp: ArchiveComparison, workspace_id: str, incarnation: str, path: Path
 ) -> list[str]:
     """The cleanup's check before it trashes a checkout: only an ARCHIVED workspace's own
     checkout is compared with its archive (a remove is explicit and snapshots first; a
     superseded or tombstoned one is not ours to judge here: the fence decides)."""
-    row = rows.get_workspace(ctx.store, workspace_id)
+    row = rows.get_workspace(cmp.store, workspace_id)
     if row is None or row.state != "archived" or row.incarnation != incarnation:
         return []
-    project = rows.get_project(ctx.store, row.project_id)
+    project = rows.get_project(cmp.store, row.project_id)
     if project is None:
         return []
-    return await unsaved_in_checkout(ctx, replace(row, path=path), project)
+    return await unsaved_in_checkout(cmp, replace(row, path=path), project)
 
 
 async def unsaved_in_lingering(ctx: Context, row: WorkspaceRow) -> list[str]:
@@ -271,13 +301,14 @@ async def unsaved_in_lingering(ctx: Context, row: WorkspaceRow) -> list[str]:
         return []
     project = ctx.project(row.project_id)
     files: list[str] = []
+    cmp = ArchiveComparison.of(ctx)
     for path in sorted(paths):
-        files += await unsaved_in_checkout(ctx, replace(row, path=path), project)
+        files += await unsaved_in_checkout(cmp, replace(row, path=path), project)
     return files
 
 
 async def _refuse_unsaved(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> None:
-    files = await unsaved_in_checkout(ctx, row, project)
+    files = await unsaved_in_checkout(ArchiveComparison.of(ctx), row, project)
     if files:
         raise XumError(
             ErrorKind.NOT_SAFE,
@@ -288,13 +319,15 @@ async def _refuse_unsaved(ctx: Context, row: WorkspaceRow, project: ProjectRow) 
         )
 
 
-async def _unsaved_preserved(ctx: Context, row: WorkspaceRow, project: ProjectRow) -> list[str]:
+async def _unsaved_preserved(
+    cmp: ArchiveComparison, row: WorkspaceRow, project: ProjectRow
+) -> list[str]:
     """Preserved (ignored) files of the lingering checkout that its saved copy does not hold
     byte for byte: changed or made since the archive. Trashing the checkout would lose them."""
-    keep = await ctx.snapshots.preserved_in(row.path, preserve_globs(row.path, project.path))
+    keep = await cmp.snapshots.preserved_in(row.path, preserve_globs(row.path, project.path))
     if not keep:
         return []
-    copy = preserved.load(ctx.app.paths.archive_store / row.id)
+    copy = preserved.load(cmp.archive_store / row.id)
     return [
         rel
         for rel in keep
@@ -305,16 +338,16 @@ async def _unsaved_preserved(ctx: Context, row: WorkspaceRow, project: ProjectRo
 
 
 async def _unsaved_raw(
-    ctx: Context, row: WorkspaceRow, project: ProjectRow, tree: str
+    cmp: ArchiveComparison, row: WorkspaceRow, project: ProjectRow, tree: str
 ) -> list[str]:
     """Entries of the lingering checkout that git's view does not give back (a nested
     repository, a flagged or filtered file, a path beyond git's reach: lifecycle/onbytes.py)
     and that the archive's raw copy does not hold byte for byte; an entry nothing can be
     proven about counts too."""
-    proof = await ctx.snapshots.prove(row.path, tree, project.path)
+    proof = await cmp.snapshots.prove(row.path, tree, project.path)
     if not proof.raw and not proof.held_back(force=False):
         return []
-    copy = preserved.load(ctx.app.paths.archive_store / row.id)
+    copy = preserved.load(cmp.archive_store / row.id)
     held = set(copy.raw) if copy is not None and copy.incarnation == row.incarnation else set()
 
     def unheld() -> list[str]:
