@@ -1,7 +1,10 @@
-"""The composition root: drains run in stage order, whatever order features installed them."""
+"""The composition root: drains run in stage order, whatever order features installed them;
+collaborators are constructor arguments, so a graph missing one fails at start."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -9,7 +12,10 @@ from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup import feature as cleanup_feature
+from xumd.cleanup.outcomes import OutcomeRecorder
+from xumd.cleanup.planning import Planner
 from xumd.cleanup.service import CleanupService
+from xumd.cleanup.steps import Steps
 from xumd.config import DaemonConfig
 from xumd.git import Git
 from xumd.lifecycle.coordinator import Coordinator
@@ -84,3 +90,29 @@ def test_the_cleanup_asks_the_lifecycles_own_comparison(tmp_short: Path) -> None
         assert check.snapshots is workspaces.snapshots and check.store is app.store
     finally:
         store.close()
+
+
+# Collaborators each constructor must be handed (by the composition root): none has a default
+# that would stand in for it, and none is assigned onto the object after it is built.
+REQUIRED_COLLABORATORS: list[tuple[Callable[..., object], tuple[str, ...]]] = [
+    (CleanupService, ("unsaved", "teardown_env")),
+    (Steps, ("unsaved",)),
+    (Planner, ("teardown_env",)),
+    (OutcomeRecorder, ("poke",)),
+]
+
+
+@pytest.mark.parametrize(
+    ("built", "names"),
+    REQUIRED_COLLABORATORS,
+    ids=[built.__name__ for built, _ in REQUIRED_COLLABORATORS],
+)
+def test_collaborators_are_required_constructor_arguments(
+    built: Callable[..., object], names: tuple[str, ...]
+) -> None:
+    parameters = inspect.signature(built).parameters
+    for name in names:
+        assert name in parameters, f"{built.__name__} takes no {name!r}"
+        assert parameters[name].default is inspect.Parameter.empty, (
+            f"{built.__name__}({name}=...) has a default: a graph that forgets it would start"
+        )

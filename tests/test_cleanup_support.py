@@ -17,6 +17,7 @@ from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.service import CleanupService
 from xumd.cleanup.steps import Outcome, UnsavedWork, teardown_outcome
 from xumd.config import CleanupConfig, DaemonConfig
+from xumd.lifecycle import wsenv
 from xumd.paths import RootPaths
 from xumd.procutil import run_command
 from xumd.store import Store
@@ -209,6 +210,7 @@ def make_world(
         rng=random.Random(7),
         teardown=teardown,
         unsaved=unsaved or NothingUnsaved(),
+        teardown_env=lambda workspace_id: wsenv.frozen(app.store, workspace_id),
     )
     app.provide(service)
     return World(app, service, clock, base / "root", repo, add_project(app, repo))

@@ -31,6 +31,7 @@ def install(app: App, containment: containment_feature.Installed) -> None:
         directories=directories,
         scripts=scripts,
         unsaved=lifecycle_feature.archive_comparison(app, snapshots),
+        teardown_env=lifecycle_feature.teardown_env(app),
     )
     workspaces = lifecycle_feature.install(  # projects, workspaces: uses cleanup
         app,

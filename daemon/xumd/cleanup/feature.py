@@ -16,6 +16,7 @@ from xum_protocol.models.cleanup import (
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.obligations import PENDING
+from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import PATH_LANE, RECLAIM_LANE, CleanupService
 from xumd.cleanup.steps import UnsavedWork
@@ -35,12 +36,21 @@ def install(
     directories: DirectoryExclusion,
     scripts: TeardownScripts,
     unsaved: UnsavedWork,
+    teardown_env: TeardownEnv,
 ) -> CleanupService:
     """Its collaborators come from the composition root: git, the directory exclusion shared
-    with the lifecycle, the script runner that runs teardowns, and the lifecycle's comparison
-    of a lingering checkout with its archive (asked before the checkout is trashed)."""
+    with the lifecycle, the script runner that runs teardowns, the lifecycle's comparison of a
+    lingering checkout with its archive (asked before the checkout is trashed), and the
+    workspace's variables a teardown obligation keeps."""
     service = app.provide(
-        CleanupService(app, git=git, directories=directories, scripts=scripts, unsaved=unsaved)
+        CleanupService(
+            app,
+            git=git,
+            directories=directories,
+            scripts=scripts,
+            unsaved=unsaved,
+            teardown_env=teardown_env,
+        )
     )
     retry = app.provide(RetryService(service))
 

@@ -32,6 +32,8 @@ class OutcomeRecorder:
         events: EventBus,
         backoff: Backoff,
         clock: Clock,
+        *,
+        poke: Callable[[str], None],
     ) -> None:
         self.store = store
         self.obligations = obligations
@@ -39,8 +41,8 @@ class OutcomeRecorder:
         self.backoff = backoff
         self.clock = clock
         self._unannounced: list[str] = []
-        self.poke: Callable[[str], None] = lambda lane: None
-        """Set by the retry service: wake a lane (new work, or a blocker finished)."""
+        self.poke = poke
+        """Wake a lane (new work, or a blocker finished): the service's `LaneWake`."""
 
     def record(self, ob: ObligationRow, outcome: Outcome, took_s: float) -> ObligationRow:
         now = self.clock.time()

@@ -22,6 +22,11 @@ from xumd.store import Store
 
 log = logs.get("xumd.cleanup")
 
+TeardownEnv = Callable[[str], dict[str, str]]
+"""The workspace's variables as they are now, kept in its teardown obligation (its teardown may
+run after its row, ports and env are gone). The lifecycle's (`wsenv.frozen`), which owns them;
+handed in by the composition root."""
+
 
 class Planner:
     def __init__(
@@ -32,16 +37,14 @@ class Planner:
         clock: Clock,
         *,
         trash_dir: Path,
+        teardown_env: TeardownEnv,
     ) -> None:
         self.store = store
         self.obligations = obligations
         self.recorder = recorder
         self.clock = clock
         self.trash_dir = trash_dir
-        self.teardown_env: Callable[[str], dict[str, str]] = lambda _workspace_id: {}
-        """The workspace's variables as they are now, kept in its teardown obligation (its
-        teardown may run after its row, ports and env are gone). Set by the lifecycle, which
-        owns them (`wsenv.frozen`); cleanup alone keeps none."""
+        self.teardown_env = teardown_env
 
     def plan_checkout_removal(
         self,

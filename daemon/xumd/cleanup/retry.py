@@ -38,15 +38,12 @@ class RetryService:
         self.service = service
         self.clock = clock or service.clock
         self.config = service.config
-        self._wake = {lane: anyio.Event() for lane in LANES}
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
         self.cycles = 0
-        service.poke = self.poke
 
     def poke(self, lane: str | None = None) -> None:
-        for name in [lane] if lane else list(LANES):
-            self._wake[name].set()
+        self.service.poke(lane)
 
     def _on_event(self, event: Event) -> None:
         # Registry changes only: our own obligation events would wake us for work we just did,
@@ -80,7 +77,7 @@ class RetryService:
     async def _lane(self, lane: str) -> None:
         housekeeping_at = self.clock.monotonic() + 3600.0
         while True:
-            self._wake[lane] = anyio.Event()
+            wake = self.service.wake.arm(lane)
             try:
                 result = await self.service.run_cycle(lane)
             except Exception:
@@ -90,7 +87,7 @@ class RetryService:
             self.cycles += 1
             delay = self.next_delay(result)
             if delay > 0:
-                await self._wait(lane, delay)
+                await self._wait(wake, delay)
             else:
                 await anyio.lowlevel.checkpoint()
             if lane == "path" and self.clock.monotonic() > housekeeping_at:
@@ -113,8 +110,7 @@ class RetryService:
             delay = max(delay, self.config.backoff_initial_s)
         return delay
 
-    async def _wait(self, lane: str, delay: float) -> None:
-        wake = self._wake[lane]
+    async def _wait(self, wake: anyio.Event, delay: float) -> None:
         if wake.is_set():
             return
         async with anyio.create_task_group() as tg:

@@ -132,3 +132,24 @@ class ScheduleClock:
         moved = shift(delta)
         self.watch.settle(delta)
         return delta, moved
+
+
+class LaneWake:
+    """Wakes a lane's background cycle: new work, or a blocker finished. Built with the cleanup
+    service, so whatever records an outcome can poke from the start; the retry service arms and
+    waits on it. A poke while no cycle waits is dropped: a lane re-arms before each cycle, which
+    then reads the store anyway."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, anyio.Event] = {}
+
+    def poke(self, lane: str | None = None) -> None:
+        for name in [lane] if lane else list(LANES):
+            event = self._events.get(name)
+            if event is not None:
+                event.set()
+
+    def arm(self, lane: str) -> anyio.Event:
+        """A fresh event for the lane's next wait (before its cycle reads the store)."""
+        event = self._events[lane] = anyio.Event()
+        return event

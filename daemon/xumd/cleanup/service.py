@@ -15,7 +15,6 @@ entries, which may take minutes), so a large reclaim never delays another worksp
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 
 import anyio
 from xum_protocol.models.cleanup import CleanupStatus, CleanupSummary
@@ -27,7 +26,7 @@ from xumd.cleanup import status as status_mod
 from xumd.cleanup.cycle import CycleResult, LaneCycles
 from xumd.cleanup.obligations import Obligations
 from xumd.cleanup.outcomes import OutcomeRecorder
-from xumd.cleanup.planning import Planner
+from xumd.cleanup.planning import Planner, TeardownEnv
 from xumd.cleanup.runner import StepRunner
 from xumd.cleanup.schedule import (
     LANES,
@@ -35,6 +34,7 @@ from xumd.cleanup.schedule import (
     RECLAIM_LANE,
     Backoff,
     Clock,
+    LaneWake,
     ScheduleClock,
     SystemClock,
 )
@@ -65,6 +65,7 @@ class CleanupService:
         app: App,
         *,
         unsaved: UnsavedWork,
+        teardown_env: TeardownEnv,
         clock: Clock | None = None,
         rng: random.Random | None = None,
         teardown: TeardownFn | None = None,
@@ -93,11 +94,17 @@ class CleanupService:
             unsaved=unsaved,
             now=self.clock.time,
         )
+        self.wake = LaneWake()
         self.recorder = OutcomeRecorder(
-            app.store, self.obligations, app.events, self.backoff, self.clock
+            app.store, self.obligations, app.events, self.backoff, self.clock, poke=self.wake.poke
         )
         self.planner = Planner(
-            app.store, self.obligations, self.recorder, self.clock, trash_dir=app.paths.trash
+            app.store,
+            self.obligations,
+            self.recorder,
+            self.clock,
+            trash_dir=app.paths.trash,
+            teardown_env=teardown_env,
         )
         self.runner = StepRunner(
             obligations=self.obligations,
@@ -115,14 +122,9 @@ class CleanupService:
         # own method, not a wrapper restating its long signature.
         self.plan_checkout_removal = self.planner.plan_checkout_removal
 
-    @property
-    def poke(self) -> Callable[[str], None]:
-        """Wake a lane (new work, or a blocker finished); set by the retry service."""
-        return self.recorder.poke
-
-    @poke.setter
-    def poke(self, fn: Callable[[str], None]) -> None:
-        self.recorder.poke = fn
+    def poke(self, lane: str | None = None) -> None:
+        """Wake a lane's background cycle (new work, or a blocker finished)."""
+        self.wake.poke(lane)
 
     # -- announcing what was planned -------------------------------------------------------------
 

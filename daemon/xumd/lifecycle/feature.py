@@ -34,6 +34,7 @@ from xum_protocol.models.workspace import (
 
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
+from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.service import CleanupService
 from xumd.git import Git
 from xumd.lifecycle import rows, wsenv
@@ -71,6 +72,11 @@ def archive_comparison(app: App, snapshots: Snapshotter) -> ArchiveComparison:
     return ArchiveComparison(app.store, snapshots, app.paths.archive_store)
 
 
+def teardown_env(app: App) -> TeardownEnv:
+    """A teardown obligation keeps the workspace's variables: it may run after they are gone."""
+    return lambda workspace_id: wsenv.frozen(app.store, workspace_id)
+
+
 def install(
     app: App,
     *,
@@ -89,8 +95,6 @@ def install(
     workspaces = app.provide(
         WorkspaceService(app, coord, git, scripts, snapshots, cleanup=cleanup, hooks=hooks)
     )
-    # A teardown obligation keeps the workspace's variables: it may run after they are gone.
-    cleanup.planner.teardown_env = lambda workspace_id: wsenv.frozen(app.store, workspace_id)
     # A structural operation that raises settles its row before its reservation opens.
     coord.failure_guard = workspaces.failure_guard
     projects = app.provide(ProjectService(app, coord, git, workspaces))
