@@ -1,4 +1,4 @@
-"""Big repositories (issue 14, section 7): `workspace.create` on the 50,000-file synthetic
+"""Big repositories: `workspace.create` on the 50,000-file synthetic
 repository (`--quick`: the small one) when the main checkout is a cone-mode sparse checkout of one
 top-level directory, and when the repository has a submodule; each against a plain
 `git worktree add -b` (a full checkout, no submodule initialised) on an identical copy, in the

@@ -1,7 +1,7 @@
 """What a daemon's first requests cost, two trees side by side:
 `python -m bench.first_request BASE [--repeats N]`.
 
-A lean start (docs/PERFORMANCE.md, "Issue 12: lean start") loads at a method's first request
+A lean start (docs/PERFORMANCE.md, "Lean start") loads at a method's first request
 what it used to load before READY=1: the params models at the first `hello`, the feature graph
 at the first feature request. Per repetition and per tree (BASE through PYTHONPATH, as
 bench/pair.py runs it, then this tree): a daemon on an empty root (its database made before),

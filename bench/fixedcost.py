@@ -1,4 +1,4 @@
-"""Create and remove, this tree against another xum tree, side by side (issue 12).
+"""Create and remove, this tree against another xum tree, side by side.
 
     .venv/bin/python -m bench.fixedcost --other /path/to/other/tree [--files 2000] [--repeats 15]
 

@@ -113,7 +113,7 @@ def _records(settings: Settings) -> list[Figure]:
     )
     # What the records themselves cost at start: against a root with one record, which takes
     # the same full start (feature graph loaded, startup passes run before READY=1). An empty
-    # root takes the lean start (docs/PERFORMANCE.md, "Issue 12: lean start"), so "minus empty"
+    # root takes the lean start (docs/PERFORMANCE.md, "Lean start"), so "minus empty"
     # also holds the code load an empty root defers: reported beside it, without a target.
     added = Figure(
         "scale",

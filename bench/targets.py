@@ -1,4 +1,5 @@
-"""The targets of issue 12, in one place: a figure's key -> the bound its median must meet.
+"""The bench's targets, in one place (docs/PERFORMANCE.md, "The targets"): a figure's key -> the
+bound its median must meet.
 
 A figure's key is `group: name` without the trailing parenthesised tag that names the size of the
 run ("(2,000 files)", "(10,000 workspaces, ...)"), so a `--quick` run (smaller sizes) is held to

@@ -1,4 +1,4 @@
-"""`make mutate`: mutation testing of the contract-critical modules with cosmic-ray (issue 17).
+"""`make mutate`: mutation testing of the contract-critical modules with cosmic-ray.
 
 Runs under the mutation venv (`.venv-mutate`, made by `make mutate` from
 mutation/requirements.lock; not part of CI). For each module of the scope below:
@@ -145,7 +145,7 @@ SCOPES = [
             # The lstat walk (a symlinked directory is one entry), in-process too.
             "tests/test_preserved_files.py::"
             "test_an_ignored_symlink_to_a_directory_is_one_entry_never_walked_into",
-            # The clean-checkout fold (`_head`, `_clean`; issue 12), in-process.
+            # The clean-checkout fold (`_head`, `_clean`), in-process.
             "tests/test_remove_fold.py::test_a_clean_checkout_is_heads_tree_without_writing_trees",
             "tests/test_remove_fold.py::test_each_kind_of_work_is_dirty_as_before",
             "tests/test_remove_fold.py::"
@@ -212,7 +212,7 @@ SCOPES = [
         ],
         functions=["run_command", "kill_tree", "_any_alive", "_read_into", "_feed_stdin"],
     ),
-    # The narrow branch-name rule that spares create a `check-ref-format` (issue 12): its test
+    # The narrow branch-name rule that spares create a `check-ref-format`: its test
     # checks every listed name against git itself, in-process (no daemon).
     Scope(
         "daemon/xumd/lifecycle/refcheck.py",
@@ -233,7 +233,7 @@ SCOPES = [
             ),
         ],
     ),
-    # The spawn path under run_command (issue 12): real children, pipes, pidfds, groups and
+    # The spawn path under run_command: real children, pipes, pidfds, groups and
     # sessions, in-process; run_command's own tests reach every branch of it.
     Scope(
         "daemon/xumd/childproc.py",

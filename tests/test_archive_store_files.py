@@ -1,4 +1,4 @@
-"""Special and sparse files in the archive store (issue #16, sections 4 and 6), with a real
+"""Special and sparse files in the archive store (docs/RELIABILITY.md), with a real
 daemon, real named pipes, sockets and device nodes, real sparse files and real small tmpfs
 mounts: a special file is never opened (skipped, reported in `dropped.special` with its type,
 the operation goes on), holes stay holes both ways, a copy that does not fit is refused

@@ -1,5 +1,5 @@
-"""The bench's target column: every figure of issue 12 is held to its bound, in the table and
-the JSON (no timing is measured here: figures are built by hand)."""
+"""The bench's target column: every figure of bench/targets.py is held to its bound, in the table
+and the JSON (no timing is measured here: figures are built by hand)."""
 
 from __future__ import annotations
 
@@ -88,6 +88,6 @@ def test_table_and_json_carry_the_target() -> None:
     assert data["figures"][1]["target"] is None
 
 
-def test_every_issue_12_figure_has_a_target() -> None:
-    # The nine rows of issue 12's table (p50 and p99 are two figures).
+def test_every_targeted_figure_has_a_target() -> None:
+    # The nine rows of the targets' table (p50 and p99 are two figures).
     assert len(targets.TARGETS) == 10

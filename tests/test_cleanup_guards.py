@@ -1,4 +1,4 @@
-"""Each cleanup guard tested where it is the only guard (issue 17): a real Store, real directories
+"""Each cleanup guard tested where it is the only guard: a real Store, real directories
 and real git worktrees (tests/test_cleanup_support.py). Every test here was seen to fail with its
 guard disabled; a set-up where a second check would also catch the case does not test the first.
 """
@@ -583,7 +583,7 @@ def test_the_cleanup_holds_are_test_points_never_crash_points() -> None:
     assert not holds & set(faults.all_points())
 
 
-# -- the last four survivors of steps.py's mutation run (issue 17) -------------------------------
+# -- the last four survivors of steps.py's mutation run --------------------------------------
 
 
 async def test_a_mount_over_the_checkout_itself_makes_the_teardown_wait(world: World) -> None:

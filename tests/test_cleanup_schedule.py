@@ -212,7 +212,7 @@ class SteppingClock(FakeClock):
 
 
 async def test_a_wall_clock_step_back_does_not_delay_a_pending_retry(base: Path) -> None:
-    # Issue #16.3: retry times are persisted as wall-clock times; a step back of an hour while
+    # Retry times are persisted as wall-clock times; a step back of an hour while
     # the daemon runs made a retry due in 1 s wait an hour (until the hourly clamp).
     ctl = base / "ctl"
     ctl.mkdir()

@@ -1,4 +1,4 @@
-"""Issue 14, section 8: `xum ws path` (for `cd "$(xum ws path x)"`) and `xum ws open` (an
+"""Getting into a workspace: `xum ws path` (for `cd "$(xum ws path x)"`) and `xum ws open` (an
 editor on the checkout), through the real CLI against a real daemon, with a fake editor script
 that records its argv and working directory."""
 

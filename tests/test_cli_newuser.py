@@ -1,4 +1,4 @@
-"""The CLI as a new user finds it (issue 13, section 5), against a real daemon, real git and real
+"""The CLI as a new user finds it, against a real daemon, real git and real
 processes: errors as JSON, busy messages, `run --detach`, an attached run stopped by the daemon,
 `ws setup` after trust, `ws show` of an interrupted workspace, the archive summary's dropped and
 preserved files, the README's Python snippet, the shipped systemd unit, shell completion."""

@@ -1,4 +1,4 @@
-"""Process containment across crashes (issue #10, section 3): every script and supervised process,
+"""Process containment across crashes (docs/RELIABILITY.md): every script and supervised process,
 and every descendant (double-forked into its own session too), is found again by its marker;
 the start-up pass stops what a crashed daemon left running before it reconciles anything.
 
@@ -130,7 +130,7 @@ def test_status_names_the_mechanism(daemon: DaemonProcess) -> None:
 def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
     root: Path, tmp_short: Path, reap_strays: list[int]
 ) -> None:
-    """The issue's case: a setup leaves a background child that writes into the checkout later;
+    """The reported case: a setup leaves a background child that writes into the checkout later;
     the daemon is SIGKILLed. The restarted daemon stops it before it is ready (before recovery
     flags the row), so `late.txt` can never appear in the interrupted checkout."""
     repo = make_repo(tmp_short / "repo")

@@ -1,4 +1,4 @@
-"""Deadlines that fail closed, on a real daemon (issue 17): a quiescence probe that does not
+"""Deadlines that fail closed, on a real daemon: a quiescence probe that does not
 finish means busy (never "nobody holds it"), and a git that hangs is killed at the daemon's git
 deadline (never waited on forever). Each was seen to fail with the guard disabled."""
 

@@ -33,7 +33,7 @@ POINTS = fault_points()
 def test_every_point_has_a_driver() -> None:
     missing = [p for p in POINTS if driver_for(p) is None]
     assert not missing, f"fault points with no crash driver (add one in tests/crash): {missing}"
-    # The operations of issue 5 each have at least one point.
+    # The structural operations each have at least one point.
     for prefix in (
         "workspace.create.",
         "workspace.rename.",

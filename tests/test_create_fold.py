@@ -1,4 +1,4 @@
-"""Create's preparatory checks in fewer git processes (issue 12): each folded check still
+"""Create's preparatory checks in fewer git processes: each folded check still
 detects what the separate git calls did."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Finding the daemon, one rule everywhere (issue 13, section 3): --socket, else --root, else
+"""Finding the daemon, one rule everywhere: --socket, else --root, else
 XUM_SOCKET, else XUM_ROOT, else the default root. The rule itself (xum_protocol.discovery), then
 the CLI, the Python clients and the daemon following it against a real daemon whose root is too
 deep for a Unix socket path."""

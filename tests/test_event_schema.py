@@ -1,4 +1,4 @@
-"""Typed events (issue 13, section 4): every event a real daemon sends validates against the
+"""Typed events: every event a real daemon sends validates against the
 typed definition of its type (`xum_protocol.event_types.TYPED_EVENT`, the discriminated union the
 JSON Schema carries), driven through a workspace's whole life."""
 

@@ -1,5 +1,5 @@
 """A subscriber that half-closes (shuts down its sending side, as `socat` does when its input ends)
-keeps receiving events until it closes the connection itself (issue 13, section 4). Connections
+keeps receiving events until it closes the connection itself. Connections
 that did not subscribe keep their behaviour: answer what was read, then close."""
 
 from __future__ import annotations

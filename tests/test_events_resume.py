@@ -1,4 +1,4 @@
-"""Events after a reconnect (issue 13, section 4): `events.subscribe {after_seq, epoch}` replays
+"""Events after a reconnect: `events.subscribe {after_seq, epoch}` replays
 what a client missed from the bounded ring, or says `resync_required` with a snapshot; replay then
 live events are gap-free and duplicate-free, even while events are published concurrently."""
 

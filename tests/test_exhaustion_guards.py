@@ -1,4 +1,4 @@
-"""Out of descriptors where a probe must look (issue 17, untested fail-closed paths): the
+"""Out of descriptors where a probe must look (fail-closed paths): the
 supervisor's liveness sweep under a real RLIMIT_NOFILE exhaustion of a real daemon, and the
 quiescence probe when EMFILE hits inside the look at one process."""
 

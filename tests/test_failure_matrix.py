@@ -1,4 +1,4 @@
-"""The failure matrix (issue #16, section 5): for every fault point the daemon declares, arm it
+"""The failure matrix: for every fault point the daemon declares, arm it
 in `raise` mode (`XUM_FAULT=<point>:raise`: an unexpected exception there, not a SIGKILL), drive
 the operation that reaches it with the crash matrix's drivers, and check, *without a restart*,
 what the crash matrix checks after one: no row left `archiving`, `restoring`, `removing` or

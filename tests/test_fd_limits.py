@@ -1,5 +1,5 @@
 """File descriptors: the daemon raises its soft limit, caps connections below it, keeps a reserve
-for its own work, and keeps serving when accept fails with EMFILE (issue #16, section 1).
+for its own work, and keeps serving when accept fails with EMFILE.
 
 Real parts: a real xumd started under `prlimit` (the hard limit lowered, so it cannot raise past
 it), real Unix socket connections past the limit, real git for create and archive."""

@@ -1,4 +1,4 @@
-"""fscopy's walks stop at mount boundaries (a known gap, closed with issue 14): the archive
+"""fscopy's walks stop at mount boundaries (a known gap, now closed): the archive
 store's copy of a directory and the size walk leave another mount's files out, and say so, as
 the deletions of fsdelete.py never cross one. Real tmpfs and bind mounts (root only)."""
 

@@ -1,4 +1,4 @@
-"""Issue 14, section 1: ignored files of the main checkout copied into a new checkout (and at
+"""Ignored files of the main checkout copied into a new checkout (and at
 unarchive, what the archive did not preserve). Real repositories, real files, real symlinks,
 FIFOs and mounts, a real XFS image with reflinks where one can be mounted, a real tmpfs that is
 too small; a real daemon."""

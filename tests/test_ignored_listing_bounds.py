@@ -1,7 +1,7 @@
 """The ignored-file listing behind archive's `preserve` and `dropped` report is never cut short:
-git's output through the bounded runner keeps a head and a tail (64 KiB) and drops the middle,
-so with many ignored entries a preserved file listed in the middle was neither saved nor
-reported, and went with the checkout (found with issue 14's copy, which lists the same way)."""
+git's output through the bounded runner keeps a head and a tail (64 KiB) and drops the middle, so
+with many ignored entries a preserved file listed in the middle was neither saved nor reported, and
+went with the checkout (found with the ignored-files copy, which lists the same way)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The lean start (xumd.leanstart, issue 12): a root with nothing to recover serves before its
+"""The lean start (xumd.leanstart): a root with nothing to recover serves before its
 feature graph is loaded, and the graph is built at the first request that needs it.
 
 - before READY=1 an empty root's daemon has imported neither psutil nor any feature of the graph,

@@ -65,7 +65,7 @@ def test_create_clears_a_stale_index_lock_and_reports_it(
     assert not lock.exists()
 
 
-# -- the user's own git: a live lock with no descriptor open (issue #16, section 2) ------------
+# -- the user's own git: a live lock with no descriptor open ---------------------------------
 
 
 class UserCommit:

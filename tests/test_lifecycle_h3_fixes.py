@@ -1,4 +1,4 @@
-"""Small lifecycle fixes (issue #10, section 8): setup's completion is durable across a crash,
+"""Small lifecycle fixes: setup's completion is durable across a crash,
 `archive {stop}` names the processes it stopped, and unarchive after a checkout deleted by hand
 settles git's stale admin entry instead of failing."""
 

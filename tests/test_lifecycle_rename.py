@@ -99,7 +99,7 @@ def test_keep_requires_interrupted(
     ws = create(daemon, project["id"], "k")["workspace"]
     err = rpc_error(daemon, "workspace.keep", {"workspace_id": ws["id"]})
     assert err.kind == "invalid_state"
-    # The startup pass (crash issue) flags a `creating` row whose setup never finished; do it
+    # The startup pass (after a crash) flags a `creating` row whose setup never finished; do it
     # by hand on a stopped daemon, then Keep makes it active.
     daemon.terminate()
     db = sqlite3.connect(daemon.root / "state.db")

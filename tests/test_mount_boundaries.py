@@ -1,4 +1,4 @@
-"""Issue #10 section 1: a mount inside a checkout is never emptied. Real daemon, real git, real
+"""Filesystem boundaries: a mount inside a checkout is never emptied. Real daemon, real git, real
 bind mounts and tmpfs (root only; skipped with the reason elsewhere).
 
 - archive, remove {force} and rename refuse `busy` with a `mount` holder naming the mount point,

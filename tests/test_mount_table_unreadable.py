@@ -1,4 +1,4 @@
-"""A daemon whose mount table cannot be read (issue 17, an untested fail-closed path): it
+"""A daemon whose mount table cannot be read (a fail-closed path): it
 cannot prove that no mount lies inside a directory, so it deletes nothing there.
 
 The daemon runs in its own mount namespace (`unshare -m`), where a write-only kernel file is

@@ -1,4 +1,4 @@
-"""Files the user asked to keep (issue #10 section 2; design section 8): a preserved ignored file
+"""Files the user asked to keep (docs/RELIABILITY.md): a preserved ignored file
 is never overwritten by setup nor dropped without a copy the user can find, and its saved copy
 goes only once the restored bytes are verified in place and the workspace is active."""
 
@@ -70,7 +70,7 @@ def env_daemon(tmp_short: Path) -> Iterator[tuple[DaemonProcess, dict[str, Any],
 def test_setup_never_overwrites_a_restored_preserved_file(
     env_daemon: tuple[DaemonProcess, dict[str, Any], Path],
 ) -> None:
-    """The issue's case: archive saves `.env`; unarchive's setup (`cp .env.example .env`) would
+    """The reported case: archive saves `.env`; unarchive's setup (`cp .env.example .env`) would
     overwrite it. The user's copy wins, the result says so, and the saved copy goes only after
     it is verified in place."""
     daemon, project, _repo = env_daemon
@@ -318,7 +318,7 @@ def test_copy_that_cannot_be_set_aside_stays_in_place_and_is_reported(
 
 
 def _env_world(world: World) -> dict[str, Any]:
-    """`world.repo` with the issue's configuration (trusted), and an archived workspace whose
+    """`world.repo` with the reported configuration (trusted), and an archived workspace whose
     `.env` holds the user's secret."""
     (world.repo / ".gitignore").write_text("node_modules/\n*.log\n.env\n")
     (world.repo / ".env.example").write_text(EXAMPLE)

@@ -1,4 +1,4 @@
-"""Process identity across wall-clock steps (issue #16, section 3).
+"""Process identity across wall-clock steps.
 
 A lease's holder is identified by pid and start time. psutil's create_time adds the kernel's
 current idea of the boot's wall-clock time, which moves with every step of the wall clock: after

@@ -1,4 +1,4 @@
-"""`xumd.procstat` in-process (issue 17): liveness by identity, driven with real processes.
+"""`xumd.procstat` in-process: liveness by identity, driven with real processes.
 
 Children spawned here (sleeping, exited and not reaped: zombies, exited and reaped), a child
 whose command name holds `) (` and spaces, a real time namespace with a boot-time offset; faults

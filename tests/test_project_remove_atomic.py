@@ -1,4 +1,4 @@
-"""project.remove is all or nothing as far as a check can tell (issue #10, section 5; design 8,
+"""project.remove is all or nothing as far as a check can tell (docs/RELIABILITY.md,
 "atomicity across objects"): every workspace is reserved (exclusive, all held together) and
 checked before any is removed; one refusal (a holder, unsaved work, another operation in
 progress) removes nothing and names every refusal and every holder."""

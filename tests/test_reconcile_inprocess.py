@@ -2,7 +2,7 @@
 against what is on disk, with a real SQLite store in a temp dir, real git repositories and
 worktrees, real directories and incarnation markers, and the real composition root (no daemon
 process). The daemon-level tests (test_recovery.py, the crash matrix) prove the same pass from
-the outside; these are fast enough to be the mutation selection of reconcile.py (issue 17).
+the outside; these are fast enough to be the mutation selection of reconcile.py.
 
 Rows and rename journals are written as a crash leaves them (the statements are the ones the
 lifecycle code commits); the disk is arranged by hand: a checkout present, missing, swapped for

@@ -1,4 +1,4 @@
-"""Remove's fixed cost (issue 12): the snapshot capture in fewer git processes, and the
+"""Remove's fixed cost: the snapshot capture in fewer git processes, and the
 quiescence probe reading /proc directly. Each still sees what the old path saw."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The root lock in-process (issue 17, survivors of `make mutate`): a real flock on a real file.
+"""The root lock in-process (survivors of `make mutate`): a real flock on a real file.
 The one-daemon rule itself is tested with real daemons in tests/test_daemon_basics.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Truthful answers under shutdown (issue #10, section 4; design 8, "truthful answers").
+"""Truthful answers under shutdown (docs/RELIABILITY.md, "truthful answers").
 
 A structural operation cut by a shutdown (`daemon.shutdown`, SIGTERM) once the grace is over
 answers what it did: one that committed its logical change (archived, removed, restored) answers

@@ -1,4 +1,4 @@
-"""The snapshotter driven in-process (issue 17): real git repositories in a temp dir, no daemon.
+"""The snapshotter driven in-process: real git repositories in a temp dir, no daemon.
 
 Each test pins one rule of `lifecycle/snapshot.py` by behaviour: what a snapshot holds (staged,
 unstaged, untracked, binary, symlinks, deletions), that the user's index is never written, what

@@ -1,4 +1,4 @@
-"""Start-up cost (issue 12), guarded by what a process loads, never by a clock.
+"""Start-up cost, guarded by what a process loads, never by a clock.
 
 - `xum status` (the command editor hooks run on every prompt) loads neither click nor anything
   heavy, and says exactly what the click command line says;

@@ -1,5 +1,5 @@
 """`workspace.strays` (and `xum ws strays`, `xum strays`): checkouts and git admin entries under the
-root that no row claims, with what they contain; never deleted. Also the CLI of issue 5:
+root that no row claims, with what they contain; never deleted. Also the CLI:
 `xum ws ls` marks interrupted workspaces, `xum ws keep|rm` resolve them, `xum status` counts
 them, `xum turn new|ls|end`."""
 

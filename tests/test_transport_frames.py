@@ -1,4 +1,4 @@
-"""The asyncio transport over the sans-IO frame reader (issue 12): frames split anywhere, many
+"""The asyncio transport over the sans-IO frame reader: frames split anywhere, many
 frames per read, the cap, a peer that reads nothing, a peer gone mid-frame, and handlers answered
 inline (in the read callback, without a task), including ones that raise or wrongly await.
 

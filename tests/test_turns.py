@@ -175,7 +175,7 @@ def test_interrupted_target_stays_bound(world: World, point: str, checkout: bool
         assert kind_of(world, "turn.create", reuse) == "not_found"
 
 
-# -- runtime: a delegated turn in a plain-directory project (issue #10, section 8) ------------
+# -- runtime: a delegated turn in a plain-directory project -------------------------------
 
 
 def add_plain_project(world: World) -> str:

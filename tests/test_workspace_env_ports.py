@@ -1,4 +1,4 @@
-"""Issue 14, sections 2 and 3: ports per workspace (durable, unique across the root, checked
+"""Ports per workspace (durable, unique across the root, checked
 free, kept while archived, released with the row, reconciled after a crash) and the environment
 (`[env]`, `workspace.create {env}`, the XUM_* variables) given to setup, teardown and every
 process, with real scripts, a real `xum run`, real listening sockets and a real SIGKILL."""

@@ -1,4 +1,4 @@
-"""`workspace.list` at scale (issue 12): rows straight to JSON, and paging.
+"""`workspace.list` at scale: rows straight to JSON, and paging.
 
 In process: the direct path (lifecycle/listing.py) answers byte for byte what the model path
 (`WorkspaceInfo` per row, dumped) answers on the same rows, including rows the direct path leaves

@@ -4,7 +4,7 @@
 also started a waiter thread (asyncio's threaded child watcher) and went through the transport's
 protocol callbacks, and `start_new_session` is a new session per child. On this project's
 machine the two cost ~7 ms per git call over a bare `subprocess.run` (docs/PERFORMANCE.md,
-"Issue 12: create and remove"): `setsid()` alone is 4-10 ms under load, because with the
+"Create and remove"): `setsid()` alone is 4-10 ms under load, because with the
 kernel's scheduler autogroups (`/proc/sys/kernel/sched_autogroup_enabled`) every new session
 creates a scheduling group, and the parent waits for it (vfork: until the child's exec).
 

@@ -3,7 +3,7 @@
 Every duration is in seconds (floats), so tests can use milliseconds.
 
 Validated here without pydantic: building pydantic models costs its import and their build on
-every start's way to readiness (docs/PERFORMANCE.md, "Issue 12: lean start"). Each section is a
+every start's way to readiness (docs/PERFORMANCE.md, "Lean start"). Each section is a
 table of keys (type, default, bounds); values are taken as pydantic's lax mode takes them (an
 integral float for an int, a numeric string, `yes`/`no` for a bool), and a refusal reads as
 pydantic's did. `xumd.config_schema` derives pydantic models from these tables, for the
@@ -254,7 +254,7 @@ class CleanupConfig(Section):
 
 
 class ProcessesConfig(Section):
-    """The process supervisor (issue 6)."""
+    """The process supervisor."""
 
     __slots__ = (
         "auto_archive_attempts",
@@ -328,7 +328,7 @@ class ProcessesConfig(Section):
 
 
 class GcConfig(Section):
-    """Garbage collection policies (issue 14): every one is off (0 / false) by default."""
+    """Garbage collection policies: every one is off (0 / false) by default."""
 
     __slots__ = ("archive_merged", "archived_after_days", "kept_after_days", "snapshot_refs_days")
     KEYS = {
@@ -389,7 +389,7 @@ class UsageConfig(Section):
 
 
 class PortsConfig(Section):
-    """Ports per workspace (issue 14): a project's `[ports] count` overrides `count`."""
+    """Ports per workspace: a project's `[ports] count` overrides `count`."""
 
     __slots__ = ("count", "range_end", "range_start")
     KEYS = {
@@ -414,7 +414,7 @@ class PortsConfig(Section):
 
 
 class CreateConfig(Section):
-    """Copying ignored files of the main checkout into a new one (issue 14)."""
+    """Copying ignored files of the main checkout into a new one."""
 
     __slots__ = ("copy_max_bytes", "copy_timeout_s")
     KEYS = {

@@ -1,4 +1,4 @@
-"""Named fault points (design section 6).
+"""Named fault points (docs/ARCHITECTURE.md, "Durable write order and crash recovery").
 
 Each step between a durable write and its effect calls a point with a stable name. With
 `XUM_FAULT=<name>` in the environment the daemon SIGKILLs itself when it reaches that point, so a

@@ -103,7 +103,7 @@ class FdLimits:
 
 OPEN_COUNT_TTL_S = 0.5
 """`daemon.status` reports the open count sampled at most this often: listing /proc/self/fd was
-the largest single cost of a status poll (issue 12), and monitors poll many times a second."""
+the largest single cost of a status poll, and monitors poll many times a second."""
 _open_sample: tuple[float, int] = (float("-inf"), 0)
 
 

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 # structlog's package imports `structlog.dev`, which imports rich (and through it pygments) when
 # it is installed, only to pretty-print tracebacks on a console: about a sixth of the daemon's
-# start-up imports (docs/PERFORMANCE.md, "Issue 12: start-up"). The daemon writes JSON lines, and
+# start-up imports (docs/PERFORMANCE.md, "Start-up"). The daemon writes JSON lines, and
 # plain tracebacks on a console, so rich stays hidden while structlog loads: a None entry in
 # sys.modules makes `import rich` raise ImportError, which structlog reads as "not installed".
 # A later `import rich` (the CLI's tables, in a process that also logs) gets the real package.

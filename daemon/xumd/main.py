@@ -1,6 +1,6 @@
 """`xumd`: the daemon's command line.
 
-Start-up cost (docs/PERFORMANCE.md, "Issue 12: start-up"): the daemon's time to ready is almost
+Start-up cost (docs/PERFORMANCE.md, "Start-up"): the daemon's time to ready is almost
 all imports, so this module imports nothing heavy at its top, runs the imports with the cyclic
 garbage collector paused, and, after a clean stop, leaves without the interpreter's teardown.
 """

@@ -24,7 +24,7 @@ class ErrorKind(StrEnum):
     METHOD_NOT_FOUND = "method_not_found"
     INVALID_PARAMS = "invalid_params"
     INTERNAL = "internal"
-    # Application kinds (design section 5).
+    # Application kinds (docs/PROTOCOL.md, "Errors").
     NOT_FOUND = "not_found"
     BUSY = "busy"
     CONFLICT = "conflict"

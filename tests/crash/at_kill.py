@@ -1,4 +1,4 @@
-"""The durable order at the moment of the kill (issue 17): intent committed -> point -> effect on
+"""The durable order at the moment of the kill: intent committed -> point -> effect on
 disk -> point -> completion committed. Read before the restart (the daemon is dead, recovery has
 not touched anything), each point's name says what must already be committed and what must not
 yet be on disk. So moving an effect before its intent commit (`git worktree add` before the

@@ -1,4 +1,4 @@
-"""The invariants checked after every crash + restart (issue 5), from outside the daemon: git's own
+"""The invariants checked after every crash + restart, from outside the daemon: git's own
 view of the repository, the filesystem, and ordinary RPC calls."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every test daemon, and every `xum` a test runs, is a new Python process that imp
 daemon's (or the client's) modules. Where PYTHONDONTWRITEBYTECODE is set (it is on the machines
 these tests run on) no `__pycache__` is ever written, so each of those processes compiled every
 module from source again: about as much CPU as all the rest of a daemon's start-up
-(docs/PERFORMANCE.md, "Issue 12: start-up"). The session writes the bytecode once, explicitly.
+(docs/PERFORMANCE.md, "Start-up"). The session writes the bytecode once, explicitly.
 
 The files are checked-hash pycs: the interpreter compares each with its source's hash at every
 import, so a source changed afterwards (an edit, a mutant written into a copy of the tree by

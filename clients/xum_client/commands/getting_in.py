@@ -1,4 +1,4 @@
-"""`xum ws path` and `xum ws open`: getting into a workspace (issue 14, section 8).
+"""`xum ws path` and `xum ws open`: getting into a workspace.
 
 `xum ws path REF` prints only the checkout's path, so `cd "$(xum ws path web/fix)"` works; any
 problem (unknown, archived, removed, a checkout missing on disk) goes to stderr with a non-zero

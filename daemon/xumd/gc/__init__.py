@@ -1,1 +1,1 @@
-"""Garbage collection of stale workspaces, snapshot refs and kept copies (issue 14 §6)."""
+"""Garbage collection of stale workspaces, snapshot refs and kept copies."""

@@ -1,4 +1,4 @@
-"""Big repositories (issue 14, section 7): a new checkout inherits the main checkout's cone-mode
+"""Big repositories: a new checkout inherits the main checkout's cone-mode
 sparse-checkout patterns (only those directories are written), and its submodules are cloned
 from the main checkout's own copies (`<common git dir>/modules/<name>`: a local clone that
 hard-links the objects), so nothing is fetched and it works offline.

@@ -1,4 +1,4 @@
-"""What a project's config asks of a new workspace (issue 14): `[create] copy`, the
+"""What a project's config asks of a new workspace: `[create] copy`, the
 repository's `.worktreeinclude`, `[create] fetch`, `[ports] count` and `[env]`. The one reader of
 the `[create]` table (lifecycle/basefetch.py takes `fetch` from here).
 

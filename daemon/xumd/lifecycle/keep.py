@@ -1,7 +1,8 @@
-"""workspace.keep: the user's **Keep** for an interrupted workspace (design section 3): clear the
-flag; an interrupted `creating` row whose checkout is ours becomes `active` (its unfinished setup
-is reported as failed). A row with a kept rename journal (a rename whose undo failed) is first
-settled by recovery's own logic (the `rename_settler` seam), as a restart would settle it."""
+"""workspace.keep: the user's **Keep** for an interrupted workspace (docs/ARCHITECTURE.md, "The
+contract"): clear the flag; an interrupted `creating` row whose checkout is ours becomes `active`
+(its unfinished setup is reported as failed). A row with a kept rename journal (a rename whose undo
+failed) is first settled by recovery's own logic (the `rename_settler` seam), as a restart would
+settle it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Paths the daemon owns are never accepted as user paths (design section 8).
+"""Paths the daemon owns are never accepted as user paths (docs/RELIABILITY.md, "paths the daemon
+owns").
 
 Owned: the root and everything in it (state database, lock, socket, config, trash, archive
 store, the workspaces directory itself), every project's repository and git directory, and

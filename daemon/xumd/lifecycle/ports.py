@@ -1,4 +1,4 @@
-"""Ports of a workspace (issue 14, section 2).
+"""Ports of a workspace.
 
 A workspace gets `count` ports from the root's range (`[ports]` in ROOT/config.toml). They are
 allocated in the same transaction as the workspace's intent row, so a crash leaves either both

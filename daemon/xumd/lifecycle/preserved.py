@@ -1,4 +1,4 @@
-"""Files the user asked to keep (design section 8): the saved copy under ROOT/archive/.
+"""Files the user asked to keep (docs/RELIABILITY.md): the saved copy under ROOT/archive/.
 
 A saved copy is a directory `ROOT/archive/<ws-id>/` with a `manifest.json` naming its files and
 the incarnation they were saved from: for the worktree runtime the ignored files matching

@@ -1,7 +1,8 @@
-"""workspace.rename: journaled (design section 6). The journal `{from, to, incarnation, phase}`
-is committed first, then `git worktree move` (or a rename), then `git branch -m` when the branch
-is the default `xum/<name>`, then the row and the journal's removal in one transaction. A failure
-undoes the steps done; startup recovery rolls an interrupted rename back or forward."""
+"""workspace.rename: journaled (docs/ARCHITECTURE.md, "Durable write order"). The journal `{from,
+to, incarnation, phase}` is committed first, then `git worktree move` (or a rename), then `git
+branch -m` when the branch is the default `xum/<name>`, then the row and the journal's removal in
+one transaction. A failure undoes the steps done; startup recovery rolls an interrupted rename back
+or forward."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ignored files of the main checkout copied into a new checkout (issue 14, section 1).
+"""Ignored files of the main checkout copied into a new checkout.
 
 Which: untracked files and directories of the project's main checkout that match the project's
 `[create] copy` patterns or its `.worktreeinclude` (gitignore syntax) AND that the repository

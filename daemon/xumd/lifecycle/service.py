@@ -4,7 +4,7 @@ The rest of the daemon uses this class (handed in by the composition root: auto-
 turns, project.remove); each operation lives in its own module, over one shared `Context`.
 
 Every structural operation runs under `coord.exclusive(...)` (admission closed, holders drained,
-row resolved under the reservation) and follows the durable order of design section 6:
+row resolved under the reservation) and follows the durable order (docs/ARCHITECTURE.md):
 intent committed -> fault point -> effect on disk -> fault point -> completion committed.
 Each effect is idempotent or detectable on replay (the row's state and incarnation, the on-disk
 marker, the rename journal), which is what the startup recovery pass relies on.

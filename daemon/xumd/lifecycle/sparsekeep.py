@@ -1,4 +1,4 @@
-"""A sparse workspace stays sparse across archive and unarchive (issue 14, section 7).
+"""A sparse workspace stays sparse across archive and unarchive.
 
 Which cone: the workspace's OWN cone as it was when it was archived, recorded then
 (`workspace_sparse`), not the main checkout's cone re-read at unarchive. The snapshot holds the

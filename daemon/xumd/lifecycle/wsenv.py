@@ -1,4 +1,4 @@
-"""The environment of a workspace's children (issue 14, section 3): one function builds the
+"""The environment of a workspace's children: one function builds the
 XUM_* variables that setup, teardown and every supervised process get, so they are the same
 everywhere (docs/CONFIGURATION.md, "The environment"). The user's part (the project's `[env]`
 merged with `workspace.create {env}`) is stored with the workspace at create, in its intent

@@ -1,1 +1,1 @@
-"""Supervised processes, durable use leases, and quiescence probes (issue 6)."""
+"""Supervised processes, durable use leases, and quiescence probes."""

@@ -113,7 +113,7 @@ def _scan_proc(
     first, and only a process found inside the checkout is looked at further (its
     state, group, name, start and command line). psutil read status, uids, start time and
     every descriptor's fdinfo of every process (~200 ms per probe with ~120 processes on a
-    loaded 2-core machine; docs/PERFORMANCE.md, "Issue 12")."""
+    loaded 2-core machine; docs/PERFORMANCE.md, "Create and remove")."""
     me = os.getpid()
     found: list[Usage] = []
     try:

@@ -1,14 +1,15 @@
 """The startup pass: reconcile every workspace row (and rename journal, and turn) with the disk.
 
-Runs before readiness, after the root lock. Design section 6: a crash lands between an intent
-committed in the store and its effect on disk, or between the effect and its completion. For each
-in-between state the pass rolls forward or back when the disk proves which, and otherwise flags
-the row `interrupted` with a reason for the user to resolve with ordinary calls (`workspace.keep`,
-`workspace.remove`, `workspace.archive`, `workspace.unarchive`, a rename again). It never deletes:
-the only destructive consequence it may plan is a fenced cleanup obligation for a checkout it
-just rolled back (an unarchive that never finished restoring), whose content the snapshot holds.
-It finishes an interrupted unarchive's preserved files: the user's saved copy is put back over
-what setup wrote, and the copy deleted only once verified in place (`_settle_saved_copies`).
+Runs before readiness, after the root lock. By the durable write order (docs/ARCHITECTURE.md), a
+crash lands between an intent committed in the store and its effect on disk, or between the effect
+and its completion. For each in-between state the pass rolls forward or back when the disk proves
+which, and otherwise flags the row `interrupted` with a reason for the user to resolve with ordinary
+calls (`workspace.keep`, `workspace.remove`, `workspace.archive`, `workspace.unarchive`, a rename
+again). It never deletes: the only destructive consequence it may plan is a fenced cleanup
+obligation for a checkout it just rolled back (an unarchive that never finished restoring), whose
+content the snapshot holds. It finishes an interrupted unarchive's preserved files: the user's saved
+copy is put back over what setup wrote, and the copy deleted only once verified in place
+(`_settle_saved_copies`).
 
 Cost: one query for all rows, an lstat per settled row (identity agrees: done), marker reads only
 for in-between rows, one transaction for every change; git runs only for a rename journal.
@@ -401,7 +402,7 @@ class Reconciler:
     def _drop_journal(self, workspace_id: str) -> None:
         self.store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (workspace_id,))
 
-    # -- rename journals (design section 6) --------------------------------------------------------
+    # -- rename journals (the durable write order) ---------------------------------------------
 
     async def _branch_exists(self, project: ProjectRow, branch: str) -> bool:
         found = await self.git.run(

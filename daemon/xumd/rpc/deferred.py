@@ -1,6 +1,6 @@
 """A feature's service built at its first request, not before readiness.
 
-Time to ready is almost all imports (docs/PERFORMANCE.md, "Issue 12: start-up"). A feature that
+Time to ready is almost all imports (docs/PERFORMANCE.md, "Start-up"). A feature that
 no startup step needs (gc, disk usage) registers its routes at start, by method name with the
 protocol's params model as every route (so bad params are refused without loading anything),
 and imports and builds its service only when a request first names one of them.

@@ -5,7 +5,7 @@ response object, so the transport and the tests can drive it alike.
 
 Nothing of pydantic or the protocol's models is imported here at load: a route's params model
 may be given as a loader (`params_from`), imported at the route's first request, so that the
-daemon serves before loading them (docs/PERFORMANCE.md, "Issue 12: lean start").
+daemon serves before loading them (docs/PERFORMANCE.md, "Lean start").
 """
 
 from __future__ import annotations

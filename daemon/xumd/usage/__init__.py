@@ -1,1 +1,1 @@
-"""Disk usage of workspaces and the root (issue 14, section 5)."""
+"""Disk usage of workspaces and the root."""

@@ -1,4 +1,4 @@
-"""What `workspace.create` reports beyond the checkout itself (issue 14): the base fetch, the
+"""What `workspace.create` reports beyond the checkout itself: the base fetch, the
 sparse-checkout patterns it inherited, the submodules it initialised."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Protocol models of garbage collection (`gc.plan`, `gc.run`; issue 14 section 6)."""
+"""Protocol models of garbage collection (`gc.plan`, `gc.run`)."""
 
 from __future__ import annotations
 

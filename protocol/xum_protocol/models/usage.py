@@ -1,4 +1,4 @@
-"""Protocol models of disk usage (`workspace.usage`, issue 14 section 5)."""
+"""Protocol models of disk usage (`workspace.usage`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Protocol models of a workspace's environment, ports and seeded ignored files (issue 14,
-sections 1-3): the `env` of `workspace.create`, its rule, and the copy report."""
+"""Protocol models of a workspace's environment, ports and seeded ignored files: the `env` of
+`workspace.create`, its rule, and the copy report."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ CREATE TABLE workspaces (
 CREATE INDEX workspaces_state ON workspaces(state);
 CREATE INDEX workspaces_path ON workspaces(path);
 
--- One in-flight rename per workspace: {from, to, incarnation, phase} (design section 6).
+-- One in-flight rename per workspace: {from, to, incarnation, phase} (docs/ARCHITECTURE.md, durable write order).
 CREATE TABLE rename_journal (
     workspace_id TEXT PRIMARY KEY,
     from_name    TEXT NOT NULL,

@@ -1,4 +1,4 @@
--- Durable cleanup obligations: one row per pending physical step (issue: cleanup-retry service).
+-- Durable cleanup obligations: one row per pending physical step.
 -- A row is committed before its step is attempted; it is fenced by (incarnation, dev, ino) and the
 -- on-disk marker when it runs, and it outlives the workspace row (removal writes a tombstone).
 CREATE TABLE cleanup_obligations (

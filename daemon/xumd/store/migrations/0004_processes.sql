@@ -1,4 +1,4 @@
--- Durable use leases (issue 6): one row per (holder, workspace, kind), written before the effect it
+-- Durable use leases: one row per (holder, workspace, kind), written before the effect it
 -- covers and removed when it ends. A lease of a daemon-spawned process is also that process's
 -- durable record, so that a process still running after a daemon crash is found and adopted.
 CREATE TABLE leases (

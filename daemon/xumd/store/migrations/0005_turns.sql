@@ -1,4 +1,4 @@
--- Delegated workspace turns (issue 5). A turn row is written by the daemon only: for mode 'new' in
+-- Delegated workspace turns. A turn row is written by the daemon only: for mode 'new' in
 -- the same transaction as the target's `creating` intent row (which carries handle_id and
 -- owner_workspace_id), so the binding can never be forged nor lost to a crash.
 CREATE TABLE turns (

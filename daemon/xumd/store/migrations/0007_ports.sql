@@ -1,4 +1,4 @@
--- Ports and environment of a workspace (issue 14, sections 2 and 3).
+-- Ports and environment of a workspace.
 -- Ports: allocated in the intent transaction of `workspace.create` (before any checkout exists),
 -- kept while the workspace is archived, and released with its row (ON DELETE CASCADE: a create's
 -- undo, the startup pass rolling a `creating` row back, and a removal all delete the row, and the
