@@ -72,6 +72,8 @@ test-editors: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@# unused code in the product (settings and why each allowed name is used: pyproject.toml, vulture_allow.py)
+	$(BIN)/vulture
 	@# the Neovim plugin and its scenarios (.luacheckrc); CI installs luacheck (Debian: lua-check)
 	if command -v luacheck >/dev/null; then luacheck -q clients/nvim tests/nvim; else echo "luacheck not found: the Lua is not linted"; fi
 

@@ -39,10 +39,6 @@ class Conn:
             await conn.call("hello", {"protocol": "1.0", "client": {"name": "xum-bench"}})
         return conn
 
-    async def send_raw(self, data: bytes) -> None:
-        self._writer.write(data)
-        await self._writer.drain()
-
     async def read_message(self) -> Any:
         line = await self._reader.readline()
         if not line:

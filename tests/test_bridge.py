@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import psutil
-from xumd.rootlock import read_holder
 
 from tests.support.daemon import DaemonProcess, write_config
+from tests.support.lockholder import read_holder
 from tests.support.sshd import stop_root_daemon
 from tests.support.wait import until
 

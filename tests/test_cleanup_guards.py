@@ -576,11 +576,11 @@ def test_an_unsaved_wait_names_ten_files_then_counts_the_rest() -> None:
 
 def test_the_cleanup_holds_are_test_points_never_crash_points() -> None:
     # A hold only parks a step for a test; the crash matrix must not kill the daemon there.
-    import xumd.cleanup.steps  # noqa: F401  (declares the points)
+    from xumd.cleanup import steps
 
-    holds = {"cleanup.trash.hold", "cleanup.reclaim.hold", "cleanup.reclaim.hold_walk"}
-    assert holds <= set(faults.simulated_points())
-    assert not holds & set(faults.all_points())
+    holds = (steps.TRASH_HOLD, steps.RECLAIM_HOLD, steps.RECLAIM_WALK_HOLD)
+    assert all(point.simulate for point in holds)
+    assert not {point.name for point in holds} & set(faults.all_points())
 
 
 # -- the last four survivors of steps.py's mutation run --------------------------------------

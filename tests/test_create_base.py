@@ -572,10 +572,6 @@ def test_project_config_swapped_for_a_fifo_does_not_block(
     err = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "fifo"})
     assert err.kind == "invalid_params"
     assert daemon.call("daemon.status")["pid"] > 0
-    # basefetch's own reader of `[create] fetch` never blocks on it either.
-    from xumd.lifecycle.basefetch import project_wants_fetch
-
-    assert project_wants_fetch(repo) is False
 
 
 def test_sparse_unarchive_whose_cone_cannot_be_set_is_undone(root: Path, tmp_short: Path) -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import structlog
 from xumd.store import Store, StoreError
-from xumd.store.db import latest_schema_version
+from xumd.store.db import _migrations
+
+LATEST = _migrations()[-1][0]
 
 
 def test_pragmas_and_migrations(tmp_short: Path) -> None:
@@ -17,8 +19,8 @@ def test_pragmas_and_migrations(tmp_short: Path) -> None:
         assert store.one("PRAGMA journal_mode")[0] == "wal"
         assert store.one("PRAGMA synchronous")[0] == 2  # FULL
         assert store.one("PRAGMA foreign_keys")[0] == 1
-        assert store.migrate() == latest_schema_version() >= 1
-        assert store.migrate() == latest_schema_version()  # idempotent
+        assert store.migrate() == LATEST >= 1
+        assert store.migrate() == LATEST  # idempotent
         assert store.one("SELECT count(*) FROM meta")[0] == 0
     finally:
         store.close()
@@ -27,13 +29,13 @@ def test_pragmas_and_migrations(tmp_short: Path) -> None:
 def test_newer_schema_is_refused_untouched(tmp_short: Path) -> None:
     path = tmp_short / "state.db"
     db = sqlite3.connect(path)
-    db.execute(f"PRAGMA user_version={latest_schema_version() + 1}")
+    db.execute(f"PRAGMA user_version={LATEST + 1}")
     db.close()
     store = Store(path)
     try:
         with pytest.raises(StoreError, match="newer xumd"):
             store.migrate()
-        assert store.schema_version == latest_schema_version() + 1
+        assert store.schema_version == LATEST + 1
     finally:
         store.close()
 

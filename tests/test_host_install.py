@@ -81,7 +81,7 @@ def host(wheel_cache: Path) -> Iterator[Host]:
 
 
 def _python(platform: str, libc: str, libc_version: tuple[int, int] | None) -> HostPython:
-    return HostPython("/usr/bin/python3", (3, 11, 2), "cpython", platform, libc, libc_version, "/d")
+    return HostPython("/usr/bin/python3", (3, 11, 2), "cpython", platform, libc, libc_version)
 
 
 def test_platform_tags_for_glibc_musl_and_refusals() -> None:
@@ -104,10 +104,8 @@ def test_platform_tags_for_glibc_musl_and_refusals() -> None:
 
 def test_no_cpython_3_11_is_one_clear_line() -> None:
     entry = HostEntry("h", "dest")
-    old = HostPython(
-        "/usr/bin/python3", (3, 9, 18), "cpython", "linux-x86_64", "glibc", (2, 36), "/d"
-    )
-    pypy = HostPython("/opt/pypy3", (3, 11, 0), "pypy", "linux-x86_64", "glibc", (2, 36), "/d")
+    old = HostPython("/usr/bin/python3", (3, 9, 18), "cpython", "linux-x86_64", "glibc", (2, 36))
+    pypy = HostPython("/opt/pypy3", (3, 11, 0), "pypy", "linux-x86_64", "glibc", (2, 36))
     with pytest.raises(hostinstall.HostInstallError) as caught:
         choose_python(entry, Probe(pythons=[old, pypy]))
     message = str(caught.value)
@@ -319,7 +317,7 @@ def test_a_failed_install_on_the_host_leaves_nothing_half_made(host: Host, tmp_s
     entry = HostEntry("h", ALIAS)
     house = tmp_short / "house"
     wheels = [hostinstall.build_xum_wheel(house), hostinstall._pip_wheel(house, 120)]
-    python = HostPython(sys.executable, (3, 11, 0), "cpython", "linux-x86_64", "glibc", None, "")
+    python = HostPython(sys.executable, (3, 11, 0), "cpython", "linux-x86_64", "glibc", None)
     env = {**os.environ, **host.server.env()}
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
@@ -372,9 +370,7 @@ def test_ssh_ending_mid_install_says_the_outcome_is_unknown(
     )
     wheel = tmp_short / "x-1-py3-none-any.whl"
     wheel.write_bytes(b"not really a wheel")
-    python = HostPython(
-        "/usr/bin/python3", (3, 11, 0), "cpython", "linux-x86_64", "glibc", None, ""
-    )
+    python = HostPython("/usr/bin/python3", (3, 11, 0), "cpython", "linux-x86_64", "glibc", None)
     with pytest.raises(hostinstall.HostInstallError) as caught:
         hostinstall.push_and_install(HostEntry("h", "box"), python, [wheel])
     assert str(caught.value) == (

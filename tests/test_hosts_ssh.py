@@ -24,11 +24,11 @@ import pytest
 from xum_client import AsyncClient, Client, ClientTimeout, ConnectionLost
 from xum_client.errors import BridgeFailed, HostKeyRefused, HostUnreachable, XumMissingOnHost
 from xum_client.hosts import HostEntry, add_host
-from xumd.rootlock import read_holder
 
 from tests.lifecycle_helpers import commit_scripts
 from tests.support.daemon import short_tmpdir
 from tests.support.gitrepo import make_repo
+from tests.support.lockholder import read_holder
 from tests.support.procs import alive, identify
 from tests.support.sshd import ALIAS, ALIAS_BADKEY, ALIAS_DOWN, SshServer, stop_root_daemon
 from tests.support.terminal import run_on_a_terminal

@@ -224,7 +224,7 @@ def test_kill_tree_reports_a_tree_ended_by_sigkill_as_gone() -> None:
         start_new_session=True,
     )
     try:
-        until(lambda: len(procutil.tree_pids(child.pid)) >= 2, message="the tree to start")
+        until(lambda: len(procstat.tree_identities(child.pid)) >= 2, message="the tree to start")
         gone = anyio.run(lambda: procutil.kill_tree(child.pid, child.pid, 0.1))
         assert gone is True
         assert not procutil.group_alive(child.pid)
@@ -369,7 +369,7 @@ def test_kill_tree_reaches_a_group_member_outside_the_tree() -> None:
         orphan = identify(int(leader.stdout.readline()))
         leader.wait(10)
         assert alive(orphan) and os.getpgid(orphan.pid) == leader.pid
-        assert orphan.pid not in procutil.tree_pids(leader.pid)
+        assert orphan.pid not in procstat.tree_identities(leader.pid)
         gone = anyio.run(lambda: procutil.kill_tree(leader.pid, leader.pid, 0.2))
         assert gone is True
         assert not alive(orphan)
@@ -497,7 +497,7 @@ def test_a_descendant_outside_the_group_gets_its_own_sigterm(tmp_path: Path) -> 
         assert leader.stdout is not None
         escaped = identify(int(leader.stdout.readline()))
         assert os.getpgid(escaped.pid) != leader.pid
-        assert escaped.pid in procutil.tree_pids(leader.pid)
+        assert escaped.pid in procstat.tree_identities(leader.pid)
         gone = anyio.run(lambda: procutil.kill_tree(leader.pid, leader.pid, 5.0))
         assert gone is True
         assert cleaned.read_text() == "term"
@@ -607,7 +607,9 @@ def test_the_sigkill_after_the_grace_spares_a_process_that_took_a_members_pid() 
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
-        until(lambda: child in procutil.tree_pids(parent.pid), message="the child in the tree")
+        until(
+            lambda: child in procstat.tree_identities(parent.pid), message="the child in the tree"
+        )
 
         def take_the_pid() -> None:
             assert parent.stdout is not None
@@ -661,7 +663,9 @@ def test_a_member_whose_pid_is_reused_while_the_tree_is_read_is_not_a_member(
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
-        until(lambda: child in procutil.tree_pids(parent.pid), message="the child in the tree")
+        until(
+            lambda: child in procstat.tree_identities(parent.pid), message="the child in the tree"
+        )
 
         def reused_before_read(pid: int, *, strict: bool = False) -> list[str] | None:
             if pid == child and not strangers:

@@ -9,7 +9,7 @@ import importlib
 from pathlib import Path
 
 from xum_protocol.docs import methods_table, render
-from xum_protocol.event_types import BY_TYPE, EVENT_TYPES
+from xum_protocol.event_types import EVENT_TYPES
 from xum_protocol.methods import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,12 +60,13 @@ def test_every_published_event_type_is_in_the_catalog() -> None:
     # The scan itself works: it sees the kinds of call sites the daemon uses.
     for known in ("workspace.state_changed", "cleanup.obligation_changed", "lease.released"):
         assert known in published, f"the scan missed {known}"
-    missing = sorted(set(published) - set(BY_TYPE))
+    by_type = {event.type: event for event in EVENT_TYPES}
+    missing = sorted(set(published) - set(by_type))
     assert not missing, f"published but not in xum_protocol.event_types: {missing}"
-    unused = sorted(set(BY_TYPE) - set(published))
+    unused = sorted(set(by_type) - set(published))
     assert not unused, f"in the catalog but never published: {unused}"
     for type_, fields in published.items():
-        documented = {name.rstrip("?") for name in BY_TYPE[type_].data}
+        documented = {name.rstrip("?") for name in by_type[type_].data}
         extra = fields - documented
         assert not extra, f"{type_} publishes undocumented data fields {sorted(extra)}"
     assert len({e.type for e in EVENT_TYPES}) == len(EVENT_TYPES), "a type listed twice"

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from xumd import rootlock
 
+from tests.support.lockholder import read_holder
+
 
 def test_release_gives_the_root_back_and_is_idempotent(tmp_path: Path) -> None:
     path = tmp_path / "xumd.lock"
@@ -22,10 +24,10 @@ def test_release_gives_the_root_back_and_is_idempotent(tmp_path: Path) -> None:
     lock.release()  # a second release closes nothing (no EBADF, no other fd closed)
     again = rootlock.acquire(path)
     try:
-        assert rootlock.read_holder(path) is not None
+        assert read_holder(path) is not None
     finally:
         again.release()
-    assert rootlock.read_holder(path) is None
+    assert read_holder(path) is None
 
 
 def test_the_lock_file_is_private(tmp_path: Path) -> None:
@@ -47,7 +49,7 @@ def test_the_refusal_names_the_holder_and_when_it_started(tmp_path: Path) -> Non
     path = tmp_path / "xumd.lock"
     lock = rootlock.acquire(path)
     try:
-        holder = rootlock.read_holder(path)
+        holder = read_holder(path)
         assert holder is not None and holder["pid"] == os.getpid()
         with pytest.raises(rootlock.RootLockedError) as refused:
             rootlock.acquire(path)
@@ -60,7 +62,7 @@ def test_the_refusal_names_the_holder_and_when_it_started(tmp_path: Path) -> Non
 
 def test_read_holder_of_a_root_without_a_lock_file(tmp_path: Path) -> None:
     """A root no daemon ever ran on has no lock file: nobody holds it (not an error)."""
-    assert rootlock.read_holder(tmp_path / "xumd.lock") is None
+    assert read_holder(tmp_path / "xumd.lock") is None
 
 
 def test_a_lock_on_descriptor_zero_is_released(tmp_path: Path) -> None:
@@ -75,7 +77,7 @@ def test_a_lock_on_descriptor_zero_is_released(tmp_path: Path) -> None:
         with pytest.raises(OSError) as closed:
             os.fstat(0)
         assert closed.value.errno == errno.EBADF
-        assert rootlock.read_holder(tmp_path / "xumd.lock") is None
+        assert read_holder(tmp_path / "xumd.lock") is None
     finally:
         os.dup2(saved, 0)
         os.close(saved)

@@ -51,7 +51,7 @@ def test_a_stream_split_at_every_byte_gives_the_same_frames() -> None:
         assert reader.finish() is None
     reader = FrameReader(64)
     one_by_one = [frame for i in range(len(STREAM)) for frame in reader.feed(STREAM[i : i + 1])]
-    assert one_by_one == FRAMES and reader.buffered == 0
+    assert one_by_one == FRAMES and reader.finish() is None  # nothing held back
 
 
 def test_many_frames_in_one_read() -> None:
@@ -78,10 +78,14 @@ def test_the_cap_is_exact_however_the_frame_is_split() -> None:
 
 
 def test_without_a_newline_the_held_bytes_are_capped() -> None:
+    held = FrameReader(10)
+    assert held.feed(b"12345") == [] and held.feed(b"67890") == [] and not held.oversize
+    assert held.feed(b"\n") == [b"1234567890"]  # at the cap, the held bytes make one frame
     reader = FrameReader(10)
-    assert reader.feed(b"12345") == [] and reader.buffered == 5
-    assert reader.feed(b"67890") == [] and not reader.oversize
-    assert reader.feed(b"1") == [] and reader.oversize and reader.buffered == 0
+    assert reader.feed(b"12345") == [] and reader.feed(b"67890") == [] and not reader.oversize
+    assert reader.feed(b"1") == [] and reader.oversize
+    # One byte past the cap ends the stream: nothing more is held or returned.
+    assert reader.feed(b"\n") == [] and reader.finish() is None
 
 
 def test_the_last_frame_may_lack_its_newline() -> None:

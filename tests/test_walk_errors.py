@@ -42,7 +42,6 @@ def test_delete_tree_names_the_file_it_may_not_delete(tmp_short: Path) -> None:
         fsdelete.delete_tree(top)
     assert caught.value.filename == "build/out.o"
     assert str(caught.value).endswith(f"{EPERM}: 'build/out.o'"), str(caught.value)
-    assert fsdelete.walk_path(caught.value) == "build/out.o"
     # Nothing else about the error changed: its class and errno still say what it was.
     assert caught.value.errno == 1
     fsdelete.delete_tree(top)  # once the kernel lets go, the same walk completes

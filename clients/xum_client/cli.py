@@ -35,7 +35,6 @@ from xum_client.errors import (
 )
 from xum_client.sync import CLIENT_VERSION, socket_path_for
 
-EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3

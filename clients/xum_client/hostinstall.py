@@ -87,8 +87,6 @@ class HostPython:
     libc: str
     """`glibc`, `musl` or empty."""
     libc_version: tuple[int, int] | None
-    data_dir: str
-    """The host's xum data directory: `${XDG_DATA_HOME:-$HOME/.local/share}/xum`."""
 
     @property
     def usable(self) -> bool:
@@ -118,7 +116,7 @@ class Probe:
 
 # Runs on the host under any Python 3 (no f-strings: an old one must still say its version).
 _PROBE_PY = """
-import json, os, platform, sys, sysconfig, glob, subprocess
+import json, platform, sys, sysconfig, glob, subprocess
 impl = getattr(getattr(sys, "implementation", None), "name", "unknown")
 libc, libc_version = platform.libc_ver()
 if not libc:
@@ -132,11 +130,9 @@ if not libc:
                     libc_version = line.split()[1]
         except Exception:
             pass
-data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
 print("XUM-PYTHON " + json.dumps({
     "path": sys.executable, "version": list(sys.version_info[:3]), "implementation": impl,
     "platform": sysconfig.get_platform(), "libc": libc, "libc_version": libc_version,
-    "data_dir": os.path.join(data, "xum"),
 }))
 """
 
@@ -226,7 +222,6 @@ def parse_probe(text: str) -> Probe:
                         platform=str(raw["platform"]),
                         libc=str(raw.get("libc") or ""),
                         libc_version=libc_version,
-                        data_dir=str(raw["data_dir"]),
                     )
                 )
             except (ValueError, KeyError, TypeError):

@@ -168,9 +168,6 @@ class App:
         self._drains.append(_Drain(name, fn, deadline_s or self.config.drain_deadline_s, stage))
         self._drains.sort(key=lambda d: d.stage)
 
-    def drain_order(self) -> list[str]:
-        return [d.name for d in self._drains]
-
     def request_shutdown(self, reason: str) -> None:
         if not self.shutdown_requested.is_set():
             log.info("daemon.shutdown_requested", reason=reason)

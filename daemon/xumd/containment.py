@@ -211,11 +211,6 @@ def cgroup_delegated(
     return directory
 
 
-# A run joins its cgroup itself, before it execs the command: nothing it starts can be outside.
-# (Python's subprocess cannot fork into a cgroup; a program, not a pre-exec hook, because forking
-# Python code in a threaded daemon is not safe.) A run that cannot join does not run: exit 126.
-JOIN_EXIT = 126
-
 # What every Python shim that execs a program runs first, so the program starts as a service
 # manager starts one: each signal at its default, none blocked. Python ignores SIGPIPE and SIGXFSZ
 # and catches SIGINT at start-up, and an ignored signal stays ignored across exec (a program would
@@ -252,6 +247,9 @@ if _soft == _resource.RLIM_INFINITY or _soft > {soft}:
     except (OSError, ValueError):
         pass
 """
+# A run joins its cgroup itself, before it execs the command: nothing it starts can be outside.
+# (Python's subprocess cannot fork into a cgroup; a program, not a pre-exec hook, because forking
+# Python code in a threaded daemon is not safe.) A run that cannot join does not run: exit 126.
 _JOIN = """
 import os, sys
 try:

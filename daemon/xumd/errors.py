@@ -18,7 +18,3 @@ class XumError(Exception):
 
     def __repr__(self) -> str:
         return f"XumError({self.kind.value!r}, {self.message!r})"
-
-
-def not_found(what: str, ident: str) -> XumError:
-    return XumError(ErrorKind.NOT_FOUND, f"{what} {ident!r} not found", id=ident)

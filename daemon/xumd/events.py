@@ -20,7 +20,6 @@ from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import orjson
 
 from xumd import logs
@@ -61,7 +60,6 @@ class EventBus:
         self._ring_used = 0
         self._listeners: dict[int, Listener] = {}
         self._next_token = 0
-        self._changed = anyio.Event()
         self._snapshot_providers: dict[str, SnapshotProvider] = {}
         self._paged_providers: dict[str, PagedSnapshotProvider] = {}
 
@@ -74,8 +72,6 @@ class EventBus:
                 listener(event)
             except Exception:
                 log.exception("events.listener_failed", token=token, type=type)
-        self._changed.set()
-        self._changed = anyio.Event()
         return event
 
     def listen(self, listener: Listener) -> Callable[[], None]:
@@ -84,14 +80,6 @@ class EventBus:
         self._next_token += 1
         self._listeners[token] = listener
         return lambda: self._listeners.pop(token, None) and None
-
-    async def wait_changed(self, timeout: float) -> bool:
-        """Wait until the next event or the timeout; True if an event came."""
-        changed = self._changed
-        with anyio.move_on_after(timeout):
-            await changed.wait()
-            return True
-        return False
 
     def _keep(self, event: Event, data: dict[str, Any]) -> None:
         if not self._ring_size:

@@ -88,10 +88,6 @@ def all_points() -> dict[str, str]:
     return dict(sorted(_registry.items()))
 
 
-def simulated_points() -> dict[str, str]:
-    return dict(sorted(_simulated.items()))
-
-
 def arm_from_env() -> str | None:
     """Arm the point named by XUM_FAULT (if any); unknown names are a startup error."""
     global _armed, _mode

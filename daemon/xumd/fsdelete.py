@@ -82,12 +82,6 @@ def named(exc: OSError, path: str) -> OSError:
     return new
 
 
-def walk_path(exc: BaseException) -> str | None:
-    """The path a walk's error names (see `named`); None for another error."""
-    found = getattr(exc, _NAMED, None)
-    return found if isinstance(found, str) else None
-
-
 # -- the mount table ---------------------------------------------------------------------------
 
 

@@ -243,8 +243,3 @@ def _written(repo: Path, args: Sequence[str], env: Mapping[str, str] | None) -> 
         if value and os.path.isabs(value):
             found.append(value)
     return found
-
-
-def pathspec(paths: Sequence[str]) -> list[str]:
-    """Paths always follow `--`, so a file named `-rf` is a path and never an option."""
-    return ["--", *paths]

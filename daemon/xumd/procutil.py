@@ -69,11 +69,6 @@ def _live_member(proc: psutil.Process, pgid: int) -> bool:
         return False
 
 
-def tree_pids(pid: int) -> list[int]:
-    """pid and every descendant still running."""
-    return list(procstat.tree_identities(pid))
-
-
 # -- killing ---------------------------------------------------------------------------------
 
 

@@ -83,20 +83,3 @@ def own_create_time() -> float:
     import psutil
 
     return float(psutil.Process().create_time())
-
-
-def read_holder(path: Path) -> dict[str, Any] | None:
-    """The running daemon's diagnostics, or None when no daemon holds the root."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _read_holder(fd)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)

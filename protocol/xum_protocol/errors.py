@@ -73,8 +73,6 @@ ERROR_CODES: dict[ErrorKind, int] = {
     ErrorKind.PORTS_EXHAUSTED: -32019,
 }
 
-KIND_BY_CODE: dict[int, ErrorKind] = {code: kind for kind, code in ERROR_CODES.items()}
-
 
 def code_for(kind: ErrorKind) -> int:
     return ERROR_CODES[kind]

@@ -144,8 +144,6 @@ EVENT_TYPES: tuple[EventType, ...] = (
     EventType("turn.ended", "A delegated turn was ended.", TurnData),
 )
 
-BY_TYPE: dict[str, EventType] = {e.type: e for e in EVENT_TYPES}
-
 
 class TypedEventBase(Result):
     """The envelope every typed event shares (the `event` notification's params)."""

@@ -53,11 +53,6 @@ class FrameReader:
         self.oversize = False
         self.ended = False
 
-    @property
-    def buffered(self) -> int:
-        """Bytes held of a frame not yet complete."""
-        return len(self._buf)
-
     def feed(self, data: bytes) -> list[bytes]:
         if self.ended or not data:
             return []

@@ -17,8 +17,3 @@ def parse_version(text: str) -> tuple[int, int]:
     major = int(parts[0])
     minor = int(parts[1]) if len(parts) == 2 else 0
     return major, minor
-
-
-def is_compatible(client_version: str, server_version: str = PROTOCOL_VERSION) -> bool:
-    """Same major version: compatible (new optional fields only within a major)."""
-    return parse_version(client_version)[0] == parse_version(server_version)[0]

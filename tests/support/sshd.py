@@ -228,7 +228,8 @@ def stop_root_daemon(root: Path, timeout: float = 20.0) -> None:
     Asked to shut down first; one that does not exit in time is killed by pid, after checking
     that pid is still the lock holder (pid and start time, from the lock file)."""
     import psutil
-    from xumd.rootlock import read_holder
+
+    from tests.support.lockholder import read_holder
 
     lock = root / "xumd.lock"
     holder = read_holder(lock)

@@ -30,7 +30,6 @@ from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import createconfig
 from xumd.lifecycle.rows import ProjectRow
-from xumd.lifecycle.scripts import CONFIG_RELPATH
 
 log = logs.get("xumd.lifecycle.basefetch")
 
@@ -46,18 +45,6 @@ class Target:
     remote: str | None
     base_ref: str | None
     """The base to plan from after the fetch; None: the caller's base, unchanged."""
-
-
-def project_wants_fetch(project_path: Path) -> bool:
-    """`[create] fetch` of the main checkout's `.xum/config.toml`, as createconfig reads it (no
-    trust needed: it runs no code of the file). A missing file or key, or a file that cannot
-    be read at all, is false here (createconfig.load refuses the latter where it matters); a
-    wrong type is `invalid_params`."""
-    try:
-        data = createconfig.read(project_path)
-    except XumError:
-        return False
-    return createconfig.fetch_of(data, project_path / CONFIG_RELPATH)
 
 
 async def _full_name(git: Git, repo: Path, spec: str) -> str:

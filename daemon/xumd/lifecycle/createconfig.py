@@ -85,13 +85,6 @@ def read(project_path: Path) -> dict[str, Any]:
         raise _bad(path, f"not valid TOML: {exc}") from None
 
 
-def fetch_of(data: dict[str, Any], path: Path) -> bool:
-    """`[create] fetch`: missing is false; a wrong type is `invalid_params`. (A `[create]`
-    that is not a table is `load`'s refusal; alone, this reads it as no fetch.)"""
-    create = data.get("create", {})
-    return _fetch_value(create.get("fetch", False) if isinstance(create, dict) else False, path)
-
-
 def _fetch_value(value: object, path: Path | None) -> bool:
     if not isinstance(value, bool):
         raise XumError(

@@ -113,11 +113,6 @@ def get_project(store: Store, project_id: str) -> ProjectRow | None:
     return ProjectRow.of(row) if row else None
 
 
-def project_by_name(store: Store, name: str) -> ProjectRow | None:
-    row = store.one("SELECT * FROM projects WHERE name = ?", (name,))
-    return ProjectRow.of(row) if row else None
-
-
 def list_projects(store: Store) -> list[ProjectRow]:
     return [ProjectRow.of(r) for r in store.all("SELECT * FROM projects ORDER BY created_at, id")]
 
@@ -163,11 +158,6 @@ def list_workspaces(
     where, args = workspace_filter(project_id, state)
     sql = "SELECT w.* FROM workspaces w" + where + LISTING_ORDER
     return [WorkspaceRow.of(r) for r in store.all(sql, args)]
-
-
-def workspace_at_path(store: Store, path: Path) -> WorkspaceRow | None:
-    row = store.one("SELECT * FROM workspaces WHERE path = ?", (str(path),))
-    return WorkspaceRow.of(row) if row else None
 
 
 def update_workspace(

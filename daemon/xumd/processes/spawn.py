@@ -30,9 +30,6 @@ from pathlib import Path
 
 from xumd import containment
 
-GATE_EXIT = 125
-"""The shim's exit code when its gate closed without a go: the program never ran."""
-
 _SHIM = """
 import fcntl, os, sys, termios
 gate, tty = int(sys.argv[1]), sys.argv[2]
@@ -41,7 +38,7 @@ try:
 except OSError:
     go = False
 if not go:
-    os._exit(125)
+    os._exit(125)  # the gate closed without a go: the program never runs
 os.close(gate)
 if tty:
     try:
@@ -112,7 +109,7 @@ class Child:
             self.close_gate()
 
     def close_gate(self) -> None:
-        """Without a go first: the shim exits GATE_EXIT and the program never runs."""
+        """Without a go first: the shim exits 125 and the program never runs."""
         if self.gate_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self.gate_fd)

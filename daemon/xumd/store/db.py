@@ -67,11 +67,6 @@ def _migrations() -> list[tuple[int, str, str]]:
     return found
 
 
-def latest_schema_version() -> int:
-    migrations = _migrations()
-    return migrations[-1][0] if migrations else 0
-
-
 class Store:
     def __init__(self, path: Path) -> None:
         self.path = path
