@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from xumd import containment_feature
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.checkouts.exclusion import DirectoryExclusion
@@ -17,11 +18,19 @@ from xumd.cleanup.planning import Planner
 from xumd.cleanup.service import CleanupService
 from xumd.cleanup.steps import Steps
 from xumd.config import DaemonConfig
+from xumd.containment import Containment, Marker
 from xumd.git import Git
+from xumd.lifecycle import feature as lifecycle_feature
 from xumd.lifecycle.coordinator import Coordinator
+from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.service import WorkspaceService
 from xumd.lifecycle.unarchive import ArchiveComparison
 from xumd.paths import RootPaths
+from xumd.processes import feature as processes_feature
+from xumd.processes.auto_archive import AutoArchiver
+from xumd.processes.leases import LeaseStore
+from xumd.processes.settlement import Settlement
+from xumd.processes.supervisor import Supervisor
 from xumd.store import Store
 
 
@@ -99,6 +108,11 @@ REQUIRED_COLLABORATORS: list[tuple[Callable[..., object], tuple[str, ...]]] = [
     (Steps, ("unsaved",)),
     (Planner, ("teardown_env",)),
     (OutcomeRecorder, ("poke",)),
+    (ScriptRunner, ("leases", "containment")),
+    (Supervisor, ("workspace_env", "containment", "exit_listeners")),
+    (Settlement, ("exit_listeners",)),
+    (lifecycle_feature.scripts, ("leases", "containment")),
+    (processes_feature.install, ("leases", "containment")),
 ]
 
 
@@ -116,3 +130,46 @@ def test_collaborators_are_required_constructor_arguments(
         assert parameters[name].default is inspect.Parameter.empty, (
             f"{built.__name__}({name}=...) has a default: a graph that forgets it would start"
         )
+
+
+def test_the_graph_hands_the_containment_to_everything_that_runs_a_child(tmp_short: Path) -> None:
+    """Git, the script runner and the supervisor get the daemon's containment when they are
+    built, and the script runner the processes feature's lease store: none runs a child
+    unmarked, or a setup without its lease, for want of a later assignment."""
+    store = Store(tmp_short / "state.db")
+    store.migrate()
+    try:
+        app = App(RootPaths(tmp_short), DaemonConfig(), store)
+        install_features(app)
+        cont = app.find(Containment)
+        scripts = app.find(ScriptRunner)
+        supervisor = app.find(Supervisor)
+        git = app.find(Git)
+        assert cont is not None and scripts is not None and supervisor is not None
+        assert git is not None
+        assert git.containment is cont and scripts.containment is cont
+        assert supervisor.settings.containment is cont
+        assert scripts.leases is supervisor.leases is app.find(LeaseStore)
+        assert supervisor.exit_listeners == [app.get(AutoArchiver).on_exit]
+    finally:
+        store.close()
+
+
+def test_the_sweep_refuses_to_guess_what_to_adopt_before_the_leases_are_wired(
+    tmp_short: Path,
+) -> None:
+    """The start-up sweep keeps what a live lease names. Before the lease store is wired (or a
+    lean start has said the root holds none) it cannot tell, and says so instead of stopping
+    what a restart must adopt."""
+    store = Store(tmp_short / "state.db")
+    store.migrate()
+    try:
+        app = App(RootPaths(tmp_short), DaemonConfig(), store)
+        installed = containment_feature.install(app)
+        marker = Marker(tag="t", instance="i", record="proc_0123456789abcdef")
+        with pytest.raises(RuntimeError, match="lease store"):
+            installed.adoptable(marker)
+        installed.adoptable.no_leases()
+        assert installed.adoptable(marker) is False
+    finally:
+        store.close()

@@ -462,8 +462,14 @@ def test_teardown_escapee_that_cannot_be_stopped_fails_the_step_naming_it(
         real(pidfd, pid, sig)
 
     monkeypatch.setattr(containment, "send_signal", lossy)
-    runner = ScriptRunner(store=None, root=tmp_short, timeout_s=10, grace_s=0.2)  # type: ignore[arg-type]
-    runner.containment = Containment(tag=root_tag(tmp_short))
+    runner = ScriptRunner(
+        store=None,  # type: ignore[arg-type]
+        root=tmp_short,
+        timeout_s=10,
+        grace_s=0.2,
+        leases=None,
+        containment=Containment(tag=root_tag(tmp_short)),
+    )
     ref = WorkspaceRef("ws_1", "proj_1", "w", checkout, "inc")
     command = (
         f"setsid sh -c 'echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 100' "
@@ -697,8 +703,14 @@ def test_leftovers_that_cannot_be_looked_for_fail_the_script(
     its retry, once /proc can be read again, succeeds."""
     checkout = tmp_short / "co"
     checkout.mkdir()
-    runner = ScriptRunner(store=None, root=tmp_short, timeout_s=10, grace_s=0.2)  # type: ignore[arg-type]
-    runner.containment = Containment(tag=root_tag(tmp_short))
+    runner = ScriptRunner(
+        store=None,  # type: ignore[arg-type]
+        root=tmp_short,
+        timeout_s=10,
+        grace_s=0.2,
+        leases=None,
+        containment=Containment(tag=root_tag(tmp_short)),
+    )
     ref = WorkspaceRef("ws_1", "proj_1", "w", checkout, "inc")
 
     def exhausted(path: str, *args: Any, **kwargs: Any) -> Any:

@@ -108,6 +108,9 @@ class Harness:
             self.admit,
             grace_s=grace_s,
             probe_interval_s=probe_interval_s,
+            workspace_env=lambda _workspace_id: ({}, {}),
+            containment=None,
+            exit_listeners=[],
             **supervisor,
         )
         self.quiet = Quiescence(self.sup, self.leases)

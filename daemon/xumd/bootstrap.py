@@ -34,6 +34,8 @@ def install_features(app: App, *, lean: bool = False) -> None:
     containment = containment_feature.install(app)  # first: its sweep runs before adoption
     why = leanstart.why_not_lean(app) if lean else "built whole"
     if why is None:
+        # Lean: no table holds a row, so no lease names a process the sweep should adopt.
+        containment.adoptable.no_leases()
         leanstart.LazyFeatures(app, lambda: _install_graph(app, containment)).register()
     else:
         _install_graph(app, containment)

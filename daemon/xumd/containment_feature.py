@@ -4,8 +4,8 @@ of what a previous daemon instance of this root left running, the orphan reaper,
 
 Installed first, so its start-up step runs before adoption (`processes.adopt`) and the recovery
 pass: nothing is reconciled or flagged while a crashed daemon's script is still writing into a
-checkout. `wire` (called once every feature is installed) hands the containment to the git runner,
-the script runner and the process supervisor.
+checkout. The feature graph takes the containment at construction; `wire` (called once it is
+installed) hands the sweep the lease store.
 """
 
 from __future__ import annotations
@@ -21,10 +21,7 @@ from xumd.app import App
 from xumd.containment import Containment, Marker
 
 if TYPE_CHECKING:  # the feature graph's: a lean start sweeps before loading them
-    from xumd.git import Git
-    from xumd.lifecycle.scripts import ScriptRunner
     from xumd.processes.leases import LeaseStore
-    from xumd.processes.supervisor import Supervisor
 
 log = logs.get("xumd.containment")
 
@@ -34,17 +31,30 @@ SWEEP_GRACE_S = 2.0
 
 class _Adoptable:
     """Which leftover the start-up sweep keeps: a live supervised process (and its tree) is
-    adopted, not stopped. The lease store is the processes feature's, installed after this one;
-    `wire` hands it in before the start-up hooks run. Without it, nothing is kept: on a lean
-    start (`xumd.leanstart`) the store holds no lease, so nothing is adoptable; on a full
-    start the sweep runs only after wiring."""
+    adopted, not stopped. The lease store is the processes feature's, installed after this one
+    (or, on a lean start, not before the sweep at all), so it is bound late, by one of two
+    explicit calls before the start-up hooks run: `wire` hands in the lease store, or the
+    composition root says the root holds no lease (`no_leases`: a lean start's proof that its
+    tables are empty). A sweep before either raises: guessing "nothing to adopt" would stop the
+    processes a restart must adopt."""
 
     def __init__(self) -> None:
         self.leases: LeaseStore | None = None
+        self.known_empty = False
+
+    def no_leases(self) -> None:
+        self.known_empty = True
 
     def __call__(self, marker: Marker) -> bool:
         leases = self.leases
-        if leases is None or not marker.record.startswith("proc_"):
+        if leases is None:
+            if self.known_empty:
+                return False
+            raise RuntimeError(
+                "the containment sweep ran before the lease store was wired: it cannot tell "
+                "which leftovers to adopt"
+            )
+        if not marker.record.startswith("proc_"):
             return False
         lease = leases.for_process(marker.record)
         return lease is not None and leases.is_live(lease)
@@ -117,11 +127,8 @@ def _cgroup(setting: str) -> tuple[Path | None, str | None]:
     return None, why
 
 
-def wire(installed: Installed, *, git: Git, scripts: ScriptRunner, supervisor: Supervisor) -> None:
-    """After every feature is installed: each command they run carries the marker, and the
-    start-up sweep knows the supervisor's leases (what it must adopt, not stop)."""
-    cont = installed.containment
-    installed.adoptable.leases = supervisor.leases
-    git.containment = cont
-    scripts.containment = cont
-    supervisor.settings.containment = cont
+def wire(installed: Installed, *, leases: LeaseStore) -> None:
+    """After the feature graph is installed: the start-up sweep knows the supervisor's leases
+    (what it must adopt, not stop). Git, the script runner and the supervisor take the
+    containment at construction (`xumd.features`)."""
+    installed.adoptable.leases = leases

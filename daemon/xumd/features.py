@@ -20,10 +20,12 @@ from xumd.usage import feature as usage_feature
 
 def install(app: App, containment: containment_feature.Installed) -> None:
     hooks = app.provide(LifecycleHooks())
-    # Shared by lifecycle and cleanup, built here so neither reaches into the other:
-    git = app.provide(Git(timeout_s=app.config.git_timeout_s))
+    cont = containment.containment
+    # Shared by lifecycle, cleanup and processes, built here so none reaches into another:
+    git = app.provide(Git(timeout_s=app.config.git_timeout_s, containment=cont))
     directories = app.provide(DirectoryExclusion(wait_s=app.config.lock_wait_s))
-    scripts = app.provide(lifecycle_feature.scripts(app))
+    leases = processes_feature.leases(app)
+    scripts = app.provide(lifecycle_feature.scripts(app, leases=leases, containment=cont))
     snapshots = lifecycle_feature.snapshots(app, git)
     cleanup = cleanup_feature.install(  # cleanup obligations + retry
         app,
@@ -42,8 +44,8 @@ def install(app: App, containment: containment_feature.Installed) -> None:
         cleanup=cleanup,
         hooks=hooks,
     )
-    supervisor = processes_feature.install(  # processes + leases
-        app, workspaces=workspaces, scripts=scripts, hooks=hooks
+    processes_feature.install(  # processes + leases
+        app, workspaces=workspaces, leases=leases, hooks=hooks, containment=cont
     )
     turns = turns_feature.install(app, workspaces=workspaces)  # delegated turns
     usage = usage_feature.install(  # disk usage (after lifecycle and cleanup); built lazily
@@ -55,4 +57,4 @@ def install(app: App, containment: containment_feature.Installed) -> None:
     gc_feature.install(  # gc policies (after usage and recovery: it uses both); built lazily
         app, git=git, hooks=hooks, usage=usage, workspaces=workspaces
     )
-    containment_feature.wire(containment, git=git, scripts=scripts, supervisor=supervisor)
+    containment_feature.wire(containment, leases=leases)

@@ -101,7 +101,8 @@ class Git:
     timeout_s: float = 120.0
     binary: str = "git"
     containment: Containment | None = None
-    """Set by the containment service: a hook's double-forked leftovers are stopped too."""
+    """The daemon's (handed in by the composition root): a hook's double-forked leftovers are
+    stopped too. A Git outside the daemon (tests, benchmarks) runs without one."""
     lock_wait_s: float = 2.0
     limit_name: str = "git_timeout_s"
     """The setting `timeout_s` comes from, named in a timeout's error."""

@@ -36,12 +36,13 @@ from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.service import CleanupService
+from xumd.containment import Containment
 from xumd.git import Git
 from xumd.lifecycle import rows, wsenv
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.listing import JsonResult
 from xumd.lifecycle.projects import ProjectService
-from xumd.lifecycle.scripts import ScriptRunner
+from xumd.lifecycle.scripts import ScriptLeases, ScriptRunner
 from xumd.lifecycle.seams import LifecycleHooks, mount_holders
 from xumd.lifecycle.service import WorkspaceService
 from xumd.lifecycle.snapshot import Snapshotter
@@ -49,14 +50,17 @@ from xumd.lifecycle.unarchive import ArchiveComparison
 from xumd.rpc.dispatch import RequestContext
 
 
-def scripts(app: App) -> ScriptRunner:
+def scripts(app: App, *, leases: ScriptLeases, containment: Containment) -> ScriptRunner:
     """The project script runner (setup and teardown): built by the composition root before the
-    cleanup feature, which runs teardowns through it."""
+    cleanup feature, which runs teardowns through it; each run holds a lease of the processes
+    feature's store and carries the containment's marker."""
     return ScriptRunner(
         app.store,
         app.paths.root,
         timeout_s=app.config.script_timeout_s,
         grace_s=app.config.stop_grace_s,
+        leases=leases,
+        containment=containment,
     )
 
 

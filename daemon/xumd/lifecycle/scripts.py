@@ -135,19 +135,38 @@ def preserve_globs(checkout: Path, project_path: Path | None = None) -> list[str
         return []
 
 
+class ScriptLeases(Protocol):
+    """The processes feature's lease store (`xumd.processes.leases.LeaseStore`), as a run uses
+    it: each run holds a durable use lease (kind setup/teardown) with its child's pid, so it
+    makes the workspace busy and survives a daemon crash."""
+
+    def covering(
+        self, workspace_id: str, kind: str, *, label: str = ""
+    ) -> contextlib.AbstractAsyncContextManager[Any]: ...
+
+
 class ScriptRunner:
-    def __init__(self, store: Store, root: Path, *, timeout_s: float, grace_s: float = 5.0):
+    def __init__(
+        self,
+        store: Store,
+        root: Path,
+        *,
+        timeout_s: float,
+        grace_s: float = 5.0,
+        leases: ScriptLeases | None,
+        containment: Containment | None,
+    ):
+        """`leases` and `containment` have no default: the composition root hands in the
+        daemon's; None (a runner outside the daemon: tests) runs each command without a lease or
+        a marker, by the caller's explicit choice."""
         self.store = store
         self.root = root
         self.timeout_s = timeout_s
         self.grace_s = grace_s
-        # Set by the processes feature (xumd.processes.leases.LeaseStore): each run holds a
-        # durable use lease (kind setup/teardown) with its child's pid, so it makes the
-        # workspace busy and survives a daemon crash.
-        self.leases: Any = None
-        # Set by the containment service: each command carries a marker naming its lease (the
-        # durable record written before it starts), so its descendants are found again.
-        self.containment: Containment | None = None
+        self.leases = leases
+        # Each command carries a marker naming its lease (the durable record written before it
+        # starts), so its descendants are found again.
+        self.containment = containment
         # Per workspace: processes an earlier run left that survived SIGKILL. A later run (a
         # teardown's retry) must not report success while they still run.
         self.escapees: dict[str, list[Marked]] = {}

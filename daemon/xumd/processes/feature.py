@@ -54,9 +54,10 @@ from xum_protocol.models.process import (
 from xumd import logs
 from xumd.app import App
 from xumd.checkouts.marker import WorkspaceRef
+from xumd.containment import Containment
 from xumd.errors import XumError
+from xumd.lifecycle import wsenv
 from xumd.lifecycle.ids import check_id
-from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.seams import LifecycleHooks, busy_message
 from xumd.lifecycle.service import WorkspaceService
 from xumd.processes.auto_archive import AutoArchiver
@@ -74,46 +75,30 @@ def _info(managed: Managed) -> ProcessInfo:
     return ProcessInfo.model_validate(managed.info())
 
 
+def leases(app: App) -> LeaseStore:
+    """The lease store: built by the composition root before the script runner, whose setup
+    and teardown runs hold a lease each."""
+    return app.provide(LeaseStore(app.store, app.events))
+
+
 def install(
     app: App,
     *,
     workspaces: WorkspaceService,
-    scripts: ScriptRunner,
+    leases: LeaseStore,
     hooks: LifecycleHooks,
+    containment: Containment,
 ) -> Supervisor:
     """Its collaborators come from the composition root: the workspace service (admission under
-    its coordinator, auto-archive), the script runner (its runs hold leases) and the hooks the
-    lifecycle asks for holders and stops."""
+    its coordinator, auto-archive), the lease store (the script runner's runs hold leases in it
+    too), the hooks the lifecycle asks for holders and stops, and the containment whose marker
+    every process carries."""
     cfg = app.config.processes
-    leases = app.provide(LeaseStore(app.store, app.events))
 
     @asynccontextmanager
     async def admit(workspace_id: str) -> AsyncIterator[WorkspaceRef]:
         async with workspaces.coord.shared(workspace_id, label="process/lease") as ref:
             yield ref
-
-    sup = app.provide(
-        Supervisor(
-            leases,
-            app.events,
-            admit,
-            grace_s=app.config.stop_grace_s,
-            probe_interval_s=cfg.probe_interval_s,
-            head_bytes=cfg.output_head_bytes,
-            tail_bytes=cfg.output_tail_bytes,
-            io_dir=app.paths.root / "processes",
-            keep_processes=cfg.keep_processes,
-            output_poll_s=cfg.output_poll_s,
-        )
-    )
-    from xumd.lifecycle import wsenv
-
-    sup.settings.workspace_env = lambda wid: wsenv.for_workspace(app.store, app.paths.root, wid)
-    quiet = app.provide(Quiescence(sup, leases, probe_deadline_s=cfg.probe_deadline_s))
-    if sup.keep_processes and os.environ.get("INVOCATION_ID"):
-        # A systemd service: with KillMode=mixed or control-group, the unit's stop SIGKILLs what
-        # is left in its cgroup, kept processes included (docs/PROCESSES.md, "systemd").
-        log.warning("processes.keep_under_systemd", needs="KillMode=process")
 
     async def archive(workspace_id: str) -> Any:
         return await workspaces.archive(workspace_id)
@@ -128,10 +113,28 @@ def install(
             backoff_max_s=cfg.auto_archive_backoff_max_s,
         )
     )
-    sup.exit_listeners.append(auto.on_exit)
-
-    # Setup/teardown runs hold a lease too (ScriptRunner wraps each command in `covering`).
-    scripts.leases = leases
+    sup = app.provide(
+        Supervisor(
+            leases,
+            app.events,
+            admit,
+            grace_s=app.config.stop_grace_s,
+            probe_interval_s=cfg.probe_interval_s,
+            head_bytes=cfg.output_head_bytes,
+            tail_bytes=cfg.output_tail_bytes,
+            io_dir=app.paths.root / "processes",
+            keep_processes=cfg.keep_processes,
+            output_poll_s=cfg.output_poll_s,
+            workspace_env=lambda wid: wsenv.for_workspace(app.store, app.paths.root, wid),
+            containment=containment,
+            exit_listeners=[auto.on_exit],
+        )
+    )
+    quiet = app.provide(Quiescence(sup, leases, probe_deadline_s=cfg.probe_deadline_s))
+    if sup.keep_processes and os.environ.get("INVOCATION_ID"):
+        # A systemd service: with KillMode=mixed or control-group, the unit's stop SIGKILLs what
+        # is left in its cgroup, kept processes included (docs/PROCESSES.md, "systemd").
+        log.warning("processes.keep_under_systemd", needs="KillMode=process")
 
     hooks.holder_probes.append(quiet.holders)
     hooks.stoppers.append(quiet.stop)

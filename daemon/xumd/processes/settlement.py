@@ -9,7 +9,7 @@ restarted daemon still reports it until a probe settles it (design invariant 5: 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from xum_protocol.errors import ErrorKind
 
@@ -25,11 +25,17 @@ log = logs.get("xumd.processes.settlement")
 
 
 class Settlement:
-    def __init__(self, table: ProcessTable, leases: LeaseStore, events: EventBus) -> None:
+    def __init__(
+        self,
+        table: ProcessTable,
+        leases: LeaseStore,
+        events: EventBus,
+        exit_listeners: Sequence[Callable[[Managed], None]],
+    ) -> None:
         self.table = table
         self.leases = leases
         self.events = events
-        self.exit_listeners: list[Callable[[Managed], None]] = []
+        self.exit_listeners = list(exit_listeners)
         self.unremoved: dict[str, str] = {}
         """Leases of exited processes whose removal failed (a full store): lease id -> reason.
         The supervisor's sweep retries them (`retry_lease_removals`)."""

@@ -127,11 +127,7 @@ class Starter:
                     f"the checkout of workspace {ref.name!r} is missing: {checkout}",
                     id=workspace_id,
                 )
-            own, xum = (
-                ({}, {})
-                if self.settings.workspace_env is None
-                else (self.settings.workspace_env(ref.id))
-            )
+            own, xum = self.settings.workspace_env(ref.id)
             # The workspace's variables, then the request's, then XUM_* (never overridden).
             extra = {**xum, "XUM_WORKSPACE_ID": ref.id, "XUM_PROCESS_ID": process_id}
             cont = self.settings.containment

@@ -22,6 +22,7 @@ import anyio
 import anyio.abc
 from xum_protocol.errors import ErrorKind
 
+from xumd.containment import Containment
 from xumd.errors import XumError
 from xumd.lifecycle.ids import check_id
 from xumd.processes.leases import Lease
@@ -31,8 +32,18 @@ PROCESS_PREFIX = "proc_"
 SERVE_WAIT_S = 5.0
 
 
+WorkspaceEnv = Callable[[str], tuple[dict[str, str], dict[str, str]]]
+"""workspace id -> (the workspace's own variables, its XUM_* variables)."""
+
+
 @dataclass
 class SupervisorSettings:
+    workspace_env: WorkspaceEnv
+    """The workspace's own variables and its XUM_* variables (`xumd.lifecycle.wsenv`): every
+    process gets them."""
+    containment: Containment | None
+    """Each process carries a marker naming its id, so its descendants are found again,
+    double-forked ones and after a crash (None: a supervisor outside the daemon, tests)."""
     grace_s: float = 5.0
     """SIGTERM to SIGKILL, for a stop without its own grace."""
     probe_interval_s: float = 2.0
@@ -43,12 +54,6 @@ class SupervisorSettings:
     """Exited records kept (their output and exit), newest first; memory stays bounded."""
     output_poll_s: float = 0.1
     """How often a durable output file is polled for growth."""
-    workspace_env: Any = None
-    """Callable(workspace_id) -> (the workspace's own variables, its XUM_* variables)
-    (xumd.lifecycle.wsenv.for_workspace, set by the processes feature): every process gets them."""
-    containment: Any = None
-    """xumd.containment.Containment (set when the daemon wires it): each process carries a marker
-    naming its id, so its descendants are found again, double-forked ones and after a crash."""
 
 
 class ProcessTable:

@@ -19,7 +19,7 @@ Rules it keeps (design invariants 3 and 5):
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import anyio.abc
 from xum_protocol.errors import ErrorKind
 
 from xumd import logs
+from xumd.containment import Containment
 from xumd.errors import XumError
 from xumd.events import EventBus
 from xumd.fdlimits import is_exhausted
@@ -39,7 +40,13 @@ from xumd.processes.managed import Managed
 from xumd.processes.process_io import parse_signal
 from xumd.processes.settlement import Settlement
 from xumd.processes.starting import Admit, Starter, child_env
-from xumd.processes.state import PROCESS_PREFIX, ProcessTable, SupervisorSettings, TaskHost
+from xumd.processes.state import (
+    PROCESS_PREFIX,
+    ProcessTable,
+    SupervisorSettings,
+    TaskHost,
+    WorkspaceEnv,
+)
 from xumd.processes.stopping import CONFIRM_S, Stopper
 from xumd.processes.watching import Watcher
 
@@ -71,7 +78,14 @@ class Supervisor:
         io_dir: Path | None = None,
         keep_processes: bool = False,
         output_poll_s: float = 0.1,
+        workspace_env: WorkspaceEnv,
+        containment: Containment | None,
+        exit_listeners: Sequence[Callable[[Managed], None]],
     ) -> None:
+        """The collaborators have no default: the composition root hands in the lifecycle's
+        workspace variables, the daemon's containment (None, a supervisor outside the daemon:
+        tests, starts processes without a marker, by the caller's explicit choice) and what is
+        told of each exit (auto-archive)."""
         self.leases = leases
         self.events = events
         self.admit = admit
@@ -83,11 +97,13 @@ class Supervisor:
             tail_bytes=tail_bytes,
             keep_exited=keep_exited,
             output_poll_s=output_poll_s,
+            workspace_env=workspace_env,
+            containment=containment,
         )
         self.keep = KeepPolicy(io_dir, keep_processes)
         self.table = ProcessTable(self.settings)
         self.tasks = TaskHost()
-        self.settlement = Settlement(self.table, leases, events)
+        self.settlement = Settlement(self.table, leases, events, exit_listeners)
         self.watcher = Watcher(self.settlement, self.settings)
         self.starter = Starter(
             table=self.table,
