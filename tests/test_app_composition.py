@@ -21,8 +21,10 @@ from xumd.config import DaemonConfig
 from xumd.containment import Containment, Marker
 from xumd.git import Git
 from xumd.lifecycle import feature as lifecycle_feature
+from xumd.lifecycle.context import FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.scripts import ScriptRunner
+from xumd.lifecycle.seams import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
 from xumd.lifecycle.unarchive import ArchiveComparison
 from xumd.paths import RootPaths
@@ -113,6 +115,7 @@ REQUIRED_COLLABORATORS: list[tuple[Callable[..., object], tuple[str, ...]]] = [
     (Settlement, ("exit_listeners",)),
     (lifecycle_feature.scripts, ("leases", "containment")),
     (processes_feature.install, ("leases", "containment")),
+    (Coordinator, ("failure_guard",)),
 ]
 
 
@@ -171,5 +174,25 @@ def test_the_sweep_refuses_to_guess_what_to_adopt_before_the_leases_are_wired(
             installed.adoptable(marker)
         installed.adoptable.no_leases()
         assert installed.adoptable(marker) is False
+    finally:
+        store.close()
+
+
+def test_a_graph_without_recoverys_settlers_does_not_start(tmp_short: Path) -> None:
+    """The settlers are bound late (recovery is built from the workspace service that holds
+    the hooks), so the composition root checks them: without them a failed operation's row
+    or a kept rename could not be settled, and that is found at start."""
+    with pytest.raises(RuntimeError, match="rename_settler, row_settler"):
+        LifecycleHooks().require_settlers()
+    store = Store(tmp_short / "state.db")
+    store.migrate()
+    try:
+        app = App(RootPaths(tmp_short), DaemonConfig(), store)
+        install_features(app)
+        hooks = app.get(LifecycleHooks)
+        hooks.require_settlers()
+        coordinator = app.get(Coordinator)
+        assert isinstance(coordinator.failure_guard, FailureGuard)
+        assert coordinator.failure_guard.hooks is hooks
     finally:
         store.close()

@@ -30,6 +30,7 @@ from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.seams import LifecycleHooks, busy_message
 from xumd.lifecycle.snapshot import Snapshotter
 from xumd.rpc.dispatch import cut_reason
+from xumd.store import Store
 
 if TYPE_CHECKING:
     from xumd.app import App
@@ -74,10 +75,10 @@ def is_rows_checkout(row: WorkspaceRow) -> bool:
 _MID_WAY = ("archiving", "restoring", "removing")
 
 
-def _mid_way(ctx: Context, row: WorkspaceRow) -> bool:
+def _mid_way(store: Store, row: WorkspaceRow) -> bool:
     if row.state in _MID_WAY or (row.state == "creating" and not row.interrupted):
         return True
-    journal = ctx.store.one("SELECT 1 FROM rename_journal WHERE workspace_id = ?", (row.id,))
+    journal = store.one("SELECT 1 FROM rename_journal WHERE workspace_id = ?", (row.id,))
     return journal is not None and not row.interrupted
 
 
@@ -87,6 +88,55 @@ def _describe(op: str, exc: BaseException) -> str:
     if isinstance(exc, anyio.get_cancelled_exc_class()):
         return f"{op} was cancelled"
     return f"{op} failed ({type(exc).__name__}: {exc})"
+
+
+class FailureGuard:
+    """What a structural operation that raised leaves: its row settled before its exclusive
+    reservation opens. It reads only the store and recovery's row settler (a seam of the hooks),
+    so the composition root builds it before the coordinator that calls it, and the coordinator
+    takes it at construction."""
+
+    def __init__(self, store: Store, hooks: LifecycleHooks) -> None:
+        self.store = store
+        self.hooks = hooks
+
+    def __call__(self, workspace_id: str, op: str) -> Callable[[BaseException], None]:
+        """Taken when `op` enters the workspace's exclusive reservation: if it raises, its row
+        is settled (`settle_failed`). A row that is already mid-way at entry is not this
+        operation's: only a create (which holds no exclusive reservation) leaves a row mid-way
+        while another operation can enter, and a refusal of that operation must not touch the
+        create's row."""
+        row = rows.get_workspace(self.store, workspace_id)
+        foreign = row is not None and _mid_way(self.store, row)
+
+        def settle(exc: BaseException) -> None:
+            if not foreign:
+                self.settle_failed(workspace_id, op, exc)
+
+        return settle
+
+    def settle_failed(self, workspace_id: str, op: str, exc: BaseException) -> None:
+        """After `op` raised (any exception: a refusal, a bug, a cancellation), leave no row
+        mid-way: a row still in a transitional state (`creating` unflagged, `archiving`,
+        `restoring`, `removing`) or with a rename journal and no flag is settled by recovery's
+        own logic, exactly as a crash at that point would leave it after a restart. A row that
+        the operation already settled (rolled back, undone, committed) is left alone. Never
+        raises: it runs on the way out of a failure."""
+        try:
+            row = rows.get_workspace(self.store, workspace_id)
+            if row is None or not _mid_way(self.store, row):
+                return
+            settler = self.hooks.row_settler
+            cause = _describe(op, exc)
+            if settler is None:
+                log.error("workspace.failure_unsettled", workspace=row.id, op=op, cause=cause)
+                return
+            action = settler(row.id, cause)
+            log.warning(
+                "workspace.failure_settled", workspace=row.id, op=op, action=action, cause=cause
+            )
+        except Exception:
+            log.exception("workspace.failure_settle_failed", workspace=workspace_id, op=op)
 
 
 class Context:
@@ -109,6 +159,7 @@ class Context:
         self.snapshots = snapshots
         self.cleanup = cleanup
         self.hooks = hooks
+        self.failures = FailureGuard(self.store, hooks)
 
     # -- rows and views ----------------------------------------------------------------------------
 
@@ -162,43 +213,9 @@ class Context:
         if back is not None:
             self.publish("workspace.state_changed", back)
 
-    def failure_guard(self, workspace_id: str, op: str) -> Callable[[BaseException], None]:
-        """Taken when `op` enters the workspace's exclusive reservation: if it raises, its row
-        is settled (`settle_failed`). A row that is already mid-way at entry is not this
-        operation's: only a create (which holds no exclusive reservation) leaves a row mid-way
-        while another operation can enter, and a refusal of that operation must not touch the
-        create's row."""
-        row = rows.get_workspace(self.store, workspace_id)
-        foreign = row is not None and _mid_way(self, row)
-
-        def settle(exc: BaseException) -> None:
-            if not foreign:
-                self.settle_failed(workspace_id, op, exc)
-
-        return settle
-
     def settle_failed(self, workspace_id: str, op: str, exc: BaseException) -> None:
-        """After `op` raised (any exception: a refusal, a bug, a cancellation), leave no row
-        mid-way: a row still in a transitional state (`creating` unflagged, `archiving`,
-        `restoring`, `removing`) or with a rename journal and no flag is settled by recovery's
-        own logic, exactly as a crash at that point would leave it after a restart. A row that
-        the operation already settled (rolled back, undone, committed) is left alone. Never
-        raises: it runs on the way out of a failure."""
-        try:
-            row = rows.get_workspace(self.store, workspace_id)
-            if row is None or not _mid_way(self, row):
-                return
-            settler = self.hooks.row_settler
-            cause = _describe(op, exc)
-            if settler is None:
-                log.error("workspace.failure_unsettled", workspace=row.id, op=op, cause=cause)
-                return
-            action = settler(row.id, cause)
-            log.warning(
-                "workspace.failure_settled", workspace=row.id, op=op, action=action, cause=cause
-            )
-        except Exception:
-            log.exception("workspace.failure_settle_failed", workspace=workspace_id, op=op)
+        """See `FailureGuard.settle_failed` (create calls it after its own undo)."""
+        self.failures.settle_failed(workspace_id, op, exc)
 
     # -- checks ------------------------------------------------------------------------------------
 

@@ -49,6 +49,10 @@ class _Reservation:
         self.changed = anyio.Event()
 
 
+SettleOnFailure = Callable[[str, str], Callable[[BaseException], None]]
+"""(workspace id, op) -> what to call if the operation raises (`context.FailureGuard`)."""
+
+
 class Coordinator:
     def __init__(
         self,
@@ -56,16 +60,19 @@ class Coordinator:
         *,
         wait_s: float = 30.0,
         directories: DirectoryExclusion | None = None,
+        failure_guard: SettleOnFailure | None,
     ) -> None:
         self.store = store
         self.wait_s = wait_s
         self.directories = directories or DirectoryExclusion(wait_s=wait_s)
         self._reservations: dict[str, _Reservation] = {}
         self._tokens = itertools.count(1)
-        self.failure_guard: Callable[[str, str], Callable[[BaseException], None]] | None = None
+        self.failure_guard = failure_guard
         """Called with (workspace id, op) when an exclusive reservation is taken; what it
         returns is called (synchronously, still under the reservation) if the operation
-        raises: it settles the row as recovery would (see Context.failure_guard)."""
+        raises: it settles the row as recovery would (`context.FailureGuard`). No default:
+        the composition root hands in the lifecycle's; None (a coordinator alone: tests) leaves
+        a failed operation's row as it is, by the caller's explicit choice."""
 
     # -- reservations ------------------------------------------------------------------------
 
@@ -183,7 +190,8 @@ class Coordinator:
         ids.check_id(workspace_id, ids.WORKSPACE, "workspace")
         async with self._exclusive(workspace_id, op, "workspace", timeout):
             ref = self._ref(workspace_id, active=False)
-            settle = self.failure_guard(ref.id, op) if self.failure_guard is not None else None
+            guard = self.failure_guard
+            settle = guard(ref.id, op) if guard is not None else None
             try:
                 yield ref
             except BaseException as exc:

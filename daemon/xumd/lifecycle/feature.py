@@ -39,6 +39,7 @@ from xumd.cleanup.service import CleanupService
 from xumd.containment import Containment
 from xumd.git import Git
 from xumd.lifecycle import rows, wsenv
+from xumd.lifecycle.context import FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.listing import JsonResult
 from xumd.lifecycle.projects import ProjectService
@@ -93,14 +94,18 @@ def install(
 ) -> WorkspaceService:
     """Its collaborators come from the composition root; returns the workspace service (with
     its coordinator, `workspaces.coord`) for the features above it."""
+    # A structural operation that raises settles its row before its reservation opens.
     coord = app.provide(
-        Coordinator(app.store, wait_s=app.config.lock_wait_s, directories=directories)
+        Coordinator(
+            app.store,
+            wait_s=app.config.lock_wait_s,
+            directories=directories,
+            failure_guard=FailureGuard(app.store, hooks),
+        )
     )
     workspaces = app.provide(
         WorkspaceService(app, coord, git, scripts, snapshots, cleanup=cleanup, hooks=hooks)
     )
-    # A structural operation that raises settles its row before its reservation opens.
-    coord.failure_guard = workspaces.failure_guard
     projects = app.provide(ProjectService(app, coord, git, workspaces))
     # A mount inside a checkout makes archive, remove and rename refuse `busy` naming it.
     hooks.holder_probes.append(mount_holders)

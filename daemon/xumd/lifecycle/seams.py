@@ -139,10 +139,31 @@ only), so it runs even in a cancelled task. Returns the action taken (None: noth
 
 @dataclass
 class LifecycleHooks:
+    """What the features above the lifecycle plug into it. Probes and stoppers are lists that
+    each feature appends to. The settlers are recovery's, and recovery is built from the
+    workspace service that holds these hooks: that cycle makes them late-bound, so the
+    composition root calls `require_settlers` once the graph is installed, and a graph without
+    them does not start."""
+
     holder_probes: list[HolderProbe] = field(default_factory=list)
     stoppers: list[Stopper] = field(default_factory=list)
     rename_settler: RenameSettler | None = None
     row_settler: RowSettler | None = None
+
+    def require_settlers(self) -> None:
+        missing = [
+            name
+            for name, settler in (
+                ("rename_settler", self.rename_settler),
+                ("row_settler", self.row_settler),
+            )
+            if settler is None
+        ]
+        if missing:
+            raise RuntimeError(
+                f"lifecycle hooks without {', '.join(missing)}: install recovery before the "
+                "daemon starts (a failed operation's row, or a kept rename, could not be settled)"
+            )
 
     async def holders(self, workspace: WorkspaceRef) -> list[Holder]:
         found: list[Holder] = []
