@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.sdnotify",
             "xumd.childproc",
             "xumd.smallfile",
+            "xumd.atomicfile",
         ],
     ),
     # The configuration's pydantic schema, derived from its tables (docs and tests only).

@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xumd.atomicfile import write_atomic
+
 from xum_client import hosts
 from xum_client.errors import XumClientError
 from xum_client.hosts import HostEntry, ssh_base
@@ -434,16 +436,16 @@ def wheel_cache() -> Path:
 
 
 def _keep_in_cache(wheels: Sequence[Path], cache: Path) -> None:
-    """Copy `wheels` into the cache, each whole or not at all (temporary name, then rename);
-    a cache that cannot be written only costs the next install a download."""
+    """Copy `wheels` into the cache, each whole or not at all; a cache that cannot be written
+    only costs the next install a download. Not durable (a cached wheel lost to a power loss is
+    downloaded again), but flushed before its rename: a wheel is used from the cache by its name
+    alone, so a name must never hold part of one."""
     with contextlib.suppress(OSError):
         cache.mkdir(parents=True, exist_ok=True)
         for wheel in wheels:
             if (cache / wheel.name).exists():
                 continue
-            tmp = cache / f".{wheel.name}.{os.getpid()}.tmp"
-            shutil.copyfile(wheel, tmp)
-            os.replace(tmp, cache / wheel.name)
+            write_atomic(cache / wheel.name, wheel.read_bytes(), durable=False)
 
 
 def build_wheelhouse(

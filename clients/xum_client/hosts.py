@@ -25,13 +25,14 @@ import fcntl
 import os
 import re
 import shlex
-import tempfile
 import time
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from xumd.atomicfile import write_atomic
 
 from xum_client.errors import XumClientError
 
@@ -230,30 +231,13 @@ def render_hosts(hosts: dict[str, HostEntry]) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write `path` whole or not at all: a temporary file beside it, fsync, rename, fsync dir.
+    """Write `path` whole or not at all, durably: the user's hosts are not rebuilt from anywhere.
 
     A symlinked hosts file (a dotfiles manager's) is written through: its target is replaced,
     the link stays."""
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=".hosts-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dirfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dirfd)
-    finally:
-        os.close(dirfd)
+    write_atomic(path, text.encode("utf-8"), durable=True, mode=0o600)
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from xumd import logs
+from xumd import atomicfile, logs
 from xumd.fdlimits import is_exhausted
 
 log = logs.get("xumd.proc")
@@ -88,13 +88,15 @@ def anchor_boot(path: Path) -> float:
         pass
     _boot_anchor = _kernel_boot_time()
     if current is not None:
-        tmp = path.with_name(path.name + ".tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as handle:
-                handle.write(f"{current} {_boot_anchor!r}\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
+            # Not durable: the anchor is only of use within this boot, and a power loss ends it.
+            atomicfile.write_atomic(
+                path,
+                f"{current} {_boot_anchor!r}\n".encode(),
+                durable=False,
+                mode=0o666,
+                temp_name=path.name + ".tmp",
+            )
         except OSError as exc:
             # Identities still hold within this daemon's life; log it, never fail the start.
             log.warning("proc.boot_anchor_unsaved", path=str(path), error=exc.strerror)

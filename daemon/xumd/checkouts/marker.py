@@ -11,10 +11,10 @@ Directory runtime: a file `.xum-incarnation` at the top of the directory holds t
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from xumd import atomicfile
 from xumd.checkouts.adminfile import read_admin_file
 
 PREFIX = "xum"
@@ -73,16 +73,15 @@ def read_directory_marker(directory: Path) -> Marker | None:
 
 
 def write_directory_marker(directory: Path, marker: Marker) -> None:
-    """Write-then-rename, fsynced, so a crash leaves the old marker or the new one."""
-    target = directory / DIRECTORY_MARKER
-    tmp = directory / f"{DIRECTORY_MARKER}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    try:
-        os.write(fd, (marker.reason() + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, target)
+    """A crash leaves the old marker or the new one. Not durable: the directory it goes into
+    was just made and is not fsynced either, so flushing the rename would not keep the checkout
+    through a power loss."""
+    atomicfile.write_atomic(
+        directory / DIRECTORY_MARKER,
+        (marker.reason() + "\n").encode(),
+        durable=False,
+        temp_name=f"{DIRECTORY_MARKER}.tmp",  # lifecycle/checkout.py removes a leftover by name
+    )
 
 
 def read_marker(path: Path) -> Marker | None:
