@@ -70,8 +70,3 @@ _.ContainmentStatus
 # connection (`ssh_pid`).
 _.socket_source
 _.ssh_pid
-
-# Counted for tests/test_status_fresh.py only (the status bytes are rebuilt only when their
-# inputs change); daemon_feature.py's hand-written status bytes are being reworked apart from
-# this list, and the counter goes with them.
-_.builds

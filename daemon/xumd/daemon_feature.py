@@ -291,8 +291,6 @@ class StatusAnswer:
         self._key: tuple[int, bool, dict[str, Any]] | None = None
         self._head = b""
         self._tail = b""
-        self.builds = 0
-        """How many times the bytes were built (a figure for tests and the bench)."""
 
     def __call__(
         self, uptime_s: float, connections: int, stopping: bool, details: dict[str, Any]
@@ -306,7 +304,6 @@ class StatusAnswer:
                 raise ValueError("daemon.status: uptime_s is not where it was expected")
             self._head, self._tail = data[:at], data[at + 3 :]
             self._key = key
-            self.builds += 1
         return Encoded(b"".join((self._head, repr(float(uptime_s)).encode(), self._tail)))
 
 
