@@ -65,8 +65,6 @@ _.slept
 # validates what it writes against this model.
 _.ContainmentStatus
 
-# The Python client's public attributes, for a program that embeds it: which discovery rule
-# chose the socket (`socket_source`), and the pid of the ssh process carrying a `host=`
-# connection (`ssh_pid`).
-_.socket_source
+# The Python client's public property, for a program that embeds it: the pid of the ssh
+# process carrying a `host=` connection.
 _.ssh_pid

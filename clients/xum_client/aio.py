@@ -126,12 +126,10 @@ class AsyncClient:
             self._host_socket = str(socket_path) if socket_path is not None else None
             self.root = str(root or self._host_entry.remote_root or "")
             self.socket_path = str(socket_path or "")
-            self.socket_source = "host"
         else:
             choice = discovery.resolve_socket(socket_path, root)
             self.root = client_root(root, choice)
             self.socket_path = str(choice.path)
-            self.socket_source = choice.source
         self.timeout = timeout
         self.server: HelloResult | None = None
         self._handshake = handshake

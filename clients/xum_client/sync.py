@@ -188,14 +188,12 @@ class Client:
             )
             self.root = str(root or entry.remote_root or "")
             self.socket_path = str(socket_path or "")
-            self.socket_source = "host"
             self._sock = self._link.sock
             self._sock.settimeout(timeout)
         else:
             choice = discovery.resolve_socket(socket_path, root)
             self.root = client_root(root, choice)
             self.socket_path = str(choice.path)
-            self.socket_source = choice.source
             self._sock = connect_unix(self.socket_path, self.root, timeout)
         self._file = self._sock.makefile("rb")
         self._ids = itertools.count(1)
