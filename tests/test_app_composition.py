@@ -12,6 +12,7 @@ from xumd import containment_feature
 from xumd.app import App
 from xumd.bootstrap import install_features
 from xumd.checkouts.exclusion import DirectoryExclusion
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.cleanup import feature as cleanup_feature
 from xumd.cleanup.outcomes import OutcomeRecorder
 from xumd.cleanup.planning import Planner
@@ -33,6 +34,7 @@ from xumd.processes.auto_archive import AutoArchiver
 from xumd.processes.leases import LeaseStore
 from xumd.processes.settlement import Settlement
 from xumd.processes.supervisor import Supervisor
+from xumd.recovery import feature as recovery_feature
 from xumd.store import Store
 
 
@@ -178,21 +180,40 @@ def test_the_sweep_refuses_to_guess_what_to_adopt_before_the_leases_are_wired(
         store.close()
 
 
-def test_a_graph_without_recoverys_settlers_does_not_start(tmp_short: Path) -> None:
-    """The settlers are bound late (recovery is built from the workspace service that holds
-    the hooks), so the composition root checks them: without them a failed operation's row
-    or a kept rename could not be settled, and that is found at start."""
-    with pytest.raises(RuntimeError, match="rename_settler, row_settler"):
-        LifecycleHooks().require_settlers()
+def test_a_graph_without_the_hooks_of_processes_and_recovery_does_not_start(
+    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hooks are bound late (processes and recovery are built from the workspace service
+    that holds them), so the composition root checks them: without them nothing would say who
+    holds a checkout, or settle a failed operation's row, and that is found at start."""
+    with pytest.raises(RuntimeError, match="processes, rename_settler, row_settler"):
+        LifecycleHooks().require_wired()
     store = Store(tmp_short / "state.db")
     store.migrate()
     try:
         app = App(RootPaths(tmp_short), DaemonConfig(), store)
         install_features(app)
         hooks = app.get(LifecycleHooks)
-        hooks.require_settlers()
+        hooks.require_wired()
         coordinator = app.get(Coordinator)
         assert isinstance(coordinator.failure_guard, FailureGuard)
         assert coordinator.failure_guard.hooks is hooks
     finally:
         store.close()
+
+    # A graph whose recovery forgot to plug in its settlers is refused while it is built.
+    monkeypatch.setattr(recovery_feature, "install", lambda app, **_: None)
+    store = Store(tmp_short / "other.db")
+    store.migrate()
+    try:
+        app = App(RootPaths(tmp_short), DaemonConfig(), store)
+        with pytest.raises(RuntimeError, match="rename_settler, row_settler"):
+            install_features(app)
+    finally:
+        store.close()
+
+
+async def test_the_quiescence_check_raises_rather_than_answer_no_holders(tmp_short: Path) -> None:
+    ref = WorkspaceRef("ws_0123456789abcdef", "prj_0123456789abcdef", "w", tmp_short, "inc")
+    with pytest.raises(RuntimeError, match="processes feature"):
+        await LifecycleHooks().holders(ref)

@@ -58,4 +58,4 @@ def install(app: App, containment: containment_feature.Installed) -> None:
         app, git=git, hooks=hooks, usage=usage, workspaces=workspaces
     )
     containment_feature.wire(containment, leases=leases)
-    hooks.require_settlers()  # recovery's, bound late (seams.LifecycleHooks says why)
+    hooks.require_wired()  # processes' and recovery's, bound late (seams.LifecycleHooks says why)

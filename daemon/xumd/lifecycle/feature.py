@@ -44,7 +44,7 @@ from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.listing import JsonResult
 from xumd.lifecycle.projects import ProjectService
 from xumd.lifecycle.scripts import ScriptLeases, ScriptRunner
-from xumd.lifecycle.seams import LifecycleHooks, mount_holders
+from xumd.lifecycle.seams import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
 from xumd.lifecycle.snapshot import Snapshotter
 from xumd.lifecycle.unarchive import ArchiveComparison
@@ -107,8 +107,6 @@ def install(
         WorkspaceService(app, coord, git, scripts, snapshots, cleanup=cleanup, hooks=hooks)
     )
     projects = app.provide(ProjectService(app, coord, git, workspaces))
-    # A mount inside a checkout makes archive, remove and rename refuse `busy` naming it.
-    hooks.holder_probes.append(mount_holders)
 
     # -- projects ------------------------------------------------------------------------------
 

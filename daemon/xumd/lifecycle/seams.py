@@ -2,8 +2,9 @@
 
 The lifecycle service owns structural mutations. Features above it (processes, recovery) plug in
 here, so that the lifecycle never imports them:
-- holder probes (processes and leases) say who uses a checkout, for `busy` refusals;
-- stoppers stop the daemon's own processes in a workspace (archive with `stop: true`, shutdown);
+- the processes feature (`ProcessHolders`) says who uses a checkout, for `busy` refusals (with
+  the mounts at or under it, which the lifecycle finds itself), and stops the daemon's own
+  processes in a workspace (archive with `stop: true`);
 - recovery settles a kept rename journal on `workspace.keep` (the rename settler), and the row of
   an operation that failed part-way (the row settler).
 `LifecycleHooks` is built by the composition root and handed to each of them. (Cleanup, below the
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 
@@ -120,10 +122,6 @@ async def mounts_holding(path: Path) -> list[Holder]:
     return [Holder("mount", None, f"mount at {point}") for point in points]
 
 
-HolderProbe = Callable[[WorkspaceRef], Awaitable[list[Holder]]]
-Stopper = Callable[[WorkspaceRef, float], Awaitable[tuple[list[str], list[Holder]]]]
-"""Stop the daemon's own processes in the workspace within the deadline; return the ids of the
-processes it stopped and what is left."""
 RenameSettler = Callable[[str], Awaitable[str | None]]
 """Settle a workspace's kept rename journal by what the disk shows (recovery's startup logic for
 one row; the caller holds the exclusive reservation). Returns the problem the row stays flagged
@@ -137,51 +135,61 @@ which, else flag it `interrupted` with the failure in the reason. Synchronous (s
 only), so it runs even in a cancelled task. Returns the action taken (None: nothing to do)."""
 
 
+class ProcessHolders(Protocol):
+    """The processes feature's quiescence check (`xumd.processes.quiescence.Quiescence`)."""
+
+    async def holders(self, ref: WorkspaceRef) -> list[Holder]: ...
+
+    async def stop(self, ref: WorkspaceRef, deadline_s: float) -> tuple[list[str], list[Holder]]:
+        """Stop the daemon's own processes in the workspace within the deadline; return the
+        ids of the processes it stopped and what is left."""
+        ...
+
+
 @dataclass
 class LifecycleHooks:
-    """What the features above the lifecycle plug into it. Probes and stoppers are lists that
-    each feature appends to. The settlers are recovery's, and recovery is built from the
-    workspace service that holds these hooks: that cycle makes them late-bound, so the
-    composition root calls `require_settlers` once the graph is installed, and a graph without
-    them does not start."""
+    """What the features above the lifecycle plug into it. They are built from the workspace
+    service (the processes feature admits under its coordinator; recovery settles through it),
+    which holds these hooks: that cycle makes them late-bound. So the composition root calls
+    `require_wired` once the graph is installed, and a graph without one of them does not
+    start; a quiescence check asked before the processes feature is plugged in raises, never
+    answers "no holders"."""
 
-    holder_probes: list[HolderProbe] = field(default_factory=list)
-    stoppers: list[Stopper] = field(default_factory=list)
+    processes: ProcessHolders | None = None
     rename_settler: RenameSettler | None = None
     row_settler: RowSettler | None = None
 
-    def require_settlers(self) -> None:
+    def require_wired(self) -> None:
         missing = [
             name
-            for name, settler in (
+            for name, seam in (
+                ("processes", self.processes),
                 ("rename_settler", self.rename_settler),
                 ("row_settler", self.row_settler),
             )
-            if settler is None
+            if seam is None
         ]
         if missing:
             raise RuntimeError(
-                f"lifecycle hooks without {', '.join(missing)}: install recovery before the "
-                "daemon starts (a failed operation's row, or a kept rename, could not be settled)"
+                f"lifecycle hooks without {', '.join(missing)}: the processes feature and "
+                "recovery must be installed before the daemon starts (without them nothing "
+                "would say who holds a checkout, or settle a failed operation's row)"
             )
 
+    def _processes(self) -> ProcessHolders:
+        if self.processes is None:
+            raise RuntimeError("the processes feature is not plugged into the lifecycle hooks")
+        return self.processes
+
     async def holders(self, workspace: WorkspaceRef) -> list[Holder]:
-        found: list[Holder] = []
-        for probe in self.holder_probes:
-            found.extend(await probe(workspace))
-        return found
+        processes = self._processes()
+        return await mount_holders(workspace) + await processes.holders(workspace)
 
     async def stop_all(
         self, workspace: WorkspaceRef, deadline_s: float
     ) -> tuple[list[str], list[Holder]]:
         """The ids of the processes stopped, and the holders left."""
-        stopped: list[str] = []
-        left: list[Holder] = []
-        for stop in self.stoppers:
-            done, remaining = await stop(workspace, deadline_s)
-            stopped.extend(done)
-            left.extend(remaining)
-        return stopped, left
+        return await self._processes().stop(workspace, deadline_s)
 
 
 def holders_text(holders: list[Holder]) -> str:

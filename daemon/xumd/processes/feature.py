@@ -136,8 +136,9 @@ def install(
         # is left in its cgroup, kept processes included (docs/PROCESSES.md, "systemd").
         log.warning("processes.keep_under_systemd", needs="KillMode=process")
 
-    hooks.holder_probes.append(quiet.holders)
-    hooks.stoppers.append(quiet.stop)
+    # Late: the hooks are the workspace service's, which the supervisor admits through
+    # (LifecycleHooks says why; the composition root refuses to start without it).
+    hooks.processes = quiet
 
     # -- start, serve, stop --------------------------------------------------------------------
 

@@ -124,6 +124,8 @@ def install(
             "last_pass": last["report"].as_dict(),
         }
 
+    # Late: the reconciler is built from the workspace service that holds these hooks
+    # (LifecycleHooks says why; the composition root refuses to start without them).
     # workspace.keep settles a kept rename journal with the startup pass's own logic.
     hooks.rename_settler = reconciler.settle_journal
     # An operation that failed part-way leaves its row as the startup pass would.
