@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from xumd.app import App
+from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.checkouts.marker import Marker, write_directory_marker
 from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.service import CleanupService
 from xumd.cleanup.steps import Outcome, UnsavedWork, teardown_outcome
 from xumd.config import CleanupConfig, DaemonConfig
+from xumd.git import Git
 from xumd.lifecycle import wsenv
 from xumd.paths import RootPaths
 from xumd.procutil import run_command
@@ -211,6 +213,8 @@ def make_world(
         teardown=teardown,
         unsaved=unsaved or NothingUnsaved(),
         teardown_env=lambda workspace_id: wsenv.frozen(app.store, workspace_id),
+        git=Git(timeout_s=app.config.git_timeout_s),
+        directories=DirectoryExclusion(wait_s=app.config.cleanup.step_timeout_s),
     )
     app.provide(service)
     return World(app, service, clock, base / "root", repo, add_project(app, repo))

@@ -50,7 +50,9 @@ MISSING = "ws_00000000000000ff"
 
 
 async def test_shared_validates_after_holding(store: Store) -> None:
-    coord = Coordinator(store, wait_s=1, failure_guard=None)
+    coord = Coordinator(
+        store, wait_s=1, directories=DirectoryExclusion(wait_s=1), failure_guard=None
+    )
     async with coord.shared(ACTIVE) as ref:
         assert ref.id == ACTIVE and ref.incarnation == "inc"
     with pytest.raises(XumError) as info:
@@ -68,7 +70,9 @@ async def test_shared_validates_after_holding(store: Store) -> None:
 
 
 async def test_exclusive_closes_admission_and_drains_shared(store: Store) -> None:
-    coord = Coordinator(store, wait_s=5, failure_guard=None)
+    coord = Coordinator(
+        store, wait_s=5, directories=DirectoryExclusion(wait_s=5), failure_guard=None
+    )
     order: list[str] = []
     release = anyio.Event()
     admitted = anyio.Event()
@@ -105,7 +109,9 @@ async def test_exclusive_closes_admission_and_drains_shared(store: Store) -> Non
 
 
 async def test_drain_is_bounded_and_names_holders(store: Store) -> None:
-    coord = Coordinator(store, wait_s=0.2, failure_guard=None)
+    coord = Coordinator(
+        store, wait_s=0.2, directories=DirectoryExclusion(wait_s=0.2), failure_guard=None
+    )
     release = anyio.Event()
     admitted = anyio.Event()
 
@@ -129,7 +135,9 @@ async def test_drain_is_bounded_and_names_holders(store: Store) -> None:
 
 
 async def test_second_structural_mutation_is_busy_at_once(store: Store) -> None:
-    coord = Coordinator(store, wait_s=5, failure_guard=None)
+    coord = Coordinator(
+        store, wait_s=5, directories=DirectoryExclusion(wait_s=5), failure_guard=None
+    )
     inside = anyio.Event()
     release = anyio.Event()
 
@@ -150,7 +158,9 @@ async def test_second_structural_mutation_is_busy_at_once(store: Store) -> None:
 
 
 async def test_row_removed_before_reservation_is_not_found(store: Store) -> None:
-    coord = Coordinator(store, wait_s=5, failure_guard=None)
+    coord = Coordinator(
+        store, wait_s=5, directories=DirectoryExclusion(wait_s=5), failure_guard=None
+    )
     async with coord.exclusive(ACTIVE, "remove"):
         store.execute("DELETE FROM workspaces WHERE id = ?", (ACTIVE,))
     with pytest.raises(XumError) as info:
@@ -247,7 +257,9 @@ async def test_a_failed_structural_operation_is_settled_while_still_reserved(
     """An exclusive operation that raises is settled by the failure guard before its
     reservation opens again (no other operation sees the row mid-way); one that succeeds is
     not settled at all."""
-    coord = Coordinator(store, wait_s=1, failure_guard=None)
+    coord = Coordinator(
+        store, wait_s=1, directories=DirectoryExclusion(wait_s=1), failure_guard=None
+    )
     seen: list[tuple[str, str, str, str | None]] = []
 
     def guard(workspace_id: str, op: str) -> Callable[[BaseException], None]:
@@ -270,7 +282,9 @@ async def test_a_failed_structural_operation_is_settled_while_still_reserved(
 async def test_reservations_are_forgotten_once_nobody_holds_them(store: Store) -> None:
     """Each workspace and project id gets a reservation record while in use; it goes when its
     last user leaves, so a long-running daemon does not keep one per id it ever saw."""
-    coord = Coordinator(store, wait_s=1, failure_guard=None)
+    coord = Coordinator(
+        store, wait_s=1, directories=DirectoryExclusion(wait_s=1), failure_guard=None
+    )
     async with coord.shared(ACTIVE):
         async with coord.shared(ACTIVE):
             assert set(coord._reservations) == {ACTIVE}
@@ -289,13 +303,23 @@ async def test_a_directory_wait_uses_the_callers_timeout_else_the_default(tmp_pa
     """An explicit timeout bounds the wait (not the coordinator's default); without one, the
     default does. Each wait is itself under a test deadline, so a wait that ignored its bound
     fails here instead of hanging."""
-    coord = Coordinator(Store(tmp_path / "s.db"), wait_s=0.1, failure_guard=None)
+    coord = Coordinator(
+        Store(tmp_path / "s.db"),
+        wait_s=0.1,
+        directories=DirectoryExclusion(wait_s=0.1),
+        failure_guard=None,
+    )
     async with coord.directories.directory(tmp_path / "x"):
         with anyio.fail_after(10), pytest.raises(XumError) as info:
             async with coord.directories.directory(tmp_path / "x"):
                 pass
         assert info.value.kind.value == "timeout" and "after 0.1s" in info.value.message
-    patient = Coordinator(Store(tmp_path / "t.db"), wait_s=60, failure_guard=None)
+    patient = Coordinator(
+        Store(tmp_path / "t.db"),
+        wait_s=60,
+        directories=DirectoryExclusion(wait_s=60),
+        failure_guard=None,
+    )
     async with patient.directories.directory(tmp_path / "x"):
         with anyio.fail_after(10), pytest.raises(XumError) as info:
             async with patient.directories.directory(tmp_path / "x", timeout=0.2):
@@ -306,7 +330,9 @@ async def test_a_directory_wait_uses_the_callers_timeout_else_the_default(tmp_pa
 async def test_exclusive_resolves_a_workspace_in_any_state(store: Store) -> None:
     """A structural operation reserves the workspace whatever its state (unarchive needs an
     archived one); `shared` is the one that insists on `active`."""
-    coord = Coordinator(store, wait_s=1, failure_guard=None)
+    coord = Coordinator(
+        store, wait_s=1, directories=DirectoryExclusion(wait_s=1), failure_guard=None
+    )
     async with coord.exclusive(ARCHIVED, "unarchive") as ref:
         assert ref.id == ARCHIVED
         assert coord.closed_by(ARCHIVED) == "unarchive"

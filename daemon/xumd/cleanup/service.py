@@ -69,8 +69,8 @@ class CleanupService:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         teardown: TeardownFn | None = None,
-        git: Git | None = None,
-        directories: DirectoryExclusion | None = None,
+        git: Git,
+        directories: DirectoryExclusion,
         scripts: TeardownScripts | None = None,
     ) -> None:
         self.app = app
@@ -89,7 +89,7 @@ class CleanupService:
         self.steps = Steps(
             self.obligations,
             trash_dir=app.paths.trash,
-            git=git or Git(timeout_s=app.config.git_timeout_s),
+            git=git,
             teardown=teardown or ProjectTeardown(scripts),
             unsaved=unsaved,
             now=self.clock.time,
@@ -110,8 +110,8 @@ class CleanupService:
             obligations=self.obligations,
             steps=self.steps,
             recorder=self.recorder,
-            # Without the lifecycle's (unit tests of cleanup alone), the same rule in-process.
-            directories=directories or DirectoryExclusion(wait_s=app.config.cleanup.step_timeout_s),
+            # The lifecycle's own: a path is never trashed while an operation works on it.
+            directories=directories,
             backoff=self.backoff,
             clock=self.clock,
             config=self.config,

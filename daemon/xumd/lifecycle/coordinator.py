@@ -59,12 +59,12 @@ class Coordinator:
         store: Store,
         *,
         wait_s: float = 30.0,
-        directories: DirectoryExclusion | None = None,
+        directories: DirectoryExclusion,
         failure_guard: SettleOnFailure | None,
     ) -> None:
         self.store = store
         self.wait_s = wait_s
-        self.directories = directories or DirectoryExclusion(wait_s=wait_s)
+        self.directories = directories
         self._reservations: dict[str, _Reservation] = {}
         self._tokens = itertools.count(1)
         self.failure_guard = failure_guard
