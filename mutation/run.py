@@ -245,6 +245,9 @@ SCOPES = [
     Scope("daemon/xumd/checkouts/adminfile.py", SMALLFILE_TESTS),
     # The incarnation markers: read and written in-process here, and by the fence's checks.
     Scope("daemon/xumd/checkouts/marker.py", [*SMALLFILE_TESTS, "tests/test_cleanup_guards.py"]),
+    # The one atomic write (the markers, the boot anchor, the hosts file): real files, a full
+    # tmpfs, a failing fsync, in-process.
+    Scope("daemon/xumd/atomicfile.py", ["tests/test_atomicfile.py"]),
     # The copy primitive (archive store, preserved and ignored files): in-process tests of the
     # copy itself, its callers' plans (seed) and the snapshot's use of it; real FIFOs, holes,
     # mounts, a full filesystem. The daemon tests of test_ignored_copy.py take minutes a mutant.

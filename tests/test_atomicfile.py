@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from xumd import atomicfile
 from xumd.atomicfile import write_atomic
 
 from tests.support.tmpfs import fill, tmpfs
@@ -55,6 +56,31 @@ def test_a_failed_rename_leaves_the_target_and_no_temporary_file(
         write_atomic(target, b"new", durable=True, temp_name=temp_name)
     assert (target / "inside").read_bytes() == b"kept"
     assert os.listdir(tmp_path) == ["state"]
+
+
+def test_without_a_mode_the_file_is_readable_by_all_and_written_by_its_owner(
+    tmp_path: Path,
+) -> None:
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "state", b"new", durable=False)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o644
+
+
+def test_a_fresh_temporary_name_taken_by_another_writer_is_left_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writers of one file at once: each its own temporary file, never the other's."""
+    names = iter(["taken", "free"])
+    monkeypatch.setattr(atomicfile.secrets, "token_hex", lambda _n: next(names))
+    theirs = tmp_path / ".state.taken.tmp"
+    theirs.write_bytes(b"another writer's")
+    write_atomic(tmp_path / "state", b"new", durable=False)
+    assert (tmp_path / "state").read_bytes() == b"new"
+    assert theirs.read_bytes() == b"another writer's"
+    assert sorted(os.listdir(tmp_path)) == [".state.taken.tmp", "state"]
 
 
 def test_a_leftover_at_the_fixed_temporary_name_is_written_over(tmp_path: Path) -> None:
