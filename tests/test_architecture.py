@@ -13,6 +13,8 @@ The rule:
 - `FACADES` names each facade and the parts it is built from: no part imports its facade.
 - The daemon never looks code up by name (`importlib.import_module`, `__import__`): the
   composition root hands each feature its collaborators.
+- `NO_TRANSPORT`: lifecycle and cleanup import rpc only in their `feature.py` (the handlers'
+  registration); an operation reaches the dispatcher through `xumd.requestcut`.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.childproc",
             "xumd.smallfile",
             "xumd.atomicfile",
+            # The answer of a request cut at shutdown: the operations say it, rpc reads it.
+            "xumd.requestcut",
         ],
     ),
     # The configuration's pydantic schema, derived from its tables (docs and tests only).
@@ -149,6 +153,12 @@ LOOKUP_BY_NAME_ALLOWED = {
     # their package path, never a service.
     "xum_client.cli",
 }
+
+
+# The domain does not talk back to the transport: only a feature's `install` (its `feature.py`,
+# which registers handlers on the router) imports rpc; the operations reach the dispatcher
+# through `xumd.requestcut`.
+NO_TRANSPORT = ("xumd.lifecycle", "xumd.cleanup")
 
 
 @dataclass(frozen=True)
@@ -324,6 +334,16 @@ def facade_violations(edges: list[Edge]) -> list[str]:
     return problems
 
 
+def transport_violations(edges: list[Edge]) -> list[str]:
+    return [
+        f"{edge.source} imports {edge.target} ({edge.where})"
+        for edge in edges
+        if unit_of(edge.source) in NO_TRANSPORT
+        and not edge.source.endswith(".feature")
+        and unit_of(edge.target) == "xumd.rpc"
+    ]
+
+
 @pytest.fixture(scope="module")
 def graph() -> tuple[dict[str, Path], list[Edge], dict[str, list[str]]]:
     return _graph()
@@ -353,6 +373,13 @@ def test_no_part_imports_its_facade(
     assert facade_violations(edges) == []
 
 
+def test_the_operations_do_not_import_the_transport(
+    graph: tuple[dict[str, Path], list[Edge], dict[str, list[str]]],
+) -> None:
+    _, edges, _ = graph
+    assert transport_violations(edges) == []
+
+
 def test_no_lookup_by_name(
     graph: tuple[dict[str, Path], list[Edge], dict[str, list[str]]],
 ) -> None:
@@ -362,7 +389,8 @@ def test_no_lookup_by_name(
 
 def test_the_table_is_checked_for_what_it_claims(tmp_path: Path) -> None:
     """The checks fail on what they forbid: a back-edge (cleanup importing lifecycle), a cycle,
-    a part importing its facade, a lookup by name and an unplaced unit, in a copy of the tree."""
+    a part importing its facade, a lookup by name, an operation importing the transport and an
+    unplaced unit, in a copy of the tree."""
     import shutil
 
     root = tmp_path / "xumd"
@@ -376,7 +404,7 @@ def test_the_table_is_checked_for_what_it_claims(tmp_path: Path) -> None:
     with (root / "processes" / "watching.py").open("a") as handle:
         handle.write("\ndef _f() -> None:\n    from xumd.processes.supervisor import Supervisor\n")
     with (root / "lifecycle" / "archive.py").open("a") as handle:
-        handle.write("\nimport importlib\n")
+        handle.write("\nimport importlib\nfrom xumd.rpc.dispatch import RequestContext\n")
     (root / "newthing.py").write_text("")
     known, edges, lookups = _graph(sources)
 
@@ -386,6 +414,7 @@ def test_the_table_is_checked_for_what_it_claims(tmp_path: Path) -> None:
     assert any("xumd.processes.supervisor" in c for c in cycles(edges))
     assert any("xumd.processes.watching imports its facade" in p for p in facade_violations(edges))
     assert "xumd.lifecycle.archive" in lookups
+    assert any("xumd.lifecycle.archive imports xumd.rpc" in p for p in transport_violations(edges))
 
 
 if __name__ == "__main__":  # print the unit graph (for docs and for placing a new unit)

@@ -23,7 +23,8 @@ import pytest
 from pydantic import BaseModel
 from xum_client.errors import XumRpcError
 from xum_protocol.models.base import Result
-from xumd.rpc.dispatch import Router, answer_if_cut
+from xumd.requestcut import answer_if_cut
+from xumd.rpc.dispatch import Router
 
 from tests.lifecycle_helpers import add_project, branch_exists, create
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config

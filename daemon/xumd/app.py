@@ -215,7 +215,7 @@ class App:
                         log.warning("daemon.requests_cancelled", active=self.router.active)
                     # Still running: cancelled. One that committed nothing answers
                     # `shutting_down`; one that committed its logical change answers its result
-                    # with the physical part pending (dispatch.answer_if_cut, connection.py).
+                    # with the physical part pending (requestcut.answer_if_cut, connection.py).
                     work.cancel_scope.cancel()
                 # 3. Registered drains, each under its own deadline.
                 await HOLD_DRAINS.hold()

@@ -21,7 +21,7 @@ from xumd.cleanup.schedule import LANES, PATH_LANE, Backoff, Clock
 from xumd.cleanup.steps import Outcome, Steps
 from xumd.config import CleanupConfig
 from xumd.errors import XumError
-from xumd.rpc.dispatch import cut_reason
+from xumd.requestcut import cut_reason
 
 log = logs.get("xumd.cleanup")
 

@@ -21,7 +21,7 @@ from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
 from xumd.lifecycle.seams import holders_text
 from xumd.lifecycle.snapshot import Dropped, Snapshot
-from xumd.rpc.dispatch import answer_if_cut
+from xumd.requestcut import answer_if_cut
 
 ARCHIVE_AFTER_INTENT = faults.declare("workspace.archive.after_intent")
 ARCHIVE_AFTER_SNAPSHOT = faults.declare("workspace.archive.after_snapshot")

@@ -29,7 +29,7 @@ from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.seams import LifecycleHooks, busy_message
 from xumd.lifecycle.snapshot import Snapshotter
-from xumd.rpc.dispatch import cut_reason
+from xumd.requestcut import cut_reason
 from xumd.store import Store
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from xumd.lifecycle.context import require_project
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.rows import ProjectRow
 from xumd.lifecycle.scripts import config_file, load_config
-from xumd.rpc.dispatch import answer_if_cut
+from xumd.requestcut import answer_if_cut
 
 if TYPE_CHECKING:
     from xumd.app import App

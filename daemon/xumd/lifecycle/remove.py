@@ -21,7 +21,7 @@ from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
 from xumd.lifecycle.snapshot import Dropped, Snapshot, WorkState
 from xumd.lifecycle.unarchive import unsaved_in_lingering
-from xumd.rpc.dispatch import answer_if_cut
+from xumd.requestcut import answer_if_cut
 
 log = logs.get("xumd.lifecycle.remove")
 

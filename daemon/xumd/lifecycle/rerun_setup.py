@@ -23,7 +23,7 @@ from xumd import logs
 from xumd.lifecycle import setup
 from xumd.lifecycle.context import Context, invalid_state
 from xumd.lifecycle.scripts import ScriptOutcome
-from xumd.rpc.dispatch import answer_if_cut, cut_reason
+from xumd.requestcut import answer_if_cut, cut_reason
 
 log = logs.get("xumd.lifecycle.rerun_setup")
 

@@ -44,7 +44,7 @@ from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptOutcome, preserve_globs
 from xumd.lifecycle.seams import busy_message, mount_holders
 from xumd.lifecycle.snapshot import Snapshotter
-from xumd.rpc.dispatch import answer_if_cut, cut_reason
+from xumd.requestcut import answer_if_cut, cut_reason
 from xumd.store import Store
 
 log = logs.get("xumd.lifecycle.unarchive")

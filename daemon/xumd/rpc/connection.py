@@ -12,7 +12,7 @@ pipelined behind it. They run in the server's task group, not the connection's: 
 disconnects mid-archive does not cancel the archive half-way; its answer is dropped. At shutdown
 the server cancels requests still running after the grace period; one that committed nothing
 answers `shutting_down`, one that committed its logical change answers its result as the cut left
-it (`dispatch.answer_if_cut`), so a request with an id never goes unanswered nor falsely answered.
+it (`requestcut.answer_if_cut`), so a request with an id never goes unanswered nor falsely answered.
 
 End of input ends a connection once its pending answers are written, except for an event
 subscriber: a client that subscribes and then shuts down its sending side (as `socat` does when
@@ -340,7 +340,7 @@ class Connection:
     async def _enqueue_made(self, reply: Any) -> None:
         """Queue an answer already made. Cancelled while waiting for room (shutdown), it is
         queued anyway: a request that committed its change is answered with its result
-        (dispatch.answer_if_cut), never lost nor replaced by `shutting_down`."""
+        (requestcut.answer_if_cut), never lost nor replaced by `shutting_down`."""
         try:
             await self._enqueue(reply)
         except anyio.get_cancelled_exc_class():

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, cast
@@ -22,7 +21,7 @@ import anyio
 import orjson
 from xum_protocol.errors import ErrorKind, code_for
 
-from xumd import diskfull, logs
+from xumd import diskfull, logs, requestcut
 from xumd.errors import XumError
 from xumd.fdlimits import FD_ERRNOS, is_exhausted
 
@@ -55,33 +54,8 @@ class RequestContext:
     method: str
     request_id: RequestId
     committed: Callable[[], BaseModel | None] | None = None
-    """Set (through `answer_if_cut`) once the request's logical change is committed: the
-    result to answer should the rest of the request be cancelled (shutdown)."""
-
-
-_current: ContextVar[RequestContext | None] = ContextVar("xumd_request", default=None)
-
-
-def answer_if_cut(build: Callable[[], BaseModel | None], method: str) -> None:
-    """Say that the current request's logical change is committed (invariant 2: no false
-    answer). Should the request be cancelled from here on (the shutdown grace ran out while its
-    physical part, a teardown say, still ran), it is answered with `build()`, called then and
-    without awaiting (so it reads the store as the cut left it), instead of `shutting_down`.
-
-    `build` may return None: nothing was committed after all (the request answers
-    `shutting_down`). Only when the request is `method`: an operation that runs inside
-    another (each workspace of a `project.remove`) builds the wrong result for the outer
-    request, which registers its own. Outside a request (a background task), this does
-    nothing."""
-    ctx = _current.get()
-    if ctx is not None and ctx.method == method:
-        ctx.committed = build
-
-
-def cut_reason(stopping: bool, subject: str = "it") -> str:
-    """Why work was cut short, for the record it leaves: the shutdown grace ran out, or
-    `subject` (the request, the lane) was cancelled."""
-    return "the daemon is shutting down" if stopping else f"{subject} was cancelled"
+    """Set (through `requestcut.answer_if_cut`) once the request's logical change is
+    committed: the result to answer should the rest of the request be cancelled (shutdown)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,8 +326,8 @@ class Router:
         assert route is not None and route.handler is not None  # inline: built, with a handler
         self.active += 1
         # Only what the answer needs: the clock is read for the debug line alone, and the
-        # request is not made current (`_current`): that is for `answer_if_cut`, and a handler
-        # that runs to its end without awaiting cannot be cut.
+        # request is not made current (`requestcut.current`): that is for `answer_if_cut`, and
+        # a handler that runs to its end without awaiting cannot be cut.
         started = time.perf_counter() if self.log_requests else 0.0
         outcome = "ok"
         ctx = RequestContext(peer, method, request_id)
@@ -452,7 +426,7 @@ class Router:
         started = time.perf_counter()
         outcome = "ok"
         ctx = RequestContext(peer, method, request_id)
-        token = _current.set(ctx)
+        token = requestcut.current.set(ctx)
         try:
             result = await route.handler(params, ctx)
             return _success(request_id, result, fragments=fragments)
@@ -474,7 +448,7 @@ class Router:
             response, outcome = _failure(exc, method, request_id)
             return response
         finally:
-            _current.reset(token)
+            requestcut.current.reset(token)
             if self.log_requests:
                 _log_request(ctx, started, outcome)
 
