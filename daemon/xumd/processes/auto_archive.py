@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.abc
 from xum_protocol.errors import ErrorKind
 
 from xumd import faults, logs
@@ -43,7 +45,6 @@ TRANSIENT = {
 }
 
 Archive = Callable[[str], Awaitable[Any]]
-Spawner = Callable[..., Any]
 
 
 class AutoArchiver:
@@ -63,7 +64,8 @@ class AutoArchiver:
         self.attempts = attempts
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
-        self.start_soon: Spawner | None = None
+        self._tasks: anyio.abc.TaskGroup | None = None
+        """While the supervisor serves (`running`): where the archive tasks run."""
         self._running: set[str] = set()
 
     def wanted(self, managed: Managed) -> bool:
@@ -97,11 +99,22 @@ class AutoArchiver:
         if managed.workspace_id in self._running or not self.wanted(managed):
             return
         incarnation = self._incarnation(managed.workspace_id)
-        if self.start_soon is None:
+        if self._tasks is None:
             log.warning("auto_archive.not_running", workspace=managed.workspace_id)
             return
         self._running.add(managed.workspace_id)
-        self.start_soon(self.run, managed.workspace_id, managed.id, incarnation)
+        self._tasks.start_soon(self.run, managed.workspace_id, managed.id, incarnation)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Archive tasks run in a task group of their own while the body runs (the supervisor
+        serving): an exit seen outside it (at shutdown) is logged, not archived."""
+        async with anyio.create_task_group() as tg:
+            self._tasks = tg
+            try:
+                yield
+            finally:
+                self._tasks = None
 
     async def run(
         self, workspace_id: str, process_id: str, incarnation: str | None = None

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.lease import (
     AcquireParams,
@@ -147,8 +146,7 @@ def install(
             app.events.publish("process.adopted", process=managed.info())
 
     async def serve_with_auto() -> None:
-        async with anyio.create_task_group() as tg:
-            auto.start_soon = tg.start_soon
+        async with auto.running():
             await sup.serve()
 
     async def drain() -> None:
