@@ -245,6 +245,17 @@ SCOPES = [
     Scope("daemon/xumd/checkouts/adminfile.py", SMALLFILE_TESTS),
     # The incarnation markers: read and written in-process here, and by the fence's checks.
     Scope("daemon/xumd/checkouts/marker.py", [*SMALLFILE_TESTS, "tests/test_cleanup_guards.py"]),
+    # The proof that nothing is lost, on the bytes, and the raw copy it saves and places: the
+    # module tests (a real permission as another user, sha256, deep paths), then the real
+    # daemon's class tests (nested repositories, flags, filters, submodules, detached HEADs).
+    Scope(
+        "daemon/xumd/lifecycle/onbytes.py",
+        ["tests/test_onbytes.py", "tests/test_nothing_lost_on_bytes.py"],
+    ),
+    Scope(
+        "daemon/xumd/lifecycle/rawcopy.py",
+        ["tests/test_onbytes.py", "tests/test_nothing_lost_on_bytes.py"],
+    ),
     # The one atomic write (the markers, the boot anchor, the hosts file): real files, a full
     # tmpfs, a failing fsync, in-process.
     Scope("daemon/xumd/atomicfile.py", ["tests/test_atomicfile.py"]),
