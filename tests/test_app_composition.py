@@ -108,7 +108,7 @@ def test_the_cleanup_asks_the_lifecycles_own_comparison(tmp_short: Path) -> None
 # Collaborators each constructor must be handed (by the composition root): none has a default
 # that would stand in for it, and none is assigned onto the object after it is built.
 REQUIRED_COLLABORATORS: list[tuple[Callable[..., object], tuple[str, ...]]] = [
-    (CleanupService, ("unsaved", "teardown_env", "git", "directories")),
+    (CleanupService, ("unsaved", "teardown_env", "git", "directories", "teardown")),
     (Steps, ("unsaved",)),
     (Planner, ("teardown_env",)),
     (OutcomeRecorder, ("poke",)),

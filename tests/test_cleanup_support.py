@@ -193,6 +193,13 @@ class NothingUnsaved:
         return []
 
 
+class NoTeardownPlanned:
+    """The teardown of a world whose obligations plan none: running it is the test's error."""
+
+    async def __call__(self, ob: ObligationRow, cwd: Path) -> Outcome:
+        raise AssertionError(f"{ob.id}: a teardown ran in a world that plans none")
+
+
 def make_world(
     base: Path,
     teardown: Any,
@@ -210,7 +217,7 @@ def make_world(
         app,
         clock=clock,
         rng=random.Random(7),
-        teardown=teardown,
+        teardown=teardown or NoTeardownPlanned(),
         unsaved=unsaved or NothingUnsaved(),
         teardown_env=lambda workspace_id: wsenv.frozen(app.store, workspace_id),
         git=Git(timeout_s=app.config.git_timeout_s),

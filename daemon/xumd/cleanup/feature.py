@@ -20,7 +20,7 @@ from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import PATH_LANE, RECLAIM_LANE, CleanupService
 from xumd.cleanup.steps import UnsavedWork
-from xumd.cleanup.teardown_scripts import TeardownScripts
+from xumd.cleanup.teardown_scripts import ProjectTeardown, TeardownScripts
 from xumd.errors import XumError
 from xumd.git import Git
 from xumd.rpc.dispatch import RequestContext
@@ -47,7 +47,7 @@ def install(
             app,
             git=git,
             directories=directories,
-            scripts=scripts,
+            teardown=ProjectTeardown(scripts),
             unsaved=unsaved,
             teardown_env=teardown_env,
         )

@@ -5,9 +5,11 @@ never acts on a live workspace (see fence.py).
 
 A facade over parts with one responsibility each: planning.py (what is owed), runner.py (one
 workspace's steps in order, per-lane locks), cycle.py (the lanes' background cycles), outcomes.py
-(recording and announcing), status.py (what is reported), teardown_scripts.py (the default
-teardown). What a step needs from outside (the directory exclusion, the script runner, git) is
-handed in by the composition root; cleanup imports nothing of the lifecycle feature. The lanes
+(recording and announcing), status.py (what is reported), teardown_scripts.py (the teardown
+the feature builds on the script runner). What a step needs from outside (the directory
+exclusion, the teardown, git, the lifecycle's comparison of a lingering checkout with its
+archive, a workspace's variables) is a required argument, handed in by the composition root;
+cleanup imports nothing of the lifecycle feature. The lanes
 (schedule.py): `path` (teardown, trash: what frees the path) and `reclaim` (deleting trash
 entries, which may take minutes), so a large reclaim never delays another workspace's path.
 """
@@ -39,7 +41,7 @@ from xumd.cleanup.schedule import (
     SystemClock,
 )
 from xumd.cleanup.steps import Steps, TeardownFn, UnsavedWork
-from xumd.cleanup.teardown_scripts import SETUP_NEVER_RAN, ProjectTeardown, TeardownScripts
+from xumd.cleanup.teardown_scripts import SETUP_NEVER_RAN
 from xumd.git import Git
 
 __all__ = [
@@ -66,12 +68,11 @@ class CleanupService:
         *,
         unsaved: UnsavedWork,
         teardown_env: TeardownEnv,
-        clock: Clock | None = None,
-        rng: random.Random | None = None,
-        teardown: TeardownFn | None = None,
+        teardown: TeardownFn,
         git: Git,
         directories: DirectoryExclusion,
-        scripts: TeardownScripts | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.app = app
         self.store = app.store
@@ -90,7 +91,7 @@ class CleanupService:
             self.obligations,
             trash_dir=app.paths.trash,
             git=git,
-            teardown=teardown or ProjectTeardown(scripts),
+            teardown=teardown,
             unsaved=unsaved,
             now=self.clock.time,
         )
