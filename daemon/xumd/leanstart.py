@@ -1,6 +1,6 @@
 """The lean start: a root with nothing to recover serves before its features are loaded.
 
-Time to ready is almost all imports (docs/PERFORMANCE.md, "Issue 12: lean start"), and most of
+Time to ready is almost all imports (docs/PERFORMANCE.md, "Lean start"), and most of
 them are the features' (lifecycle, cleanup, processes, turns, usage, recovery, gc) for the
 startup passes the contract keeps before serving: adoption and recovery. A root whose store holds
 no record and whose state directories are empty or absent gives those passes nothing to do, so
