@@ -2,8 +2,9 @@
 
 In process: the direct path (lifecycle/listing.py) answers byte for byte what the model path
 (`WorkspaceInfo` per row, dumped) answers on the same rows, including rows the direct path leaves
-to the model (stored JSON of other features, paths `Path()` normalises, bad columns), under every
-filter and at every page size; it runs a fixed number of SQL statements whatever the row count;
+to the model (odd stored JSON of other features, paths `Path()` normalises, bad columns), under
+every filter and at every page size; every row a real daemon wrote through the API (a copy of its
+store) is built by the direct path, none by the model path; it runs a fixed number of SQL statements whatever the row count;
 the answer validates against the protocol's models; a page stays under its byte budget; the
 order is the order rows were written (a stepped-back clock hides nothing), and a database of the
 earlier (creation time, id) order keeps it, with its cursors. With a real daemon: pages
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import sqlite3
 import time
@@ -42,12 +44,13 @@ from xumd.lifecycle import listing
 from xumd.lifecycle.service import WorkspaceService
 from xumd.paths import RootPaths
 from xumd.store import Store
-from xumd.store.db import _migrations, latest_schema_version
+from xumd.store.db import _migrations
 
-from tests.lifecycle_helpers import add_project, create, rpc_error
-from tests.support.daemon import DaemonProcess, short_tmpdir
+from tests.lifecycle_helpers import add_project, commit_scripts, create, rpc_error
+from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.gitrepo import make_repo
 from tests.support.inproc import installed_app
+from tests.support.wait import until
 from tests.test_cli_daemon import xum
 
 P1, P2 = "prj_00000000000000a1", "prj_00000000000000a2"
@@ -149,6 +152,61 @@ def _hostile_mix(store: Store) -> int:
         ws(setup_status="failed", setup_output="plain text, not JSON")
         ws(setup_status="untrusted", setup_output="[1]")
         ws(setup_status="running", setup_output="")
+        # Stored JSON the direct path builds, and near misses it must leave to the model: a
+        # type the model would convert (an int where it dumps a float, a bool or a float where
+        # it wants an int), a key the model would keep as an extra, a value out of its set.
+        # (A setup outcome the model refuses fails the model path itself: not listed here.)
+        job = {"pid": 7, "argv": ["sleep", "60"], "signal": "SIGTERM", "ran_s": 0.5}
+        for detail in (
+            {"output": "", "error": None, "config_hash": None, "hint": None, "commands": 0},
+            {"output": "x\n", "commands": 1, "leftovers": [job]},
+            {"error": "setup was interrupted"},
+            {"status": "ok", "output": "the column's status wins"},
+            {"leftovers": [{**job, "ran_s": None}, {**job, "signal": "SIGKILL"}]},
+            {"leftovers": [{**job, "ran_s": 1}]},
+            {"leftovers": [{**job, "extra": 1}]},
+            {"commands": True},
+            {"commands": 2.0},
+            {"output": "", "extra": 1},
+        ):
+            ws(setup_status="failed", setup_output=json.dumps(detail))
+        ws(setup_status="ok", setup_output="null")
+        ws(setup_status="ok", setup_output='{"output": "a", "output": "b"}')
+        kept = {
+            "status": "completed",
+            "attempts": 0,
+            "next_attempt_at": None,
+            "last_error": None,
+            "reason": None,
+            "reclaim": {"status": "completed", "bytes": 58},
+            "obligations": [],
+        }
+        for status in (
+            kept,
+            {**kept, "status": "pending", "next_attempt_at": T0 + 9, "obligations": ["ob_1"]},
+            {**kept, "reclaim": None, "reason": "only a trash entry", "last_error": "EIO"},
+            {**kept, "next_attempt_at": 5},
+            {**kept, "reclaim": {"status": "completed", "bytes": 1.5}},
+            {**kept, "reclaim": {"status": "done"}},
+            {**kept, "reclaim": {"bytes": 1}},
+            {**kept, "reclaim": [1]},
+            {**kept, "obligations": [1]},
+            {**kept, "attempts": False},
+            {**kept, "extra": 1},
+        ):
+            ws(state="archived", last_cleanup=json.dumps(status))
+        ws(state="archived", last_cleanup="[]")
+        outcome = {
+            "status": "archived",
+            "attempts": 1,
+            "error": None,
+            "process_id": "proc_0000000000000001",
+            "at": T0 + 3,
+            "next_attempt_at": None,
+        }
+        for found in (outcome, {"status": "gave_up"}, {**outcome, "at": 5}, {**outcome, "x": 1}):
+            ws(auto_archive="on_agent_exit", auto_archive_outcome=json.dumps(found))
+        ws(auto_archive="on_agent_exit", auto_archive_outcome='{"attempts": 1}')
         ws(state="archived", last_cleanup=json.dumps({"status": "completed", "attempts": 1}))
         ws(state="archived", last_cleanup="{")
         ws(state="archived", last_cleanup=json.dumps({"status": "weird"}))
@@ -347,6 +405,158 @@ def test_listing_runs_a_fixed_number_of_statements(app: App) -> None:
     assert orjson.dumps(large) == orjson.dumps(
         {**orjson.loads(_model_bytes(svc, None, None)), "next": None}
     )
+
+
+# -- rows the API writes: built directly ------------------------------------------------------
+
+_API_CONFIG = (
+    "stop_grace_s = 0.5\n"
+    "[ports]\ncount = 2\nrange_start = {start}\nrange_end = {end}\n"
+    "[cleanup]\nbackoff_initial_s = 3600\nbackoff_max_s = 3600\n"  # a failed step stays pending
+    "[processes]\nprobe_interval_s = 0.1\n"
+)
+
+
+def _copy_store(root: Path, into: Path) -> Path:
+    """A consistent copy of a running daemon's store (SQLite's backup), as a root of its own."""
+    into.mkdir()
+    src = sqlite3.connect(f"file:{root / 'state.db'}?mode=ro", uri=True)
+    dst = sqlite3.connect(into / "state.db")
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    return into
+
+
+def test_rows_the_api_writes_are_built_directly(tmp_short: Path) -> None:
+    """A real daemon makes a workspace of every shape the API writes (both runtimes; no setup, a
+    setup that printed, one that failed, one that left a background job, one not trusted; ports
+    and environment; archived with its cleanup steps on record and, a day later, with only the
+    status it keeps once they are purged; unarchived; a teardown that keeps failing; an agent's
+    exit that archived its workspace). On a copy of its store, `workspace.list` builds every one
+    of them directly (the model path is the fallback for odd rows, at ~10x the cost a row), and
+    the answer is byte for byte the model path's."""
+    if LIBFAKETIME is None:
+        pytest.skip("libfaketime not installed (/usr/lib/*/faketime/; Debian package faketime)")
+    root = tmp_short / "root"
+    start = 30000 + (os.getpid() * 7) % 29000
+    write_config(root, _API_CONFIG.format(start=start, end=start + 99))
+    clock = tmp_short / "faketime"
+    clock.write_text("+0\n")
+    env = {
+        "LD_PRELOAD": str(LIBFAKETIME),
+        "FAKETIME_TIMESTAMP_FILE": str(clock),
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+    ctl = tmp_short / "ctl"
+    ctl.mkdir()
+    plain_repo = make_repo(tmp_short / "plain")
+    scripted_repo = make_repo(tmp_short / "scripted")
+    setup = [
+        "echo hello",
+        "echo to stderr >&2",
+        f"if [ -f {ctl}/leave ]; then sleep 60 >/dev/null 2>&1 & fi",
+        f"test ! -f {ctl}/fail",
+    ]
+    teardown = f"if [ -f {ctl}/stuck ]; then echo 'still in use' >&2; exit 3; fi"
+    commit_scripts(scripted_repo, teardown=teardown, setup=setup)
+    untrusted_repo = make_repo(tmp_short / "untrusted")
+    commit_scripts(untrusted_repo, teardown="true", setup=["echo never"])
+    made: dict[str, str] = {}
+    daemon = DaemonProcess(root, env=env).start()
+    try:
+        plain = add_project(daemon, plain_repo)["id"]
+        scripted = add_project(daemon, scripted_repo)["id"]
+        daemon.call("project.trust", {"project_id": scripted})
+        untrusted = add_project(daemon, untrusted_repo)["id"]
+
+        def ws(label: str, project: str, **extra: Any) -> str:
+            made[label] = create(daemon, project, label.replace(" ", "-"), **extra)["workspace"][
+                "id"
+            ]
+            return made[label]
+
+        def archive(label: str) -> None:
+            daemon.call("workspace.archive", {"workspace_id": made[label]})
+
+        ws("worktree", plain)
+        ws("directory", plain, runtime="directory")
+        ws("env", plain, env={"A": "1", "B_2": "ü 😀"})
+        ws("setup", scripted)
+        ws("setup directory", scripted, runtime="directory")
+        ws("untrusted", untrusted)
+        (ctl / "fail").touch()
+        ws("setup failed", scripted)
+        (ctl / "fail").unlink()
+        (ctl / "leave").touch()
+        ws("setup left a job", scripted)
+        (ctl / "leave").unlink()
+        for label in ("purged", "purged directory", "unarchived"):
+            ws(label, plain, runtime="directory" if "directory" in label else "worktree")
+            archive(label)
+        daemon.call("workspace.unarchive", {"workspace_id": made["unarchived"]})
+        ws("auto-archived", plain, auto_archive="on_agent_exit")
+        ws("auto-archive on", plain, auto_archive="on_agent_exit")
+        spawn = {"workspace_id": made["auto-archived"], "kind": "agent", "argv": ["true"]}
+        daemon.call("process.spawn", spawn)
+        until(lambda: _state(daemon, made["auto-archived"]) == "archived", message="auto-archived")
+        # Two days on, the next start forgets the finished steps: those archived rows answer
+        # from the status they keep.
+        clock.write_text("+2d\n")
+        daemon.restart()
+        until(lambda: not _obligations_of(root, made["purged"]), message="steps purged")
+        ws("archived", scripted)
+        archive("archived")
+        (ctl / "stuck").touch()
+        ws("cleanup pending", scripted)
+        archive("cleanup pending")
+        copy = _copy_store(root, tmp_short / "copy")
+    finally:
+        daemon.close()
+    with installed_app(copy) as app:
+        kept = {r["id"]: r for r in app.store.all("SELECT * FROM workspaces")}
+        # The shapes this test is about are there (each made as the API makes it).
+        assert set(made.values()) <= set(kept)
+        statuses = {label: kept[i]["setup_status"] for label, i in made.items()}
+        assert statuses["setup"] == "ok" and statuses["setup failed"] == "failed"
+        assert statuses["untrusted"] == "untrusted" and statuses["worktree"] == "none"
+        assert '"leftovers": [{' in kept[made["setup left a job"]]["setup_output"]
+        assert kept[made["purged"]]["last_cleanup"] and not _obligations_of(copy, made["purged"])
+        assert _obligations_of(copy, made["cleanup pending"])
+        assert kept[made["auto-archived"]]["auto_archive_outcome"]
+        svc = app.get(WorkspaceService)
+        fell_back: list[str] = []
+
+        def model_path(ws_id: str) -> dict[str, Any]:
+            fell_back.append(ws_id)
+            return svc._info_json(ws_id)
+
+        direct = listing.listing(app.store, model_path)["workspaces"]
+        names = {i: label for label, i in made.items()}
+        assert [names.get(i, i) for i in fell_back] == []
+        model = orjson.loads(_model_bytes(svc, None, None))["workspaces"]
+        assert len(direct) == len(kept)
+        for got, expected in zip(direct, model, strict=True):
+            assert orjson.dumps(got) == orjson.dumps(expected), names.get(got["id"])
+
+
+def _state(daemon: DaemonProcess, ws_id: str) -> str:
+    found: str = daemon.call("workspace.get", {"workspace_id": ws_id})["workspace"]["state"]
+    return found
+
+
+def _obligations_of(root: Path, ws_id: str) -> list[str]:
+    db = sqlite3.connect(f"file:{root / 'state.db'}?mode=ro", uri=True)
+    try:
+        found = db.execute(
+            "SELECT state FROM cleanup_obligations WHERE workspace_id = ?", (ws_id,)
+        ).fetchall()
+    finally:
+        db.close()
+    return [state for (state,) in found]
 
 
 def _time_cursor(created_at: float, workspace_id: str) -> str:
@@ -617,7 +827,7 @@ def test_rows_of_an_earlier_schema_keep_their_order_and_its_cursors_resume(
             (r["created_at"], r["id"])
             for r in store.all("SELECT * FROM workspaces ORDER BY created_at, id")
         ]
-        assert store.migrate() == latest_schema_version()
+        assert store.migrate() == _migrations()[-1][0]
         app = App(RootPaths(tmp_short), DaemonConfig(), store)
         install_features(app)
         svc = app.get(WorkspaceService)

@@ -8,11 +8,16 @@ query (correlated subqueries on indexed columns), the obligations of the listed 
 second, and each row becomes the dict that `WorkspaceInfo.model_dump(mode="json")` would give,
 built directly. The answer is serialised once, by the transport.
 
-Only the common shape is built directly; a row with anything the model would reshape or refuse
-(stored JSON of another feature: setup output, an auto-archive outcome, a stored cleanup status;
-a value outside its literal set; a path `Path()` would normalise) goes through the model path, so
-the answer is byte-for-byte what the model path gives for the same rows
-(`tests/test_workspace_list_paging.py` compares the two on a hostile mix of rows).
+Every shape the daemon writes is built directly, including its stored JSON columns: the setup's
+outcome (an object on every row that went through create, even when no setup ran), the cleanup
+status kept for when the obligations are purged, an auto-archive outcome. Such a column is read
+field by field in its model's field order, and only when every field has the exact type the model
+would dump it as (a float where it wants a float, no unknown key: `extra="allow"` would keep one).
+Anything else the model would reshape or refuse (unreadable or odd stored JSON, a value outside its
+literal set, a path `Path()` would normalise) goes through the model path, so the answer is
+byte-for-byte what the model path gives for the same rows (`tests/test_workspace_list_paging.py`
+compares the two on a hostile mix of rows, and checks that rows made through the API are built
+here).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 from xum_protocol.cursor import list_cursor, parse_list_cursor
 
@@ -32,6 +38,8 @@ from xumd.store import Store
 _RUNTIMES = frozenset({"worktree", "directory"})
 _STATES = frozenset({"creating", "active", "archiving", "archived", "restoring", "removing"})
 _SCRIPT = frozenset({"pending", "running", "ok", "failed", "timeout", "untrusted", "none"})
+_CLEANUP = frozenset({"completed", "pending", "not_needed", "failed"})  # also the reclaim's
+_SIGNALS = frozenset({"SIGTERM", "SIGKILL"})
 
 # The columns a listing reads, in the order `row_json` unpacks them: tuples, not sqlite3.Row,
 # whose lookup by name scans the column names (about 5x slower over the ~25 reads of a row).
@@ -226,6 +234,165 @@ def _ports(text: Any) -> list[int] | None:
     return [port for _, port in pairs]
 
 
+class _Odd(Exception):
+    """A stored value the direct path does not build: the row goes through the model path."""
+
+
+def _text(value: Any) -> str:
+    if type(value) is not str:
+        raise _Odd
+    return value
+
+
+def _opt_text(value: Any) -> str | None:
+    if value is not None and type(value) is not str:
+        raise _Odd
+    return value
+
+
+def _count(value: Any) -> int:
+    # Not a bool (the model would turn it into 0/1) and not a float (it would turn 2.0 into 2).
+    if type(value) is not int:
+        raise _Odd
+    return value
+
+
+def _opt_count(value: Any) -> int | None:
+    return None if value is None else _count(value)
+
+
+def _opt_time(value: Any) -> float | None:
+    # The daemon writes times as floats; an int would be dumped as a float by the model.
+    if value is not None and type(value) is not float:
+        raise _Odd
+    return value
+
+
+def _one_of(value: Any, allowed: frozenset[str]) -> str:
+    if type(value) is not str or value not in allowed:
+        raise _Odd
+    return value
+
+
+def _texts(value: Any) -> list[str]:
+    if type(value) is not list or any(type(v) is not str for v in value):
+        raise _Odd
+    return list(value)
+
+
+def _fields(value: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    """`value` when every key is a field of its model (an extra key would be kept by the model,
+    after the fields: not built here)."""
+    if not known.issuperset(value):
+        raise _Odd
+    return value
+
+
+def _stored(text: Any) -> dict[str, Any] | None:
+    """A stored JSON column as `views._stored` reads it, before validation: None when empty; an
+    object; anything else (unreadable, not an object) is left to the model path."""
+    if not text:
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise _Odd from None
+    if type(value) is not dict:
+        raise _Odd
+    return value
+
+
+_SETUP_FIELDS = frozenset(
+    {"status", "output", "error", "config_hash", "hint", "commands", "leftovers"}
+)
+_LEFTOVER_FIELDS = frozenset({"pid", "argv", "signal", "ran_s"})
+_CLEANUP_FIELDS = frozenset(
+    {"status", "attempts", "next_attempt_at", "last_error", "reason", "reclaim", "obligations"}
+)
+_RECLAIM_FIELDS = frozenset({"status", "bytes"})
+_OUTCOME_FIELDS = frozenset({"status", "attempts", "error", "process_id", "at", "next_attempt_at"})
+
+
+def _setup(status: str, text: Any) -> dict[str, Any]:
+    """`ScriptResult` of the row's setup status and stored outcome (`WorkspaceRow.setup_detail`:
+    the status column wins over a `status` in the JSON)."""
+    if text:
+        try:
+            detail = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            raise _Odd from None
+        if type(detail) is not dict:
+            raise _Odd
+        _fields(detail, _SETUP_FIELDS)
+    else:
+        detail = {}
+    leftovers = detail.get("leftovers", [])
+    if type(leftovers) is not list:
+        raise _Odd
+    return {
+        "status": status,
+        "output": _text(detail.get("output", "")),
+        "error": _opt_text(detail.get("error")),
+        "config_hash": _opt_text(detail.get("config_hash")),
+        "hint": _opt_text(detail.get("hint")),
+        "commands": _count(detail.get("commands", 0)),
+        "leftovers": [_leftover(item) for item in leftovers],
+    }
+
+
+def _leftover(item: Any) -> dict[str, Any]:
+    if type(item) is not dict:
+        raise _Odd
+    _fields(item, _LEFTOVER_FIELDS)
+    if "pid" not in item or "argv" not in item or "signal" not in item:
+        raise _Odd
+    return {
+        "pid": _count(item["pid"]),
+        "argv": _texts(item["argv"]),
+        "signal": _one_of(item["signal"], _SIGNALS),
+        "ran_s": _opt_time(item.get("ran_s")),
+    }
+
+
+def _cleanup(value: dict[str, Any]) -> dict[str, Any]:
+    """A stored `CleanupStatus` (what cleanup keeps in `last_cleanup`) as the model dumps it."""
+    _fields(value, _CLEANUP_FIELDS)
+    if "status" not in value:
+        raise _Odd
+    reclaim = value.get("reclaim")
+    if reclaim is not None:
+        if type(reclaim) is not dict or "status" not in _fields(reclaim, _RECLAIM_FIELDS):
+            raise _Odd
+        reclaim = {
+            "status": _one_of(reclaim["status"], _CLEANUP),
+            "bytes": _opt_count(reclaim.get("bytes")),
+        }
+    return {
+        "status": _one_of(value["status"], _CLEANUP),
+        "attempts": _count(value.get("attempts", 0)),
+        "next_attempt_at": _opt_time(value.get("next_attempt_at")),
+        "last_error": _opt_text(value.get("last_error")),
+        "reason": _opt_text(value.get("reason")),
+        "reclaim": reclaim,
+        "obligations": _texts(value.get("obligations", [])),
+    }
+
+
+def _outcome(value: dict[str, Any]) -> dict[str, Any]:
+    """A stored `AutoArchiveOutcome` as the model dumps it."""
+    _fields(value, _OUTCOME_FIELDS)
+    if "status" not in value:
+        raise _Odd
+    return {
+        "status": _text(value["status"]),
+        "attempts": _count(value.get("attempts", 0)),
+        "error": _opt_text(value.get("error")),
+        "process_id": _opt_text(value.get("process_id")),
+        "at": _opt_time(value.get("at")),
+        "next_attempt_at": _opt_time(value.get("next_attempt_at")),
+    }
+
+
 def row_json(
     row: tuple[Any, ...],
     obligations: list[ObligationRow] | None,
@@ -264,9 +431,6 @@ def row_json(
     ports = _ports(x_ports)
     if (
         ports is None
-        or setup_output
-        or last_cleanup is not None
-        or auto_archive_outcome is not None
         or runtime not in _RUNTIMES
         or state not in _STATES
         or setup_status not in _SCRIPT
@@ -294,7 +458,20 @@ def row_json(
         }
     else:
         snapshot = None
-    cleanup = status_of(obligations) if obligations else None
+    try:
+        setup = _setup(setup_status, setup_output)
+        if obligations:
+            # The obligations' own status wins over the stored one (`views._last_cleanup`),
+            # which only answers once they are purged.
+            live = status_of(obligations)
+            cleanup = live.model_dump(mode="json") if live is not None else None
+        else:
+            stored = _stored(last_cleanup)
+            cleanup = _cleanup(stored) if stored is not None else None
+        stored = _stored(auto_archive_outcome)
+        outcome = _outcome(stored) if stored is not None else None
+    except _Odd:
+        return fallback(ws_id)
     return {
         "id": ws_id,
         "project_id": project_id,
@@ -307,21 +484,13 @@ def row_json(
         "incarnation": incarnation,
         "interrupted": interrupted == 1,
         "interrupted_reason": interrupted_reason,
-        "setup": {
-            "status": setup_status,
-            "output": "",
-            "error": None,
-            "config_hash": None,
-            "hint": None,
-            "commands": 0,
-            "leftovers": [],
-        },
+        "setup": setup,
         "snapshot": snapshot,
-        "last_cleanup": cleanup.model_dump(mode="json") if cleanup is not None else None,
+        "last_cleanup": cleanup,
         "handle_id": handle_id,
         "owner_workspace_id": owner_workspace_id,
         "auto_archive": auto_archive,
-        "auto_archive_outcome": None,
+        "auto_archive_outcome": outcome,
         "ports": ports,
         "env": _env(x_env) if x_env is not None else {},
         "created_at": float(created_at),
