@@ -22,7 +22,7 @@ def _account(checkout: Path, tree: str = "HEAD^{tree}") -> onbytes.Account:
     async def run() -> onbytes.Account:
         g = Git()
         resolved = await g.out(checkout, "rev-parse", tree)
-        return await onbytes.account(g, checkout, resolved, [])
+        return await onbytes.account(g, checkout, resolved, [], scratch=checkout.parent / "tmp")
 
     return anyio.run(run)
 

@@ -149,9 +149,9 @@ def refuse_unproven(row: WorkspaceRow, proof: Account, what: str, force: bool = 
         more = f" and {len(held) - 5} more" if len(held) > 5 else ""
         raise XumError(
             ErrorKind.NOT_SAFE,
-            f"cannot {what} {row.name!r}: nothing lost cannot be proven for {shown}{more} "
-            f"in {row.path}; make them readable to the daemon, commit their work, or move "
-            "them away",
+            f"cannot {what} {row.name!r}: nothing proves these entries of {row.path} would be "
+            f"kept: {shown}{more}; make them readable to the daemon, commit their work, or "
+            "move them away",
             unproven=[{"path": p, "reason": why} for p, why in held[:100]],
             path=str(row.path),
         )
@@ -161,13 +161,29 @@ def refuse_unproven(row: WorkspaceRow, proof: Account, what: str, force: bool = 
 
 
 async def account(
-    git: Git, checkout: Path, tree: str, ignored: Iterable[str], main: Path | None = None
+    git: Git,
+    checkout: Path,
+    tree: str,
+    ignored: Iterable[str],
+    main: Path | None = None,
+    *,
+    scratch: Path,
 ) -> Account:
     """Account for every entry of `checkout` that is not `ignored` (git's ignored listing:
     files, and directories ending in `/`) against `tree` (the snapshot's work tree, or HEAD's).
-    `main`: the project's main checkout, whose submodules a restore initialises from."""
-    git_dir = Path(await git.out(checkout, "rev-parse", "--absolute-git-dir"))
-    settings = await _settings(git, checkout, git_dir)
+    `main`: the project's main checkout, whose submodules a restore initialises from.
+    `scratch`: a directory of the daemon's where converted files are written to compare."""
+    dirs_out = await git.out(
+        checkout, "rev-parse", "--path-format=absolute", "--absolute-git-dir", "--git-common-dir"
+    )
+    lines = dirs_out.splitlines()
+    if len(lines) != 2 or not all(os.path.isabs(line) for line in lines):
+        raise XumError(
+            ErrorKind.OPERATION_FAILED,
+            f"git rev-parse of {checkout} gave no git directories: {dirs_out[:200]!r}",
+        )
+    git_dir, common = Path(lines[0]), Path(lines[1])
+    settings = await _settings(git, checkout, git_dir, common)
     entries = await _tree(git, checkout, tree)
     flagged = await _flagged(git, checkout)
     in_tree = any(p == ".gitattributes" or p.endswith("/.gitattributes") for p in entries)
@@ -180,7 +196,7 @@ async def account(
     walk = _Walk(Account(), entries, flagged, convert, files, dirs, settings)
     await anyio.to_thread.run_sync(_walk_checkout, checkout, walk)
     if walk.predict:
-        await _compare_predicted(git, checkout, git_dir, tree, walk)
+        await _compare_predicted(git, checkout, scratch, tree, walk)
     for rel, commit in walk.submodules:
         why = await _submodule_unheld(git, checkout / rel, commit, main / rel if main else None)
         if why:
@@ -189,7 +205,7 @@ async def account(
     return walk.account
 
 
-async def _settings(git: Git, checkout: Path, git_dir: Path) -> _Settings:
+async def _settings(git: Git, checkout: Path, git_dir: Path, common: Path) -> _Settings:
     result = await git.run(
         checkout,
         "config",
@@ -203,9 +219,8 @@ async def _settings(git: Git, checkout: Path, git_dir: Path) -> _Settings:
         key, _, value = item.partition("\n")
         if key:
             found[key.lower()] = value.strip().lower() if key != "core.attributesfile" else value
-    common = await git.out(checkout, "rev-parse", "--path-format=absolute", "--git-common-dir")
     sources = [
-        Path(common) / "info" / "attributes",
+        common / "info" / "attributes",
         git_dir / "info" / "attributes",
         Path("/etc/gitattributes"),
         Path("/usr/local/etc/gitattributes"),
@@ -504,13 +519,14 @@ def _file_id(settings: _Settings, dir_fd: int, name: str) -> str:
 
 
 async def _compare_predicted(
-    git: Git, checkout: Path, git_dir: Path, tree: str, walk: _Walk
+    git: Git, checkout: Path, scratch_dir: Path, tree: str, walk: _Walk
 ) -> None:
     """The converted files, compared with what checkout writes for them: `checkout-index` of
     the tree into a scratch directory, through a temporary index (the user's is never read
     for writing), with the attributes and filters of this checkout."""
-    scratch = git_dir / f"xum-proof-{secrets.token_hex(6)}"
-    index = git_dir / f"xum-proof-index-{secrets.token_hex(6)}"
+    scratch_dir.mkdir(parents=True, exist_ok=True)
+    scratch = scratch_dir / f"proof-{secrets.token_hex(6)}"
+    index = scratch_dir / f"proof-index-{secrets.token_hex(6)}"
     env = {"GIT_INDEX_FILE": str(index)}
     try:
         await git.run(checkout, "read-tree", tree, env=env, what="git read-tree (the proof)")

@@ -405,7 +405,7 @@ class Snapshotter:
         (lifecycle/onbytes.py): what a restore of `tree` gives back, and what it does not.
         `main`: the project's main checkout (submodules are initialised from its copies)."""
         ignored = await self.ignored(checkout)
-        proof = await onbytes.account(self.git, checkout, tree, ignored, main)
+        proof = await onbytes.account(self.git, checkout, tree, ignored, main, scratch=self.tmp_dir)
         proof.ignored = ignored
         return proof
 
