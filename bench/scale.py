@@ -30,48 +30,105 @@ def _hex() -> str:
     return secrets.token_hex(8)
 
 
+# The columns a copy of a template row gets of its own; every other column is the template's.
+OWN_COLUMNS = frozenset(
+    {"id", "name", "path", "incarnation", "dev", "ino", "created_at", "updated_at", "listing_seq"}
+)
+OWN_OBLIGATION_COLUMNS = frozenset({"id", "workspace_id", "path", "incarnation"})
+PROJECT_ID_OF = "SELECT id FROM projects WHERE name = 'proj'"
+SETTLE_S = 60.0
+
+
 def populate(root: Path, workspaces: int, obligations: int) -> None:
-    """Rows written straight into the real schema (the daemon migrated it), with real
-    directories and incarnation markers for the active ones, so a startup pass that reconciles
-    records with the disk finds them consistent."""
+    """`workspaces` workspaces on record (every tenth archived), made the way a real run makes
+    them: a daemon on `root` adds the project and makes the first active and the first archived
+    workspace through the API (create; archive, its cleanup steps run to the end), then stops;
+    the others are copies of those two rows, every column the daemon wrote kept but the ones a
+    workspace has of its own (`OWN_COLUMNS`: id, name, path, incarnation, its directory's
+    identity, times, listing order), with their cleanup steps copied the same way. An active
+    copy gets a real directory and its incarnation marker, so a startup pass that reconciles
+    records with the disk finds them consistent. Then `obligations` pending reclaim steps of
+    workspaces already removed (their rows gone, the steps still due), not due during the
+    measurement. `tests/test_bench_rows.py` holds the copies to their templates column for
+    column."""
     project_dir = root.parent / "proj"
     project_dir.mkdir()
-    st = project_dir.stat()
+    templates = asyncio.run(_api_rows(procs.xumd(root), project_dir, archived=workspaces >= 10))
     now = time.time()
     db = sqlite3.connect(root / "state.db")
+    db.row_factory = sqlite3.Row
     with db:
-        db.execute(
-            "INSERT INTO projects (id, name, path, dev, ino, kind, created_at, updated_at)"
-            " VALUES ('prj_0000000000000001', 'proj', ?, ?, ?, 'directory', ?, ?)",
-            (str(project_dir), st.st_dev, st.st_ino, now, now),
+        rows = {
+            kind: dict(db.execute("SELECT * FROM workspaces WHERE id = ?", (ws_id,)).fetchone())
+            for kind, ws_id in templates.items()
+        }
+        steps = {
+            kind: [
+                dict(r)
+                for r in db.execute(
+                    "SELECT * FROM cleanup_obligations WHERE workspace_id = ? ORDER BY seq",
+                    (ws_id,),
+                )
+            ]
+            for kind, ws_id in templates.items()
+        }
+        active = rows["active"]
+        marker_name = ".xum-incarnation"
+        marker = (Path(active["path"]) / marker_name).read_text()
+        columns = [c for c in active if c != "listing_seq"]
+        insert = (
+            f"INSERT INTO workspaces ({', '.join(columns)})"
+            f" VALUES ({', '.join('?' for _ in columns)})"
         )
-        base = root / "workspaces" / "proj"
-        base.mkdir(parents=True)
+        base = Path(active["path"]).parent
         for index in range(workspaces):
+            kind = "archived" if index % 10 == 9 else "active"
+            template = rows[kind]
+            if index == (0 if kind == "active" else 9):
+                continue  # the template itself
             ws_id, inc = f"ws_{_hex()}", secrets.token_hex(16)
             path = base / f"w{index}"
-            state = "archived" if index % 10 == 9 else "active"
-            dev = ino = None
-            if state == "active":
+            row = {
+                **template,
+                "id": ws_id,
+                "name": f"w{index}",
+                "path": str(path),
+                "incarnation": inc,
+                "created_at": now + index * 1e-3,
+                "updated_at": now + index * 1e-3,
+            }
+            if kind == "active":
                 path.mkdir()
-                (path / ".xum-incarnation").write_text(f"xum {ws_id} {inc}\n")
+                text = marker.replace(template["id"], ws_id).replace(template["incarnation"], inc)
+                (path / marker_name).write_text(text)
                 pst = path.stat()
-                dev, ino = pst.st_dev, pst.st_ino
-            db.execute(
-                "INSERT INTO workspaces (id, project_id, name, runtime, path, state, incarnation,"
-                " dev, ino, setup_status, created_at, updated_at)"
-                " VALUES (?, 'prj_0000000000000001', ?, 'directory', ?, ?, ?, ?, ?, 'none', ?, ?)",
-                (ws_id, f"w{index}", str(path), state, inc, dev, ino, now, now),
-            )
+                row["dev"], row["ino"] = pst.st_dev, pst.st_ino
+            db.execute(insert, [row[c] for c in columns])
+            for step in steps[kind]:
+                copied = {
+                    **step,
+                    "id": f"ob_{_hex()}",
+                    "workspace_id": ws_id,
+                    "path": step["path"].replace(template["id"], ws_id),
+                    "incarnation": inc,
+                }
+                names = list(copied)
+                db.execute(
+                    f"INSERT INTO cleanup_obligations ({', '.join(names)})"
+                    f" VALUES ({', '.join('?' for _ in names)})",
+                    [copied[n] for n in names],
+                )
+        (project_id,) = db.execute(PROJECT_ID_OF).fetchone()
         for index in range(obligations):
             db.execute(
                 "INSERT INTO cleanup_obligations (id, workspace_id, project_id, kind, seq, path,"
                 " incarnation, state, attempts, next_attempt_at, last_error, detail, created_at,"
-                " updated_at) VALUES (?, ?, 'prj_0000000000000001', 'reclaim', 0, ?, ?,"
+                " updated_at) VALUES (?, ?, ?, 'reclaim', 0, ?, ?,"
                 " 'pending', 3, ?, 'device busy (synthetic)', '{}', ?, ?)",
                 (
                     f"ob_{_hex()}",
                     f"ws_{_hex()}",
+                    project_id,
                     str(root / "trash" / f"gone{index}"),
                     secrets.token_hex(16),
                     now + DAY,  # on record and pending, not due during the measurement
@@ -80,6 +137,44 @@ def populate(root: Path, workspaces: int, obligations: int) -> None:
                 ),
             )
     db.close()
+
+
+async def _api_rows(daemon: procs.Launched, project_dir: Path, *, archived: bool) -> dict[str, str]:
+    """The template workspaces, made through the API of a daemon on the root: `active` (w0)
+    and, with `archived`, `archived` (w9, archived and its cleanup run to the end). Their ids."""
+    daemon.start()
+    try:
+        conn = await Conn.open(daemon.socket_path, hello=True)
+        try:
+            project = await conn.call("project.add", {"path": str(project_dir)})
+            pid = project["project"]["id"]
+            made = {}
+            for kind, name in (("active", "w0"), ("archived", "w9"))[: 2 if archived else 1]:
+                params = {"project_id": pid, "name": name, "runtime": "directory"}
+                made[kind] = (await conn.call("workspace.create", params))["workspace"]["id"]
+            if archived:
+                await conn.call("workspace.archive", {"workspace_id": made["archived"]})
+                await _settled(conn, made["archived"])
+            return made
+        finally:
+            await conn.close()
+    finally:
+        daemon.stop()
+
+
+async def _settled(conn: Conn, ws_id: str) -> None:
+    """Until the archive's cleanup, reclaim included, is complete (the background reclaim)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        found = (await conn.call("workspace.get", {"workspace_id": ws_id}))["workspace"]
+        cleanup = found.get("last_cleanup") or {}
+        if cleanup.get("status") == "completed" and (cleanup.get("reclaim") or {}).get(
+            "status"
+        ) in (None, "completed"):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the archive of {ws_id} did not settle: {cleanup}")
+        await asyncio.sleep(0.05)
 
 
 async def _rtt(sock: Path, method: str, params: dict[str, Any], count: int) -> list[float]:
