@@ -313,7 +313,21 @@ _RECLAIM_FIELDS = frozenset({"status", "bytes"})
 _OUTCOME_FIELDS = frozenset({"status", "attempts", "error", "process_id", "at", "next_attempt_at"})
 
 
-def _setup(status: str, text: Any) -> dict[str, Any]:
+Memo = dict[tuple[Any, Any], dict[str, Any]]
+"""The setup results one listing has built, by (status, stored text): most rows of a root hold
+the same few outcomes (every create without a setup stores the same one)."""
+
+
+def _setup(status: str, text: Any, memo: Memo) -> dict[str, Any]:
+    """`_setup_of`, once per distinct outcome of a listing; each row gets a dict of its own (the
+    answer's values are not shared between rows, whoever holds them after)."""
+    found = memo.get((status, text))
+    if found is None:
+        found = memo[(status, text)] = _setup_of(status, text)
+    return {**found, "leftovers": [dict(item) for item in found["leftovers"]]}
+
+
+def _setup_of(status: str, text: Any) -> dict[str, Any]:
     """`ScriptResult` of the row's setup status and stored outcome (`WorkspaceRow.setup_detail`:
     the status column wins over a `status` in the JSON)."""
     if text:
@@ -397,9 +411,11 @@ def row_json(
     row: tuple[Any, ...],
     obligations: list[ObligationRow] | None,
     fallback: Callable[[str], dict[str, Any]],
+    memo: Memo | None = None,
 ) -> dict[str, Any]:
     """`WorkspaceInfo.model_dump(mode="json")` of one selected row, built directly when the row
-    has the common shape; `fallback(id)` (the model path) otherwise."""
+    has a shape the daemon writes; `fallback(id)` (the model path) otherwise. `memo`: shared by
+    the rows of one listing."""
     (
         ws_id,
         project_id,
@@ -459,7 +475,7 @@ def row_json(
     else:
         snapshot = None
     try:
-        setup = _setup(setup_status, setup_output)
+        setup = _setup(setup_status, setup_output, {} if memo is None else memo)
         if obligations:
             # The obligations' own status wins over the stored one (`views._last_cleanup`),
             # which only answers once they are purged.
@@ -511,7 +527,8 @@ def listing(
     found, obligations, following = select(
         store, project_id=project_id, state=state, limit=limit, after=after
     )
+    memo: Memo = {}
     return {
-        "workspaces": [row_json(r, obligations.get(r[_ID]), fallback) for r in found],
+        "workspaces": [row_json(r, obligations.get(r[_ID]), fallback, memo) for r in found],
         "next": following,
     }
