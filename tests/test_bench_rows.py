@@ -3,10 +3,12 @@ the first workspace of each kind through the API and copies those rows to scale.
 its template column for column but the columns a workspace has of its own (and so are their
 cleanup steps); a daemon started on the root changes none of them (its startup pass finds them
 consistent with the disk), and `workspace.list` builds every one directly, as it does the rows
-the API writes (tests/test_workspace_list_paging.py)."""
+the API writes (tests/test_workspace_list_paging.py). The rows tests/support/manyrows.py writes
+for the tests at scale are held to a row a real daemon wrote the same way."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -16,7 +18,10 @@ from xumd.lifecycle import listing
 from xumd.lifecycle.service import WorkspaceService
 
 from bench import procs, scale
+from tests.support import manyrows
+from tests.support.daemon import DaemonProcess
 from tests.support.inproc import installed_app
+from tests.support.wait import until
 
 
 def _rows(root: Path, table: str, order: str) -> list[dict[str, Any]]:
@@ -80,3 +85,47 @@ def test_the_bench_records_are_copies_of_rows_the_api_wrote() -> None:
             assert fell_back == []
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+# Columns a workspace (or project) has of its own: compared for presence, not value.
+_OWN = frozenset(
+    {"id", "project_id", "path", "incarnation", "ino", "created_at", "updated_at", "listing_seq"}
+)
+
+
+def test_many_rows_are_the_rows_the_api_writes_column_for_column(tmp_short: Path) -> None:
+    """tests/support/manyrows.py writes thousands of archived rows for the tests at scale: each
+    is what a real daemon stores for a directory workspace made by `workspace.create` and
+    archived, column for column, but for the columns a workspace has of its own (and the byte
+    count its reclaim found)."""
+    api_root = tmp_short / "api" / "root"
+    project_dir = tmp_short / "api" / "many"
+    project_dir.mkdir(parents=True)
+    daemon = DaemonProcess(api_root).start()
+    try:
+        project = daemon.call("project.add", {"path": str(project_dir)})["project"]["id"]
+        params = {"project_id": project, "name": "m0", "runtime": "directory"}
+        ws_id = daemon.call("workspace.create", params)["workspace"]["id"]
+        daemon.call("workspace.archive", {"workspace_id": ws_id})
+
+        def settled() -> bool:
+            found = daemon.call("workspace.get", {"workspace_id": ws_id})["workspace"]
+            return bool(found["last_cleanup"]["reclaim"]["status"] == "completed")
+
+        until(settled, message="the archive's reclaim completed")
+    finally:
+        daemon.close()
+    manyrows.populate(tmp_short / "many" / "root", 1)
+    for table in ("workspaces", "projects"):
+        (api,) = _rows(api_root, table, "id")
+        (many,) = _rows(tmp_short / "many" / "root", table, "id")
+        assert set(api) == set(many)
+        for column, value in api.items():
+            if column in _OWN:
+                assert (value is None) == (many[column] is None), (table, column)
+            elif column == "last_cleanup":
+                reclaimed = json.loads(value)["reclaim"]["bytes"]
+                assert value == manyrows.kept_status(reclaimed)
+                assert many[column] == manyrows.kept_status(manyrows.RECLAIMED_BYTES)
+            else:
+                assert many[column] == value, (table, column)
