@@ -88,25 +88,29 @@ def populate(root: Path, workspaces: int, obligations: int) -> None:
                 continue  # the template itself
             ws_id, inc = f"ws_{_hex()}", secrets.token_hex(16)
             path = base / f"w{index}"
-            row = {
-                **template,
-                "id": ws_id,
-                "name": f"w{index}",
-                "path": str(path),
-                "incarnation": inc,
-                "created_at": now + index * 1e-3,
-                "updated_at": now + index * 1e-3,
-            }
+            # An archived copy keeps the template's directory identity (that directory is gone).
+            dev, ino = template["dev"], template["ino"]
             if kind == "active":
                 path.mkdir()
                 text = marker.replace(template["id"], ws_id).replace(template["incarnation"], inc)
                 (path / marker_name).write_text(text)
                 pst = path.stat()
-                row["dev"], row["ino"] = pst.st_dev, pst.st_ino
+                dev, ino = pst.st_dev, pst.st_ino
+            own = {
+                "id": ws_id,
+                "name": f"w{index}",
+                "path": str(path),
+                "incarnation": inc,
+                "dev": dev,
+                "ino": ino,
+                "created_at": now + index * 1e-3,
+                "updated_at": now + index * 1e-3,
+            }
+            row = {c: v for c, v in template.items() if c not in OWN_COLUMNS} | own
             db.execute(insert, [row[c] for c in columns])
             for step in steps[kind]:
                 copied = {
-                    **step,
+                    **{c: v for c, v in step.items() if c not in OWN_OBLIGATION_COLUMNS},
                     "id": f"ob_{_hex()}",
                     "workspace_id": ws_id,
                     "path": step["path"].replace(template["id"], ws_id),
