@@ -4,10 +4,11 @@ In process: the direct path (lifecycle/listing.py) answers byte for byte what th
 (`WorkspaceInfo` per row, dumped) answers on the same rows, including rows the direct path leaves
 to the model (odd stored JSON of other features, paths `Path()` normalises, bad columns), under
 every filter and at every page size; every row a real daemon wrote through the API (a copy of its
-store) is built by the direct path, none by the model path; it runs a fixed number of SQL statements whatever the row count;
-the answer validates against the protocol's models; a page stays under its byte budget; the
-order is the order rows were written (a stepped-back clock hides nothing), and a database of the
-earlier (creation time, id) order keeps it, with its cursors. With a real daemon: pages
+store) is built by the direct path, none by the model path; it runs a fixed number of SQL
+statements whatever the row count; the answer validates against the protocol's models; a page
+stays under its byte budget; the order is the order rows were written (a stepped-back clock
+hides nothing), and a database of the earlier (creation time, id) order keeps it, with its
+cursors. With a real daemon: pages
 concatenate to the full listing under the filters, a create, archive, unarchive, rename or
 removal between pages neither repeats nor skips another workspace, nor does a clock stepped back
 (libfaketime), bad `limit`/`after` are `invalid_params`, and the Python clients and `xum ws ls`
