@@ -15,11 +15,15 @@ The rule:
   composition root hands each feature its collaborators.
 - `NO_TRANSPORT`: lifecycle and cleanup import rpc only in their `feature.py` (the handlers'
   registration); an operation reaches the dispatcher through `xumd.requestcut`.
+- `TABLE_OWNERS`: every table of the store's migrations has one owning module; no other module
+  names it in SQL (read from its string literals), except the pairs `SQL_ALLOWED` lists, and that
+  list stays true (a listed pair that no longer occurs fails too).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -159,6 +163,116 @@ LOOKUP_BY_NAME_ALLOWED = {
 # which registers handlers on the router) imports rpc; the operations reach the dispatcher
 # through `xumd.requestcut`.
 NO_TRANSPORT = ("xumd.lifecycle", "xumd.cleanup")
+
+# Every table of daemon/xumd/store/migrations, and the one module that names it in SQL: its
+# queries and row types live there, and other modules call its functions.
+TABLE_OWNERS: dict[str, str] = {
+    "meta": "xumd.store",
+    "projects": "xumd.lifecycle.rows",
+    "workspaces": "xumd.lifecycle.rows",
+    "workspace_tombstones": "xumd.lifecycle.rows",
+    "rename_journal": "xumd.lifecycle.rename",
+    "workspace_env": "xumd.lifecycle.wsenv",
+    "workspace_ports": "xumd.lifecycle.ports",
+    "workspace_sparse": "xumd.lifecycle.sparsekeep",
+    "workspace_removing": "xumd.lifecycle.removing",
+    "workspace_listing_counter": "xumd.lifecycle.listing",
+    "cleanup_obligations": "xumd.cleanup.obligations",
+    "leases": "xumd.processes.leases",
+    "turns": "xumd.turns.rows",
+    "gc_runs": "xumd.gc.service",
+}
+
+# The modules that still name a table they do not own: (module, table): why. Only shrinks: move
+# the statement into the owner (or behind a port the composition root wires), then drop the pair.
+SQL_ALLOWED: dict[tuple[str, str], str] = {
+    ("xumd.cleanup.feature", "workspaces"): "workspace id known check (cleanup is below lifecycle)",
+    ("xumd.cleanup.feature", "workspace_tombstones"): "the same check, on removed workspaces",
+    ("xumd.cleanup.fence", "workspaces"): "the fence reads the row's state and incarnation",
+    ("xumd.cleanup.fence", "workspace_tombstones"): "the fence's unknown-workspace check",
+    ("xumd.cleanup.outcomes", "workspaces"): "writes last_cleanup (cleanup is below lifecycle)",
+    ("xumd.cleanup.planning", "workspaces"): "the workspace's name and setup status in a plan",
+    ("xumd.gc.feature", "gc_runs"): "the lean start's check for a cut run, before the service",
+    ("xumd.gc.plan", "workspaces"): "the live ids a snapshot ref may belong to",
+    ("xumd.gc.plan", "workspace_tombstones"): "when a removed workspace's refs expire",
+    ("xumd.lifecycle.context", "rename_journal"): "whether a rename is mid-way",
+    ("xumd.lifecycle.create", "workspaces"): "create's own inserts (file owned by create work)",
+    ("xumd.lifecycle.keep", "rename_journal"): "whether a rename is mid-way",
+    ("xumd.lifecycle.listing", "workspaces"): "workspace.list's one-query read model",
+    ("xumd.lifecycle.listing", "cleanup_obligations"): "workspace.list's one-query read model",
+    ("xumd.lifecycle.listing", "workspace_env"): "workspace.list's one-query read model",
+    ("xumd.lifecycle.listing", "workspace_ports"): "workspace.list's one-query read model",
+    ("xumd.lifecycle.projects", "projects"): "project create, update and delete",
+    ("xumd.lifecycle.projects", "cleanup_obligations"): "teardowns still owed to a project",
+    ("xumd.lifecycle.rows", "rename_journal"): "a workspace's delete drops its journal",
+    ("xumd.processes.auto_archive", "workspaces"): "reads auto_archive, writes its outcome",
+    ("xumd.recovery.feature", "workspaces"): "the count of interrupted workspaces",
+    ("xumd.recovery.reconcile", "workspaces"): "reconcile's reads and repairs of rows",
+    ("xumd.recovery.reconcile", "rename_journal"): "rolling a cut rename forward or back",
+    ("xumd.recovery.strays", "workspaces"): "every path a row claims",
+    ("xumd.recovery.strays", "rename_journal"): "every path a rename journal claims",
+    ("xumd.recovery.strays", "cleanup_obligations"): "every path an unfinished step claims",
+    ("xumd.recovery.strays", "workspace_tombstones"): "the project and name of a removed one",
+    ("xumd.turns.rows", "workspaces"): "a turn's target_interrupted, joined in",
+    ("xumd.usage.service", "cleanup_obligations"): "the pending reclaims' trash entries",
+}
+
+_MIGRATIONS = SOURCES["xumd"] / "store" / "migrations"
+
+
+def _tables(migrations: Path = _MIGRATIONS) -> set[str]:
+    found: set[str] = set()
+    for sql in sorted(migrations.glob("*.sql")):
+        found.update(
+            m.group(1).lower()
+            for m in re.finditer(
+                r"\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", sql.read_text(), re.I
+            )
+        )
+    return found
+
+
+def sql_uses(known: dict[str, Path], tables: set[str]) -> dict[tuple[str, str], list[str]]:
+    """(module, table) -> where (path:line) for each SQL string literal of `xumd` naming the
+    table after FROM, INTO, UPDATE or JOIN (DELETE FROM and INSERT OR REPLACE INTO included).
+    The line is the literal's (the first piece's, for pieces Python joins) plus the newlines
+    before the name."""
+    pattern = re.compile(rf"\b(?:FROM|INTO|UPDATE|JOIN)\s+({'|'.join(sorted(tables))})\b", re.I)
+    uses: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for module, path in sorted(known.items()):
+        if module.partition(".")[0] != "xumd":
+            continue
+        shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            for match in pattern.finditer(node.value):
+                line = node.lineno + node.value.count("\n", 0, match.start())
+                uses[(module, match.group(1).lower())].append(f"{shown}:{line}")
+    return uses
+
+
+def _owns(owner: str, module: str) -> bool:
+    return module == owner or module.startswith(owner + ".")
+
+
+def ownership_violations(
+    uses: dict[tuple[str, str], list[str]], allowed: dict[tuple[str, str], str]
+) -> list[str]:
+    problems = []
+    for (module, table), where in sorted(uses.items()):
+        if _owns(TABLE_OWNERS[table], module) or (module, table) in allowed:
+            continue
+        problems.extend(
+            f"{w}: {module} names table {table!r} in SQL, but {TABLE_OWNERS[table]} owns it: "
+            "call the owner's function"
+            for w in where
+        )
+    problems.extend(
+        f"SQL_ALLOWED lists ({module!r}, {table!r}), which no longer occurs: drop it"
+        for module, table in sorted(allowed.keys() - uses.keys())
+    )
+    return problems
 
 
 @dataclass(frozen=True)
@@ -385,6 +499,43 @@ def test_no_lookup_by_name(
 ) -> None:
     _, _, lookups = graph
     assert {m: w for m, w in lookups.items() if m not in LOOKUP_BY_NAME_ALLOWED} == {}
+
+
+def test_every_table_has_one_owner(
+    graph: tuple[dict[str, Path], list[Edge], dict[str, list[str]]],
+) -> None:
+    known, _, _ = graph
+    assert _tables() == TABLE_OWNERS.keys(), "a table without an owner in TABLE_OWNERS, or gone"
+    for owner in TABLE_OWNERS.values():
+        assert owner in known, f"TABLE_OWNERS names {owner}, which does not exist"
+    assert ownership_violations(sql_uses(known, _tables()), SQL_ALLOWED) == []
+
+
+def test_table_ownership_is_checked_for_what_it_claims(tmp_path: Path) -> None:
+    """A module naming a table it does not own fails, with its file, line and table; a pair of
+    SQL_ALLOWED that no longer occurs fails too."""
+    import shutil
+
+    root = tmp_path / "xumd"
+    shutil.copytree(SOURCES["xumd"], root, ignore=shutil.ignore_patterns("__pycache__"))
+    with (root / "usage" / "service.py").open("a") as handle:
+        handle.write('\n\n_Q = (\n    "SELECT id"\n    " FROM turns WHERE 1"\n)\n')
+    lines = (root / "usage" / "service.py").read_text().count("\n")
+    known, _, _ = _graph({"xumd": root})
+    uses = sql_uses(known, _tables())
+    problems = ownership_violations(uses, SQL_ALLOWED)
+    assert any(
+        p.endswith(
+            f"usage/service.py:{lines - 2}: xumd.usage.service names table 'turns' in "
+            "SQL, but xumd.turns.rows owns it: call the owner's function"
+        )
+        for p in problems
+    ), problems
+    stale = {**SQL_ALLOWED, ("xumd.usage.service", "leases"): "gone"}
+    assert any(
+        "('xumd.usage.service', 'leases'), which no longer occurs" in p
+        for p in ownership_violations(uses, stale)
+    )
 
 
 def test_the_table_is_checked_for_what_it_claims(tmp_path: Path) -> None:
