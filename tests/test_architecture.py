@@ -205,7 +205,6 @@ SQL_ALLOWED: dict[tuple[str, str], str] = {
     ("xumd.lifecycle.projects", "projects"): "project create, update and delete",
     ("xumd.lifecycle.projects", "cleanup_obligations"): "teardowns still owed to a project",
     ("xumd.lifecycle.rows", "rename_journal"): "a workspace's delete drops its journal",
-    ("xumd.processes.auto_archive", "workspaces"): "reads auto_archive, writes its outcome",
     ("xumd.recovery.feature", "workspaces"): "the count of interrupted workspaces",
     ("xumd.recovery.reconcile", "workspaces"): "reconcile's reads and repairs of rows",
     ("xumd.recovery.reconcile", "rename_journal"): "rolling a cut rename forward or back",

@@ -178,6 +178,20 @@ def update_workspace(
     return get_workspace(store, workspace_id)
 
 
+def set_last_cleanup(store: Store, workspace_id: str, status: str) -> None:
+    """Keep the row's `last_cleanup` (a `CleanupStatus` as JSON) current for workspace.get. Not a
+    structural change: the version is not bumped. Inside the caller's transaction."""
+    store.execute("UPDATE workspaces SET last_cleanup = ? WHERE id = ?", (status, workspace_id))
+
+
+def set_auto_archive_outcome(store: Store, workspace_id: str, outcome: str) -> None:
+    """Record the latest auto-archive attempt's outcome (JSON) on the row. Not a structural
+    change: the version is not bumped. Inside the caller's transaction."""
+    store.execute(
+        "UPDATE workspaces SET auto_archive_outcome = ? WHERE id = ?", (outcome, workspace_id)
+    )
+
+
 def delete_workspace_with_tombstone(store: Store, row: WorkspaceRow) -> None:
     store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (row.id,))
     store.execute("DELETE FROM workspaces WHERE id = ?", (row.id,))

@@ -23,6 +23,7 @@ from xum_protocol.errors import ErrorKind
 from xumd import faults, logs
 from xumd.errors import XumError
 from xumd.events import EventBus
+from xumd.lifecycle import rows
 from xumd.processes.managed import Managed
 from xumd.store import Store
 
@@ -75,23 +76,17 @@ class AutoArchiver:
 
     def _incarnation(self, workspace_id: str) -> str | None:
         """The incarnation an auto-archive is owed to: an active workspace that asked for it."""
-        row = self.store.one(
-            "SELECT auto_archive, state, incarnation FROM workspaces WHERE id = ?",
-            (workspace_id,),
-        )
-        if row is None or row["auto_archive"] != ON_AGENT_EXIT or row["state"] != "active":
+        row = rows.get_workspace(self.store, workspace_id)
+        if row is None or row.auto_archive != ON_AGENT_EXIT or row.state != "active":
             return None
-        found: str = row["incarnation"]
-        return found
+        return row.incarnation
 
     def _archived(self, workspace_id: str, incarnation: str | None) -> bool:
-        row = self.store.one(
-            "SELECT state, incarnation FROM workspaces WHERE id = ?", (workspace_id,)
-        )
+        row = rows.get_workspace(self.store, workspace_id)
         return (
             row is not None
-            and row["state"] == "archived"
-            and (incarnation is None or row["incarnation"] == incarnation)
+            and row.state == "archived"
+            and (incarnation is None or row.incarnation == incarnation)
         )
 
     def on_exit(self, managed: Managed) -> None:
@@ -187,20 +182,8 @@ class AutoArchiver:
             "at": time.time(),
             "next_attempt_at": time.time() + retry_in_s if retry_in_s is not None else None,
         }
-        with self.store.transaction() as db:
-            db.execute(
-                "UPDATE workspaces SET auto_archive_outcome = ? WHERE id = ?",
-                (json.dumps(outcome), workspace_id),
-            )
+        with self.store.transaction():
+            rows.set_auto_archive_outcome(self.store, workspace_id, json.dumps(outcome))
         log.info("auto_archive.outcome", workspace=workspace_id, status=status, attempts=attempts)
         self.events.publish("workspace.auto_archive", workspace_id=workspace_id, outcome=outcome)
         return outcome
-
-
-def outcome(store: Store, workspace_id: str) -> dict[str, Any] | None:
-    """The latest auto-archive outcome of a workspace (for workspace.get)."""
-    row = store.one("SELECT auto_archive_outcome FROM workspaces WHERE id = ?", (workspace_id,))
-    if row is None or not row["auto_archive_outcome"]:
-        return None
-    found: dict[str, Any] = json.loads(row["auto_archive_outcome"])
-    return found
