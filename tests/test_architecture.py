@@ -190,7 +190,6 @@ SQL_ALLOWED: dict[tuple[str, str], str] = {
     ("xumd.cleanup.feature", "workspace_tombstones"): "the same check, on removed workspaces",
     ("xumd.cleanup.fence", "workspaces"): "the fence reads the row's state and incarnation",
     ("xumd.cleanup.fence", "workspace_tombstones"): "the fence's unknown-workspace check",
-    ("xumd.cleanup.outcomes", "workspaces"): "writes last_cleanup (cleanup is below lifecycle)",
     ("xumd.cleanup.planning", "workspaces"): "the workspace's name and setup status in a plan",
     ("xumd.gc.feature", "gc_runs"): "the lean start's check for a cut run, before the service",
     ("xumd.gc.plan", "workspaces"): "the live ids a snapshot ref may belong to",

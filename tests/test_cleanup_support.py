@@ -19,7 +19,7 @@ from xumd.cleanup.service import CleanupService
 from xumd.cleanup.steps import Outcome, UnsavedWork, teardown_outcome
 from xumd.config import CleanupConfig, DaemonConfig
 from xumd.git import Git
-from xumd.lifecycle import wsenv
+from xumd.lifecycle import rows, wsenv
 from xumd.paths import RootPaths
 from xumd.procutil import run_command
 from xumd.store import Store
@@ -220,6 +220,9 @@ def make_world(
         teardown=teardown or NoTeardownPlanned(),
         unsaved=unsaved or NothingUnsaved(),
         teardown_env=lambda workspace_id: wsenv.frozen(app.store, workspace_id),
+        remember_cleanup=lambda workspace_id, status: rows.set_last_cleanup(
+            app.store, workspace_id, status
+        ),
         git=Git(timeout_s=app.config.git_timeout_s),
         directories=DirectoryExclusion(wait_s=app.config.cleanup.step_timeout_s),
     )

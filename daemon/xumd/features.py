@@ -34,6 +34,7 @@ def install(app: App, containment: containment_feature.Installed) -> None:
         scripts=scripts,
         unsaved=lifecycle_feature.archive_comparison(app, snapshots),
         teardown_env=lifecycle_feature.teardown_env(app),
+        remember_cleanup=lifecycle_feature.remember_cleanup(app),
     )
     workspaces = lifecycle_feature.install(  # projects, workspaces: uses cleanup
         app,

@@ -16,6 +16,7 @@ from xum_protocol.models.cleanup import (
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.obligations import PENDING
+from xumd.cleanup.outcomes import RememberCleanup
 from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import PATH_LANE, RECLAIM_LANE, CleanupService
@@ -37,11 +38,13 @@ def install(
     scripts: TeardownScripts,
     unsaved: UnsavedWork,
     teardown_env: TeardownEnv,
+    remember_cleanup: RememberCleanup,
 ) -> CleanupService:
     """Its collaborators come from the composition root: git, the directory exclusion shared
     with the lifecycle, the script runner that runs teardowns, the lifecycle's comparison of a
-    lingering checkout with its archive (asked before the checkout is trashed), and the
-    workspace's variables a teardown obligation keeps."""
+    lingering checkout with its archive (asked before the checkout is trashed), the
+    workspace's variables a teardown obligation keeps, and the writer of a workspace's
+    `last_cleanup` (the row is the lifecycle's)."""
     service = app.provide(
         CleanupService(
             app,
@@ -50,6 +53,7 @@ def install(
             teardown=ProjectTeardown(scripts),
             unsaved=unsaved,
             teardown_env=teardown_env,
+            remember_cleanup=remember_cleanup,
         )
     )
     retry = app.provide(RetryService(service))

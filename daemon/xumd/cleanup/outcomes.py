@@ -23,6 +23,11 @@ from xumd.store import Store
 
 log = logs.get("xumd.cleanup")
 
+RememberCleanup = Callable[[str, str], None]
+"""Store a workspace's cleanup status (workspace id, `CleanupStatus` as JSON) on its row, inside
+the caller's transaction. The row belongs to the lifecycle, a layer above cleanup, so the
+composition root hands its writer in."""
+
 
 class OutcomeRecorder:
     def __init__(
@@ -34,6 +39,7 @@ class OutcomeRecorder:
         clock: Clock,
         *,
         poke: Callable[[str], None],
+        remember: RememberCleanup,
     ) -> None:
         self.store = store
         self.obligations = obligations
@@ -43,6 +49,7 @@ class OutcomeRecorder:
         self._unannounced: list[str] = []
         self.poke = poke
         """Wake a lane (new work, or a blocker finished): the service's `LaneWake`."""
+        self.remember = remember
 
     def record(self, ob: ObligationRow, outcome: Outcome, took_s: float) -> ObligationRow:
         now = self.clock.time()
@@ -120,7 +127,4 @@ class OutcomeRecorder:
         if status is None:
             return
         with self.store.transaction():
-            self.store.execute(
-                "UPDATE workspaces SET last_cleanup = ? WHERE id = ?",
-                (json.dumps(status.model_dump(mode="json")), workspace_id),
-            )
+            self.remember(workspace_id, json.dumps(status.model_dump(mode="json")))

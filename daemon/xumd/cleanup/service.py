@@ -27,7 +27,7 @@ from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup import status as status_mod
 from xumd.cleanup.cycle import CycleResult, LaneCycles
 from xumd.cleanup.obligations import Obligations
-from xumd.cleanup.outcomes import OutcomeRecorder
+from xumd.cleanup.outcomes import OutcomeRecorder, RememberCleanup
 from xumd.cleanup.planning import Planner, TeardownEnv
 from xumd.cleanup.runner import StepRunner
 from xumd.cleanup.schedule import (
@@ -68,6 +68,7 @@ class CleanupService:
         *,
         unsaved: UnsavedWork,
         teardown_env: TeardownEnv,
+        remember_cleanup: RememberCleanup,
         teardown: TeardownFn,
         git: Git,
         directories: DirectoryExclusion,
@@ -97,7 +98,13 @@ class CleanupService:
         )
         self.wake = LaneWake()
         self.recorder = OutcomeRecorder(
-            app.store, self.obligations, app.events, self.backoff, self.clock, poke=self.wake.poke
+            app.store,
+            self.obligations,
+            app.events,
+            self.backoff,
+            self.clock,
+            poke=self.wake.poke,
+            remember=remember_cleanup,
         )
         self.planner = Planner(
             app.store,

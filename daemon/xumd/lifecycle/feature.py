@@ -34,6 +34,7 @@ from xum_protocol.models.workspace import (
 
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
+from xumd.cleanup.outcomes import RememberCleanup
 from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.service import CleanupService
 from xumd.containment import Containment
@@ -80,6 +81,11 @@ def archive_comparison(app: App, snapshots: Snapshotter) -> ArchiveComparison:
 def teardown_env(app: App) -> TeardownEnv:
     """A teardown obligation keeps the workspace's variables: it may run after they are gone."""
     return lambda workspace_id: wsenv.frozen(app.store, workspace_id)
+
+
+def remember_cleanup(app: App) -> RememberCleanup:
+    """Cleanup keeps a workspace's `last_cleanup` current; the row is ours."""
+    return lambda workspace_id, status: rows.set_last_cleanup(app.store, workspace_id, status)
 
 
 def install(
