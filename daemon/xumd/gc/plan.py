@@ -154,11 +154,8 @@ class Planner:
     # -- snapshot refs of removed workspaces --------------------------------------------------
 
     async def _snapshot_refs(self, plan: Plan, days: float) -> None:
-        live = {r["id"] for r in self.store.all("SELECT id FROM workspaces")}
-        removed = {
-            str(r["id"]): float(r["removed_at"])
-            for r in self.store.all("SELECT id, removed_at FROM workspace_tombstones")
-        }
+        live = set(rows.workspace_projects(self.store))
+        removed = rows.tombstone_times(self.store)
         for project in rows.list_projects(self.store):
             if project.kind != "git" or not project.path.is_dir():
                 continue
@@ -267,10 +264,7 @@ class Planner:
     # -- kept copies of removed workspaces ----------------------------------------------------
 
     async def _kept(self, plan: Plan, days: float) -> None:
-        removed = {
-            str(r["id"]): float(r["removed_at"])
-            for r in self.store.all("SELECT id, removed_at FROM workspace_tombstones")
-        }
+        removed = rows.tombstone_times(self.store)
         for stray in strays.scan_kept(self.store, self.paths):
             name = os.path.basename(stray.path)
             since = removed.get(name) if "." not in name else None

@@ -178,6 +178,21 @@ def update_workspace(
     return get_workspace(store, workspace_id)
 
 
+def count_interrupted(store: Store) -> int:
+    found = store.one("SELECT COUNT(*) AS n FROM workspaces WHERE interrupted = 1")
+    return int(found["n"]) if found else 0
+
+
+def workspace_projects(store: Store) -> dict[str, str]:
+    """Every row's id and project id, in one scan (a root may hold thousands)."""
+    return {r["id"]: r["project_id"] for r in store.all("SELECT id, project_id FROM workspaces")}
+
+
+def workspace_paths(store: Store) -> set[str]:
+    """The path every row claims."""
+    return {r["path"] for r in store.all("SELECT path FROM workspaces")}
+
+
 def set_last_cleanup(store: Store, workspace_id: str, status: str) -> None:
     """Keep the row's `last_cleanup` (a `CleanupStatus` as JSON) current for workspace.get. Not a
     structural change: the version is not bumped. Inside the caller's transaction."""
@@ -199,6 +214,21 @@ def delete_workspace_with_tombstone(store: Store, row: WorkspaceRow) -> None:
         "INSERT OR REPLACE INTO workspace_tombstones"
         " (id, project_id, name, branch, snapshot_ref, removed_at) VALUES (?, ?, ?, ?, ?, ?)",
         (row.id, row.project_id, row.name, row.branch, row.snapshot_ref, time.time()),
+    )
+
+
+def tombstone_times(store: Store) -> dict[str, float]:
+    """When each removed workspace was removed, by its id."""
+    return {
+        str(r["id"]): float(r["removed_at"])
+        for r in store.all("SELECT id, removed_at FROM workspace_tombstones")
+    }
+
+
+def tombstone(store: Store, workspace_id: str) -> sqlite3.Row | None:
+    """A removed workspace's tombstone (its project id and name among the columns), if any."""
+    return store.one(
+        "SELECT id, project_id, name FROM workspace_tombstones WHERE id = ?", (workspace_id,)
     )
 
 

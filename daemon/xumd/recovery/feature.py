@@ -25,7 +25,7 @@ from xumd import fsdelete, logs
 from xumd.app import App
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import dirstore, ids, preserved
+from xumd.lifecycle import dirstore, ids, preserved, rows
 from xumd.lifecycle.seams import Holder, LifecycleHooks, busy_message, mounts_holding
 from xumd.lifecycle.service import WorkspaceService
 from xumd.recovery import strays
@@ -110,12 +110,8 @@ def install(
     async def discard_kept(p: DiscardKeptParams, ctx: RequestContext) -> DiscardKeptResult:
         return await discard_kept_copy(app, p.path)
 
-    def count_interrupted() -> int:
-        found = app.store.one("SELECT COUNT(*) AS n FROM workspaces WHERE interrupted = 1")
-        return int(found["n"]) if found else 0
-
     # Polled by monitors: the count is recomputed only when a row changed (or after a second).
-    interrupted = StoreMemo(app.store, count_interrupted)
+    interrupted = StoreMemo(app.store, lambda: rows.count_interrupted(app.store))
 
     def status() -> dict[str, Any]:
         return {

@@ -44,7 +44,7 @@ class Stray:
 
 def _claimed(store: Store) -> set[str]:
     """Every path a row, a rename journal or an unfinished cleanup step claims."""
-    claimed = {r["path"] for r in store.all("SELECT path FROM workspaces")}
+    claimed = rows.workspace_paths(store)
     for r in store.all("SELECT from_path, to_path FROM rename_journal"):
         claimed.update((r["from_path"], r["to_path"]))
     for r in store.all(
@@ -149,7 +149,7 @@ def scan_kept(store: Store, paths: RootPaths) -> list[Stray]:
     if not children:
         return found
     # One query for every row (an archive with thousands of archived workspaces is one scan).
-    live = {r["id"]: r["project_id"] for r in store.all("SELECT id, project_id FROM workspaces")}
+    live = rows.workspace_projects(store)
     for path in children:
         name = os.path.basename(path)
         workspace_id = name.split(".", 1)[0]
@@ -161,7 +161,7 @@ def scan_kept(store: Store, paths: RootPaths) -> list[Stray]:
 
 
 def _tombstone_project(store: Store, workspace_id: str) -> str | None:
-    found = store.one("SELECT project_id FROM workspace_tombstones WHERE id = ?", (workspace_id,))
+    found = rows.tombstone(store, workspace_id)
     return str(found["project_id"]) if found else None
 
 
@@ -173,7 +173,7 @@ def kept_note(store: Store, stray: Stray) -> str:
             f"saved copy of workspace {wid} (incarnation {name.split('.', 2)[1]}) set aside: an "
             "unarchive never verified it in place, and a newer copy took its place"
         )
-    found = store.one("SELECT name FROM workspace_tombstones WHERE id = ?", (wid,))
+    found = rows.tombstone(store, wid)
     label = f" ({found['name']})" if found else ""
     return f"preserved files of removed workspace {wid}{label}"
 
