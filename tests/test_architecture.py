@@ -200,14 +200,12 @@ SQL_ALLOWED: dict[tuple[str, str], str] = {
     ("xumd.lifecycle.listing", "workspace_env"): "workspace.list's one-query read model",
     ("xumd.lifecycle.listing", "workspace_ports"): "workspace.list's one-query read model",
     ("xumd.lifecycle.projects", "projects"): "project create, update and delete",
-    ("xumd.lifecycle.projects", "cleanup_obligations"): "teardowns still owed to a project",
     ("xumd.lifecycle.rows", "rename_journal"): "a workspace's delete drops its journal",
     ("xumd.recovery.reconcile", "workspaces"): "reconcile's reads and repairs of rows",
     ("xumd.recovery.reconcile", "rename_journal"): "rolling a cut rename forward or back",
     ("xumd.recovery.strays", "rename_journal"): "every path a rename journal claims",
     ("xumd.recovery.strays", "cleanup_obligations"): "every path an unfinished step claims",
     ("xumd.turns.rows", "workspaces"): "a turn's target_interrupted, joined in",
-    ("xumd.usage.service", "cleanup_obligations"): "the pending reclaims' trash entries",
 }
 
 _MIGRATIONS = SOURCES["xumd"] / "store" / "migrations"

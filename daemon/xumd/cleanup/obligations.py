@@ -223,6 +223,21 @@ class Obligations:
         )
         return None if row is None or row["t"] is None else float(row["t"])
 
+    def pending_ids(self, kind: str) -> list[str]:
+        rows = self.store.all(
+            "SELECT id FROM cleanup_obligations WHERE kind = ? AND state = 'pending'", (kind,)
+        )
+        return [str(r["id"]) for r in rows]
+
+    def owed_teardowns(self, project_id: str) -> list[str]:
+        """The workspaces of a project whose teardown is still pending, sorted."""
+        rows = self.store.all(
+            "SELECT DISTINCT workspace_id FROM cleanup_obligations"
+            " WHERE project_id = ? AND kind = 'teardown' AND state = 'pending'",
+            (project_id,),
+        )
+        return sorted(r["workspace_id"] for r in rows)
+
     def list(
         self, *, workspace_id: str | None, state: str | None, limit: int
     ) -> list[ObligationRow]:

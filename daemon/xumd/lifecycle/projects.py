@@ -422,14 +422,9 @@ class ProjectService:
         """A teardown runs only under the project's trusted config, which lives on this row:
         removing the row while one is still owed would leave it pending forever (and its hint
         would name a project that cannot be trusted any more). Keep the project until then."""
-        owed = self.store.all(
-            "SELECT DISTINCT workspace_id FROM cleanup_obligations"
-            " WHERE project_id = ? AND kind = 'teardown' AND state = 'pending'",
-            (project.id,),
-        )
-        if not owed:
+        ids_ = self.workspaces.cleanup.obligations.owed_teardowns(project.id)
+        if not ids_:
             return
-        ids_ = sorted(r["workspace_id"] for r in owed)
         raise XumError(
             ErrorKind.CLEANUP_PENDING,
             f"project {project.name!r} not removed: the teardown of {len(ids_)} removed or "

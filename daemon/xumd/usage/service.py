@@ -199,12 +199,10 @@ class UsageService:
     def _pending_reclaims(self) -> tuple[int, list[Path]]:
         """How many reclaim obligations are pending, and their trash entries (where the trash
         step moved the checkout; one whose trash step has not moved anything has none)."""
-        records = self.app.store.all(
-            "SELECT id FROM cleanup_obligations WHERE kind = 'reclaim' AND state = 'pending'"
-        )
+        records = self.cleanup.obligations.pending_ids("reclaim")
         found: list[Path] = []
         for record in records:
-            ob = self.cleanup.obligations.get(str(record["id"]))
+            ob = self.cleanup.obligations.get(record)
             source = self.cleanup.steps.reclaim_source(ob)[0] if ob is not None else None
             if source is not None:
                 found.append(source)
