@@ -180,7 +180,7 @@ TABLE_OWNERS: dict[str, str] = {
     "cleanup_obligations": "xumd.cleanup.obligations",
     "leases": "xumd.processes.leases",
     "turns": "xumd.turns.rows",
-    "gc_runs": "xumd.gc.service",
+    "gc_runs": "xumd.gc.runs",
 }
 
 # The modules that still name a table they do not own: (module, table): why. Only shrinks: move
@@ -191,7 +191,6 @@ SQL_ALLOWED: dict[tuple[str, str], str] = {
     ("xumd.cleanup.fence", "workspaces"): "the fence reads the row's state and incarnation",
     ("xumd.cleanup.fence", "workspace_tombstones"): "the fence's unknown-workspace check",
     ("xumd.cleanup.planning", "workspaces"): "the workspace's name and setup status in a plan",
-    ("xumd.gc.feature", "gc_runs"): "the lean start's check for a cut run, before the service",
     ("xumd.lifecycle.context", "rename_journal"): "whether a rename is mid-way",
     ("xumd.lifecycle.create", "workspaces"): "create's own inserts (file owned by create work)",
     ("xumd.lifecycle.keep", "rename_journal"): "whether a rename is mid-way",

@@ -21,6 +21,7 @@ from xum_protocol.models.gc import (
 
 from xumd.app import App
 from xumd.errors import XumError
+from xumd.gc import runs
 from xumd.git import Git
 from xumd.lifecycle.seams import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
@@ -75,7 +76,7 @@ def install(
         # A run recorded `running` (cut by the last stop) resumes now; otherwise the worker has
         # nothing to do until a request builds the service (a background run wakes it).
         service = None
-        if app.store.one("SELECT 1 FROM gc_runs WHERE state = 'running' LIMIT 1") is not None:
+        if runs.any_running(app.store):
             try:
                 service = gc.get("gc.worker")
             except XumError:

@@ -35,6 +35,7 @@ from xum_protocol.models.gc import (
 from xumd import logs, procstat
 from xumd.app import App
 from xumd.errors import XumError
+from xumd.gc import runs
 from xumd.gc.plan import Plan, Planner, policies, skipped
 from xumd.git import Git
 from xumd.lifecycle import rows
@@ -136,11 +137,7 @@ class GcService:
         now = self.clock.time()
         keys = json.dumps(params.keys) if params.keys is not None else None
         with self.app.store.transaction():
-            self.app.store.execute(
-                "INSERT INTO gc_runs (id, keys, state, created_at, updated_at)"
-                " VALUES (?, ?, 'running', ?, ?)",
-                (run_id, keys, now, now),
-            )
+            runs.insert_running(self.app.store, run_id, keys, now)
         log.info("gc.run_queued", run=run_id)
         self._wake.set()
         return GcRunResult(run_id=run_id, state="running")
@@ -148,7 +145,7 @@ class GcService:
     def get(self, run_id: str) -> GcRunResult:
         if not run_id.startswith(RUN_PREFIX):
             raise XumError(ErrorKind.INVALID_SCOPE, f"{run_id!r} is not a gc run id", id=run_id)
-        row = self.app.store.one("SELECT state, result FROM gc_runs WHERE id = ?", (run_id,))
+        row = runs.get(self.app.store, run_id)
         if row is None:
             raise XumError(ErrorKind.NOT_FOUND, f"gc run {run_id!r} not found", id=run_id)
         if row["state"] != "done":
@@ -163,10 +160,7 @@ class GcService:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 while True:
-                    row = self.app.store.one(
-                        "SELECT id, keys FROM gc_runs WHERE state = 'running'"
-                        " ORDER BY created_at, id LIMIT 1"
-                    )
+                    row = runs.oldest_running(self.app.store)
                     if row is None:
                         self._wake = anyio.Event()
                         await self._wake.wait()
@@ -188,10 +182,8 @@ class GcService:
                                 ]
                             )
                     with self.app.store.transaction():
-                        self.app.store.execute(
-                            "UPDATE gc_runs SET state = 'done', result = ?, updated_at = ?"
-                            " WHERE id = ?",
-                            (result.model_dump_json(), self.clock.time(), row["id"]),
+                        runs.finish(
+                            self.app.store, row["id"], result.model_dump_json(), self.clock.time()
                         )
                     log.info("gc.run_finished", run=row["id"], done=len(result.done))
         finally:
