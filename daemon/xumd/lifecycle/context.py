@@ -78,8 +78,7 @@ _MID_WAY = ("archiving", "restoring", "removing")
 def _mid_way(store: Store, row: WorkspaceRow) -> bool:
     if row.state in _MID_WAY or (row.state == "creating" and not row.interrupted):
         return True
-    journal = store.one("SELECT 1 FROM rename_journal WHERE workspace_id = ?", (row.id,))
-    return journal is not None and not row.interrupted
+    return rows.has_rename_journal(store, row.id) and not row.interrupted
 
 
 def _describe(op: str, exc: BaseException) -> str:

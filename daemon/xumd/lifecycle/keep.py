@@ -11,6 +11,7 @@ from typing import Any
 
 from xum_protocol.models.workspace import WorkspaceResult
 
+from xumd.lifecycle import rows
 from xumd.lifecycle.context import Context, invalid_state
 from xumd.lifecycle.rows import WorkspaceRow
 
@@ -47,8 +48,7 @@ async def keep(ctx: Context, workspace_id: str) -> WorkspaceResult:
 
 
 def _has_journal(ctx: Context, workspace_id: str) -> bool:
-    found = ctx.store.one("SELECT 1 FROM rename_journal WHERE workspace_id = ?", (workspace_id,))
-    return found is not None
+    return rows.has_rename_journal(ctx.store, workspace_id)
 
 
 async def _settle_rename(ctx: Context, row: WorkspaceRow) -> WorkspaceResult | None:

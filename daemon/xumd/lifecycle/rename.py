@@ -113,7 +113,7 @@ def _commit(ctx: Context, plan: _Plan, row: WorkspaceRow) -> WorkspaceRow:
     try:
         with ctx.store.transaction():
             row = ctx.update(row, name=plan.name, path=str(plan.path), branch=plan.branch)
-            ctx.store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (row.id,))
+            rows.drop_rename_journal(ctx.store, row.id)
     except sqlite3.IntegrityError:
         # UNIQUE(project_id, name): a create (or another rename) took the name after _plan
         # checked it. A lost race on a name, not a daemon fault; the caller undoes the steps.
@@ -132,7 +132,7 @@ def _check_no_journal(ctx: Context, row: WorkspaceRow) -> None:
     """A journal left by a rename whose undo failed: the disk is between two names, and only
     recovery may settle it (at the next start, or on `workspace.keep`); a new rename would pile a
     second move on it."""
-    found = ctx.store.one("SELECT to_name FROM rename_journal WHERE workspace_id = ?", (row.id,))
+    found = rows.rename_journal(ctx.store, row.id)
     if found is not None:
         raise invalid_state(
             row,
@@ -171,29 +171,14 @@ async def _plan(ctx: Context, project: ProjectRow, row: WorkspaceRow, name: str)
 def _write_journal(ctx: Context, plan: _Plan) -> None:
     old = plan.old
     with ctx.store.transaction():
-        ctx.store.execute(
-            "INSERT INTO rename_journal (workspace_id, from_name, to_name, from_path,"
-            " to_path, from_branch, to_branch, incarnation, phase, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'intent', ?)",
-            (
-                old.id,
-                old.name,
-                plan.name,
-                str(old.path),
-                str(plan.path),
-                old.branch,
-                plan.branch,
-                old.incarnation,
-                time.time(),
-            ),
+        rows.insert_rename_journal(
+            ctx.store, old, name=plan.name, path=str(plan.path), branch=plan.branch, now=time.time()
         )
 
 
 def _journal_phase(ctx: Context, workspace_id: str, phase: str) -> None:
     with ctx.store.transaction():
-        ctx.store.execute(
-            "UPDATE rename_journal SET phase = ? WHERE workspace_id = ?", (phase, workspace_id)
-        )
+        rows.set_rename_phase(ctx.store, workspace_id, phase)
 
 
 async def _branch_move(
@@ -305,7 +290,7 @@ def _settle_undo(ctx: Context, plan: _Plan, problem: str | None) -> None:
     old = plan.old
     with ctx.store.transaction():
         if problem is None:
-            ctx.store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (old.id,))
+            rows.drop_rename_journal(ctx.store, old.id)
             return
         reason = (
             f"rename {old.name!r} -> {plan.name!r} failed and its undo did not finish: "

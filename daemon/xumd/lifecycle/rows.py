@@ -207,8 +207,47 @@ def set_auto_archive_outcome(store: Store, workspace_id: str, outcome: str) -> N
     )
 
 
+# -- rename journals (a rename's durable write order; at most one per workspace) -------------------
+
+
+def insert_rename_journal(
+    store: Store, old: WorkspaceRow, *, name: str, path: str, branch: str | None, now: float
+) -> None:
+    """A rename's intent (from `old`'s name, path and branch to these), before any move. Inside
+    the caller's transaction."""
+    store.execute(
+        "INSERT INTO rename_journal (workspace_id, from_name, to_name, from_path,"
+        " to_path, from_branch, to_branch, incarnation, phase, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'intent', ?)",
+        (old.id, old.name, name, str(old.path), path, old.branch, branch, old.incarnation, now),
+    )
+
+
+def set_rename_phase(store: Store, workspace_id: str, phase: str) -> None:
+    store.execute(
+        "UPDATE rename_journal SET phase = ? WHERE workspace_id = ?", (phase, workspace_id)
+    )
+
+
+def rename_journal(store: Store, workspace_id: str) -> sqlite3.Row | None:
+    return store.one("SELECT * FROM rename_journal WHERE workspace_id = ?", (workspace_id,))
+
+
+def has_rename_journal(store: Store, workspace_id: str) -> bool:
+    found = store.one("SELECT 1 FROM rename_journal WHERE workspace_id = ?", (workspace_id,))
+    return found is not None
+
+
+def rename_journals(store: Store) -> list[sqlite3.Row]:
+    return store.all("SELECT * FROM rename_journal")
+
+
+def drop_rename_journal(store: Store, workspace_id: str) -> None:
+    store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (workspace_id,))
+
+
 def delete_workspace_with_tombstone(store: Store, row: WorkspaceRow) -> None:
-    store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (row.id,))
+    drop_rename_journal(store, row.id)
     store.execute("DELETE FROM workspaces WHERE id = ?", (row.id,))
     store.execute(
         "INSERT OR REPLACE INTO workspace_tombstones"

@@ -110,9 +110,7 @@ class Reconciler:
         slim = self.store.all("SELECT id, state, path, dev, ino, setup_status FROM workspaces")
         report.rows = len(slim)
         projects = {p.id: p for p in rows.list_projects(self.store)}
-        journals = {
-            r["workspace_id"]: dict(r) for r in self.store.all("SELECT * FROM rename_journal")
-        }
+        journals = {r["workspace_id"]: dict(r) for r in rows.rename_journals(self.store)}
         changes: list[Change] = []
         for entry in slim:
             if entry["id"] in journals or entry["state"] == "archived":
@@ -154,9 +152,7 @@ class Reconciler:
         reservation). Returns the problem the settled row stays flagged with (None: settled
         cleanly). When the disk proves neither state it raises `invalid_state` naming why and
         changes nothing: the journal and the flag stay (a start-up would drop the journal)."""
-        found = self.store.one(
-            "SELECT * FROM rename_journal WHERE workspace_id = ?", (workspace_id,)
-        )
+        found = rows.rename_journal(self.store, workspace_id)
         row = rows.get_workspace(self.store, workspace_id)
         if found is None or row is None:
             return None
@@ -181,10 +177,7 @@ class Reconciler:
         row = rows.get_workspace(self.store, workspace_id)
         if row is None:
             return None
-        journal = self.store.one(
-            "SELECT 1 FROM rename_journal WHERE workspace_id = ?", (workspace_id,)
-        )
-        if journal is not None:
+        if rows.has_rename_journal(self.store, workspace_id):
             if row.interrupted:
                 return None
             reason = (
@@ -400,7 +393,7 @@ class Reconciler:
         )
 
     def _drop_journal(self, workspace_id: str) -> None:
-        self.store.execute("DELETE FROM rename_journal WHERE workspace_id = ?", (workspace_id,))
+        rows.drop_rename_journal(self.store, workspace_id)
 
     # -- rename journals (the durable write order) ---------------------------------------------
 

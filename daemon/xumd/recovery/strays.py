@@ -45,7 +45,7 @@ class Stray:
 def _claimed(store: Store) -> set[str]:
     """Every path a row, a rename journal or an unfinished cleanup step claims."""
     claimed = rows.workspace_paths(store)
-    for r in store.all("SELECT from_path, to_path FROM rename_journal"):
+    for r in rows.rename_journals(store):
         claimed.update((r["from_path"], r["to_path"]))
     for r in store.all(
         "SELECT path, detail FROM cleanup_obligations WHERE state IN ('pending', 'failed')"
