@@ -196,9 +196,7 @@ SQL_ALLOWED: dict[tuple[str, str], str] = {
     ("xumd.lifecycle.listing", "cleanup_obligations"): "workspace.list's one-query read model",
     ("xumd.lifecycle.listing", "workspace_env"): "workspace.list's one-query read model",
     ("xumd.lifecycle.listing", "workspace_ports"): "workspace.list's one-query read model",
-    ("xumd.lifecycle.projects", "projects"): "project create, update and delete",
     ("xumd.recovery.reconcile", "workspaces"): "reconcile's reads and repairs of rows",
-    ("xumd.recovery.strays", "cleanup_obligations"): "every path an unfinished step claims",
     ("xumd.turns.rows", "workspaces"): "a turn's target_interrupted, joined in",
 }
 

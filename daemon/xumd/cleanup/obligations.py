@@ -223,6 +223,13 @@ class Obligations:
         )
         return None if row is None or row["t"] is None else float(row["t"])
 
+    def unfinished_paths(self) -> set[str]:
+        """The path of every step not finished (pending, or failed and owed again)."""
+        rows = self.store.all(
+            "SELECT path, detail FROM cleanup_obligations WHERE state IN ('pending', 'failed')"
+        )
+        return {r["path"] for r in rows}
+
     def pending_ids(self, kind: str) -> list[str]:
         rows = self.store.all(
             "SELECT id FROM cleanup_obligations WHERE kind = ? AND state = 'pending'", (kind,)

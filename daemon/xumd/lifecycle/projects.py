@@ -174,24 +174,17 @@ class ProjectService:
         now = time.time()
         try:
             with self.store.transaction():
-                self.store.execute(
-                    "INSERT INTO projects (id, name, path, dev, ino, kind, workspaces_dir,"
-                    " git_dir, git_dev, git_ino, created_at, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        project_id,
-                        name,
-                        str(real),
-                        st.st_dev,
-                        st.st_ino,
-                        kind,
-                        workspaces_dir,
-                        repo.path if repo else None,
-                        repo.dev if repo else None,
-                        repo.ino if repo else None,
-                        now,
-                        now,
-                    ),
+                rows.insert_project(
+                    self.store,
+                    project_id,
+                    name=name,
+                    path=str(real),
+                    dev=st.st_dev,
+                    ino=st.st_ino,
+                    kind=kind,
+                    workspaces_dir=workspaces_dir,
+                    git=(repo.path, repo.dev, repo.ino) if repo else None,
+                    now=now,
                 )
         except sqlite3.IntegrityError:
             # Another add won the race after our checks (the unique indexes say which).
@@ -267,11 +260,7 @@ class ProjectService:
         except XumError:
             return None  # its repository is not there now; nothing to share
         with self.store.transaction():
-            self.store.execute(
-                "UPDATE projects SET git_dir = ?, git_dev = ?, git_ino = ?"
-                " WHERE id = ? AND git_dev IS NULL",
-                (found.path, found.dev, found.ino, project.id),
-            )
+            rows.set_project_git_identity(self.store, project.id, found.path, found.dev, found.ino)
         return found
 
     def trust(self, project_id: str, digest: str | None) -> ProjectTrustResult:
@@ -288,10 +277,7 @@ class ProjectService:
             except OSError as exc:
                 raise XumError(ErrorKind.OPERATION_FAILED, f"cannot read {found}: {exc}") from None
         with self.store.transaction():
-            self.store.execute(
-                "UPDATE projects SET trusted_config_hash = ?, updated_at = ? WHERE id = ?",
-                (digest, time.time(), project.id),
-            )
+            rows.set_trusted_config_hash(self.store, project.id, digest, time.time())
         project = self.get(project.id)
         self.app.events.publish(
             "project.trusted", project=self.info(project).model_dump(mode="json")
@@ -333,7 +319,7 @@ class ProjectService:
                 )
             self._refuse_owed_teardowns(project, outcomes)
             with self.store.transaction():
-                self.store.execute("DELETE FROM projects WHERE id = ?", (project.id,))
+                rows.delete_project(self.store, project.id)
         self.app.events.publish("project.removed", project_id=project.id, name=project.name)
         log.info("project.removed", project=project.id)
         return ProjectRemoveResult(project=self.info(project), removed=True, workspaces=outcomes)

@@ -117,6 +117,63 @@ def list_projects(store: Store) -> list[ProjectRow]:
     return [ProjectRow.of(r) for r in store.all("SELECT * FROM projects ORDER BY created_at, id")]
 
 
+def insert_project(
+    store: Store,
+    project_id: str,
+    *,
+    name: str,
+    path: str,
+    dev: int,
+    ino: int,
+    kind: str,
+    workspaces_dir: str | None,
+    git: tuple[str, int, int] | None,
+    now: float,
+) -> None:
+    """A new project row (`git`: its repository's common dir, device and inode, if known).
+    Raises sqlite3.IntegrityError when a unique index (path, repository, name) is taken."""
+    git_dir, git_dev, git_ino = git if git else (None, None, None)
+    store.execute(
+        "INSERT INTO projects (id, name, path, dev, ino, kind, workspaces_dir,"
+        " git_dir, git_dev, git_ino, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            project_id,
+            name,
+            path,
+            dev,
+            ino,
+            kind,
+            workspaces_dir,
+            git_dir,
+            git_dev,
+            git_ino,
+            now,
+            now,
+        ),
+    )
+
+
+def set_project_git_identity(store: Store, project_id: str, path: str, dev: int, ino: int) -> None:
+    """Record a project's repository identity, only if none is recorded yet."""
+    store.execute(
+        "UPDATE projects SET git_dir = ?, git_dev = ?, git_ino = ?"
+        " WHERE id = ? AND git_dev IS NULL",
+        (path, dev, ino, project_id),
+    )
+
+
+def set_trusted_config_hash(store: Store, project_id: str, digest: str | None, now: float) -> None:
+    store.execute(
+        "UPDATE projects SET trusted_config_hash = ?, updated_at = ? WHERE id = ?",
+        (digest, now, project_id),
+    )
+
+
+def delete_project(store: Store, project_id: str) -> None:
+    store.execute("DELETE FROM projects WHERE id = ?", (project_id,))
+
+
 # -- workspaces --------------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from xum_protocol.models.recovery import StrayInfo
 from xumd import fsdelete, logs
 from xumd.checkouts import marker
 from xumd.checkouts.adminfile import read_admin_file
+from xumd.cleanup.obligations import Obligations
 from xumd.git import Git
 from xumd.lifecycle import preserved, rows, views
 from xumd.paths import RootPaths
@@ -47,10 +48,7 @@ def _claimed(store: Store) -> set[str]:
     claimed = rows.workspace_paths(store)
     for r in rows.rename_journals(store):
         claimed.update((r["from_path"], r["to_path"]))
-    for r in store.all(
-        "SELECT path, detail FROM cleanup_obligations WHERE state IN ('pending', 'failed')"
-    ):
-        claimed.add(r["path"])
+    claimed.update(Obligations(store).unfinished_paths())
     return claimed
 
 
