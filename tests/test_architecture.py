@@ -186,8 +186,6 @@ TABLE_OWNERS: dict[str, str] = {
 # The modules that still name a table they do not own: (module, table): why. Only shrinks: move
 # the statement into the owner (or behind a port the composition root wires), then drop the pair.
 SQL_ALLOWED: dict[tuple[str, str], str] = {
-    ("xumd.cleanup.feature", "workspaces"): "workspace id known check (cleanup is below lifecycle)",
-    ("xumd.cleanup.feature", "workspace_tombstones"): "the same check, on removed workspaces",
     ("xumd.cleanup.fence", "workspaces"): "the fence reads the row's state and incarnation",
     ("xumd.cleanup.fence", "workspace_tombstones"): "the fence's unknown-workspace check",
     ("xumd.cleanup.planning", "workspaces"): "the workspace's name and setup status in a plan",
@@ -196,7 +194,6 @@ SQL_ALLOWED: dict[tuple[str, str], str] = {
     ("xumd.lifecycle.listing", "cleanup_obligations"): "workspace.list's one-query read model",
     ("xumd.lifecycle.listing", "workspace_env"): "workspace.list's one-query read model",
     ("xumd.lifecycle.listing", "workspace_ports"): "workspace.list's one-query read model",
-    ("xumd.recovery.reconcile", "workspaces"): "reconcile's reads and repairs of rows",
     ("xumd.turns.rows", "workspaces"): "a turn's target_interrupted, joined in",
 }
 

@@ -34,6 +34,7 @@ from xum_protocol.models.workspace import (
 
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
+from xumd.cleanup.feature import KnownWorkspace
 from xumd.cleanup.outcomes import RememberCleanup
 from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.service import CleanupService
@@ -86,6 +87,11 @@ def teardown_env(app: App) -> TeardownEnv:
 def remember_cleanup(app: App) -> RememberCleanup:
     """Cleanup keeps a workspace's `last_cleanup` current; the row is ours."""
     return lambda workspace_id, status: rows.set_last_cleanup(app.store, workspace_id, status)
+
+
+def known_workspace(app: App) -> KnownWorkspace:
+    """Cleanup tells an unknown workspace id from one with nothing pending; the rows are ours."""
+    return lambda workspace_id: rows.is_known(app.store, workspace_id)
 
 
 def install(

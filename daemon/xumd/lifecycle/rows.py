@@ -245,6 +245,26 @@ def workspace_projects(store: Store) -> dict[str, str]:
     return {r["id"]: r["project_id"] for r in store.all("SELECT id, project_id FROM workspaces")}
 
 
+def workspace_summaries(store: Store) -> list[sqlite3.Row]:
+    """Every row's id, state, path, identity and setup status: the start-up pass's one scan,
+    slimmer than whole rows on a root with thousands."""
+    return store.all("SELECT id, state, path, dev, ino, setup_status FROM workspaces")
+
+
+def workspace_ids_in_state(store: Store, state: str) -> set[str]:
+    return {r["id"] for r in store.all("SELECT id FROM workspaces WHERE state = ?", (state,))}
+
+
+def is_known(store: Store, workspace_id: str) -> bool:
+    """A row or a tombstone has this id."""
+    found = store.one(
+        "SELECT 1 FROM workspaces WHERE id = ? UNION ALL"
+        " SELECT 1 FROM workspace_tombstones WHERE id = ?",
+        (workspace_id, workspace_id),
+    )
+    return found is not None
+
+
 def workspace_paths(store: Store) -> set[str]:
     """The path every row claims."""
     return {r["path"] for r in store.all("SELECT path FROM workspaces")}

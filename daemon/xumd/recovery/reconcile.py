@@ -107,7 +107,7 @@ class Reconciler:
         started = time.perf_counter()
         report = RecoveryReport()
         # Slim rows first: a settled row whose identity agrees costs one lstat, no objects.
-        slim = self.store.all("SELECT id, state, path, dev, ino, setup_status FROM workspaces")
+        slim = rows.workspace_summaries(self.store)
         report.rows = len(slim)
         projects = {p.id: p for p in rows.list_projects(self.store)}
         journals = {r["workspace_id"]: dict(r) for r in rows.rename_journals(self.store)}
@@ -223,9 +223,7 @@ class Reconciler:
             return
         if not names:
             return
-        active = {
-            r["id"] for r in self.store.all("SELECT id FROM workspaces WHERE state = 'active'")
-        }
+        active = rows.workspace_ids_in_state(self.store, "active")
         for name in names:
             if name not in active:
                 continue  # an archived workspace's copy (or a kept one): not ours to settle
