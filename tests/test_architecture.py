@@ -186,9 +186,6 @@ TABLE_OWNERS: dict[str, str] = {
 # The modules that still name a table they do not own: (module, table): why. Only shrinks: move
 # the statement into the owner (or behind a port the composition root wires), then drop the pair.
 SQL_ALLOWED: dict[tuple[str, str], str] = {
-    ("xumd.cleanup.fence", "workspaces"): "the fence reads the row's state and incarnation",
-    ("xumd.cleanup.fence", "workspace_tombstones"): "the fence's unknown-workspace check",
-    ("xumd.cleanup.planning", "workspaces"): "the workspace's name and setup status in a plan",
     ("xumd.lifecycle.create", "workspaces"): "create's own inserts (file owned by create work)",
     ("xumd.lifecycle.listing", "workspaces"): "workspace.list's one-query read model",
     ("xumd.lifecycle.listing", "cleanup_obligations"): "workspace.list's one-query read model",

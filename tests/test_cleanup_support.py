@@ -223,6 +223,7 @@ def make_world(
         remember_cleanup=lambda workspace_id, status: rows.set_last_cleanup(
             app.store, workspace_id, status
         ),
+        records=rows.StoreWorkspaceRecords(app.store),
         git=Git(timeout_s=app.config.git_timeout_s),
         directories=DirectoryExclusion(wait_s=app.config.cleanup.step_timeout_s),
     )

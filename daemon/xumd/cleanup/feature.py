@@ -17,6 +17,7 @@ from xum_protocol.models.cleanup import (
 
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
+from xumd.cleanup.fence import WorkspaceRecords
 from xumd.cleanup.obligations import PENDING
 from xumd.cleanup.outcomes import RememberCleanup
 from xumd.cleanup.planning import TeardownEnv
@@ -46,12 +47,14 @@ def install(
     teardown_env: TeardownEnv,
     remember_cleanup: RememberCleanup,
     known_workspace: KnownWorkspace,
+    records: WorkspaceRecords,
 ) -> CleanupService:
     """Its collaborators come from the composition root: git, the directory exclusion shared
     with the lifecycle, the script runner that runs teardowns, the lifecycle's comparison of a
     lingering checkout with its archive (asked before the checkout is trashed), the
     workspace's variables a teardown obligation keeps, and the writer of a workspace's
-    `last_cleanup` and its test of a workspace id (a row or a tombstone), both the lifecycle's."""
+    `last_cleanup`, its test of a workspace id (a row or a tombstone) and the rows the fence and
+    the planner read, all the lifecycle's."""
     service = app.provide(
         CleanupService(
             app,
@@ -61,6 +64,7 @@ def install(
             unsaved=unsaved,
             teardown_env=teardown_env,
             remember_cleanup=remember_cleanup,
+            records=records,
         )
     )
     retry = app.provide(RetryService(service))

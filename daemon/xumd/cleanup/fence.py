@@ -11,13 +11,15 @@ A failed check is an abandon reason: the obligation is closed and the directory 
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from xumd.checkouts.marker import read_marker
 from xumd.cleanup.obligations import ABANDONED, ObligationRow
-from xumd.store import Store
 
 LIVE_STATES = ("creating", "active", "restoring")
 """A workspace in one of these states owns its checkout: cleanup never acts on it."""
@@ -41,12 +43,29 @@ class RowProblem:
     """True: abandon. False: not now (a transition in progress may still roll back)."""
 
 
-def row_problem(store: Store, ob: ObligationRow) -> RowProblem | None:
+class WorkspaceRecords(Protocol):
+    """The lifecycle's rows as the fence and the planner read them. The lifecycle sits above
+    cleanup, so the composition root hands an implementation in (lifecycle/rows.py's)."""
+
+    def state_of(self, workspace_id: str) -> sqlite3.Row | None:
+        """The row's `state` and `incarnation`, if it exists."""
+        ...
+
+    def is_tombstoned(self, workspace_id: str) -> bool: ...
+
+    def live_at(self, path: str, other_than: str, states: Sequence[str]) -> sqlite3.Row | None:
+        """The `id` and `state` of another row at `path` in one of `states`, if any."""
+        ...
+
+    def name_and_setup(self, workspace_id: str) -> sqlite3.Row | None:
+        """The row's `name` and `setup_status`, if it exists."""
+        ...
+
+
+def row_problem(records: WorkspaceRecords, ob: ObligationRow) -> RowProblem | None:
     """Why the store does not allow `ob` to act now, or None."""
     if ob.workspace_id:
-        row = store.one(
-            "SELECT state, incarnation FROM workspaces WHERE id = ?", (ob.workspace_id,)
-        )
+        row = records.state_of(ob.workspace_id)
         if row is not None:
             transitional = row["state"] in TRANSITIONAL_STATES
             if row["incarnation"] != ob.incarnation:
@@ -61,15 +80,11 @@ def row_problem(store: Store, ob: ObligationRow) -> RowProblem | None:
                     "on it",
                     final=not transitional,
                 )
-        elif not store.one("SELECT 1 FROM workspace_tombstones WHERE id = ?", (ob.workspace_id,)):
+        elif not records.is_tombstoned(ob.workspace_id):
             return RowProblem(
                 f"workspace {ob.workspace_id} is unknown (no row and no tombstone)", final=True
             )
-    marks = ",".join("?" * len(LIVE_STATES))
-    live = store.one(
-        f"SELECT id, state FROM workspaces WHERE path = ? AND id != ? AND state IN ({marks})",
-        (ob.path, ob.workspace_id, *LIVE_STATES),
-    )
+    live = records.live_at(ob.path, ob.workspace_id, LIVE_STATES)
     if live is not None:
         return RowProblem(
             f"{SUPERSEDED} (live workspace {live['id']} is {live['state']} there)",

@@ -15,6 +15,7 @@ from typing import Any
 from xumd import logs
 from xumd.checkouts.marker import worktree_admin_dir
 from xumd.cleanup import trash_area
+from xumd.cleanup.fence import WorkspaceRecords
 from xumd.cleanup.obligations import ObligationRow, Obligations, new_id
 from xumd.cleanup.outcomes import OutcomeRecorder
 from xumd.cleanup.schedule import Clock
@@ -38,6 +39,7 @@ class Planner:
         *,
         trash_dir: Path,
         teardown_env: TeardownEnv,
+        records: WorkspaceRecords,
     ) -> None:
         self.store = store
         self.obligations = obligations
@@ -45,6 +47,7 @@ class Planner:
         self.clock = clock
         self.trash_dir = trash_dir
         self.teardown_env = teardown_env
+        self.records = records
 
     def plan_checkout_removal(
         self,
@@ -63,9 +66,7 @@ class Planner:
         inside the caller's `store.transaction()`, so the logical change and its obligations
         commit together; they are attempted only after that commit."""
         now = self.clock.time()
-        row = self.store.one(
-            "SELECT name, setup_status FROM workspaces WHERE id = ?", (workspace_id,)
-        )
+        row = self.records.name_and_setup(workspace_id)
         admin = worktree_admin_dir(checkout) if runtime == "worktree" else None
         base = {"runtime": runtime, "repo": str(repo_path), "name": row["name"] if row else ""}
         seq = self.obligations.next_seq(workspace_id)

@@ -26,6 +26,7 @@ from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup import status as status_mod
 from xumd.cleanup.cycle import CycleResult, LaneCycles
+from xumd.cleanup.fence import WorkspaceRecords
 from xumd.cleanup.obligations import Obligations
 from xumd.cleanup.outcomes import OutcomeRecorder, RememberCleanup
 from xumd.cleanup.planning import Planner, TeardownEnv
@@ -69,6 +70,7 @@ class CleanupService:
         unsaved: UnsavedWork,
         teardown_env: TeardownEnv,
         remember_cleanup: RememberCleanup,
+        records: WorkspaceRecords,
         teardown: TeardownFn,
         git: Git,
         directories: DirectoryExclusion,
@@ -94,6 +96,7 @@ class CleanupService:
             git=git,
             teardown=teardown,
             unsaved=unsaved,
+            records=records,
             now=self.clock.time,
         )
         self.wake = LaneWake()
@@ -113,6 +116,7 @@ class CleanupService:
             self.clock,
             trash_dir=app.paths.trash,
             teardown_env=teardown_env,
+            records=records,
         )
         self.runner = StepRunner(
             obligations=self.obligations,

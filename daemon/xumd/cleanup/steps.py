@@ -116,21 +116,22 @@ class Steps:
         git: Git,
         teardown: TeardownFn,
         unsaved: UnsavedWork,
+        records: fence.WorkspaceRecords,
         now: Callable[[], float],
     ) -> None:
         self.obligations = obligations
-        self.store = obligations.store
         self.trash_dir = trash_dir
         self.git = git
         self.teardown_fn = teardown
         self.now = now
         self.unsaved = unsaved
+        self.records = records
 
     # -- fences ----------------------------------------------------------------------------------
 
     def _fence(self, ob: ObligationRow) -> tuple[fence.DirCheck, fence.RowProblem | None]:
         """(directory check, store problem), read now: the caller holds the directory exclusion."""
-        problem = fence.row_problem(self.store, ob)
+        problem = fence.row_problem(self.records, ob)
         markers = fence.accepted_markers(self.obligations.siblings(ob), ob)
         return fence.check_directory(Path(ob.path), ob.identity, markers), problem
 

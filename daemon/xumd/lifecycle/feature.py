@@ -94,6 +94,11 @@ def known_workspace(app: App) -> KnownWorkspace:
     return lambda workspace_id: rows.is_known(app.store, workspace_id)
 
 
+def workspace_records(app: App) -> rows.StoreWorkspaceRecords:
+    """The rows cleanup's fence and planner read; they are ours."""
+    return rows.StoreWorkspaceRecords(app.store)
+
+
 def install(
     app: App,
     *,

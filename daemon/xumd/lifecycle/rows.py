@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -263,6 +263,33 @@ def is_known(store: Store, workspace_id: str) -> bool:
         (workspace_id, workspace_id),
     )
     return found is not None
+
+
+class StoreWorkspaceRecords:
+    """The rows cleanup's fence and planner read (`cleanup.fence.WorkspaceRecords`)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def state_of(self, workspace_id: str) -> sqlite3.Row | None:
+        return self.store.one(
+            "SELECT state, incarnation FROM workspaces WHERE id = ?", (workspace_id,)
+        )
+
+    def is_tombstoned(self, workspace_id: str) -> bool:
+        return is_tombstoned(self.store, workspace_id)
+
+    def live_at(self, path: str, other_than: str, states: Sequence[str]) -> sqlite3.Row | None:
+        marks = ",".join("?" * len(states))
+        return self.store.one(
+            f"SELECT id, state FROM workspaces WHERE path = ? AND id != ? AND state IN ({marks})",
+            (path, other_than, *states),
+        )
+
+    def name_and_setup(self, workspace_id: str) -> sqlite3.Row | None:
+        return self.store.one(
+            "SELECT name, setup_status FROM workspaces WHERE id = ?", (workspace_id,)
+        )
 
 
 def workspace_paths(store: Store) -> set[str]:
