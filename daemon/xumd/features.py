@@ -35,7 +35,6 @@ def install(app: App, containment: containment_feature.Installed) -> None:
         unsaved=lifecycle_feature.archive_comparison(app, snapshots),
         teardown_env=lifecycle_feature.teardown_env(app),
         remember_cleanup=lifecycle_feature.remember_cleanup(app),
-        known_workspace=lifecycle_feature.known_workspace(app),
         records=lifecycle_feature.workspace_records(app),
     )
     workspaces = lifecycle_feature.install(  # projects, workspaces: uses cleanup

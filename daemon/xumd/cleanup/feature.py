@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import (
     CleanupListParams,
@@ -32,10 +30,6 @@ from xumd.store.memo import StoreMemo
 
 STATUS_KEY = "cleanup"
 
-KnownWorkspace = Callable[[str], bool]
-"""Whether a row or a tombstone has this workspace id: the lifecycle's rows, a layer above, so
-the composition root hands the test in."""
-
 
 def install(
     app: App,
@@ -46,15 +40,14 @@ def install(
     unsaved: UnsavedWork,
     teardown_env: TeardownEnv,
     remember_cleanup: RememberCleanup,
-    known_workspace: KnownWorkspace,
     records: WorkspaceRecords,
 ) -> CleanupService:
     """Its collaborators come from the composition root: git, the directory exclusion shared
     with the lifecycle, the script runner that runs teardowns, the lifecycle's comparison of a
     lingering checkout with its archive (asked before the checkout is trashed), the
     workspace's variables a teardown obligation keeps, and the writer of a workspace's
-    `last_cleanup`, its test of a workspace id (a row or a tombstone) and the rows the fence and
-    the planner read, all the lifecycle's."""
+    `last_cleanup` and the workspace rows cleanup reads (the fence, the planner, the test of a
+    workspace id), all the lifecycle's."""
     service = app.provide(
         CleanupService(
             app,
@@ -72,7 +65,7 @@ def install(
     async def list_(params: CleanupListParams, ctx: RequestContext) -> CleanupListResult:
         service.flush_announcements()
         if params.workspace_id is not None:
-            _require_workspace(known_workspace, service, params.workspace_id)
+            _require_workspace(service, params.workspace_id)
         found = service.obligations.list(
             workspace_id=params.workspace_id, state=params.state, limit=params.limit
         )
@@ -116,7 +109,7 @@ def install(
     return service
 
 
-def _require_workspace(known: KnownWorkspace, service: CleanupService, workspace_id: str) -> None:
+def _require_workspace(service: CleanupService, workspace_id: str) -> None:
     """A workspace id the daemon knows (a row, a tombstone or obligations); an unknown one is
     `not_found`, never an empty list that reads as "nothing pending"."""
     if not workspace_id.startswith("ws_"):
@@ -125,7 +118,9 @@ def _require_workspace(known: KnownWorkspace, service: CleanupService, workspace
             f"{workspace_id!r} is not a workspace id (a workspace id starts with 'ws_')",
             id=workspace_id,
         )
-    if not known(workspace_id) and not service.obligations.for_workspace(workspace_id):
+    if not service.records.is_known(workspace_id) and not service.obligations.for_workspace(
+        workspace_id
+    ):
         raise XumError(
             ErrorKind.NOT_FOUND, f"workspace {workspace_id!r} not found", id=workspace_id
         )

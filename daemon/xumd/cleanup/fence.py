@@ -44,14 +44,19 @@ class RowProblem:
 
 
 class WorkspaceRecords(Protocol):
-    """The lifecycle's rows as the fence and the planner read them. The lifecycle sits above
-    cleanup, so the composition root hands an implementation in (lifecycle/rows.py's)."""
+    """The lifecycle's rows as cleanup reads them (the fence, the planner, the requests). The
+    lifecycle sits above cleanup, so the composition root hands an implementation in
+    (lifecycle/rows.py's)."""
 
     def state_of(self, workspace_id: str) -> sqlite3.Row | None:
         """The row's `state` and `incarnation`, if it exists."""
         ...
 
     def is_tombstoned(self, workspace_id: str) -> bool: ...
+
+    def is_known(self, workspace_id: str) -> bool:
+        """A row or a tombstone has this id."""
+        ...
 
     def live_at(self, path: str, other_than: str, states: Sequence[str]) -> sqlite3.Row | None:
         """The `id` and `state` of another row at `path` in one of `states`, if any."""

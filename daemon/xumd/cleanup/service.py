@@ -90,6 +90,7 @@ class CleanupService:
             rng or random.Random(),
         )
         self.obligations = Obligations(app.store)
+        self.records = records
         self.steps = Steps(
             self.obligations,
             trash_dir=app.paths.trash,

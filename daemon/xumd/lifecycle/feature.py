@@ -34,7 +34,6 @@ from xum_protocol.models.workspace import (
 
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
-from xumd.cleanup.feature import KnownWorkspace
 from xumd.cleanup.outcomes import RememberCleanup
 from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.service import CleanupService
@@ -89,13 +88,8 @@ def remember_cleanup(app: App) -> RememberCleanup:
     return lambda workspace_id, status: rows.set_last_cleanup(app.store, workspace_id, status)
 
 
-def known_workspace(app: App) -> KnownWorkspace:
-    """Cleanup tells an unknown workspace id from one with nothing pending; the rows are ours."""
-    return lambda workspace_id: rows.is_known(app.store, workspace_id)
-
-
 def workspace_records(app: App) -> rows.StoreWorkspaceRecords:
-    """The rows cleanup's fence and planner read; they are ours."""
+    """The workspace rows cleanup reads; they are ours."""
     return rows.StoreWorkspaceRecords(app.store)
 
 

@@ -266,7 +266,7 @@ def is_known(store: Store, workspace_id: str) -> bool:
 
 
 class StoreWorkspaceRecords:
-    """The rows cleanup's fence and planner read (`cleanup.fence.WorkspaceRecords`)."""
+    """The rows cleanup reads (`cleanup.fence.WorkspaceRecords`)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -278,6 +278,9 @@ class StoreWorkspaceRecords:
 
     def is_tombstoned(self, workspace_id: str) -> bool:
         return is_tombstoned(self.store, workspace_id)
+
+    def is_known(self, workspace_id: str) -> bool:
+        return is_known(self.store, workspace_id)
 
     def live_at(self, path: str, other_than: str, states: Sequence[str]) -> sqlite3.Row | None:
         marks = ",".join("?" * len(states))
