@@ -211,10 +211,11 @@ def _tables(migrations: Path = _MIGRATIONS) -> set[str]:
 
 def sql_uses(known: dict[str, Path], tables: set[str]) -> dict[tuple[str, str], list[str]]:
     """(module, table) -> where (path:line) for each SQL string literal of `xumd` naming the
-    table after FROM, INTO, UPDATE or JOIN (DELETE FROM and INSERT OR REPLACE INTO included).
+    table after FROM, INTO, UPDATE (OR ...) or JOIN (DELETE FROM and INSERT OR ... INTO included).
     The line is the literal's (the first piece's, for pieces Python joins) plus the newlines
     before the name."""
-    pattern = re.compile(rf"\b(?:FROM|INTO|UPDATE|JOIN)\s+({'|'.join(sorted(tables))})\b", re.I)
+    names = "|".join(sorted(tables))
+    pattern = re.compile(rf"\b(?:FROM|INTO|UPDATE(?:\s+OR\s+\w+)?|JOIN)\s+({names})\b", re.I)
     uses: dict[tuple[str, str], list[str]] = defaultdict(list)
     for module, path in sorted(known.items()):
         if module.partition(".")[0] != "xumd":
