@@ -5,6 +5,7 @@ copy keeps a path beyond PATH_MAX and a nested repository whole."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import anyio
@@ -13,7 +14,7 @@ from xumd.errors import XumError
 from xumd.git import Git
 from xumd.lifecycle import onbytes, rawcopy
 
-from tests.support.gitrepo import git, make_repo
+from tests.support.gitrepo import GIT_ENV, git, make_repo
 from tests.support.ondisk import deep_dir, disk
 from tests.support.otheruser import as_nobody
 
@@ -124,3 +125,69 @@ def test_a_non_empty_directory_in_the_way_is_never_deleted_to_place_an_entry(
     placed = rawcopy.place(store, dest, ["d"])
     assert placed.problems == ["d"]
     assert (dest / "d" / "other.txt").read_text() == "someone else's\n"
+
+
+ATTRS = ["", "text", "-text", "text=auto", "eol=lf", "eol=crlf", "text eol=crlf", "crlf", "-crlf"]
+ATTRS += ["crlf=input", "binary"]
+CONFIGS = [("false", ""), ("true", ""), ("input", ""), ("false", "crlf")]
+
+
+def _git_bytes(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    env = {**os.environ, **GIT_ENV}
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], input=stdin, capture_output=True, env=env, check=True
+    )
+    return done.stdout
+
+
+@pytest.mark.parametrize("autocrlf, eol", CONFIGS)
+@pytest.mark.parametrize("attr", ATTRS)
+def test_a_files_conversion_class_is_never_weaker_than_what_git_does(
+    tmp_short: Path, attr: str, autocrlf: str, eol: str
+) -> None:
+    """Against git itself: a file whose checkout git rewrites is compared with what checkout
+    writes ("predict"); one whose add git rewrites is at least hashed raw ("hash")."""
+    repo = tmp_short / "conv"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "core.autocrlf", autocrlf)
+    if eol:
+        git(repo, "config", "core.eol", eol)
+    if attr:
+        (repo / ".gitattributes").write_text(f"f.txt {attr}\n")
+    (repo / "f.txt").write_bytes(b"one\r\ntwo\nthree\r\n")
+    cleaned = _git_bytes(repo, "hash-object", "--path=f.txt", "f.txt").strip()
+    raw = _git_bytes(repo, "hash-object", "--no-filters", "f.txt").strip()
+    blob = _git_bytes(repo, "hash-object", "-w", "--no-filters", "--stdin", stdin=b"a\nb\n")
+    smudged = _git_bytes(repo, "cat-file", "--filters", "--path=f.txt", blob.decode().strip())
+    listed = _git_bytes(repo, "check-attr", "-z", *onbytes._ATTRS, "--", "f.txt").split(b"\0")
+    attrs = {listed[i + 1].decode(): listed[i + 2].decode() for i in range(0, len(listed) - 2, 3)}
+    settings = onbytes._Settings("sha1", autocrlf, eol, True, True, True)
+    how = onbytes._conversion(attrs, settings)
+    if smudged != b"a\nb\n":
+        assert how == "predict", (attrs, smudged)
+    elif cleaned != raw:
+        assert how in ("hash", "predict"), attrs
+    else:
+        assert how in ("", "hash"), attrs
+
+
+def test_same_bytes_tells_kind_mode_size_and_content_apart(tmp_short: Path) -> None:
+    a, b = tmp_short / "a", tmp_short / "b"
+    a.write_bytes(b"same")
+    b.write_bytes(b"same")
+    assert onbytes.same_bytes(a, b)
+    b.chmod(0o755)
+    assert not onbytes.same_bytes(a, b)  # the executable bit
+    b.chmod(0o644)
+    b.write_bytes(b"sam3")
+    assert not onbytes.same_bytes(a, b)  # same size, other bytes
+    b.write_bytes(b"same, longer")
+    assert not onbytes.same_bytes(a, b)
+    b.unlink()
+    b.symlink_to("same")
+    assert not onbytes.same_bytes(a, b)  # a link is not a file
+    c = tmp_short / "c"
+    c.symlink_to("same")
+    assert onbytes.same_bytes(b, c)
+    assert not onbytes.same_bytes(a, tmp_short / "missing")
