@@ -20,7 +20,7 @@ from tests.lifecycle_helpers import (
     rpc_error,
     trusted_daemon,
 )
-from tests.support.daemon import DaemonProcess
+from tests.support.daemon import DaemonProcess, run_xum
 from tests.support.gitrepo import GIT_ENV, git, make_repo
 from tests.support.ondisk import deep_dir, disk
 
@@ -408,3 +408,23 @@ def test_a_refusal_names_paths_never_a_git_warning(
     for listed in err.data["files"]:
         assert not listed.startswith(("warning:", "error:", "fatal:")), listed
         assert "\n" not in listed, listed
+
+
+def test_the_cli_says_what_was_kept_as_it_is_and_written_back(
+    daemon: DaemonProcess, repo: Path, project: dict[str, Any]
+) -> None:
+    ws = create(daemon, project["id"], "said")["workspace"]
+    path = Path(ws["path"])
+    nested_repo(path / "vendor" / "dep")
+    archived = run_xum(daemon, "ws", "archive", "repo/said")
+    assert archived.returncode == 0, archived.stderr
+    assert "kept as they are beside the snapshot: vendor/dep (nested repository)" in (
+        archived.stdout
+    )
+    restored = run_xum(daemon, "ws", "unarchive", "repo/said")
+    assert restored.returncode == 0, restored.stderr
+    assert "written back as they were kept: vendor/dep" in restored.stdout
+    (path / "vendor" / "dep" / "more.txt").write_text("after the unarchive\n")
+    removed = run_xum(daemon, "ws", "rm", "--force", "repo/said")
+    assert removed.returncode == 0, removed.stderr
+    assert "kept as they are in the kept copy: vendor/dep (nested repository)" in removed.stdout

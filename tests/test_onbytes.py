@@ -172,22 +172,27 @@ def test_a_files_conversion_class_is_never_weaker_than_what_git_does(
         assert how in ("", "hash"), attrs
 
 
-def test_same_bytes_tells_kind_mode_size_and_content_apart(tmp_short: Path) -> None:
-    a, b = tmp_short / "a", tmp_short / "b"
+def test_the_comparison_tells_kind_mode_size_and_content_apart(tmp_short: Path) -> None:
+    """`rawcopy.same`, which the proof compares converted files with: by descriptor, never
+    following a link."""
+    left, right = tmp_short / "left", tmp_short / "right"
+    left.mkdir()
+    right.mkdir()
+    a, b = left / "f", right / "f"
     a.write_bytes(b"same")
     b.write_bytes(b"same")
-    assert onbytes.same_bytes(a, b)
+    assert rawcopy.same(left, right, "f")
     b.chmod(0o755)
-    assert not onbytes.same_bytes(a, b)  # the executable bit
+    assert not rawcopy.same(left, right, "f")  # the executable bit
     b.chmod(0o644)
     b.write_bytes(b"sam3")
-    assert not onbytes.same_bytes(a, b)  # same size, other bytes
+    assert not rawcopy.same(left, right, "f")  # same size, other bytes
     b.write_bytes(b"same, longer")
-    assert not onbytes.same_bytes(a, b)
+    assert not rawcopy.same(left, right, "f")
     b.unlink()
     b.symlink_to("same")
-    assert not onbytes.same_bytes(a, b)  # a link is not a file
-    c = tmp_short / "c"
-    c.symlink_to("same")
-    assert onbytes.same_bytes(b, c)
-    assert not onbytes.same_bytes(a, tmp_short / "missing")
+    assert not rawcopy.same(left, right, "f")  # a link is not a file
+    a.unlink()
+    a.symlink_to("same")
+    assert rawcopy.same(left, right, "f")
+    assert not rawcopy.same(left, right, "missing")

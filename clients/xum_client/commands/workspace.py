@@ -50,6 +50,15 @@ def _auto_archive_line(ws: dict[str, Any]) -> str:
     return line
 
 
+def _raw_line(raw: list[dict[str, str]]) -> str | None:
+    """The entries a snapshot cannot give back, kept as they are (None: there were none)."""
+    if not raw:
+        return None
+    shown = ", ".join(f"{e['path']} ({e['why'].replace('_', ' ')})" for e in raw[:10])
+    more = f" and {len(raw) - 10} more" if len(raw) > 10 else ""
+    return f"kept as they are beside the snapshot: {shown}{more}"
+
+
 def _dropped_line(dropped: dict[str, Any]) -> str:
     special = dropped.get("special") or []
     if not dropped.get("count") and not dropped.get("preserved") and not special:
@@ -319,6 +328,9 @@ def register(cli: click.Group) -> None:
             _dropped_line(result["dropped"]),
             cleanup_line(result["cleanup"]),
         ]
+        raw = _raw_line(result.get("raw") or [])
+        if raw:
+            lines.insert(2, raw)
         if stop:
             stopped = result.get("stopped") or []
             lines.insert(1, "stopped: " + (", ".join(stopped) if stopped else "nothing running"))
@@ -340,6 +352,8 @@ def register(cli: click.Group) -> None:
             f"restored {w['name']} at {w['path']} ({files} file(s) from the snapshot, "
             f"{len(restored['preserved'])} preserved)\n{setup_line(result['setup'], ref)}"
         )
+        if restored.get("raw"):
+            human += "\nwritten back as they were kept: " + ", ".join(restored["raw"][:10])
         if restored.get("replaced"):
             human += "\nyour preserved copy replaced what setup wrote: " + ", ".join(
                 restored["replaced"]
@@ -379,6 +393,9 @@ def register(cli: click.Group) -> None:
             lines.append(f"snapshot: {result['snapshot']['ref']}")
         if result.get("kept"):
             lines.append(kept_line(result["kept"]))
+        raw = _raw_line(result.get("raw") or [])
+        if raw:
+            lines.append(raw.replace("beside the snapshot", "in the kept copy"))
         lines.append(cleanup_line(result["cleanup"]))
         obj.emit_result(result, "\n".join(lines), not_done=cleanup_failed(result["cleanup"]))
 

@@ -49,7 +49,7 @@ from xum_protocol.errors import ErrorKind
 from xumd import fsdelete, logs
 from xumd.errors import XumError
 from xumd.git import Git
-from xumd.lifecycle import fscopy
+from xumd.lifecycle import fscopy, rawcopy
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.seed import git_list
 
@@ -582,27 +582,6 @@ async def _submodule_unheld(git: Git, path: Path, commit: str, main_copy: Path |
 def _differing(checkout: Path, scratch: Path, paths: list[tuple[str, str]]) -> list[RawEntry]:
     found: list[RawEntry] = []
     for rel, why in paths:
-        if not same_bytes(checkout / rel, scratch / rel):
+        if not rawcopy.same(scratch, checkout, rel):
             found.append(RawEntry(rel, why))
     return found
-
-
-def same_bytes(a: Path, b: Path) -> bool:
-    """Same kind, same link target or same bytes and executable bit; never follows a link."""
-    try:
-        sa, sb = os.lstat(a), os.lstat(b)
-        if stat.S_IFMT(sa.st_mode) != stat.S_IFMT(sb.st_mode):
-            return False
-        if stat.S_ISLNK(sa.st_mode):
-            return os.readlink(a) == os.readlink(b)
-        if (sa.st_mode & stat.S_IXUSR) != (sb.st_mode & stat.S_IXUSR) or sa.st_size != sb.st_size:
-            return False
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            while True:
-                ca, cb = fa.read(_CHUNK), fb.read(_CHUNK)
-                if ca != cb:
-                    return False
-                if not ca:
-                    return True
-    except OSError:
-        return False
