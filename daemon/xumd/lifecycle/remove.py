@@ -216,7 +216,7 @@ async def _check_safe(
     if state.dirty and not await ctx.snapshots.holds(row.path, state, row.snapshot_commit):
         files = await ctx.snapshots.dirty_files(row.path)
     unseen = [e.path for e in proof.raw if e.path not in files]
-    keep = await ctx.snapshots.preserved_in(row.path, globs)
+    keep = await ctx.snapshots.preserved_in(row.path, globs, proof.ignored)
     if files or unseen or keep:
         what = []
         if files:

@@ -393,11 +393,14 @@ class Snapshotter:
             too_many="nothing was changed",
         )
 
-    async def preserved_in(self, checkout: Path, globs: list[str]) -> list[str]:
-        """The checkout's ignored files that `preserve` globs ask to keep (relative paths)."""
+    async def preserved_in(
+        self, checkout: Path, globs: list[str], ignored: list[str] | None = None
+    ) -> list[str]:
+        """The checkout's ignored files that `preserve` globs ask to keep (relative paths);
+        `ignored`: git's ignored listing when the caller has it already (a proof's)."""
         if not globs:
             return []
-        entries = await self.ignored(checkout)
+        entries = ignored if ignored is not None else await self.ignored(checkout)
         return await anyio.to_thread.run_sync(self.preserved_files, checkout, entries, globs)
 
     async def prove(self, checkout: Path, tree: str, main: Path | None) -> onbytes.Account:
