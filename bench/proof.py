@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from xumd.git import Git
 from xumd.lifecycle import onbytes
 from xumd.lifecycle.snapshot import Snapshotter
+from xumd.system.git import Git
 
 from bench import synth
 from tests.support.daemon import DaemonProcess

@@ -158,7 +158,7 @@ SCOPES = [
         ],
     ),
     Scope(
-        "daemon/xumd/rootlock.py",
+        "daemon/xumd/system/rootlock.py",
         [
             "tests/test_rootlock_release.py",
             "tests/test_daemon_basics.py::test_second_daemon_refused_naming_the_first",
@@ -171,7 +171,7 @@ SCOPES = [
     # children, zombies, a real time namespace; no daemon): about a second of tests a mutant,
     # where test_process_identity.py's daemon restarts and test_lease.py took ~50 s.
     Scope(
-        "daemon/xumd/procstat.py",
+        "daemon/xumd/system/procstat.py",
         [
             "tests/test_procstat.py",
             *(
@@ -189,10 +189,10 @@ SCOPES = [
         ],
     ),
     Scope(
-        "daemon/xumd/procutil.py",
+        "daemon/xumd/system/procutil.py",
         [
             "tests/test_procutil.py",
-            # run_command's start through xumd.childproc: group or session, big stdin, fds.
+            # run_command's start through xumd.system.childproc: group or session, big stdin, fds.
             "tests/test_childproc.py",
             "tests/test_lease.py::test_script_lease_covers_a_run_command",
             *(
@@ -215,13 +215,14 @@ SCOPES = [
     # The narrow branch-name rule that spares create a `check-ref-format`: its test
     # checks every listed name against git itself, in-process (no daemon).
     Scope(
-        "daemon/xumd/lifecycle/refcheck.py",
+        "daemon/xumd/lifecycle/create.py",
         ["tests/test_create_fold.py::test_the_plain_rule_accepts_only_what_git_accepts"],
+        functions=["plain_branch_name"],
     ),
     # The state a removal began from: recorded in the intent's transaction and read back by
     # recovery. In-process (a real store and directories, no daemon).
     Scope(
-        "daemon/xumd/lifecycle/removing.py",
+        "daemon/xumd/lifecycle/rows.py",
         [
             *(
                 f"tests/test_reconcile_inprocess.py::test_{name}"
@@ -232,16 +233,17 @@ SCOPES = [
                 )
             ),
         ],
+        functions=["record_removal_prior", "removal_prior_state"],
     ),
     # The spawn path under run_command: real children, pipes, pidfds, groups and
     # sessions, in-process; run_command's own tests reach every branch of it.
     Scope(
-        "daemon/xumd/childproc.py",
+        "daemon/xumd/system/childproc.py",
         ["tests/test_childproc.py", "tests/test_procutil.py"],
     ),
     # The never-blocking reader of small files someone else may replace (FIFOs, devices, huge
     # files) and git's admin files read through it: in-process, real FIFOs and files.
-    Scope("daemon/xumd/smallfile.py", SMALLFILE_TESTS),
+    Scope("daemon/xumd/system/smallfile.py", SMALLFILE_TESTS),
     Scope("daemon/xumd/checkouts/adminfile.py", SMALLFILE_TESTS),
     # The incarnation markers: read and written in-process here, and by the fence's checks.
     Scope("daemon/xumd/checkouts/marker.py", [*SMALLFILE_TESTS, "tests/test_cleanup_guards.py"]),
@@ -253,17 +255,17 @@ SCOPES = [
         ["tests/test_onbytes.py", "tests/test_nothing_lost_on_bytes.py"],
     ),
     Scope(
-        "daemon/xumd/lifecycle/rawcopy.py",
+        "daemon/xumd/system/rawcopy.py",
         ["tests/test_onbytes.py", "tests/test_nothing_lost_on_bytes.py"],
     ),
     # The one atomic write (the markers, the boot anchor, the hosts file): real files, a full
     # tmpfs, a failing fsync, in-process.
-    Scope("daemon/xumd/atomicfile.py", ["tests/test_atomicfile.py"]),
+    Scope("daemon/xumd/system/atomicfile.py", ["tests/test_atomicfile.py"]),
     # The copy primitive (archive store, preserved and ignored files): in-process tests of the
     # copy itself, its callers' plans (seed) and the snapshot's use of it; real FIFOs, holes,
     # mounts, a full filesystem. The daemon tests of test_ignored_copy.py take minutes a mutant.
     Scope(
-        "daemon/xumd/lifecycle/fscopy.py",
+        "daemon/xumd/system/fscopy.py",
         [
             "tests/test_fscopy.py",
             "tests/test_fscopy_mounts.py",
@@ -286,7 +288,7 @@ SCOPES = [
     # Stale git locks: a git working in a linked worktree (a `.git` file, `commondir`) keeps its
     # lock; the in-process and daemon tests of the sweep.
     Scope(
-        "daemon/xumd/gitlocks.py",
+        "daemon/xumd/system/gitlocks.py",
         [
             "tests/test_lifecycle_gitlocks.py",
             f"{CONTRACT_RULES}::"

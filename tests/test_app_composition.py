@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from xumd import containment_feature
 from xumd.app import App
-from xumd.bootstrap import install_features
+from xumd.base.config import DaemonConfig
+from xumd.base.paths import RootPaths
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.cleanup import feature as cleanup_feature
@@ -18,24 +18,24 @@ from xumd.cleanup.outcomes import OutcomeRecorder
 from xumd.cleanup.planning import Planner
 from xumd.cleanup.service import CleanupService
 from xumd.cleanup.steps import Steps
-from xumd.config import DaemonConfig
-from xumd.containment import Containment, Marker
-from xumd.git import Git
+from xumd.daemon import containment_feature
 from xumd.lifecycle import feature as lifecycle_feature
 from xumd.lifecycle.context import FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
+from xumd.lifecycle.hooks import LifecycleHooks
 from xumd.lifecycle.scripts import ScriptRunner
-from xumd.lifecycle.seams import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
 from xumd.lifecycle.unarchive import ArchiveComparison
-from xumd.paths import RootPaths
 from xumd.processes import feature as processes_feature
 from xumd.processes.auto_archive import AutoArchiver
 from xumd.processes.leases import LeaseStore
 from xumd.processes.settlement import Settlement
 from xumd.processes.supervisor import Supervisor
 from xumd.recovery import feature as recovery_feature
+from xumd.startup.composition import install_features
 from xumd.store import Store
+from xumd.system.containment import Containment, Marker
+from xumd.system.git import Git
 
 
 def test_processes_stop_before_other_drains(tmp_short: Path) -> None:

@@ -2,8 +2,9 @@
 
 Every `import` and `from ... import` counts, wherever it stands (module level, inside a
 function, under `TYPE_CHECKING`): a lazy import is still a dependency. A *unit* is a package or
-a top-level module of `xumd` (`xumd.cleanup`, `xumd.git`), of `xum_client` (`xum_client.commands`,
-`xum_client.cli`), or the whole of `xum_protocol`. docs/DEVELOPING.md says how to extend the table.
+a top-level module of `xumd` (`xumd.cleanup`, `xumd.system.git`), of `xum_client`
+(`xum_client.commands`, `xum_client.cli`), or the whole of `xum_protocol`. docs/DEVELOPING.md says
+how to extend the table.
 
 The rule:
 - `LAYERS` lists every unit, lowest first. A unit may import units of strictly lower layers only:
@@ -14,7 +15,7 @@ The rule:
 - The daemon never looks code up by name (`importlib.import_module`, `__import__`): the
   composition root hands each feature its collaborators.
 - `NO_TRANSPORT`: lifecycle and cleanup import rpc only in their `feature.py` (the handlers'
-  registration); an operation reaches the dispatcher through `xumd.requestcut`.
+  registration); an operation reaches the dispatcher through `xumd.base.requestcut`.
 - `TABLE_OWNERS`: every table of the store's migrations has one owning module; no other module
   names it in SQL (read from its string literals), except the pairs `SQL_ALLOWED` lists, and that
   list stays true (a listed pair that no longer occurs fails too).
@@ -41,35 +42,49 @@ SOURCES = {
 LAYERS: list[tuple[str, list[str]]] = [
     # The wire protocol: imports nothing of the daemon or the client (checked below too).
     ("protocol", ["xum_protocol"]),
-    # -- the daemon, lowest first ------------------------------------------------------------
-    # Leaves: no xumd import at all.
+    # -- the daemon, lowest first, folder by folder (FOLDERS) -----------------------------------
+    # base/: what every part reads; imports nothing of xumd outside base/.
     (
-        "leaves",
+        "base",
         [
             "xumd",
-            "xumd.errors",
-            "xumd.logs",
-            "xumd.paths",
-            "xumd.config",
-            "xumd.faults",
-            "xumd.fsdelete",
-            "xumd.sdnotify",
-            "xumd.childproc",
-            "xumd.smallfile",
-            "xumd.atomicfile",
+            "xumd.base",
+            "xumd.system",
+            "xumd.startup",
+            "xumd.base.errors",
+            "xumd.base.logs",
+            "xumd.base.paths",
+            "xumd.base.config",
+            "xumd.base.faults",
             # The answer of a request cut at shutdown: the operations say it, rpc reads it.
-            "xumd.requestcut",
+            "xumd.base.requestcut",
         ],
     ),
-    # The configuration's pydantic schema, derived from its tables (docs and tests only).
-    ("configuration schema", ["xumd.config_schema"]),
-    ("os", ["xumd.diskfull", "xumd.events", "xumd.fdlimits", "xumd.loopguard"]),
-    ("process identity", ["xumd.procstat"]),
-    # The root lock records its holder's start as psutil would (procstat).
-    ("root lock", ["xumd.rootlock"]),
-    ("containment, git locks", ["xumd.containment", "xumd.gitlocks"]),
-    ("children", ["xumd.procutil"]),
-    ("git, store", ["xumd.git", "xumd.store"]),
+    # The configuration's pydantic schema, derived from its tables (docs and tests only); the
+    # event bus.
+    ("base, above logs and config", ["xumd.base.config_schema", "xumd.base.events"]),
+    # system/: the operating system and git, below every feature.
+    (
+        "system leaves",
+        [
+            "xumd.system.fsdelete",
+            "xumd.system.sdnotify",
+            "xumd.system.childproc",
+            "xumd.system.smallfile",
+            "xumd.system.atomicfile",
+        ],
+    ),
+    (
+        "os",
+        ["xumd.system.diskfull", "xumd.system.fdlimits", "xumd.system.loop_exceptions"],
+    ),
+    ("copy by descriptor, process identity", ["xumd.system.fscopy", "xumd.system.procstat"]),
+    # The raw copy builds on the copy; the root lock records its holder's start as psutil would.
+    ("raw copy, root lock", ["xumd.system.rawcopy", "xumd.system.rootlock"]),
+    ("containment, git locks", ["xumd.system.containment", "xumd.system.gitlocks"]),
+    ("children", ["xumd.system.procutil"]),
+    ("git", ["xumd.system.git"]),
+    ("store", ["xumd.store"]),
     ("transport", ["xumd.rpc"]),
     ("runtime", ["xumd.app"]),
     # What lifecycle and cleanup share: a checkout's identity and the directory exclusion.
@@ -82,12 +97,14 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("usage", ["xumd.usage"]),
     ("recovery", ["xumd.recovery"]),
     ("gc", ["xumd.gc"]),
-    ("daemon-wide features", ["xumd.daemon_feature", "xumd.containment_feature"]),
-    # The feature graph's installs; what a lean start serves before building it.
-    ("feature graph", ["xumd.features", "xumd.leanstart"]),
-    ("composition root", ["xumd.bootstrap"]),
-    ("start-up", ["xumd.daemon_runner"]),
-    ("entry", ["xumd.main"]),
+    # daemon/: hello, status, shutdown, events; the containment's install.
+    ("daemon-wide features", ["xumd.daemon"]),
+    # startup/: the feature graph's installs; what a lean start serves before building it; the
+    # composition root; the run sequence; the entry point.
+    ("feature graph", ["xumd.startup.feature_graph", "xumd.startup.lazy_start"]),
+    ("composition root", ["xumd.startup.composition"]),
+    ("start-up", ["xumd.startup.runner"]),
+    ("entry", ["xumd.startup.main"]),
     ("python -m", ["xumd.__main__"]),
     # -- the client ----------------------------------------------------------------------------
     # hostprune: shipped to a host as source and run there alone, so it imports no xum at all.
@@ -106,6 +123,29 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("cli", ["xum_client.cli"]),
     # `xum`'s entry: answers `xum status` itself, hands everything else to the cli.
     ("cli entry", ["xum_client.entry"]),
+]
+
+# Folders whose modules are placed one by one (each a layer's unit of its own).
+LAYERED_FOLDERS = {"base", "system", "startup"}
+# `daemon/xumd/`'s folders, lowest layer first (the runtime `app.py` stands alone, as does
+# `__main__.py`): what `ls` shows is the layer table's order.
+FOLDERS = [
+    "base",
+    "system",
+    "store",
+    "rpc",
+    "app",
+    "checkouts",
+    "cleanup",
+    "lifecycle",
+    "processes",
+    "turns",
+    "usage",
+    "recovery",
+    "gc",
+    "daemon",
+    "startup",
+    "__main__",
 ]
 
 FACADES: dict[str, list[str]] = {
@@ -127,7 +167,7 @@ FACADES: dict[str, list[str]] = {
         "xumd.lifecycle.unarchive",
         "xumd.lifecycle.remove",
         "xumd.lifecycle.rename",
-        "xumd.lifecycle.keep",
+        "xumd.lifecycle.keep_interrupted",
     ],
     "xumd.processes.supervisor": [
         "xumd.processes.adoption",
@@ -161,7 +201,7 @@ LOOKUP_BY_NAME_ALLOWED = {
 
 # The domain does not talk back to the transport: only a feature's `install` (its `feature.py`,
 # which registers handlers on the router) imports rpc; the operations reach the dispatcher
-# through `xumd.requestcut`.
+# through `xumd.base.requestcut`.
 NO_TRANSPORT = ("xumd.lifecycle", "xumd.cleanup")
 
 # Every table of daemon/xumd/store/migrations, and the one module that names it in SQL: its
@@ -174,8 +214,8 @@ TABLE_OWNERS: dict[str, str] = {
     "rename_journal": "xumd.lifecycle.rows",
     "workspace_env": "xumd.lifecycle.wsenv",
     "workspace_ports": "xumd.lifecycle.ports",
-    "workspace_sparse": "xumd.lifecycle.sparsekeep",
-    "workspace_removing": "xumd.lifecycle.removing",
+    "workspace_sparse": "xumd.lifecycle.sparse_cone",
+    "workspace_removing": "xumd.lifecycle.rows",
     "workspace_listing_counter": "xumd.lifecycle.listing",
     "cleanup_obligations": "xumd.cleanup.obligations",
     "leases": "xumd.processes.leases",
@@ -335,7 +375,47 @@ def unit_of(module: str) -> str:
     top, _, rest = module.partition(".")
     if top == "xum_protocol" or not rest:
         return top
-    return f"{top}.{rest.split('.')[0]}"
+    parts = rest.split(".")
+    if top == "xumd" and parts[0] in LAYERED_FOLDERS and len(parts) > 1:
+        # A folder of layers: each module is a unit of its own, placed in the table.
+        return f"{top}.{parts[0]}.{parts[1]}"
+    return f"{top}.{parts[0]}"
+
+
+def folder_of(unit: str) -> str:
+    """The folder (or top-level module) of `daemon/xumd/` a daemon unit sits in."""
+    parts = unit.split(".")
+    return parts[1] if len(parts) > 1 else "xumd"
+
+
+def folder_violations(known: dict[str, Path]) -> list[str]:
+    """`ls daemon/xumd` shows the layers: the table's daemon layers visit each folder once, in
+    the order FOLDERS gives, and no module but the package's own sits at the top."""
+    problems = [
+        f"daemon/xumd/{m.split('.')[1]}.py sits at the top: put it in the folder of its layer"
+        for m in sorted(known)
+        if m.startswith("xumd.")
+        and m.count(".") == 1
+        and known[m].name != "__init__.py"
+        and m not in {"xumd.__main__", "xumd.app"}
+    ]
+    seen: list[str] = []
+    for name, units in LAYERS:
+        for unit in units:
+            if not unit.startswith("xumd.") or unit in {"xumd.base", "xumd.system", "xumd.startup"}:
+                continue
+            folder = folder_of(unit)
+            if folder not in FOLDERS:
+                problems.append(f"{unit} (layer {name!r}) sits in {folder!r}, not in FOLDERS")
+                continue
+            if seen and seen[-1] != folder and folder in seen:
+                problems.append(f"{unit} (layer {name!r}) returns to folder {folder!r}")
+            if not seen or seen[-1] != folder:
+                seen.append(folder)
+    order = [folder for folder in FOLDERS if folder in seen]
+    if seen != order:
+        problems.append(f"the layers visit the folders as {seen}, FOLDERS says {order}")
+    return problems
 
 
 def layer_violations(known: dict[str, Path], edges: list[Edge]) -> list[str]:
@@ -449,6 +529,13 @@ def test_every_unit_imports_only_lower_layers(
 ) -> None:
     known, edges, _ = graph
     assert layer_violations(known, edges) == []
+
+
+def test_the_folders_show_the_layers(
+    graph: tuple[dict[str, Path], list[Edge], dict[str, list[str]]],
+) -> None:
+    known, _, _ = graph
+    assert folder_violations(known) == []
 
 
 def test_no_import_cycle_between_modules(

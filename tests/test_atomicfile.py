@@ -1,4 +1,5 @@
-"""The one atomic write (xumd.atomicfile): the old file survives any failure, no temporary file
+"""The one atomic write (xumd.system.atomicfile): the old file survives any failure, no temporary
+file
 stays behind, and a durable write flushes the directory once the rename is done."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from xumd import atomicfile
-from xumd.atomicfile import write_atomic
+from xumd.system import atomicfile
+from xumd.system.atomicfile import write_atomic
 
 from tests.support.tmpfs import fill, tmpfs
 

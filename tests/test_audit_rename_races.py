@@ -7,7 +7,7 @@
 2. A rename and a create of the same name: whichever commits its row second meets
    UNIQUE(project_id, name), which must be answered `conflict` naming the name, not `internal`.
 
-Order is made deterministic with held fault points (xumd.faults.FaultPoint.hold).
+Order is made deterministic with held fault points (xumd.base.faults.FaultPoint.hold).
 """
 
 from __future__ import annotations

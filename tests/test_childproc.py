@@ -1,4 +1,4 @@
-"""xumd.childproc: children started from the loop's thread, awaited through a pidfd; and the
+"""xumd.system.childproc: children started from the loop's thread, awaited through a pidfd; and the
 git runner's choice of a process group (no terminal) or a session (a terminal) per call."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from xumd import childproc
-from xumd.git import Git
-from xumd.procutil import run_command
+from xumd.system import childproc
+from xumd.system.git import Git
+from xumd.system.procutil import run_command
 
 from tests.support.daemon import short_tmpdir
 from tests.support.procs import ProcId, alive, identify
@@ -97,7 +97,7 @@ def test_no_descriptor_is_left_open_after_runs() -> None:
 
 
 def test_has_controlling_tty_is_false_without_a_terminal() -> None:
-    code = "from xumd.childproc import has_controlling_tty as h; print(h())"
+    code = "from xumd.system.childproc import has_controlling_tty as h; print(h())"
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -121,7 +121,7 @@ def test_git_runs_in_a_process_group_when_the_daemon_has_no_terminal() -> None:
     code = textwrap.dedent(f"""
         import anyio
         from pathlib import Path
-        from xumd.git import Git
+        from xumd.system.git import Git
         r = anyio.run(lambda: Git(binary={str(_fake_git(tmp))!r}).run(Path("/"), "x"))
         print(r.output.text().strip())
     """)
@@ -164,7 +164,7 @@ def test_git_runs_in_its_own_session_when_the_daemon_has_a_terminal() -> None:
 def test_on_start_comes_after_setpriv_set_the_parent_death_signal() -> None:
     """The start returns at setpriv's exec, before its prctl: a caller told the pid (a lease)
     must not meet a window where the daemon's death would not take the command along."""
-    from xumd import procutil
+    from xumd.system import procutil
 
     if procutil._SETPRIV is None:
         pytest.skip("no setpriv: commands run without a parent-death signal")

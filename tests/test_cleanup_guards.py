@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from xumd import faults
+from xumd.base import faults
 from xumd.checkouts.marker import Marker, write_directory_marker
 from xumd.cleanup.steps import HOLD_BEFORE_RENAME
 

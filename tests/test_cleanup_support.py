@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from xumd.app import App
+from xumd.base.config import CleanupConfig, DaemonConfig
+from xumd.base.paths import RootPaths
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.checkouts.marker import Marker, write_directory_marker
 from xumd.cleanup.obligations import ObligationRow
 from xumd.cleanup.service import CleanupService
 from xumd.cleanup.steps import Outcome, UnsavedWork, teardown_outcome
-from xumd.config import CleanupConfig, DaemonConfig
-from xumd.git import Git
 from xumd.lifecycle import rows, wsenv
-from xumd.paths import RootPaths
-from xumd.procutil import run_command
 from xumd.store import Store
+from xumd.system.git import Git
+from xumd.system.procutil import run_command
 
 from tests.support.gitrepo import git, make_repo
 

@@ -1,5 +1,5 @@
-"""The daemon's configuration is validated without pydantic (xumd.config), and agrees with the
-pydantic schema the documentation is written from (xumd.config_schema): the same defaults, the
+"""The daemon's configuration is validated without pydantic (xumd.base.config), and agrees with the
+pydantic schema the documentation is written from (xumd.base.config_schema): the same defaults, the
 same values taken (pydantic's lax reading), the same refusals in the same words."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from xumd import config, config_schema
+from xumd.base import config, config_schema
 
 CASES: list[dict[str, Any]] = [
     {},

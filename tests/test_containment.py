@@ -23,13 +23,13 @@ from typing import Any, TypeVar
 import anyio
 import psutil
 import pytest
-from xumd import containment, procstat
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.cleanup.steps import teardown_outcome
-from xumd.containment import Containment, Marker, root_tag
-from xumd.git import Git
 from xumd.lifecycle.scripts import ScriptRunner
-from xumd.procutil import run_command
+from xumd.system import containment, procstat
+from xumd.system.containment import Containment, Marker, root_tag
+from xumd.system.git import Git
+from xumd.system.procutil import run_command
 
 from tests.lifecycle_helpers import add_project, create
 from tests.support.cgroups import delegated_cgroup
@@ -657,7 +657,7 @@ def test_delegated_cgroup_detection(tmp_short: Path) -> None:
     (mount / "cgroup.controllers").unlink()  # not a cgroup v2 mount
     assert containment.cgroup_delegated(proc, mount) is None
 
-    from xumd.containment_feature import _cgroup
+    from xumd.daemon.containment_feature import _cgroup
 
     assert _cgroup("off") == (None, None)
     assert _cgroup(str(tmp_short / "not-a-cgroup")) == (
@@ -898,7 +898,7 @@ def test_a_process_whose_identity_cannot_be_read_is_not_reported_stopped(
 
 def test_a_cancellation_while_the_child_starts_still_kills_it() -> None:
     """A shutdown's cancellation can land as soon as the child exists. The start itself is
-    synchronous now (`xumd.childproc.start`: no await between the fork and the handle, where
+    synchronous now (`xumd.system.childproc.start`: no await between the fork and the handle, where
     `anyio.open_process` awaited its pipes); the cancellation lands at run_command's first
     await after it, which must still kill the tree. The fault: a cancel requested the moment
     the child was started (from `on_start`, which runs right after the start)."""
@@ -933,8 +933,8 @@ def test_a_program_that_cannot_run_is_named_through_the_cgroup_join_too(
     """The cgroup join script (the wrapper where setpriv is missing) exits 127/126 when its
     exec fails: the program is checked before it, so the answer is the CommandNotFound a bare
     exec gives, not a command that "exited with 127"."""
-    from xumd import procutil
-    from xumd.procutil import CommandNotFound
+    from xumd.system import procutil
+    from xumd.system.procutil import CommandNotFound
 
     monkeypatch.setattr(procutil, "_SETPRIV", None)  # the join script alone wraps the command
     cont = Containment(tag=root_tag(tmp_short), cgroup=cgroup_base)
@@ -955,7 +955,7 @@ def test_a_command_through_the_cgroup_join_gets_every_signal_at_its_default(
     """The join script is Python, which ignores SIGPIPE and SIGXFSZ at start-up; an ignored
     signal survives its exec. A setup script or git run through it must start with nothing
     ignored and nothing blocked (`seq 1e9 | head -1` in a setup ends)."""
-    from xumd import procutil
+    from xumd.system import procutil
 
     monkeypatch.setattr(procutil, "_SETPRIV", None)  # the join script alone wraps the command
     cont = Containment(tag=root_tag(tmp_short), cgroup=cgroup_base)

@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 import structlog.testing
+from xumd.base.errors import XumError
 from xumd.checkouts.exclusion import DirectoryExclusion, DirKey, dir_key
-from xumd.errors import XumError
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.store import Store
 

@@ -380,7 +380,7 @@ def test_sparse_workspace_archives_and_unarchives_its_work(
     daemon: DaemonProcess, tmp_short: Path
 ) -> None:
     """A sparse checkout's uncommitted work survives archive/unarchive (the snapshot holds it),
-    and it comes back sparse: the cone it had is re-applied (lifecycle/sparsekeep.py)."""
+    and it comes back sparse: the cone it had is re-applied (lifecycle/sparse_cone.py)."""
     repo = make_repo(tmp_short / "big", {"a/f": "1\n", "a/g": "g\n", "b/f": "2\n", "top": "t\n"})
     git(repo, "sparse-checkout", "set", "--cone", "a")
     project = add_project(daemon, repo)
@@ -695,9 +695,9 @@ def test_sparse_index_workspace_archives_and_unarchives(
     ],
 )
 def test_in_cone_follows_git_cone_mode(path: str, inside: bool) -> None:
-    """What sparsekeep keeps on disk at unarchive must match what git's cone mode writes: a
+    """What sparse_cone keeps on disk at unarchive must match what git's cone mode writes: a
     path it wrongly calls outside widens the cone and is reported kept for nothing."""
-    from xumd.lifecycle.sparsekeep import in_cone
+    from xumd.lifecycle.sparse_cone import in_cone
 
     assert in_cone(path, ["/a/b/"]) is inside
 

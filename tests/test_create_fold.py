@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 from xum_client.errors import XumRpcError
-from xumd.git import Git, GitError
-from xumd.lifecycle import bigrepo, checkout, refcheck
+from xumd.lifecycle import bigrepo, create, materialise
+from xumd.system.git import Git, GitError
 
 from tests.support.daemon import DaemonProcess, short_tmpdir
 from tests.support.gitrepo import git, make_repo
@@ -37,13 +37,13 @@ def _git_accepts(name: str) -> bool:
 
 def test_the_plain_rule_accepts_only_what_git_accepts() -> None:
     for name in PLAIN:
-        assert refcheck.plain_branch_name(name), name
+        assert create.plain_branch_name(name), name
         assert _git_accepts(name), name
     for name in REFUSED_BY_GIT:
-        assert not refcheck.plain_branch_name(name), name
+        assert not create.plain_branch_name(name), name
         assert not _git_accepts(name), name
     for name in GIT_ONLY:
-        assert not refcheck.plain_branch_name(name), name
+        assert not create.plain_branch_name(name), name
         assert _git_accepts(name), name
 
 
@@ -71,7 +71,7 @@ def test_resolve_refuses_a_line_break_and_fails_outside_a_repository() -> None:
 def test_common_dir_and_the_branch_recheck_in_one_call() -> None:
     repo = make_repo(short_tmpdir() / "r")
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
-    ask = checkout._common_dir_and_branch
+    ask = materialise._common_dir_and_branch
     assert anyio.run(lambda: ask(Git(), repo, "main")) == (common, True)
     assert anyio.run(lambda: ask(Git(), repo, "nope")) == (common, False)
     assert anyio.run(lambda: ask(Git(), repo, None)) == (common, False)

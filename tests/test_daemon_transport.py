@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
-from xumd.config import DaemonConfig
+from xumd.base.config import DaemonConfig
 from xumd.rpc.outbox import Outbox, OutboxClosed
 
 from tests.support.daemon import DaemonProcess, write_config

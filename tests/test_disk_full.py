@@ -178,7 +178,7 @@ def test_store_on_a_full_filesystem_rolls_back_and_recovers(tmp_short: Path) -> 
     # The store directly: a transaction whose COMMIT cannot be written is `disk_full` naming the
     # filesystem, leaves no transaction open (else every later BEGIN fails until a restart), and
     # changes nothing; reads work meanwhile and writes again once there is space.
-    from xumd.errors import XumError
+    from xumd.base.errors import XumError
     from xumd.store import Store
 
     with tmpfs(tmp_short / "db", "size=2m") as mount:
@@ -404,7 +404,7 @@ def test_quota_errors_map_to_disk_full(tmp_short: Path) -> None:
     # the kernel raises them (EDQUOT from a write).
     import errno
 
-    from xumd import diskfull
+    from xumd.system import diskfull
 
     target = tmp_short / "out" / "file"
     quota = diskfull.from_exception(OSError(errno.EDQUOT, "Disk quota exceeded", str(target)))

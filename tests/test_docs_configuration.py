@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from xumd.config_schema import DaemonConfig
+from xumd.base.config_schema import DaemonConfig
 
 DOC = Path(__file__).parent.parent / "docs" / "CONFIGURATION.md"
 

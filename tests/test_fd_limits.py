@@ -146,13 +146,13 @@ def test_connections_past_the_limit_are_refused_and_work_goes_on(
 # prevent EMFILE then: accept itself fails. The hog is given back on a line on stdin.
 _EMFILE_SERVER = r"""
 import os, sys, anyio
-from xumd import logs
+from xumd.base import logs
 logs.configure("info", json=True)
 from xum_protocol.models.daemon import EmptyParams
 from xum_protocol.models.daemon import ShutdownResult
-from xumd.config import DaemonConfig
-from xumd.fdlimits import plan
-from xumd.procutil import run_command
+from xumd.base.config import DaemonConfig
+from xumd.system.fdlimits import plan
+from xumd.system.procutil import run_command
 from xumd.rpc.dispatch import Router
 from xumd.rpc.server import Server, bind_socket
 from pathlib import Path

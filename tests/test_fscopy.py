@@ -1,4 +1,4 @@
-"""The copy primitive itself (xumd.lifecycle.fscopy), on real files: links are copied, never
+"""The copy primitive itself (xumd.system.fscopy), on real files: links are copied, never
 followed; special files are never opened; holes stay; a failure part-way leaves nothing of the
 copy behind (the failure is injected: a real one mid-copy cannot be timed)."""
 
@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from xumd.errors import XumError
-from xumd.lifecycle import fscopy, scripts
+from xumd.base.errors import XumError
+from xumd.lifecycle import scripts
+from xumd.system import fscopy
 
 
 def _tree(top: Path) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from xumd.lifecycle import fscopy
+from xumd.system import fscopy
 
 from tests.support.mounts import Mounts, real_mounts
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xumd import fsdelete
+from xumd.system import fsdelete
 
 from tests.support.mounts import Mounts, mounts_under, real_mounts
 
@@ -272,12 +272,12 @@ def _row(path: Path, runtime: str, wid: str = "ws_0123456789abcdef") -> Any:
 def test_discard_leaves_a_checkout_with_a_mount_alone(
     tmp_short: Path, mounts: Mounts, runtime: str
 ) -> None:
-    """The undo of a failed create or unarchive (`checkout.discard`): `git worktree remove -f
+    """The undo of a failed create or unarchive (`materialise.discard`): `git worktree remove -f
     -f` (or the directory delete) would empty a mount a setup script put inside the checkout."""
     import anyio
     from xumd.checkouts import marker
-    from xumd.git import Git
-    from xumd.lifecycle import checkout
+    from xumd.lifecycle import materialise
+    from xumd.system.git import Git
 
     from tests.support.gitrepo import git, make_repo
 
@@ -290,14 +290,14 @@ def test_discard_leaves_a_checkout_with_a_mount_alone(
         reason = marker.Marker(row.id, row.incarnation).reason()
         git(repo, "worktree", "add", "--lock", "--reason", reason, "-b", "xum/w", str(path))
     else:
-        checkout.make_directory(row)
+        materialise.make_directory(row)
     (path / "cache").mkdir()
     point = mounts.bind(outside, path / "cache")
-    anyio.run(checkout.discard, Git(), repo, row)
+    anyio.run(materialise.discard, Git(), repo, row)
     assert _snapshot(outside) == before
     assert path.is_dir()
     mounts.unmount(point)
-    anyio.run(checkout.discard, Git(), repo, row)
+    anyio.run(materialise.discard, Git(), repo, row)
     assert not path.exists()
     assert _snapshot(outside) == before
 
@@ -309,7 +309,7 @@ def test_an_unreadable_mount_table_fails_closed(
     empty answer. (The fault is simulated: the table's path names a directory, EISDIR.)"""
     import anyio
     from xumd.checkouts.marker import WorkspaceRef
-    from xumd.lifecycle.seams import mount_holders
+    from xumd.lifecycle.hooks import mount_holders
 
     (tmp_short / "f").write_text("f")
     monkeypatch.setattr(fsdelete, "MOUNTINFO", tmp_short)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xumd import procstat
 from xumd.gc.plan import AHEAD_TOLERANCE_S, Plan
 from xumd.gc.service import GcClock
+from xumd.system import procstat
 
 from tests.lifecycle_helpers import add_project, create
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config

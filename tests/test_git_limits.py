@@ -130,7 +130,7 @@ def test_a_hung_fetch_ends_at_fetch_timeout_s_naming_it(base: Path) -> None:
 @pytest.mark.parametrize("key", ["git_timeout_s", "fetch_timeout_s"])
 @pytest.mark.parametrize("value", ["0", "-1", '"soon"'])
 def test_each_limit_refuses_a_value_that_is_no_deadline(base: Path, key: str, value: str) -> None:
-    from xumd import config
+    from xumd.base import config
 
     path = base / "config.toml"
     path.write_text(f"{key} = {value}\n")

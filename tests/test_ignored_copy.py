@@ -14,9 +14,10 @@ from typing import Any
 
 import anyio
 import pytest
-from xumd.errors import XumError
-from xumd.git import Git
-from xumd.lifecycle import fscopy, seed
+from xumd.base.errors import XumError
+from xumd.lifecycle import seed
+from xumd.system import fscopy
+from xumd.system.git import Git
 
 from tests.lifecycle_helpers import add_project, branch_exists, create, rpc_error, worktrees
 from tests.support.daemon import DaemonProcess, write_config

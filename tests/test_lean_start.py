@@ -1,4 +1,4 @@
-"""The lean start (xumd.leanstart): a root with nothing to recover serves before its
+"""The lean start (xumd.startup.lazy_start): a root with nothing to recover serves before its
 feature graph is loaded, and the graph is built at the first request that needs it.
 
 - before READY=1 an empty root's daemon has imported neither psutil nor any feature of the graph,
@@ -29,13 +29,14 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.method_names import METHOD_NAMES
 from xum_protocol.methods import METHODS
 from xum_protocol.models.daemon import ContainmentStatus, DaemonStatusResult, HelloResult
-from xumd import leanstart, procstat, rootlock
 from xumd.app import App
-from xumd.bootstrap import install_features
-from xumd.config import DaemonConfig
-from xumd.containment import Containment
-from xumd.paths import RootPaths
+from xumd.base.config import DaemonConfig
+from xumd.base.paths import RootPaths
+from xumd.startup import lazy_start
+from xumd.startup.composition import install_features
 from xumd.store import Store
+from xumd.system import procstat, rootlock
+from xumd.system.containment import Containment
 
 from tests.support.daemon import DaemonProcess
 from tests.support.raw import RawPeer, first_calls_together
@@ -73,17 +74,17 @@ def test_an_empty_root_is_ready_without_the_feature_graph(root: Path) -> None:
     try:
         log = logged_ready(daemon)
         before_ready = imported(log[: log.index('"daemon.ready"')])
-        assert "xumd.bootstrap" in before_ready  # the measurement saw the start-up
+        assert "xumd.startup.composition" in before_ready  # the measurement saw the start-up
         assert heavy(before_ready, HEAVY_BEFORE_READY) == []
         # The containment sweep still ran before serving; the graph's passes did not.
         assert steps(daemon) == ["containment.sweep"]
         assert events(daemon, "daemon.start_shape")[0]["lean"] is True
         capabilities = ask(daemon, "hello", {"protocol": "1.0"})["result"]["capabilities"]
-        assert set(leanstart.FEATURE_METHODS) <= set(capabilities)
+        assert set(lazy_start.FEATURE_METHODS) <= set(capabilities)
         # The first feature request builds the graph, its startup steps run then.
         assert ask(daemon, "project.list", {})["result"] == {"projects": []}
         assert steps(daemon) == ["containment.sweep", "processes.adopt", "recovery"]
-        assert len(events(daemon, "leanstart.features_built")) == 1
+        assert len(events(daemon, "lazy_start.features_built")) == 1
         assert "xumd.lifecycle.service" in imported(daemon.log_text())
     finally:
         daemon.close()
@@ -112,20 +113,20 @@ def test_concurrent_first_requests_build_the_graph_once(root: Path) -> None:
         methods = ["project.list", "workspace.list", "process.list", "lease.list"] * 2
         replies = first_calls_together(daemon.socket_path, methods)
         assert all("result" in reply for reply in replies), replies
-        assert len(events(daemon, "leanstart.features_built")) == 1
+        assert len(events(daemon, "lazy_start.features_built")) == 1
         assert steps(daemon).count("recovery") == 1
     finally:
         daemon.close()
 
 
 def test_a_failed_build_is_internal_and_the_next_request_builds(root: Path) -> None:
-    daemon = DaemonProcess(root, log_level="info", env={"XUM_FAULT": "leanstart.build_fails"})
+    daemon = DaemonProcess(root, log_level="info", env={"XUM_FAULT": "lazy_start.build_fails"})
     daemon.start()
     try:
         failed = ask(daemon, "project.list", {})["error"]
         assert failed["data"]["kind"] == ErrorKind.INTERNAL.value
         assert "project.list is unavailable: the daemon's features failed" in failed["message"]
-        assert len(events(daemon, "leanstart.build_failed")) == 1
+        assert len(events(daemon, "lazy_start.build_failed")) == 1
         assert ask(daemon, "daemon.status")["result"]["pid"] == daemon.pid
         assert ask(daemon, "project.list", {})["result"] == {"projects": []}
         assert steps(daemon).count("recovery") == 1
@@ -191,8 +192,8 @@ def test_the_method_table_is_what_the_graph_registers(tmp_short: Path, test_meth
         lean = App(RootPaths(tmp_short), config, store)
         install_features(lean, lean=True)
         pending = lean.router.pending()
-        expected = leanstart.FEATURE_METHODS + (
-            leanstart.FEATURE_TEST_METHODS if test_methods else ()
+        expected = lazy_start.FEATURE_METHODS + (
+            lazy_start.FEATURE_TEST_METHODS if test_methods else ()
         )
         assert pending == list(expected)
         assert set(lean.router.routes) == set(whole.router.routes)
@@ -206,7 +207,7 @@ def test_the_method_table_is_what_the_graph_registers(tmp_short: Path, test_meth
 
 def test_the_lock_files_start_time_is_psutils() -> None:
     code = (
-        "import psutil; from xumd import rootlock;"
+        "import psutil; from xumd.system import rootlock;"
         "print(rootlock.own_create_time() == psutil.Process().create_time())"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -277,7 +278,7 @@ HELLOS: list[Any] = [
 def test_lean_params_take_only_what_the_models_take(raw: Any) -> None:
     from pydantic import ValidationError
     from xum_protocol.models.daemon import EmptyParams, HelloParams
-    from xumd.daemon_feature import lean_empty, lean_hello
+    from xumd.daemon.feature import lean_empty, lean_hello
 
     for lean, model in ((lean_hello, HelloParams), (lean_empty, EmptyParams)):
         got = lean(raw)
@@ -320,7 +321,7 @@ def _why_not_lean(root: Path, prepare: Any) -> str | None:
     store.migrate()
     try:
         prepare(root, store)
-        return leanstart.why_not_lean(App(RootPaths(root), DaemonConfig(), store))
+        return lazy_start.why_not_lean(App(RootPaths(root), DaemonConfig(), store))
     finally:
         store.close()
 

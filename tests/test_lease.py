@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from xumd.processes.leases import LeaseStore
-from xumd.procstat import start_time
 from xumd.store import Store
+from xumd.system.procstat import start_time
 
 from tests.support.wait import until
 from tests.test_process_support import Harness
@@ -122,7 +122,7 @@ def test_lease_without_pid_lives_only_as_long_as_its_daemon(leases: LeaseStore) 
 
 
 async def test_script_lease_covers_a_run_command(tmp_path: Path) -> None:
-    from xumd.procutil import run_command
+    from xumd.system.procutil import run_command
 
     h = Harness(tmp_path)
     seen: list[int | None] = []

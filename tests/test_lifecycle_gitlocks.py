@@ -12,8 +12,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from xumd import gitlocks, procstat
-from xumd.git import Git, GitLockBusy
+from xumd.system import gitlocks, procstat
+from xumd.system.git import Git, GitLockBusy
 
 from tests.lifecycle_helpers import add_project, branch_exists, create, rpc_error
 from tests.support.daemon import DaemonProcess
@@ -239,7 +239,7 @@ def anyio_backend() -> str:
 _SCAN_WITHOUT_DESCRIPTORS = r"""
 import os, sys
 from pathlib import Path
-from xumd import gitlocks, procstat
+from xumd.system import gitlocks, procstat
 common = Path(sys.argv[1])
 hog = []
 while True:

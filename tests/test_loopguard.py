@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from structlog.testing import capture_logs
-from xumd import loopguard
+from xumd.system import loop_exceptions
 
 
 def test_the_anyio_reader_race_is_classified_as_harmless() -> None:
@@ -13,21 +13,21 @@ def test_the_anyio_reader_race_is_classified_as_harmless() -> None:
         "message": "Exception in callback Future.set_result(None)",
         "exception": asyncio.InvalidStateError("invalid state"),
     }
-    assert loopguard.classify(context) == loopguard.READER_RACE
+    assert loop_exceptions.classify(context) == loop_exceptions.READER_RACE
 
 
 def test_anything_else_is_an_error_log_line() -> None:
     loop = asyncio.new_event_loop()
     try:
         with capture_logs() as logs:
-            loopguard.handle(
+            loop_exceptions.handle(
                 loop,
                 {
                     "message": "Task exception was never retrieved",
                     "exception": RuntimeError("boom"),
                 },
             )
-            loopguard.handle(
+            loop_exceptions.handle(
                 loop,
                 {
                     "message": "Exception in callback Future.set_result(None)",

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from xumd.errors import XumError
-from xumd.git import Git
-from xumd.lifecycle import onbytes, rawcopy
+from xumd.base.errors import XumError
+from xumd.lifecycle import onbytes
+from xumd.system import rawcopy
+from xumd.system.git import Git
 
 from tests.support.gitrepo import GIT_ENV, git, make_repo
 from tests.support.ondisk import deep_dir, disk

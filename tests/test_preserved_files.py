@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from xum_client.errors import XumClientError
-from xumd.git import Git
 from xumd.lifecycle.snapshot import Snapshotter
+from xumd.system.git import Git
 
 from tests.crash.world import World
 from tests.lifecycle_helpers import (

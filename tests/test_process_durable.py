@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from xumd.errors import XumError
+from xumd.base.errors import XumError
 from xumd.processes.output_log import OutputLog
 
 from tests.support.wait import wait_for

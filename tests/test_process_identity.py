@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xumd import procstat
+from xumd.system import procstat
 
 from tests.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.daemon import DaemonProcess

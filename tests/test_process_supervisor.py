@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from xumd.errors import XumError
+from xumd.base.errors import XumError
 from xumd.processes.supervisor import parse_signal
 
 from tests.support.procs import alive, changed_signals, identify_all

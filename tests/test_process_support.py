@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from xumd.base.errors import XumError
+from xumd.base.events import EventBus
 from xumd.checkouts.marker import WorkspaceRef
-from xumd.errors import XumError
-from xumd.events import EventBus
 from xumd.processes.leases import LeaseStore
 from xumd.processes.managed import Managed
 from xumd.processes.quiescence import Quiescence

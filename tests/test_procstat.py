@@ -1,4 +1,4 @@
-"""`xumd.procstat` in-process: liveness by identity, driven with real processes.
+"""`xumd.system.procstat` in-process: liveness by identity, driven with real processes.
 
 Children spawned here (sleeping, exited and not reaped: zombies, exited and reaped), a child
 whose command name holds `) (` and spaces, a real time namespace with a boot-time offset; faults
@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
-from xumd import procstat
+from xumd.system import procstat
 
 from tests.support.wait import until
 
@@ -338,7 +338,7 @@ sys.exit(subprocess.run(sys.argv[1:]).returncode)
 _PROBE = """
 import json, sys
 from pathlib import Path
-from xumd import procstat
+from xumd.system import procstat
 procstat.anchor_boot(Path(sys.argv[1]))
 print(json.dumps([procstat.start_time(int(sys.argv[2])), procstat._timens_boottime_offset()]))
 """

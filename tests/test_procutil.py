@@ -1,4 +1,4 @@
-"""xumd.procutil: the one way the daemon runs a command."""
+"""xumd.system.procutil: the one way the daemon runs a command."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
-from xumd import procstat, procutil
-from xumd.procutil import CommandNotFound, run_command
+from xumd.system import procstat, procutil
+from xumd.system.procutil import CommandNotFound, run_command
 
 from tests.support.freezer import frozen
 from tests.support.procs import ProcId, alive, identify
@@ -79,7 +79,7 @@ def test_a_command_does_not_outlive_a_killed_daemon() -> None:
     parent = textwrap.dedent(
         """
         import anyio, sys
-        from xumd.procutil import run_command
+        from xumd.system.procutil import run_command
 
         def started(pid):
             print(pid, flush=True)
@@ -291,7 +291,7 @@ def test_a_command_leads_its_own_session_and_is_not_ours_after_the_run() -> None
     """The command runs in a new session and group of its own (so its whole group can be
     signalled without touching the daemon's), and once its exit status was read its pid no
     longer counts as the daemon's child (the orphan reaper may reap a process that reuses it)."""
-    from xumd import containment
+    from xumd.system import containment
 
     result = anyio.run(
         lambda: run_command(
@@ -326,7 +326,7 @@ def test_a_cancelled_run_still_kills_a_tree_that_ignores_sigterm(tmp_path: Path)
     ignores SIGTERM gets the SIGKILL after the grace, and the escapee that left the group and
     the tree (setsid) is found by its marker and stopped too; only then is the cancellation
     taken."""
-    from xumd.containment import Containment, root_tag, scan
+    from xumd.system.containment import Containment, root_tag, scan
 
     cont = Containment(tag=root_tag(tmp_path))
     marker = cont.marker("lease_cancel")
@@ -547,7 +547,7 @@ def test_a_daemon_whose_own_directory_was_deleted_still_runs_commands(tmp_path: 
     probe = textwrap.dedent(
         f"""
         import os, anyio
-        from xumd.procutil import CommandNotFound, run_command
+        from xumd.system.procutil import CommandNotFound, run_command
         os.chdir({str(gone)!r})
         os.rmdir({str(gone)!r})
         by_path = anyio.run(lambda: run_command(["true"], timeout_s=10))

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from xumd import faults
-from xumd.errors import XumError
-from xumd.lifecycle.seams import busy_message
+from xumd.base import faults
+from xumd.base.errors import XumError
+from xumd.lifecycle.hooks import busy_message
 
 from tests.support.freezer import frozen
 from tests.support.wait import wait_for

@@ -25,20 +25,20 @@ from typing import Any
 import pytest
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.events import Event
-from xumd import faults
 from xumd.app import App
-from xumd.bootstrap import install_features
+from xumd.base import faults
+from xumd.base.config import DaemonConfig
+from xumd.base.errors import XumError
+from xumd.base.paths import RootPaths
 from xumd.checkouts.marker import Marker, write_directory_marker
 from xumd.cleanup.service import CleanupService
-from xumd.config import DaemonConfig
-from xumd.errors import XumError
-from xumd.git import Git
-from xumd.lifecycle import removing, rows
+from xumd.lifecycle import rows
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.service import WorkspaceService
-from xumd.paths import RootPaths
 from xumd.recovery.reconcile import Reconciler, RecoveryReport
+from xumd.startup.composition import install_features
 from xumd.store import Store
+from xumd.system.git import Git
 
 from tests.support.gitrepo import GIT_ENV, git, make_repo
 
@@ -514,7 +514,7 @@ async def test_a_flagged_row_goes_back_to_the_state_its_removal_began_from(env: 
     }
     with env.store.transaction():
         for wid, state in prior.items():
-            removing.record_prior(env.store, wid, state)
+            rows.record_removal_prior(env.store, wid, state)
     # Begun by a daemon that did not record it: the earlier rule (a flagged creation).
     legacy = env.add("old", "removing", interrupted=True, reason=reason)
 
@@ -551,7 +551,7 @@ async def test_an_unflagged_row_goes_back_to_the_state_its_removal_began_from(en
     }
     with env.store.transaction():
         for wid, state in prior.items():
-            removing.record_prior(env.store, wid, state)
+            rows.record_removal_prior(env.store, wid, state)
 
     report = await env.rec.run()
 
@@ -581,7 +581,7 @@ async def test_a_failed_removal_of_a_flagged_archived_row_leaves_it_archived(
     row = env.row(wid)
     assert (row.state, row.interrupted) == ("archived", True)
     assert row.interrupted_reason is not None and row.interrupted_reason.endswith(reason)
-    assert removing.prior_state(env.store, wid) == "archived"
+    assert rows.removal_prior_state(env.store, wid) == "archived"
     # The record goes with the row.
     await service.remove(wid)
     assert env.store.one("SELECT 1 FROM workspace_removing WHERE workspace_id = ?", (wid,)) is None

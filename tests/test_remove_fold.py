@@ -9,9 +9,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from xumd.git import Git, GitError
 from xumd.lifecycle.snapshot import Snapshotter, WorkState
 from xumd.processes import probes
+from xumd.system.git import Git, GitError
 
 from tests.support.daemon import short_tmpdir
 from tests.support.gitrepo import git, make_repo

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from xumd import rootlock
+from xumd.system import rootlock
 
 from tests.support.lockholder import read_holder
 

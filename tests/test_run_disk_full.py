@@ -394,7 +394,7 @@ def test_a_daemon_whose_log_disk_is_full_keeps_serving_and_says_what_it_lost(bas
 
 def test_a_log_line_to_a_reader_that_is_gone_is_counted_not_raised() -> None:
     # `xumd 2>&1 | tee log` whose tee died: EPIPE at the next line (Python ignores SIGPIPE).
-    from xumd import logs
+    from xumd.base import logs
 
     read_end, write_end = os.pipe()
     os.close(read_end)

@@ -23,7 +23,7 @@ import pytest
 from pydantic import BaseModel
 from xum_client.errors import XumRpcError
 from xum_protocol.models.base import Result
-from xumd.requestcut import answer_if_cut
+from xumd.base.requestcut import answer_if_cut
 from xumd.rpc.dispatch import Router
 
 from tests.lifecycle_helpers import add_project, branch_exists, create

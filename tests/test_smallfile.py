@@ -1,4 +1,4 @@
-"""`xumd.smallfile` and the git admin file reader built on it: a named pipe, a symlink, a
+"""`xumd.system.smallfile` and the git admin file reader built on it: a named pipe, a symlink, a
 device or a huge file where a small file is expected is refused at once (never waited on,
 never read without bound). Real FIFOs, links and files."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import structlog.testing
-from xumd import smallfile
 from xumd.checkouts.adminfile import ADMIN_FILE_MAX, read_admin_file
+from xumd.system import smallfile
 
 from tests.support.daemon import DaemonProcess
 
@@ -133,7 +133,7 @@ def test_a_relative_gitdir_is_resolved_from_the_checkout(tmp_path: Path) -> None
 def test_a_commondir_that_is_a_fifo_is_no_common_dir(tmp_path: Path) -> None:
     """A linked worktree's admin dir names its common dir in `commondir`; a FIFO there is read
     as no name (the admin dir itself), at once."""
-    from xumd import gitlocks
+    from xumd.system import gitlocks
 
     admin = tmp_path / "repo" / ".git" / "worktrees" / "w"
     admin.mkdir(parents=True)

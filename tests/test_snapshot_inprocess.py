@@ -19,9 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from xumd.errors import ErrorKind, XumError
-from xumd.git import Git, GitError
-from xumd.lifecycle import fscopy
+from xumd.base.errors import ErrorKind, XumError
 from xumd.lifecycle.snapshot import (
     MAX_SPECIAL,
     Dropped,
@@ -30,6 +28,8 @@ from xumd.lifecycle.snapshot import (
     WorkState,
     snapshot_ref,
 )
+from xumd.system import fscopy
+from xumd.system.git import Git, GitError
 
 from tests.support.daemon import short_tmpdir
 from tests.support.gitrepo import git, make_repo
@@ -560,7 +560,7 @@ def test_an_index_that_is_a_fifo_never_blocks_the_capture(tmp_path: Path) -> Non
     probe = (
         "import anyio, sys\n"
         "from pathlib import Path\n"
-        "from xumd.git import Git\n"
+        "from xumd.system.git import Git\n"
         "from xumd.lifecycle.snapshot import Snapshotter\n"
         "base = Path(sys.argv[2])\n"
         "snaps = Snapshotter(Git(), base / 'tmp', base / 'archive')\n"

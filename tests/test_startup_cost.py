@@ -199,7 +199,7 @@ def test_the_daemon_reaches_readiness_without_rich_or_test_methods(root: Path) -
     log = daemon.log_text()
     before_ready = log[: log.index('"daemon.ready"')]
     modules = imported(before_ready)
-    assert "xumd.bootstrap" in modules  # the measurement saw the start-up
+    assert "xumd.startup.composition" in modules  # the measurement saw the start-up
     # structlog still asks for rich (a None in sys.modules answers: listed, 0 ms, not loaded);
     # a loaded rich shows its submodules (structlog.dev takes rich.console and rich.traceback).
     assert (
@@ -211,7 +211,7 @@ def test_the_daemon_reaches_readiness_without_rich_or_test_methods(root: Path) -
 def test_rich_is_hidden_from_structlog_only() -> None:
     # structlog loads without rich (its console extras), yet a later `import rich` in the same
     # process (the CLI's tables beside a daemon's logger, as in-process tests have) gets it.
-    code = "import xumd.logs, structlog.dev, rich.console; print(structlog.dev.rich is None)"
+    code = "import xumd.base.logs, structlog.dev, rich.console; print(structlog.dev.rich is None)"
     done = run([sys.executable, "-c", code])
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True"]
@@ -230,7 +230,7 @@ HEAVY_BEFORE_READY = (
     "psutil",
     "xum_protocol.models",
     "xum_protocol.methods",
-    "xumd.features",
+    "xumd.startup.feature_graph",
     "xumd.lifecycle",
     "xumd.cleanup",
     "xumd.processes",
@@ -238,7 +238,7 @@ HEAVY_BEFORE_READY = (
     "xumd.recovery",
     "xumd.usage",
     "xumd.gc",
-    "xumd.git",
+    "xumd.system.git",
 )
 """What an empty root's daemon does not import before READY=1 (the lean start: tests/
 test_lean_start.py): pydantic, psutil, the protocol's models and method table, and the feature
@@ -255,7 +255,7 @@ def test_the_daemon_imports_only_what_readiness_needs(root: Path) -> None:
         daemon.close()
     log = daemon.log_text()
     before_ready = imported(log[: log.index('"daemon.ready"')])
-    assert "xumd.bootstrap" in before_ready  # the measurement saw the start-up
+    assert "xumd.startup.composition" in before_ready  # the measurement saw the start-up
     assert len(before_ready) <= READY_MODULES_AT_MOST, len(before_ready)
     assert heavy(before_ready, HEAVY_BEFORE_READY) == []
     # Built at their first request (xumd.rpc.deferred), and no plugin lookup by pydantic
@@ -270,7 +270,7 @@ def test_fault_points_of_deferred_modules_are_declared_for_the_harness() -> None
     code = textwrap.dedent(
         """
         import contextlib, io, sys
-        from xumd.main import main
+        from xumd.startup.main import main
         with contextlib.redirect_stdout(io.StringIO()):
             main(["--list-fault-points"])
         print(all(m in sys.modules for m in sys.argv[1:]))
@@ -285,7 +285,7 @@ def test_the_gc_runs_again_once_the_code_is_loaded() -> None:
     code = textwrap.dedent(
         """
         import contextlib, gc, io
-        from xumd.main import main
+        from xumd.startup.main import main
         with contextlib.redirect_stdout(io.StringIO()):
             main(["--list-fault-points"])
         print(gc.isenabled(), gc.get_freeze_count() > 10000)
@@ -298,7 +298,7 @@ def test_the_gc_runs_again_once_the_code_is_loaded() -> None:
 
 _LEAVE = """
 import atexit, sys, threading
-from xumd import main
+from xumd.startup import main
 atexit.register(lambda: print("atexit ran"))
 sys.stdout.write("buffered ")  # no newline: only a flush writes it
 busy = threading.Event()

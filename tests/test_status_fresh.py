@@ -16,11 +16,11 @@ import orjson
 import pytest
 from xum_protocol.models.daemon import DaemonStatusResult, HelloResult
 from xumd.app import App
-from xumd.containment import Containment
-from xumd.daemon_feature import StatusAnswer
+from xumd.daemon.feature import StatusAnswer
 from xumd.processes.managed import Managed
 from xumd.processes.supervisor import Supervisor
 from xumd.rpc.dispatch import RequestContext
+from xumd.system.containment import Containment
 
 from tests.lifecycle_helpers import commit_scripts, create, failing_teardown, trusted_daemon
 from tests.support.gitrepo import make_repo

@@ -26,8 +26,8 @@ from xum_protocol import framing
 from xum_protocol.errors import ErrorKind
 from xum_protocol.framing import FrameReader
 from xum_protocol.models.base import Params
-from xumd.config import DaemonConfig
-from xumd.errors import XumError
+from xumd.base.config import DaemonConfig
+from xumd.base.errors import XumError
 from xumd.rpc import server as server_module
 from xumd.rpc.dispatch import RequestContext, Router, _validation_errors
 from xumd.rpc.server import Server, bind_socket
@@ -437,7 +437,7 @@ def test_a_final_frame_without_newline_is_answered_after_half_close(method: str)
 def test_status_samples_the_open_descriptor_count(monkeypatch: pytest.MonkeyPatch) -> None:
     """daemon.status lists /proc/self/fd at most every OPEN_COUNT_TTL_S (a clock mock: the
     listing itself is real)."""
-    from xumd import fdlimits
+    from xumd.system import fdlimits
 
     now = [1000.0]
     monkeypatch.setattr(fdlimits.time, "monotonic", lambda: now[0])

@@ -222,7 +222,7 @@ def test_cache_ages_by_the_monotonic_clock(
     import types
 
     import anyio
-    from xumd.config import UsageConfig
+    from xumd.base.config import UsageConfig
     from xumd.lifecycle.rows import WorkspaceRow
     from xumd.usage import service
 
@@ -261,7 +261,7 @@ def test_one_huge_checkout_does_not_starve_the_others(
     import types
 
     import anyio
-    from xumd.config import UsageConfig
+    from xumd.base.config import UsageConfig
     from xumd.lifecycle.rows import WorkspaceRow
     from xumd.usage import service
 

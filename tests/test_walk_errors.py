@@ -13,8 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from xumd import fsdelete
-from xumd.lifecycle import fscopy
+from xumd.system import fscopy, fsdelete
 
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.fsattr import immutable

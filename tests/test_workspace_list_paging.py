@@ -38,12 +38,12 @@ from xum_client.sync import Client
 from xum_protocol.cursor import list_cursor, parse_list_cursor
 from xum_protocol.models.workspace import WorkspaceListParams, WorkspaceListResult
 from xumd.app import App
-from xumd.bootstrap import install_features
+from xumd.base.config import DaemonConfig
+from xumd.base.paths import RootPaths
 from xumd.cleanup import obligations
-from xumd.config import DaemonConfig
 from xumd.lifecycle import listing
 from xumd.lifecycle.service import WorkspaceService
-from xumd.paths import RootPaths
+from xumd.startup.composition import install_features
 from xumd.store import Store
 from xumd.store.db import _migrations
 

@@ -14,10 +14,10 @@ import orjson
 
 with atheris.instrument_imports():
     from xum_protocol import framing
-    from xumd import daemon_feature as daemon_service
     from xumd.app import App
-    from xumd.config import DaemonConfig
-    from xumd.paths import RootPaths
+    from xumd.base.config import DaemonConfig
+    from xumd.base.paths import RootPaths
+    from xumd.daemon import feature as daemon_service
     from xumd.rpc import spec_examples
     from xumd.store import Store
 

@@ -41,7 +41,7 @@ START_TIMEOUT_S = 30.0
 POLL_S = 0.02
 CHUNK = 65536
 EXIT_ALREADY_RUNNING = 3
-"""xumd's status when another daemon holds the root (`xumd.daemon_runner`)."""
+"""xumd's status when another daemon holds the root (`xumd.startup.runner`)."""
 LOG_NAME = "xumd.log"
 
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xumd.atomicfile import write_atomic
+from xumd.system.atomicfile import write_atomic
 
 from xum_client import hosts
 from xum_client.errors import XumClientError

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xumd.atomicfile import write_atomic
+from xumd.system.atomicfile import write_atomic
 
 from xum_client.errors import XumClientError
 

@@ -1,5 +1,5 @@
 import sys
 
-from xumd.main import main
+from xumd.startup.main import main
 
 sys.exit(main())

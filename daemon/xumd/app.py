@@ -4,7 +4,7 @@ Features (lifecycle, cleanup, processes, ...) install themselves with `install(a
 register handlers on the router, provide their service object, and add hooks:
 - `on_startup`: runs before readiness, in order (recovery lives here);
 - `after_ready`: a background task started once the socket serves (at once, for a feature
-  installed later: `xumd.leanstart`), cancelled at shutdown;
+  installed later: `xumd.startup.lazy_start`), cancelled at shutdown;
 - `on_shutdown`: a drain, run with its own deadline after in-flight requests settled.
 """
 
@@ -21,14 +21,16 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 
-from xumd import __version__, faults, logs, loopguard
-from xumd.config import DaemonConfig
-from xumd.events import EventBus
-from xumd.paths import RootPaths
+from xumd import __version__
+from xumd.base import faults, logs
+from xumd.base.config import DaemonConfig
+from xumd.base.events import EventBus
+from xumd.base.paths import RootPaths
 from xumd.rpc.dispatch import Router
 from xumd.rpc.server import Server
-from xumd.sdnotify import Notifier
 from xumd.store import Store
+from xumd.system import loop_exceptions
+from xumd.system.sdnotify import Notifier
 
 log = logs.get("xumd.app")
 
@@ -150,7 +152,7 @@ class App:
 
     async def run_startup_steps(self, first: int = 0) -> None:
         """Run the startup steps from the `first`-th on, in order: all of them before readiness,
-        or, for features installed after it (`xumd.leanstart`), theirs at their build."""
+        or, for features installed after it (`xumd.startup.lazy_start`), theirs at their build."""
         for name, fn in self._startup[first:]:
             if not self.ready:  # after readiness systemd's status stays "serving"
                 self.notifier.status(f"starting: {name}")
@@ -178,7 +180,7 @@ class App:
     async def run(self) -> dict[str, list[str]]:
         """Serve until shutdown; returns what each drain left pending (for the exit log)."""
         pending: dict[str, list[str]] = {}
-        loopguard.install()
+        loop_exceptions.install()
         async with anyio.create_task_group() as background:
             # Signals are handled from the first moment; startup steps (recovery) are
             # idempotent, so a stop requested during them simply takes effect after them.

@@ -363,7 +363,7 @@ def _sleepers(token: str) -> list[psutil.Process]:
 def test_teardown_that_escapes_its_group(tmp_short: Path, daemon: DaemonProcess) -> None:
     """A teardown leaving a background child in its group, and a double-forked, setsid child.
     Both are stopped before the cleanup completes: the group member by the group kill, the
-    escapee by its marker (xumd.containment; see docs/RELIABILITY.md)."""
+    escapee by its marker (xumd.system.containment; see docs/RELIABILITY.md)."""
     token_group = "4242.25"
     token_escape = "4242.75"
     config = (

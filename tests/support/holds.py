@@ -1,4 +1,4 @@
-"""Held fault points (xumd.faults.FaultPoint.hold): the daemon pauses at a simulate point until
+"""Held fault points (xumd.base.faults.FaultPoint.hold): the daemon pauses at a simulate point until
 the test releases it, so a race's window is an ordered step instead of a sleep to beat."""
 
 from __future__ import annotations

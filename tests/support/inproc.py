@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from xumd.app import App
-from xumd.bootstrap import install_features
-from xumd.config import DaemonConfig
-from xumd.paths import RootPaths
+from xumd.base.config import DaemonConfig
+from xumd.base.paths import RootPaths
+from xumd.startup.composition import install_features
 from xumd.store import Store
 
 

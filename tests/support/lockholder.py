@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from xumd.rootlock import _read_holder
+from xumd.system.rootlock import _read_holder
 
 
 def read_holder(path: Path) -> dict[str, Any] | None:

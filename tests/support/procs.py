@@ -1,6 +1,7 @@
 """Process identity in tests: a pid together with its start time, compared the way the daemon's
-own liveness rule does (`xumd.procstat.same_process_alive`). Pids wrap during a test run (pid_max
-is 32768 on the machines we run on): a bare pid that looks alive later may be another process.
+own liveness rule does (`xumd.system.procstat.same_process_alive`). Pids wrap during a test run
+(pid_max is 32768 on the machines we run on): a bare pid that looks alive later may be another
+process.
 Identify a process while it is known to run (as soon as its pid is read), then ask `alive`."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from xumd import procstat
+from xumd.system import procstat
 
 
 @dataclass(frozen=True, slots=True)

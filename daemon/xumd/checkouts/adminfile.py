@@ -11,7 +11,8 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from xumd import logs, smallfile
+from xumd.base import logs
+from xumd.system import smallfile
 
 log = logs.get("xumd.checkouts.adminfile")
 

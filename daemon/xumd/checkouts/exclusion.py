@@ -22,8 +22,8 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import logs
-from xumd.errors import XumError
+from xumd.base import logs
+from xumd.base.errors import XumError
 
 log = logs.get("xumd.checkouts.exclusion")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from xumd import atomicfile
 from xumd.checkouts.adminfile import read_admin_file
+from xumd.system import atomicfile
 
 PREFIX = "xum"
 DIRECTORY_MARKER = ".xum-incarnation"
@@ -80,7 +80,7 @@ def write_directory_marker(directory: Path, marker: Marker) -> None:
         directory / DIRECTORY_MARKER,
         (marker.reason() + "\n").encode(),
         durable=False,
-        temp_name=f"{DIRECTORY_MARKER}.tmp",  # lifecycle/checkout.py removes a leftover by name
+        temp_name=f"{DIRECTORY_MARKER}.tmp",  # lifecycle/materialise.py removes a leftover by name
     )
 
 

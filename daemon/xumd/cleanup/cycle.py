@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from xumd.base.config import CleanupConfig
 from xumd.cleanup.obligations import Obligations
 from xumd.cleanup.runner import StepRunner
 from xumd.cleanup.schedule import LANES, Clock
-from xumd.config import CleanupConfig
 
 
 @dataclass

@@ -14,6 +14,7 @@ from xum_protocol.models.cleanup import (
 )
 
 from xumd.app import App
+from xumd.base.errors import XumError
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.fence import WorkspaceRecords
 from xumd.cleanup.obligations import PENDING
@@ -23,10 +24,9 @@ from xumd.cleanup.retry import RetryService
 from xumd.cleanup.service import PATH_LANE, RECLAIM_LANE, CleanupService
 from xumd.cleanup.steps import UnsavedWork
 from xumd.cleanup.teardown_scripts import ProjectTeardown, TeardownScripts
-from xumd.errors import XumError
-from xumd.git import Git
 from xumd.rpc.dispatch import RequestContext
 from xumd.store.memo import StoreMemo
+from xumd.system.git import Git
 
 STATUS_KEY = "cleanup"
 

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable
 
 from xum_protocol.models.cleanup import OBLIGATION_EVENT
 
-from xumd import logs
+from xumd.base import logs
+from xumd.base.events import EventBus
 from xumd.cleanup.obligations import ABANDONED, COMPLETED, PENDING, ObligationRow, Obligations
 from xumd.cleanup.schedule import PATH_LANE, RECLAIM_LANE, Backoff, Clock
 from xumd.cleanup.status import workspace_status
 from xumd.cleanup.steps import Outcome
-from xumd.events import EventBus
 from xumd.store import Store
 
 log = logs.get("xumd.cleanup")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from xumd import logs
+from xumd.base import logs
 from xumd.checkouts.marker import worktree_admin_dir
 from xumd.cleanup import trash_area
 from xumd.cleanup.fence import WorkspaceRecords

@@ -17,7 +17,7 @@ from __future__ import annotations
 import anyio
 from xum_protocol.models.events import Event
 
-from xumd import faults, logs
+from xumd.base import faults, logs
 from xumd.cleanup.schedule import Clock
 from xumd.cleanup.service import LANES, CleanupService, CycleResult
 

@@ -13,15 +13,15 @@ from collections.abc import Callable
 
 import anyio
 
-from xumd import logs
+from xumd.base import logs
+from xumd.base.config import CleanupConfig
+from xumd.base.errors import XumError
+from xumd.base.requestcut import cut_reason
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.obligations import PENDING, ObligationRow, Obligations
 from xumd.cleanup.outcomes import OutcomeRecorder
 from xumd.cleanup.schedule import LANES, PATH_LANE, Backoff, Clock
 from xumd.cleanup.steps import Outcome, Steps
-from xumd.config import CleanupConfig
-from xumd.errors import XumError
-from xumd.requestcut import cut_reason
 
 log = logs.get("xumd.cleanup")
 

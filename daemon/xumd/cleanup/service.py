@@ -21,8 +21,8 @@ import random
 import anyio
 from xum_protocol.models.cleanup import CleanupStatus, CleanupSummary
 
-from xumd import logs
 from xumd.app import App
+from xumd.base import logs
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup import status as status_mod
 from xumd.cleanup.cycle import CycleResult, LaneCycles
@@ -43,7 +43,7 @@ from xumd.cleanup.schedule import (
 )
 from xumd.cleanup.steps import Steps, TeardownFn, UnsavedWork
 from xumd.cleanup.teardown_scripts import SETUP_NEVER_RAN
-from xumd.git import Git
+from xumd.system.git import Git
 
 __all__ = [
     "KEEP_ABANDONED_S",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus, CleanupSummary, ReclaimStatus
 
+from xumd.base.errors import XumError
 from xumd.cleanup.obligations import (
     ABANDONED,
     COMPLETED,
@@ -18,7 +19,6 @@ from xumd.cleanup.obligations import (
     ObligationRow,
     Obligations,
 )
-from xumd.errors import XumError
 
 
 def workspace_status(obligations: Obligations, workspace_id: str) -> CleanupStatus | None:

@@ -18,13 +18,14 @@ from typing import Any, Protocol
 
 import anyio
 
-from xumd import faults, fsdelete, logs
+from xumd.base import faults, logs
 from xumd.checkouts.adminfile import read_admin_file
 from xumd.checkouts.marker import parse as parse_marker
 from xumd.cleanup import fence, trash_area
 from xumd.cleanup.obligations import ABANDONED, ObligationRow, Obligations
-from xumd.fsdelete import Interrupted, delete_tree
-from xumd.git import Git
+from xumd.system import fsdelete
+from xumd.system.fsdelete import Interrupted, delete_tree
+from xumd.system.git import Git
 
 log = logs.get("xumd.cleanup.steps")
 

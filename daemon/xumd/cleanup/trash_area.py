@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xumd import fsdelete
+from xumd.system import fsdelete
 
 
 def mount_of(path: Path) -> int | None:

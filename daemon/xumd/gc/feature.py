@@ -20,13 +20,13 @@ from xum_protocol.models.gc import (
 )
 
 from xumd.app import App
-from xumd.errors import XumError
+from xumd.base.errors import XumError
 from xumd.gc import runs
-from xumd.git import Git
-from xumd.lifecycle.seams import LifecycleHooks
+from xumd.lifecycle.hooks import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
 from xumd.rpc.deferred import Deferred
 from xumd.rpc.dispatch import RequestContext
+from xumd.system.git import Git
 
 if TYPE_CHECKING:
     from xumd.gc.service import GcService

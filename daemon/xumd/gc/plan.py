@@ -10,15 +10,15 @@ from pathlib import Path
 
 from xum_protocol.models.gc import GcAction, GcItem, GcPolicies, GcSkipped
 
+from xumd.base.config import GcConfig
+from xumd.base.paths import RootPaths
 from xumd.checkouts.marker import WorkspaceRef
-from xumd.config import GcConfig
-from xumd.git import Git
 from xumd.lifecycle import rows
+from xumd.lifecycle.hooks import LifecycleHooks, busy_message
 from xumd.lifecycle.rows import WorkspaceRow
-from xumd.lifecycle.seams import LifecycleHooks, busy_message
-from xumd.paths import RootPaths
 from xumd.recovery import strays
 from xumd.store import Store
+from xumd.system.git import Git
 from xumd.usage.service import UsageService
 
 DAY_S = 86400.0

@@ -32,16 +32,17 @@ from xum_protocol.models.gc import (
     GcSkipped,
 )
 
-from xumd import logs, procstat
 from xumd.app import App
-from xumd.errors import XumError
+from xumd.base import logs
+from xumd.base.errors import XumError
 from xumd.gc import runs
 from xumd.gc.plan import Plan, Planner, policies, skipped
-from xumd.git import Git
 from xumd.lifecycle import rows
-from xumd.lifecycle.seams import LifecycleHooks
+from xumd.lifecycle.hooks import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
 from xumd.recovery.feature import discard_kept_copy
+from xumd.system import procstat
+from xumd.system.git import Git
 from xumd.usage.service import UsageService
 
 log = logs.get("xumd.gc")

@@ -10,18 +10,18 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import WorkspaceArchiveResult
 
-from xumd import faults
+from xumd.base import faults
+from xumd.base.errors import XumError
+from xumd.base.requestcut import answer_if_cut
 from xumd.checkouts.marker import WorkspaceRef
-from xumd.errors import XumError
-from xumd.lifecycle import bigrepo, dirstore, rows, sparsekeep, views
-from xumd.lifecycle.checkout import clear_stale_locks
+from xumd.lifecycle import bigrepo, dirstore, rows, sparse_cone, views
 from xumd.lifecycle.context import Context, invalid_state
+from xumd.lifecycle.hooks import holders_text
+from xumd.lifecycle.materialise import clear_stale_locks
 from xumd.lifecycle.onbytes import RawEntry, refuse_unproven
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
-from xumd.lifecycle.seams import holders_text
 from xumd.lifecycle.snapshot import Dropped, Snapshot
-from xumd.requestcut import answer_if_cut
 
 ARCHIVE_AFTER_INTENT = faults.declare("workspace.archive.after_intent")
 ARCHIVE_AFTER_SNAPSHOT = faults.declare("workspace.archive.after_snapshot")
@@ -58,7 +58,7 @@ async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> Worksp
         try:
             await HOLD.hold()
             snap, dropped, raw = await _save_work(ctx, project, row)
-            # The checkout's own cone, for its unarchive to re-apply (lifecycle/sparsekeep.py).
+            # The checkout's own cone, for its unarchive to re-apply (lifecycle/sparse_cone.py).
             owned = row.runtime == "worktree" and ctx.owns_checkout(row)
             sparse = await bigrepo.sparse_patterns(ctx.git, row.path) if owned else None
         except BaseException:
@@ -67,7 +67,7 @@ async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> Worksp
         ARCHIVE_AFTER_SNAPSHOT()
         with ctx.store.transaction():
             row = ctx.update(row, state="archived", **_snapshot_fields(snap))
-            sparsekeep.record(ctx.store, row.id, sparse)
+            sparse_cone.record(ctx.store, row.id, sparse)
             ctx.plan_cleanup(project, row, teardown=True)
         ctx.publish("workspace.state_changed", row)
         ARCHIVE_AFTER_COMMIT()

@@ -24,12 +24,12 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.models.checkout_extras import FetchInfo
 from xum_protocol.models.workspace import WorkspaceCreateParams
 
-from xumd import logs
-from xumd.config import DaemonConfig
-from xumd.errors import XumError
-from xumd.git import Git
+from xumd.base import logs
+from xumd.base.config import DaemonConfig
+from xumd.base.errors import XumError
 from xumd.lifecycle import createconfig
 from xumd.lifecycle.rows import ProjectRow
+from xumd.system.git import Git
 
 log = logs.get("xumd.lifecycle.basefetch")
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from xum_protocol.models.checkout_extras import SparseInfo, SubmoduleInfo
 
-from xumd import logs
-from xumd.git import Git
+from xumd.base import logs
+from xumd.system.git import Git
 
 log = logs.get("xumd.lifecycle.bigrepo")
 

@@ -18,19 +18,19 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import WorkspaceInfo
 
-from xumd import logs
+from xumd.base import logs
+from xumd.base.errors import XumError
+from xumd.base.requestcut import cut_reason
 from xumd.checkouts import marker
 from xumd.cleanup.service import CleanupService
-from xumd.errors import XumError
-from xumd.git import Git
 from xumd.lifecycle import ids, ports, rows, views, wsenv
 from xumd.lifecycle.coordinator import Coordinator
+from xumd.lifecycle.hooks import LifecycleHooks, busy_message
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptRunner
-from xumd.lifecycle.seams import LifecycleHooks, busy_message
 from xumd.lifecycle.snapshot import Snapshotter
-from xumd.requestcut import cut_reason
 from xumd.store import Store
+from xumd.system.git import Git
 
 if TYPE_CHECKING:
     from xumd.app import App

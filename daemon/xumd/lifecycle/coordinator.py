@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import logs
+from xumd.base import logs
+from xumd.base.errors import XumError
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.checkouts.marker import WorkspaceRef
-from xumd.errors import XumError
 from xumd.lifecycle import ids, rows
 from xumd.store import Store
 

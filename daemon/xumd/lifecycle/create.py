@@ -5,6 +5,7 @@ delegation binding) is committed before anything exists on disk; then the checko
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -17,17 +18,16 @@ from xum_protocol.models.checkout_extras import SubmoduleInfo
 from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreateResult
 from xum_protocol.models.wsenv import CopyReport, env_problem
 
-from xumd import faults, logs
-from xumd.errors import XumError
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
 from xumd.lifecycle import (
     basefetch,
     bigrepo,
-    checkout,
     createconfig,
     ids,
+    materialise,
     owned,
     ports,
-    refcheck,
     rows,
     seed,
     setup,
@@ -189,14 +189,14 @@ async def _create(
             made = True
             if plan is not None:
                 new_from = plan.base if plan.create else None
-                cleared = await checkout.add_worktree(
+                cleared = await materialise.add_worktree(
                     ctx.git, project.path, row, plan.branch, new_from, no_checkout=bool(sparse)
                 )
                 if sparse is not None:
                     await bigrepo.apply_sparse(ctx.git, project.path, row.path, sparse)
                 submodules = await bigrepo.init_submodules(ctx.git, project.path, row.path)
             else:
-                checkout.make_directory(row)
+                materialise.make_directory(row)
         CREATE_AFTER_CHECKOUT()
         st = row.path.stat()
         with ctx.store.transaction():
@@ -290,7 +290,7 @@ async def _plan_branch(
             f"base {params.base!r} contains control characters; pass a commit, branch or tag",
             base=params.base,
         )
-    if not refcheck.plain_branch_name(branch):
+    if not plain_branch_name(branch):
         # Not certainly valid by the conservative rule: git decides (rarely taken).
         check = await ctx.git.run(project.path, "check-ref-format", "--branch", branch, check=False)
         # `--branch` also expands `@{-1}` and the like; only a name that is itself valid is
@@ -326,9 +326,9 @@ async def _undo(
     was created here, then the intent row."""
     log.warning("workspace.create_undo", workspace=row.id, cause=repr(cause))
     if made:
-        await checkout.discard(ctx.git, project.path, row)
+        await materialise.discard(ctx.git, project.path, row)
         UNDO_AFTER_DISCARD()
-    ours = not isinstance(cause, checkout.BranchTaken)  # else a concurrent create's branch
+    ours = not isinstance(cause, materialise.BranchTaken)  # else a concurrent create's branch
     if made and ours and row.branch_created and row.branch and row.base:
         async with ctx.git.admin_lock(project.path):
             # Only when it still points where we created it: never drop others' work.
@@ -344,3 +344,24 @@ async def _undo(
     with ctx.store.transaction():
         ctx.store.execute("DELETE FROM workspaces WHERE id = ?", (row.id,))
     ctx.app.events.publish("workspace.removed", workspace_id=row.id, reason="create failed")
+
+
+# A branch name that is certainly valid for git, decided without running git.
+#
+# `git check-ref-format --branch` costs a process (milliseconds in the daemon) on every create.
+# The rule here is deliberately narrower than git's (git-check-ref-format(1)): slash-separated
+# components of ASCII letters, digits, `_`, `.` and `-`, none starting with `.` or `-`, none
+# ending with `.` or `.lock`, no `..`, and not `HEAD`. Every name it accepts is valid for git
+# (each of git's refusals needs a character or a shape this excludes); a name it does not accept
+# is not refused here: the caller asks git, which decides as before.
+_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def plain_branch_name(name: str) -> bool:
+    """True only for a name git certainly accepts as a branch (see the module's rule)."""
+    if name == "HEAD" or ".." in name:
+        return False
+    for part in name.split("/"):
+        if not _COMPONENT.fullmatch(part) or part.endswith((".", ".lock")):
+            return False
+    return True

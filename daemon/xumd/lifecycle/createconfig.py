@@ -18,10 +18,10 @@ from typing import Any
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.wsenv import env_problem
 
-from xumd import smallfile
-from xumd.config import MAX_PORTS
-from xumd.errors import XumError
+from xumd.base.config import MAX_PORTS
+from xumd.base.errors import XumError
 from xumd.lifecycle.scripts import CONFIG_RELPATH, MAX_CONFIG_BYTES
+from xumd.system import smallfile
 
 WORKTREEINCLUDE = ".worktreeinclude"
 MAX_PATTERNS = 1000
@@ -71,7 +71,7 @@ def _patterns_file(path: Path) -> list[str]:
 
 def read(project_path: Path) -> dict[str, Any]:
     """The parsed `.xum/config.toml` of the main checkout ({} when there is none). Read
-    without blocking (a FIFO or a device there is unreadable: xumd.smallfile)."""
+    without blocking (a FIFO or a device there is unreadable: xumd.system.smallfile)."""
     path = project_path / CONFIG_RELPATH
     try:
         raw = smallfile.read_regular(path, MAX_CONFIG_BYTES)

@@ -13,11 +13,12 @@ from pathlib import Path
 import anyio
 from xum_protocol.models.workspace import RestoredInfo
 
-from xumd import fsdelete, logs
+from xumd.base import logs
 from xumd.checkouts import marker
-from xumd.lifecycle import fscopy, preserved
+from xumd.lifecycle import preserved
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.snapshot import Dropped
+from xumd.system import fscopy, fsdelete
 
 log = logs.get("xumd.lifecycle.dirstore")
 

@@ -37,19 +37,19 @@ from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.outcomes import RememberCleanup
 from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.service import CleanupService
-from xumd.containment import Containment
-from xumd.git import Git
 from xumd.lifecycle import rows, wsenv
 from xumd.lifecycle.context import FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
+from xumd.lifecycle.hooks import LifecycleHooks
 from xumd.lifecycle.listing import JsonResult
 from xumd.lifecycle.projects import ProjectService
 from xumd.lifecycle.scripts import ScriptLeases, ScriptRunner
-from xumd.lifecycle.seams import LifecycleHooks
 from xumd.lifecycle.service import WorkspaceService
 from xumd.lifecycle.snapshot import Snapshotter
 from xumd.lifecycle.unarchive import ArchiveComparison
 from xumd.rpc.dispatch import RequestContext
+from xumd.system.containment import Containment
+from xumd.system.git import Git
 
 
 def scripts(app: App, *, leases: ScriptLeases, containment: Containment) -> ScriptRunner:

@@ -8,7 +8,7 @@ import secrets
 from xum_protocol.errors import ErrorKind
 from xum_protocol.names import name_problem
 
-from xumd.errors import XumError
+from xumd.base.errors import XumError
 
 PROJECT = "prj_"
 WORKSPACE = "ws_"

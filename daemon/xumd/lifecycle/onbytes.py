@@ -46,12 +46,12 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import fsdelete, logs
-from xumd.errors import XumError
-from xumd.git import Git
-from xumd.lifecycle import fscopy, rawcopy
+from xumd.base import logs
+from xumd.base.errors import XumError
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.seed import git_list
+from xumd.system import fscopy, fsdelete, rawcopy
+from xumd.system.git import Git
 
 log = logs.get("xumd.lifecycle.onbytes")
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from xum_protocol.errors import ErrorKind
 from xum_protocol.names import name_problem
 
-from xumd.errors import XumError
+from xumd.base.errors import XumError
+from xumd.base.paths import RootPaths
 from xumd.lifecycle import views
 from xumd.lifecycle.rows import ProjectRow
-from xumd.paths import RootPaths
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,9 @@ import time
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.wsenv import PortChange
 
-from xumd import logs
-from xumd.config import PortsConfig
-from xumd.errors import XumError
+from xumd.base import logs
+from xumd.base.config import PortsConfig
+from xumd.base.errors import XumError
 from xumd.store import Store
 
 log = logs.get("xumd.lifecycle.ports")

@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xumd import fsdelete, logs
-from xumd.lifecycle import fscopy, rawcopy
+from xumd.base import logs
+from xumd.system import fscopy, fsdelete, rawcopy
 
 log = logs.get("xumd.lifecycle.preserved")
 
@@ -48,7 +48,7 @@ class SavedCopy:
     """Index flags of the checkout's files (path -> assume_unchanged | skip_worktree), set
     again by unarchive."""
     """Entries the snapshot cannot give back byte for byte, saved as they were under `raw/`
-    (lifecycle/onbytes.py, lifecycle/rawcopy.py): files, links, whole directories."""
+    (lifecycle/onbytes.py, system/rawcopy.py): files, links, whole directories."""
 
     @property
     def raw_root(self) -> Path:

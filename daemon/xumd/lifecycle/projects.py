@@ -26,16 +26,16 @@ from xum_protocol.models.project import (
     WorkspaceOutcome,
 )
 
-from xumd import logs
-from xumd.errors import XumError
-from xumd.git import Git
+from xumd.base import logs
+from xumd.base.errors import XumError
+from xumd.base.requestcut import answer_if_cut
 from xumd.lifecycle import ids, owned, rows, views
 from xumd.lifecycle import remove as removal
 from xumd.lifecycle.context import require_project
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.rows import ProjectRow
 from xumd.lifecycle.scripts import config_file, load_config
-from xumd.requestcut import answer_if_cut
+from xumd.system.git import Git
 
 if TYPE_CHECKING:
     from xumd.app import App

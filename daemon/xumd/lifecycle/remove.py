@@ -12,16 +12,16 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import KeptInfo, WorkspaceRemoveResult
 
-from xumd import faults, logs
-from xumd.errors import XumError
-from xumd.lifecycle import dirstore, preserved, removing, rows, views
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
+from xumd.base.requestcut import answer_if_cut
+from xumd.lifecycle import dirstore, preserved, rows, views
 from xumd.lifecycle.context import Context, invalid_state, some
 from xumd.lifecycle.onbytes import Account, refuse_unproven
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
 from xumd.lifecycle.snapshot import Dropped, Snapshot, WorkState
 from xumd.lifecycle.unarchive import unsaved_in_lingering
-from xumd.requestcut import answer_if_cut
 
 log = logs.get("xumd.lifecycle.remove")
 
@@ -105,7 +105,7 @@ async def remove_checked(ctx: Context, checked: Checked) -> WorkspaceRemoveResul
     prior = row.state
     with ctx.store.transaction():
         row = ctx.update(row, state="removing")
-        removing.record_prior(ctx.store, row.id, prior)
+        rows.record_removal_prior(ctx.store, row.id, prior)
     ctx.publish("workspace.state_changed", row)
     REMOVE_AFTER_INTENT()
     snap: Snapshot | None = None

@@ -16,11 +16,11 @@ import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.workspace import WorkspaceRenameResult
 
-from xumd import faults, logs
-from xumd.errors import XumError
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
 from xumd.lifecycle import ids, owned, rows
-from xumd.lifecycle.checkout import clear_stale_locks
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state
+from xumd.lifecycle.materialise import clear_stale_locks
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 
 log = logs.get("xumd.lifecycle.rename")

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from xum_protocol.models.workspace import WorkspaceSetupResult
 
-from xumd import logs
+from xumd.base import logs
+from xumd.base.requestcut import answer_if_cut, cut_reason
 from xumd.lifecycle import setup
 from xumd.lifecycle.context import Context, invalid_state
 from xumd.lifecycle.scripts import ScriptOutcome
-from xumd.requestcut import answer_if_cut, cut_reason
 
 log = logs.get("xumd.lifecycle.rerun_setup")
 

@@ -3,8 +3,8 @@
 Running a repository's scripts is running code from the repository, so (like direnv's allow) the
 daemon runs them only when the project trusts that exact file content: `project.trust` stores its
 sha256, and a changed file is untrusted again. Each command runs with `/bin/sh -c` in the checkout,
-in its own process group, with a per-command deadline and whole-tree kill (xumd.procutil), and its
-output is bounded (head + diagnostic tail).
+in its own process group, with a per-command deadline and whole-tree kill (xumd.system.procutil),
+and its output is bounded (head + diagnostic tail).
 
 Config:
     [scripts]
@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from xumd import logs, smallfile
+from xumd.base import logs
 from xumd.checkouts.marker import WorkspaceRef
-from xumd.containment import Containment, Marked
 from xumd.lifecycle import rows, wsenv
-from xumd.procutil import BoundedOutput, CommandNotFound, run_command
 from xumd.store import Store
+from xumd.system import smallfile
+from xumd.system.containment import Containment, Marked
+from xumd.system.procutil import BoundedOutput, CommandNotFound, run_command
 
 log = logs.get("xumd.lifecycle.scripts")
 

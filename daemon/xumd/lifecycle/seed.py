@@ -5,7 +5,7 @@ Which: untracked files and directories of the project's main checkout that match
 ignores. Git does the matching (`ls-files --others --ignored --exclude-from`, then
 `check-ignore`), so the patterns mean exactly what they mean in a .gitignore.
 
-How: by file descriptor through lifecycle/fscopy.py: each path component is opened with
+How: by file descriptor through system/fscopy.py: each path component is opened with
 O_NOFOLLOW (a symlink in the path is never followed, in the source or in the new checkout), a
 symlink is copied as a link, special files are skipped, a directory on another mount is not
 entered, data is cloned (FICLONE) where the filesystem can and copied otherwise. An entry the
@@ -35,11 +35,11 @@ import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.wsenv import CopyReport
 
-from xumd import diskfull, fsdelete, logs
-from xumd.errors import XumError
-from xumd.git import _BASE_ENV, Git
-from xumd.lifecycle import fscopy
-from xumd.procutil import CommandNotFound, run_command
+from xumd.base import logs
+from xumd.base.errors import XumError
+from xumd.system import diskfull, fscopy, fsdelete
+from xumd.system.git import _BASE_ENV, Git
+from xumd.system.procutil import CommandNotFound, run_command
 
 log = logs.get("xumd.lifecycle.seed")
 

@@ -32,7 +32,7 @@ from xumd.lifecycle.archive import archive as do_archive
 from xumd.lifecycle.context import Context
 from xumd.lifecycle.create import IntentBinding
 from xumd.lifecycle.create import create as do_create
-from xumd.lifecycle.keep import keep as do_keep
+from xumd.lifecycle.keep_interrupted import keep as do_keep
 from xumd.lifecycle.remove import remove as do_remove
 from xumd.lifecycle.rename import rename as do_rename
 from xumd.lifecycle.rerun_setup import rerun as do_rerun_setup

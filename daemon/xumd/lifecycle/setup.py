@@ -18,9 +18,9 @@ from typing import Any
 
 from xum_protocol.models.workspace import ScriptResult
 
-from xumd import faults, logs
+from xumd.base import faults, logs
+from xumd.base.events import EventBus
 from xumd.checkouts.marker import WorkspaceRef
-from xumd.events import EventBus
 from xumd.lifecycle.context import Context
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.scripts import Phase, ScriptOutcome

@@ -28,11 +28,11 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import fsdelete, smallfile
-from xumd.errors import XumError
-from xumd.git import Git, GitError
-from xumd.lifecycle import fscopy, onbytes, preserved, rawcopy
+from xumd.base.errors import XumError
+from xumd.lifecycle import onbytes, preserved
 from xumd.lifecycle.seed import git_list
+from xumd.system import fscopy, fsdelete, rawcopy, smallfile
+from xumd.system.git import Git, GitError
 
 SNAPSHOT_NS = "refs/xum/snapshots"
 _IDENT = {
@@ -219,7 +219,8 @@ class Snapshotter:
         `status.showUntrackedFiles` says. GIT_OPTIONAL_LOCKS=0 (the runner's): status never
         writes the user's index."""
         try:
-            # Never blocking: a FIFO there would hold the event loop's thread (xumd.smallfile).
+            # Never blocking: a FIFO there would hold the event loop's thread
+            # (xumd.system.smallfile).
             header = smallfile.read_head(git_dir / "index", 8)
         except OSError:
             return False

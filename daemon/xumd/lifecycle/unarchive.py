@@ -15,22 +15,22 @@ import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.workspace import RestoredInfo, SnapshotInfo, WorkspaceUnarchiveResult
 
-from xumd import faults, logs
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
+from xumd.base.requestcut import answer_if_cut, cut_reason
 from xumd.cleanup.obligations import ObligationRow
-from xumd.errors import XumError
 from xumd.lifecycle import (
     bigrepo,
-    checkout,
     createconfig,
     dirstore,
     ids,
+    materialise,
     onbytes,
     ports,
     preserved,
-    rawcopy,
     rows,
     setup,
-    sparsekeep,
+    sparse_cone,
 )
 from xumd.lifecycle.context import (
     UNDO_DEADLINE_S,
@@ -40,12 +40,12 @@ from xumd.lifecycle.context import (
     some,
 )
 from xumd.lifecycle.create import seed_checkout
+from xumd.lifecycle.hooks import busy_message, mount_holders
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptOutcome, preserve_globs
-from xumd.lifecycle.seams import busy_message, mount_holders
 from xumd.lifecycle.snapshot import Snapshotter
-from xumd.requestcut import answer_if_cut, cut_reason
 from xumd.store import Store
+from xumd.system import rawcopy
 
 log = logs.get("xumd.lifecycle.unarchive")
 
@@ -100,7 +100,7 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
                 if row.runtime == "worktree":
                     # Before `made`: a refusal here must not run the undo's discard, which
                     # would drop whatever entry registers the (missing) path.
-                    dropped = await checkout.drop_stale_admin_entry(ctx.git, project.path, row)
+                    dropped = await materialise.drop_stale_admin_entry(ctx.git, project.path, row)
                     if dropped:
                         log.info("workspace.stale_admin_entry_dropped", workspace=row.id)
                 row.path.parent.mkdir(parents=True, exist_ok=True)
@@ -383,17 +383,17 @@ def _check_path_free(ctx: Context, row: WorkspaceRow) -> None:
 
 async def _recreate(ctx: Context, project: ProjectRow, row: WorkspaceRow) -> None:
     if row.runtime == "directory":
-        checkout.make_directory(row)
+        materialise.make_directory(row)
         return
     assert row.branch is not None
     exists = await ctx.git.run(
         project.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{row.branch}", check=False
     )
     if exists.ok:
-        await checkout.add_worktree(ctx.git, project.path, row, row.branch, None)
+        await materialise.add_worktree(ctx.git, project.path, row, row.branch, None)
     elif row.snapshot_commit:
         # The branch was deleted by hand: bring it back where the snapshot was taken.
-        await checkout.add_worktree(
+        await materialise.add_worktree(
             ctx.git, project.path, row, row.branch, f"{row.snapshot_commit}^1"
         )
     else:
@@ -424,12 +424,12 @@ async def _resparsify(
     ctx: Context, project: ProjectRow, row: WorkspaceRow, restored: RestoredInfo
 ) -> RestoredInfo:
     """The cone recorded at archive, re-applied over the restored files without dropping any
-    that carries work (lifecycle/sparsekeep.py)."""
-    sparse = sparsekeep.recorded(ctx.store, row.id)
+    that carries work (lifecycle/sparse_cone.py)."""
+    sparse = sparse_cone.recorded(ctx.store, row.id)
     if sparse is None:
-        await sparsekeep.unsparse(ctx.git, project.path, row.path)
+        await sparse_cone.unsparse(ctx.git, project.path, row.path)
         return restored
-    applied, kept = await sparsekeep.reapply(
+    applied, kept = await sparse_cone.reapply(
         ctx.git, project.path, row.path, sparse, restored.preserved
     )
     return restored.model_copy(update={"sparse": applied, "sparse_kept": kept})
@@ -440,6 +440,6 @@ async def _undo(
 ) -> None:
     log.warning("workspace.unarchive_undo", workspace=row.id)
     if made:
-        await checkout.discard(ctx.git, project.path, row)
+        await materialise.discard(ctx.git, project.path, row)
         UNDO_AFTER_DISCARD()
     ctx.roll_back(row, state="archived", incarnation=old.incarnation, dev=old.dev, ino=old.ino)

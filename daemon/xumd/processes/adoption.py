@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from xumd import logs
-from xumd.events import EventBus
+from xumd.base import logs
+from xumd.base.events import EventBus
 from xumd.processes import durable
 from xumd.processes.durable import DurableIO
 from xumd.processes.leases import Lease, LeaseStore

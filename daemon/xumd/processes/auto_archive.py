@@ -20,9 +20,9 @@ import anyio
 import anyio.abc
 from xum_protocol.errors import ErrorKind
 
-from xumd import faults, logs
-from xumd.errors import XumError
-from xumd.events import EventBus
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
+from xumd.base.events import EventBus
 from xumd.lifecycle import rows
 from xumd.processes.managed import Managed
 from xumd.store import Store

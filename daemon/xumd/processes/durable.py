@@ -24,8 +24,9 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xumd import fsdelete, logs
+from xumd.base import logs
 from xumd.processes.output_log import OutputLog, create_meta
+from xumd.system import fsdelete
 
 log = logs.get("xumd.processes.durable")
 

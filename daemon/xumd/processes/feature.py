@@ -50,14 +50,13 @@ from xum_protocol.models.process import (
     WriteResult,
 )
 
-from xumd import logs
 from xumd.app import App
+from xumd.base import logs
+from xumd.base.errors import XumError
 from xumd.checkouts.marker import WorkspaceRef
-from xumd.containment import Containment
-from xumd.errors import XumError
 from xumd.lifecycle import wsenv
+from xumd.lifecycle.hooks import LifecycleHooks, busy_message
 from xumd.lifecycle.ids import check_id
-from xumd.lifecycle.seams import LifecycleHooks, busy_message
 from xumd.lifecycle.service import WorkspaceService
 from xumd.processes.auto_archive import AutoArchiver
 from xumd.processes.leases import LEASE_PREFIX, LeaseStore
@@ -66,6 +65,7 @@ from xumd.processes.quiescence import Quiescence
 from xumd.processes.supervisor import Supervisor, parse_signal
 from xumd.rpc.dispatch import RequestContext
 from xumd.store.memo import StoreMemo
+from xumd.system.containment import Containment
 
 log = logs.get("xumd.processes.feature")
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from xum_protocol.errors import ErrorKind
 
-from xumd import logs
-from xumd.errors import XumError
-from xumd.events import EventBus
+from xumd.base import logs
+from xumd.base.errors import XumError
+from xumd.base.events import EventBus
 from xumd.processes.managed import Managed
 from xumd.processes.settlement import Settlement
 from xumd.processes.starting import Admit

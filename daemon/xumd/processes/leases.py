@@ -23,11 +23,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from xumd import logs
-from xumd.events import EventBus
+from xumd.base import logs
+from xumd.base.events import EventBus
 from xumd.processes import probes
-from xumd.procstat import start_time
 from xumd.store import Store
+from xumd.system.procstat import start_time
 
 log = logs.get("xumd.processes.leases")
 

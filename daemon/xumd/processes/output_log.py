@@ -36,8 +36,9 @@ from pathlib import Path
 
 import anyio
 
-from xumd import logs, smallfile
+from xumd.base import logs
 from xumd.processes.ring import Chunk, Waitable
+from xumd.system import smallfile
 
 log = logs.get("xumd.processes.output_log")
 

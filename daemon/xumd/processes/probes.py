@@ -18,8 +18,8 @@ from pathlib import Path
 import anyio
 import psutil
 
-from xumd.fdlimits import is_exhausted
-from xumd.procstat import START_TOLERANCE_S, identity, same_process_alive
+from xumd.system.fdlimits import is_exhausted
+from xumd.system.procstat import START_TOLERANCE_S, identity, same_process_alive
 
 
 def group_members(pgid: int, *, exclude_zombies: bool = True) -> list[int]:

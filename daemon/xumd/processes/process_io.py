@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd.errors import XumError
+from xumd.base.errors import XumError
 from xumd.processes.managed import Managed
 from xumd.processes.output_log import OutputLog
 from xumd.processes.spawn import Child, set_winsize

@@ -1,6 +1,6 @@
 """The quiescence check's process side: who holds a checkout, and stopping the daemon's own.
 
-Plugged into `LifecycleHooks` (xumd.lifecycle.seams): structural mutations call `holders(ref)`
+Plugged into `LifecycleHooks` (xumd.lifecycle.hooks): structural mutations call `holders(ref)`
 under their exclusive reservation and refuse `busy` naming them; `archive {stop: true}` calls
 `stop(ref, deadline)` first.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import anyio
 
-from xumd import logs
+from xumd.base import logs
 from xumd.checkouts.marker import WorkspaceRef
-from xumd.lifecycle.seams import Holder, command_line
+from xumd.lifecycle.hooks import Holder, command_line
 from xumd.processes import probes
 from xumd.processes.leases import LeaseStore, holder_of
 from xumd.processes.supervisor import Supervisor

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 
 from xum_protocol.errors import ErrorKind
 
-from xumd import logs
-from xumd.errors import XumError
-from xumd.events import EventBus
+from xumd.base import logs
+from xumd.base.errors import XumError
+from xumd.base.events import EventBus
 from xumd.processes import probes
 from xumd.processes.leases import LeaseStore
 from xumd.processes.managed import Managed

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xumd import containment
+from xumd.system import containment
 
 _SHIM = """
 import fcntl, os, sys, termios

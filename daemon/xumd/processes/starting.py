@@ -18,22 +18,23 @@ from typing import Any
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import diskfull, faults, logs
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
+from xumd.base.events import EventBus
 from xumd.checkouts.marker import WorkspaceRef
-from xumd.containment import MARKER_VAR
-from xumd.errors import XumError
-from xumd.events import EventBus
 from xumd.lifecycle import wsenv
 from xumd.processes.durable import DurableIO
-from xumd.processes.keep_policy import KeepPolicy
 from xumd.processes.leases import LeaseStore, new_id
 from xumd.processes.managed import Managed, default_label
+from xumd.processes.outliving import KeepPolicy
 from xumd.processes.ring import OutputRing
 from xumd.processes.spawn import Child, ProgramNotFound, resolve_program, start_child
 from xumd.processes.state import PROCESS_PREFIX, ProcessTable, SupervisorSettings, TaskHost
 from xumd.processes.watching import Watcher
-from xumd.procstat import start_time
-from xumd.procutil import kill_tree
+from xumd.system import diskfull
+from xumd.system.containment import MARKER_VAR
+from xumd.system.procstat import start_time
+from xumd.system.procutil import kill_tree
 
 log = logs.get("xumd.processes.starting")
 

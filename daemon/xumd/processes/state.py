@@ -22,11 +22,11 @@ import anyio
 import anyio.abc
 from xum_protocol.errors import ErrorKind
 
-from xumd.containment import Containment
-from xumd.errors import XumError
+from xumd.base.errors import XumError
 from xumd.lifecycle.ids import check_id
 from xumd.processes.leases import Lease
 from xumd.processes.managed import Managed
+from xumd.system.containment import Containment
 
 PROCESS_PREFIX = "proc_"
 SERVE_WAIT_S = 5.0

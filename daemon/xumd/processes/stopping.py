@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import anyio
 
-from xumd import logs
-from xumd.events import EventBus
+from xumd.base import logs
+from xumd.base.events import EventBus
 from xumd.processes.managed import Managed
 from xumd.processes.settlement import Settlement
 from xumd.processes.state import ProcessTable, SupervisorSettings
 from xumd.processes.watching import stop_marked_leftovers
-from xumd.procutil import kill_tree
+from xumd.system.procutil import kill_tree
 
 log = logs.get("xumd.processes.stopping")
 

@@ -5,7 +5,7 @@ A facade over parts with one responsibility each:
 - watching.py and settlement.py: output while it runs, its end, `pending_stop` and the probe;
 - process_io.py: output, input, terminal size, signals, waiting for the exit;
 - stopping.py and foreground.py: bounded stops, release, shutdown; a caller's foreground processes;
-- adoption.py and keep_policy.py: processes that outlive the daemon (`keep_processes`) and their
+- adoption.py and outliving.py: processes that outlive the daemon (`keep_processes`) and their
   adoption by the next one (docs/PROCESSES.md has the whole design).
 
 Rules it keeps (design invariants 3 and 5):
@@ -27,16 +27,14 @@ import anyio
 import anyio.abc
 from xum_protocol.errors import ErrorKind
 
-from xumd import logs
-from xumd.containment import Containment
-from xumd.errors import XumError
-from xumd.events import EventBus
-from xumd.fdlimits import is_exhausted
+from xumd.base import logs
+from xumd.base.errors import XumError
+from xumd.base.events import EventBus
 from xumd.processes import adoption, process_io
 from xumd.processes.foreground import Foreground
-from xumd.processes.keep_policy import KEEPABLE_KINDS, KeepPolicy
 from xumd.processes.leases import Lease, LeaseStore
 from xumd.processes.managed import Managed
+from xumd.processes.outliving import KEEPABLE_KINDS, KeepPolicy
 from xumd.processes.process_io import parse_signal
 from xumd.processes.settlement import Settlement
 from xumd.processes.starting import Admit, Starter, child_env
@@ -49,6 +47,8 @@ from xumd.processes.state import (
 )
 from xumd.processes.stopping import CONFIRM_S, Stopper
 from xumd.processes.watching import Watcher
+from xumd.system.containment import Containment
+from xumd.system.fdlimits import is_exhausted
 
 __all__ = [
     "CONFIRM_S",

@@ -14,14 +14,15 @@ from typing import Any
 
 import anyio
 
-from xumd import containment, faults, logs
+from xumd.base import faults, logs
 from xumd.processes import probes
 from xumd.processes.managed import Managed, describe_status
 from xumd.processes.output_log import OutputLog
 from xumd.processes.ring import OutputRing
 from xumd.processes.settlement import Settlement
 from xumd.processes.state import SupervisorSettings
-from xumd.procutil import kill_tree
+from xumd.system import containment
+from xumd.system.procutil import kill_tree
 
 log = logs.get("xumd.processes.watching")
 

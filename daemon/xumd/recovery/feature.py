@@ -21,17 +21,18 @@ from xum_protocol.models.recovery import (
     StraysResult,
 )
 
-from xumd import fsdelete, logs
 from xumd.app import App
-from xumd.errors import XumError
-from xumd.git import Git
+from xumd.base import logs
+from xumd.base.errors import XumError
 from xumd.lifecycle import dirstore, ids, preserved, rows
-from xumd.lifecycle.seams import Holder, LifecycleHooks, busy_message, mounts_holding
+from xumd.lifecycle.hooks import Holder, LifecycleHooks, busy_message, mounts_holding
 from xumd.lifecycle.service import WorkspaceService
 from xumd.recovery import strays
 from xumd.recovery.reconcile import Reconciler, RecoveryReport
 from xumd.rpc.dispatch import RequestContext
 from xumd.store.memo import StoreMemo
+from xumd.system import fsdelete
+from xumd.system.git import Git
 from xumd.turns.service import TurnService
 
 STATUS_KEY = "recovery"

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from xum_protocol.errors import ErrorKind
 
-from xumd import faults, logs
-from xumd.errors import XumError
-from xumd.git import Git
-from xumd.lifecycle import preserved, removing, rows
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
+from xumd.lifecycle import preserved, rows
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.recovery.disk import Probe, probe, same_identity
+from xumd.system.git import Git
 
 if TYPE_CHECKING:
     from xumd.app import App
@@ -327,7 +327,7 @@ class Reconciler:
         # The row is deleted in the same transaction that plans the cleanup: a `removing` row
         # means nothing was deleted yet. Roll back; the user removes again (or keeps).
         disk = probe(row)
-        prior = removing.prior_state(self.store, row.id)
+        prior = rows.removal_prior_state(self.store, row.id)
         if row.interrupted:
             # Flagged before the removal began (a creation never kept, or an active or archived
             # row flagged by an earlier pass): back to the state it was removed from, flag and

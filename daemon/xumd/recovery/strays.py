@@ -18,14 +18,15 @@ from pathlib import Path
 import anyio
 from xum_protocol.models.recovery import StrayInfo
 
-from xumd import fsdelete, logs
+from xumd.base import logs
+from xumd.base.paths import RootPaths
 from xumd.checkouts import marker
 from xumd.checkouts.adminfile import read_admin_file
 from xumd.cleanup.obligations import Obligations
-from xumd.git import Git
 from xumd.lifecycle import preserved, rows, views
-from xumd.paths import RootPaths
 from xumd.store import Store
+from xumd.system import fsdelete
+from xumd.system.git import Git
 
 log = logs.get("xumd.recovery.strays")
 

@@ -34,7 +34,7 @@ from xum_protocol import framing
 from xum_protocol.errors import ErrorKind
 from xum_protocol.version import PROTOCOL_VERSION
 
-from xumd import logs
+from xumd.base import logs
 from xumd.rpc.dispatch import LATER, Router, error_response, expects_reply
 from xumd.rpc.outbox import Outbox, OutboxClosed
 from xumd.rpc.transport import FrameProtocol

@@ -21,8 +21,8 @@ import anyio
 from pydantic import BaseModel
 from xum_protocol.errors import ErrorKind
 
-from xumd import faults, logs
-from xumd.errors import XumError
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
 from xumd.rpc.dispatch import RequestContext
 
 log = logs.get("xumd.rpc")

@@ -21,9 +21,10 @@ import anyio
 import orjson
 from xum_protocol.errors import ErrorKind, code_for
 
-from xumd import diskfull, logs, requestcut
-from xumd.errors import XumError
-from xumd.fdlimits import FD_ERRNOS, is_exhausted
+from xumd.base import logs, requestcut
+from xumd.base.errors import XumError
+from xumd.system import diskfull
+from xumd.system.fdlimits import FD_ERRNOS, is_exhausted
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError

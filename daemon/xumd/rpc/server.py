@@ -14,13 +14,14 @@ import anyio
 from xum_protocol import framing
 from xum_protocol.errors import ErrorKind
 
-from xumd import diskfull, logs
-from xumd.config import DaemonConfig
-from xumd.fdlimits import FdLimits, is_exhausted
-from xumd.paths import socket_path_problem
+from xumd.base import logs
+from xumd.base.config import DaemonConfig
+from xumd.base.paths import socket_path_problem
 from xumd.rpc.connection import Connection
 from xumd.rpc.dispatch import Router, error_response
 from xumd.rpc.transport import FrameProtocol
+from xumd.system import diskfull
+from xumd.system.fdlimits import FdLimits, is_exhausted
 
 log = logs.get("xumd.server")
 

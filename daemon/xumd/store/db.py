@@ -24,8 +24,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from xumd import diskfull, logs
-from xumd.errors import XumError
+from xumd.base import logs
+from xumd.base.errors import XumError
+from xumd.system import diskfull
 
 log = logs.get("xumd.store")
 

@@ -18,8 +18,8 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.models.turn import TurnCreateParams, TurnCreateResult, TurnInfo
 from xum_protocol.models.workspace import Runtime, WorkspaceCreateParams
 
-from xumd import faults, logs
-from xumd.errors import XumError
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
 from xumd.lifecycle import ids
 from xumd.lifecycle import rows as ws_rows
 from xumd.lifecycle.coordinator import Coordinator

@@ -11,10 +11,10 @@ from xum_protocol.models.usage import WorkspaceUsageParams, WorkspaceUsageResult
 
 from xumd.app import App
 from xumd.cleanup.service import CleanupService
-from xumd.git import Git
 from xumd.lifecycle.service import WorkspaceService
 from xumd.rpc.deferred import Deferred
 from xumd.rpc.dispatch import RequestContext
+from xumd.system.git import Git
 
 if TYPE_CHECKING:
     from xumd.usage.service import UsageService

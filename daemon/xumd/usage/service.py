@@ -18,13 +18,13 @@ from xum_protocol.models.usage import (
     WorkspaceUsageResult,
 )
 
-from xumd import logs
 from xumd.app import App
+from xumd.base import logs
 from xumd.cleanup.service import CleanupService
-from xumd.git import Git
 from xumd.lifecycle import owned, rows
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.service import WorkspaceService
+from xumd.system.git import Git
 from xumd.usage import walk
 
 log = logs.get("xumd.usage")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from xum_protocol.models.usage import DirUsage, UsageFigures
 
-from xumd import fsdelete
+from xumd.system import fsdelete
 
 LARGEST = 10
 

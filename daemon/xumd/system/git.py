@@ -14,10 +14,10 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import childproc, diskfull, gitlocks
-from xumd.containment import Containment
-from xumd.errors import XumError
-from xumd.procutil import CommandNotFound, CommandResult, run_command
+from xumd.base.errors import XumError
+from xumd.system import childproc, diskfull, gitlocks
+from xumd.system.containment import Containment
+from xumd.system.procutil import CommandNotFound, CommandResult, run_command
 
 # Git must never prompt (no TTY behind a daemon) nor read the user's pager/editor settings.
 _BASE_ENV = {
@@ -178,7 +178,7 @@ class Git:
                 grace_s=5.0,
                 containment=self.containment,
                 # A process group of its own suffices (and skips a new session's cost) unless
-                # the daemon has a terminal a hook could read from: xumd.childproc.
+                # the daemon has a terminal a hook could read from: xumd.system.childproc.
                 own_session=childproc.has_controlling_tty(),
             )
         except CommandNotFound as exc:

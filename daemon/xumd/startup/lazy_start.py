@@ -30,11 +30,11 @@ import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.method_names import METHOD_NAMES
 
-from xumd import faults, logs
 from xumd.app import App
-from xumd.errors import XumError
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
 
-log = logs.get("xumd.leanstart")
+log = logs.get("xumd.startup.lazy_start")
 
 BOOKKEEPING_TABLES = frozenset({"meta", "workspace_listing_counter"})
 """Tables whose rows say nothing about workspaces, processes or work left (the schema version,
@@ -50,13 +50,13 @@ DAEMON_METHODS = frozenset({"hello", "daemon.status", "daemon.shutdown", "events
 
 FEATURE_METHODS = tuple(sorted(METHOD_NAMES - DAEMON_METHODS))
 """Every method the feature graph registers: the protocol's others (tests/test_lean_start.py
-checks it against what `xumd.features.install` registers)."""
+checks it against what `xumd.startup.feature_graph.install` registers)."""
 
 FEATURE_TEST_METHODS = ("test.clock_advance",)
 """...and those it registers only with `enable_test_methods`."""
 
 BUILD_FAILS = faults.declare(
-    "leanstart.build_fails",
+    "lazy_start.build_fails",
     "simulate: the first build of the feature graph in this daemon fails as a failed import "
     "would (answered internal; the next request builds it)",
     simulate=True,
@@ -173,7 +173,7 @@ class LazyFeatures:
             app.start_background(mark)
             self.built = True
         except Exception as exc:
-            log.exception("leanstart.build_failed", caller=why)
+            log.exception("lazy_start.build_failed", caller=why)
             # Take back what the failed build registered: the next request starts afresh.
             app.router.routes.clear()
             app.router.routes.update(routes)
@@ -185,7 +185,7 @@ class LazyFeatures:
         finally:
             self._building = None
             building.set()
-        log.info("leanstart.features_built", caller=why)
+        log.info("lazy_start.features_built", caller=why)
 
 
 def _unavailable(why: str, cause: str) -> XumError:

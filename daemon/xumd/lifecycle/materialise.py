@@ -14,14 +14,15 @@ from pathlib import Path
 import anyio
 from xum_protocol.errors import ErrorKind
 
-from xumd import diskfull, fsdelete, gitlocks, logs
+from xumd.base import logs
+from xumd.base.errors import XumError
 from xumd.checkouts import marker
 from xumd.checkouts.adminfile import read_admin_file
-from xumd.errors import XumError
-from xumd.git import Git, GitError
 from xumd.lifecycle.rows import WorkspaceRow
+from xumd.system import diskfull, fsdelete, gitlocks
+from xumd.system.git import Git, GitError
 
-log = logs.get("xumd.lifecycle.checkout")
+log = logs.get("xumd.lifecycle.materialise")
 
 
 async def clear_stale_locks(git: Git, repo: Path) -> list[str]:

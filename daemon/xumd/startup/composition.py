@@ -2,41 +2,45 @@
 
 Order matters: features that others depend on are installed first, and startup hooks (recovery)
 run in installation order before the daemon is ready. A root with nothing to recover starts
-lean (`xumd.leanstart`): the daemon's own features (status, events, the containment sweep) are
-installed before readiness, the feature graph (`xumd.features`) at the first request that needs
-it. Each feature gets its collaborators from here, explicitly (git, the directory exclusion, the
-script runner, the lifecycle hooks, the services of the features below it), never by looking a
-class up by name; which package may import which is the table in tests/test_architecture.py.
+lean (`xumd.startup.lazy_start`): the daemon's own features (status, events, the containment sweep)
+are installed before readiness, the feature graph (`xumd.startup.feature_graph`) at the first
+request that needs it. Each feature gets its collaborators from here, explicitly (git, the directory
+exclusion, the script runner, the lifecycle hooks, the services of the features below it), never by
+looking a class up by name; which package may import which is the table in
+tests/test_architecture.py.
 """
 
 from __future__ import annotations
 
-from xumd import containment_feature, daemon_feature, leanstart, logs
 from xumd.app import App
+from xumd.base import logs
+from xumd.daemon import containment_feature
+from xumd.daemon import feature as daemon_feature
+from xumd.startup import lazy_start
 
-log = logs.get("xumd.bootstrap")
+log = logs.get("xumd.startup.composition")
 
 
 def import_deferred() -> None:
-    """Import now what the features built at their first request (`leanstart`: the feature
+    """Import now what the features built at their first request (`lazy_start`: the feature
     graph; `rpc.deferred`: gc, usage) import then: `--list-fault-points` and `XUM_FAULT` must
     see every point a module declares."""
-    from xumd import features  # noqa: F401
     from xumd.gc import service as gc_service  # noqa: F401
+    from xumd.startup import feature_graph  # noqa: F401
     from xumd.usage import service as usage_service  # noqa: F401
 
 
 def install_features(app: App, *, lean: bool = False) -> None:
     """Install every feature; with `lean` (the daemon's start), on a root with nothing to
     recover, the feature graph is registered by name and built at its first request
-    (`xumd.leanstart`)."""
+    (`xumd.startup.lazy_start`)."""
     daemon_feature.install(app)
     containment = containment_feature.install(app)  # first: its sweep runs before adoption
-    why = leanstart.why_not_lean(app) if lean else "built whole"
+    why = lazy_start.why_not_lean(app) if lean else "built whole"
     if why is None:
         # Lean: no table holds a row, so no lease names a process the sweep should adopt.
         containment.adoptable.no_leases()
-        leanstart.LazyFeatures(app, lambda: _install_graph(app, containment)).register()
+        lazy_start.LazyFeatures(app, lambda: _install_graph(app, containment)).register()
     else:
         _install_graph(app, containment)
     log.info("daemon.start_shape", lean=why is None, why=why)
@@ -49,6 +53,6 @@ def install_features(app: App, *, lean: bool = False) -> None:
 
 def _install_graph(app: App, containment: containment_feature.Installed) -> None:
     # Imported here: a lean start imports them at the first request that needs them.
-    from xumd import features
+    from xumd.startup import feature_graph
 
-    features.install(app, containment)
+    feature_graph.install(app, containment)

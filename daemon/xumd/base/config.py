@@ -6,7 +6,7 @@ Validated here without pydantic: building pydantic models costs its import and t
 every start's way to readiness (docs/PERFORMANCE.md, "Lean start"). Each section is a
 table of keys (type, default, bounds); values are taken as pydantic's lax mode takes them (an
 integral float for an int, a numeric string, `yes`/`no` for a bool), and a refusal reads as
-pydantic's did. `xumd.config_schema` derives pydantic models from these tables, for the
+pydantic's did. `xumd.base.config_schema` derives pydantic models from these tables, for the
 documentation; tests/test_config_lean.py checks that pydantic, given the same keys, takes and
 refuses what this module does.
 """
@@ -28,7 +28,7 @@ _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 
 class Key(NamedTuple):
     """One setting: its type, its default, its bounds (None: unbounded) and what it does (the
-    documentation's description, `xumd.config_schema`)."""
+    documentation's description, `xumd.base.config_schema`)."""
 
     kind: type[Any]
     default: Any

@@ -45,10 +45,11 @@ from typing import Any
 
 import anyio
 
-from xumd import logs, procstat
-from xumd.fdlimits import child_soft, is_exhausted
+from xumd.base import logs
+from xumd.system import procstat
+from xumd.system.fdlimits import child_soft, is_exhausted
 
-log = logs.get("xumd.containment")
+log = logs.get("xumd.system.containment")
 
 MARKER_VAR = "XUM_RUN"
 PR_SET_CHILD_SUBREAPER = 36

@@ -1,19 +1,20 @@
 """The feature graph: lifecycle, cleanup, processes, turns, usage, recovery and gc, installed in
 dependency order (each line owned by its feature), and wired to the containment installed before
-them. Installed before readiness, or at the first request of a lean start (`xumd.leanstart`)."""
+them. Installed before readiness, or at the first request of a lean start
+(`xumd.startup.lazy_start`)."""
 
 from __future__ import annotations
 
-from xumd import containment_feature
 from xumd.app import App
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup import feature as cleanup_feature
+from xumd.daemon import containment_feature
 from xumd.gc import feature as gc_feature
-from xumd.git import Git
 from xumd.lifecycle import feature as lifecycle_feature
-from xumd.lifecycle.seams import LifecycleHooks
+from xumd.lifecycle.hooks import LifecycleHooks
 from xumd.processes import feature as processes_feature
 from xumd.recovery import feature as recovery_feature
+from xumd.system.git import Git
 from xumd.turns import feature as turns_feature
 from xumd.usage import feature as usage_feature
 
@@ -60,4 +61,4 @@ def install(app: App, containment: containment_feature.Installed) -> None:
         app, git=git, hooks=hooks, usage=usage, workspaces=workspaces
     )
     containment_feature.wire(containment, leases=leases)
-    hooks.require_wired()  # processes' and recovery's, bound late (seams.LifecycleHooks says why)
+    hooks.require_wired()  # processes' and recovery's, bound late (hooks.LifecycleHooks says why)

@@ -23,10 +23,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from xumd import logs, smallfile
-from xumd.fdlimits import is_exhausted
+from xumd.base import logs
+from xumd.system import smallfile
+from xumd.system.fdlimits import is_exhausted
 
-log = logs.get("xumd.gitlocks")
+log = logs.get("xumd.system.gitlocks")
 
 STALE_AFTER_S = 60.0
 _TOP_LOCKS = ("index.lock", "config.lock", "packed-refs.lock", "HEAD.lock", "shallow.lock")

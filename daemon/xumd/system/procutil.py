@@ -2,10 +2,10 @@
 
 Every child the daemon starts (git, setup/teardown scripts, supervised processes) goes through
 here, so the rules hold everywhere: argv only (never a shell unless the caller passes `sh -c`
-explicitly for a trusted script), a new session (or a new group: `own_session`, xumd.childproc)
-so the child and its descendants form one group, a program that cannot run named as such
-whatever wraps it, a deadline on every wait, and SIGTERM-then-SIGKILL of the whole tree. Who a
-process is (pid and start time) is `xumd.procstat`.
+explicitly for a trusted script), a new session (or a new group: `own_session`,
+xumd.system.childproc) so the child and its descendants form one group, a program that cannot run
+named as such whatever wraps it, a deadline on every wait, and SIGTERM-then-SIGKILL of the whole
+tree. Who a process is (pid and start time) is `xumd.system.procstat`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from pathlib import Path
 import anyio
 import psutil
 
-from xumd import childproc, fdlimits, logs, procstat
-from xumd import containment as contain
+from xumd.base import logs
+from xumd.system import childproc, fdlimits, procstat
+from xumd.system import containment as contain
 
 log = logs.get("xumd.proc")
 
@@ -375,7 +376,7 @@ async def run_command(
     the child carries a marker (`marker`, or a fresh one) in its environment, and whatever still
     carries it once the command ended (a double-forked descendant too) is stopped as well.
     `own_session=False`: a new process group instead of a new session (cheaper; see
-    `xumd.childproc`), for callers that checked the daemon has no controlling terminal.
+    `xumd.system.childproc`), for callers that checked the daemon has no controlling terminal.
     """
     if not argv:
         raise ValueError("empty argv")

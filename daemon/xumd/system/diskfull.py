@@ -17,8 +17,8 @@ from pathlib import Path
 
 from xum_protocol.errors import ErrorKind
 
-from xumd import fsdelete
-from xumd.errors import XumError
+from xumd.base.errors import XumError
+from xumd.system import fsdelete
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 

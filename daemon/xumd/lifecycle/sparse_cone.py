@@ -25,13 +25,13 @@ from pathlib import Path
 
 from xum_protocol.models.checkout_extras import SparseInfo
 
-from xumd import logs
-from xumd.git import Git
+from xumd.base import logs
 from xumd.lifecycle import bigrepo
 from xumd.lifecycle.seed import git_list
 from xumd.store import Store
+from xumd.system.git import Git
 
-log = logs.get("xumd.lifecycle.sparsekeep")
+log = logs.get("xumd.lifecycle.sparse_cone")
 
 
 def record(store: Store, workspace_id: str, sparse: SparseInfo | None) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xumd import logs
+from xumd.base import logs
 from xumd.processes.output_log import hole_punching_problem
 
-log = logs.get("xumd.processes.keep_policy")
+log = logs.get("xumd.processes.outliving")
 
 KEEPABLE_KINDS = frozenset({"agent", "mcp"})
 """Kinds that may outlive the daemon (keep_processes), when they run without a PTY."""

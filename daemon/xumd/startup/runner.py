@@ -9,17 +9,18 @@ from pathlib import Path
 import anyio
 from xum_protocol.discovery import default_root, resolve_socket
 
-from xumd import containment, faults, fdlimits, logs, procstat
 from xumd.app import App
-from xumd.bootstrap import install_features
-from xumd.config import ConfigError, load
-from xumd.paths import RootPaths
-from xumd.rootlock import RootLockedError, acquire
+from xumd.base import faults, logs
+from xumd.base.config import ConfigError, load
+from xumd.base.paths import RootPaths
 from xumd.rpc.server import SocketSetupError, bind_socket, socket_name, systemd_socket
-from xumd.sdnotify import Notifier
+from xumd.startup.composition import install_features
 from xumd.store import Store, StoreError
+from xumd.system import containment, fdlimits, procstat
+from xumd.system.rootlock import RootLockedError, acquire
+from xumd.system.sdnotify import Notifier
 
-log = logs.get("xumd.main")
+log = logs.get("xumd.startup.main")
 
 EXIT_FAILED = 1
 EXIT_ALREADY_RUNNING = 3

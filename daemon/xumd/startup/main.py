@@ -29,7 +29,7 @@ EXIT_FLUSH_FAILED = 120
 
 
 def _parser() -> argparse.ArgumentParser:
-    from xumd import logs
+    from xumd.base import logs
 
     parser = argparse.ArgumentParser(
         prog="xumd",
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     # of the serving daemon never walk it either.
     gc.disable()
     try:
-        from xumd import faults, logs
+        from xumd.base import faults, logs
 
         args = _parser().parse_args(argv)
         level = args.log_level or os.environ.get("XUM_LOG_LEVEL", "info").strip().lower()
@@ -85,17 +85,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         if unknown:
             # Said, not swallowed: a user who asked for debug lines learns why there are none.
-            logs.get("xumd.main").warning(
+            logs.get("xumd.startup.main").warning(
                 "daemon.log_level_unknown", value=level, known=list(logs.LEVELS), using="info"
             )
         _without_pydantic_plugins()
-        from xumd import bootstrap
-        from xumd.daemon_runner import run_daemon
+        from xumd.startup import composition
+        from xumd.startup.runner import run_daemon
 
         if args.list_fault_points or os.environ.get(faults.ENV_VAR):
             # Every fault point is declared at import: those of the features built at their
             # first request too.
-            bootstrap.import_deferred()
+            composition.import_deferred()
     finally:
         gc.freeze()
         gc.enable()

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from xumd import procstat
+from xumd.system import procstat
 
 
 class RootLockedError(Exception):

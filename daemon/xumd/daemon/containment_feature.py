@@ -1,5 +1,5 @@
-"""Install process containment (xumd.containment): markers for every child, the start-up sweep
-of what a previous daemon instance of this root left running, the orphan reaper, and
+"""Install process containment (xumd.system.containment): markers for every child, the start-up
+sweep of what a previous daemon instance of this root left running, the orphan reaper, and
 `daemon.status` details['containment'].
 
 Installed first, so its start-up step runs before adoption (`processes.adopt`) and the recovery
@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from xumd import containment, logs
 from xumd.app import App
-from xumd.containment import Containment, Marker
+from xumd.base import logs
+from xumd.system import containment
+from xumd.system.containment import Containment, Marker
 
 if TYPE_CHECKING:  # the feature graph's: a lean start sweeps before loading them
     from xumd.processes.leases import LeaseStore
 
-log = logs.get("xumd.containment")
+log = logs.get("xumd.system.containment")
 
 REAP_INTERVAL_S = 1.0
 SWEEP_GRACE_S = 2.0
@@ -130,5 +131,5 @@ def _cgroup(setting: str) -> tuple[Path | None, str | None]:
 def wire(installed: Installed, *, leases: LeaseStore) -> None:
     """After the feature graph is installed: the start-up sweep knows the supervisor's leases
     (what it must adopt, not stop). Git, the script runner and the supervisor take the
-    containment at construction (`xumd.features`)."""
+    containment at construction (`xumd.startup.feature_graph`)."""
     installed.adoptable.leases = leases

@@ -31,9 +31,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from xumd import logs
+from xumd.base import logs
 
-log = logs.get("xumd.fdlimits")
+log = logs.get("xumd.system.fdlimits")
 
 TARGET_MAX = 1 << 20
 """Never raise the soft limit beyond this (hard limits of 2^30 exist in containers)."""

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from xum_protocol.errors import ErrorKind
 
-from xumd import diskfull, fsdelete
-from xumd.errors import XumError
+from xumd.base.errors import XumError
+from xumd.system import diskfull, fsdelete
 
 FICLONE = 0x40049409
 """ioctl(dest, FICLONE, src): share the source's extents (btrfs, XFS with reflink, bcachefs)."""

@@ -77,7 +77,7 @@ class _NamedPrintLogger(structlog.PrintLogger):
             lost, _dropped = _dropped, 0
             note = {"lines": lost, "event": "logs.lines_dropped", "level": "warning"}
             try:
-                super().msg(json.dumps({**note, "logger": "xumd.logs"}))
+                super().msg(json.dumps({**note, "logger": "xumd.base.logs"}))
             except OSError:
                 _dropped += lost + 1
 

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from xumd import logs
+from xumd.base import logs
 
 if TYPE_CHECKING:
     from xum_protocol.models.events import Event
 
-log = logs.get("xumd.events")
+log = logs.get("xumd.base.events")
 
 Listener = Callable[["Event"], None]
 SnapshotProvider = Callable[[], Any]

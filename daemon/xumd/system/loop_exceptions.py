@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from xumd import logs
+from xumd.base import logs
 
 log = logs.get("xumd.loop")
 

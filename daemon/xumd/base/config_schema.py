@@ -1,8 +1,8 @@
-"""The daemon configuration's schema as pydantic models, derived from `xumd.config`'s tables of
+"""The daemon configuration's schema as pydantic models, derived from `xumd.base.config`'s tables of
 keys (type, default, bounds, description): the documentation's source (field descriptions, JSON
-Schema). The daemon validates ROOT/config.toml with `xumd.config` itself, which imports no
+Schema). The daemon validates ROOT/config.toml with `xumd.base.config` itself, which imports no
 pydantic on its way to readiness; tests/test_config_lean.py checks that pydantic, given the same
-keys, takes and refuses what `xumd.config` does, in the same words.
+keys, takes and refuses what `xumd.base.config` does, in the same words.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from xumd import config
+from xumd.base import config
 
 
 def _model(section: type[config.Section]) -> type[BaseModel]:
@@ -23,7 +23,7 @@ def _model(section: type[config.Section]) -> type[BaseModel]:
             continue
         fields[name] = (
             key.kind,
-            Field(  # a None bound is no bound, in pydantic as in `xumd.config`
+            Field(  # a None bound is no bound, in pydantic as in `xumd.base.config`
                 default=key.default,
                 description=key.doc,
                 gt=key.gt,

@@ -21,8 +21,8 @@ from typing import Protocol
 
 import anyio
 
-from xumd import fsdelete
 from xumd.checkouts.marker import WorkspaceRef
+from xumd.system import fsdelete
 
 
 @dataclass(frozen=True, slots=True)

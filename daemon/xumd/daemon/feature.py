@@ -20,7 +20,7 @@ from xum_protocol.method_names import METHOD_NAMES
 from xum_protocol.version import PROTOCOL_VERSION, SUPPORTED_PROTOCOLS, parse_version
 
 from xumd.app import App
-from xumd.errors import XumError
+from xumd.base.errors import XumError
 from xumd.rpc.dispatch import Encoded, RequestContext
 
 if TYPE_CHECKING:

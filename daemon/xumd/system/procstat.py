@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from xumd import atomicfile, logs
-from xumd.fdlimits import is_exhausted
+from xumd.base import logs
+from xumd.system import atomicfile
+from xumd.system.fdlimits import is_exhausted
 
 log = logs.get("xumd.proc")
 
