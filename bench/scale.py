@@ -49,7 +49,7 @@ def populate(root: Path, workspaces: int, obligations: int) -> None:
     copy gets a real directory and its incarnation marker, so a startup pass that reconciles
     records with the disk finds them consistent. Then `obligations` pending reclaim steps of
     workspaces already removed (their rows gone, the steps still due), not due during the
-    measurement. `tests/test_bench_rows.py` holds the copies to their templates column for
+    measurement. `tests/bench/test_rows.py` holds the copies to their templates column for
     column."""
     project_dir = root.parent / "proj"
     project_dir.mkdir()

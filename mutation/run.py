@@ -78,9 +78,9 @@ OPERATORS = {
     ),
 }
 
-CLEANUP_TESTS = ["tests/test_cleanup_guards.py", "tests/test_cleanup_service.py"]
+CLEANUP_TESTS = ["tests/cleanup/test_guards.py", "tests/cleanup/test_service.py"]
 SMALLFILE_TESTS = [
-    f"tests/test_smallfile.py::test_{name}"
+    f"tests/system/test_smallfile.py::test_{name}"
     for name in (
         "what_is_not_a_small_regular_file_is_refused",
         "an_admin_file_that_is_not_a_plain_small_file_is_unreadable",
@@ -94,7 +94,7 @@ SMALLFILE_TESTS = [
 
 # One test per contract rule that another test guarded only in passing (real daemons, git,
 # sockets; a few seconds each): each is in the scope of the module its rule lives in.
-CONTRACT_RULES = "tests/test_contract_rules.py"
+CONTRACT_RULES = "tests/architecture/test_contract_rules.py"
 
 
 @dataclass(frozen=True)
@@ -110,19 +110,19 @@ class Scope:
 SCOPES = [
     Scope("daemon/xumd/cleanup/fence.py", CLEANUP_TESTS),
     Scope("daemon/xumd/cleanup/steps.py", CLEANUP_TESTS),
-    Scope("daemon/xumd/cleanup/runner.py", [*CLEANUP_TESTS, "tests/test_cleanup_schedule.py"]),
+    Scope("daemon/xumd/cleanup/runner.py", [*CLEANUP_TESTS, "tests/cleanup/test_schedule.py"]),
     Scope(
         "daemon/xumd/lifecycle/coordinator.py",
-        ["tests/test_coordinator.py", "tests/test_rename_settle.py"],
+        ["tests/lifecycle/test_coordinator.py", "tests/lifecycle/test_rename_settle.py"],
     ),
     # The directory exclusion, moved out of coordinator.py: the same contract, its own module.
-    Scope("daemon/xumd/checkouts/exclusion.py", ["tests/test_coordinator.py"]),
+    Scope("daemon/xumd/checkouts/exclusion.py", ["tests/lifecycle/test_coordinator.py"]),
     Scope(
         "daemon/xumd/processes/quiescence.py",
         [
-            "tests/test_quiescence.py",
-            "tests/test_contract_deadlines.py::test_a_probe_that_does_not_finish_means_busy",
-            "tests/test_contract_deadlines.py::test_a_probe_in_time_names_the_process",
+            "tests/processes/test_quiescence.py",
+            "tests/architecture/test_contract_deadlines.py::test_a_probe_that_does_not_finish_means_busy",
+            "tests/architecture/test_contract_deadlines.py::test_a_probe_in_time_names_the_process",
         ],
     ),
     # In-process (a real store, git and directories; no daemon): every decision of the pass in
@@ -131,7 +131,7 @@ SCOPES = [
     Scope(
         "daemon/xumd/recovery/reconcile.py",
         [
-            "tests/test_reconcile_inprocess.py",
+            "tests/recovery/test_reconcile_inprocess.py",
             f"{CONTRACT_RULES}::"
             "test_at_start_up_a_restore_rolls_forward_only_once_its_checkout_was_recorded",
         ],
@@ -141,41 +141,41 @@ SCOPES = [
     Scope(
         "daemon/xumd/lifecycle/snapshot.py",
         [
-            "tests/test_snapshot_inprocess.py",
+            "tests/lifecycle/test_snapshot_inprocess.py",
             # The lstat walk (a symlinked directory is one entry), in-process too.
-            "tests/test_preserved_files.py::"
+            "tests/lifecycle/test_preserved_files.py::"
             "test_an_ignored_symlink_to_a_directory_is_one_entry_never_walked_into",
             # The clean-checkout fold (`_head`, `_clean`), in-process.
-            "tests/test_remove_fold.py::test_a_clean_checkout_is_heads_tree_without_writing_trees",
-            "tests/test_remove_fold.py::test_each_kind_of_work_is_dirty_as_before",
-            "tests/test_remove_fold.py::"
+            "tests/lifecycle/test_remove_fewer_git_calls.py::test_a_clean_checkout_is_heads_tree_without_writing_trees",
+            "tests/lifecycle/test_remove_fewer_git_calls.py::test_each_kind_of_work_is_dirty_as_before",
+            "tests/lifecycle/test_remove_fewer_git_calls.py::"
             "test_configuration_that_hides_work_from_status_does_not_hide_it_here",
-            "tests/test_remove_fold.py::"
+            "tests/lifecycle/test_remove_fewer_git_calls.py::"
             "test_a_submodule_moved_under_an_ignore_setting_is_captured_as_before",
-            "tests/test_remove_fold.py::test_skip_worktree_entries_take_the_full_path",
-            "tests/test_remove_fold.py::test_an_unborn_head_fails_as_before",
-            "tests/test_remove_fold.py::test_only_a_clean_version_2_index_is_judged_clean_by_status",
+            "tests/lifecycle/test_remove_fewer_git_calls.py::test_skip_worktree_entries_take_the_full_path",
+            "tests/lifecycle/test_remove_fewer_git_calls.py::test_an_unborn_head_fails_as_before",
+            "tests/lifecycle/test_remove_fewer_git_calls.py::test_only_a_clean_version_2_index_is_judged_clean_by_status",
         ],
     ),
     Scope(
         "daemon/xumd/system/rootlock.py",
         [
-            "tests/test_rootlock_release.py",
-            "tests/test_daemon_basics.py::test_second_daemon_refused_naming_the_first",
-            "tests/test_daemon_basics.py::test_restart_after_sigkill",
+            "tests/daemon/test_rootlock_release.py",
+            "tests/daemon/test_basics.py::test_second_daemon_refused_naming_the_first",
+            "tests/daemon/test_basics.py::test_restart_after_sigkill",
             # The holder's start as psutil gives it (procstat.kernel_create_time).
-            "tests/test_lean_start.py::test_the_lock_files_start_time_is_psutils",
+            "tests/daemon/test_lean_start.py::test_the_lock_files_start_time_is_psutils",
         ],
     ),
     # Liveness by identity (pid and start time), moved out of procutil.py. In-process (real
     # children, zombies, a real time namespace; no daemon): about a second of tests a mutant,
-    # where test_process_identity.py's daemon restarts and test_lease.py took ~50 s.
+    # where test_identity.py's daemon restarts and test_lease.py took ~50 s.
     Scope(
         "daemon/xumd/system/procstat.py",
         [
-            "tests/test_procstat.py",
+            "tests/system/test_procstat.py",
             *(
-                f"tests/test_process_identity.py::test_{name}"
+                f"tests/processes/test_identity.py::test_{name}"
                 for name in (
                     "boot_anchor_is_kept_for_this_boot_and_renewed_after_a_reboot",
                     "a_start_time_recorded_before_the_anchor_still_reads",
@@ -184,19 +184,19 @@ SCOPES = [
             ),
             # kill_tree over tree_identities (a member's parent and start time from one read);
             # tree_identities' own tests are in test_procstat.py.
-            "tests/test_procutil.py::"
+            "tests/system/test_procutil.py::"
             "test_a_member_whose_pid_is_reused_while_the_tree_is_read_is_not_a_member",
         ],
     ),
     Scope(
         "daemon/xumd/system/procutil.py",
         [
-            "tests/test_procutil.py",
+            "tests/system/test_procutil.py",
             # run_command's start through xumd.system.childproc: group or session, big stdin, fds.
-            "tests/test_childproc.py",
-            "tests/test_lease.py::test_script_lease_covers_a_run_command",
+            "tests/system/test_childproc.py",
+            "tests/processes/test_lease.py::test_script_lease_covers_a_run_command",
             *(
-                f"tests/test_containment.py::test_{name}"
+                f"tests/system/test_containment.py::test_{name}"
                 for name in (
                     "run_command_stops_a_double_fork_without_a_subreaper",
                     "a_timed_out_command_takes_its_double_fork_with_it",
@@ -216,7 +216,9 @@ SCOPES = [
     # checks every listed name against git itself, in-process (no daemon).
     Scope(
         "daemon/xumd/lifecycle/create.py",
-        ["tests/test_create_fold.py::test_the_plain_rule_accepts_only_what_git_accepts"],
+        [
+            "tests/lifecycle/test_create_fewer_git_calls.py::test_the_plain_rule_accepts_only_what_git_accepts"
+        ],
         functions=["plain_branch_name"],
     ),
     # The state a removal began from: recorded in the intent's transaction and read back by
@@ -225,7 +227,7 @@ SCOPES = [
         "daemon/xumd/lifecycle/rows.py",
         [
             *(
-                f"tests/test_reconcile_inprocess.py::test_{name}"
+                f"tests/recovery/test_reconcile_inprocess.py::test_{name}"
                 for name in (
                     "removing_rows_roll_back_to_where_they_came_from",
                     "a_flagged_row_goes_back_to_the_state_its_removal_began_from",
@@ -239,39 +241,39 @@ SCOPES = [
     # sessions, in-process; run_command's own tests reach every branch of it.
     Scope(
         "daemon/xumd/system/childproc.py",
-        ["tests/test_childproc.py", "tests/test_procutil.py"],
+        ["tests/system/test_childproc.py", "tests/system/test_procutil.py"],
     ),
     # The never-blocking reader of small files someone else may replace (FIFOs, devices, huge
     # files) and git's admin files read through it: in-process, real FIFOs and files.
     Scope("daemon/xumd/system/smallfile.py", SMALLFILE_TESTS),
     Scope("daemon/xumd/checkouts/adminfile.py", SMALLFILE_TESTS),
     # The incarnation markers: read and written in-process here, and by the fence's checks.
-    Scope("daemon/xumd/checkouts/marker.py", [*SMALLFILE_TESTS, "tests/test_cleanup_guards.py"]),
+    Scope("daemon/xumd/checkouts/marker.py", [*SMALLFILE_TESTS, "tests/cleanup/test_guards.py"]),
     # The proof that nothing is lost, on the bytes, and the raw copy it saves and places: the
     # module tests (a real permission as another user, sha256, deep paths), then the real
     # daemon's class tests (nested repositories, flags, filters, submodules, detached HEADs).
     Scope(
         "daemon/xumd/lifecycle/onbytes.py",
-        ["tests/test_onbytes.py", "tests/test_nothing_lost_on_bytes.py"],
+        ["tests/lifecycle/test_onbytes.py", "tests/lifecycle/test_nothing_lost_on_bytes.py"],
     ),
     Scope(
         "daemon/xumd/system/rawcopy.py",
-        ["tests/test_onbytes.py", "tests/test_nothing_lost_on_bytes.py"],
+        ["tests/lifecycle/test_onbytes.py", "tests/lifecycle/test_nothing_lost_on_bytes.py"],
     ),
     # The one atomic write (the markers, the boot anchor, the hosts file): real files, a full
     # tmpfs, a failing fsync, in-process.
-    Scope("daemon/xumd/system/atomicfile.py", ["tests/test_atomicfile.py"]),
+    Scope("daemon/xumd/system/atomicfile.py", ["tests/system/test_atomicfile.py"]),
     # The copy primitive (archive store, preserved and ignored files): in-process tests of the
     # copy itself, its callers' plans (seed) and the snapshot's use of it; real FIFOs, holes,
     # mounts, a full filesystem. The daemon tests of test_ignored_copy.py take minutes a mutant.
     Scope(
         "daemon/xumd/system/fscopy.py",
         [
-            "tests/test_fscopy.py",
-            "tests/test_fscopy_mounts.py",
-            "tests/test_snapshot_inprocess.py",
+            "tests/system/test_fscopy.py",
+            "tests/system/test_fscopy_mounts.py",
+            "tests/lifecycle/test_snapshot_inprocess.py",
             *(
-                f"tests/test_ignored_copy.py::test_{name}"
+                f"tests/lifecycle/test_ignored_copy.py::test_{name}"
                 for name in (
                     "a_symlink_on_the_way_to_an_entry_is_refused",
                     "an_entry_deleted_from_the_main_checkout_after_sizing_is_skipped",
@@ -284,13 +286,13 @@ SCOPES = [
             ),
         ],
     ),
-    # The contract rules of tests/test_contract_rules.py, each beside the module's own tests.
-    # Stale git locks: a git working in a linked worktree (a `.git` file, `commondir`) keeps its
-    # lock; the in-process and daemon tests of the sweep.
+    # The contract rules of tests/architecture/test_contract_rules.py, each beside the module's own
+    # tests. Stale git locks: a git working in a linked worktree (a `.git` file, `commondir`) keeps
+    # its lock; the in-process and daemon tests of the sweep.
     Scope(
         "daemon/xumd/system/gitlocks.py",
         [
-            "tests/test_lifecycle_gitlocks.py",
+            "tests/lifecycle/test_gitlocks.py",
             f"{CONTRACT_RULES}::"
             "test_a_git_working_in_a_linked_worktree_keeps_its_lock_when_another_workspace_is_made",
         ],
@@ -302,9 +304,9 @@ SCOPES = [
         [
             f"{CONTRACT_RULES}::"
             "test_cleanup_retry_never_trashes_an_archived_checkout_whose_preserved_file_changed",
-            "tests/test_preserved_files.py::"
+            "tests/lifecycle/test_preserved_files.py::"
             "test_unarchive_refuses_to_trash_a_lingering_checkout_whose_preserved_file_changed",
-            "tests/test_cleanup_lingering_work.py",
+            "tests/cleanup/test_lingering_work.py",
         ],
         functions=[
             "unsaved_in_checkout",
@@ -320,7 +322,7 @@ SCOPES = [
         [
             f"{CONTRACT_RULES}::test_remove_with_force_snapshots_the_work_before_the_checkout_goes",
             *(
-                f"tests/test_lifecycle_archive.py::test_{name}"
+                f"tests/lifecycle/test_archive.py::test_{name}"
                 for name in (
                     "remove_clean_workspace",
                     "remove_dirty_is_not_safe_then_force_snapshots",
@@ -337,8 +339,8 @@ SCOPES = [
         [
             f"{CONTRACT_RULES}::"
             "test_a_live_listener_on_the_socket_path_is_never_unlinked_and_the_daemon_does_not_start",
-            "tests/test_systemd.py::test_a_foreign_listener_on_the_socket_path_is_not_stolen",
-            "tests/test_daemon_basics.py::test_restart_after_sigkill",
+            "tests/daemon/test_systemd.py::test_a_foreign_listener_on_the_socket_path_is_not_stolen",
+            "tests/daemon/test_basics.py::test_restart_after_sigkill",
         ],
         functions=["bind_socket", "_has_listener"],
     ),
@@ -348,8 +350,8 @@ SCOPES = [
         "daemon/xumd/gc/plan.py",
         [
             f"{CONTRACT_RULES}::test_gc_leaves_the_workspaces_the_start_up_pass_flagged",
-            "tests/test_gc.py::test_archived_workspaces_removed_after_n_days",
-            "tests/test_gc.py::test_archive_merged_clean_only",
+            "tests/gc/test_gc.py::test_archived_workspaces_removed_after_n_days",
+            "tests/gc/test_gc.py::test_archive_merged_clean_only",
         ],
         functions=["_archived", "_merged", "_not_stale", "_add_workspace", "_interrupted"],
     ),

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from tests.crash.world import World
-from tests.lifecycle_helpers import add_project
 from tests.support import bytecode
 from tests.support.daemon import DaemonProcess, short_tmpdir
 from tests.support.gitrepo import make_repo
+from tests.support.lifecycle_helpers import add_project
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -69,7 +69,7 @@ class World:
         self.raise_at: str | None = None
         """The point armed in `raise` mode (`XUM_FAULT=<point>:raise`) instead of SIGKILL:
         the drivers then see the operation fail and the daemon live on
-        (tests/test_failure_matrix.py)."""
+        (tests/recovery/test_failure_matrix.py)."""
         self.answers: list[Any] = []
         self.armed_raise = False
 

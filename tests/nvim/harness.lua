@@ -1,5 +1,5 @@
 -- Runs one scenario of tests/nvim/scenarios.lua in a headless Neovim, for
--- tests/test_nvim_plugin.py. The scenario's name is $XUM_NVIM_SCENARIO; the exit status
+-- tests/clients/test_nvim_plugin.py. The scenario's name is $XUM_NVIM_SCENARIO; the exit status
 -- says how it went (0 passed, 1 failed: the reason on stderr). Every wait has a deadline.
 local function out(msg)
   io.stderr:write(msg .. '\n')

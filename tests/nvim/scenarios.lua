@@ -1,4 +1,4 @@
--- Scenarios for tests/test_nvim_plugin.py, each run by harness.lua in its own headless
+-- Scenarios for tests/clients/test_nvim_plugin.py, each run by harness.lua in its own headless
 -- Neovim against the real xumd the test started. Environment: XUM_SOCKET/XUM_ROOT (the
 -- daemon), XUM_CLI (the real `xum` CLI), XUM_TEST_REPO and XUM_TEST_PROJECT (a registered
 -- git project), XUM_TEST_NAME (a workspace name unique to this run).

@@ -334,7 +334,7 @@ def test_untrusted_scripts_never_run(tmp_short: Path, daemon: DaemonProcess) -> 
     )
     # The teardown cannot run untrusted; since setup never ran either, nothing of it is owed:
     # the checkout goes and the result says the teardown was skipped (a teardown owed by a
-    # trusted setup blocks instead: tests/test_cleanup_e2e.py).
+    # trusted setup blocks instead: tests/cleanup/test_end_to_end.py).
     assert removed["cleanup"]["status"] == "completed", removed["cleanup"]
     assert not Path(created["workspace"]["path"]).exists()
     assert not Path(f"{marker}-setup").exists()

@@ -4,7 +4,7 @@ are archived directory workspaces of one project, so the start-up pass finds not
 reconcile (an archived workspace has no checkout), each as the daemon leaves one made by
 `workspace.create` (no setup) and `workspace.archive` a day later, once its completed cleanup
 steps are purged: the setup's outcome and the cleanup status it keeps are stored, the archived
-directory's identity kept. `tests/test_bench_rows.py` compares a row with one a real daemon
+directory's identity kept. `tests/bench/test_rows.py` compares a row with one a real daemon
 wrote through the API, column for column.
 
     python -m tests.support.manyrows ROOT COUNT     # prints the project's id

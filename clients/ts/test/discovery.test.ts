@@ -61,7 +61,7 @@ test("explicit socket or root first; a leading ~ is the home directory ($HOME fi
 test("the rule matches the Python one (xum_protocol.discovery.resolve_socket), case by case", () => {
   const python = process.env["XUM_PYTHON"] ?? join(repoRoot(), ".venv", "bin", "python");
   // Every combination of the explicit choices and the environment (empty values included), as
-  // the Neovim plugin's matrix (tests/test_nvim_plugin.py).
+  // the Neovim plugin's matrix (tests/clients/test_nvim_plugin.py).
   const cases: [Record<string, string>, Explicit][] = [];
   const opt = (v: string | null) => (v === null ? [] : [v]);
   for (const socket of [null, "", "/o/s.sock", "~/o.sock"])

@@ -1,5 +1,5 @@
 // The release check after `hello` (docs/PROTOCOL.md, "Releases"): the same rule, kind and message
-// as the Python client's (tests/test_version_check.py), against a real xumd and a peer of our own.
+// as the Python client's (tests/protocol/test_version_check.py), against a real xumd and a peer of our own.
 
 import assert from "node:assert/strict";
 import { readFileSync, rmSync } from "node:fs";

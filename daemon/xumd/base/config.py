@@ -7,7 +7,7 @@ every start's way to readiness (docs/PERFORMANCE.md, "Lean start"). Each section
 table of keys (type, default, bounds); values are taken as pydantic's lax mode takes them (an
 integral float for an int, a numeric string, `yes`/`no` for a bool), and a refusal reads as
 pydantic's did. `xumd.base.config_schema` derives pydantic models from these tables, for the
-documentation; tests/test_config_lean.py checks that pydantic, given the same keys, takes and
+documentation; tests/daemon/test_config_lean.py checks that pydantic, given the same keys, takes and
 refuses what this module does.
 """
 

@@ -1,8 +1,8 @@
 """The daemon configuration's schema as pydantic models, derived from `xumd.base.config`'s tables of
 keys (type, default, bounds, description): the documentation's source (field descriptions, JSON
 Schema). The daemon validates ROOT/config.toml with `xumd.base.config` itself, which imports no
-pydantic on its way to readiness; tests/test_config_lean.py checks that pydantic, given the same
-keys, takes and refuses what `xumd.base.config` does, in the same words.
+pydantic on its way to readiness; tests/daemon/test_config_lean.py checks that pydantic, given the
+same keys, takes and refuses what `xumd.base.config` does, in the same words.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Served from the first moment, without the protocol's models loaded (docs/PERFORMANCE.md, "Lean
 start"): `hello`'s and `daemon.status`'s answers are written as their result models
-would write them (tests/test_lean_start.py compares the bytes), their params in the common valid
-shapes are read without the model (`lean_hello`, `lean_empty`), and each method's params model
+would write them (tests/daemon/test_lean_start.py compares the bytes), their params in the common
+valid shapes are read without the model (`lean_hello`, `lean_empty`), and each method's params model
 is imported at its first request that needs it (`Router.add(params_from=...)`).
 """
 
@@ -87,7 +87,7 @@ def lean_empty(raw: Any) -> LeanEmpty | None:
 
 HELLO_PROTOCOL_MAX = 32
 CLIENT_FIELD_MAX = 200
-"""`HelloParams.protocol`'s and `ClientInfo`'s length bounds (tests/test_lean_start.py checks
+"""`HelloParams.protocol`'s and `ClientInfo`'s length bounds (tests/daemon/test_lean_start.py checks
 `lean_hello` against the model)."""
 
 

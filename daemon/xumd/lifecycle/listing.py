@@ -15,9 +15,9 @@ field by field in its model's field order, and only when every field has the exa
 would dump it as (a float where it wants a float, no unknown key: `extra="allow"` would keep one).
 Anything else the model would reshape or refuse (unreadable or odd stored JSON, a value outside its
 literal set, a path `Path()` would normalise) goes through the model path, so the answer is
-byte-for-byte what the model path gives for the same rows (`tests/test_workspace_list_paging.py`
-compares the two on a hostile mix of rows, and checks that rows made through the API are built
-here).
+byte-for-byte what the model path gives for the same rows
+(`tests/lifecycle/test_workspace_list_paging.py` compares the two on a hostile mix of rows, and
+checks that rows made through the API are built here).
 """
 
 from __future__ import annotations

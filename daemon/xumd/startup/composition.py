@@ -7,7 +7,7 @@ are installed before readiness, the feature graph (`xumd.startup.feature_graph`)
 request that needs it. Each feature gets its collaborators from here, explicitly (git, the directory
 exclusion, the script runner, the lifecycle hooks, the services of the features below it), never by
 looking a class up by name; which package may import which is the table in
-tests/test_architecture.py.
+tests/architecture/test_architecture.py.
 """
 
 from __future__ import annotations

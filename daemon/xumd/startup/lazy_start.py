@@ -17,7 +17,7 @@ what it registered is taken back, and the next request builds again.
 
 Until the build, `daemon.status` shows each feature's details, and `events.subscribe`'s snapshot
 each feature's part, as that feature shows them on an empty root (`idle_details`,
-`add_idle_snapshot`; tests/test_lean_start.py compares them with the built features').
+`add_idle_snapshot`; tests/daemon/test_lean_start.py compares them with the built features').
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ DAEMON_METHODS = frozenset({"hello", "daemon.status", "daemon.shutdown", "events
 """The daemon's own methods (`daemon_feature`): registered whole on every start."""
 
 FEATURE_METHODS = tuple(sorted(METHOD_NAMES - DAEMON_METHODS))
-"""Every method the feature graph registers: the protocol's others (tests/test_lean_start.py
+"""Every method the feature graph registers: the protocol's others (tests/daemon/test_lean_start.py
 checks it against what `xumd.startup.feature_graph.install` registers)."""
 
 FEATURE_TEST_METHODS = ("test.clock_advance",)
