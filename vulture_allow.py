@@ -61,7 +61,7 @@ _.limit_bytes
 _.slept
 
 # The documented shape of daemon.status' `containment` details: containment.py writes the dict
-# by hand (the model's import is not on the way to readiness) and tests/test_lean_start.py
+# by hand (the model's import is not on the way to readiness) and tests/daemon/test_lean_start.py
 # validates what it writes against this model.
 _.ContainmentStatus
 
