@@ -57,6 +57,8 @@ DOMAINS = (
     "completion",
     "hosts",
     "host_install",
+    "whereami",
+    "mcp",
 )
 """Modules under xum_client.commands that add commands, each with `register(cli)`."""
 

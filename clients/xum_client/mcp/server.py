@@ -1,0 +1,359 @@
+"""The MCP SDK's wiring: a low-level `Server` on stdin/stdout whose tools and resources are the
+daemon's (`tools.py`, `resources.py`).
+
+State is the daemon's alone. Each tool call opens its own connection (found by the usual rule:
+`--socket`, `--root`, `XUM_SOCKET`, `XUM_ROOT`, the default root; or `--host`, through ssh) and
+closes it when the call ends, so a command `run_command` started in the foreground goes with a
+call the agent cancels, and a daemon restarted between two calls is simply found again. One
+more connection, held for as long as the server runs, follows the daemon's event stream and
+turns workspace events into resource notifications; when it breaks it resumes from the last
+event it saw (`after_seq` with the run's `epoch`), and a daemon that restarted (or no longer
+holds the events) means every resource may have changed, which is what it then says.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.session import ServerSession
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+from xum_client.aio import AsyncClient
+from xum_client.errors import NotFound, RpcTimeout, XumClientError
+from xum_client.locate import acurrent
+from xum_client.mcp import resources, tools
+from xum_client.sync import CLIENT_VERSION
+
+log = logging.getLogger("xum.mcp")
+
+RESOURCE_NOT_FOUND = -32002
+"""MCP's code for a resource URI the server does not know."""
+
+WATCH_READY_S = 10.0
+"""How long start-up waits for the event watcher's first subscription before serving: a change
+an agent makes right after start-up is then always notified."""
+
+RECONNECT_MAX_S = 5.0
+
+
+class Daemon:
+    """How to reach the daemon; a new connection per use."""
+
+    def __init__(self, root: str | None, socket_path: str | None, host: str | None) -> None:
+        self.root = root
+        self.socket_path = socket_path
+        self.host = host
+
+    def client(self, timeout: float | None = 60.0) -> AsyncClient:
+        return AsyncClient(
+            self.root,
+            socket_path=self.socket_path,
+            host=self.host,
+            timeout=timeout,
+            client_name="xum-mcp",
+        )
+
+    async def call(
+        self, method: str, params: dict[str, Any] | None = None, timeout: float | None = 60.0
+    ) -> dict[str, Any]:
+        async with self.client(timeout) as client:
+            return await client.call(method, params or {})
+
+
+class Notifier:
+    """Resource subscriptions of the one MCP session, and the notifications for them."""
+
+    def __init__(self) -> None:
+        self.session: ServerSession | None = None
+        self.subscribed: set[str] = set()
+
+    def seen(self, ctx: ServerRequestContext[Any]) -> None:
+        """Remember the session (notifications go to it outside any request)."""
+        self.session = ctx.session
+
+    async def changed(self, uris: list[str], list_changed: bool) -> None:
+        session = self.session
+        if session is None:
+            return
+        try:
+            if list_changed:
+                await session.send_resource_list_changed()
+            for uri in uris:
+                if uri in self.subscribed:
+                    await session.send_resource_updated(uri)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            # The agent went away: the server is ending; nothing to tell.
+            self.session = None
+
+    async def everything(self) -> None:
+        """After a gap in the events (a daemon restart): every resource may have changed."""
+        await self.changed(sorted(self.subscribed), True)
+
+
+async def watch(daemon: Daemon, notifier: Notifier, ready: anyio.Event) -> None:
+    """Follow the daemon's workspace events for as long as the server runs."""
+    after_seq: int | None = None
+    epoch: str | None = None
+    delay = 0.1
+    while True:
+        try:
+            async with (
+                daemon.client(timeout=60.0) as client,
+                client.subscribe(resources.WATCHED, after_seq=after_seq, epoch=epoch) as stream,
+            ):
+                resumed = after_seq is not None
+                if resumed and stream.snapshot.resync_required:
+                    await notifier.everything()
+                after_seq, epoch = stream.position, stream.epoch
+                ready.set()
+                delay = 0.1
+                async for event in stream:
+                    after_seq = stream.position
+                    change = resources.change_of(event.type, event.data)
+                    if change.uris or change.list_changed:
+                        await notifier.changed(change.uris, change.list_changed)
+        except XumClientError as exc:
+            log.info("event stream: %s; reconnecting", exc)
+        # No daemon yet (or it just went): serve anyway, tools say `no_daemon` meanwhile.
+        ready.set()
+        await anyio.sleep(delay)
+        delay = min(delay * 2, RECONNECT_MAX_S)
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+
+async def _run_command(daemon: Daemon, args: dict[str, Any]) -> tools.RunCommandResult:
+    """Spawn in the foreground (bound to this call's connection), wait with the deadline, stop
+    it if it still runs, and keep the last `max_bytes` bytes of its output."""
+    wait_s = float(args["timeout_s"])
+    max_bytes = int(args["max_bytes"])
+    async with daemon.client(timeout=wait_s + 60.0) as client:
+        spawn: dict[str, Any] = {k: args[k] for k in ("workspace_id", "argv", "env") if k in args}
+        process = (
+            await client.call("process.spawn", {**spawn, "kind": "exec", "foreground": True})
+        )["process"]
+        pid = process["id"]
+        try:
+            waited = await client.call("process.wait", {"process_id": pid, "timeout_s": wait_s})
+            process, timed_out = waited["process"], False
+        except RpcTimeout:
+            # Still running at the deadline: stopped (SIGTERM, grace, SIGKILL of its tree).
+            process = (await client.call("process.stop", {"process_id": pid}))["process"]
+            timed_out = True
+        tail = b""
+        omitted = 0
+        since = 0
+        while True:
+            page = await client.call(
+                "process.output", {"process_id": pid, "since": since, "max_bytes": max_bytes}
+            )
+            data = page["data"].encode()
+            omitted += page["dropped"]
+            if not data and page["next"] == since:
+                break
+            tail += data
+            if len(tail) > max_bytes:
+                omitted += len(tail) - max_bytes
+                tail = tail[-max_bytes:]
+            since = page["next"]
+    return tools.RunCommandResult.model_validate(
+        {
+            "process": process,
+            "exit": process.get("exit"),
+            "timed_out": timed_out,
+            "output": tail.decode(errors="replace"),
+            "output_bytes": since,
+            "output_omitted": omitted,
+        }
+    )
+
+
+async def call_tool(daemon: Daemon, name: str, given: dict[str, Any] | None) -> tools.Outcome:
+    tool = tools.TOOLS.get(name)
+    if tool is None:
+        return tools.unknown_tool(name)
+    try:
+        args = tools.arguments(tool, given)
+        if tool.name == "run_command":
+            return tools.ran(await _run_command(daemon, args))
+        if tool.name == "current_workspace":
+            if daemon.host is not None and not os.environ.get("XUM_WORKSPACE_ID"):
+                raise NotFound(
+                    -32001,
+                    f"through --host {daemon.host} the current directory is not the host's: "
+                    "set XUM_WORKSPACE_ID",
+                    {"kind": "not_found"},
+                )
+            async with daemon.client() as client:
+                result = await acurrent(client.call, os.getcwd(), os.environ)
+        else:
+            assert tool.method is not None
+            result = await daemon.call(tool.method, args, tool.timeout_s or 60.0)
+    except Exception as exc:
+        if not isinstance(exc, XumClientError):
+            log.exception("tool %s", name)
+        return tools.failure(exc)
+    return tools.success(result)
+
+
+# -- the server -------------------------------------------------------------------------------
+
+
+def _tool_entry(tool: tools.Tool) -> types.Tool:
+    return types.Tool(
+        name=tool.name,
+        title=tool.title,
+        description=tool.description,
+        input_schema=tool.input_schema(),
+        output_schema=tool.output_schema(),
+        annotations=types.ToolAnnotations.model_validate(tool.annotations()),
+    )
+
+
+def build(daemon: Daemon, notifier: Notifier) -> Server[Any]:
+    listed = [_tool_entry(tool) for tool in tools.TOOLS.values()]
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        notifier.seen(ctx)
+        return types.ListToolsResult(tools=listed)
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        notifier.seen(ctx)
+        outcome = await call_tool(daemon, params.name, params.arguments)
+        return types.CallToolResult(
+            content=[types.TextContent(text=outcome.text)],
+            structured_content=outcome.structured,
+            is_error=outcome.is_error,
+        )
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        notifier.seen(ctx)
+        entries = [
+            types.Resource(
+                uri=resources.LIST_URI,
+                name="workspaces",
+                description="Every workspace, with its state and last cleanup.",
+                mime_type=resources.MIME,
+            )
+        ]
+        try:
+            async with daemon.client() as client:
+                async for workspace in client.iter_workspaces():
+                    entries.append(types.Resource(**resources.resource_entry(workspace)))
+        except XumClientError as exc:
+            raise MCPError(tools.INTERNAL_ERROR, f"{exc}") from None
+        return types.ListResourcesResult(resources=entries)
+
+    async def list_templates(
+        ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        notifier.seen(ctx)
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    uri_template=resources.WORKSPACE_TEMPLATE,
+                    name="workspace",
+                    description="One workspace's status (as show_workspace answers).",
+                    mime_type=resources.MIME,
+                )
+            ]
+        )
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        notifier.seen(ctx)
+        uri = str(params.uri)
+        ws_id = resources.workspace_id_of(uri)
+        if uri != resources.LIST_URI and ws_id is None:
+            raise MCPError(RESOURCE_NOT_FOUND, f"no resource {uri!r}", {"uri": uri})
+        try:
+            if ws_id is None:
+                result = await daemon.call("workspace.list")
+            else:
+                result = await daemon.call("workspace.get", {"workspace_id": ws_id})
+        except XumClientError as exc:
+            outcome = tools.failure(exc)
+            code = RESOURCE_NOT_FOUND if isinstance(exc, NotFound) else tools.INTERNAL_ERROR
+            raise MCPError(code, outcome.text, outcome.structured["error"]) from None
+        text = tools.success(result).structured
+        return types.ReadResourceResult(
+            contents=[
+                types.TextResourceContents(
+                    uri=uri, mime_type=resources.MIME, text=tools.to_json(text)
+                )
+            ]
+        )
+
+    async def subscribe(
+        ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        notifier.seen(ctx)
+        notifier.subscribed.add(str(params.uri))
+        return types.EmptyResult()
+
+    async def unsubscribe(
+        ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        notifier.seen(ctx)
+        notifier.subscribed.discard(str(params.uri))
+        return types.EmptyResult()
+
+    return Server(
+        "xum",
+        version=CLIENT_VERSION,
+        instructions="xum's workspaces: each agent works in its own checkout. "
+        "current_workspace says which one this is.",
+        on_list_tools=list_tools,
+        on_call_tool=on_call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+        on_subscribe_resource=subscribe,
+        on_unsubscribe_resource=unsubscribe,
+    )
+
+
+@asynccontextmanager
+async def _watching(daemon: Daemon, notifier: Notifier) -> AsyncIterator[None]:
+    async with anyio.create_task_group() as tg:
+        ready = anyio.Event()
+        tg.start_soon(watch, daemon, notifier, ready)
+        with anyio.move_on_after(WATCH_READY_S):
+            await ready.wait()
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def _serve(daemon: Daemon) -> None:
+    notifier = Notifier()
+    server = build(daemon, notifier)
+    options = server.create_initialization_options(NotificationOptions(resources_changed=True))
+    async with _watching(daemon, notifier), stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, options)
+
+
+def serve(*, root: str | None, socket_path: str | None, host: str | None) -> None:
+    """Serve MCP on stdin/stdout until the agent closes stdin."""
+    # stdout is the protocol's; anything said for a person goes to stderr.
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="xum mcp: %(message)s")
+    anyio.run(_serve, Daemon(root, socket_path, host))

@@ -1,0 +1,109 @@
+"""`xum mcp` under a real stdio MCP client (the Python SDK's), against a real daemon."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from tests.support.daemon import XUM, DaemonProcess
+
+
+@dataclass
+class Agent:
+    """One MCP session with `xum mcp`, and the notifications it received, in order."""
+
+    session: ClientSession
+    received: MemoryObjectReceiveStream[Any]
+    seen: list[Any] = field(default_factory=list)
+
+    async def call(
+        self, name: str, arguments: dict[str, Any] | None = None
+    ) -> types.CallToolResult:
+        result = await self.session.call_tool(name, arguments or {})
+        assert isinstance(result, types.CallToolResult)
+        return result
+
+    async def ok(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A call that must succeed: its structured result."""
+        result = await self.call(name, arguments)
+        assert not result.is_error, result.content
+        assert isinstance(result.structured_content, dict)
+        return result.structured_content
+
+    async def error(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A call that must be a tool error: its `error` object (kind, code, message, data)."""
+        result = await self.call(name, arguments)
+        assert result.is_error, result.structured_content
+        assert isinstance(result.structured_content, dict)
+        text = "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+        assert "Traceback" not in text
+        error: dict[str, Any] = result.structured_content["error"]
+        assert error["message"] and error["message"] in text
+        return error
+
+    def forget(self) -> None:
+        """Drop every notification received so far."""
+        self.seen.clear()
+        while True:
+            try:
+                self.received.receive_nowait()
+            except anyio.WouldBlock:
+                return
+
+    async def notified(self, match: Callable[[Any], bool], timeout: float = 15.0) -> Any:
+        """The first notification (from now, or already received and unclaimed) that `match`es,
+        within `timeout` seconds."""
+        for index, message in enumerate(self.seen):
+            if match(message):
+                return self.seen.pop(index)
+        with anyio.fail_after(timeout):
+            while True:
+                message = await self.received.receive()
+                if match(message):
+                    return message
+                self.seen.append(message)
+
+
+def updated(uri: str) -> Callable[[Any], bool]:
+    return lambda m: isinstance(m, types.ResourceUpdatedNotification) and m.params.uri == uri
+
+
+def list_changed(message: Any) -> bool:
+    return isinstance(message, types.ResourceListChangedNotification)
+
+
+@asynccontextmanager
+async def agent(
+    daemon: DaemonProcess, *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[Agent]:
+    """`xum --root ROOT mcp` started by the SDK's stdio client, initialized."""
+    send: MemoryObjectSendStream[Any]
+    send, receive = anyio.create_memory_object_stream[Any](1000)
+
+    async def on_message(message: Any) -> None:
+        await send.send(message)
+
+    server_env = {k: v for k, v in os.environ.items() if k not in ("XUM_WORKSPACE_ID",)}
+    server_env.update(env or {})
+    params = StdioServerParameters(
+        command=XUM,
+        args=["--root", str(daemon.root), "mcp"],
+        env=server_env,
+        cwd=str(cwd) if cwd is not None else None,
+    )
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, message_handler=on_message) as session,
+    ):
+        with anyio.fail_after(30):
+            await session.initialize()
+        yield Agent(session, receive)
