@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -43,11 +44,12 @@ class Agent:
         """A call that must be a tool error: its `error` object (kind, code, message, data)."""
         result = await self.call(name, arguments)
         assert result.is_error, result.structured_content
-        assert isinstance(result.structured_content, dict)
+        # The error is text (the output schema is the result's): lines, then its JSON.
+        assert result.structured_content is None
         text = "".join(c.text for c in result.content if isinstance(c, types.TextContent))
         assert "Traceback" not in text
-        error: dict[str, Any] = result.structured_content["error"]
-        assert error["message"] and error["message"] in text
+        error: dict[str, Any] = json.loads(text.splitlines()[-1])["error"]
+        assert text.startswith(f"{error['kind']}: {error['message']}")
         return error
 
     def forget(self) -> None:

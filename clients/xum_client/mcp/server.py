@@ -237,7 +237,7 @@ def build(daemon: Daemon, notifier: Notifier) -> Server[Any]:
         outcome = await call_tool(daemon, params.name, params.arguments)
         return types.CallToolResult(
             content=[types.TextContent(text=outcome.text)],
-            structured_content=outcome.structured,
+            structured_content=None if outcome.is_error else outcome.structured,
             is_error=outcome.is_error,
         )
 

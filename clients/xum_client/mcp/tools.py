@@ -229,7 +229,12 @@ TOOLS: dict[str, Tool] = {
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What a tool call answers: `structured` (the tool's result, or `{"error": ...}`), and
-    the same for a reader of text, with what the contract says in plain lines first."""
+    the same for a reader of text, with what the contract says in plain lines first and the
+    JSON last.
+
+    An error's object goes in the text only, never as structured content: a client checks
+    structured content against the tool's output schema, error or not (the TypeScript SDK
+    does), and the output schema is the result's."""
 
     structured: dict[str, Any]
     text: str
@@ -327,6 +332,7 @@ def _error(kind: str, message: str, code: int | None = None, **data: Any) -> Out
         pairs = [(h, _free(h)) for h in holders if isinstance(h, dict)]
         error["free"] = [free for _, free in pairs]
         lines.extend(f"  holder: {h}\n    to free it: {free}" for h, free in pairs)
+    lines.append(to_json({"error": error}))
     return Outcome({"error": error}, "\n".join(lines), is_error=True)
 
 
