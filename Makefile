@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed
 
 NPM ?= npm
 # The node suites join `make test` when npm is here (a machine without it skips them, saying so).
-TS_DEPS := $(if $(shell command -v $(NPM) 2>/dev/null),ts-deps)
+TS_DEPS := $(if $(shell command -v $(NPM) 2>/dev/null),ts-deps agent-deps)
 
-.PHONY: install install-user run ts-deps ts-test ts-pack vsix test test-editors test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
+.PHONY: install install-user run ts-deps agent-deps ts-test ts-pack vsix test test-editors test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
 
 install: $(STAMP)
 
@@ -48,6 +48,12 @@ clients/ts/node_modules/.package-lock.json: clients/ts/package-lock.json
 
 clients/vscode/node_modules/.package-lock.json: clients/vscode/package-lock.json
 	cd clients/vscode && $(NPM) ci --no-audit --no-fund
+
+# The MCP TypeScript SDK's client that drives `xum mcp` (tests/agents/test_mcp_typescript.py).
+agent-deps: tests/agents/ts_client/node_modules/.package-lock.json
+
+tests/agents/ts_client/node_modules/.package-lock.json: tests/agents/ts_client/package-lock.json
+	cd tests/agents/ts_client && $(NPM) ci --no-audit --no-fund
 
 ts-test: install ts-deps
 	cd clients/ts && XUMD="$(CURDIR)/$(BIN)/xumd" $(NPM) test
