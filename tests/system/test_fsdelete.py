@@ -4,6 +4,7 @@ removed, symlinks are never followed, hard links keep their data."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xumd.system import fsdelete
+from xumd.system import fsdelete, walk
 
 from tests.support.mounts import Mounts, mounts_under, real_mounts
 
@@ -159,7 +160,7 @@ def test_delete_tree_never_follows_a_symlink_at_the_top(tmp_short: Path) -> None
 def test_delete_tree_deeper_than_its_descriptor_window(tmp_short: Path) -> None:
     top = tmp_short / "deep"
     path = top
-    for _ in range(fsdelete._FD_WINDOW * 3):
+    for _ in range(walk.WINDOW * 3):
         path = path / "d"
     path.mkdir(parents=True)
     (path / "leaf").write_text("leaf")
@@ -178,23 +179,24 @@ def test_delete_tree_detects_an_ancestor_moved_away(
     identity and stops (Moved) instead of removing an entry there that has the same name."""
     top = tmp_short / "deep"
     path = top
-    for _ in range(fsdelete._FD_WINDOW + 5):
+    for _ in range(walk.WINDOW + 5):
         path = path / "d"
     path.mkdir(parents=True)
     bystander = tmp_short / "d"  # same name as the moved directory, in its new parent
     bystander.mkdir()
-    real_listdir = os.listdir
+    real_scandir = os.scandir
     moved = tmp_short / "elsewhere"
     moved.mkdir()
 
-    def listdir_then_move(fd: int) -> list[str]:
-        names = real_listdir(fd)
-        if not names and not (moved / "d").exists():
+    def scandir_then_move(fd: int) -> contextlib.nullcontext[list[os.DirEntry[str]]]:
+        with real_scandir(fd) as it:
+            entries = list(it)
+        if not entries and not (moved / "d").exists():
             os.rename(top / "d" / "d", moved / "d")  # its descriptor is closed by now
-        return names
+        return contextlib.nullcontext(entries)
 
-    monkeypatch.setattr(fsdelete.os, "listdir", listdir_then_move)
-    with pytest.raises(fsdelete.Moved):
+    monkeypatch.setattr(walk.os, "scandir", scandir_then_move)
+    with pytest.raises(walk.Moved):
         fsdelete.delete_tree(top)
     monkeypatch.undo()
     assert bystander.is_dir()

@@ -31,7 +31,7 @@ from pathlib import Path
 from xum_protocol.errors import ErrorKind
 
 from xumd.base.errors import XumError
-from xumd.system import diskfull, fsdelete
+from xumd.system import diskfull, fsdelete, walk
 
 FICLONE = 0x40049409
 """ioctl(dest, FICLONE, src): share the source's extents (btrfs, XFS with reflink, bcachefs)."""
@@ -92,7 +92,7 @@ class Tally:
 def other_mount(fd: int, top: tuple[int, int | None]) -> bool:
     """Whether the open directory `fd` is on another mount than `top`
     (`fsdelete.mount_identity`, the test its deletions use)."""
-    return fsdelete.mount_identity(fd) != top
+    return walk.mount_identity(fd) != top
 
 
 Skip = Callable[[str], bool]
@@ -125,7 +125,7 @@ def _walk(
     not entered (named in `mounts`). `tolerant` (a usage walk): an entry that cannot be
     stat'ed, or a directory that cannot be opened or listed, is skipped instead of raising;
     otherwise its error names its path (`prefix` + the relative path: `fsdelete.named`)."""
-    top = fsdelete.mount_identity(top_fd)
+    top = walk.mount_identity(top_fd)
     stack: list[tuple[int, str, list[str]]] = [(top_fd, "", _entries(top_fd))]
     try:
         while stack:
@@ -146,14 +146,14 @@ def _walk(
             except OSError as exc:
                 if tolerant:
                     continue
-                raise fsdelete.named(exc, prefix + child) from exc
+                raise walk.named(exc, prefix + child) from exc
             if stat.S_ISDIR(st.st_mode):
                 try:
                     sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     if tolerant:
                         continue
-                    raise fsdelete.named(exc, prefix + child) from exc
+                    raise walk.named(exc, prefix + child) from exc
                 if other_mount(sub, top):
                     os.close(sub)
                     if mounts is not None:
@@ -167,7 +167,7 @@ def _walk(
                     if tolerant and isinstance(exc, OSError):
                         continue
                     if isinstance(exc, OSError):
-                        raise fsdelete.named(exc, prefix + child) from exc
+                        raise walk.named(exc, prefix + child) from exc
                     raise
                 stack.append((sub, child, names_below))
             else:
@@ -195,7 +195,7 @@ def open_parents(root_fd: int, parts: list[str], *, create_like: int | None = No
                     os.mkdir(part, create_like, dir_fd=fd)
                     sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
-                raise fsdelete.named(exc, "/".join(parts[:at])) from exc
+                raise walk.named(exc, "/".join(parts[:at])) from exc
             os.close(fd)
             fd = sub
         return fd
@@ -482,7 +482,7 @@ def remove_partial(path: Path) -> None:
 def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "") -> None:
     """Depth-first copy of the directory `sdir` into `ddir` (an explicit stack, no recursion).
     An error names the entry's path (`rel` and below: `fsdelete.named`)."""
-    top = fsdelete.mount_identity(sdir)
+    top = walk.mount_identity(sdir)
     stack: list[tuple[int, int, str, list[str], os.stat_result | None]] = [
         (sdir, ddir, rel, _entries(sdir), None)
     ]
@@ -496,7 +496,7 @@ def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "
                         os.fchmod(d, stat.S_IMODE(dst.st_mode))
                         os.utime(d, ns=(dst.st_atime_ns, dst.st_mtime_ns))
                     except OSError as exc:
-                        raise fsdelete.named(exc, here) from exc
+                        raise walk.named(exc, here) from exc
                     finally:
                         os.close(s)
                         os.close(d)
@@ -508,7 +508,7 @@ def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "
             try:
                 _copy_one(s, d, name, child, top, report, stack)
             except OSError as exc:
-                raise fsdelete.named(exc, child) from exc
+                raise walk.named(exc, child) from exc
     finally:
         for s, d, _here, _names, dst in stack:
             if dst is not None:
@@ -601,7 +601,7 @@ def copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repo
     try:
         return _copy_entry_at(sdir, ddir, name, rel, skip=skip, report=report)
     except OSError as exc:
-        raise fsdelete.named(exc, rel) from exc
+        raise walk.named(exc, rel) from exc
 
 
 def _copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> bool:
@@ -632,7 +632,7 @@ def _copy_entry_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, rep
         return False
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
-        if other_mount(sub, fsdelete.mount_identity(sdir)):
+        if other_mount(sub, walk.mount_identity(sdir)):
             report.mounts.append(rel)
             return False
         os.mkdir(name, 0o700, dir_fd=ddir)
@@ -652,7 +652,7 @@ def merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repor
     try:
         return _merge_dir_at(sdir, ddir, name, rel, skip=skip, report=report)
     except OSError as exc:
-        raise fsdelete.named(exc, rel) from exc
+        raise walk.named(exc, rel) from exc
 
 
 def _merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, report: Tally) -> bool:
@@ -662,7 +662,7 @@ def _merge_dir_at(sdir: int, ddir: int, name: str, rel: str, *, skip: Skip, repo
     False when `name` is on another mount (reported, not entered)."""
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
-        if other_mount(sub, fsdelete.mount_identity(sdir)):
+        if other_mount(sub, walk.mount_identity(sdir)):
             report.mounts.append(rel)
             return False
         dsub = os.open(name, _DIR_FLAGS, dir_fd=ddir)
@@ -682,7 +682,7 @@ def tally_at(sdir: int, name: str, skip: Skip = _never, rel: str | None = None) 
     try:
         return _tally_at(sdir, name, skip, where)
     except OSError as exc:
-        raise fsdelete.named(exc, where) from exc
+        raise walk.named(exc, where) from exc
 
 
 def _tally_at(sdir: int, name: str, skip: Skip, where: str) -> Tally:
@@ -701,7 +701,7 @@ def _tally_at(sdir: int, name: str, skip: Skip, where: str) -> Tally:
         return found
     sub = os.open(name, _DIR_FLAGS, dir_fd=sdir)
     try:
-        if other_mount(sub, fsdelete.mount_identity(sdir)):
+        if other_mount(sub, walk.mount_identity(sdir)):
             return found
         _count_below(found, sub, skip, prefix=f"{where}/")
     finally:

@@ -26,7 +26,6 @@ Without `/proc` (macOS) the mount table is not read (an empty answer) and the wa
 from __future__ import annotations
 
 import contextlib
-import copy
 import errno
 import os
 import re
@@ -37,49 +36,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xumd.system import walk
+from xumd.system.walk import mount_id, mount_identity, named
+
 MOUNTINFO = Path("/proc/self/mountinfo")
-_FDINFO = "/proc/self/fdinfo/{fd}"
 _PROC_FD = "/proc/self/fd/{fd}"
 _LINUX = sys.platform.startswith("linux")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FD_WINDOW = 64
-"""Directory descriptors held open along the walk's path; deeper ancestors are closed and
-reopened through `..` (checked by identity) on the way back, so a tree thousands of levels deep
-never runs the process out of descriptors."""
-
 _OCTAL = re.compile(rb"\\([0-7]{3})")
 
 
 class Interrupted(Exception):
     """The `stop` event was set: the walk stopped between two entries (resumable)."""
-
-
-class Moved(OSError):
-    """A directory of the walk was moved out from under it; nothing more is deleted."""
-
-
-_NAMED = "xum_walk_path"
-
-
-def named(exc: OSError, path: str) -> OSError:
-    """`exc` as an error naming `path` (relative to the walk's top: `build/out.o`) and its
-    reason. A descriptor call (`unlinkat`, `openat`) knows only the entry's own name, so its
-    error says `Permission denied: 'out.o'`; the walk knows where that entry is. Same class and
-    errno (callers still tell ENOENT or ENOSPC apart); one already named by an inner walk, or a
-    `Moved` (it names its directory), keeps what it says. Always a new exception, for the
-    caller to raise `from exc`."""
-    if getattr(exc, _NAMED, None) is not None or isinstance(exc, Moved):
-        return copy.copy(exc)
-    if exc.errno is not None:
-        try:
-            new = type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), path)
-        except TypeError:
-            new = OSError(exc.errno, exc.strerror or os.strerror(exc.errno), path)
-    else:
-        new = OSError(f"{path}: {exc}")
-    setattr(new, _NAMED, path)
-    return new
 
 
 # -- the mount table ---------------------------------------------------------------------------
@@ -144,26 +113,6 @@ def describe_mounts(points: list[str]) -> str:
 # -- identity of an open directory -------------------------------------------------------------
 
 
-def mount_id(fd: int) -> int | None:
-    """The mount id of an open file (`mnt_id` in /proc/self/fdinfo); None where unknown."""
-    if not _LINUX:
-        return None
-    try:
-        with open(_FDINFO.format(fd=fd), "rb") as info:
-            for line in info:
-                if line.startswith(b"mnt_id:"):
-                    return int(line.split(b":", 1)[1])
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def mount_identity(fd: int) -> tuple[int, int | None]:
-    """(st_dev, mount id) of an open file: two directories are on one mount when these agree
-    (`st_dev` alone cannot tell: two bind mounts of one filesystem share it)."""
-    return os.fstat(fd).st_dev, mount_id(fd)
-
-
 def same_mount(a: Path, b: Path) -> bool:
     """Whether two existing directories sit on one mount (a rename between them cannot fail
     with EXDEV). `st_dev` alone cannot tell: two bind mounts of one filesystem share it."""
@@ -192,16 +141,6 @@ class DeleteReport:
         return not self.left
 
 
-@dataclass(slots=True)
-class _Frame:
-    fd: int | None
-    ident: tuple[int, int]
-    path: str
-    name: str
-    names: list[str]
-    left_before: int
-
-
 def _writable(fd: int) -> None:
     """Make an open directory readable, writable and searchable for its owner (some package
     caches make directories 0555: their entries could not be unlinked otherwise)."""
@@ -210,29 +149,25 @@ def _writable(fd: int) -> None:
         os.fchmod(fd, mode | stat.S_IRWXU)
 
 
-class _Foreign(Exception):
-    """An unreadable subdirectory on another device or mount than its parent: not ours to
-    make readable."""
-
-
 def _open_dir(name: str, dir_fd: int) -> int:
     """Open a subdirectory without following a symlink; one that denies us reading is made
     readable first, through a path-only descriptor (chmod of the exact inode, not of a name a
-    rename could swap), and only when it sits on its parent's mount (`_Foreign` otherwise)."""
+    rename could swap), and only when it sits on its parent's mount (`walk.OtherMount`
+    otherwise)."""
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     except PermissionError:
         if not _LINUX:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if st.st_dev != os.fstat(dir_fd).st_dev:
-                raise _Foreign from None
+                raise walk.OtherMount from None
             os.chmod(name, stat.S_IRWXU, dir_fd=dir_fd, follow_symlinks=False)
             return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     pfd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         st, parent = os.fstat(pfd), os.fstat(dir_fd)
         if st.st_dev != parent.st_dev or mount_id(pfd) != mount_id(dir_fd):
-            raise _Foreign
+            raise walk.OtherMount
         mode = stat.S_IMODE(st.st_mode)
         os.chmod(_PROC_FD.format(fd=pfd), mode | stat.S_IRWXU)
         return os.open(_PROC_FD.format(fd=pfd), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -265,24 +200,16 @@ def delete_tree(top: Path, stop: threading.Event | None = None) -> DeleteReport:
     try:
         try:
             top_fd = _open_dir(top.name, parent_fd)
-        except _Foreign:
+        except walk.OtherMount:
             report.left.append(str(top))
             return report
-        st = os.fstat(top_fd)
-        root_dev, root_mnt = st.st_dev, mount_id(top_fd)
-        pst = os.fstat(parent_fd)
-        if pst.st_dev != root_dev or mount_id(parent_fd) != root_mnt:
-            os.close(top_fd)
-            report.left.append(str(top))
-            return report
-        _writable(top_fd)
-        frames = [_Frame(top_fd, (st.st_dev, st.st_ino), str(top), top.name, os.listdir(top_fd), 0)]
         try:
-            _walk(frames, (root_dev, root_mnt), report, stop)
+            if mount_identity(parent_fd) != mount_identity(top_fd):
+                report.left.append(str(top))
+                return report
+            _delete_below(top_fd, str(top), report, stop)
         finally:
-            for frame in frames:
-                if frame.fd is not None:
-                    os.close(frame.fd)
+            os.close(top_fd)
         if report.complete:
             with contextlib.suppress(FileNotFoundError):
                 _remove(top.name, parent_fd, directory=True)
@@ -291,123 +218,63 @@ def delete_tree(top: Path, stop: threading.Event | None = None) -> DeleteReport:
     return report
 
 
-def _walk(
-    frames: list[_Frame], root: tuple[int, int | None], report: DeleteReport, stop: threading.Event
-) -> None:
-    while True:
+_DELETE = walk.Policy(sort=False, leave=True, open=_open_dir, prepare=_writable)
+"""Post-order (a directory goes once emptied), in listing order, every directory's mount id
+read (the walk itself is the last check before a removal), unreadable directories made
+readable when they are ours."""
+
+
+def _delete_below(top_fd: int, top: str, report: DeleteReport, stop: threading.Event) -> None:
+    steps = walk.Walk(top_fd, _DELETE)
+    for step in steps:
         if stop.is_set():
             raise Interrupted
-        frame = frames[-1]
-        assert frame.fd is not None
-        if frame.names:
-            _entry(frames, frame.names.pop(), root, report)
-            continue
-        if len(frames) == 1:
-            return  # the top: the caller removes it (through its parent)
-        frames.pop()
-        parent = frames[-1]
-        pfd = parent.fd
-        if pfd is None:
-            try:
-                pfd = os.open("..", _DIR_FLAGS, dir_fd=frame.fd)
-            except OSError as exc:
-                raise named(exc, _below(frames[0], parent.path)) from exc
-            pst = os.fstat(pfd)
-            if (pst.st_dev, pst.st_ino) != parent.ident:
-                os.close(pfd)
-                raise Moved(errno.ESTALE, f"{parent.path} was moved during the deletion")
-            parent.fd = pfd
-        os.close(frame.fd)
-        frame.fd = None
-        if len(report.left) > frame.left_before:
-            continue  # something below was left alone: this directory stays too
         try:
-            _remove(frame.name, pfd, directory=True)
-        except FileNotFoundError:
-            pass
+            if step.kind == walk.ENTRY:
+                if step.fd is None:
+                    _delete_entry(steps, step, top, report)
+            elif step.kind == walk.MOUNT:
+                report.left.append(os.path.join(top, step.rel))
+            elif not step.held:  # LEAVE: what is below was left alone, this stays too
+                _remove_emptied(steps, step, top, report)
         except OSError as exc:
-            if exc.errno != errno.EBUSY:
-                raise named(exc, _below(frames[0], frame.path)) from exc
-            report.left.append(frame.path)  # became a mount point after we emptied it
+            raise named(exc, step.rel) from exc
 
 
-def _below(top: _Frame, path: str) -> str:
-    """`path` (a walk's absolute path, under `top`) relative to the walk's top."""
-    return path[len(top.path) + 1 :] if path.startswith(top.path + "/") else path
-
-
-def _entry(
-    frames: list[_Frame], name: str, root: tuple[int, int | None], report: DeleteReport
-) -> None:
-    parent = frames[-1]
-    try:
-        _delete_entry(frames, name, root, report)
-    except OSError as exc:
-        path = os.path.join(parent.path, name)
-        raise named(exc, _below(frames[0], path)) from exc
-
-
-def _delete_entry(
-    frames: list[_Frame], name: str, root: tuple[int, int | None], report: DeleteReport
-) -> None:
-    frame = frames[-1]
-    root_dev, root_mnt = root
-    assert frame.fd is not None
-    dir_fd = frame.fd
-    path = os.path.join(frame.path, name)
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        if st.st_dev != root_dev:
-            report.left.append(path)  # a file bind-mounted from another filesystem
-            return
-        try:
-            _remove(name, dir_fd, directory=False)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            if exc.errno == errno.EISDIR:
-                frame.names.append(name)  # swapped for a directory meanwhile: look again
-                return
-            if exc.errno != errno.EBUSY:
-                raise
-            report.left.append(path)  # a file bind-mounted from the same filesystem
-            return
-        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-            report.freed += st.st_size
+def _delete_entry(steps: walk.Walk, step: walk.Step, top: str, report: DeleteReport) -> None:
+    """Remove a file, a link or a special file (never opened)."""
+    st = step.lstat()
+    if st.st_dev != steps.dev:
+        report.left.append(os.path.join(top, step.rel))  # a file bind-mounted from elsewhere
+        steps.hold()
         return
     try:
-        fd = _open_dir(name, dir_fd)
-    except _Foreign:
-        report.left.append(path)
-        return
+        _remove(step.name, step.dir_fd, directory=False)
     except FileNotFoundError:
         return
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            frame.names.append(name)  # swapped for a symlink or a file meanwhile: look again
+        if exc.errno == errno.EISDIR:
+            steps.again(step.name)  # swapped for a directory meanwhile: look again
             return
-        raise
+        if exc.errno != errno.EBUSY:
+            raise
+        report.left.append(os.path.join(top, step.rel))  # bind-mounted from this filesystem
+        steps.hold()
+        return
+    if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+        report.freed += st.st_size
+
+
+def _remove_emptied(steps: walk.Walk, step: walk.Step, top: str, report: DeleteReport) -> None:
     try:
-        cst = os.fstat(fd)
-        if cst.st_dev != root_dev or mount_id(fd) != root_mnt:
-            report.left.append(path)
-            os.close(fd)
-            return
-        _writable(fd)
-        names = os.listdir(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    open_frames = [f for f in frames if f.fd is not None]
-    if len(open_frames) >= _FD_WINDOW:
-        oldest = open_frames[1] if len(open_frames) > 1 else None  # the top stays open
-        if oldest is not None and oldest.fd is not None:
-            os.close(oldest.fd)
-            oldest.fd = None
-    frames.append(_Frame(fd, (cst.st_dev, cst.st_ino), path, name, names, len(report.left)))
+        _remove(step.name, step.dir_fd, directory=True)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.EBUSY:
+            raise
+        report.left.append(os.path.join(top, step.rel))  # became a mount point once emptied
+        steps.hold()
 
 
 def remove_tree(path: Path, *, ignore_errors: bool = False) -> list[str]:

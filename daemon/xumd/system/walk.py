@@ -1,0 +1,394 @@
+"""The one walk of a directory tree by file descriptor, for every part that walks a checkout:
+the deletion (fsdelete), the copies and their size counts (fscopy, rawcopy), the usage walk,
+the ignored files an archive drops and its special-file report (snapshot), the proof on the
+bytes (onbytes).
+
+What holds for every caller:
+
+- Every directory is opened relative to its parent (`openat` with O_NOFOLLOW | O_DIRECTORY)
+  and every entry is looked at with `fstatat` on its own name: a symlink is never followed, and
+  no path longer than one name is ever opened, so a tree deeper than PATH_MAX is walked whole.
+- The walk is a loop over a stack of frames, never a recursion: depth has no limit but the
+  filesystem's. At most `WINDOW` directory descriptors are held along the path; deeper
+  ancestors are closed and reopened through `..` on the way back, checked by identity
+  (st_dev, st_ino): one moved meanwhile is `Moved`, and nothing more is walked.
+- A directory on another mount than the top is never entered: another `st_dev`, or (with
+  `Policy.mount_ids`) another mount id (/proc/self/fdinfo: a bind mount of the same
+  filesystem keeps `st_dev`). It is handed to the caller as a `MOUNT` step, checked on the
+  opened directory itself, so a mount made after the caller read the mount table is caught.
+- A directory swapped for a link or a file between its `lstat` and its `open` is looked at
+  again (as what it is now), never followed.
+- An error names its entry by the path relative to the top (`named`), or goes to the
+  caller's `Policy.errors`, which reports it and lets the walk go on.
+
+What differs per caller is its `Policy` (order, what is looked at, which mount test, what an
+error does) and what its loop does with each step: a special file is an `ENTRY` like any other
+(the walk never opens one), to skip or report; a `MOUNT` step is to stop at, refuse or report.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import os
+import stat
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from operator import attrgetter
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FDINFO = "/proc/self/fdinfo/{fd}"
+_LINUX = sys.platform.startswith("linux")
+_NAME = attrgetter("name")
+
+WINDOW = 64
+"""Directory descriptors held open along the walk's path (the top's included), so a tree
+thousands of levels deep never runs the process out of descriptors."""
+
+ENTRY = "entry"
+"""An entry of a directory; a directory is already opened (`Step.fd`) and on the top's mount."""
+MOUNT = "mount"
+"""A directory on another mount (or one the opener refused as `OtherMount`): not entered."""
+LISTED = "listed"
+"""A directory's listing (`Policy.listings`), before any of its entries is walked."""
+LEAVE = "leave"
+"""A directory whose entries are all walked (`Policy.leave`); `Step.dir_fd` is its parent."""
+
+
+class Moved(OSError):
+    """A directory of the walk was moved out from under it; nothing more is walked."""
+
+
+class OtherMount(Exception):
+    """Raised by a `Policy.open` to say the directory is not the walk's to enter."""
+
+
+_NAMED = "xum_walk_path"
+
+
+def named(exc: OSError, path: str) -> OSError:
+    """`exc` as an error naming `path` (relative to the walk's top: `build/out.o`) and its
+    reason. A descriptor call (`unlinkat`, `openat`) knows only the entry's own name, so its
+    error says `Permission denied: 'out.o'`; the walk knows where that entry is. Same class and
+    errno (callers still tell ENOENT or ENOSPC apart); one already named by an inner walk, or a
+    `Moved` (it names its directory), keeps what it says. Always a new exception, for the
+    caller to raise `from exc`."""
+    if getattr(exc, _NAMED, None) is not None or isinstance(exc, Moved):
+        return copy.copy(exc)
+    if exc.errno is not None:
+        try:
+            new = type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), path)
+        except TypeError:
+            new = OSError(exc.errno, exc.strerror or os.strerror(exc.errno), path)
+    else:
+        new = OSError(f"{path}: {exc}")
+    setattr(new, _NAMED, path)
+    return new
+
+
+def mount_id(fd: int) -> int | None:
+    """The mount id of an open file (`mnt_id` in /proc/self/fdinfo); None where unknown."""
+    if not _LINUX:
+        return None
+    try:
+        with open(_FDINFO.format(fd=fd), "rb") as info:
+            for line in info:
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split(b":", 1)[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def mount_identity(fd: int) -> tuple[int, int | None]:
+    """(st_dev, mount id) of an open file: two directories are on one mount when these agree
+    (`st_dev` alone cannot tell: two bind mounts of one filesystem share it)."""
+    return os.fstat(fd).st_dev, mount_id(fd)
+
+
+def open_dir(name: str, dir_fd: int) -> int:
+    """The walk's default opener: the subdirectory `name`, never through a symlink."""
+    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How one caller walks. The defaults: every entry `lstat`ed, names in order, the mount
+    id read for every directory, errors raised naming their path."""
+
+    sort: bool = True
+    """Entries in name order (a reproducible report); False, in the order the directory lists
+    them (a deletion, where the order is nobody's concern)."""
+    stat: bool = True
+    """`Step.st` is every entry's lstat; False, the listing's entry types (d_type) answer what
+    kind an entry is and `Step.lstat()` stats only what the caller asks about."""
+    mount_ids: bool = True
+    """Compare each directory's mount id with the top's (one /proc read per directory); False,
+    `st_dev` only: for a caller whose mount table shows no mount below the top."""
+    leave: bool = False
+    """A `LEAVE` step after each directory's entries (post-order: a deletion removes the
+    emptied directory then, a copy sets its mode and times)."""
+    listings: bool = False
+    """A `LISTED` step with each directory's listing; the caller may empty it (nothing under
+    that directory is walked)."""
+    skip: Callable[[str], bool] | None = None
+    """Called with each entry's path relative to the top; True leaves it (and what is under
+    it), unlooked at."""
+    errors: Callable[[str, OSError], None] | None = None
+    """None: an error raises, naming its path (`prefix` + relative). Otherwise it is handed
+    here with the entry's relative path and the walk goes on without that entry (a usage walk
+    skips it, the proof records it as unproven). A gone entry (ENOENT) is never an error."""
+    prefix: str = ""
+    """Put before a relative path in a raised error's name (an inner walk of a caller's
+    entry)."""
+    open: Callable[[str, int], int] = open_dir
+    """Opens a subdirectory by name relative to its parent's descriptor, never following a
+    link (a deletion makes an unreadable one readable first); may raise `OtherMount`."""
+    prepare: Callable[[int], object] | None = None
+    """Called with each opened directory (the top's too) before it is listed."""
+
+
+class Step:
+    """One thing the walk hands its caller (`kind`: ENTRY, MOUNT, LISTED or LEAVE)."""
+
+    __slots__ = ("dir_fd", "enter", "entries", "entry", "fd", "held", "kind", "name", "rel", "st")
+
+    def __init__(  # noqa: PLR0917 - the walk's one record, built in one place per kind
+        self,
+        kind: str,
+        dir_fd: int,
+        name: str,
+        rel: str,
+        entry: os.DirEntry[str] | None = None,
+        st: os.stat_result | None = None,
+        fd: int | None = None,
+    ) -> None:
+        self.kind = kind
+        self.dir_fd = dir_fd
+        """The open directory holding the entry (for LISTED: the listed directory itself)."""
+        self.name = name
+        self.rel = rel
+        """The entry's path relative to the top ("" for the top)."""
+        self.entry = entry
+        self.st = st
+        self.fd = fd
+        """ENTRY of a directory: the directory, opened; the walk closes it."""
+        self.enter = True
+        """ENTRY of a directory: set False to leave what is under it unwalked."""
+        self.held = False
+        """LEAVE: something under the directory was not entered (a MOUNT) or `hold()`."""
+        self.entries: list[os.DirEntry[str] | str] = []
+        """LISTED: the entries still to walk, in no particular order (DirEntry, or a name)."""
+
+    def lstat(self) -> os.stat_result:
+        if self.st is None:
+            if self.entry is not None:
+                self.st = self.entry.stat(follow_symlinks=False)
+            else:
+                self.st = os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+        return self.st
+
+    def is_dir(self) -> bool:
+        if self.st is None and self.entry is not None:
+            return self.entry.is_dir(follow_symlinks=False)
+        return stat.S_ISDIR(self.lstat().st_mode)
+
+    def is_symlink(self) -> bool:
+        if self.st is None and self.entry is not None:
+            return self.entry.is_symlink()
+        return stat.S_ISLNK(self.lstat().st_mode)
+
+    def is_file(self) -> bool:
+        """A regular file (never through a link)."""
+        if self.st is None and self.entry is not None:
+            return self.entry.is_file(follow_symlinks=False)
+        return stat.S_ISREG(self.lstat().st_mode)
+
+
+@dataclass(slots=True)
+class _Frame:
+    fd: int | None
+    ident: tuple[int, int]
+    rel: str
+    name: str
+    pending: list[os.DirEntry[str] | str]
+    held_before: int
+
+
+class Walk:
+    """The steps of a walk of the open directory `top_fd` (the caller's to close; never
+    yielded itself), parents before what they hold. Iterate once."""
+
+    def __init__(self, top_fd: int, policy: Policy | None = None) -> None:
+        self.policy = policy or Policy()
+        self.top_fd = top_fd
+        st = os.fstat(top_fd)
+        self.dev = st.st_dev
+        self.mount = mount_id(top_fd) if self.policy.mount_ids else None
+        self._ident = (st.st_dev, st.st_ino)
+        self._frames: list[_Frame] = []
+        self._held = 0
+
+    def again(self, name: str) -> None:
+        """Look at the entry `name` of the current directory once more (after an ENTRY step
+        the caller found changed meanwhile: a file swapped for a directory)."""
+        self._frames[-1].pending.append(name)
+
+    def hold(self) -> None:
+        """Mark the directories along the current path as holding something left alone (their
+        LEAVE steps say `held`)."""
+        self._held += 1
+
+    def _failed(self, rel: str, exc: OSError) -> None:
+        handler = self.policy.errors
+        if handler is None:
+            raise named(exc, self.policy.prefix + rel) from exc
+        handler(rel, exc)
+
+    def _list(self, fd: int) -> list[os.DirEntry[str] | str]:
+        if self.policy.prepare is not None:
+            self.policy.prepare(fd)
+        with os.scandir(fd) as it:
+            if self.policy.sort:
+                # Reversed: entries are popped from the end (a pop(0) would be quadratic).
+                return sorted(it, key=_NAME, reverse=True)
+            return list(it)
+
+    def __iter__(self) -> Iterator[Step]:
+        try:
+            pending = self._list(self.top_fd)
+        except OSError as exc:
+            if self.policy.errors is None:
+                raise
+            self.policy.errors("", exc)
+            return
+        frames = self._frames
+        frames.append(_Frame(self.top_fd, self._ident, "", "", pending, 0))
+        try:
+            if self.policy.listings:
+                listed = Step(LISTED, self.top_fd, "", "")
+                listed.entries = pending
+                yield listed
+            while frames:
+                frame = frames[-1]
+                if frame.pending:
+                    yield from self._entry(frame, frame.pending.pop())
+                    continue
+                if len(frames) == 1:
+                    return
+                frames.pop()
+                parent = frames[-1]
+                if parent.fd is None:
+                    try:
+                        self._reopen(parent, frame)
+                    except Moved as exc:
+                        if self.policy.errors is None:
+                            raise
+                        self.policy.errors(parent.rel, exc)
+                        return
+                assert parent.fd is not None and frame.fd is not None
+                os.close(frame.fd)
+                frame.fd = None
+                if self.policy.leave:
+                    step = Step(LEAVE, parent.fd, frame.name, frame.rel)
+                    step.held = self._held > frame.held_before
+                    yield step
+        finally:
+            for frame in frames[1:]:
+                if frame.fd is not None:
+                    os.close(frame.fd)
+            frames.clear()
+
+    def _reopen(self, parent: _Frame, child: _Frame) -> None:
+        """Open `parent` again through `..` of its child, as the same directory."""
+        assert child.fd is not None
+        try:
+            fd = os.open("..", _DIR_FLAGS, dir_fd=child.fd)
+        except OSError as exc:
+            raise named(exc, self.policy.prefix + parent.rel) from exc
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != parent.ident:
+            os.close(fd)
+            raise Moved(errno.ESTALE, f"{self.policy.prefix}{parent.rel} was moved during the walk")
+        parent.fd = fd
+        # A listing's entries would look up their type through the descriptor they were
+        # listed with, which is closed: from here on they are looked up by name.
+        parent.pending = [e if isinstance(e, str) else e.name for e in parent.pending]
+
+    def _entry(self, frame: _Frame, item: os.DirEntry[str] | str) -> Iterator[Step]:
+        policy = self.policy
+        dir_fd = frame.fd
+        assert dir_fd is not None
+        if isinstance(item, str):
+            name, entry = item, None
+        else:
+            name, entry = item.name, item
+        rel = f"{frame.rel}/{name}" if frame.rel else name
+        if policy.skip is not None and policy.skip(rel):
+            return
+        st: os.stat_result | None = None
+        if policy.stat or entry is None:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return  # gone since the listing
+            except OSError as exc:
+                self._failed(rel, exc)
+                return
+            is_dir = stat.S_ISDIR(st.st_mode)
+            entry = None
+        else:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        if not is_dir:
+            yield Step(ENTRY, dir_fd, name, rel, entry, st)
+            return
+        try:
+            sub = policy.open(name, dir_fd)
+        except OtherMount:
+            self._held += 1
+            yield Step(MOUNT, dir_fd, name, rel, entry, st)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                frame.pending.append(name)  # swapped for a link or a file: look again
+                return
+            self._failed(rel, exc)
+            return
+        try:
+            sst = os.fstat(sub)
+            other = sst.st_dev != self.dev or (policy.mount_ids and mount_id(sub) != self.mount)
+        except BaseException:
+            os.close(sub)
+            raise
+        if other:
+            os.close(sub)
+            self._held += 1
+            yield Step(MOUNT, dir_fd, name, rel, entry, st)
+            return
+        step = Step(ENTRY, dir_fd, name, rel, entry, st, sub)
+        try:
+            yield step
+            if not step.enter:
+                os.close(sub)
+                return
+            pending = self._list(sub)
+        except OSError as exc:
+            os.close(sub)
+            self._failed(rel, exc)
+            return
+        except BaseException:
+            os.close(sub)
+            raise
+        frames = self._frames
+        frames.append(_Frame(sub, (sst.st_dev, sst.st_ino), rel, name, pending, self._held))
+        oldest = len(frames) - WINDOW
+        if oldest >= 1 and frames[oldest].fd is not None:
+            os.close(frames[oldest].fd)  # type: ignore[arg-type]
+            frames[oldest].fd = None
+        if policy.listings:
+            listed = Step(LISTED, sub, name, rel)
+            listed.entries = pending
+            yield listed
