@@ -54,7 +54,8 @@ def test_typescript_sdk_client(daemon: DaemonProcess, tmp_short: Path) -> None:
     assert report["busy"]["kind"] == "busy"
     assert report["archived"]["snapshot"]["ref"]
     assert sorted(report["archived"]["snapshot"]["files"]) == ["README.md", "wip.txt"]
-    assert report["cleanup"]["pending"] == 0
+    assert report["cleanup"]["obligations"]
+    assert report["archived"]["cleanup"]["status"] == "completed"
     # What the daemon itself says about the workspace now.
     (workspace,) = [
         w for w in daemon.call("workspace.list")["workspaces"] if w["name"] == "ts-agent"
