@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,11 +83,18 @@ def list_changed(message: Any) -> bool:
     return isinstance(message, types.ResourceListChangedNotification)
 
 
-@asynccontextmanager
-async def agent(
+def agent(
     daemon: DaemonProcess, *, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> AsyncIterator[Agent]:
+) -> AbstractAsyncContextManager[Agent]:
     """`xum --root ROOT mcp` started by the SDK's stdio client, initialized."""
+    return agent_with(["--root", str(daemon.root), "mcp"], cwd=cwd, env=env)
+
+
+@asynccontextmanager
+async def agent_with(
+    args: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[Agent]:
+    """`xum ARGS` (a command line ending with `mcp`) started by the SDK's stdio client."""
     send: MemoryObjectSendStream[Any]
     send, receive = anyio.create_memory_object_stream[Any](1000)
 
@@ -98,7 +105,7 @@ async def agent(
     server_env.update(env or {})
     params = StdioServerParameters(
         command=XUM,
-        args=["--root", str(daemon.root), "mcp"],
+        args=args,
         env=server_env,
         cwd=str(cwd) if cwd is not None else None,
     )
