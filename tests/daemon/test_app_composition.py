@@ -12,7 +12,6 @@ from xumd.app import App
 from xumd.base.config import DaemonConfig
 from xumd.base.paths import RootPaths
 from xumd.checkouts.exclusion import DirectoryExclusion
-from xumd.checkouts.marker import WorkspaceRef
 from xumd.cleanup import feature as cleanup_feature
 from xumd.cleanup.outcomes import OutcomeRecorder
 from xumd.cleanup.planning import Planner
@@ -29,13 +28,16 @@ from xumd.lifecycle.unarchive import ArchiveComparison
 from xumd.processes import feature as processes_feature
 from xumd.processes.auto_archive import AutoArchiver
 from xumd.processes.leases import LeaseStore
+from xumd.processes.quiescence import Quiescence
 from xumd.processes.settlement import Settlement
 from xumd.processes.supervisor import Supervisor
-from xumd.recovery import feature as recovery_feature
+from xumd.recovery.reconcile import Reconciler
+from xumd.startup import feature_graph
 from xumd.startup.composition import install_features
 from xumd.store import Store
 from xumd.system.containment import Containment, Marker
 from xumd.system.git import Git
+from xumd.turns.service import TurnService
 
 
 def test_processes_stop_before_other_drains(tmp_short: Path) -> None:
@@ -116,8 +118,18 @@ REQUIRED_COLLABORATORS: list[tuple[Callable[..., object], tuple[str, ...]]] = [
     (Supervisor, ("workspace_env", "containment", "exit_listeners")),
     (Settlement, ("exit_listeners",)),
     (lifecycle_feature.scripts, ("leases", "containment")),
-    (processes_feature.install, ("leases", "containment")),
+    (processes_feature.supervision, ("admission", "leases", "containment")),
+    (processes_feature.install, ("supervision", "leases", "hooks", "archive")),
     (Coordinator, ("failure_guard", "directories")),
+    (FailureGuard, ("settle_row",)),
+    (LifecycleHooks, ("processes", "rename_settler")),
+    (WorkspaceService, ("cleanup", "hooks", "failures")),
+    (lifecycle_feature.install, ("coord", "failures", "hooks", "cleanup")),
+    (Reconciler, ("announce", "removals", "turns")),
+    (AutoArchiver, ("owed", "archive")),
+    (TurnService, ("workspaces", "coord")),
+    (containment_feature.install, ("adoptable",)),
+    (feature_graph.install, ("containment", "leases")),
 ]
 
 
@@ -155,65 +167,72 @@ def test_the_graph_hands_the_containment_to_everything_that_runs_a_child(tmp_sho
         assert git.containment is cont and scripts.containment is cont
         assert supervisor.settings.containment is cont
         assert scripts.leases is supervisor.leases is app.find(LeaseStore)
-        assert supervisor.exit_listeners == [app.get(AutoArchiver).on_exit]
+        auto = app.get(AutoArchiver)
+        assert supervisor.exit_listeners == [auto.owed.on_exit]
     finally:
         store.close()
 
 
-def test_the_sweep_refuses_to_guess_what_to_adopt_before_the_leases_are_wired(
+def test_the_sweep_adopts_what_a_live_lease_names_and_a_lean_start_adopts_nothing(
     tmp_short: Path,
 ) -> None:
-    """The start-up sweep keeps what a live lease names. Before the lease store is wired (or a
-    lean start has said the root holds none) it cannot tell, and says so instead of stopping
-    what a restart must adopt."""
+    """The start-up sweep's answer is given at construction: a full start builds the lease
+    store first and hands the sweep its answer; a lean start, whose tables hold nothing, says
+    so. Neither leaves an unwired state to guess from."""
     store = Store(tmp_short / "state.db")
     store.migrate()
     try:
         app = App(RootPaths(tmp_short), DaemonConfig(), store)
-        installed = containment_feature.install(app)
+        leases = feature_graph.lease_store(app)
+        adoptable = containment_feature.leased(leases)
         marker = Marker(tag="t", instance="i", record="proc_0123456789abcdef")
-        with pytest.raises(RuntimeError, match="lease store"):
-            installed.adoptable(marker)
-        installed.adoptable.no_leases()
-        assert installed.adoptable(marker) is False
+        assert adoptable(marker) is False  # no lease names it
+        assert containment_feature.nothing_to_adopt(marker) is False
+        with pytest.raises(TypeError, match="adoptable"):
+            containment_feature.install(app)  # type: ignore[call-arg]
     finally:
         store.close()
 
 
-def test_a_graph_without_the_hooks_of_processes_and_recovery_does_not_start(
-    tmp_short: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_graph_without_the_processes_and_recovery_ports_fails_while_it_is_built(
+    tmp_short: Path,
 ) -> None:
-    """The hooks are bound late (processes and recovery are built from the workspace service
-    that holds them), so the composition root checks them: without them nothing would say who
-    holds a checkout, or settle a failed operation's row, and that is found at start."""
-    with pytest.raises(RuntimeError, match="processes, rename_settler, row_settler"):
-        LifecycleHooks().require_wired()
+    """The lifecycle's hooks and its failure guard take the processes feature's quiescence
+    check and recovery's settlers at construction: a graph that forgets one fails with a
+    `TypeError` while it is built, never with "no holders" at the moment of an archive. The
+    built graph holds the very objects."""
+    with pytest.raises(TypeError, match="processes"):
+        LifecycleHooks()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="settle_row"):
+        FailureGuard(None)  # type: ignore[call-arg, arg-type]
     store = Store(tmp_short / "state.db")
     store.migrate()
     try:
         app = App(RootPaths(tmp_short), DaemonConfig(), store)
         install_features(app)
         hooks = app.get(LifecycleHooks)
-        hooks.require_wired()
+        reconciler = app.get(Reconciler)
+        assert hooks.processes is app.get(Quiescence)
+        assert hooks.rename_settler == reconciler.settle_journal
         coordinator = app.get(Coordinator)
         assert isinstance(coordinator.failure_guard, FailureGuard)
-        assert coordinator.failure_guard.hooks is hooks
+        assert coordinator.failure_guard.settle_row == reconciler.settle_row
+        workspaces = app.get(WorkspaceService)
+        assert workspaces.context.hooks is hooks
+        assert workspaces.context.failures is coordinator.failure_guard
     finally:
         store.close()
 
-    # A graph whose recovery forgot to plug in its settlers is refused while it is built.
-    monkeypatch.setattr(recovery_feature, "install", lambda app, **_: None)
-    store = Store(tmp_short / "other.db")
+
+def test_the_hooks_are_frozen(tmp_short: Path) -> None:
+    """Nothing plugs into the lifecycle after it is built: the hooks refuse an assignment."""
+    store = Store(tmp_short / "state.db")
     store.migrate()
     try:
         app = App(RootPaths(tmp_short), DaemonConfig(), store)
-        with pytest.raises(RuntimeError, match="rename_settler, row_settler"):
-            install_features(app)
+        install_features(app)
+        hooks = app.get(LifecycleHooks)
+        with pytest.raises(AttributeError):
+            hooks.processes = app.get(Quiescence)  # type: ignore[misc]
     finally:
         store.close()
-
-
-async def test_the_quiescence_check_raises_rather_than_answer_no_holders(tmp_short: Path) -> None:
-    ref = WorkspaceRef("ws_0123456789abcdef", "prj_0123456789abcdef", "w", tmp_short, "inc")
-    with pytest.raises(RuntimeError, match="processes feature"):
-        await LifecycleHooks().holders(ref)

@@ -4,13 +4,14 @@ sweep of what a previous daemon instance of this root left running, the orphan r
 
 Installed first, so its start-up step runs before adoption (`processes.adopt`) and the recovery
 pass: nothing is reconciled or flagged while a crashed daemon's script is still writing into a
-checkout. The feature graph takes the containment at construction; `wire` (called once it is
-installed) hands the sweep the lease store.
+checkout. The sweep's answer to "adopt this leftover or stop it?" is given at construction: the
+lease store's (`leased`, a full start builds the store first) or, on a lean start whose tables
+hold nothing, `nothing_to_adopt`. The feature graph takes the containment at construction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,47 +31,30 @@ REAP_INTERVAL_S = 1.0
 SWEEP_GRACE_S = 2.0
 
 
-class _Adoptable:
-    """Which leftover the start-up sweep keeps: a live supervised process (and its tree) is
-    adopted, not stopped. The lease store is the processes feature's, installed after this one
-    (or, on a lean start, not before the sweep at all), so it is bound late, by one of two
-    explicit calls before the start-up hooks run: `wire` hands in the lease store, or the
-    composition root says the root holds no lease (`no_leases`: a lean start's proof that its
-    tables are empty). A sweep before either raises: guessing "nothing to adopt" would stop the
-    processes a restart must adopt."""
+Adoptable = Callable[[Marker], bool]
+"""Which leftover the start-up sweep keeps: a live supervised process (and its tree) is
+adopted, not stopped."""
 
-    def __init__(self) -> None:
-        self.leases: LeaseStore | None = None
-        self.known_empty = False
 
-    def no_leases(self) -> None:
-        self.known_empty = True
+def leased(leases: LeaseStore) -> Adoptable:
+    """A leftover is adopted when a live lease names its process."""
 
-    def __call__(self, marker: Marker) -> bool:
-        leases = self.leases
-        if leases is None:
-            if self.known_empty:
-                return False
-            raise RuntimeError(
-                "the containment sweep ran before the lease store was wired: it cannot tell "
-                "which leftovers to adopt"
-            )
+    def adoptable(marker: Marker) -> bool:
         if not marker.record.startswith("proc_"):
             return False
         lease = leases.for_process(marker.record)
         return lease is not None and leases.is_live(lease)
 
-
-@dataclass(frozen=True, slots=True)
-class Installed:
-    """What `install` built, for `wire` to finish once the features above it exist."""
-
-    containment: Containment
-    adoptable: _Adoptable
+    return adoptable
 
 
-def install(app: App) -> Installed:
-    adoptable = _Adoptable()
+def nothing_to_adopt(marker: Marker) -> bool:
+    """A lean start's answer: no table holds a row (`lazy_start.why_not_lean`), so no lease
+    names a process, and the lease store is not even loaded before the sweep."""
+    return False
+
+
+def install(app: App, *, adoptable: Adoptable) -> Containment:
     setting = app.config.processes.cgroup
     cgroup, unusable = _cgroup(setting)
     cont = app.provide(
@@ -104,7 +88,7 @@ def install(app: App) -> Installed:
     if cont.subreaper:
         app.after_ready("containment.reaper", reap)
     app.status_providers["containment"] = cont.status
-    return Installed(cont, adoptable)
+    return cont
 
 
 def _cgroup(setting: str) -> tuple[Path | None, str | None]:
@@ -126,10 +110,3 @@ def _cgroup(setting: str) -> tuple[Path | None, str | None]:
         why = "not writable by the daemon"
     log.warning("containment.cgroup_unusable", cgroup=setting, reason=why)
     return None, why
-
-
-def wire(installed: Installed, *, leases: LeaseStore) -> None:
-    """After the feature graph is installed: the start-up sweep knows the supervisor's leases
-    (what it must adopt, not stop). Git, the script runner and the supervisor take the
-    containment at construction (`xumd.startup.feature_graph`)."""
-    installed.adoptable.leases = leases

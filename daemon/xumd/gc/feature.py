@@ -22,14 +22,13 @@ from xum_protocol.models.gc import (
 from xumd.app import App
 from xumd.base.errors import XumError
 from xumd.gc import runs
-from xumd.lifecycle.hooks import LifecycleHooks
-from xumd.lifecycle.service import WorkspaceService
 from xumd.rpc.deferred import Deferred
 from xumd.rpc.dispatch import RequestContext
 from xumd.system.git import Git
 
 if TYPE_CHECKING:
-    from xumd.gc.service import GcService
+    from xumd.gc.plan import Holders
+    from xumd.gc.service import Collected, GcService
     from xumd.usage.service import UsageService
 
 
@@ -48,9 +47,9 @@ def install(
     app: App,
     *,
     git: Git,
-    hooks: LifecycleHooks,
+    hooks: Holders,
     usage: Deferred[UsageService],
-    workspaces: WorkspaceService,
+    workspaces: Collected,
 ) -> Deferred[GcService]:
     def build() -> GcService:
         from xumd.gc.service import GcClock, GcService

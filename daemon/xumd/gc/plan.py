@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from xum_protocol.models.gc import GcAction, GcItem, GcPolicies, GcSkipped
 
@@ -14,7 +15,7 @@ from xumd.base.config import GcConfig
 from xumd.base.paths import RootPaths
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.lifecycle import rows
-from xumd.lifecycle.hooks import LifecycleHooks, busy_message
+from xumd.lifecycle.hooks import Holder, busy_message
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.recovery import strays
 from xumd.store import Store
@@ -77,12 +78,19 @@ def policies(config: GcConfig) -> GcPolicies:
     )
 
 
+class Holders(Protocol):
+    """Who uses a checkout (the lifecycle's whole quiescence check, `LifecycleHooks.holders`):
+    an active workspace someone works in is not collected."""
+
+    async def holders(self, workspace: WorkspaceRef) -> list[Holder]: ...
+
+
 @dataclass(slots=True)
 class Planner:
     store: Store
     paths: RootPaths
     git: Git
-    hooks: LifecycleHooks
+    hooks: Holders
     usage: UsageService
     config: GcConfig
 

@@ -18,7 +18,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable
-from typing import get_args
+from typing import Protocol, get_args
 
 import anyio
 from xum_protocol.errors import ErrorKind
@@ -31,15 +31,14 @@ from xum_protocol.models.gc import (
     GcRunResult,
     GcSkipped,
 )
+from xum_protocol.models.workspace import WorkspaceArchiveResult, WorkspaceRemoveResult
 
 from xumd.app import App
 from xumd.base import logs
 from xumd.base.errors import XumError
 from xumd.gc import runs
-from xumd.gc.plan import Plan, Planner, policies, skipped
+from xumd.gc.plan import Holders, Plan, Planner, policies, skipped
 from xumd.lifecycle import rows
-from xumd.lifecycle.hooks import LifecycleHooks
-from xumd.lifecycle.service import WorkspaceService
 from xumd.recovery.feature import discard_kept_copy
 from xumd.system import procstat
 from xumd.system.git import Git
@@ -87,6 +86,17 @@ class GcClock:
         return self.time()
 
 
+class Collected(Protocol):
+    """The lifecycle operations gc collects through (`WorkspaceService`): the same
+    reservation, quiescence check and snapshot as a user's call."""
+
+    async def remove(
+        self, workspace_id: str, force: bool = False, *, expect_state: str | None = None
+    ) -> WorkspaceRemoveResult: ...
+
+    async def archive(self, workspace_id: str, stop: bool = False) -> WorkspaceArchiveResult: ...
+
+
 class GcService:
     def __init__(
         self,
@@ -94,9 +104,9 @@ class GcService:
         git: Git,
         clock: GcClock,
         *,
-        hooks: LifecycleHooks,
+        hooks: Holders,
         usage: UsageService,
-        workspaces: WorkspaceService,
+        workspaces: Collected,
     ) -> None:
         self.app = app
         self.git = git

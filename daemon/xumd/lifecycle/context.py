@@ -20,12 +20,13 @@ from xum_protocol.models.workspace import WorkspaceInfo
 
 from xumd.base import logs
 from xumd.base.errors import XumError
+from xumd.base.events import EventBus
 from xumd.base.requestcut import cut_reason
 from xumd.checkouts import marker
 from xumd.cleanup.service import CleanupService
 from xumd.lifecycle import ids, ports, rows, views, wsenv
 from xumd.lifecycle.coordinator import Coordinator
-from xumd.lifecycle.hooks import LifecycleHooks, busy_message
+from xumd.lifecycle.hooks import LifecycleHooks, RowSettler, busy_message
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.snapshot import Snapshotter
@@ -47,6 +48,16 @@ def require_project(store: Any, project_id: str) -> ProjectRow:
     if project is None:
         raise XumError(ErrorKind.NOT_FOUND, f"project {project_id!r} not found", id=project_id)
     return project
+
+
+def require_workspace(store: Any, workspace_id: str) -> WorkspaceRow:
+    ids.check_id(workspace_id, ids.WORKSPACE, "workspace")
+    row = rows.get_workspace(store, workspace_id)
+    if row is None:
+        raise XumError(
+            ErrorKind.NOT_FOUND, f"workspace {workspace_id!r} not found", id=workspace_id
+        )
+    return row
 
 
 def some(paths: list[str], most: int = 20) -> str:
@@ -91,13 +102,13 @@ def _describe(op: str, exc: BaseException) -> str:
 
 class FailureGuard:
     """What a structural operation that raised leaves: its row settled before its exclusive
-    reservation opens. It reads only the store and recovery's row settler (a seam of the hooks),
-    so the composition root builds it before the coordinator that calls it, and the coordinator
-    takes it at construction."""
+    reservation opens. It reads only the store and recovery's row settler, both built before
+    it, so the composition root builds it before the coordinator that calls it, and the
+    coordinator takes it at construction."""
 
-    def __init__(self, store: Store, hooks: LifecycleHooks) -> None:
+    def __init__(self, store: Store, settle_row: RowSettler) -> None:
         self.store = store
-        self.hooks = hooks
+        self.settle_row = settle_row
 
     def __call__(self, workspace_id: str, op: str) -> Callable[[BaseException], None]:
         """Taken when `op` enters the workspace's exclusive reservation: if it raises, its row
@@ -125,12 +136,8 @@ class FailureGuard:
             row = rows.get_workspace(self.store, workspace_id)
             if row is None or not _mid_way(self.store, row):
                 return
-            settler = self.hooks.row_settler
             cause = _describe(op, exc)
-            if settler is None:
-                log.error("workspace.failure_unsettled", workspace=row.id, op=op, cause=cause)
-                return
-            action = settler(row.id, cause)
+            action = self.settle_row(row.id, cause)
             log.warning(
                 "workspace.failure_settled", workspace=row.id, op=op, action=action, cause=cause
             )
@@ -138,29 +145,15 @@ class FailureGuard:
             log.exception("workspace.failure_settle_failed", workspace=workspace_id, op=op)
 
 
-class Context:
-    def __init__(
-        self,
-        app: App,
-        coord: Coordinator,
-        git: Git,
-        scripts: ScriptRunner,
-        snapshots: Snapshotter,
-        *,
-        cleanup: CleanupService,
-        hooks: LifecycleHooks,
-    ) -> None:
-        self.app = app
-        self.store = app.store
-        self.coord = coord
-        self.git = git
-        self.scripts = scripts
-        self.snapshots = snapshots
-        self.cleanup = cleanup
-        self.hooks = hooks
-        self.failures = FailureGuard(self.store, hooks)
+class Announcer:
+    """A workspace as the protocol shows it (`info`: its row, cleanup status, ports and
+    environment) and its events. It reads the store and the cleanup's status only, so the
+    composition root builds one for recovery before the workspace service exists."""
 
-    # -- rows and views ----------------------------------------------------------------------------
+    def __init__(self, store: Store, events: EventBus, cleanup: CleanupService) -> None:
+        self.store = store
+        self.events = events
+        self.cleanup = cleanup
 
     def info(self, row: WorkspaceRow) -> WorkspaceInfo:
         info = views.workspace_info(row, self.cleanup.status)
@@ -173,19 +166,49 @@ class Context:
         )
 
     def publish(self, event: str, row: WorkspaceRow, **extra: Any) -> None:
-        self.app.events.publish(event, workspace=self.info(row).model_dump(mode="json"), **extra)
+        self.events.publish(event, workspace=self.info(row).model_dump(mode="json"), **extra)
+
+
+class Context:
+    """What the operation modules share. Built by the workspace service from its own
+    collaborators; the features above the lifecycle never see it (each gets the narrow port it
+    uses)."""
+
+    def __init__(  # noqa: PLR0917 - the operations' collaborators, each required
+        self,
+        app: App,
+        coord: Coordinator,
+        git: Git,
+        scripts: ScriptRunner,
+        snapshots: Snapshotter,
+        cleanup: CleanupService,
+        hooks: LifecycleHooks,
+        failures: FailureGuard,
+    ) -> None:
+        self.app = app
+        self.store = app.store
+        self.coord = coord
+        self.git = git
+        self.scripts = scripts
+        self.snapshots = snapshots
+        self.cleanup = cleanup
+        self.hooks = hooks
+        self.failures = failures
+        self.announcer = Announcer(app.store, app.events, cleanup)
+
+    # -- rows and views ----------------------------------------------------------------------------
+
+    def info(self, row: WorkspaceRow) -> WorkspaceInfo:
+        return self.announcer.info(row)
+
+    def publish(self, event: str, row: WorkspaceRow, **extra: Any) -> None:
+        self.announcer.publish(event, row, **extra)
 
     def project(self, project_id: str) -> ProjectRow:
         return require_project(self.store, project_id)
 
     def row(self, workspace_id: str) -> WorkspaceRow:
-        ids.check_id(workspace_id, ids.WORKSPACE, "workspace")
-        row = rows.get_workspace(self.store, workspace_id)
-        if row is None:
-            raise XumError(
-                ErrorKind.NOT_FOUND, f"workspace {workspace_id!r} not found", id=workspace_id
-            )
-        return row
+        return require_workspace(self.store, workspace_id)
 
     def path_for(self, project: ProjectRow, name: str) -> Path:
         return views.workspaces_dir(self.app.paths.workspaces, project) / name

@@ -38,9 +38,9 @@ from xumd.cleanup.outcomes import RememberCleanup
 from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.service import CleanupService
 from xumd.lifecycle import rows, wsenv
-from xumd.lifecycle.context import FailureGuard
+from xumd.lifecycle.context import Announcer, FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
-from xumd.lifecycle.hooks import LifecycleHooks
+from xumd.lifecycle.hooks import LifecycleHooks, RowSettler
 from xumd.lifecycle.listing import JsonResult
 from xumd.lifecycle.projects import ProjectService
 from xumd.lifecycle.scripts import ScriptLeases, ScriptRunner
@@ -93,31 +93,59 @@ def workspace_records(app: App) -> rows.StoreWorkspaceRecords:
     return rows.StoreWorkspaceRecords(app.store)
 
 
+def announcer(app: App, cleanup: CleanupService) -> Announcer:
+    """A workspace's events as the protocol shows it: recovery's reconciler publishes through
+    one, built before the workspace service."""
+    return Announcer(app.store, app.events, cleanup)
+
+
+def failure_guard(app: App, *, settle_row: RowSettler) -> FailureGuard:
+    """A structural operation that raises settles its row (recovery's decision, `settle_row`)
+    before its reservation opens."""
+    return FailureGuard(app.store, settle_row)
+
+
+def coordinator(
+    app: App, *, directories: DirectoryExclusion, failures: FailureGuard
+) -> Coordinator:
+    """The reservations: built before the workspace service, since the processes feature admits
+    through them and the service's hooks ask that feature who holds a checkout."""
+    return app.provide(
+        Coordinator(
+            app.store,
+            wait_s=app.config.lock_wait_s,
+            directories=directories,
+            failure_guard=failures,
+        )
+    )
+
+
 def install(
     app: App,
     *,
+    coord: Coordinator,
+    failures: FailureGuard,
     git: Git,
-    directories: DirectoryExclusion,
     scripts: ScriptRunner,
     snapshots: Snapshotter,
     cleanup: CleanupService,
     hooks: LifecycleHooks,
 ) -> WorkspaceService:
-    """Its collaborators come from the composition root; returns the workspace service (with
-    its coordinator, `workspaces.coord`) for the features above it."""
-    # A structural operation that raises settles its row before its reservation opens.
-    coord = app.provide(
-        Coordinator(
-            app.store,
-            wait_s=app.config.lock_wait_s,
-            directories=directories,
-            failure_guard=FailureGuard(app.store, hooks),
+    """Its collaborators come from the composition root; returns the workspace service for the
+    features above it (each takes the narrow port it uses)."""
+    workspaces = app.provide(
+        WorkspaceService(
+            app,
+            coord,
+            git,
+            scripts,
+            snapshots,
+            cleanup=cleanup,
+            hooks=hooks,
+            failures=failures,
         )
     )
-    workspaces = app.provide(
-        WorkspaceService(app, coord, git, scripts, snapshots, cleanup=cleanup, hooks=hooks)
-    )
-    projects = app.provide(ProjectService(app, coord, git, workspaces))
+    projects = app.provide(ProjectService(app, coord, git, workspaces.context))
 
     # -- projects ------------------------------------------------------------------------------
 

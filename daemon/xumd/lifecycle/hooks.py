@@ -6,9 +6,10 @@ here, so that the lifecycle never imports them:
   the mounts at or under it, which the lifecycle finds itself), and stops the daemon's own
   processes in a workspace (archive with `stop: true`);
 - recovery settles a kept rename journal on `workspace.keep` (the rename settler), and the row of
-  an operation that failed part-way (the row settler).
-`LifecycleHooks` is built by the composition root and handed to each of them. (Cleanup, below the
-lifecycle, is used directly: the lifecycle is handed its `CleanupService`.)
+  an operation that failed part-way (the row settler, which the coordinator's failure guard
+  takes: `xumd.lifecycle.context.FailureGuard`).
+The composition root builds `LifecycleHooks` from them and hands it to the workspace service.
+(Cleanup, below the lifecycle, is used directly: the lifecycle is handed its `CleanupService`.)
 """
 
 from __future__ import annotations
@@ -146,50 +147,26 @@ class ProcessHolders(Protocol):
         ...
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class LifecycleHooks:
-    """What the features above the lifecycle plug into it. They are built from the workspace
-    service (the processes feature admits under its coordinator; recovery settles through it),
-    which holds these hooks: that cycle makes them late-bound. So the composition root calls
-    `require_wired` once the graph is installed, and a graph without one of them does not
-    start; a quiescence check asked before the processes feature is plugged in raises, never
-    answers "no holders"."""
+    """What the features above the lifecycle plug into it, all required and fixed at
+    construction. The composition root builds what they come from before the workspace service
+    that holds them: the processes feature's supervisor admits through the coordinator (built
+    first), not the service, and recovery's reconciler publishes and plans through ports the
+    lifecycle builds without the service, so nothing here is assigned after the fact and a graph
+    without one fails with a `TypeError` while it is built."""
 
-    processes: ProcessHolders | None = None
-    rename_settler: RenameSettler | None = None
-    row_settler: RowSettler | None = None
-
-    def require_wired(self) -> None:
-        missing = [
-            name
-            for name, seam in (
-                ("processes", self.processes),
-                ("rename_settler", self.rename_settler),
-                ("row_settler", self.row_settler),
-            )
-            if seam is None
-        ]
-        if missing:
-            raise RuntimeError(
-                f"lifecycle hooks without {', '.join(missing)}: the processes feature and "
-                "recovery must be installed before the daemon starts (without them nothing "
-                "would say who holds a checkout, or settle a failed operation's row)"
-            )
-
-    def _processes(self) -> ProcessHolders:
-        if self.processes is None:
-            raise RuntimeError("the processes feature is not plugged into the lifecycle hooks")
-        return self.processes
+    processes: ProcessHolders
+    rename_settler: RenameSettler
 
     async def holders(self, workspace: WorkspaceRef) -> list[Holder]:
-        processes = self._processes()
-        return await mount_holders(workspace) + await processes.holders(workspace)
+        return await mount_holders(workspace) + await self.processes.holders(workspace)
 
     async def stop_all(
         self, workspace: WorkspaceRef, deadline_s: float
     ) -> tuple[list[str], list[Holder]]:
         """The ids of the processes stopped, and the holders left."""
-        return await self._processes().stop(workspace, deadline_s)
+        return await self.processes.stop(workspace, deadline_s)
 
 
 def holders_text(holders: list[Holder]) -> str:

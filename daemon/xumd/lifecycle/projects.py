@@ -39,7 +39,7 @@ from xumd.system.git import Git
 
 if TYPE_CHECKING:
     from xumd.app import App
-    from xumd.lifecycle.service import WorkspaceService
+    from xumd.lifecycle.context import Context
 
 log = logs.get("xumd.lifecycle.projects")
 
@@ -111,7 +111,7 @@ def _registered(raw: str, other: ProjectRow, **data: str) -> XumError:
 
 
 class ProjectService:
-    def __init__(self, app: App, coord: Coordinator, git: Git, workspaces: WorkspaceService):
+    def __init__(self, app: App, coord: Coordinator, git: Git, workspaces: Context):
         self.app = app
         self.store = app.store
         self.coord = coord

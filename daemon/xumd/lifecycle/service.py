@@ -1,7 +1,9 @@
 """The workspace service: create, archive, unarchive, remove, rename, keep (the facade).
 
-The rest of the daemon uses this class (handed in by the composition root: auto-archive, recovery,
-turns, project.remove); each operation lives in its own module, over one shared `Context`.
+The lifecycle's handlers use this class; the features above it get it through the narrow port
+each defines (auto-archive and gc archive or remove through it, turns create through it, usage
+looks a row up), handed in by the composition root. Each operation lives in its own module, over
+one `Context` the service builds from its collaborators and keeps to itself.
 
 Every structural operation runs under `coord.exclusive(...)` (admission closed, holders drained,
 row resolved under the reservation) and follows the durable order (docs/ARCHITECTURE.md):
@@ -12,7 +14,7 @@ marker, the rename journal), which is what the startup recovery pass relies on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xum_protocol.models.workspace import (
     WorkspaceArchiveResult,
@@ -27,25 +29,63 @@ from xum_protocol.models.workspace import (
     WorkspaceUnarchiveResult,
 )
 
+from xumd.cleanup.service import CleanupService
 from xumd.lifecycle import listing, rows
 from xumd.lifecycle.archive import archive as do_archive
-from xumd.lifecycle.context import Context
+from xumd.lifecycle.context import Context, FailureGuard
+from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.create import IntentBinding
 from xumd.lifecycle.create import create as do_create
+from xumd.lifecycle.hooks import LifecycleHooks
 from xumd.lifecycle.keep_interrupted import keep as do_keep
 from xumd.lifecycle.remove import remove as do_remove
 from xumd.lifecycle.rename import rename as do_rename
 from xumd.lifecycle.rerun_setup import rerun as do_rerun_setup
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.lifecycle.scripts import ScriptRunner
+from xumd.lifecycle.snapshot import Snapshotter
 from xumd.lifecycle.unarchive import unarchive as do_unarchive
+from xumd.system.git import Git
+
+if TYPE_CHECKING:
+    from xumd.app import App
 
 __all__ = ["IntentBinding", "WorkspaceService"]
 
 
-class WorkspaceService(Context):
-    """The shared context (lookups, `info`, `publish`, `cleanup`: recovery and turns use them
-    too) plus one method per operation."""
+class WorkspaceService:
+    """One method per operation, and the reads the features above ask for (`row`, `info`)."""
+
+    def __init__(
+        self,
+        app: App,
+        coord: Coordinator,
+        git: Git,
+        scripts: ScriptRunner,
+        snapshots: Snapshotter,
+        *,
+        cleanup: CleanupService,
+        hooks: LifecycleHooks,
+        failures: FailureGuard,
+    ) -> None:
+        self.store = app.store
+        self.snapshots = snapshots
+        self.context = Context(
+            app, coord, git, scripts, snapshots, cleanup, hooks=hooks, failures=failures
+        )
+        """What the operation modules share (and project.remove, which checks and removes
+        each workspace through them)."""
 
     # -- reads ----------------------------------------------------------------------------------
+
+    def row(self, workspace_id: str) -> WorkspaceRow:
+        return self.context.row(workspace_id)
+
+    def project(self, project_id: str) -> ProjectRow:
+        return self.context.project(project_id)
+
+    def info(self, row: WorkspaceRow) -> WorkspaceInfo:
+        return self.context.info(row)
 
     def get(self, workspace_id: str) -> WorkspaceResult:
         return WorkspaceResult(workspace=self.info(self.row(workspace_id)))
@@ -82,24 +122,24 @@ class WorkspaceService(Context):
     async def create(
         self, params: WorkspaceCreateParams, binding: IntentBinding | None = None
     ) -> WorkspaceCreateResult:
-        return await do_create(self, params, binding)
+        return await do_create(self.context, params, binding)
 
     async def archive(self, workspace_id: str, stop: bool = False) -> WorkspaceArchiveResult:
-        return await do_archive(self, workspace_id, stop)
+        return await do_archive(self.context, workspace_id, stop)
 
     async def unarchive(self, workspace_id: str) -> WorkspaceUnarchiveResult:
-        return await do_unarchive(self, workspace_id)
+        return await do_unarchive(self.context, workspace_id)
 
     async def remove(
         self, workspace_id: str, force: bool = False, *, expect_state: str | None = None
     ) -> WorkspaceRemoveResult:
-        return await do_remove(self, workspace_id, force, expect_state=expect_state)
+        return await do_remove(self.context, workspace_id, force, expect_state=expect_state)
 
     async def rename(self, workspace_id: str, name: str) -> WorkspaceRenameResult:
-        return await do_rename(self, workspace_id, name)
+        return await do_rename(self.context, workspace_id, name)
 
     async def keep(self, workspace_id: str) -> WorkspaceResult:
-        return await do_keep(self, workspace_id)
+        return await do_keep(self.context, workspace_id)
 
     async def rerun_setup(self, workspace_id: str) -> WorkspaceSetupResult:
-        return await do_rerun_setup(self, workspace_id)
+        return await do_rerun_setup(self.context, workspace_id)

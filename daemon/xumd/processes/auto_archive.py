@@ -6,18 +6,24 @@ Transient refusals (busy, timeout, a cleanup still pending, a failed step) are r
 exponential backoff; the outcome is published as an event and stored on the workspace row
 (`workspaces.auto_archive_outcome`, JSON). A retry that finds a newer incarnation (archived and
 restored by the user meanwhile) ends `superseded` and leaves it alone.
+
+The supervisor sees the exit and the auto-archiver archives, through the workspace service, whose
+quiescence check asks the supervisor: the supervisor is built before that service and the
+auto-archiver after it. `OwedArchives` is what lies between: built first, handed to both (the
+supervisor's exit listener, the auto-archiver's source).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import anyio.abc
 from xum_protocol.errors import ErrorKind
 
 from xumd.base import faults, logs
@@ -48,11 +54,46 @@ TRANSIENT = {
 Archive = Callable[[str], Awaitable[Any]]
 
 
+@dataclass(frozen=True, slots=True)
+class Owed:
+    workspace_id: str
+    process_id: str
+    incarnation: str
+    """The incarnation the archive is owed to, read when the agent exited."""
+
+
+class OwedArchives:
+    """The successful agent exits that owe their workspace an archive, in the order they
+    exited. `on_exit` is the supervisor's exit listener (synchronous: it reads the row at the
+    exit, so the incarnation owed is the one the agent ran in); the auto-archiver takes them
+    while the supervisor serves."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._send, self.received = anyio.create_memory_object_stream[Owed](math.inf)
+
+    def on_exit(self, managed: Managed) -> None:
+        if managed.kind != "agent" or not managed.exit or managed.exit.get("code") != 0:
+            return
+        incarnation = owed_incarnation(self.store, managed.workspace_id)
+        if incarnation is not None:
+            self._send.send_nowait(Owed(managed.workspace_id, managed.id, incarnation))
+
+
+def owed_incarnation(store: Store, workspace_id: str) -> str | None:
+    """The incarnation an auto-archive is owed to: an active workspace that asked for it."""
+    row = rows.get_workspace(store, workspace_id)
+    if row is None or row.auto_archive != ON_AGENT_EXIT or row.state != "active":
+        return None
+    return row.incarnation
+
+
 class AutoArchiver:
     def __init__(
         self,
         store: Store,
         events: EventBus,
+        owed: OwedArchives,
         archive: Archive,
         *,
         attempts: int = 6,
@@ -61,25 +102,15 @@ class AutoArchiver:
     ) -> None:
         self.store = store
         self.events = events
+        self.owed = owed
         self.archive = archive
         self.attempts = attempts
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
-        self._tasks: anyio.abc.TaskGroup | None = None
-        """While the supervisor serves (`running`): where the archive tasks run."""
         self._running: set[str] = set()
 
-    def wanted(self, managed: Managed) -> bool:
-        if managed.kind != "agent" or not managed.exit or managed.exit.get("code") != 0:
-            return False
-        return self._incarnation(managed.workspace_id) is not None
-
     def _incarnation(self, workspace_id: str) -> str | None:
-        """The incarnation an auto-archive is owed to: an active workspace that asked for it."""
-        row = rows.get_workspace(self.store, workspace_id)
-        if row is None or row.auto_archive != ON_AGENT_EXIT or row.state != "active":
-            return None
-        return row.incarnation
+        return owed_incarnation(self.store, workspace_id)
 
     def _archived(self, workspace_id: str, incarnation: str | None) -> bool:
         row = rows.get_workspace(self.store, workspace_id)
@@ -89,27 +120,29 @@ class AutoArchiver:
             and (incarnation is None or row.incarnation == incarnation)
         )
 
-    def on_exit(self, managed: Managed) -> None:
-        """Exit listener (synchronous): start the archive task for a successful agent exit."""
-        if managed.workspace_id in self._running or not self.wanted(managed):
-            return
-        incarnation = self._incarnation(managed.workspace_id)
-        if self._tasks is None:
-            log.warning("auto_archive.not_running", workspace=managed.workspace_id)
-            return
-        self._running.add(managed.workspace_id)
-        self._tasks.start_soon(self.run, managed.workspace_id, managed.id, incarnation)
-
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Archive tasks run in a task group of their own while the body runs (the supervisor
-        serving): an exit seen outside it (at shutdown) is logged, not archived."""
+        """Owed archives are taken, each in a task of its own, while the body runs (the
+        supervisor serving); one owed while the workspace's archive is already under way is
+        that archive's. An archive under way when the body ends is finished, not cut."""
         async with anyio.create_task_group() as tg:
-            self._tasks = tg
+            taking = anyio.CancelScope()
+
+            async def take() -> None:
+                with taking:
+                    async for owed in self.owed.received:
+                        if owed.workspace_id in self._running:
+                            continue
+                        self._running.add(owed.workspace_id)
+                        tg.start_soon(
+                            self.run, owed.workspace_id, owed.process_id, owed.incarnation
+                        )
+
+            tg.start_soon(take)
             try:
                 yield
             finally:
-                self._tasks = None
+                taking.cancel()
 
     async def run(
         self, workspace_id: str, process_id: str, incarnation: str | None = None

@@ -1,8 +1,10 @@
 """Install the processes feature: supervisor, leases, quiescence hooks, auto-archive, handlers.
 
-Wiring:
-- spawns and `lease.acquire` go through the lifecycle coordinator's shared reservation;
-- `LifecycleHooks` gets the holder probe and the stopper (structural ops and archive {stop});
+Wiring, in two steps because the lifecycle and this feature need each other:
+- `supervision`, before the workspace service: the supervisor (spawns and `lease.acquire` go
+  through the coordinator's shared reservation, the `Admission` port) and the quiescence check
+  that the lifecycle's hooks take (holders for structural ops, the stopper for archive {stop});
+- `install`, after it: the auto-archiver (it archives through the service), the handlers;
 - start-up adopts live processes of a previous daemon through their leases (before readiness);
 - the supervisor's watchers and settle loop run as a background service; shutdown stops every
   process (bounded), except, with `--keep-processes`, agents and MCP servers started on durable
@@ -16,6 +18,7 @@ import binascii
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from xum_protocol.errors import ErrorKind
@@ -57,11 +60,11 @@ from xumd.checkouts.marker import WorkspaceRef
 from xumd.lifecycle import wsenv
 from xumd.lifecycle.hooks import LifecycleHooks, busy_message
 from xumd.lifecycle.ids import check_id
-from xumd.lifecycle.service import WorkspaceService
-from xumd.processes.auto_archive import AutoArchiver
+from xumd.processes.auto_archive import Archive, AutoArchiver, OwedArchives
 from xumd.processes.leases import LEASE_PREFIX, LeaseStore
 from xumd.processes.managed import Managed
 from xumd.processes.quiescence import Quiescence
+from xumd.processes.starting import Admission
 from xumd.processes.supervisor import Supervisor, parse_signal
 from xumd.rpc.dispatch import RequestContext
 from xumd.store.memo import StoreMemo
@@ -80,38 +83,30 @@ def leases(app: App) -> LeaseStore:
     return app.provide(LeaseStore(app.store, app.events))
 
 
-def install(
-    app: App,
-    *,
-    workspaces: WorkspaceService,
-    leases: LeaseStore,
-    hooks: LifecycleHooks,
-    containment: Containment,
-) -> Supervisor:
-    """Its collaborators come from the composition root: the workspace service (admission under
-    its coordinator, auto-archive), the lease store (the script runner's runs hold leases in it
-    too), the hooks the lifecycle asks for holders and stops, and the containment whose marker
-    every process carries."""
+@dataclass(frozen=True, slots=True)
+class Supervision:
+    """What this feature builds before the workspace service: the supervisor, the quiescence
+    check the lifecycle's hooks take, and the archives agents' exits owe (`OwedArchives`)."""
+
+    supervisor: Supervisor
+    quiescence: Quiescence
+    owed: OwedArchives
+
+
+def supervision(
+    app: App, *, admission: Admission, leases: LeaseStore, containment: Containment
+) -> Supervision:
+    """Built by the composition root before the workspace service, from the coordinator's
+    admission (not the service), the lease store (the script runner's runs hold leases in it
+    too) and the containment whose marker every process carries."""
     cfg = app.config.processes
 
     @asynccontextmanager
     async def admit(workspace_id: str) -> AsyncIterator[WorkspaceRef]:
-        async with workspaces.coord.shared(workspace_id, label="process/lease") as ref:
+        async with admission.shared(workspace_id, label="process/lease") as ref:
             yield ref
 
-    async def archive(workspace_id: str) -> Any:
-        return await workspaces.archive(workspace_id)
-
-    auto = app.provide(
-        AutoArchiver(
-            app.store,
-            app.events,
-            archive,
-            attempts=cfg.auto_archive_attempts,
-            backoff_initial_s=cfg.auto_archive_backoff_initial_s,
-            backoff_max_s=cfg.auto_archive_backoff_max_s,
-        )
-    )
+    owed = OwedArchives(app.store)
     sup = app.provide(
         Supervisor(
             leases,
@@ -126,18 +121,41 @@ def install(
             output_poll_s=cfg.output_poll_s,
             workspace_env=lambda wid: wsenv.for_workspace(app.store, app.paths.root, wid),
             containment=containment,
-            exit_listeners=[auto.on_exit],
+            exit_listeners=[owed.on_exit],
         )
     )
     quiet = app.provide(Quiescence(sup, leases, probe_deadline_s=cfg.probe_deadline_s))
+    return Supervision(sup, quiet, owed)
+
+
+def install(
+    app: App,
+    *,
+    supervision: Supervision,
+    leases: LeaseStore,
+    hooks: LifecycleHooks,
+    archive: Archive,
+) -> Supervisor:
+    """After the workspace service: the auto-archiver archives through it (`archive`), and
+    `process.holders` answers with the lifecycle's whole quiescence check (`hooks`)."""
+    cfg = app.config.processes
+    sup = supervision.supervisor
+    admit = sup.admit
+    auto = app.provide(
+        AutoArchiver(
+            app.store,
+            app.events,
+            supervision.owed,
+            archive,
+            attempts=cfg.auto_archive_attempts,
+            backoff_initial_s=cfg.auto_archive_backoff_initial_s,
+            backoff_max_s=cfg.auto_archive_backoff_max_s,
+        )
+    )
     if sup.keep_processes and os.environ.get("INVOCATION_ID"):
         # A systemd service: with KillMode=mixed or control-group, the unit's stop SIGKILLs what
         # is left in its cgroup, kept processes included (docs/PROCESSES.md, "systemd").
         log.warning("processes.keep_under_systemd", needs="KillMode=process")
-
-    # Late: the hooks are the workspace service's, which the supervisor admits through
-    # (LifecycleHooks says why; the composition root refuses to start without it).
-    hooks.processes = quiet
 
     # -- start, serve, stop --------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from xum_protocol.errors import ErrorKind
@@ -39,6 +39,16 @@ from xumd.system.procutil import kill_tree
 log = logs.get("xumd.processes.starting")
 
 Admit = Callable[[str], AbstractAsyncContextManager[WorkspaceRef]]
+
+
+class Admission(Protocol):
+    """A shared reservation of a workspace (the lifecycle's `Coordinator.shared`): validated
+    (exists, active) once held; a structural operation cannot begin while it is."""
+
+    def shared(
+        self, workspace_id: str, *, label: str = ...
+    ) -> AbstractAsyncContextManager[WorkspaceRef]: ...
+
 
 _ENV_DROP = (
     "NOTIFY_SOCKET",

@@ -4,7 +4,8 @@
 
 Installed after lifecycle, cleanup, processes and turns: its startup hook runs after theirs
 (`processes.adopt` re-arms leases first; the cleanup retry service re-arms pending obligations
-after readiness, including those this pass plans), and before the socket serves.
+after readiness, including those this pass plans), and before the socket serves. Its
+reconciler is built earlier (`reconciler`): the lifecycle takes its settlers at construction.
 """
 
 from __future__ import annotations
@@ -25,15 +26,20 @@ from xumd.app import App
 from xumd.base import logs
 from xumd.base.errors import XumError
 from xumd.lifecycle import dirstore, ids, preserved, rows
-from xumd.lifecycle.hooks import Holder, LifecycleHooks, busy_message, mounts_holding
-from xumd.lifecycle.service import WorkspaceService
+from xumd.lifecycle.context import require_project
+from xumd.lifecycle.hooks import Holder, busy_message, mounts_holding
 from xumd.recovery import strays
-from xumd.recovery.reconcile import Reconciler, RecoveryReport
+from xumd.recovery.reconcile import (
+    Announce,
+    Reconciler,
+    RecoveryReport,
+    RemovalPlans,
+    SettleTurns,
+)
 from xumd.rpc.dispatch import RequestContext
 from xumd.store.memo import StoreMemo
 from xumd.system import fsdelete
 from xumd.system.git import Git
-from xumd.turns.service import TurnService
 
 STATUS_KEY = "recovery"
 
@@ -83,15 +89,16 @@ async def discard_kept_copy(app: App, path: str) -> DiscardKeptResult:
     return DiscardKeptResult(path=str(given), files=files)
 
 
-def install(
-    app: App,
-    *,
-    workspaces: WorkspaceService,
-    git: Git,
-    turns: TurnService | None,
-    hooks: LifecycleHooks,
+def reconciler(
+    app: App, *, git: Git, announce: Announce, removals: RemovalPlans, turns: SettleTurns
 ) -> Reconciler:
-    reconciler = app.provide(Reconciler(app, workspaces, git, turns))
+    """The reconciler: built by the composition root before the lifecycle, whose failure guard
+    settles a failed operation's row with it (`settle_row`) and whose `workspace.keep` settles a
+    kept rename journal (`settle_journal`)."""
+    return app.provide(Reconciler(app, git, announce=announce, removals=removals, turns=turns))
+
+
+def install(app: App, *, reconciler: Reconciler, git: Git) -> Reconciler:
     last: dict[str, Any] = {"report": RecoveryReport(), "strays": 0}
 
     async def startup() -> None:
@@ -103,7 +110,7 @@ def install(
     async def list_strays(p: StraysParams, ctx: RequestContext) -> StraysResult:
         if p.project_id is not None:
             ids.check_id(p.project_id, ids.PROJECT, "project")
-            workspaces.project(p.project_id)
+            require_project(app.store, p.project_id)
         found = strays.scan(app.store, app.paths, p.project_id)
         last["strays"] = len(found) if p.project_id is None else last["strays"]
         return StraysResult(strays=[await strays.describe(s, git, app.store) for s in found])
@@ -121,12 +128,6 @@ def install(
             "last_pass": last["report"].as_dict(),
         }
 
-    # Late: the reconciler is built from the workspace service that holds these hooks
-    # (LifecycleHooks says why; the composition root refuses to start without them).
-    # workspace.keep settles a kept rename journal with the startup pass's own logic.
-    hooks.rename_settler = reconciler.settle_journal
-    # An operation that failed part-way leaves its row as the startup pass would.
-    hooks.row_settler = reconciler.settle_row
     app.on_startup("recovery", startup)
     app.router.add("workspace.strays", list_strays)
     app.router.add("workspace.discard_kept", discard_kept)

@@ -20,22 +20,23 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xum_protocol.errors import ErrorKind
 
 from xumd.base import faults, logs
 from xumd.base.errors import XumError
 from xumd.lifecycle import preserved, rows
+from xumd.lifecycle.context import is_rows_checkout
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.recovery.disk import Probe, probe, same_identity
 from xumd.system.git import Git
 
 if TYPE_CHECKING:
     from xumd.app import App
-    from xumd.lifecycle.service import WorkspaceService
-    from xumd.turns.service import TurnService
 
 log = logs.get("xumd.recovery")
 
@@ -93,14 +94,57 @@ def _flag(reason: str, **fields: Any) -> dict[str, Any]:
     return {"interrupted": 1, "interrupted_reason": reason, **fields}
 
 
+class Announce(Protocol):
+    """A settled row's events, the workspace shown as the protocol shows it (the lifecycle's
+    `context.Announcer`)."""
+
+    def publish(self, event: str, row: WorkspaceRow, **extra: Any) -> None: ...
+
+
+class RemovalPlans(Protocol):
+    """The cleanup of a checkout the pass rolled back (`CleanupService`), planned in the
+    pass's transaction."""
+
+    def plan_checkout_removal(
+        self,
+        *,
+        workspace_id: str,
+        project_id: str,
+        incarnation: str,
+        runtime: str,
+        repo_path: Path,
+        checkout: Path,
+        dev: int | None,
+        ino: int | None,
+        teardown: bool,
+    ) -> object: ...
+
+
+SettleTurns = Callable[[], dict[str, int]]
+"""Settle the turns left `creating` (`xumd.turns.service.reconcile`), in the pass's
+transaction; returns the counts by outcome."""
+
+
 class Reconciler:
+    """The startup pass, and the settling of one row (`settle_row`, `settle_journal`) that the
+    lifecycle asks for. Its collaborators are ports built before the workspace service (the
+    lifecycle's failure guard and hooks take its settlers at construction), so it holds none of
+    the lifecycle's services."""
+
     def __init__(
-        self, app: App, workspaces: WorkspaceService, git: Git, turns: TurnService | None
+        self,
+        app: App,
+        git: Git,
+        *,
+        announce: Announce,
+        removals: RemovalPlans,
+        turns: SettleTurns,
     ) -> None:
         self.app = app
         self.store = app.store
-        self.workspaces = workspaces
         self.git = git
+        self.announce = announce
+        self.removals = removals
         self.turns = turns
 
     async def run(self) -> RecoveryReport:
@@ -129,8 +173,7 @@ class Reconciler:
                 changes.append(change)
         with self.store.transaction():
             applied = [c for c in changes if self._apply(c, projects)]
-            if self.turns is not None:
-                report.turns = self.turns.reconcile()
+            report.turns = self.turns()
         AFTER_COMMIT()
         for change in applied:
             self._announce(change, report)
@@ -233,7 +276,7 @@ class Reconciler:
             copy = preserved.load(store / name)
             if copy is None or copy.incarnation == row.incarnation:
                 continue
-            if not self.workspaces.owns_checkout(row):
+            if not is_rows_checkout(row):
                 continue
             try:
                 settled = preserved.settle_and_verify(copy, row.path)
@@ -361,7 +404,7 @@ class Reconciler:
         if change.plan_removal is not None:
             project = projects.get(row.project_id)
             if project is not None:
-                self.workspaces.cleanup.plan_checkout_removal(
+                self.removals.plan_checkout_removal(
                     workspace_id=row.id,
                     project_id=row.project_id,
                     incarnation=row.incarnation,
@@ -378,10 +421,10 @@ class Reconciler:
     def _announce(self, change: Change, report: RecoveryReport) -> None:
         row = change.row
         report.count(change.action)
-        self.workspaces.publish("workspace.state_changed", row, recovered=change.action)
+        self.announce.publish("workspace.state_changed", row, recovered=change.action)
         if change.fields.get("interrupted"):
             report.interrupted.append(row.id)
-            self.workspaces.publish("workspace.interrupted", row, reason=row.interrupted_reason)
+            self.announce.publish("workspace.interrupted", row, reason=row.interrupted_reason)
         log.warning(
             "recovery.workspace_reconciled",
             workspace=row.id,

@@ -17,6 +17,7 @@ from xumd.base import logs
 from xumd.daemon import containment_feature
 from xumd.daemon import feature as daemon_feature
 from xumd.startup import lazy_start
+from xumd.system.containment import Containment
 
 log = logs.get("xumd.startup.composition")
 
@@ -35,14 +36,18 @@ def install_features(app: App, *, lean: bool = False) -> None:
     recover, the feature graph is registered by name and built at its first request
     (`xumd.startup.lazy_start`)."""
     daemon_feature.install(app)
-    containment = containment_feature.install(app)  # first: its sweep runs before adoption
     why = lazy_start.why_not_lean(app) if lean else "built whole"
     if why is None:
         # Lean: no table holds a row, so no lease names a process the sweep should adopt.
-        containment.adoptable.no_leases()
-        lazy_start.LazyFeatures(app, lambda: _install_graph(app, containment)).register()
+        # The containment is installed first: its sweep runs before adoption.
+        lean_cont = containment_feature.install(app, adoptable=containment_feature.nothing_to_adopt)
+        lazy_start.LazyFeatures(app, lambda: _install_graph(app, lean_cont)).register()
     else:
-        _install_graph(app, containment)
+        from xumd.startup import feature_graph
+
+        leases = feature_graph.lease_store(app)
+        cont = containment_feature.install(app, adoptable=containment_feature.leased(leases))
+        feature_graph.install(app, cont, leases=leases)
     log.info("daemon.start_shape", lean=why is None, why=why)
     if app.config.enable_test_methods:
         # Imported here: its models are built at import, and only test daemons serve them.
@@ -51,8 +56,8 @@ def install_features(app: App, *, lean: bool = False) -> None:
         spec_examples.install(app.router)
 
 
-def _install_graph(app: App, containment: containment_feature.Installed) -> None:
+def _install_graph(app: App, containment: Containment) -> None:
     # Imported here: a lean start imports them at the first request that needs them.
     from xumd.startup import feature_graph
 
-    feature_graph.install(app, containment)
+    feature_graph.install(app, containment, leases=feature_graph.lease_store(app))

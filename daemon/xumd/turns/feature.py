@@ -12,13 +12,18 @@ from xum_protocol.models.turn import (
 )
 
 from xumd.app import App
-from xumd.lifecycle.service import WorkspaceService
 from xumd.rpc.dispatch import RequestContext
-from xumd.turns.service import TurnService, turn_info
+from xumd.turns import service
+from xumd.turns.service import Admission, Targets, TurnService, turn_info
 
 
-def install(app: App, *, workspaces: WorkspaceService) -> TurnService:
-    turns = app.provide(TurnService(app, workspaces, workspaces.coord))
+def settle_creating(app: App) -> service.Reconcile:
+    """Recovery's pass settles turns left `creating` in its transaction: rows only."""
+    return lambda: service.reconcile(app.store)
+
+
+def install(app: App, *, workspaces: Targets, admission: Admission) -> TurnService:
+    turns = app.provide(TurnService(app, workspaces, admission))
 
     async def create(p: TurnCreateParams, ctx: RequestContext) -> TurnCreateResult:
         return await turns.create(p)

@@ -11,19 +11,28 @@ it with `mode: "existing"`. The binding never comes from client params.
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.turn import TurnCreateParams, TurnCreateResult, TurnInfo
-from xum_protocol.models.workspace import Runtime, WorkspaceCreateParams
+from xum_protocol.models.workspace import (
+    Runtime,
+    WorkspaceCreateParams,
+    WorkspaceCreateResult,
+    WorkspaceInfo,
+)
 
 from xumd.base import faults, logs
 from xumd.base.errors import XumError
+from xumd.checkouts.marker import WorkspaceRef
 from xumd.lifecycle import ids
 from xumd.lifecycle import rows as ws_rows
-from xumd.lifecycle.coordinator import Coordinator
-from xumd.lifecycle.service import IntentBinding, WorkspaceService
+from xumd.lifecycle.create import IntentBinding
+from xumd.lifecycle.rows import WorkspaceRow
+from xumd.store import Store
 from xumd.turns import rows
 from xumd.turns.rows import TurnRow
 
@@ -73,8 +82,55 @@ def check_handle(value: str) -> str:
     raise XumError(ErrorKind.NOT_FOUND, f"turn {value!r} not found", id=value)
 
 
+class Admission(Protocol):
+    """A shared reservation of the owner (the lifecycle's `Coordinator.shared`): it cannot be
+    archived, renamed or removed while its turn is made."""
+
+    def shared(
+        self, workspace_id: str, *, label: str = ...
+    ) -> AbstractAsyncContextManager[WorkspaceRef]: ...
+
+
+class Targets(Protocol):
+    """How a turn's target is made and shown (the lifecycle's `WorkspaceService`)."""
+
+    async def create(
+        self, params: WorkspaceCreateParams, binding: IntentBinding | None = None
+    ) -> WorkspaceCreateResult: ...
+
+    def info(self, row: WorkspaceRow) -> WorkspaceInfo: ...
+
+
+def settle_creating(store: Store, turn: TurnRow, reason: str) -> str:
+    """The one decision for a turn left `creating` (a crash, or its create failed): `open`
+    when its target row exists (active, or flagged interrupted: still bound), `failed` with
+    `reason` when it is gone. Returns "opened" or "failed"."""
+    target = turn.target_workspace_id
+    if target and ws_rows.get_workspace(store, target) is not None:
+        rows.set_state(store, turn.id, rows.OPEN, expect=rows.CREATING)
+        return "opened"
+    rows.set_state(store, turn.id, rows.FAILED, expect=rows.CREATING, reason=reason)
+    return "failed"
+
+
+Reconcile = Callable[[], dict[str, int]]
+"""Settle every turn left `creating` (recovery's pass calls it in its transaction)."""
+
+
+def reconcile(store: Store) -> dict[str, int]:
+    """Startup (recovery's pass, in its transaction): a turn left `creating` by a crash is
+    `open` when its target row exists (the target is then active or flagged interrupted: still
+    bound), `failed` when it is gone. It reads and writes rows only, so recovery takes it
+    without the turn service, which is built after the lifecycle."""
+    counts = {"opened": 0, "failed": 0}
+    for turn in rows.in_state(store, rows.CREATING):
+        settled = settle_creating(store, turn, "the target's creation was undone before a crash")
+        counts[settled] += 1
+    return counts
+
+
 class TurnService:
-    def __init__(self, app: App, workspaces: WorkspaceService, coord: Coordinator) -> None:
+    def __init__(self, app: App, workspaces: Targets, coord: Admission) -> None:
         self.app = app
         self.store = app.store
         self.workspaces = workspaces
@@ -187,20 +243,9 @@ class TurnService:
         if turn is None or turn.state != rows.CREATING:
             return
         with self.store.transaction():
-            settled = self._settle_creating(turn, reason)
+            settled = settle_creating(self.store, turn, reason)
         if settled == "opened":
             self._publish("turn.created", self.get(handle_id))
-
-    def _settle_creating(self, turn: TurnRow, reason: str) -> str:
-        """The one decision for a turn left `creating` (a crash, or its create failed): `open`
-        when its target row exists (active, or flagged interrupted: still bound), `failed` with
-        `reason` when it is gone. Returns "opened" or "failed"."""
-        target = turn.target_workspace_id
-        if target and ws_rows.get_workspace(self.store, target) is not None:
-            rows.set_state(self.store, turn.id, rows.OPEN, expect=rows.CREATING)
-            return "opened"
-        rows.set_state(self.store, turn.id, rows.FAILED, expect=rows.CREATING, reason=reason)
-        return "failed"
 
     async def _reuse(self, owner_id: str, target_id: str) -> TurnCreateResult:
         ids.check_id(target_id, ids.WORKSPACE, "workspace")
@@ -258,17 +303,6 @@ class TurnService:
         ended = self.get(handle_id)
         self._publish("turn.ended", ended)
         return ended
-
-    # -- recovery ----------------------------------------------------------------------------------
-
-    def reconcile(self) -> dict[str, int]:
-        """Startup: a turn left `creating` by a crash is `open` when its target row exists (the
-        target is then active or flagged interrupted: still bound), `failed` when it is gone."""
-        counts = {"opened": 0, "failed": 0}
-        for turn in rows.in_state(self.store, rows.CREATING):
-            settled = self._settle_creating(turn, "the target's creation was undone before a crash")
-            counts[settled] += 1
-        return counts
 
     def _publish(self, event: str, turn: TurnRow) -> None:
         self.app.events.publish(event, turn=turn_info(turn).model_dump(mode="json"))

@@ -11,7 +11,6 @@ from xum_protocol.models.usage import WorkspaceUsageParams, WorkspaceUsageResult
 
 from xumd.app import App
 from xumd.cleanup.service import CleanupService
-from xumd.lifecycle.service import WorkspaceService
 from xumd.rpc.deferred import Deferred
 from xumd.rpc.dispatch import RequestContext
 from xumd.system.git import Git
@@ -20,13 +19,11 @@ if TYPE_CHECKING:
     from xumd.usage.service import UsageService
 
 
-def install(
-    app: App, *, git: Git, workspaces: WorkspaceService, cleanup: CleanupService
-) -> Deferred[UsageService]:
+def install(app: App, *, git: Git, cleanup: CleanupService) -> Deferred[UsageService]:
     def build() -> UsageService:
         from xumd.usage.service import UsageService
 
-        return app.provide(UsageService(app, git, workspaces, cleanup))
+        return app.provide(UsageService(app, git, cleanup))
 
     usage = Deferred("usage", build)
 

@@ -22,8 +22,8 @@ from xumd.app import App
 from xumd.base import logs
 from xumd.cleanup.service import CleanupService
 from xumd.lifecycle import owned, rows
+from xumd.lifecycle.context import require_workspace
 from xumd.lifecycle.rows import WorkspaceRow
-from xumd.lifecycle.service import WorkspaceService
 from xumd.system.git import Git
 from xumd.usage import walk
 
@@ -42,12 +42,9 @@ class _Cached:
 
 
 class UsageService:
-    def __init__(
-        self, app: App, git: Git, workspaces: WorkspaceService, cleanup: CleanupService
-    ) -> None:
+    def __init__(self, app: App, git: Git, cleanup: CleanupService) -> None:
         self.app = app
         self.git = git
-        self.workspaces = workspaces
         self.cleanup = cleanup
         self.config = app.config.usage
         self._cache: dict[str, _Cached] = {}
@@ -57,7 +54,7 @@ class UsageService:
     async def usage(self, params: WorkspaceUsageParams) -> WorkspaceUsageResult:
         deadline = time.monotonic() + self.config.deadline_s
         if params.workspace_id is not None:
-            row = self.workspaces.row(params.workspace_id)
+            row = require_workspace(self.app.store, params.workspace_id)
             return WorkspaceUsageResult(workspaces=[await self._one(row, deadline, params.refresh)])
         listed = await self._all(rows.list_workspaces(self.app.store), deadline, params.refresh)
         return WorkspaceUsageResult(workspaces=listed, root=await self._root(listed, deadline))
