@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from xumd.base.events import EventBus
 from xumd.processes.leases import LeaseStore
 from xumd.store import Store
 from xumd.system.procstat import start_time
@@ -22,7 +23,7 @@ from tests.support.wait import until
 def leases(tmp_path: Path) -> Iterator[LeaseStore]:
     store = Store(tmp_path / "state.db")
     store.migrate()
-    yield LeaseStore(store)
+    yield LeaseStore(store, EventBus())
     store.close()
 
 

@@ -101,7 +101,7 @@ class ScriptLease:
 
 
 class LeaseStore:
-    def __init__(self, store: Store, events: EventBus | None = None) -> None:
+    def __init__(self, store: Store, events: EventBus) -> None:
         self.store = store
         self.events = events
         self.owner_pid = os.getpid()
@@ -277,8 +277,7 @@ class LeaseStore:
         return live, reclaimed
 
     def _publish(self, type_: str, lease: Lease, live: bool, **extra: Any) -> None:
-        if self.events is not None:
-            self.events.publish(type_, lease=lease.as_info(live), **extra)
+        self.events.publish(type_, lease=lease.as_info(live), **extra)
 
 
 def holder_of(leases: Iterable[Lease]) -> tuple[set[int], set[int]]:

@@ -89,9 +89,11 @@ class SubscribeResult(Result):
     )
 
 
-EVENTS_SUBSCRIBE = MethodSpec(
-    "events.subscribe",
-    SubscribeParams,
-    SubscribeResult,
-    "Snapshot plus a stream of `event` notifications on this connection.",
-)
+METHODS = [
+    MethodSpec(
+        "events.subscribe",
+        SubscribeParams,
+        SubscribeResult,
+        "Snapshot plus a stream of `event` notifications on this connection.",
+    ),
+]

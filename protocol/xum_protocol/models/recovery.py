@@ -63,16 +63,18 @@ class DiscardKeptResult(Result):
     files: int = Field(description="Files the deleted copy held.")
 
 
-WORKSPACE_STRAYS = MethodSpec(
-    "workspace.strays",
-    StraysParams,
-    StraysResult,
-    "Checkouts and git admin entries under the root that no workspace claims (never "
-    "deleted), and kept copies of preserved files.",
-)
-WORKSPACE_DISCARD_KEPT = MethodSpec(
-    "workspace.discard_kept",
-    DiscardKeptParams,
-    DiscardKeptResult,
-    "Delete one kept copy of preserved files (a `kept` stray); nothing else.",
-)
+METHODS = [
+    MethodSpec(
+        "workspace.strays",
+        StraysParams,
+        StraysResult,
+        "Checkouts and git admin entries under the root that no workspace claims (never "
+        "deleted), and kept copies of preserved files.",
+    ),
+    MethodSpec(
+        "workspace.discard_kept",
+        DiscardKeptParams,
+        DiscardKeptResult,
+        "Delete one kept copy of preserved files (a `kept` stray); nothing else.",
+    ),
+]
