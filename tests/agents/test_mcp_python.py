@@ -13,12 +13,17 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from mcp import MCPError
 from xum_protocol.methods import METHODS
 
 from tests.agents.mcp_support import agent, list_changed, updated
 from tests.support.daemon import DaemonProcess, serve
 from tests.support.gitrepo import make_repo
 from tests.support.lifecycle_helpers import add_project
+
+# The SDK's client warns that `resources/subscribe` is gone from the 2026-07-28 protocol; the
+# handshake's protocol (what these clients and the TypeScript SDK's speak) has it.
+pytestmark = pytest.mark.filterwarnings("ignore:resources/subscribe is removed")
 
 METHOD_TOOLS = {
     "daemon_status": "daemon.status",
@@ -225,6 +230,10 @@ async def test_resources_list_read_and_change_notifications(
         assert isinstance(content, types.TextResourceContents)
         assert f'"id": "{ws["id"]}"' in content.text
         assert '"state": "active"' in content.text
+        for unknown in ("xum://workspace/ws_0000000000000000", "xum://nothing"):
+            with pytest.raises(MCPError) as info:
+                await a.session.read_resource(unknown)
+            assert info.value.code == -32002  # MCP's "resource not found"
 
         # The daemon restarts: the watcher's stream ends, it reconnects (another epoch: a
         # resync, so every resource may have changed) and follows the new run's events.
@@ -235,3 +244,20 @@ async def test_resources_list_read_and_change_notifications(
         await a.ok("rename_workspace", {"workspace_id": ws["id"], "name": "res2"})
         await a.notified(updated("xum://workspaces"))
         await a.notified(list_changed)
+
+
+async def test_started_before_the_daemon(tmp_short: Path) -> None:
+    # No daemon yet: tools say so; when one starts, the watcher finds it and says every
+    # resource may have changed (what was read before was an error).
+    daemon = DaemonProcess(tmp_short / "root")
+    daemon.root.mkdir(mode=0o700)
+    async with agent(daemon) as a:
+        absent = await a.error("daemon_status")
+        assert absent["kind"] == "no_daemon"
+        await a.session.subscribe_resource("xum://workspaces")
+        daemon.start()
+        try:
+            await a.notified(list_changed, timeout=30)
+            assert (await a.ok("daemon_status"))["pid"] == daemon.pid
+        finally:
+            daemon.close()

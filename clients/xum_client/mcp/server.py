@@ -104,6 +104,9 @@ async def watch(daemon: Daemon, notifier: Notifier, ready: anyio.Event) -> None:
     """Follow the daemon's workspace events for as long as the server runs."""
     after_seq: int | None = None
     epoch: str | None = None
+    missed = False
+    """No daemon answered at some point before the first subscription: what an agent read then
+    was an error, so the first subscription is a change of everything."""
     delay = 0.1
     while True:
         try:
@@ -111,8 +114,7 @@ async def watch(daemon: Daemon, notifier: Notifier, ready: anyio.Event) -> None:
                 daemon.client(timeout=60.0) as client,
                 client.subscribe(resources.WATCHED, after_seq=after_seq, epoch=epoch) as stream,
             ):
-                resumed = after_seq is not None
-                if resumed and stream.snapshot.resync_required:
+                if stream.snapshot.resync_required or (missed and after_seq is None):
                     await notifier.everything()
                 after_seq, epoch = stream.position, stream.epoch
                 ready.set()
@@ -124,6 +126,7 @@ async def watch(daemon: Daemon, notifier: Notifier, ready: anyio.Event) -> None:
                         await notifier.changed(change.uris, change.list_changed)
         except XumClientError as exc:
             log.info("event stream: %s; reconnecting", exc)
+            missed = True
         # No daemon yet (or it just went): serve anyway, tools say `no_daemon` meanwhile.
         ready.set()
         await anyio.sleep(delay)
