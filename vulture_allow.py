@@ -29,6 +29,13 @@ _.warn
 _.critical
 _.fatal
 
+# The specs of the daemon's own methods: `xum_protocol.methods` gathers them from their module's
+# variables, and the daemon registers these by name, before their models load (daemon/feature.py).
+_.HELLO
+_.DAEMON_STATUS
+_.DAEMON_SHUTDOWN
+_.EVENTS_SUBSCRIBE
+
 # Wire fields: results are built by keyword and read by clients over the socket, never by name
 # in Python (protocol/xum_protocol/models/, rpc/spec_examples.py).
 _.stopped_at_start

@@ -1,6 +1,7 @@
 """The names of the protocol's methods, without their models: what a server answers `hello`'s
-`capabilities` from before any model is loaded. `xum_protocol.methods.METHODS` holds the same
-names with their params and result models (tests/daemon/test_lean_start.py checks they agree)."""
+`capabilities` from, and registers before any model is loaded. Written from
+`xum_protocol.methods.METHODS` by `make schema` (tests/protocol/test_method_table.py checks
+it is fresh): do not edit."""
 
 from __future__ import annotations
 

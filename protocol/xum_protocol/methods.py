@@ -1,6 +1,16 @@
-"""The method table: name -> (params model, result model), gathered from the domain modules."""
+"""The method table: name -> spec (params model, result model, summary), gathered from the
+domain modules, where each method is declared once as a `MethodSpec` constant named after it.
+
+Every other list of the methods derives from this one: the JSON Schema and docs/PROTOCOL.md
+(`make schema`), the TypeScript types (from the schema), the daemon's routes (registered against
+these specs), and `xum_protocol.method_names`, the names alone for what must not load the models
+(written from this table by `make schema`; tests/protocol/test_method_table.py checks it)."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
 
 from xum_protocol.methods_base import MethodSpec
 from xum_protocol.models import (
@@ -17,7 +27,7 @@ from xum_protocol.models import (
     workspace,
 )
 
-_DOMAINS = (
+DOMAINS = (
     daemon,
     project,
     workspace,
@@ -30,12 +40,48 @@ _DOMAINS = (
     recovery,
     events,
 )
+"""The modules that declare methods, in the table's order."""
 
-METHODS: dict[str, MethodSpec] = {}
-for _domain in _DOMAINS:
-    for _spec in _domain.METHODS:
-        if _spec.name in METHODS:
-            raise RuntimeError(f"method {_spec.name} declared twice")
-        METHODS[_spec.name] = _spec
+
+def _gather() -> dict[str, MethodSpec[Any, Any]]:
+    table: dict[str, MethodSpec[Any, Any]] = {}
+    for domain in DOMAINS:
+        for value in vars(domain).values():
+            if not isinstance(value, MethodSpec) or table.get(value.name) is value:
+                continue
+            if value.name in table:
+                raise RuntimeError(f"method {value.name} declared twice")
+            table[value.name] = value
+    return table
+
+
+METHODS: dict[str, MethodSpec[Any, Any]] = _gather()
 
 __all__ = ["METHODS", "MethodSpec"]
+
+NAMES_DOC = (
+    "The names of the protocol's methods, without their models: what a server answers `hello`'s\n"
+    "`capabilities` from, and registers before any model is loaded. Written from\n"
+    "`xum_protocol.methods.METHODS` by `make schema` (tests/protocol/test_method_table.py checks\n"
+    "it is fresh): do not edit."
+)
+
+
+def render_names() -> str:
+    """The source of `xum_protocol.method_names`: the table's names, in its order."""
+    names = "".join(f'        "{name}",\n' for name in METHODS)
+    return (
+        f'"""{NAMES_DOC}"""\n\nfrom __future__ import annotations\n\n'
+        f"METHOD_NAMES: frozenset[str] = frozenset(\n    {{\n{names}    }}\n)\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m xum_protocol.methods FILE`: write `render_names()` to FILE."""
+    args = sys.argv[1:] if argv is None else argv
+    Path(args[0]).write_text(render_names())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

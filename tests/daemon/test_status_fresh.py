@@ -15,6 +15,7 @@ import anyio
 import orjson
 import pytest
 from xum_protocol.models.daemon import DaemonStatusResult, HelloResult
+from xum_protocol.models.process import PROCESS_BACKGROUND
 from xumd.app import App
 from xumd.daemon.feature import StatusAnswer
 from xumd.processes.managed import Managed
@@ -122,7 +123,7 @@ def test_hello_lists_a_method_registered_after_its_first_answer(app: App) -> Non
     # A method of the protocol's table registered late (a feature loaded on first use).
     del app.router.routes["process.background"]
     assert "process.background" not in _answer(app, "hello", HELLO)["capabilities"]
-    app.router.add("process.background", handler)
+    app.router.add(PROCESS_BACKGROUND, handler)
     assert "process.background" in _answer(app, "hello", HELLO)["capabilities"]
 
 

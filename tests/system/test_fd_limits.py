@@ -148,7 +148,7 @@ _EMFILE_SERVER = r"""
 import os, sys, anyio
 from xumd.base import logs
 logs.configure("info", json=True)
-from xum_protocol.models.daemon import EmptyParams
+from xum_protocol.models.daemon import DAEMON_SHUTDOWN
 from xum_protocol.models.daemon import ShutdownResult
 from xumd.base.config import DaemonConfig
 from xumd.system.fdlimits import plan
@@ -164,7 +164,7 @@ async def spawn(params, ctx):
     await run_command(["true"], timeout_s=10)
     return ShutdownResult(stopping=False)
 
-router.add("daemon.shutdown", spawn, EmptyParams)
+router.add(DAEMON_SHUTDOWN, spawn)
 
 async def main():
     server = Server(router, DaemonConfig())

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import (
+    CLEANUP_LIST,
+    CLEANUP_RETRY,
     CleanupListParams,
     CleanupListResult,
     CleanupRetryParams,
@@ -98,8 +100,8 @@ def install(
             ]
         return CleanupRetryResult(attempted=attempted, workspaces=statuses)
 
-    app.router.add("cleanup.list", list_)
-    app.router.add("cleanup.retry", retry_)
+    app.router.add(CLEANUP_LIST, list_)
+    app.router.add(CLEANUP_RETRY, retry_)
     # Polled by monitors: recomputed only when a row changed (or after a second).
     app.status_providers[STATUS_KEY] = StoreMemo(
         app.store, lambda: service.summary().model_dump(mode="json")

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 from xum_protocol.models.gc import (
+    GC_GET,
+    GC_PLAN,
+    GC_RUN,
     GcGetParams,
     GcPlanParams,
     GcPlanResult,
@@ -91,9 +94,9 @@ def install(
         if gc.built is not None:
             await gc.built.stop()
 
-    app.router.add("gc.plan", gc.route(gc_plan))
-    app.router.add("gc.run", gc.route(gc_run))
-    app.router.add("gc.get", gc.route(gc_get))
+    app.router.add(GC_PLAN, gc.route(gc_plan))
+    app.router.add(GC_RUN, gc.route(gc_run))
+    app.router.add(GC_GET, gc.route(gc_get))
     app.after_ready("gc.worker", worker)
     app.on_shutdown("gc.worker", stop)
     if app.config.enable_test_methods:

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from xum_protocol.models.project import (
+    PROJECT_ADD,
+    PROJECT_GET,
+    PROJECT_LIST,
+    PROJECT_REMOVE,
+    PROJECT_TRUST,
     ProjectAddParams,
     ProjectIdParams,
     ProjectListParams,
@@ -17,6 +23,15 @@ from xum_protocol.models.project import (
     ProjectTrustResult,
 )
 from xum_protocol.models.workspace import (
+    WORKSPACE_ARCHIVE,
+    WORKSPACE_CREATE,
+    WORKSPACE_GET,
+    WORKSPACE_KEEP,
+    WORKSPACE_LIST,
+    WORKSPACE_REMOVE,
+    WORKSPACE_RENAME,
+    WORKSPACE_SETUP,
+    WORKSPACE_UNARCHIVE,
     WorkspaceArchiveParams,
     WorkspaceArchiveResult,
     WorkspaceCreateParams,
@@ -41,13 +56,12 @@ from xumd.lifecycle import rows, wsenv
 from xumd.lifecycle.context import Announcer, FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.hooks import LifecycleHooks, RowSettler
-from xumd.lifecycle.listing import JsonResult
 from xumd.lifecycle.projects import ProjectService
 from xumd.lifecycle.scripts import ScriptLeases, ScriptRunner
 from xumd.lifecycle.service import WorkspaceService
 from xumd.lifecycle.snapshot import Snapshotter
 from xumd.lifecycle.unarchive import ArchiveComparison
-from xumd.rpc.dispatch import RequestContext
+from xumd.rpc.dispatch import Encoded, RequestContext
 from xumd.system.containment import Containment
 from xumd.system.git import Git
 
@@ -169,9 +183,9 @@ def install(
     async def ws_create(p: WorkspaceCreateParams, ctx: RequestContext) -> WorkspaceCreateResult:
         return await workspaces.create(p)
 
-    async def ws_list(p: WorkspaceListParams, ctx: RequestContext) -> JsonResult:
+    async def ws_list(p: WorkspaceListParams, ctx: RequestContext) -> Encoded:
         # Rows straight to the answer's JSON (a `WorkspaceListResult`): no model per row.
-        return JsonResult.model_construct(value=workspaces.list_json(p))
+        return Encoded(orjson.dumps(workspaces.list_json(p)))
 
     async def ws_get(p: WorkspaceIdParams, ctx: RequestContext) -> WorkspaceResult:
         return workspaces.get(p.workspace_id)
@@ -194,23 +208,20 @@ def install(
     async def ws_setup(p: WorkspaceIdParams, ctx: RequestContext) -> WorkspaceSetupResult:
         return await workspaces.rerun_setup(p.workspace_id)
 
-    for name, handler in (
-        ("project.add", project_add),
-        ("project.list", project_list),
-        ("project.get", project_get),
-        ("project.remove", project_remove),
-        ("project.trust", project_trust),
-        ("workspace.create", ws_create),
-        ("workspace.list", ws_list),
-        ("workspace.get", ws_get),
-        ("workspace.rename", ws_rename),
-        ("workspace.archive", ws_archive),
-        ("workspace.unarchive", ws_unarchive),
-        ("workspace.remove", ws_remove),
-        ("workspace.keep", ws_keep),
-        ("workspace.setup", ws_setup),
-    ):
-        app.router.add(name, handler)
+    app.router.add(PROJECT_ADD, project_add)
+    app.router.add(PROJECT_LIST, project_list)
+    app.router.add(PROJECT_GET, project_get)
+    app.router.add(PROJECT_REMOVE, project_remove)
+    app.router.add(PROJECT_TRUST, project_trust)
+    app.router.add(WORKSPACE_CREATE, ws_create)
+    app.router.add(WORKSPACE_LIST, ws_list)
+    app.router.add(WORKSPACE_GET, ws_get)
+    app.router.add(WORKSPACE_RENAME, ws_rename)
+    app.router.add(WORKSPACE_ARCHIVE, ws_archive)
+    app.router.add(WORKSPACE_UNARCHIVE, ws_unarchive)
+    app.router.add(WORKSPACE_REMOVE, ws_remove)
+    app.router.add(WORKSPACE_KEEP, ws_keep)
+    app.router.add(WORKSPACE_SETUP, ws_setup)
 
     # -- events and status -----------------------------------------------------------------------
 

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from pydantic import BaseModel
 from xum_protocol.cursor import list_cursor, parse_list_cursor
 
 from xumd.cleanup.obligations import ObligationRow
@@ -88,16 +87,6 @@ def _estimate(row: Any, obligations: list[ObligationRow] | None) -> int:
     for ob in obligations or ():
         size += len(ob.id) + len(ob.last_error or "") + len(ob.reason or "")
     return size
-
-
-class JsonResult(BaseModel):
-    """A result already in its JSON form (plain dicts and lists): the dispatcher dumps a result
-    with `model_dump(mode="json")`, which here is the value itself, not a second pass."""
-
-    value: dict[str, Any]
-
-    def model_dump(self, **_: Any) -> dict[str, Any]:
-        return self.value
 
 
 def _where(project_id: str | None, state: str | None, after: str | None) -> tuple[str, list[Any]]:

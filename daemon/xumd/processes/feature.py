@@ -23,6 +23,9 @@ from typing import Any
 
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.lease import (
+    LEASE_ACQUIRE,
+    LEASE_LIST,
+    LEASE_RELEASE,
     AcquireParams,
     LeaseInfo,
     LeaseListParams,
@@ -32,6 +35,18 @@ from xum_protocol.models.lease import (
     ReleaseResult,
 )
 from xum_protocol.models.process import (
+    PROCESS_BACKGROUND,
+    PROCESS_GET,
+    PROCESS_HOLDERS,
+    PROCESS_LIST,
+    PROCESS_OUTPUT,
+    PROCESS_RELEASE_ALL,
+    PROCESS_RESIZE,
+    PROCESS_SIGNAL,
+    PROCESS_SPAWN,
+    PROCESS_STOP,
+    PROCESS_WAIT,
+    PROCESS_WRITE,
     HolderInfo,
     HoldersParams,
     HoldersResult,
@@ -341,22 +356,19 @@ def install(
             leases=[_lease_info(x, True) for x in live], reclaimed=[x.id for x in reclaimed]
         )
 
-    for name, handler in (
-        ("process.spawn", spawn),
-        ("process.list", list_),
-        ("process.get", get),
-        ("process.output", output),
-        ("process.write", write),
-        ("process.resize", resize),
-        ("process.signal", signal_),
-        ("process.wait", wait),
-        ("process.stop", stop),
-        ("process.background", background),
-        ("process.release_all", release_all),
-        ("process.holders", holders),
-        ("lease.acquire", lease_acquire),
-        ("lease.release", lease_release),
-        ("lease.list", lease_list),
-    ):
-        app.router.add(name, handler)
+    app.router.add(PROCESS_SPAWN, spawn)
+    app.router.add(PROCESS_LIST, list_)
+    app.router.add(PROCESS_GET, get)
+    app.router.add(PROCESS_OUTPUT, output)
+    app.router.add(PROCESS_WRITE, write)
+    app.router.add(PROCESS_RESIZE, resize)
+    app.router.add(PROCESS_SIGNAL, signal_)
+    app.router.add(PROCESS_WAIT, wait)
+    app.router.add(PROCESS_STOP, stop)
+    app.router.add(PROCESS_BACKGROUND, background)
+    app.router.add(PROCESS_RELEASE_ALL, release_all)
+    app.router.add(PROCESS_HOLDERS, holders)
+    app.router.add(LEASE_ACQUIRE, lease_acquire)
+    app.router.add(LEASE_RELEASE, lease_release)
+    app.router.add(LEASE_LIST, lease_list)
     return sup

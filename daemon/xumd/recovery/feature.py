@@ -16,6 +16,8 @@ from typing import Any
 import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.recovery import (
+    WORKSPACE_DISCARD_KEPT,
+    WORKSPACE_STRAYS,
     DiscardKeptParams,
     DiscardKeptResult,
     StraysParams,
@@ -129,8 +131,8 @@ def install(app: App, *, reconciler: Reconciler, git: Git) -> Reconciler:
         }
 
     app.on_startup("recovery", startup)
-    app.router.add("workspace.strays", list_strays)
-    app.router.add("workspace.discard_kept", discard_kept)
+    app.router.add(WORKSPACE_STRAYS, list_strays)
+    app.router.add(WORKSPACE_DISCARD_KEPT, discard_kept)
     app.status_providers[STATUS_KEY] = status
 
     return reconciler

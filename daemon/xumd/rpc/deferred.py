@@ -1,8 +1,8 @@
 """A feature's service built at its first request, not before readiness.
 
 Time to ready is almost all imports (docs/PERFORMANCE.md, "Start-up"). A feature that
-no startup step needs (gc, disk usage) registers its routes at start, by method name with the
-protocol's params model as every route (so bad params are refused without loading anything),
+no startup step needs (gc, disk usage) registers its routes at start against the protocol's
+method specs, as every route (so bad params are refused without loading its service),
 and imports and builds its service only when a request first names one of them.
 
 The build is synchronous and runs on the event loop's thread: nothing can interleave between the

@@ -1,11 +1,12 @@
-"""Dispatch: handlers registered by method name with typed params (the pygls way).
+"""Dispatch: handlers registered against their method's spec, typed (the pygls way).
 
 The router knows nothing about sockets. It turns one decoded JSON-RPC message into at most one
 response object, so the transport and the tests can drive it alike.
 
-Nothing of pydantic or the protocol's models is imported here at load: a route's params model
-may be given as a loader (`params_from`), imported at the route's first request, so that the
-daemon serves before loading them (docs/PERFORMANCE.md, "Lean start").
+Nothing of pydantic or the protocol's models is imported here at load (a spec is a type here,
+for the checker): a route's params model may be given as a loader (`params_from`), imported at
+the route's first request, so that the daemon serves before loading them (docs/PERFORMANCE.md,
+"Lean start").
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, TypeVar, cast, overload
 
 import anyio
 import orjson
 from xum_protocol.errors import ErrorKind, code_for
+from xum_protocol.method_names import METHOD_NAMES
 
 from xumd.base import logs, requestcut
 from xumd.base.errors import XumError
@@ -28,6 +30,7 @@ from xumd.system.fdlimits import FD_ERRNOS, is_exhausted
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
+    from xum_protocol.methods_base import MethodSpec
 
 log = logs.get("xumd.rpc")
 
@@ -68,6 +71,8 @@ class Encoded:
 
 
 Handler = Callable[[Any, RequestContext], Awaitable["BaseModel | Encoded"]]
+P = TypeVar("P", bound="BaseModel")
+R = TypeVar("R", bound="BaseModel")
 ParamsLoader = Callable[[], "type[BaseModel]"]
 LeanParams = Callable[[Any], Any]
 """The params of a request that are certainly valid, read without their model (a handler that
@@ -187,9 +192,32 @@ class Router:
                 self._idle = anyio.Event()
             await self._idle.wait()
 
+    @overload
     def add(
         self,
-        name: str,
+        method: MethodSpec[P, R],
+        handler: Callable[[P, RequestContext], Awaitable[R | Encoded]],
+        *,
+        allowed_while_stopping: bool = False,
+        inline: bool = False,
+    ) -> None: ...
+
+    @overload
+    def add(
+        self,
+        method: str,
+        handler: Handler,
+        params: type[BaseModel] | None = None,
+        *,
+        params_from: ParamsLoader | None = None,
+        lean_params: LeanParams | None = None,
+        allowed_while_stopping: bool = False,
+        inline: bool = False,
+    ) -> None: ...
+
+    def add(
+        self,
+        method: MethodSpec[Any, Any] | str,
         handler: Handler,
         params: type[BaseModel] | None = None,
         *,
@@ -198,23 +226,27 @@ class Router:
         allowed_while_stopping: bool = False,
         inline: bool = False,
     ) -> None:
-        """Register `handler` for `name`, with its params model: `params`, or `params_from`
-        (called at the first request: a model whose import waits until then), or the
-        protocol's method table. `inline`: the handler never awaits (it reads memory and
-        returns), so the transport may run it in its read callback, without a task; one that
-        awaits all the same is stopped there and answered `internal`. `lean_params`: reads the
-        raw params of a frame without a NUL escape, the common valid shapes only, so that the
-        daemon's own methods answer without loading their model (any other shape goes to it)."""
+        """Register `handler` for a method: a protocol method by its spec (the type checker
+        checks the handler's params and result against it), or one outside the protocol's
+        table by name with its params model (`params`). A protocol method by name is one
+        that must answer before its model is loaded (the daemon's own): `params_from` is
+        called at its first request for the model, and `lean_params` reads the raw params of
+        a frame without a NUL escape, the common valid shapes only, so that it answers
+        without loading the model at all (any other shape goes to it). `inline`: the handler
+        never awaits (it reads memory and returns), so the transport may run it in its read
+        callback, without a task; one that awaits all the same is stopped there and answered
+        `internal`."""
+        if isinstance(method, str):
+            name = method
+            if params is None and params_from is None:
+                raise RuntimeError(f"method {name} registered by name needs its params model")
+            if params_from is None and name in METHOD_NAMES:
+                raise RuntimeError(f"method {name} is the protocol's: register it by its spec")
+        else:
+            name, params = method.name, method.params
         known = self.routes.get(name)
         if known is not None and known.build is None:
             raise RuntimeError(f"method {name} registered twice")
-        if params is None and params_from is None:
-            from xum_protocol.methods import METHODS
-
-            spec = METHODS.get(name)
-            if spec is None:
-                raise RuntimeError(f"method {name} is not in the protocol's method table")
-            params = spec.params
         if params is not None:
             _pydantic()  # loaded with the model, not at a request
         self.routes[name] = _Route(
@@ -238,15 +270,6 @@ class Router:
     def pending(self) -> list[str]:
         """The methods whose routes are not built yet."""
         return [name for name, route in self.routes.items() if route.build is not None]
-
-    def method(
-        self, name: str, *, allowed_while_stopping: bool = False
-    ) -> Callable[[Handler], Handler]:
-        def register(handler: Handler) -> Handler:
-            self.add(name, handler, allowed_while_stopping=allowed_while_stopping)
-            return handler
-
-        return register
 
     @staticmethod
     def _envelope(message: Any) -> dict[str, Any] | tuple[bool, RequestId, str, Any]:

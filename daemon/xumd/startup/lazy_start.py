@@ -45,15 +45,9 @@ STATE_DIRS = ("workspaces", "trash", "archive", "processes")
 copies and durable process output: anything in one (a stray, a partial copy) is theirs to
 find before serving."""
 
-DAEMON_METHODS = frozenset({"hello", "daemon.status", "daemon.shutdown", "events.subscribe"})
-"""The daemon's own methods (`daemon_feature`): registered whole on every start."""
-
-FEATURE_METHODS = tuple(sorted(METHOD_NAMES - DAEMON_METHODS))
-"""Every method the feature graph registers: the protocol's others (tests/daemon/test_lean_start.py
-checks it against what `xumd.startup.feature_graph.install` registers)."""
-
 FEATURE_TEST_METHODS = ("test.clock_advance",)
-"""...and those it registers only with `enable_test_methods`."""
+"""The methods outside the protocol's table the feature graph registers, with
+`enable_test_methods` only: pending too on a lean start."""
 
 BUILD_FAILS = faults.declare(
     "lazy_start.build_fails",
@@ -140,8 +134,10 @@ class LazyFeatures:
         self._building: anyio.Event | None = None
 
     def register(self) -> None:
-        """Register every feature method as pending, and the features' idle status details."""
-        names: tuple[str, ...] = FEATURE_METHODS
+        """Register as pending every method of the protocol's table not registered yet (the
+        daemon's own are: the feature graph registers the others; tests/daemon/
+        test_lean_start.py checks it), and the features' idle status details."""
+        names = sorted(METHOD_NAMES.difference(self._app.router.routes))
         if self._app.config.enable_test_methods:
             names += FEATURE_TEST_METHODS
         for name in names:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from xum_protocol.models.turn import (
+    TURN_CREATE,
+    TURN_END,
+    TURN_GET,
+    TURN_LIST,
     TurnCreateParams,
     TurnCreateResult,
     TurnIdParams,
@@ -37,8 +41,8 @@ def install(app: App, *, workspaces: Targets, admission: Admission) -> TurnServi
     async def end(p: TurnIdParams, ctx: RequestContext) -> TurnResult:
         return TurnResult(turn=turn_info(turns.end(p.handle_id)))
 
-    app.router.add("turn.create", create)
-    app.router.add("turn.get", get)
-    app.router.add("turn.list", list_)
-    app.router.add("turn.end", end)
+    app.router.add(TURN_CREATE, create)
+    app.router.add(TURN_GET, get)
+    app.router.add(TURN_LIST, list_)
+    app.router.add(TURN_END, end)
     return turns

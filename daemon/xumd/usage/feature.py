@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xum_protocol.models.usage import WorkspaceUsageParams, WorkspaceUsageResult
+from xum_protocol.models.usage import (
+    WORKSPACE_USAGE,
+    WorkspaceUsageParams,
+    WorkspaceUsageResult,
+)
 
 from xumd.app import App
 from xumd.cleanup.service import CleanupService
@@ -32,5 +36,5 @@ def install(app: App, *, git: Git, cleanup: CleanupService) -> Deferred[UsageSer
     ) -> WorkspaceUsageResult:
         return await service.usage(p)
 
-    app.router.add("workspace.usage", usage.route(ws_usage))
+    app.router.add(WORKSPACE_USAGE, usage.route(ws_usage))
     return usage

@@ -105,17 +105,15 @@ class CleanupSummary(Result):
     oldest: Obligation | None = Field(default=None, description="The oldest pending obligation.")
 
 
-METHODS: list[MethodSpec] = [
-    MethodSpec(
-        "cleanup.list",
-        CleanupListParams,
-        CleanupListResult,
-        "Cleanup obligations: pending, and recently completed or abandoned.",
-    ),
-    MethodSpec(
-        "cleanup.retry",
-        CleanupRetryParams,
-        CleanupRetryResult,
-        "Run pending cleanup now (one obligation's workspace, a workspace, or all due).",
-    ),
-]
+CLEANUP_LIST = MethodSpec(
+    "cleanup.list",
+    CleanupListParams,
+    CleanupListResult,
+    "Cleanup obligations: pending, and recently completed or abandoned.",
+)
+CLEANUP_RETRY = MethodSpec(
+    "cleanup.retry",
+    CleanupRetryParams,
+    CleanupRetryResult,
+    "Run pending cleanup now (one obligation's workspace, a workspace, or all due).",
+)

@@ -105,16 +105,16 @@ class ShutdownResult(Result):
     stopping: bool
 
 
-METHODS = [
-    MethodSpec("hello", HelloParams, HelloResult, "Handshake: negotiate the protocol version."),
-    MethodSpec(
-        "daemon.status",
-        EmptyParams,
-        DaemonStatusResult,
-        "The daemon's pid, root, uptime; `details` per feature (e.g. `containment`: which "
-        "mechanism contains the processes it starts). Every figure is as of the answer (a "
-        "change a client made is in the next status it asks for), except `details.fds.open`, "
-        "the count of open descriptors, sampled at most every 0.5 s.",
-    ),
-    MethodSpec("daemon.shutdown", EmptyParams, ShutdownResult, "Begin a graceful stop."),
-]
+HELLO = MethodSpec("hello", HelloParams, HelloResult, "Handshake: negotiate the protocol version.")
+DAEMON_STATUS = MethodSpec(
+    "daemon.status",
+    EmptyParams,
+    DaemonStatusResult,
+    "The daemon's pid, root, uptime; `details` per feature (e.g. `containment`: which "
+    "mechanism contains the processes it starts). Every figure is as of the answer (a "
+    "change a client made is in the next status it asks for), except `details.fds.open`, "
+    "the count of open descriptors, sampled at most every 0.5 s.",
+)
+DAEMON_SHUTDOWN = MethodSpec(
+    "daemon.shutdown", EmptyParams, ShutdownResult, "Begin a graceful stop."
+)

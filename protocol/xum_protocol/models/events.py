@@ -89,11 +89,9 @@ class SubscribeResult(Result):
     )
 
 
-METHODS = [
-    MethodSpec(
-        "events.subscribe",
-        SubscribeParams,
-        SubscribeResult,
-        "Snapshot plus a stream of `event` notifications on this connection.",
-    ),
-]
+EVENTS_SUBSCRIBE = MethodSpec(
+    "events.subscribe",
+    SubscribeParams,
+    SubscribeResult,
+    "Snapshot plus a stream of `event` notifications on this connection.",
+)

@@ -111,26 +111,23 @@ class GcRunResult(Result):
     bytes: int = Field(default=0, description="Bytes freed by the items done.")
 
 
-METHODS = [
-    MethodSpec(
-        "gc.plan",
-        GcPlanParams,
-        GcPlanResult,
-        "What the garbage collection policies would collect now, and the bytes freed; "
-        "changes nothing.",
-    ),
-    MethodSpec(
-        "gc.run",
-        GcRunParams,
-        GcRunResult,
-        "Plan afresh, then collect each item through its lifecycle operation "
-        "(workspace.remove / archive / discard_kept, with their reservations and checks); "
-        "anything busy, unsaved or not provably stale is skipped and reported.",
-    ),
-    MethodSpec(
-        "gc.get",
-        GcGetParams,
-        GcRunResult,
-        "A background gc run: `running`, or `done` with what it collected and skipped.",
-    ),
-]
+GC_PLAN = MethodSpec(
+    "gc.plan",
+    GcPlanParams,
+    GcPlanResult,
+    "What the garbage collection policies would collect now, and the bytes freed; changes nothing.",
+)
+GC_RUN = MethodSpec(
+    "gc.run",
+    GcRunParams,
+    GcRunResult,
+    "Plan afresh, then collect each item through its lifecycle operation "
+    "(workspace.remove / archive / discard_kept, with their reservations and checks); "
+    "anything busy, unsaved or not provably stale is skipped and reported.",
+)
+GC_GET = MethodSpec(
+    "gc.get",
+    GcGetParams,
+    GcRunResult,
+    "A background gc run: `running`, or `done` with what it collected and skipped.",
+)

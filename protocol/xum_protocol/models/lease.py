@@ -53,10 +53,10 @@ class ReleaseResult(Result):
     released: str
 
 
-METHODS = [
-    MethodSpec("lease.acquire", AcquireParams, LeaseResult, "Register an external holder."),
-    MethodSpec("lease.release", LeaseRef, ReleaseResult, "Remove a lease."),
-    MethodSpec(
-        "lease.list", LeaseListParams, LeaseListResult, "Live leases (dead ones reclaimed)."
-    ),
-]
+LEASE_ACQUIRE = MethodSpec(
+    "lease.acquire", AcquireParams, LeaseResult, "Register an external holder."
+)
+LEASE_RELEASE = MethodSpec("lease.release", LeaseRef, ReleaseResult, "Remove a lease.")
+LEASE_LIST = MethodSpec(
+    "lease.list", LeaseListParams, LeaseListResult, "Live leases (dead ones reclaimed)."
+)

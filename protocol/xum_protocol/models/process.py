@@ -223,31 +223,35 @@ class ProcessResult(Result):
     process: ProcessInfo
 
 
-METHODS = [
-    MethodSpec("process.spawn", SpawnParams, ProcessResult, "Start a supervised process."),
-    MethodSpec("process.list", ListParams, ListResult, "Supervised processes."),
-    MethodSpec("process.get", ProcessRef, ProcessResult, "One supervised process."),
-    MethodSpec("process.output", OutputParams, OutputResult, "Output since an offset."),
-    MethodSpec("process.write", WriteParams, WriteResult, "Write to stdin or the PTY."),
-    MethodSpec("process.resize", ResizeParams, ProcessResult, "Resize a PTY."),
-    MethodSpec("process.signal", SignalParams, ProcessResult, "Signal the process group."),
-    MethodSpec("process.wait", WaitParams, ProcessResult, "Wait for the exit, bounded."),
-    MethodSpec("process.stop", StopParams, ProcessResult, "SIGTERM, grace, SIGKILL the tree."),
-    MethodSpec(
-        "process.background", ProcessRef, ProcessResult, "Detach a foreground exec from its caller."
-    ),
-    MethodSpec(
-        "process.release_all",
-        ReleaseAllParams,
-        ReleaseAllResult,
-        "Stop a workspace's processes, bounded; reports what still runs.",
-    ),
-    MethodSpec(
-        "process.holders",
-        HoldersParams,
-        HoldersResult,
-        "Who uses a workspace's checkout (the quiescence check).",
-    ),
-]
+PROCESS_SPAWN = MethodSpec(
+    "process.spawn", SpawnParams, ProcessResult, "Start a supervised process."
+)
+PROCESS_LIST = MethodSpec("process.list", ListParams, ListResult, "Supervised processes.")
+PROCESS_GET = MethodSpec("process.get", ProcessRef, ProcessResult, "One supervised process.")
+PROCESS_OUTPUT = MethodSpec("process.output", OutputParams, OutputResult, "Output since an offset.")
+PROCESS_WRITE = MethodSpec("process.write", WriteParams, WriteResult, "Write to stdin or the PTY.")
+PROCESS_RESIZE = MethodSpec("process.resize", ResizeParams, ProcessResult, "Resize a PTY.")
+PROCESS_SIGNAL = MethodSpec(
+    "process.signal", SignalParams, ProcessResult, "Signal the process group."
+)
+PROCESS_WAIT = MethodSpec("process.wait", WaitParams, ProcessResult, "Wait for the exit, bounded.")
+PROCESS_STOP = MethodSpec(
+    "process.stop", StopParams, ProcessResult, "SIGTERM, grace, SIGKILL the tree."
+)
+PROCESS_BACKGROUND = MethodSpec(
+    "process.background", ProcessRef, ProcessResult, "Detach a foreground exec from its caller."
+)
+PROCESS_RELEASE_ALL = MethodSpec(
+    "process.release_all",
+    ReleaseAllParams,
+    ReleaseAllResult,
+    "Stop a workspace's processes, bounded; reports what still runs.",
+)
+PROCESS_HOLDERS = MethodSpec(
+    "process.holders",
+    HoldersParams,
+    HoldersResult,
+    "Who uses a workspace's checkout (the quiescence check).",
+)
 
-__all__ = ["METHODS", "ProcessInfo", "ProcessKind", "ProcessState"]
+__all__ = ["ProcessInfo", "ProcessKind", "ProcessState"]

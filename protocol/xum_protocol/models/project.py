@@ -91,20 +91,18 @@ class ProjectTrustResult(Result):
     config_path: str
 
 
-METHODS = [
-    MethodSpec("project.add", ProjectAddParams, ProjectResult, "Register a repository."),
-    MethodSpec("project.list", ProjectListParams, ProjectListResult, "All projects."),
-    MethodSpec("project.get", ProjectIdParams, ProjectResult, "One project."),
-    MethodSpec(
-        "project.remove",
-        ProjectRemoveParams,
-        ProjectRemoveResult,
-        "Remove every workspace (same path as workspace.remove), then the project.",
-    ),
-    MethodSpec(
-        "project.trust",
-        ProjectTrustParams,
-        ProjectTrustResult,
-        "Trust the project's .xum/config.toml (exact content hash) so its scripts run.",
-    ),
-]
+PROJECT_ADD = MethodSpec("project.add", ProjectAddParams, ProjectResult, "Register a repository.")
+PROJECT_LIST = MethodSpec("project.list", ProjectListParams, ProjectListResult, "All projects.")
+PROJECT_GET = MethodSpec("project.get", ProjectIdParams, ProjectResult, "One project.")
+PROJECT_REMOVE = MethodSpec(
+    "project.remove",
+    ProjectRemoveParams,
+    ProjectRemoveResult,
+    "Remove every workspace (same path as workspace.remove), then the project.",
+)
+PROJECT_TRUST = MethodSpec(
+    "project.trust",
+    ProjectTrustParams,
+    ProjectTrustResult,
+    "Trust the project's .xum/config.toml (exact content hash) so its scripts run.",
+)

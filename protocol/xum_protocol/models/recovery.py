@@ -63,18 +63,16 @@ class DiscardKeptResult(Result):
     files: int = Field(description="Files the deleted copy held.")
 
 
-METHODS = [
-    MethodSpec(
-        "workspace.strays",
-        StraysParams,
-        StraysResult,
-        "Checkouts and git admin entries under the root that no workspace claims (never "
-        "deleted), and kept copies of preserved files.",
-    ),
-    MethodSpec(
-        "workspace.discard_kept",
-        DiscardKeptParams,
-        DiscardKeptResult,
-        "Delete one kept copy of preserved files (a `kept` stray); nothing else.",
-    ),
-]
+WORKSPACE_STRAYS = MethodSpec(
+    "workspace.strays",
+    StraysParams,
+    StraysResult,
+    "Checkouts and git admin entries under the root that no workspace claims (never "
+    "deleted), and kept copies of preserved files.",
+)
+WORKSPACE_DISCARD_KEPT = MethodSpec(
+    "workspace.discard_kept",
+    DiscardKeptParams,
+    DiscardKeptResult,
+    "Delete one kept copy of preserved files (a `kept` stray); nothing else.",
+)

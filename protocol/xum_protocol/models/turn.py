@@ -74,16 +74,16 @@ class TurnListResult(Result):
     turns: list[TurnInfo]
 
 
-METHODS = [
-    MethodSpec(
-        "turn.create",
-        TurnCreateParams,
-        TurnCreateResult,
-        "Delegate to a new target workspace (mode new) or one the owner is bound to (existing).",
-    ),
-    MethodSpec("turn.get", TurnIdParams, TurnResult, "One delegated turn."),
-    MethodSpec("turn.list", TurnListParams, TurnListResult, "The turns of an owner workspace."),
-    MethodSpec(
-        "turn.end", TurnIdParams, TurnResult, "End a turn (the target workspace is not touched)."
-    ),
-]
+TURN_CREATE = MethodSpec(
+    "turn.create",
+    TurnCreateParams,
+    TurnCreateResult,
+    "Delegate to a new target workspace (mode new) or one the owner is bound to (existing).",
+)
+TURN_GET = MethodSpec("turn.get", TurnIdParams, TurnResult, "One delegated turn.")
+TURN_LIST = MethodSpec(
+    "turn.list", TurnListParams, TurnListResult, "The turns of an owner workspace."
+)
+TURN_END = MethodSpec(
+    "turn.end", TurnIdParams, TurnResult, "End a turn (the target workspace is not touched)."
+)

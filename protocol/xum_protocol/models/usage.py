@@ -84,13 +84,11 @@ class WorkspaceUsageResult(Result):
     )
 
 
-METHODS = [
-    MethodSpec(
-        "workspace.usage",
-        WorkspaceUsageParams,
-        WorkspaceUsageResult,
-        "Disk usage of one workspace or all (with the root's trash, archive store and pending "
-        "reclaims): allocated bytes, files, the ignored share, the largest top-level entries; "
-        "walked off the event loop under a deadline, cached with its age.",
-    ),
-]
+WORKSPACE_USAGE = MethodSpec(
+    "workspace.usage",
+    WorkspaceUsageParams,
+    WorkspaceUsageResult,
+    "Disk usage of one workspace or all (with the root's trash, archive store and pending "
+    "reclaims): allocated bytes, files, the ignored share, the largest top-level entries; "
+    "walked off the event loop under a deadline, cached with its age.",
+)

@@ -409,63 +409,61 @@ class WorkspaceRemoveResult(Result):
     )
 
 
-METHODS = [
-    MethodSpec(
-        "workspace.create",
-        WorkspaceCreateParams,
-        WorkspaceCreateResult,
-        "Create a workspace (git worktree on a new branch, or a plain directory).",
-    ),
-    MethodSpec(
-        "workspace.list",
-        WorkspaceListParams,
-        WorkspaceListResult,
-        "Workspaces, in creation order: all of them, or with `limit` one page whose "
-        "`next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, "
-        "additive).",
-    ),
-    MethodSpec("workspace.get", WorkspaceIdParams, WorkspaceResult, "One workspace."),
-    MethodSpec(
-        "workspace.rename", WorkspaceRenameParams, WorkspaceRenameResult, "Rename (journaled)."
-    ),
-    MethodSpec(
-        "workspace.archive",
-        WorkspaceArchiveParams,
-        WorkspaceArchiveResult,
-        "Snapshot, archive logically, then tear down and delete the checkout.",
-    ),
-    MethodSpec(
-        "workspace.unarchive",
-        WorkspaceIdParams,
-        WorkspaceUnarchiveResult,
-        "Recreate the checkout and restore its snapshot exactly.",
-    ),
-    MethodSpec(
-        "workspace.remove",
-        WorkspaceRemoveParams,
-        WorkspaceRemoveResult,
-        "Delete the checkout and the row; branch and snapshot refs are kept.",
-    ),
-    MethodSpec(
-        "workspace.setup",
-        WorkspaceIdParams,
-        WorkspaceSetupResult,
-        "Run an active workspace's setup again (after `project.trust`, for one whose setup was "
-        "skipped as untrusted), under its exclusive reservation: `busy` while another "
-        "operation on it runs (named); `invalid_state` for a workspace that is archived, "
-        "interrupted, or whose checkout is missing; `not_found` once removed. Not a "
-        "structural change: it neither waits for nor stops the processes already running in "
-        "the workspace, and while it runs a `process.spawn` or `lease.acquire` there is "
-        "`busy`. A shutdown that cuts the script answers the setup `failed`, saying why. "
-        "Since 1.0, additive.",
-    ),
-    MethodSpec(
-        "workspace.keep",
-        WorkspaceIdParams,
-        WorkspaceResult,
-        "Clear the interrupted flag. A kept rename journal (a rename whose undo failed) is first "
-        "settled as startup recovery would: the answer is the settled workspace (still flagged "
-        "if the settle left a problem), or `invalid_state` naming why neither state is provable "
-        "(journal and flag stay).",
-    ),
-]
+WORKSPACE_CREATE = MethodSpec(
+    "workspace.create",
+    WorkspaceCreateParams,
+    WorkspaceCreateResult,
+    "Create a workspace (git worktree on a new branch, or a plain directory).",
+)
+WORKSPACE_LIST = MethodSpec(
+    "workspace.list",
+    WorkspaceListParams,
+    WorkspaceListResult,
+    "Workspaces, in creation order: all of them, or with `limit` one page whose "
+    "`next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, "
+    "additive).",
+)
+WORKSPACE_GET = MethodSpec("workspace.get", WorkspaceIdParams, WorkspaceResult, "One workspace.")
+WORKSPACE_RENAME = MethodSpec(
+    "workspace.rename", WorkspaceRenameParams, WorkspaceRenameResult, "Rename (journaled)."
+)
+WORKSPACE_ARCHIVE = MethodSpec(
+    "workspace.archive",
+    WorkspaceArchiveParams,
+    WorkspaceArchiveResult,
+    "Snapshot, archive logically, then tear down and delete the checkout.",
+)
+WORKSPACE_UNARCHIVE = MethodSpec(
+    "workspace.unarchive",
+    WorkspaceIdParams,
+    WorkspaceUnarchiveResult,
+    "Recreate the checkout and restore its snapshot exactly.",
+)
+WORKSPACE_REMOVE = MethodSpec(
+    "workspace.remove",
+    WorkspaceRemoveParams,
+    WorkspaceRemoveResult,
+    "Delete the checkout and the row; branch and snapshot refs are kept.",
+)
+WORKSPACE_SETUP = MethodSpec(
+    "workspace.setup",
+    WorkspaceIdParams,
+    WorkspaceSetupResult,
+    "Run an active workspace's setup again (after `project.trust`, for one whose setup was "
+    "skipped as untrusted), under its exclusive reservation: `busy` while another "
+    "operation on it runs (named); `invalid_state` for a workspace that is archived, "
+    "interrupted, or whose checkout is missing; `not_found` once removed. Not a "
+    "structural change: it neither waits for nor stops the processes already running in "
+    "the workspace, and while it runs a `process.spawn` or `lease.acquire` there is "
+    "`busy`. A shutdown that cuts the script answers the setup `failed`, saying why. "
+    "Since 1.0, additive.",
+)
+WORKSPACE_KEEP = MethodSpec(
+    "workspace.keep",
+    WorkspaceIdParams,
+    WorkspaceResult,
+    "Clear the interrupted flag. A kept rename journal (a rename whose undo failed) is first "
+    "settled as startup recovery would: the answer is the settled workspace (still flagged "
+    "if the settle left a problem), or `invalid_state` naming why neither state is provable "
+    "(journal and flag stay).",
+)
