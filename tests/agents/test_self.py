@@ -180,3 +180,16 @@ print("xum_client.commands.mcp" in sys.modules)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+def test_xum_mcp_without_the_sdk_says_how_to_get_it() -> None:
+    # An install without the extra: `import mcp` fails as it would there.
+    probe = (
+        "import sys; sys.modules['mcp'] = None\nfrom xum_client.entry import main; main(['mcp'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    assert "pip install 'xum[mcp]'" in done.stderr
+    assert "Traceback" not in done.stderr
