@@ -13,6 +13,7 @@ holds the events) means every resource may have changed, which is what it then s
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import sys
@@ -127,6 +128,11 @@ async def watch(daemon: Daemon, notifier: Notifier, ready: anyio.Event) -> None:
         except XumClientError as exc:
             log.info("event stream: %s; reconnecting", exc)
             missed = True
+        except Exception as exc:
+            # Anything else (an event this client cannot read) must not end the server: the
+            # tools do not need the stream. Said on stderr, then the stream is taken up again.
+            log.warning("event stream: %r; reconnecting", exc)
+            missed = True
         # No daemon yet (or it just went): serve anyway, tools say `no_daemon` meanwhile.
         ready.set()
         await anyio.sleep(delay)
@@ -158,10 +164,13 @@ async def _run_command(daemon: Daemon, args: dict[str, Any]) -> tools.RunCommand
         omitted = 0
         since = 0
         while True:
+            # base64: the bytes as written, so the counts and the cut are exact (the text is
+            # decoded once, at the end).
             page = await client.call(
-                "process.output", {"process_id": pid, "since": since, "max_bytes": max_bytes}
+                "process.output",
+                {"process_id": pid, "since": since, "max_bytes": max_bytes, "encoding": "base64"},
             )
-            data = page["data"].encode()
+            data = base64.b64decode(page["data"])
             omitted += page["dropped"]
             if not data and page["next"] == since:
                 break
