@@ -1,19 +1,21 @@
 """`make mutate`: mutation testing of the contract-critical modules with cosmic-ray.
 
-Runs under the mutation venv (`.venv-mutate`, made by `make mutate` from
-mutation/requirements.lock; not part of CI). For each module of the scope below:
+This file holds the scope table (which module, which functions of it, which tests) and does
+only what cosmic-ray has no setting for; the rest is cosmic-ray's own:
 
-1. the repository's files (tracked and new, not ignored) are copied into a temporary directory:
-   mutants are written there, never into the work tree, and the tests import the copy
-   (PYTHONPATH before the editable install; the daemon subprocesses inherit it);
-2. `cosmic-ray init` lists the mutants; those of operators outside OPERATORS, and those outside
-   the module's scoped functions (procutil: its deadlines only), are marked skipped;
-3. `cosmic-ray exec` runs, for each mutant, only the test files that cover that module, with a
-   per-mutant timeout (a mutant that hangs the tests counts as killed: the suite noticed) and a
-   budget for the whole module (what is left is reported as not run);
-4. the report: score, and every survivor, each either explained in mutation/equivalent.toml (by
-   module, operator and the mutated source line) or listed as UNEXPLAINED. The exit status is 1
-   when an unexplained survivor is left.
+- which operators run: its operators-filter (`exclude-operators`, EXCLUDED_OPERATORS below);
+- a mutant judged equivalent: `# pragma: no mutate (why)` on its line (its pragma filter skips
+  every mutant of the line);
+- the scoped functions: its line-filter, with the line ranges this file reads off the module
+  (`@dataclass(...)` lines left out: nothing assigns to those records, mypy enforces `frozen`);
+- running each mutant's test command with a timeout (a mutant that hangs counts as killed).
+
+What cosmic-ray cannot do and this file does: run each module against its own test selection
+(one cosmic-ray session per scope), in a copy of the tree (mutants are written there, never into
+the work tree; PYTHONPATH puts the copy before the editable install), within a budget per module
+(what is left is reported as not run); explain the survivors listed in mutation/equivalent.toml
+(a mutant on a line whose other mutants the tests kill, which a pragma would skip too, and the
+known gaps); and exit 1 when a survivor is not explained.
 
     make mutate                                   # every module (hours on 2 cores)
     make mutate MUTATE_ARGS="--module cleanup/fence.py --budget-s 900"
@@ -35,48 +37,29 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cosmic_ray.work_db import WorkDB, use_db
-from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
-
 REPO = Path(__file__).resolve().parent.parent
 EXPLAINED = Path(__file__).resolve().parent / "equivalent.toml"
 
-# Operators kept: the ones that flip a decision (comparisons to their negation or boundary,
-# boolean connectives, not, constants, loops, exception handlers). Arithmetic swaps (`+` to `**`
-# and the like) mostly mutate message strings and paths: thousands of mutants that only crash.
-OPERATORS = {
-    "core/AddNot",
-    "core/ReplaceTrueWithFalse",
-    "core/ReplaceFalseWithTrue",
-    "core/ReplaceAndWithOr",
-    "core/ReplaceOrWithAnd",
-    "core/ReplaceBreakWithContinue",
-    "core/ReplaceContinueWithBreak",
-    "core/ExceptionReplacer",
-    "core/ZeroIterationForLoop",
-    "core/NumberReplacer",
-    "core/ReplaceBinaryOperator_Add_Sub",
-    "core/ReplaceBinaryOperator_Sub_Add",
-    *(
-        f"core/ReplaceComparisonOperator_{a}_{b}"
-        for a, b in (
-            ("Eq", "NotEq"),
-            ("NotEq", "Eq"),
-            ("Lt", "GtE"),
-            ("GtE", "Lt"),
-            ("Gt", "LtE"),
-            ("LtE", "Gt"),
-            ("Lt", "LtE"),
-            ("LtE", "Lt"),
-            ("Gt", "GtE"),
-            ("GtE", "Gt"),
-            ("Is", "IsNot"),
-            ("IsNot", "Is"),
-            ("In", "NotIn"),
-            ("NotIn", "In"),
-        )
-    ),
-}
+# Left out (cosmic-ray's operators-filter, regular expressions matched at the start): arithmetic
+# swaps other than `+`/`-` (they mostly mangle message strings and paths: thousands of mutants
+# that only crash), comparisons turned into unrelated ones (`==` to `<`, `<` to `is`), unary
+# operators, removed decorators and variable swaps. What runs: comparisons to their negation or
+# boundary, `and`/`or`, `not`, `True`/`False`, numbers, `break`/`continue`, exception handlers,
+# loops run zero times, `+`/`-`.
+KEPT_COMPARISONS = "|".join(
+    (
+        *("Eq_NotEq", "NotEq_Eq", "Lt_GtE", "GtE_Lt", "Gt_LtE", "LtE_Gt"),
+        *("Lt_LtE", "LtE_Lt", "Gt_GtE", "GtE_Gt", "Is_IsNot", "IsNot_Is"),
+    )
+)
+EXCLUDED_OPERATORS = [
+    "core/ReplaceBinaryOperator_(?!(Add_Sub|Sub_Add)$)",
+    f"core/ReplaceComparisonOperator_(?!({KEPT_COMPARISONS})$)",
+    "core/ReplaceUnaryOperator_",
+    "core/RemoveDecorator$",
+    "core/VariableReplacer$",
+    "core/VariableInserter$",
+]
 
 CLEANUP_TESTS = ["tests/cleanup/test_guards.py", "tests/cleanup/test_service.py"]
 SMALLFILE_TESTS = [
@@ -359,33 +342,17 @@ SCOPES = [
 
 
 @dataclass
-class Survivor:
-    module: str
-    operator: str
-    line_no: int
-    line: str
-    previous: str
-    """The source line before it: tells apart identical lines (`break`)."""
-    diff: str
-    why: str | None = None
-    gap: bool = False
-    """Explained as a known gap (not equivalent): listed, not counted as unexplained."""
-
-
-@dataclass
 class ModuleReport:
     module: str
     total: int = 0
     skipped: int = 0
     killed: int = 0
     timed_out: int = 0
+    explained: int = 0
+    """Survivors explained in equivalent.toml."""
+    survived: int = 0
+    """Survivors that are not."""
     not_run: int = 0
-    survivors: list[Survivor] = field(default_factory=list)
-
-    @property
-    def score(self) -> float | None:
-        ran = self.killed + len(self.survivors)
-        return None if ran == 0 else self.killed / ran
 
 
 def _copy_tree(dest: Path) -> None:
@@ -406,38 +373,37 @@ def _copy_tree(dest: Path) -> None:
         shutil.copy2(src, target)
 
 
-def _function_lines(path: Path, names: list[str]) -> set[int]:
-    tree = ast.parse(path.read_text())
-    lines: set[int] = set()
+def _function_lines(tree: ast.Module, names: list[str]) -> dict[str, set[int]]:
+    found: dict[str, set[int]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
-            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-    return lines
+            lines = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            found.setdefault(node.name, set()).update(lines)
+    return found
 
 
-def _inert_lines(path: Path) -> set[int]:
-    """Lines where a mutant changes nothing the code does: docstrings, and `@dataclass(...)`
-    flags (`frozen`/`slots`: nothing assigns to these records, and mypy enforces `frozen`)."""
-    tree = ast.parse(path.read_text())
-    lines: set[int] = set()
-    for number, text in enumerate(path.read_text().splitlines(), start=1):
-        if text.strip().startswith("@dataclass("):
-            lines.add(number)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if not isinstance(body, list) or not body:
-            continue
-        first = body[0]
-        if (
-            isinstance(first, ast.Expr)
-            and isinstance(first.value, ast.Constant)
-            and isinstance(first.value.value, str)
-        ):
-            lines.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
-    return lines
+def line_ranges(scope: Scope, source: str) -> list[str]:
+    """The line-filter's ranges: the scoped functions (or the whole module), without the
+    `@dataclass(...)` lines."""
+    lines = source.splitlines()
+    if scope.functions:
+        keep = set().union(*_function_lines(ast.parse(source), scope.functions).values())
+    else:
+        keep = set(range(1, len(lines) + 1))
+    keep -= {n for n, text in enumerate(lines, 1) if text.strip().startswith("@dataclass(")}
+    ranges: list[str] = []
+    start = previous = None
+    for n in [*sorted(keep), None]:
+        if start is not None and n != previous + 1:  # type: ignore[operator]
+            ranges.append(f"{start}-{previous}")
+            start = None
+        if start is None:
+            start = n
+        previous = n
+    return ranges
 
 
-def _config(scope: Scope, python: str) -> str:
+def config(scope: Scope, python: str, source: str) -> str:
     tests = " ".join(scope.tests)
     # Without hypothesis' pytest plugin (no scoped selection uses it): importing it is half
     # of each mutant's collection time on these cores, paid once per mutant.
@@ -446,7 +412,7 @@ def _config(scope: Scope, python: str) -> str:
         " -m 'not reliability'"
         f" --timeout={int(scope.timeout_s)} {tests}"
     )
-    # JSON string syntax is TOML's basic string syntax (for this ASCII text).
+    # JSON string and list syntax is TOML's (for this ASCII text).
     return (
         "[cosmic-ray]\n"
         f"module-path = {json.dumps(scope.module)}\n"
@@ -454,33 +420,15 @@ def _config(scope: Scope, python: str) -> str:
         "excluded-modules = []\n"
         f"test-command = {json.dumps(command)}\n"
         "\n[cosmic-ray.distributor]\nname = 'local'\n"
+        "\n[cosmic-ray.filters.operators-filter]\n"
+        f"exclude-operators = {json.dumps(EXCLUDED_OPERATORS)}\n"
+        "\n[cosmic-ray.filters.line-filter.lines]\n"
+        f"{json.dumps(scope.module)} = {json.dumps(line_ranges(scope, source))}\n"
     )
 
 
-def _skip(db: WorkDB, keep: set[int] | None, skip_lines: set[int]) -> int:
-    skipped = 0
-    for item in list(db.pending_work_items):
-        (mutation,) = item.mutations
-        line = mutation.start_pos[0]
-        reason = None
-        if mutation.operator_name not in OPERATORS:
-            reason = "operator outside the scope"
-        elif keep is not None and line not in keep:
-            reason = "outside the scoped functions"
-        elif line in skip_lines:
-            reason = "docstring or dataclass flags"
-        if reason:
-            db.set_result(
-                item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=reason)
-            )
-            skipped += 1
-    return skipped
-
-
-def _explained() -> list[dict[str, str]]:
-    if not EXPLAINED.exists():
-        return []
-    entries: list[dict[str, str]] = tomllib.loads(EXPLAINED.read_text()).get("survivor", [])
+def explained() -> list[dict[str, str]]:
+    entries: list[dict[str, str]] = tomllib.loads(EXPLAINED.read_text())["survivor"]
     return entries
 
 
@@ -488,50 +436,79 @@ def _same(a: str, b: str) -> bool:
     return " ".join(a.split()) == " ".join(b.split())
 
 
-def _explain(survivor: Survivor, explained: list[dict[str, str]]) -> None:
-    for entry in explained:
+def problems() -> list[str]:
+    """What makes the scope table or equivalent.toml name something that is not there: a
+    module, test file or function that moved, an entry whose line changed (it would explain
+    nothing, and its mutant would be reported as a survivor)."""
+    found: list[str] = []
+    modules = {s.module for s in SCOPES}
+    for s in SCOPES:
+        for path in [s.module, *(t.split("::")[0] for t in s.tests)]:
+            if not (REPO / path).exists():
+                found.append(f"{s.module}: no such path {path}")
+        if s.functions and (REPO / s.module).exists():
+            tree = ast.parse((REPO / s.module).read_text())
+            missing = set(s.functions) - set(_function_lines(tree, s.functions))
+            found += [f"{s.module}: no function {name}" for name in sorted(missing)]
+    for entry in explained():
+        file = REPO / entry["module"]
+        if entry["module"] not in modules or not file.exists():
+            found.append(f"equivalent.toml: {entry['module']} is not in the scope")
+        elif not any(_same(line, entry["line"]) for line in file.read_text().splitlines()):
+            found.append(f"equivalent.toml: {entry['module']} has no line {entry['line']!r}")
+    return found
+
+
+def _explain(entries: list[dict[str, str]], operator: str, line: str, previous: str) -> str:
+    for e in entries:
         if (
-            entry["module"] == survivor.module
-            and entry["operator"] == survivor.operator
-            and _same(entry["line"], survivor.line)
-            and ("after" not in entry or _same(entry["after"], survivor.previous))
+            e["operator"] == operator
+            and _same(e["line"], line)
+            and ("after" not in e or _same(e["after"], previous))
         ):
-            survivor.why = entry["why"]
-            survivor.gap = entry.get("status") == "gap"
-            return
+            return f"{'known gap' if e.get('status') == 'gap' else 'equivalent'}: {e['why']}"
+    return ""
 
 
 def run_module(
     scope: Scope, *, python: str, budget_s: float, keep_dir: bool, count_only: bool = False
 ) -> ModuleReport:
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+
     report = ModuleReport(scope.module)
     work = Path(tempfile.mkdtemp(prefix="xum-mutate-"))
+    bin_dir = Path(sys.executable).parent
     try:
         src = work / "src"
         _copy_tree(src)
-        module = src / scope.module
-        source_lines = module.read_text().splitlines()
-        (work / "cr.toml").write_text(_config(scope, python))
-        session = work / "session.sqlite"
-        cosmic = str(Path(sys.executable).parent / "cosmic-ray")
-        subprocess.run([cosmic, "init", str(work / "cr.toml"), str(session)], cwd=src, check=True)
-        keep = _function_lines(module, scope.functions) if scope.functions else None
+        source = (src / scope.module).read_text()
+        cfg, session = work / "cr.toml", work / "session.sqlite"
+        cfg.write_text(config(scope, python, source))
+        for argv in (
+            ["cosmic-ray", "init", str(cfg), str(session)],
+            ["cr-filter-operators", str(session), str(cfg)],
+            ["cr-filter-pragma", str(session)],
+            ["cr-filter-lines", str(session), "--config", str(cfg)],
+        ):
+            subprocess.run([str(bin_dir / argv[0]), *argv[1:]], cwd=src, check=True)
         with use_db(str(session)) as db:
             report.total = db.num_work_items
-            report.skipped = _skip(db, keep, _inert_lines(module))
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(str(src / p) for p in ("daemon", "protocol", "clients")),
-        }
+            report.skipped = db.num_results
         print(
             f"== {scope.module}: {report.total - report.skipped} mutants"
-            f" ({report.skipped} skipped), budget {budget_s:.0f}s",
+            f" ({report.skipped} skipped by the filters),"
+            f" budget {budget_s:.0f}s",
             flush=True,
         )
         if count_only:
             return report
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(str(src / p) for p in ("daemon", "protocol", "clients")),
+        }
         proc = subprocess.Popen(
-            [cosmic, "exec", str(work / "cr.toml"), str(session)],
+            [str(bin_dir / "cosmic-ray"), "exec", str(cfg), str(session)],
             cwd=src,
             env=env,
             start_new_session=True,
@@ -542,29 +519,29 @@ def run_module(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             print(f"   budget of {budget_s:.0f}s spent: the rest is not run", flush=True)
-        explained = _explained()
+        lines = source.splitlines()
+        entries = [e for e in explained() if e["module"] == scope.module]
         with use_db(str(session)) as db:
             for item, result in db.completed_work_items:
                 if result.worker_outcome == WorkerOutcome.SKIPPED:
                     continue
+                if result.test_outcome != TestOutcome.SURVIVED:
+                    report.killed += 1
+                    report.timed_out += result.worker_outcome == WorkerOutcome.ABNORMAL
+                    continue
                 (mutation,) = item.mutations
-                if result.worker_outcome == WorkerOutcome.ABNORMAL:
-                    report.timed_out += 1
-                    report.killed += 1
-                elif result.test_outcome == TestOutcome.SURVIVED:
-                    line_no = mutation.start_pos[0]
-                    survivor = Survivor(
-                        scope.module,
-                        mutation.operator_name,
-                        line_no,
-                        source_lines[line_no - 1].strip(),
-                        source_lines[line_no - 2].strip() if line_no > 1 else "",
-                        result.diff or "",
-                    )
-                    _explain(survivor, explained)
-                    report.survivors.append(survivor)
+                n = mutation.start_pos[0]
+                why = _explain(entries, mutation.operator_name, lines[n - 1], lines[n - 2])
+                print(f"  {scope.module}:{n} {mutation.operator_name}: {lines[n - 1].strip()}")
+                if why:
+                    report.explained += 1
+                    print(f"    {why}")
                 else:
-                    report.killed += 1
+                    report.survived += 1
+                    print(
+                        "    UNEXPLAINED\n    "
+                        + (result.diff or "").strip().replace("\n", "\n    ")
+                    )
             report.not_run = len(list(db.pending_work_items))
     finally:
         if keep_dir:
@@ -572,27 +549,6 @@ def run_module(
         else:
             shutil.rmtree(work, ignore_errors=True)
     return report
-
-
-def print_report(reports: list[ModuleReport]) -> int:
-    unexplained = 0
-    print("\n== mutation score (killed / run; a timeout counts as killed)")
-    for r in reports:
-        score = "n/a" if r.score is None else f"{100 * r.score:.1f}%"
-        print(
-            f"{r.module}: {score}  killed {r.killed} (timeouts {r.timed_out}),"
-            f" survived {len(r.survivors)}, not run {r.not_run}, skipped {r.skipped}"
-        )
-        for s in r.survivors:
-            tag = "UNEXPLAINED"
-            if s.why:
-                tag = f"{'known gap' if s.gap else 'equivalent'}: {s.why}"
-            print(f"  {s.module}:{s.line_no} {s.operator}: {s.line}\n    {tag}")
-            if not s.why:
-                unexplained += 1
-                print("    " + s.diff.strip().replace("\n", "\n    "))
-    print(f"\nunexplained survivors: {unexplained}")
-    return 1 if unexplained else 0
 
 
 def main() -> int:
@@ -616,34 +572,37 @@ def main() -> int:
     ]
     if not scopes:
         parser.error(f"no scoped module matches {args.module}")
-    missing = [
-        path
-        for s in scopes
-        for path in [s.module, *(t.split("::")[0] for t in s.tests)]
-        if not (REPO / path).exists()
-    ]
-    if missing:
-        # Modules move (a refactor): a scope naming a path that is gone would mutate nothing.
-        parser.error(f"scoped paths that do not exist: {', '.join(sorted(set(missing)))}")
+    if found := problems():
+        parser.error("; ".join(found))
     if args.list:
         for s in scopes:
             only = f" (functions: {', '.join(s.functions)})" if s.functions else ""
             print(f"{s.module}{only}: {' '.join(s.tests)}")
         return 0
-    if args.count:
-        for s in scopes:
-            run_module(
-                s, python=args.python, budget_s=args.budget_s, keep_dir=False, count_only=True
-            )
-        return 0
     started = time.monotonic()
     reports = [
-        run_module(s, python=args.python, budget_s=args.budget_s, keep_dir=args.keep)
+        run_module(
+            s, python=args.python, budget_s=args.budget_s, keep_dir=args.keep, count_only=args.count
+        )
         for s in scopes
     ]
-    status = print_report(reports)
-    print(f"took {time.monotonic() - started:.0f}s")
-    return status
+    if args.count:
+        return 0
+    print("\n== mutation score (killed / run; a timeout counts as killed)")
+    for r in reports:
+        ran = r.killed + r.explained + r.survived
+        score = f"{100 * r.killed / ran:.1f}%" if ran else "n/a"
+        print(
+            f"{r.module}: {score}  killed {r.killed} (timeouts {r.timed_out}),"
+            f" survived {r.explained + r.survived} ({r.survived} unexplained), not run"
+            f" {r.not_run}, skipped {r.skipped}"
+        )
+    survivors = sum(r.survived for r in reports)
+    print(
+        f"\nunexplained survivors: {survivors} (each needs a test, a pragma or an entry); took"
+        f" {time.monotonic() - started:.0f}s"
+    )
+    return 1 if survivors else 0
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from xumd.system import smallfile
 
 log = logs.get("xumd.checkouts.adminfile")
 
-ADMIN_FILE_MAX = 16384
+ADMIN_FILE_MAX = 16384  # pragma: no mutate (the tests pin the bound relative to the constant)
 """More than a `gitdir` (a path, at most PATH_MAX) or a lock reason line can hold."""
 
 

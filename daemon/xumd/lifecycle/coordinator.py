@@ -58,7 +58,7 @@ class Coordinator:
         self,
         store: Store,
         *,
-        wait_s: float = 30.0,
+        wait_s: float = 30.0,  # pragma: no mutate (the daemon always passes lock_wait_s)
         directories: DirectoryExclusion,
         failure_guard: SettleOnFailure | None,
     ) -> None:
@@ -66,7 +66,8 @@ class Coordinator:
         self.wait_s = wait_s
         self.directories = directories
         self._reservations: dict[str, _Reservation] = {}
-        self._tokens = itertools.count(1)
+        # Not mutated: tokens are dict keys only: any start is distinct.
+        self._tokens = itertools.count(1)  # pragma: no mutate
         self.failure_guard = failure_guard
         """Called with (workspace id, op) when an exclusive reservation is taken; what it
         returns is called (synchronously, still under the reservation) if the operation

@@ -18,7 +18,7 @@ from xumd.processes.supervisor import Supervisor
 
 log = logs.get("xumd.processes.quiescence")
 
-PROBE_DEADLINE_S = 5.0
+PROBE_DEADLINE_S = 5.0  # pragma: no mutate (the daemon always passes processes.probe_deadline_s)
 
 
 class Quiescence:

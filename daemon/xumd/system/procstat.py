@@ -27,7 +27,8 @@ log = logs.get("xumd.proc")
 # float (older records and the protocol keep their meaning): ticks are added to a boot anchor
 # fixed once per boot and kept under the root (`anchor_boot`), not re-read from the kernel.
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Not mutated: the fallback is Linux's USER_HZ, never taken on POSIX.
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # pragma: no mutate
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _boot_anchor: float | None = None
 

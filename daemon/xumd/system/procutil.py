@@ -102,7 +102,7 @@ async def kill_tree(
     pgid: int | None,
     grace_s: float,
     *,
-    poll_s: float = 0.02,
+    poll_s: float = 0.02,  # pragma: no mutate (the deadlines are unchanged: latency only)
     stopped: list[contain.Stopped] | None = None,
 ) -> bool:
     """SIGTERM the group and the tree (each once), wait up to `grace_s`, then SIGKILL every member.
@@ -135,7 +135,8 @@ async def kill_tree(
             _signal_group(pgid, signal.SIGKILL)
         _signal_pids(sorted(p for p, start in members.items() if _still(p, start)), signal.SIGKILL)
         # SIGKILL cannot be ignored; give the kernel a moment to reap, bounded.
-        with anyio.move_on_after(2.0):
+        # Not mutated: a tree SIGKILL can end is gone in ms: latency only.
+        with anyio.move_on_after(2.0):  # pragma: no mutate
             while _any_alive(members) or (pgid and group_alive(pgid)):
                 await anyio.sleep(poll_s)
             return True
@@ -358,7 +359,7 @@ async def run_command(
     cwd: Path | str | None = None,
     env: Mapping[str, str] | None = None,
     timeout_s: float,
-    grace_s: float = 5.0,
+    grace_s: float = 5.0,  # pragma: no mutate (every caller passes its own grace)
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
     stdin: bytes | None = None,
     on_start: object = None,
@@ -426,7 +427,7 @@ async def run_command(
     finally:
         # Registered before the orphan reaper can run again: it never reaps this child.
         contain.started(pid)
-    timed_out = False
+    timed_out = False  # pragma: no mutate (never read: set right after the deadline block)
     try:
         if callable(on_start):
             # Whoever records the pid (a lease) relies on the parent-death signal from then
@@ -457,7 +458,8 @@ async def run_command(
         if proc.returncode is None or group_alive(proc.pid):
             with anyio.CancelScope(shield=True):
                 await kill_tree(proc.pid, proc.pid, grace_s, stopped=stopped)
-                with anyio.move_on_after(2.0):
+                # Not mutated: kill_tree already waited: latency only.
+                with anyio.move_on_after(2.0):  # pragma: no mutate
                     await proc.wait()
         if proc.returncode is not None:
             contain.waited(proc.pid)
@@ -478,7 +480,7 @@ async def run_command(
         returncode=proc.returncode,
         output=output,
         timed_out=timed_out,
-        duration_s=time.monotonic() - started,
+        duration_s=time.monotonic() - started,  # pragma: no mutate (the duration is only shown)
         pid=proc.pid,
         escaped=escaped,
         stopped=stopped or [],
