@@ -232,15 +232,12 @@ TABLE_OWNERS: dict[str, str] = {
 # The modules that still name a table they do not own: (module, table): why. Only shrinks: move
 # the statement into the owner (or behind a port the composition root wires), then drop the pair.
 SQL_ALLOWED: dict[tuple[str, str], str] = {
-    # To move: a rows.py insert and delete.
-    ("xumd.lifecycle.create", "workspaces"): "the `creating` row's insert, and its undo's delete",
-    # Read models: one query joins what a page or a turn shows; split, it would cost a query per
-    # row (workspace.list is measured: docs/PERFORMANCE.md).
+    # workspace.list's read model: one query joins what a page shows; split, it would cost a
+    # query per row (workspace.list is measured: docs/PERFORMANCE.md, bench/).
     ("xumd.lifecycle.listing", "workspaces"): "workspace.list's one-query read model",
     ("xumd.lifecycle.listing", "cleanup_obligations"): "workspace.list's one-query read model",
     ("xumd.lifecycle.listing", "workspace_env"): "workspace.list's one-query read model",
     ("xumd.lifecycle.listing", "workspace_ports"): "workspace.list's one-query read model",
-    ("xumd.turns.rows", "workspaces"): "a turn's target_interrupted, joined in",
 }
 
 _MIGRATIONS = SOURCES["xumd"] / "store" / "migrations"

@@ -119,27 +119,21 @@ def _insert_intent(
     now = time.time()
     try:
         with ctx.store.transaction():
-            ctx.store.execute(
-                "INSERT INTO workspaces (id, project_id, name, runtime, path, branch, base,"
-                " branch_created, state, incarnation, setup_status, created_at, updated_at,"
-                " auto_archive, handle_id, owner_workspace_id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'creating', ?, 'pending', ?, ?, ?, ?, ?)",
-                (
-                    workspace_id,
-                    project.id,
-                    params.name,
-                    params.runtime,
-                    str(ctx.path_for(project, params.name)),
-                    plan.branch if plan else None,
-                    plan.base if plan else None,
-                    int(plan.create) if plan else 0,
-                    ids.new_incarnation(),
-                    now,
-                    now,
-                    params.auto_archive,
-                    binding.handle_id if binding else None,
-                    binding.owner_workspace_id if binding else None,
-                ),
+            rows.insert_creating(
+                ctx.store,
+                workspace_id,
+                project_id=project.id,
+                name=params.name,
+                runtime=params.runtime,
+                path=str(ctx.path_for(project, params.name)),
+                branch=plan.branch if plan else None,
+                base=plan.base if plan else None,
+                branch_created=plan.create if plan else False,
+                incarnation=ids.new_incarnation(),
+                auto_archive=params.auto_archive,
+                handle_id=binding.handle_id if binding else None,
+                owner_workspace_id=binding.owner_workspace_id if binding else None,
+                now=now,
             )
             if binding is not None:
                 binding.record(workspace_id)
@@ -342,7 +336,7 @@ async def _undo(
             )
         UNDO_AFTER_BRANCH()
     with ctx.store.transaction():
-        ctx.store.execute("DELETE FROM workspaces WHERE id = ?", (row.id,))
+        rows.delete_created(ctx.store, row.id)
     ctx.app.events.publish("workspace.removed", workspace_id=row.id, reason="create failed")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -233,6 +233,69 @@ def update_workspace(
     if cursor.rowcount != 1:
         return None
     return get_workspace(store, workspace_id)
+
+
+def insert_creating(
+    store: Store,
+    workspace_id: str,
+    *,
+    project_id: str,
+    name: str,
+    runtime: str,
+    path: str,
+    branch: str | None,
+    base: str | None,
+    branch_created: bool,
+    incarnation: str,
+    auto_archive: str | None,
+    handle_id: str | None,
+    owner_workspace_id: str | None,
+    now: float,
+) -> None:
+    """A create's intent: the row in state `creating`, setup `pending`. Raises
+    sqlite3.IntegrityError when the project already has a workspace of that name."""
+    store.execute(
+        "INSERT INTO workspaces (id, project_id, name, runtime, path, branch, base,"
+        " branch_created, state, incarnation, setup_status, created_at, updated_at,"
+        " auto_archive, handle_id, owner_workspace_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'creating', ?, 'pending', ?, ?, ?, ?, ?)",
+        (
+            workspace_id,
+            project_id,
+            name,
+            runtime,
+            path,
+            branch,
+            base,
+            int(branch_created),
+            incarnation,
+            now,
+            now,
+            auto_archive,
+            handle_id,
+            owner_workspace_id,
+        ),
+    )
+
+
+def delete_created(store: Store, workspace_id: str) -> None:
+    """A create's undo: the row goes without a tombstone (it never held anything)."""
+    store.execute("DELETE FROM workspaces WHERE id = ?", (workspace_id,))
+
+
+def interrupted_among(store: Store, workspace_ids: Iterable[str]) -> set[str]:
+    """Which of these workspaces are flagged `interrupted` (one query)."""
+    wanted = sorted(set(workspace_ids))
+    if not wanted:
+        return set()
+    marks = ", ".join("?" * len(wanted))
+    return {
+        r["id"]
+        for r in store.all(
+            f"SELECT id FROM workspaces WHERE interrupted = 1 AND id IN ({marks})",
+            wanted,
+        )
+    }
 
 
 def count_interrupted(store: Store) -> int:

@@ -10,6 +10,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
+from xumd.lifecycle import rows as workspace_rows
 from xumd.store import Store
 
 PREFIX = "turn_"
@@ -38,7 +39,7 @@ class TurnRow:
     target_interrupted: bool
 
     @staticmethod
-    def of(row: sqlite3.Row) -> TurnRow:
+    def of(row: sqlite3.Row, interrupted: set[str]) -> TurnRow:
         return TurnRow(
             id=row["id"],
             owner_workspace_id=row["owner_workspace_id"],
@@ -49,33 +50,35 @@ class TurnRow:
             created_at=row["created_at"],
             updated_at=row["updated_at"],
             ended_at=row["ended_at"],
-            target_interrupted=bool(row["target_interrupted"]),
+            target_interrupted=row["target_workspace_id"] in interrupted,
         )
 
 
-_SELECT = (
-    "SELECT t.*, COALESCE(w.interrupted, 0) AS target_interrupted FROM turns t"
-    " LEFT JOIN workspaces w ON w.id = t.target_workspace_id"
-)
+def _typed(store: Store, found: list[sqlite3.Row]) -> list[TurnRow]:
+    """The rows typed, each target's `interrupted` flag asked of the workspaces' owner (one
+    query for all of them)."""
+    targets = [r["target_workspace_id"] for r in found if r["target_workspace_id"]]
+    interrupted = workspace_rows.interrupted_among(store, targets)
+    return [TurnRow.of(r, interrupted) for r in found]
 
 
 def get(store: Store, handle_id: str) -> TurnRow | None:
-    row = store.one(f"{_SELECT} WHERE t.id = ?", (handle_id,))
-    return TurnRow.of(row) if row else None
+    found = _typed(store, store.all("SELECT * FROM turns WHERE id = ?", (handle_id,)))
+    return found[0] if found else None
 
 
 def for_owner(store: Store, owner_workspace_id: str) -> list[TurnRow]:
-    return [
-        TurnRow.of(r)
-        for r in store.all(
-            f"{_SELECT} WHERE t.owner_workspace_id = ? ORDER BY t.created_at, t.id",
+    return _typed(
+        store,
+        store.all(
+            "SELECT * FROM turns WHERE owner_workspace_id = ? ORDER BY created_at, id",
             (owner_workspace_id,),
-        )
-    ]
+        ),
+    )
 
 
 def in_state(store: Store, state: str) -> list[TurnRow]:
-    return [TurnRow.of(r) for r in store.all(f"{_SELECT} WHERE t.state = ?", (state,))]
+    return _typed(store, store.all("SELECT * FROM turns WHERE state = ?", (state,)))
 
 
 def insert(
