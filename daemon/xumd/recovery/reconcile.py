@@ -35,7 +35,7 @@ from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.recovery.disk import Probe, probe, same_identity
 from xumd.system.git import Git
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pragma: no mutate (an annotation-only import of a lower layer: no cycle)
     from xumd.app import App
 
 log = logs.get("xumd.recovery")
@@ -167,7 +167,7 @@ class Reconciler:
                 continue
             row = rows.get_workspace(self.store, entry["id"])
             if row is None:
-                continue
+                continue  # pragma: no mutate (the row was just listed in the same synchronous loop)
             change = self._decide(row, report)
             if change is not None:
                 changes.append(change)
@@ -272,7 +272,8 @@ class Reconciler:
                 continue  # an archived workspace's copy (or a kept one): not ours to settle
             row = rows.get_workspace(self.store, name)
             if row is None or row.state != "active":
-                continue
+                # Not mutated: the row was just read as active in the same synchronous loop.
+                continue  # pragma: no mutate
             copy = preserved.load(store / name)
             if copy is None or copy.incarnation == row.incarnation:
                 continue
@@ -400,7 +401,8 @@ class Reconciler:
             self.store, row.id, expect_incarnation=row.incarnation, **change.fields
         )
         if new is None:
-            return False
+            # Not mutated: unreachable: the pass decides and applies with no await between.
+            return False  # pragma: no mutate
         if change.plan_removal is not None:
             project = projects.get(row.project_id)
             if project is not None:
@@ -471,7 +473,8 @@ class Reconciler:
         from_path, to_path = journal["from_path"], journal["to_path"]
         from_branch, to_branch = journal["from_branch"], journal["to_branch"]
         branch_moves = bool(from_branch and to_branch and from_branch != to_branch)
-        old_there = new_there = True
+        # Not mutated: never read: set from the probes or the branches first.
+        old_there = new_there = True  # pragma: no mutate
         if row.state == "active":
             old = probe(row, row.path.__class__(from_path))
             new = probe(row, row.path.__class__(to_path))
@@ -479,8 +482,11 @@ class Reconciler:
             if (old_there and os.path.lexists(to_path)) or (
                 new_there and os.path.lexists(from_path)
             ):
-                old_there = new_there = False  # both spellings exist: not provable
-        branch_at_old = branch_at_new = False
+                # both spellings exist: not provable
+                # Not mutated: both True or both False: unprovable alike.
+                old_there = new_there = False  # pragma: no mutate
+        # Not mutated: read only when the branch moves, set from git first.
+        branch_at_old = branch_at_new = False  # pragma: no mutate
         if branch_moves:
             assert from_branch and to_branch
             branch_at_old = await self._branch_exists(project, from_branch)
