@@ -24,7 +24,7 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,79 +103,12 @@ def _never(_rel: str) -> bool:
     return False
 
 
-def _entries(dir_fd: int) -> list[str]:
-    """The names in a directory, in reverse order: the walks `pop()` them from the end (a
-    `pop(0)` would be quadratic in a directory of 100,000 entries)."""
-    with os.scandir(dir_fd) as it:
-        return sorted((e.name for e in it), reverse=True)
+def _skipping(skip: Skip) -> Skip | None:
+    return None if skip is _never else skip
 
 
-def _walk(
-    top_fd: int,
-    skip: Skip,
-    mounts: list[str] | None = None,
-    *,
-    tolerant: bool = False,
-    prefix: str = "",
-) -> Iterator[tuple[int, str, str, os.stat_result]]:
-    """(parent fd, name, relative path, lstat) for every entry under `top_fd`, parents first.
-    Directories are opened relative to their parent with O_NOFOLLOW; an iterative walk, so a
-    deep tree cannot exhaust the recursion limit, and no path is ever longer than one name (a
-    tree deeper than PATH_MAX is walked whole). A directory on another mount is yielded but
-    not entered (named in `mounts`). `tolerant` (a usage walk): an entry that cannot be
-    stat'ed, or a directory that cannot be opened or listed, is skipped instead of raising;
-    otherwise its error names its path (`prefix` + the relative path: `fsdelete.named`)."""
-    top = walk.mount_identity(top_fd)
-    stack: list[tuple[int, str, list[str]]] = [(top_fd, "", _entries(top_fd))]
-    try:
-        while stack:
-            fd, rel, names = stack[-1]
-            if not names:
-                stack.pop()
-                if fd != top_fd:
-                    os.close(fd)
-                continue
-            name = names.pop()
-            child = f"{rel}/{name}" if rel else name
-            if skip(child):
-                continue
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # gone since the listing
-            except OSError as exc:
-                if tolerant:
-                    continue
-                raise walk.named(exc, prefix + child) from exc
-            if stat.S_ISDIR(st.st_mode):
-                try:
-                    sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    if tolerant:
-                        continue
-                    raise walk.named(exc, prefix + child) from exc
-                if other_mount(sub, top):
-                    os.close(sub)
-                    if mounts is not None:
-                        mounts.append(child)
-                    continue
-                yield fd, name, child, st
-                try:
-                    names_below = _entries(sub)
-                except BaseException as exc:
-                    os.close(sub)
-                    if tolerant and isinstance(exc, OSError):
-                        continue
-                    if isinstance(exc, OSError):
-                        raise walk.named(exc, prefix + child) from exc
-                    raise
-                stack.append((sub, child, names_below))
-            else:
-                yield fd, name, child, st
-    finally:
-        for fd, _rel, _names in stack:
-            if fd != top_fd:
-                os.close(fd)
+def _tolerated(_rel: str, _exc: OSError) -> None:
+    """A usage walk's errors: what cannot be read is not counted."""
 
 
 def open_parents(root_fd: int, parts: list[str], *, create_like: int | None = None) -> int:
@@ -218,19 +151,23 @@ def tally(top: Path, skip: Skip = _never) -> Tally:
 def _count_below(found: Tally, top_fd: int, skip: Skip, prefix: str = "") -> None:
     """Add what is under the open directory `top_fd` to `found` (paths relative to it; an
     error names `prefix` + its path)."""
-    for _fd, _name, rel, st in _walk(top_fd, skip, found.mounts, prefix=prefix):
+    for step in walk.Walk(top_fd, walk.Policy(skip=_skipping(skip), prefix=prefix)):
+        if step.kind == walk.MOUNT:
+            found.mounts.append(step.rel)
+            continue
+        st = step.lstat()
         kind = special_type(st.st_mode)
         if kind is not None:
-            found.special.append(Special(rel, kind))
+            found.special.append(Special(step.rel, kind))
             continue
         found.entries += 1
         if stat.S_ISREG(st.st_mode):
             found.allocated += st.st_blocks * 512
-            found.files.append(rel)
+            found.files.append(step.rel)
         else:
             found.allocated += DIR_COST
             if stat.S_ISLNK(st.st_mode):
-                found.files.append(rel)
+                found.files.append(step.rel)
 
 
 def files_within(top: Path) -> list[tuple[str, int]]:
@@ -244,12 +181,12 @@ def files_within(top: Path) -> list[tuple[str, int]]:
         return []
     try:
         return [
-            (rel, st.st_size)
-            for _fd, _name, rel, st in _walk(top_fd, _never, tolerant=True)
-            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)
+            (step.rel, step.st.st_size)
+            for step in walk.Walk(top_fd, walk.Policy(errors=_tolerated))
+            if step.kind == walk.ENTRY
+            and step.st is not None
+            and (stat.S_ISREG(step.st.st_mode) or stat.S_ISLNK(step.st.st_mode))
         ]
-    except OSError:
-        return []  # the top itself cannot be listed: nothing to count, as a path walk found
     finally:
         os.close(top_fd)
 
@@ -258,40 +195,33 @@ def special_files(top: Path, skip: Skip = _never) -> list[Special]:
     """The special files under `top` (never opened), for reporting in `dropped`. It runs on
     every archive and remove of a worktree, so it costs one `getdents` per directory: the
     entry types come from the directory listing (d_type); only a special entry (or one whose
-    type the filesystem does not report) is `lstat`ed."""
+    type the filesystem does not report) is `lstat`ed. Another mount is not entered (what sits
+    on it is not the checkout's)."""
     found: list[Special] = []
     try:
         top_fd = os.open(top, _DIR_FLAGS)
     except OSError:
         return found
-    stack: list[tuple[int, str]] = [(top_fd, "")]
+    how = walk.Policy(
+        sort=False,  # sorted once, at the end
+        stat=False,
+        special_only=True,
+        mount_ids=fsdelete.mounts_below(top),
+        skip=_skipping(skip),
+        errors=_tolerated,
+    )
     try:
-        while stack:
-            fd, rel = stack.pop()
+        for step in walk.Walk(top_fd, how):
+            if step.kind != walk.ENTRY or step.fd is not None:
+                continue
             try:
-                with os.scandir(fd) as it:
-                    entries = list(it)
-                for entry in entries:
-                    child = f"{rel}/{entry.name}" if rel else entry.name
-                    if skip(child):
-                        continue
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            sub = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-                            stack.append((sub, child))
-                            continue
-                        if entry.is_file(follow_symlinks=False) or entry.is_symlink():
-                            continue
-                        kind = special_type(entry.stat(follow_symlinks=False).st_mode)
-                    except OSError:
-                        continue  # gone or replaced since the listing
-                    if kind is not None:
-                        found.append(Special(child, kind))
-            finally:
-                os.close(fd)
+                kind = special_type(step.lstat().st_mode)
+            except OSError:
+                continue  # gone or replaced since the listing
+            if kind is not None:
+                found.append(Special(step.rel, kind))
     finally:
-        for fd, _rel in stack:
-            os.close(fd)
+        os.close(top_fd)
     return sorted(found, key=lambda s: s.path)
 
 
@@ -480,81 +410,57 @@ def remove_partial(path: Path) -> None:
 
 
 def _copy_tree_fds(sdir: int, ddir: int, skip: Skip, report: Tally, rel: str = "") -> None:
-    """Depth-first copy of the directory `sdir` into `ddir` (an explicit stack, no recursion).
-    An error names the entry's path (`rel` and below: `fsdelete.named`)."""
-    top = walk.mount_identity(sdir)
-    stack: list[tuple[int, int, str, list[str], os.stat_result | None]] = [
-        (sdir, ddir, rel, _entries(sdir), None)
-    ]
+    """Depth-first copy of the directory `sdir` into `ddir` (`walk.Walk`, post-order for each
+    directory's mode and times). Paths for `skip`, the report and errors are `rel` and below
+    (an error names its path: `walk.named`)."""
+    prefix = f"{rel}/" if rel else ""
+    if skip is _never or not prefix:
+        below = skip
+    else:
+
+        def below(r: str) -> bool:
+            return skip(prefix + r)
+
+    dests: list[tuple[int, os.stat_result | None]] = [(ddir, None)]
     try:
-        while stack:
-            s, d, here, names, dst = stack[-1]
-            if not names:
-                stack.pop()
-                if dst is not None:
-                    try:
-                        os.fchmod(d, stat.S_IMODE(dst.st_mode))
-                        os.utime(d, ns=(dst.st_atime_ns, dst.st_mtime_ns))
-                    except OSError as exc:
-                        raise walk.named(exc, here) from exc
-                    finally:
-                        os.close(s)
-                        os.close(d)
-                continue
-            name = names.pop()
-            child = f"{here}/{name}" if here else name
-            if skip(child):
-                continue
+        for step in walk.Walk(sdir, walk.Policy(skip=_skipping(below), prefix=prefix, leave=True)):
+            child = prefix + step.rel
             try:
-                _copy_one(s, d, name, child, top, report, stack)
+                if step.kind == walk.ENTRY:
+                    _copy_one(step, child, report, dests)
+                elif step.kind == walk.MOUNT:
+                    report.mounts.append(child)
+                else:  # LEAVE: the directory is whole, its mode and times follow the source's
+                    d, st = dests.pop()
+                    assert st is not None
+                    try:
+                        os.fchmod(d, stat.S_IMODE(st.st_mode))
+                        os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+                    finally:
+                        os.close(d)
             except OSError as exc:
                 raise walk.named(exc, child) from exc
     finally:
-        for s, d, _here, _names, dst in stack:
-            if dst is not None:
-                os.close(s)
-                os.close(d)
+        for d, _st in dests[1:]:
+            os.close(d)
 
 
-def _copy_one(  # noqa: PLR0917 - private; one step of _copy_tree_fds's loop
-    s: int,
-    d: int,
-    name: str,
-    child: str,
-    top: tuple[int, int | None],
-    report: Tally,
-    stack: list[tuple[int, int, str, list[str], os.stat_result | None]],
+def _copy_one(
+    step: walk.Step, child: str, report: Tally, dests: list[tuple[int, os.stat_result | None]]
 ) -> None:
-    """Copy the entry `name` of `s` into `d`; a directory is created and pushed on `stack`."""
-    try:
-        st = os.stat(name, dir_fd=s, follow_symlinks=False)
-    except FileNotFoundError:
-        return  # gone since the listing
+    """Copy one entry into the destination directory of its parent (`dests[-1]`); a
+    directory is created there (or, merging, found) and its destination pushed on `dests`."""
+    s, name, st = step.dir_fd, step.name, step.lstat()
+    d = dests[-1][0]
     kind = special_type(st.st_mode)
     if kind is not None:
         report.special.append(Special(child, kind))
-    elif stat.S_ISDIR(st.st_mode):
-        sub = os.open(name, _DIR_FLAGS, dir_fd=s)
-        if other_mount(sub, top):
-            os.close(sub)
-            report.mounts.append(child)
-            return
+    elif step.fd is not None:
         try:
-            try:
-                os.mkdir(name, 0o700, dir_fd=d)
-            except FileExistsError:
-                pass  # merging into an existing directory (a restore)
-            dsub = os.open(name, _DIR_FLAGS, dir_fd=d)
-        except BaseException:
-            os.close(sub)
-            raise
-        try:
-            names_below = _entries(sub)
-        except BaseException:
-            os.close(sub)
-            os.close(dsub)
-            raise
-        stack.append((sub, dsub, child, names_below, st))
+            os.mkdir(name, 0o700, dir_fd=d)
+        except FileExistsError:
+            pass  # merging into an existing directory (a restore)
+        dests.append((os.open(name, _DIR_FLAGS, dir_fd=d), st))
     elif stat.S_ISLNK(st.st_mode):
         os.symlink(os.readlink(name, dir_fd=s), name, dir_fd=d)
         os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=d, follow_symlinks=False)

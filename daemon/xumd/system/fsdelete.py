@@ -105,6 +105,17 @@ def mounts_at_or_under(path: Path | str) -> list[str]:
     return found
 
 
+def mounts_below(top: Path | str) -> bool:
+    """Whether the mount table names a mount strictly below `top`: a walk then reads every
+    directory's mount id (`walk.Policy.mount_ids`; st_dev alone misses a bind mount of the
+    same filesystem). True when the table cannot be read (fail closed)."""
+    real = os.path.realpath(top)
+    try:
+        return any(point != real for point in mounts_at_or_under(real))
+    except OSError:
+        return True
+
+
 def describe_mounts(points: list[str]) -> str:
     shown = ", ".join(points[:5])
     return shown + (f" (and {len(points) - 5} more)" if len(points) > 5 else "")

@@ -123,6 +123,10 @@ class Policy:
     stat: bool = True
     """`Step.st` is every entry's lstat; False, the listing's entry types (d_type) answer what
     kind an entry is and `Step.lstat()` stats only what the caller asks about."""
+    special_only: bool = False
+    """Of what is not a directory, hand over only the special files (FIFO, socket, device);
+    files and links are passed by in the walk's own loop (the special-file report, which runs
+    on every archive: a step per file would cost it twice its listing)."""
     mount_ids: bool = True
     """Compare each directory's mount id with the top's (one /proc read per directory); False,
     `st_dev` only: for a caller whose mount table shows no mount below the top."""
@@ -153,6 +157,9 @@ class Step:
     """One thing the walk hands its caller (`kind`: ENTRY, MOUNT, LISTED or LEAVE)."""
 
     __slots__ = ("dir_fd", "enter", "entries", "entry", "fd", "held", "kind", "name", "rel", "st")
+    enter: bool
+    held: bool
+    entries: list[os.DirEntry[str] | str]
 
     def __init__(  # noqa: PLR0917 - the walk's one record, built in one place per kind
         self,
@@ -174,12 +181,10 @@ class Step:
         self.st = st
         self.fd = fd
         """ENTRY of a directory: the directory, opened; the walk closes it."""
-        self.enter = True
-        """ENTRY of a directory: set False to leave what is under it unwalked."""
-        self.held = False
-        """LEAVE: something under the directory was not entered (a MOUNT) or `hold()`."""
-        self.entries: list[os.DirEntry[str] | str] = []
-        """LISTED: the entries still to walk, in no particular order (DirEntry, or a name)."""
+        # Set only on the steps they are about (a step per entry: each assignment counts):
+        # `enter` (ENTRY of a directory: set False to leave what is under it unwalked),
+        # `held` (LEAVE: something under the directory was not entered, a MOUNT, or `hold()`),
+        # `entries` (LISTED: the entries still to walk, in no particular order).
 
     def lstat(self) -> os.stat_result:
         if self.st is None:
@@ -211,6 +216,8 @@ class _Frame:
     fd: int | None
     ident: tuple[int, int]
     rel: str
+    base: str
+    """`rel` and a slash: what an entry's name is put after ("" at the top)."""
     name: str
     pending: list[os.DirEntry[str] | str]
     held_before: int
@@ -264,16 +271,53 @@ class Walk:
             self.policy.errors("", exc)
             return
         frames = self._frames
-        frames.append(_Frame(self.top_fd, self._ident, "", "", pending, 0))
+        frames.append(_Frame(self.top_fd, self._ident, "", "", "", pending, 0))
         try:
             if self.policy.listings:
                 listed = Step(LISTED, self.top_fd, "", "")
                 listed.entries = pending
                 yield listed
+            policy = self.policy
+            skip, want_stat, special_only = policy.skip, policy.stat, policy.special_only
             while frames:
                 frame = frames[-1]
-                if frame.pending:
-                    yield from self._entry(frame, frame.pending.pop())
+                pending, dir_fd, base = frame.pending, frame.fd, frame.base
+                assert dir_fd is not None
+                while pending:
+                    # Files and links are handed over here; a directory goes to `_directory`.
+                    item = pending.pop()
+                    if isinstance(item, str):
+                        name, entry = item, None
+                    else:
+                        name, entry = item.name, item
+                    rel = base + name
+                    if skip is not None and skip(rel):
+                        continue
+                    st: os.stat_result | None = None
+                    if want_stat or entry is None:
+                        try:
+                            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue  # gone since the listing
+                        except OSError as exc:
+                            self._failed(rel, exc)
+                            continue
+                        entry = None
+                        mode = st.st_mode
+                        if not stat.S_ISDIR(mode):
+                            if not (special_only and (stat.S_ISREG(mode) or stat.S_ISLNK(mode))):
+                                yield Step(ENTRY, dir_fd, name, rel, None, st)
+                            continue
+                    elif not entry.is_dir(follow_symlinks=False):
+                        if not (
+                            special_only
+                            and (entry.is_file(follow_symlinks=False) or entry.is_symlink())
+                        ):
+                            yield Step(ENTRY, dir_fd, name, rel, entry)
+                        continue
+                    yield from self._directory(frame, name, rel, entry, st)
+                    break  # a new frame, or the same one to go on with
+                if pending or frames[-1] is not frame:
                     continue
                 if len(frames) == 1:
                     return
@@ -316,33 +360,18 @@ class Walk:
         # listed with, which is closed: from here on they are looked up by name.
         parent.pending = [e if isinstance(e, str) else e.name for e in parent.pending]
 
-    def _entry(self, frame: _Frame, item: os.DirEntry[str] | str) -> Iterator[Step]:
+    def _directory(
+        self,
+        frame: _Frame,
+        name: str,
+        rel: str,
+        entry: os.DirEntry[str] | None,
+        st: os.stat_result | None,
+    ) -> Iterator[Step]:
+        """Open the directory `name` of `frame`, hand it over, and push it as a new frame."""
         policy = self.policy
         dir_fd = frame.fd
         assert dir_fd is not None
-        if isinstance(item, str):
-            name, entry = item, None
-        else:
-            name, entry = item.name, item
-        rel = f"{frame.rel}/{name}" if frame.rel else name
-        if policy.skip is not None and policy.skip(rel):
-            return
-        st: os.stat_result | None = None
-        if policy.stat or entry is None:
-            try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                return  # gone since the listing
-            except OSError as exc:
-                self._failed(rel, exc)
-                return
-            is_dir = stat.S_ISDIR(st.st_mode)
-            entry = None
-        else:
-            is_dir = entry.is_dir(follow_symlinks=False)
-        if not is_dir:
-            yield Step(ENTRY, dir_fd, name, rel, entry, st)
-            return
         try:
             sub = policy.open(name, dir_fd)
         except OtherMount:
@@ -369,6 +398,7 @@ class Walk:
             yield Step(MOUNT, dir_fd, name, rel, entry, st)
             return
         step = Step(ENTRY, dir_fd, name, rel, entry, st, sub)
+        step.enter = True
         try:
             yield step
             if not step.enter:
@@ -383,7 +413,8 @@ class Walk:
             os.close(sub)
             raise
         frames = self._frames
-        frames.append(_Frame(sub, (sst.st_dev, sst.st_ino), rel, name, pending, self._held))
+        ident = (sst.st_dev, sst.st_ino)
+        frames.append(_Frame(sub, ident, rel, rel + "/", name, pending, self._held))
         oldest = len(frames) - WINDOW
         if oldest >= 1 and frames[oldest].fd is not None:
             os.close(frames[oldest].fd)  # type: ignore[arg-type]
