@@ -10,6 +10,13 @@
 // (deduplicated by name; two different schemas under one name are told apart by the method they
 // came from, never silently merged). Only the JSON Schema subset pydantic uses is handled; anything
 // else fails loudly, so a schema change the generator does not understand cannot turn into `any`.
+//
+// Why not json-schema-to-typescript (16.0.0) behind a thin method/event map: measured on this
+// schema, its output is 2,845 lines to these 2,214, with 35 declarations more (numbered copies such
+// as `LeaseInfo1` where a `$ref` carries its own description) and 155 `[k: string]: unknown`
+// index signatures (every result allows unknown fields), under which a misspelt field
+// (`result.pendng`) compiles; here it is TS2551. Matching that would take schema rewriting in the
+// wrapper, on top of 12 packages (25 MB) where this needs none.
 
 import { readFileSync, writeFileSync } from "node:fs";
 import process from "node:process";
