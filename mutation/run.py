@@ -427,7 +427,7 @@ def config(scope: Scope, python: str, source: str) -> str:
     )
 
 
-def explained() -> list[dict[str, str]]:
+def equivalent_entries() -> list[dict[str, str]]:
     entries: list[dict[str, str]] = tomllib.loads(EXPLAINED.read_text())["survivor"]
     return entries
 
@@ -450,7 +450,7 @@ def problems() -> list[str]:
             tree = ast.parse((REPO / s.module).read_text())
             missing = set(s.functions) - set(_function_lines(tree, s.functions))
             found += [f"{s.module}: no function {name}" for name in sorted(missing)]
-    for entry in explained():
+    for entry in equivalent_entries():
         file = REPO / entry["module"]
         if entry["module"] not in modules or not file.exists():
             found.append(f"equivalent.toml: {entry['module']} is not in the scope")
@@ -520,7 +520,7 @@ def run_module(
             proc.wait()
             print(f"   budget of {budget_s:.0f}s spent: the rest is not run", flush=True)
         lines = source.splitlines()
-        entries = [e for e in explained() if e["module"] == scope.module]
+        entries = [e for e in equivalent_entries() if e["module"] == scope.module]
         with use_db(str(session)) as db:
             for item, result in db.completed_work_items:
                 if result.worker_outcome == WorkerOutcome.SKIPPED:
