@@ -39,7 +39,9 @@ PROJECT_ID_OF = "SELECT id FROM projects WHERE name = 'proj'"
 SETTLE_S = 60.0
 
 
-def populate(root: Path, workspaces: int, obligations: int) -> None:
+def populate(
+    root: Path, workspaces: int, obligations: int, env: dict[str, str] | None = None
+) -> None:
     """`workspaces` workspaces on record (every tenth archived), made the way a real run makes
     them: a daemon on `root` adds the project and makes the first active and the first archived
     workspace through the API (create; archive, its cleanup steps run to the end), then stops;
@@ -50,10 +52,11 @@ def populate(root: Path, workspaces: int, obligations: int) -> None:
     records with the disk finds them consistent. Then `obligations` pending reclaim steps of
     workspaces already removed (their rows gone, the steps still due), not due during the
     measurement. `tests/bench/test_rows.py` holds the copies to their templates column for
-    column."""
+    column. `env`: the daemon's extra environment (another tree through PYTHONPATH)."""
     project_dir = root.parent / "proj"
     project_dir.mkdir()
-    templates = asyncio.run(_api_rows(procs.xumd(root), project_dir, archived=workspaces >= 10))
+    daemon = procs.xumd(root, env=env)
+    templates = asyncio.run(_api_rows(daemon, project_dir, archived=workspaces >= 10))
     now = time.time()
     db = sqlite3.connect(root / "state.db")
     db.row_factory = sqlite3.Row
@@ -210,10 +213,10 @@ def _records(settings: Settings) -> list[Figure]:
     ready = Figure(
         "scale", f"time to ready ({tag})", "ms", "python that reads every row, then READY=1"
     )
-    # What the records themselves cost at start: against a root with one record, which takes
-    # the same full start (feature graph loaded, startup passes run before READY=1). An empty
-    # root takes the lean start (docs/PERFORMANCE.md, "Lean start"), so "minus empty"
-    # also holds the code load an empty root defers: reported beside it, without a target.
+    # What the records cost a user against an empty root ("minus empty", and idle RSS): an
+    # empty root takes the lean start (docs/PERFORMANCE.md, "Lean start"), so both also hold
+    # the feature graph a root with records loads before READY=1. "Minus one record" is the
+    # records' own share: against the same full start on a root with one workspace.
     added = Figure(
         "scale",
         f"time to ready, records minus one record ({tag})",
@@ -225,6 +228,12 @@ def _records(settings: Settings) -> list[Figure]:
         f"time to ready, records minus empty ({tag})",
         "ms",
         "the same daemon on an empty root (the lean start), started right before",
+    )
+    rss = Figure(
+        "scale",
+        f"idle RSS, records over empty ({tag})",
+        "MiB",
+        "the same daemon on an empty root, idle after the same calls",
     )
     listing = Figure(
         "scale",
@@ -257,6 +266,7 @@ def _records(settings: Settings) -> list[Figure]:
         db = root / "state.db"
         for _ in range(settings.repeats):
             empty = procs.xumd(empty_root).start()
+            empty_rss = asyncio.run(_idle_rss(empty))
             empty.stop()
             one = procs.xumd(one_root).start()
             one.stop()
@@ -273,6 +283,7 @@ def _records(settings: Settings) -> list[Figure]:
                 assert empty.ready_s is not None and one.ready_s is not None
                 added.add(daemon.ready_s * 1000, one.ready_s * 1000)
                 minus_empty.add(daemon.ready_s * 1000, empty.ready_s * 1000)
+                rss.add(asyncio.run(_idle_rss(daemon)), empty_rss)
                 count = 3 if settings.quick else 10
                 _paired(listing, daemon, work, {}, partial(_sqlite_read_s, db), count)
                 middle = _cursor_at(db, settings.list_workspaces // 2)
@@ -292,7 +303,19 @@ def _records(settings: Settings) -> list[Figure]:
                 daemon.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return [ready, added, minus_empty, listing, first_page, mid_page]
+    return [ready, added, minus_empty, rss, listing, first_page, mid_page]
+
+
+async def _idle_rss(daemon: procs.Launched) -> float:
+    """MiB, after a client's `hello` and 20 `daemon.status` calls and half a second idle."""
+    conn = await Conn.open(daemon.socket_path, hello=True)
+    try:
+        for _ in range(20):
+            await conn.call("daemon.status")
+    finally:
+        await conn.close()
+    await asyncio.sleep(0.5)  # idle means idle: let the loop settle before sampling
+    return daemon.rss_bytes() / 2**20
 
 
 def _paired(

@@ -42,6 +42,8 @@ TARGETS: dict[str, Target] = {
     "scale: workspace.list, all": Target("factor", 1.5),
     "startup: time to ready": Target("factor", 2.0),
     "scale: time to ready, records minus one record": Target("delta", 60.0),
+    "scale: time to ready, records minus empty": Target("delta", 100.0),
+    "scale: idle RSS, records over empty": Target("factor", 1.5),
     "lifecycle: workspace.create": Target("factor", 1.2),
     "lifecycle: workspace.remove, clean": Target("factor", 1.3),
     "cli: xum status": Target("factor", 2.0),
