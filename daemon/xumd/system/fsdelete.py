@@ -304,30 +304,45 @@ def remove_tree(path: Path, *, ignore_errors: bool = False) -> list[str]:
 
 
 def walk_within(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
-    """`os.walk(top)` (top-down, symlinks not followed) that never enters another mount: a
-    directory on another device, or one the mount table names as a mount point, is pruned.
-    For the usage walks (sizes of dropped files, file lists, stray counts): what sits on a mount
-    is not the checkout's, so it is neither counted nor listed."""
+    """`os.walk(top)` (top-down, symlinks not followed) by descriptor (`walk.Walk`), never into
+    another mount: one on another device, or (where the mount table shows a mount below) with
+    another mount id, is not entered. `dirs` names a directory's subdirectories as os.walk
+    does (a link to a directory among them, never entered), a mount among them too; removing a
+    name from it leaves that directory unwalked. A directory that cannot be read is passed by.
+    For the usage walks (file lists, stray counts): what sits on a mount is not the checkout's,
+    so it is neither counted nor listed. A `top` that is a symlink is not walked."""
     try:
-        root_dev = os.lstat(top).st_dev
+        top_fd = os.open(top, _DIR_FLAGS)
     except OSError:
         return
+    policy = walk.Policy(
+        sort=False, stat=False, listings=True, mount_ids=mounts_below(top), errors=_passed_by
+    )
     try:
-        points = set(mounts_at_or_under(top))
-    except OSError:
-        points = set()  # a usage walk: the device check below still holds
-    for current, dirs, files in os.walk(top):
-        kept = []
-        for name in dirs:
-            full = os.path.join(current, name)
-            try:
-                st = os.lstat(full)
-            except OSError:
+        for step in walk.Walk(top_fd, policy):
+            if step.kind != walk.LISTED:
                 continue
-            # A symlink stays listed among `dirs` as os.walk lists it (it is never followed).
-            if stat.S_ISLNK(st.st_mode) or (
-                st.st_dev == root_dev and not (points and os.path.realpath(full) in points)
-            ):
-                kept.append(name)
-        dirs[:] = kept
-        yield current, dirs, files
+            dirs: list[str] = []
+            files: list[str] = []
+            for entry in step.entries:
+                assert not isinstance(entry, str)  # a fresh listing
+                (dirs if _is_dir(entry) else files).append(entry.name)
+            yield os.path.join(top, step.rel) if step.rel else str(top), dirs, files
+            walked = set(dirs)
+            step.entries[:] = [
+                e for e in step.entries if not isinstance(e, str) and e.name in walked
+            ]
+    finally:
+        os.close(top_fd)
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """As os.walk sorts an entry: a link to a directory counts as one."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _passed_by(_rel: str, _exc: OSError) -> None:
+    """What a usage walk cannot read is passed by, as os.walk does."""

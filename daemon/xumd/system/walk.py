@@ -120,6 +120,10 @@ class Policy:
     sort: bool = True
     """Entries in name order (a reproducible report); False, in the order the directory lists
     them (a deletion, where the order is nobody's concern)."""
+    files_first: bool = False
+    """Each directory's files, links and special files before its subdirectories (as os.walk
+    hands them over): a hard link is then counted at the name a directory-by-directory walk
+    meets first."""
     stat: bool = True
     """`Step.st` is every entry's lstat; False, the listing's entry types (d_type) answer what
     kind an entry is and `Step.lstat()` stats only what the caller asks about."""
@@ -211,6 +215,10 @@ class Step:
         return stat.S_ISREG(self.lstat().st_mode)
 
 
+def _not_a_directory(entry: os.DirEntry[str] | str) -> bool:
+    return isinstance(entry, str) or not entry.is_dir(follow_symlinks=False)
+
+
 @dataclass(slots=True)
 class _Frame:
     fd: int | None
@@ -257,10 +265,13 @@ class Walk:
         if self.policy.prepare is not None:
             self.policy.prepare(fd)
         with os.scandir(fd) as it:
-            if self.policy.sort:
-                # Reversed: entries are popped from the end (a pop(0) would be quadratic).
-                return sorted(it, key=_NAME, reverse=True)
-            return list(it)
+            # Reversed: entries are popped from the end (a pop(0) would be quadratic).
+            entries: list[os.DirEntry[str] | str] = (
+                sorted(it, key=_NAME, reverse=True) if self.policy.sort else list(it)
+            )
+        if self.policy.files_first:
+            entries.sort(key=_not_a_directory)  # stable: the name order stays within each
+        return entries
 
     def __iter__(self) -> Iterator[Step]:
         try:

@@ -1,6 +1,8 @@
 """One usage walk: allocated bytes (st_blocks * 512), each inode once, never across a mount
-(`fsdelete.walk_within`), the ignored share, the largest top-level entries; stops at a deadline
-and then says the figures are a lower bound. Runs in a worker thread: nothing here awaits."""
+(`system/walk.py`: by descriptor, so a path longer than PATH_MAX counts too), the ignored
+share, the largest top-level entries; stops at a deadline and then says the figures are a lower
+bound, as it does when an entry or a directory cannot be read. Runs in a worker thread:
+nothing here awaits."""
 
 from __future__ import annotations
 
@@ -8,11 +10,15 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from xum_protocol.models.usage import DirUsage, UsageFigures
 
 from xumd.system import fsdelete
+from xumd.system import walk as treewalk
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_EVERY = 4096
+"""Entries between two looks at the clock (and one at every directory)."""
 
 LARGEST = 10
 
@@ -66,30 +72,38 @@ def walk(top: str, deadline: float, ignored: frozenset[str] = frozenset()) -> Us
         mounts = [p for p in fsdelete.mounts_at_or_under(top) if p != os.path.realpath(top)]
     except OSError:
         mounts = []
-    dir_ignored: dict[str, bool] = {"": False}
-    top_path = os.fspath(top)
-    for current, dirs, files in fsdelete.walk_within(Path(top_path)):
-        if time.monotonic() > deadline:
-            complete, error = False, "the walk hit its deadline (usage.deadline_s)"
-            break
-        rel_dir = os.path.relpath(current, top_path)
-        rel_dir = "" if rel_dir == "." else rel_dir
-        here_ignored = dir_ignored.get(rel_dir, False)
-        for name in [*dirs, *files]:
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            try:
-                st = os.lstat(os.path.join(current, name))
-            except FileNotFoundError:
-                continue  # gone meanwhile: nothing to count
-            except OSError as exc:
-                complete, error = False, f"{rel}: {exc.strerror}"
-                continue
-            is_dir = stat.S_ISDIR(st.st_mode)
-            is_ignored = here_ignored or rel in ignored
-            if is_dir:
-                dir_ignored[rel] = is_ignored
-            totals.add(st, rel.split("/", 1)[0], ignored=is_ignored, is_dir=is_dir)
-        dir_ignored.pop(rel_dir, None)
+    try:
+        top_fd = os.open(top, _DIR_FLAGS)
+    except OSError as exc:
+        return UsageFigures(bytes=0, apparent_bytes=0, files=0, complete=False, error=str(exc))
+    unread: list[str] = []
+
+    def failed(rel: str, exc: OSError) -> None:
+        unread.append(f"{rel or '.'}: {exc.strerror or exc}")
+
+    # Mount ids only where the table shows a mount below (st_dev is compared everywhere).
+    # Files first: a hard link counts at the name met first directory by directory.
+    policy = treewalk.Policy(sort=False, files_first=True, mount_ids=bool(mounts), errors=failed)
+    ignored_dirs: set[str] = set()
+    try:
+        for count, step in enumerate(treewalk.Walk(top_fd, policy)):
+            if (step.fd is not None or count % _EVERY == 0) and time.monotonic() > deadline:
+                complete, error = False, "the walk hit its deadline (usage.deadline_s)"
+                break
+            if step.kind != treewalk.ENTRY:
+                continue  # a mount: not the checkout's
+            rel = step.rel
+            is_dir = step.fd is not None
+            is_ignored = rel in ignored or (
+                bool(ignored_dirs) and rel.rpartition("/")[0] in ignored_dirs
+            )
+            if is_dir and is_ignored:
+                ignored_dirs.add(rel)
+            totals.add(step.lstat(), rel.partition("/")[0], ignored=is_ignored, is_dir=is_dir)
+    finally:
+        os.close(top_fd)
+    if unread and complete:
+        complete, error = False, unread[-1]
     largest = sorted(totals.top.items(), key=lambda kv: (-kv[1], kv[0]))[:LARGEST]
     return UsageFigures(
         bytes=totals.bytes,
