@@ -18,6 +18,7 @@ METHOD_NAMES: frozenset[str] = frozenset(
         "workspace.create",
         "workspace.list",
         "workspace.get",
+        "workspace.reallocate_ports",
         "workspace.rename",
         "workspace.archive",
         "workspace.unarchive",

@@ -117,7 +117,23 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def _ports_line(ws: dict[str, Any]) -> str:
     ports = ws["ports"]
-    return f"ports: {', '.join(str(p) for p in ports)} (XUM_PORT={ports[0]})"
+    line = f"ports: {', '.join(str(p) for p in ports)} (XUM_PORT={ports[0]})"
+    named = ws.get("named_ports") or {}
+    if named:
+        line += "; " + ", ".join(f"{name}={port}" for name, port in named.items())
+    return line
+
+
+def _taken_line(taken: dict[str, Any], ref: str) -> str:
+    """A port of the workspace that a process outside it holds (workspace.get's ports_taken)."""
+    who = f"pid {taken['pid']}" if taken.get("pid") is not None else "another user's process"
+    if taken.get("command"):
+        who += f" ({taken['command']})"
+    name = f" ({taken['name']})" if taken.get("name") else ""
+    return (
+        f"port {taken['port']}{name} is taken by {who}: `xum ws ports {ref} --reallocate` "
+        "gives the workspace a free one"
+    )
 
 
 def copy_line(copied: dict[str, Any]) -> str:
@@ -298,9 +314,53 @@ def register(cli: click.Group) -> None:
             human.append(_auto_archive_line(w))
         if w.get("ports"):
             human.append(_ports_line(w))
+        human.extend(_taken_line(taken, ref) for taken in result.get("ports_taken") or [])
         if w.get("env"):
             human.append("env: " + " ".join(sorted(w["env"])))
         obj.emit(result, "\n".join(human))
+
+    @ws.command("ports")
+    @click.argument("ref")
+    @click.option(
+        "--reallocate",
+        "reallocate",
+        is_flag=True,
+        help="replace the ports a process outside the workspace took by free ones",
+    )
+    @click.option(
+        "--port",
+        "chosen",
+        type=int,
+        multiple=True,
+        help="with --reallocate: replace this port of the workspace (repeatable)",
+    )
+    @click.pass_obj
+    def ports_cmd(obj: Ctx, ref: str, reallocate: bool, chosen: tuple[int, ...]) -> None:
+        """Show a workspace's ports (named ones by name, taken ones with who holds them), or
+        replace them (--reallocate): names and positions are kept; its running processes keep
+        the ports they started with."""
+        if chosen and not reallocate:
+            raise click.UsageError("--port needs --reallocate")
+        with obj.client() as client:
+            wid = workspace_id(client, ref)
+            if reallocate:
+                params: dict[str, Any] = {"workspace_id": wid}
+                if chosen:
+                    params["ports"] = list(chosen)
+                result = client.call("workspace.reallocate_ports", params)
+                changes = result["changes"]
+                lines = [f"port {c['old']} -> {c['new']}" for c in changes] or [
+                    "no port to replace: none is taken by a process outside the workspace"
+                ]
+                if changes:
+                    lines.append("running processes keep the ports they started with")
+                obj.emit(result, "\n".join(lines))
+                return
+            result = client.call("workspace.get", {"workspace_id": wid})
+        w = result["workspace"]
+        lines = [_ports_line(w)] if w.get("ports") else ["no ports"]
+        lines.extend(_taken_line(taken, ref) for taken in result.get("ports_taken") or [])
+        obj.emit(result, "\n".join(lines))
 
     @ws.command("mv")
     @click.argument("ref")

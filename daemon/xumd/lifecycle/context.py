@@ -161,6 +161,7 @@ class Announcer:
         return info.model_copy(
             update={
                 "ports": ports.ports_of(self.store, row.id),
+                "named_ports": ports.named_ports(self.store, row.id),
                 "env": wsenv.env_of(self.store, row.id),
             }
         )

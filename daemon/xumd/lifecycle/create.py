@@ -242,7 +242,9 @@ def _extras(
     count = wanted.ports if wanted.ports is not None else ctx.app.config.ports.count
 
     def write(workspace_id: str) -> None:
-        ports.allocate(ctx.store, workspace_id, count, ctx.app.config.ports)
+        ports.allocate(
+            ctx.store, workspace_id, count, ctx.app.config.ports, names=wanted.port_names
+        )
         wsenv.store_env(ctx.store, workspace_id, env)
 
     return write

@@ -1,6 +1,6 @@
 """What a project's config asks of a new workspace: `[create] copy`, the
-repository's `.worktreeinclude`, `[create] fetch`, `[ports] count` and `[env]`. The one reader of
-the `[create]` table (lifecycle/basefetch.py takes `fetch` from here).
+repository's `.worktreeinclude`, `[create] fetch`, `[ports] count` and `names`, and `[env]`. The
+one reader of the `[create]` table (lifecycle/basefetch.py takes `fetch` from here).
 
 They are read from the project's main checkout at create, before the new checkout exists (the
 copy's source is that checkout too). None of them runs code, so none needs the config to be
@@ -20,6 +20,7 @@ from xum_protocol.models.wsenv import env_problem
 
 from xumd.base.config import MAX_PORTS
 from xumd.base.errors import XumError
+from xumd.lifecycle import ports
 from xumd.lifecycle.scripts import CONFIG_RELPATH, MAX_CONFIG_BYTES
 from xumd.system import smallfile
 
@@ -32,6 +33,8 @@ class CreateSettings:
     copy: list[str] = field(default_factory=list)
     """gitignore-style patterns: `[create] copy` then the lines of `.worktreeinclude`."""
     ports: int | None = None
+    port_names: list[str] = field(default_factory=list)
+    """`[ports] names`: the first ports' names (XUM_PORT_<NAME>), in order."""
     env: dict[str, str] = field(default_factory=dict)
     fetch: object = False
     """`[create] fetch` as written: checked only where a create consults it (`wants_fetch`),
@@ -108,14 +111,25 @@ def load(project_path: Path) -> CreateSettings:
     copy = [p for p in copy if p.strip()] + _patterns_file(project_path / WORKTREEINCLUDE)
     if len(copy) > MAX_PATTERNS:
         raise _bad(path, f"{len(copy)} copy patterns; at most {MAX_PATTERNS}")
-    count = _table(data, "ports", path).get("count")
+    ports_table = _table(data, "ports", path)
+    count = ports_table.get("count")
     if count is not None and (
         isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_PORTS
     ):
         raise _bad(path, f"[ports] count must be an integer from 0 to {MAX_PORTS}")
+    names = ports_table.get("names", [])
+    problem = ports.names_problem(names)
+    if problem:
+        raise _bad(path, problem)
+    if len(names) > MAX_PORTS:
+        raise _bad(path, f"[ports] names: {len(names)} names; at most {MAX_PORTS}")
+    if count is not None and count < len(names):
+        raise _bad(path, f"[ports] count ({count}) is below the number of names ({len(names)})")
     env = data.get("env", {})
     problem = env_problem(env, "[env]")
     if problem:
         raise _bad(path, problem)
     fetch = create.get("fetch", False)
-    return CreateSettings(copy=copy, ports=count, env=dict(env), fetch=fetch, path=path)
+    return CreateSettings(
+        copy=copy, ports=count, port_names=names, env=dict(env), fetch=fetch, path=path
+    )

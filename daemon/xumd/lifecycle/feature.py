@@ -28,6 +28,7 @@ from xum_protocol.models.workspace import (
     WORKSPACE_GET,
     WORKSPACE_KEEP,
     WORKSPACE_LIST,
+    WORKSPACE_REALLOCATE_PORTS,
     WORKSPACE_REMOVE,
     WORKSPACE_RENAME,
     WORKSPACE_SETUP,
@@ -38,6 +39,8 @@ from xum_protocol.models.workspace import (
     WorkspaceCreateResult,
     WorkspaceIdParams,
     WorkspaceListParams,
+    WorkspaceReallocatePortsParams,
+    WorkspaceReallocatePortsResult,
     WorkspaceRemoveParams,
     WorkspaceRemoveResult,
     WorkspaceRenameParams,
@@ -188,7 +191,12 @@ def install(
         return Encoded(orjson.dumps(workspaces.list_json(p)))
 
     async def ws_get(p: WorkspaceIdParams, ctx: RequestContext) -> WorkspaceResult:
-        return workspaces.get(p.workspace_id)
+        return await workspaces.show(p.workspace_id)
+
+    async def ws_reallocate_ports(
+        p: WorkspaceReallocatePortsParams, ctx: RequestContext
+    ) -> WorkspaceReallocatePortsResult:
+        return await workspaces.reallocate_ports(p.workspace_id, p.ports)
 
     async def ws_rename(p: WorkspaceRenameParams, ctx: RequestContext) -> WorkspaceRenameResult:
         return await workspaces.rename(p.workspace_id, p.name)
@@ -216,6 +224,7 @@ def install(
     app.router.add(WORKSPACE_CREATE, ws_create)
     app.router.add(WORKSPACE_LIST, ws_list)
     app.router.add(WORKSPACE_GET, ws_get)
+    app.router.add(WORKSPACE_REALLOCATE_PORTS, ws_reallocate_ports)
     app.router.add(WORKSPACE_RENAME, ws_rename)
     app.router.add(WORKSPACE_ARCHIVE, ws_archive)
     app.router.add(WORKSPACE_UNARCHIVE, ws_unarchive)

@@ -51,12 +51,14 @@ _COLUMNS = (
 _ID = 0
 _ENV, _SETUP_OUTPUT, _LAST_CLEANUP, _OUTCOME, _PATH = 23, 12, 15, 19, 4
 _OBS, _SEQ = 24, 25
-# Ports as "position:port" pairs (group_concat's order is unspecified before SQLite 3.44: the
-# position sorts them here), the environment's JSON text, and whether any obligation exists.
+# Ports as "position:port:name" triples (name empty when anonymous; group_concat's order is
+# unspecified before SQLite 3.44: the position sorts them here), the environment's JSON text,
+# and whether any obligation exists.
 _SELECT = (
     "SELECT "
     + ", ".join(f"w.{c.strip()}" for c in _COLUMNS.split(","))
-    + ", (SELECT group_concat(p.position || ':' || p.port) FROM workspace_ports p"
+    + ", (SELECT group_concat(p.position || ':' || p.port || ':' || coalesce(p.name, ''))"
+    " FROM workspace_ports p"
     "  WHERE p.workspace_id = w.id) AS x_ports,"
     " (SELECT e.env FROM workspace_env e WHERE e.workspace_id = w.id) AS x_env,"
     " EXISTS (SELECT 1 FROM cleanup_obligations o WHERE o.workspace_id = w.id) AS x_obs,"
@@ -210,17 +212,20 @@ def _env(text: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def _ports(text: Any) -> list[int] | None:
-    """`ports.ports_of` on the pairs already read; None when they are not what it would read."""
+def _ports(text: Any) -> tuple[list[int], dict[str, int]] | None:
+    """`ports.ports_of` and `ports.named_ports` on the triples already read; None when they are
+    not what those would read."""
     if text is None:
-        return []
+        return [], {}
+    triples: list[tuple[int, int, str]] = []
     try:
-        pairs = sorted(tuple(int(part) for part in pair.split(":")) for pair in text.split(","))
+        for triple in text.split(","):
+            position, port, name = triple.split(":")
+            triples.append((int(position), int(port), name))
     except ValueError:
         return None
-    if any(len(pair) != 2 for pair in pairs):
-        return None
-    return [port for _, port in pairs]
+    triples.sort()
+    return [port for _, port, _ in triples], {name: port for _, port, name in triples if name}
 
 
 class _Odd(Exception):
@@ -433,9 +438,9 @@ def row_json(
         _,
         _,
     ) = row
-    ports = _ports(x_ports)
+    held = _ports(x_ports)
     if (
-        ports is None
+        held is None
         or runtime not in _RUNTIMES
         or state not in _STATES
         or setup_status not in _SCRIPT
@@ -496,7 +501,8 @@ def row_json(
         "owner_workspace_id": owner_workspace_id,
         "auto_archive": auto_archive,
         "auto_archive_outcome": outcome,
-        "ports": ports,
+        "ports": held[0],
+        "named_ports": held[1],
         "env": _env(x_env) if x_env is not None else {},
         "created_at": float(created_at),
         "updated_at": float(updated_at),

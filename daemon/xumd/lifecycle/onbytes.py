@@ -50,7 +50,8 @@ from xumd.base import logs
 from xumd.base.errors import XumError
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.seed import git_list
-from xumd.system import fscopy, fsdelete, rawcopy
+from xumd.system import fsdelete, rawcopy
+from xumd.system import walk as treewalk
 from xumd.system.git import Git
 
 log = logs.get("xumd.lifecycle.onbytes")
@@ -364,11 +365,6 @@ async def reflag(git: Git, checkout: Path, flags: dict[str, str]) -> None:
 # -- the walk (a worker thread) -----------------------------------------------------------------
 
 
-def _entries(fd: int) -> list[os.DirEntry[str]]:
-    with os.scandir(fd) as it:
-        return list(it)
-
-
 def _walk_checkout(checkout: Path, walk: _Walk) -> None:
     acc = walk.account
     try:
@@ -376,54 +372,57 @@ def _walk_checkout(checkout: Path, walk: _Walk) -> None:
     except OSError as exc:
         acc.unproven.append((".", exc.strerror or str(exc)))
         return
-    # The mount test reads /proc per directory: only where the table has a mount below.
-    real = os.path.realpath(checkout)
-    crossed = any(p != real for p in fsdelete.mounts_at_or_under(checkout))
-    top = fsdelete.mount_identity(top_fd)
-    stack: list[tuple[int, str]] = [(top_fd, "")]
+
+    def unread(rel: str, exc: OSError) -> None:
+        acc.unproven.append((rel, exc.strerror or str(exc)))
+
+    def passed_by(rel: str) -> bool:
+        if rel == ".git" or rel in walk.ignored_files:
+            return True
+        if rel in walk.ignored_dirs:
+            acc.walked += 1  # looked at, not walked into
+            return True
+        return False
+
+    # d_type answers what each entry is: most files need no more than their listing. The mount
+    # id is read per directory only where the table has a mount below.
+    policy = treewalk.Policy(
+        sort=False,
+        stat=False,
+        listings=True,
+        mount_ids=fsdelete.mounts_below(checkout),
+        skip=passed_by,
+        errors=unread,
+    )
     try:
-        while stack:
-            fd, rel = stack.pop()
+        for step in treewalk.Walk(top_fd, policy):
+            if step.kind == treewalk.LISTED:
+                if step.rel and _nested(walk, step.rel, step.entries):
+                    step.entries.clear()
+                continue
+            if step.kind != treewalk.ENTRY:
+                continue  # another mount: no part of the checkout
+            acc.walked += 1
+            if step.fd is not None:
+                continue  # a directory: walked into
             try:
-                try:
-                    listing = _entries(fd)
-                except OSError as exc:
-                    acc.unproven.append((rel, exc.strerror or str(exc)))
-                    continue
-                if rel and _nested(walk, rel, listing):
-                    continue
-                for entry in listing:
-                    child = f"{rel}/{entry.name}" if rel else entry.name
-                    if child == ".git" or child in walk.ignored_files:
-                        continue
-                    acc.walked += 1
-                    try:
-                        sub = _visit(walk, fd, entry, child)
-                    except OSError as exc:
-                        if exc.errno == errno.ENOENT:
-                            continue  # gone since the listing
-                        acc.unproven.append((child, exc.strerror or str(exc)))
-                        continue
-                    if sub is not None:
-                        if crossed and fscopy.other_mount(sub, top):
-                            os.close(sub)
-                        else:
-                            stack.append((sub, child))
-            finally:
-                os.close(fd)
+                _visit(walk, step)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    continue  # gone since the listing
+                unread(step.rel, exc)
     finally:
-        for fd, _rel in stack:
-            os.close(fd)
+        os.close(top_fd)
 
 
-def _nested(walk: _Walk, rel: str, listing: list[os.DirEntry[str]]) -> bool:
+def _nested(walk: _Walk, rel: str, listing: list[os.DirEntry[str] | str]) -> bool:
     """Account for the directory `rel` as a whole when it is empty or a repository of its
     own (True: not walked into)."""
     if not listing:
         if not _tracked_below(walk, rel):
             walk.account.raw.append(RawEntry(rel, EMPTY_DIR))
         return True
-    dot_git = next((e for e in listing if e.name == ".git"), None)
+    dot_git = next((e for e in listing if not isinstance(e, str) and e.name == ".git"), None)
     if dot_git is None:
         return False
     known = walk.tree.get(rel)
@@ -443,47 +442,43 @@ def _tracked_below(walk: _Walk, rel: str) -> bool:
     return found is not None and found[0] == "160000"
 
 
-def _visit(walk: _Walk, fd: int, entry: os.DirEntry[str], rel: str) -> int | None:
-    """Account for one entry; an opened directory to walk into, or None."""
+def _visit(walk: _Walk, step: treewalk.Step) -> None:
+    """Account for one entry that is not a directory."""
     acc = walk.account
-    if entry.is_dir(follow_symlinks=False):
-        if rel in walk.ignored_dirs:
-            return None
-        return os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-    link = entry.is_symlink()
-    if not link and not entry.is_file(follow_symlinks=False):
-        return None  # a special file: no bytes to keep (reported in `dropped.special`)
+    rel = step.rel
+    link = step.is_symlink()
+    if not link and not step.is_file():
+        return  # a special file: no bytes to keep (reported in `dropped.special`)
     known = walk.tree.get(rel)
     if known is None:
         acc.raw.append(RawEntry(rel, UNSEEN))
-        return None
+        return
     mode, oid = known
     if link != (mode == "120000") or mode in ("160000", "040000"):
         acc.raw.append(RawEntry(rel, MODE))
-        return None
+        return
     how = walk.convert.get(rel, "")
     flagged = rel in walk.flagged
     if flagged:
         acc.flags[rel] = walk.flagged[rel]
     if link:
         if walk.settings.symlinks and not flagged:
-            return None
-        target = os.readlink(entry.name, dir_fd=fd)
+            return
+        target = os.readlink(step.name, dir_fd=step.dir_fd)
         if _object_id(walk.settings, os.fsencode(target)) != oid:
             acc.raw.append(RawEntry(rel, FLAGGED if flagged else MODE))
-        return None
+        return
     if not (flagged or how or not walk.settings.filemode):
         return None  # git's add -A read it (see the module's docstring)
-    st = entry.stat(follow_symlinks=False)
+    st = step.lstat()
     if bool(st.st_mode & stat.S_IXUSR) != (mode == "100755"):
         acc.raw.append(RawEntry(rel, FLAGGED if flagged else MODE))
-        return None
+        return
     if how == "predict":
         walk.predict.append((rel, FLAGGED if flagged else FILTERED))
-        return None
-    if (flagged or how) and _file_id(walk.settings, fd, entry.name) != oid:
+        return
+    if (flagged or how) and _file_id(walk.settings, step.dir_fd, step.name) != oid:
         acc.raw.append(RawEntry(rel, FLAGGED if flagged else FILTERED))
-    return None
 
 
 def _hasher(settings: _Settings) -> hashlib._Hash:

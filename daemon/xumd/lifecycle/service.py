@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from xum_protocol.models.workspace import (
     WorkspaceArchiveResult,
     WorkspaceCreateParams,
     WorkspaceCreateResult,
     WorkspaceInfo,
     WorkspaceListParams,
+    WorkspaceReallocatePortsResult,
     WorkspaceRemoveResult,
     WorkspaceRenameResult,
     WorkspaceResult,
@@ -30,7 +32,7 @@ from xum_protocol.models.workspace import (
 )
 
 from xumd.cleanup.service import CleanupService
-from xumd.lifecycle import listing, rows
+from xumd.lifecycle import listing, ports, rows
 from xumd.lifecycle.archive import archive as do_archive
 from xumd.lifecycle.context import Context, FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
@@ -38,6 +40,7 @@ from xumd.lifecycle.create import IntentBinding
 from xumd.lifecycle.create import create as do_create
 from xumd.lifecycle.hooks import LifecycleHooks
 from xumd.lifecycle.keep_interrupted import keep as do_keep
+from xumd.lifecycle.reallocate_ports import reallocate_ports as do_reallocate_ports
 from xumd.lifecycle.remove import remove as do_remove
 from xumd.lifecycle.rename import rename as do_rename
 from xumd.lifecycle.rerun_setup import rerun as do_rerun_setup
@@ -90,6 +93,14 @@ class WorkspaceService:
     def get(self, workspace_id: str) -> WorkspaceResult:
         return WorkspaceResult(workspace=self.info(self.row(workspace_id)))
 
+    async def show(self, workspace_id: str) -> WorkspaceResult:
+        """`get`, and its ports a process outside the workspace listens on now (probed off the
+        event loop; a workspace without ports costs nothing more)."""
+        row = self.row(workspace_id)
+        held = ports.held(self.store, row.id)
+        taken = await anyio.to_thread.run_sync(ports.taken, held, row.id) if held else []
+        return WorkspaceResult(workspace=self.info(row), ports_taken=taken)
+
     def list_workspaces(self, project_id: str | None, state: str | None) -> list[WorkspaceInfo]:
         if project_id is not None:
             self.project(project_id)
@@ -137,6 +148,11 @@ class WorkspaceService:
 
     async def rename(self, workspace_id: str, name: str) -> WorkspaceRenameResult:
         return await do_rename(self.context, workspace_id, name)
+
+    async def reallocate_ports(
+        self, workspace_id: str, which: list[int] | None
+    ) -> WorkspaceReallocatePortsResult:
+        return await do_reallocate_ports(self.context, workspace_id, which)
 
     async def keep(self, workspace_id: str) -> WorkspaceResult:
         return await do_keep(self.context, workspace_id)

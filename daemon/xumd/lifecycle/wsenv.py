@@ -49,10 +49,13 @@ def xum_vars(
     branch: str | None,
     port_list: list[int],
     root: Path | str,
+    named: dict[str, int] | None = None,
 ) -> dict[str, str]:
     """The one place the XUM_* variables are built. XUM_BRANCH is empty for the directory
     runtime, XUM_PORT and XUM_PORTS are empty when the workspace has no ports: every variable
-    is always set, so a value inherited from the daemon's own environment never leaks through."""
+    is always set, so a value inherited from the daemon's own environment never leaks through
+    (and `child_base` cuts every inherited XUM_*, named ports' included). Then one
+    `XUM_PORT_<NAME>` per named port."""
     found = {
         "XUM_WORKSPACE_ID": workspace_id,
         "XUM_WORKSPACE_NAME": name,
@@ -64,6 +67,8 @@ def xum_vars(
         "XUM_ROOT": str(root),
     }
     assert tuple(found) == XUM_VARS  # the documented table and this function agree
+    for port_name, port in (named or {}).items():
+        found[f"XUM_PORT_{port_name.upper()}"] = str(port)
     return found
 
 
@@ -84,14 +89,20 @@ def for_workspace(
         branch=row.branch,
         port_list=ports.ports_of(store, row.id),
         root=root,
+        named=ports.named_ports(store, row.id),
     )
+
+
+def _daemons(name: str) -> bool:
+    """A variable the daemon sets for a workspace's children (XUM_*, named ports' included)."""
+    return name in XUM_VARS or name.startswith("XUM_PORT_")
 
 
 def child_base(drop: tuple[str, ...] = ()) -> dict[str, str]:
     """The daemon's environment for a child, without the XUM_* variables it may have inherited
     (they are set per workspace) and without `drop`."""
-    gone = set(XUM_VARS) | set(drop)
-    return {k: v for k, v in os.environ.items() if k not in gone}
+    gone = set(drop)
+    return {k: v for k, v in os.environ.items() if k not in gone and not _daemons(k)}
 
 
 def frozen(store: Store, workspace_id: str) -> dict[str, str]:
@@ -113,8 +124,8 @@ def compose(
     while there is one; else from `kept` (see `frozen`); else what `ref` knows."""
     user, xum = for_workspace(store, root, ref.id)
     if not xum and kept:
-        user = {k: v for k, v in kept.items() if k not in XUM_VARS}
-        xum = {k: v for k, v in kept.items() if k in XUM_VARS}
+        user = {k: v for k, v in kept.items() if not _daemons(k)}
+        xum = {k: v for k, v in kept.items() if _daemons(k)}
         xum["XUM_ROOT"] = str(root)
     if not xum:
         project = rows.get_project(store, ref.project_id)

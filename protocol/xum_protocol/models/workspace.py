@@ -12,7 +12,7 @@ from xum_protocol.models.base import Name, Params, Result
 from xum_protocol.models.checkout_extras import FetchInfo, SparseInfo, SubmoduleInfo
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.process import StoppedLeftover
-from xum_protocol.models.wsenv import CopyReport, PortChange, env_problem
+from xum_protocol.models.wsenv import CopyReport, PortChange, PortTaken, env_problem
 
 Runtime = Literal["worktree", "directory"]
 WorkspaceState = Literal["creating", "active", "archiving", "archived", "restoring", "removing"]
@@ -138,6 +138,11 @@ class WorkspaceInfo(Result):
         description="The workspace's ports (`XUM_PORT` is the first; since 1.0, additive): "
         "allocated at create, kept while archived, released at removal.",
     )
+    named_ports: dict[str, int] = Field(
+        default_factory=dict,
+        description="Its named ports (the project's `[ports] names`, in order; "
+        "`XUM_PORT_<NAME>` for its children): the first of `ports`, by name.",
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Its environment (the project's `[env]` merged with `workspace.create "
@@ -187,6 +192,30 @@ class WorkspaceCreateParams(Params):
 
 class WorkspaceResult(Result):
     workspace: WorkspaceInfo
+    ports_taken: list[PortTaken] = Field(
+        default_factory=list,
+        description="`workspace.get`: its ports that a process outside the workspace listens "
+        "on now (its own children listening on them are what they are for); "
+        "`workspace.reallocate_ports` replaces them.",
+    )
+
+
+class WorkspaceReallocatePortsParams(Params):
+    workspace_id: str = Field(min_length=1, max_length=200)
+    ports: list[int] | None = Field(
+        default=None,
+        max_length=64,
+        description="The workspace's ports to replace; unset: those a process outside the "
+        "workspace listens on now (`ports_taken`).",
+    )
+
+
+class WorkspaceReallocatePortsResult(Result):
+    workspace: WorkspaceInfo
+    changes: list[PortChange] = Field(
+        description="Each replaced port and its replacement (same position and name). Its "
+        "running processes keep the environment they started with."
+    )
 
 
 class WorkspaceCreateResult(Result):
@@ -424,6 +453,13 @@ WORKSPACE_LIST = MethodSpec(
     "additive).",
 )
 WORKSPACE_GET = MethodSpec("workspace.get", WorkspaceIdParams, WorkspaceResult, "One workspace.")
+WORKSPACE_REALLOCATE_PORTS = MethodSpec(
+    "workspace.reallocate_ports",
+    WorkspaceReallocatePortsParams,
+    WorkspaceReallocatePortsResult,
+    "Replace ports of a workspace (by default those a process outside it took) by free ones, "
+    "names kept.",
+)
 WORKSPACE_RENAME = MethodSpec(
     "workspace.rename", WorkspaceRenameParams, WorkspaceRenameResult, "Rename (journaled)."
 )

@@ -102,7 +102,19 @@ class CopyReport(Result):
 
 
 class PortChange(Result):
-    """A port of an archived workspace that was taken meanwhile, replaced at unarchive."""
+    """A port replaced by another at the same position (and name): one of an archived workspace
+    taken meanwhile, replaced at unarchive, or one replaced on request (workspace.ports)."""
 
     old: int
     new: int
+
+
+class PortTaken(Result):
+    """A port of the workspace that a process outside it listens on now."""
+
+    port: int
+    name: str | None = Field(default=None, description="Its name (`[ports] names`), if any.")
+    pid: int | None = Field(
+        default=None, description="The listener's pid; null when it cannot be read."
+    )
+    command: str | None = Field(default=None, description="The listener's command line, cut.")

@@ -710,10 +710,33 @@ export interface OutputResult {
   start: number;
 }
 
-/** A port of an archived workspace that was taken meanwhile, replaced at unarchive. */
+/**
+ * A port replaced by another at the same position (and name): one of an archived workspace
+ * taken meanwhile, replaced at unarchive, or one replaced on request (workspace.ports).
+ */
 export interface PortChange {
   new: number;
   old: number;
+}
+
+/** A port of the workspace that a process outside it listens on now. */
+export interface PortTaken {
+  /**
+   * The listener's command line, cut.
+   * default: null
+   */
+  command?: string | null;
+  /**
+   * Its name (`[ports] names`), if any.
+   * default: null
+   */
+  name?: string | null;
+  /**
+   * The listener's pid; null when it cannot be read.
+   * default: null
+   */
+  pid?: number | null;
+  port: number;
 }
 
 /** A process kept across a daemon restart was found alive and adopted. */
@@ -1684,6 +1707,8 @@ export interface WorkspaceInfo {
   /** default: null */
   last_cleanup?: CleanupStatus | null;
   name: string;
+  /** Its named ports (the project's `[ports] names`, in order; `XUM_PORT_<NAME>` for its children): the first of `ports`, by name. */
+  named_ports?: Record<string, number>;
   /** default: null */
   owner_workspace_id?: string | null;
   path: string;
@@ -1759,6 +1784,25 @@ export interface WorkspaceOutcome {
   /** default: null */
   result?: Record<string, unknown> | null;
   workspace_id: string;
+}
+
+export interface WorkspaceReallocatePortsParams {
+  /**
+   * The workspace's ports to replace; unset: those a process outside the workspace listens on now (`ports_taken`).
+   * default: null
+   */
+  ports?: number[] | null;
+  /**
+   * min length: 1
+   * max length: 200
+   */
+  workspace_id: string;
+}
+
+export interface WorkspaceReallocatePortsResult {
+  /** Each replaced port and its replacement (same position and name). Its running processes keep the environment they started with. */
+  changes: PortChange[];
+  workspace: WorkspaceInfo;
 }
 
 export interface WorkspaceRemoveParams {
@@ -1859,6 +1903,8 @@ export interface WorkspaceRenamedEvent {
 }
 
 export interface WorkspaceResult {
+  /** `workspace.get`: its ports that a process outside the workspace listens on now (its own children listening on them are what they are for); `workspace.reallocate_ports` replaces them. */
+  ports_taken?: PortTaken[];
   workspace: WorkspaceInfo;
 }
 
@@ -2055,6 +2101,8 @@ export interface Methods {
   "workspace.keep": { params: WorkspaceIdParams; result: WorkspaceResult };
   /** Workspaces, in creation order: all of them, or with `limit` one page whose `next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, additive). */
   "workspace.list": { params: WorkspaceListParams; result: WorkspaceListResult };
+  /** Replace ports of a workspace (by default those a process outside it took) by free ones, names kept. */
+  "workspace.reallocate_ports": { params: WorkspaceReallocatePortsParams; result: WorkspaceReallocatePortsResult };
   /** Delete the checkout and the row; branch and snapshot refs are kept. */
   "workspace.remove": { params: WorkspaceRemoveParams; result: WorkspaceRemoveResult };
   /** Rename (journaled). */
@@ -2113,6 +2161,7 @@ export const METHOD_NAMES: readonly MethodName[] = [
   "workspace.get",
   "workspace.keep",
   "workspace.list",
+  "workspace.reallocate_ports",
   "workspace.remove",
   "workspace.rename",
   "workspace.setup",

@@ -1,0 +1,241 @@
+"""The one tree walk by descriptor (system/walk.py), on real trees: deeper than PATH_MAX and
+than its descriptor window, a directory swapped for a link between its lstat and its open, an
+ancestor moved away, special files that would block or never end if opened, symlink loops, a
+directory it may not read (as another user), and real tmpfs and bind mounts (root only)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from xumd.system import walk
+
+from tests.support.daemon import short_tmpdir
+from tests.support.mounts import Mounts, real_mounts
+from tests.support.otheruser import as_nobody
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
+
+
+def _steps(top: Path, policy: walk.Policy | None = None) -> list[tuple[str, str]]:
+    """(kind, relative path) of every step of a walk of `top`."""
+    fd = os.open(top, _DIR)
+    try:
+        return [(step.kind, step.rel) for step in walk.Walk(fd, policy)]
+    finally:
+        os.close(fd)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def mounts(tmp_short: Path) -> Iterator[Mounts]:
+    with real_mounts(tmp_short) as m:
+        yield m
+
+
+def test_a_tree_deeper_than_path_max_and_than_the_window(tmp_short: Path) -> None:
+    """Every entry of a chain of directories whose full path is longer than PATH_MAX and whose
+    depth is past the descriptor window is walked, with its relative path; the way back up
+    reopens the closed ancestors through `..`; no descriptor is left open."""
+    name = "d" * 60
+    depth = walk.WINDOW + 20
+    assert depth * (len(name) + 1) > _PATH_MAX  # no absolute path to the bottom can be opened
+    fd = os.open(tmp_short, _DIR)
+    for _ in range(depth):
+        os.mkdir(name, dir_fd=fd)
+        sub = os.open(name, _DIR, dir_fd=fd)
+        os.close(fd)
+        fd = sub
+    os.close(os.open("leaf", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644, dir_fd=fd))
+    os.close(fd)
+    before = _open_fds()
+    steps = _steps(tmp_short, walk.Policy(leave=True))
+    chain = "/".join([name] * depth)
+    assert ("entry", f"{chain}/leaf") in steps
+    assert [rel for kind, rel in steps if kind == "entry"][:2] == [name, f"{name}/{name}"]
+    # Post-order: each directory is left after what it holds, the deepest first.
+    leaves = [rel for kind, rel in steps if kind == "leave"]
+    assert leaves[0] == chain and leaves[-1] == name and len(leaves) == depth
+    assert _open_fds() == before
+
+
+def test_an_ancestor_moved_away_stops_the_walk(tmp_short: Path) -> None:
+    """An ancestor past the window is moved out of the tree while the walk is below it: the
+    way back up through `..` would lead into its new parent, so the walk says `Moved` (raised,
+    or handed to the caller's `errors` with the ancestor's path) and walks nothing more."""
+    top = tmp_short / "top"
+    deep = top.joinpath(*["d"] * (walk.WINDOW + 3))
+    deep.mkdir(parents=True)
+    (top / "z-after").mkdir()  # listed after `d` (name order): never reached
+    elsewhere = tmp_short / "elsewhere"
+    elsewhere.mkdir()
+
+    def run(policy: walk.Policy) -> list[str]:
+        fd = os.open(top, _DIR)
+        seen = []
+        try:
+            for step in walk.Walk(fd, policy):
+                seen.append(step.rel)
+                if step.rel.count("/") == walk.WINDOW + 2:  # the bottom: move `d/d` away
+                    os.rename(top / "d" / "d", elsewhere / "d")
+        finally:
+            os.close(fd)
+        return seen
+
+    with pytest.raises(walk.Moved):
+        run(walk.Policy())
+    os.rename(elsewhere / "d", top / "d" / "d")
+    said: list[tuple[str, OSError]] = []
+    seen = run(walk.Policy(errors=lambda rel, exc: said.append((rel, exc))))
+    assert "z-after" not in seen
+    assert len(said) == 1 and isinstance(said[0][1], walk.Moved)
+    # `d/d` moved whole: its child's `..` is still `d/d`; its own `..` is no longer `d`.
+    assert said[0][0] == "d"
+
+
+def test_a_directory_swapped_for_a_link_is_never_followed(tmp_short: Path) -> None:
+    """Between the walk's lstat of `a` (a directory) and its open, `a` becomes a symlink to a
+    directory outside the tree: the open refuses it (O_NOFOLLOW), the walk looks again and
+    hands `a` over as the link it now is; nothing outside is walked."""
+    top = tmp_short / "top"
+    (top / "a").mkdir(parents=True)
+    outside = tmp_short / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("not the tree's")
+
+    def swap_then_open(name: str, dir_fd: int) -> int:
+        if name == "a" and not (tmp_short / "moved-a").exists():
+            os.rename(top / "a", tmp_short / "moved-a")
+            os.symlink(outside, top / "a")
+        return walk.open_dir(name, dir_fd)
+
+    fd = os.open(top, _DIR)
+    try:
+        steps = list(walk.Walk(fd, walk.Policy(open=swap_then_open)))
+        assert [(s.rel, s.fd is None, s.is_symlink()) for s in steps] == [("a", True, True)]
+    finally:
+        os.close(fd)
+
+
+def test_special_files_are_handed_over_never_opened(tmp_short: Path) -> None:
+    """A FIFO (an open would block), a socket, a character device (/dev/zero's numbers: a read
+    never ends): each is an entry like any other, with its type, never opened; the walk ends.
+    `special_only` hands over only those."""
+    top = tmp_short / "top"
+    top.mkdir()
+    (top / "file").write_text("f")
+    os.mkfifo(top / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(top / "sock"))
+    try:
+        try:
+            os.mknod(top / "zero", stat.S_IFCHR | 0o600, os.makedev(1, 5))
+        except PermissionError:
+            pytest.skip("making a device node needs CAP_MKNOD")
+        fd = os.open(top, _DIR)
+        try:
+            kinds = {s.rel: stat.S_IFMT(s.lstat().st_mode) for s in walk.Walk(fd)}
+            special = [s.rel for s in walk.Walk(fd, walk.Policy(stat=False, special_only=True))]
+        finally:
+            os.close(fd)
+    finally:
+        sock.close()
+    assert kinds == {
+        "file": stat.S_IFREG,
+        "fifo": stat.S_IFIFO,
+        "sock": stat.S_IFSOCK,
+        "zero": stat.S_IFCHR,
+    }
+    assert sorted(special) == ["fifo", "sock", "zero"]
+
+
+def test_symlink_loops_are_entries_never_followed(tmp_short: Path) -> None:
+    top = tmp_short / "top"
+    (top / "sub").mkdir(parents=True)
+    os.symlink("b", top / "a")
+    os.symlink("a", top / "b")
+    os.symlink("..", top / "sub" / "up")
+    os.symlink(top, top / "sub" / "self")
+    assert _steps(top) == [
+        ("entry", "a"),
+        ("entry", "b"),
+        ("entry", "sub"),
+        ("entry", "sub/self"),
+        ("entry", "sub/up"),
+    ]
+
+
+def test_an_unreadable_directory_is_named_or_reported() -> None:
+    """As another user (root reads a mode-000 directory): a directory that cannot be opened
+    raises naming its path relative to the top (with the caller's prefix); with `errors` it is
+    handed over and its siblings are still walked."""
+    top = short_tmpdir()
+    top.chmod(0o755)
+    try:
+        (top / "a" / "closed").mkdir(parents=True)
+        (top / "a" / "closed" / "hidden").write_text("h")
+        (top / "b").mkdir()
+        (top / "b" / "seen").write_text("s")
+        os.chmod(top / "a" / "closed", 0)
+
+        def raised() -> tuple[str, int]:
+            try:
+                _steps(top, walk.Policy(prefix="work/"))
+            except PermissionError as exc:
+                return str(exc.filename), exc.errno or 0
+            return "", 0
+
+        def reported() -> tuple[list[tuple[str, str]], list[str]]:
+            said: list[str] = []
+            steps = _steps(top, walk.Policy(errors=lambda rel, exc: said.append(rel)))
+            return steps, said
+
+        assert as_nobody(raised) == ("work/a/closed", 13)
+        steps, said = as_nobody(reported)
+        assert said == ["a/closed"]
+        assert ("entry", "b/seen") in steps
+        assert not any(rel.startswith("a/closed") for _kind, rel in steps)
+    finally:
+        os.chmod(top / "a" / "closed", 0o755)
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "bind"])
+def test_a_mount_is_never_entered(tmp_short: Path, mounts: Mounts, kind: str) -> None:
+    """A tmpfs (another st_dev) or a bind mount of the same filesystem (same st_dev, another
+    mount id) below the top is a MOUNT step, not entered, and the directories above it say
+    `held` when left. Without mount ids (a caller whose table shows no mount below) a bind
+    mount of the same filesystem is not told apart: that is why callers ask the table first."""
+    top = tmp_short / "top"
+    inner = top / "keep" / "mnt"
+    inner.mkdir(parents=True)
+    (top / "keep" / "own").write_text("o")
+    if kind == "tmpfs":
+        mounts.tmpfs(inner)
+    else:
+        other = tmp_short / "other"
+        other.mkdir()
+        mounts.bind(other, inner)
+    (inner / "theirs").write_text("t")
+    fd = os.open(top, _DIR)
+    try:
+        steps = [
+            (s.kind, s.rel, s.held if s.kind == walk.LEAVE else None)
+            for s in walk.Walk(fd, walk.Policy(leave=True))
+            if s.kind != walk.ENTRY
+        ]
+        by_dev = _steps(top, walk.Policy(mount_ids=False))
+    finally:
+        os.close(fd)
+    assert steps == [("mount", "keep/mnt", None), ("leave", "keep", True)]
+    if kind == "tmpfs":
+        assert ("mount", "keep/mnt") in by_dev
+    else:
+        assert ("entry", "keep/mnt/theirs") in by_dev
