@@ -17,6 +17,7 @@ entries, which may take minutes), so a large reclaim never delays another worksp
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import anyio
 from xum_protocol.models.cleanup import CleanupStatus, CleanupSummary
@@ -212,6 +213,19 @@ class CleanupService:
 
     def summary(self) -> CleanupSummary:
         return status_mod.summary(self.obligations)
+
+    def pending_reclaims(self) -> tuple[int, list[Path]]:
+        """How many reclaim obligations are pending, and their trash entries (where the trash
+        step moved the checkout; one whose trash step has not moved anything has none): what
+        disk usage counts as still to be freed."""
+        records = self.obligations.pending_ids("reclaim")
+        found: list[Path] = []
+        for record in records:
+            ob = self.obligations.get(record)
+            source = self.steps.reclaim_source(ob)[0] if ob is not None else None
+            if source is not None:
+                found.append(source)
+        return len(records), found
 
     def require_known(self, *, obligation_id: str | None, workspace_id: str | None) -> str:
         """The workspace a retry scope names; unknown ids are errors, never a no-op."""

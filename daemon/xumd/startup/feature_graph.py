@@ -79,7 +79,7 @@ def install(app: App, containment: Containment, *, leases: LeaseStore) -> None:
     )
     turns_feature.install(app, workspaces=workspaces, admission=coord)  # delegated turns
     usage = usage_feature.install(  # disk usage (after lifecycle and cleanup); built lazily
-        app, git=git, cleanup=cleanup
+        app, git=git, reclaims=cleanup
     )
     recovery_feature.install(  # startup pass + strays (last: runs after the others' hooks)
         app, reconciler=reconciler, git=git

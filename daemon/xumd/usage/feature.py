@@ -14,20 +14,19 @@ from xum_protocol.models.usage import (
 )
 
 from xumd.app import App
-from xumd.cleanup.service import CleanupService
 from xumd.rpc.deferred import Deferred
 from xumd.rpc.dispatch import RequestContext
 from xumd.system.git import Git
 
 if TYPE_CHECKING:
-    from xumd.usage.service import UsageService
+    from xumd.usage.service import PendingReclaims, UsageService
 
 
-def install(app: App, *, git: Git, cleanup: CleanupService) -> Deferred[UsageService]:
+def install(app: App, *, git: Git, reclaims: PendingReclaims) -> Deferred[UsageService]:
     def build() -> UsageService:
         from xumd.usage.service import UsageService
 
-        return app.provide(UsageService(app, git, cleanup))
+        return app.provide(UsageService(app, git, reclaims))
 
     usage = Deferred("usage", build)
 

@@ -8,6 +8,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 from xum_protocol.models.usage import (
@@ -20,7 +21,6 @@ from xum_protocol.models.usage import (
 
 from xumd.app import App
 from xumd.base import logs
-from xumd.cleanup.service import CleanupService
 from xumd.lifecycle import owned, rows
 from xumd.lifecycle.context import require_workspace
 from xumd.lifecycle.rows import WorkspaceRow
@@ -41,11 +41,18 @@ class _Cached:
     figures: UsageFigures | None
 
 
+class PendingReclaims(Protocol):
+    """What usage asks of the cleanup: the reclaims still to run and their trash entries
+    (`CleanupService.pending_reclaims`)."""
+
+    def pending_reclaims(self) -> tuple[int, list[Path]]: ...
+
+
 class UsageService:
-    def __init__(self, app: App, git: Git, cleanup: CleanupService) -> None:
+    def __init__(self, app: App, git: Git, reclaims: PendingReclaims) -> None:
         self.app = app
         self.git = git
-        self.cleanup = cleanup
+        self.reclaims = reclaims
         self.config = app.config.usage
         self._cache: dict[str, _Cached] = {}
         # Walks are disk-bound: two at once keep a `du` of everything from starving the rest.
@@ -194,13 +201,4 @@ class UsageService:
         )
 
     def _pending_reclaims(self) -> tuple[int, list[Path]]:
-        """How many reclaim obligations are pending, and their trash entries (where the trash
-        step moved the checkout; one whose trash step has not moved anything has none)."""
-        records = self.cleanup.obligations.pending_ids("reclaim")
-        found: list[Path] = []
-        for record in records:
-            ob = self.cleanup.obligations.get(record)
-            source = self.cleanup.steps.reclaim_source(ob)[0] if ob is not None else None
-            if source is not None:
-                found.append(source)
-        return len(records), found
+        return self.reclaims.pending_reclaims()
