@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xumd.system import fsdelete
+from xumd.system import fsdelete, walk
 
 
 def mount_of(path: Path) -> int | None:
@@ -24,7 +24,7 @@ def mount_of(path: Path) -> int | None:
     except OSError:
         return None
     try:
-        return fsdelete.mount_id(fd)
+        return walk.mount_id(fd)
     finally:
         os.close(fd)
 

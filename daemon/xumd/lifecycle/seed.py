@@ -37,7 +37,7 @@ from xum_protocol.models.wsenv import CopyReport
 
 from xumd.base import logs
 from xumd.base.errors import XumError
-from xumd.system import diskfull, fscopy, fsdelete
+from xumd.system import diskfull, fscopy, walk
 from xumd.system.git import _BASE_ENV, Git
 from xumd.system.procutil import CommandNotFound, run_command
 
@@ -178,7 +178,7 @@ def _plan(src: Path, dest: Path, entries: list[str], cap: int, check: fscopy.Ski
     root_fd = os.open(src, _DIR_FLAGS)
     dest_fd = os.open(dest, _DIR_FLAGS)
     try:
-        top = fsdelete.mount_identity(root_fd)
+        top = walk.mount_identity(root_fd)
         for entry in entries:
             parts = entry.rstrip("/").split("/")
             there = _at_dest(dest_fd, parts)

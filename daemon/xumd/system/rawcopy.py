@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xumd.system import fscopy, fsdelete
+from xumd.system import fscopy, walk
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
@@ -132,11 +132,8 @@ def _place_one(src_fd: int, dst_fd: int, rel: str) -> bool:
             raise
         try:
             name = parts[-1]
-            try:
-                if _same_at(sdir, ddir, name):
-                    return True
-            except RecursionError:
-                pass
+            if _same_at(sdir, ddir, name):
+                return True
             if not _clear(ddir, name):
                 return False
             fscopy.copy_entry_at(sdir, ddir, name, rel, skip=_never, report=fscopy.Tally())
@@ -191,7 +188,7 @@ def same(source: Path, checkout: Path, rel: str) -> bool:
         finally:
             os.close(sdir)
             os.close(ddir)
-    except (OSError, RecursionError):
+    except OSError:
         return False  # not proven the same: the saved copy is kept
     finally:
         os.close(src_fd)
@@ -204,6 +201,26 @@ def _same_at(a_dir: int, b_dir: int, name: str) -> bool:
         sb = os.stat(name, dir_fd=b_dir, follow_symlinks=False)
     except OSError:
         return False
+    if not _same_entry(a_dir, b_dir, name, sa, sb):
+        return False
+    if not stat.S_ISDIR(sa.st_mode):
+        return True
+    a_sub = os.open(name, _DIR_FLAGS, dir_fd=a_dir)
+    try:
+        b_sub = os.open(name, _DIR_FLAGS, dir_fd=b_dir)
+        try:
+            if fscopy.other_mount(b_sub, walk.mount_identity(b_dir)):
+                return False
+            return _same_below(a_sub, b_sub)
+        finally:
+            os.close(b_sub)
+    finally:
+        os.close(a_sub)
+
+
+def _same_entry(a_dir: int, b_dir: int, name: str, sa: os.stat_result, sb: os.stat_result) -> bool:
+    """Whether two entries of one name are the same kind and, for a link or a file, the same
+    target or bytes and executable bit (a directory's content is the walk's to compare)."""
     if stat.S_IFMT(sa.st_mode) != stat.S_IFMT(sb.st_mode):
         return False
     if stat.S_ISLNK(sa.st_mode):
@@ -212,31 +229,59 @@ def _same_at(a_dir: int, b_dir: int, name: str) -> bool:
         if sa.st_size != sb.st_size or (sa.st_mode ^ sb.st_mode) & stat.S_IXUSR:
             return False
         return _same_content(a_dir, b_dir, name)
-    if not stat.S_ISDIR(sa.st_mode):
-        return True  # special files: nothing was saved of them
-    a_sub = os.open(name, _DIR_FLAGS, dir_fd=a_dir)
+    return True  # a directory, or a special file: nothing was saved of those
+
+
+_SIDE_BY_SIDE = walk.Policy(sort=False, listings=True, leave=True)
+"""The saved tree walked with the checkout's directory of the same path alongside."""
+
+
+def _same_below(a_top: int, b_top: int) -> bool:
+    """Whether the open directories hold the same entries by name, kind, link target, bytes
+    and executable bit, all the way down (special files only by name: nothing was saved of
+    them). `a_top` is walked (`walk.Walk`); `b_top`'s directory of the same path follows it,
+    never through a link nor onto another mount."""
+    b_mount = walk.mount_identity(b_top)
+    b_fds = [b_top]
     try:
-        b_sub = os.open(name, _DIR_FLAGS, dir_fd=b_dir)
-        try:
-            if fscopy.other_mount(b_sub, fsdelete.mount_identity(b_dir)):
-                return False
-            names = _names(a_sub)
-            if names != _names(b_sub):
-                return False
-            return all(_same_at(a_sub, b_sub, n) for n in names)
-        finally:
-            os.close(b_sub)
+        for step in walk.Walk(a_top, _SIDE_BY_SIDE):
+            b = b_fds[-1]
+            if step.kind == walk.LISTED:
+                if _kept(step.entries) != _names(b):
+                    return False
+            elif step.kind == walk.LEAVE:
+                os.close(b_fds.pop())
+            elif step.kind == walk.MOUNT:
+                return False  # not walked, so not proven the same
+            elif step.fd is not None:
+                b_sub = os.open(step.name, _DIR_FLAGS, dir_fd=b)
+                if fscopy.other_mount(b_sub, b_mount):
+                    os.close(b_sub)
+                    return False
+                b_fds.append(b_sub)
+            elif step.is_file() or step.is_symlink():
+                sb = os.stat(step.name, dir_fd=b, follow_symlinks=False)
+                if not _same_entry(step.dir_fd, b, step.name, step.lstat(), sb):
+                    return False
     finally:
-        os.close(a_sub)
+        for fd in b_fds[1:]:
+            os.close(fd)
+    return True
+
+
+def _kept(entries: list[os.DirEntry[str] | str]) -> list[str]:
+    """The names of a listing that a saved copy holds (not its special files)."""
+    return sorted(
+        e.name
+        for e in entries
+        if not isinstance(e, str)
+        and (e.is_dir(follow_symlinks=False) or e.is_file(follow_symlinks=False) or e.is_symlink())
+    )
 
 
 def _names(fd: int) -> list[str]:
     with os.scandir(fd) as it:
-        return sorted(
-            e.name
-            for e in it
-            if e.is_dir(follow_symlinks=False) or e.is_file(follow_symlinks=False) or e.is_symlink()
-        )
+        return _kept(list(it))
 
 
 def _same_content(a_dir: int, b_dir: int, name: str) -> bool:
