@@ -99,7 +99,23 @@ def _create_extras(result: dict[str, Any]) -> str:
     for sub in result.get("submodules") or []:
         error = f" ({sub['error']})" if sub.get("error") else ""
         lines.append(f"submodule {sub['path']}: {sub['status']}{error}")
+    carried = result.get("carried")
+    if carried:
+        lines.append(_carried_line(carried))
     return "\n".join(lines)
+
+
+def _carried_line(carried: dict[str, Any]) -> str:
+    """What `--carry` took from the main checkout, and what `move` left there."""
+    line = (
+        f"carried {len(carried['files'])} path(s) from the main checkout "
+        f"({len(carried['staged'])} staged, {len(carried['untracked'])} untracked)"
+    )
+    if carried["mode"] == "move" and carried.get("moved"):
+        line += "; moved out of the main checkout"
+    for left in carried.get("left") or []:
+        line += f"\n  left in the main checkout: {left['path']} ({left['reason']})"
+    return line
 
 
 def _env(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -198,6 +214,12 @@ def register(cli: click.Group) -> None:
         metavar="NAME=VALUE",
         help="an environment variable for its setup, teardown and processes (repeatable)",
     )
+    @click.option(
+        "--carry",
+        type=click.Choice(["copy", "move"]),
+        help="take the main checkout's uncommitted changes into it (move: and out of the main "
+        "checkout once the new one holds them)",
+    )
     @click.pass_obj
     def new(  # noqa: PLR0917 - one parameter per click option
         obj: Ctx,
@@ -210,6 +232,7 @@ def register(cli: click.Group) -> None:
         fetch: bool | None,
         allow_stale_base: bool,
         env_pairs: tuple[str, ...],
+        carry: str | None,
     ) -> None:
         """Create workspace NAME in PROJECT."""
         env = _env(env_pairs)  # bad input is a usage error, daemon or not
@@ -219,7 +242,9 @@ def register(cli: click.Group) -> None:
                 "project_id": pid,
                 "name": name,
                 "runtime": runtime,
-                **given(branch=branch, base=base, auto_archive=auto_archive, env=env),
+                **given(
+                    branch=branch, base=base, auto_archive=auto_archive, env=env, carry=carry
+                ),
             }
             if fetch is not None:  # --no-fetch overrides the project's [create] fetch
                 params["fetch"] = fetch

@@ -23,6 +23,7 @@ from xumd.base.errors import XumError
 from xumd.lifecycle import (
     basefetch,
     bigrepo,
+    carry,
     createconfig,
     ids,
     materialise,
@@ -159,6 +160,8 @@ async def _create(
     params, fetched = await basefetch.prepare(ctx.git, ctx.app.config, project, params, wanted)
     plan = await _plan_branch(ctx, project, params) if params.runtime == "worktree" else None
     sparse = await bigrepo.sparse_patterns(ctx.git, project.path) if plan else None
+    carrying = await carry.prepare(ctx, project.path, params)  # refusals: before the intent
+    carry.check_base(carrying, plan.base if plan else None)
     submodules: list[SubmoduleInfo] = []
     await HOLD.hold()
     row = ctx.row(
@@ -169,6 +172,7 @@ async def _create(
     made = False
     try:
         CREATE_AFTER_INTENT()
+        await carry.record(ctx, project.path, carrying, row.id)
         async with ctx.coord.directories.directory(row.path, label=f"create {row.id}"):
             # Revalidate after the wait: the row is still ours, and nothing is at the path
             # (a cleanup that held the directory may just have emptied it, or not).
@@ -195,6 +199,7 @@ async def _create(
         st = row.path.stat()
         with ctx.store.transaction():
             row = ctx.update(row, dev=st.st_dev, ino=st.st_ino)
+        await carry.restore(ctx, project.path, row.path, carrying)
         copied = await seed_checkout(ctx, project, row, wanted.copy)
         row, outcome = await setup.run(ctx, row)
         CREATE_AFTER_SETUP()
@@ -203,12 +208,16 @@ async def _create(
         try:
             with anyio.CancelScope(shield=True), anyio.move_on_after(UNDO_DEADLINE_S):
                 await _undo(ctx, project, row, made, exc)
+                await carry.drop_ref(ctx.git, project.path, carrying)
         finally:
             # An undo that failed or was cut short leaves the row `creating`: flag it, as the
             # startup pass would (create holds no exclusive reservation to do it on the way out).
             ctx.settle_failed(row.id, "create", exc)
         raise
     ctx.publish("workspace.state_changed", row)
+    with anyio.CancelScope(shield=True):
+        # Active and holding the work: the move out of the main checkout is not cut half way.
+        carried = await carry.move(ctx, project.path, carrying)
     log.info("workspace.created", workspace=row.id, project=project.id, path=str(row.path))
     return WorkspaceCreateResult(
         workspace=ctx.info(row),
@@ -219,6 +228,7 @@ async def _create(
         sparse=sparse,
         submodules=submodules,
         ignored_copy=copied,
+        carried=carried,
     )
 
 

@@ -95,6 +95,51 @@ class RawEntryInfo(Result):
 
 
 AutoArchive = Literal["on_agent_exit"]
+CarryMode = Literal["copy", "move"]
+
+
+class CarryLeft(Result):
+    """A carried path that `move` left in the main checkout."""
+
+    path: str = Field(description="Relative to the main checkout.")
+    reason: str = Field(
+        description="Why it stayed: it changed after it was carried (its bytes, mode or index "
+        "entry are not the ones carried), or git could not restore it to HEAD."
+    )
+
+
+class CarryInfo(Result):
+    """What `workspace.create {carry}` took from the main checkout into the new one."""
+
+    mode: CarryMode
+    files: list[str] = Field(
+        default_factory=list,
+        description="Every path whose uncommitted state was carried (staged, unstaged, "
+        "untracked; a deletion or either side of a rename counts).",
+    )
+    staged: list[str] = Field(
+        default_factory=list, description="Of `files`, those staged in the index (kept staged)."
+    )
+    untracked: list[str] = Field(
+        default_factory=list, description="Of `files`, those untracked (kept untracked)."
+    )
+    directories: list[str] = Field(
+        default_factory=list,
+        description="Empty directories (nothing to git) made in the new checkout too; `move` "
+        "leaves them in the main checkout.",
+    )
+    moved: bool = Field(
+        default=False,
+        description="`move`: every carried path was restored to HEAD in the main checkout "
+        "(its untracked files deleted). False with `copy`, or when some are `left`.",
+    )
+    left: list[CarryLeft] = Field(
+        default_factory=list,
+        description="`move`: carried paths left in the main checkout as they are now (the new "
+        "checkout holds what was carried).",
+    )
+
+
 
 
 class AutoArchiveOutcome(Result):
@@ -174,6 +219,18 @@ class WorkspaceCreateParams(Params):
         description="With `fetch`: when the fetch fails, create from the local base anyway "
         "(the result's `fetch.stale` says so).",
     )
+    carry: CarryMode | None = Field(
+        default=None,
+        description="Take the main checkout's uncommitted changes (staged, unstaged, untracked "
+        "and not ignored) into the new checkout, byte for byte and verified: `copy` leaves "
+        "them in the main checkout, `move` then restores those paths there to HEAD (a path "
+        "changed meanwhile is left, `carried.left`). The checkout starts at the main "
+        "checkout's HEAD: a `base` or existing branch elsewhere is `invalid_params`, as is "
+        "runtime `directory`. `not_safe` while the main checkout is mid-merge, rebase, "
+        "cherry-pick, revert, bisect or `git am`, has unmerged paths, or holds work git does "
+        "not carry (a nested repository, an index flag, a content filter, a submodule with "
+        "work). Since 1.3, additive.",
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment variables for its setup, teardown and processes (over the "
@@ -236,6 +293,9 @@ class WorkspaceCreateResult(Result):
         default_factory=CopyReport,
         description="Ignored files copied from the main checkout before setup (since 1.0, "
         "additive).",
+    )
+    carried: CarryInfo | None = Field(
+        default=None, description="Set with `carry`: what was carried (since 1.3, additive)."
     )
 
 

@@ -86,6 +86,34 @@ export interface AutoArchiveOutcome {
   status: string;
 }
 
+/** What `workspace.create {carry}` took from the main checkout into the new one. */
+export interface CarryInfo {
+  /** Empty directories (nothing to git) made in the new checkout too; `move` leaves them in the main checkout. */
+  directories?: string[];
+  /** Every path whose uncommitted state was carried (staged, unstaged, untracked; a deletion or either side of a rename counts). */
+  files?: string[];
+  /** `move`: carried paths left in the main checkout as they are now (the new checkout holds what was carried). */
+  left?: CarryLeft[];
+  mode: "copy" | "move";
+  /**
+   * `move`: every carried path was restored to HEAD in the main checkout (its untracked files deleted). False with `copy`, or when some are `left`.
+   * default: false
+   */
+  moved?: boolean;
+  /** Of `files`, those staged in the index (kept staged). */
+  staged?: string[];
+  /** Of `files`, those untracked (kept untracked). */
+  untracked?: string[];
+}
+
+/** A carried path that `move` left in the main checkout. */
+export interface CarryLeft {
+  /** Relative to the main checkout. */
+  path: string;
+  /** Why it stayed: it changed after it was carried (its bytes, mode or index entry are not the ones carried), or git could not restore it to HEAD. */
+  reason: string;
+}
+
 export interface CleanupListParams {
   /**
    * minimum: 1
@@ -1616,6 +1644,11 @@ export interface WorkspaceCreateParams {
   base?: string | null;
   /** default: null */
   branch?: string | null;
+  /**
+   * Take the main checkout's uncommitted changes (staged, unstaged, untracked and not ignored) into the new checkout, byte for byte and verified: `copy` leaves them in the main checkout, `move` then restores those paths there to HEAD (a path changed meanwhile is left, `carried.left`). The checkout starts at the main checkout's HEAD: a `base` or existing branch elsewhere is `invalid_params`, as is runtime `directory`. `not_safe` while the main checkout is mid-merge, rebase, cherry-pick, revert, bisect or `git am`, has unmerged paths, or holds work git does not carry (a nested repository, an index flag, a content filter, a submodule with work). Since 1.3, additive.
+   * default: null
+   */
+  carry?: "copy" | "move" | null;
   /** Environment variables for its setup, teardown and processes (over the project's `[env]`): names are letters, digits and '_' (not starting with a digit), no NUL, at most 256 variables and 64 KiB; `XUM_*` is the daemon's (`invalid_params`). */
   env?: Record<string, string>;
   /**
@@ -1640,6 +1673,11 @@ export interface WorkspaceCreateResult {
    * default: null
    */
   base_commit?: string | null;
+  /**
+   * Set with `carry`: what was carried (since 1.3, additive).
+   * default: null
+   */
+  carried?: CarryInfo | null;
   cleared_locks?: string[];
   /**
    * Set when the base was fetched.
