@@ -314,8 +314,15 @@ def workspace_summaries(store: Store) -> list[sqlite3.Row]:
     return store.all("SELECT id, state, path, dev, ino, setup_status FROM workspaces")
 
 
-def workspace_ids_in_state(store: Store, state: str) -> set[str]:
-    return {r["id"] for r in store.all("SELECT id FROM workspaces WHERE state = ?", (state,))}
+def workspaces_among(store: Store, ids: Iterable[str]) -> dict[str, sqlite3.Row]:
+    """The id, state and project id of each of `ids` that has a row, in one query that looks
+    each up by id: a start-up pass that checks a directory's names against a root of thousands
+    of rows reads those names' rows only."""
+    found = store.all(
+        "SELECT id, state, project_id FROM workspaces WHERE id IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(ids)),),
+    )
+    return {r["id"]: r for r in found}
 
 
 def is_known(store: Store, workspace_id: str) -> bool:

@@ -266,9 +266,9 @@ class Reconciler:
             return
         if not names:
             return
-        active = rows.workspace_ids_in_state(self.store, "active")
+        live = rows.workspaces_among(self.store, names)
         for name in names:
-            if name not in active:
+            if name not in live or live[name]["state"] != "active":
                 continue  # an archived workspace's copy (or a kept one): not ours to settle
             row = rows.get_workspace(self.store, name)
             if row is None or row.state != "active":

@@ -147,14 +147,19 @@ def scan_kept(store: Store, paths: RootPaths) -> list[Stray]:
     children = _children(paths.archive_store)
     if not children:
         return found
-    # One query for every row (an archive with thousands of archived workspaces is one scan).
-    live = rows.workspace_projects(store)
+    # One query for the copies' rows, whether the archive holds one copy or thousands.
+    live = rows.workspaces_among(store, {os.path.basename(p).split(".", 1)[0] for p in children})
     for path in children:
         name = os.path.basename(path)
         workspace_id = name.split(".", 1)[0]
         if workspace_id in live and "." not in name:
             continue
-        project_id = live.get(workspace_id) or _tombstone_project(store, workspace_id)
+        found_row = live.get(workspace_id)
+        project_id = (
+            str(found_row["project_id"])
+            if found_row is not None
+            else _tombstone_project(store, workspace_id)
+        )
         found.append(Stray("kept", path, project_id, None, None, workspace_id))
     return found
 
