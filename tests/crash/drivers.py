@@ -276,6 +276,44 @@ def drive_rename_undo(world: World, point: str) -> Run:
     return Run(before, ws["id"], finish, {})
 
 
+def _holds(checkout: Path, files: dict[str, str]) -> bool:
+    return all(
+        (checkout / rel).is_file() and (checkout / rel).read_text() == text
+        for rel, text in files.items()
+    )
+
+
+def drive_carry(world: World, point: str) -> Run:
+    """`workspace.create {carry: move}` of the main checkout's work, cut at a carry point:
+    the work is in the main checkout or in the new workspace (or both) at every step."""
+    world.start(point)
+    world.add_project()
+    dirty = make_dirty(world.repo)
+    before = Before(branches=branches(world.repo))
+    world.expect_killed(
+        "workspace.create", {"project_id": world.project_id, "name": "a", "carry": "move"}
+    )
+
+    def finish(w: World) -> None:
+        found = [x for x in w.workspaces() if x["name"] == "a"]
+        if found and _holds(Path(found[0]["path"]), dirty):
+            return  # the new workspace holds the work (a move cut half way left the rest)
+        assert not found or found[0]["state"] == "active", found
+        # Not carried: the main checkout still holds all of it, untouched.
+        assert _holds(w.repo, dirty), "the work is neither in the main checkout nor carried"
+        assert git(w.repo, "diff", "--cached", "--name-only").split() == ["staged.txt"]
+        if found:
+            _ok(w, "workspace.remove", {"workspace_id": found[0]["id"], "force": True})
+        made = _ok(
+            w, "workspace.create", {"project_id": w.project_id, "name": "a", "carry": "move"}
+        )
+        assert made["carried"]["moved"] is True, made["carried"]
+        assert _holds(Path(made["workspace"]["path"]), dirty)
+        assert git(w.repo, "status", "--porcelain").strip() == ""
+
+    return Run(before, None, finish, {})
+
+
 RECOVERY_SETUP: dict[str, str] = {
     "recovery.rename.": "workspace.rename.after_move",
     "recovery.": "workspace.create.after_checkout",
@@ -298,6 +336,7 @@ def drive_recovery(world: World, point: str) -> Run:
 DRIVERS: dict[str, Callable[[World, str], Run]] = {
     "workspace.create.": drive_create,
     "workspace.create.undo.": drive_create_undo,
+    "workspace.create.carry.": drive_carry,
     "workspace.unarchive.undo.": drive_unarchive_undo,
     "workspace.rename.undo.": drive_rename_undo,
     "workspace.archive.": drive_archive,

@@ -454,6 +454,7 @@ async def move(ctx: Context, main: Path, capture: Capture | None) -> CarryInfo |
         return capture.info(moved=capture.mode == "move")
     await HOLD_BEFORE_MOVE.hold()
     left: list[CarryLeft] = []
+    done: set[str] = set()
     try:
         unchanged, changed = await _still_carried(ctx.git, main, capture)
         left += [CarryLeft(path=p, reason=why) for p, why in changed]
@@ -471,15 +472,19 @@ async def move(ctx: Context, main: Path, capture: Capture | None) -> CarryInfo |
                 stdin=_nul(tracked),
                 what="git restore (the moved paths)",
             )
+        done.update(tracked)
         CARRY_MID_MOVE()
-        untracked = [p for p in unchanged if p not in set(tracked)]
-        left += await anyio.to_thread.run_sync(_delete_untracked, main, capture, untracked)
-    except (XumError, OSError) as exc:
-        done = {entry.path for entry in left}
+        untracked = [p for p in unchanged if p not in done]
+        kept = await anyio.to_thread.run_sync(_delete_untracked, main, capture, untracked)
+        left += kept
+        done.update(set(untracked) - {e.path for e in kept})
+    except Exception as exc:  # the workspace holds the work: said in `left`, never raised
+        log.exception("workspace.carry_move_failed", main=str(main))
+        reported = done | {e.path for e in left}
         left += [
             CarryLeft(path=p, reason=f"not restored in the main checkout: {exc}")
             for p in capture.files
-            if p not in done
+            if p not in reported
         ]
     if left:
         log.warning("workspace.carry_left", main=str(main), left=len(left))
