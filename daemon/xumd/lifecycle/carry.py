@@ -173,14 +173,17 @@ async def prepare(ctx: Context, main: Path, params: WorkspaceCreateParams) -> Ca
         )
     await _refuse_in_progress(ctx.git, main)
     state = await ctx.snapshots.capture(main)  # unmerged paths: not_safe, named
-    capture = Capture(params.carry, state)
     if not state.dirty:
-        return capture
+        return Capture(params.carry, state)
     proof = await ctx.snapshots.prove(main, state.work_tree, main)
     _refuse_unseen(main, proof)
-    capture.directories = sorted(e.path for e in proof.raw if e.why == onbytes.EMPTY_DIR)
-    capture.work = await _raw_diff(ctx.git, main, state.head_tree, state.work_tree)
-    capture.index = await _raw_diff(ctx.git, main, state.head_tree, state.staged_tree)
+    capture = Capture(
+        params.carry,
+        state,
+        work=await _raw_diff(ctx.git, main, state.head_tree, state.work_tree),
+        index=await _raw_diff(ctx.git, main, state.head_tree, state.staged_tree),
+        directories=sorted(e.path for e in proof.raw if e.why == onbytes.EMPTY_DIR),
+    )
     gitlinks = [p for p in capture.files if "160000" in _modes(capture, p)]
     if gitlinks:
         raise XumError(
