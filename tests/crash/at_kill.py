@@ -139,11 +139,35 @@ def _trash(world: World, db: sqlite3.Connection, row: Row, *, moved: bool) -> li
     return problems
 
 
+def _carry_ref(world: World, row: Row) -> bool:
+    ref = f"refs/xum/carry/{row['id']}"
+    return bool(git(world.repo, "for-each-ref", "--format=%(refname)", ref).strip())
+
+
+def _carry_captured(world: World, row: Row) -> list[str]:
+    problems = _checkout_absent(world, row, "creating")
+    if not _carry_ref(world, row):
+        problems.append("no carry ref at the after_capture point")
+    return problems
+
+
+def _carry_moving(world: World, row: Row) -> list[str]:
+    problems = []
+    if row["state"] != "active":
+        problems.append(f"state is {row['state']}: the move began before `active` committed")
+    if not _carry_ref(world, row):
+        problems.append("the carry ref is gone before the move finished")
+    return problems
+
+
 Check = Callable[[World, sqlite3.Connection, Row], list[str]]
 
 CHECKS: dict[str, Check] = {
     "workspace.create.after_intent": lambda w, db, r: _checkout_absent(w, r, "creating"),
     "workspace.create.after_checkout": lambda w, db, r: _checkout_made(w, r, "creating"),
+    "workspace.create.carry.after_capture": lambda w, db, r: _carry_captured(w, r),
+    "workspace.create.carry.after_restore": lambda w, db, r: _checkout_made(w, r, "creating"),
+    "workspace.create.carry.mid_move": lambda w, db, r: _carry_moving(w, r),
     "workspace.unarchive.after_intent": lambda w, db, r: _checkout_absent(w, r, "restoring"),
     "workspace.unarchive.after_checkout": lambda w, db, r: _checkout_made(w, r, "restoring"),
     "workspace.archive.after_intent": lambda w, db, r: _snapshot_pending(w, r, "archiving"),

@@ -242,9 +242,7 @@ def register(cli: click.Group) -> None:
                 "project_id": pid,
                 "name": name,
                 "runtime": runtime,
-                **given(
-                    branch=branch, base=base, auto_archive=auto_archive, env=env, carry=carry
-                ),
+                **given(branch=branch, base=base, auto_archive=auto_archive, env=env, carry=carry),
             }
             if fetch is not None:  # --no-fetch overrides the project's [create] fetch
                 params["fetch"] = fetch
