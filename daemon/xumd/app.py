@@ -27,6 +27,7 @@ from xumd.base.config import DaemonConfig
 from xumd.base.events import EventBus
 from xumd.base.paths import RootPaths
 from xumd.rpc.dispatch import Router
+from xumd.rpc.requestkeys import RequestKeys
 from xumd.rpc.server import Server
 from xumd.store import Store
 from xumd.system import loop_exceptions
@@ -86,7 +87,7 @@ class App:
         self.store = store
         self.notifier = notifier or Notifier(address="")
         self.events = EventBus(config.event_ring_size, config.event_ring_bytes)
-        self.router = Router(stopping=lambda: self.stopping)
+        self.router = Router(stopping=lambda: self.stopping, keys=RequestKeys(store))
         self.server = Server(self.router, config)
         self.version = __version__
         self.socket_path = paths.socket

@@ -15,16 +15,19 @@ from pydantic import BaseModel
 
 from xum_protocol.event_types import EVENT_TYPES
 from xum_protocol.methods import METHODS
+from xum_protocol.request_keys import FIELD
 
 
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _params(model: type[BaseModel]) -> str:
+def _params(model: type[BaseModel], mutating: bool) -> str:
     names = [
         name if field.is_required() else f"{name}?" for name, field in model.model_fields.items()
     ]
+    if mutating:
+        names.append(f"{FIELD}?")
     return "`{" + ", ".join(names) + "}`" if names else "`{}`"
 
 
@@ -32,7 +35,8 @@ def methods_table() -> str:
     lines = ["| method | params (`?`: optional) | what it does |", "|---|---|---|"]
     for name in sorted(METHODS):
         spec = METHODS[name]
-        lines.append(f"| `{name}` | {_params(spec.params)} | {_cell(spec.summary)} |")
+        params = _params(spec.params, spec.mutating)
+        lines.append(f"| `{name}` | {params} | {_cell(spec.summary)} |")
     return "\n".join(lines)
 
 

@@ -1,5 +1,6 @@
 """The names of the protocol's methods, without their models: what a server answers `hello`'s
-`capabilities` from, and registers before any model is loaded. Written from
+`capabilities` from, and registers before any model is loaded, and which of them are
+mutating (a client's retry names them with a request key). Written from
 `xum_protocol.methods.METHODS` by `make schema` (tests/protocol/test_method_table.py checks
 it is fresh): do not edit."""
 
@@ -55,3 +56,34 @@ METHOD_NAMES: frozenset[str] = frozenset(
         "events.subscribe",
     }
 )
+
+MUTATING: frozenset[str] = frozenset(
+    {
+        "project.add",
+        "project.remove",
+        "project.trust",
+        "workspace.create",
+        "workspace.reallocate_ports",
+        "workspace.rename",
+        "workspace.archive",
+        "workspace.unarchive",
+        "workspace.remove",
+        "workspace.setup",
+        "workspace.keep",
+        "gc.run",
+        "cleanup.retry",
+        "process.spawn",
+        "process.write",
+        "process.resize",
+        "process.signal",
+        "process.stop",
+        "process.background",
+        "process.release_all",
+        "lease.acquire",
+        "lease.release",
+        "turn.create",
+        "turn.end",
+        "workspace.discard_kept",
+    }
+)
+"""The methods whose params accept a `request_key` (`MethodSpec.mutating`)."""

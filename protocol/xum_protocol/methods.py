@@ -61,7 +61,8 @@ __all__ = ["METHODS", "MethodSpec"]
 
 NAMES_DOC = (
     "The names of the protocol's methods, without their models: what a server answers `hello`'s\n"
-    "`capabilities` from, and registers before any model is loaded. Written from\n"
+    "`capabilities` from, and registers before any model is loaded, and which of them are\n"
+    "mutating (a client's retry names them with a request key). Written from\n"
     "`xum_protocol.methods.METHODS` by `make schema` (tests/protocol/test_method_table.py checks\n"
     "it is fresh): do not edit."
 )
@@ -70,9 +71,12 @@ NAMES_DOC = (
 def render_names() -> str:
     """The source of `xum_protocol.method_names`: the table's names, in its order."""
     names = "".join(f'        "{name}",\n' for name in METHODS)
+    mutating = "".join(f'        "{name}",\n' for name, spec in METHODS.items() if spec.mutating)
     return (
         f'"""{NAMES_DOC}"""\n\nfrom __future__ import annotations\n\n'
-        f"METHOD_NAMES: frozenset[str] = frozenset(\n    {{\n{names}    }}\n)\n"
+        f"METHOD_NAMES: frozenset[str] = frozenset(\n    {{\n{names}    }}\n)\n\n"
+        f"MUTATING: frozenset[str] = frozenset(\n    {{\n{mutating}    }}\n)\n"
+        f'"""The methods whose params accept a `request_key` (`MethodSpec.mutating`)."""\n'
     )
 
 

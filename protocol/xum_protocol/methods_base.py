@@ -26,3 +26,7 @@ class MethodSpec(Generic[P, R]):
     params: type[P]
     result: type[R]
     summary: str
+    mutating: bool = False
+    """It changes what the daemon holds (a row, a checkout, a process, a lease): its params
+    accept a `request_key` (`xum_protocol.request_keys`), so a repeat after a lost answer is
+    answered the first call's outcome instead of doing it twice. Reads are not."""

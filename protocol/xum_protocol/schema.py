@@ -21,18 +21,32 @@ import orjson
 
 from xum_protocol.errors import ERROR_CODES
 from xum_protocol.event_types import EVENT_TYPES, TYPED_EVENTS, typed_event_adapter
-from xum_protocol.methods import METHODS
+from xum_protocol.methods import METHODS, MethodSpec
 from xum_protocol.models.events import EVENT_NOTIFICATION, Event
+from xum_protocol.request_keys import FIELD, json_schema
 from xum_protocol.version import PROTOCOL_VERSION
+
+
+def _params(spec: MethodSpec[Any, Any], read: set[type[Any]]) -> dict[str, Any]:
+    """The params' schema; a mutating method's accept its `request_key` beside them (read by
+    the daemon's transport, never by the handler). Params a read shares (`workspace.get`'s
+    and `workspace.keep`'s) are two schemas: the keyed one is titled `<model>Keyed`."""
+    schema: dict[str, Any] = spec.params.model_json_schema()
+    if spec.mutating:
+        schema = {**schema, "properties": {**schema.get("properties", {}), FIELD: json_schema()}}
+        if spec.params in read:
+            schema["title"] = f"{schema.get('title', spec.params.__name__)}Keyed"
+    return schema
 
 
 def build_schema() -> dict[str, Any]:
     methods: dict[str, Any] = {}
+    read = {spec.params for spec in METHODS.values() if not spec.mutating}
     for name in sorted(METHODS):
         spec = METHODS[name]
         methods[name] = {
             "summary": spec.summary,
-            "params": spec.params.model_json_schema(),
+            "params": _params(spec, read),
             "result": spec.result.model_json_schema(mode="serialization"),
         }
     return {

@@ -58,6 +58,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.base.faults",
             # The answer of a request cut at shutdown: the operations say it, rpc reads it.
             "xumd.base.requestcut",
+            # A keyed request's target: the operations bind it, rpc records it.
+            "xumd.base.requestkey",
         ],
     ),
     # The configuration's pydantic schema, derived from its tables (docs and tests only); the
@@ -227,6 +229,7 @@ TABLE_OWNERS: dict[str, str] = {
     "leases": "xumd.processes.leases",
     "turns": "xumd.turns.rows",
     "gc_runs": "xumd.gc.runs",
+    "request_keys": "xumd.rpc.requestkeys",
 }
 
 # The modules that still name a table they do not own: (module, table): why. Only shrinks: move

@@ -18,7 +18,7 @@ from xum_protocol.models.checkout_extras import SubmoduleInfo
 from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreateResult
 from xum_protocol.models.wsenv import CopyReport, env_problem
 
-from xumd.base import faults, logs
+from xumd.base import faults, logs, requestkey
 from xumd.base.errors import XumError
 from xumd.lifecycle import (
     basefetch,
@@ -42,6 +42,10 @@ log = logs.get("xumd.lifecycle.create")
 CREATE_AFTER_INTENT = faults.declare("workspace.create.after_intent")
 CREATE_AFTER_CHECKOUT = faults.declare("workspace.create.after_checkout")
 CREATE_AFTER_SETUP = faults.declare("workspace.create.after_setup")
+CREATE_AFTER_ACTIVE = faults.declare(
+    "workspace.create.after_active",
+    "the workspace is active; the answer is not sent (a keyed repeat answers it from the row)",
+)
 UNDO_AFTER_DISCARD = faults.declare(
     "workspace.create.undo.after_discard",
     "a failed create took its checkout back; the branch it made and the row remain",
@@ -140,6 +144,8 @@ def _insert_intent(
                 binding.record(workspace_id)
             if also is not None:
                 also(workspace_id)
+            # A keyed create's key names this workspace from the moment it may exist.
+            requestkey.bind_target(workspace_id, "workspace.create")
     except sqlite3.IntegrityError:
         raise XumError(
             ErrorKind.CONFLICT,
@@ -215,6 +221,7 @@ async def _create(
             ctx.settle_failed(row.id, "create", exc)
         raise
     ctx.publish("workspace.state_changed", row)
+    CREATE_AFTER_ACTIVE()
     with anyio.CancelScope(shield=True):
         # Active and holding the work: the move out of the main checkout is not cut half way.
         carried = await carry.move(ctx, project.path, carrying)

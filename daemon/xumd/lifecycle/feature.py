@@ -55,7 +55,7 @@ from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.outcomes import RememberCleanup
 from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.service import CleanupService
-from xumd.lifecycle import rows, wsenv
+from xumd.lifecycle import keyedcalls, rows, wsenv
 from xumd.lifecycle.context import Announcer, FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.hooks import LifecycleHooks, RowSettler
@@ -221,12 +221,20 @@ def install(
     app.router.add(PROJECT_GET, project_get)
     app.router.add(PROJECT_REMOVE, project_remove)
     app.router.add(PROJECT_TRUST, project_trust)
-    app.router.add(WORKSPACE_CREATE, ws_create)
+    app.router.add(
+        WORKSPACE_CREATE,
+        ws_create,
+        settle=lambda p, target: keyedcalls.created(workspaces.context, p, target),
+    )
     app.router.add(WORKSPACE_LIST, ws_list)
     app.router.add(WORKSPACE_GET, ws_get)
     app.router.add(WORKSPACE_REALLOCATE_PORTS, ws_reallocate_ports)
     app.router.add(WORKSPACE_RENAME, ws_rename)
-    app.router.add(WORKSPACE_ARCHIVE, ws_archive)
+    app.router.add(
+        WORKSPACE_ARCHIVE,
+        ws_archive,
+        settle=lambda p, target: keyedcalls.archived(workspaces.context, p, target),
+    )
     app.router.add(WORKSPACE_UNARCHIVE, ws_unarchive)
     app.router.add(WORKSPACE_REMOVE, ws_remove)
     app.router.add(WORKSPACE_KEEP, ws_keep)

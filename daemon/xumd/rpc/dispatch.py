@@ -15,16 +15,19 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, TypeVar, cast, overload
 
 import anyio
 import orjson
+from xum_protocol import request_keys
 from xum_protocol.errors import ErrorKind, code_for
-from xum_protocol.method_names import METHOD_NAMES
+from xum_protocol.method_names import METHOD_NAMES, MUTATING
 
-from xumd.base import logs, requestcut
+from xumd.base import logs, requestcut, requestkey
 from xumd.base.errors import XumError
+from xumd.rpc import requestkeys
+from xumd.rpc.requestkeys import RequestKeys, Settle
 from xumd.system import diskfull
 from xumd.system.fdlimits import FD_ERRNOS, is_exhausted
 
@@ -93,6 +96,10 @@ class _Route:
     build: Builder | None = None
     params_from: ParamsLoader | None = None
     lean_params: LeanParams | None = None
+    mutating: bool = False
+    """Its params may carry a `request_key` (`xum_protocol.method_names.MUTATING`)."""
+    settle: Settle | None = None
+    """Its answer for a keyed call a crash cut (`requestkeys.Settle`)."""
 
 
 class _Later:
@@ -180,6 +187,9 @@ class Router:
     routes: dict[str, _Route] = field(default_factory=dict)
     stopping: Callable[[], bool] = lambda: False
     active: int = 0
+    keys: RequestKeys | None = None
+    """Where keyed calls are recorded (`rpc.requestkeys`); without it (a router without a store)
+    a `request_key` is accepted and the call runs unkeyed."""
     log_requests: bool = field(default_factory=_debug_enabled)
     """Write a debug line per request: read once, when the router is made (after logging is
     configured); below debug, the line is not even built (it was a tenth of a status poll)."""
@@ -200,6 +210,7 @@ class Router:
         *,
         allowed_while_stopping: bool = False,
         inline: bool = False,
+        settle: Callable[[P, str | None], R | None] | None = None,
     ) -> None: ...
 
     @overload
@@ -225,6 +236,7 @@ class Router:
         lean_params: LeanParams | None = None,
         allowed_while_stopping: bool = False,
         inline: bool = False,
+        settle: Settle | None = None,
     ) -> None:
         """Register `handler` for a method: a protocol method by its spec (the type checker
         checks the handler's params and result against it), or one outside the protocol's
@@ -235,7 +247,8 @@ class Router:
         without loading the model at all (any other shape goes to it). `inline`: the handler
         never awaits (it reads memory and returns), so the transport may run it in its read
         callback, without a task; one that awaits all the same is stopped there and answered
-        `internal`."""
+        `internal`. `settle`: a mutating method's answer for a keyed call a crash cut
+        (`requestkeys`); without it such a call is answered `operation_failed`."""
         if isinstance(method, str):
             name = method
             if params is None and params_from is None:
@@ -256,6 +269,8 @@ class Router:
             inline,
             params_from=params_from,
             lean_params=lean_params,
+            mutating=name in MUTATING,
+            settle=settle,
         )
 
     def add_pending(self, name: str, build: Builder) -> None:
@@ -443,10 +458,115 @@ class Router:
             except XumError as exc:
                 return error_response(request_id, exc.kind, exc.message, exc.data)
             route = self.routes.get(method)
+        key: Any = None
+        if (
+            route is not None
+            and route.mutating
+            and isinstance(raw_params, dict)
+            and request_keys.FIELD in raw_params
+        ):
+            # The transport's, not the handler's: taken out before the params model sees them.
+            key = raw_params[request_keys.FIELD]
+            raw_params = {k: v for k, v in raw_params.items() if k != request_keys.FIELD}
+            problem = request_keys.problem(key)
+            if problem is not None:
+                return error_response(request_id, ErrorKind.INVALID_PARAMS, problem)
         params = self._refusal(route, method, raw_params, request_id, nul_free)
         if isinstance(params, dict):
             return params
         assert route is not None and route.handler is not None
+        if key is not None and self.keys is not None:
+            return await self._keyed(
+                route,
+                method,
+                params,
+                key,
+                keys=self.keys,
+                peer=peer,
+                request_id=request_id,
+                fragments=fragments,
+            )
+        return await self._run(route, method, params, peer, request_id, fragments=fragments)
+
+    async def _keyed(
+        self,
+        route: _Route,
+        method: str,
+        params: BaseModel,
+        key: str,
+        *,
+        keys: RequestKeys,
+        peer: Peer,
+        request_id: RequestId,
+        fragments: bool,
+    ) -> dict[str, Any]:
+        """A call named by a request key: answered from its record, after the first call
+        running now, or run once (`rpc.requestkeys`)."""
+        digest = requestkeys.params_hash(params)
+        while True:
+            running = keys.running.get(key)
+            if running is not None:
+                if running.method != method or running.params_hash != digest:
+                    exc = keys.different(key, method, running.method, running.started_at)
+                    return _failure(exc, method, request_id)[0]
+                # Bounded by the first call's own deadlines; this request's client has its own.
+                log.info("rpc.request_key_waiting", method=method, conn=peer.id)
+                await running.done.wait()
+                if running.response is not None:
+                    return {**running.response, "id": request_id}
+                continue  # cancelled with nothing done: the key is free again
+            first = keys.recorded(key)
+            if first is None:
+                break
+            if first.method != method or first.params_hash != digest:
+                exc = keys.different(key, method, first.method, first.created_at)
+                return _failure(exc, method, request_id)[0]
+            if first.result is not None:
+                log.info("rpc.request_key_answered", method=method, conn=peer.id)
+                return _recorded(request_id, first.result, fragments)
+            if route.settle is None:
+                return _failure(keys.cut(key, first), method, request_id)[0]
+            try:
+                settled = route.settle(params, first.target)
+            except Exception as exc:
+                return _failure(exc, method, request_id)[0]
+            if settled is None:
+                log.info("rpc.request_key_rerun", method=method, conn=peer.id)
+                break  # the cut call left nothing: it runs now (its record is replaced)
+            body = orjson.dumps(settled.model_dump(mode="json"))
+            keys.answered(key, body)
+            log.info("rpc.request_key_settled", method=method, conn=peer.id)
+            return _recorded(request_id, body, fragments)
+        running = keys.start(key, method, digest)
+        response: dict[str, Any] | None = None
+        token = requestkey.current.set(requestkey.KeyedCall(method, partial(keys.bind, key)))
+        try:
+            response = await self._run(route, method, params, peer, request_id, fragments=False)
+            return response
+        finally:
+            requestkey.current.reset(token)
+            try:
+                if response is not None and "result" in response:
+                    keys.answered(key, orjson.dumps(response["result"]))
+                elif response is None or route.settle is None:
+                    keys.release(key)  # cancelled before anything committed, or an error
+                # else an error where a settler can read the disk: the record stays unanswered,
+                # so a repeat answers what the disk shows (an error after the commit is no
+                # reason to do the operation twice)
+            finally:
+                keys.finish(key, running, response)
+
+    async def _run(
+        self,
+        route: _Route,
+        method: str,
+        params: BaseModel,
+        peer: Peer,
+        request_id: RequestId,
+        *,
+        fragments: bool,
+    ) -> dict[str, Any]:
+        assert route.handler is not None
         started = time.perf_counter()
         outcome = "ok"
         ctx = RequestContext(peer, method, request_id)
@@ -526,6 +646,12 @@ def _log_request(
         conn=ctx.peer.id,
         **({"inline": True} if inline else {}),
     )
+
+
+def _recorded(request_id: RequestId, result: bytes, fragments: bool) -> dict[str, Any]:
+    """A keyed call's recorded result, answered as it was."""
+    body = orjson.Fragment(result) if fragments else orjson.loads(result)
+    return {"jsonrpc": "2.0", "id": request_id, "result": body}
 
 
 def _success(

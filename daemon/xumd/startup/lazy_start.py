@@ -36,9 +36,10 @@ from xumd.base.errors import XumError
 
 log = logs.get("xumd.startup.lazy_start")
 
-BOOKKEEPING_TABLES = frozenset({"meta", "workspace_listing_counter"})
+BOOKKEEPING_TABLES = frozenset({"meta", "workspace_listing_counter", "request_keys"})
 """Tables whose rows say nothing about workspaces, processes or work left (the schema version,
-a counter). A row in any other table, one added later included, means a full start."""
+a counter, the request keys: a keyed call a crash cut left its work in the other tables). A row
+in any other table, one added later included, means a full start."""
 
 STATE_DIRS = ("workspaces", "trash", "archive", "processes")
 """Directories under the root where the features keep checkouts, deferred deletions, archived

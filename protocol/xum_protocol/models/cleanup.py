@@ -116,4 +116,5 @@ CLEANUP_RETRY = MethodSpec(
     CleanupRetryParams,
     CleanupRetryResult,
     "Run pending cleanup now (one obligation's workspace, a workspace, or all due).",
+    mutating=True,
 )

@@ -124,6 +124,7 @@ GC_RUN = MethodSpec(
     "Plan afresh, then collect each item through its lifecycle operation "
     "(workspace.remove / archive / discard_kept, with their reservations and checks); "
     "anything busy, unsaved or not provably stale is skipped and reported.",
+    mutating=True,
 )
 GC_GET = MethodSpec(
     "gc.get",

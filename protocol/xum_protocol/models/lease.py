@@ -54,9 +54,11 @@ class ReleaseResult(Result):
 
 
 LEASE_ACQUIRE = MethodSpec(
-    "lease.acquire", AcquireParams, LeaseResult, "Register an external holder."
+    "lease.acquire", AcquireParams, LeaseResult, "Register an external holder.", mutating=True
 )
-LEASE_RELEASE = MethodSpec("lease.release", LeaseRef, ReleaseResult, "Remove a lease.")
+LEASE_RELEASE = MethodSpec(
+    "lease.release", LeaseRef, ReleaseResult, "Remove a lease.", mutating=True
+)
 LEASE_LIST = MethodSpec(
     "lease.list", LeaseListParams, LeaseListResult, "Live leases (dead ones reclaimed)."
 )

@@ -224,28 +224,37 @@ class ProcessResult(Result):
 
 
 PROCESS_SPAWN = MethodSpec(
-    "process.spawn", SpawnParams, ProcessResult, "Start a supervised process."
+    "process.spawn", SpawnParams, ProcessResult, "Start a supervised process.", mutating=True
 )
 PROCESS_LIST = MethodSpec("process.list", ListParams, ListResult, "Supervised processes.")
 PROCESS_GET = MethodSpec("process.get", ProcessRef, ProcessResult, "One supervised process.")
 PROCESS_OUTPUT = MethodSpec("process.output", OutputParams, OutputResult, "Output since an offset.")
-PROCESS_WRITE = MethodSpec("process.write", WriteParams, WriteResult, "Write to stdin or the PTY.")
-PROCESS_RESIZE = MethodSpec("process.resize", ResizeParams, ProcessResult, "Resize a PTY.")
+PROCESS_WRITE = MethodSpec(
+    "process.write", WriteParams, WriteResult, "Write to stdin or the PTY.", mutating=True
+)
+PROCESS_RESIZE = MethodSpec(
+    "process.resize", ResizeParams, ProcessResult, "Resize a PTY.", mutating=True
+)
 PROCESS_SIGNAL = MethodSpec(
-    "process.signal", SignalParams, ProcessResult, "Signal the process group."
+    "process.signal", SignalParams, ProcessResult, "Signal the process group.", mutating=True
 )
 PROCESS_WAIT = MethodSpec("process.wait", WaitParams, ProcessResult, "Wait for the exit, bounded.")
 PROCESS_STOP = MethodSpec(
-    "process.stop", StopParams, ProcessResult, "SIGTERM, grace, SIGKILL the tree."
+    "process.stop", StopParams, ProcessResult, "SIGTERM, grace, SIGKILL the tree.", mutating=True
 )
 PROCESS_BACKGROUND = MethodSpec(
-    "process.background", ProcessRef, ProcessResult, "Detach a foreground exec from its caller."
+    "process.background",
+    ProcessRef,
+    ProcessResult,
+    "Detach a foreground exec from its caller.",
+    mutating=True,
 )
 PROCESS_RELEASE_ALL = MethodSpec(
     "process.release_all",
     ReleaseAllParams,
     ReleaseAllResult,
     "Stop a workspace's processes, bounded; reports what still runs.",
+    mutating=True,
 )
 PROCESS_HOLDERS = MethodSpec(
     "process.holders",

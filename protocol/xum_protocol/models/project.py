@@ -91,7 +91,9 @@ class ProjectTrustResult(Result):
     config_path: str
 
 
-PROJECT_ADD = MethodSpec("project.add", ProjectAddParams, ProjectResult, "Register a repository.")
+PROJECT_ADD = MethodSpec(
+    "project.add", ProjectAddParams, ProjectResult, "Register a repository.", mutating=True
+)
 PROJECT_LIST = MethodSpec("project.list", ProjectListParams, ProjectListResult, "All projects.")
 PROJECT_GET = MethodSpec("project.get", ProjectIdParams, ProjectResult, "One project.")
 PROJECT_REMOVE = MethodSpec(
@@ -99,10 +101,12 @@ PROJECT_REMOVE = MethodSpec(
     ProjectRemoveParams,
     ProjectRemoveResult,
     "Remove every workspace (same path as workspace.remove), then the project.",
+    mutating=True,
 )
 PROJECT_TRUST = MethodSpec(
     "project.trust",
     ProjectTrustParams,
     ProjectTrustResult,
     "Trust the project's .xum/config.toml (exact content hash) so its scripts run.",
+    mutating=True,
 )

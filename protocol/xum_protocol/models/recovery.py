@@ -75,4 +75,5 @@ WORKSPACE_DISCARD_KEPT = MethodSpec(
     DiscardKeptParams,
     DiscardKeptResult,
     "Delete one kept copy of preserved files (a `kept` stray); nothing else.",
+    mutating=True,
 )

@@ -79,11 +79,16 @@ TURN_CREATE = MethodSpec(
     TurnCreateParams,
     TurnCreateResult,
     "Delegate to a new target workspace (mode new) or one the owner is bound to (existing).",
+    mutating=True,
 )
 TURN_GET = MethodSpec("turn.get", TurnIdParams, TurnResult, "One delegated turn.")
 TURN_LIST = MethodSpec(
     "turn.list", TurnListParams, TurnListResult, "The turns of an owner workspace."
 )
 TURN_END = MethodSpec(
-    "turn.end", TurnIdParams, TurnResult, "End a turn (the target workspace is not touched)."
+    "turn.end",
+    TurnIdParams,
+    TurnResult,
+    "End a turn (the target workspace is not touched).",
+    mutating=True,
 )

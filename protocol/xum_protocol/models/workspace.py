@@ -140,8 +140,6 @@ class CarryInfo(Result):
     )
 
 
-
-
 class AutoArchiveOutcome(Result):
     """The latest auto-archive attempt of a workspace (set when its agent exited)."""
 
@@ -503,6 +501,7 @@ WORKSPACE_CREATE = MethodSpec(
     WorkspaceCreateParams,
     WorkspaceCreateResult,
     "Create a workspace (git worktree on a new branch, or a plain directory).",
+    mutating=True,
 )
 WORKSPACE_LIST = MethodSpec(
     "workspace.list",
@@ -519,27 +518,35 @@ WORKSPACE_REALLOCATE_PORTS = MethodSpec(
     WorkspaceReallocatePortsResult,
     "Replace ports of a workspace (by default those a process outside it took) by free ones, "
     "names kept.",
+    mutating=True,
 )
 WORKSPACE_RENAME = MethodSpec(
-    "workspace.rename", WorkspaceRenameParams, WorkspaceRenameResult, "Rename (journaled)."
+    "workspace.rename",
+    WorkspaceRenameParams,
+    WorkspaceRenameResult,
+    "Rename (journaled).",
+    mutating=True,
 )
 WORKSPACE_ARCHIVE = MethodSpec(
     "workspace.archive",
     WorkspaceArchiveParams,
     WorkspaceArchiveResult,
     "Snapshot, archive logically, then tear down and delete the checkout.",
+    mutating=True,
 )
 WORKSPACE_UNARCHIVE = MethodSpec(
     "workspace.unarchive",
     WorkspaceIdParams,
     WorkspaceUnarchiveResult,
     "Recreate the checkout and restore its snapshot exactly.",
+    mutating=True,
 )
 WORKSPACE_REMOVE = MethodSpec(
     "workspace.remove",
     WorkspaceRemoveParams,
     WorkspaceRemoveResult,
     "Delete the checkout and the row; branch and snapshot refs are kept.",
+    mutating=True,
 )
 WORKSPACE_SETUP = MethodSpec(
     "workspace.setup",
@@ -553,6 +560,7 @@ WORKSPACE_SETUP = MethodSpec(
     "the workspace, and while it runs a `process.spawn` or `lease.acquire` there is "
     "`busy`. A shutdown that cuts the script answers the setup `failed`, saying why. "
     "Since 1.0, additive.",
+    mutating=True,
 )
 WORKSPACE_KEEP = MethodSpec(
     "workspace.keep",
@@ -562,4 +570,5 @@ WORKSPACE_KEEP = MethodSpec(
     "settled as startup recovery would: the answer is the settled workspace (still flagged "
     "if the settle left a problem), or `invalid_state` naming why neither state is provable "
     "(journal and flag stay).",
+    mutating=True,
 )

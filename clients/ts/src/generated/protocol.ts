@@ -55,6 +55,12 @@ export interface AcquireParams {
    */
   pid: number;
   /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
+  /**
    * min length: 1
    * max length: 64
    */
@@ -149,6 +155,12 @@ export interface CleanupObligationChangedEvent {
 export interface CleanupRetryParams {
   /** default: null */
   obligation_id?: string | null;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
   /** default: null */
   workspace_id?: string | null;
 }
@@ -272,6 +284,12 @@ export interface DiscardKeptParams {
    * max length: 4096
    */
   path: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
 }
 
 export interface DiscardKeptResult {
@@ -432,6 +450,12 @@ export interface GcRunParams {
    * default: null
    */
   keys?: string[] | null;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
 }
 
 export interface GcRunResult {
@@ -606,6 +630,12 @@ export interface LeaseRef {
    * max length: 64
    */
   lease_id: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
 }
 
 export interface LeaseReleasedData {
@@ -873,6 +903,20 @@ export interface ProcessRef {
   process_id: string;
 }
 
+export interface ProcessRefKeyed {
+  /**
+   * min length: 1
+   * max length: 64
+   */
+  process_id: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
+}
+
 export interface ProcessResult {
   process: ProcessInfo;
 }
@@ -912,6 +956,12 @@ export interface ProjectAddParams {
    * max length: 4096
    */
   path: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
   /**
    * Default: ROOT/workspaces/<name>.
    * default: null
@@ -978,6 +1028,12 @@ export interface ProjectRemoveParams {
    * max length: 200
    */
   project_id: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
 }
 
 export interface ProjectRemoveResult {
@@ -1020,6 +1076,12 @@ export interface ProjectTrustParams {
    * max length: 200
    */
   project_id: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
 }
 
 export interface ProjectTrustResult {
@@ -1069,6 +1131,12 @@ export interface ReleaseAllParams {
   /** default: null */
   deadline_s?: number | null;
   /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
+  /**
    * min length: 1
    * max length: 64
    */
@@ -1095,6 +1163,12 @@ export interface ResizeParams {
    * max length: 64
    */
   process_id: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
   /**
    * minimum: 1
    * maximum: 4096
@@ -1233,6 +1307,12 @@ export interface SignalParams {
    */
   process_id: string;
   /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
+  /**
    * e.g. TERM, SIGINT, HUP
    * min length: 1
    * max length: 16
@@ -1282,6 +1362,12 @@ export interface SpawnParams {
    * default: false
    */
   pty?: boolean;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
   /** default: null */
   rows?: number | null;
   /**
@@ -1307,6 +1393,12 @@ export interface StopParams {
    * max length: 64
    */
   process_id: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
 }
 
 /**
@@ -1448,6 +1540,12 @@ export interface TurnCreateParams {
    */
   owner_workspace_id: string;
   /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
+  /**
    * Mode new: the target's runtime (`worktree` or `directory`); by default the owner's. A plain-directory project takes `directory` only.
    * default: null
    */
@@ -1501,6 +1599,20 @@ export interface TurnIdParams {
    * max length: 200
    */
   handle_id: string;
+}
+
+export interface TurnIdParamsKeyed {
+  /**
+   * min length: 1
+   * max length: 200
+   */
+  handle_id: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
 }
 
 export interface TurnInfo {
@@ -1588,6 +1700,12 @@ export interface WaitParams {
 
 export interface WorkspaceArchiveParams {
   /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
+  /**
    * Stop the daemon's own processes first.
    * default: false
    */
@@ -1663,6 +1781,12 @@ export interface WorkspaceCreateParams {
    * max length: 200
    */
   project_id: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
   /** default: "worktree" */
   runtime?: "worktree" | "directory";
 }
@@ -1715,6 +1839,20 @@ export interface WorkspaceData {
 }
 
 export interface WorkspaceIdParams {
+  /**
+   * min length: 1
+   * max length: 200
+   */
+  workspace_id: string;
+}
+
+export interface WorkspaceIdParamsKeyed {
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
   /**
    * min length: 1
    * max length: 200
@@ -1831,6 +1969,12 @@ export interface WorkspaceReallocatePortsParams {
    */
   ports?: number[] | null;
   /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
+  /**
    * min length: 1
    * max length: 200
    */
@@ -1849,6 +1993,12 @@ export interface WorkspaceRemoveParams {
    * default: false
    */
   force?: boolean;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
   /**
    * min length: 1
    * max length: 200
@@ -1907,6 +2057,12 @@ export interface WorkspaceRemovedEvent {
 export interface WorkspaceRenameParams {
   /** A project or workspace name: 1 to 64 characters, letters, digits, '.', '_' and '-', not starting with '.' or '-', no '..'. Any other string (empty, too long, with '/', NUL or control characters) is refused with `invalid_name`. */
   name: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
   /**
    * min length: 1
    * max length: 200
@@ -2053,6 +2209,12 @@ export interface WriteParams {
    * max length: 64
    */
   process_id: string;
+  /**
+   * Names this call for a safe retry: a repeat with the same key and params within 24 h answers the first call's outcome (waiting for it while it runs) instead of doing it again; the same key with other params is `invalid_params`.
+   * max length: 128
+   * pattern: ^[A-Za-z0-9._:-]{1,128}$
+   */
+  request_key?: string;
 }
 
 export interface WriteResult {
@@ -2086,7 +2248,7 @@ export interface Methods {
   /** Remove a lease. */
   "lease.release": { params: LeaseRef; result: ReleaseResult };
   /** Detach a foreground exec from its caller. */
-  "process.background": { params: ProcessRef; result: ProcessResult };
+  "process.background": { params: ProcessRefKeyed; result: ProcessResult };
   /** One supervised process. */
   "process.get": { params: ProcessRef; result: ProcessResult };
   /** Who uses a workspace's checkout (the quiescence check). */
@@ -2122,7 +2284,7 @@ export interface Methods {
   /** Delegate to a new target workspace (mode new) or one the owner is bound to (existing). */
   "turn.create": { params: TurnCreateParams; result: TurnCreateResult };
   /** End a turn (the target workspace is not touched). */
-  "turn.end": { params: TurnIdParams; result: TurnResult };
+  "turn.end": { params: TurnIdParamsKeyed; result: TurnResult };
   /** One delegated turn. */
   "turn.get": { params: TurnIdParams; result: TurnResult };
   /** The turns of an owner workspace. */
@@ -2136,7 +2298,7 @@ export interface Methods {
   /** One workspace. */
   "workspace.get": { params: WorkspaceIdParams; result: WorkspaceResult };
   /** Clear the interrupted flag. A kept rename journal (a rename whose undo failed) is first settled as startup recovery would: the answer is the settled workspace (still flagged if the settle left a problem), or `invalid_state` naming why neither state is provable (journal and flag stay). */
-  "workspace.keep": { params: WorkspaceIdParams; result: WorkspaceResult };
+  "workspace.keep": { params: WorkspaceIdParamsKeyed; result: WorkspaceResult };
   /** Workspaces, in creation order: all of them, or with `limit` one page whose `next` is the `after` of the following page (`limit`, `after`, `next` since 1.2, additive). */
   "workspace.list": { params: WorkspaceListParams; result: WorkspaceListResult };
   /** Replace ports of a workspace (by default those a process outside it took) by free ones, names kept. */
@@ -2146,11 +2308,11 @@ export interface Methods {
   /** Rename (journaled). */
   "workspace.rename": { params: WorkspaceRenameParams; result: WorkspaceRenameResult };
   /** Run an active workspace's setup again (after `project.trust`, for one whose setup was skipped as untrusted), under its exclusive reservation: `busy` while another operation on it runs (named); `invalid_state` for a workspace that is archived, interrupted, or whose checkout is missing; `not_found` once removed. Not a structural change: it neither waits for nor stops the processes already running in the workspace, and while it runs a `process.spawn` or `lease.acquire` there is `busy`. A shutdown that cuts the script answers the setup `failed`, saying why. Since 1.0, additive. */
-  "workspace.setup": { params: WorkspaceIdParams; result: WorkspaceSetupResult };
+  "workspace.setup": { params: WorkspaceIdParamsKeyed; result: WorkspaceSetupResult };
   /** Checkouts and git admin entries under the root that no workspace claims (never deleted), and kept copies of preserved files. */
   "workspace.strays": { params: StraysParams; result: StraysResult };
   /** Recreate the checkout and restore its snapshot exactly. */
-  "workspace.unarchive": { params: WorkspaceIdParams; result: WorkspaceUnarchiveResult };
+  "workspace.unarchive": { params: WorkspaceIdParamsKeyed; result: WorkspaceUnarchiveResult };
   /** Disk usage of one workspace or all (with the root's trash, archive store and pending reclaims): allocated bytes, files, the ignored share, the largest top-level entries; walked off the event loop under a deadline, cached with its age. */
   "workspace.usage": { params: WorkspaceUsageParams; result: WorkspaceUsageResult };
 }
