@@ -27,6 +27,7 @@ CARRIED = {
     "staged.txt",  # staged new file
     "notes/untracked.txt",  # untracked
     "data.bin",  # untracked binary
+    "link",  # untracked symlink
     "bin/tool.sh",  # executable bit added (unstaged)
     "gone.txt",  # deleted (unstaged)
     "old.txt",  # renamed (staged): the source ...
@@ -59,6 +60,7 @@ def _make_work(repo: Path) -> None:
     (repo / "notes").mkdir()
     (repo / "notes" / "untracked.txt").write_text("untracked, not ignored\n")
     (repo / "data.bin").write_bytes(BINARY)
+    (repo / "link").symlink_to("README.md")
     tool = repo / "bin" / "tool.sh"
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     (repo / "gone.txt").unlink()
@@ -110,7 +112,7 @@ def test_copy_carries_every_kind_byte_for_byte_and_leaves_main(
     carried = result["carried"]
     assert set(carried["files"]) == CARRIED
     assert set(carried["staged"]) == {"src/app.py", "staged.txt", "old.txt", "new.txt"}
-    assert set(carried["untracked"]) == {"notes/untracked.txt", "data.bin"}
+    assert set(carried["untracked"]) == {"notes/untracked.txt", "data.bin", "link"}
     assert carried["mode"] == "copy" and carried["moved"] is False and carried["left"] == []
     # The new checkout: the same files byte for byte (modes too), the same staged/unstaged/
     # untracked split, the same index entries; the ignored file not carried.
@@ -127,9 +129,7 @@ def test_copy_carries_every_kind_byte_for_byte_and_leaves_main(
     assert _carry_refs(repo) == ""
 
 
-def test_move_takes_exactly_the_carried_work_out_of_main(
-    daemon: DaemonProcess, repo: Path
-) -> None:
+def test_move_takes_exactly_the_carried_work_out_of_main(daemon: DaemonProcess, repo: Path) -> None:
     _make_work(repo)
     status, files = _status(repo), _files(repo)
     project = add_project(daemon, repo)
@@ -144,6 +144,7 @@ def test_move_takes_exactly_the_carried_work_out_of_main(
     assert (repo / "gone.txt").read_text() == "to be deleted\n"
     assert not (repo / "new.txt").exists() and (repo / "old.txt").exists()
     assert not (repo / "notes").exists() and not (repo / "data.bin").exists()
+    assert not os.path.lexists(repo / "link")
     assert not (repo / "bin" / "tool.sh").stat().st_mode & stat.S_IXUSR
     assert (repo / "debug.log").read_text() == "ignored: never carried\n"
     assert git(repo, "diff", "--cached", "--name-only") == ""
@@ -298,7 +299,17 @@ def test_cli_ws_new_carry_move(daemon: DaemonProcess, repo: Path) -> None:
     add_project(daemon, repo, name="proj")
     done = run_xum(daemon, "ws", "new", "proj", "cli", "--carry", "move")
     assert done.returncode == 0, done.stderr
-    assert "carried 9 path(s)" in done.stdout and "moved out of the main checkout" in done.stdout
+    assert "carried 10 path(s)" in done.stdout and "moved out of the main checkout" in done.stdout
     new = Path(daemon.call("workspace.list", {})["workspaces"][0]["path"])
     assert _files(new) == files
     assert _status(repo) == ""
+
+
+def test_a_clean_main_checkout_carries_nothing(daemon: DaemonProcess, repo: Path) -> None:
+    (repo / "debug.log").write_text("ignored\n")
+    project = add_project(daemon, repo)
+    result = create(daemon, project["id"], "clean", carry="move")
+    assert result["carried"]["files"] == [] and result["carried"]["left"] == []
+    assert _status(Path(result["workspace"]["path"])) == "" and _status(repo) == ""
+    assert (repo / "debug.log").exists()
+    assert _carry_refs(repo) == ""
