@@ -128,7 +128,7 @@ def test_a_directory_swapped_for_a_link_is_never_followed(tmp_short: Path) -> No
 def test_special_files_are_handed_over_never_opened(tmp_short: Path) -> None:
     """A FIFO (an open would block), a socket, a character device (/dev/zero's numbers: a read
     never ends): each is an entry like any other, with its type, never opened; the walk ends.
-    `special_only` hands over only those."""
+    With `files` off they are in the directory's listing only."""
     top = tmp_short / "top"
     top.mkdir()
     (top / "file").write_text("f")
@@ -143,7 +143,10 @@ def test_special_files_are_handed_over_never_opened(tmp_short: Path) -> None:
         fd = os.open(top, _DIR)
         try:
             kinds = {s.rel: stat.S_IFMT(s.lstat().st_mode) for s in walk.Walk(fd)}
-            special = [s.rel for s in walk.Walk(fd, walk.Policy(stat=False, special_only=True))]
+            listed = [
+                (s.kind, sorted(e if isinstance(e, str) else e.name for e in s.entries))
+                for s in walk.Walk(fd, walk.Policy(stat=False, files=False, listings=True))
+            ]
         finally:
             os.close(fd)
     finally:
@@ -154,7 +157,8 @@ def test_special_files_are_handed_over_never_opened(tmp_short: Path) -> None:
         "sock": stat.S_IFSOCK,
         "zero": stat.S_IFCHR,
     }
-    assert sorted(special) == ["fifo", "sock", "zero"]
+    # Without a step per file, they are the listing's to read.
+    assert listed == [(walk.LISTED, ["fifo", "file", "sock", "zero"])]
 
 
 def test_symlink_loops_are_entries_never_followed(tmp_short: Path) -> None:

@@ -376,41 +376,41 @@ def _walk_checkout(checkout: Path, walk: _Walk) -> None:
     def unread(rel: str, exc: OSError) -> None:
         acc.unproven.append((rel, exc.strerror or str(exc)))
 
-    def passed_by(rel: str) -> bool:
-        if rel == ".git" or rel in walk.ignored_files:
-            return True
-        if rel in walk.ignored_dirs:
-            acc.walked += 1  # looked at, not walked into
-            return True
-        return False
-
-    # d_type answers what each entry is: most files need no more than their listing. The mount
-    # id is read per directory only where the table has a mount below.
+    # d_type answers what each entry is: most files need no more than their listing, read
+    # here from each directory's LISTED step. The mount id is read per directory only where the
+    # table has a mount below. What git ignores is not the checkout's work: not looked at
+    # (`dropped` and `preserve` cover it).
     policy = treewalk.Policy(
         sort=False,
         stat=False,
+        files=False,
         listings=True,
         mount_ids=fsdelete.mounts_below(checkout),
-        skip=passed_by,
+        leave_out={".git", *walk.ignored_dirs},
         errors=unread,
     )
     try:
         for step in treewalk.Walk(top_fd, policy):
-            if step.kind == treewalk.LISTED:
-                if step.rel and _nested(walk, step.rel, step.entries):
-                    step.entries.clear()
+            if step.kind != treewalk.LISTED:
+                continue  # a directory (walked into, counted in its listing), another mount
+            rel, fd = step.rel, step.dir_fd
+            if rel and _nested(walk, rel, step.entries):
+                step.entries.clear()
                 continue
-            if step.kind != treewalk.ENTRY:
-                continue  # another mount: no part of the checkout
-            acc.walked += 1
-            if step.fd is not None:
-                continue  # a directory: walked into
-            try:
-                _visit(walk, step)
-            except OSError as exc:
-                if exc.errno == errno.ENOENT:
-                    continue  # gone since the listing
-                unread(step.rel, exc)
+            base = f"{rel}/" if rel else ""
+            for entry in step.entries:
+                if isinstance(entry, str):
+                    continue  # (a fresh listing holds DirEntry only)
+                child = base + entry.name
+                if child == ".git" or child in walk.ignored_files:
+                    continue
+                acc.walked += 1  # an ignored directory too: looked at, not walked into
+                try:
+                    _visit(walk, fd, entry, child)
+                except OSError as exc:
+                    if exc.errno == errno.ENOENT:
+                        continue  # gone since the listing
+                    unread(child, exc)
     finally:
         os.close(top_fd)
 
@@ -442,12 +442,13 @@ def _tracked_below(walk: _Walk, rel: str) -> bool:
     return found is not None and found[0] == "160000"
 
 
-def _visit(walk: _Walk, step: treewalk.Step) -> None:
-    """Account for one entry that is not a directory."""
+def _visit(walk: _Walk, fd: int, entry: os.DirEntry[str], rel: str) -> None:
+    """Account for one entry of the open directory `fd` (a directory is the walk's)."""
+    if entry.is_dir(follow_symlinks=False):
+        return
     acc = walk.account
-    rel = step.rel
-    link = step.is_symlink()
-    if not link and not step.is_file():
+    link = entry.is_symlink()
+    if not link and not entry.is_file(follow_symlinks=False):
         return  # a special file: no bytes to keep (reported in `dropped.special`)
     known = walk.tree.get(rel)
     if known is None:
@@ -464,20 +465,20 @@ def _visit(walk: _Walk, step: treewalk.Step) -> None:
     if link:
         if walk.settings.symlinks and not flagged:
             return
-        target = os.readlink(step.name, dir_fd=step.dir_fd)
+        target = os.readlink(entry.name, dir_fd=fd)
         if _object_id(walk.settings, os.fsencode(target)) != oid:
             acc.raw.append(RawEntry(rel, FLAGGED if flagged else MODE))
         return
     if not (flagged or how or not walk.settings.filemode):
         return None  # git's add -A read it (see the module's docstring)
-    st = step.lstat()
+    st = entry.stat(follow_symlinks=False)
     if bool(st.st_mode & stat.S_IXUSR) != (mode == "100755"):
         acc.raw.append(RawEntry(rel, FLAGGED if flagged else MODE))
         return
     if how == "predict":
         walk.predict.append((rel, FLAGGED if flagged else FILTERED))
         return
-    if (flagged or how) and _file_id(walk.settings, step.dir_fd, step.name) != oid:
+    if (flagged or how) and _file_id(walk.settings, fd, entry.name) != oid:
         acc.raw.append(RawEntry(rel, FLAGGED if flagged else FILTERED))
 
 

@@ -205,21 +205,34 @@ def special_files(top: Path, skip: Skip = _never) -> list[Special]:
     how = walk.Policy(
         sort=False,  # sorted once, at the end
         stat=False,
-        special_only=True,
+        files=False,
+        listings=True,
         mount_ids=fsdelete.mounts_below(top),
         skip=_skipping(skip),
         errors=_tolerated,
     )
     try:
         for step in walk.Walk(top_fd, how):
-            if step.kind != walk.ENTRY or step.fd is not None:
+            if step.kind != walk.LISTED:
                 continue
-            try:
-                kind = special_type(step.lstat().st_mode)
-            except OSError:
-                continue  # gone or replaced since the listing
-            if kind is not None:
-                found.append(Special(step.rel, kind))
+            base = f"{step.rel}/" if step.rel else ""
+            for entry in step.entries:
+                if isinstance(entry, str):
+                    continue  # (a fresh listing holds DirEntry only)
+                child = base + entry.name
+                try:
+                    if (
+                        entry.is_dir(follow_symlinks=False)
+                        or entry.is_file(follow_symlinks=False)
+                        or entry.is_symlink()
+                        or skip(child)
+                    ):
+                        continue
+                    kind = special_type(entry.stat(follow_symlinks=False).st_mode)
+                except OSError:
+                    continue  # gone or replaced since the listing
+                if kind is not None:
+                    found.append(Special(child, kind))
     finally:
         os.close(top_fd)
     return sorted(found, key=lambda s: s.path)

@@ -33,7 +33,7 @@ import errno
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -127,10 +127,11 @@ class Policy:
     stat: bool = True
     """`Step.st` is every entry's lstat; False, the listing's entry types (d_type) answer what
     kind an entry is and `Step.lstat()` stats only what the caller asks about."""
-    special_only: bool = False
-    """Of what is not a directory, hand over only the special files (FIFO, socket, device);
-    files and links are passed by in the walk's own loop (the special-file report, which runs
-    on every archive: a step per file would cost it twice its listing)."""
+    files: bool = True
+    """An ENTRY step for each entry that is not a directory; False, the caller reads those
+    from the LISTED step (`listings` must be on) and the walk's own loop goes over
+    directories only: for a walk whose work per file is a lookup in its listing (the proof,
+    the special-file report: a step per file would cost them half again their listing)."""
     mount_ids: bool = True
     """Compare each directory's mount id with the top's (one /proc read per directory); False,
     `st_dev` only: for a caller whose mount table shows no mount below the top."""
@@ -143,6 +144,9 @@ class Policy:
     skip: Callable[[str], bool] | None = None
     """Called with each entry's path relative to the top; True leaves it (and what is under
     it), unlooked at."""
+    leave_out: Container[str] = frozenset()
+    """Paths relative to the top to leave, unlooked at, with what is under them: `skip` as a
+    set, for a caller with many (the proof's ignored paths: a lookup, not a call, per entry)."""
     errors: Callable[[str, OSError], None] | None = None
     """None: an error raises, naming its path (`prefix` + relative). Otherwise it is handed
     here with the entry's relative path and the walk goes on without that entry (a usage walk
@@ -274,35 +278,38 @@ class Walk:
         return entries
 
     def __iter__(self) -> Iterator[Step]:
+        policy = self.policy
         try:
             pending = self._list(self.top_fd)
         except OSError as exc:
-            if self.policy.errors is None:
+            if policy.errors is None:
                 raise
-            self.policy.errors("", exc)
+            policy.errors("", exc)
             return
         frames = self._frames
         frames.append(_Frame(self.top_fd, self._ident, "", "", "", pending, 0))
+        skip, want_stat, leave_out = policy.skip, policy.stat, policy.leave_out
+        listings, files = policy.listings, policy.files
+        # One generator, its helpers plain calls: a step costs one resume, not one per level.
         try:
-            if self.policy.listings:
+            if listings:
                 listed = Step(LISTED, self.top_fd, "", "")
                 listed.entries = pending
                 yield listed
-            policy = self.policy
-            skip, want_stat, special_only = policy.skip, policy.stat, policy.special_only
+                if not files:
+                    _only_directories(pending)
             while frames:
                 frame = frames[-1]
                 pending, dir_fd, base = frame.pending, frame.fd, frame.base
                 assert dir_fd is not None
                 while pending:
-                    # Files and links are handed over here; a directory goes to `_directory`.
                     item = pending.pop()
                     if isinstance(item, str):
                         name, entry = item, None
                     else:
                         name, entry = item.name, item
                     rel = base + name
-                    if skip is not None and skip(rel):
+                    if rel in leave_out or (skip is not None and skip(rel)):
                         continue
                     st: os.stat_result | None = None
                     if want_stat or entry is None:
@@ -314,46 +321,128 @@ class Walk:
                             self._failed(rel, exc)
                             continue
                         entry = None
-                        mode = st.st_mode
-                        if not stat.S_ISDIR(mode):
-                            if not (special_only and (stat.S_ISREG(mode) or stat.S_ISLNK(mode))):
-                                yield Step(ENTRY, dir_fd, name, rel, None, st)
+                        if not stat.S_ISDIR(st.st_mode):
+                            yield Step(ENTRY, dir_fd, name, rel, None, st)
                             continue
                     elif not entry.is_dir(follow_symlinks=False):
-                        if not (
-                            special_only
-                            and (entry.is_file(follow_symlinks=False) or entry.is_symlink())
-                        ):
-                            yield Step(ENTRY, dir_fd, name, rel, entry)
+                        yield Step(ENTRY, dir_fd, name, rel, entry)
                         continue
-                    yield from self._directory(frame, name, rel, entry, st)
-                    break  # a new frame, or the same one to go on with
-                if pending or frames[-1] is not frame:
-                    continue
-                if len(frames) == 1:
-                    return
-                frames.pop()
-                parent = frames[-1]
-                if parent.fd is None:
+                    opened = self._open(frame, name, rel)
+                    if opened is None:
+                        continue
+                    sub, ident = opened
+                    if sub < 0:
+                        yield Step(MOUNT, dir_fd, name, rel, entry, st)
+                        continue
+                    step = Step(ENTRY, dir_fd, name, rel, entry, st, sub)
+                    step.enter = True
                     try:
-                        self._reopen(parent, frame)
-                    except Moved as exc:
-                        if self.policy.errors is None:
-                            raise
-                        self.policy.errors(parent.rel, exc)
+                        yield step
+                    except BaseException:
+                        os.close(sub)
+                        raise
+                    if not step.enter:
+                        os.close(sub)
+                        continue
+                    below = self._push(sub, ident, name, rel)
+                    if below is None:
+                        continue
+                    if listings:
+                        listed = Step(LISTED, sub, name, rel)
+                        listed.entries = below
+                        yield listed
+                        if not files:
+                            _only_directories(below)
+                    break  # on with the new frame
+                else:
+                    if len(frames) == 1:
                         return
-                assert parent.fd is not None and frame.fd is not None
-                os.close(frame.fd)
-                frame.fd = None
-                if self.policy.leave:
-                    step = Step(LEAVE, parent.fd, frame.name, frame.rel)
-                    step.held = self._held > frame.held_before
-                    yield step
+                    leave = self._pop(policy.leave)
+                    if leave is False:
+                        return
+                    if leave is not True:
+                        yield leave
         finally:
             for frame in frames[1:]:
                 if frame.fd is not None:
                     os.close(frame.fd)
             frames.clear()
+
+    def _open(self, frame: _Frame, name: str, rel: str) -> tuple[int, tuple[int, int]] | None:
+        """The subdirectory `name` of `frame`, opened, and its identity; -1 for one on another
+        mount; None when there is nothing to walk (gone, swapped and to look at again, an
+        error the caller's `errors` took)."""
+        dir_fd = frame.fd
+        assert dir_fd is not None
+        try:
+            sub = self.policy.open(name, dir_fd)
+        except OtherMount:
+            self._held += 1
+            return -1, (0, 0)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                frame.pending.append(name)  # swapped for a link or a file: look again
+                return None
+            self._failed(rel, exc)
+            return None
+        try:
+            st = os.fstat(sub)
+            other = st.st_dev != self.dev or (self.policy.mount_ids and mount_id(sub) != self.mount)
+        except BaseException:
+            os.close(sub)
+            raise
+        if other:
+            os.close(sub)
+            self._held += 1
+            return -1, (0, 0)
+        return sub, (st.st_dev, st.st_ino)
+
+    def _push(
+        self, sub: int, ident: tuple[int, int], name: str, rel: str
+    ) -> list[os.DirEntry[str] | str] | None:
+        """List the opened directory `sub` and make it the current frame (its listing; None
+        when it could not be listed and the caller's `errors` took that)."""
+        try:
+            pending = self._list(sub)
+        except OSError as exc:
+            os.close(sub)
+            self._failed(rel, exc)
+            return None
+        except BaseException:
+            os.close(sub)
+            raise
+        frames = self._frames
+        frames.append(_Frame(sub, ident, rel, rel + "/", name, pending, self._held))
+        oldest = frames[len(frames) - WINDOW] if len(frames) > WINDOW else None
+        if oldest is not None and oldest.fd is not None:
+            os.close(oldest.fd)
+            oldest.fd = None
+        return pending
+
+    def _pop(self, leave: bool) -> Step | bool:
+        """Close the current frame, its parent open again: its LEAVE step (with `leave`), True
+        (without), or False when the parent was moved and the caller's `errors` took that."""
+        frames = self._frames
+        frame = frames.pop()
+        parent = frames[-1]
+        if parent.fd is None:
+            try:
+                self._reopen(parent, frame)
+            except Moved as exc:
+                if self.policy.errors is None:
+                    raise
+                self.policy.errors(parent.rel, exc)
+                return False
+        assert parent.fd is not None and frame.fd is not None
+        os.close(frame.fd)
+        frame.fd = None
+        if not leave:
+            return True
+        step = Step(LEAVE, parent.fd, frame.name, frame.rel)
+        step.held = self._held > frame.held_before
+        return step
 
     def _reopen(self, parent: _Frame, child: _Frame) -> None:
         """Open `parent` again through `..` of its child, as the same directory."""
@@ -371,66 +460,7 @@ class Walk:
         # listed with, which is closed: from here on they are looked up by name.
         parent.pending = [e if isinstance(e, str) else e.name for e in parent.pending]
 
-    def _directory(
-        self,
-        frame: _Frame,
-        name: str,
-        rel: str,
-        entry: os.DirEntry[str] | None,
-        st: os.stat_result | None,
-    ) -> Iterator[Step]:
-        """Open the directory `name` of `frame`, hand it over, and push it as a new frame."""
-        policy = self.policy
-        dir_fd = frame.fd
-        assert dir_fd is not None
-        try:
-            sub = policy.open(name, dir_fd)
-        except OtherMount:
-            self._held += 1
-            yield Step(MOUNT, dir_fd, name, rel, entry, st)
-            return
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                frame.pending.append(name)  # swapped for a link or a file: look again
-                return
-            self._failed(rel, exc)
-            return
-        try:
-            sst = os.fstat(sub)
-            other = sst.st_dev != self.dev or (policy.mount_ids and mount_id(sub) != self.mount)
-        except BaseException:
-            os.close(sub)
-            raise
-        if other:
-            os.close(sub)
-            self._held += 1
-            yield Step(MOUNT, dir_fd, name, rel, entry, st)
-            return
-        step = Step(ENTRY, dir_fd, name, rel, entry, st, sub)
-        step.enter = True
-        try:
-            yield step
-            if not step.enter:
-                os.close(sub)
-                return
-            pending = self._list(sub)
-        except OSError as exc:
-            os.close(sub)
-            self._failed(rel, exc)
-            return
-        except BaseException:
-            os.close(sub)
-            raise
-        frames = self._frames
-        ident = (sst.st_dev, sst.st_ino)
-        frames.append(_Frame(sub, ident, rel, rel + "/", name, pending, self._held))
-        oldest = len(frames) - WINDOW
-        if oldest >= 1 and frames[oldest].fd is not None:
-            os.close(frames[oldest].fd)  # type: ignore[arg-type]
-            frames[oldest].fd = None
-        if policy.listings:
-            listed = Step(LISTED, sub, name, rel)
-            listed.entries = pending
-            yield listed
+
+def _only_directories(pending: list[os.DirEntry[str] | str]) -> None:
+    """Keep, of a listing the caller has read, what the walk goes into."""
+    pending[:] = [e for e in pending if isinstance(e, str) or e.is_dir(follow_symlinks=False)]
