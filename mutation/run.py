@@ -246,6 +246,18 @@ SCOPES = [
     # The one atomic write (the markers, the boot anchor, the hosts file): real files, a full
     # tmpfs, a failing fsync, in-process.
     Scope("daemon/xumd/system/atomicfile.py", ["tests/system/test_atomicfile.py"]),
+    # The one tree walk by descriptor (deletion, copies, usage, the proof): real trees past
+    # PATH_MAX and its descriptor window, swaps, a moved ancestor, special files, an unreadable
+    # directory, mounts; then its callers' module tests, in-process.
+    Scope(
+        "daemon/xumd/system/walk.py",
+        [
+            "tests/system/test_walk.py",
+            "tests/system/test_fsdelete.py",
+            "tests/system/test_fscopy.py",
+            "tests/system/test_fscopy_mounts.py",
+        ],
+    ),
     # The copy primitive (archive store, preserved and ignored files): in-process tests of the
     # copy itself, its callers' plans (seed) and the snapshot's use of it; real FIFOs, holes,
     # mounts, a full filesystem. The daemon tests of test_ignored_copy.py take minutes a mutant.

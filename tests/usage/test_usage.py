@@ -4,6 +4,7 @@ links, a mount inside a checkout, a real daemon."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -13,10 +14,11 @@ import pytest
 from xumd.usage import walk
 
 from tests.cli.test_workspace import xum, xum_json
-from tests.support.daemon import DaemonProcess
+from tests.support.daemon import DaemonProcess, short_tmpdir
 from tests.support.gitrepo import make_repo
 from tests.support.holds import hold_env, release, wait_held
 from tests.support.lifecycle_helpers import add_project, create, rpc_error
+from tests.support.otheruser import as_nobody
 from tests.support.tmpfs import tmpfs
 
 MIB = 1 << 20
@@ -202,6 +204,31 @@ def test_checkout_swapped_for_a_symlink_is_not_followed(
     path.symlink_to(elsewhere)
     [entry] = daemon.call("workspace.usage", {"workspace_id": ws["id"]})["workspaces"]
     assert entry["usage"] is None
+
+
+def test_walk_of_a_directory_it_cannot_read_is_a_lower_bound() -> None:
+    """As another user (root reads a mode-000 directory): what can be read is counted, and the
+    figures say they are a lower bound, naming the directory that could not be read."""
+    top = short_tmpdir()  # (pytest's tmp_path is 0700: `nobody` could not enter it)
+    top.chmod(0o755)
+    (top / "closed").mkdir()
+    (top / "closed" / "hidden").write_bytes(b"x" * 8192)
+    (top / "open").mkdir()
+    (top / "open" / "seen").write_bytes(b"x" * 8192)
+    os.chmod(top / "closed", 0)
+    try:
+
+        def figures() -> tuple[int, bool, str | None]:
+            found = walk.walk(str(top), time.monotonic() + 30)
+            return found.files, found.complete, found.error
+
+        files, complete, error = as_nobody(figures)
+    finally:
+        os.chmod(top / "closed", 0o755)
+        shutil.rmtree(top)
+    assert files == 1  # open/seen
+    assert not complete
+    assert error == "closed: Permission denied"
 
 
 def test_walk_of_a_symlinked_top_walks_nothing(tmp_short: Path) -> None:
