@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from xum_protocol import discovery, framing
 from xum_protocol.models.daemon import DaemonStatusResult, HelloResult, ShutdownResult
 from xum_protocol.models.events import EVENT_NOTIFICATION, Event, SubscribeResult
+from xum_protocol.request_keys import FIELD
 
 from xum_client.errors import (
     ClientTimeout,
@@ -44,6 +45,7 @@ from xum_client.sync import (
     client_root,
     hello_params,
     release_context,
+    with_request_key,
 )
 
 if TYPE_CHECKING:
@@ -112,10 +114,17 @@ class AsyncClient:
         client_name: str = "xum-client",
         host: str | None = None,
         check_version: bool = True,
+        retry_lost: bool = True,
     ) -> None:
         """`host`: a name from the hosts file (docs/HOSTS.md): the daemon on that machine,
-        reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's."""
+        reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's.
+        `retry_lost`: a mutating call whose connection was lost after it was sent is sent
+        again once, with its request key, on a new connection (the sync client's rule)."""
         self.host = host
+        self.retry_lost = retry_lost
+        self._generation = 0
+        """Counts the connections opened: a lost one is reopened once, by its first caller."""
+        self._reopen_lock = anyio.Lock()
         self._host_entry: HostEntry | None = None
         self._link: SshLink | None = None
         if host is not None:
@@ -273,6 +282,23 @@ class AsyncClient:
         except OSError as exc:
             self._fail_pending(f"connection error: {exc}")
 
+    async def _reopen(self, generation: int) -> None:
+        """A new connection in place of the lost one (`generation`), unless another call
+        opened it already."""
+        async with self._reopen_lock:
+            if self._generation != generation:
+                return
+            await self.aclose()
+            self._lost = None
+            self._peer_ended = False
+            self._noise = None
+            self._link = None
+            self._notify_send, self._notify_receive = anyio.create_memory_object_stream[
+                dict[str, Any]
+            ](NOTIFICATION_BUFFER)
+            await self.__aenter__()
+            self._generation += 1
+
     # -- calls -----------------------------------------------------------------------------
 
     async def call(
@@ -282,7 +308,37 @@ class AsyncClient:
         *,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """Call `method`; returns its result object or raises the typed error."""
+        """Call `method`; returns its result object or raises the typed error. A mutating
+        call carries a request key (the caller's, else a new one) and is sent again once
+        on a new connection when its answer was lost after it was sent (`Client.call`)."""
+        plain: dict[str, Any] | list[Any] | None = (
+            dict(params)
+            if isinstance(params, Mapping)
+            else None
+            if params is None
+            else list(params)
+        )
+        keyed = with_request_key(method, plain)
+        generation = self._generation
+        try:
+            return await self._call_once(method, keyed, timeout=timeout)
+        except ConnectionLost as lost:
+            if not (self.retry_lost and lost.sent and isinstance(keyed, dict) and FIELD in keyed):
+                raise
+            first = lost
+        try:
+            await self._reopen(generation)
+        except (XumClientError, OSError):
+            raise first from None  # no daemon to ask again: the outcome stays unknown
+        return await self._call_once(method, keyed, timeout=timeout)
+
+    async def _call_once(
+        self,
+        method: str,
+        params: Mapping[str, Any] | Sequence[Any] | None,
+        *,
+        timeout: float | None,
+    ) -> dict[str, Any]:
         if self._stream is None or self._tg is None:
             raise XumClientError("not connected: use `async with AsyncClient(...)`")
         if self._lost:
@@ -321,7 +377,7 @@ class AsyncClient:
                     # Only the handshake went out: ssh's status says why (no host, no key, no
                     # xum, no daemon), and nothing ran there.
                     raise await anyio.to_thread.run_sync(self._link.failure)
-                raise await anyio.to_thread.run_sync(self._link.lost, method, params)
+                raise await anyio.to_thread.run_sync(self._link.lost, method, params, True)
             raise ConnectionLost.during(method, True, self._lost or "the connection was lost")
         return check_reply(pending.reply, request_id)
 

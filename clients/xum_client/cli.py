@@ -166,6 +166,13 @@ class XumGroup(click.Group):
     "--root and --socket then name the host's.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--request-key",
+    help="Name the command's first mutating call (letters, digits, '._:-', up to 128): the "
+    "same command run again with the same key within 24 h is answered that call's outcome "
+    "instead of doing it twice. Default: a new key, reused by the CLI's own retry after a "
+    "lost connection.",
+)
 @click.version_option(CLIENT_VERSION, prog_name="xum")
 @click.pass_context
 def cli(
@@ -173,10 +180,19 @@ def cli(
     root: str | None,
     socket_path: str | None,
     host: str | None,
+    *,
     as_json: bool,
+    request_key: str | None,
 ) -> None:
     """xum: talk to the workspace lifecycle daemon (xumd)."""
-    ctx.obj = Ctx(root, as_json, socket_path, host or os.environ.get("XUM_HOST") or None)
+    if request_key is not None:
+        from xum_protocol.request_keys import problem
+
+        why = problem(request_key)
+        if why is not None:
+            raise click.BadParameter(why, param_hint="--request-key")
+    host = host or os.environ.get("XUM_HOST") or None
+    ctx.obj = Ctx(root, as_json, socket_path, host, request_key)
 
 
 @cli.command("socket")

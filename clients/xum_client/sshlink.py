@@ -201,7 +201,7 @@ class SshLink:
             detail=text,
         )
 
-    def lost(self, method: str | None, params: Any) -> ConnectionLost:
+    def lost(self, method: str | None, params: Any, sent: bool | None = None) -> ConnectionLost:
         """The error for the link ending after the daemon answered: for a call in flight
         (`method`) its outcome is unknown; with no call in flight (None: a stream of events
         being read) it says only where and why. Either way it carries ssh's status."""
@@ -218,7 +218,7 @@ class SshLink:
                 f"`{how_to_look(self.entry.name, method, params)}`"
             )
         return ConnectionLost(
-            message, host=self.entry.name, method=method, status=status, detail=detail
+            message, host=self.entry.name, method=method, sent=sent, status=status, detail=detail
         )
 
     def close(self) -> None:

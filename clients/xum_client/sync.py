@@ -11,6 +11,7 @@ import itertools
 import json
 import re
 import socket
+import uuid
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from xum_protocol import discovery
+from xum_protocol.method_names import MUTATING
+from xum_protocol.request_keys import FIELD
 from xum_protocol.version import PROTOCOL_VERSION
 
 from xum_client.errors import (
@@ -50,6 +53,19 @@ def encode(message: Any) -> bytes:
 
 def decode(line: bytes) -> Any:
     return json.loads(line)
+
+
+def with_request_key(
+    method: str, params: dict[str, Any] | list[Any] | None, key: str | None = None
+) -> dict[str, Any] | list[Any] | None:
+    """`params` of a mutating method with a request key (`key`, else a new uuid4): the same
+    object when the method is a read, the params are positional, or they name the call
+    already."""
+    if method not in MUTATING or isinstance(params, list):
+        return params
+    if params is not None and FIELD in params:
+        return params
+    return {**(params or {}), FIELD: key or uuid.uuid4().hex}
 
 
 def default_root() -> Path:
@@ -165,22 +181,41 @@ class Client:
         client_name: str = "xum-client",
         host: str | None = None,
         check_version: bool = True,
+        retry_lost: bool = True,
+        request_key: str | None = None,
     ) -> None:
         """`host`: a name from the hosts file (docs/HOSTS.md): the daemon on that machine,
         reached through `ssh ... xum bridge`; `root` and `socket_path` then name the host's.
         `check_version`: after `hello`, refuse (VersionMismatch) a daemon of another xum
-        major.minor; off only for what must reach any daemon (`xum daemon status|stop`)."""
+        major.minor; off only for what must reach any daemon (`xum daemon status|stop`).
+        `retry_lost`: a mutating call whose connection was lost after it was sent is sent
+        again once, with its request key, on a new connection (docs/PROTOCOL.md, "Request
+        keys"): the daemon answers the first call's outcome instead of doing it twice.
+        `request_key`: the key of the first mutating call made (the CLI's `--request-key`),
+        so that running the same command again is answered that call's outcome."""
         self.host = host
+        self.retry_lost = retry_lost
+        self._request_key = request_key
+        self._args = (root, socket_path, timeout)
         self._link: SshLink | None = None
+        self._ids = itertools.count(1)
+        self.notifications: deque[dict[str, Any]] = deque()
+        self.server: dict[str, Any] | None = None
+        self._client_name = client_name
+        self._open(handshake=handshake, check_version=check_version)
+
+    def _open(self, *, handshake: bool, check_version: bool) -> None:
+        """Connect (locally or through the host's ssh) and shake hands."""
+        root, socket_path, timeout = self._args
         self._peer_ended = False
         self._timed_out: str | None = None
         """Set once a read or write timed out: the stream may hold half a message (and the
         socket's file refuses to read again), so the connection is done (`_usable`)."""
-        if host is not None:
+        if self.host is not None:
             from xum_client.hosts import get_host
             from xum_client.sshlink import SshLink
 
-            entry = get_host(host)
+            entry = get_host(self.host)
             self._link = SshLink(
                 entry,
                 root=str(root) if root is not None else None,
@@ -196,14 +231,11 @@ class Client:
             self.socket_path = str(choice.path)
             self._sock = connect_unix(self.socket_path, self.root, timeout)
         self._file = self._sock.makefile("rb")
-        self._ids = itertools.count(1)
-        self.notifications: deque[dict[str, Any]] = deque()
-        self.server: dict[str, Any] | None = None
         if handshake:
             try:
-                self.server = self.call("hello", hello_params(client_name))
+                self.server = self.call("hello", hello_params(self._client_name))
                 if check_version:
-                    check_release(self.server, *release_context(self.root, host))
+                    check_release(self.server, *release_context(self.root, self.host))
             except BaseException:
                 self.close()
                 raise
@@ -218,17 +250,38 @@ class Client:
         return self._link.pid if self._link is not None else None
 
     def call(self, method: str, params: dict[str, Any] | list[Any] | None = None) -> dict[str, Any]:
-        """Call `method`; returns its result object or raises the typed error."""
+        """Call `method`; returns its result object or raises the typed error. A mutating
+        call is named by a request key (the caller's `request_key` in `params`, else a new
+        one), so that when its answer is lost after it was sent (`ConnectionLost`, `sent`) it
+        is sent again once on a new connection and answered the first outcome."""
+        given = None
+        if self._request_key is not None and method in MUTATING:
+            given, self._request_key = self._request_key, None
+        keyed = with_request_key(method, params, given)
+        try:
+            return self._call_once(method, keyed)
+        except ConnectionLost as lost:
+            if not (self.retry_lost and lost.sent and isinstance(keyed, dict) and FIELD in keyed):
+                raise
+            first = lost
+        try:
+            self.close()
+            self._open(handshake=self.server is not None, check_version=False)
+        except (XumClientError, OSError):
+            raise first from None  # no daemon to ask again: the outcome stays unknown
+        return self._call_once(method, keyed)
+
+    def _call_once(self, method: str, params: dict[str, Any] | list[Any] | None) -> dict[str, Any]:
         try:
             return self._call(method, params)
-        except ConnectionLost:
+        except ConnectionLost as exc:
             if self._link is None or not self._peer_ended:
                 raise
             if self.server is None and method == "hello":
                 # Nothing but the handshake went out: ssh's status says why (no host, no key,
                 # no xum, no daemon), and nothing ran there.
                 raise self._link.failure() from None
-            raise self._link.lost(method, params) from None
+            raise self._link.lost(method, params, sent=exc.sent) from None
         except ClientTimeout as exc:
             if self._link is None:
                 raise
@@ -352,6 +405,7 @@ class Client:
             self._sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        """Idempotent: a retry closes the lost connection before opening a new one."""
         self._file.close()
         self._sock.close()
         if self._link is not None:

@@ -23,9 +23,17 @@ class Ctx:
     """What every command gets with `@click.pass_obj`."""
 
     def __init__(
-        self, root: str | None, as_json: bool, socket: str | None = None, host: str | None = None
+        self,
+        root: str | None,
+        as_json: bool,
+        socket: str | None = None,
+        host: str | None = None,
+        request_key: str | None = None,
     ) -> None:
         self.host = host
+        self.request_key = request_key
+        """--request-key: names the command's first mutating call (docs/PROTOCOL.md, "Request
+        keys"); None: a new key per call (the client's own retry reuses it)."""
         """--host, else XUM_HOST: the daemon on that host (docs/HOSTS.md); None: this machine."""
         self.root = root
         """--root as given on the command line (XUM_ROOT is read by the discovery rule)."""
@@ -41,6 +49,7 @@ class Ctx:
         kwargs.setdefault("client_name", "xum-cli")
         kwargs.setdefault("socket_path", self.socket)
         kwargs.setdefault("host", self.host)
+        kwargs.setdefault("request_key", self.request_key)
         return Client(self.root, **kwargs)
 
     def require_local(self, what: str) -> None:
