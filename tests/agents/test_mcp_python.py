@@ -15,9 +15,11 @@ import mcp_types as types
 import pytest
 from mcp import MCPError
 from xum_protocol.methods import METHODS
+from xum_protocol.request_keys import json_schema
 
-from tests.agents.mcp_support import agent, list_changed, updated
-from tests.support.daemon import DaemonProcess, serve
+from tests.agents.mcp_support import agent, agent_with, list_changed, updated
+from tests.support.cutproxy import CuttingProxy
+from tests.support.daemon import DaemonProcess, serve, short_tmpdir
 from tests.support.gitrepo import make_repo
 from tests.support.lifecycle_helpers import add_project
 
@@ -75,12 +77,31 @@ async def test_tools_are_the_protocols_methods(mcp_daemon: DaemonProcess) -> Non
     assert set(METHOD_TOOLS) | {"run_command", "current_workspace"} == set(listed)
     for name, method in METHOD_TOOLS.items():
         spec = METHODS[method]
-        assert listed[name].input_schema == spec.params.model_json_schema(), name
+        wanted = spec.params.model_json_schema()
+        if spec.mutating:  # an agent may name its call for a safe retry of its own
+            properties = {**wanted.get("properties", {}), "request_key": json_schema()}
+            wanted = {**wanted, "properties": properties}
+        assert listed[name].input_schema == wanted, name
         assert listed[name].output_schema == spec.result.model_json_schema(), name
     for name, tool in listed.items():
         assert tool.annotations is not None
         assert tool.annotations.destructive_hint is (name in DESTRUCTIVE), name
     assert listed["list_workspaces"].annotations.read_only_hint is True  # type: ignore[union-attr]
+
+
+async def test_a_create_whose_answer_was_lost_is_retried_with_its_key(
+    mcp_daemon: DaemonProcess, project: dict[str, Any]
+) -> None:
+    """The MCP server's connection to the daemon is cut right after it sent the create: it
+    sends it again with the same request key and the agent gets the one workspace made."""
+    where = short_tmpdir("xmp-")
+    proxy = CuttingProxy(where / "p.sock", mcp_daemon.socket_path, b"workspace.create")
+    with proxy:
+        async with agent_with(["--socket", str(proxy.listen), "mcp"]) as a:
+            made = await a.ok("create_workspace", {"project_id": project["id"], "name": "cut"})
+    assert proxy.cut.is_set()
+    listed = mcp_daemon.call("workspace.list")["workspaces"]
+    assert [w["id"] for w in listed if w["name"] == "cut"] == [made["workspace"]["id"]]
 
 
 async def test_archive_with_uncommitted_work_busy_then_cleanup(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, create_model
+from xum_protocol.method_names import MUTATING
 from xum_protocol.methods import METHODS
 from xum_protocol.models.base import Params, Result
 from xum_protocol.models.daemon import EmptyParams
@@ -27,6 +28,7 @@ from xum_protocol.models.process import (
     WaitParams,
 )
 from xum_protocol.models.workspace import WorkspaceInfo
+from xum_protocol.request_keys import FIELD, json_schema
 
 from xum_client.errors import (
     ClientTimeout,
@@ -101,7 +103,14 @@ class Tool:
     """The call's deadline when longer than the client's default (scripts run in it)."""
 
     def input_schema(self) -> dict[str, Any]:
-        return self.params.model_json_schema()
+        """The params' schema; a mutating method's tool takes a `request_key` too: an agent
+        that names its call retries it safely (the same key: the first call's outcome). Without
+        one the client names it, and its own retry after a lost connection reuses that."""
+        schema: dict[str, Any] = self.params.model_json_schema()
+        if self.method in MUTATING:
+            properties = {**schema.get("properties", {}), FIELD: json_schema()}
+            schema = {**schema, "properties": properties}
+        return schema
 
     def output_schema(self) -> dict[str, Any]:
         return self.result.model_json_schema()
