@@ -46,6 +46,7 @@ def build_schema() -> dict[str, Any]:
         spec = METHODS[name]
         methods[name] = {
             "summary": spec.summary,
+            "mutating": spec.mutating,
             "params": _params(spec, read),
             "result": spec.result.model_json_schema(mode="serialization"),
         }

@@ -274,7 +274,7 @@ class Generator {
       const base = pascal(method);
       const params = this.registerRoot(spec.params ?? { type: "object" }, `${base}Params`, method);
       const result = this.registerRoot(spec.result ?? { type: "object" }, `${base}Result`, method);
-      this.methods.push({ method, params, result, summary: spec.summary });
+      this.methods.push({ method, params, result, summary: spec.summary, mutating: spec.mutating === true });
     }
     const notification = s.notifications?.event;
     let eventName = null;
@@ -323,6 +323,12 @@ class Generator {
     out += "export const METHOD_NAMES: readonly MethodName[] = [\n";
     for (const m of [...this.methods].sort((a, b) => a.method.localeCompare(b.method))) {
       out += `  ${JSON.stringify(m.method)},\n`;
+    }
+    out += "];\n\n";
+    out += "/** The methods that change what the daemon holds: their params take a `request_key`. */\n";
+    out += "export const MUTATING_METHODS: readonly MethodName[] = [\n";
+    for (const m of [...this.methods].sort((a, b) => a.method.localeCompare(b.method))) {
+      if (m.mutating) out += `  ${JSON.stringify(m.method)},\n`;
     }
     out += "];\n\n";
 

@@ -3,14 +3,18 @@
 // - `hello` on every (re)connection; the answer is `client.server`.
 // - Requests carry ids and run concurrently; each has its own timeout. Answers are matched by id.
 // - When the connection breaks, the calls in flight fail with `ConnectionLost` (they may or may
-//   not have run: they are never re-sent behind the caller's back), and the client reconnects
-//   with exponential backoff. A call made while disconnected waits for the reconnection, within
-//   its own timeout.
+//   not have run), and the client reconnects with exponential backoff. A call made while
+//   disconnected waits for the reconnection, within its own timeout. The one exception: a
+//   mutating call carries a request key (the caller's `request_key`, else a new one), and when
+//   its answer was lost after it was sent it is sent once more with that key, within its
+//   timeout: the daemon answers the first call's outcome instead of doing it twice
+//   (docs/PROTOCOL.md, "Request keys"; `retryLost: false` turns it off).
 // - An event subscription survives reconnects: the client resubscribes with the last `seq` and
 //   `epoch` it saw, so the daemon replays what was missed; when it cannot (`resync_required`, or
 //   another daemon run), the new snapshot is delivered as a `snapshot` and the stream goes on.
 //   A position saved by an earlier process resumes the same way (`subscribe({ resumeFrom })`).
 
+import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { createConnection, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
@@ -31,6 +35,7 @@ import {
 import { encodeFrame, FrameTooLong, LineDecoder } from "./framing.js";
 import { DEFAULT_PAGE } from "./paging.js";
 import {
+  MUTATING_METHODS,
   PROTOCOL_VERSION,
   type HelloResult,
   type MethodName,
@@ -116,6 +121,12 @@ export interface ClientOptions {
   checkVersion?: boolean;
   /** Longest frame accepted from the daemon, bytes (default 64 MiB). */
   maxFrameBytes?: number;
+  /**
+   * Send a mutating call once more, with its request key, when its answer was lost after it was
+   * sent (`ConnectionLost` with `sent`): the daemon answers the first call's outcome (default:
+   * on). Off: such a call fails with that `ConnectionLost`.
+   */
+  retryLost?: boolean;
   /**
    * Bytes of requests queued to a daemon that is not reading them, beyond which a call fails at
    * once with `Backpressure` instead of queueing more (default 16 MiB).
@@ -410,6 +421,18 @@ function isPosition(value: unknown): value is Position {
   return typeof epoch === "string" && epoch !== "" && Number.isSafeInteger(seq) && (seq as number) >= 0;
 }
 
+const MUTATING: ReadonlySet<string> = new Set(MUTATING_METHODS);
+
+/**
+ * `params` of a mutating method with a request key (a new one unless they hold one already): a
+ * new object, or `params` itself when the method is a read or they are not an object.
+ */
+export function withRequestKey(method: string, params: unknown): unknown {
+  if (!MUTATING.has(method) || params === null || typeof params !== "object" || Array.isArray(params)) return params;
+  const given = params as Record<string, unknown>;
+  return { ...given, request_key: typeof given["request_key"] === "string" ? given["request_key"] : randomUUID() };
+}
+
 /** The connection was dropped because the daemon sent a frame over the client's cap. */
 class FrameTooLongLost extends ConnectionLost {}
 
@@ -493,6 +516,7 @@ export class XumClient extends EventEmitter<ClientEvents> {
       maxFrameBytes: options.maxFrameBytes ?? 64 * 1024 * 1024,
       maxQueuedBytes: options.maxQueuedBytes ?? 16 * 1024 * 1024,
       checkVersion: options.checkVersion ?? true,
+      retryLost: options.retryLost ?? true,
     };
     const reconnect = options.reconnect ?? true;
     this.backoff =
@@ -582,10 +606,28 @@ export class XumClient extends EventEmitter<ClientEvents> {
     return (await this.callRaw(method, params ?? {}, options)) as unknown as Result<M>;
   }
 
-  /** An untyped call, for methods newer than this client's generated types. */
+  /**
+   * An untyped call, for methods newer than this client's generated types. A mutating call is
+   * named by a request key and sent once more after a lost answer (see the top of this file).
+   */
   async callRaw(method: string, params?: unknown, options: CallOptions = {}): Promise<Record<string, unknown>> {
     const timeoutMs = options.timeoutMs ?? this.options.timeoutMs;
     const deadline = Date.now() + timeoutMs;
+    const keyed = withRequestKey(method, params);
+    try {
+      return await this.callOnce(method, keyed, deadline);
+    } catch (err) {
+      const again = this.options.retryLost && keyed !== params && err instanceof ConnectionLost && err.sent === true;
+      if (!again || Date.now() >= deadline) throw err;
+      return this.callOnce(method, keyed, deadline).catch((later: unknown) => {
+        // No daemon to ask again: the first call's outcome stays unknown, as it said.
+        throw later instanceof DaemonNotRunning ? err : later;
+      });
+    }
+  }
+
+  private async callOnce(method: string, params: unknown, deadline: number): Promise<Record<string, unknown>> {
+    const timeoutMs = Math.max(1, deadline - Date.now());
     if (this.state !== "connected") {
       if (this.state === "idle") this.start();
       await this.waitConnected(timeoutMs).catch((err: unknown) => {

@@ -11,6 +11,7 @@ export {
   CLIENT_VERSION,
   checkRelease,
   releaseLine,
+  withRequestKey,
   type CallArgs,
   type CallOptions,
   type ClientEvents,

@@ -2370,6 +2370,35 @@ export const METHOD_NAMES: readonly MethodName[] = [
   "workspace.usage",
 ];
 
+/** The methods that change what the daemon holds: their params take a `request_key`. */
+export const MUTATING_METHODS: readonly MethodName[] = [
+  "cleanup.retry",
+  "gc.run",
+  "lease.acquire",
+  "lease.release",
+  "process.background",
+  "process.release_all",
+  "process.resize",
+  "process.signal",
+  "process.spawn",
+  "process.stop",
+  "process.write",
+  "project.add",
+  "project.remove",
+  "project.trust",
+  "turn.create",
+  "turn.end",
+  "workspace.archive",
+  "workspace.create",
+  "workspace.discard_kept",
+  "workspace.keep",
+  "workspace.reallocate_ports",
+  "workspace.remove",
+  "workspace.rename",
+  "workspace.setup",
+  "workspace.unarchive",
+];
+
 /** Every event type and its `data`. */
 export interface EventDataMap {
   /** A cleanup obligation was planned, attempted, completed, abandoned or failed. */
