@@ -53,14 +53,18 @@ def drive_create(world: World, point: str) -> Run:
     world.start(point)
     world.add_project()
     before = Before(branches=branches(world.repo))
-    world.expect_killed("workspace.create", {"project_id": world.project_id, "name": "a"})
+    params = {"project_id": world.project_id, "name": "a", "request_key": "crash-create-a"}
+    world.expect_killed("workspace.create", params)
 
     def finish(w: World) -> None:
         found = [x for x in w.workspaces() if x["name"] == "a"]
-        if not found:
-            _ok(w, "workspace.create", {"project_id": w.project_id, "name": "a"})
-        else:
+        # The same call again, with its key: answered as the disk has it (the workspace the
+        # first one made, or a create now when recovery took it back), never a second one.
+        made = _ok(w, "workspace.create", params)
+        if found:
             assert found[0]["state"] == "active", found[0]
+            assert made["workspace"]["id"] == found[0]["id"], (made, found)
+        assert [x["id"] for x in w.workspaces() if x["name"] == "a"] == [made["workspace"]["id"]]
         _ok(w, "workspace.archive", {"workspace_id": _id_of(w, "a")})
 
     return Run(before, None, finish, {})
@@ -77,13 +81,15 @@ def drive_archive(world: World, point: str) -> Run:
     world.start(point)
     world.add_project()
     ws, before = _dirty_workspace(world)
-    world.expect_killed("workspace.archive", {"workspace_id": ws["id"]})
+    params = {"workspace_id": ws["id"], "request_key": "crash-archive-a"}
+    world.expect_killed("workspace.archive", params)
 
     def finish(w: World) -> None:
-        current = w.ws(ws["id"])
-        assert current is not None
-        if current["state"] == "active":
-            _ok(w, "workspace.archive", {"workspace_id": ws["id"]})
+        # The same call again, with its key: the archive the first one committed, or an
+        # archive now when it committed nothing (never `invalid_state` for its own archive).
+        archived = _ok(w, "workspace.archive", params)
+        assert archived["workspace"]["id"] == ws["id"], archived
+        assert archived["workspace"]["state"] == "archived", archived
         _ensure_active(w, ws["id"])
 
     return Run(before, ws["id"], finish, {})
