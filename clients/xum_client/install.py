@@ -64,6 +64,9 @@ def install(
             "journalctl --user -u xumd.service -f    # the daemon's log",
         ]
     if not dry_run:
+        if platform == "darwin":
+            # launchd binds ROOT/xumd.sock before xumd first runs: the root must exist, private.
+            Path(real_root).mkdir(mode=0o700, parents=True, exist_ok=True)
         for path, text in files.items():
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(text)

@@ -27,6 +27,10 @@ REPO_LAUNCHD_HOME = "/Users/USERNAME"
 STOP_TIMEOUT_S = 90
 """Above the daemon's own bounded shutdown (grace + drains), so systemd never cuts it short."""
 WATCHDOG_S = 30
+LAUNCHD_SOCKET = "Listeners"
+"""The key of the socket in the plist's `Sockets`: the name xumd passes to launch_activate_socket
+(`xumd.rpc.server.LAUNCHD_SOCKET`, which a test holds equal)."""
+SOCKET_MODE = 0o600
 
 
 def literal(path: str) -> str:
@@ -118,6 +122,7 @@ def render_launchd(
     root: str = f"{REPO_LAUNCHD_HOME}/.local/state/xum",
     log: str = f"{REPO_LAUNCHD_HOME}/Library/Logs/xumd.log",
 ) -> str:
+    socket = f"{root}/xumd.sock"
     args = "".join(f"\n    <string>{escape(a)}</string>" for a in (xumd, "--root", root))
     return f"""\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -132,13 +137,24 @@ def render_launchd(
   <key>ProgramArguments</key>
   <array>{args}
   </array>
-  <key>RunAtLoad</key>
-  <true/>
-  <!-- Restart after a crash, not after a clean stop (`xum daemon stop`). -->
-  <key>KeepAlive</key>
+  <!-- Socket activation, as xumd.socket on Linux: launchd owns ROOT/xumd.sock (mode 0600,
+       384 in decimal) and starts xumd at the first connection, which takes the socket with
+       launch_activate_socket("{LAUNCHD_SOCKET}"). Neither RunAtLoad nor KeepAlive: demand alone
+       starts it, after a crash as after `xum daemon stop` (KeepAlive's SuccessfulExit would
+       imply RunAtLoad). -->
+  <key>Sockets</key>
   <dict>
-    <key>SuccessfulExit</key>
-    <false/>
+    <key>{LAUNCHD_SOCKET}</key>
+    <dict>
+      <key>SockFamily</key>
+      <string>Unix</string>
+      <key>SockType</key>
+      <string>stream</string>
+      <key>SockPathName</key>
+      <string>{escape(socket)}</string>
+      <key>SockPathMode</key>
+      <integer>{SOCKET_MODE}</integer>
+    </dict>
   </dict>
   <key>ThrottleInterval</key>
   <integer>2</integer>

@@ -9,7 +9,6 @@ code path is covered on every machine.
 from __future__ import annotations
 
 import os
-import plistlib
 import shutil
 import socket
 import subprocess
@@ -195,12 +194,3 @@ def test_service_unit_has_the_required_settings() -> None:
     ):
         assert f"\n{line}\n" in text
     assert "ProtectHome" not in text.replace("(ProtectHome", "")  # checkouts live in $HOME
-
-
-def test_launchd_plist_parses() -> None:
-    data = plistlib.loads((REPO / "systemd" / "launchd" / units.LAUNCHD_NAME).read_bytes())
-    assert data["Label"] == units.LAUNCHD_LABEL
-    assert data["ProgramArguments"][1:] == ["--root", "/Users/USERNAME/.local/state/xum"]
-    assert data["KeepAlive"] == {"SuccessfulExit": False}
-    rendered = plistlib.loads(units.render_launchd("/x/xumd", "/h/a & b", "/h/l.log").encode())
-    assert rendered["ProgramArguments"] == ["/x/xumd", "--root", "/h/a & b"]

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import errno
 import os
 import socket
 import stat
 import struct
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -54,13 +59,69 @@ def systemd_socket() -> socket.socket | None:
         sock = socket.socket(fileno=SD_LISTEN_FDS_START)
     except OSError as exc:
         raise SocketSetupError(f"LISTEN_FDS is set but fd 3 is not a socket: {exc}") from exc
+    return _passed_listener(sock, "systemd")
+
+
+def _passed_listener(sock: socket.socket, manager: str) -> socket.socket:
     if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
-        raise SocketSetupError("systemd passed a socket that is not a Unix stream socket")
+        raise SocketSetupError(f"{manager} passed a socket that is not a Unix stream socket")
     if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-        raise SocketSetupError("systemd passed a socket that is not listening")
+        raise SocketSetupError(f"{manager} passed a socket that is not listening")
     # Do not pass it on to children.
     os.set_inheritable(sock.fileno(), False)
     return sock
+
+
+LAUNCHD_SOCKET = "Listeners"
+"""The key of xumd's socket under `Sockets` in its launchd plist (`xum_client.units`)."""
+
+ActivateSocket = Callable[
+    [bytes, "ctypes._Pointer[ctypes._Pointer[ctypes.c_int]]", "ctypes._Pointer[ctypes.c_size_t]"],
+    int,
+]
+"""launch_activate_socket(3)'s C signature: (name, &fds, &count) -> 0 or an errno value."""
+Free = Callable[["ctypes._Pointer[ctypes.c_int]"], None]
+
+
+def launchd_socket(
+    activate: ActivateSocket | None = None, free: Free | None = None
+) -> socket.socket | None:
+    """The listening socket launchd made for `Sockets` in the plist, if launchd started us.
+
+    macOS only (libSystem's launch_activate_socket); elsewhere, or when xumd was not started by
+    launchd (ESRCH) or its plist has no such socket (ENOENT), None: xumd binds its own. Tests
+    pass a stand-in with the same C signature, since launchd cannot run on Linux."""
+    if activate is None or free is None:
+        if sys.platform != "darwin":
+            return None
+        libsystem = ctypes.CDLL(ctypes.util.find_library("System"), use_errno=True)
+        function = libsystem.launch_activate_socket
+        function.argtypes = [
+            ctypes.c_char_p,
+            ctypes.POINTER(ctypes.POINTER(ctypes.c_int)),
+            ctypes.POINTER(ctypes.c_size_t),
+        ]
+        function.restype = ctypes.c_int
+        libsystem.free.argtypes = [ctypes.c_void_p]
+        activate, free = function, libsystem.free
+    fds = ctypes.POINTER(ctypes.c_int)()
+    count = ctypes.c_size_t(0)
+    err = activate(LAUNCHD_SOCKET.encode(), ctypes.pointer(fds), ctypes.pointer(count))
+    if err in (errno.ESRCH, errno.ENOENT):
+        return None
+    if err:
+        raise SocketSetupError(f"launch_activate_socket: {os.strerror(err)}")
+    try:
+        passed = [fds[i] for i in range(count.value)]
+    finally:
+        free(fds)  # the caller owns the array (launch(3))
+    if not passed:
+        raise SocketSetupError("launchd passed no socket for " + LAUNCHD_SOCKET)
+    for extra in passed[1:]:
+        os.close(extra)
+    if len(passed) > 1:
+        log.warning("server.extra_launchd_fds", count=len(passed))
+    return _passed_listener(socket.socket(fileno=passed[0]), "launchd")
 
 
 def socket_name(sock: socket.socket) -> str:
@@ -131,14 +192,45 @@ def _has_listener(path: Path) -> bool:
     return False
 
 
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
-    """(pid, uid, gid) of the peer, from SO_PEERCRED (Linux)."""
+SOL_LOCAL = 0
+LOCAL_PEERCRED = 1
+LOCAL_PEERPID = 2
+XUCRED_VERSION = 0
+XUCRED = struct.Struct("=IIh2x16I")
+"""macOS's struct xucred: cr_version, cr_uid, cr_ngroups, cr_groups[NGROUPS=16]."""
+
+
+def peer_credentials(
+    sock: socket.socket, platform: str = sys.platform
+) -> tuple[int | None, int, int] | None:
+    """(pid, uid, gid) of the peer: SO_PEERCRED on Linux; on macOS LOCAL_PEERCRED (uid, first
+    group) and LOCAL_PEERPID (None where the kernel predates it). None where neither exists."""
+    if platform == "darwin":
+        uid, gid = parse_xucred(sock.getsockopt(SOL_LOCAL, LOCAL_PEERCRED, XUCRED.size))
+        try:
+            raw_pid = sock.getsockopt(SOL_LOCAL, LOCAL_PEERPID, struct.calcsize("i"))
+        except OSError:
+            return None, uid, gid
+        return struct.unpack("i", raw_pid)[0], uid, gid
     peercred = getattr(socket, "SO_PEERCRED", None)
     if peercred is None:
         return None
     raw = sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", raw)
     return pid, uid, gid
+
+
+def parse_xucred(raw: bytes) -> tuple[int, int]:
+    """(uid, gid) from a struct xucred; ValueError for a version or size this code does not know
+    (the peer is then refused rather than guessed)."""
+    if len(raw) < XUCRED.size:
+        raise ValueError(f"struct xucred of {len(raw)} bytes, expected {XUCRED.size}")
+    version, uid, ngroups, *groups = XUCRED.unpack(raw[: XUCRED.size])
+    if version != XUCRED_VERSION:
+        raise ValueError(f"struct xucred version {version}, expected {XUCRED_VERSION}")
+    if not 1 <= ngroups <= len(groups):
+        raise ValueError(f"struct xucred with {ngroups} groups")
+    return uid, groups[0]
 
 
 ACCEPT_RETRY_S = 0.1
@@ -297,7 +389,13 @@ class Server:
             self._open -= 1
 
     async def _serve_one(self, client: socket.socket, work_tg: anyio.abc.TaskGroup) -> None:
-        creds = peer_credentials(client)
+        try:
+            creds = peer_credentials(client)
+        except (OSError, ValueError) as exc:
+            # A peer whose uid cannot be read is not served: closed, unanswered.
+            log.warning("server.peer_unreadable", error=str(exc))
+            client.close()
+            return
         pid, uid = (creds[0], creds[1]) if creds else (None, None)
         max_frame = self._config.max_frame_bytes
         try:

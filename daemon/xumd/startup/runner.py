@@ -13,7 +13,13 @@ from xumd.app import App
 from xumd.base import faults, logs
 from xumd.base.config import ConfigError, load
 from xumd.base.paths import RootPaths
-from xumd.rpc.server import SocketSetupError, bind_socket, socket_name, systemd_socket
+from xumd.rpc.server import (
+    SocketSetupError,
+    bind_socket,
+    launchd_socket,
+    socket_name,
+    systemd_socket,
+)
 from xumd.startup.composition import install_features
 from xumd.store import Store, StoreError
 from xumd.system import containment, fdlimits, procstat
@@ -109,7 +115,7 @@ def run_daemon(
     socket_path = choice.path if choice.source in ("--socket", "XUM_SOCKET") else paths.socket
     owned_socket = False
     try:
-        sock = systemd_socket()
+        sock = systemd_socket() or launchd_socket()
         if sock is None:
             sock = bind_socket(socket_path)
             owned_socket = True
