@@ -2,7 +2,7 @@
 
 Editor hooks and scripts run `xum status` on every prompt; loading click (with the uuid,
 platform, gettext and regular expressions it brings) was about half of that command's cost
-over a bare `python -c pass` (docs/PERFORMANCE.md, "Start-up"). So the exact forms
+over a bare `python -c pass` (docs/PERFORMANCE.md, "Copies kept for speed"). So the exact forms
 of that one command that a script uses, off a terminal, are answered here without click:
 
     xum [--root R] [--socket S] [--json] status [--json]

@@ -3,7 +3,8 @@
 Every duration is in seconds (floats), so tests can use milliseconds.
 
 Validated here without pydantic: building pydantic models costs its import and their build on
-every start's way to readiness (docs/PERFORMANCE.md, "Lean start"). Each section is a
+every start's way to readiness (~50 ms of CPU before READY=1 with a config file:
+docs/PERFORMANCE.md, "Copies kept for speed", measured by `bench.copies`). Each section is a
 table of keys (type, default, bounds); values are taken as pydantic's lax mode takes them (an
 integral float for an int, a numeric string, `yes`/`no` for a bool), and a refusal reads as
 pydantic's did. `xumd.base.config_schema` derives pydantic models from these tables, for the

@@ -1,7 +1,8 @@
 """hello, daemon.status, daemon.shutdown, events.subscribe.
 
-Served from the first moment, without the protocol's models loaded (docs/PERFORMANCE.md, "Lean
-start"): `hello`'s and `daemon.status`'s answers are written as their result models
+Served from the first moment, without the protocol's models loaded (docs/PERFORMANCE.md, "Copies
+kept for speed": loading them made a lean start's first `hello` ~100 ms slower): `hello`'s and
+`daemon.status`'s answers are written as their result models
 would write them (tests/daemon/test_lean_start.py compares the bytes), their params in the common
 valid shapes are read without the model (`lean_hello`, `lean_empty`), and each method's params model
 is imported at its first request that needs it (`Router.add(params_from=...)`).
