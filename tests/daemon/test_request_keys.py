@@ -154,16 +154,16 @@ def test_keys_expire_and_are_swept(tmp_short: Path) -> None:
     store = Store(tmp_short / "state.db")
     store.migrate()
     keys = RequestKeys(store, clock=lambda: now[0])
-    running = keys.start("old", "workspace.create", "h")
-    keys.answered("old", b'{"x":1}')
+    running = keys.start("old", "workspace.create", "h", durable=True)
+    keys.answered("old", running, b'{"x":1}')
     keys.finish("old", running, None)
     assert keys.recorded("old") is not None
     now[0] += TTL_S + 1
     assert keys.recorded("old") is None  # expired: not answered, swept or not
-    keys.finish("new", keys.start("new", "workspace.create", "h"), None)
+    keys.finish("new", keys.start("new", "workspace.create", "h", durable=True), None)
     left = {r["request_key"] for r in store.all("SELECT request_key FROM request_keys")}
     assert left == {"new"}  # the sweep at a keyed call deleted the expired record
     now[0] += SWEEP_EVERY_S / 2
-    keys.finish("third", keys.start("third", "workspace.create", "h"), None)
+    keys.finish("third", keys.start("third", "workspace.create", "h", durable=True), None)
     assert keys.recorded("new") is not None and keys.recorded("third") is not None
     store.close()

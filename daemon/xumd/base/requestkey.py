@@ -1,11 +1,12 @@
-"""A keyed request's target: a port between the operations and the transport, below both.
+"""A keyed request's record, bound by its operation: a port between the operations and the
+transport, below both.
 
 The transport (`rpc.requestkeys`) makes a request named by a `request_key` current here while
-its handler runs; an operation whose target is known only once it acts (the workspace a create
-makes) names it inside the transaction that commits its intent (`bind_target`), so the key's
-record and the operation's durable state commit together: after a crash a repeat of the call
-finds the target and answers from its state. The operations import this module, never the
-transport."""
+its handler runs; the operation (a create, an archive) writes the key's record with its target
+inside the transaction that commits its change (`bind_target`: the create's intent row, the
+archive's `archived`), so the record and the change commit together or not at all: after a
+crash a repeat of the call finds the target and answers from its state, or finds no record and
+runs. The operations import this module, never the transport."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 class KeyedCall:
     method: str
     bind: Callable[[str], None]
-    """Writes the target on the key's record, in the caller's open transaction."""
+    """Writes the key's record with its target, in the caller's open transaction."""
 
 
 current: ContextVar[KeyedCall | None] = ContextVar("xumd_request_key", default=None)
@@ -27,9 +28,9 @@ for a request without a key."""
 
 
 def bind_target(target: str, method: str) -> None:
-    """Record `target` on the current keyed request, from inside the transaction that commits
-    the operation's intent. Only when the request is `method` (a create run by `turn.create`
-    is not that request's target); outside a keyed request, nothing."""
+    """Write the current keyed request's record with `target`, from inside the transaction that
+    commits the operation's change. Only when the request is `method` (a create run by
+    `turn.create` is not that request's); outside a keyed request, nothing."""
     call = current.get()
     if call is not None and call.method == method:
         call.bind(target)

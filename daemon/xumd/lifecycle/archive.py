@@ -10,7 +10,7 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.workspace import WorkspaceArchiveResult
 
-from xumd.base import faults
+from xumd.base import faults, requestkey
 from xumd.base.errors import XumError
 from xumd.base.requestcut import answer_if_cut
 from xumd.checkouts.marker import WorkspaceRef
@@ -69,6 +69,8 @@ async def archive(ctx: Context, workspace_id: str, stop: bool = False) -> Worksp
             row = ctx.update(row, state="archived", **_snapshot_fields(snap))
             sparse_cone.record(ctx.store, row.id, sparse)
             ctx.plan_cleanup(project, row, teardown=True)
+            # A keyed archive's key is recorded with the archive itself (rpc/requestkeys.py).
+            requestkey.bind_target(row.id, "workspace.archive")
         ctx.publish("workspace.state_changed", row)
         ARCHIVE_AFTER_COMMIT()
         archived = row

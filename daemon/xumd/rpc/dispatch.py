@@ -534,12 +534,14 @@ class Router:
                 log.info("rpc.request_key_rerun", method=method, conn=peer.id)
                 break  # the cut call left nothing: it runs now (its record is replaced)
             body = orjson.dumps(settled.model_dump(mode="json"))
-            keys.answered(key, body)
+            keys.settled(key, body)
             log.info("rpc.request_key_settled", method=method, conn=peer.id)
             return _recorded(request_id, body, fragments)
-        running = keys.start(key, method, digest)
+        running = keys.start(key, method, digest, durable=route.settle is None)
         response: dict[str, Any] | None = None
-        token = requestkey.current.set(requestkey.KeyedCall(method, partial(keys.bind, key)))
+        token = requestkey.current.set(
+            requestkey.KeyedCall(method, partial(keys.bind, key, running))
+        )
         try:
             response = await self._run(route, method, params, peer, request_id, fragments=False)
             return response
@@ -547,7 +549,7 @@ class Router:
             requestkey.current.reset(token)
             try:
                 if response is not None and "result" in response:
-                    keys.answered(key, orjson.dumps(response["result"]))
+                    keys.answered(key, running, orjson.dumps(response["result"]))
                 elif response is None or route.settle is None:
                     keys.release(key)  # cancelled before anything committed, or an error
                 # else an error where a settler can read the disk: the record stays unanswered,

@@ -1,10 +1,12 @@
 """Request keys: a mutating call named by its client is done once (docs/PROTOCOL.md,
 "Request keys"; docs/RELIABILITY.md, "a retry after a lost answer").
 
-The record (`request_keys`, this module's table) is inserted before the call runs, holds the
-hash of its params, and gets the answer's result when it is answered. An operation whose target
-is known only when it acts binds it in its own intent transaction (`base.requestkey`), so that
-after a crash the record and the disk agree:
+The record (`request_keys`, this module's table) holds the hash of the call's params and gets
+the answer's result when it is answered. A method with a settler (`workspace.create`,
+`workspace.archive`) has its operation write the record, with its target, in the transaction
+that commits its change (`base.requestkey`: a create's intent row, an archive's `archived`), so
+after a crash the record exists exactly when the change does; any other method's record is
+written before it runs. So after a crash the record and the disk agree:
 
 - answered: a repeat with the same params gets the recorded result;
 - running (in this daemon): a repeat waits for the first and gets its answer;
@@ -13,12 +15,13 @@ after a crash the record and the disk agree:
   the call runs again; a method without a settler answers `operation_failed`, saying the first
   call's outcome is unknown (never a second run that might do it twice).
 
-An error answer is not recorded. For a method with a settler the record stays unanswered, as
-after a crash: a repeat answers what the disk shows (an error raised after the commit, or a call
-that changed nothing, which then runs again). For one without, the key is released (an error
-means the call changed nothing: the contract's "no false success") and a repeat runs it again. The same key with other params, or for
-another method, is `invalid_params` naming the first call. Records older than `TTL_S` are
-forgotten: they are not answered, and a bounded sweep deletes them as keyed calls come.
+An error answer is not recorded. For a method with a settler a record its operation wrote stays
+unanswered, as after a crash: a repeat answers what the disk shows (an error raised after the
+commit, or a call that changed nothing, which then runs again). For one without, the key is
+released (an error means the call changed nothing: the contract's "no false success") and a
+repeat runs it again. The same key with other params, or for another method, is
+`invalid_params` naming the first call. Records older than `TTL_S` are forgotten: they are not
+answered, and a bounded sweep deletes them as keyed calls come.
 """
 
 from __future__ import annotations
@@ -119,31 +122,55 @@ class RequestKeys:
             row["created_at"],
         )
 
-    def start(self, key: str, method: str, digest: str) -> Running:
-        """Record the call before it runs (replacing an expired or released record)."""
+    def start(self, key: str, method: str, digest: str, *, durable: bool) -> Running:
+        """The call, about to run. `durable`: recorded now (a method whose operation does not
+        bind its key in its own intent transaction); else the record is written by `bind`
+        in that transaction, or with the answer, and a crash before either left nothing to do
+        again (one commit fewer on the way)."""
         now = self.clock()
         self._sweep(now)
-        with self.store.transaction():
-            self.store.execute(
-                "INSERT OR REPLACE INTO request_keys"
-                " (request_key, method, params_hash, target, result, created_at)"
-                " VALUES (?, ?, ?, NULL, NULL, ?)",
-                (key, method, digest, now),
-            )
-        running = self.running[key] = Running(method, digest, now)
+        running = Running(method, digest, now)
+        if durable:
+            with self.store.transaction():
+                self._write(key, running, None, None)
+        self.running[key] = running
         return running
 
-    def bind(self, key: str, target: str) -> None:
-        """The operation's target, written in the caller's (intent) transaction."""
+    def _write(self, key: str, running: Running, target: str | None, result: bytes | None) -> None:
+        """The record (replacing an expired or released one); a target or result already
+        written is kept when this one has none."""
         self.store.execute(
-            "UPDATE request_keys SET target = ? WHERE request_key = ?", (target, key)
+            "INSERT INTO request_keys"
+            " (request_key, method, params_hash, target, result, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (request_key) DO UPDATE SET method = excluded.method,"
+            " params_hash = excluded.params_hash, created_at = excluded.created_at,"
+            " target = coalesce(excluded.target, target),"
+            " result = coalesce(excluded.result, result)",
+            (
+                key,
+                running.method,
+                running.params_hash,
+                target,
+                result.decode() if result is not None else None,
+                running.started_at,
+            ),
         )
 
-    def answered(self, key: str, result: bytes) -> None:
+    def bind(self, key: str, running: Running, target: str) -> None:
+        """The record with the operation's target, written in the caller's (intent)
+        transaction: it commits with the operation, or not at all."""
+        self._write(key, running, target, None)
+
+    def answered(self, key: str, running: Running, result: bytes) -> None:
+        with self.store.transaction():
+            self._write(key, running, None, result)
+
+    def settled(self, key: str, result: bytes) -> None:
+        """The answer read from the disk for a record a crash cut."""
         with self.store.transaction():
             self.store.execute(
-                "UPDATE request_keys SET result = ? WHERE request_key = ?",
-                (result.decode(), key),
+                "UPDATE request_keys SET result = ? WHERE request_key = ?", (result.decode(), key)
             )
 
     def release(self, key: str) -> None:
