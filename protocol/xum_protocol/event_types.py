@@ -16,6 +16,7 @@ from xum_protocol.models.base import Result
 from xum_protocol.models.event_data import (
     LeaseData,
     LeaseReleasedData,
+    PoolRefilledData,
     ObligationData,
     ProcessData,
     ProjectData,
@@ -142,6 +143,11 @@ EVENT_TYPES: tuple[EventType, ...] = (
         "turn.created", "A delegated turn was opened (its target workspace bound to it).", TurnData
     ),
     EventType("turn.ended", "A delegated turn was ended.", TurnData),
+    EventType(
+        "pool.refilled",
+        "A warm pool checkout was made ready in the background (`[create] pool`).",
+        PoolRefilledData,
+    ),
 )
 
 

@@ -415,9 +415,9 @@ class PortsConfig(Section):
 
 
 class CreateConfig(Section):
-    """Copying ignored files of the main checkout into a new one."""
+    """Copying ignored files of the main checkout into a new one; the warm pool's size."""
 
-    __slots__ = ("copy_max_bytes", "copy_timeout_s")
+    __slots__ = ("copy_max_bytes", "copy_timeout_s", "pool")
     KEYS = {
         "copy_max_bytes": Key(
             int,
@@ -426,9 +426,20 @@ class CreateConfig(Section):
             doc="Allocated bytes copied at most; entries beyond are skipped and reported.",
         ),
         "copy_timeout_s": Key(float, 600.0, gt=0),
+        "pool": Key(
+            int,
+            0,
+            ge=0,
+            le=16,
+            doc=(
+                "Warm checkouts kept ready at each git project's base (a project's"
+                " `[create] pool` overrides it); 0: no pool."
+            ),
+        ),
     }
     copy_max_bytes: int
     copy_timeout_s: float
+    pool: int
 
 
 class DaemonConfig(Section):

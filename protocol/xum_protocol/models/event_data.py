@@ -39,6 +39,12 @@ class ProjectRemovedData(Result):
     name: str = Field(description="its name")
 
 
+class PoolRefilledData(Result):
+    project_id: str = Field(description="the project whose warm pool gained an entry")
+    entry_id: str = Field(description="the new entry's id (`pe_...`)")
+    ready: int = Field(description="the project's ready entries now")
+
+
 class WorkspaceData(Result):
     workspace: WorkspaceInfo = Field(description=WORKSPACE)
 

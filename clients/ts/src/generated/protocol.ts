@@ -768,6 +768,27 @@ export interface OutputResult {
   start: number;
 }
 
+export interface PoolRefilledData {
+  /** the new entry's id (`pe_...`) */
+  entry_id: string;
+  /** the project whose warm pool gained an entry */
+  project_id: string;
+  /** the project's ready entries now */
+  ready: number;
+}
+
+/** A warm pool checkout was made ready in the background (`[create] pool`). */
+export interface PoolRefilledEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: PoolRefilledData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "pool.refilled";
+}
+
 /**
  * A port replaced by another at the same position (and name): one of an archived workspace
  * taken meanwhile, replaced at unarchive, or one replaced on request (workspace.ports).
@@ -1210,7 +1231,17 @@ export interface RootUsage {
   pending_reclaim_bytes: number;
   /** Trash entries whose deletion is still pending. */
   pending_reclaims: number;
-  /** workspaces + trash + archive store (+ reclaims pending outside ROOT/trash). */
+  /**
+   * Their allocated bytes (since 1.3, additive).
+   * default: 0
+   */
+  pool_bytes?: number;
+  /**
+   * Warm pool checkouts (`[create] pool`), never listed as workspaces.
+   * default: 0
+   */
+  pool_entries?: number;
+  /** workspaces + pool + trash + archive store (+ reclaims pending outside ROOT/trash). */
   total_bytes: number;
   /** ROOT/trash: checkouts moved out, not reclaimed yet. */
   trash: UsageFigures;
@@ -1810,6 +1841,11 @@ export interface WorkspaceCreateResult {
   fetch?: FetchInfo | null;
   /** Ignored files copied from the main checkout before setup (since 1.0, additive). */
   ignored_copy?: CopyReport;
+  /**
+   * The warm pool (`[create] pool`): hit, a ready checkout was taken over; miss, none was ready; stale, the ready one was not at this base or not clean (a fresh checkout was made). Null when no pool is configured (since 1.3, additive).
+   * default: null
+   */
+  pool?: "hit" | "miss" | "stale" | null;
   setup: ScriptResult;
   /**
    * Set when the main checkout's sparse patterns were applied.
@@ -2407,6 +2443,8 @@ export interface EventDataMap {
   "lease.acquired": LeaseData;
   /** A lease was removed. */
   "lease.released": LeaseReleasedData;
+  /** A warm pool checkout was made ready in the background (`[create] pool`). */
+  "pool.refilled": PoolRefilledData;
   /** A process kept across a daemon restart was found alive and adopted. */
   "process.adopted": ProcessData;
   /** A foreground exec was detached from its caller. */
@@ -2455,6 +2493,7 @@ export const EVENT_TYPES: readonly EventType[] = [
   "cleanup.obligation_changed",
   "lease.acquired",
   "lease.released",
+  "pool.refilled",
   "process.adopted",
   "process.backgrounded",
   "process.exited",

@@ -1,0 +1,430 @@
+"""The warm pool's service: the claim a create makes, the background refill, the start-up
+settling of every entry, and what gc and usage ask of the entries.
+
+Sizes: `[create] pool = N` in a project's `.xum/config.toml`, else the root's `[create] pool`
+(0: no pool). Entries are made at the project's base (the main checkout's HEAD commit), with its
+cone; a claim takes only an entry at the create's own base commit and cone.
+
+A claim never fails a create: an empty pool (`miss`), an entry at another commit or found
+dirty, or any failure before the checkout became the workspace's (`stale`) leaves the create to
+make a fresh checkout. Refill is one task for the daemon (so at most one entry is prepared per
+project at a time), woken by a create and by a poll of each pooled project's base every
+`POLL_S`; every git call it makes is bounded by git's own timeout; it stops at shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import anyio
+from xum_protocol.models.checkout_extras import SparseInfo, SubmoduleInfo
+
+from xumd.base import faults, logs
+from xumd.base.errors import XumError
+from xumd.base.events import EventBus
+from xumd.base.paths import RootPaths
+from xumd.checkouts import marker
+from xumd.lifecycle import bigrepo, createconfig, ids, rows, views
+from xumd.lifecycle.pool import checkout, records
+from xumd.lifecycle.pool.records import EntryRow
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
+from xumd.store import Store
+from xumd.system.git import Git
+
+log = logs.get("xumd.lifecycle.pool")
+
+REFILL_AFTER_INTENT = faults.declare(
+    "pool.refill.after_intent", "a pool entry's row is committed `preparing`; nothing on disk"
+)
+REFILL_AFTER_CHECKOUT = faults.declare(
+    "pool.refill.after_checkout", "a pool entry's checkout is made; its row is still `preparing`"
+)
+CLAIM_AFTER_INTENT = faults.declare(
+    "pool.claim.after_intent", "a create marked a ready entry `claiming`; nothing moved"
+)
+CLAIM_AFTER_MOVE = faults.declare(
+    "pool.claim.after_move",
+    "the entry's checkout is at the workspace's path (git repaired); it carries the pool's marker",
+)
+CLAIM_AFTER_BRANCH = faults.declare(
+    "pool.claim.after_branch",
+    "the checkout carries the workspace's marker and its branch; the entry's row remains",
+)
+
+POLL_S = 30.0
+"""How often the refill task looks at each pooled project's base when nothing woke it."""
+CHECK_TIMEOUT_S = 5.0
+"""A claim's `git status` of the entry: past this, the entry is stale (a fresh checkout)."""
+RETRY_S = 60.0
+"""After a failed preparation, the project's refill waits this long (no busy loop)."""
+
+Outcome = Literal["hit", "miss", "stale"]
+
+
+@dataclass(slots=True)
+class Claim:
+    outcome: Outcome | None
+    """None: no pool is configured for the project."""
+    submodules: list[SubmoduleInfo] = field(default_factory=list)
+
+    @property
+    def hit(self) -> bool:
+        return self.outcome == "hit"
+
+
+def size(settings: createconfig.CreateSettings, root_default: int) -> int:
+    return settings.pool if settings.pool is not None else root_default
+
+
+class PoolService:
+    def __init__(
+        self, store: Store, git: Git, paths: RootPaths, events: EventBus, *, default_size: int
+    ) -> None:
+        self.store = store
+        self.git = git
+        self.paths = paths
+        self.events = events
+        self.default_size = default_size
+        self._wake = anyio.Event()
+        self._scope: anyio.CancelScope | None = None
+        self._stopped: anyio.Event | None = None
+        self._failed_at: dict[str, float] = {}
+
+    # -- where entries live ----------------------------------------------------------------------
+
+    def pool_dir(self, project: ProjectRow) -> Path:
+        return checkout.pool_dir(views.workspaces_dir(self.paths.workspaces, project))
+
+    def _same_filesystem(self, project: ProjectRow) -> str | None:
+        """Why the project can have no pool here (None: it can): its entries must be renamed
+        into the workspaces directory, so they live on that filesystem."""
+        ws_dir = views.workspaces_dir(self.paths.workspaces, project)
+        pool = checkout.pool_dir(ws_dir)
+        try:
+            ws_dir.mkdir(parents=True, exist_ok=True)
+            pool.mkdir(exist_ok=True)
+            if os.lstat(pool).st_dev != os.lstat(ws_dir).st_dev:
+                return f"{pool} is on another filesystem than {ws_dir}"
+        except OSError as exc:
+            return f"cannot make {pool}: {exc.strerror}"
+        return None
+
+    def wanted(self, project: ProjectRow) -> int:
+        if project.kind != "git":
+            return 0
+        try:
+            return size(createconfig.load(project.path), self.default_size)
+        except XumError:
+            return 0  # a broken config refuses creates; the pool waits for it to be fixed
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- the claim -------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        project: ProjectRow,
+        row: WorkspaceRow,
+        *,
+        pool_size: int,
+        base: str,
+        sparse: SparseInfo | None,
+        new_branch: bool,
+    ) -> Claim:
+        """Under `row.path`'s directory exclusion, with nothing at the path: take a ready entry
+        over as `row`'s checkout on its branch, or say why not (a fresh checkout follows)."""
+        if pool_size <= 0:
+            return Claim(None)
+        self.wake()  # a claim (or a miss) is a reason to look at the pool
+        if not new_branch or row.branch is None:
+            return Claim("miss")  # an existing branch's checkout is no pool entry's
+        cone = sparse.patterns if sparse is not None else None
+        for _ in range(3):  # another create may take the entry between the read and the CAS
+            entry = records.take_ready(self.store, project.id, base, cone)
+            if entry is None:
+                return Claim("stale" if records.any_ready(self.store, project.id) else "miss")
+            with self.store.transaction():
+                taken = records.mark_claiming(self.store, entry.id, row.id, row.path)
+            if taken:
+                return await self._take(project, row, entry)
+        return Claim("miss")
+
+    async def _take(self, project: ProjectRow, row: WorkspaceRow, entry: EntryRow) -> Claim:
+        assert row.branch is not None
+        CLAIM_AFTER_INTENT()
+        moved = False
+        try:
+            why = None
+            if checkout.marker_at(entry.path) != checkout.of(entry):
+                why = "its checkout does not carry its marker"
+            else:
+                why = await checkout.check(self.git, entry.path, entry.base_commit, CHECK_TIMEOUT_S)
+            if why is not None:
+                log.info("pool.entry_stale", entry=entry.id, why=why)
+                with self.store.transaction():
+                    records.set_state(self.store, entry.id, records.STALE)
+                return Claim("stale")
+            common = await checkout.common_dir(self.git, project.path)
+            moved = True
+            await checkout.take_over(self.git, project.path, entry, row.path)
+            CLAIM_AFTER_MOVE()
+            checkout.write_workspace_marker(common, entry, marker.Marker(row.id, row.incarnation))
+        except Exception as exc:
+            # Not the workspace's yet: the pool's own checkout, with no one's work. Dropped;
+            # the create goes on with a fresh checkout.
+            log.warning("pool.claim_failed", entry=entry.id, error=repr(exc))
+            with anyio.CancelScope(shield=True):
+                await self._abandon(project, entry, row.path if moved else None)
+            return Claim("stale")
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._abandon(project, entry, row.path if moved else None)
+            raise
+        try:
+            await checkout.set_branch(
+                self.git, project.path, row.path, row.branch, entry.base_commit
+            )
+            CLAIM_AFTER_BRANCH()
+        finally:
+            # The checkout is the workspace's from its marker on (the create's undo takes it
+            # back as its own, when it fails); the entry's record ends here either way.
+            with self.store.transaction():
+                records.delete(self.store, entry.id)
+        log.info("pool.claimed", entry=entry.id, workspace=row.id)
+        return Claim("hit", [SubmoduleInfo.model_validate(s) for s in entry.submodules])
+
+    async def _abandon(self, project: ProjectRow, entry: EntryRow, moved_to: Path | None) -> None:
+        try:
+            at = moved_to if moved_to is not None and os.path.lexists(moved_to) else None
+            await checkout.drop(self.git, project.path, entry, at)
+            if at is not None and os.path.lexists(entry.path):
+                await checkout.drop(self.git, project.path, entry)
+        finally:
+            with self.store.transaction():
+                records.delete(self.store, entry.id)
+
+    # -- refill ----------------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """The refill task (after readiness): each pooled project's stale entries dropped, its
+        pool made up to its size at its base, one entry at a time; then wait for a wake or
+        the poll."""
+        self._stopped = anyio.Event()
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                while True:
+                    self._wake = anyio.Event()
+                    for project in rows.list_projects(self.store):
+                        try:
+                            await self.refill(project)
+                        except Exception as exc:  # one project's failure never ends the task
+                            self._failed_at[project.id] = time.monotonic()
+                            log.warning("pool.refill_failed", project=project.id, error=repr(exc))
+                    with anyio.move_on_after(POLL_S):
+                        await self._wake.wait()
+        finally:
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+        if self._stopped is not None:
+            with anyio.move_on_after(CHECK_TIMEOUT_S):
+                await self._stopped.wait()
+
+    async def refill(self, project: ProjectRow) -> None:
+        wanted = self.wanted(project)
+        entries = records.listed(self.store, project.id)
+        if wanted <= 0 and not entries:
+            return
+        failed = self._failed_at.get(project.id)
+        if failed is not None and time.monotonic() - failed < RETRY_S:
+            return
+        base = await self._base(project)
+        with self.store.transaction():
+            if base is not None:
+                records.mark_stale_except(self.store, project.id, base)
+        for entry in self._surplus(project.id, wanted):
+            await self.drop_entry(entry.id)
+        if base is None or wanted <= 0:
+            return
+        why = self._same_filesystem(project)
+        if why is not None:
+            log.warning("pool.unavailable", project=project.id, why=why)
+            return
+        while records.count_live(self.store, project.id) < wanted:
+            sparse = await bigrepo.sparse_patterns(self.git, project.path)
+            await self._prepare_one(project, base, sparse)
+
+    def _surplus(self, project_id: str, wanted: int) -> list[EntryRow]:
+        """Stale entries, and ready ones beyond the size (newest first: the oldest are claimed)."""
+        entries = records.listed(self.store, project_id)
+        stale = [e for e in entries if e.state == records.STALE]
+        ready = [e for e in entries if e.state == records.READY]
+        return stale + ready[max(0, wanted) :]
+
+    async def _base(self, project: ProjectRow) -> str | None:
+        result = await self.git.run(
+            project.path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False
+        )
+        text = result.output.text().strip()
+        return text if result.ok and text else None
+
+    async def _prepare_one(self, project: ProjectRow, base: str, sparse: SparseInfo | None) -> None:
+        entry_id = ids.new_id(records.PREFIX)
+        with self.store.transaction():
+            records.insert_preparing(
+                self.store,
+                entry_id,
+                project_id=project.id,
+                path=self.pool_dir(project) / entry_id,
+                incarnation=ids.new_incarnation(),
+                base_commit=base,
+                sparse=sparse.patterns if sparse is not None else None,
+            )
+        entry = records.get(self.store, entry_id)
+        assert entry is not None
+        REFILL_AFTER_INTENT()
+        try:
+            submodules = await checkout.prepare(self.git, project.path, entry, sparse)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._abandon(project, entry, None)
+            raise
+        REFILL_AFTER_CHECKOUT()
+        with self.store.transaction():
+            records.mark_ready(
+                self.store, entry_id, [s.model_dump(mode="json") for s in submodules]
+            )
+        ready = sum(1 for e in records.listed(self.store, project.id) if e.state == records.READY)
+        log.info("pool.refilled", project=project.id, entry=entry_id, ready=ready)
+        self.events.publish("pool.refilled", project_id=project.id, entry_id=entry_id, ready=ready)
+
+    # -- dropping (refill, gc) -------------------------------------------------------------------
+
+    async def drop_entry(self, entry_id: str) -> bool:
+        """Drop a stale or surplus entry (never one being claimed): its checkout (proven), then
+        its row. False when it is not droppable now."""
+        entry = records.get(self.store, entry_id)
+        if entry is None or entry.state not in (records.STALE, records.READY):
+            return False
+        with self.store.transaction():
+            records.set_state(self.store, entry.id, records.STALE)  # no claim takes it now
+        project = rows.get_project(self.store, entry.project_id)
+        gone = await checkout.drop(self.git, project.path if project else None, entry)
+        if gone or not os.path.lexists(entry.path):
+            with self.store.transaction():
+                records.delete(self.store, entry.id)
+        log.info("pool.entry_dropped", entry=entry.id, left=not gone)
+        return gone
+
+    def entries(self) -> list[EntryRow]:
+        return records.listed(self.store)
+
+    def surplus(self) -> list[EntryRow]:
+        """What gc collects: stale entries, entries beyond their project's size, entries of a
+        project that is gone."""
+        found: list[EntryRow] = []
+        projects = {p.id: p for p in rows.list_projects(self.store)}
+        for project_id in sorted({e.project_id for e in records.listed(self.store)}):
+            project = projects.get(project_id)
+            wanted = self.wanted(project) if project is not None else 0
+            found += self._surplus(project_id, wanted)
+        return found
+
+    # -- the start-up pass -----------------------------------------------------------------------
+
+    async def reconcile(self) -> dict[str, int]:
+        """Before the workspace pass (a start-up step of the lifecycle, installed before
+        recovery's): every entry row agrees with the disk. A `preparing` or `stale` entry is
+        dropped (proven by its marker); a `ready` one whose checkout is gone or not proven is
+        forgotten; a `claiming` one is settled with the workspace it was going to: rolled
+        forward when its checkout reached the workspace's path (the workspace's marker, its
+        branch), back to `ready` when it never moved, dropped when its workspace is gone."""
+        counts: dict[str, int] = {}
+        for entry in records.listed(self.store):
+            action = await self._settle(entry)
+            counts[action] = counts.get(action, 0) + 1
+            if action != "kept":
+                log.warning("pool.entry_reconciled", entry=entry.id, action=action)
+        return counts
+
+    async def _settle(self, entry: EntryRow) -> str:
+        project = rows.get_project(self.store, entry.project_id)
+        repo = project.path if project is not None else None
+        ready = entry.state == records.READY and project is not None
+        if ready and checkout.marker_at(entry.path) == checkout.of(entry):
+            return "kept"
+        if entry.state == records.CLAIMING and project is not None:
+            return await self._settle_claim(project, entry)
+        await checkout.drop(self.git, repo, entry)
+        with self.store.transaction():
+            records.delete(self.store, entry.id)
+        return "dropped"
+
+    async def _settle_claim(self, project: ProjectRow, entry: EntryRow) -> str:
+        if checkout.marker_at(entry.path) == checkout.of(entry):
+            with self.store.transaction():
+                records.set_state(self.store, entry.id, records.READY)
+            return "unclaimed"
+        ws = rows.get_workspace(self.store, entry.claimed_by or "")
+        dest = entry.claim_path
+        ours = ws is not None and ws.state == "creating" and dest is not None and ws.path == dest
+        if ours and ws is not None and dest is not None:
+            found = checkout.marker_at(dest)
+            common = await checkout.common_dir(self.git, project.path)
+            if found == checkout.of(entry):
+                await self._repair(project, dest)
+                checkout.write_workspace_marker(common, entry, marker.Marker(ws.id, ws.incarnation))
+            if marker.read_worktree_marker(dest) == marker.Marker(ws.id, ws.incarnation):
+                await self._ensure_branch(project, ws, dest, entry.base_commit)
+                with self.store.transaction():
+                    records.delete(self.store, entry.id)
+                return "claim_completed"
+        if (
+            dest is not None
+            and os.path.lexists(dest)
+            and checkout.marker_at(dest) == checkout.of(entry)
+        ):
+            await checkout.drop(self.git, project.path, entry, dest)
+        with self.store.transaction():
+            records.delete(self.store, entry.id)
+        return "dropped"
+
+    async def _repair(self, project: ProjectRow, dest: Path) -> None:
+        async with self.git.admin_lock(project.path):
+            await self.git.run(project.path, "worktree", "repair", str(dest), check=False)
+
+    async def _ensure_branch(
+        self, project: ProjectRow, ws: WorkspaceRow, dest: Path, commit: str
+    ) -> None:
+        """The claim's branch step, done if it was not: HEAD on the workspace's branch, which is
+        created at the entry's commit when missing (an existing branch elsewhere is not ours:
+        HEAD stays detached, and the workspace pass flags the row)."""
+        if ws.branch is None:
+            return
+        ref = f"refs/heads/{ws.branch}"
+        head = await self.git.run(dest, "symbolic-ref", "-q", "HEAD", check=False)
+        if head.ok and head.output.text().strip() == ref:
+            return
+        now = await self.git.run(project.path, "rev-parse", "--verify", "--quiet", ref, check=False)
+        at = now.output.text().strip() if now.ok else None
+        if at is None:
+            try:
+                await checkout.set_branch(self.git, project.path, dest, ws.branch, commit)
+            except XumError:
+                log.warning("pool.claim_branch_taken", workspace=ws.id, branch=ws.branch)
+            return
+        if at == commit:
+            await self.git.run(dest, "symbolic-ref", "HEAD", ref, check=False)
+
+    # -- usage -----------------------------------------------------------------------------------
+
+    def paths_of_entries(self) -> list[Path]:
+        return [e.path for e in records.listed(self.store) if e.state != records.CLAIMING]
