@@ -14,6 +14,8 @@ from pydantic import BaseModel, Field, TypeAdapter, create_model
 
 from xum_protocol.models.base import Result
 from xum_protocol.models.event_data import (
+    GcBudgetExceededData,
+    GcEvictedData,
     LeaseData,
     LeaseReleasedData,
     PoolRefilledData,
@@ -143,6 +145,18 @@ EVENT_TYPES: tuple[EventType, ...] = (
         "turn.created", "A delegated turn was opened (its target workspace bound to it).", TurnData
     ),
     EventType("turn.ended", "A delegated turn was ended.", TurnData),
+    EventType(
+        "gc.evicted",
+        "An idle workspace's rebuildable directory was moved to the trash to keep the disk "
+        "budget (`[gc]`); its reclaim deletes it.",
+        GcEvictedData,
+    ),
+    EventType(
+        "gc.budget_exceeded",
+        "A disk budget cannot be met (what is left is busy, in use or not rebuildable): once "
+        "per episode, until it holds again.",
+        GcBudgetExceededData,
+    ),
     EventType(
         "pool.refilled",
         "A warm pool checkout was made ready in the background (`[create] pool`).",

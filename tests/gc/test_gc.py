@@ -88,7 +88,12 @@ def test_gc_is_off_by_default(daemon: DaemonProcess, project: dict[str, Any]) ->
         "snapshot_refs_days": 0,
         "archive_merged": False,
         "kept_after_days": 0,
+        "min_free_bytes": 0,
+        "min_free_percent": 0,
+        "max_bytes": 0,
+        "rebuildable": [],
     }
+    assert plan["budget"] == [] and plan["unmet_bytes"] == 0
     assert daemon.call("gc.run")["done"] == []
     assert daemon.call("workspace.get", {"workspace_id": ws["id"]})["workspace"]["state"] == (
         "archived"

@@ -116,10 +116,24 @@ def _bool(value: Any) -> tuple[Any, Problem | None]:
     return None, Problem((), message, kind, value)
 
 
+def _strings(value: Any) -> tuple[Any, Problem | None]:
+    """A list of strings (a key of kind `list`), as pydantic reads `list[str]`."""
+    if not isinstance(value, list | tuple):
+        return None, Problem((), "Input should be a valid list", "list_type", value)
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            return None, Problem(
+                (str(index),), "Input should be a valid string", "string_type", item
+            )
+    return list(value), None
+
+
 def _check(key: Key, value: Any) -> tuple[Any, Problem | None]:
     """`value` checked against `key` (sections excepted), or the problem."""
     if key.kind is bool:
         return _bool(value)
+    if key.kind is list:
+        return _strings(value)
     if key.kind is str:
         if not isinstance(value, str):
             return None, Problem((), "Input should be a valid string", "string_type", value)
@@ -199,7 +213,7 @@ class Section:
                 continue
             checked, problem = _check(key, value)
             if problem is not None:
-                problems.append(problem._replace(loc=(name,)))
+                problems.append(problem._replace(loc=(name, *problem.loc)))
             else:
                 object.__setattr__(self, name, checked)
         problems += [
@@ -329,9 +343,21 @@ class ProcessesConfig(Section):
 
 
 class GcConfig(Section):
-    """Garbage collection policies: every one is off (0 / false) by default."""
+    """Garbage collection policies and the disk budget: every one is off (0 / false / empty) by
+    default."""
 
-    __slots__ = ("archive_merged", "archived_after_days", "kept_after_days", "snapshot_refs_days")
+    __slots__ = (
+        "archive_merged",
+        "archived_after_days",
+        "budget_interval_s",
+        "idle_after_s",
+        "kept_after_days",
+        "max_bytes",
+        "min_free_bytes",
+        "min_free_percent",
+        "rebuildable",
+        "snapshot_refs_days",
+    )
     KEYS = {
         "archived_after_days": Key(
             float,
@@ -362,11 +388,71 @@ class GcConfig(Section):
             ge=0,
             doc="Delete kept copies of removed workspaces after; 0: off.",
         ),
+        "min_free_bytes": Key(
+            int,
+            0,
+            ge=0,
+            doc=(
+                "Disk budget: free bytes to keep on each filesystem the root's workspaces (and"
+                " the root) live on; 0: off."
+            ),
+        ),
+        "min_free_percent": Key(
+            float,
+            0,
+            ge=0,
+            le=100,
+            doc="Disk budget: free space to keep on each such filesystem, in percent; 0: off.",
+        ),
+        "max_bytes": Key(
+            int,
+            0,
+            ge=0,
+            doc=(
+                "Disk budget: allocated bytes of the root's checkouts, trash and archive store"
+                " together; 0: off."
+            ),
+        ),
+        "rebuildable": Key(
+            list,
+            list,
+            doc=(
+                "Ignored directories that can be deleted from an idle workspace without losing"
+                " work (gitignore patterns, matched as `[create] copy`: `node_modules/`,"
+                " `target/`); a project's `.xum/config.toml` `[gc] rebuildable` adds its own."
+                " Evicted (moved to the trash) only while a budget is exceeded."
+            ),
+        ),
+        "idle_after_s": Key(
+            float,
+            3600.0,
+            ge=0,
+            doc=(
+                "A workspace is idle (its rebuildable directories may be evicted) when nothing"
+                " held it and nothing in its checkout outside them changed for this long."
+            ),
+        ),
+        "budget_interval_s": Key(
+            float,
+            300.0,
+            gt=0,
+            doc="How often the daemon checks the disk budget (also after each create).",
+        ),
     }
     archived_after_days: float
     snapshot_refs_days: float
     archive_merged: bool
     kept_after_days: float
+    min_free_bytes: int
+    min_free_percent: float
+    max_bytes: int
+    rebuildable: list[str]
+    idle_after_s: float
+    budget_interval_s: float
+
+    def budgeted(self) -> bool:
+        """Whether any disk budget is set."""
+        return bool(self.min_free_bytes or self.min_free_percent or self.max_bytes)
 
 
 class UsageConfig(Section):

@@ -21,6 +21,9 @@ def _model(section: type[config.Section]) -> type[BaseModel]:
             nested = _model(key.kind)
             fields[name] = (nested, Field(default_factory=nested, description=key.doc))
             continue
+        if key.kind is list:
+            fields[name] = (list[str], Field(default_factory=list, description=key.doc))
+            continue
         fields[name] = (
             key.kind,
             Field(  # a None bound is no bound, in pydantic as in `xumd.base.config`

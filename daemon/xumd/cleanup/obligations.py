@@ -387,6 +387,11 @@ class Obligations:
         so the backoff, is not raised."""
         return self._update(ob, now, next_attempt_at=now, last_error=bound_error(error))
 
+    def make_due(self, ob: ObligationRow, now: float) -> ObligationRow:
+        """A step recorded before what it acts on was there (a gc eviction's reclaim, deferred
+        until its directory is in the trash): due at once."""
+        return self._update(ob, now, next_attempt_at=now)
+
     def set_detail(self, ob: ObligationRow, now: float, detail: dict[str, Any]) -> ObligationRow:
         return self._update(ob, now, detail={**ob.detail, **detail})
 

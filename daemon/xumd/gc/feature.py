@@ -31,7 +31,7 @@ from xumd.system.git import Git
 
 if TYPE_CHECKING:
     from xumd.gc.plan import Holders
-    from xumd.gc.service import Collected, GcService
+    from xumd.gc.service import Collected, GcService, Reclaims
     from xumd.usage.service import UsageService
 
 
@@ -53,13 +53,20 @@ def install(
     hooks: Holders,
     usage: Deferred[UsageService],
     workspaces: Collected,
+    reclaims: Reclaims,
 ) -> Deferred[GcService]:
     def build() -> GcService:
         from xumd.gc.service import GcClock, GcService
 
         return app.provide(
             GcService(
-                app, git, GcClock(), hooks=hooks, usage=usage.get("gc"), workspaces=workspaces
+                app,
+                git,
+                GcClock(),
+                hooks=hooks,
+                usage=usage.get("gc"),
+                workspaces=workspaces,
+                reclaims=reclaims,
             )
         )
 
@@ -75,10 +82,11 @@ def install(
         return service.get(p.run_id)
 
     async def worker() -> None:
-        # A run recorded `running` (cut by the last stop) resumes now; otherwise the worker has
-        # nothing to do until a request builds the service (a background run wakes it).
+        # A run recorded `running` (cut by the last stop) resumes now, and a disk budget is
+        # kept from the start; otherwise the worker has nothing to do until a request builds
+        # the service (a background run wakes it).
         service = None
-        if runs.any_running(app.store):
+        if runs.any_running(app.store) or app.config.gc.budgeted():
             try:
                 service = gc.get("gc.worker")
             except XumError:

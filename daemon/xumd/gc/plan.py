@@ -75,6 +75,10 @@ def policies(config: GcConfig) -> GcPolicies:
         snapshot_refs_days=config.snapshot_refs_days,
         archive_merged=config.archive_merged,
         kept_after_days=config.kept_after_days,
+        min_free_bytes=config.min_free_bytes,
+        min_free_percent=config.min_free_percent,
+        max_bytes=config.max_bytes,
+        rebuildable=list(config.rebuildable),
     )
 
 

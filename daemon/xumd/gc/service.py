@@ -18,12 +18,14 @@ import json
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, get_args
 
 import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.gc import (
     GcAction,
+    GcBudget,
     GcDone,
     GcItem,
     GcPlanResult,
@@ -36,7 +38,11 @@ from xum_protocol.models.workspace import WorkspaceArchiveResult, WorkspaceRemov
 from xumd.app import App
 from xumd.base import logs
 from xumd.base.errors import XumError
-from xumd.gc import runs
+from xumd.gc import evict, runs
+from xumd.gc.budget import measure
+from xumd.gc.evict import Evictor
+from xumd.gc.evictplan import ACTION as EVICT
+from xumd.gc.evictplan import Activity, plan_evictions
 from xumd.gc.plan import Holders, Plan, Planner, policies, skipped
 from xumd.lifecycle import rows
 from xumd.recovery.feature import discard_kept_copy
@@ -97,6 +103,19 @@ class Collected(Protocol):
     async def archive(self, workspace_id: str, stop: bool = False) -> WorkspaceArchiveResult: ...
 
 
+class Reclaims(Protocol):
+    """The cleanup, as an eviction wakes it (`CleanupService.poke`): its reclaim is due."""
+
+    def poke(self, lane: str | None = None) -> None: ...
+
+
+@dataclass(slots=True)
+class Planned:
+    plan: Plan
+    budget: list[GcBudget]
+    unmet: list[GcBudget]
+
+
 class GcService:
     def __init__(
         self,
@@ -107,6 +126,7 @@ class GcService:
         hooks: Holders,
         usage: UsageService,
         workspaces: Collected,
+        reclaims: Reclaims,
     ) -> None:
         self.app = app
         self.git = git
@@ -114,6 +134,10 @@ class GcService:
         self.hooks = hooks
         self.usage = usage
         self.workspaces = workspaces
+        self.activity = Activity()
+        self.evictor = Evictor(app, git, hooks, reclaims.poke)
+        self.unmet_reported = False
+        """A budget that cannot be met is reported once per episode (until it holds again)."""
         self._running = anyio.Lock()
         self._wake = anyio.Event()
         self._scope: anyio.CancelScope | None = None
@@ -130,16 +154,74 @@ class GcService:
         )
 
     async def plan(self) -> GcPlanResult:
-        return self._result(await self._planner().plan(self.clock.time()))
+        return self._result(await self._plan())
 
-    def _result(self, plan: Plan) -> GcPlanResult:
+    async def _plan(
+        self, keys: frozenset[str] | None = None, *, budget_only: bool = False
+    ) -> Planned:
+        """The policies' items (unless `budget_only`), then, while a disk budget is exceeded,
+        the evictions that restore it."""
+        planner = self._planner()
+        now = self.clock.time()
+        plan = Plan(now, keys) if budget_only else await planner.plan(now, keys)
+        budget = await measure(self.app, self.usage)
+        unmet = await plan_evictions(planner, plan, budget, self.activity)
+        return Planned(plan, budget.parts, unmet)
+
+    def _result(self, planned: Planned) -> GcPlanResult:
+        plan = planned.plan
         return GcPlanResult(
             policies=policies(self.app.config.gc),
             now=plan.now,
             items=plan.items,
             skipped=plan.skipped,
             bytes=sum(i.bytes for i in plan.items),
+            budget=planned.budget,
+            unmet_bytes=sum(p.deficit_bytes for p in planned.unmet),
         )
+
+    def budget_line(self) -> str:
+        """`daemon.status`'s one line: the budget set, and whether the last check met it."""
+        config = self.app.config.gc
+        if not config.budgeted():
+            return "no disk budget set"
+        return "disk budget cannot be met" if self.unmet_reported else "disk budget set"
+
+    async def enforce(self) -> GcRunResult | None:
+        """A scheduled (or after-create) check: while a budget is exceeded, collect the
+        evictions that restore it. A budget still unmet afterwards (what is left is busy,
+        unsaved or not rebuildable) is reported once per episode, never retried in a loop: the
+        next check is the next interval's."""
+        if not self.app.config.gc.budgeted() or self._running.locked():
+            return None
+        async with self._running:
+            planned = await self._plan(budget_only=True)
+            result = GcRunResult(skipped=list(planned.plan.skipped))
+            for item in planned.plan.items:
+                await self._one(item, result)
+            result.bytes = sum(d.bytes for d in result.done)
+        if not planned.unmet:
+            self.unmet_reported = False
+            return result
+        exceeded = [p for p in planned.budget if p.deficit_bytes > p.pending_bytes]
+        if not self.unmet_reported:
+            self.unmet_reported = True
+            largest = sorted((s for s in result.skipped if s.workspace_id), key=lambda s: s.key)[
+                :10
+            ]
+            log.warning(
+                "gc.budget_exceeded",
+                unmet=sum(p.deficit_bytes for p in planned.unmet),
+                filesystems=[p.filesystem for p in exceeded],
+            )
+            self.app.events.publish(
+                "gc.budget_exceeded",
+                budget=[p.model_dump(mode="json") for p in exceeded],
+                unmet_bytes=sum(p.deficit_bytes for p in planned.unmet),
+                freed_bytes=result.bytes,
+                holders=[s.model_dump(mode="json") for s in largest],
+            )
+        return result
 
     # -- background runs ------------------------------------------------------------------------
 
@@ -165,16 +247,17 @@ class GcService:
         return done.model_copy(update={"run_id": run_id, "state": "done"})
 
     async def serve(self) -> None:
-        """After readiness: run every recorded `running` run, oldest first, then wait."""
+        """After readiness: run every recorded `running` run, oldest first, then wait; with a
+        disk budget set, check it every `budget_interval_s` (and when woken after a create)."""
         self._stopped = anyio.Event()
+        evict.settle(self.app, time.time())
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 while True:
                     row = runs.oldest_running(self.app.store)
                     if row is None:
-                        self._wake = anyio.Event()
-                        await self._wake.wait()
+                        await self._idle()
                         continue
                     keys = json.loads(row["keys"]) if row["keys"] is not None else None
                     async with self._running:
@@ -199,6 +282,23 @@ class GcService:
                     log.info("gc.run_finished", run=row["id"], done=len(result.done))
         finally:
             self._stopped.set()
+
+    async def _idle(self) -> None:
+        self._wake = anyio.Event()
+        config = self.app.config.gc
+        if not config.budgeted():
+            await self._wake.wait()
+            return
+        with anyio.move_on_after(config.budget_interval_s):
+            await self._wake.wait()
+        try:
+            await self.enforce()
+        except Exception as exc:  # a failed check must not end the worker
+            log.warning("gc.budget_check_failed", error=repr(exc))
+
+    def check_soon(self) -> None:
+        """Check the budget now (after a create), not at the next interval."""
+        self._wake.set()
 
     async def stop(self) -> None:
         """A run in progress is cut (each operation undoes or settles itself); its row stays
@@ -231,7 +331,7 @@ class GcService:
 
     async def _collect_all(self, params: GcRunParams) -> GcRunResult:
         keys = frozenset(params.keys) if params.keys is not None else None
-        plan = await self._planner().plan(self.clock.time(), keys)
+        plan = (await self._plan(keys)).plan
         result = GcRunResult(skipped=list(plan.skipped))
         chosen = plan.items
         if params.keys is not None:
@@ -287,6 +387,9 @@ class GcService:
             return f"discarded {discarded.files} file(s)"
         if item.action == "prune_snapshot_ref" and item.ref and item.project_id and item.commit:
             return await self._prune_ref(item)
+        if item.action == EVICT and item.workspace_id:
+            rel = item.key.split(":", 2)[2]
+            return await self.evictor.evict(item.workspace_id, rel, item.bytes)
         raise XumError(ErrorKind.INTERNAL, f"gc item {item.key} cannot be collected")
 
     async def _prune_ref(self, item: GcItem) -> str:

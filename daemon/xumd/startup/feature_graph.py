@@ -79,11 +79,11 @@ def install(app: App, containment: Containment, *, leases: LeaseStore) -> None:
     )
     turns_feature.install(app, workspaces=workspaces, admission=coord)  # delegated turns
     usage = usage_feature.install(  # disk usage (after lifecycle and cleanup); built lazily
-        app, git=git, reclaims=cleanup
+        app, git=git, reclaims=cleanup, pool=workspaces.pool
     )
     recovery_feature.install(  # startup pass + strays (last: runs after the others' hooks)
         app, reconciler=reconciler, git=git
     )
     gc_feature.install(  # gc policies (after usage and recovery: it uses both); built lazily
-        app, git=git, hooks=hooks, usage=usage, workspaces=workspaces
+        app, git=git, hooks=hooks, usage=usage, workspaces=workspaces, reclaims=cleanup
     )

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from xum_protocol.models.base import Result
 from xum_protocol.models.cleanup import Obligation
+from xum_protocol.models.gc import GcBudget, GcSkipped
 from xum_protocol.models.lease import LeaseInfo
 from xum_protocol.models.process import ProcessInfo
 from xum_protocol.models.project import ProjectInfo
@@ -121,3 +122,19 @@ class LeaseReleasedData(Result):
 
 class TurnData(Result):
     turn: TurnInfo = Field(description="the turn (`TurnInfo`)")
+
+
+class GcEvictedData(Result):
+    workspace_id: str = Field(description="the idle workspace a rebuildable directory left")
+    path: str = Field(description="the directory moved to the trash")
+    bytes: int = Field(description="its allocated bytes, as planned")
+    obligation_id: str = Field(description="the reclaim that deletes it from the trash")
+
+
+class GcBudgetExceededData(Result):
+    budget: list[GcBudget] = Field(description="the parts of the disk budget exceeded")
+    unmet_bytes: int = Field(description="what they still lack after every eviction possible")
+    freed_bytes: int = Field(description="what the check's evictions freed")
+    holders: list[GcSkipped] = Field(
+        description="what was left and why (busy, in use, preserved, a mount)"
+    )

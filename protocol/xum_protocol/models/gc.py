@@ -9,7 +9,9 @@ from pydantic import Field
 from xum_protocol.methods_base import MethodSpec
 from xum_protocol.models.base import Params, Result
 
-GcAction = Literal["remove_archived", "prune_snapshot_ref", "archive_merged", "discard_kept"]
+GcAction = Literal[
+    "remove_archived", "prune_snapshot_ref", "archive_merged", "discard_kept", "evict_rebuildable"
+]
 
 
 class GcItem(Result):
@@ -20,12 +22,17 @@ class GcItem(Result):
         description="remove_archived: `workspace.remove` of an archived workspace; "
         "prune_snapshot_ref: delete a removed workspace's snapshot ref; archive_merged: "
         "`workspace.archive` of a clean, merged workspace; discard_kept: "
-        "`workspace.discard_kept` of a removed workspace's kept copy. An open set."
+        "`workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move "
+        "an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to "
+        "the trash while a disk budget is exceeded. An open set."
     )
     workspace_id: str | None = None
     project_id: str | None = None
     name: str | None = None
-    path: str | None = Field(default=None, description="The checkout, or the kept copy.")
+    path: str | None = Field(
+        default=None,
+        description="The checkout, the kept copy, or (evict_rebuildable) the directory evicted.",
+    )
     ref: str | None = Field(default=None, description="prune_snapshot_ref: the ref.")
     commit: str | None = Field(
         default=None,
@@ -61,6 +68,34 @@ class GcPolicies(Result):
     snapshot_refs_days: float = 0
     archive_merged: bool = False
     kept_after_days: float = 0
+    min_free_bytes: int = 0
+    min_free_percent: float = 0
+    max_bytes: int = 0
+    rebuildable: list[str] = Field(default_factory=list)
+
+
+class GcBudget(Result):
+    """One part of the disk budget, measured now: a filesystem's free space (`min_free_*`), or
+    the root's bytes (`max_bytes`)."""
+
+    what: Literal["free", "bytes"] = Field(
+        description="free: a filesystem's free space against `min_free_bytes` / "
+        "`min_free_percent`; bytes: the root's checkouts, trash and archive store against "
+        "`max_bytes`."
+    )
+    filesystem: str = Field(description="The mount point (bytes: the root's).")
+    free_bytes: int = Field(default=0, description="Free bytes now (free only).")
+    size_bytes: int = Field(default=0, description="The filesystem's size (free only).")
+    used_bytes: int = Field(default=0, description="The root's bytes now (bytes only).")
+    limit_bytes: int = Field(
+        description="free: the free bytes to keep; bytes: the most the root may hold."
+    )
+    deficit_bytes: int = Field(description="Bytes to free for the budget to hold; 0: it holds.")
+    pending_bytes: int = Field(
+        default=0,
+        description="Bytes of trash entries and reclaims already owed there (freed by the "
+        "cleanup without anything more chosen).",
+    )
 
 
 class GcPlanParams(Params):
@@ -73,6 +108,15 @@ class GcPlanResult(Result):
     items: list[GcItem] = Field(default_factory=list)
     skipped: list[GcSkipped] = Field(default_factory=list)
     bytes: int = Field(default=0, description="The items' bytes together.")
+    budget: list[GcBudget] = Field(
+        default_factory=list,
+        description="The disk budget measured now, part by part (empty: no budget set).",
+    )
+    unmet_bytes: int = Field(
+        default=0,
+        description="Bytes the budget still lacks after every planned item (what is left is "
+        "busy, unsaved or not rebuildable).",
+    )
 
 
 class GcRunParams(Params):

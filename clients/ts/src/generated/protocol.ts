@@ -350,8 +350,66 @@ export interface FetchInfo {
   status: "fetched" | "failed" | "timeout";
 }
 
+/**
+ * One part of the disk budget, measured now: a filesystem's free space (`min_free_*`), or
+ * the root's bytes (`max_bytes`).
+ */
+export interface GcBudget {
+  /** Bytes to free for the budget to hold; 0: it holds. */
+  deficit_bytes: number;
+  /** The mount point (bytes: the root's). */
+  filesystem: string;
+  /**
+   * Free bytes now (free only).
+   * default: 0
+   */
+  free_bytes?: number;
+  /** free: the free bytes to keep; bytes: the most the root may hold. */
+  limit_bytes: number;
+  /**
+   * Bytes of trash entries and reclaims already owed there (freed by the cleanup without anything more chosen).
+   * default: 0
+   */
+  pending_bytes?: number;
+  /**
+   * The filesystem's size (free only).
+   * default: 0
+   */
+  size_bytes?: number;
+  /**
+   * The root's bytes now (bytes only).
+   * default: 0
+   */
+  used_bytes?: number;
+  /** free: a filesystem's free space against `min_free_bytes` / `min_free_percent`; bytes: the root's checkouts, trash and archive store against `max_bytes`. */
+  what: "free" | "bytes";
+}
+
+export interface GcBudgetExceededData {
+  /** the parts of the disk budget exceeded */
+  budget: GcBudget[];
+  /** what the check's evictions freed */
+  freed_bytes: number;
+  /** what was left and why (busy, in use, preserved, a mount) */
+  holders: GcSkipped[];
+  /** what they still lack after every eviction possible */
+  unmet_bytes: number;
+}
+
+/** A disk budget cannot be met (what is left is busy, in use or not rebuildable): once per episode, until it holds again. */
+export interface GcBudgetExceededEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: GcBudgetExceededData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "gc.budget_exceeded";
+}
+
 export interface GcDone {
-  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept";
+  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable";
   /** default: 0 */
   bytes?: number;
   /**
@@ -366,6 +424,29 @@ export interface GcDone {
   workspace_id?: string | null;
 }
 
+export interface GcEvictedData {
+  /** its allocated bytes, as planned */
+  bytes: number;
+  /** the reclaim that deletes it from the trash */
+  obligation_id: string;
+  /** the directory moved to the trash */
+  path: string;
+  /** the idle workspace a rebuildable directory left */
+  workspace_id: string;
+}
+
+/** An idle workspace's rebuildable directory was moved to the trash to keep the disk budget (`[gc]`); its reclaim deletes it. */
+export interface GcEvictedEvent {
+  /** When it was published (Unix time, seconds). */
+  at: number;
+  data: GcEvictedData;
+  /** Identifies the daemon run; a new epoch means resync. */
+  epoch: string;
+  /** Grows by one per event within one daemon run (epoch). */
+  seq: number;
+  type: "gc.evicted";
+}
+
 export interface GcGetParams {
   /**
    * min length: 1
@@ -376,8 +457,8 @@ export interface GcGetParams {
 
 /** One thing a policy would collect, and what it frees. */
 export interface GcItem {
-  /** remove_archived: `workspace.remove` of an archived workspace; prune_snapshot_ref: delete a removed workspace's snapshot ref; archive_merged: `workspace.archive` of a clean, merged workspace; discard_kept: `workspace.discard_kept` of a removed workspace's kept copy. An open set. */
-  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept";
+  /** remove_archived: `workspace.remove` of an archived workspace; prune_snapshot_ref: delete a removed workspace's snapshot ref; archive_merged: `workspace.archive` of a clean, merged workspace; discard_kept: `workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to the trash while a disk budget is exceeded. An open set. */
+  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable";
   /** How long it has been stale, by the daemon's clock. */
   age_days: number;
   /**
@@ -395,7 +476,7 @@ export interface GcItem {
   /** default: null */
   name?: string | null;
   /**
-   * The checkout, or the kept copy.
+   * The checkout, the kept copy, or (evict_rebuildable) the directory evicted.
    * default: null
    */
   path?: string | null;
@@ -415,6 +496,8 @@ export interface GcItem {
 export type GcPlanParams = Record<string, never>;
 
 export interface GcPlanResult {
+  /** The disk budget measured now, part by part (empty: no budget set). */
+  budget?: GcBudget[];
   /**
    * The items' bytes together.
    * default: 0
@@ -425,6 +508,11 @@ export interface GcPlanResult {
   now: number;
   policies: GcPolicies;
   skipped?: GcSkipped[];
+  /**
+   * Bytes the budget still lacks after every planned item (what is left is busy, unsaved or not rebuildable).
+   * default: 0
+   */
+  unmet_bytes?: number;
 }
 
 /** The policies in force (ROOT/config.toml `[gc]`; 0 / false: off). */
@@ -435,6 +523,13 @@ export interface GcPolicies {
   archived_after_days?: number;
   /** default: 0 */
   kept_after_days?: number;
+  /** default: 0 */
+  max_bytes?: number;
+  /** default: 0 */
+  min_free_bytes?: number;
+  /** default: 0 */
+  min_free_percent?: number;
+  rebuildable?: string[];
   /** default: 0 */
   snapshot_refs_days?: number;
 }
@@ -477,7 +572,7 @@ export interface GcRunResult {
 
 export interface GcSkipped {
   /** The item's action; `plan`: a background run whose plan itself failed. */
-  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "plan";
+  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "plan";
   key: string;
   /**
    * The refusal's error kind when a lifecycle operation refused.
@@ -1231,17 +1326,7 @@ export interface RootUsage {
   pending_reclaim_bytes: number;
   /** Trash entries whose deletion is still pending. */
   pending_reclaims: number;
-  /**
-   * Their allocated bytes (since 1.3, additive).
-   * default: 0
-   */
-  pool_bytes?: number;
-  /**
-   * Warm pool checkouts (`[create] pool`), never listed as workspaces.
-   * default: 0
-   */
-  pool_entries?: number;
-  /** workspaces + pool + trash + archive store (+ reclaims pending outside ROOT/trash). */
+  /** workspaces + trash + archive store (+ reclaims pending outside ROOT/trash). */
   total_bytes: number;
   /** ROOT/trash: checkouts moved out, not reclaimed yet. */
   trash: UsageFigures;
@@ -1841,11 +1926,6 @@ export interface WorkspaceCreateResult {
   fetch?: FetchInfo | null;
   /** Ignored files copied from the main checkout before setup (since 1.0, additive). */
   ignored_copy?: CopyReport;
-  /**
-   * The warm pool (`[create] pool`): hit, a ready checkout was taken over; miss, none was ready; stale, the ready one was not at this base or not clean (a fresh checkout was made). Null when no pool is configured (since 1.3, additive).
-   * default: null
-   */
-  pool?: "hit" | "miss" | "stale" | null;
   setup: ScriptResult;
   /**
    * Set when the main checkout's sparse patterns were applied.
@@ -2439,6 +2519,10 @@ export const MUTATING_METHODS: readonly MethodName[] = [
 export interface EventDataMap {
   /** A cleanup obligation was planned, attempted, completed, abandoned or failed. */
   "cleanup.obligation_changed": ObligationData;
+  /** A disk budget cannot be met (what is left is busy, in use or not rebuildable): once per episode, until it holds again. */
+  "gc.budget_exceeded": GcBudgetExceededData;
+  /** An idle workspace's rebuildable directory was moved to the trash to keep the disk budget (`[gc]`); its reclaim deletes it. */
+  "gc.evicted": GcEvictedData;
   /** A use lease on a workspace's checkout was taken (or its holder updated). */
   "lease.acquired": LeaseData;
   /** A lease was removed. */
@@ -2491,6 +2575,8 @@ export type EventType = keyof EventDataMap;
 
 export const EVENT_TYPES: readonly EventType[] = [
   "cleanup.obligation_changed",
+  "gc.budget_exceeded",
+  "gc.evicted",
   "lease.acquired",
   "lease.released",
   "pool.refilled",

@@ -1,0 +1,110 @@
+"""The disk budget, measured: for each filesystem the root's workspaces (and the root) live on,
+its free space against `[gc] min_free_bytes` / `min_free_percent`; the root's bytes (checkouts,
+trash, archive store) against `max_bytes`. What each part lacks is its deficit; bytes the
+cleanup already owes there (trash entries, pending reclaims) count against it, since they are
+freed without anything more being chosen."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xum_protocol.models.gc import GcBudget
+from xum_protocol.models.usage import WorkspaceUsageParams
+
+from xumd.app import App
+from xumd.lifecycle import rows, views
+from xumd.system import diskfull
+from xumd.usage.service import UsageService
+
+
+@dataclass(slots=True)
+class Budget:
+    parts: list[GcBudget] = field(default_factory=list)
+
+    def exceeded(self) -> list[GcBudget]:
+        """The parts that lack more than what the cleanup already owes them."""
+        return [p for p in self.parts if p.deficit_bytes > p.pending_bytes]
+
+    def need(self, part: GcBudget) -> int:
+        return max(0, part.deficit_bytes - part.pending_bytes)
+
+
+def mount_of(path: Path | str) -> str:
+    """The mount point `path` is on (its nearest existing ancestor's)."""
+    return diskfull.filesystem_of(path).mount
+
+
+def free_part(mount: str, min_free_bytes: int, min_free_percent: float) -> GcBudget | None:
+    """A filesystem's free space against the budget, or None where it cannot be read."""
+    try:
+        vfs = os.statvfs(mount)
+    except OSError:
+        return None
+    size = vfs.f_blocks * vfs.f_frsize
+    free = vfs.f_bavail * vfs.f_frsize
+    keep = max(min_free_bytes, int(size * min_free_percent / 100))
+    return GcBudget(
+        what="free",
+        filesystem=mount,
+        free_bytes=free,
+        size_bytes=size,
+        limit_bytes=keep,
+        deficit_bytes=max(0, keep - free),
+    )
+
+
+def workspace_mounts(app: App) -> dict[str, list[str]]:
+    """Mount point -> the ids of the workspaces whose checkout (or, before it exists, its
+    project's workspaces directory) is on it; the root's own mount is always there."""
+    found: dict[str, list[str]] = {mount_of(app.paths.root): []}
+    projects = {p.id: p for p in rows.list_projects(app.store)}
+    for row in rows.list_workspaces(app.store):
+        found.setdefault(mount_of(row.path), []).append(row.id)
+    for project in projects.values():
+        found.setdefault(mount_of(views.workspaces_dir(app.paths.workspaces, project)), [])
+    return found
+
+
+async def measure(
+    app: App, usage: UsageService, mounts: dict[str, list[str]] | None = None
+) -> Budget:
+    """Every part of the budget set in `[gc]`, measured now."""
+    config = app.config.gc
+    budget = Budget()
+    if not config.budgeted():
+        return budget
+    owed = await _owed(usage)
+    if config.min_free_bytes or config.min_free_percent:
+        for mount in sorted(mounts if mounts is not None else workspace_mounts(app)):
+            part = free_part(mount, config.min_free_bytes, config.min_free_percent)
+            if part is not None:
+                budget.parts.append(part.model_copy(update={"pending_bytes": owed.get(mount, 0)}))
+    if config.max_bytes:
+        listed = await usage.usage(WorkspaceUsageParams())
+        total = listed.root.total_bytes if listed.root is not None else 0
+        budget.parts.append(
+            GcBudget(
+                what="bytes",
+                filesystem=str(app.paths.root),
+                used_bytes=total,
+                limit_bytes=config.max_bytes,
+                deficit_bytes=max(0, total - config.max_bytes),
+                pending_bytes=sum(owed.values()),
+            )
+        )
+    return budget
+
+
+async def _owed(usage: UsageService) -> dict[str, int]:
+    """Bytes of the trash entries pending reclaims will delete, by mount point."""
+    _count, sources = usage.reclaims.pending_reclaims()
+    owed: dict[str, int] = {}
+    for source in sources:
+        if not os.path.isdir(source):
+            continue
+        figures = await usage.measure(source)
+        mount = mount_of(source)
+        owed[mount] = owed.get(mount, 0) + figures.bytes
+    return owed

@@ -1,0 +1,208 @@
+"""The disk budget (`[gc] min_free_bytes`, `rebuildable`): on a real tmpfs small enough to fill,
+with workspaces whose `node_modules/` hold real files. The plan evicts the rebuildable
+directories of idle workspaces least recently used first, just enough to restore the budget;
+a busy workspace is skipped with why; an eviction goes through the trash and its reclaim; a
+SIGKILL after the eviction's intent or after its move is settled at the next start."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from xum_client.errors import XumClientError
+
+from tests.support.daemon import DaemonProcess, write_config
+from tests.support.gitrepo import make_repo
+from tests.support.lifecycle_helpers import add_project, create
+from tests.support.tmpfs import tmpfs
+from tests.support.wait import until
+
+MB = 1 << 20
+PACKAGE = 6 * MB
+"""Bytes of real files in each workspace's node_modules."""
+
+
+@pytest.fixture
+def fs(tmp_short: Path) -> Iterator[Path]:
+    with tmpfs(tmp_short / "fs", "size=96m") as mount:
+        yield mount
+
+
+@pytest.fixture
+def repo(tmp_short: Path) -> Path:
+    return make_repo(
+        tmp_short / "repo",
+        {"README.md": "hi\n", "src.txt": "code\n", ".gitignore": "node_modules/\n.cache/\n"},
+    )
+
+
+def _config(root: Path, min_free: int) -> None:
+    write_config(
+        root,
+        f"""enable_test_methods = true
+[cleanup]
+backoff_initial_s = 0.01
+[gc]
+min_free_bytes = {min_free}
+rebuildable = ["node_modules/"]
+idle_after_s = 60
+budget_interval_s = 3600
+""",
+    )
+
+
+def _workspace(daemon: DaemonProcess, project_id: str, name: str, age_s: float) -> dict[str, Any]:
+    """A workspace with `PACKAGE` bytes in node_modules/ and its own files last changed
+    `age_s` ago."""
+    ws: dict[str, Any] = create(daemon, project_id, name)["workspace"]
+    path = Path(ws["path"])
+    (path / "node_modules" / "pkg").mkdir(parents=True)
+    (path / "node_modules" / "pkg" / "index.js").write_bytes(os.urandom(PACKAGE))
+    (path / ".cache").mkdir()
+    (path / ".cache" / "c").write_bytes(b"x" * 4096)
+    then = os.stat(path / "README.md").st_mtime - age_s
+    for name_ in ("README.md", "src.txt", ".gitignore", ".cache/c"):
+        os.utime(path / name_, (then, then))
+    return ws
+
+
+def _free(mount: Path) -> int:
+    vfs = os.statvfs(mount)
+    return vfs.f_bavail * vfs.f_frsize
+
+
+def _start(root: Path, fs: Path, repo: Path) -> tuple[DaemonProcess, dict[str, dict[str, Any]]]:
+    """Three idle workspaces (a oldest, c newest) on the tmpfs; a budget lacking ~1.5 packages."""
+    _config(root, 0)
+    daemon = DaemonProcess(root).start()
+    project = add_project(daemon, repo)
+    made = {
+        "a": _workspace(daemon, project["id"], "a", 3 * 86400),
+        "b": _workspace(daemon, project["id"], "b", 2 * 86400),
+        "c": _workspace(daemon, project["id"], "c", 1 * 86400),
+    }
+    daemon.close()
+    _config(root, _free(fs) + PACKAGE + PACKAGE // 2)
+    return DaemonProcess(root).start(), made
+
+
+@pytest.fixture
+def rooted(fs: Path) -> Path:
+    return fs / "r"
+
+
+def test_budget_restored_by_eviction_in_lru_order(rooted: Path, fs: Path, repo: Path) -> None:
+    daemon, made = _start(rooted, fs, repo)
+    try:
+        plan = daemon.call("gc.plan")
+        [part] = [p for p in plan["budget"] if p["filesystem"] == str(fs)]
+        assert part["deficit_bytes"] > PACKAGE
+        keys = [i["key"] for i in plan["items"]]
+        # Least recently used first, and just enough: a and b, never c.
+        assert keys == [
+            f"evict_rebuildable:{made['a']['id']}:node_modules",
+            f"evict_rebuildable:{made['b']['id']}:node_modules",
+        ], plan
+        assert all(i["bytes"] >= PACKAGE for i in plan["items"])
+        assert "idle" in plan["items"][0]["reason"]
+        assert plan["unmet_bytes"] == 0
+        before = _free(fs)
+        result = daemon.call("gc.run")
+        assert [d["key"] for d in result["done"]] == keys, result
+        for name in ("a", "b"):
+            path = Path(made[name]["path"])
+            assert not (path / "node_modules").exists()
+            assert (path / "README.md").read_text() == "hi\n"  # the work is untouched
+            assert (path / ".cache" / "c").exists()  # ignored but not rebuildable: kept
+        assert (Path(made["c"]["path"]) / "node_modules" / "pkg" / "index.js").exists()
+        # Reclaimed through the trash: the space comes back (less what the store's log grew
+        # by) and the budget holds.
+        until(lambda: _free(fs) >= before + 2 * PACKAGE - MB, message="the evictions reclaimed")
+        plan = daemon.call("gc.plan")
+        assert plan["items"] == [], plan
+        assert all(p["deficit_bytes"] == 0 for p in plan["budget"]), plan
+    finally:
+        daemon.close()
+
+
+def test_busy_workspace_is_skipped_with_the_reason(rooted: Path, fs: Path, repo: Path) -> None:
+    daemon, made = _start(rooted, fs, repo)
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        held = made["a"]["id"]
+        daemon.call(
+            "lease.acquire",
+            {"workspace_id": held, "kind": "editor", "pid": sleeper.pid, "label": "vim"},
+        )
+        plan = daemon.call("gc.plan")
+        skipped = {s["key"]: s for s in plan["skipped"]}
+        assert skipped[f"evict_rebuildable:{held}"]["reason"].startswith("busy"), plan
+        keys = [i["key"] for i in plan["items"]]
+        assert keys == [
+            f"evict_rebuildable:{made['b']['id']}:node_modules",
+            f"evict_rebuildable:{made['c']['id']}:node_modules",
+        ], plan
+        daemon.call("gc.run")
+        assert (Path(made["a"]["path"]) / "node_modules" / "pkg" / "index.js").exists()
+        # Released now, but seen held moments ago (monotonic): still in use for idle_after_s.
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+        until(
+            lambda: (
+                not daemon.call("workspace.get", {"workspace_id": held})["workspace"].get("leases")
+            ),
+            message="the lease released",
+        )
+    finally:
+        if sleeper.poll() is None:
+            sleeper.send_signal(signal.SIGKILL)
+            sleeper.wait()
+        daemon.close()
+
+
+def test_recently_changed_workspace_is_in_use(rooted: Path, fs: Path, repo: Path) -> None:
+    """A file changed within idle_after_s outside node_modules: in use, not evicted."""
+    daemon, made = _start(rooted, fs, repo)
+    try:
+        os.utime(Path(made["a"]["path"]) / "src.txt")  # now
+        plan = daemon.call("gc.plan")
+        skipped = {s["key"]: s for s in plan["skipped"]}
+        assert skipped[f"evict_rebuildable:{made['a']['id']}"]["reason"].startswith("in use")
+        assert f"evict_rebuildable:{made['a']['id']}:node_modules" not in [
+            i["key"] for i in plan["items"]
+        ]
+    finally:
+        daemon.close()
+
+
+@pytest.mark.parametrize("point", ["gc.evict.after_intent", "gc.evict.after_move"])
+def test_crash_during_eviction_is_recovered(rooted: Path, fs: Path, repo: Path, point: str) -> None:
+    daemon, made = _start(rooted, fs, repo)
+    daemon.close()
+    daemon = DaemonProcess(rooted, env={"XUM_FAULT": point}).start()
+    with pytest.raises((XumClientError, OSError)):
+        daemon.call("gc.run")
+    assert daemon.wait() == -signal.SIGKILL
+    daemon = DaemonProcess(rooted).start()
+    try:
+        modules = Path(made["a"]["path"]) / "node_modules"
+        if point == "gc.evict.after_intent":
+            assert (modules / "pkg" / "index.js").stat().st_size == PACKAGE  # nothing moved
+        else:
+            assert not modules.exists()
+        # Whatever was moved is reclaimed; no trash entry is left behind; the next run
+        # restores the budget.
+        daemon.call("gc.run")
+        until(
+            lambda: not any((rooted / "trash").iterdir()) if (rooted / "trash").is_dir() else True,
+            message="the trash emptied",
+        )
+        until(lambda: daemon.call("gc.plan")["unmet_bytes"] == 0, message="the budget held")
+        assert (Path(made["c"]["path"]) / "README.md").exists()
+    finally:
+        daemon.close()
