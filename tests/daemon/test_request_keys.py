@@ -167,3 +167,13 @@ def test_keys_expire_and_are_swept(tmp_short: Path) -> None:
     keys.finish("third", keys.start("third", "workspace.create", "h", durable=True), None)
     assert keys.recorded("new") is not None and keys.recorded("third") is not None
     store.close()
+
+
+def test_a_method_of_a_feature_built_at_its_first_request_takes_a_key(
+    daemon: DaemonProcess,
+) -> None:
+    params = {"request_key": "gc-1"}
+    first = ask(daemon.socket_path, "gc.run", params)
+    assert "result" in first, first
+    assert ask(daemon.socket_path, "gc.run", params)["result"] == first["result"]
+    assert "rpc.request_key_answered" in daemon.log_text()
