@@ -277,11 +277,13 @@ def test_a_directory_turn_in_a_git_project(world: World) -> None:
 
 def directory_turn_points() -> list[str]:
     """Every kill point a directory target's creation passes (the worktree matrix's points of
-    turn.create, create and setup; the undo points need a failing checkout: not reachable)."""
+    turn.create, create and setup; the undo points need a failing checkout, and a carry a git
+    checkout: not reachable)."""
     from tests.recovery.test_crash_matrix import POINTS
 
     prefixes = ("turn.create.", "workspace.create.", "workspace.setup.")
-    return [p for p in POINTS if p.startswith(prefixes) and ".undo." not in p]
+    unreachable = (".undo.", ".carry.")
+    return [p for p in POINTS if p.startswith(prefixes) and not any(u in p for u in unreachable)]
 
 
 @pytest.mark.parametrize("point", directory_turn_points())
