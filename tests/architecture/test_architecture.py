@@ -76,6 +76,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "xumd.system.childproc",
             "xumd.system.smallfile",
             "xumd.system.atomicfile",
+            "xumd.system.indexstat",
         ],
     ),
     (
@@ -83,8 +84,12 @@ LAYERS: list[tuple[str, list[str]]] = [
         ["xumd.system.diskfull", "xumd.system.fdlimits", "xumd.system.loop_exceptions"],
     ),
     ("copy by descriptor, process identity", ["xumd.system.fscopy", "xumd.system.procstat"]),
-    # The raw copy builds on the copy; the root lock records its holder's start as psutil would.
-    ("raw copy, root lock", ["xumd.system.rawcopy", "xumd.system.rootlock"]),
+    # The raw copy and the clone build on the copy; the root lock records its holder's start as
+    # psutil would.
+    (
+        "raw copy, clone, root lock",
+        ["xumd.system.rawcopy", "xumd.system.reflink", "xumd.system.rootlock"],
+    ),
     ("containment, git locks", ["xumd.system.containment", "xumd.system.gitlocks"]),
     ("children", ["xumd.system.procutil"]),
     ("git", ["xumd.system.git"]),
