@@ -58,6 +58,7 @@ _.age_s
 _.workspaces_bytes
 _.pending_reclaims
 _.pending_reclaim_bytes
+_.pool_entries
 _.total_bytes
 _.cleared_locks
 _.base_commit

@@ -235,6 +235,7 @@ TABLE_OWNERS: dict[str, str] = {
     "turns": "xumd.turns.rows",
     "gc_runs": "xumd.gc.runs",
     "request_keys": "xumd.rpc.requestkeys",
+    "pool_entries": "xumd.lifecycle.pool",
 }
 
 # The modules that still name a table they do not own: (module, table): why. Only shrinks: move

@@ -82,7 +82,12 @@ def test_an_empty_root_is_ready_without_the_feature_graph(root: Path) -> None:
         assert set(capabilities) == set(METHODS)
         # The first feature request builds the graph, its startup steps run then.
         assert ask(daemon, "project.list", {})["result"] == {"projects": []}
-        assert steps(daemon) == ["containment.sweep", "processes.adopt", "recovery"]
+        assert steps(daemon) == [
+            "containment.sweep",
+            "lifecycle.pool",
+            "processes.adopt",
+            "recovery",
+        ]
         assert len(events(daemon, "lazy_start.features_built")) == 1
         assert "xumd.lifecycle.service" in imported(daemon.log_text())
     finally:

@@ -257,7 +257,7 @@ def test_cache_ages_by_the_monotonic_clock(
     checkout.mkdir()
     (checkout / "a.txt").write_text("a\n")
     app: Any = types.SimpleNamespace(config=types.SimpleNamespace(usage=UsageConfig(cache_s=0)))
-    usage = service.UsageService(app, git=Any, reclaims=Any)  # type: ignore[arg-type]
+    usage = service.UsageService(app, git=Any, reclaims=Any, pool=Any)  # type: ignore[arg-type]
     row = WorkspaceRow(
         **{f: None for f in WorkspaceRow.__dataclass_fields__}  # type: ignore[arg-type]
         | {"id": "ws_1", "project_id": "p_1", "name": "w", "state": "active"}
@@ -323,7 +323,7 @@ def test_one_huge_checkout_does_not_starve_the_others(
     monkeypatch.setattr(service.walk, "walk", slow_walk)
     config = types.SimpleNamespace(usage=UsageConfig(deadline_s=1.0))
     app: Any = types.SimpleNamespace(config=config, store=None)
-    usage = service.UsageService(app, git=Any, reclaims=Any)  # type: ignore[arg-type]
+    usage = service.UsageService(app, git=Any, reclaims=Any, pool=Any)  # type: ignore[arg-type]
 
     async def everything() -> Any:
         return await usage._all(found, time.monotonic() + 1.0, refresh=False)

@@ -27,6 +27,7 @@ from xumd.cleanup.service import CleanupService
 from xumd.lifecycle import ids, ports, rows, views, wsenv
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.hooks import LifecycleHooks, RowSettler, busy_message
+from xumd.lifecycle.pool.service import PoolService
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.lifecycle.scripts import ScriptRunner
 from xumd.lifecycle.snapshot import Snapshotter
@@ -185,6 +186,7 @@ class Context:
         cleanup: CleanupService,
         hooks: LifecycleHooks,
         failures: FailureGuard,
+        pool: PoolService,
     ) -> None:
         self.app = app
         self.store = app.store
@@ -195,6 +197,7 @@ class Context:
         self.cleanup = cleanup
         self.hooks = hooks
         self.failures = failures
+        self.pool = pool
         self.announcer = Announcer(app.store, app.events, cleanup)
 
     # -- rows and views ----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import anyio
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.base import CONTROL_RE
-from xum_protocol.models.checkout_extras import SubmoduleInfo
+from xum_protocol.models.checkout_extras import SparseInfo, SubmoduleInfo
 from xum_protocol.models.workspace import WorkspaceCreateParams, WorkspaceCreateResult
 from xum_protocol.models.wsenv import CopyReport, env_problem
 
@@ -35,6 +35,7 @@ from xumd.lifecycle import (
     wsenv,
 )
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context
+from xumd.lifecycle.pool import service as pool
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 
 log = logs.get("xumd.lifecycle.create")
@@ -169,6 +170,7 @@ async def _create(
     carrying = await carry.prepare(ctx, project.path, params)  # refusals: before the intent
     carry.check_base(carrying, plan.base if plan else None)
     submodules: list[SubmoduleInfo] = []
+    claim = pool.Claim(None)
     await HOLD.hold()
     row = ctx.row(
         _insert_intent(ctx, project, params, plan, binding, also=_extras(ctx, wanted, env))
@@ -191,7 +193,10 @@ async def _create(
                 )
             row.path.parent.mkdir(parents=True, exist_ok=True)
             made = True
-            if plan is not None:
+            claim = await _claim(ctx, project, row, plan, sparse, wanted=wanted)
+            if claim.hit:
+                submodules = claim.submodules
+            elif plan is not None:
                 new_from = plan.base if plan.create else None
                 cleared = await materialise.add_worktree(
                     ctx.git, project.path, row, plan.branch, new_from, no_checkout=bool(sparse)
@@ -236,6 +241,26 @@ async def _create(
         submodules=submodules,
         ignored_copy=copied,
         carried=carried,
+        pool=claim.outcome,
+    )
+
+
+async def _claim(
+    ctx: Context,
+    project: ProjectRow,
+    row: WorkspaceRow,
+    plan: BranchPlan | None,
+    sparse: SparseInfo | None,
+    *,
+    wanted: createconfig.CreateSettings,
+) -> pool.Claim:
+    """A warm pool entry taken over as this checkout (lifecycle/pool/), or why not: a miss or
+    a stale entry leaves the fresh checkout to the caller; nothing here fails a create."""
+    size = pool.size(wanted, ctx.app.config.create.pool)
+    if plan is None:
+        return pool.Claim(None)
+    return await ctx.pool.claim(
+        project, row, pool_size=size, base=plan.base, sparse=sparse, new_branch=plan.create
     )
 
 

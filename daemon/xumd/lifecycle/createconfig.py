@@ -1,5 +1,6 @@
 """What a project's config asks of a new workspace: `[create] copy`, the
-repository's `.worktreeinclude`, `[create] fetch`, `[ports] count` and `names`, and `[env]`. The
+repository's `.worktreeinclude`, `[create] fetch`, `[create] pool`, `[ports] count` and `names`,
+and `[env]`. The
 one reader of the `[create]` table (lifecycle/basefetch.py takes `fetch` from here).
 
 They are read from the project's main checkout at create, before the new checkout exists (the
@@ -26,6 +27,7 @@ from xumd.system import smallfile
 
 WORKTREEINCLUDE = ".worktreeinclude"
 MAX_PATTERNS = 1000
+MAX_POOL = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,8 @@ class CreateSettings:
     """`[create] fetch` as written: checked only where a create consults it (`wants_fetch`),
     so a wrong type refuses a create that would fetch, not an unarchive or a directory."""
     path: Path | None = None
+    pool: int | None = None
+    """`[create] pool`: warm checkouts kept at the base (lifecycle/pool/); None: the root's."""
 
     def wants_fetch(self) -> bool:
         return _fetch_value(self.fetch, self.path)
@@ -131,5 +135,21 @@ def load(project_path: Path) -> CreateSettings:
         raise _bad(path, problem)
     fetch = create.get("fetch", False)
     return CreateSettings(
-        copy=copy, ports=count, port_names=names, env=dict(env), fetch=fetch, path=path
+        copy=copy,
+        ports=count,
+        port_names=names,
+        env=dict(env),
+        fetch=fetch,
+        path=path,
+        pool=_pool(create),
     )
+
+
+def _pool(create: dict[str, Any]) -> int | None:
+    """Nothing about a pool fails a create: a value outside 0..MAX_POOL means no pool."""
+    value = create.get("pool")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_POOL:
+        return 0
+    return value

@@ -51,6 +51,7 @@ from xum_protocol.models.workspace import (
 )
 
 from xumd.app import App
+from xumd.base import logs
 from xumd.checkouts.exclusion import DirectoryExclusion
 from xumd.cleanup.outcomes import RememberCleanup
 from xumd.cleanup.planning import TeardownEnv
@@ -59,6 +60,7 @@ from xumd.lifecycle import keyedcalls, rows, wsenv
 from xumd.lifecycle.context import Announcer, FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.hooks import LifecycleHooks, RowSettler
+from xumd.lifecycle.pool.service import PoolService
 from xumd.lifecycle.projects import ProjectService
 from xumd.lifecycle.scripts import ScriptLeases, ScriptRunner
 from xumd.lifecycle.service import WorkspaceService
@@ -150,6 +152,9 @@ def install(
 ) -> WorkspaceService:
     """Its collaborators come from the composition root; returns the workspace service for the
     features above it (each takes the narrow port it uses)."""
+    pool = app.provide(
+        PoolService(app.store, git, app.paths, app.events, default_size=app.config.create.pool)
+    )
     workspaces = app.provide(
         WorkspaceService(
             app,
@@ -160,8 +165,10 @@ def install(
             cleanup=cleanup,
             hooks=hooks,
             failures=failures,
+            pool=pool,
         )
     )
+    _install_pool(app, pool)
     projects = app.provide(ProjectService(app, coord, git, workspaces.context))
 
     # -- projects ------------------------------------------------------------------------------
@@ -260,3 +267,24 @@ def install(
     app.events.add_paged_snapshot_provider("workspaces", workspaces_snapshot, workspaces_first_page)
     app.status_providers["lifecycle"] = coord.status
     return workspaces
+
+
+def _install_pool(app: App, pool: PoolService) -> None:
+    """The warm pool: its entries settled before recovery's workspace pass (installed after the
+    lifecycle, so its start-up step runs after this one: a claim cut by a crash is rolled
+    forward onto the workspace's checkout first), refilled in the background after readiness,
+    the refill stopped at shutdown."""
+
+    async def settle() -> None:
+        counts = await pool.reconcile()
+        if counts:
+            logs.get("xumd.lifecycle.pool").info("pool.reconciled", **counts)
+
+    def on_event(event: Any) -> None:
+        if event.type == "project.added":  # a new project's pool is made at once
+            pool.wake()
+
+    app.events.listen(on_event)
+    app.on_startup("lifecycle.pool", settle)
+    app.after_ready("lifecycle.pool", pool.serve)
+    app.on_shutdown("lifecycle.pool", pool.stop)

@@ -40,6 +40,7 @@ from xumd.lifecycle.create import IntentBinding
 from xumd.lifecycle.create import create as do_create
 from xumd.lifecycle.hooks import LifecycleHooks
 from xumd.lifecycle.keep_interrupted import keep as do_keep
+from xumd.lifecycle.pool.service import PoolService
 from xumd.lifecycle.reallocate_ports import reallocate_ports as do_reallocate_ports
 from xumd.lifecycle.remove import remove as do_remove
 from xumd.lifecycle.rename import rename as do_rename
@@ -70,11 +71,14 @@ class WorkspaceService:
         cleanup: CleanupService,
         hooks: LifecycleHooks,
         failures: FailureGuard,
+        pool: PoolService,
     ) -> None:
         self.store = app.store
         self.snapshots = snapshots
+        self.pool = pool
+        """The warm pool (usage counts its entries, gc collects them)."""
         self.context = Context(
-            app, coord, git, scripts, snapshots, cleanup, hooks=hooks, failures=failures
+            app, coord, git, scripts, snapshots, cleanup, hooks=hooks, failures=failures, pool=pool
         )
         """What the operation modules share (and project.remove, which checks and removes
         each workspace through them)."""

@@ -19,14 +19,16 @@ from xumd.rpc.dispatch import RequestContext
 from xumd.system.git import Git
 
 if TYPE_CHECKING:
-    from xumd.usage.service import PendingReclaims, UsageService
+    from xumd.usage.service import PendingReclaims, PoolEntries, UsageService
 
 
-def install(app: App, *, git: Git, reclaims: PendingReclaims) -> Deferred[UsageService]:
+def install(
+    app: App, *, git: Git, reclaims: PendingReclaims, pool: PoolEntries
+) -> Deferred[UsageService]:
     def build() -> UsageService:
         from xumd.usage.service import UsageService
 
-        return app.provide(UsageService(app, git, reclaims))
+        return app.provide(UsageService(app, git, reclaims, pool))
 
     usage = Deferred("usage", build)
 

@@ -48,11 +48,18 @@ class PendingReclaims(Protocol):
     def pending_reclaims(self) -> tuple[int, list[Path]]: ...
 
 
+class PoolEntries(Protocol):
+    """The warm pool's checkouts (`PoolService.entry_paths`): counted, never as workspaces."""
+
+    def entry_paths(self) -> list[Path]: ...
+
+
 class UsageService:
-    def __init__(self, app: App, git: Git, reclaims: PendingReclaims) -> None:
+    def __init__(self, app: App, git: Git, reclaims: PendingReclaims, pool: PoolEntries) -> None:
         self.app = app
         self.git = git
         self.reclaims = reclaims
+        self.pool = pool
         self.config = app.config.usage
         self._cache: dict[str, _Cached] = {}
         # Walks are disk-bound: two at once keep a `du` of everything from starving the rest.
@@ -191,14 +198,25 @@ class UsageService:
             if not owned.within(owned.real(source), owned.real(paths.trash)):
                 outside += figures.bytes
         ws_bytes = sum(w.usage.bytes for w in listed if w.usage is not None)
+        entries, pool_bytes = await self._pool(deadline)
         return RootUsage(
             workspaces_bytes=ws_bytes,
             trash=trash,
             archive_store=archive,
             pending_reclaims=count,
             pending_reclaim_bytes=reclaim_bytes,
-            total_bytes=ws_bytes + trash.bytes + archive.bytes + outside,
+            pool_entries=entries,
+            pool_bytes=pool_bytes,
+            total_bytes=ws_bytes + pool_bytes + trash.bytes + archive.bytes + outside,
         )
+
+    async def _pool(self, deadline: float) -> tuple[int, int]:
+        """The warm pool's entries and their bytes (lifecycle/pool/), under the call's deadline."""
+        paths = [p for p in self.pool.entry_paths() if p.is_dir() and not p.is_symlink()]
+        total = 0
+        for path in paths:
+            total += (await self._walk(path, deadline)).bytes
+        return len(paths), total
 
     def _pending_reclaims(self) -> tuple[int, list[Path]]:
         return self.reclaims.pending_reclaims()

@@ -72,8 +72,13 @@ class RootUsage(Result):
     pending_reclaim_bytes: int = Field(
         description="Their allocated bytes (those in ROOT/trash are part of `trash` too)."
     )
+    pool_entries: int = Field(
+        default=0, description="Warm pool checkouts (`[create] pool`), never listed as workspaces."
+    )
+    pool_bytes: int = Field(default=0, description="Their allocated bytes (since 1.3, additive).")
     total_bytes: int = Field(
-        description="workspaces + trash + archive store (+ reclaims pending outside ROOT/trash)."
+        description="workspaces + pool + trash + archive store (+ reclaims pending outside "
+        "ROOT/trash)."
     )
 
 

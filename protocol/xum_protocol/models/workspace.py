@@ -295,6 +295,12 @@ class WorkspaceCreateResult(Result):
     carried: CarryInfo | None = Field(
         default=None, description="Set with `carry`: what was carried (since 1.3, additive)."
     )
+    pool: Literal["hit", "miss", "stale"] | None = Field(
+        default=None,
+        description="The warm pool (`[create] pool`): hit, a ready checkout was taken over; "
+        "miss, none was ready; stale, the ready one was not at this base or not clean (a fresh "
+        "checkout was made). Null when no pool is configured (since 1.3, additive).",
+    )
 
 
 class WorkspaceSetupResult(Result):

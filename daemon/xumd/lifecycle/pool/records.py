@@ -66,12 +66,13 @@ def insert_preparing(
     now = time.time()
     store.execute(
         "INSERT INTO pool_entries (id, project_id, path, incarnation, state, base_commit, sparse,"
-        " created_at, updated_at) VALUES (?, ?, ?, ?, 'preparing', ?, ?, ?, ?)",
+        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             entry_id,
             project_id,
             str(path),
             incarnation,
+            PREPARING,
             base_commit,
             json.dumps(sparse) if sparse is not None else None,
             now,

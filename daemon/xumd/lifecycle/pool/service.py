@@ -327,17 +327,6 @@ class PoolService:
     def entries(self) -> list[EntryRow]:
         return records.listed(self.store)
 
-    def surplus(self) -> list[EntryRow]:
-        """What gc collects: stale entries, entries beyond their project's size, entries of a
-        project that is gone."""
-        found: list[EntryRow] = []
-        projects = {p.id: p for p in rows.list_projects(self.store)}
-        for project_id in sorted({e.project_id for e in records.listed(self.store)}):
-            project = projects.get(project_id)
-            wanted = self.wanted(project) if project is not None else 0
-            found += self._surplus(project_id, wanted)
-        return found
-
     # -- the start-up pass -----------------------------------------------------------------------
 
     async def reconcile(self) -> dict[str, int]:
@@ -426,5 +415,7 @@ class PoolService:
 
     # -- usage -----------------------------------------------------------------------------------
 
-    def paths_of_entries(self) -> list[Path]:
+    def entry_paths(self) -> list[Path]:
+        """For `workspace.usage`: every entry's checkout (a claiming one is the workspace's
+        by now or soon: counted there)."""
         return [e.path for e in records.listed(self.store) if e.state != records.CLAIMING]

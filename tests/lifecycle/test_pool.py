@@ -1,0 +1,189 @@
+"""The warm pool (`[create] pool`): real repositories, a real daemon. A claimed checkout equals a
+fresh one; a miss and a stale entry fall back to a fresh checkout and say so; entries are refilled
+in the background, never listed as workspaces, counted by `workspace.usage`."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.daemon import DaemonProcess, write_config
+from tests.support.gitrepo import git, make_repo
+from tests.support.lifecycle_helpers import add_project, create, worktrees
+from tests.support.wait import until
+
+FILES = {"README.md": "hi\n", "src/a.txt": "a\n", "src/deep/b.txt": "b\n", ".gitignore": "*.log\n"}
+
+
+def entries(root: Path, state: str | None = None) -> list[dict[str, Any]]:
+    db = sqlite3.connect(f"file:{root / 'state.db'}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        found = db.execute("SELECT * FROM pool_entries ORDER BY created_at").fetchall()
+    finally:
+        db.close()
+    return [dict(r) for r in found if state is None or r["state"] == state]
+
+
+def ready(root: Path, count: int = 1) -> list[dict[str, Any]]:
+    return until(
+        lambda: (found := entries(root, "ready")) and len(found) >= count and found,
+        message=f"{count} ready pool entries",
+    )
+
+
+@pytest.fixture
+def pooled(tmp_short: Path) -> Any:
+    repo = make_repo(tmp_short / "repo", FILES)
+    root = tmp_short / "root"
+    write_config(root, "[create]\npool = 1\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        yield daemon, root, repo, project
+    finally:
+        daemon.close()
+
+
+def checkout_view(path: Path) -> dict[str, Any]:
+    files = sorted(
+        str(p.relative_to(path)) for p in path.rglob("*") if ".git" not in p.relative_to(path).parts
+    )
+    return {
+        "files": files,
+        "content": {f: (path / f).read_bytes() for f in files if (path / f).is_file()},
+        "head": git(path, "rev-parse", "HEAD").strip(),
+        "branch": git(path, "symbolic-ref", "HEAD").strip().rsplit("/", 1)[-1],
+        "status": git(path, "status", "--porcelain=v1", "--untracked-files=all"),
+    }
+
+
+def test_a_hit_equals_a_fresh_checkout(pooled: Any, tmp_short: Path) -> None:
+    daemon, root, repo, project = pooled
+    entry = ready(root)[0]
+    hit = create(daemon, project["id"], "w1", branch="b")
+    assert hit["pool"] == "hit"
+    assert entries(root, "claiming") == []
+    assert all(e["id"] != entry["id"] for e in entries(root))  # the workspace took it over
+    path = Path(hit["workspace"]["path"])
+    assert not Path(entry["path"]).exists()
+    # The same create on a root without a pool: a fresh checkout to compare with.
+    plain_root = tmp_short / "plain"
+    plain = DaemonProcess(plain_root).start()
+    try:
+        other = make_repo(tmp_short / "repo2", FILES)
+        fresh = create(plain, add_project(plain, other)["id"], "w1", branch="b")
+        assert fresh["pool"] is None
+        a, b = checkout_view(path), checkout_view(Path(fresh["workspace"]["path"]))
+        assert a["files"] == b["files"] and a["content"] == b["content"]
+        assert a["branch"] == b["branch"] == "b"
+        assert a["status"] == b["status"] == ""
+    finally:
+        plain.close()
+    assert a["head"] == hit["base_commit"] == git(repo, "rev-parse", "HEAD").strip()
+    # git's view: the worktree is registered at the workspace's path, locked with its marker.
+    listed = worktrees(repo)[str(path)]
+    assert listed["branch"] == "refs/heads/b"
+    assert listed["locked"] == f"xum {hit['workspace']['id']} {hit['workspace']['incarnation']}"
+    assert git(repo, "worktree", "prune", "--dry-run", "-v").strip() == ""
+
+
+def test_a_refill_follows_a_claim_and_entries_are_never_listed(pooled: Any) -> None:
+    daemon, root, _repo, project = pooled
+    first = ready(root)[0]
+    assert create(daemon, project["id"], "w1")["pool"] == "hit"
+    refilled = ready(root)[0]
+    assert refilled["id"] != first["id"]
+    listed = daemon.call("workspace.list", {})["workspaces"]
+    assert [w["name"] for w in listed] == ["w1"]
+    usage = daemon.call("workspace.usage", {})
+    assert [w["name"] for w in usage["workspaces"]] == ["w1"]
+    assert usage["root"]["pool_entries"] == 1
+    assert usage["root"]["pool_bytes"] > 0
+    assert (
+        usage["root"]["total_bytes"]
+        >= usage["root"]["pool_bytes"] + usage["root"]["workspaces_bytes"]
+    )
+
+
+def test_an_empty_pool_is_a_miss_and_no_pool_is_null(tmp_short: Path) -> None:
+    repo = make_repo(tmp_short / "repo", FILES)
+    root = tmp_short / "root"
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        made = create(daemon, project["id"], "w0")
+        assert made["pool"] is None
+        # The project's own `[create] pool`: the first create finds the pool empty (a miss),
+        # and wakes its refill.
+        (repo / ".xum").mkdir()
+        (repo / ".xum" / "config.toml").write_text("[create]\npool = 1\n")
+        assert create(daemon, project["id"], "w1")["pool"] == "miss"
+        ready(root)
+        # An existing branch is never a pool entry's checkout: a miss, the entry left.
+        git(repo, "branch", "existing")
+        assert create(daemon, project["id"], "w2", branch="existing")["pool"] == "miss"
+        assert len(entries(root, "ready")) == 1  # left for the next create
+    finally:
+        daemon.close()
+
+
+def test_a_moved_base_makes_the_entry_stale_and_it_is_rebuilt(pooled: Any) -> None:
+    daemon, root, repo, project = pooled
+    old = ready(root)[0]
+    (repo / "new.txt").write_text("new\n")
+    git(repo, "add", "new.txt")
+    git(repo, "commit", "-q", "-m", "moved")
+    made = create(daemon, project["id"], "w1")
+    assert made["pool"] == "stale"
+    path = Path(made["workspace"]["path"])
+    assert (path / "new.txt").read_text() == "new\n"  # the fresh checkout, at the new base
+    new_head = git(repo, "rev-parse", "HEAD").strip()
+    # The create woke the refill: the old entry is dropped, one at the new base takes its place.
+    until(
+        lambda: (
+            [e["base_commit"] for e in entries(root)] == [new_head]
+            and entries(root)[0]["state"] == "ready"
+        ),
+        message="the pool rebuilt at the new base",
+    )
+    assert not Path(old["path"]).exists()
+    assert str(Path(old["path"])) not in worktrees(repo)
+    assert create(daemon, project["id"], "w2")["pool"] == "hit"
+
+
+def test_an_entry_dirtied_by_hand_is_never_claimed(pooled: Any) -> None:
+    daemon, root, _repo, project = pooled
+    entry = ready(root)[0]
+    (Path(entry["path"]) / "scratch.txt").write_text("someone wrote here\n")
+    made = create(daemon, project["id"], "w1")
+    assert made["pool"] == "stale"
+    path = Path(made["workspace"]["path"])
+    assert not (path / "scratch.txt").exists()
+    assert git(path, "status", "--porcelain=v1", "--untracked-files=all") == ""
+    until(
+        lambda: all(e["id"] != entry["id"] for e in entries(root)),
+        message="the dirty entry dropped",
+    )
+
+
+def test_a_restart_keeps_ready_entries_and_drops_a_half_made_one(pooled: Any) -> None:
+    daemon, root, repo, _project = pooled
+    entry = ready(root)[0]
+    daemon.close()
+    db = sqlite3.connect(root / "state.db")
+    with db:
+        db.execute("UPDATE pool_entries SET state = 'preparing' WHERE id = ?", (entry["id"],))
+    db.close()
+    again = DaemonProcess(root).start()
+    try:
+        # The half-made entry (by its row) was dropped at start-up, before readiness.
+        assert all(e["id"] != entry["id"] for e in entries(root))
+        assert not Path(entry["path"]).exists()
+        assert str(Path(entry["path"])) not in worktrees(repo)
+        ready(root)  # and the pool is made up again
+    finally:
+        again.close()
