@@ -3,16 +3,29 @@ repository (`--quick`: the small one) when the main checkout is a cone-mode spar
 top-level directory, and when the repository has a submodule; each against a plain
 `git worktree add -b` (a full checkout, no submodule initialised) on an identical copy, in the
 same run. The sparse figure shows what inheriting the cone saves; the submodule figure what
-initialising a submodule from the main checkout's copy costs on top of a plain add."""
+initialising a submodule from the main checkout's copy costs on top of a plain add.
+
+`python -m bench.bigrepo [--size N] [--repeats R] [--json PATH]` (default 10,000 files;
+`--size 100000` for the large one): the lifecycle on the synthetic monorepo
+(`bench/monorepo.py`) against bare git on an identical copy, paired in the same run:
+create without a pool against `git worktree add -b`; archive of a clean checkout, and remove
+of a clean one, each against `git worktree remove --force`; unarchive of the clean archive
+against `git worktree add` of its existing branch (a clean archive restores no file, so the
+floor is the checkout alone). Every create is measured before anything of the run is deleted,
+with `sync` before each pair (`bench.lifecycle.settle_disk`)."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import shutil
+import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from bench import procs, synth
-from bench.lifecycle import _timed, _wait_trash_empty, _Xum
+from bench import monorepo, procs, report, synth
+from bench.lifecycle import _timed, _wait_trash_empty, _Xum, settle_disk
 from bench.settings import Settings
 from bench.stats import Figure
 
@@ -101,3 +114,126 @@ def run(settings: Settings) -> list[Figure]:
             daemon.stop()
         shutil.rmtree(work, ignore_errors=True)
     return [sparse, submodule]
+
+
+REMOVE = "git worktree remove --force"
+ADD_EXISTING = "git worktree add (the existing branch; identical repository)"
+
+
+def lifecycle(files: int, repeats: int) -> list[Figure]:
+    """Create, archive, unarchive and remove on the synthetic monorepo against bare git (see
+    the module's docstring): each pair alternates which side goes first."""
+    tag = f"{files:,} files"
+    create = Figure("bigrepo", f"workspace.create, no pool ({tag})", "ms", ADD)
+    archive = Figure("bigrepo", f"workspace.archive, clean ({tag})", "ms", REMOVE)
+    unarchive = Figure("bigrepo", f"workspace.unarchive, clean ({tag})", "ms", ADD_EXISTING)
+    remove = Figure("bigrepo", f"workspace.remove, clean ({tag})", "ms", REMOVE)
+    work = procs.short_dir("xbm-")
+    root = work / "root"
+    daemon: procs.Launched | None = None
+    xum: _Xum | None = None
+    try:
+        template = monorepo.make(work / "template", files)
+        xrepo = synth.copy(template, work / "xrepo")
+        frepo = synth.copy(template, work / "frepo")
+        fdir = work / "floor-wt"
+        fdir.mkdir()
+        daemon = procs.xumd(root).start()
+        xum = _Xum(daemon.socket_path)
+        project = xum.call("project.add", {"path": str(xrepo)})["project"]["id"]
+        names = ["warm", *(f"b{rep}" for rep in range(repeats))]
+        ids: dict[str, str] = {}
+
+        def pair(
+            rep: int, mine: Callable[[], object], floor: Callable[[], object]
+        ) -> tuple[float, float]:
+            settle_disk()
+            if rep % 2 == 0:
+                return _timed(mine), _timed(floor)
+            f_time = _timed(floor)
+            return _timed(mine), f_time
+
+        def made(method: str, params: dict[str, object]) -> None:
+            answer = xum.call(method, params) if xum is not None else {}
+            ids[str(params.get("name", ""))] = answer["workspace"]["id"]
+
+        # Phase 1: every create, before anything is deleted (rep 0 warms the cache, unrecorded).
+        for rep, name in enumerate(names):
+            x, f = pair(
+                rep,
+                partial(made, "workspace.create", {"project_id": project, "name": name}),
+                partial(
+                    synth.git,
+                    frepo,
+                    "worktree",
+                    "add",
+                    "-q",
+                    "-b",
+                    f"floor/{name}",
+                    str(fdir / name),
+                    "HEAD",
+                ),
+            )
+            if rep:
+                create.add(x * 1000, f * 1000)
+        # Phase 2: archive the clean checkouts (the floor removes its worktree).
+        for rep, name in enumerate(names):
+            x, f = pair(
+                rep,
+                partial(xum.call, "workspace.archive", {"workspace_id": ids[name]}),
+                partial(synth.git, frepo, "worktree", "remove", "--force", str(fdir / name)),
+            )
+            _wait_trash_empty(root)
+            if rep:
+                archive.add(x * 1000, f * 1000)
+        # Phase 3: unarchive (the floor checks its branch out again).
+        for rep, name in enumerate(names):
+            x, f = pair(
+                rep,
+                partial(xum.call, "workspace.unarchive", {"workspace_id": ids[name]}),
+                partial(
+                    synth.git, frepo, "worktree", "add", "-q", str(fdir / name), f"floor/{name}"
+                ),
+            )
+            if rep:
+                unarchive.add(x * 1000, f * 1000)
+        # Phase 4: remove the clean, unarchived checkouts.
+        for rep, name in enumerate(names):
+            x, f = pair(
+                rep,
+                partial(xum.call, "workspace.remove", {"workspace_id": ids[name]}),
+                partial(synth.git, frepo, "worktree", "remove", "--force", str(fdir / name)),
+            )
+            _wait_trash_empty(root)
+            if rep:
+                remove.add(x * 1000, f * 1000)
+    finally:
+        if xum is not None:
+            xum.close()
+        if daemon is not None:
+            daemon.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return [create, archive, unarchive, remove]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.bigrepo", description=__doc__)
+    parser.add_argument("--size", type=int, default=10_000, help="tracked files (100000: large)")
+    parser.add_argument("--repeats", type=int, default=3, help="recorded repetitions")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the figures")
+    args = parser.parse_args(argv)
+    figures = lifecycle(args.size, args.repeats)
+    host = report.machine()
+    sys.stdout.write(
+        f"bigrepo lifecycle ({args.size:,} files, {args.repeats} repetitions; {host['cpus']} "
+        f"CPUs, {host['cpu']}, {host['git']})\n\n"
+    )
+    report.table(figures, sys.stdout)
+    if args.json:
+        settings = {"size": args.size, "repeats": args.repeats}
+        Path(args.json).write_text(json.dumps(report.as_json(figures, settings, host), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

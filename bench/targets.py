@@ -46,6 +46,11 @@ TARGETS: dict[str, Target] = {
     "scale: idle RSS, records over empty": Target("factor", 1.5),
     "lifecycle: workspace.create": Target("factor", 1.2),
     "lifecycle: workspace.remove, clean": Target("factor", 1.3),
+    # The lifecycle on the synthetic monorepo (`python -m bench.bigrepo --size N`).
+    "bigrepo: workspace.create, no pool": Target("factor", 1.1),
+    "bigrepo: workspace.archive, clean": Target("factor", 1.1),
+    "bigrepo: workspace.remove, clean": Target("factor", 1.1),
+    "bigrepo: workspace.unarchive, clean": Target("factor", 1.2),
     "cli: xum status": Target("factor", 2.0),
     "startup: idle RSS": Target("factor", 2.0),
 }

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = "1.3"
+PROTOCOL_VERSION = "1.4"
 """The version this package speaks: `major.minor`."""
 
-SUPPORTED_PROTOCOLS: tuple[str, ...] = ("1.3",)
+SUPPORTED_PROTOCOLS: tuple[str, ...] = ("1.4",)
 """Every version a server built from this package can speak."""
 
 

@@ -3,7 +3,7 @@
 /* eslint-disable */
 
 /** The protocol version this file was generated from (`major.minor`). */
-export const PROTOCOL_VERSION = "1.3";
+export const PROTOCOL_VERSION = "1.4";
 
 /** Every error kind and its JSON-RPC code (`data.kind` on the wire). */
 export const ERROR_CODES = {
@@ -1326,7 +1326,17 @@ export interface RootUsage {
   pending_reclaim_bytes: number;
   /** Trash entries whose deletion is still pending. */
   pending_reclaims: number;
-  /** workspaces + trash + archive store (+ reclaims pending outside ROOT/trash). */
+  /**
+   * Their allocated bytes (since 1.3, additive).
+   * default: 0
+   */
+  pool_bytes?: number;
+  /**
+   * Warm pool checkouts (`[create] pool`), never listed as workspaces.
+   * default: 0
+   */
+  pool_entries?: number;
+  /** workspaces + pool + trash + archive store (+ reclaims pending outside ROOT/trash). */
   total_bytes: number;
   /** ROOT/trash: checkouts moved out, not reclaimed yet. */
   trash: UsageFigures;
@@ -1926,6 +1936,11 @@ export interface WorkspaceCreateResult {
   fetch?: FetchInfo | null;
   /** Ignored files copied from the main checkout before setup (since 1.0, additive). */
   ignored_copy?: CopyReport;
+  /**
+   * The warm pool (`[create] pool`): hit, a ready checkout was taken over; miss, none was ready; stale, the ready one was not at this base or not clean (a fresh checkout was made). Null when no pool is configured (since 1.3, additive).
+   * default: null
+   */
+  pool?: "hit" | "miss" | "stale" | null;
   setup: ScriptResult;
   /**
    * Set when the main checkout's sparse patterns were applied.
