@@ -67,12 +67,6 @@ HOLD_BEFORE_MOVE = faults.declare(
     simulate=True,
 )
 
-_IDENT = {
-    "GIT_AUTHOR_NAME": "xum",
-    "GIT_AUTHOR_EMAIL": "xum@localhost",
-    "GIT_COMMITTER_NAME": "xum",
-    "GIT_COMMITTER_EMAIL": "xum@localhost",
-}
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 _NOT_CARRIED = {
     onbytes.NESTED: "a repository of its own inside the checkout",
@@ -270,28 +264,11 @@ async def record(ctx: Context, main: Path, capture: Capture | None, workspace_id
     """The capture as a commit under the workspace's carry ref (nothing when clean)."""
     if capture is None or not capture.files:
         return
-    state = capture.state
-    index_commit = await ctx.git.out(
+    commit = await ctx.snapshots.commit_state(
         main,
-        "commit-tree",
-        state.staged_tree,
-        "-p",
-        state.head,
-        "-m",
-        f"xum index carried into {workspace_id}",
-        env=_IDENT,
-    )
-    commit = await ctx.git.out(
-        main,
-        "commit-tree",
-        state.work_tree,
-        "-p",
-        state.head,
-        "-p",
-        index_commit,
-        "-m",
-        f"xum work carried into {workspace_id}",
-        env=_IDENT,
+        capture.state,
+        index_message=f"xum index carried into {workspace_id}",
+        message=f"xum work carried into {workspace_id}",
     )
     ref = carry_ref(workspace_id)
     await ctx.git.run(main, "update-ref", "-m", "xum carry", ref, commit, what="git update-ref")

@@ -277,6 +277,24 @@ class Snapshotter:
         state = state or await self.capture(checkout)
         if not state.dirty and not always:
             return None
+        commit = await self.commit_state(
+            checkout,
+            state,
+            index_message=f"xum index of {workspace_id} ({incarnation})",
+            message=f"xum snapshot of {workspace_id} ({incarnation})",
+        )
+        ref = snapshot_ref(workspace_id, incarnation)
+        await self.git.run(
+            checkout, "update-ref", "-m", "xum snapshot", ref, commit, what="git update-ref"
+        )
+        return Snapshot(ref=ref, commit=commit, files=await self.files_of(checkout, state))
+
+    async def commit_state(
+        self, checkout: Path, state: WorkState, *, index_message: str, message: str
+    ) -> str:
+        """The captured state as a commit in stash shape: its tree the work tree, its parents
+        HEAD and a commit of the staged tree (so a restore keeps staged and unstaged apart).
+        Returns the commit; no ref is written."""
         index_commit = await self.git.out(
             checkout,
             "commit-tree",
@@ -284,10 +302,10 @@ class Snapshotter:
             "-p",
             state.head,
             "-m",
-            f"xum index of {workspace_id} ({incarnation})",
+            index_message,
             env=_IDENT,
         )
-        commit = await self.git.out(
+        return await self.git.out(
             checkout,
             "commit-tree",
             state.work_tree,
@@ -296,14 +314,9 @@ class Snapshotter:
             "-p",
             index_commit,
             "-m",
-            f"xum snapshot of {workspace_id} ({incarnation})",
+            message,
             env=_IDENT,
         )
-        ref = snapshot_ref(workspace_id, incarnation)
-        await self.git.run(
-            checkout, "update-ref", "-m", "xum snapshot", ref, commit, what="git update-ref"
-        )
-        return Snapshot(ref=ref, commit=commit, files=await self.files_of(checkout, state))
 
     async def holds(self, checkout: Path, state: WorkState, snapshot_commit: str | None) -> bool:
         """True when `snapshot_commit` holds exactly this uncommitted state."""
