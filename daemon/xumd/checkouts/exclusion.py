@@ -1,11 +1,13 @@
 """Per-directory exclusion: one operation at a time on a checkout's path, whatever spelling
 reached it.
 
-`directory(path)` keys a path by its realpath *and* by the filesystem identity (st_dev, st_ino)
-of its nearest existing ancestor plus the remaining components, so symlink, `..` and alias
-spellings of one path exclude each other. Creation, restore and cleanup take it; the waiter
-revalidates the directory after it gets it. The composition root builds one and hands it to the
-lifecycle coordinator and to the cleanup service, so neither reaches into the other for it.
+`directory(path)` keys a path by its realpath (existing components spelled as stored:
+`checkouts.pathcase`) *and* by the filesystem identity (st_dev, st_ino) of its nearest existing
+ancestor plus the remaining components (compared ignoring case where that ancestor's filesystem
+does), so symlink, `..`, alias and other-case spellings of one path exclude each other.
+Creation, restore and cleanup take it; the waiter revalidates the directory after it gets it.
+The composition root builds one and hands it to the lifecycle coordinator and to the cleanup
+service, so neither reaches into the other for it.
 
 In-process state only: one daemon per root (invariant 7) makes it sufficient.
 """
@@ -24,6 +26,7 @@ from xum_protocol.errors import ErrorKind
 
 from xumd.base import logs
 from xumd.base.errors import XumError
+from xumd.checkouts import pathcase
 
 log = logs.get("xumd.checkouts.exclusion")
 
@@ -40,7 +43,7 @@ class DirKey:
 
 
 def dir_key(path: Path | str) -> DirKey:
-    real = os.path.realpath(path)
+    real = str(pathcase.canonical(path))
     anchor = Path(real)
     tail: list[str] = []
     while True:
@@ -53,6 +56,9 @@ def dir_key(path: Path | str) -> DirKey:
             # Not mutated: one fixed order per length: equal tails stay equal.
             tail.insert(0, anchor.name)  # pragma: no mutate
             anchor = anchor.parent
+    if tail and pathcase.case_insensitive(anchor):
+        # Names not made yet: `Fix` and `fix` would be one directory there.
+        tail = [pathcase.fold(name) for name in tail]
     return DirKey(real, (st.st_dev, st.st_ino, "/".join(tail)))
 
 

@@ -24,6 +24,7 @@ from xumd.lifecycle import (
     basefetch,
     bigrepo,
     carry,
+    casealias,
     createconfig,
     ids,
     materialise,
@@ -110,6 +111,7 @@ def _check_params(ctx: Context, project: ProjectRow, params: WorkspaceCreatePara
             f"project {project.name!r} already has a workspace {params.name!r} ({existing.id})",
             id=existing.id,
         )
+    casealias.check_no_case_alias(ctx.store, ctx.path_for(project, params.name))
 
 
 def _insert_intent(

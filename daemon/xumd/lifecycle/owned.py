@@ -7,14 +7,15 @@ every project's workspaces directory. A path given to `project.add` (the project
 `workspaces_dir`), and the path a workspace would take (create, rename), must not overlap
 any of them; the refusal is `invalid_path` naming the overlap.
 
-All paths here are realpaths, so a symlink (or `..`) spelling of an owned path is caught too.
+All paths here are realpaths with each existing component spelled as its directory stores it
+(`checkouts.pathcase.canonical`), so a symlink, `..` or other-case spelling (on a filesystem that
+ignores case) of an owned path is caught too.
 A workspace's path is checked again when it is planned, because a project recorded before this
 rule existed may still carry a `workspaces_dir` that overlaps.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from xum_protocol.names import name_problem
 
 from xumd.base.errors import XumError
 from xumd.base.paths import RootPaths
+from xumd.checkouts import pathcase
 from xumd.lifecycle import views
 from xumd.lifecycle.rows import ProjectRow
 
@@ -35,7 +37,7 @@ class Owned:
 
 
 def real(path: Path | str) -> Path:
-    return Path(os.path.realpath(path))
+    return pathcase.canonical(path)
 
 
 def within(path: Path, base: Path) -> bool:

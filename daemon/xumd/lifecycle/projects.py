@@ -1,10 +1,11 @@
 """Projects: a repository (or plain directory) registered with the daemon.
 
-The canonical path is the realpath, and the filesystem identity (st_dev, st_ino) is recorded too,
-so adding one repository twice through a symlink, `..` or a bind-mount spelling is a `conflict`
-naming the existing project. Removing a project reserves and checks every workspace first (one
-refusal removes nothing), then removes each through the very same path as `workspace.remove`,
-and never touches the repository itself.
+The canonical path is the realpath with each existing component spelled as stored
+(`checkouts.pathcase`), and the filesystem identity (st_dev, st_ino) is recorded too, so adding
+one repository twice through a symlink, `..`, a bind-mount or (where the filesystem ignores
+case) another case's spelling is a `conflict` naming the existing project. Removing a project
+reserves and checks every workspace first (one refusal removes nothing), then removes each
+through the very same path as `workspace.remove`, and never touches the repository itself.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from xum_protocol.models.project import (
 from xumd.base import logs
 from xumd.base.errors import XumError
 from xumd.base.requestcut import answer_if_cut
+from xumd.checkouts import pathcase
 from xumd.lifecycle import ids, owned, rows, views
 from xumd.lifecycle import remove as removal
 from xumd.lifecycle.context import require_project
@@ -130,7 +132,7 @@ class ProjectService:
             ids.check_name(params.name, "project")
         if "\0" in raw or not os.path.isabs(raw):
             raise XumError(ErrorKind.INVALID_PATH, f"{raw!r} is not an absolute path", path=raw)
-        real = Path(os.path.realpath(raw))
+        real = pathcase.canonical(raw)
         if not real.is_dir():
             raise XumError(ErrorKind.INVALID_PATH, f"{raw} is not a directory", path=raw)
         st = real.stat()
@@ -160,7 +162,7 @@ class ProjectService:
                     ErrorKind.INVALID_PATH,
                     f"workspaces_dir {params.workspaces_dir!r} is not an absolute path",
                 )
-            workspaces_dir = os.path.realpath(params.workspaces_dir)
+            workspaces_dir = str(pathcase.canonical(params.workspaces_dir))
         owned.check_workspaces_dir(
             Path(workspaces_dir)
             if workspaces_dir
@@ -213,7 +215,7 @@ class ProjectService:
         result = await self.git.run(path, "rev-parse", "--show-toplevel", check=False)
         if not result.ok:
             return "directory"
-        top = os.path.realpath(result.output.text().strip())
+        top = str(pathcase.canonical(result.output.text().strip()))
         if top != str(path):
             raise XumError(
                 ErrorKind.INVALID_PATH,
@@ -232,7 +234,7 @@ class ProjectService:
         )
         common = result.output.text().strip() if result.ok else ""
         try:
-            real = os.path.realpath(common) if common else ""
+            real = str(pathcase.canonical(common)) if common else ""
             st = os.stat(real) if real else None
         except OSError:
             st = None

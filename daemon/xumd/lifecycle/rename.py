@@ -18,7 +18,7 @@ from xum_protocol.models.workspace import WorkspaceRenameResult
 
 from xumd.base import faults, logs
 from xumd.base.errors import XumError
-from xumd.lifecycle import ids, owned, rows
+from xumd.lifecycle import casealias, ids, owned, rows
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context, invalid_state
 from xumd.lifecycle.materialise import clear_stale_locks
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
@@ -155,6 +155,7 @@ async def _plan(ctx: Context, project: ProjectRow, row: WorkspaceRow, name: str)
             f"project {project.name!r} already has a workspace {name!r} ({other.id})",
             id=other.id,
         )
+    casealias.check_no_case_alias(ctx.store, ctx.path_for(project, name), row.id)
     branch = row.branch
     if row.runtime == "worktree" and row.branch == f"xum/{row.name}":
         branch = f"xum/{name}"
