@@ -11,6 +11,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tests.crash.invariants import git_worktrees
@@ -160,6 +161,36 @@ def _carry_moving(world: World, row: Row) -> list[str]:
     return problems
 
 
+def _pool_claim(world: World, db: sqlite3.Connection, row: Row, *, moved: bool) -> list[str]:
+    """A claim's entry row stays `claiming` (naming the workspace) until the workspace has
+    taken the checkout over; the checkout is at the entry's path before the move, at the
+    workspace's after it, and carries the pool's marker until then."""
+    entry = db.execute("SELECT * FROM pool_entries WHERE claimed_by = ?", (row["id"],)).fetchone()
+    if entry is None:
+        return ["no `claiming` entry row names the workspace: the claim's intent is not committed"]
+    problems = [] if entry["state"] == "claiming" else [f"the entry is {entry['state']}"]
+    here, there = (row["path"], entry["path"]) if moved else (entry["path"], row["path"])
+    if not _is_worktree(world, here):
+        problems.append(f"no worktree at {here}")
+    if os.path.lexists(there):
+        problems.append(f"{there} exists: the move is not where the point says")
+    locked = git(world.repo, "worktree", "list", "--porcelain")
+    if f"locked xum-pool {entry['id']} " not in locked:
+        problems.append("the checkout no longer carries the pool's marker before the takeover")
+    return problems
+
+
+def _pool_taken(world: World, db: sqlite3.Connection, row: Row) -> list[str]:
+    problems = _checkout_made(world, row, "creating")
+    entry = db.execute("SELECT * FROM pool_entries WHERE claimed_by = ?", (row["id"],)).fetchone()
+    if entry is None:
+        problems.append("the entry row is gone before the claim's last transaction")
+    branch = git(Path(row["path"]), "symbolic-ref", "HEAD").strip()
+    if branch != f"refs/heads/{row['branch']}":
+        problems.append(f"HEAD is {branch}, not the workspace's branch, after the branch point")
+    return problems
+
+
 Check = Callable[[World, sqlite3.Connection, Row], list[str]]
 
 CHECKS: dict[str, Check] = {
@@ -178,6 +209,9 @@ CHECKS: dict[str, Check] = {
     "workspace.rename.after_move": _rename_moved,
     "cleanup.trash.before_rename": lambda w, db, r: _trash(w, db, r, moved=False),
     "cleanup.trash.after_rename": lambda w, db, r: _trash(w, db, r, moved=True),
+    "pool.claim.after_intent": lambda w, db, r: _pool_claim(w, db, r, moved=False),
+    "pool.claim.after_move": lambda w, db, r: _pool_claim(w, db, r, moved=True),
+    "pool.claim.after_branch": _pool_taken,
 }
 """Points whose name promises an order on disk. The others (undo, setup, recovery, turn,
 process points) are covered by the invariants after the restart."""

@@ -4,14 +4,18 @@ prefix has no driver: the crash matrix fails, so a new point is never silently u
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xum_client.errors import XumClientError
+
 from tests.crash.invariants import Before, branches
 from tests.crash.world import World, make_dirty
-from tests.support.gitrepo import git
+from tests.support.gitrepo import commit_config, git
+from tests.support.wait import until
 
 
 @dataclass
@@ -327,6 +331,69 @@ RECOVERY_SETUP: dict[str, str] = {
 """A recovery point is reached during a restart: first crash where recovery has work."""
 
 
+POOL_CONFIG = "[create]\npool = 1\n"
+
+
+def _pool_entries(world: World, state: str | None = None) -> list[dict[str, Any]]:
+    db = sqlite3.connect(f"file:{world.root / 'state.db'}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        found = [dict(r) for r in db.execute("SELECT * FROM pool_entries")]
+    finally:
+        db.close()
+    return [e for e in found if state is None or e["state"] == state]
+
+
+def drive_pool_refill(world: World, point: str) -> Run:
+    """A project with `[create] pool = 1`: its first refill (woken by project.add) dies."""
+    commit_config(world.repo, POOL_CONFIG)
+    world.start(point)
+    before = Before(branches=branches(world.repo))
+    try:
+        world.add_project()
+    except (XumClientError, OSError):
+        pass  # the refill may die before project.add's answer is read
+    if world.armed_raise:
+        # Raised in the background refill: the daemon lives on; the entry was taken back.
+        reached = f"fault point {point} reached; raising"
+        until(lambda: reached in world.d.log_text(), message=reached)
+    else:
+        world.wait_killed()
+
+    def finish(w: World) -> None:
+        w.project_id = _ok(w, "project.list", {})["projects"][0]["id"]
+        # A first create (whatever the pool holds) asks for a refill; the next one is a hit.
+        first = _ok(w, "workspace.create", {"project_id": w.project_id, "name": "a"})
+        until(lambda: _pool_entries(w, "ready"), message="the pool refilled")
+        made = _ok(w, "workspace.create", {"project_id": w.project_id, "name": "b"})
+        assert made["pool"] == "hit", made["pool"]
+        for ws in (first, made):
+            _ok(w, "workspace.archive", {"workspace_id": ws["workspace"]["id"]})
+
+    return Run(before, None, finish, {})
+
+
+def drive_pool_claim(world: World, point: str) -> Run:
+    """A create that claims the ready entry dies mid-claim; the keyed repeat then answers as
+    the disk has it (the workspace the claim made, kept by the user, or a create now)."""
+    commit_config(world.repo, POOL_CONFIG)
+    world.start(point)
+    world.add_project()
+    until(lambda: _pool_entries(world, "ready"), message="a ready pool entry")
+    before = Before(branches=branches(world.repo))
+    params = {"project_id": world.project_id, "name": "a", "request_key": "crash-claim-a"}
+    world.expect_killed("workspace.create", params)
+
+    def finish(w: World) -> None:
+        made = _ok(w, "workspace.create", params)
+        found = [x for x in w.workspaces() if x["name"] == "a"]
+        assert [x["id"] for x in found] == [made["workspace"]["id"]], (made, found)
+        assert found[0]["state"] == "active", found[0]
+        _ok(w, "workspace.archive", {"workspace_id": made["workspace"]["id"]})
+
+    return Run(before, None, finish, {})
+
+
 def drive_recovery(world: World, point: str) -> Run:
     inner = _longest(RECOVERY_SETUP, point)
     assert inner is not None
@@ -354,6 +421,8 @@ DRIVERS: dict[str, Callable[[World, str], Run]] = {
     "cleanup.": drive_cleanup,
     "process.spawn.": drive_spawn,
     "recovery.": drive_recovery,
+    "pool.refill.": drive_pool_refill,
+    "pool.claim.": drive_pool_claim,
 }
 
 

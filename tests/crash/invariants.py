@@ -4,6 +4,7 @@ view of the repository, the filesystem, and ordinary RPC calls."""
 from __future__ import annotations
 
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,8 +49,19 @@ def snapshot_file(repo: Path, workspace_id: str, rel: str) -> list[str]:
     return found
 
 
+def pool_rows(world: World) -> list[dict[str, Any]]:
+    """The warm pool's entry rows (read-only: the daemon owns the store)."""
+    db = sqlite3.connect(f"file:{world.root / 'state.db'}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in db.execute("SELECT * FROM pool_entries")]
+    finally:
+        db.close()
+
+
 def claimed_paths(world: World) -> set[str]:
     claimed = {os.path.realpath(w["path"]) for w in world.workspaces()}
+    claimed |= {os.path.realpath(e["path"]) for e in pool_rows(world)}
     for ob in world.call("cleanup.list", {"limit": 10_000})["obligations"]:
         if ob["state"] in ("pending", "failed"):
             claimed.add(os.path.realpath(ob["path"]))
@@ -75,6 +87,7 @@ def check(world: World, before: Before, *, where: str) -> list[str]:
                     continue
                 if os.path.realpath(entry) not in claimed:
                     problems.append(f"checkout {entry} has no row")
+    problems += _pool_problems(world)
     strays = world.call("workspace.strays", {})["strays"]
     if strays:
         problems.append(f"workspace.strays lists {[s['path'] for s in strays]}")
@@ -117,6 +130,21 @@ def check(world: World, before: Before, *, where: str) -> list[str]:
         ):
             problems.append(f"archived {w['name']} still has a checkout and no cleanup step")
     return [f"[{where}] {p}" for p in problems]
+
+
+def _pool_problems(world: World) -> list[str]:
+    """Every warm pool checkout has its entry row, and no claim is left mid-way."""
+    problems = []
+    entries = pool_rows(world)
+    known = {os.path.realpath(e["path"]) for e in entries}
+    for pool_dir in (world.root / "workspaces").glob("*/.xum-pool"):
+        for entry in pool_dir.iterdir():
+            if os.path.realpath(entry) not in known:
+                problems.append(f"pool checkout {entry} has no entry row")
+    problems += [
+        f"pool entry {e['id']} stayed claiming" for e in entries if e["state"] == "claiming"
+    ]
+    return problems
 
 
 def claimed_paths_obligations(world: World) -> set[str]:

@@ -24,6 +24,7 @@ from xumd.checkouts import marker
 from xumd.checkouts.adminfile import read_admin_file
 from xumd.cleanup.obligations import Obligations
 from xumd.lifecycle import preserved, rows, views
+from xumd.lifecycle.pool import records as pool
 from xumd.store import Store
 from xumd.system import fsdelete
 from xumd.system.git import Git
@@ -50,6 +51,7 @@ def _claimed(store: Store) -> set[str]:
     for r in rows.rename_journals(store):
         claimed.update((r["from_path"], r["to_path"]))
     claimed.update(Obligations(store).unfinished_paths())
+    claimed.update(pool.entry_paths(store))  # the warm pool's checkouts are the daemon's
     return claimed
 
 

@@ -169,3 +169,13 @@ def count_live(store: Store, project_id: str) -> int:
         (project_id,),
     )
     return int(r["n"]) if r is not None else 0
+
+
+def entry_paths(store: Store) -> set[str]:
+    """Every entry's checkout path and, mid-claim, where it goes: paths the pool claims."""
+    found: set[str] = set()
+    for r in store.all("SELECT path, claim_path FROM pool_entries"):
+        found.add(r["path"])
+        if r["claim_path"]:
+            found.add(r["claim_path"])
+    return found

@@ -140,7 +140,9 @@ class PoolService:
         over as `row`'s checkout on its branch, or say why not (a fresh checkout follows)."""
         if pool_size <= 0:
             return Claim(None)
-        self.wake()  # a claim (or a miss) is a reason to look at the pool
+        # A claim (or a miss) is a reason to look at the pool now, even after a failed refill.
+        self._failed_at.pop(project.id, None)
+        self.wake()
         if not new_branch or row.branch is None:
             return Claim("miss")  # an existing branch's checkout is no pool entry's
         cone = sparse.patterns if sparse is not None else None
@@ -156,9 +158,9 @@ class PoolService:
 
     async def _take(self, project: ProjectRow, row: WorkspaceRow, entry: EntryRow) -> Claim:
         assert row.branch is not None
-        CLAIM_AFTER_INTENT()
         moved = False
         try:
+            CLAIM_AFTER_INTENT()
             why = None
             if checkout.marker_at(entry.path) != checkout.of(entry):
                 why = "its checkout does not carry its marker"
@@ -290,18 +292,19 @@ class PoolService:
             )
         entry = records.get(self.store, entry_id)
         assert entry is not None
-        REFILL_AFTER_INTENT()
         try:
+            REFILL_AFTER_INTENT()
             submodules = await checkout.prepare(self.git, project.path, entry, sparse)
+            REFILL_AFTER_CHECKOUT()
+            with self.store.transaction():
+                records.mark_ready(
+                    self.store, entry_id, [s.model_dump(mode="json") for s in submodules]
+                )
         except BaseException:
+            # A half-made entry holds no one's work: taken back now (or by the start-up pass).
             with anyio.CancelScope(shield=True):
                 await self._abandon(project, entry, None)
             raise
-        REFILL_AFTER_CHECKOUT()
-        with self.store.transaction():
-            records.mark_ready(
-                self.store, entry_id, [s.model_dump(mode="json") for s in submodules]
-            )
         ready = sum(1 for e in records.listed(self.store, project.id) if e.state == records.READY)
         log.info("pool.refilled", project=project.id, entry=entry_id, ready=ready)
         self.events.publish("pool.refilled", project_id=project.id, entry_id=entry_id, ready=ready)
