@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import os
 import socket
@@ -14,6 +12,7 @@ import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 from xum_protocol import framing
@@ -27,6 +26,9 @@ from xumd.rpc.dispatch import Router, error_response
 from xumd.rpc.transport import FrameProtocol
 from xumd.system import diskfull
 from xumd.system.fdlimits import FdLimits, is_exhausted
+
+if TYPE_CHECKING:
+    import ctypes
 
 log = logs.get("xumd.server")
 
@@ -91,10 +93,13 @@ def launchd_socket(
     macOS only (libSystem's launch_activate_socket); elsewhere, or when xumd was not started by
     launchd (ESRCH) or its plist has no such socket (ENOENT), None: xumd binds its own. Tests
     pass a stand-in with the same C signature, since launchd cannot run on Linux."""
+    if (activate is None or free is None) and sys.platform != "darwin":
+        return None
+    import ctypes  # here: a daemon started elsewhere never loads it
+
     if activate is None or free is None:
-        if sys.platform != "darwin":
-            return None
-        libsystem = ctypes.CDLL(ctypes.util.find_library("System"), use_errno=True)
+        # In the dyld shared cache, not on disk, since macOS 11: dlopen still finds it.
+        libsystem = ctypes.CDLL("/usr/lib/libSystem.B.dylib", use_errno=True)
         function = libsystem.launch_activate_socket
         function.argtypes = [
             ctypes.c_char_p,
