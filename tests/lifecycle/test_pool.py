@@ -187,3 +187,25 @@ def test_a_restart_keeps_ready_entries_and_drops_a_half_made_one(pooled: Any) ->
         ready(root)  # and the pool is made up again
     finally:
         again.close()
+
+
+def test_gc_collects_entries_beyond_the_size(tmp_short: Path) -> None:
+    repo = make_repo(tmp_short / "repo", {**FILES, ".xum/config.toml": "[create]\npool = 2\n"})
+    root = tmp_short / "root"
+    daemon = DaemonProcess(root).start()
+    try:
+        add_project(daemon, repo)
+        two = ready(root, 2)
+        (repo / ".xum" / "config.toml").write_text("[create]\npool = 1\n")
+        plan = daemon.call("gc.plan", {})
+        items = [i for i in plan["items"] if i["action"] == "drop_pool_entry"]
+        assert [i["key"] for i in items] == [f"drop_pool_entry:{two[1]['id']}"]  # the newest
+        assert items[0]["bytes"] > 0
+        done = daemon.call("gc.run", {"keys": [items[0]["key"]]})
+        assert [d["key"] for d in done["done"]] == [items[0]["key"]]
+        assert [e["id"] for e in entries(root)] == [two[0]["id"]]
+        assert not Path(two[1]["path"]).exists()
+        assert str(Path(two[1]["path"])) not in worktrees(repo)
+        assert daemon.call("workspace.strays", {})["strays"] == []
+    finally:
+        daemon.close()

@@ -38,7 +38,7 @@ from xum_protocol.models.workspace import WorkspaceArchiveResult, WorkspaceRemov
 from xumd.app import App
 from xumd.base import logs
 from xumd.base.errors import XumError
-from xumd.gc import evict, runs
+from xumd.gc import evict, pool, runs
 from xumd.gc.budget import measure
 from xumd.gc.evict import Evictor
 from xumd.gc.evictplan import ACTION as EVICT
@@ -92,9 +92,9 @@ class GcClock:
         return self.time()
 
 
-class Collected(Protocol):
+class Collected(pool.PoolEntries, Protocol):
     """The lifecycle operations gc collects through (`WorkspaceService`): the same
-    reservation, quiescence check and snapshot as a user's call."""
+    reservation, quiescence check and snapshot as a user's call (and the warm pool's drop)."""
 
     async def remove(
         self, workspace_id: str, force: bool = False, *, expect_state: str | None = None
@@ -164,6 +164,8 @@ class GcService:
         planner = self._planner()
         now = self.clock.time()
         plan = Plan(now, keys) if budget_only else await planner.plan(now, keys)
+        if not budget_only:
+            await pool.plan_items(plan, self.workspaces, self.usage)
         budget = await measure(self.app, self.usage)
         unmet = await plan_evictions(planner, plan, budget, self.activity)
         return Planned(plan, budget.parts, unmet)
@@ -387,6 +389,8 @@ class GcService:
             return f"discarded {discarded.files} file(s)"
         if item.action == "prune_snapshot_ref" and item.ref and item.project_id and item.commit:
             return await self._prune_ref(item)
+        if item.action == pool.ACTION:
+            return await pool.collect(item, workspaces)
         if item.action == EVICT and item.workspace_id:
             rel = item.key.split(":", 2)[2]
             return await self.evictor.evict(item.workspace_id, rel, item.bytes)

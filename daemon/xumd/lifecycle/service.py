@@ -40,7 +40,7 @@ from xumd.lifecycle.create import IntentBinding
 from xumd.lifecycle.create import create as do_create
 from xumd.lifecycle.hooks import LifecycleHooks
 from xumd.lifecycle.keep_interrupted import keep as do_keep
-from xumd.lifecycle.pool.service import PoolService
+from xumd.lifecycle.pool.service import PoolService, Surplus
 from xumd.lifecycle.reallocate_ports import reallocate_ports as do_reallocate_ports
 from xumd.lifecycle.remove import remove as do_remove
 from xumd.lifecycle.rename import rename as do_rename
@@ -163,3 +163,11 @@ class WorkspaceService:
 
     async def rerun_setup(self, workspace_id: str) -> WorkspaceSetupResult:
         return await do_rerun_setup(self.context, workspace_id)
+
+    # -- the warm pool (gc) ---------------------------------------------------------------------
+
+    def pool_surplus(self) -> list[Surplus]:
+        return self.pool.surplus()
+
+    async def drop_pool_entry(self, entry_id: str) -> bool:
+        return await self.pool.drop_entry(entry_id)

@@ -10,7 +10,12 @@ from xum_protocol.methods_base import MethodSpec
 from xum_protocol.models.base import Params, Result
 
 GcAction = Literal[
-    "remove_archived", "prune_snapshot_ref", "archive_merged", "discard_kept", "evict_rebuildable"
+    "remove_archived",
+    "prune_snapshot_ref",
+    "archive_merged",
+    "discard_kept",
+    "evict_rebuildable",
+    "drop_pool_entry",
 ]
 
 
@@ -24,7 +29,8 @@ class GcItem(Result):
         "`workspace.archive` of a clean, merged workspace; discard_kept: "
         "`workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move "
         "an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to "
-        "the trash while a disk budget is exceeded. An open set."
+        "the trash while a disk budget is exceeded; drop_pool_entry: delete a warm pool "
+        "checkout that is stale or beyond its project's `[create] pool`. An open set."
     )
     workspace_id: str | None = None
     project_id: str | None = None

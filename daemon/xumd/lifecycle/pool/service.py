@@ -76,6 +76,16 @@ class Claim:
         return self.outcome == "hit"
 
 
+@dataclass(frozen=True, slots=True)
+class Surplus:
+    """A pool entry gc may drop, and why."""
+
+    entry_id: str
+    project_id: str
+    path: str
+    why: str
+
+
 def size(settings: createconfig.CreateSettings, root_default: int) -> int:
     return settings.pool if settings.pool is not None else root_default
 
@@ -329,6 +339,24 @@ class PoolService:
 
     def entries(self) -> list[EntryRow]:
         return records.listed(self.store)
+
+    def surplus(self) -> list[Surplus]:
+        """What gc collects: stale entries, entries beyond their project's size, entries of a
+        project that is gone."""
+        found: list[Surplus] = []
+        projects = {p.id: p for p in rows.list_projects(self.store)}
+        for project_id in sorted({e.project_id for e in records.listed(self.store)}):
+            project = projects.get(project_id)
+            wanted = self.wanted(project) if project is not None else 0
+            for entry in self._surplus(project_id, wanted):
+                if project is None:
+                    why = "its project is gone"
+                elif entry.state == records.STALE:
+                    why = "stale: its base moved, or it was found changed"
+                else:
+                    why = f"beyond the pool's size ({wanted})"
+                found.append(Surplus(entry.id, project_id, str(entry.path), why))
+        return found
 
     # -- the start-up pass -----------------------------------------------------------------------
 
