@@ -214,7 +214,7 @@ class CaseFolding:
 def serve(backing: str, mountpoint: str) -> None:
     import mfusepy
 
-    class Operations(CaseFolding, mfusepy.Operations):  # type: ignore[misc]
+    class Operations(CaseFolding, mfusepy.Operations):
         pass
 
     mfusepy.FUSE(
