@@ -18,7 +18,7 @@ from xum_client.errors import XumClientError
 
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import make_repo
-from tests.support.lifecycle_helpers import add_project, create
+from tests.support.lifecycle_helpers import add_project, create, rpc_error
 from tests.support.tmpfs import tmpfs
 from tests.support.wait import until
 
@@ -204,5 +204,33 @@ def test_crash_during_eviction_is_recovered(rooted: Path, fs: Path, repo: Path, 
         )
         until(lambda: daemon.call("gc.plan")["unmet_bytes"] == 0, message="the budget held")
         assert (Path(made["c"]["path"]) / "README.md").exists()
+    finally:
+        daemon.close()
+
+
+def test_a_create_that_would_overflow_is_refused_before_writing(
+    rooted: Path, fs: Path, tmp_short: Path
+) -> None:
+    """The base's tree (4 MiB of tracked files) against the budget: refused `disk_full` before
+    the intent row, naming the filesystem, the need and the free space; nothing is made."""
+    big = make_repo(tmp_short / "big", {"README.md": "hi\n", "blob.bin": "x" * (4 * MB)})
+    _config(rooted, 0)
+    daemon = DaemonProcess(rooted).start()
+    try:
+        project = add_project(daemon, big)
+        daemon.close()
+        _config(rooted, _free(fs) - 2 * MB)
+        daemon = DaemonProcess(rooted).start()
+        error = rpc_error(daemon, "workspace.create", {"project_id": project["id"], "name": "over"})
+        assert error.kind == "disk_full", error
+        assert error.data["filesystem"] == str(fs), error.data
+        assert error.data["need_bytes"] >= 4 * MB, error.data
+        assert "gc --dry-run" in str(error)
+        assert daemon.call("workspace.list")["workspaces"] == []
+        assert not (rooted / "workspaces" / "big" / "over").exists()
+        daemon.close()
+        _config(rooted, 0)
+        daemon = DaemonProcess(rooted).start()
+        create(daemon, project["id"], "fits")  # without the budget it fits
     finally:
         daemon.close()

@@ -23,6 +23,7 @@ from xumd.base.errors import XumError
 from xumd.lifecycle import (
     basefetch,
     bigrepo,
+    capacity,
     carry,
     casealias,
     createconfig,
@@ -171,6 +172,11 @@ async def _create(
     sparse = await bigrepo.sparse_patterns(ctx.git, project.path) if plan else None
     carrying = await carry.prepare(ctx, project.path, params)  # refusals: before the intent
     carry.check_base(carrying, plan.base if plan else None)
+    if plan is not None and sparse is None and ctx.app.config.gc.budgeted():
+        need = await capacity.tree_bytes(ctx.git, project.path, plan.base)
+        if need is not None:  # refused before anything is made
+            where = ctx.path_for(project, params.name).parent
+            capacity.check(where, need, ctx.app.config.gc, f"a checkout of {plan.base[:12]}")
     submodules: list[SubmoduleInfo] = []
     claim = pool.Claim(None)
     await HOLD.hold()
