@@ -9,8 +9,8 @@ unique), so a partial checkout whose `.git` file was never written (or was delet
 interrupted drop) is still proven the entry's by that admin dir.
 
 The takeover: rename the directory to the workspace's path (one filesystem: the pool lives in
-the workspaces directory), `git worktree repair` (the admin dir's `gitdir` and the checkout's
-`.git` name the new path; `worktree move` refuses a checkout with submodules), the workspace's
+the workspaces directory), the admin dir's `gitdir` rewritten to the new path (what
+`git worktree repair` does; `worktree move` refuses a checkout with submodules), the workspace's
 marker written over the pool's (durable), then the branch at the entry's commit
 (`update-ref` that may only create, then `symbolic-ref HEAD`): no file of the checkout is
 written, and the index stays as the entry's preparation left it.
@@ -129,34 +129,44 @@ async def check(git: Git, path: Path, commit: str, timeout_s: float) -> str | No
     return None
 
 
-async def take_over(git: Git, repo: Path, entry: EntryRow, dest: Path) -> None:
-    """Rename the entry to `dest` and make git say so (`worktree repair`). The
-    caller holds `dest`'s directory exclusion and checked that nothing is there."""
+def take_over(entry: EntryRow, dest: Path) -> Path:
+    """Rename the entry's checkout to `dest` and point git's admin entry at it (what
+    `git worktree repair` writes: the checkout's `.git` names the admin dir, which does not
+    move). Returns the admin dir. The caller holds `dest`'s directory exclusion and checked
+    that nothing is there. No git process and no admin lock: only this worktree's own files
+    change, each by an atomic rename."""
+    admin = marker.worktree_admin_dir(entry.path)
+    if admin is None or not admin.is_dir():
+        raise FileNotFoundError(f"{entry.path} has no git admin dir")
     os.rename(entry.path, dest)
-    async with git.admin_lock(repo):
-        await git.run(repo, "worktree", "repair", str(dest), what="git worktree repair")
+    point_admin_at(admin, dest)
+    return admin
 
 
-def write_workspace_marker(common: Path, entry: EntryRow, workspace: marker.Marker) -> None:
+def point_admin_at(admin: Path, checkout: Path) -> None:
+    """Not durable alone: the marker written next into the same directory is, and its
+    fsync of that directory carries this rename too."""
+    atomicfile.write_atomic(admin / "gitdir", f"{checkout / '.git'}\n".encode(), durable=False)
+
+
+def write_workspace_marker(admin: Path, workspace: marker.Marker) -> None:
     """The checkout becomes the workspace's: its lock reason is the workspace's marker."""
-    atomicfile.write_atomic(
-        _admin(common, entry) / "locked", (workspace.reason() + "\n").encode(), durable=True
-    )
+    atomicfile.write_atomic(admin / "locked", (workspace.reason() + "\n").encode(), durable=True)
 
 
-async def set_branch(git: Git, repo: Path, checkout: Path, branch: str, commit: str) -> None:
-    """Create `branch` at `commit` (never moving an existing one) and point HEAD at it."""
+async def set_branch(git: Git, checkout: Path, branch: str, commit: str) -> None:
+    """Create `branch` at `commit` (never moving an existing one: `update-ref` with the empty
+    old value creates or fails, atomically under git's own ref lock) and point HEAD at it."""
     ref = f"refs/heads/{branch}"
-    async with git.admin_lock(repo):
-        made = await git.run(
-            repo, "update-ref", "-m", f"branch: Created from {commit}", ref, commit, "", check=False
+    made = await git.run(
+        checkout, "update-ref", "-m", f"branch: Created from {commit}", ref, commit, "", check=False
+    )
+    if not made.ok:
+        raise BranchTaken(
+            ErrorKind.CONFLICT,
+            f"branch {branch!r} was created meanwhile (by another create?); pick another",
+            branch=branch,
         )
-        if not made.ok:
-            raise BranchTaken(
-                ErrorKind.CONFLICT,
-                f"branch {branch!r} was created meanwhile (by another create?); pick another",
-                branch=branch,
-            )
     await git.run(checkout, "symbolic-ref", HEAD_REF, ref, what="git symbolic-ref HEAD")
 
 

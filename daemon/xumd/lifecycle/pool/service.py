@@ -150,9 +150,23 @@ class PoolService:
         over as `row`'s checkout on its branch, or say why not (a fresh checkout follows)."""
         if pool_size <= 0:
             return Claim(None)
-        # A claim (or a miss) is a reason to look at the pool now, even after a failed refill.
+        # A claim (or a miss) is a reason to look at the pool, even after a failed refill: once
+        # the claim is done, so that the refill's `worktree add` does not compete with it.
         self._failed_at.pop(project.id, None)
-        self.wake()
+        try:
+            return await self._claim(project, row, base=base, sparse=sparse, new_branch=new_branch)
+        finally:
+            self.wake()
+
+    async def _claim(
+        self,
+        project: ProjectRow,
+        row: WorkspaceRow,
+        *,
+        base: str,
+        sparse: SparseInfo | None,
+        new_branch: bool,
+    ) -> Claim:
         if not new_branch or row.branch is None:
             return Claim("miss")  # an existing branch's checkout is no pool entry's
         cone = sparse.patterns if sparse is not None else None
@@ -181,11 +195,10 @@ class PoolService:
                 with self.store.transaction():
                     records.set_state(self.store, entry.id, records.STALE)
                 return Claim("stale")
-            common = await checkout.common_dir(self.git, project.path)
             moved = True
-            await checkout.take_over(self.git, project.path, entry, row.path)
+            admin = checkout.take_over(entry, row.path)
             CLAIM_AFTER_MOVE()
-            checkout.write_workspace_marker(common, entry, marker.Marker(row.id, row.incarnation))
+            checkout.write_workspace_marker(admin, marker.Marker(row.id, row.incarnation))
         except Exception as exc:
             # Not the workspace's yet: the pool's own checkout, with no one's work. Dropped;
             # the create goes on with a fresh checkout.
@@ -198,9 +211,7 @@ class PoolService:
                 await self._abandon(project, entry, row.path if moved else None)
             raise
         try:
-            await checkout.set_branch(
-                self.git, project.path, row.path, row.branch, entry.base_commit
-            )
+            await checkout.set_branch(self.git, row.path, row.branch, entry.base_commit)
             CLAIM_AFTER_BRANCH()
         finally:
             # The checkout is the workspace's from its marker on (the create's undo takes it
@@ -398,10 +409,10 @@ class PoolService:
         ours = ws is not None and ws.state == "creating" and dest is not None and ws.path == dest
         if ours and ws is not None and dest is not None:
             found = checkout.marker_at(dest)
-            common = await checkout.common_dir(self.git, project.path)
-            if found == checkout.of(entry):
-                await self._repair(project, dest)
-                checkout.write_workspace_marker(common, entry, marker.Marker(ws.id, ws.incarnation))
+            admin = marker.worktree_admin_dir(dest)
+            if found == checkout.of(entry) and admin is not None:
+                checkout.point_admin_at(admin, dest)
+                checkout.write_workspace_marker(admin, marker.Marker(ws.id, ws.incarnation))
             if marker.read_worktree_marker(dest) == marker.Marker(ws.id, ws.incarnation):
                 await self._ensure_branch(project, ws, dest, entry.base_commit)
                 with self.store.transaction():
@@ -416,10 +427,6 @@ class PoolService:
         with self.store.transaction():
             records.delete(self.store, entry.id)
         return "dropped"
-
-    async def _repair(self, project: ProjectRow, dest: Path) -> None:
-        async with self.git.admin_lock(project.path):
-            await self.git.run(project.path, "worktree", "repair", str(dest), check=False)
 
     async def _ensure_branch(
         self, project: ProjectRow, ws: WorkspaceRow, dest: Path, commit: str
@@ -437,7 +444,7 @@ class PoolService:
         at = now.output.text().strip() if now.ok else None
         if at is None:
             try:
-                await checkout.set_branch(self.git, project.path, dest, ws.branch, commit)
+                await checkout.set_branch(self.git, dest, ws.branch, commit)
             except XumError:
                 log.warning("pool.claim_branch_taken", workspace=ws.id, branch=ws.branch)
             return
