@@ -182,13 +182,6 @@ class GcService:
             unmet_bytes=sum(p.deficit_bytes for p in planned.unmet),
         )
 
-    def budget_line(self) -> str:
-        """`daemon.status`'s one line: the budget set, and whether the last check met it."""
-        config = self.app.config.gc
-        if not config.budgeted():
-            return "no disk budget set"
-        return "disk budget cannot be met" if self.unmet_reported else "disk budget set"
-
     async def enforce(self) -> GcRunResult | None:
         """A scheduled (or after-create) check: while a budget is exceeded, collect the
         evictions that restore it. A budget still unmet afterwards (what is left is busy,
@@ -297,10 +290,6 @@ class GcService:
             await self.enforce()
         except Exception as exc:  # a failed check must not end the worker
             log.warning("gc.budget_check_failed", error=repr(exc))
-
-    def check_soon(self) -> None:
-        """Check the budget now (after a create), not at the next interval."""
-        self._wake.set()
 
     async def stop(self) -> None:
         """A run in progress is cut (each operation undoes or settles itself); its row stays
