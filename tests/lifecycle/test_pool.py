@@ -209,3 +209,29 @@ def test_gc_collects_entries_beyond_the_size(tmp_short: Path) -> None:
         assert daemon.call("workspace.strays", {})["strays"] == []
     finally:
         daemon.close()
+
+
+def test_a_hit_applies_the_cone_and_submodules_as_a_fresh_create(tmp_short: Path) -> None:
+    sub = make_repo(tmp_short / "sub", {"s.txt": "s\n"})
+    repo = make_repo(tmp_short / "repo", {**FILES, "other/o.txt": "o\n"})
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "sub")
+    git(repo, "commit", "-q", "-m", "submodule")
+    git(repo, "sparse-checkout", "set", "--cone", "--skip-checks", "src", "sub")
+    root = tmp_short / "root"
+    write_config(root, "[create]\npool = 1\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        entry = ready(root)[0]
+        assert entry["sparse"] is not None
+        made = create(daemon, project["id"], "w1")
+        assert made["pool"] == "hit"
+        path = Path(made["workspace"]["path"])
+        assert made["sparse"]["patterns"] == ["src", "sub"]
+        assert (path / "src" / "a.txt").is_file() and not (path / "other").exists()
+        assert [(s["path"], s["status"]) for s in made["submodules"]] == [("sub", "initialized")]
+        assert (path / "sub" / "s.txt").read_text() == "s\n"
+        assert git(path / "sub", "status", "--porcelain") == ""
+        assert git(path, "status", "--porcelain=v1", "--untracked-files=all") == ""
+    finally:
+        daemon.close()

@@ -203,7 +203,9 @@ async def _create(
             made = True
             claim = await _claim(ctx, project, row, plan, sparse, wanted=wanted)
             if claim.hit:
-                submodules = claim.submodules
+                # A submodule's git dir names its checkout by a relative path, so entries are
+                # made without them: initialised here, at the workspace's path.
+                submodules = await bigrepo.init_submodules(ctx.git, project.path, row.path)
             elif plan is not None:
                 new_from = plan.base if plan.create else None
                 cleared = await materialise.add_worktree(

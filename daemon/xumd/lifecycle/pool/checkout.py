@@ -24,7 +24,7 @@ from pathlib import Path
 
 import anyio
 from xum_protocol.errors import ErrorKind
-from xum_protocol.models.checkout_extras import SparseInfo, SubmoduleInfo
+from xum_protocol.models.checkout_extras import SparseInfo
 
 from xumd.base import logs
 from xumd.checkouts import marker
@@ -86,11 +86,11 @@ def marker_at(path: Path) -> PoolMarker | None:
     return parse(read_admin_file(admin / "locked") or "") if admin is not None else None
 
 
-async def prepare(
-    git: Git, repo: Path, entry: EntryRow, sparse: SparseInfo | None
-) -> list[SubmoduleInfo]:
-    """`git worktree add --detach --lock --reason <pool marker>` at the entry's commit; the
-    main checkout's cone and submodules as a fresh create applies them (lifecycle/bigrepo.py)."""
+async def prepare(git: Git, repo: Path, entry: EntryRow, sparse: SparseInfo | None) -> None:
+    """`git worktree add --detach --lock --reason <pool marker>` at the entry's commit, with the
+    main checkout's cone as a fresh create applies it (lifecycle/bigrepo.py). Submodules are not
+    initialised here: a submodule's git dir names its checkout by a relative path, which the
+    takeover's rename would break; the create initialises them at the workspace's path."""
     entry.path.parent.mkdir(parents=True, exist_ok=True)
     args = ["worktree", "add", "--detach", "--lock", "--reason", of(entry).reason()]
     if sparse is not None:
@@ -101,7 +101,6 @@ async def prepare(
         await git.run(repo, *args, what="git worktree add (pool entry)")
     if sparse is not None:
         await bigrepo.apply_sparse(git, repo, entry.path, sparse)
-    return await bigrepo.init_submodules(git, repo, entry.path)
 
 
 async def check(git: Git, path: Path, commit: str, timeout_s: float) -> str | None:

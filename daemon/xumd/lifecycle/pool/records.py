@@ -29,7 +29,6 @@ class EntryRow:
     state: str
     base_commit: str
     sparse: list[str] | None
-    submodules: list[dict[str, object]]
     claimed_by: str | None
     claim_path: Path | None
     created_at: float
@@ -45,7 +44,6 @@ def _row(r: sqlite3.Row) -> EntryRow:
         state=r["state"],
         base_commit=r["base_commit"],
         sparse=json.loads(r["sparse"]) if r["sparse"] is not None else None,
-        submodules=json.loads(r["submodules"]),
         claimed_by=r["claimed_by"],
         claim_path=Path(r["claim_path"]) if r["claim_path"] else None,
         created_at=r["created_at"],
@@ -97,11 +95,11 @@ def listed(store: Store, project_id: str | None = None) -> list[EntryRow]:
     return [_row(r) for r in found]
 
 
-def mark_ready(store: Store, entry_id: str, submodules: list[dict[str, object]]) -> bool:
+def mark_ready(store: Store, entry_id: str) -> bool:
     cur = store.execute(
-        "UPDATE pool_entries SET state = 'ready', submodules = ?, updated_at = ?"
+        "UPDATE pool_entries SET state = 'ready', updated_at = ?"
         " WHERE id = ? AND state = 'preparing'",
-        (json.dumps(submodules), time.time(), entry_id),
+        (time.time(), entry_id),
     )
     return cur.rowcount == 1
 

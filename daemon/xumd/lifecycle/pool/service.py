@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import anyio
-from xum_protocol.models.checkout_extras import SparseInfo, SubmoduleInfo
+from xum_protocol.models.checkout_extras import SparseInfo
 
 from xumd.base import faults, logs
 from xumd.base.errors import XumError
@@ -69,7 +69,6 @@ Outcome = Literal["hit", "miss", "stale"]
 class Claim:
     outcome: Outcome | None
     """None: no pool is configured for the project."""
-    submodules: list[SubmoduleInfo] = field(default_factory=list)
 
     @property
     def hit(self) -> bool:
@@ -219,7 +218,7 @@ class PoolService:
             with self.store.transaction():
                 records.delete(self.store, entry.id)
         log.info("pool.claimed", entry=entry.id, workspace=row.id)
-        return Claim("hit", [SubmoduleInfo.model_validate(s) for s in entry.submodules])
+        return Claim("hit")
 
     async def _abandon(self, project: ProjectRow, entry: EntryRow, moved_to: Path | None) -> None:
         try:
@@ -315,12 +314,10 @@ class PoolService:
         assert entry is not None
         try:
             REFILL_AFTER_INTENT()
-            submodules = await checkout.prepare(self.git, project.path, entry, sparse)
+            await checkout.prepare(self.git, project.path, entry, sparse)
             REFILL_AFTER_CHECKOUT()
             with self.store.transaction():
-                records.mark_ready(
-                    self.store, entry_id, [s.model_dump(mode="json") for s in submodules]
-                )
+                records.mark_ready(self.store, entry_id)
         except BaseException:
             # A half-made entry holds no one's work: taken back now (or by the start-up pass).
             with anyio.CancelScope(shield=True):
