@@ -147,17 +147,20 @@ def test_busy_workspace_is_skipped_with_the_reason(rooted: Path, fs: Path, repo:
             f"evict_rebuildable:{made['b']['id']}:node_modules",
             f"evict_rebuildable:{made['c']['id']}:node_modules",
         ], plan
-        daemon.call("gc.run")
-        assert (Path(made["a"]["path"]) / "node_modules" / "pkg" / "index.js").exists()
-        # Released now, but seen held moments ago (monotonic): still in use for idle_after_s.
+        # Its holder gone, and the gc clock stepped two days ahead: seen held moments ago by
+        # the monotonic clock, so still in use for idle_after_s; nothing of it is evicted.
         sleeper.send_signal(signal.SIGKILL)
         sleeper.wait()
-        until(
-            lambda: (
-                not daemon.call("workspace.get", {"workspace_id": held})["workspace"].get("leases")
-            ),
-            message="the lease released",
-        )
+        daemon.call("test.clock_advance", {"seconds": 2 * 86400})
+
+        def reason() -> str:
+            plan = daemon.call("gc.plan")
+            found = {s["key"]: s["reason"] for s in plan["skipped"]}
+            return str(found.get(f"evict_rebuildable:{held}", ""))
+
+        assert until(lambda: reason().startswith("in use: held"), message="the lease gone")
+        daemon.call("gc.run")
+        assert (Path(made["a"]["path"]) / "node_modules" / "pkg" / "index.js").exists()
     finally:
         if sleeper.poll() is None:
             sleeper.send_signal(signal.SIGKILL)
