@@ -13,7 +13,8 @@ from typing import Any
 from xum_client.errors import XumClientError
 
 from tests.crash.invariants import Before, branches
-from tests.crash.world import World, make_dirty
+from tests.crash.world import FAST_CLEANUP, World, make_dirty
+from tests.support.daemon import write_config
 from tests.support.gitrepo import commit_config, git
 from tests.support.wait import until
 
@@ -189,6 +190,35 @@ def drive_cleanup(world: World, point: str) -> Run:
 
     def finish(w: World) -> None:
         _ensure_active(w, ws["id"])
+
+    return Run(before, ws["id"], finish, {})
+
+
+GC_BUDGET = (
+    FAST_CLEANUP
+    + '[gc]\nmax_bytes = 1\nrebuildable = ["node_modules/"]\nidle_after_s = 0\n'
+    + "budget_interval_s = 3600\n"
+)
+"""A budget no root meets (1 byte): every idle workspace's node_modules is evicted by gc.run."""
+
+
+def drive_evict(world: World, point: str) -> Run:
+    write_config(world.root, GC_BUDGET)
+    world.start(point)
+    world.add_project()
+    ws, before = _dirty_workspace(world)
+    modules = Path(ws["path"]) / "node_modules"
+    modules.mkdir()
+    (modules / "dep.js").write_text("rebuildable\n")
+    world.expect_killed("gc.run", {})
+
+    def finish(w: World) -> None:
+        # Moved or not, the next run evicts it; its reclaim empties the trash.
+        _ok(w, "gc.run", {})
+        assert not modules.exists()
+        w.finish_cleanup()
+        trash = w.root / "trash"
+        assert not trash.is_dir() or not any(trash.iterdir())
 
     return Run(before, ws["id"], finish, {})
 
@@ -423,6 +453,7 @@ DRIVERS: dict[str, Callable[[World, str], Run]] = {
     "recovery.": drive_recovery,
     "pool.refill.": drive_pool_refill,
     "pool.claim.": drive_pool_claim,
+    "gc.evict.": drive_evict,
 }
 
 

@@ -120,22 +120,15 @@ class Evictor:
         ob = replace(ob, next_attempt_at=now + HOLD_S)
         with self.app.store.transaction():
             self.obligations.insert(ob)
-        AFTER_INTENT()
         try:
-            os.rename(source, entry)
-        except OSError as exc:
-            self.obligations.abandon(ob, time.time(), f"the move failed: {exc}")
-            raise XumError(
-                ErrorKind.OPERATION_FAILED, f"moving {source} to the trash failed: {exc}"
-            ) from None
-        moved = os.lstat(entry)
-        if (moved.st_dev, moved.st_ino) != (st.st_dev, st.st_ino):
-            os.rename(entry, source)  # swapped between the check and the move: put back
-            self.obligations.abandon(ob, time.time(), "swapped during the move; put back")
-            raise XumError(ErrorKind.CONFLICT, f"{source} was replaced during the move")
-        AFTER_MOVE()
-        self.obligations.make_due(ob, time.time())
-        self.poke()
+            AFTER_INTENT()
+            self._move(ob, source, entry, (st.st_dev, st.st_ino))
+            AFTER_MOVE()
+        finally:
+            # Moved or not (a failure, a cancellation): the reclaim is due now, and finds the
+            # entry or nothing. Only a crash leaves it deferred, for `settle`.
+            self.obligations.make_due(ob, time.time())
+            self.poke()
         log.info("gc.evicted", workspace=row.id, path=str(source), trash=str(entry))
         self.app.events.publish(
             "gc.evicted",
@@ -145,6 +138,22 @@ class Evictor:
             obligation_id=ob.id,
         )
         return f"moved {rel} to the trash (reclaim {ob.id})"
+
+    def _move(
+        self, ob: ObligationRow, source: Path, entry: Path, identity: tuple[int, int]
+    ) -> None:
+        try:
+            os.rename(source, entry)
+        except OSError as exc:
+            self.obligations.abandon(ob, time.time(), f"the move failed: {exc}")
+            raise XumError(
+                ErrorKind.OPERATION_FAILED, f"moving {source} to the trash failed: {exc}"
+            ) from None
+        moved = os.lstat(entry)
+        if (moved.st_dev, moved.st_ino) != identity:
+            os.rename(entry, source)  # swapped between the check and the move: put back
+            self.obligations.abandon(ob, time.time(), "swapped during the move; put back")
+            raise XumError(ErrorKind.CONFLICT, f"{source} was replaced during the move")
 
     def _area(self, checkout: Path) -> Path:
         """The trash area on the checkout's mount (a rename cannot cross mounts)."""
