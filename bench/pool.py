@@ -12,6 +12,7 @@ between creates, untimed: that is the pool's point); `sync` before every timed c
 from __future__ import annotations
 
 import argparse
+import shutil
 import sqlite3
 import statistics
 import time
@@ -74,8 +75,11 @@ def run_size(files: int, repeats: int) -> dict[str, float]:
         started = time.perf_counter()
         synth.git(repo, "worktree", "add", "-q", "-b", f"g{i}", str(work / "git" / f"g{i}"))
         git_times.append(time.perf_counter() - started)
-    plain, _ = _creates(repo, work / "plain", repeats, pool=False)
-    pooled, outcomes = _creates(repo, work / "pooled", repeats, pool=True)
+    try:
+        plain, _ = _creates(repo, work / "plain", repeats, pool=False)
+        pooled, outcomes = _creates(repo, work / "pooled", repeats, pool=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # after the last measurement
     assert set(outcomes) == {"hit"}, outcomes
     figures = {
         "git_ms": statistics.median(git_times) * 1000,

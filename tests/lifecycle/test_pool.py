@@ -235,3 +235,12 @@ def test_a_hit_applies_the_cone_and_submodules_as_a_fresh_create(tmp_short: Path
         assert git(path, "status", "--porcelain=v1", "--untracked-files=all") == ""
     finally:
         daemon.close()
+
+
+def test_removing_the_project_drops_its_entries(pooled: Any) -> None:
+    daemon, root, repo, project = pooled
+    entry = ready(root)[0]
+    daemon.call("project.remove", {"project_id": project["id"]})
+    until(lambda: not entries(root), message="the removed project's entries dropped")
+    assert not Path(entry["path"]).exists()
+    assert list(worktrees(repo)) == [str(repo)]  # git's admin entry went with it

@@ -281,7 +281,7 @@ def _install_pool(app: App, pool: PoolService) -> None:
             logs.get("xumd.lifecycle.pool").info("pool.reconciled", **counts)
 
     def on_event(event: Any) -> None:
-        if event.type == "project.added":  # a new project's pool is made at once
+        if event.type in ("project.added", "project.removed"):  # made, or dropped, at once
             pool.wake()
 
     app.events.listen(on_event)

@@ -173,14 +173,20 @@ HEAD_REF = "HEAD"
 
 
 async def drop(git: Git, repo: Path | None, entry: EntryRow, at: Path | None = None) -> bool:
-    """Delete the entry's checkout at `at` (default: its own path) and git's admin entry, when
-    proven the entry's (its marker through `.git`, or the admin dir that registers the path);
-    True when nothing of it is left. Anything unproven is left alone and logged."""
+    """Delete the entry's checkout at `at` (default: its own path), then git's admin dir of it
+    (what `git worktree remove` deletes), each only when proven the entry's: the marker through
+    the checkout's `.git`, or the admin dir that registers the path. `repo` None (the project is
+    gone): the admin dir is found through the checkout. True when nothing of it is left;
+    anything unproven is left alone and logged."""
     where = at or entry.path
     common = await _common_or_none(git, repo)
+    admin = _admin(common, entry) if common is not None else None
     present = os.path.lexists(where)
-    proven = marker_at(where) == of(entry) if present else False
-    if present and not proven and common is not None:
+    proven = False
+    if present and marker_at(where) == of(entry):
+        proven = True
+        admin = admin or marker.worktree_admin_dir(where)
+    elif present and common is not None:
         proven = proven_admin(common, entry, where)
     if present and not proven:
         log.warning("pool.entry_left", entry=entry.id, path=str(where), why="not proven ours")
@@ -194,14 +200,9 @@ async def drop(git: Git, repo: Path | None, entry: EntryRow, at: Path | None = N
         if left:
             log.warning("pool.entry_left", entry=entry.id, path=str(where), mounts=left[:5])
             return False
-    if common is not None and repo is not None and _admin(common, entry).is_dir():
-        admin_marker = parse(read_admin_file(_admin(common, entry) / "locked") or "")
-        if admin_marker == of(entry):
-            async with git.admin_lock(repo):
-                await git.run(repo, "worktree", "remove", "-f", "-f", str(where), check=False)
-                if _admin(common, entry).is_dir():
-                    # The path moved (a claim cut short): git no longer finds it by path.
-                    await anyio.to_thread.run_sync(fsdelete.remove_tree, _admin(common, entry))
+    if admin is not None and parse(read_admin_file(admin / "locked") or "") == of(entry):
+        async with git.admin_lock(repo or admin.parent.parent):
+            await anyio.to_thread.run_sync(fsdelete.remove_tree, admin)
     return True
 
 

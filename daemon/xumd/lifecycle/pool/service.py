@@ -242,6 +242,7 @@ class PoolService:
                 self._scope = scope
                 while True:
                     self._wake = anyio.Event()
+                    await self._drop_orphans()
                     for project in rows.list_projects(self.store):
                         try:
                             await self.refill(project)
@@ -259,6 +260,13 @@ class PoolService:
         if self._stopped is not None:
             with anyio.move_on_after(CHECK_TIMEOUT_S):
                 await self._stopped.wait()
+
+    async def _drop_orphans(self) -> None:
+        """Entries of a removed project: nothing will claim them (`project.removed` wakes this)."""
+        live = {p.id for p in rows.list_projects(self.store)}
+        for entry in records.listed(self.store):
+            if entry.project_id not in live and entry.state != records.CLAIMING:
+                await self.drop_entry(entry.id)
 
     async def refill(self, project: ProjectRow) -> None:
         wanted = self.wanted(project)
