@@ -398,13 +398,15 @@ def _walk_checkout(checkout: Path, walk: _Walk) -> None:
                 step.entries.clear()
                 continue
             base = f"{rel}/" if rel else ""
+            step.dirs = dirs = []  # what the walk goes into: sorted out here, in one pass
             for entry in step.entries:
-                if isinstance(entry, str):
-                    continue  # (a fresh listing holds DirEntry only)
                 child = base + entry.name
                 if child == ".git" or child in walk.ignored_files:
                     continue
                 acc.walked += 1  # an ignored directory too: looked at, not walked into
+                if entry.is_dir(follow_symlinks=False):
+                    dirs.append(entry)  # (the walk leaves out the ignored ones)
+                    continue
                 try:
                     _visit(walk, fd, entry, child)
                 except OSError as exc:
@@ -415,14 +417,14 @@ def _walk_checkout(checkout: Path, walk: _Walk) -> None:
         os.close(top_fd)
 
 
-def _nested(walk: _Walk, rel: str, listing: list[os.DirEntry[str] | str]) -> bool:
+def _nested(walk: _Walk, rel: str, listing: list[os.DirEntry[str]]) -> bool:
     """Account for the directory `rel` as a whole when it is empty or a repository of its
     own (True: not walked into)."""
     if not listing:
         if not _tracked_below(walk, rel):
             walk.account.raw.append(RawEntry(rel, EMPTY_DIR))
         return True
-    dot_git = next((e for e in listing if not isinstance(e, str) and e.name == ".git"), None)
+    dot_git = next((e for e in listing if e.name == ".git"), None)
     if dot_git is None:
         return False
     known = walk.tree.get(rel)
@@ -443,9 +445,7 @@ def _tracked_below(walk: _Walk, rel: str) -> bool:
 
 
 def _visit(walk: _Walk, fd: int, entry: os.DirEntry[str], rel: str) -> None:
-    """Account for one entry of the open directory `fd` (a directory is the walk's)."""
-    if entry.is_dir(follow_symlinks=False):
-        return
+    """Account for one entry of the open directory `fd` that is not a directory."""
     acc = walk.account
     link = entry.is_symlink()
     if not link and not entry.is_file(follow_symlinks=False):

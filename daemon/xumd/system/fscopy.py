@@ -216,17 +216,14 @@ def special_files(top: Path, skip: Skip = _never) -> list[Special]:
             if step.kind != walk.LISTED:
                 continue
             base = f"{step.rel}/" if step.rel else ""
+            step.dirs = dirs = []
             for entry in step.entries:
-                if isinstance(entry, str):
-                    continue  # (a fresh listing holds DirEntry only)
                 child = base + entry.name
                 try:
-                    if (
-                        entry.is_dir(follow_symlinks=False)
-                        or entry.is_file(follow_symlinks=False)
-                        or entry.is_symlink()
-                        or skip(child)
-                    ):
+                    if entry.is_dir(follow_symlinks=False):
+                        dirs.append(entry)
+                        continue
+                    if entry.is_file(follow_symlinks=False) or entry.is_symlink() or skip(child):
                         continue
                     kind = special_type(entry.stat(follow_symlinks=False).st_mode)
                 except OSError:

@@ -325,13 +325,10 @@ def walk_within(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
             dirs: list[str] = []
             files: list[str] = []
             for entry in step.entries:
-                assert not isinstance(entry, str)  # a fresh listing
                 (dirs if _is_dir(entry) else files).append(entry.name)
             yield os.path.join(top, step.rel) if step.rel else str(top), dirs, files
             walked = set(dirs)
-            step.entries[:] = [
-                e for e in step.entries if not isinstance(e, str) and e.name in walked
-            ]
+            step.entries[:] = [e for e in step.entries if e.name in walked]
     finally:
         os.close(top_fd)
 

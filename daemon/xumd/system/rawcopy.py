@@ -269,13 +269,12 @@ def _same_below(a_top: int, b_top: int) -> bool:
     return True
 
 
-def _kept(entries: list[os.DirEntry[str] | str]) -> list[str]:
+def _kept(entries: list[os.DirEntry[str]]) -> list[str]:
     """The names of a listing that a saved copy holds (not its special files)."""
     return sorted(
         e.name
         for e in entries
-        if not isinstance(e, str)
-        and (e.is_dir(follow_symlinks=False) or e.is_file(follow_symlinks=False) or e.is_symlink())
+        if e.is_dir(follow_symlinks=False) or e.is_file(follow_symlinks=False) or e.is_symlink()
     )
 
 

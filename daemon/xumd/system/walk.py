@@ -32,14 +32,14 @@ import copy
 import errno
 import os
 import stat
-import sys
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import cast
+
+from xumd.system.platform import current
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FDINFO = "/proc/self/fdinfo/{fd}"
-_LINUX = sys.platform.startswith("linux")
 _NAME = attrgetter("name")
 
 WINDOW = 64
@@ -88,17 +88,9 @@ def named(exc: OSError, path: str) -> OSError:
 
 
 def mount_id(fd: int) -> int | None:
-    """The mount id of an open file (`mnt_id` in /proc/self/fdinfo); None where unknown."""
-    if not _LINUX:
-        return None
-    try:
-        with open(_FDINFO.format(fd=fd), "rb") as info:
-            for line in info:
-                if line.startswith(b"mnt_id:"):
-                    return int(line.split(b":", 1)[1])
-    except (OSError, ValueError):
-        return None
-    return None
+    """The mount id of an open file (Linux: `mnt_id` in /proc/self/fdinfo); None where unknown
+    (the portable backend has none)."""
+    return current().mount_id(fd)
 
 
 def mount_identity(fd: int) -> tuple[int, int | None]:
@@ -164,10 +156,23 @@ class Policy:
 class Step:
     """One thing the walk hands its caller (`kind`: ENTRY, MOUNT, LISTED or LEAVE)."""
 
-    __slots__ = ("dir_fd", "enter", "entries", "entry", "fd", "held", "kind", "name", "rel", "st")
+    __slots__ = (
+        "dir_fd",
+        "dirs",
+        "enter",
+        "entries",
+        "entry",
+        "fd",
+        "held",
+        "kind",
+        "name",
+        "rel",
+        "st",
+    )
     enter: bool
     held: bool
-    entries: list[os.DirEntry[str] | str]
+    entries: list[os.DirEntry[str]]
+    dirs: list[os.DirEntry[str]] | None
 
     def __init__(  # noqa: PLR0917 - the walk's one record, built in one place per kind
         self,
@@ -192,7 +197,10 @@ class Step:
         # Set only on the steps they are about (a step per entry: each assignment counts):
         # `enter` (ENTRY of a directory: set False to leave what is under it unwalked),
         # `held` (LEAVE: something under the directory was not entered, a MOUNT, or `hold()`),
-        # `entries` (LISTED: the entries still to walk, in no particular order).
+        # `entries` (LISTED: the fresh listing, the entries still to walk, in no particular
+        # order; the caller may remove some or clear it: those are not walked), `dirs` (LISTED
+        # with `files` off: None, or the listing's directories the caller sorted out while
+        # reading it: the walk goes into those, and spares itself a second pass).
 
     def lstat(self) -> os.stat_result:
         if self.st is None:
@@ -293,11 +301,10 @@ class Walk:
         # One generator, its helpers plain calls: a step costs one resume, not one per level.
         try:
             if listings:
-                listed = Step(LISTED, self.top_fd, "", "")
-                listed.entries = pending
+                listed = _listed(self.top_fd, "", "", pending)
                 yield listed
                 if not files:
-                    _only_directories(pending)
+                    _only_directories(listed, pending)
             while frames:
                 frame = frames[-1]
                 pending, dir_fd, base = frame.pending, frame.fd, frame.base
@@ -348,11 +355,10 @@ class Walk:
                     if below is None:
                         continue
                     if listings:
-                        listed = Step(LISTED, sub, name, rel)
-                        listed.entries = below
+                        listed = _listed(sub, name, rel, below)
                         yield listed
                         if not files:
-                            _only_directories(below)
+                            _only_directories(listed, below)
                     break  # on with the new frame
                 else:
                     if len(frames) == 1:
@@ -461,6 +467,17 @@ class Walk:
         parent.pending = [e if isinstance(e, str) else e.name for e in parent.pending]
 
 
-def _only_directories(pending: list[os.DirEntry[str] | str]) -> None:
+def _listed(fd: int, name: str, rel: str, pending: list[os.DirEntry[str] | str]) -> Step:
+    step = Step(LISTED, fd, name, rel)
+    # A fresh listing: DirEntry only (a name is put back only later, by `again` or a reopen).
+    step.entries = cast("list[os.DirEntry[str]]", pending)
+    step.dirs = None
+    return step
+
+
+def _only_directories(listed: Step, pending: list[os.DirEntry[str] | str]) -> None:
     """Keep, of a listing the caller has read, what the walk goes into."""
-    pending[:] = [e for e in pending if isinstance(e, str) or e.is_dir(follow_symlinks=False)]
+    if listed.dirs is not None:
+        pending[:] = listed.dirs
+    else:
+        pending[:] = [e for e in listed.entries if e.is_dir(follow_symlinks=False)]
