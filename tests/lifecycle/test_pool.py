@@ -155,19 +155,43 @@ def test_a_moved_base_makes_the_entry_stale_and_it_is_rebuilt(pooled: Any) -> No
     assert create(daemon, project["id"], "w2")["pool"] == "hit"
 
 
-def test_an_entry_dirtied_by_hand_is_never_claimed(pooled: Any) -> None:
+@pytest.mark.parametrize(
+    ("rel", "content"),
+    [
+        ("scratch.txt", "an untracked file at the top\n"),
+        ("src/deep/new/x.txt", "an untracked file in a new directory deep down\n"),
+        ("src/deep/b.txt", "b, edited in place\n"),
+    ],
+)
+def test_an_entry_dirtied_by_hand_is_never_claimed(pooled: Any, rel: str, content: str) -> None:
     daemon, root, _repo, project = pooled
     entry = ready(root)[0]
-    (Path(entry["path"]) / "scratch.txt").write_text("someone wrote here\n")
+    target = Path(entry["path"]) / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content)
     made = create(daemon, project["id"], "w1")
     assert made["pool"] == "stale"
     path = Path(made["workspace"]["path"])
-    assert not (path / "scratch.txt").exists()
+    assert not (path / rel).exists() or (path / rel).read_text() != content
     assert git(path, "status", "--porcelain=v1", "--untracked-files=all") == ""
     until(
         lambda: all(e["id"] != entry["id"] for e in entries(root)),
         message="the dirty entry dropped",
     )
+
+
+def test_an_entry_made_before_a_restart_is_claimed_after_a_full_status(pooled: Any) -> None:
+    daemon, root, _repo, project = pooled
+    entry = ready(root)[0]
+    daemon.close()
+    again = DaemonProcess(root).start()
+    try:
+        assert [e["id"] for e in entries(root, "ready")] == [entry["id"]]
+        made = create(again, project["id"], "w1")
+        assert made["pool"] == "hit"
+        assert Path(made["workspace"]["path"]).is_dir() and not Path(entry["path"]).exists()
+    finally:
+        again.close()
 
 
 def test_a_restart_keeps_ready_entries_and_drops_a_half_made_one(pooled: Any) -> None:

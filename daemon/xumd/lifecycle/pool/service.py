@@ -29,7 +29,7 @@ from xumd.base.events import EventBus
 from xumd.base.paths import RootPaths
 from xumd.checkouts import marker
 from xumd.lifecycle import bigrepo, createconfig, ids, rows, views
-from xumd.lifecycle.pool import checkout, records
+from xumd.lifecycle.pool import checkout, records, stamps
 from xumd.lifecycle.pool.records import EntryRow
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.store import Store
@@ -102,6 +102,7 @@ class PoolService:
         self._scope: anyio.CancelScope | None = None
         self._stopped: anyio.Event | None = None
         self._failed_at: dict[str, float] = {}
+        self._stamps: dict[str, stamps.Stamps] = {}
 
     # -- where entries live ----------------------------------------------------------------------
 
@@ -184,10 +185,20 @@ class PoolService:
         moved = False
         try:
             CLAIM_AFTER_INTENT()
-            why = None
-            if checkout.marker_at(entry.path) != checkout.of(entry):
-                why = "its checkout does not carry its marker"
-            else:
+            stamped = self._stamps.pop(entry.id, None)
+            admin = marker.worktree_admin_dir(entry.path)
+            if admin is None or checkout.marker_at(entry.path) != checkout.of(entry):
+                why: str | None = "its checkout does not carry its marker"
+            elif stamped is not None:
+                why = await stamps.check(
+                    self.git,
+                    entry.path,
+                    admin,
+                    stamped,
+                    commit=entry.base_commit,
+                    timeout_s=CHECK_TIMEOUT_S,
+                )
+            else:  # made before this start: the full status
                 why = await checkout.check(self.git, entry.path, entry.base_commit, CHECK_TIMEOUT_S)
             if why is not None:
                 log.info("pool.entry_stale", entry=entry.id, why=why)
@@ -324,8 +335,10 @@ class PoolService:
             REFILL_AFTER_INTENT()
             await checkout.prepare(self.git, project.path, entry, sparse)
             REFILL_AFTER_CHECKOUT()
+            stamped = await self._stamp(entry)
             with self.store.transaction():
                 records.mark_ready(self.store, entry_id)
+            self._stamps[entry_id] = stamped
         except BaseException:
             # A half-made entry holds no one's work: taken back now (or by the start-up pass).
             with anyio.CancelScope(shield=True):
@@ -334,6 +347,15 @@ class PoolService:
         ready = sum(1 for e in records.listed(self.store, project.id) if e.state == records.READY)
         log.info("pool.refilled", project=project.id, entry=entry_id, ready=ready)
         self.events.publish("pool.refilled", project_id=project.id, entry_id=entry_id, ready=ready)
+
+    async def _stamp(self, entry: EntryRow) -> stamps.Stamps:
+        """The made entry checked clean by `git status` (which also refreshes its index), then
+        stamped, so that its claim needs no status of its own (lifecycle/pool/stamps.py)."""
+        why = await checkout.check(self.git, entry.path, entry.base_commit, CHECK_TIMEOUT_S * 12)
+        admin = marker.worktree_admin_dir(entry.path)
+        if why is not None or admin is None:
+            raise RuntimeError(f"pool entry {entry.id} is not clean once made: {why}")
+        return await anyio.to_thread.run_sync(stamps.take, entry.path, admin)
 
     # -- dropping (refill, gc) -------------------------------------------------------------------
 
@@ -345,6 +367,7 @@ class PoolService:
             return False
         with self.store.transaction():
             records.set_state(self.store, entry.id, records.STALE)  # no claim takes it now
+        self._stamps.pop(entry.id, None)
         project = rows.get_project(self.store, entry.project_id)
         gone = await checkout.drop(self.git, project.path if project else None, entry)
         if gone or not os.path.lexists(entry.path):
