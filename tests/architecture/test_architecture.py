@@ -66,6 +66,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     # event bus.
     ("base, above logs and config", ["xumd.base.config_schema", "xumd.base.events"]),
     # system/: the operating system and git, below every feature.
+    # The platform seam: everything asked of the operating system, one backend per system.
+    ("platform", ["xumd.system.platform"]),
     # The one walk of a tree by descriptor: below every part that walks one.
     ("tree walk", ["xumd.system.walk"]),
     (

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from xum_client import install, units
 from xumd.rpc import server
+from xumd.system.platform import Platform, linux, portable
 
 REPO = Path(__file__).resolve().parents[2]
 PLIST = REPO / "systemd" / "launchd" / units.LAUNCHD_NAME
@@ -230,8 +231,8 @@ def xucred(version: int, uid: int, groups: list[int]) -> bytes:
 
 def test_xucred_gives_the_uid_and_the_first_group() -> None:
     raw = xucred(0, 501, [20, 12, 61])
-    assert len(raw) == server.XUCRED.size == 76  # sizeof(struct xucred) on macOS
-    assert server.parse_xucred(raw) == (501, 20)
+    assert len(raw) == portable.XUCRED.size == 76  # sizeof(struct xucred) on macOS
+    assert portable.parse_xucred(raw) == (501, 20)
 
 
 @pytest.mark.parametrize(
@@ -244,14 +245,12 @@ def test_xucred_gives_the_uid_and_the_first_group() -> None:
 )
 def test_an_xucred_this_code_does_not_know_is_refused(raw: bytes, why: str) -> None:
     with pytest.raises(ValueError, match=why):
-        server.parse_xucred(raw)
+        portable.parse_xucred(raw)
 
 
-def test_peer_credentials_on_linux_are_the_peers() -> None:
+@pytest.mark.parametrize("backend", [linux, portable])
+def test_peer_credentials_on_linux_are_the_peers(backend: Platform) -> None:
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with a, b:
-        assert server.peer_credentials(a, platform="linux") == (
-            os.getpid(),
-            os.getuid(),
-            os.getgid(),
-        )
+        assert server.peer_credentials(a) == backend.peer_credentials(a)
+        assert backend.peer_credentials(a) == (os.getpid(), os.getuid(), os.getgid())

@@ -34,8 +34,9 @@ from xumd.base.paths import RootPaths
 from xumd.startup import lazy_start
 from xumd.startup.composition import install_features
 from xumd.store import Store
-from xumd.system import procstat, rootlock
+from xumd.system import rootlock
 from xumd.system.containment import Containment
+from xumd.system.platform import linux
 
 from tests.daemon.test_startup_cost import HEAVY_BEFORE_READY, heavy, imported
 from tests.support.daemon import DaemonProcess
@@ -220,7 +221,7 @@ def test_the_lock_files_start_time_is_psutils() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["True"], done.stderr
     assert rootlock.own_create_time() == psutil.Process().create_time()
-    assert procstat._kernel_boot_time() == psutil.boot_time()
+    assert linux.kernel_boot_time() == psutil.boot_time()
 
 
 def test_hello_and_status_bytes_are_what_their_models_write(root: Path) -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from xumd.system import gitlocks, procstat
+from xumd.system import gitlocks
 from xumd.system.git import Git, GitLockBusy
+from xumd.system.platform import linux
 
 from tests.support.daemon import DaemonProcess
 from tests.support.gitrepo import GIT_ENV, git, make_repo
@@ -321,7 +322,7 @@ def test_a_zombie_git_of_the_repository_holds_no_lock(tmp_short: Path) -> None:
     _age(lock, gitlocks.STALE_AFTER_S + 60)
     proc = subprocess.Popen([str(fake)], cwd=repo)  # not waited for: a zombie once it ends
     try:
-        until(lambda: (procstat.stat_fields(proc.pid) or ["?"])[0] == "Z")
+        until(lambda: (linux.stat_fields(proc.pid) or ["?"])[0] == "Z")
         assert gitlocks.git_processes(repo / ".git") == []
         report = gitlocks.clear_stale(repo / ".git")
         assert report.cleared == [str(lock)] and not lock.exists()

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from xumd.system import procstat
+from xumd.system.platform import linux
 
 from tests.support.daemon import DaemonProcess
 from tests.support.gitrepo import make_repo
@@ -82,7 +83,7 @@ def _shift_recorded_times(root: Path, seconds: float) -> None:
 def test_boot_anchor_is_kept_for_this_boot_and_renewed_after_a_reboot(tmp_short: Path) -> None:
     path = tmp_short / "boot-anchor"
     first = procstat.anchor_boot(path)
-    boot = procstat.boot_id()
+    boot = linux.boot_id()
     assert boot is not None and path.read_text().split() == [boot, repr(first)]
     path.write_text(f"{boot} {first + HOUR!r}\n")  # written in this boot: kept as it is
     assert procstat.anchor_boot(path) == first + HOUR
@@ -221,7 +222,7 @@ def test_a_start_time_recorded_before_the_anchor_still_reads(
     assert not procstat.same_process_alive(holder.pid, legacy)
 
 
-@pytest.mark.parametrize("read", [procstat.stat_fields, procstat.identity])
+@pytest.mark.parametrize("read", [linux.stat_fields, procstat.identity])
 @pytest.mark.parametrize(
     ("error", "lenient", "strict"),
     [
@@ -246,7 +247,7 @@ def test_a_stat_read_that_fails_is_gone_only_when_the_process_is(
     def failing(path: str, *args: Any, **kwargs: Any) -> Any:
         raise OSError(error, os.strerror(error), path)
 
-    monkeypatch.setattr(procstat, "open", failing, raising=False)
+    monkeypatch.setattr(linux, "open", failing, raising=False)
     for mode, expected in ((False, lenient), (True, strict)):
         if expected == "raises":
             with pytest.raises(OSError):

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from xumd.processes import probes
+from xumd.system.platform import linux, portable
+from xumd.system.platform.common import PathUser
 
 from tests.support.daemon import short_tmpdir
 from tests.support.otheruser import NOBODY, as_nobody
@@ -68,7 +70,7 @@ def test_a_readable_process_of_another_user_inside_is_a_holder(
     assert sorted((u.pid, u.where) for u in found) == sorted(
         [(in_cwd.pid, "cwd"), (in_file.pid, "open file")]
     ), "another user's process inside the checkout was skipped: a false quiet"
-    old = probes._scan_psutil(str(checkout.resolve()), set(), set(), 64)
+    old = portable.users_under(str(checkout.resolve()), set(), set(), 64)
     assert sorted((u.pid, u.where) for u in old) == sorted((u.pid, u.where) for u in found)
 
 
@@ -83,9 +85,9 @@ def test_a_probe_that_may_not_read_another_users_process_skips_it_and_finds_its_
     _hold(started_procs, checkout, "file", uid=None)
     mine = _hold(started_procs, checkout, "cwd", uid=NOBODY)
     root = str(checkout.resolve())
-    scans: dict[str, Callable[[], list[probes.Usage]]] = {
-        "/proc": lambda: probes.find_users(checkout, exclude_pids=set(), exclude_pgids=set()),
-        "psutil": lambda: probes._scan_psutil(root, set(), set(), 64),
+    scans: dict[str, Callable[[], list[PathUser]]] = {
+        "/proc": lambda: linux.users_under(root, set(), set(), 64),
+        "psutil": lambda: portable.users_under(root, set(), set(), 64),
     }
     for name, scan in scans.items():
         assert [(u.pid, u.where) for u in as_nobody(scan)] == [(mine.pid, "cwd")], name

@@ -26,9 +26,10 @@ import pytest
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.cleanup.steps import teardown_outcome
 from xumd.lifecycle.scripts import ScriptRunner
-from xumd.system import containment, procstat
+from xumd.system import containment
 from xumd.system.containment import Containment, Marker, root_tag
 from xumd.system.git import Git
+from xumd.system.platform import linux
 from xumd.system.procutil import run_command
 
 from tests.support.cgroups import delegated_cgroup
@@ -648,14 +649,14 @@ def test_delegated_cgroup_detection(tmp_short: Path) -> None:
     (own / "cgroup.procs").write_text("")
     proc = tmp_short / "cgroup"
     proc.write_text("0::/user.slice/xumd.service\n")
-    assert containment.cgroup_delegated(proc, mount) == own
+    assert linux.cgroup_delegated(proc, mount) == own
     proc.write_text("0::/\n")
-    assert containment.cgroup_delegated(proc, mount) is None
+    assert linux.cgroup_delegated(proc, mount) is None
     proc.write_text("4:memory:/x\n0::/user.slice/xumd.service\n")  # hybrid (v1 controllers)
-    assert containment.cgroup_delegated(proc, mount) is None
+    assert linux.cgroup_delegated(proc, mount) is None
     proc.write_text("0::/user.slice/xumd.service\n")
     (mount / "cgroup.controllers").unlink()  # not a cgroup v2 mount
-    assert containment.cgroup_delegated(proc, mount) is None
+    assert linux.cgroup_delegated(proc, mount) is None
 
     from xumd.daemon.containment_feature import _cgroup
 
@@ -719,7 +720,7 @@ def test_leftovers_that_cannot_be_looked_for_fail_the_script(
         return open(path, *args, **kwargs)
 
     # The module's own `open` (found before the builtin): only its /proc reads fail.
-    monkeypatch.setattr(containment, "open", exhausted, raising=False)
+    monkeypatch.setattr(linux, "open", exhausted, raising=False)
     try:
         outcome = run_async(
             lambda: runner._run_commands(
@@ -754,7 +755,7 @@ def test_with_the_subreaper_orphans_that_cannot_be_read_still_fail_the_run(
         return open(path, *args, **kwargs)
 
     monkeypatch.setattr(containment, "foreign_children", lambda: {os.getpid()})
-    monkeypatch.setattr(containment, "open", exhausted, raising=False)
+    monkeypatch.setattr(linux, "open", exhausted, raising=False)
     left = run_async(lambda: cont.leftovers(cont.marker("lease_o"), 0.1, always=False))
     monkeypatch.undo()
     assert [m.pid for m in left] == [0]
@@ -793,7 +794,7 @@ def test_a_process_whose_state_cannot_be_read_is_not_taken_for_ended(
     env = dict(os.environ)
     env[containment.MARKER_VAR] = str(Marker(cont.tag, "previousrun", "lease_s"))
     proc = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 100"], env=env)
-    real = procstat.stat_fields
+    real = linux.stat_fields
     pinned: list[int] = []
 
     def no_fd_when_strict(pid: int, *, strict: bool = False) -> list[str] | None:
@@ -808,7 +809,7 @@ def test_a_process_whose_state_cannot_be_read_is_not_taken_for_ended(
         # sh's own command line names sleep too: wait for the exec itself (TERM ignored by now).
         until(lambda: containment.argv_of(proc.pid)[:1] == ("sleep",))
         (found,) = containment.scan(cont.tag)
-        monkeypatch.setattr(procstat, "stat_fields", no_fd_when_strict)
+        monkeypatch.setattr(linux, "stat_fields", no_fd_when_strict)
         pinned.append(proc.pid)
         assert containment._state(proc.pid) == "?"
         pinned.clear()
@@ -884,8 +885,8 @@ def test_a_process_whose_identity_cannot_be_read_is_not_reported_stopped(
         until(lambda: containment.read_marker(proc.pid) is not None)
         (found,) = containment.scan(cont.tag)
         fds = len(os.listdir("/proc/self/fd"))
-        monkeypatch.setattr(containment, "open", failing, raising=False)
-        monkeypatch.setattr(procstat, "open", failing, raising=False)
+        monkeypatch.setattr(linux, "open", failing, raising=False)
+        monkeypatch.setattr(linux, "open", failing, raising=False)
         left = run_async(lambda: containment.stop_marked([found], 0.2))
         monkeypatch.undo()
         assert [m.pid for m in left] == [proc.pid]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from xumd.system import fsdelete, walk
+from xumd.system.platform import linux
 
 from tests.support.mounts import Mounts, mounts_under, real_mounts
 
@@ -54,7 +55,10 @@ def test_mountinfo_decodes_octal_escapes() -> None:
         + "37 35 98:0 / /mnt/caf\u00e9 rw - ext3 /dev/root rw\n".encode()
         + b"short line\n"
     )
-    assert fsdelete.parse_mountinfo(line) == ["/mnt/a b\tc\nd\\e", "/mnt/caf\u00e9"]
+    assert [point for point, _type in linux.parse_mount_table(line)] == [
+        "/mnt/a b\tc\nd\\e",
+        "/mnt/caf\u00e9",
+    ]
 
 
 def test_mount_table_gives_the_type_after_the_separator() -> None:
@@ -314,7 +318,7 @@ def test_an_unreadable_mount_table_fails_closed(
     from xumd.lifecycle.hooks import mount_holders
 
     (tmp_short / "f").write_text("f")
-    monkeypatch.setattr(fsdelete, "MOUNTINFO", tmp_short)
+    monkeypatch.setattr(linux, "MOUNTINFO", tmp_short)
     ref = WorkspaceRef("ws_0123456789abcdef", "prj_0123456789abcdef", "w", tmp_short, "0")
     holders = anyio.run(mount_holders, ref)
     assert [(h.kind, h.pid) for h in holders] == [("probe", None)]

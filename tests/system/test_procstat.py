@@ -15,12 +15,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import psutil
 import pytest
-from xumd.system import procstat
+from xumd.system import platform, procstat
+from xumd.system.platform import linux, portable
 
 from tests.support.wait import until
 
@@ -37,13 +37,13 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 @pytest.fixture
 def kernel_anchor(monkeypatch: pytest.MonkeyPatch) -> float:
     """The anchor as a daemon that never stepped its clock has it: the kernel's boot time."""
-    anchor = procstat._kernel_boot_time()
+    anchor = linux.kernel_boot_time()
     monkeypatch.setattr(procstat, "_boot_anchor", anchor)
     return anchor
 
 
 def _state(pid: int) -> str | None:
-    fields = procstat.stat_fields(pid)
+    fields = linux.stat_fields(pid)
     return fields[0] if fields else None
 
 
@@ -88,7 +88,7 @@ def test_a_zombie_is_not_alive_and_a_reaped_child_is_gone(kernel_anchor: float) 
     finally:
         proc.wait(10)
     # Reaped: no such process (its pid, checked with its old start time, is not alive).
-    if procstat.stat_fields(proc.pid) is None:  # unless the pid was reused at once
+    if linux.stat_fields(proc.pid) is None:  # unless the pid was reused at once
         assert procstat.identity(proc.pid) is None
         assert procstat.start_time(proc.pid) is None
     assert not procstat.same_process_alive(proc.pid, started)
@@ -99,7 +99,7 @@ def test_pids_that_name_no_process() -> None:
         assert procstat.identity(pid) is None
         assert procstat.start_time(pid) is None
         assert not procstat.same_process_alive(pid, None)
-    assert procstat.stat_fields(-1) is None
+    assert linux.stat_fields(-1) is None
     # pid 1 does exist (init of this machine or container).
     assert procstat.identity(1) is not None
     assert procstat.same_process_alive(1, None)
@@ -138,7 +138,7 @@ def test_a_command_name_with_parentheses_and_spaces_is_skipped_whole(
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         raw = Path(f"/proc/{proc.pid}/stat").read_text()
         assert "(x) Z 1 (y)" in raw
-        fields = procstat.stat_fields(proc.pid)
+        fields = linux.stat_fields(proc.pid)
         assert fields is not None
         assert fields[0] in ("R", "S", "D")  # the state letter, not a piece of the name
         assert fields[1] == str(os.getpid())  # the parent
@@ -164,7 +164,7 @@ def test_the_start_time_is_the_anchor_plus_ticks_to_the_millisecond(
     # A daemon that never anchored takes the kernel's boot time at first use.
     monkeypatch.setattr(procstat, "_boot_anchor", None)
     again = procstat.start_time(sleeper.pid)
-    assert procstat._boot_anchor == procstat._kernel_boot_time()
+    assert procstat._boot_anchor == linux.kernel_boot_time()
     assert again is not None
     assert abs(again - psutil.Process(sleeper.pid).create_time()) < 0.02
 
@@ -173,13 +173,13 @@ def test_boot_id_is_the_kernels_and_none_when_unreadable(
     tmp_short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kernel = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    assert procstat.boot_id() == kernel
+    assert linux.boot_id() == kernel
     empty = tmp_short / "empty"
     empty.write_text("\n")
-    monkeypatch.setattr(procstat, "_BOOT_ID", str(empty))
-    assert procstat.boot_id() is None
-    monkeypatch.setattr(procstat, "_BOOT_ID", str(tmp_short / "missing"))
-    assert procstat.boot_id() is None
+    monkeypatch.setattr(linux, "_BOOT_ID", str(empty))
+    assert linux.boot_id() is None
+    monkeypatch.setattr(linux, "_BOOT_ID", str(tmp_short / "missing"))
+    assert linux.boot_id() is None
 
 
 @pytest.mark.parametrize(
@@ -195,8 +195,8 @@ def test_an_anchor_file_not_of_this_boot_is_renewed(
     tmp_short: Path, monkeypatch: pytest.MonkeyPatch, stored: str
 ) -> None:
     monkeypatch.setattr(procstat, "_boot_anchor", None)
-    boot = procstat.boot_id()
-    kernel = procstat._kernel_boot_time()
+    boot = linux.boot_id()
+    kernel = linux.kernel_boot_time()
     path = tmp_short / "boot-anchor"
     path.write_text(stored.format(boot=boot, anchor=kernel + 3600.0))
     assert procstat.anchor_boot(path) == kernel
@@ -207,8 +207,8 @@ def test_an_anchor_file_not_of_this_boot_is_renewed(
 def test_an_anchor_of_this_boot_is_kept(tmp_short: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(procstat, "_boot_anchor", None)
     path = tmp_short / "boot-anchor"
-    kept = procstat._kernel_boot_time() + 3600.5
-    path.write_text(f"{procstat.boot_id()} {kept!r}\n")
+    kept = linux.kernel_boot_time() + 3600.5
+    path.write_text(f"{linux.boot_id()} {kept!r}\n")
     assert procstat.anchor_boot(path) == kept
     assert procstat._boot_anchor == kept
 
@@ -217,15 +217,15 @@ def test_without_a_boot_id_the_anchor_is_the_kernels_and_not_written(
     tmp_short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No boot id: a stored anchor cannot be known to be this boot's; none is stored either.
-    monkeypatch.setattr(procstat, "_BOOT_ID", str(tmp_short / "missing"))
+    monkeypatch.setattr(linux, "_BOOT_ID", str(tmp_short / "missing"))
     monkeypatch.setattr(procstat, "_boot_anchor", None)
     path = tmp_short / "boot-anchor"
-    path.write_text(f"None {procstat._kernel_boot_time() + 3600.0!r}\n")
+    path.write_text(f"None {linux.kernel_boot_time() + 3600.0!r}\n")
     before = path.read_text()
-    assert procstat.anchor_boot(path) == procstat._kernel_boot_time()
+    assert procstat.anchor_boot(path) == linux.kernel_boot_time()
     assert path.read_text() == before
     fresh = tmp_short / "fresh-anchor"
-    assert procstat.anchor_boot(fresh) == procstat._kernel_boot_time()
+    assert procstat.anchor_boot(fresh) == linux.kernel_boot_time()
     assert not fresh.exists()
 
 
@@ -235,7 +235,7 @@ def test_an_anchor_that_cannot_be_saved_still_anchors(
     # Its directory is gone (as root, permissions would not stop the write): logged, not fatal.
     monkeypatch.setattr(procstat, "_boot_anchor", None)
     path = tmp_short / "gone" / "boot-anchor"
-    assert procstat.anchor_boot(path) == procstat._kernel_boot_time()
+    assert procstat.anchor_boot(path) == linux.kernel_boot_time()
     assert not path.parent.exists()
 
 
@@ -248,9 +248,9 @@ def test_by_default_a_read_that_fails_is_no_process(
     def failing(path: str, *args: Any, **kwargs: Any) -> Any:
         raise OSError(error, os.strerror(error), path)
 
-    monkeypatch.setattr(procstat, "open", failing, raising=False)
+    monkeypatch.setattr(linux, "open", failing, raising=False)
     pid = os.getpid()
-    assert procstat.stat_fields(pid) is None
+    assert linux.stat_fields(pid) is None
     assert procstat.identity(pid) is None
     assert procstat.start_time(pid) is None
     assert not procstat.same_process_alive(pid, None)
@@ -258,14 +258,14 @@ def test_by_default_a_read_that_fails_is_no_process(
 
 def _short_stat(monkeypatch: pytest.MonkeyPatch, real: list[str], keep: int) -> None:
     """A /proc/PID/stat cut after `keep` fields (a kernel never writes one: a fault)."""
-    monkeypatch.setattr(procstat, "stat_fields", lambda *_a, **_k: real[:keep])
+    monkeypatch.setattr(linux, "stat_fields", lambda *_a, **_k: real[:keep])
 
 
 def test_a_short_stat_line_on_linux_is_no_process(
     sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch, kernel_anchor: float
 ) -> None:
     full = procstat.identity(sleeper.pid)
-    real = procstat.stat_fields(sleeper.pid)
+    real = linux.stat_fields(sleeper.pid)
     assert real is not None and len(real) > 20
     _short_stat(monkeypatch, real, 20)  # field 19 (start) is the last one: enough
     assert procstat.identity(sleeper.pid) == full
@@ -276,13 +276,13 @@ def test_a_short_stat_line_on_linux_is_no_process(
 def test_elsewhere_than_linux_psutil_answers(
     sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Other platforms have no /proc/PID/stat: psutil's create_time, the best there is.
-    monkeypatch.setattr(procstat, "sys", SimpleNamespace(platform="darwin"))
-    monkeypatch.setattr(procstat, "stat_fields", lambda *_a, **_k: None)
-    assert procstat.identity(sleeper.pid) == (
-        psutil.Process(sleeper.pid).create_time(),
-        False,
-    )
+    # The portable backend has no /proc/PID/stat: psutil's create_time, the best there is.
+    monkeypatch.setattr(platform, "_current", portable)
+    monkeypatch.setattr(procstat, "_boot_anchor", psutil.boot_time())
+    monkeypatch.setattr(linux, "stat_fields", lambda *_a, **_k: None)
+    found = procstat.identity(sleeper.pid)
+    assert found is not None and found[1] is False
+    assert found[0] == pytest.approx(psutil.Process(sleeper.pid).create_time(), abs=1e-6)
     zombie = subprocess.Popen(["true"])
     try:
         until(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE)
@@ -315,8 +315,8 @@ def test_an_unreadable_time_namespace_offset_is_zero(
             path = offsets
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(procstat, "open", redirect, raising=False)
-    uncached = procstat._timens_boottime_offset.__wrapped__
+    monkeypatch.setattr(linux, "open", redirect, raising=False)
+    uncached = linux.timens_boottime_offset.__wrapped__
     assert uncached() == 0.0
     offsets.write_text("monotonic 7 0\nboottime 5 250000000\n")
     assert uncached() == 5.25
@@ -339,8 +339,9 @@ _PROBE = """
 import json, sys
 from pathlib import Path
 from xumd.system import procstat
+from xumd.system.platform import linux
 procstat.anchor_boot(Path(sys.argv[1]))
-print(json.dumps([procstat.start_time(int(sys.argv[2])), procstat._timens_boottime_offset()]))
+print(json.dumps([procstat.start_time(int(sys.argv[2])), linux.timens_boottime_offset()]))
 """
 
 
@@ -405,7 +406,7 @@ def family() -> Iterator[tuple[int, int, int, int]]:
         assert root.stdout is not None
         a, grand, b = (int(p) for p in root.stdout.readline().split())
         members += [a, grand, b]
-        until(lambda: procstat.stat_fields(grand) is not None, message="the grandchild")
+        until(lambda: linux.stat_fields(grand) is not None, message="the grandchild")
         yield root.pid, a, grand, b
     finally:
         for pid in reversed(members):
@@ -440,7 +441,7 @@ def test_tree_identities_skips_a_pid_gone_mid_scan_and_a_short_stat_line(
     and the scan goes on; a stat line cut short of the start time (a fault) is no member, and
     neither is what hangs below it."""
     root, a, grand, b = family
-    real = procstat.stat_fields
+    real = linux.stat_fields
     gone: list[int] = []
 
     def scan(pid: int, *, strict: bool = False) -> list[str] | None:
@@ -450,7 +451,7 @@ def test_tree_identities_skips_a_pid_gone_mid_scan_and_a_short_stat_line(
         fields = real(pid, strict=strict)
         return None if fields is None else fields[:20]  # the start time is the last one
 
-    monkeypatch.setattr(procstat, "stat_fields", scan)
+    monkeypatch.setattr(linux, "stat_fields", scan)
     assert procstat.tree_identities(root) == _expected(root, a, grand, b)
     assert gone
 
@@ -458,7 +459,7 @@ def test_tree_identities_skips_a_pid_gone_mid_scan_and_a_short_stat_line(
         fields = real(pid, strict=strict)
         return None if fields is None else fields[:19] if pid == a else fields
 
-    monkeypatch.setattr(procstat, "stat_fields", cut)
+    monkeypatch.setattr(linux, "stat_fields", cut)
     assert procstat.tree_identities(root) == _expected(root, b)
 
 
@@ -469,7 +470,7 @@ def test_tree_identities_never_loops_on_a_parent_that_names_a_descendant(
     read as one of its own children). The walk visits each pid once and still finds every
     other member."""
     root, a, grand, b = family
-    real = procstat.stat_fields
+    real = linux.stat_fields
     last = max(a, b)  # /proc lists pids in order: the child the walk takes first
 
     def looped(pid: int, *, strict: bool = False) -> list[str] | None:
@@ -478,7 +479,7 @@ def test_tree_identities_never_loops_on_a_parent_that_names_a_descendant(
             fields = [fields[0], str(last), *fields[2:]]
         return fields
 
-    monkeypatch.setattr(procstat, "stat_fields", looped)
+    monkeypatch.setattr(linux, "stat_fields", looped)
     assert procstat.tree_identities(root) == _expected(root, a, grand, b)
 
 
@@ -493,9 +494,9 @@ def test_without_a_listing_of_proc_or_elsewhere_the_tree_is_psutils(
             raise PermissionError(errno.EACCES, "denied", "/proc")
         return real_listdir(path)
 
-    monkeypatch.setattr(procstat.os, "listdir", no_proc)
+    monkeypatch.setattr(linux.os, "listdir", no_proc)
     assert procstat.tree_identities(root) == _expected(root, a, grand, b)
     monkeypatch.undo()
-    monkeypatch.setattr(procstat, "sys", SimpleNamespace(platform="darwin"))
+    monkeypatch.setattr(platform, "_current", portable)
     assert procstat.tree_identities(root) == _expected(root, a, grand, b)
     assert procstat.tree_identities(_a_free_pid()) == {}

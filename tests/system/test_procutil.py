@@ -17,6 +17,7 @@ import anyio
 import psutil
 import pytest
 from xumd.system import procstat, procutil
+from xumd.system.platform import linux
 from xumd.system.procutil import CommandNotFound, run_command
 
 from tests.support.freezer import frozen
@@ -659,7 +660,7 @@ def test_a_member_whose_pid_is_reused_while_the_tree_is_read_is_not_a_member(
         start_new_session=True,
     )
     strangers: list[subprocess.Popen[bytes]] = []
-    real_stat_fields = procstat.stat_fields
+    real_stat_fields = linux.stat_fields
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
@@ -677,7 +678,7 @@ def test_a_member_whose_pid_is_reused_while_the_tree_is_read_is_not_a_member(
                 strangers.append(stranger)
             return real_stat_fields(pid, strict=strict)
 
-        monkeypatch.setattr(procstat, "stat_fields", reused_before_read)
+        monkeypatch.setattr(linux, "stat_fields", reused_before_read)
         gone = anyio.run(lambda: procutil.kill_tree(parent.pid, parent.pid, 5.0))
         assert strangers, "the member was never read"
         assert gone is True

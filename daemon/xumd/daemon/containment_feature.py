@@ -21,6 +21,7 @@ from xumd.app import App
 from xumd.base import logs
 from xumd.system import containment
 from xumd.system.containment import Containment, Marker
+from xumd.system.platform import current
 
 if TYPE_CHECKING:  # the feature graph's: a lean start sweeps before loading them
     from xumd.processes.leases import LeaseStore
@@ -104,6 +105,8 @@ def _cgroup(setting: str) -> tuple[Path | None, str | None]:
     # Not usable: markers and the subreaper still hold; said in the log and in daemon.status.
     if not path.is_absolute():
         why = "not an absolute path"
+    elif not current().CGROUPS:
+        why = f"no cgroups on the {current().NAME} platform backend"
     elif not (path / "cgroup.procs").is_file():
         why = "not a cgroup v2 directory (no cgroup.procs)"
     else:

@@ -30,8 +30,6 @@ import errno
 import json
 import os
 import stat
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -39,6 +37,7 @@ import anyio
 from xumd.base import logs
 from xumd.processes.ring import Chunk, Waitable
 from xumd.system import smallfile
+from xumd.system.platform import current
 
 log = logs.get("xumd.processes.output_log")
 
@@ -65,21 +64,7 @@ def create_meta(path: Path) -> None:
         os.close(fd)
 
 
-def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = getattr(libc, "fallocate64", None) or libc.fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fn.restype = ctypes.c_int
-    fallocate: Callable[[int, int, int, int], int] = fn
-    return fallocate
-
-
-_FALLOCATE = _load_fallocate()
+_FALLOCATE = current().fallocate()
 
 
 def punch_hole(fd: int, offset: int, length: int) -> None:

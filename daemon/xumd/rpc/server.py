@@ -8,8 +8,6 @@ import errno
 import os
 import socket
 import stat
-import struct
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +24,7 @@ from xumd.rpc.dispatch import Router, error_response
 from xumd.rpc.transport import FrameProtocol
 from xumd.system import diskfull
 from xumd.system.fdlimits import FdLimits, is_exhausted
+from xumd.system.platform import current
 
 if TYPE_CHECKING:
     import ctypes
@@ -93,22 +92,13 @@ def launchd_socket(
     macOS only (libSystem's launch_activate_socket); elsewhere, or when xumd was not started by
     launchd (ESRCH) or its plist has no such socket (ENOENT), None: xumd binds its own. Tests
     pass a stand-in with the same C signature, since launchd cannot run on Linux."""
-    if (activate is None or free is None) and sys.platform != "darwin":
-        return None
+    if activate is None or free is None:
+        functions = current().launchd_functions()
+        if functions is None:
+            return None
+        activate, free = functions
     import ctypes  # here: a daemon started elsewhere never loads it
 
-    if activate is None or free is None:
-        # In the dyld shared cache, not on disk, since macOS 11: dlopen still finds it.
-        libsystem = ctypes.CDLL("/usr/lib/libSystem.B.dylib", use_errno=True)
-        function = libsystem.launch_activate_socket
-        function.argtypes = [
-            ctypes.c_char_p,
-            ctypes.POINTER(ctypes.POINTER(ctypes.c_int)),
-            ctypes.POINTER(ctypes.c_size_t),
-        ]
-        function.restype = ctypes.c_int
-        libsystem.free.argtypes = [ctypes.c_void_p]
-        activate, free = function, libsystem.free
     fds = ctypes.POINTER(ctypes.c_int)()
     count = ctypes.c_size_t(0)
     err = activate(LAUNCHD_SOCKET.encode(), ctypes.pointer(fds), ctypes.pointer(count))
@@ -177,65 +167,16 @@ def bind_socket(path: Path) -> socket.socket:
     return sock
 
 
-_SO_ACCEPTCON = 0x00010000
-
-
 def _has_listener(path: Path) -> bool:
     """Whether some process listens on the Unix socket bound at `path` (Linux: /proc/net/unix;
     elsewhere we cannot tell without connecting, which would trigger socket activation)."""
-    target = os.fsdecode(path)
-    try:
-        with open("/proc/net/unix", encoding="utf-8", errors="replace") as table:
-            next(table, None)  # header
-            for line in table:
-                fields = line.split(None, 7)
-                listening = len(fields) == 8 and int(fields[3], 16) & _SO_ACCEPTCON
-                if listening and fields[7].rstrip("\n") == target:
-                    return True
-    except (OSError, ValueError):
-        return False
-    return False
+    return current().unix_listener(os.fsdecode(path))
 
 
-SOL_LOCAL = 0
-LOCAL_PEERCRED = 1
-LOCAL_PEERPID = 2
-XUCRED_VERSION = 0
-XUCRED = struct.Struct("=IIh2x16I")
-"""macOS's struct xucred: cr_version, cr_uid, cr_ngroups, cr_groups[NGROUPS=16]."""
-
-
-def peer_credentials(
-    sock: socket.socket, platform: str = sys.platform
-) -> tuple[int | None, int, int] | None:
-    """(pid, uid, gid) of the peer: SO_PEERCRED on Linux; on macOS LOCAL_PEERCRED (uid, first
-    group) and LOCAL_PEERPID (None where the kernel predates it). None where neither exists."""
-    if platform == "darwin":
-        uid, gid = parse_xucred(sock.getsockopt(SOL_LOCAL, LOCAL_PEERCRED, XUCRED.size))
-        try:
-            raw_pid = sock.getsockopt(SOL_LOCAL, LOCAL_PEERPID, struct.calcsize("i"))
-        except OSError:
-            return None, uid, gid
-        return struct.unpack("i", raw_pid)[0], uid, gid
-    peercred = getattr(socket, "SO_PEERCRED", None)
-    if peercred is None:
-        return None
-    raw = sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    return pid, uid, gid
-
-
-def parse_xucred(raw: bytes) -> tuple[int, int]:
-    """(uid, gid) from a struct xucred; ValueError for a version or size this code does not know
-    (the peer is then refused rather than guessed)."""
-    if len(raw) < XUCRED.size:
-        raise ValueError(f"struct xucred of {len(raw)} bytes, expected {XUCRED.size}")
-    version, uid, ngroups, *groups = XUCRED.unpack(raw[: XUCRED.size])
-    if version != XUCRED_VERSION:
-        raise ValueError(f"struct xucred version {version}, expected {XUCRED_VERSION}")
-    if not 1 <= ngroups <= len(groups):
-        raise ValueError(f"struct xucred with {ngroups} groups")
-    return uid, groups[0]
+def peer_credentials(sock: socket.socket) -> tuple[int | None, int, int] | None:
+    """(pid, uid, gid) of the peer (the platform's: SO_PEERCRED, or LOCAL_PEERCRED and
+    LOCAL_PEERPID on macOS); None where there is no way to ask."""
+    return current().peer_credentials(sock)
 
 
 ACCEPT_RETRY_S = 0.1

@@ -22,7 +22,7 @@ from xumd.rpc.server import (
 )
 from xumd.startup.composition import install_features
 from xumd.store import Store, StoreError
-from xumd.system import containment, fdlimits, procstat
+from xumd.system import containment, fdlimits, platform, procstat
 from xumd.system.rootlock import RootLockedError, acquire
 from xumd.system.sdnotify import Notifier
 
@@ -86,6 +86,11 @@ def prepare_root(root: Path) -> Path:
 def run_daemon(
     root_arg: Path | None, socket_arg: Path | None, *, keep_processes: bool = False
 ) -> int:
+    try:
+        # First: every later step asks the system through it (XUM_PLATFORM may name none).
+        platform.current()
+    except platform.PlatformError as exc:
+        return _fail(EXIT_SETUP, str(exc))
     try:
         root = prepare_root(root_arg or default_root())
     except OSError as exc:

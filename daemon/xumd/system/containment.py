@@ -28,9 +28,7 @@ process's environment, which does not carry the marker).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import functools
 import hashlib
 import os
 import secrets
@@ -47,13 +45,12 @@ import anyio
 
 from xumd.base import logs
 from xumd.system import procstat
-from xumd.system.fdlimits import child_soft, is_exhausted
+from xumd.system.fdlimits import child_soft
+from xumd.system.platform import current
 
 log = logs.get("xumd.system.containment")
 
 MARKER_VAR = "XUM_RUN"
-PR_SET_CHILD_SUBREAPER = 36
-PR_GET_CHILD_SUBREAPER = 37
 ESCAPED_KEPT = 64
 
 # -- our own children ---------------------------------------------------------------------------
@@ -89,28 +86,8 @@ def waited(pid: int) -> None:
 
 
 def direct_children() -> set[int]:
-    """The daemon's children, adopted orphans included: cheap through each thread's
-    `/proc/PID/task/TID/children`; a scan of /proc where the kernel lacks it."""
-    found: set[int] = set()
-    task_dir = Path(f"/proc/{os.getpid()}/task")
-    try:
-        tasks = os.listdir(task_dir)
-        for tid in tasks:
-            with contextlib.suppress(ProcessLookupError, FileNotFoundError):
-                text = (task_dir / tid / "children").read_text()
-                found.update(int(p) for p in text.split())
-                continue
-            if not (task_dir / tid).exists():
-                continue  # the thread ended meanwhile
-            raise FileNotFoundError("no children file")
-    except (OSError, ValueError):
-        import psutil
-
-        try:
-            return {c.pid for c in psutil.Process().children()}
-        except psutil.Error:
-            return found
-    return found
+    """The daemon's children, adopted orphans included (the platform backend's answer)."""
+    return current().own_children()
 
 
 def foreign_children() -> set[int]:
@@ -120,11 +97,7 @@ def foreign_children() -> set[int]:
 def _state(pid: int) -> str | None:
     """The process's state letter; None when there is no such process. A read that fails for
     another reason (no descriptor left) is "?": unknown, never taken for gone."""
-    try:
-        fields = procstat.stat_fields(pid, strict=True)
-    except OSError:
-        return "?"
-    return fields[0][:1] if fields else None
+    return current().state(pid)
 
 
 def reap_orphans() -> list[int]:
@@ -146,70 +119,25 @@ def reap_orphans() -> list[int]:
 # -- subreaper and cgroup ----------------------------------------------------------------------
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    # glibc's soname first: `ctypes.util.find_library` runs ldconfig (a child process) and its
-    # import brings shutil, tempfile and lzma, all before readiness. It stays the fallback
-    # for a libc by another name (musl).
-    try:
-        return ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:
-        from ctypes.util import find_library
-
-        return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
-
-
 def enable_subreaper() -> bool:
     """Make this process the child subreaper of its descendants (Linux); False where it cannot."""
     global _subreaper
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = _libc()
-        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-            log.warning("containment.subreaper_failed", errno=ctypes.get_errno())
-            return False
-    except OSError as exc:
-        log.warning("containment.subreaper_failed", error=str(exc))
+    why = current().set_subreaper()
+    if why is not None:
+        log.warning("containment.subreaper_failed", error=why)
         return False
     _subreaper = True
     return True
 
 
 def is_subreaper() -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = _libc()
-        value = ctypes.c_int(0)
-        if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) != 0:
-            return False
-    except OSError:
-        return False
-    return value.value != 0
+    return current().is_subreaper()
 
 
-def cgroup_delegated(
-    proc_cgroup: Path = Path("/proc/self/cgroup"), mount: Path = Path("/sys/fs/cgroup")
-) -> Path | None:
-    """The daemon's own cgroup v2 directory when it is delegated to us (systemd `Delegate=yes`:
-    a pure v2 hierarchy, our cgroup writable, not the root), else None."""
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        return None
-    # A v1 or hybrid host lists controllers on other lines; only the unified one counts.
-    if len(lines) != 1 or not lines[0].startswith("0::"):
-        return None
-    relative = lines[0][3:].strip().lstrip("/")
-    if not relative:
-        return None
-    directory = mount / relative
-    if not (mount / "cgroup.controllers").exists() or not directory.is_dir():
-        return None
-    if not os.access(directory / "cgroup.procs", os.W_OK) or not os.access(directory, os.W_OK):
-        return None
-    return directory
+def cgroup_delegated() -> Path | None:
+    """The daemon's own cgroup v2 directory when it is delegated to us (systemd `Delegate=yes`),
+    else None (always on a backend without cgroups)."""
+    return current().cgroup_delegated()
 
 
 # What every Python shim that execs a program runs first, so the program starts as a service
@@ -268,8 +196,8 @@ except OSError as exc:
 
 
 def cgroup_v2_dir(path: Path) -> bool:
-    """A cgroup v2 directory we may create runs under."""
-    return (path / "cgroup.procs").is_file() and os.access(path, os.W_OK)
+    """A cgroup v2 directory we may create runs under (never on a backend without cgroups)."""
+    return current().CGROUPS and (path / "cgroup.procs").is_file() and os.access(path, os.W_OK)
 
 
 @dataclass
@@ -470,31 +398,16 @@ process containment across crashes"). Kernel threads and zombies, which have no 
 are not waited for, nor a process idle with an empty one (`env -i`): only one running or in
 an uninterruptible wait, as an exec is."""
 
-PF_KTHREAD = 0x00200000
-"""/proc/PID/stat's flags: a kernel thread (include/linux/sched.h)."""
-
 
 def _may_be_mid_exec(pid: int) -> bool:
     """An empty environment that may be an exec in progress: a user process running or in an
     uninterruptible wait (an exec's waits are; one idle in `S` is not mid-exec, so a sleeping
     `env -i` process costs no wait)."""
-    fields = procstat.stat_fields(pid)
-    if fields is None or len(fields) < 7 or fields[0][:1] not in ("R", "D"):
-        return False
-    try:
-        return not int(fields[6]) & PF_KTHREAD
-    except ValueError:
-        return True
+    return current().may_be_mid_exec(pid)
 
 
 def _environ(pid: int) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError as exc:
-        if is_exhausted(exc):
-            raise
-        return None
+    return current().environ(pid)
 
 
 def read_marker(pid: int) -> Marker | None:
@@ -522,27 +435,17 @@ def _start(pid: int, *, strict: bool = False) -> float | None:
 
 def argv_of(pid: int) -> tuple[str, ...]:
     """The process's command line; empty when it is gone (or a zombie, or a kernel thread)."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ()
-    return tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a)
+    return current().argv(pid)
 
 
 def scan(tag: str, match: Callable[[Marker], bool] = lambda _: True) -> list[Marked]:
-    """Every live process carrying a marker of this root (zombies have no environment)."""
+    """Every live process carrying a marker of this root (zombies have no environment). Out of
+    descriptors raises: could not look is not "none left"."""
     me = os.getpid()
     found: list[Marked] = []
-    try:
-        names = os.listdir("/proc")
-    except OSError as exc:
-        if is_exhausted(exc):
-            raise
-        return found  # no /proc (not Linux): nothing can be found this way
-    for name in names:
-        if not name.isdigit() or int(name) == me:
+    for pid in current().pids():
+        if pid == me:
             continue
-        pid = int(name)
         marker = read_marker(pid)
         if marker is None or marker.tag != tag or not match(marker):
             continue
@@ -554,11 +457,14 @@ def scan(tag: str, match: Callable[[Marker], bool] = lambda _: True) -> list[Mar
 
 # A test seam: the signal sender, so a test can make one process unstoppable (a fault that a
 # real process cannot be made to show: SIGKILL cannot be refused).
-SendSignal = Callable[[int, int, int], None]
+SendSignal = Callable[[int | None, int, int], None]
 
 
-def _pidfd_send(pidfd: int, pid: int, sig: int) -> None:
-    signal.pidfd_send_signal(pidfd, sig)
+def _pidfd_send(pidfd: int | None, pid: int, sig: int) -> None:
+    if pidfd is None:
+        os.kill(pid, sig)  # no pidfds: by pid, right after the marker and start were re-read
+    else:
+        signal.pidfd_send_signal(pidfd, sig)
 
 
 send_signal: SendSignal = _pidfd_send
@@ -567,7 +473,8 @@ send_signal: SendSignal = _pidfd_send
 @dataclass
 class _Pinned:
     marked: Marked
-    pidfd: int
+    pidfd: int | None
+    """None where the backend has no pidfds."""
     gone: bool = False
 
 
@@ -575,7 +482,7 @@ def _pin(marked: Marked) -> _Pinned | None:
     """A pidfd for the process, kept only when the process it refers to still carries the
     marker and the start time: a recycled pid is never signalled."""
     try:
-        pidfd = os.pidfd_open(marked.pid)
+        pidfd = current().pidfd_open(marked.pid)
     except ProcessLookupError:
         return None
     except OSError as exc:
@@ -588,13 +495,15 @@ def _pin(marked: Marked) -> _Pinned | None:
         # signalled nor reported): it raises, and the caller counts the process as not stopped.
         start = _start(marked.pid, strict=True)
     except OSError:
-        os.close(pidfd)  # could not look: no descriptor kept (it is the one that ran out)
+        if pidfd is not None:
+            os.close(pidfd)  # could not look: no descriptor kept (it is the one that ran out)
         raise
     same_start = marked.start is None or (
         start is not None and abs(start - marked.start) < procstat.START_TOLERANCE_S
     )
     if again != marked.marker or not same_start:
-        os.close(pidfd)
+        if pidfd is not None:
+            os.close(pidfd)
         return None
     return _Pinned(marked, pidfd)
 
@@ -616,7 +525,9 @@ def _ended(pinned: _Pinned) -> bool:
         return True
     state = _state(pinned.marked.pid)
     # A pidfd turns readable when its process ends (zombie or reaped).
-    readable, _, _ = select.select([pinned.pidfd], [], [], 0)
+    readable = False
+    if pinned.pidfd is not None:
+        readable = bool(select.select([pinned.pidfd], [], [], 0)[0])
     if readable or state in (None, "Z", "X"):
         pinned.gone = True
     return pinned.gone
@@ -683,8 +594,9 @@ async def stop_marked(
         return left
     finally:
         for p in pinned:
-            with contextlib.suppress(OSError):
-                os.close(p.pidfd)
+            if p.pidfd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(p.pidfd)
         reap_orphans()
 
 

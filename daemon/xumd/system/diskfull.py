@@ -18,7 +18,7 @@ from pathlib import Path
 from xum_protocol.errors import ErrorKind
 
 from xumd.base.errors import XumError
-from xumd.system import fsdelete
+from xumd.system.platform import current
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
@@ -91,13 +91,13 @@ def _mount_point(path: Path) -> Path:
 
 def _fstype(mount: Path) -> str | None:
     """The type of the filesystem mounted at `mount` (the last mount there wins, as in the
-    kernel's view); None when /proc is not there."""
+    kernel's view); None when the mount table cannot be read."""
     try:
-        data = fsdelete.MOUNTINFO.read_bytes()
+        table = current().mount_table()
     except OSError:
         return None
     found: str | None = None
-    for point, fstype in fsdelete.parse_mount_table(data):
+    for point, fstype in table:
         if point == str(mount) and fstype is not None:
             found = fstype
     return found

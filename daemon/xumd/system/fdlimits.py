@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from xumd.base import logs
+from xumd.system.platform import common, current
 
 log = logs.get("xumd.system.fdlimits")
 
@@ -39,14 +40,9 @@ TARGET_MAX = 1 << 20
 """Never raise the soft limit beyond this (hard limits of 2^30 exist in containers)."""
 
 FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
-EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-"""accept/open errors that mean "out of descriptors or kernel memory": transient, back off. The
-one "could not look" set: a /proc read that fails with one of these (procstat, containment,
-gitlocks) raises instead of concluding "no such process" or "nobody holds it" (fail closed)."""
-
-
-def is_exhausted(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in EXHAUSTED
+# "Out of descriptors or kernel memory": the platform's one "could not look" set.
+EXHAUSTED = common.EXHAUSTED
+is_exhausted = common.is_exhausted
 
 
 @dataclass
@@ -118,10 +114,7 @@ def _recent_open_count() -> int:
 
 
 def open_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/fd")) - 1  # minus the listing's own descriptor
-    except OSError:
-        return -1
+    return current().open_fd_count()
 
 
 _child_soft: int | None = None

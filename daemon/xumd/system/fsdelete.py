@@ -3,7 +3,8 @@
 A directory bind-mounted inside a checkout (a shared cache, a dataset, a home folder) is not the
 checkout's: deleting the checkout must never descend into it. Two layers keep that:
 
-- **Detection** (`mounts_at_or_under`): the mount table (`/proc/self/mountinfo`) names every mount
+- **Detection** (`mounts_at_or_under`): the mount table (the platform's: Linux
+  `/proc/self/mountinfo`, elsewhere psutil's partitions, `all=True`) names every mount
   point at or below a path. Structural operations refuse `busy` with a `mount` holder, the trash
   step waits, and a reclaim stays pending naming the mount, all before anything is deleted.
 - **The walk itself** (`delete_tree`): deletion goes by file descriptor (`openat` with
@@ -19,8 +20,8 @@ Hard links: a file's bytes count as freed only when its last link goes (`st_nlin
 other links (inside or outside the tree) keep their data, since unlinking one name never touches
 another.
 
-Without `/proc` (macOS) the mount table is not read (an empty answer) and the walk compares
-`st_dev` only; there a mount always has its own device (no bind mounts).
+On the portable backend the walk compares `st_dev` only (no mount ids); on macOS and the BSDs a
+mount always has its own device, and the mount table names every mount point.
 """
 
 from __future__ import annotations
@@ -28,23 +29,23 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import stat
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from xumd.system import walk
+from xumd.system.platform import current, linux
 from xumd.system.walk import mount_id, mount_identity, named
 
-MOUNTINFO = Path("/proc/self/mountinfo")
+# Linux's mount table text, for the trash area's mount ids (only Linux has them).
+MOUNTINFO = linux.MOUNTINFO
+decode_mount_field = linux.decode_mount_field
+parse_mount_table = linux.parse_mount_table
 _PROC_FD = "/proc/self/fd/{fd}"
-_LINUX = sys.platform.startswith("linux")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_OCTAL = re.compile(rb"\\([0-7]{3})")
 
 
 class Interrupted(Exception):
@@ -54,42 +55,11 @@ class Interrupted(Exception):
 # -- the mount table ---------------------------------------------------------------------------
 
 
-def decode_mount_field(raw: bytes) -> str:
-    """A mountinfo path field: the kernel escapes space, tab, newline and backslash as `\\ooo`
-    (octal); other bytes are raw (a UTF-8 name stays UTF-8)."""
-    return os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), raw))
-
-
-def parse_mount_table(data: bytes) -> list[tuple[str, str | None]]:
-    """(mount point, filesystem type) of each line of a mountinfo text, decoded, in table
-    order. The point is field 5; the type follows the `-` that ends the optional fields (None
-    on a line without one)."""
-    table: list[tuple[str, str | None]] = []
-    for line in data.splitlines():
-        fields = line.split(b" ")
-        if len(fields) < 5:
-            continue
-        fstype: str | None = None
-        if b"-" in fields[6:]:
-            after = fields.index(b"-", 6) + 1
-            fstype = os.fsdecode(fields[after]) if after < len(fields) else None
-        table.append((decode_mount_field(fields[4]), fstype))
-    return table
-
-
-def parse_mountinfo(data: bytes) -> list[str]:
-    """The mount points (field 5) of a mountinfo text, decoded, in table order."""
-    return [point for point, _fstype in parse_mount_table(data)]
-
-
 def mount_points() -> list[str]:
-    """Every mount point this process sees; empty where there is no mount table (no /proc:
-    macOS). Another error reading it raises (callers fail closed)."""
-    try:
-        data = MOUNTINFO.read_bytes()
-    except FileNotFoundError:
-        return []
-    return parse_mountinfo(data)
+    """Every mount point this process sees (the platform's mount table: Linux mountinfo,
+    elsewhere psutil's partitions, all of them). An error reading it raises (callers fail
+    closed)."""
+    return [point for point, _fstype in current().mount_table()]
 
 
 def mounts_at_or_under(path: Path | str) -> list[str]:
@@ -168,7 +138,8 @@ def _open_dir(name: str, dir_fd: int) -> int:
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     except PermissionError:
-        if not _LINUX:
+        if current().mount_id(dir_fd) is None:
+            # No mount ids (nor /proc/self/fd to reopen a path descriptor through): st_dev.
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if st.st_dev != os.fstat(dir_fd).st_dev:
                 raise walk.OtherMount from None

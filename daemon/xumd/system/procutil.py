@@ -16,7 +16,6 @@ import functools
 import os
 import shutil
 import signal
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ import psutil
 from xumd.base import logs
 from xumd.system import childproc, fdlimits, procstat
 from xumd.system import containment as contain
+from xumd.system.platform import current
 
 log = logs.get("xumd.proc")
 
@@ -37,13 +37,13 @@ DEFAULT_OUTPUT_LIMIT = 64 * 1024
 # could finish `worktree add` after the next daemon's recovery pass looked at the disk. On Linux,
 # util-linux's setpriv sets the parent-death signal (kept across exec) with one extra exec; SIGTERM
 # lets git remove its own lock files. Where setpriv is missing, commands run without it.
-_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+_SETPRIV = current().tool("setpriv")
 _SETPRIV_REAL = os.path.realpath(_SETPRIV) if _SETPRIV else None
 # A child starts with the descriptor soft limit the daemon started with, not the one the daemon
 # raised for itself (fdlimits.child_soft says why). A wrapper that sets it and execs, not a
 # pre-exec hook (Python in a forked child of a threaded daemon is not safe), and not a
 # prlimit(2) on the pid after the start (the command could fork a hook before it lands).
-_PRLIMIT = shutil.which("prlimit") if sys.platform.startswith("linux") else None
+_PRLIMIT = current().tool("prlimit")
 
 
 # -- liveness of groups and trees ------------------------------------------------------------
@@ -343,10 +343,7 @@ PDEATHSIG_WAIT_S = 1.0
 
 def _runs_setpriv(pid: int) -> bool:
     """True while the process still runs setpriv's image (an ended one: False)."""
-    try:
-        return os.path.realpath(f"/proc/{pid}/exe") == _SETPRIV_REAL
-    except OSError:
-        return False
+    return current().exe(pid) == _SETPRIV_REAL
 
 
 class CommandNotFound(Exception):
