@@ -23,6 +23,7 @@ from xum_protocol.version import PROTOCOL_VERSION, SUPPORTED_PROTOCOLS, parse_ve
 from xumd.app import App
 from xumd.base.errors import XumError
 from xumd.rpc.dispatch import Encoded, RequestContext
+from xumd.system import platform
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -244,6 +245,9 @@ def install(app: App) -> None:
         _install_test_methods(app)
     # Requests being handled right now (daemon.status itself included).
     app.status_providers["rpc"] = lambda: {"active": app.router.active}
+    # The platform backend and what it cannot guarantee (fixed for the daemon's life).
+    platform_status = platform.status()
+    app.status_providers["platform"] = lambda: platform_status
     # Descriptor limits (soft and hard, the connection cap and what is open now).
     app.status_providers["fds"] = lambda: (
         app.server.limits.as_status() if app.server.limits is not None else {}

@@ -89,6 +89,21 @@ class ContainmentStatus(Result):
     )
 
 
+class PlatformStatus(Result):
+    """`daemon.status` details['platform']: which backend asks the operating system, and what
+    it cannot guarantee (docs/RELIABILITY.md, "Platforms") (since 1.3)."""
+
+    backend: Literal["linux", "portable"] = Field(
+        description="`linux` (/proc, subreaper, pidfds, mount ids, cgroups) or `portable` "
+        "(psutil and POSIX calls: macOS, the BSDs; on Linux with XUM_PLATFORM=portable)."
+    )
+    weaker: list[str] = Field(
+        default_factory=list,
+        description="Each guarantee this backend keeps only in a weaker form, in words; empty "
+        "on Linux.",
+    )
+
+
 class DaemonStatusResult(Result):
     pid: int
     root: str
