@@ -537,7 +537,10 @@ class Router:
             keys.settled(key, body)
             log.info("rpc.request_key_settled", method=method, conn=peer.id)
             return _recorded(request_id, body, fragments)
-        running = keys.start(key, method, digest, durable=route.settle is None)
+        try:
+            running = keys.start(key, method, digest, durable=route.settle is None)
+        except XumError as exc:  # the record cannot be written (a full disk): nothing ran
+            return _failure(exc, method, request_id)[0]
         response: dict[str, Any] | None = None
         token = requestkey.current.set(
             requestkey.KeyedCall(method, partial(keys.bind, key, running))
@@ -555,6 +558,11 @@ class Router:
                 # else an error where a settler can read the disk: the record stays unanswered,
                 # so a repeat answers what the disk shows (an error after the commit is no
                 # reason to do the operation twice)
+            except XumError as exc:
+                # The answer stands; only its record could not be written (a full disk). A
+                # repeat then finds the record unanswered, as after a crash: it settles from
+                # the disk where the method can, else it is told the outcome is unknown.
+                log.warning("rpc.request_key_not_recorded", method=method, error=exc.message)
             finally:
                 keys.finish(key, running, response)
 
