@@ -237,3 +237,54 @@ def test_a_create_that_would_overflow_is_refused_before_writing(
         create(daemon, project["id"], "fits")  # without the budget it fits
     finally:
         daemon.close()
+
+
+def test_a_create_that_would_overflow_evicts_first_then_proceeds(
+    rooted: Path, fs: Path, repo: Path
+) -> None:
+    """The budget already lacks ~1.5 packages: the create asks gc to make room, which evicts
+    the least recently used workspaces' node_modules and reclaims them at once; the create then
+    proceeds, and its result lists what was evicted."""
+    daemon, made = _start(rooted, fs, repo)
+    try:
+        project_id = made["a"]["project_id"]
+        before = _free(fs)
+        result = create(daemon, project_id, "d")
+        keys = [e["key"] for e in result["evicted"]]
+        assert keys == [
+            f"evict_rebuildable:{made['a']['id']}:node_modules",
+            f"evict_rebuildable:{made['b']['id']}:node_modules",
+        ], result["evicted"]
+        assert all(e["bytes"] >= PACKAGE for e in result["evicted"])
+        # Reclaimed before the create wrote: the space is back, not owed.
+        assert _free(fs) >= before + 2 * PACKAGE - 2 * MB
+        assert (Path(made["c"]["path"]) / "node_modules" / "pkg" / "index.js").exists()
+        assert (Path(made["a"]["path"]) / "README.md").read_text() == "hi\n"
+        assert Path(result["workspace"]["path"]).is_dir()
+    finally:
+        daemon.close()
+
+
+def test_a_create_refused_when_everything_is_busy(rooted: Path, fs: Path, repo: Path) -> None:
+    """Every workspace holds a lease: gc may collect nothing, so the create is refused
+    `disk_full` before writing, naming what was left alone and why."""
+    daemon, made = _start(rooted, fs, repo)
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        for ws in made.values():
+            daemon.call(
+                "lease.acquire",
+                {"workspace_id": ws["id"], "kind": "editor", "pid": sleeper.pid, "label": "vim"},
+            )
+        project_id = made["a"]["project_id"]
+        error = rpc_error(daemon, "workspace.create", {"project_id": project_id, "name": "d"})
+        assert error.kind == "disk_full", error
+        assert error.data["freed_bytes"] == 0, error.data
+        assert "left alone" in str(error) and "busy" in str(error), str(error)
+        assert len(daemon.call("workspace.list")["workspaces"]) == 3  # nothing was made
+        for ws in made.values():
+            assert (Path(ws["path"]) / "node_modules" / "pkg" / "index.js").exists()
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+        daemon.close()

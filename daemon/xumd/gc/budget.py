@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xum_protocol.models.gc import GcBudget
+from xum_protocol.models.gc import GcBudget, GcItem
 from xum_protocol.models.usage import WorkspaceUsageParams
 
 from xumd.app import App
@@ -29,6 +29,37 @@ class Budget:
 
     def need(self, part: GcBudget) -> int:
         return max(0, part.deficit_bytes - part.pending_bytes)
+
+
+FREEING = frozenset({"drop_pool_entry", "evict_rebuildable", "collect_checkout"})
+"""The actions a budget's steps add, in the order they are tried: warm pool entries,
+rebuildable directories, archived workspaces' lingering checkouts."""
+
+
+def freeing(items: list[GcItem], part: GcBudget) -> int:
+    """What the items already planned free towards `part` (on its filesystem, or anywhere
+    under the root for `max_bytes`)."""
+    return sum(
+        i.bytes
+        for i in items
+        if i.action in FREEING
+        and (part.what == "bytes" or mount_of(i.path or "/") == part.filesystem)
+    )
+
+
+def with_need(budget: Budget, mount: str, need: int) -> Budget:
+    """The budget as it would be after `need` more bytes are written on `mount`, counting no
+    pending reclaim (a create needs the space itself, not a promise of it)."""
+    parts: list[GcBudget] = []
+    for part in budget.parts:
+        if part.what == "free" and part.filesystem == mount:
+            lack = max(0, part.limit_bytes - (part.free_bytes - need))
+        elif part.what == "bytes":
+            lack = max(0, part.used_bytes + need - part.limit_bytes)
+        else:
+            lack = part.deficit_bytes
+        parts.append(part.model_copy(update={"deficit_bytes": lack, "pending_bytes": 0}))
+    return Budget(parts)
 
 
 def mount_of(path: Path | str) -> str:

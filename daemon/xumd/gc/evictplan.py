@@ -21,7 +21,7 @@ from xum_protocol.models.gc import GcBudget, GcItem
 
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.gc import rebuildable
-from xumd.gc.budget import Budget, mount_of
+from xumd.gc.budget import Budget, freeing, mount_of
 from xumd.gc.plan import DAY_S, Plan, Planner
 from xumd.lifecycle import rows
 from xumd.lifecycle.hooks import busy_message
@@ -95,12 +95,7 @@ async def plan_evictions(
     unmet: list[GcBudget] = []
     taken: set[str] = set()
     for part in exceeded:
-        need = budget.need(part) - sum(
-            i.bytes
-            for i in plan.items
-            if i.action == ACTION
-            and (part.what == "bytes" or mount_of(i.path or "/") == part.filesystem)
-        )
+        need = budget.need(part) - freeing(plan.items, part)
         for candidate in candidates:
             if need <= 0:
                 break

@@ -25,6 +25,7 @@ from xum_protocol.models.gc import (
 from xumd.app import App
 from xumd.base.errors import XumError
 from xumd.gc import runs
+from xumd.gc.room import Room
 from xumd.rpc.deferred import Deferred
 from xumd.rpc.dispatch import RequestContext
 from xumd.system.git import Git
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
     from xumd.gc.plan import Holders
     from xumd.gc.service import Collected, GcService, Reclaims
     from xumd.usage.service import UsageService
+
+
+def room(app: App) -> Room:
+    """The lifecycle's `MakeRoom` port, built before the workspace service and gc both (gc
+    serves it once installed)."""
+    return Room(wait_s=app.config.git_timeout_s)
 
 
 # Test-method models (enable_test_methods only): built on first use, not at every start-up.
@@ -54,6 +61,7 @@ def install(
     usage: Deferred[UsageService],
     workspaces: Collected,
     reclaims: Reclaims,
+    room: Room,
 ) -> Deferred[GcService]:
     def build() -> GcService:
         from xumd.gc.service import GcClock, GcService
@@ -106,6 +114,11 @@ def install(
     app.router.add(GC_RUN, gc.route(gc_run))
     app.router.add(GC_GET, gc.route(gc_get))
     app.after_ready("gc.worker", worker)
+
+    async def serve_room() -> None:
+        await room.serve(build=lambda: gc.get("workspace.create"), built=lambda: gc.built)
+
+    app.after_ready("gc.room", serve_room)
     app.on_shutdown("gc.worker", stop)
     if app.config.enable_test_methods:
 

@@ -12,6 +12,7 @@ from xum_protocol.errors import ErrorKind
 from xum_protocol.models.gc import GcItem
 
 from xumd.base.errors import XumError
+from xumd.gc.budget import Budget, freeing, mount_of
 from xumd.gc.plan import Plan
 from xumd.lifecycle.pool.service import Surplus
 from xumd.usage.service import UsageService
@@ -43,6 +44,39 @@ async def plan_items(plan: Plan, pool: PoolEntries, usage: UsageService) -> None
                 reason=f"warm pool entry: {entry.why}",
             )
         )
+
+
+async def plan_pressure(plan: Plan, budget: Budget, pool: PoolEntries, usage: UsageService) -> None:
+    """While the budget is exceeded (the scheduled check, a create making room), before
+    anything of a workspace: the pool's stale and surplus entries (they hold no one's work),
+    until what they free covers each part's lack. A ready entry within its project's size is
+    left: the refill would only write it again."""
+    exceeded = budget.exceeded()
+    if not exceeded:
+        return
+    found = [(s.entry_id, s.path, f"warm pool entry: {s.why}") for s in pool.pool_surplus()]
+    planned = {i.key: i for i in plan.items}
+    for part in exceeded:
+        need = budget.need(part) - freeing(plan.items, part)
+        for entry_id, path, why in found:
+            key = f"{ACTION}:{entry_id}"
+            if need <= 0:
+                break
+            if key in planned or (part.what == "free" and mount_of(path) != part.filesystem):
+                continue
+            figures = await usage.measure(path) if plan.measures(key) else None
+            item = GcItem(
+                key=key,
+                action=ACTION,
+                name=entry_id,
+                path=path,
+                age_days=0.0,
+                bytes=figures.bytes if figures else 0,
+                reason=f"{why}; {part.filesystem} lacks {need} bytes",
+            )
+            plan.items.append(item)
+            planned[key] = item
+            need -= item.bytes
 
 
 async def collect(item: GcItem, pool: PoolEntries) -> str:

@@ -19,10 +19,12 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, get_args
 
 import anyio
 from xum_protocol.errors import ErrorKind
+from xum_protocol.models.cleanup import CleanupStatus
 from xum_protocol.models.gc import (
     GcAction,
     GcBudget,
@@ -38,13 +40,15 @@ from xum_protocol.models.workspace import WorkspaceArchiveResult, WorkspaceRemov
 from xumd.app import App
 from xumd.base import logs
 from xumd.base.errors import XumError
+from xumd.cleanup.obligations import Obligations
 from xumd.gc import evict, pool, runs
-from xumd.gc.budget import measure
+from xumd.gc.budget import measure, mount_of, with_need
 from xumd.gc.evict import Evictor
 from xumd.gc.evictplan import ACTION as EVICT
 from xumd.gc.evictplan import Activity, plan_evictions
 from xumd.gc.plan import Holders, Plan, Planner, policies, skipped
 from xumd.lifecycle import rows
+from xumd.lifecycle.capacity import Made
 from xumd.recovery.feature import discard_kept_copy
 from xumd.system import procstat
 from xumd.system.git import Git
@@ -104,9 +108,19 @@ class Collected(pool.PoolEntries, Protocol):
 
 
 class Reclaims(Protocol):
-    """The cleanup, as an eviction wakes it (`CleanupService.poke`): its reclaim is due."""
+    """The cleanup, as an eviction wakes it (`CleanupService.poke`: its reclaim is due) and as
+    a create making room runs what is owed now (`run_workspace`: the trash reclaimed)."""
 
     def poke(self, lane: str | None = None) -> None: ...
+
+    async def run_workspace(
+        self,
+        workspace_id: str,
+        *,
+        force: bool = False,
+        include_reclaim: bool = False,
+        wait_s: float | None = None,
+    ) -> CleanupStatus: ...
 
 
 @dataclass(slots=True)
@@ -135,6 +149,7 @@ class GcService:
         self.usage = usage
         self.workspaces = workspaces
         self.activity = Activity()
+        self.reclaims = reclaims
         self.evictor = Evictor(app, git, hooks, reclaims.poke)
         self.unmet_reported = False
         """A budget that cannot be met is reported once per episode (until it holds again)."""
@@ -157,16 +172,24 @@ class GcService:
         return self._result(await self._plan())
 
     async def _plan(
-        self, keys: frozenset[str] | None = None, *, budget_only: bool = False
+        self,
+        keys: frozenset[str] | None = None,
+        *,
+        budget_only: bool = False,
+        need: tuple[str, int] | None = None,
     ) -> Planned:
-        """The policies' items (unless `budget_only`), then, while a disk budget is exceeded,
-        the evictions that restore it."""
+        """The policies' items (unless `budget_only`), then, while a disk budget is exceeded
+        (with `need`: as it would be after that many bytes are written on that mount), what
+        restores it, in order: the warm pool's surplus, rebuildable directories."""
         planner = self._planner()
         now = self.clock.time()
         plan = Plan(now, keys) if budget_only else await planner.plan(now, keys)
         if not budget_only:
             await pool.plan_items(plan, self.workspaces, self.usage)
         budget = await measure(self.app, self.usage)
+        if need is not None:
+            budget = with_need(budget, *need)
+        await pool.plan_pressure(plan, budget, self.workspaces, self.usage)
         unmet = await plan_evictions(planner, plan, budget, self.activity)
         return Planned(plan, budget.parts, unmet)
 
@@ -217,6 +240,38 @@ class GcService:
                 holders=[s.model_dump(mode="json") for s in largest],
             )
         return result
+
+    async def make_room(self, path: Path, need: int) -> Made:
+        """For a create about to write `need` bytes at `path`: what is owed is reclaimed now,
+        then what the budget's policy allows is collected until the budget would hold after
+        the create (each item as `gc.run` collects it), and reclaimed now. Waits for a run in
+        progress (the create's wait is bounded: gc/room.py)."""
+        async with self._running:
+            await self._reclaim_owed()
+            planned = await self._plan(budget_only=True, need=(mount_of(path), need))
+            result = GcRunResult(skipped=list(planned.plan.skipped))
+            for item in planned.plan.items:
+                await self._one(item, result)
+            if result.done:
+                await self._reclaim_owed()
+        log.info(
+            "gc.made_room",
+            path=str(path),
+            need=need,
+            collected=len(result.done),
+            freed=sum(d.bytes for d in result.done),
+        )
+        return Made(evicted=result.done, held=[f"{s.key}: {s.reason}" for s in result.skipped])
+
+    async def _reclaim_owed(self) -> None:
+        """Every pending reclaim run now, in full: the trash entries' bytes freed, not owed."""
+        owed = Obligations(self.app.store).list(workspace_id=None, state="pending", limit=10_000)
+        for workspace_id in sorted({ob.workspace_id for ob in owed if ob.kind == "reclaim"}):
+            await self.reclaims.run_workspace(workspace_id, force=True, include_reclaim=True)
+
+    def wake(self) -> None:
+        """A create wrote: the worker checks the budget now (not before its running item)."""
+        self._wake.set()
 
     # -- background runs ------------------------------------------------------------------------
 

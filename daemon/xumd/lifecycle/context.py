@@ -25,6 +25,7 @@ from xumd.base.requestcut import cut_reason
 from xumd.checkouts import marker
 from xumd.cleanup.service import CleanupService
 from xumd.lifecycle import ids, ports, rows, views, wsenv
+from xumd.lifecycle.capacity import MakeRoom
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.hooks import LifecycleHooks, RowSettler, busy_message
 from xumd.lifecycle.pool.service import PoolService
@@ -187,6 +188,7 @@ class Context:
         hooks: LifecycleHooks,
         failures: FailureGuard,
         pool: PoolService,
+        room: MakeRoom,
     ) -> None:
         self.app = app
         self.store = app.store
@@ -198,6 +200,7 @@ class Context:
         self.hooks = hooks
         self.failures = failures
         self.pool = pool
+        self.room = room
         self.announcer = Announcer(app.store, app.events, cleanup)
 
     # -- rows and views ----------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from xumd.lifecycle import (
     wsenv,
 )
 from xumd.lifecycle.context import UNDO_DEADLINE_S, Context
+from xumd.lifecycle.pool import records as pool_records
 from xumd.lifecycle.pool import service as pool
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 
@@ -172,11 +173,7 @@ async def _create(
     sparse = await bigrepo.sparse_patterns(ctx.git, project.path) if plan else None
     carrying = await carry.prepare(ctx, project.path, params)  # refusals: before the intent
     carry.check_base(carrying, plan.base if plan else None)
-    if plan is not None and sparse is None and ctx.app.config.gc.budgeted():
-        need = await capacity.tree_bytes(ctx.git, project.path, plan.base)
-        if need is not None:  # refused before anything is made
-            where = ctx.path_for(project, params.name).parent
-            capacity.check(where, need, ctx.app.config.gc, f"a checkout of {plan.base[:12]}")
+    room = await _room(ctx, project, params, plan, sparse=sparse, wanted=wanted)  # before intent
     submodules: list[SubmoduleInfo] = []
     claim = pool.Claim(None)
     await HOLD.hold()
@@ -241,6 +238,8 @@ async def _create(
         # Active and holding the work: the move out of the main checkout is not cut half way.
         carried = await carry.move(ctx, project.path, carrying)
     log.info("workspace.created", workspace=row.id, project=project.id, path=str(row.path))
+    if ctx.app.config.gc.budgeted():
+        ctx.room.created()  # the budget checked in the background, after what this wrote
     return WorkspaceCreateResult(
         workspace=ctx.info(row),
         setup=setup.result(outcome),
@@ -252,7 +251,35 @@ async def _create(
         ignored_copy=copied,
         carried=carried,
         pool=claim.outcome,
+        evicted=room.evicted,
     )
+
+
+async def _room(
+    ctx: Context,
+    project: ProjectRow,
+    params: WorkspaceCreateParams,
+    plan: BranchPlan | None,
+    *,
+    sparse: SparseInfo | None,
+    wanted: createconfig.CreateSettings,
+) -> capacity.Made:
+    """While a disk budget is set: what the checkout and its `[create] copy` will write, made
+    room for (gc evicts what the policy allows) or refused before anything is made. A ready
+    warm pool entry at this base is already on disk: nothing to estimate for the checkout."""
+    gc = ctx.app.config.gc
+    if plan is None or sparse is not None or not gc.budgeted():
+        return capacity.Made()
+    size = pool.size(wanted, ctx.app.config.create.pool)
+    hit = size > 0 and pool_records.take_ready(ctx.store, project.id, plan.base, None) is not None
+    need = 0 if hit else await capacity.tree_bytes(ctx.git, project.path, plan.base)
+    if need is None:
+        return capacity.Made()
+    cfg = ctx.app.config.create
+    if project.kind == "git":
+        need += await capacity.copy_bytes(ctx.git, project.path, wanted.copy, cfg.copy_max_bytes)
+    where = ctx.path_for(project, params.name).parent
+    return await capacity.ensure(where, need, gc, f"a checkout of {plan.base[:12]}", ctx.room)
 
 
 async def _claim(

@@ -57,6 +57,7 @@ from xumd.cleanup.outcomes import RememberCleanup
 from xumd.cleanup.planning import TeardownEnv
 from xumd.cleanup.service import CleanupService
 from xumd.lifecycle import keyedcalls, rows, wsenv
+from xumd.lifecycle.capacity import MakeRoom
 from xumd.lifecycle.context import Announcer, FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.hooks import LifecycleHooks, RowSettler
@@ -149,6 +150,7 @@ def install(
     snapshots: Snapshotter,
     cleanup: CleanupService,
     hooks: LifecycleHooks,
+    room: MakeRoom,
 ) -> WorkspaceService:
     """Its collaborators come from the composition root; returns the workspace service for the
     features above it (each takes the narrow port it uses)."""
@@ -166,6 +168,7 @@ def install(
             hooks=hooks,
             failures=failures,
             pool=pool,
+            room=room,
         )
     )
     _install_pool(app, pool)

@@ -34,6 +34,7 @@ from xum_protocol.models.workspace import (
 from xumd.cleanup.service import CleanupService
 from xumd.lifecycle import listing, ports, rows
 from xumd.lifecycle.archive import archive as do_archive
+from xumd.lifecycle.capacity import MakeRoom
 from xumd.lifecycle.context import Context, FailureGuard
 from xumd.lifecycle.coordinator import Coordinator
 from xumd.lifecycle.create import IntentBinding
@@ -72,13 +73,23 @@ class WorkspaceService:
         hooks: LifecycleHooks,
         failures: FailureGuard,
         pool: PoolService,
+        room: MakeRoom,
     ) -> None:
         self.store = app.store
         self.snapshots = snapshots
         self.pool = pool
         """The warm pool (usage counts its entries, gc collects them)."""
         self.context = Context(
-            app, coord, git, scripts, snapshots, cleanup, hooks=hooks, failures=failures, pool=pool
+            app,
+            coord,
+            git,
+            scripts,
+            snapshots,
+            cleanup,
+            hooks=hooks,
+            failures=failures,
+            pool=pool,
+            room=room,
         )
         """What the operation modules share (and project.remove, which checks and removes
         each workspace through them)."""

@@ -8,7 +8,8 @@ assigned onto an object after it is built. Where two features need each other, t
 that the other needs is built first: recovery's reconciler (the lifecycle's failure guard and
 `workspace.keep` settle rows with it) and the processes feature's supervision (the lifecycle's
 quiescence check asks it) before the workspace service; the auto-archiver, which archives
-through that service, after it.
+through that service, after it. gc, built after the workspace service, serves the create's
+`MakeRoom` port through a small request queue built before both (gc/room.py).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def install(app: App, containment: Containment, *, leases: LeaseStore) -> None:
     hooks = app.provide(
         LifecycleHooks(processes=supervision.quiescence, rename_settler=reconciler.settle_journal)
     )
+    room = gc_feature.room(app)  # a create asks gc for room through it: built before both
     workspaces = lifecycle_feature.install(  # projects, workspaces: uses cleanup
         app,
         coord=coord,
@@ -73,6 +75,7 @@ def install(app: App, containment: Containment, *, leases: LeaseStore) -> None:
         snapshots=snapshots,
         cleanup=cleanup,
         hooks=hooks,
+        room=room,
     )
     processes_feature.install(  # processes + leases + auto-archive
         app, supervision=supervision, leases=leases, hooks=hooks, archive=workspaces.archive
@@ -85,5 +88,11 @@ def install(app: App, containment: Containment, *, leases: LeaseStore) -> None:
         app, reconciler=reconciler, git=git
     )
     gc_feature.install(  # gc policies (after usage and recovery: it uses both); built lazily
-        app, git=git, hooks=hooks, usage=usage, workspaces=workspaces, reclaims=cleanup
+        app,
+        git=git,
+        hooks=hooks,
+        usage=usage,
+        workspaces=workspaces,
+        reclaims=cleanup,
+        room=room,
     )

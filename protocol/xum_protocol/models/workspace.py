@@ -11,6 +11,7 @@ from xum_protocol.methods_base import MethodSpec
 from xum_protocol.models.base import Name, Params, Result
 from xum_protocol.models.checkout_extras import FetchInfo, SparseInfo, SubmoduleInfo
 from xum_protocol.models.cleanup import CleanupStatus
+from xum_protocol.models.gc import GcDone
 from xum_protocol.models.process import StoppedLeftover
 from xum_protocol.models.wsenv import CopyReport, PortChange, PortTaken, env_problem
 
@@ -300,6 +301,13 @@ class WorkspaceCreateResult(Result):
         description="The warm pool (`[create] pool`): hit, a ready checkout was taken over; "
         "miss, none was ready; stale, the ready one was not at this base or not clean (a fresh "
         "checkout was made). Null when no pool is configured (since 1.3, additive).",
+    )
+    evicted: list[GcDone] = Field(
+        default_factory=list,
+        description="While a disk budget is set (`[gc] min_free_*`): what gc collected to make "
+        "room for this create before it wrote anything (warm pool entries, idle workspaces' "
+        "rebuildable directories, archived workspaces' lingering checkouts), with the bytes "
+        "each freed; empty when the create fit (since 1.3, additive).",
     )
 
 
