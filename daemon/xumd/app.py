@@ -10,6 +10,7 @@ register handlers on the router, provide their service object, and add hooks:
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -30,7 +31,7 @@ from xumd.rpc.dispatch import Router
 from xumd.rpc.requestkeys import RequestKeys
 from xumd.rpc.server import Server
 from xumd.store import Store
-from xumd.system import loop_exceptions
+from xumd.system import loop_exceptions, platform
 from xumd.system.sdnotify import Notifier
 
 log = logs.get("xumd.app")
@@ -202,6 +203,7 @@ class App:
                     self.ready = True
                     self.notifier.ready(f"serving {self.paths.root}")
                     log.info("daemon.ready", root=str(self.paths.root), pid=os.getpid())
+                    self._release_startup_memory()
                     for name, fn in self._background:
                         background.start_soon(self._run_background, name, fn)
                     if self.notifier.watchdog_s:
@@ -233,6 +235,18 @@ class App:
         self._cancel_hard_stop()
         log.info("daemon.stopped", pending=pending)
         return pending
+
+    def _release_startup_memory(self) -> None:
+        """Give back what the startup passes held at their peak (a pass over 10,000 records
+        peaks some 6 MiB above what the daemon keeps): their cyclic garbage, SQLite's page cache
+        filled by the scans, and the C heap's free pages. Right after READY=1 (it is not
+        readiness work), before the first request is read."""
+        started = time.perf_counter()
+        gc.collect()
+        self.store.shrink_memory()
+        trimmed = platform.current().release_free_heap()
+        ms = round((time.perf_counter() - started) * 1000, 2)
+        log.info("daemon.startup_memory_released", ms=ms, heap_trimmed=trimmed)
 
     def _begin_stop(self) -> None:
         self.stopping = True

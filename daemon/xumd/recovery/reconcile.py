@@ -150,13 +150,13 @@ class Reconciler:
     async def run(self) -> RecoveryReport:
         started = time.perf_counter()
         report = RecoveryReport()
-        # Slim rows first: a settled row whose identity agrees costs one lstat, no objects.
-        slim = rows.workspace_summaries(self.store)
-        report.rows = len(slim)
         projects = {p.id: p for p in rows.list_projects(self.store)}
         journals = {r["workspace_id"]: dict(r) for r in rows.rename_journals(self.store)}
         changes: list[Change] = []
-        for entry in slim:
+        # Slim rows, read as iterated: a settled row whose identity agrees costs one lstat, and
+        # the rows are never all held at once.
+        for entry in rows.workspace_summaries(self.store):
+            report.rows += 1
             if entry["id"] in journals or entry["state"] == "archived":
                 continue  # journals: below, one by one (git); archived: nothing on disk
             if (

@@ -213,6 +213,11 @@ class Store:
         """A cheap liveness check that reads the database file (its header), not just SQLite."""
         return self._db.execute("PRAGMA user_version").fetchone() is not None
 
+    def shrink_memory(self) -> None:
+        """Free what SQLite caches for this connection (its page cache): after a pass that read
+        every row, the pages would otherwise stay resident for the daemon's whole life."""
+        self._db.execute("PRAGMA shrink_memory")
+
     @property
     def changes(self) -> int:
         """Rows inserted, updated or deleted through this connection so far (SQLite's

@@ -280,6 +280,19 @@ def _libc() -> ctypes.CDLL:
         return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
 
 
+def release_free_heap() -> bool:
+    """Hand the C heap's free pages back to the system (glibc's `malloc_trim(0)`: its arenas
+    keep what a peak freed); False where the libc has no such call (musl)."""
+    try:
+        trim = _libc().malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
+
+
 def set_subreaper() -> str | None:
     """Make this process the child subreaper of its descendants; why not, or None."""
     try:

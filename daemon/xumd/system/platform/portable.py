@@ -48,11 +48,14 @@ _STATES = {
 
 
 def _could_not_look(exc: BaseException, strict: bool) -> None:
-    """Raise for a read that failed for want of descriptors (or, `strict`, any refusal)."""
+    """Raise for a read that failed for want of descriptors (or, `strict`, for any reason but
+    the process being gone): could not look is not "no such process"."""
     if is_exhausted(exc):
         raise exc
     if strict and isinstance(exc, psutil.AccessDenied):
         raise PermissionError(f"cannot read process {exc.pid}") from exc
+    if strict and isinstance(exc, OSError):
+        raise exc
 
 
 # -- process identity ---------------------------------------------------------------------------
@@ -185,6 +188,10 @@ def tool(name: str) -> str | None:
 
 def fallocate() -> Callable[[int, int, int, int], int] | None:
     return None
+
+
+def release_free_heap() -> bool:
+    return False
 
 
 # -- who uses a path ----------------------------------------------------------------------------
