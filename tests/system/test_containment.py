@@ -36,8 +36,14 @@ from tests.support.cgroups import delegated_cgroup
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.lifecycle_helpers import add_project, create
+from tests.support.platform import BACKEND, PORTABLE, fail_process_read
 from tests.support.procs import ProcId, alive, changed_signals, identify, identify_all
 from tests.support.wait import until
+
+NO_CGROUP = "marker" if PORTABLE else "subreaper+marker"
+"""The mechanism without a cgroup: the portable backend has no subreaper either."""
+UNUSABLE_DIR = "no cgroups on the portable" if PORTABLE else "no cgroup.procs"
+"""Why a configured plain directory is no cgroup to run in."""
 
 T = TypeVar("T")
 
@@ -113,19 +119,20 @@ def marked(root: Path, prefix: str = "") -> list[containment.Marked]:
 
 def test_status_names_the_mechanism(daemon: DaemonProcess) -> None:
     details = daemon.call("daemon.status")["details"]["containment"]
-    # This machine has cgroup v1 without delegation: subreaper + marker is what holds.
-    assert details["mechanism"] == "subreaper+marker"
-    assert details["subreaper"] is True
+    # This machine has cgroup v1 without delegation: subreaper + marker is what holds (the
+    # marker alone on the portable backend, which has no subreaper).
+    assert details["mechanism"] == NO_CGROUP
+    assert details["subreaper"] is not PORTABLE
     assert details["marker"] == "XUM_RUN"
     from xum_client.cli import _status_lines
 
     lines = dict(_status_lines(daemon.call("daemon.status")))
-    assert lines["containment"] == "subreaper+marker"
+    assert lines["containment"] == NO_CGROUP
     escaped = {**details, "escaped": [{"pid": 42, "marker": "m", "argv": ["sleep"]}]}
     shown = dict(
         _status_lines({**daemon.call("daemon.status"), "details": {"containment": escaped}})
     )
-    assert shown["containment"] == "subreaper+marker; 1 process(es) could not be stopped (pid 42)"
+    assert shown["containment"] == f"{NO_CGROUP}; 1 process(es) could not be stopped (pid 42)"
 
 
 def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
@@ -160,8 +167,13 @@ def test_setup_child_of_a_crashed_daemon_is_stopped_before_the_restart_is_ready(
         (leader,) = [p for p in procs if os.getsid(p.pid) == p.pid]  # it leads its session
         daemon.kill()
         creating.join(20)
-        # The script's shell dies with the daemon (parent-death signal); its children do not.
-        until(lambda: not alive(leader), timeout=5, message="the parent-death signal")
+        if PORTABLE:
+            # No parent-death signal: the script's shell outlives the daemon too, until the
+            # restart's sweep below stops it with the rest (stated in the backend's `weaker`).
+            assert alive(leader)
+        else:
+            # The script's shell dies with the daemon (parent-death signal); its children not.
+            until(lambda: not alive(leader), timeout=5, message="the parent-death signal")
         # What the restart must stop: every marked process alive now, scanned afresh (the scan
         # above waited for three of them; a shell that does not exec its last command makes a
         # fourth, which may not have been seen yet: counting from that first scan was flaky).
@@ -548,6 +560,17 @@ def _runs(base: Path) -> list[str]:
     return [p.name for p in base.rglob("run-*")]
 
 
+def _without_cgroups(daemon: DaemonProcess, containment_status: dict[str, Any]) -> None:
+    """The portable backend refuses a configured cgroup and says so: in containment's
+    `degraded`, and in the platform's `weaker` (a descendant that clears its environment and
+    leaves its session is found again by nothing)."""
+    assert containment_status["cgroup"] is None
+    assert containment_status["mechanism"] == "marker"
+    assert UNUSABLE_DIR in containment_status["degraded"], containment_status
+    weaker = daemon.call("daemon.status")["details"]["platform"]["weaker"]
+    assert any("clears its environment" in line for line in weaker), weaker
+
+
 def test_cgroup_contains_a_teardown_child_that_drops_its_environment(
     root: Path, tmp_short: Path, cgroup_base: Path, reap_strays: list[int]
 ) -> None:
@@ -567,6 +590,17 @@ def test_cgroup_contains_a_teardown_child_that_drops_its_environment(
     daemon = DaemonProcess(root).start()
     try:
         status = daemon.call("daemon.status")["details"]["containment"]
+        if PORTABLE:
+            _without_cgroups(daemon, status)
+            project = trusted(daemon, repo)
+            ws = create(daemon, project["id"], "cg")["workspace"]
+            result = daemon.call("workspace.remove", {"workspace_id": ws["id"]})
+            escapee = identify(int((ctl / "escapee").read_text()))
+            reap_strays.append(escapee.pid)
+            assert result["cleanup"]["status"] == "completed", result["cleanup"]
+            # What daemon.status says the backend cannot do: nothing finds it again.
+            assert alive(escapee) and containment.read_marker(escapee.pid) is None
+            return
         assert status["mechanism"] == "cgroup+subreaper+marker"
         assert status["cgroup"] == str(cgroup_base)
         project = trusted(daemon, repo)
@@ -606,13 +640,20 @@ def test_cgroup_of_a_crashed_daemons_setup_is_emptied_at_the_restart(
             int(until(lambda: (ctl / "bg").exists() and (ctl / "bg").read_text().strip()))
         )
         reap_strays.append(bg.pid)
-        (run,) = _runs(cgroup_base)
-        assert run.startswith("run-lease_")
+        if PORTABLE:
+            _without_cgroups(daemon, daemon.call("daemon.status")["details"]["containment"])
+            assert _runs(cgroup_base) == []
+        else:
+            (run,) = _runs(cgroup_base)
+            assert run.startswith("run-lease_")
         daemon.kill()
         creating.join(20)
         assert alive(bg) and containment.read_marker(bg.pid) is None
         daemon.start()
-        assert not alive(bg)
+        # The portable backend has nothing that finds it (daemon.status says so); the restart's
+        # sweep still stops every marked process of the crashed setup.
+        assert alive(bg) is PORTABLE
+        assert marked(root, "lease_") == []
         assert _runs(cgroup_base) == []
         assert daemon.call("daemon.status")["details"]["containment"]["stopped_at_start"] >= 1
     finally:
@@ -632,7 +673,11 @@ def test_supervised_process_runs_in_its_own_cgroup(
             "process.spawn", {"workspace_id": ws["id"], "kind": "agent", "argv": ["sleep", "100"]}
         )["process"]
         own = f"/run-{proc['id']}"
-        until(lambda: Path(f"/proc/{proc['pid']}/cgroup").read_text().strip().endswith(own))
+        if PORTABLE:
+            _without_cgroups(daemon, daemon.call("daemon.status")["details"]["containment"])
+            assert not Path(f"/proc/{proc['pid']}/cgroup").read_text().strip().endswith(own)
+        else:
+            until(lambda: Path(f"/proc/{proc['pid']}/cgroup").read_text().strip().endswith(own))
         daemon.call("process.stop", {"process_id": proc["id"], "grace_s": 1})
         until(lambda: _runs(cgroup_base) == [], timeout=10, message="its cgroup removed")
     finally:
@@ -663,7 +708,9 @@ def test_delegated_cgroup_detection(tmp_short: Path) -> None:
     assert _cgroup("off") == (None, None)
     assert _cgroup(str(tmp_short / "not-a-cgroup")) == (
         None,
-        "not a cgroup v2 directory (no cgroup.procs)",
+        "no cgroups on the portable platform backend"
+        if PORTABLE
+        else "not a cgroup v2 directory (no cgroup.procs)",
     )
     assert _cgroup("relative/path") == (None, "not an absolute path")
     read_only = tmp_short / "ro-cgroup"
@@ -671,7 +718,7 @@ def test_delegated_cgroup_detection(tmp_short: Path) -> None:
     (read_only / "cgroup.procs").write_text("")
     read_only.chmod(0o555)
     try:
-        if not os.access(read_only, os.W_OK):  # root may write anyway
+        if not os.access(read_only, os.W_OK) and not PORTABLE:  # root may write anyway
             assert _cgroup(str(read_only)) == (None, "not writable by the daemon")
     finally:
         read_only.chmod(0o755)
@@ -713,14 +760,7 @@ def test_leftovers_that_cannot_be_looked_for_fail_the_script(
         containment=Containment(tag=root_tag(tmp_short)),
     )
     ref = WorkspaceRef("ws_1", "proj_1", "w", checkout, "inc")
-
-    def exhausted(path: str, *args: Any, **kwargs: Any) -> Any:
-        if str(path).endswith("/environ"):
-            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-        return open(path, *args, **kwargs)
-
-    # The module's own `open` (found before the builtin): only its /proc reads fail.
-    monkeypatch.setattr(linux, "open", exhausted, raising=False)
+    fail_process_read(monkeypatch, "environ", errno.EMFILE)
     try:
         outcome = run_async(
             lambda: runner._run_commands(
@@ -748,14 +788,8 @@ def test_with_the_subreaper_orphans_that_cannot_be_read_still_fail_the_run(
     marker; an orphan whose marker cannot be read (out of descriptors) may carry it, so the
     scan runs and, failing too, the run's leftovers are reported unknown, never "none"."""
     cont = Containment(tag=root_tag(tmp_short), subreaper=True)
-
-    def exhausted(path: str, *args: Any, **kwargs: Any) -> Any:
-        if str(path).endswith("/environ"):
-            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-        return open(path, *args, **kwargs)
-
     monkeypatch.setattr(containment, "foreign_children", lambda: {os.getpid()})
-    monkeypatch.setattr(linux, "open", exhausted, raising=False)
+    fail_process_read(monkeypatch, "environ", errno.EMFILE)
     left = run_async(lambda: cont.leftovers(cont.marker("lease_o"), 0.1, always=False))
     monkeypatch.undo()
     assert [m.pid for m in left] == [0]
@@ -774,7 +808,8 @@ def test_a_process_that_cannot_be_pinned_is_not_reported_stopped(
         def no_fd(pid: int, flags: int = 0) -> int:
             raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
 
-        monkeypatch.setattr(os, "pidfd_open", no_fd)
+        # Linux: the kernel's pidfd_open; portable (no pidfds): the backend's pin itself.
+        monkeypatch.setattr(BACKEND if PORTABLE else os, "pidfd_open", no_fd)
         left = run_async(lambda: containment.stop_marked([found], 0.2))
         monkeypatch.undo()
         assert [m.pid for m in left] == [proc.pid]
@@ -804,18 +839,36 @@ def test_a_process_whose_state_cannot_be_read_is_not_taken_for_ended(
             pinned.append(pid)
         return real(pid, strict=strict)
 
+    real_status = psutil.Process.status
+
+    def no_fd_after_the_pin(self: psutil.Process) -> str:
+        # Portable: psutil's status is the state, and the pin's start read reads it first.
+        if self.pid == proc.pid and pinned:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        if self.pid == proc.pid:
+            pinned.append(self.pid)
+        return str(real_status(self))
+
     try:
         until(lambda: containment.read_marker(proc.pid) is not None)
         # sh's own command line names sleep too: wait for the exec itself (TERM ignored by now).
         until(lambda: containment.argv_of(proc.pid)[:1] == ("sleep",))
         (found,) = containment.scan(cont.tag)
-        monkeypatch.setattr(linux, "stat_fields", no_fd_when_strict)
+        if PORTABLE:
+            monkeypatch.setattr(psutil.Process, "status", no_fd_after_the_pin)
+        else:
+            monkeypatch.setattr(linux, "stat_fields", no_fd_when_strict)
         pinned.append(proc.pid)
         assert containment._state(proc.pid) == "?"
         pinned.clear()
         left = run_async(lambda: containment.stop_marked([found], 0.2))
         monkeypatch.undo()
-        assert left == []
+        if PORTABLE:
+            # No pidfd to see its end through, and its state unreadable: it is reported left
+            # (fail closed), never "stopped" on a guess.
+            assert [m.pid for m in left] == [proc.pid]
+        else:
+            assert left == []
         proc.wait(timeout=5)  # SIGKILLed after the grace: gone, not merely said to be
     finally:
         proc.kill()
@@ -874,19 +927,11 @@ def test_a_process_whose_identity_cannot_be_read_is_not_reported_stopped(
     cont = Containment(tag=root_tag(tmp_short))
     proc = _sleeper(str(Marker(cont.tag, "previousrun", "lease_u")))
     code = errno.EMFILE if unreadable == "/environ" else errno.EACCES
-    real_open = open
-
-    def failing(path: Any, *args: Any, **kwargs: Any) -> Any:
-        if str(path) == f"/proc/{proc.pid}{unreadable}":
-            raise OSError(code, os.strerror(code), str(path))
-        return real_open(path, *args, **kwargs)
-
     try:
         until(lambda: containment.read_marker(proc.pid) is not None)
         (found,) = containment.scan(cont.tag)
         fds = len(os.listdir("/proc/self/fd"))
-        monkeypatch.setattr(linux, "open", failing, raising=False)
-        monkeypatch.setattr(linux, "open", failing, raising=False)
+        fail_process_read(monkeypatch, unreadable[1:], code, pid=proc.pid)
         left = run_async(lambda: containment.stop_marked([found], 0.2))
         monkeypatch.undo()
         assert [m.pid for m in left] == [proc.pid]
@@ -993,9 +1038,9 @@ def test_an_unusable_configured_cgroup_is_shown_degraded_and_runs_are_still_cont
         status = daemon.call("daemon.status")
         details = status["details"]["containment"]
         assert details["cgroup"] is None and details["cgroup_setting"] == str(not_a_cgroup)
-        assert details["mechanism"] == "subreaper+marker"
+        assert details["mechanism"] == NO_CGROUP
         assert "cannot be used" in details["degraded"], details
-        assert "no cgroup.procs" in details["degraded"], details
+        assert UNUSABLE_DIR in details["degraded"], details
         assert "degraded: the configured cgroup" in dict(_status_lines(status))["containment"]
         project = trusted(daemon, repo)
         ws = create(daemon, project["id"], "fallback")["workspace"]
@@ -1027,6 +1072,13 @@ def test_runs_that_lose_their_cgroup_are_counted_and_shown_degraded(
     daemon = DaemonProcess(root).start()
     try:
         before = daemon.call("daemon.status")["details"]["containment"]
+        if PORTABLE:
+            # No cgroup was ever used: none to lose, nothing counted; still said degraded.
+            _without_cgroups(daemon, before)
+            create(daemon, add_project(daemon, repo)["id"], "lost")
+            after = daemon.call("daemon.status")["details"]["containment"]
+            assert after["runs_without_cgroup"] == 0 and after["degraded"] == before["degraded"]
+            return
         assert before["cgroup"] == str(cgroup_base) and before["degraded"] is None
         for sub in sorted(cgroup_base.rglob("*"), reverse=True):
             if sub.is_dir():
