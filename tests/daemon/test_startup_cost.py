@@ -5,6 +5,8 @@
 - the daemon reaches readiness without rich (structlog's console extras) or the test-only
   methods' models;
 - the daemon's start-up pauses the cyclic GC only while its code loads;
+- right after READY=1 the daemon gives back what its start-up passes held (the C heap's free
+  pages where the libc can: glibc's malloc_trim);
 - after a clean stop the daemon leaves without the interpreter's teardown, but never while a
   worker thread is still busy, and never without running atexit handlers and flushing stdio;
 - the test session writes checked-hash bytecode, so no stale bytecode ever runs.
@@ -18,9 +20,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from xum_client.entry import status_args
+from xumd.system import platform
+from xumd.system.platform import linux, portable
 
 from tests.support import bytecode
 from tests.support.daemon import DaemonProcess
@@ -323,6 +328,27 @@ busy.set()
 def _buffered_env() -> dict[str, str]:
     # Without PYTHONUNBUFFERED (set on these machines): only a flush writes what _LEAVE wrote.
     return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
+def test_what_the_start_up_passes_held_is_released_after_readiness(root: Path) -> None:
+    daemon = DaemonProcess(root, log_level="info").start()
+    try:
+        daemon.call("daemon.status")
+    finally:
+        daemon.close()
+    events = [json.loads(line) for line in daemon.log_text().splitlines() if line.startswith("{")]
+    names = [e["event"] for e in events]
+    assert names.index("daemon.ready") < names.index("daemon.startup_memory_released")
+    released = events[names.index("daemon.startup_memory_released")]
+    assert released["heap_trimmed"] is (platform.current().NAME == "linux")
+
+
+def test_the_heap_release_is_a_no_op_where_the_libc_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
+    glibc = "CS_GNU_LIBC_VERSION" in os.confstr_names and os.confstr("CS_GNU_LIBC_VERSION")
+    assert linux.release_free_heap() is bool(glibc)
+    monkeypatch.setattr(linux, "_libc", SimpleNamespace)  # a libc without malloc_trim (musl)
+    assert linux.release_free_heap() is False
+    assert portable.release_free_heap() is False
 
 
 def test_a_clean_stop_leaves_at_once_flushing_stdio_and_running_atexit() -> None:
