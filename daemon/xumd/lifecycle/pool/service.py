@@ -59,6 +59,9 @@ POLL_S = 30.0
 """How often the refill task looks at each pooled project's base when nothing woke it."""
 CHECK_TIMEOUT_S = 5.0
 """A claim's `git status` of the entry: past this, the entry is stale (a fresh checkout)."""
+RACY_S = 1.1
+"""Git compares file and index timestamps to the second: how long after its checkout an
+entry's index is written again, so that no file is racily clean (`PoolService._stamp`)."""
 RETRY_S = 60.0
 """After a failed preparation, the project's refill waits this long (no busy loop)."""
 
@@ -350,7 +353,19 @@ class PoolService:
 
     async def _stamp(self, entry: EntryRow) -> stamps.Stamps:
         """The made entry checked clean by `git status` (which also refreshes its index), then
-        stamped, so that its claim needs no status of its own (lifecycle/pool/stamps.py)."""
+        stamped, so that its claim needs no status of its own (lifecycle/pool/stamps.py).
+        First its index is written again once the checkout's files are older than it by git's
+        timestamp granularity: an entry written in the same second as its index is "racily
+        clean", and the claim's `git diff-files` would read every such file."""
+        await anyio.sleep(RACY_S)
+        await self.git.run(
+            entry.path,
+            "update-index",
+            "-q",
+            "--refresh",
+            "--force-write-index",
+            what="git update-index --refresh (pool entry)",
+        )
         why = await checkout.check(self.git, entry.path, entry.base_commit, CHECK_TIMEOUT_S * 12)
         admin = marker.worktree_admin_dir(entry.path)
         if why is not None or admin is None:
