@@ -73,6 +73,14 @@ _.slept
 # validates what it writes against this model.
 _.ContainmentStatus
 
+# The disk budget's documented shapes: daemon.status' `gc` details (gc/feature.py writes the
+# dict by hand; tests/gc/test_budget.py validates it), the figures `xum du` / `xum gc --dry-run`
+# render, and the `gc.budget_exceeded` event's keywords (gc/service.py publishes them).
+_.GcStatus
+_.size_bytes
+_.unmet_bytes
+_.freed_bytes
+
 # The Python client's public property, for a program that embeds it: the pid of the ssh
 # process carrying a `host=` connection.
 _.ssh_pid

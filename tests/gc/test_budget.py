@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 from xum_client.errors import XumClientError
+from xum_protocol.models.daemon import GcStatus
 
+from tests.cli.test_workspace import xum
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import make_repo
 from tests.support.lifecycle_helpers import add_project, create, rpc_error
@@ -41,7 +43,7 @@ def repo(tmp_short: Path) -> Path:
     )
 
 
-def _config(root: Path, min_free: int) -> None:
+def _config(root: Path, min_free: int, interval_s: float = 3600) -> None:
     write_config(
         root,
         f"""enable_test_methods = true
@@ -51,7 +53,7 @@ backoff_initial_s = 0.01
 min_free_bytes = {min_free}
 rebuildable = ["node_modules/"]
 idle_after_s = 60
-budget_interval_s = 3600
+budget_interval_s = {interval_s}
 """,
     )
 
@@ -287,4 +289,68 @@ def test_a_create_refused_when_everything_is_busy(rooted: Path, fs: Path, repo: 
     finally:
         sleeper.send_signal(signal.SIGKILL)
         sleeper.wait()
+        daemon.close()
+
+
+def test_an_unmet_budget_is_reported_once_naming_the_largest_holders(
+    rooted: Path, fs: Path, repo: Path
+) -> None:
+    """Everything is busy: the scheduled check (every 0.1 s here) finds nothing to collect;
+    `gc.budget_exceeded` is logged once for the episode, naming the holders largest first, and
+    `daemon.status` says the budget cannot be met; the checks go on without repeating it."""
+    daemon, made = _start(rooted, fs, repo)
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        # Held before the checks begin: a lease names a live process, so it outlives the
+        # restart that sets the short interval.
+        for ws in made.values():
+            daemon.call(
+                "lease.acquire",
+                {"workspace_id": ws["id"], "kind": "editor", "pid": sleeper.pid, "label": "vim"},
+            )
+        daemon.close()
+        big = Path(made["b"]["path"]) / "big.bin"
+        big.write_bytes(os.urandom(4 * MB))  # b's checkout is the largest
+        then = os.stat(Path(made["b"]["path"]) / "README.md").st_mtime
+        os.utime(big, (then, then))
+        _config(rooted, _free(fs) + PACKAGE + PACKAGE // 2, interval_s=0.1)
+        daemon = DaemonProcess(rooted).start()
+
+        def budget() -> str:
+            details = daemon.call("daemon.status")["details"]
+            return GcStatus.model_validate(details["gc"]).budget
+
+        until(lambda: budget().startswith("cannot be met"), message="the check ran")
+        until(
+            lambda: daemon.log_text().count("gc.budget_checked") >= 5,
+            message="more checks ran",
+        )
+        lines = [line for line in daemon.log_text().splitlines() if "gc.budget_exceeded" in line]
+        assert len(lines) == 1, lines
+        holders = lines[0].split("holders", 1)[1]
+        assert holders.index(made["b"]["id"]) < holders.index(made["a"]["id"]), lines[0]
+        assert str(fs) in budget()
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+        daemon.close()
+
+
+def test_du_and_gc_dry_run_show_the_budget(rooted: Path, fs: Path, repo: Path) -> None:
+    """`xum du` shows each filesystem against the budget; `xum gc --dry-run` the plan's bytes
+    and the budget; after the run, both show it holding."""
+    daemon, made = _start(rooted, fs, repo)
+    try:
+        du = xum(daemon, "du").stdout
+        [line] = [x for x in du.splitlines() if x.startswith(f"budget {fs}:")]
+        assert "exceeded: lacks" in line, du
+        dry = xum(daemon, "gc", "--dry-run").stdout
+        assert f"would evict_rebuildable: {made['a']['name']} (6.0 MiB;" in dry, dry
+        assert dry.count("would evict_rebuildable") == 2, dry
+        assert "12.0 MiB freed" in dry and f"budget {fs}:" in dry, dry
+        daemon.call("gc.run")
+        until(lambda: "holds" in xum(daemon, "gc", "--dry-run").stdout, message="the budget held")
+        [line] = [x for x in xum(daemon, "du").stdout.splitlines() if x.startswith("budget ")]
+        assert "holds" in line, line
+    finally:
         daemon.close()

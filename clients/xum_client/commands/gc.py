@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from xum_client.commands._context import Ctx
-from xum_client.commands.usage import human_bytes
+from xum_client.commands.usage import budget_lines, human_bytes
 from xum_client.sync import Client
 
 GC_TIMEOUT_S = 3600.0
@@ -80,6 +80,12 @@ def _show_plan(obj: Ctx, plan: dict[str, Any]) -> None:
     for skip in plan["skipped"]:
         lines.append(f"skip {skip['action']}: {_subject(skip)} ({skip['reason']})")
     lines.append(f"{len(plan['items'])} item(s), {human_bytes(plan['bytes'])} freed")
+    lines += budget_lines(plan.get("budget") or [])
+    if plan.get("unmet_bytes"):
+        lines.append(
+            f"the budget cannot be met: {human_bytes(plan['unmet_bytes'])} more is held by busy "
+            "or unsaved work, or is not rebuildable"
+        )
     obj.emit(plan, "\n".join(lines))
 
 

@@ -1,4 +1,5 @@
-"""`xum du`: disk usage of the workspaces and of the root (trash, archive store, reclaims)."""
+"""`xum du`: disk usage of the workspaces and of the root (trash, archive store, reclaims), and
+the disk budget (`[gc]`): how far from it each filesystem is."""
 
 from __future__ import annotations
 
@@ -32,12 +33,46 @@ def usage_cell(entry: dict[str, Any]) -> str:
     return cell
 
 
+def budget_lines(parts: list[dict[str, Any]]) -> list[str]:
+    """The disk budget ([gc] min_free_*, max_bytes), one line per part: how far from it."""
+    lines: list[str] = []
+    for part in parts:
+        lack = part["deficit_bytes"]
+        if part["what"] == "free":
+            head = (
+                f"budget {part['filesystem']}: {human_bytes(part['free_bytes'])} free of "
+                f"{human_bytes(part['size_bytes'])}, keeps {human_bytes(part['limit_bytes'])}"
+            )
+            margin = part["free_bytes"] - part["limit_bytes"]
+        else:
+            head = (
+                f"budget root: {human_bytes(part['used_bytes'])} of at most "
+                f"{human_bytes(part['limit_bytes'])}"
+            )
+            margin = part["limit_bytes"] - part["used_bytes"]
+        if lack:
+            owed = part.get("pending_bytes") or 0
+            tail = f"exceeded: lacks {human_bytes(lack)}"
+            tail += f" ({human_bytes(owed)} already being reclaimed)" if owed else ""
+        else:
+            tail = f"holds, {human_bytes(margin)} to spare"
+        lines.append(f"{head}: {tail}")
+    return lines
+
+
 def fetch_usage(obj: Ctx, ref: str | None = None, refresh: bool = False) -> dict[str, Any]:
     with obj.client(timeout=USAGE_TIMEOUT_S) as client:
         params: dict[str, Any] = {"refresh": refresh} if refresh else {}
         if ref is not None:
             params["workspace_id"] = workspace_id(client, ref)
         return client.call("workspace.usage", params)
+
+
+def fetch_budget(obj: Ctx) -> list[dict[str, Any]]:
+    """The disk budget's parts, measured now (empty: no budget set)."""
+    with obj.client(timeout=USAGE_TIMEOUT_S) as client:
+        parts: list[dict[str, Any]] = client.call("gc.plan", {"budget_only": True})["budget"]
+        return parts
 
 
 def _figures_line(label: str, figures: dict[str, Any]) -> str:
@@ -81,4 +116,8 @@ def register(cli: click.Group) -> None:
                 f"({human_bytes(root['pending_reclaim_bytes'])})"
             )
             lines.append(f"total: {human_bytes(root['total_bytes'])}")
+        if ref is None:
+            parts = fetch_budget(obj)
+            lines += budget_lines(parts)
+            result = {**result, "budget": parts}
         obj.emit(result, "\n".join(lines) if lines else "no workspaces")

@@ -139,3 +139,27 @@ async def _owed(usage: UsageService) -> dict[str, int]:
         mount = mount_of(source)
         owed[mount] = owed.get(mount, 0) + figures.bytes
     return owed
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def describe(parts: list[GcBudget], unmet: list[GcBudget]) -> str:
+    """The budget's state in one line (`daemon.status` details.gc.budget)."""
+    if not parts:
+        return "holds: nothing to measure"
+    lacking = [p for p in parts if p.deficit_bytes > 0]
+    if unmet:
+        where = ", ".join(f"{p.filesystem} lacks {_mb(p.deficit_bytes)}" for p in unmet)
+        return f"cannot be met: {where} (what is left is busy, unsaved or not rebuildable)"
+    if lacking:
+        where = ", ".join(f"{p.filesystem} lacks {_mb(p.deficit_bytes)}" for p in lacking)
+        return f"exceeded, being restored: {where}"
+    margins = [
+        f"{p.filesystem} {_mb(p.free_bytes - p.limit_bytes)} above its floor"
+        if p.what == "free"
+        else f"the root {_mb(p.limit_bytes - p.used_bytes)} under max_bytes"
+        for p in parts
+    ]
+    return "holds: " + ", ".join(margins)

@@ -81,7 +81,7 @@ def install(
     gc = Deferred("gc", build)
 
     async def gc_plan(service: GcService, p: GcPlanParams, ctx: RequestContext) -> GcPlanResult:
-        return await service.plan()
+        return await service.plan(p)
 
     async def gc_run(service: GcService, p: GcRunParams, ctx: RequestContext) -> GcRunResult:
         return await service.run(p)
@@ -119,6 +119,14 @@ def install(
         await room.serve(build=lambda: gc.get("workspace.create"), built=lambda: gc.built)
 
     app.after_ready("gc.room", serve_room)
+
+    def status() -> dict[str, str]:
+        # One line, as `GcStatus` (models/daemon.py) writes it; no model loaded here.
+        if not app.config.gc.budgeted():
+            return {"budget": "off"}
+        return {"budget": gc.built.budget_line if gc.built is not None else "not checked yet"}
+
+    app.status_providers["gc"] = status
     app.on_shutdown("gc.worker", stop)
     if app.config.enable_test_methods:
 

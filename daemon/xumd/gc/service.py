@@ -30,11 +30,13 @@ from xum_protocol.models.gc import (
     GcBudget,
     GcDone,
     GcItem,
+    GcPlanParams,
     GcPlanResult,
     GcRunParams,
     GcRunResult,
     GcSkipped,
 )
+from xum_protocol.models.usage import WorkspaceUsageParams
 from xum_protocol.models.workspace import WorkspaceArchiveResult, WorkspaceRemoveResult
 
 from xumd.app import App
@@ -42,7 +44,7 @@ from xumd.base import logs
 from xumd.base.errors import XumError
 from xumd.cleanup.obligations import Obligations
 from xumd.gc import evict, pool, runs
-from xumd.gc.budget import measure, mount_of, with_need
+from xumd.gc.budget import describe, measure, mount_of, with_need
 from xumd.gc.evict import Evictor
 from xumd.gc.evictplan import ACTION as EVICT
 from xumd.gc.evictplan import Activity, plan_evictions
@@ -153,6 +155,8 @@ class GcService:
         self.evictor = Evictor(app, git, hooks, reclaims.poke)
         self.unmet_reported = False
         """A budget that cannot be met is reported once per episode (until it holds again)."""
+        self.budget_line = "not checked yet"
+        """The budget's state as last measured, in one line (`daemon.status`)."""
         self._running = anyio.Lock()
         self._wake = anyio.Event()
         self._scope: anyio.CancelScope | None = None
@@ -168,7 +172,10 @@ class GcService:
             self.app.config.gc,
         )
 
-    async def plan(self) -> GcPlanResult:
+    async def plan(self, params: GcPlanParams) -> GcPlanResult:
+        if params.budget_only:
+            budget = await measure(self.app, self.usage)
+            return self._result(Planned(Plan(self.clock.time()), budget.parts, []))
         return self._result(await self._plan())
 
     async def _plan(
@@ -191,6 +198,8 @@ class GcService:
             budget = with_need(budget, *need)
         await pool.plan_pressure(plan, budget, self.workspaces, self.usage)
         unmet = await plan_evictions(planner, plan, budget, self.activity)
+        if need is None:  # a create's hypothetical budget is not the state
+            self.budget_line = describe(budget.parts, unmet)
         return Planned(plan, budget.parts, unmet)
 
     def _result(self, planned: Planned) -> GcPlanResult:
@@ -218,19 +227,19 @@ class GcService:
             for item in planned.plan.items:
                 await self._one(item, result)
             result.bytes = sum(d.bytes for d in result.done)
+        log.debug("gc.budget_checked", unmet=bool(planned.unmet), done=len(result.done))
         if not planned.unmet:
             self.unmet_reported = False
             return result
         exceeded = [p for p in planned.budget if p.deficit_bytes > p.pending_bytes]
         if not self.unmet_reported:
             self.unmet_reported = True
-            largest = sorted((s for s in result.skipped if s.workspace_id), key=lambda s: s.key)[
-                :10
-            ]
+            largest = await self._largest(result.skipped)
             log.warning(
                 "gc.budget_exceeded",
                 unmet=sum(p.deficit_bytes for p in planned.unmet),
                 filesystems=[p.filesystem for p in exceeded],
+                holders=[s.workspace_id for s in largest],
             )
             self.app.events.publish(
                 "gc.budget_exceeded",
@@ -272,6 +281,14 @@ class GcService:
     def wake(self) -> None:
         """A create wrote: the worker checks the budget now (not before its running item)."""
         self._wake.set()
+
+    async def _largest(self, left: list[GcSkipped], most: int = 10) -> list[GcSkipped]:
+        """The workspaces left alone, largest checkout first (the usage walk's figures)."""
+        listed = await self.usage.usage(WorkspaceUsageParams())
+        sizes = {w.workspace_id: w.usage.bytes if w.usage else 0 for w in listed.workspaces}
+        held = {s.workspace_id: s for s in left if s.workspace_id}
+        order = sorted(held, key=lambda w: (-sizes.get(w, 0), w))
+        return [held[w] for w in order[:most]]
 
     # -- background runs ------------------------------------------------------------------------
 

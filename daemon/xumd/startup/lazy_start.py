@@ -84,11 +84,13 @@ def idle_details(app: App) -> dict[str, Callable[[], Any]]:
             "ms": 0.0,
         },
     }
+    gc = {"budget": "not checked yet" if app.config.gc.budgeted() else "off"}
     return {
         "cleanup": lambda: cleanup,
         "lifecycle": lambda: lifecycle,
         "processes": lambda: processes,
         "recovery": lambda: recovery,
+        "gc": lambda: gc,
     }
 
 

@@ -104,6 +104,18 @@ class PlatformStatus(Result):
     )
 
 
+class GcStatus(Result):
+    """`daemon.status` details['gc']: the disk budget (`[gc] min_free_*`, `max_bytes`) in one
+    line (since 1.3, additive)."""
+
+    budget: str = Field(
+        description="off (no budget set); not checked yet; holds: how far from it each "
+        "filesystem is; exceeded, being restored: what each lacks; cannot be met: what each "
+        "lacks while what is left is busy, unsaved or not rebuildable (reported once per "
+        "episode as the `gc.budget_exceeded` event)."
+    )
+
+
 class DaemonStatusResult(Result):
     pid: int
     root: str

@@ -105,7 +105,11 @@ class GcBudget(Result):
 
 
 class GcPlanParams(Params):
-    pass
+    budget_only: bool = Field(
+        default=False,
+        description="Only the disk budget, measured now (`budget`): no item is planned, no "
+        "checkout walked beyond what the budget measures (`xum du`) (since 1.3, additive).",
+    )
 
 
 class GcPlanResult(Result):

@@ -493,7 +493,13 @@ export interface GcItem {
   workspace_id?: string | null;
 }
 
-export type GcPlanParams = Record<string, never>;
+export interface GcPlanParams {
+  /**
+   * Only the disk budget, measured now (`budget`): no item is planned, no checkout walked beyond what the budget measures (`xum du`) (since 1.3, additive).
+   * default: false
+   */
+  budget_only?: boolean;
+}
 
 export interface GcPlanResult {
   /** The disk budget measured now, part by part (empty: no budget set). */
