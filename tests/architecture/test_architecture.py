@@ -234,6 +234,7 @@ TABLE_OWNERS: dict[str, str] = {
     "workspace_listing_counter": "xumd.lifecycle.listing",
     "cleanup_obligations": "xumd.cleanup.obligations",
     "leases": "xumd.processes.leases",
+    "workspace_activity": "xumd.processes.leases",
     "turns": "xumd.turns.rows",
     "gc_runs": "xumd.gc.runs",
     "request_keys": "xumd.rpc.requestkeys",

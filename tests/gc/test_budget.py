@@ -354,3 +354,38 @@ def test_du_and_gc_dry_run_show_the_budget(rooted: Path, fs: Path, repo: Path) -
         assert "holds" in line, line
     finally:
         daemon.close()
+
+
+def test_a_released_lease_keeps_the_workspace_in_use_across_a_restart(
+    rooted: Path, fs: Path, repo: Path
+) -> None:
+    """The oldest workspace's lease is released and the daemon restarted (its in-memory
+    activity gone): the store's record of the lease keeps it in use for idle_after_s; once the
+    gc clock passes that, it is the least recently used again."""
+    daemon, made = _start(rooted, fs, repo)
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        held = made["a"]["id"]
+        lease = daemon.call(
+            "lease.acquire",
+            {"workspace_id": held, "kind": "editor", "pid": sleeper.pid, "label": "vim"},
+        )
+        daemon.call("lease.release", {"lease_id": lease["lease"]["id"]})
+        daemon.close()
+        daemon = DaemonProcess(rooted).start()
+        plan = daemon.call("gc.plan")
+        skipped = {s["key"]: s["reason"] for s in plan["skipped"]}
+        assert skipped[f"evict_rebuildable:{held}"].startswith("in use: its last lease went")
+        assert f"evict_rebuildable:{held}:node_modules" not in [i["key"] for i in plan["items"]]
+        daemon.call("test.clock_advance", {"seconds": 120})  # past idle_after_s (60)
+        plan = daemon.call("gc.plan")
+        # Last used (its lease) after b's and c's files last changed: the most recent now.
+        keys = [i["key"] for i in plan["items"]]
+        assert keys == [
+            f"evict_rebuildable:{made['b']['id']}:node_modules",
+            f"evict_rebuildable:{made['c']['id']}:node_modules",
+        ], plan
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+        daemon.close()

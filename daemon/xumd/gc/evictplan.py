@@ -4,10 +4,13 @@ workspaces, least recently used first, until what they free covers what the budg
 Idleness is measured, never guessed from one clock: a workspace is in use while anything holds
 it (a lease, a process, a mount: the lifecycle's quiescence check), for `[gc] idle_after_s` of
 the monotonic clock after the daemon last saw it held (`Activity`, immune to wall-clock steps),
-and while a file in its checkout outside the rebuildable directories changed within
-`idle_after_s` of the gc clock's now (`GcClock`: a step ahead does not age anything; a mtime
-after now, left by a step back, is "in use" until the clock passes it). Each workspace and
-directory left out is listed skipped, with why."""
+for `idle_after_s` after its last lease went as the store records it (processes/leases.py
+`last_held`: a lease released or reclaimed, across restarts), and while a file in its checkout
+outside the rebuildable directories changed within `idle_after_s` of the gc clock's now
+(`GcClock`: a step ahead does not age anything; a stamp after now, left by a step back, is "in
+use" until the clock passes it). The least recently used is the one whose last use (its last
+lease, its newest mtime) is oldest. Each workspace and directory left out is listed skipped,
+with why."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from xumd.lifecycle import rows
 from xumd.lifecycle.hooks import busy_message
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.lifecycle.scripts import preserve_globs
+from xumd.processes import leases
 
 ACTION = "evict_rebuildable"
 
@@ -52,6 +56,8 @@ class _Candidate:
     mount: str
     scan: rebuildable.Scan
     patterns: list[str]
+    used: float
+    """Its last use: the newest of its last lease and its newest mtime outside them."""
 
 
 def _key(workspace_id: str, rel: str | None = None) -> str:
@@ -90,8 +96,9 @@ async def plan_evictions(
         candidate = await _candidate(planner, plan, row, mount, activity)
         if candidate is not None:
             candidates.append(candidate)
-    # Least recently used first: the oldest change outside the rebuildable directories.
-    candidates.sort(key=lambda c: (c.scan.newest, c.row.id))
+    # Least recently used first: the oldest last use (a lease, a change outside the
+    # rebuildable directories).
+    candidates.sort(key=lambda c: (c.used, c.row.id))
     unmet: list[GcBudget] = []
     taken: set[str] = set()
     for part in exceeded:
@@ -108,7 +115,7 @@ async def plan_evictions(
                 if await rebuildable.tracked(planner.git, candidate.row.path, rel):
                     plan.skip(_item(candidate.row, rel, "rebuildable"), "git tracks paths under it")
                     continue
-                idle = (plan.now - candidate.scan.newest) if candidate.scan.newest else None
+                idle = (plan.now - candidate.used) if candidate.used else None
                 since = f"idle {idle / DAY_S:.1f} days" if idle is not None else "idle"
                 item = _item(
                     candidate.row,
@@ -152,6 +159,17 @@ async def _candidate(
     if since is not None and since < config.idle_after_s:
         plan.skip(whole, f"in use: held {since:.0f} s ago ([gc] idle_after_s)")
         return None
+    held_at = leases.last_held(planner.store, row.id)
+    stepped = plan.ahead(held_at) if held_at else None
+    if stepped:
+        plan.skip(whole, f"in use: its last lease went at {stepped}")
+        return None
+    if held_at and plan.now - held_at < config.idle_after_s:
+        plan.skip(
+            whole,
+            f"in use: its last lease went {plan.now - held_at:.0f} s ago ([gc] idle_after_s)",
+        )
+        return None
     try:
         rels = await rebuildable.directories(planner.git, row.path, patterns)
     except Exception as exc:  # a listing that failed offers nothing, and says why
@@ -186,4 +204,4 @@ async def _candidate(
                 _item(row, rel, "rebuildable"),
                 f"`preserve` names {found.preserved}: kept work, never evicted",
             )
-    return _Candidate(row, mount, scan, patterns)
+    return _Candidate(row, mount, scan, patterns, max(scan.newest, held_at or 0.0))

@@ -209,6 +209,13 @@ class LeaseStore:
         lease = self.get(lease_id)
         with self.store.transaction() as db:
             gone = db.execute("DELETE FROM leases WHERE id = ?", (lease_id,)).rowcount > 0
+            if gone and lease is not None:
+                # Held until now: what the disk budget's idleness reads (`last_held`).
+                db.execute(
+                    "INSERT INTO workspace_activity (workspace_id, held_at) VALUES (?, ?) "
+                    "ON CONFLICT (workspace_id) DO UPDATE SET held_at = excluded.held_at",
+                    (lease.workspace_id, time.time()),
+                )
         if gone and lease is not None:
             log.info("lease.removed", lease=lease_id, reason=reason, pid=lease.pid)
             self._publish("lease.released", lease, False, reason=reason)
@@ -278,6 +285,14 @@ class LeaseStore:
 
     def _publish(self, type_: str, lease: Lease, live: bool, **extra: Any) -> None:
         self.events.publish(type_, lease=lease.as_info(live), **extra)
+
+
+def last_held(store: Store, workspace_id: str) -> float | None:
+    """When the workspace's last lease went (wall time), or None: never recorded."""
+    row = store.one(
+        "SELECT held_at FROM workspace_activity WHERE workspace_id = ?", (workspace_id,)
+    )
+    return float(row["held_at"]) if row is not None else None
 
 
 def holder_of(leases: Iterable[Lease]) -> tuple[set[int], set[int]]:

@@ -1,0 +1,8 @@
+-- When each workspace was last held (a lease, a supervised process's lease, a setup or teardown
+-- run): stamped (wall time) as its last lease goes, whether released or reclaimed from a holder
+-- that died. The disk budget's idleness reads it with the newest mtime in the checkout, so a
+-- workspace held a moment before a restart is not idle after it (gc/evictplan.py).
+CREATE TABLE workspace_activity (
+    workspace_id TEXT PRIMARY KEY,
+    held_at      REAL NOT NULL
+) STRICT;
