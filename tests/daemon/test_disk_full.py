@@ -17,6 +17,7 @@ from xum_client.errors import XumRpcError
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.lifecycle_helpers import rpc_error, worktrees
+from tests.support.platform import PORTABLE
 from tests.support.tmpfs import fill, tmpfs, use_inodes
 
 
@@ -283,6 +284,9 @@ def test_spawn_without_inodes_for_durable_output_is_disk_full(tmp_short: Path) -
             ws_id = ws["workspace"]["id"]
             (mount / "inodes").mkdir()
             filled = use_inodes(mount / "inodes")
+            if PORTABLE:
+                _no_durable_output(daemon, ws_id)
+                return
             error = rpc_error(
                 daemon,
                 "process.spawn",
@@ -299,6 +303,21 @@ def test_spawn_without_inodes_for_durable_output_is_disk_full(tmp_short: Path) -
             daemon.call("process.stop", {"process_id": spawned["process"]["id"]})
         finally:
             daemon.close()
+
+
+def _no_durable_output(daemon: DaemonProcess, ws_id: str) -> None:
+    """The portable backend punches no holes: keep_processes is off and daemon.status says why
+    (its `weaker` too), so an agent runs on a pipe to the daemon and the full filesystem under
+    ROOT/processes is never written."""
+    details = daemon.call("daemon.status")["details"]
+    assert details["processes"]["keep_processes"] is False
+    assert "cannot punch holes" in details["processes"]["keep_problem"]
+    assert any("keep_processes is off" in line for line in details["platform"]["weaker"])
+    spawned = daemon.call(
+        "process.spawn", {"workspace_id": ws_id, "kind": "agent", "argv": ["sleep", "60"]}
+    )["process"]
+    assert spawned["on_daemon_stop"] == "stop"
+    daemon.call("process.stop", {"process_id": spawned["id"]})
 
 
 def test_archive_store_full_is_disk_full_and_keeps_the_work(tmp_short: Path) -> None:

@@ -4,7 +4,9 @@ backend's reads of a process."""
 
 from __future__ import annotations
 
+import errno
 import os
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -47,3 +49,16 @@ def fail_process_read(
             return _real(self, *args, **kw)
 
         monkeypatch.setattr(psutil.Process, method, failing_method)
+
+
+def fail_mount_table(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """Make the backend's mount table unreadable: Linux's mountinfo path names `directory`
+    (EISDIR); psutil's partitions raise EACCES."""
+    if not PORTABLE:
+        monkeypatch.setattr(linux, "MOUNTINFO", directory)
+        return
+
+    def unreadable(all: bool = False) -> list[Any]:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), "the mount table")
+
+    monkeypatch.setattr(psutil, "disk_partitions", unreadable)

@@ -17,6 +17,7 @@ from xumd.system import fsdelete, walk
 from xumd.system.platform import linux
 
 from tests.support.mounts import Mounts, mounts_under, real_mounts
+from tests.support.platform import fail_mount_table
 
 
 @pytest.fixture
@@ -312,13 +313,14 @@ def test_an_unreadable_mount_table_fails_closed(
     tmp_short: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The quiescence check cannot prove no mount is inside: a `probe` holder (busy), never an
-    empty answer. (The fault is simulated: the table's path names a directory, EISDIR.)"""
+    empty answer. (The fault is simulated: the table's path names a directory, EISDIR; psutil's
+    partitions raise EACCES on the portable backend.)"""
     import anyio
     from xumd.checkouts.marker import WorkspaceRef
     from xumd.lifecycle.hooks import mount_holders
 
     (tmp_short / "f").write_text("f")
-    monkeypatch.setattr(linux, "MOUNTINFO", tmp_short)
+    fail_mount_table(monkeypatch, tmp_short)
     ref = WorkspaceRef("ws_0123456789abcdef", "prj_0123456789abcdef", "w", tmp_short, "0")
     holders = anyio.run(mount_holders, ref)
     assert [(h.kind, h.pid) for h in holders] == [("probe", None)]

@@ -2,7 +2,7 @@
 cannot prove that no mount lies inside a directory, so it deletes nothing there.
 
 The daemon runs in its own mount namespace (`unshare -m`), where a write-only kernel file is
-bound over its /proc/PID/mountinfo: reading it fails with a real EACCES, for that daemon
+bound over its /proc/PID/mountinfo and /proc/PID/mounts: reading them fails with a real EACCES, for that daemon
 only, and the binding goes with the namespace."""
 
 from __future__ import annotations
@@ -58,8 +58,10 @@ def test_discard_kept_holds_when_the_mount_table_is_unreadable(
 ) -> None:
     daemon = namespaced
     kept = kept_env_copy(daemon, tmp_short)
-    mountinfo = f"/proc/{daemon.pid}/mountinfo"
-    _in_namespace(daemon, "mount", "--bind", str(_unreadable_file()), mountinfo)
+    # The Linux backend reads mountinfo; the portable one psutil's partitions, from mounts.
+    tables = [f"/proc/{daemon.pid}/mountinfo", f"/proc/{daemon.pid}/mounts"]
+    for table in tables:
+        _in_namespace(daemon, "mount", "--bind", str(_unreadable_file()), table)
     try:
         err = rpc_error(daemon, "workspace.discard_kept", {"path": str(kept)})
         assert err.kind == ErrorKind.BUSY.value, err
@@ -67,7 +69,8 @@ def test_discard_kept_holds_when_the_mount_table_is_unreadable(
         assert "mount table unreadable" in err.message
         assert (kept / "files" / ".env").read_text() == "KEY=1\n"  # nothing deleted
     finally:
-        _in_namespace(daemon, "umount", mountinfo)
+        for table in tables:
+            _in_namespace(daemon, "umount", table)
     # Readable again: the same request goes through.
     assert daemon.call("workspace.discard_kept", {"path": str(kept)})["path"] == str(kept)
     assert not kept.exists()

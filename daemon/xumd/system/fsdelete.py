@@ -31,8 +31,8 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from xumd.system import walk
@@ -101,10 +101,59 @@ def same_mount(a: Path, b: Path) -> bool:
     try:
         for path in (a, b):
             fds.append(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
-        return mount_identity(fds[0]) == mount_identity(fds[1])
+        first = mount_identity(fds[0])
+        if first != mount_identity(fds[1]):
+            return False
     finally:
         for fd in fds:
             os.close(fd)
+    if first[1] is not None:
+        return True
+    # No mount ids (the portable backend): the mount table's deepest point above each.
+    try:
+        return _mount_point_of(a) == _mount_point_of(b)
+    except OSError:
+        return False  # cannot tell: never a rename that could fail with EXDEV
+
+
+def _mounted_below(top: Path) -> frozenset[tuple[int, int]]:
+    """(st_dev, st_ino) of the root of each mount the table names strictly below `top`: what a
+    directory opened there is when it is such a mount. For a backend without mount ids, whose
+    `st_dev` alone misses a bind mount of the same filesystem. The table unreadable raises."""
+    real = os.path.realpath(top)
+    found: set[tuple[int, int]] = set()
+    for point in mounts_at_or_under(real):
+        if point != real:
+            with contextlib.suppress(OSError):
+                st = os.stat(point)
+                found.add((st.st_dev, st.st_ino))
+    return frozenset(found)
+
+
+def _refusing(
+    opener: Callable[[str, int], int], mounted: frozenset[tuple[int, int]]
+) -> Callable[[str, int], int]:
+    """`opener`, refusing (`walk.OtherMount`) a directory that is the root of a mount in
+    `mounted`."""
+    if not mounted:
+        return opener
+
+    def open_dir(name: str, dir_fd: int) -> int:
+        fd = opener(name, dir_fd)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) in mounted:
+            os.close(fd)
+            raise walk.OtherMount
+        return fd
+
+    return open_dir
+
+
+def _mount_point_of(path: Path) -> str:
+    """The deepest mount point of the table at or above `path` (canonical)."""
+    real = os.path.realpath(path)
+    above = [p for p in mount_points() if real == p or real.startswith(p.rstrip("/") + "/")]
+    return max(above, key=len, default="/")
 
 
 # -- deletion ----------------------------------------------------------------------------------
@@ -189,7 +238,12 @@ def delete_tree(top: Path, stop: threading.Event | None = None) -> DeleteReport:
             if mount_identity(parent_fd) != mount_identity(top_fd):
                 report.left.append(str(top))
                 return report
-            _delete_below(top_fd, str(top), report, stop)
+            policy = _DELETE
+            if mount_id(top_fd) is None:
+                # No mount ids to tell a bind mount of this filesystem by (the portable
+                # backend): the mounts the table names below, read again as the walk starts.
+                policy = replace(_DELETE, open=_refusing(_open_dir, _mounted_below(top)))
+            _delete_below(top_fd, str(top), report, stop, policy)
         finally:
             os.close(top_fd)
         if report.complete:
@@ -206,8 +260,10 @@ read (the walk itself is the last check before a removal), unreadable directorie
 readable when they are ours."""
 
 
-def _delete_below(top_fd: int, top: str, report: DeleteReport, stop: threading.Event) -> None:
-    steps = walk.Walk(top_fd, _DELETE)
+def _delete_below(
+    top_fd: int, top: str, report: DeleteReport, stop: threading.Event, policy: walk.Policy
+) -> None:
+    steps = walk.Walk(top_fd, policy)
     for step in steps:
         if stop.is_set():
             raise Interrupted
@@ -289,6 +345,11 @@ def walk_within(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
     policy = walk.Policy(
         sort=False, stat=False, listings=True, mount_ids=mounts_below(top), errors=_passed_by
     )
+    if mount_id(top_fd) is None:
+        try:
+            policy = replace(policy, open=_refusing(walk.open_dir, _mounted_below(top)))
+        except OSError:
+            pass  # no table: st_dev alone (a size count, nothing is deleted)
     try:
         for step in walk.Walk(top_fd, policy):
             if step.kind != walk.LISTED:

@@ -31,8 +31,11 @@ WEAKER = (
     "read again",
     "no parent-death signal: a command running when the daemon dies runs on until the next "
     "start's sweep stops it",
-    "no mount ids: a bind mount of the checkout's own filesystem is refused by the mount "
-    "table, not by the deletion walk",
+    "no mount ids: a bind mount of a checkout's own filesystem is known by the mount table, "
+    "read again as each deletion starts; one mounted inside the tree while the walk runs is "
+    "descended",
+    "no hole punching: keep_processes is off (processes.keep_problem says why); every process "
+    "stops with the daemon",
     "process start times from psutil's create_time: a wall-clock step moves them",
 )
 
