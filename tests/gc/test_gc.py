@@ -92,6 +92,8 @@ def test_gc_is_off_by_default(daemon: DaemonProcess, project: dict[str, Any]) ->
         "min_free_percent": 0,
         "max_bytes": 0,
         "rebuildable": [],
+        "max_workspaces": 0,
+        "archive_idle_days": 0,
     }
     assert plan["budget"] == [] and plan["unmet_bytes"] == 0
     assert daemon.call("gc.run")["done"] == []

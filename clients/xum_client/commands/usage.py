@@ -38,6 +38,14 @@ def budget_lines(parts: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     for part in parts:
         lack = part["deficit_bytes"]
+        if part["what"] == "workspaces":
+            excess = part.get("excess_workspaces") or 0
+            state = f"{excess} too many" if excess else "holds"
+            lines.append(
+                f"budget {part['filesystem']}: {part.get('workspaces', 0)} workspace(s) with a "
+                f"checkout ([gc] max_workspaces): {state}"
+            )
+            continue
         if part["what"] == "free":
             head = (
                 f"budget {part['filesystem']}: {human_bytes(part['free_bytes'])} free of "

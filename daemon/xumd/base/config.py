@@ -347,12 +347,14 @@ class GcConfig(Section):
     default."""
 
     __slots__ = (
+        "archive_idle_days",
         "archive_merged",
         "archived_after_days",
         "budget_interval_s",
         "idle_after_s",
         "kept_after_days",
         "max_bytes",
+        "max_workspaces",
         "min_free_bytes",
         "min_free_percent",
         "rebuildable",
@@ -438,6 +440,25 @@ class GcConfig(Section):
             gt=0,
             doc="How often the daemon checks the disk budget (also after each create).",
         ),
+        "max_workspaces": Key(
+            int,
+            0,
+            ge=0,
+            doc=(
+                "Disk budget: a project's workspaces that hold a checkout (active, and archived"
+                " ones whose checkout is still on disk), at most; 0: off."
+            ),
+        ),
+        "archive_idle_days": Key(
+            float,
+            0,
+            ge=0,
+            doc=(
+                "While a budget is exceeded and evictions do not restore it: archive active"
+                " workspaces that are clean and were not used for this long (snapshot first);"
+                " 0: off."
+            ),
+        ),
     }
     archived_after_days: float
     snapshot_refs_days: float
@@ -449,10 +470,14 @@ class GcConfig(Section):
     rebuildable: list[str]
     idle_after_s: float
     budget_interval_s: float
+    max_workspaces: int
+    archive_idle_days: float
 
     def budgeted(self) -> bool:
         """Whether any disk budget is set."""
-        return bool(self.min_free_bytes or self.min_free_percent or self.max_bytes)
+        return bool(
+            self.min_free_bytes or self.min_free_percent or self.max_bytes or self.max_workspaces
+        )
 
 
 class UsageConfig(Section):

@@ -24,8 +24,11 @@ class Budget:
     parts: list[GcBudget] = field(default_factory=list)
 
     def exceeded(self) -> list[GcBudget]:
-        """The parts that lack more than what the cleanup already owes them."""
-        return [p for p in self.parts if p.deficit_bytes > p.pending_bytes]
+        """The parts that lack more than what the cleanup already owes them (or a project with
+        too many workspaces)."""
+        return [
+            p for p in self.parts if p.deficit_bytes > p.pending_bytes or p.excess_workspaces > 0
+        ]
 
     def need(self, part: GcBudget) -> int:
         return max(0, part.deficit_bytes - part.pending_bytes)
@@ -112,6 +115,8 @@ async def measure(
             part = free_part(mount, config.min_free_bytes, config.min_free_percent)
             if part is not None:
                 budget.parts.append(part.model_copy(update={"pending_bytes": owed.get(mount, 0)}))
+    if config.max_workspaces:
+        budget.parts += workspace_parts(app, config.max_workspaces)
     if config.max_bytes:
         listed = await usage.usage(WorkspaceUsageParams())
         total = listed.root.total_bytes if listed.root is not None else 0
@@ -126,6 +131,30 @@ async def measure(
             )
         )
     return budget
+
+
+def workspace_parts(app: App, most: int) -> list[GcBudget]:
+    """Each project's workspaces that hold a checkout (active, and archived with its checkout
+    still on disk) against `max_workspaces`."""
+    parts: list[GcBudget] = []
+    for project in rows.list_projects(app.store):
+        held = [
+            r
+            for r in rows.list_workspaces(app.store, project_id=project.id)
+            if r.state == "active" or (r.state == "archived" and os.path.isdir(r.path))
+        ]
+        parts.append(
+            GcBudget(
+                what="workspaces",
+                filesystem=str(views.workspaces_dir(app.paths.workspaces, project)),
+                project_id=project.id,
+                workspaces=len(held),
+                limit_bytes=0,
+                deficit_bytes=0,
+                excess_workspaces=max(0, len(held) - most),
+            )
+        )
+    return parts
 
 
 async def _owed(usage: UsageService) -> dict[str, int]:
@@ -149,17 +178,23 @@ def describe(parts: list[GcBudget], unmet: list[GcBudget]) -> str:
     """The budget's state in one line (`daemon.status` details.gc.budget)."""
     if not parts:
         return "holds: nothing to measure"
-    lacking = [p for p in parts if p.deficit_bytes > 0]
+    lacking = [p for p in parts if p.deficit_bytes > 0 or p.excess_workspaces > 0]
     if unmet:
-        where = ", ".join(f"{p.filesystem} lacks {_mb(p.deficit_bytes)}" for p in unmet)
+        where = ", ".join(_lack(p) for p in unmet)
         return f"cannot be met: {where} (what is left is busy, unsaved or not rebuildable)"
     if lacking:
-        where = ", ".join(f"{p.filesystem} lacks {_mb(p.deficit_bytes)}" for p in lacking)
-        return f"exceeded, being restored: {where}"
+        return f"exceeded, being restored: {', '.join(_lack(p) for p in lacking)}"
     margins = [
         f"{p.filesystem} {_mb(p.free_bytes - p.limit_bytes)} above its floor"
         if p.what == "free"
         else f"the root {_mb(p.limit_bytes - p.used_bytes)} under max_bytes"
         for p in parts
+        if p.what != "workspaces"
     ]
-    return "holds: " + ", ".join(margins)
+    return "holds" + (": " + ", ".join(margins) if margins else "")
+
+
+def _lack(part: GcBudget) -> str:
+    if part.what == "workspaces":
+        return f"{part.filesystem} holds {part.excess_workspaces} workspace(s) too many"
+    return f"{part.filesystem} lacks {_mb(part.deficit_bytes)}"

@@ -79,6 +79,8 @@ def policies(config: GcConfig) -> GcPolicies:
         min_free_percent=config.min_free_percent,
         max_bytes=config.max_bytes,
         rebuildable=list(config.rebuildable),
+        max_workspaces=config.max_workspaces,
+        archive_idle_days=config.archive_idle_days,
     )
 
 
@@ -248,10 +250,11 @@ class Planner:
                 "archive_merged",
                 age,
                 reason=f"clean, and {tip[:12]} is merged into the main checkout's HEAD",
-                why_not=await self._not_stale(row),
+                why_not=await self.unclean(row),
             )
 
-    async def _not_stale(self, row: WorkspaceRow) -> str | None:
+    async def unclean(self, row: WorkspaceRow) -> str | None:
+        """Why the workspace may not be archived by gc (interrupted, unsaved, busy), or None."""
         if row.interrupted:
             return _interrupted(row)
         status = await self.git.run(

@@ -15,6 +15,7 @@ pass settled whatever item was mid-way."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -43,7 +44,7 @@ from xumd.app import App
 from xumd.base import logs
 from xumd.base.errors import XumError
 from xumd.cleanup.obligations import Obligations
-from xumd.gc import evict, pool, runs
+from xumd.gc import budgetsteps, evict, pool, runs
 from xumd.gc.budget import describe, measure, mount_of, with_need
 from xumd.gc.evict import Evictor
 from xumd.gc.evictplan import ACTION as EVICT
@@ -187,7 +188,8 @@ class GcService:
     ) -> Planned:
         """The policies' items (unless `budget_only`), then, while a disk budget is exceeded
         (with `need`: as it would be after that many bytes are written on that mount), what
-        restores it, in order: the warm pool's surplus, rebuildable directories."""
+        restores it, in order: the warm pool's surplus, rebuildable directories, archived
+        workspaces' lingering checkouts, idle clean workspaces archived (gc/budgetsteps.py)."""
         planner = self._planner()
         now = self.clock.time()
         plan = Plan(now, keys) if budget_only else await planner.plan(now, keys)
@@ -198,6 +200,9 @@ class GcService:
             budget = with_need(budget, *need)
         await pool.plan_pressure(plan, budget, self.workspaces, self.usage)
         unmet = await plan_evictions(planner, plan, budget, self.activity)
+        counts = [p for p in budget.exceeded() if p.what == "workspaces"]
+        unmet = await budgetsteps.plan_lingering(planner, plan, unmet + counts)
+        unmet = await budgetsteps.plan_idle_archives(planner, plan, unmet, self.activity)
         if need is None:  # a create's hypothetical budget is not the state
             self.budget_line = describe(budget.parts, unmet)
         return Planned(plan, budget.parts, unmet)
@@ -452,10 +457,31 @@ class GcService:
             return await self._prune_ref(item)
         if item.action == pool.ACTION:
             return await pool.collect(item, workspaces)
+        if item.action == budgetsteps.COLLECT and item.workspace_id:
+            return await self._collect_checkout(item.workspace_id)
+        if item.action == budgetsteps.ARCHIVE and item.workspace_id:
+            archived = await workspaces.archive(item.workspace_id)
+            return f"archived; cleanup {archived.cleanup.status}"
         if item.action == EVICT and item.workspace_id:
             rel = item.key.split(":", 2)[2]
             return await self.evictor.evict(item.workspace_id, rel, item.bytes)
         raise XumError(ErrorKind.INTERNAL, f"gc item {item.key} cannot be collected")
+
+    async def _collect_checkout(self, workspace_id: str) -> str:
+        """An archived workspace's pending cleanup, run now in full (its own checks apply)."""
+        row = rows.get_workspace(self.app.store, workspace_id)
+        if row is None or row.state != "archived":
+            raise XumError(
+                ErrorKind.INVALID_STATE, f"workspace {workspace_id} is no longer archived"
+            )
+        status = await self.reclaims.run_workspace(workspace_id, force=True, include_reclaim=True)
+        if os.path.lexists(row.path):
+            raise XumError(
+                ErrorKind.BUSY,
+                f"its cleanup did not remove {row.path}: {status.status}"
+                + (f" ({status.reason})" if status.reason else ""),
+            )
+        return f"its checkout removed; cleanup {status.status}"
 
     async def _prune_ref(self, item: GcItem) -> str:
         assert item.ref is not None and item.project_id is not None and item.commit is not None

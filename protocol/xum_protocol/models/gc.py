@@ -16,6 +16,8 @@ GcAction = Literal[
     "discard_kept",
     "evict_rebuildable",
     "drop_pool_entry",
+    "collect_checkout",
+    "archive_idle",
 ]
 
 
@@ -30,7 +32,11 @@ class GcItem(Result):
         "`workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move "
         "an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to "
         "the trash while a disk budget is exceeded; drop_pool_entry: delete a warm pool "
-        "checkout that is stale or beyond its project's `[create] pool`. An open set."
+        "checkout that is stale or beyond its project's `[create] pool`; collect_checkout: "
+        "run the pending cleanup of an archived workspace whose checkout is still on disk, "
+        "now (while a budget is exceeded); archive_idle: `workspace.archive` of a clean "
+        "workspace unused for `[gc] archive_idle_days` (while a budget is exceeded). An open "
+        "set."
     )
     workspace_id: str | None = None
     project_id: str | None = None
@@ -78,18 +84,31 @@ class GcPolicies(Result):
     min_free_percent: float = 0
     max_bytes: int = 0
     rebuildable: list[str] = Field(default_factory=list)
+    max_workspaces: int = 0
+    archive_idle_days: float = 0
 
 
 class GcBudget(Result):
     """One part of the disk budget, measured now: a filesystem's free space (`min_free_*`), or
     the root's bytes (`max_bytes`)."""
 
-    what: Literal["free", "bytes"] = Field(
+    what: Literal["free", "bytes", "workspaces"] = Field(
         description="free: a filesystem's free space against `min_free_bytes` / "
         "`min_free_percent`; bytes: the root's checkouts, trash and archive store against "
-        "`max_bytes`."
+        "`max_bytes`; workspaces: a project's workspaces holding a checkout against "
+        "`max_workspaces` (since 1.3)."
     )
-    filesystem: str = Field(description="The mount point (bytes: the root's).")
+    filesystem: str = Field(
+        description="The mount point (bytes: the root's; workspaces: the project's workspaces "
+        "directory)."
+    )
+    project_id: str | None = Field(default=None, description="workspaces: the project.")
+    workspaces: int = Field(
+        default=0, description="workspaces: its workspaces holding a checkout now."
+    )
+    excess_workspaces: int = Field(
+        default=0, description="workspaces: how many more than `max_workspaces`; 0: it holds."
+    )
     free_bytes: int = Field(default=0, description="Free bytes now (free only).")
     size_bytes: int = Field(default=0, description="The filesystem's size (free only).")
     used_bytes: int = Field(default=0, description="The root's bytes now (bytes only).")

@@ -357,7 +357,12 @@ export interface FetchInfo {
 export interface GcBudget {
   /** Bytes to free for the budget to hold; 0: it holds. */
   deficit_bytes: number;
-  /** The mount point (bytes: the root's). */
+  /**
+   * workspaces: how many more than `max_workspaces`; 0: it holds.
+   * default: 0
+   */
+  excess_workspaces?: number;
+  /** The mount point (bytes: the root's; workspaces: the project's workspaces directory). */
   filesystem: string;
   /**
    * Free bytes now (free only).
@@ -372,6 +377,11 @@ export interface GcBudget {
    */
   pending_bytes?: number;
   /**
+   * workspaces: the project.
+   * default: null
+   */
+  project_id?: string | null;
+  /**
    * The filesystem's size (free only).
    * default: 0
    */
@@ -381,8 +391,13 @@ export interface GcBudget {
    * default: 0
    */
   used_bytes?: number;
-  /** free: a filesystem's free space against `min_free_bytes` / `min_free_percent`; bytes: the root's checkouts, trash and archive store against `max_bytes`. */
-  what: "free" | "bytes";
+  /** free: a filesystem's free space against `min_free_bytes` / `min_free_percent`; bytes: the root's checkouts, trash and archive store against `max_bytes`; workspaces: a project's workspaces holding a checkout against `max_workspaces` (since 1.3). */
+  what: "free" | "bytes" | "workspaces";
+  /**
+   * workspaces: its workspaces holding a checkout now.
+   * default: 0
+   */
+  workspaces?: number;
 }
 
 export interface GcBudgetExceededData {
@@ -409,7 +424,7 @@ export interface GcBudgetExceededEvent {
 }
 
 export interface GcDone {
-  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry";
+  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "collect_checkout" | "archive_idle";
   /** default: 0 */
   bytes?: number;
   /**
@@ -457,8 +472,8 @@ export interface GcGetParams {
 
 /** One thing a policy would collect, and what it frees. */
 export interface GcItem {
-  /** remove_archived: `workspace.remove` of an archived workspace; prune_snapshot_ref: delete a removed workspace's snapshot ref; archive_merged: `workspace.archive` of a clean, merged workspace; discard_kept: `workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to the trash while a disk budget is exceeded; drop_pool_entry: delete a warm pool checkout that is stale or beyond its project's `[create] pool`. An open set. */
-  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry";
+  /** remove_archived: `workspace.remove` of an archived workspace; prune_snapshot_ref: delete a removed workspace's snapshot ref; archive_merged: `workspace.archive` of a clean, merged workspace; discard_kept: `workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to the trash while a disk budget is exceeded; drop_pool_entry: delete a warm pool checkout that is stale or beyond its project's `[create] pool`; collect_checkout: run the pending cleanup of an archived workspace whose checkout is still on disk, now (while a budget is exceeded); archive_idle: `workspace.archive` of a clean workspace unused for `[gc] archive_idle_days` (while a budget is exceeded). An open set. */
+  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "collect_checkout" | "archive_idle";
   /** How long it has been stale, by the daemon's clock. */
   age_days: number;
   /**
@@ -523,6 +538,8 @@ export interface GcPlanResult {
 
 /** The policies in force (ROOT/config.toml `[gc]`; 0 / false: off). */
 export interface GcPolicies {
+  /** default: 0 */
+  archive_idle_days?: number;
   /** default: false */
   archive_merged?: boolean;
   /** default: 0 */
@@ -531,6 +548,8 @@ export interface GcPolicies {
   kept_after_days?: number;
   /** default: 0 */
   max_bytes?: number;
+  /** default: 0 */
+  max_workspaces?: number;
   /** default: 0 */
   min_free_bytes?: number;
   /** default: 0 */
@@ -578,7 +597,7 @@ export interface GcRunResult {
 
 export interface GcSkipped {
   /** The item's action; `plan`: a background run whose plan itself failed. */
-  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "plan";
+  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "collect_checkout" | "archive_idle" | "plan";
   key: string;
   /**
    * The refusal's error kind when a lifecycle operation refused.
