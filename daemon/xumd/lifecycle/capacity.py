@@ -13,9 +13,9 @@ that fills the disk fails as it writes and is undone (tests/daemon/test_disk_ful
 Before refusing, the create asks gc to make room (`MakeRoom`, a port the lifecycle defines and
 gc implements: gc is the higher layer): what the budget's policy allows is collected (surplus
 warm pool entries, idle workspaces' rebuildable directories, archived workspaces' lingering
-checkouts, with `archive_idle_days` idle clean workspaces archived) and reclaimed at once, and the create proceeds when the space is then there; its
-result lists what was evicted. A create that takes a ready warm pool entry writes nothing new:
-it is not estimated."""
+checkouts, with `archive_idle_days` idle clean workspaces archived) and reclaimed at once, and
+the create proceeds when the space is then there; its result lists what was evicted. A create
+that takes a ready warm pool entry writes nothing new: it is not estimated."""
 
 from __future__ import annotations
 
