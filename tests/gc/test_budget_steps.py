@@ -18,6 +18,7 @@ from tests.cli.test_workspace import xum
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.lifecycle_helpers import add_project, create, failing_teardown
+from tests.support.wait import until
 
 SLOW_RETRY = "[cleanup]\nbackoff_initial_s = 3600\nbackoff_max_s = 3600\n"
 
@@ -121,5 +122,26 @@ def test_idle_clean_workspaces_are_archived_dirty_ones_skipped(
         assert part["excess_workspaces"] == 1  # b in use, c unsaved: unmet
         status = daemon.call("daemon.status")["details"]["gc"]["budget"]
         assert status.startswith("cannot be met") and "too many" in status, status
+    finally:
+        daemon.close()
+
+
+def test_a_create_wakes_the_budget_check(root: Path, repo: Path, ctl: Path) -> None:
+    """The scheduled check is an hour away; a create over `max_workspaces` wakes it at once (in
+    the background, after the create answered), and it collects the archived workspace's
+    lingering checkout."""
+    daemon, made = _start(root, repo, ["a"])
+    try:
+        daemon.call("workspace.archive", {"workspace_id": made["a"]["id"]})
+        path = Path(made["a"]["path"])
+        assert path.is_dir()
+        (ctl / "ok").touch()  # the teardown would pass now; its retry is an hour away
+        daemon = _restart(daemon, root, "max_workspaces = 1\n")
+        assert daemon.call("gc.plan", {"budget_only": True})["budget"][0]["workspaces"] == 1
+        assert path.is_dir()
+        create(daemon, made["a"]["project_id"], "b")
+        key = f"collect_checkout:{made['a']['id']}"
+        until(lambda: key in daemon.log_text(), message="the check after the create")
+        assert not os.path.lexists(path)
     finally:
         daemon.close()
