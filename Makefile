@@ -8,7 +8,7 @@ NPM ?= npm
 # The node suites join `make test` when npm is here (a machine without it skips them, saying so).
 TS_DEPS := $(if $(shell command -v $(NPM) 2>/dev/null),ts-deps agent-deps)
 
-.PHONY: install install-user run ts-deps agent-deps ts-test ts-pack vsix test test-editors test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
+.PHONY: install install-user run ts-deps agent-deps ts-test ts-pack vsix test test-portable test-editors test-reliability test-reliability-sample lint typecheck fmt schema units bench clean mutate
 
 install: $(STAMP)
 
@@ -38,6 +38,22 @@ TEST_ARGS ?=
 
 test: install $(TS_DEPS)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(TEST_ARGS)
+
+# The contract's tests again on the portable backend (psutil and POSIX calls: what macOS and the
+# BSDs run), here on Linux: the crash matrix, the cleanup fences, quiescence and leases, mounts
+# inside checkouts, containment, disk full. Where that backend keeps a guarantee only in a
+# weaker form, its tests assert the weaker form (docs/RELIABILITY.md, "Platforms").
+PORTABLE_TESTS = tests/recovery/test_crash_matrix.py tests/recovery/test_reconcile_inprocess.py \
+	tests/cleanup/test_guards.py tests/cleanup/test_service.py tests/cleanup/test_end_to_end.py \
+	tests/processes/test_quiescence.py tests/processes/test_lease.py \
+	tests/processes/test_lease_scripts.py tests/lifecycle/test_mount_boundaries.py \
+	tests/system/test_containment.py tests/system/test_fsdelete.py \
+	tests/system/test_mount_table_unreadable.py tests/daemon/test_disk_full.py \
+	tests/daemon/test_platform_status.py
+
+test-portable: install
+	XUM_PLATFORM=portable $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+		--no-loadscope-reorder $(PORTABLE_TESTS)
 
 # The TypeScript client and the VS Code extension (clients/ts, clients/vscode): packages from the
 # committed lockfiles, then their node suites against real xumd processes.
