@@ -18,7 +18,8 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, get_args
@@ -159,6 +160,8 @@ class GcService:
         self.budget_line = "not checked yet"
         """The budget's state as last measured, in one line (`daemon.status`)."""
         self._running = anyio.Lock()
+        self._checking = False
+        """The lock is held by a budget check or a create's room: short, waited for by a run."""
         self._wake = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self._stopped: anyio.Event | None = None
@@ -226,7 +229,7 @@ class GcService:
         next check is the next interval's."""
         if not self.app.config.gc.budgeted() or self._running.locked():
             return None
-        async with self._running:
+        async with self._budget_work():
             planned = await self._plan(budget_only=True)
             result = GcRunResult(skipped=list(planned.plan.skipped))
             for item in planned.plan.items:
@@ -260,7 +263,7 @@ class GcService:
         then what the budget's policy allows is collected until the budget would hold after
         the create (each item as `gc.run` collects it), and reclaimed now. Waits for a run in
         progress (the create's wait is bounded: gc/room.py)."""
-        async with self._running:
+        async with self._budget_work():
             await self._reclaim_owed()
             planned = await self._plan(budget_only=True, need=(mount_of(path), need))
             result = GcRunResult(skipped=list(planned.plan.skipped))
@@ -282,6 +285,17 @@ class GcService:
         owed = Obligations(self.app.store).list(workspace_id=None, state="pending", limit=10_000)
         for workspace_id in sorted({ob.workspace_id for ob in owed if ob.kind == "reclaim"}):
             await self.reclaims.run_workspace(workspace_id, force=True, include_reclaim=True)
+
+    @asynccontextmanager
+    async def _budget_work(self) -> AsyncIterator[None]:
+        """The lock, held for the budget's own work (a check, a create's room): a run asked for
+        meanwhile waits for it rather than being refused `busy`."""
+        async with self._running:
+            self._checking = True
+            try:
+                yield
+            finally:
+                self._checking = False
 
     def wake(self) -> None:
         """A create wrote: the worker checks the budget now (not before its running item)."""
@@ -392,7 +406,7 @@ class GcService:
                 )
         if params.background:
             return self.start_background(params)
-        if self._running.locked():
+        if self._running.locked() and not self._checking:
             raise XumError(ErrorKind.BUSY, "a gc run is in progress; retry when it ends")
         async with self._running:
             return await self._collect_all(params)
