@@ -41,15 +41,15 @@ test: install $(TS_DEPS)
 
 # The contract's tests again on the portable backend (psutil and POSIX calls: what macOS and the
 # BSDs run), here on Linux: the crash matrix, the cleanup fences, quiescence and leases, mounts
-# inside checkouts, containment, disk full. Where that backend keeps a guarantee only in a
-# weaker form, its tests assert the weaker form (docs/RELIABILITY.md, "Platforms").
+# inside checkouts, containment, git locks, disk full. Where that backend keeps a guarantee only
+# in a weaker form, its tests assert the weaker form (docs/RELIABILITY.md, "Platforms").
 PORTABLE_TESTS = tests/recovery/test_crash_matrix.py tests/recovery/test_reconcile_inprocess.py \
 	tests/cleanup/test_guards.py tests/cleanup/test_service.py tests/cleanup/test_end_to_end.py \
 	tests/processes/test_quiescence.py tests/processes/test_lease.py \
 	tests/processes/test_lease_scripts.py tests/lifecycle/test_mount_boundaries.py \
 	tests/system/test_containment.py tests/system/test_fsdelete.py \
 	tests/system/test_mount_table_unreadable.py tests/daemon/test_disk_full.py \
-	tests/daemon/test_platform_status.py
+	tests/daemon/test_platform_status.py tests/lifecycle/test_gitlocks.py
 
 test-portable: install
 	XUM_PLATFORM=portable $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \

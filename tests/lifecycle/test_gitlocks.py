@@ -19,6 +19,7 @@ from xumd.system.platform import linux
 from tests.support.daemon import DaemonProcess
 from tests.support.gitrepo import GIT_ENV, git, make_repo
 from tests.support.lifecycle_helpers import add_project, branch_exists, create, rpc_error
+from tests.support.platform import PORTABLE
 from tests.support.wait import until
 
 
@@ -282,7 +283,12 @@ def test_lock_scan_out_of_descriptors_fails_closed(tmp_short: Path) -> None:
             timeout=60,
             check=False,
         )
-        assert done.stdout.startswith("REFUSED"), done.stdout + done.stderr[-2000:]
+        if PORTABLE and "REFUSED" not in done.stdout:
+            # psutil reads a process's descriptors with the one left: the scan completes and
+            # finds the holder, so the lock is kept as live.
+            assert f"pid={holder.pid}" in done.stdout and "CLEARED []" in done.stdout, done
+        else:
+            assert done.stdout.startswith("REFUSED"), done.stdout + done.stderr[-2000:]
         assert lock.exists()
     finally:
         holder.kill()

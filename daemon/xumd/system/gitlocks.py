@@ -26,6 +26,7 @@ from pathlib import Path
 from xumd.base import logs
 from xumd.system import smallfile
 from xumd.system.fdlimits import is_exhausted
+from xumd.system.platform import current
 
 log = logs.get("xumd.system.gitlocks")
 
@@ -59,27 +60,9 @@ def candidate_locks(common_dir: Path) -> list[Path]:
 
 
 def open_holders(paths: list[Path]) -> dict[str, int]:
-    """Which of `paths` some process has open (by /proc/<pid>/fd), path -> pid."""
-    wanted = {str(p) for p in paths} | {os.path.realpath(p) for p in paths}
-    held: dict[str, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fd_dir = f"/proc/{entry.name}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError as exc:
-            if is_exhausted(exc):
-                raise  # could not look: never "nobody has it open"
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            if target in wanted:
-                held[target] = int(entry.name)
-    return held
+    """Which of `paths` some process has open (the platform's look at every process's open
+    files), path -> pid."""
+    return current().open_holders({str(p) for p in paths} | {os.path.realpath(p) for p in paths})
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,54 +139,36 @@ def _git_dir_above(cwd: str) -> str | None:
     return None
 
 
-def _process_git_dir(pid: str, cwd: str) -> str | None:
+def _process_git_dir(pid: int, cwd: str) -> str | None:
     environ = dict(
-        item.split(b"=", 1) for item in _read(f"/proc/{pid}/environ").split(b"\0") if b"=" in item
+        item.split(b"=", 1) for item in (current().environ(pid) or b"").split(b"\0") if b"=" in item
     )
     for name in (b"GIT_COMMON_DIR", b"GIT_DIR"):
         value = environ.get(name)
         if value:
             return os.path.join(cwd, os.fsdecode(value))
-    for arg in _read(f"/proc/{pid}/cmdline").split(b"\0"):
+    for arg in current().cmdline(pid).split(b"\0"):
         if arg.startswith(b"--git-dir="):
             return os.path.join(cwd, os.fsdecode(arg.removeprefix(b"--git-dir=")))
     return _git_dir_above(cwd)
 
 
 def git_processes(common_dir: Path) -> list[GitProcess]:
-    """This user's running git processes whose repository is `common_dir` (Linux /proc)."""
+    """This user's running git processes whose repository is `common_dir`."""
     target = os.path.realpath(common_dir)
-    uid = os.getuid()
-    me = os.getpid()
     found: list[GitProcess] = []
-    try:
-        entries = list(os.scandir("/proc"))
-    except OSError as exc:
-        if is_exhausted(exc):
-            raise
-        return found
-    for entry in entries:
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            if entry.stat().st_uid != uid:
-                continue
-            comm = _read(f"/proc/{entry.name}/comm").decode(errors="replace").strip()
-            if comm != "git" and not comm.startswith("git-"):
-                continue
-            # A zombie holds nothing, and has no cwd left to read: skipped here.
-            cwd = os.readlink(f"/proc/{entry.name}/cwd")
-        except OSError as exc:
-            if is_exhausted(exc):
-                raise
-            continue
-        git_dir = _process_git_dir(entry.name, cwd)
+    for pid, comm, cwd in current().processes_of(os.getuid(), _is_git):
+        git_dir = _process_git_dir(pid, cwd)
         if git_dir is None or common_dir_of(git_dir) != target:
             continue
-        argv = _read(f"/proc/{entry.name}/cmdline").split(b"\0")
+        argv = current().cmdline(pid).split(b"\0")
         command = " ".join(os.fsdecode(a) for a in argv if a)[:200]
-        found.append(GitProcess(int(entry.name), command or comm))
+        found.append(GitProcess(pid, command or comm))
     return found
+
+
+def _is_git(name: str) -> bool:
+    return name == "git" or name.startswith("git-")
 
 
 def lock_holder(lock: Path, common_dir: Path) -> dict[str, object]:
@@ -217,8 +182,9 @@ def lock_holder(lock: Path, common_dir: Path) -> dict[str, object]:
         return info
     opened = open_holders([lock])
     if opened:
-        info["pid"] = next(iter(opened.values()))
-        info["name"] = _read(f"/proc/{info['pid']}/comm").decode(errors="replace").strip()
+        pid = next(iter(opened.values()))
+        info["pid"] = pid
+        info["name"] = current().name(pid)
         return info
     procs = git_processes(common_dir)
     if procs:

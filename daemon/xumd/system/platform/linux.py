@@ -264,6 +264,82 @@ def exe(pid: int) -> str | None:
         return None
 
 
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(256 * 1024)
+    except OSError as exc:
+        if is_exhausted(exc):
+            # Out of descriptors is not "no such process": a scan that could not look must
+            # not conclude that nobody holds a lock (fail closed; the caller answers).
+            raise
+        return b""
+
+
+def name(pid: int) -> str:
+    """The process's command name (comm); empty when it is gone. Out of descriptors raises."""
+    return _read(f"/proc/{pid}/comm").decode(errors="replace").strip()
+
+
+def cmdline(pid: int) -> bytes:
+    """The process's command line as the kernel keeps it (NUL-separated bytes); empty when it
+    cannot be read. Out of descriptors raises."""
+    return _read(f"/proc/{pid}/cmdline")
+
+
+def processes_of(uid: int, named: Callable[[str], bool]) -> list[tuple[int, str, str]]:
+    """(pid, name, cwd) of each process of `uid` whose name `named` accepts (a zombie, with no
+    cwd left, is not one). Out of descriptors raises."""
+    me = os.getpid()
+    found: list[tuple[int, str, str]] = []
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError as exc:
+        if is_exhausted(exc):
+            raise
+        return found
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            comm = name(int(entry.name))
+            if not named(comm):
+                continue
+            cwd = os.readlink(f"/proc/{entry.name}/cwd")
+        except OSError as exc:
+            if is_exhausted(exc):
+                raise
+            continue
+        found.append((int(entry.name), comm, cwd))
+    return found
+
+
+def open_holders(wanted: set[str]) -> dict[str, int]:
+    """Which of the paths in `wanted` some process has open (by /proc/<pid>/fd): path -> pid.
+    Out of descriptors raises: could not look is never "nobody has it open"."""
+    held: dict[str, int] = {}
+    for entry in os.scandir("/proc"):  # unlistable raises: never "nobody has it open"
+        if not entry.name.isdigit():
+            continue
+        fd_dir = f"/proc/{entry.name}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError as exc:
+            if is_exhausted(exc):
+                raise  # could not look: never "nobody has it open"
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if target in wanted:
+                held[target] = int(entry.name)
+    return held
+
+
 # -- containment: subreaper, cgroups, pidfds ----------------------------------------------------
 
 

@@ -166,6 +166,57 @@ def exe(pid: int) -> str | None:
         return None
 
 
+def name(pid: int) -> str:
+    try:
+        return str(psutil.Process(pid).name())
+    except (OSError, psutil.Error) as exc:
+        _could_not_look(exc, strict=False)
+        return ""
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        command = psutil.Process(pid).cmdline()
+    except (OSError, psutil.Error) as exc:
+        _could_not_look(exc, strict=False)
+        return b""
+    return b"".join(os.fsencode(arg) + b"\0" for arg in command)
+
+
+def processes_of(uid: int, named: Callable[[str], bool]) -> list[tuple[int, str, str]]:
+    me = os.getpid()
+    found: list[tuple[int, str, str]] = []
+    for proc in psutil.process_iter(["pid", "name", "uids"]):
+        info = proc.info
+        uids = info.get("uids")
+        if info["pid"] == me or uids is None or uids.real != uid:
+            continue
+        if not named(info.get("name") or ""):
+            continue
+        try:
+            cwd = proc.cwd()
+        except (OSError, psutil.Error) as exc:
+            _could_not_look(exc, strict=False)
+            continue
+        found.append((info["pid"], info.get("name") or "", cwd))
+    return found
+
+
+def open_holders(wanted: set[str]) -> dict[str, int]:
+    """Which of the paths in `wanted` some process has open (psutil's open regular files)."""
+    held: dict[str, int] = {}
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            files = proc.open_files()
+        except (OSError, psutil.Error) as exc:
+            _could_not_look(exc, strict=False)
+            continue
+        for opened in files:
+            if opened.path in wanted:
+                held[opened.path] = proc.pid
+    return held
+
+
 # -- containment --------------------------------------------------------------------------------
 
 
