@@ -14,9 +14,11 @@ Setup/teardown runs (the lifecycle's ScriptRunner) use `LeaseStore.covering`:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -211,11 +213,13 @@ class LeaseStore:
             gone = db.execute("DELETE FROM leases WHERE id = ?", (lease_id,)).rowcount > 0
             if gone and lease is not None:
                 # Held until now: what the disk budget's idleness reads (`last_held`).
-                db.execute(
-                    "INSERT INTO workspace_activity (workspace_id, held_at) VALUES (?, ?) "
-                    "ON CONFLICT (workspace_id) DO UPDATE SET held_at = excluded.held_at",
-                    (lease.workspace_id, time.time()),
-                )
+                with contextlib.suppress(sqlite3.IntegrityError):
+                    # (its workspace's row is gone: a removed workspace's teardown ending)
+                    db.execute(
+                        "INSERT INTO workspace_activity (workspace_id, held_at) VALUES (?, ?) "
+                        "ON CONFLICT (workspace_id) DO UPDATE SET held_at = excluded.held_at",
+                        (lease.workspace_id, time.time()),
+                    )
         if gone and lease is not None:
             log.info("lease.removed", lease=lease_id, reason=reason, pid=lease.pid)
             self._publish("lease.released", lease, False, reason=reason)
