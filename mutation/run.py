@@ -171,6 +171,27 @@ SCOPES = [
             "test_a_member_whose_pid_is_reused_while_the_tree_is_read_is_not_a_member",
         ],
     ),
+    # The Linux backend's reader of /proc/PID/stat and of the boot clock, under procstat's
+    # identity: procstat's tests.
+    Scope(
+        "daemon/xumd/system/platform/linux.py",
+        [
+            "tests/system/test_procstat.py",
+            "tests/processes/test_identity.py::"
+            "test_a_stat_read_that_fails_is_gone_only_when_the_process_is",
+        ],
+        functions=[
+            "boot_id",
+            "kernel_boot_time",
+            "timens_boottime_offset",
+            "since_boot",
+            "stat_fields",
+            "_ticks_since_boot",
+            "start_since_boot",
+            "kernel_create_time",
+            "tree_since_boot",
+        ],
+    ),
     Scope(
         "daemon/xumd/system/procutil.py",
         [
