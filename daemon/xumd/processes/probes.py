@@ -101,7 +101,7 @@ async def leader_gone(pid: int, start: float | None, *, recheck_s: float = 1.0) 
     covers a pid reused before the pidfd was opened, and systems without pidfd_open."""
     try:
         pidfd: int | None = current().pidfd_open(pid)
-    except (OSError, AttributeError):
+    except OSError:
         pidfd = None
     try:
         while same_process_alive(pid, start):

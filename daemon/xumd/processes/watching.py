@@ -22,6 +22,7 @@ from xumd.processes.ring import OutputRing
 from xumd.processes.settlement import Settlement
 from xumd.processes.state import SupervisorSettings
 from xumd.system import containment
+from xumd.system.platform import current
 from xumd.system.procutil import kill_tree
 
 log = logs.get("xumd.processes.watching")
@@ -151,8 +152,8 @@ async def stop_marked_leftovers(
 async def wait_exit(popen: Any) -> int:
     """The child's exit status, without a thread: a pidfd becomes readable when it exits."""
     try:
-        pidfd = os.pidfd_open(popen.pid)
-    except (OSError, AttributeError):
+        pidfd = current().pidfd_open(popen.pid)
+    except OSError:
         pidfd = None
     if pidfd is not None:
         try:

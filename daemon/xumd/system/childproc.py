@@ -32,6 +32,8 @@ from typing import IO
 
 import anyio
 
+from xumd.system.platform import current
+
 READ_SIZE = 65536  # pragma: no mutate (every chunk is read to end of file)
 _POLL_FIRST_S = 0.001  # pragma: no mutate (latency only)
 _POLL_MAX_S = 0.05  # pragma: no mutate (latency only)
@@ -105,8 +107,8 @@ class Child:
         self.stdin = FdSend(popen.stdin) if popen.stdin is not None else None
         self._pidfd: int | None
         try:
-            self._pidfd = os.pidfd_open(self.pid)
-        except (AttributeError, OSError):
+            self._pidfd = current().pidfd_open(self.pid)
+        except OSError:
             self._pidfd = None
 
     @property
