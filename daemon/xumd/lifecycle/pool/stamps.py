@@ -26,7 +26,7 @@ from xumd.system.git import Git
 @dataclass(frozen=True, slots=True)
 class Stamps:
     dirs: dict[str, int]
-    """Each directory's path relative to the checkout ("" the top) -> st_mtime_ns."""
+    """Each directory's path (the entry's own, before any move) -> st_mtime_ns."""
     index: tuple[int, int, int]
 
 
@@ -38,27 +38,24 @@ def _index(admin: Path) -> tuple[int, int, int]:
 def take(top: Path, admin: Path) -> Stamps:
     """Every directory of the checkout (never following a symlink). In a worker thread."""
     dirs: dict[str, int] = {}
-    pending = [""]
+    pending = [str(top)]
     while pending:
-        rel = pending.pop()
-        where = os.path.join(top, rel) if rel else str(top)
-        dirs[rel] = os.lstat(where).st_mtime_ns
+        where = pending.pop()
+        dirs[where] = os.lstat(where).st_mtime_ns
         with os.scandir(where) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(os.path.join(rel, entry.name) if rel else entry.name)
+            pending.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
     return Stamps(dirs, _index(admin))
 
 
-def changed(top: Path, admin: Path, stamps: Stamps) -> str | None:
+def changed(admin: Path, stamps: Stamps) -> str | None:
     """Why the checkout is not as stamped (None: as stamped). In a worker thread."""
     try:
         if _index(admin) != stamps.index:
             return "its index changed"
-        for rel, mtime in stamps.dirs.items():
-            st = os.lstat(os.path.join(top, rel) if rel else top)
+        for where, mtime in stamps.dirs.items():
+            st = os.lstat(where)
             if not stat.S_ISDIR(st.st_mode) or st.st_mtime_ns != mtime:
-                return f"{rel or '.'} changed"
+                return f"{where} changed"
     except OSError as exc:
         return f"cannot stat it: {exc.strerror}"
     return None
@@ -71,12 +68,20 @@ async def check(
     head = (read_admin_file(admin / "HEAD") or "").strip()
     if head != commit:
         return f"its HEAD is {head or 'unreadable'}, not {commit}"
-    why = await anyio.to_thread.run_sync(changed, top, admin, stamps)
-    if why is not None:
-        return why
-    edited = await git.run(top, "diff-files", "--quiet", timeout_s=timeout_s, check=False)
-    if edited.returncode == 1 and not edited.timed_out:
-        return "a tracked file was edited"
-    if not edited.ok:
-        return f"its files are unknown ({edited.describe()})"
-    return None
+    found: list[str | None] = [None, None]
+
+    async def directories() -> None:
+        found[0] = await anyio.to_thread.run_sync(changed, admin, stamps)
+
+    async def files() -> None:
+        edited = await git.run(top, "diff-files", "--quiet", timeout_s=timeout_s, check=False)
+        if edited.returncode == 1 and not edited.timed_out:
+            found[1] = "a tracked file was edited"
+        elif not edited.ok:
+            found[1] = f"its files are unknown ({edited.describe()})"
+
+    # The directories' lstats and git's stat test of every file are independent: side by side.
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(directories)
+        tg.start_soon(files)
+    return found[0] or found[1]
