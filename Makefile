@@ -49,7 +49,8 @@ PORTABLE_TESTS = tests/recovery/test_crash_matrix.py tests/recovery/test_reconci
 	tests/processes/test_lease_scripts.py tests/lifecycle/test_mount_boundaries.py \
 	tests/system/test_containment.py tests/system/test_fsdelete.py \
 	tests/system/test_mount_table_unreadable.py tests/daemon/test_disk_full.py \
-	tests/daemon/test_platform_status.py tests/lifecycle/test_gitlocks.py
+	tests/daemon/test_platform_status.py tests/lifecycle/test_gitlocks.py \
+	tests/cleanup/test_trash_hostile.py
 
 test-portable: install
 	XUM_PLATFORM=portable $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \

@@ -16,6 +16,8 @@ from xumd.base.errors import XumError
 from xumd.lifecycle import scripts
 from xumd.system import fscopy
 
+from tests.support.platform import BACKEND
+
 
 def _tree(top: Path) -> None:
     (top / "a" / "b").mkdir(parents=True)
@@ -388,7 +390,7 @@ def test_without_copy_file_range_the_data_is_read_and_written(
     def unsupported(*_args: object) -> int:
         raise OSError(errno.ENOSYS, "Function not implemented")
 
-    monkeypatch.setattr(fscopy.os, "copy_file_range", unsupported)
+    monkeypatch.setattr(BACKEND, "copy_file_range", unsupported)
     sparse = tmp_short / "sparse"
     data = os.urandom(3 << 20)
     with sparse.open("wb") as out:
@@ -404,7 +406,7 @@ def test_without_copy_file_range_the_data_is_read_and_written(
     def broken(*_args: object) -> int:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(fscopy.os, "copy_file_range", broken)
+    monkeypatch.setattr(BACKEND, "copy_file_range", broken)
     with pytest.raises(OSError) as failed:
         fscopy.copy_file(sparse, tmp_short / "copy2")
     assert failed.value.errno == errno.EIO

@@ -4,8 +4,9 @@ A reclaim that finds its entry missing used to complete (a replay after the dele
 deleted it). But a filesystem mounted over the trash area (over `ROOT/trash`, or over the
 directory that holds a `.xum-trash`) after the move hides the entry: the space is still used,
 and "completed" would be a false success that nothing revisits. The mount the area was on is
-recorded when the entry is put there (its mount id); a missing entry is hidden when that mount
-is still mounted but the area's path now resolves to another mount. A mount id that no longer
+recorded when the entry is put there (its mount id; without mount ids, the portable backend, the
+table's deepest mount point above it); a missing entry is hidden when that mount is still
+mounted but the area's path now resolves to another mount. A mount id that no longer
 exists (unmounted, or a reboot renumbered them) has nothing left to wait for: gone.
 """
 
@@ -15,12 +16,13 @@ import os
 from pathlib import Path
 
 from xumd.system import fsdelete, walk
+from xumd.system.platform import current
 
 
 def mount_of(path: Path) -> int | None:
     """The mount id `path` (a directory) resolves to now; None where unknown."""
     try:
-        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(path, current().O_LOOK | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -48,7 +50,11 @@ def area_mount(area: Path) -> list[object] | None:
     area is on (the point too: a reboot renumbers mounts, and an id may then name another)."""
     now = mount_of(area)
     if now is None:
-        return None
+        # No mount ids (the portable backend): the mount table's deepest point above it.
+        try:
+            return [None, fsdelete.mount_point_of(area)]
+        except OSError:
+            return None
     point = _mount_table().get(now)
     return None if point is None else [now, point]
 
@@ -63,6 +69,13 @@ def hiding_mount(entry: Path, recorded: object) -> str | None:
     area = entry.parent
     while not os.path.lexists(area) and area != area.parent:
         area = area.parent  # a mount over an ancestor hides the area itself
+    if recorded_id is None:
+        # Recorded by mount point (no mount ids): hidden when the deepest mount point above
+        # the area is now another one, the recorded one still mounted.
+        over = fsdelete.mount_point_of(area)
+        if over == recorded_point or recorded_point not in fsdelete.mount_points():
+            return None
+        return over
     now = mount_of(area)
     if now is None or now == recorded_id:
         return None

@@ -32,6 +32,7 @@ from xum_protocol.errors import ErrorKind
 
 from xumd.base.errors import XumError
 from xumd.system import diskfull, fsdelete, walk
+from xumd.system.platform import current
 
 FICLONE = 0x40049409
 """ioctl(dest, FICLONE, src): share the source's extents (btrfs, XFS with reflink, bcachefs)."""
@@ -303,7 +304,7 @@ def _copy_range(
             between()
         count = min(_CHUNK, end - pos)
         try:
-            done = os.copy_file_range(src, dst, count, pos, pos)
+            done = current().copy_file_range(src, dst, count, pos, pos)
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
                 raise

@@ -111,7 +111,7 @@ def same_mount(a: Path, b: Path) -> bool:
         return True
     # No mount ids (the portable backend): the mount table's deepest point above each.
     try:
-        return _mount_point_of(a) == _mount_point_of(b)
+        return mount_point_of(a) == mount_point_of(b)
     except OSError:
         return False  # cannot tell: never a rename that could fail with EXDEV
 
@@ -149,8 +149,9 @@ def _refusing(
     return open_dir
 
 
-def _mount_point_of(path: Path) -> str:
-    """The deepest mount point of the table at or above `path` (canonical)."""
+def mount_point_of(path: Path) -> str:
+    """The deepest mount point of the table at or above `path` (canonical). The table
+    unreadable raises."""
     real = os.path.realpath(path)
     above = [p for p in mount_points() if real == p or real.startswith(p.rstrip("/") + "/")]
     return max(above, key=len, default="/")

@@ -34,6 +34,9 @@ class Platform(Protocol):
     WEAKER: tuple[str, ...]
     CGROUPS: bool
     """Runs may get a cgroup v2 of their own (a configured or delegated one)."""
+    O_LOOK: int
+    """open(2) flags for a directory opened only to look at it (Linux O_PATH: no permission on
+    it is needed; elsewhere O_RDONLY)."""
 
     # Process identity: a start in seconds since boot, anchored by procstat.
     def boot_id(self) -> str | None: ...
@@ -65,6 +68,9 @@ class Platform(Protocol):
     def pidfd_open(self, pid: int) -> int | None: ...
     def tool(self, name: str) -> str | None: ...
     def fallocate(self) -> Callable[[int, int, int, int], int] | None: ...
+    def copy_file_range(
+        self, src: int, dst: int, count: int, src_pos: int, dst_pos: int
+    ) -> int: ...
     def release_free_heap(self) -> bool: ...
 
     # A path's users, mounts, descriptors.

@@ -22,6 +22,7 @@ from xumd.system.platform.common import ZOMBIE_STATES, PathUser, inside, is_exha
 
 NAME = "linux"
 CGROUPS = True
+O_LOOK = os.O_PATH
 
 # Not mutated: the fallback is Linux's USER_HZ, never taken on POSIX.
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # pragma: no mutate
@@ -425,6 +426,11 @@ def pidfd_open(pid: int) -> int | None:
 def tool(name: str) -> str | None:
     """A util-linux helper (setpriv, prlimit) on PATH."""
     return shutil.which(name)
+
+
+def copy_file_range(src: int, dst: int, count: int, src_pos: int, dst_pos: int) -> int:
+    """copy_file_range(2): the kernel copies (or clones) without the bytes passing through us."""
+    return os.copy_file_range(src, dst, count, src_pos, dst_pos)
 
 
 def fallocate() -> Callable[[int, int, int, int], int] | None:

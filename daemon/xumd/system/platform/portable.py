@@ -7,6 +7,7 @@ Selected on Linux with `XUM_PLATFORM=portable`, so CI runs the contract's tests 
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import struct
@@ -21,6 +22,7 @@ from xumd.system.platform.common import PathUser, inside, is_exhausted
 
 NAME = "portable"
 CGROUPS = False
+O_LOOK = os.O_RDONLY
 
 WEAKER = (
     "no child subreaper: an orphan that leaves its session is found again by its marker "
@@ -32,8 +34,8 @@ WEAKER = (
     "no parent-death signal: a command running when the daemon dies runs on until the next "
     "start's sweep stops it",
     "no mount ids: a bind mount of a checkout's own filesystem is known by the mount table, "
-    "read again as each deletion starts; one mounted inside the tree while the walk runs is "
-    "descended",
+    "read again as each deletion starts (one mounted inside the tree while the walk runs is "
+    "descended); a copy (ignored files, a directory workspace) enters it",
     "no hole punching: keep_processes is off (processes.keep_problem says why); every process "
     "stops with the daemon",
     "process start times from psutil's create_time: a wall-clock step moves them",
@@ -238,6 +240,11 @@ def pidfd_open(pid: int) -> int | None:
 
 def tool(name: str) -> str | None:
     return None
+
+
+def copy_file_range(src: int, dst: int, count: int, src_pos: int, dst_pos: int) -> int:
+    """None here: the caller copies through its own buffer."""
+    raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
 
 
 def fallocate() -> Callable[[int, int, int, int], int] | None:
