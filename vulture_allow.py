@@ -65,6 +65,7 @@ _.base_commit
 _.ignored_copy
 _.sparse_kept
 _.ports_replaced
+_.ports_taken
 _.limit_bytes
 _.slept
 
