@@ -13,12 +13,12 @@ import atheris
 import orjson
 
 with atheris.instrument_imports():
+    import xumd.daemon.feature as daemon_service
+    import xumd.rpc.spec_examples as spec_examples
     from xum_protocol import framing
     from xumd.app import App
     from xumd.base.config import DaemonConfig
     from xumd.base.paths import RootPaths
-    from xumd.daemon import feature as daemon_service
-    from xumd.rpc import spec_examples
     from xumd.store import Store
 
 
