@@ -243,7 +243,7 @@ def tool(name: str) -> str | None:
 
 
 def copy_file_range(src: int, dst: int, count: int, src_pos: int, dst_pos: int) -> int:
-    """None here: the caller copies through its own buffer."""
+    """No such call here (ENOSYS): the caller copies through its own buffer."""
     raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
 
 
