@@ -369,7 +369,7 @@ SCOPES = [
             "tests/gc/test_gc.py::test_archived_workspaces_removed_after_n_days",
             "tests/gc/test_gc.py::test_archive_merged_clean_only",
         ],
-        functions=["_archived", "_merged", "_not_stale", "_add_workspace", "_interrupted"],
+        functions=["_archived", "_merged", "unclean", "_add_workspace", "_interrupted"],
     ),
 ]
 
