@@ -2,9 +2,8 @@
 cannot prove that no mount lies inside a directory, so it deletes nothing there.
 
 The daemon runs in its own mount namespace (`unshare -m`), where a write-only kernel file is
-bound over its /proc/PID/mountinfo and /proc/PID/mounts: reading them fails with a real EACCES, for
-that daemon
-only, and the binding goes with the namespace."""
+bound over its /proc/PID/mountinfo and /proc/PID/mounts: reading them fails with a real EACCES,
+for that daemon only, and the binding goes with the namespace."""
 
 from __future__ import annotations
 
