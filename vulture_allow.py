@@ -74,6 +74,11 @@ _.slept
 # validates what it writes against this model.
 _.ContainmentStatus
 
+# The documented shape of daemon.status' `platform` details: system/platform writes the dict by
+# hand (before the models load) and tests/daemon/test_platform_status.py validates it.
+_.PlatformStatus
+_.weaker
+
 # The disk budget's documented shapes: daemon.status' `gc` details (gc/feature.py writes the
 # dict by hand; tests/gc/test_budget.py validates it), the figures `xum du` / `xum gc --dry-run`
 # render, and the `gc.budget_exceeded` event's keywords (gc/service.py publishes them).
