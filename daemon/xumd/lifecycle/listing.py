@@ -1,8 +1,9 @@
 """`workspace.list` at scale: one query, rows straight to the answer's JSON values.
 
 The model path (`Context.info` per row: a `WorkspaceInfo` validated, then dumped by the dispatcher,
-plus a query each for the row's cleanup obligations, ports and environment) cost ~30 µs a row
-over the floor (427 ms against 132 for 10,000 rows, docs/PERFORMANCE.md).
+plus a query each for the row's cleanup obligations, ports and environment) costs about four
+times this direct path on 10,000 rows the API wrote (docs/PERFORMANCE.md, "Copies kept for
+speed").
 Here the workspaces come with their ports, environment and whether they have obligations in one
 query (correlated subqueries on indexed columns), the obligations of the listed workspaces in a
 second, and each row becomes the dict that `WorkspaceInfo.model_dump(mode="json")` would give,
