@@ -25,7 +25,7 @@ from xumd.cleanup.obligations import Obligations
 from xumd.gc import rebuildable
 from xumd.gc.budget import mount_of
 from xumd.gc.evictplan import Activity
-from xumd.gc.plan import DAY_S, Plan, Planner
+from xumd.gc.plan import DAY_S, Plan, Planner, workspace_item
 from xumd.lifecycle import rows
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.processes import leases
@@ -42,17 +42,7 @@ class _Freeing:
 
 
 def _item(row: WorkspaceRow, action: GcAction, reason: str, size: int, age: float) -> GcItem:
-    return GcItem(
-        key=f"{action}:{row.id}",
-        action=action,
-        workspace_id=row.id,
-        project_id=row.project_id,
-        name=row.name,
-        path=str(row.path),
-        age_days=age,
-        bytes=size,
-        reason=reason,
-    )
+    return workspace_item(row, action, reason, age_days=age, size=size)
 
 
 async def plan_lingering(planner: Planner, plan: Plan, parts: list[GcBudget]) -> list[GcBudget]:

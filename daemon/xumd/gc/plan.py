@@ -69,6 +69,23 @@ def skipped(item: GcItem, reason: str, kind: str | None = None) -> GcSkipped:
     )
 
 
+def workspace_item(
+    row: WorkspaceRow, action: GcAction, reason: str, *, age_days: float, size: int = 0
+) -> GcItem:
+    """The plan's item that collects one workspace (its key: `<action>:<workspace id>`)."""
+    return GcItem(
+        key=f"{action}:{row.id}",
+        action=action,
+        workspace_id=row.id,
+        project_id=row.project_id,
+        name=row.name,
+        path=str(row.path),
+        age_days=age_days,
+        bytes=size,
+        reason=reason,
+    )
+
+
 def policies(config: GcConfig) -> GcPolicies:
     return GcPolicies(
         archived_after_days=config.archived_after_days,
@@ -125,16 +142,7 @@ class Planner:
         """An item that collects one workspace: skipped (`why_not`), or planned with the bytes it
         frees measured now (only a planned item a run collects is walked: a skipped one frees
         nothing, and `xum gc` runs one key at a time)."""
-        item = GcItem(
-            key=f"{action}:{row.id}",
-            action=action,
-            workspace_id=row.id,
-            project_id=row.project_id,
-            name=row.name,
-            path=str(row.path),
-            age_days=age,
-            reason=reason,
-        )
+        item = workspace_item(row, action, reason, age_days=age)
         if why_not:
             plan.skip(item, why_not)
             return
