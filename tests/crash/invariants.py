@@ -75,8 +75,13 @@ def check(world: World, before: Before, *, where: str) -> list[str]:
     by_id = {w["id"]: w for w in rows}
     claimed = claimed_paths(world)
 
-    # 1. No checkout or git worktree without a row (or an unfinished cleanup step).
-    for path in git_worktrees(world.repo):
+    # 1. No checkout or git worktree without a row (or an unfinished cleanup step). The warm
+    # pool works in the background: its rows are read again after git's list, so an entry
+    # made meanwhile (its row is committed before its worktree) or dropped meanwhile (its row
+    # goes after its worktree) is seen with its row in one read or the other.
+    worktrees = git_worktrees(world.repo)
+    claimed |= {os.path.realpath(e["path"]) for e in pool_rows(world)}
+    for path in worktrees:
         if os.path.realpath(path) not in claimed:
             problems.append(f"git worktree {path} has no row")
     workspaces_dir = world.root / "workspaces"
