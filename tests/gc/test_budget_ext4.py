@@ -7,8 +7,6 @@ before anything is made."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ import pytest
 from tests.gc.test_budget import PACKAGE, _free, _start
 from tests.support.gitrepo import make_repo
 from tests.support.lifecycle_helpers import create, rpc_error
-from tests.support.tmpfs import mounted
+from tests.support.tmpfs import loop_filesystem
 
 MB = 1 << 20
 IMAGE_BYTES = 256 * MB
@@ -27,28 +25,9 @@ IMAGE_BYTES = 256 * MB
 
 @pytest.fixture
 def ext4(tmp_short: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting an ext4 image on a loop device needs root")
-    mkfs = shutil.which("mkfs.ext4")
-    if mkfs is None:
-        pytest.skip("mkfs.ext4 is not installed (apt-get install e2fsprogs)")
-    image = tmp_short / "ext4.img"
-    mount = tmp_short / "ext4"
-    mount.mkdir()
-    with open(image, "wb") as f:
-        f.truncate(IMAGE_BYTES)  # sparse: costs what the test writes
-    made = subprocess.run(
-        [mkfs, "-q", "-F", "-m", "0", str(image)], capture_output=True, text=True, check=False
-    )
-    if made.returncode != 0:
-        pytest.skip(f"mkfs.ext4 failed: {made.stderr.strip()}")
-    try:
-        with mounted(
-            ["mount", "-o", "loop", str(image), str(mount)], mount, "an ext4 image on a loop device"
-        ):
-            yield mount
-    finally:
-        image.unlink(missing_ok=True)
+    # -m 0: no blocks reserved for root (the daemon runs as root here: it would see them free)
+    with loop_filesystem(tmp_short, "ext4", IMAGE_BYTES, ["-q", "-F", "-m", "0"]) as mount:
+        yield mount
 
 
 @pytest.fixture

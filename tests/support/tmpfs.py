@@ -4,6 +4,7 @@ count, filled to the last byte, always unmounted (lazily) even when the test fai
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +35,34 @@ def mounted(argv: list[str], mount: Path, what: str) -> Iterator[None]:
         yield
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+@contextmanager
+def loop_filesystem(base: Path, fstype: str, size: int, mkfs_args: list[str]) -> Iterator[Path]:
+    """A real `fstype` filesystem of `size` bytes (a sparse image: it costs what is written) on
+    a loop device under `base`, always unmounted and its image gone at the end; skipped with the
+    reason where it cannot be made (not root, no mkfs, no loop device)."""
+    what = f"an {fstype.upper()} image on a loop device"
+    if os.geteuid() != 0:
+        pytest.skip(f"mounting {what} needs root")
+    mkfs = shutil.which(f"mkfs.{fstype}")
+    if mkfs is None:
+        pytest.skip(f"mkfs.{fstype} is not installed")
+    image = base / f"{fstype}.img"
+    mount = base / fstype
+    mount.mkdir()
+    with open(image, "wb") as f:
+        f.truncate(size)
+    made = subprocess.run(
+        [mkfs, *mkfs_args, str(image)], capture_output=True, text=True, check=False
+    )
+    if made.returncode != 0:
+        pytest.skip(f"mkfs.{fstype} failed: {made.stderr.strip()}")
+    try:
+        with mounted(["mount", "-o", "loop", str(image), str(mount)], mount, what):
+            yield mount
+    finally:
+        image.unlink(missing_ok=True)
 
 
 def fill(directory: Path, name: str = "filler") -> Path:
