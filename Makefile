@@ -50,7 +50,7 @@ PORTABLE_TESTS = tests/recovery/test_crash_matrix.py tests/recovery/test_reconci
 	tests/system/test_containment.py tests/system/test_fsdelete.py \
 	tests/system/test_mount_table_unreadable.py tests/daemon/test_disk_full.py \
 	tests/daemon/test_platform_status.py tests/lifecycle/test_gitlocks.py \
-	tests/cleanup/test_trash_hostile.py
+	tests/cleanup/test_trash_hostile.py tests/lifecycle/test_named_ports.py
 
 test-portable: install
 	XUM_PLATFORM=portable $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \

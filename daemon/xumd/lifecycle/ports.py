@@ -27,7 +27,6 @@ import socket
 import time
 from collections.abc import Sequence
 
-import psutil
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.wsenv import PortChange, PortTaken
 
@@ -35,6 +34,7 @@ from xumd.base import logs
 from xumd.base.config import PortsConfig
 from xumd.base.errors import XumError
 from xumd.store import Store
+from xumd.system.platform import current
 
 log = logs.get("xumd.lifecycle.ports")
 
@@ -169,30 +169,14 @@ def recheck(store: Store, workspace_id: str, cfg: PortsConfig) -> list[PortChang
     return reallocate(store, workspace_id, cfg, busy)
 
 
-def _listeners(ports: set[int]) -> dict[int, set[int | None]]:
-    """Who listens on each of `ports`: pids (None where the socket's owner cannot be read: a
-    process of another user)."""
-    found: dict[int, set[int | None]] = {}
-    try:
-        conns = psutil.net_connections(kind="inet")
-    except (psutil.Error, OSError):
-        return {port: {None} for port in ports}
-    for conn in conns:
-        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port in ports:
-            found.setdefault(conn.laddr.port, set()).add(conn.pid)
-    return found
-
-
 def _belongs(pid: int | None, workspace_id: str) -> bool:
     """A listener is the workspace's own when its environment names the workspace: every child
     the daemon starts for it (and what they start) carries XUM_WORKSPACE_ID. One whose
     environment cannot be read (another user's, gone) is not proven the workspace's."""
     if pid is None:
         return False
-    try:
-        return psutil.Process(pid).environ().get("XUM_WORKSPACE_ID") == workspace_id
-    except (psutil.Error, OSError):
-        return False
+    environ = current().environ(pid) or b""
+    return f"XUM_WORKSPACE_ID={workspace_id}".encode() in environ.split(b"\0")
 
 
 def held(store: Store, workspace_id: str) -> list[tuple[int, str | None]]:
@@ -206,12 +190,13 @@ def held(store: Store, workspace_id: str) -> list[tuple[int, str | None]]:
 
 def taken(held: list[tuple[int, str | None]], workspace_id: str) -> list[PortTaken]:
     """Of `held` (`held(...)`), the ports a process outside the workspace listens on now. Blocking
-    (a bind probe per port; the socket table is read only when a port is not free): run it off
-    the event loop."""
+    (a bind probe per port; who listens is read through the platform seam only when a port is
+    not free, and on Linux stops once every listening socket is placed): run it off the event
+    loop."""
     busy = {port: name for port, name in held if not is_free(port)}
     if not busy:
         return []
-    listeners = _listeners(set(busy))
+    listeners = current().listeners(set(busy))
     found: list[PortTaken] = []
     for port, name in busy.items():
         pids = listeners.get(port, {None})
@@ -225,10 +210,8 @@ def taken(held: list[tuple[int, str | None]], workspace_id: str) -> list[PortTak
 def _command(pid: int | None) -> str | None:
     if pid is None:
         return None
-    try:
-        return " ".join(psutil.Process(pid).cmdline())[:200] or None
-    except (psutil.Error, OSError):
-        return None
+    argv = current().cmdline(pid).rstrip(b"\0").replace(b"\0", b" ")
+    return argv.decode(errors="replace")[:200] or None
 
 
 def reallocate(

@@ -341,6 +341,96 @@ def open_holders(wanted: set[str]) -> dict[str, int]:
     return held
 
 
+_NET_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+_TCP_LISTEN = "0A"
+"""include/net/tcp_states.h: TCP_LISTEN, as /proc/net/tcp prints a socket's state."""
+
+
+def listeners(ports: set[int]) -> dict[int, set[int | None]]:
+    """Who listens on each of `ports` (TCP, any address): pids, None where the socket's owner
+    cannot be found (another user's process, whose descriptors this one cannot read). A port
+    nobody listens on is absent. /proc/net/tcp{,6} name each listening socket by inode and
+    uid; the descriptor tables of that uid's processes are then read until every socket is
+    placed, so a server of the workspace's own is found without reading every process's
+    table. Out of descriptors raises; a table that cannot be read gives None for every port
+    (asked about a port the bind probe found busy: holder unknown, never "nobody")."""
+    sockets: dict[int, int] = {}  # socket inode -> port
+    uids: set[int] = set()
+    for table in _NET_TABLES:
+        try:
+            with open(table, encoding="ascii") as f:
+                lines = f.readlines()[1:]
+        except FileNotFoundError:
+            continue  # no IPv6 in this kernel
+        except OSError as exc:
+            if is_exhausted(exc):
+                raise
+            return {port: {None} for port in ports}
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _TCP_LISTEN:
+                continue
+            port = int(fields[1].rsplit(":", 1)[1], 16)
+            if port in ports:
+                sockets[int(fields[9])] = port
+                uids.add(int(fields[7]))
+    found: dict[int, set[int | None]] = {}
+    pending = dict(sockets)
+    for pid in _pids_of(uids) if pending else []:
+        for ino in _socket_inodes(pid) & pending.keys():
+            found.setdefault(sockets[ino], set()).add(pid)
+            del pending[ino]
+        if not pending:
+            break
+    for port in pending.values():
+        found.setdefault(port, set()).add(None)
+    return found
+
+
+def _pids_of(uids: set[int]) -> list[int]:
+    """Processes owned by one of `uids`, newest first (a server a workspace started is more
+    likely recent than the session's long-lived processes)."""
+    chosen: list[int] = []
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError as exc:
+        if is_exhausted(exc):
+            raise
+        return chosen
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid in uids:
+                chosen.append(int(entry.name))
+        except OSError as exc:
+            if is_exhausted(exc):
+                raise
+    return sorted(chosen, reverse=True)
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets `pid` holds a descriptor of (empty when it cannot be read)."""
+    held: set[int] = set()
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError as exc:
+        if is_exhausted(exc):
+            raise
+        return held
+    for fd in fds:
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError as exc:
+            if is_exhausted(exc):
+                raise
+            continue
+        if target.startswith("socket:["):
+            held.add(int(target[8:-1]))
+    return held
+
+
 # -- containment: subreaper, cgroups, pidfds ----------------------------------------------------
 
 

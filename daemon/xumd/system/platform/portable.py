@@ -219,6 +219,23 @@ def open_holders(wanted: set[str]) -> dict[str, int]:
     return held
 
 
+def listeners(ports: set[int]) -> dict[int, set[int | None]]:
+    """Who listens on each of `ports` (TCP, any address): pids, None where psutil cannot name
+    the owner; a port nobody listens on is absent. psutil's whole connection table (on macOS
+    it needs privileges to see other users' sockets): a table that cannot be read gives None
+    for every port (holder unknown, never "nobody")."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (OSError, psutil.Error) as exc:
+        _could_not_look(exc, strict=False)
+        return {port: {None} for port in ports}
+    found: dict[int, set[int | None]] = {}
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port in ports:
+            found.setdefault(conn.laddr.port, set()).add(conn.pid)
+    return found
+
+
 # -- containment --------------------------------------------------------------------------------
 
 
