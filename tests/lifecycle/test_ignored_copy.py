@@ -265,9 +265,13 @@ def test_files_are_cloned_on_a_filesystem_with_reflinks(tmp_short: Path) -> None
         daemon = DaemonProcess(tmp_short / "root").start()
         try:
             project = add_project(daemon, repo, workspaces_dir=str(xfs / "ws"))
-            report = create(daemon, project["id"], "w")["ignored_copy"]
+            made = create(daemon, project["id"], "w")
+            report = made["ignored_copy"]
             assert report["files"] == 4  # .env, sub/.env, node_modules/pkg/{index.js,run}
             assert report["cloned"] == 4 and report["copied"] == 0
+            # The tracked files are git's checkout: a clone of them measured no faster.
+            assert made["materialised"] == "git"
+            assert git(xfs / "ws" / "w", "status", "--porcelain") == ""
             copy = xfs / "ws" / "w" / "node_modules" / "pkg" / "index.js"
             assert copy.read_text() == (repo / "node_modules/pkg/index.js").read_text()
             # Shared extents: a write to the clone leaves the source as it was.
@@ -285,8 +289,10 @@ def test_without_reflinks_the_data_is_copied(daemon: DaemonProcess, tmp_short: P
         pytest.skip(f"{tmp_short} is on {fstype}, which may clone")
     repo = seeded_repo(tmp_short / "repo", '[create]\ncopy = ["node_modules/", ".env"]\n')
     project = add_project(daemon, repo)
-    report = create(daemon, project["id"], "w")["ignored_copy"]
+    made = create(daemon, project["id"], "w")
+    report = made["ignored_copy"]
     assert report["files"] == 4 and report["cloned"] == 0 and report["copied"] == 4
+    assert made["materialised"] == "git"
 
 
 def test_unarchive_copies_what_the_archive_did_not_preserve(

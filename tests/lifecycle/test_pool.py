@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.daemon import DaemonProcess, write_config
+from tests.support.daemon import DaemonProcess, run_xum, write_config
 from tests.support.gitrepo import git, make_repo
 from tests.support.lifecycle_helpers import add_project, create, worktrees
 from tests.support.wait import until
@@ -65,7 +65,7 @@ def test_a_hit_equals_a_fresh_checkout(pooled: Any, tmp_short: Path) -> None:
     daemon, root, repo, project = pooled
     entry = ready(root)[0]
     hit = create(daemon, project["id"], "w1", branch="b")
-    assert hit["pool"] == "hit"
+    assert (hit["pool"], hit["materialised"]) == ("hit", "pool")
     assert entries(root, "claiming") == []
     assert all(e["id"] != entry["id"] for e in entries(root))  # the workspace took it over
     path = Path(hit["workspace"]["path"])
@@ -76,7 +76,7 @@ def test_a_hit_equals_a_fresh_checkout(pooled: Any, tmp_short: Path) -> None:
     try:
         other = make_repo(tmp_short / "repo2", FILES)
         fresh = create(plain, add_project(plain, other)["id"], "w1", branch="b")
-        assert fresh["pool"] is None
+        assert (fresh["pool"], fresh["materialised"]) == (None, "git")
         a, b = checkout_view(path), checkout_view(Path(fresh["workspace"]["path"]))
         assert a["files"] == b["files"] and a["content"] == b["content"]
         assert a["branch"] == b["branch"] == "b"
@@ -107,6 +107,10 @@ def test_a_refill_follows_a_claim_and_entries_are_never_listed(pooled: Any) -> N
         usage["root"]["total_bytes"]
         >= usage["root"]["pool_bytes"] + usage["root"]["workspaces_bytes"]
     )
+    # `xum ws new` says what the pool gave and how the checkout was made.
+    made = run_xum(daemon, "ws", "new", project["id"], "w2")
+    assert made.returncode == 0, made.stderr
+    assert "pool: hit (checkout: pool)" in made.stdout.splitlines()
 
 
 def test_an_empty_pool_is_a_miss_and_no_pool_is_null(tmp_short: Path) -> None:
@@ -121,7 +125,8 @@ def test_an_empty_pool_is_a_miss_and_no_pool_is_null(tmp_short: Path) -> None:
         # and wakes its refill.
         (repo / ".xum").mkdir()
         (repo / ".xum" / "config.toml").write_text("[create]\npool = 1\n")
-        assert create(daemon, project["id"], "w1")["pool"] == "miss"
+        missed = create(daemon, project["id"], "w1")
+        assert (missed["pool"], missed["materialised"]) == ("miss", "git")
         ready(root)
         # An existing branch is never a pool entry's checkout: a miss, the entry left.
         git(repo, "branch", "existing")
@@ -138,7 +143,7 @@ def test_a_moved_base_makes_the_entry_stale_and_it_is_rebuilt(pooled: Any) -> No
     git(repo, "add", "new.txt")
     git(repo, "commit", "-q", "-m", "moved")
     made = create(daemon, project["id"], "w1")
-    assert made["pool"] == "stale"
+    assert (made["pool"], made["materialised"]) == ("stale", "git")
     path = Path(made["workspace"]["path"])
     assert (path / "new.txt").read_text() == "new\n"  # the fresh checkout, at the new base
     new_head = git(repo, "rev-parse", "HEAD").strip()
@@ -170,7 +175,7 @@ def test_an_entry_dirtied_by_hand_is_never_claimed(pooled: Any, rel: str, conten
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(content)
     made = create(daemon, project["id"], "w1")
-    assert made["pool"] == "stale"
+    assert (made["pool"], made["materialised"]) == ("stale", "git")
     path = Path(made["workspace"]["path"])
     assert not (path / rel).exists() or (path / rel).read_text() != content
     assert git(path, "status", "--porcelain=v1", "--untracked-files=all") == ""

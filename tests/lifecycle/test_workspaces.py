@@ -197,7 +197,9 @@ def test_create_refuses_an_occupied_path(
 def test_create_directory_runtime(
     daemon: DaemonProcess, project: dict[str, Any], tmp_short: Path
 ) -> None:
-    ws = create(daemon, project["id"], "plain", runtime="directory")["workspace"]
+    made = create(daemon, project["id"], "plain", runtime="directory")
+    assert made["materialised"] == "directory"
+    ws = made["workspace"]
     path = Path(ws["path"])
     assert path.is_dir()
     marker = (path / ".xum-incarnation").read_text().strip()

@@ -83,8 +83,12 @@ def _dropped_line(dropped: dict[str, Any]) -> str:
 
 
 def _create_extras(result: dict[str, Any]) -> str:
-    """The base fetch, the sparse cone and the submodules of a create, when there were any."""
+    """The warm pool's outcome, the base fetch, the sparse cone and the submodules of a create,
+    when there were any."""
     lines: list[str] = []
+    if result.get("pool") is not None:
+        made = result.get("materialised") or "unknown"
+        lines.append(f"pool: {result['pool']} (checkout: {made})")
     fetched = result.get("fetch")
     if fetched:
         line = f"fetch: {fetched['status']} from {fetched['remote']}"

@@ -251,6 +251,7 @@ async def _create(
         ignored_copy=copied,
         carried=carried,
         pool=claim.outcome,
+        materialised="pool" if claim.hit else ("git" if plan else "directory"),
         evicted=room.evicted,
     )
 

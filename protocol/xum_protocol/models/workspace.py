@@ -302,6 +302,16 @@ class WorkspaceCreateResult(Result):
         "miss, none was ready; stale, the ready one was not at this base or not clean (a fresh "
         "checkout was made). Null when no pool is configured (since 1.3, additive).",
     )
+    materialised: Literal["git", "pool", "directory"] | None = Field(
+        default=None,
+        description="How the checkout's files came to be: git, git's checkout wrote them "
+        "(`git worktree add`; with `sparse`, the cone only); pool, a warm pool entry was taken "
+        "over and no file was written; directory, the directory runtime's empty directory. The "
+        "ignored files of `[create] copy` say in `ignored_copy` how many were cloned "
+        "copy-on-write and how many copied. An open set: a client treats a value it does not "
+        "know as a checkout made some other way. Null when not known: a keyed repeat answered "
+        "from the record after a crash, or a daemon that does not report it (additive).",
+    )
     evicted: list[GcDone] = Field(
         default_factory=list,
         description="While a disk budget is set (`[gc] min_free_*`): what gc collected to make "

@@ -1964,6 +1964,11 @@ export interface WorkspaceCreateResult {
   /** Ignored files copied from the main checkout before setup (since 1.0, additive). */
   ignored_copy?: CopyReport;
   /**
+   * How the checkout's files came to be: git, git's checkout wrote them (`git worktree add`; with `sparse`, the cone only); pool, a warm pool entry was taken over and no file was written; directory, the directory runtime's empty directory. The ignored files of `[create] copy` say in `ignored_copy` how many were cloned copy-on-write and how many copied. An open set: a client treats a value it does not know as a checkout made some other way. Null when not known: a keyed repeat answered from the record after a crash, or a daemon that does not report it (additive).
+   * default: null
+   */
+  materialised?: "git" | "pool" | "directory" | null;
+  /**
    * The warm pool (`[create] pool`): hit, a ready checkout was taken over; miss, none was ready; stale, the ready one was not at this base or not clean (a fresh checkout was made). Null when no pool is configured (since 1.3, additive).
    * default: null
    */
