@@ -109,7 +109,8 @@ fmt: install
 
 schema: install
 	$(BIN)/python -m xum_protocol.schema protocol/schema
-	$(BIN)/python -m xum_protocol.methods protocol/xum_protocol/method_names.py
+	$(BIN)/python -m xum_protocol.methods protocol/xum_protocol/method_names.py \
+		--lua clients/nvim/lua/xum/methods.lua
 	$(BIN)/python -m xum_protocol.docs docs/PROTOCOL.md
 	@# The TypeScript client's types follow the schema (a test fails while they are stale); the
 	@# generator needs only node, no packages.

@@ -80,10 +80,26 @@ def render_names() -> str:
     )
 
 
+def render_lua() -> str:
+    """The Neovim plugin's table of mutating methods (clients/nvim/lua/xum/methods.lua): the
+    methods its client keys, as the Python and TypeScript clients do."""
+    mutating = "".join(f"  ['{name}'] = true,\n" for name, spec in METHODS.items() if spec.mutating)
+    return (
+        "-- The protocol's mutating methods: their params accept a `request_key`, which the\n"
+        "-- client gives each call so that a call whose answer was lost is sent again safely.\n"
+        "-- Written from `xum_protocol.methods.METHODS` by `make schema`\n"
+        "-- (tests/protocol/test_method_table.py checks it is fresh): do not edit.\n"
+        f"local M = {{}}\n\nM.MUTATING = {{\n{mutating}}}\n\nreturn M\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m xum_protocol.methods FILE`: write `render_names()` to FILE."""
+    """`python -m xum_protocol.methods FILE [--lua LUAFILE]`: write `render_names()` to FILE
+    (and `render_lua()` to LUAFILE)."""
     args = sys.argv[1:] if argv is None else argv
     Path(args[0]).write_text(render_names())
+    if len(args) == 3 and args[1] == "--lua":
+        Path(args[2]).write_text(render_lua())
     return 0
 
 

@@ -28,6 +28,7 @@ from xum_client.sync import LOCAL_HINT
 from xum_protocol.discovery import resolve_socket
 
 from tests.support import manyrows
+from tests.support.cutproxy import CuttingProxy
 from tests.support.daemon import DaemonProcess, short_tmpdir, write_config
 from tests.support.gitrepo import make_repo
 from tests.support.lifecycle_helpers import add_project, commit_scripts, failing_teardown
@@ -531,3 +532,31 @@ def test_a_request_cut_by_a_killed_daemon_says_whether_it_was_sent() -> None:
                 "cont3": cont,
             },
         )
+
+
+@pytest.mark.parametrize("retry", [True, False], ids=["retried", "retry_lost_off"])
+def test_a_cut_mutating_call_is_sent_again_with_its_request_key(shared: World, retry: bool) -> None:
+    """The plugin keys its mutating calls (clients/nvim/lua/xum/methods.lua, written from the
+    protocol's table): a create whose answer a real proxy cut after forwarding it is sent once
+    more with the same key and answered the first call's outcome, so exactly one workspace
+    exists; with `retry_lost = false` the call fails `disconnected` with `sent`."""
+    where = short_tmpdir("xumcut-")
+    try:
+        with CuttingProxy(
+            where / "p.sock", shared.daemon.socket_path, b"workspace.create"
+        ) as proxy:
+            output = run_scenario(
+                shared,
+                "keyed",
+                env={"XUM_SOCKET": str(proxy.listen), "XUM_TEST_RETRY": "1" if retry else "0"},
+            )
+            assert proxy.cut.is_set()
+        (made,) = [line.split()[1:] for line in output.splitlines() if line.startswith("MADE ")]
+        ident, name = made
+        named = [ws["id"] for ws in workspaces_all(shared) if ws["name"] == name]
+        if retry:
+            assert named == [ident]  # once: the repeat was answered the first call's outcome
+        else:
+            assert len(named) <= 1  # the daemon finished it or took it back, on its own
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

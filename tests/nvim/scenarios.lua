@@ -1273,4 +1273,40 @@ function S.lost(T)
   T.ask_driver('cont3')
 end
 
+
+-- A mutating call whose connection is cut after it went out (a proxy between the plugin and
+-- the daemon cuts the first connection that carries workspace.create): sent once more with
+-- its request key on a new connection, answered the first call's outcome: one workspace.
+-- XUM_TEST_RETRY=0: retry_lost off, the `disconnected` error with `sent`.
+function S.keyed(T)
+  local client = require('xum.client')
+  local retry = os.getenv('XUM_TEST_RETRY') ~= '0'
+  client.config.retry_lost = retry
+  connect(T)
+  local project = nil
+  for _, p in pairs(require('xum.state').projects) do
+    if p.name == os.getenv('XUM_TEST_PROJECT') then
+      project = p
+    end
+  end
+  T.check(project ~= nil, 'the project is known')
+  local box = {}
+  client.request('workspace.create', { project_id = project.id, name = os.getenv('XUM_TEST_NAME') }, function(err, result)
+    box.err, box.result, box.done = err, result, true
+  end, 60000)
+  T.wait_for(function()
+    return box.done
+  end, 'the create to be answered')
+  if retry then
+    T.check(box.err == nil, 'answered after the cut: ' .. vim.inspect(box.err))
+    T.eq(box.result.workspace.name, os.getenv('XUM_TEST_NAME'), 'the workspace made')
+    io.stderr:write('MADE ' .. box.result.workspace.id .. ' ' .. os.getenv('XUM_TEST_NAME') .. '\n')
+  else
+    io.stderr:write('MADE - ' .. os.getenv('XUM_TEST_NAME') .. '\n')
+    T.check(box.err ~= nil, 'the cut call fails without the retry')
+    T.eq(box.err.data.kind, 'disconnected', 'kind')
+    T.eq(box.err.data.sent, true, 'sent: its outcome is unknown')
+  end
+end
+
 return S

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from xum_protocol import method_names
-from xum_protocol.methods import DOMAINS, METHODS, MethodSpec, render_names
+from xum_protocol.methods import DOMAINS, METHODS, MethodSpec, render_lua, render_names
 from xum_protocol.models.daemon import EmptyParams
 from xum_protocol.models.process import PROCESS_GET, ProcessRef
 from xumd.rpc.dispatch import RequestContext, Router
@@ -48,6 +48,15 @@ def test_the_method_names_are_what_make_schema_writes_from_the_table() -> None:
         "run `make schema` and commit the result"
     )
     assert set(METHODS) == method_names.METHOD_NAMES
+
+
+def test_the_neovim_plugins_mutating_methods_are_what_make_schema_writes() -> None:
+    written = (REPO / "clients" / "nvim" / "lua" / "xum" / "methods.lua").read_text()
+    assert written == render_lua(), (
+        "clients/nvim/lua/xum/methods.lua is stale: run `make schema` and commit the result"
+    )
+    for name in method_names.MUTATING:
+        assert f"['{name}'] = true" in written
 
 
 async def _handler(params: Any, ctx: RequestContext) -> Any:

@@ -2,6 +2,7 @@
 -- reconnect when the daemon goes away (a restart, a crash), resuming the event stream
 -- after the last sequence number it saw.
 local Conn = require('xum.rpc')
+local methods = require('xum.methods')
 local discovery = require('xum.discovery')
 local state = require('xum.state')
 local util = require('xum.util')
@@ -23,6 +24,9 @@ local M = {
     long_timeout_ms = 300000,
     events = true,
     reconnect = true,
+    -- a mutating call whose answer was lost after it was sent is sent once more, with the
+    -- request key it went with, on a new connection (docs/PROTOCOL.md, "Request keys")
+    retry_lost = true,
     -- backoff between reconnect attempts, doubling up to the cap
     reconnect_min_ms = 100,
     reconnect_max_ms = 5000,
@@ -425,9 +429,68 @@ function M.ensure(cb)
   end)
 end
 
--- Call a method; cb(err, result) on the main loop, within the method's deadline.
+local KEY_CHARS = 'abcdefghijklmnopqrstuvwxyz0123456789'
+
+-- A new request key: 32 random letters and digits (the daemon takes 1 to 128 of `[A-Za-z0-9._:-]`).
+local function new_key()
+  local ok, bytes = pcall(uv.random, 32, nil)
+  local random = ok and type(bytes) == 'string' and #bytes == 32
+  local key = {}
+  for i = 1, 32 do
+    local at = (random and bytes:byte(i) or math.random(0, 255)) % #KEY_CHARS + 1
+    key[i] = KEY_CHARS:sub(at, at)
+  end
+  return table.concat(key)
+end
+
+-- `params` of a mutating method with a request key (a new one unless they hold one): a copy,
+-- or `params` itself for a read.
+function M.with_request_key(method, params)
+  if not methods.MUTATING[method] or (params ~= nil and type(params) ~= 'table') then
+    return params
+  end
+  local keyed = vim.deepcopy(params or {})
+  if type(keyed.request_key) ~= 'string' then
+    keyed.request_key = new_key()
+  end
+  return keyed
+end
+
+-- Call a method; cb(err, result) on the main loop, within the method's deadline. A mutating
+-- call carries a request key; when its answer was lost after it was sent (`disconnected` with
+-- data.sent), it is sent once more with that key on a new connection, within what is left of
+-- its deadline: the daemon answers the first call's outcome rather than doing it twice.
 function M.request(method, params, cb, timeout_ms)
   timeout_ms = timeout_ms or (LONG[method] and M.config.long_timeout_ms or M.config.timeout_ms)
+  if not M.config.retry_lost or not methods.MUTATING[method] then
+    return M.send(method, params, cb, timeout_ms)
+  end
+  local keyed = M.with_request_key(method, params)
+  local deadline = uv.now() + timeout_ms
+  M.send(method, keyed, function(err, result)
+    local data = err and util.nn(err.data)
+    local lost = type(data) == 'table' and data.kind == 'disconnected' and data.sent == true
+    local left = deadline - uv.now()
+    if not lost or left <= 0 or M.stopped then
+      return cb(err, result)
+    end
+    -- after the closed connection's own bookkeeping (on_close runs once its calls are told)
+    vim.schedule(function()
+      M.send(method, keyed, function(again, answer)
+        if again and again['local'] then
+          -- no daemon answered the repeat either: the first call's outcome is still unknown
+          local unknown = vim.deepcopy(err)
+          unknown.message = err.message .. ' (sent again with its request key: ' .. again.message .. ')'
+          return cb(unknown, nil)
+        end
+        cb(again, answer)
+      end, left)
+    end)
+  end, timeout_ms)
+end
+
+-- One attempt of a call: connect if needed, send, cb(err, result) within `timeout_ms`.
+function M.send(method, params, cb, timeout_ms)
   M.ensure(function(err)
     if err then
       return cb(err, nil)
