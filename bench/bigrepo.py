@@ -17,7 +17,6 @@ with `sync` before each pair (`bench.lifecycle.settle_disk`)."""
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from bench import monorepo, procs, report, synth
-from bench.lifecycle import _timed, _wait_trash_empty, _Xum, settle_disk
+from bench.lifecycle import _wait_trash_empty, against_git, paired, served
 from bench.settings import Settings
 from bench.stats import Figure
 
@@ -53,8 +52,6 @@ def run(settings: Settings) -> list[Figure]:
         "bigrepo", f"workspace.create with a {SUBMODULE_FILES}-file submodule ({tag})", "ms", ADD
     )
     work = procs.short_dir("xbb-")
-    daemon: procs.Launched | None = None
-    xum: _Xum | None = None
     try:
         template = synth.make_template(work / "template", files)
         sparse_repo = synth.copy(template, work / "sparse")
@@ -67,51 +64,35 @@ def run(settings: Settings) -> list[Figure]:
         floor_dir = work / "floor-wt"
         floor_dir.mkdir()
         root = work / "root"
-        daemon = procs.xumd(root).start()
-        xum = _Xum(daemon.socket_path)
-        sparse_id = xum.call("project.add", {"path": str(sparse_repo)})["project"]["id"]
-        sub_id = xum.call("project.add", {"path": str(sub_repo)})["project"]["id"]
-        for rep in range(-1, settings.repeats):  # rep -1 warms the page cache, not recorded
-            name = f"b{rep + 1}" if rep >= 0 else "warm"
-            results: dict[str, float] = {}
-            for kind, project in (("sparse", sparse_id), ("sub", sub_id)):
-                fpath = floor_dir / f"{kind}-{name}"
-                floor_add = partial(
-                    synth.git,
-                    floor_repo,
-                    "worktree",
-                    "add",
-                    "-q",
-                    "-b",
-                    f"floor/{kind}-{name}",
-                    str(fpath),
-                    "HEAD",
-                )
-                params = {"project_id": project, "name": f"{kind}-{name}"}
-                if rep % 2 == 0:
-                    x_time, made = xum.timed("workspace.create", params)
-                    f_time = _timed(floor_add)
-                else:
-                    f_time = _timed(floor_add)
-                    x_time, made = xum.timed("workspace.create", params)
-                if kind == "sparse" and not made.get("sparse"):
-                    raise RuntimeError("the sparse cone was not inherited")
-                if kind == "sub" and made["submodules"][0]["status"] != "initialized":
-                    raise RuntimeError(f"submodule not initialised: {made['submodules']}")
-                results[kind] = x_time
-                results[f"floor-{kind}"] = f_time
-                xum.call("workspace.remove", {"workspace_id": made["workspace"]["id"]})
-                synth.git(floor_repo, "worktree", "remove", "--force", str(fpath))
-                _wait_trash_empty(root)
-            if rep < 0:
-                continue
-            sparse.add(results["sparse"] * 1000, results["floor-sparse"] * 1000)
-            submodule.add(results["sub"] * 1000, results["floor-sub"] * 1000)
+        with served(root) as xum:
+            sparse_id = xum.call("project.add", {"path": str(sparse_repo)})["project"]["id"]
+            sub_id = xum.call("project.add", {"path": str(sub_repo)})["project"]["id"]
+            for rep in range(-1, settings.repeats):  # rep -1 warms the page cache, unrecorded
+                name = f"b{rep + 1}" if rep >= 0 else "warm"
+                results: dict[str, float] = {}
+                for kind, project in (("sparse", sparse_id), ("sub", sub_id)):
+                    fpath = floor_dir / f"{kind}-{name}"
+                    add = ["worktree", "add", "-q", "-b", f"floor/{kind}-{name}", str(fpath)]
+                    params = {"project_id": project, "name": f"{kind}-{name}"}
+                    x_time, made, f_time = paired(
+                        rep,
+                        partial(xum.call, "workspace.create", params),
+                        partial(synth.git, floor_repo, *add, "HEAD"),
+                    )
+                    if kind == "sparse" and not made.get("sparse"):
+                        raise RuntimeError("the sparse cone was not inherited")
+                    if kind == "sub" and made["submodules"][0]["status"] != "initialized":
+                        raise RuntimeError(f"submodule not initialised: {made['submodules']}")
+                    results[kind] = x_time
+                    results[f"floor-{kind}"] = f_time
+                    xum.call("workspace.remove", {"workspace_id": made["workspace"]["id"]})
+                    synth.git(floor_repo, "worktree", "remove", "--force", str(fpath))
+                    _wait_trash_empty(root)
+                if rep < 0:
+                    continue
+                sparse.add(results["sparse"] * 1000, results["floor-sparse"] * 1000)
+                submodule.add(results["sub"] * 1000, results["floor-sub"] * 1000)
     finally:
-        if xum is not None:
-            xum.close()
-        if daemon is not None:
-            daemon.stop()
         shutil.rmtree(work, ignore_errors=True)
     return [sparse, submodule]
 
@@ -130,88 +111,52 @@ def lifecycle(files: int, repeats: int) -> list[Figure]:
     remove = Figure("bigrepo", f"workspace.remove, clean ({tag})", "ms", REMOVE)
     work = procs.short_dir("xbm-")
     root = work / "root"
-    daemon: procs.Launched | None = None
-    xum: _Xum | None = None
     try:
         template = monorepo.make(work / "template", files)
-        xrepo = synth.copy(template, work / "xrepo")
-        frepo = synth.copy(template, work / "frepo")
-        fdir = work / "floor-wt"
-        fdir.mkdir()
-        daemon = procs.xumd(root).start()
-        xum = _Xum(daemon.socket_path)
-        project = xum.call("project.add", {"path": str(xrepo)})["project"]["id"]
-        names = ["warm", *(f"b{rep}" for rep in range(repeats))]
-        ids: dict[str, str] = {}
+        with against_git(work, template) as (xum, project, frepo, fdir):
+            names = ["warm", *(f"b{rep}" for rep in range(repeats))]
+            ids: dict[str, str] = {}
 
-        def pair(
-            rep: int, mine: Callable[[], object], floor: Callable[[], object]
-        ) -> tuple[float, float]:
-            settle_disk()
-            if rep % 2 == 0:
-                return _timed(mine), _timed(floor)
-            f_time = _timed(floor)
-            return _timed(mine), f_time
+            def phase(
+                figure: Figure,
+                mine: Callable[[str], object],
+                floor: Callable[[str], object],
+                *,
+                reclaim: bool = False,
+            ) -> None:
+                """One step of every name's lifecycle, paired with the floor's (the first,
+                `warm`, warms the page cache and is not recorded)."""
+                for rep, name in enumerate(names):
+                    x, _, f = paired(rep, partial(mine, name), partial(floor, name))
+                    if reclaim:
+                        _wait_trash_empty(root)
+                    if rep:
+                        figure.add(x * 1000, f * 1000)
 
-        def made(method: str, params: dict[str, object]) -> None:
-            answer = xum.call(method, params) if xum is not None else {}
-            ids[str(params.get("name", ""))] = answer["workspace"]["id"]
+            def create_one(name: str) -> None:
+                answer = xum.call("workspace.create", {"project_id": project, "name": name})
+                ids[name] = answer["workspace"]["id"]
 
-        # Phase 1: every create, before anything is deleted (rep 0 warms the cache, unrecorded).
-        for rep, name in enumerate(names):
-            x, f = pair(
-                rep,
-                partial(made, "workspace.create", {"project_id": project, "name": name}),
-                partial(
-                    synth.git,
-                    frepo,
-                    "worktree",
-                    "add",
-                    "-q",
-                    "-b",
-                    f"floor/{name}",
-                    str(fdir / name),
-                    "HEAD",
-                ),
-            )
-            if rep:
-                create.add(x * 1000, f * 1000)
-        # Phase 2: archive the clean checkouts (the floor removes its worktree).
-        for rep, name in enumerate(names):
-            x, f = pair(
-                rep,
-                partial(xum.call, "workspace.archive", {"workspace_id": ids[name]}),
-                partial(synth.git, frepo, "worktree", "remove", "--force", str(fdir / name)),
-            )
-            _wait_trash_empty(root)
-            if rep:
-                archive.add(x * 1000, f * 1000)
-        # Phase 3: unarchive (the floor checks its branch out again).
-        for rep, name in enumerate(names):
-            x, f = pair(
-                rep,
-                partial(xum.call, "workspace.unarchive", {"workspace_id": ids[name]}),
-                partial(
-                    synth.git, frepo, "worktree", "add", "-q", str(fdir / name), f"floor/{name}"
-                ),
-            )
-            if rep:
-                unarchive.add(x * 1000, f * 1000)
-        # Phase 4: remove the clean, unarchived checkouts.
-        for rep, name in enumerate(names):
-            x, f = pair(
-                rep,
-                partial(xum.call, "workspace.remove", {"workspace_id": ids[name]}),
-                partial(synth.git, frepo, "worktree", "remove", "--force", str(fdir / name)),
-            )
-            _wait_trash_empty(root)
-            if rep:
-                remove.add(x * 1000, f * 1000)
+            def call(method: str) -> Callable[[str], object]:
+                return lambda name: xum.call(method, {"workspace_id": ids[name]})
+
+            def git_add(name: str) -> None:
+                add = ["worktree", "add", "-q", "-b", f"floor/{name}", str(fdir / name), "HEAD"]
+                synth.git(frepo, *add)
+
+            def git_remove(name: str) -> None:
+                synth.git(frepo, "worktree", "remove", "--force", str(fdir / name))
+
+            def git_add_existing(name: str) -> None:
+                synth.git(frepo, "worktree", "add", "-q", str(fdir / name), f"floor/{name}")
+
+            # Every create first, before anything is deleted (`settle_disk`); then archive of
+            # the clean checkouts, unarchive (the floor checks its branch out again), remove.
+            phase(create, create_one, git_add)
+            phase(archive, call("workspace.archive"), git_remove, reclaim=True)
+            phase(unarchive, call("workspace.unarchive"), git_add_existing)
+            phase(remove, call("workspace.remove"), git_remove, reclaim=True)
     finally:
-        if xum is not None:
-            xum.close()
-        if daemon is not None:
-            daemon.stop()
         shutil.rmtree(work, ignore_errors=True)
     return [create, archive, unarchive, remove]
 
@@ -223,15 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the figures")
     args = parser.parse_args(argv)
     figures = lifecycle(args.size, args.repeats)
-    host = report.machine()
-    sys.stdout.write(
-        f"bigrepo lifecycle ({args.size:,} files, {args.repeats} repetitions; {host['cpus']} "
-        f"CPUs, {host['cpu']}, {host['git']})\n\n"
-    )
-    report.table(figures, sys.stdout)
-    if args.json:
-        settings = {"size": args.size, "repeats": args.repeats}
-        Path(args.json).write_text(json.dumps(report.as_json(figures, settings, host), indent=2))
+    title = f"bigrepo lifecycle ({args.size:,} files, {args.repeats} repetitions"
+    report.emit(title, figures, {"size": args.size, "repeats": args.repeats}, args.json)
     return 0
 
 

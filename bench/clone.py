@@ -17,9 +17,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -27,7 +27,7 @@ from xumd.lifecycle import clonecheckout
 from xumd.system.git import Git
 
 from bench import monorepo, report, synth
-from bench.lifecycle import settle_disk
+from bench.lifecycle import paired
 from bench.stats import Figure
 
 MIN_IMAGE = 320 << 20
@@ -53,11 +53,9 @@ def _xfs(files: int, repeats: int) -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _timed_fill(repo: Path, path: Path, branch: str, template: Path) -> tuple[float, str]:
-    started = time.perf_counter()
+def _fill(repo: Path, path: Path, branch: str, template: Path) -> str:
     synth.git(repo, "worktree", "add", "-q", "--no-checkout", "-b", branch, str(path), "HEAD")
-    used = anyio.run(clonecheckout.fill, Git(), path, template)
-    return time.perf_counter() - started, used
+    return anyio.run(clonecheckout.fill, Git(), path, template)
 
 
 def measure(top: Path, files: int, repeats: int) -> tuple[Figure, set[str]]:
@@ -69,18 +67,12 @@ def measure(top: Path, files: int, repeats: int) -> tuple[Figure, set[str]]:
     synth.git(repo, "worktree", "add", "-q", "--detach", str(template), "HEAD")
     used: set[str] = set()
     for rep in range(repeats + 1):  # rep 0 warms the page cache, not recorded
-        settle_disk()
         floor = ["worktree", "add", "-q", "-b", f"g{rep}", str(top / f"g{rep}"), "HEAD"]
-        if rep % 2 == 0:
-            mine, how = _timed_fill(repo, top / f"c{rep}", f"c{rep}", template)
-            started = time.perf_counter()
-            synth.git(repo, *floor)
-            base = time.perf_counter() - started
-        else:
-            started = time.perf_counter()
-            synth.git(repo, *floor)
-            base = time.perf_counter() - started
-            mine, how = _timed_fill(repo, top / f"c{rep}", f"c{rep}", template)
+        mine, how, base = paired(
+            rep,
+            partial(_fill, repo, top / f"c{rep}", f"c{rep}", template),
+            partial(synth.git, repo, *floor),
+        )
         used.add(how)
         if rep:
             fig.add(mine * 1000, base * 1000)

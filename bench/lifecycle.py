@@ -10,10 +10,11 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import procs, synth
 from bench.client import Conn
@@ -24,11 +25,29 @@ ADD = "git worktree add -b (identical repository)"
 REMOVE = "git worktree remove --force"
 SNAP_REMOVE = "git stash create + git add -A on a temp index + commit-tree, then " + REMOVE
 
+T = TypeVar("T")
+
 
 def _timed(fn: Callable[[], Any]) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
+
+
+def paired(rep: int, mine: Callable[[], T], floor: Callable[[], object]) -> tuple[float, T, float]:
+    """One repetition of a figure: `settle_disk`, then xum's side and the floor's, each timed
+    (seconds), xum's first on an even `rep` and the floor's first on an odd one, so neither
+    side always runs in the other's wake. Returns (xum's time, what xum's side returned, the
+    floor's time)."""
+    settle_disk()
+    if rep % 2 != 0:
+        floor_s = _timed(floor)
+    started = time.perf_counter()
+    result = mine()
+    mine_s = time.perf_counter() - started
+    if rep % 2 == 0:
+        floor_s = _timed(floor)
+    return mine_s, result, floor_s
 
 
 def floor_snapshot(checkout: Path, ref: str) -> None:
@@ -91,6 +110,34 @@ class _Xum:
         self.loop.close()
 
 
+@contextmanager
+def against_git(work: Path, template: Path) -> Iterator[tuple[_Xum, str, Path, Path]]:
+    """Two identical copies of the repository `template` under `work`: xum's, a project of a
+    daemon on `work/root`, and the floor's, with an empty directory for its worktrees. Yields
+    (the client, the project's id, the floor's repository, its worktrees' directory)."""
+    xrepo = synth.copy(template, work / "xrepo")
+    frepo = synth.copy(template, work / "frepo")
+    floor_dir = work / "floor-wt"
+    floor_dir.mkdir()
+    with served(work / "root") as xum:
+        project = xum.call("project.add", {"path": str(xrepo)})["project"]["id"]
+        yield xum, project, frepo, floor_dir
+
+
+@contextmanager
+def served(root: Path) -> Iterator[_Xum]:
+    """A daemon on `root` and a connection to it, both stopped at the end."""
+    daemon = procs.xumd(root).start()
+    try:
+        xum = _Xum(daemon.socket_path)
+        try:
+            yield xum
+        finally:
+            xum.close()
+    finally:
+        daemon.stop()
+
+
 def _sizes(settings: Settings) -> list[tuple[str, int]]:
     sizes = [("small", settings.small_files)]
     if settings.large:
@@ -120,73 +167,67 @@ def _run_size(settings: Settings, label: str, files: int) -> list[Figure]:
     )
     work = procs.short_dir("xbl-")
     root = work / "root"
-    daemon: procs.Launched | None = None
-    xum: _Xum | None = None
     try:
         # The template stays until the end: deleting its files here would put thousands of
         # recently deleted inodes in the way of the first creates (see `settle_disk`).
         template = synth.make_template(work / "template", files)
-        xrepo = synth.copy(template, work / "xrepo")
-        frepo = synth.copy(template, work / "frepo")
-        floor_dir = work / "floor-wt"
-        floor_dir.mkdir()
-        daemon = procs.xumd(root).start()
-        xum = _Xum(daemon.socket_path)
-        project = xum.call("project.add", {"path": str(xrepo)})["project"]["id"]
-        names = [f"b{rep + 1}" if rep >= 0 else "warm" for rep in range(-1, settings.repeats)]
-        # Phase 1, every create (nothing is deleted between them): rep -1 warms the page cache
-        # and is not recorded; each also makes the clean pair that phase 2 removes.
-        made: dict[str, tuple[str, Path, Path, str]] = {}
-        for rep, name in enumerate(names, start=-1):
-            settle_disk()
-            fpath = floor_dir / name
-            floor_add = partial(
-                synth.git, frepo, "worktree", "add", "-q", "-b", f"floor/{name}", str(fpath), "HEAD"
-            )
-            create_params = {"project_id": project, "name": name}
-            if rep % 2 == 0:
-                x_create, ws = xum.timed("workspace.create", create_params)
-                f_create = _timed(floor_add)
-            else:
-                f_create = _timed(floor_add)
-                x_create, ws = xum.timed("workspace.create", create_params)
-            clean = xum.call("workspace.create", {"project_id": project, "name": f"c{name}"})
-            synth.git(
-                frepo, "worktree", "add", "-q", "-b", f"floor/c{name}", str(floor_dir / f"c{name}")
-            )
-            xpath = Path(ws["workspace"]["path"])
-            made[name] = (ws["workspace"]["id"], xpath, fpath, clean["workspace"]["id"])
-            if rep >= 0:
-                create.add(x_create * 1000, f_create * 1000)
-        # Phase 2, archive and remove (their deletions come after every create was measured).
-        for rep, name in enumerate(names, start=-1):
-            ws_id, xpath, fpath, clean_id = made[name]
-            settle_disk()  # both sides delete checkouts whose files reached the disk
-            synth.dirty(xpath)
-            synth.dirty(fpath)
-            f_snap = _timed(partial(floor_snapshot, fpath, f"refs/bench/{name}"))
-            f_remove = _timed(
-                partial(synth.git, frepo, "worktree", "remove", "--force", str(fpath))
-            )
-            x_archive, _ = xum.timed("workspace.archive", {"workspace_id": ws_id})
-            _wait_trash_empty(root)
-            f_rm_clean = _timed(
-                partial(
-                    synth.git, frepo, "worktree", "remove", "--force", str(floor_dir / f"c{name}")
+        with against_git(work, template) as (xum, project, frepo, floor_dir):
+            names = [f"b{rep + 1}" if rep >= 0 else "warm" for rep in range(-1, settings.repeats)]
+            # Phase 1, every create (nothing is deleted between them): rep -1 warms the page
+            # cache and is not recorded; each also makes the clean pair that phase 2 removes.
+            made: dict[str, tuple[str, Path, Path, str]] = {}
+            for rep, name in enumerate(names, start=-1):
+                fpath = floor_dir / name
+                add = ["worktree", "add", "-q", "-b", f"floor/{name}", str(fpath), "HEAD"]
+                x_create, ws, f_create = paired(
+                    rep,
+                    partial(xum.call, "workspace.create", {"project_id": project, "name": name}),
+                    partial(synth.git, frepo, *add),
                 )
-            )
-            x_remove, _ = xum.timed("workspace.remove", {"workspace_id": clean_id})
-            x_reclaimed = _timed(partial(_wait_trash_empty, root))
-            if rep < 0:
-                continue
-            archive.add(x_archive * 1000, f_remove * 1000)
-            archive_snap.add(x_archive * 1000, (f_snap + f_remove) * 1000)
-            remove.add(x_remove * 1000, f_rm_clean * 1000)
-            reclaimed.add((x_remove + x_reclaimed) * 1000, f_rm_clean * 1000)
+                clean = xum.call("workspace.create", {"project_id": project, "name": f"c{name}"})
+                synth.git(
+                    frepo,
+                    "worktree",
+                    "add",
+                    "-q",
+                    "-b",
+                    f"floor/c{name}",
+                    str(floor_dir / f"c{name}"),
+                )
+                xpath = Path(ws["workspace"]["path"])
+                made[name] = (ws["workspace"]["id"], xpath, fpath, clean["workspace"]["id"])
+                if rep >= 0:
+                    create.add(x_create * 1000, f_create * 1000)
+            # Phase 2, archive and remove (their deletions come after every create was measured).
+            for rep, name in enumerate(names, start=-1):
+                ws_id, xpath, fpath, clean_id = made[name]
+                settle_disk()  # both sides delete checkouts whose files reached the disk
+                synth.dirty(xpath)
+                synth.dirty(fpath)
+                f_snap = _timed(partial(floor_snapshot, fpath, f"refs/bench/{name}"))
+                f_remove = _timed(
+                    partial(synth.git, frepo, "worktree", "remove", "--force", str(fpath))
+                )
+                x_archive, _ = xum.timed("workspace.archive", {"workspace_id": ws_id})
+                _wait_trash_empty(root)
+                f_rm_clean = _timed(
+                    partial(
+                        synth.git,
+                        frepo,
+                        "worktree",
+                        "remove",
+                        "--force",
+                        str(floor_dir / f"c{name}"),
+                    )
+                )
+                x_remove, _ = xum.timed("workspace.remove", {"workspace_id": clean_id})
+                x_reclaimed = _timed(partial(_wait_trash_empty, root))
+                if rep < 0:
+                    continue
+                archive.add(x_archive * 1000, f_remove * 1000)
+                archive_snap.add(x_archive * 1000, (f_snap + f_remove) * 1000)
+                remove.add(x_remove * 1000, f_rm_clean * 1000)
+                reclaimed.add((x_remove + x_reclaimed) * 1000, f_rm_clean * 1000)
     finally:
-        if xum is not None:
-            xum.close()
-        if daemon is not None:
-            daemon.stop()
         shutil.rmtree(work, ignore_errors=True)
     return [create, archive, archive_snap, remove, reclaimed]

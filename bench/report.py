@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 import sys
@@ -107,3 +108,16 @@ def as_json(
         "settings": settings,
         "figures": [{**f.as_dict(), "target": targets.verdict(f)} for f in figures],
     }
+
+
+def emit(
+    title: str, figures: list[Figure], settings: dict[str, Any], json_path: str | None
+) -> None:
+    """A standalone bench's output: `title` with the machine, the table on stdout, and the
+    figures as JSON at `json_path` when given."""
+    host = machine()
+    sys.stdout.write(f"{title}; {host['cpus']} CPUs, {host['cpu']}, {host['git']})\n\n")
+    table(figures, sys.stdout)
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as out:
+            out.write(json.dumps(as_json(figures, settings, host), indent=2))

@@ -63,6 +63,23 @@ def test_delta_target_is_the_median_difference() -> None:
     assert verdict["met"] is False
 
 
+def test_value_target_is_the_median_of_xums_own_values() -> None:
+    # The warm pool's bound in the unit: 0.3 s, whatever git takes in the same run.
+    tag = "(100,000 files)"
+    met = _fig("pool", f"workspace.create, pool hit, p50 {tag}", [250, 290, 900], [3000] * 3)
+    verdict = targets.verdict(met)
+    assert verdict is not None and verdict["value"] == 290 and verdict["met"] is True
+    assert targets.mark(met) == ("<= 300 ms (med 290.0)", "\u2713")
+    missed = _fig("pool", f"workspace.create, pool hit, p50 {tag}", [310, 320, 100], [9000] * 3)
+    assert targets.mark(missed) == ("<= 300 ms (med 310.0)", "\u2717")
+    # The same values against the floor: a hit at least 10x faster than git (a factor <= 0.1).
+    tenth = _fig("pool", f"workspace.create, pool hit {tag}", [250, 290, 900], [3000] * 3)
+    verdict = targets.verdict(tenth)
+    assert verdict is not None and verdict["kind"] == "factor" and verdict["met"] is True
+    slow = _fig("pool", f"workspace.create, pool hit {tag}", [400, 300], [3000, 2000])
+    assert targets.mark(slow) == ("<= 0.1x", "\u2717")
+
+
 def test_untargeted_and_unmeasured_figures() -> None:
     free = _fig("rpc", "throughput, 128 client(s)", [1.0], [1.0], higher_is_better=True)
     assert targets.verdict(free) is None and targets.mark(free) == ("-", "-")
@@ -94,6 +111,6 @@ def test_table_and_json_carry_the_target() -> None:
 
 
 def test_every_targeted_figure_has_a_target() -> None:
-    # The eleven rows of the targets' table (p50 and p99 are two figures), and the four of the
-    # big-repository table.
-    assert len(targets.TARGETS) == 16
+    # The eleven rows of the targets' table (p50 and p99 are two figures), the four of the
+    # big-repository table and the warm pool's three (a hit's factor and its p50, no pool).
+    assert len(targets.TARGETS) == 19
