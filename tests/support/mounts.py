@@ -45,6 +45,16 @@ class Mounts:
         opts = f"size={size}" + (f",{options}" if options else "")
         return self._mount(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(target)], target)
 
+    def overlay(self, lower: Path, scratch: Path, target: Path, options: str = "") -> Path:
+        """An overlayfs at `target` over `lower`, its upper and work directories in `scratch`."""
+        upper, work = scratch / "upper", scratch / "work"
+        upper.mkdir(parents=True)
+        work.mkdir()
+        opts = f"lowerdir={lower},upperdir={upper},workdir={work}" + (
+            f",{options}" if options else ""
+        )
+        return self._mount(["mount", "-t", "overlay", "-o", opts, "overlay", str(target)], target)
+
     def unmount(self, target: Path) -> None:
         subprocess.run(["umount", str(target)], check=True, capture_output=True)
         self.points.remove(target)

@@ -211,12 +211,45 @@ def test_an_unreadable_directory_is_named_or_reported() -> None:
         os.chmod(top / "a" / "closed", 0o755)
 
 
+@pytest.mark.parametrize("platform_ids", [True, False], ids=["mount_ids", "no_mount_ids"])
+def test_a_bind_mount_made_mid_walk_is_not_entered(
+    tmp_short: Path, mounts: Mounts, monkeypatch: pytest.MonkeyPatch, platform_ids: bool
+) -> None:
+    """A bind mount of the same filesystem made after its parent was listed and before the walk
+    opens it is a MOUNT step, for a caller whose mount table showed no mount below the top
+    (`mount_ids=False`: no mount id read per directory) and where the platform has no mount
+    ids at all (the portable backend; here Linux's read made to answer none): the parent's
+    listing names the covered directory's inode, the open reaches the mount's root. What is
+    under it is never walked (a deletion would have emptied another tree)."""
+    if not platform_ids:
+        monkeypatch.setattr(walk, "mount_id", lambda fd: None)
+    top = tmp_short / "top"
+    inner = top / "keep" / "mnt"
+    inner.mkdir(parents=True)
+    (top / "keep" / "own").write_text("o")
+    other = tmp_short / "other"
+    other.mkdir()
+    (other / "theirs").write_text("t")
+    fd = os.open(top, _DIR)
+    steps: list[tuple[str, str]] = []
+    try:
+        for step in walk.Walk(fd, walk.Policy(listings=True, mount_ids=False)):
+            steps.append((step.kind, step.rel))
+            if step.kind == walk.LISTED and step.rel == "keep":
+                mounts.bind(other, inner)  # listed, not yet opened
+    finally:
+        os.close(fd)
+    assert ("mount", "keep/mnt") in steps
+    assert not any(rel.startswith("keep/mnt/") for _kind, rel in steps)
+    assert ("entry", "keep/own") in steps
+
+
 @pytest.mark.parametrize("kind", ["tmpfs", "bind"])
 def test_a_mount_is_never_entered(tmp_short: Path, mounts: Mounts, kind: str) -> None:
     """A tmpfs (another st_dev) or a bind mount of the same filesystem (same st_dev, another
     mount id) below the top is a MOUNT step, not entered, and the directories above it say
-    `held` when left. Without mount ids (a caller whose table shows no mount below) a bind
-    mount of the same filesystem is not told apart: that is why callers ask the table first."""
+    `held` when left. Without a mount id read per directory (a caller whose table shows no
+    mount below) the bind mount is told by its listing's inode."""
     top = tmp_short / "top"
     inner = top / "keep" / "mnt"
     inner.mkdir(parents=True)
@@ -239,7 +272,29 @@ def test_a_mount_is_never_entered(tmp_short: Path, mounts: Mounts, kind: str) ->
     finally:
         os.close(fd)
     assert steps == [("mount", "keep/mnt", None), ("leave", "keep", True)]
-    if kind == "tmpfs":
-        assert ("mount", "keep/mnt") in by_dev
-    else:
-        assert ("entry", "keep/mnt/theirs") in by_dev
+    assert ("mount", "keep/mnt") in by_dev
+    assert ("entry", "keep/mnt/theirs") not in by_dev
+
+
+def test_listing_inodes_that_differ_on_one_mount_are_walked(
+    tmp_short: Path, mounts: Mounts
+) -> None:
+    """overlayfs without `xino`, its layers on two filesystems, lists every directory by
+    another inode than its stat gives: the mount ids say it is one mount, and the walk goes
+    through it whole (nothing taken for a mount, nothing left undeleted)."""
+    (tmp_short / "lower").mkdir()
+    lower = mounts.tmpfs(tmp_short / "lower")
+    (lower / "d" / "sub").mkdir(parents=True)
+    (lower / "d" / "sub" / "f").write_text("x")
+    merged = tmp_short / "merged"
+    merged.mkdir()
+    mounts.overlay(lower, tmp_short / "scratch", merged, "xino=off")
+    listed = {e.name: e.inode() for e in os.scandir(merged)}
+    if listed["d"] == os.stat(merged / "d").st_ino:
+        pytest.skip("this kernel's overlayfs lists directories by their stat inode")
+    for policy in (walk.Policy(), walk.Policy(mount_ids=False)):
+        assert _steps(merged, policy) == [
+            ("entry", "d"),
+            ("entry", "d/sub"),
+            ("entry", "d/sub/f"),
+        ]

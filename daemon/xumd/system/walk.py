@@ -12,10 +12,12 @@ What holds for every caller:
   filesystem's. At most `WINDOW` directory descriptors are held along the path; deeper
   ancestors are closed and reopened through `..` on the way back, checked by identity
   (st_dev, st_ino): one moved meanwhile is `Moved`, and nothing more is walked.
-- A directory on another mount than the top is never entered: another `st_dev`, or (with
-  `Policy.mount_ids`) another mount id (/proc/self/fdinfo: a bind mount of the same
-  filesystem keeps `st_dev`). It is handed to the caller as a `MOUNT` step, checked on the
-  opened directory itself, so a mount made after the caller read the mount table is caught.
+- A directory on another mount than the top is never entered: another `st_dev`, another
+  inode than its parent's listing names (a bind mount of the same filesystem keeps `st_dev`
+  but covers a directory; the mount ids settle it, where the platform has them), or (with
+  `Policy.mount_ids`) another mount id (/proc/self/fdinfo). It is handed to the caller as a
+  `MOUNT` step, checked on the opened directory itself, so a mount made after the caller read
+  the mount table is caught.
 - A directory swapped for a link or a file between its `lstat` and its `open` is looked at
   again (as what it is now), never followed.
 - An error names its entry by the path relative to the top (`named`), or goes to the
@@ -253,6 +255,7 @@ class Walk:
         st = os.fstat(top_fd)
         self.dev = st.st_dev
         self.mount = mount_id(top_fd) if self.policy.mount_ids else None
+        self._top_mount_read = self.policy.mount_ids
         self._ident = (st.st_dev, st.st_ino)
         self._frames: list[_Frame] = []
         self._held = 0
@@ -334,7 +337,7 @@ class Walk:
                     elif not entry.is_dir(follow_symlinks=False):
                         yield Step(ENTRY, dir_fd, name, rel, entry)
                         continue
-                    opened = self._open(frame, name, rel)
+                    opened = self._open(frame, name, rel, None if isinstance(item, str) else item)
                     if opened is None:
                         continue
                     sub, ident = opened
@@ -374,10 +377,28 @@ class Walk:
                     os.close(frame.fd)
             frames.clear()
 
-    def _open(self, frame: _Frame, name: str, rel: str) -> tuple[int, tuple[int, int]] | None:
+    def _top_mount(self) -> int | None:
+        """The top's mount id, read once when first needed (None: the platform has none)."""
+        if not self._top_mount_read:
+            self.mount = mount_id(self.top_fd)
+            self._top_mount_read = True
+        return self.mount
+
+    def _open(
+        self, frame: _Frame, name: str, rel: str, listed: os.DirEntry[str] | None
+    ) -> tuple[int, tuple[int, int]] | None:
         """The subdirectory `name` of `frame`, opened, and its identity; -1 for one on another
         mount; None when there is nothing to walk (gone, swapped and to look at again, an
-        error the caller's `errors` took)."""
+        error the caller's `errors` took).
+
+        A mount of the same filesystem (a bind mount, made before the walk or during it) keeps
+        `st_dev`. Every directory is also checked by its listing's inode, which costs no call:
+        the parent's entry names the directory a mount covers, the open reaches the mount's
+        root, and the two differ. A difference is then settled by the mount ids (a filesystem
+        whose listing inodes differ from its stat ones, as overlayfs without `xino` on layers
+        of several filesystems, is walked all the same); where the platform has none, the
+        directory is not entered (left in place as a mount: a directory swapped between the
+        listing and the open is treated so too)."""
         dir_fd = frame.fd
         assert dir_fd is not None
         try:
@@ -395,7 +416,13 @@ class Walk:
             return None
         try:
             st = os.fstat(sub)
-            other = st.st_dev != self.dev or (self.policy.mount_ids and mount_id(sub) != self.mount)
+            other = st.st_dev != self.dev
+            if other:
+                pass
+            elif listed is not None and listed.inode() != st.st_ino:
+                other = self._top_mount() is None or mount_id(sub) != self._top_mount()
+            elif self.policy.mount_ids:
+                other = self.mount is not None and mount_id(sub) != self.mount
         except BaseException:
             os.close(sub)
             raise

@@ -34,8 +34,9 @@ WEAKER = (
     "no parent-death signal: a command running when the daemon dies runs on until the next "
     "start's sweep stops it",
     "no mount ids: a bind mount of a checkout's own filesystem is known by the mount table, "
-    "read again as each deletion starts (one mounted inside the tree while the walk runs is "
-    "descended); a copy (ignored files, a directory workspace) enters it",
+    "read again as each deletion starts, and by its listing's inode as a walk opens it, with "
+    "no mount id to confirm it (a directory swapped for another while a walk runs is left "
+    "in place as a mount)",
     "no hole punching: keep_processes is off (processes.keep_problem says why); every process "
     "stops with the daemon",
     "process start times from psutil's create_time: a wall-clock step moves them",
