@@ -293,28 +293,42 @@ def processes_of(uid: int, named: Callable[[str], bool]) -> list[tuple[int, str,
     cwd left, is not one). Out of descriptors raises."""
     me = os.getpid()
     found: list[tuple[int, str, str]] = []
+    for pid in owned_by({uid}):
+        if pid == me:
+            continue
+        try:
+            comm = name(pid)
+            if not named(comm):
+                continue
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError as exc:
+            if is_exhausted(exc):
+                raise
+            continue
+        found.append((pid, comm, cwd))
+    return found
+
+
+def owned_by(uids: set[int]) -> list[int]:
+    """The pids of the processes owned by one of `uids` (those /proc lists; gone ones are
+    skipped). Out of descriptors raises."""
+    chosen: list[int] = []
     try:
         entries = list(os.scandir("/proc"))
     except OSError as exc:
         if is_exhausted(exc):
             raise
-        return found
+        return chosen
     for entry in entries:
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not entry.name.isdigit():
             continue
         try:
-            if entry.stat().st_uid != uid:
-                continue
-            comm = name(int(entry.name))
-            if not named(comm):
-                continue
-            cwd = os.readlink(f"/proc/{entry.name}/cwd")
+            if entry.stat().st_uid in uids:
+                chosen.append(int(entry.name))
         except OSError as exc:
             if is_exhausted(exc):
                 raise
-            continue
-        found.append((int(entry.name), comm, cwd))
-    return found
+    return chosen
 
 
 def open_holders(wanted: set[str]) -> dict[str, int]:
@@ -376,7 +390,8 @@ def listeners(ports: set[int]) -> dict[int, set[int | None]]:
                 uids.add(int(fields[7]))
     found: dict[int, set[int | None]] = {}
     pending = dict(sockets)
-    for pid in _pids_of(uids) if pending else []:
+    # Newest first: a server a workspace started is likelier recent than the session's own.
+    for pid in sorted(owned_by(uids), reverse=True) if pending else []:
         for ino in _socket_inodes(pid) & pending.keys():
             found.setdefault(sockets[ino], set()).add(pid)
             del pending[ino]
@@ -385,28 +400,6 @@ def listeners(ports: set[int]) -> dict[int, set[int | None]]:
     for port in pending.values():
         found.setdefault(port, set()).add(None)
     return found
-
-
-def _pids_of(uids: set[int]) -> list[int]:
-    """Processes owned by one of `uids`, newest first (a server a workspace started is more
-    likely recent than the session's long-lived processes)."""
-    chosen: list[int] = []
-    try:
-        entries = list(os.scandir("/proc"))
-    except OSError as exc:
-        if is_exhausted(exc):
-            raise
-        return chosen
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        try:
-            if entry.stat().st_uid in uids:
-                chosen.append(int(entry.name))
-        except OSError as exc:
-            if is_exhausted(exc):
-                raise
-    return sorted(chosen, reverse=True)
 
 
 def _socket_inodes(pid: int) -> set[int]:
