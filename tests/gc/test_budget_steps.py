@@ -17,8 +17,7 @@ import pytest
 from tests.cli.test_workspace import xum
 from tests.support.daemon import DaemonProcess, write_config
 from tests.support.gitrepo import git, make_repo
-from tests.support.lifecycle_helpers import add_project, create, failing_teardown
-from tests.support.wait import until
+from tests.support.lifecycle_helpers import add_project, create, failing_teardown, rpc_error
 
 SLOW_RETRY = "[cleanup]\nbackoff_initial_s = 3600\nbackoff_max_s = 3600\n"
 
@@ -126,10 +125,12 @@ def test_idle_clean_workspaces_are_archived_dirty_ones_skipped(
         daemon.close()
 
 
-def test_a_create_wakes_the_budget_check(root: Path, repo: Path, ctl: Path) -> None:
-    """The scheduled check is an hour away; a create over `max_workspaces` wakes it at once (in
-    the background, after the create answered), and it collects the archived workspace's
-    lingering checkout."""
+def test_a_create_at_max_workspaces_has_a_lingering_checkout_collected_first(
+    root: Path, repo: Path, ctl: Path
+) -> None:
+    """The project is at `max_workspaces` with an archived workspace whose checkout lingers (its
+    retry an hour away): a create asks gc to make room before its intent row; the archived
+    workspace's pending cleanup runs now, and the create proceeds."""
     daemon, made = _start(root, repo, ["a"])
     try:
         daemon.call("workspace.archive", {"workspace_id": made["a"]["id"]})
@@ -139,9 +140,38 @@ def test_a_create_wakes_the_budget_check(root: Path, repo: Path, ctl: Path) -> N
         daemon = _restart(daemon, root, "max_workspaces = 1\n")
         assert daemon.call("gc.plan", {"budget_only": True})["budget"][0]["workspaces"] == 1
         assert path.is_dir()
-        create(daemon, made["a"]["project_id"], "b")
-        key = f"collect_checkout:{made['a']['id']}"
-        until(lambda: key in daemon.log_text(), message="the check after the create")
-        assert not os.path.lexists(path)
+        created = create(daemon, made["a"]["project_id"], "b")
+        assert not os.path.lexists(path)  # collected before the create answered
+        assert Path(created["workspace"]["path"]).is_dir()
+        plan = daemon.call("gc.plan", {"budget_only": True})
+        [part] = [p for p in plan["budget"] if p["what"] == "workspaces"]
+        assert (part["workspaces"], part["excess_workspaces"]) == (1, 0), part
+    finally:
+        daemon.close()
+
+
+def test_a_create_at_max_workspaces_is_refused_when_nothing_can_be_collected(
+    root: Path, repo: Path, ctl: Path
+) -> None:
+    """The archived workspace's teardown still fails: gc cannot collect its checkout, so the
+    create is refused `conflict` before its intent row, naming the limit, the count and the
+    lingering checkout; an active workspace is never archived for it."""
+    daemon, made = _start(root, repo, ["a", "b"])
+    try:
+        daemon.call("workspace.archive", {"workspace_id": made["a"]["id"]})
+        daemon = _restart(daemon, root, "max_workspaces = 2\n")
+        project_id = made["a"]["project_id"]
+        error = rpc_error(daemon, "workspace.create", {"project_id": project_id, "name": "c"})
+        assert error.kind == "conflict", error
+        assert error.data["max_workspaces"] == 2 and error.data["workspaces"] == 2, error.data
+        assert error.data["lingering"] == ["a"], error.data
+        assert "max_workspaces is 2" in str(error) and "did not remove" in str(error), str(error)
+        names = {w["name"]: w["state"] for w in daemon.call("workspace.list")["workspaces"]}
+        assert names == {"a": "archived", "b": "active"}, names  # no row for c, b untouched
+        assert Path(made["a"]["path"]).is_dir() and Path(made["b"]["path"]).is_dir()
+        # Once the teardown passes, the same create collects a's checkout and proceeds.
+        (ctl / "ok").touch()
+        create(daemon, project_id, "c")
+        assert not os.path.lexists(made["a"]["path"])
     finally:
         daemon.close()

@@ -14,7 +14,8 @@ from xum_protocol.models.gc import GcBudget, GcItem
 from xum_protocol.models.usage import WorkspaceUsageParams
 
 from xumd.app import App
-from xumd.lifecycle import rows, views
+from xumd.lifecycle import capacity, rows, views
+from xumd.lifecycle.rootbytes import RootBytes
 from xumd.system import diskfull
 from xumd.usage.service import UsageService
 
@@ -50,18 +51,22 @@ def freeing(items: list[GcItem], part: GcBudget) -> int:
     )
 
 
-def with_need(budget: Budget, mount: str, need: int) -> Budget:
-    """The budget as it would be after `need` more bytes are written on `mount`, counting no
-    pending reclaim (a create needs the space itself, not a promise of it)."""
+def with_need(
+    budget: Budget, mount: str, need: int, project: tuple[str, int] | None = None
+) -> Budget:
+    """The budget as it would be after `need` more bytes are written on `mount` (and, with
+    `project` = (its id, `max_workspaces`), one more workspace of it), counting no pending
+    reclaim (a create needs the space itself, not a promise of it)."""
     parts: list[GcBudget] = []
     for part in budget.parts:
+        update: dict[str, int] = {"pending_bytes": 0}
         if part.what == "free" and part.filesystem == mount:
-            lack = max(0, part.limit_bytes - (part.free_bytes - need))
+            update["deficit_bytes"] = max(0, part.limit_bytes - (part.free_bytes - need))
         elif part.what == "bytes":
-            lack = max(0, part.used_bytes + need - part.limit_bytes)
-        else:
-            lack = part.deficit_bytes
-        parts.append(part.model_copy(update={"deficit_bytes": lack, "pending_bytes": 0}))
+            update["deficit_bytes"] = max(0, part.used_bytes + need - part.limit_bytes)
+        elif part.what == "workspaces" and project is not None and part.project_id == project[0]:
+            update["excess_workspaces"] = max(0, part.workspaces + 1 - project[1])
+        parts.append(part.model_copy(update=update))
     return Budget(parts)
 
 
@@ -102,24 +107,35 @@ def workspace_mounts(app: App) -> dict[str, list[str]]:
 
 
 async def measure(
-    app: App, usage: UsageService, mounts: dict[str, list[str]] | None = None
+    app: App,
+    usage: UsageService,
+    mounts: dict[str, list[str]] | None = None,
+    *,
+    ledger: RootBytes | None = None,
+    refresh: bool = False,
 ) -> Budget:
-    """Every part of the budget set in `[gc]`, measured now."""
+    """Every part of the budget set in `[gc]`, measured now (with `refresh`, every checkout
+    walked anew rather than its cached figures); the root's bytes recorded in `ledger`."""
     config = app.config.gc
     budget = Budget()
     if not config.budgeted():
         return budget
+    if mounts is None and (config.min_free_bytes or config.min_free_percent or config.max_bytes):
+        mounts = workspace_mounts(app)
+    mark = ledger.begin(mounts or ()) if ledger is not None and config.max_bytes else None
     owed = await _owed(usage)
     if config.min_free_bytes or config.min_free_percent:
-        for mount in sorted(mounts if mounts is not None else workspace_mounts(app)):
+        for mount in sorted(mounts or ()):
             part = free_part(mount, config.min_free_bytes, config.min_free_percent)
             if part is not None:
                 budget.parts.append(part.model_copy(update={"pending_bytes": owed.get(mount, 0)}))
     if config.max_workspaces:
         budget.parts += workspace_parts(app, config.max_workspaces)
     if config.max_bytes:
-        listed = await usage.usage(WorkspaceUsageParams())
+        listed = await usage.usage(WorkspaceUsageParams(refresh=refresh))
         total = listed.root.total_bytes if listed.root is not None else 0
+        if ledger is not None and mark is not None:
+            ledger.record(mark, total)
         budget.parts.append(
             GcBudget(
                 what="bytes",
@@ -134,15 +150,12 @@ async def measure(
 
 
 def workspace_parts(app: App, most: int) -> list[GcBudget]:
-    """Each project's workspaces that hold a checkout (active, and archived with its checkout
-    still on disk) against `max_workspaces`."""
+    """Each project's workspaces that hold a checkout (active, being made, archived with its
+    checkout still on disk: `capacity.holding`, as a create counts them) against
+    `max_workspaces`."""
     parts: list[GcBudget] = []
     for project in rows.list_projects(app.store):
-        held = [
-            r
-            for r in rows.list_workspaces(app.store, project_id=project.id)
-            if r.state == "active" or (r.state == "archived" and os.path.isdir(r.path))
-        ]
+        held = capacity.holding(app.store, project.id)
         parts.append(
             GcBudget(
                 what="workspaces",

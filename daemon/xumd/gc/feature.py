@@ -26,6 +26,7 @@ from xumd.app import App
 from xumd.base.errors import XumError
 from xumd.gc import runs
 from xumd.gc.room import Room
+from xumd.lifecycle.rootbytes import RootBytes
 from xumd.rpc.deferred import Deferred
 from xumd.rpc.dispatch import RequestContext
 from xumd.system.git import Git
@@ -39,7 +40,10 @@ if TYPE_CHECKING:
 def room(app: App) -> Room:
     """The lifecycle's `MakeRoom` port, built before the workspace service and gc both (gc
     serves it once installed)."""
-    return Room(wait_s=app.config.git_timeout_s)
+    return Room(
+        wait_s=app.config.git_timeout_s,
+        ledger=RootBytes(app.store, walked=bool(app.config.gc.max_bytes)),
+    )
 
 
 # Test-method models (enable_test_methods only): built on first use, not at every start-up.
@@ -75,6 +79,7 @@ def install(
                 usage=usage.get("gc"),
                 workspaces=workspaces,
                 reclaims=reclaims,
+                ledger=room.ledger,
             )
         )
 
@@ -124,7 +129,11 @@ def install(
         # One line, as `GcStatus` (models/daemon.py) writes it; no model loaded here.
         if not app.config.gc.budgeted():
             return {"budget": "off"}
-        return {"budget": gc.built.budget_line if gc.built is not None else "not checked yet"}
+        line = gc.built.budget_line if gc.built is not None else "not checked yet"
+        held = workspaces.pool_held_back()
+        if held:
+            line += f"; the warm pool's refill is held back for {', '.join(sorted(held))}"
+        return {"budget": line}
 
     app.status_providers["gc"] = status
     app.on_shutdown("gc.worker", stop)

@@ -21,9 +21,12 @@ ACTION = "drop_pool_entry"
 
 
 class PoolEntries(Protocol):
-    """The pool as gc sees it (`WorkspaceService.pool_surplus`, `drop_pool_entry`)."""
+    """The pool as gc sees it (`WorkspaceService.pool_surplus`, `drop_pool_entry`,
+    `pool_held_back`: the projects whose refill the budget holds back, for the status line)."""
 
     def pool_surplus(self) -> list[Surplus]: ...
+
+    def pool_held_back(self) -> dict[str, str]: ...
 
     async def drop_pool_entry(self, entry_id: str) -> bool: ...
 

@@ -53,6 +53,7 @@ from xumd.gc.evictplan import Activity, plan_evictions
 from xumd.gc.plan import Holders, Plan, Planner, policies, skipped
 from xumd.lifecycle import rows
 from xumd.lifecycle.capacity import Made
+from xumd.lifecycle.rootbytes import RootBytes
 from xumd.recovery.feature import discard_kept_copy
 from xumd.system import procstat
 from xumd.system.git import Git
@@ -145,8 +146,12 @@ class GcService:
         usage: UsageService,
         workspaces: Collected,
         reclaims: Reclaims,
+        ledger: RootBytes,
     ) -> None:
         self.app = app
+        self.ledger = ledger
+        """The root's bytes as last measured: every measurement of the budget is recorded
+        there, for the creates' cheap figure (lifecycle/rootbytes.py)."""
         self.git = git
         self.clock = clock
         self.hooks = hooks
@@ -178,7 +183,7 @@ class GcService:
 
     async def plan(self, params: GcPlanParams) -> GcPlanResult:
         if params.budget_only:
-            budget = await measure(self.app, self.usage)
+            budget = await measure(self.app, self.usage, ledger=self.ledger)
             return self._result(Planned(Plan(self.clock.time()), budget.parts, []))
         return self._result(await self._plan())
 
@@ -188,19 +193,24 @@ class GcService:
         *,
         budget_only: bool = False,
         need: tuple[str, int] | None = None,
+        project_id: str | None = None,
+        refresh: bool = False,
     ) -> Planned:
         """The policies' items (unless `budget_only`), then, while a disk budget is exceeded
-        (with `need`: as it would be after that many bytes are written on that mount), what
-        restores it, in order: the warm pool's surplus, rebuildable directories, archived
-        workspaces' lingering checkouts, idle clean workspaces archived (gc/budgetsteps.py)."""
+        (with `need`: as it would be after that many bytes are written on that mount, and with
+        `project_id` one more workspace of that project), what restores it, in order: the warm
+        pool's surplus, rebuildable directories, archived workspaces' lingering checkouts, idle
+        clean workspaces archived (gc/budgetsteps.py). `refresh`: every checkout walked anew."""
         planner = self._planner()
         now = self.clock.time()
         plan = Plan(now, keys) if budget_only else await planner.plan(now, keys)
         if not budget_only:
             await pool.plan_items(plan, self.workspaces, self.usage)
-        budget = await measure(self.app, self.usage)
+        budget = await measure(self.app, self.usage, ledger=self.ledger, refresh=refresh)
         if need is not None:
-            budget = with_need(budget, *need)
+            most = self.app.config.gc.max_workspaces
+            project = (project_id, most) if project_id is not None and most else None
+            budget = with_need(budget, *need, project=project)
         await pool.plan_pressure(plan, budget, self.workspaces, self.usage)
         unmet = await plan_evictions(planner, plan, budget, self.activity)
         counts = [p for p in budget.exceeded() if p.what == "workspaces"]
@@ -258,27 +268,43 @@ class GcService:
             )
         return result
 
-    async def make_room(self, path: Path, need: int) -> Made:
-        """For a create about to write `need` bytes at `path`: what is owed is reclaimed now,
-        then what the budget's policy allows is collected until the budget would hold after
-        the create (each item as `gc.run` collects it), and reclaimed now. Waits for a run in
-        progress (the create's wait is bounded: gc/room.py)."""
+    async def make_room(self, path: Path, need: int, *, project_id: str | None = None) -> Made:
+        """For a create about to write `need` bytes at `path` (with `project_id`: one more
+        workspace of that project): what is owed is reclaimed now, then what the budget's
+        policy allows is collected until the budget would hold after the create (each item as
+        `gc.run` collects it), and reclaimed now. The root is measured with every checkout
+        walked anew (and again after anything was collected), so the create decides on a
+        measurement. Waits for a run in progress (the create's wait is bounded: gc/room.py)."""
         async with self._budget_work():
             await self._reclaim_owed()
-            planned = await self._plan(budget_only=True, need=(mount_of(path), need))
+            planned = await self._plan(
+                budget_only=True,
+                need=(mount_of(path), need),
+                project_id=project_id,
+                refresh=True,
+            )
             result = GcRunResult(skipped=list(planned.plan.skipped))
             for item in planned.plan.items:
                 await self._one(item, result)
             if result.done:
                 await self._reclaim_owed()
+                if self.app.config.gc.max_bytes:
+                    await measure(self.app, self.usage, ledger=self.ledger, refresh=True)
         log.info(
             "gc.made_room",
             path=str(path),
             need=need,
+            project=project_id,
             collected=len(result.done),
             freed=sum(d.bytes for d in result.done),
         )
         return Made(evicted=result.done, held=[f"{s.key}: {s.reason}" for s in result.skipped])
+
+    async def measure_root(self) -> None:
+        """For a create with no recent figure of the root's bytes: measured now and recorded
+        (no lock: a measurement changes nothing)."""
+        if self.app.config.gc.max_bytes:
+            await measure(self.app, self.usage, ledger=self.ledger)
 
     async def _reclaim_owed(self) -> None:
         """Every pending reclaim run now, in full: the trash entries' bytes freed, not owed."""

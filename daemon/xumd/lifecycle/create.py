@@ -145,6 +145,9 @@ def _insert_intent(
                 owner_workspace_id=binding.owner_workspace_id if binding else None,
                 now=now,
             )
+            # Counted with this row, in its transaction: two creates checked at one place
+            # below `max_workspaces` cannot both take it.
+            capacity.check_count(ctx.store, project.id, ctx.app.config.gc.max_workspaces)
             if binding is not None:
                 binding.record(workspace_id)
             if also is not None:
@@ -265,22 +268,26 @@ async def _room(
     sparse: SparseInfo | None,
     wanted: createconfig.CreateSettings,
 ) -> capacity.Made:
-    """While a disk budget is set: what the checkout and its `[create] copy` will write, made
-    room for (gc evicts what the policy allows) or refused before anything is made. A ready
-    warm pool entry at this base is already on disk: nothing to estimate for the checkout."""
+    """While a disk budget is set: what the checkout and its `[create] copy` will write (a
+    ready warm pool entry at this base is already on disk: nothing for the checkout; a sparse
+    or directory workspace: not estimated) and the project's workspace count, made room for
+    (gc collects what the policy allows) or refused before anything is made."""
     gc = ctx.app.config.gc
-    if plan is None or sparse is not None or not gc.budgeted():
+    if not gc.budgeted():
         return capacity.Made()
-    size = pool.size(wanted, ctx.app.config.create.pool)
-    hit = size > 0 and pool_records.take_ready(ctx.store, project.id, plan.base, None) is not None
-    need = 0 if hit else await capacity.tree_bytes(ctx.git, project.path, plan.base)
-    if need is None:
-        return capacity.Made()
-    cfg = ctx.app.config.create
-    if project.kind == "git":
-        need += await capacity.copy_bytes(ctx.git, project.path, wanted.copy, cfg.copy_max_bytes)
+    need: int | None = None
+    if plan is not None and sparse is None:
+        size = pool.size(wanted, ctx.app.config.create.pool)
+        ready = pool_records.take_ready(ctx.store, project.id, plan.base, None)
+        hit = size > 0 and ready is not None
+        need = 0 if hit else await capacity.tree_bytes(ctx.git, project.path, plan.base)
+        if need is not None and project.kind == "git":
+            cap = ctx.app.config.create.copy_max_bytes
+            need += await capacity.copy_bytes(ctx.git, project.path, wanted.copy, cap)
+    what = f"a checkout of {plan.base[:12]}" if plan else f"workspace {params.name!r}"
     where = ctx.path_for(project, params.name).parent
-    return await capacity.ensure(where, need, gc, f"a checkout of {plan.base[:12]}", ctx.room)
+    wants = capacity.Need(where, need, project.id, params.name)
+    return await capacity.ensure(wants, gc, what, ctx.room, ctx.store)
 
 
 async def _claim(

@@ -155,7 +155,15 @@ def install(
     """Its collaborators come from the composition root; returns the workspace service for the
     features above it (each takes the narrow port it uses)."""
     pool = app.provide(
-        PoolService(app.store, git, app.paths, app.events, default_size=app.config.create.pool)
+        PoolService(
+            app.store,
+            git,
+            app.paths,
+            app.events,
+            default_size=app.config.create.pool,
+            budget=app.config.gc,
+            room=room,
+        )
     )
     workspaces = app.provide(
         WorkspaceService(

@@ -182,3 +182,6 @@ class WorkspaceService:
 
     async def drop_pool_entry(self, entry_id: str) -> bool:
         return await self.pool.drop_entry(entry_id)
+
+    def pool_held_back(self) -> dict[str, str]:
+        return self.pool.held_back()

@@ -10,6 +10,18 @@ dirty, or any failure before the checkout became the workspace's (`stale`) leave
 make a fresh checkout. Refill is one task for the daemon (so at most one entry is prepared per
 project at a time), woken by a create and by a poll of each pooled project's base every
 `POLL_S`; every git call it makes is bounded by git's own timeout; it stops at shutdown.
+
+While a disk budget is set (`[gc]`), the refill makes an entry only when the budget holds with
+it: the entry's estimate (the base's tree, as a create estimates it; nothing for a sparse
+cone), plus the bytes creates in flight reserved, leaves `min_free_*` free on the pool's
+filesystem, and the root's bytes (`RootBytes`, lifecycle/rootbytes.py) plus the entry stay
+within `max_bytes`. Entries do not count toward `max_workspaces`: they are the daemon's head
+start, no one's workspace, and a claim turns one into a workspace only through a create, which
+is counted. An entry is never made by asking gc to make room: the refill only waits until
+there is room. So when gc drops an entry to restore the budget, the refill does not write it
+back while the budget lacks the room for it. A refill held back is logged once per episode
+(`pool.refill_held_back`, then `pool.refill_resumed`) and shown in `daemon.status`'s budget
+line (`held_back`); it is looked at again at each wake and poll.
 """
 
 from __future__ import annotations
@@ -24,11 +36,13 @@ import anyio
 from xum_protocol.models.checkout_extras import SparseInfo
 
 from xumd.base import faults, logs
+from xumd.base.config import GcConfig
 from xumd.base.errors import XumError
 from xumd.base.events import EventBus
 from xumd.base.paths import RootPaths
 from xumd.checkouts import marker
-from xumd.lifecycle import bigrepo, createconfig, ids, rows, views
+from xumd.lifecycle import bigrepo, capacity, createconfig, ids, rows, views
+from xumd.lifecycle.capacity import MakeRoom
 from xumd.lifecycle.pool import checkout, records, stamps
 from xumd.lifecycle.pool.records import EntryRow
 from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
@@ -94,9 +108,22 @@ def size(settings: createconfig.CreateSettings, root_default: int) -> int:
 
 class PoolService:
     def __init__(
-        self, store: Store, git: Git, paths: RootPaths, events: EventBus, *, default_size: int
+        self,
+        store: Store,
+        git: Git,
+        paths: RootPaths,
+        events: EventBus,
+        *,
+        default_size: int,
+        budget: GcConfig,
+        room: MakeRoom,
     ) -> None:
         self.store = store
+        self.budget = budget
+        self.room = room
+        """The root's bytes (`room.ledger`), measured through gc when there is no recent
+        figure; never asked to make room for an entry."""
+        self._held: dict[str, str] = {}
         self.git = git
         self.paths = paths
         self.events = events
@@ -304,7 +331,59 @@ class PoolService:
             return
         while records.count_live(self.store, project.id) < wanted:
             sparse = await bigrepo.sparse_patterns(self.git, project.path)
+            over = await self._over_budget(project, base, sparse)
+            if over is not None:
+                self._hold_back(project, over)
+                return
+            self._resume(project)
             await self._prepare_one(project, base, sparse)
+        self._resume(project)
+
+    async def _over_budget(
+        self, project: ProjectRow, base: str, sparse: SparseInfo | None
+    ) -> str | None:
+        """Why one more entry would break the disk budget, or None."""
+        config = self.budget
+        if not config.budgeted():
+            return None
+        size = 0
+        if sparse is None:
+            size = await capacity.tree_bytes(self.git, project.path, base) or 0
+        pending = self.room.ledger.in_flight()
+        short = capacity.shortfall(self.pool_dir(project), size + pending, config)
+        if short is not None:
+            return (
+                f"{short.fs.describe()} has {short.free} bytes free; an entry of about {size}"
+                + (f" (and {pending} reserved by creates)" if pending else "")
+                + f" would leave less than [gc] min_free_* keeps ({short.keep})"
+            )
+        if not config.max_bytes:
+            return None
+        age = capacity.figure_age(config)
+        if self.room.ledger.figure(age) is None:
+            await self.room.measure_root()
+        figure = self.room.ledger.figure(age)
+        if figure is None:
+            return "the root's bytes are not measured yet ([gc] max_bytes)"
+        if figure.total + size > config.max_bytes:
+            return (
+                f"the root holds {figure.total} bytes ({figure.describe()}); an entry of about "
+                f"{size} would cross [gc] max_bytes ({config.max_bytes})"
+            )
+        return None
+
+    def _hold_back(self, project: ProjectRow, why: str) -> None:
+        if project.id not in self._held:
+            log.warning("pool.refill_held_back", project=project.id, why=why)
+        self._held[project.id] = why
+
+    def _resume(self, project: ProjectRow) -> None:
+        if self._held.pop(project.id, None) is not None:
+            log.info("pool.refill_resumed", project=project.id)
+
+    def held_back(self) -> dict[str, str]:
+        """The projects whose refill the disk budget holds back now, each with why."""
+        return dict(self._held)
 
     def _surplus(self, project_id: str, wanted: int) -> list[EntryRow]:
         """Stale entries, and ready ones beyond the size (newest first: the oldest are claimed)."""
