@@ -1,0 +1,89 @@
+"""The warm pool's refill against the disk budget, on a real tmpfs small enough to fill: gc drops
+an entry while the budget lacks room, and the refill does not write it back (logged once for the
+episode however often it is woken, shown in `daemon.status`'s budget line); once the space is
+back, the refill makes the entry again and says so."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+from xum_protocol.models.daemon import GcStatus
+
+from tests.gc.test_budget import _free
+from tests.lifecycle.test_pool import entries, ready
+from tests.support.daemon import DaemonProcess, write_config
+from tests.support.gitrepo import make_repo
+from tests.support.lifecycle_helpers import add_project
+from tests.support.tmpfs import tmpfs
+from tests.support.wait import until
+
+MB = 1 << 20
+POOLED = ".xum/config.toml"
+
+
+@pytest.fixture
+def fs(tmp_short: Path) -> Iterator[Path]:
+    with tmpfs(tmp_short / "fs", "size=96m") as mount:
+        yield mount
+
+
+def _pooled_repo(path: Path, files: dict[str, str]) -> Path:
+    return make_repo(path, {**files, POOLED: "[create]\npool = 1\n"})
+
+
+def _refilled(daemon: DaemonProcess, project_id: str) -> bool:
+    return any(
+        "pool.refilled" in line and project_id in line for line in daemon.log_text().splitlines()
+    )
+
+
+def test_an_entry_gc_dropped_is_not_written_back_while_the_budget_lacks_room(
+    fs: Path, tmp_short: Path
+) -> None:
+    repo = _pooled_repo(tmp_short / "big", {"README.md": "hi\n", "blob.bin": "x" * (4 * MB)})
+    root = fs / "r"
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        [entry] = ready(root)
+    finally:
+        daemon.close()
+    junk = fs / "junk.bin"
+    junk.write_bytes(os.urandom(8 * MB))
+    # The budget lacks 1 MiB with the entry there: dropping it (4 MiB) restores it, writing it
+    # again would not.
+    write_config(root, f"[gc]\nmin_free_bytes = {_free(fs) + MB}\nbudget_interval_s = 3600\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        (repo / POOLED).write_text("[create]\npool = 0\n")  # the entry is surplus to gc
+        done = daemon.call("gc.run")["done"]
+        assert f"drop_pool_entry:{entry['id']}" in [d["key"] for d in done], done
+        assert entries(root) == []
+        (repo / POOLED).write_text("[create]\npool = 1\n")
+        add_project(daemon, make_repo(tmp_short / "p2", {"a.txt": "a\n"}))  # wakes the refill
+        until(lambda: "pool.refill_held_back" in daemon.log_text(), message="the refill held")
+        # Woken again and again (each project added wakes it; each of these has a pool of its
+        # own, made: proof the passes ran): still held, and said once.
+        for name in ("p3", "p4"):
+            other = add_project(daemon, _pooled_repo(tmp_short / name, {"a.txt": "a\n"}))
+            until(partial(_refilled, daemon, other["id"]), message=f"{name}'s entry made")
+        assert daemon.log_text().count("pool.refill_held_back") == 1
+        assert [e for e in entries(root) if e["project_id"] == project["id"]] == []
+        status = GcStatus.model_validate(daemon.call("daemon.status")["details"]["gc"]).budget
+        assert "the warm pool's refill is held back" in status and project["id"] in status
+        # The space back: the next pass makes the entry, and says the episode ended.
+        junk.unlink()
+        add_project(daemon, make_repo(tmp_short / "p5", {"a.txt": "a\n"}))
+        until(
+            lambda: [e for e in entries(root, "ready") if e["project_id"] == project["id"]],
+            message="the entry made again",
+        )
+        assert "pool.refill_resumed" in daemon.log_text()
+        status = GcStatus.model_validate(daemon.call("daemon.status")["details"]["gc"]).budget
+        assert "held back" not in status, status
+    finally:
+        daemon.close()
