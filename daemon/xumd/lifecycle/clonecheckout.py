@@ -16,6 +16,11 @@ Anything else (a filesystem without reflinks, another filesystem, a template tha
 match, an index this reader does not rewrite: a sparse or split index, a submodule) gives
 git's checkout instead, as `git worktree add` does it (`reset --hard`), after taking back
 what the clone made. The answer says which was used.
+
+Neither create nor the warm pool's refill fills a checkout this way: on a source tree git's
+checkout is per-file metadata, which the clone pays too, and `bench/clone.py` measured the fill
+at 0.87x to 1.16x of `git worktree add` (docs/PERFORMANCE.md, "Copy-on-write"). What cloning
+does pay for, data, is `[create] copy`'s (lifecycle/seed.py through system/fscopy.py).
 """
 
 from __future__ import annotations
