@@ -40,6 +40,11 @@ CONNECTION_FLUSH_S = 1.0
 """At the end of a shutdown: how long connections get to flush their last answers."""
 HARD_STOP_MARGIN_S = 5.0
 
+RECONCILED = "XUM_RECONCILED=1"
+"""The notify field sent once every record agrees with the disk (the startup passes ran): with
+READY=1 where they ran before serving or had nothing to do, later on a start whose feature
+graph is built after READY=1 (`xumd.startup.lazy_start`). Tests wait for it after READY=1."""
+
 
 def _hard_exit(budget: float) -> None:
     # From a timer thread: the event loop may be stuck, so no logging framework here.
@@ -96,6 +101,8 @@ class App:
         self.started_monotonic = time.monotonic()
         self.stopping = False
         self.ready = False
+        self.reconciling = False
+        """A start that builds its feature graph after READY=1 (`reconcile_after_ready`)."""
         self.shutdown_requested = anyio.Event()
         self._services: dict[type[Any], Any] = {}
         self._startup: list[tuple[str, Hook]] = []
@@ -203,7 +210,9 @@ class App:
                     self.ready = True
                     self.notifier.ready(f"serving {self.paths.root}")
                     log.info("daemon.ready", root=str(self.paths.root), pid=os.getpid())
-                    self._release_startup_memory()
+                    if not self.reconciling:
+                        self.announce_reconciled()
+                    self.release_startup_memory()
                     for name, fn in self._background:
                         background.start_soon(self._run_background, name, fn)
                     if self.notifier.watchdog_s:
@@ -236,11 +245,21 @@ class App:
         log.info("daemon.stopped", pending=pending)
         return pending
 
-    def _release_startup_memory(self) -> None:
+    def reconcile_after_ready(self) -> None:
+        """This start runs its startup passes after READY=1 (`xumd.startup.lazy_start`):
+        RECONCILED is sent once they ran (`announce_reconciled`), not with READY=1."""
+        self.reconciling = True
+
+    def announce_reconciled(self) -> None:
+        """Say (notify RECONCILED) that every record agrees with the disk."""
+        self.notifier.send(RECONCILED, f"STATUS=serving {self.paths.root}")
+
+    def release_startup_memory(self) -> None:
         """Give back what the startup passes held at their peak (a pass over 10,000 records
         peaks some 6 MiB above what the daemon keeps): their cyclic garbage, SQLite's page cache
         filled by the scans, and the C heap's free pages. Right after READY=1 (it is not
-        readiness work), before the first request is read."""
+        readiness work), before the first request is read, and after a feature graph built
+        after READY=1 ran its passes."""
         started = time.perf_counter()
         gc.collect()
         self.store.shrink_memory()

@@ -7,8 +7,9 @@ feature graph is loaded, and the graph is built at the first request that needs 
   included), runs the graph's startup steps then, and is answered as on a full start, bad params
   with the same error;
 - a failed build is answered `internal`, and the next request builds it;
-- a root with a record starts whole: recovery before serving; so does one with a record in any
-  table, anything in a state directory, or a state directory that cannot be listed (fail closed);
+- a root with a record builds the graph at once after READY=1 (tests/daemon/
+  test_start_with_records.py: what waits for it); so does one with a record in any table,
+  anything in a state directory, or a state directory that cannot be listed (fail closed);
 - `daemon.status` shows the unbuilt features as the built ones show an empty root;
 - the method table is what the graph registers; the root lock's start time is psutil's;
 - what is written without the protocol's models (hello, daemon.status, containment's status)
@@ -139,7 +140,9 @@ def test_a_failed_build_is_internal_and_the_next_request_builds(root: Path) -> N
         daemon.close()
 
 
-def test_a_root_with_a_record_runs_recovery_before_serving(root: Path, tmp_short: Path) -> None:
+def test_a_root_with_a_record_builds_its_graph_at_once_after_ready(
+    root: Path, tmp_short: Path
+) -> None:
     project = tmp_short / "proj"
     project.mkdir()
     daemon = DaemonProcess(root, log_level="info").start()
@@ -148,17 +151,20 @@ def test_a_root_with_a_record_runs_recovery_before_serving(root: Path, tmp_short
         assert "result" in ask(daemon, "project.list", {})
     finally:
         daemon.close()
-    again = DaemonProcess(root, log_level="info").start()
+    again = DaemonProcess(root, log_level="info").start()  # READY=1, then reconciled
     try:
         assert events(again, "daemon.start_shape")[-1] == {
             **events(again, "daemon.start_shape")[-1],
             "lean": False,
+            "at_once": True,
             "why": "records in projects",
         }
+        # Built by the start-up itself, not by a request: the passes ran after READY=1.
         log = logged_ready(again, 2)
         second = log.rindex('"daemon.start_shape"')
         ready = log.index('"daemon.ready"', second)
-        assert second < log.index('"step": "recovery"', second) < ready
+        assert ready < log.index('"step": "recovery"', second)
+        assert events(again, "lazy_start.features_built")[-1]["caller"] == "start-up"
         assert len(ask(again, "project.list", {})["result"]["projects"]) == 1
     finally:
         again.close()

@@ -32,9 +32,10 @@ def import_deferred() -> None:
 
 
 def install_features(app: App, *, lean: bool = False) -> None:
-    """Install every feature; with `lean` (the daemon's start), on a root with nothing to
-    recover, the feature graph is registered by name and built at its first request
-    (`xumd.startup.lazy_start`)."""
+    """Install every feature. With `lean` (the daemon's start) the feature graph is built after
+    READY=1 (`xumd.startup.lazy_start`): on a root with nothing to recover, at the first request
+    that needs it; on a root with records, at once in the background, every method that needs it
+    waiting until its startup passes ran. Without `lean`, before serving."""
     daemon_feature.install(app)
     why = lazy_start.why_not_lean(app) if lean else "built whole"
     if why is None:
@@ -42,18 +43,32 @@ def install_features(app: App, *, lean: bool = False) -> None:
         # The containment is installed first: its sweep runs before adoption.
         lean_cont = containment_feature.install(app, adoptable=containment_feature.nothing_to_adopt)
         lazy_start.LazyFeatures(app, lambda: _install_graph(app, lean_cont)).register()
+    elif lean:
+        # Records: the containment (its sweep adopts what a live lease names) and the graph,
+        # in the same order as below, right after READY=1.
+        lazy_start.LazyFeatures(
+            app, lambda: _install_whole(app), at_once=True, preload=_import_graph
+        ).register()
     else:
-        from xumd.startup import feature_graph
-
-        leases = feature_graph.lease_store(app)
-        cont = containment_feature.install(app, adoptable=containment_feature.leased(leases))
-        feature_graph.install(app, cont, leases=leases)
-    log.info("daemon.start_shape", lean=why is None, why=why)
+        _install_whole(app)
+    log.info("daemon.start_shape", lean=why is None, at_once=lean and why is not None, why=why)
     if app.config.enable_test_methods:
         # Imported here: its models are built at import, and only test daemons serve them.
         from xumd.rpc import spec_examples
 
         spec_examples.install(app.router)
+
+
+def _import_graph() -> None:
+    from xumd.startup import feature_graph  # noqa: F401
+
+
+def _install_whole(app: App) -> None:
+    from xumd.startup import feature_graph
+
+    leases = feature_graph.lease_store(app)
+    cont = containment_feature.install(app, adoptable=containment_feature.leased(leases))
+    feature_graph.install(app, cont, leases=leases)
 
 
 def _install_graph(app: App, containment: Containment) -> None:

@@ -1,24 +1,35 @@
-"""The lean start: a root with nothing to recover serves before its features are loaded.
+"""The feature graph built after READY=1: a lean start, and a start with records.
 
-Time to ready is almost all imports (docs/PERFORMANCE.md, "Lean start"), and most of
-them are the features' (lifecycle, cleanup, processes, turns, usage, recovery, gc) for the
-startup passes the contract keeps before serving: adoption and recovery. A root whose store holds
-no record and whose state directories are empty or absent gives those passes nothing to do, so
-its daemon registers the features' methods by name only (`Router.add_pending`: `hello` lists
-them, each refuses bad params with the same errors once built) and builds the whole feature
-graph at the first request that names one of them. The containment sweep is not among what
-waits: it is the daemon's own feature, and runs before READY=1 on every start.
+Time to ready is almost all imports (docs/PERFORMANCE.md, "Lean start"), and most of them are
+the features' (lifecycle, cleanup, processes, turns, usage, recovery, gc). Either way the
+daemon's own features are installed before READY=1 and the features' methods are registered by
+name only (`Router.add_pending`: `hello` lists them, each refuses bad params with the same errors
+once built).
 
-The build runs on the event loop: the imports and installs synchronously (nothing interleaves),
-then the startup steps the features added (adoption, recovery: on a store that still holds
-nothing, since only a feature writes one), then their background services start. Requests that
-arrive meanwhile wait for the same build. A build that fails is logged and answered `internal`;
-what it registered is taken back, and the next request builds again.
+- **Lean** (a root whose store holds no record and whose state directories are empty or
+  absent: the startup passes have nothing to do): the graph is built at the first request that
+  names one of its methods. The containment sweep is the daemon's own feature here and runs
+  before READY=1.
+- **At once** (a root with records): the graph is built by a background service started right
+  after READY=1 (its imports in a worker thread, so `hello` is answered meanwhile), the
+  containment with it (its sweep adopts what a live lease names). Until its startup passes
+  ran, every method of the graph waits, and so do `daemon.status` and `events.subscribe`
+  (`PARKED`: what they show is the records); `hello` and `daemon.shutdown` are answered. The
+  notify field `xumd.app.RECONCILED` says when the passes ran. Why this keeps the contract:
+  docs/RELIABILITY.md, "Start-up with records".
 
-Until the build, `daemon.status` shows each feature's details, and `events.subscribe`'s snapshot
-each feature's part, as that feature shows them on an empty root (`idle_details`,
-`add_idle_snapshot`; tests/daemon/test_lean_start.py compares them with the built features'), so
-that neither waits for the build (docs/PERFORMANCE.md, "Copies kept for speed").
+The build runs on the event loop: the installs synchronously (nothing interleaves), then the
+startup steps the features added (containment sweep, adoption, recovery; on a lean start on a
+store that still holds nothing), then their background services start (cleanup retry). The
+graph's routes are put in place only after its steps ran: a request that arrives meanwhile
+waits for the same build (at most `lock_wait_s`, then `timeout`). A build that fails is logged
+and answered `internal`; what it registered is taken back, and the next request builds again.
+A stop during the start-up build lets it finish its steps first (a stage-0 drain).
+
+Until a lean build, `daemon.status` shows each feature's details, and `events.subscribe`'s
+snapshot each feature's part, as that feature shows them on an empty root (`idle_details`,
+`add_idle_snapshot`; tests/daemon/test_lean_start.py compares them with the built features'),
+so that neither waits for the build (docs/PERFORMANCE.md, "Copies kept for speed").
 """
 
 from __future__ import annotations
@@ -58,6 +69,17 @@ BUILD_FAILS = faults.declare(
     simulate=True,
 )
 _fault_spent = False
+
+HOLD_BUILD = faults.declare(
+    "lazy_start.hold_build",
+    "simulate: hold the start-up build of a root with records after READY=1, its features "
+    "installed, before their startup passes, until the test releases it "
+    "(faults.FaultPoint.hold): the window in which requests wait",
+    simulate=True,
+)
+
+PARKED = ("daemon.status", "events.subscribe")
+"""The daemon's own methods that wait for a build at once: their answers show the records."""
 
 
 def idle_details(app: App) -> dict[str, Callable[[], Any]]:
@@ -129,54 +151,131 @@ def why_not_lean(app: App) -> str | None:
 
 
 class LazyFeatures:
-    """The feature graph of a lean start, built by `build` at the first request that needs it."""
+    """The feature graph built after READY=1: at the first request that needs it (`lean`: an
+    empty root), or at once in the background (a root with records: `AT_ONCE`)."""
 
-    def __init__(self, app: App, build: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        app: App,
+        build: Callable[[], None],
+        *,
+        at_once: bool = False,
+        preload: Callable[[], None] | None = None,
+    ) -> None:
         self._app = app
         self._build = build
+        self._preload = preload
+        self.at_once = at_once
         self.built = False
         self._building: anyio.Event | None = None
+        self._owed = at_once
+        """The start-up build has not ended its first attempt: a request waits for it."""
+        self._parked: dict[str, Any] = {}
 
     def register(self) -> None:
         """Register as pending every method of the protocol's table not registered yet (the
         daemon's own are: the feature graph registers the others; tests/daemon/
-        test_lean_start.py checks it), and the features' idle status details."""
-        names = sorted(METHOD_NAMES.difference(self._app.router.routes))
+        test_lean_start.py checks it). Lean: the features' idle status details and snapshot.
+        At once: `daemon.status` and `events.subscribe` wait for the build as well (what they
+        show is the records as the passes left them), and the build starts right after
+        READY=1."""
+        router = self._app.router
+        names = sorted(METHOD_NAMES.difference(router.routes))
         if self._app.config.enable_test_methods:
             names += FEATURE_TEST_METHODS
         for name in names:
-            self._app.router.add_pending(name, self.ensure)
+            router.add_pending(name, self.ensure)
+        if self.at_once:
+            for name in PARKED:
+                self._parked[name] = router.routes.pop(name)
+                router.add_pending(name, self.ensure)
+            self._app.reconcile_after_ready()
+            self._app.after_ready("features.build", self.build_at_start)
+            self._app.on_shutdown("features.build", self._wait_built, stage=0)
+            return
         self._app.status_providers.update(idle_details(self._app))
         add_idle_snapshot(self._app)
 
     async def ensure(self, why: str) -> None:
-        """Build the feature graph if it is not yet; `why` names the method that needs it."""
-        global _fault_spent
+        """Build the feature graph if it is not yet; `why` names the method that needs it.
+        A build under way (or the start-up build not begun yet) is waited for, at most
+        `lock_wait_s`."""
         if self.built:
             return
-        if self._building is not None:
-            await self._building.wait()
+        if self._building is not None or self._owed:
+            building = self._event()
+            with anyio.move_on_after(self._app.config.lock_wait_s) as waited:
+                await building.wait()
+            if waited.cancelled_caught:
+                raise XumError(
+                    ErrorKind.TIMEOUT,
+                    f"{why} waited {self._app.config.lock_wait_s:g}s for the daemon's start-up "
+                    "(its features load and its records are reconciled first); try again",
+                    feature="features",
+                )
             if self.built:
                 return
             raise _unavailable(why, "its build failed")
-        self._building = building = anyio.Event()
+        await self._build_once(why)
+
+    async def build_at_start(self) -> None:
+        """The background service of a start with records: the graph at once, after READY=1."""
+        self._event()
+        try:
+            await self._build_once("start-up")
+        except XumError:
+            pass  # logged by the build; the next request builds again
+        finally:
+            self._owed = False
+        if self.built:
+            self._app.announce_reconciled()
+            self._app.release_startup_memory()
+
+    async def _wait_built(self) -> None:
+        """A stop during the start-up build lets it finish its passes (the drain's deadline
+        bounds it) before the other drains run."""
+        if self._building is not None:
+            await self._building.wait()
+
+    def _event(self) -> anyio.Event:
+        if self._building is None:
+            self._building = anyio.Event()
+        return self._building
+
+    async def _build_once(self, why: str) -> None:
+        global _fault_spent
+        building = self._event()
         app = self._app
-        routes = dict(app.router.routes)
+        router = app.router
+        routes = dict(router.routes)
         details = dict(app.status_providers)
         mark = app.mark()
         try:
             if BUILD_FAILS.active and not _fault_spent:
                 _fault_spent = True
                 raise ImportError("simulated: the features failed to load")
+            if self._preload is not None:
+                # The imports in a worker thread: the loop answers `hello` meanwhile.
+                await anyio.to_thread.run_sync(self._preload)
             self._build()
+            # Until the graph's startup passes ran, a request of its methods keeps waiting:
+            # nothing is answered from records the passes have not reconciled yet.
+            built = dict(router.routes)
+            router.routes.clear()
+            router.routes.update(routes)
+            if self.at_once:
+                await HOLD_BUILD.hold()
             await app.run_startup_steps(mark.startup)
-            app.start_background(mark)
+            router.routes.update(built)
+            router.routes.update(self._parked)
+            if not app.stopping:
+                app.start_background(mark)
             self.built = True
         except Exception as exc:
             log.exception("lazy_start.build_failed", caller=why)
             # Take back what the failed build registered: the next request starts afresh.
-            app.router.routes.clear()
-            app.router.routes.update(routes)
+            router.routes.clear()
+            router.routes.update(routes)
             app.status_providers.clear()
             app.status_providers.update(details)
             add_idle_snapshot(app)
@@ -185,7 +284,7 @@ class LazyFeatures:
         finally:
             self._building = None
             building.set()
-        log.info("lazy_start.features_built", caller=why)
+        log.info("lazy_start.features_built", caller=why, at_once=self.at_once)
 
 
 def _unavailable(why: str, cause: str) -> XumError:
