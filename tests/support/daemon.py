@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 from xum_client import Client
+from xumd.app import RECONCILED
 
 XUMD = [sys.executable, "-m", "xumd"]
 XUM = str(Path(sys.executable).parent / "xum")
@@ -129,8 +130,10 @@ class DaemonProcess:
             env=env,
         )
         log.close()
-        if wait_ready:
-            self.wait_for_notify("READY=1", timeout)
+        # READY=1, then every record agrees with the disk (with READY=1, or once a root with
+        # records built its feature graph: xumd.startup.lazy_start).
+        if wait_ready and RECONCILED not in self.wait_for_notify("READY=1", timeout).split("\n"):
+            self.wait_for_notify(RECONCILED, timeout)
         return self
 
     def wait_for_notify(self, field: str, timeout: float = 20.0) -> str:
