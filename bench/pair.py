@@ -177,10 +177,17 @@ def main(argv: list[str] | None = None) -> int:
             for which in ("base+rec", "this+rec"):
                 scale.populate(roots[which], args.records, args.records // 10)
             scale.populate(roots["this+one"], 1, 0)
+        pristine = {which: work / f"{which}.db" for which in ("base+rec", "this+rec")}
+        for which, copy in pristine.items() if args.records else ():
+            shutil.copyfile(roots[which] / "state.db", copy)
+        restore = {"base+records": "base+rec", "this+records": "this+rec"}
         results: dict[str, list[list[float]]] = {name: [] for name in daemons}
         cli: dict[str, list[list[float]]] = {"python -c pass": [], "base": [], "this tree": []}
         for _ in range(args.repeats):
             for name, argv_ in daemons.items():
+                if name in restore:  # the records as populated (a start settles obligations)
+                    which = restore[name]
+                    scale._restore(roots[which] / "state.db", pristine[which])
                 results[name].append(_daemon(argv_, envs.get(name, env), socks[name]))
         # `xum status` against this tree's daemon, both clients alike.
         server = procs.xumd(roots["this"]).start()

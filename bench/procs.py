@@ -37,13 +37,15 @@ class Launched:
         self._notify.bind(str(self._notify_path))
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None
+        self.reconciled_s: float | None = None
+        self._started = 0.0
         self.log_path = self._notify_dir / "log"
 
     def start(self, timeout: float = 60.0) -> Launched:
         env = {**os.environ, "NOTIFY_SOCKET": str(self._notify_path), **self._env}
         env.pop("XUM_SOCKET", None)
         with open(self.log_path, "ab") as log:
-            started = time.perf_counter()
+            self._started = started = time.perf_counter()
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
             )
@@ -64,6 +66,24 @@ class Launched:
             if "READY=1" in message.split("\n"):
                 self.ready_s = time.perf_counter() - started
                 return self
+
+    def wait_reconciled(self, timeout: float = 60.0) -> float:
+        """Seconds from spawn to XUM_RECONCILED=1 (xumd: every record agrees with the disk; a
+        root with records says it once its feature graph ran its startup passes, after
+        READY=1)."""
+        deadline = time.monotonic() + timeout
+        while self.reconciled_s is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"{self.argv[:3]}: no XUM_RECONCILED=1 within {timeout}s")
+            self._notify.settimeout(min(left, 0.5))
+            try:
+                message = self._notify.recv(4096).decode()
+            except TimeoutError:
+                continue
+            if "XUM_RECONCILED=1" in message.split("\n"):
+                self.reconciled_s = time.perf_counter() - self._started
+        return self.reconciled_s
 
     @property
     def pid(self) -> int:
