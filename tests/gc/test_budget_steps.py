@@ -3,7 +3,8 @@ hold a checkout): an archived workspace whose checkout lingers (its teardown fai
 far off) has its cleanup run now (`collect_checkout`), refused with why while it still fails;
 with `archive_idle_days`, an idle clean workspace is archived (`archive_idle`, snapshot first),
 a dirty one is skipped as unsaved, a recently changed one is not chosen, and what no step can
-cover is left unmet."""
+cover is left unmet. A create at the limit has the lingering checkout collected before its
+intent row, or is refused `conflict` when it cannot be."""
 
 from __future__ import annotations
 

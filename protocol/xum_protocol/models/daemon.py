@@ -112,7 +112,8 @@ class GcStatus(Result):
         description="off (no budget set); not checked yet; holds: how far from it each "
         "filesystem is; exceeded, being restored: what each lacks; cannot be met: what each "
         "lacks while what is left is busy, unsaved or not rebuildable (reported once per "
-        "episode as the `gc.budget_exceeded` event)."
+        "episode as the `gc.budget_exceeded` event). Any of these may end with `; the warm "
+        "pool's refill is held back for <project ids>`: entries the budget has no room for."
     )
 
 

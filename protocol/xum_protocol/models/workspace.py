@@ -314,8 +314,9 @@ class WorkspaceCreateResult(Result):
     )
     evicted: list[GcDone] = Field(
         default_factory=list,
-        description="While a disk budget is set (`[gc] min_free_*`): what gc collected to make "
-        "room for this create before it wrote anything (warm pool entries, idle workspaces' "
+        description="While a disk budget is set (`[gc] min_free_*`, `max_bytes`, "
+        "`max_workspaces`): what gc collected to make room for this create before its intent "
+        "row (warm pool entries, idle workspaces' "
         "rebuildable directories, archived workspaces' lingering checkouts), with the bytes "
         "each freed; empty when the create fit (since 1.3, additive).",
     )

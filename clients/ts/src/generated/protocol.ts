@@ -1954,7 +1954,7 @@ export interface WorkspaceCreateResult {
    */
   carried?: CarryInfo | null;
   cleared_locks?: string[];
-  /** While a disk budget is set (`[gc] min_free_*`): what gc collected to make room for this create before it wrote anything (warm pool entries, idle workspaces' rebuildable directories, archived workspaces' lingering checkouts), with the bytes each freed; empty when the create fit (since 1.3, additive). */
+  /** While a disk budget is set (`[gc] min_free_*`, `max_bytes`, `max_workspaces`): what gc collected to make room for this create before its intent row (warm pool entries, idle workspaces' rebuildable directories, archived workspaces' lingering checkouts), with the bytes each freed; empty when the create fit (since 1.3, additive). */
   evicted?: GcDone[];
   /**
    * Set when the base was fetched.
