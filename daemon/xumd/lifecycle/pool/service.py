@@ -324,6 +324,7 @@ class PoolService:
         for entry in self._surplus(project.id, wanted):
             await self.drop_entry(entry.id)
         if base is None or wanted <= 0:
+            self._held.pop(project.id, None)  # no entry wanted: nothing held back
             return
         why = self._same_filesystem(project)
         if why is not None:
@@ -383,7 +384,8 @@ class PoolService:
 
     def held_back(self) -> dict[str, str]:
         """The projects whose refill the disk budget holds back now, each with why."""
-        return dict(self._held)
+        live = {p.id for p in rows.list_projects(self.store)} if self._held else set()
+        return {p: why for p, why in self._held.items() if p in live}
 
     def _surplus(self, project_id: str, wanted: int) -> list[EntryRow]:
         """Stale entries, and ready ones beyond the size (newest first: the oldest are claimed)."""
