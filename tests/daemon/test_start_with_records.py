@@ -52,8 +52,12 @@ def held_start(root: Path, holds: Path, **env: str) -> DaemonProcess:
     """A daemon on `root` past READY=1, held before its feature graph is built."""
     daemon = DaemonProcess(root, log_level="info", env={**hold_env(HOLD, holds), **env})
     daemon.start(wait_ready=False)
-    daemon.wait_for_notify("READY=1")
-    wait_held(HOLD, holds)
+    try:
+        daemon.wait_for_notify("READY=1")
+        wait_held(HOLD, holds)
+    except BaseException:
+        daemon.close()
+        raise
     return daemon
 
 
@@ -142,13 +146,15 @@ def test_a_pending_obligation_is_retried_once_the_graph_is_up(root: Path, tmp_sh
     # start has them pending and due.
     write_config(root, "[cleanup]\npoll_interval_s = 0.2\n")
     first = DaemonProcess(root, env={"XUM_FAULT": "workspace.archive.after_commit"}).start()
-    project = add_project(first, make_repo(tmp_short / "repo"))
-    made = create(first, project["id"], "w")["workspace"]
-    ws, checkout = made["id"], Path(made["path"])
-    with pytest.raises(Exception):  # noqa: B017 - the daemon dies at the point: any error
-        first.call("workspace.archive", {"workspace_id": ws})
-    assert first.wait() == -signal.SIGKILL
-    first.close()
+    try:
+        project = add_project(first, make_repo(tmp_short / "repo"))
+        made = create(first, project["id"], "w")["workspace"]
+        ws, checkout = made["id"], Path(made["path"])
+        with pytest.raises(Exception):  # noqa: B017 - the daemon dies at the point: any error
+            first.call("workspace.archive", {"workspace_id": ws})
+        assert first.wait() == -signal.SIGKILL
+    finally:
+        first.close()
     holds = tmp_short / "holds"
     daemon = held_start(root, holds)
     try:

@@ -225,10 +225,10 @@ class Obligations:
 
     def unfinished_paths(self) -> set[str]:
         """The path of every step not finished (pending, or failed and owed again)."""
-        rows = self.store.all(
-            "SELECT path, detail FROM cleanup_obligations WHERE state IN ('pending', 'failed')"
+        rows = self.store.execute(
+            "SELECT path FROM cleanup_obligations WHERE state IN ('pending', 'failed')"
         )
-        return {r["path"] for r in rows}
+        return {path for (path,) in rows}
 
     def pending_ids(self, kind: str) -> list[str]:
         rows = self.store.all(

@@ -367,8 +367,9 @@ class StoreWorkspaceRecords:
 
 
 def workspace_paths(store: Store) -> set[str]:
-    """The path every row claims."""
-    return {r["path"] for r in store.all("SELECT path FROM workspaces")}
+    """The path every row claims (read as iterated: no list of 10,000 rows at a start-up's
+    strays count)."""
+    return {path for (path,) in store.execute("SELECT path FROM workspaces")}
 
 
 def set_last_cleanup(store: Store, workspace_id: str, status: str) -> None:
