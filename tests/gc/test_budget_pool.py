@@ -90,3 +90,21 @@ def test_a_dropped_entry_is_not_written_back_while_the_budget_lacks_room(
         assert "held back" not in status, status
     finally:
         daemon.close()
+
+
+def test_a_refill_that_would_cross_max_bytes_is_held_back(tmp_short: Path) -> None:
+    """`max_bytes` below one entry: the refill has gc measure the root (no figure yet), makes no
+    entry, and says why once."""
+    repo = _pooled_repo(tmp_short / "big", {"README.md": "hi\n", "blob.bin": "x" * (4 * MB)})
+    root = tmp_short / "root"
+    write_config(root, f"[gc]\nmax_bytes = {MB}\nbudget_interval_s = 3600\n")
+    daemon = DaemonProcess(root).start()
+    try:
+        project = add_project(daemon, repo)
+        until(lambda: "pool.refill_held_back" in daemon.log_text(), message="the refill held")
+        [line] = [x for x in daemon.log_text().splitlines() if "pool.refill_held_back" in x]
+        assert "max_bytes" in line and project["id"] in line, line
+        assert entries(root) == []
+        assert not any((root / "workspaces").rglob("blob.bin"))
+    finally:
+        daemon.close()

@@ -253,7 +253,7 @@ async def ensure(need: Need, config: GcConfig, what: str, room: MakeRoom, store:
     warm pool's refill, which leaves them to it) in the step that checked."""
     lacks = await _lacking(need, config, room, store)
     if not lacks:
-        _reserve(need, config, room)
+        _reserve(need, room)
         return Made()
     log.info(
         "workspace.create_making_room",
@@ -273,13 +273,13 @@ async def ensure(need: Need, config: GcConfig, what: str, room: MakeRoom, store:
         # the cheap figure alone.
         lacks = [lack for lack in lacks if not isinstance(lack, OverBytes)]
     if not lacks:
-        _reserve(need, config, room)
+        _reserve(need, room)
         return made
     _refuse(need, lacks[0], what, made)
     return made  # pragma: no cover - _refuse raises
 
 
-def _reserve(need: Need, config: GcConfig, room: MakeRoom) -> None:
+def _reserve(need: Need, room: MakeRoom) -> None:
     if need.bytes:
         room.ledger.reserve(need.project_id, need.name, need.bytes)
 
