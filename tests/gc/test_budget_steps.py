@@ -143,6 +143,9 @@ def test_a_create_at_max_workspaces_has_a_lingering_checkout_collected_first(
         assert path.is_dir()
         created = create(daemon, made["a"]["project_id"], "b")
         assert not os.path.lexists(path)  # collected before the create answered
+        [told] = created["evicted"]  # and the answer says so
+        assert (told["action"], told["workspace_id"]) == ("collect_checkout", made["a"]["id"])
+        assert told["bytes"] > 0, told
         assert Path(created["workspace"]["path"]).is_dir()
         plan = daemon.call("gc.plan", {"budget_only": True})
         [part] = [p for p in plan["budget"] if p["what"] == "workspaces"]
@@ -174,5 +177,31 @@ def test_a_create_at_max_workspaces_is_refused_when_nothing_can_be_collected(
         (ctl / "ok").touch()
         create(daemon, project_id, "c")
         assert not os.path.lexists(made["a"]["path"])
+    finally:
+        daemon.close()
+
+
+def test_an_unarchive_at_max_workspaces_is_refused_before_anything_is_made(
+    root: Path, repo: Path, ctl: Path
+) -> None:
+    """Unarchive gives a workspace its checkout back, so it counts as a create does: at the
+    limit it is refused `conflict` with the workspace left archived (no checkout made, no
+    state changed); with room it goes through."""
+    (ctl / "ok").touch()  # teardowns pass: archived checkouts go
+    daemon, made = _start(root, repo, ["a", "b"])
+    try:
+        daemon.call("workspace.archive", {"workspace_id": made["a"]["id"]})
+        assert not os.path.lexists(made["a"]["path"])
+        daemon = _restart(daemon, root, "max_workspaces = 1\n")
+        error = rpc_error(daemon, "workspace.unarchive", {"workspace_id": made["a"]["id"]})
+        assert error.kind == "conflict", error
+        assert error.data["max_workspaces"] == 1 and error.data["workspaces"] == 1, error.data
+        names = {w["name"]: w["state"] for w in daemon.call("workspace.list")["workspaces"]}
+        assert names == {"a": "archived", "b": "active"}, names
+        assert not os.path.lexists(made["a"]["path"])
+        daemon.call("workspace.archive", {"workspace_id": made["b"]["id"]})
+        back = daemon.call("workspace.unarchive", {"workspace_id": made["a"]["id"]})
+        assert back["workspace"]["state"] == "active"
+        assert Path(made["a"]["path"]).is_dir()
     finally:
         daemon.close()

@@ -276,18 +276,18 @@ class GcService:
         walked anew (and again after anything was collected), so the create decides on a
         measurement. Waits for a run in progress (the create's wait is bounded: gc/room.py)."""
         async with self._budget_work():
-            await self._reclaim_owed()
+            owed = await self._reclaim_owed()
             planned = await self._plan(
                 budget_only=True,
                 need=(mount_of(path), need),
                 project_id=project_id,
                 refresh=True,
             )
-            result = GcRunResult(skipped=list(planned.plan.skipped))
+            result = GcRunResult(done=owed, skipped=list(planned.plan.skipped))
             for item in planned.plan.items:
                 await self._one(item, result)
-            if result.done:
-                await self._reclaim_owed()
+            if len(result.done) > len(owed):
+                result.done.extend(await self._reclaim_owed())
                 if self.app.config.gc.max_bytes:
                     await measure(self.app, self.usage, ledger=self.ledger, refresh=True)
         log.info(
@@ -306,11 +306,35 @@ class GcService:
         if self.app.config.gc.max_bytes:
             await measure(self.app, self.usage, ledger=self.ledger)
 
-    async def _reclaim_owed(self) -> None:
-        """Every pending reclaim run now, in full: the trash entries' bytes freed, not owed."""
+    async def _reclaim_owed(self) -> list[GcDone]:
+        """Every pending reclaim run now, in full: the trash entries' bytes freed, not owed.
+        A workspace's pending cleanup runs whole, so an archived workspace's checkout still on
+        disk goes with it: each such checkout gone is told (`collect_checkout`, with the bytes
+        it held), as gc's own collection of it would be."""
         owed = Obligations(self.app.store).list(workspace_id=None, state="pending", limit=10_000)
+        done: list[GcDone] = []
         for workspace_id in sorted({ob.workspace_id for ob in owed if ob.kind == "reclaim"}):
+            row = rows.get_workspace(self.app.store, workspace_id)
+            lingering = row is not None and row.state == "archived" and row.path.is_dir()
+            held = (await self.usage.measure(row.path)).bytes if row and lingering else 0
             await self.reclaims.run_workspace(workspace_id, force=True, include_reclaim=True)
+            if row is not None and lingering and not os.path.lexists(row.path):
+                log.info(
+                    "gc.item_done",
+                    key=f"{budgetsteps.COLLECT}:{row.id}",
+                    action=budgetsteps.COLLECT,
+                )
+                done.append(
+                    GcDone(
+                        key=f"{budgetsteps.COLLECT}:{row.id}",
+                        action=budgetsteps.COLLECT,
+                        workspace_id=row.id,
+                        name=row.name,
+                        bytes=held,
+                        detail="its pending cleanup ran (owed before anything was chosen)",
+                    )
+                )
+        return done
 
     @asynccontextmanager
     async def _budget_work(self) -> AsyncIterator[None]:

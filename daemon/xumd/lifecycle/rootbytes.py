@@ -11,8 +11,9 @@ measurement is recorded here, and the figure between two of them is
 - `measured`: the walk's total (`workspace.usage`'s `root.total_bytes`).
 - `reserved`: each create's estimate (the base's tree plus `[create] copy`), reserved when the
   create passed the check, in the same synchronous step (two creates cannot both take the last
-  room). A reservation is dropped by the first measurement that began after its create ended:
-  kept while its row is `creating`, or was when that walk began (the walk may have seen the
+  room); an unarchive reserves its checkout the same way. A reservation is dropped by the first
+  measurement that began after its create ended: kept while its row is `creating` (or
+  `restoring`), or was when that walk began (the walk may have seen the
   checkout half written). A create with no row yet (between its check and its intent row, a
   synchronous step, unless a test holds it there) keeps it through one measurement; a failed
   create's row is gone, so its reservation goes at the second.
@@ -37,6 +38,9 @@ from dataclasses import dataclass
 
 from xumd.lifecycle import rows
 from xumd.store import Store
+
+MAKING = ("creating", "restoring")
+"""The states of a workspace whose checkout is being written (its reservation is kept)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +103,8 @@ class RootBytes:
         """How many walks were recorded (a caller tells a fresh figure from the one it had)."""
 
     def _creating(self) -> frozenset[tuple[str, str]]:
-        found = rows.list_workspaces(self.store, None, "creating")
+        """The workspaces being made: created, or given their checkout back (unarchive)."""
+        found = [r for state in MAKING for r in rows.list_workspaces(self.store, None, state)]
         return frozenset((r.project_id, r.name) for r in found)
 
     def begin(self, mounts: Iterable[str]) -> Mark:

@@ -21,6 +21,7 @@ from xumd.base.requestcut import answer_if_cut, cut_reason
 from xumd.cleanup.obligations import ObligationRow
 from xumd.lifecycle import (
     bigrepo,
+    capacity,
     createconfig,
     dirstore,
     ids,
@@ -84,11 +85,13 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         await _settle_old_checkout(ctx, row)
         _check_path_free(ctx, row)
         wanted = createconfig.load(project.path)
+        await _room(ctx, project, row, wanted)
         old = row
         with ctx.store.transaction():
             row = ctx.update(
                 row, state="restoring", incarnation=ids.new_incarnation(), dev=None, ino=None
             )
+            capacity.check_count(ctx.store, project.id, ctx.app.config.gc.max_workspaces)
             # Its ports were kept while archived; one taken meanwhile is replaced (reported).
             replaced = ports.recheck(ctx.store, row.id, ctx.app.config.ports)
         ctx.publish("workspace.state_changed", row)
@@ -379,6 +382,37 @@ def _check_path_free(ctx: Context, row: WorkspaceRow) -> None:
             path=str(row.path),
         )
     raise XumError(ErrorKind.CONFLICT, f"{row.path} exists; move it away first", path=str(row.path))
+
+
+async def _room(
+    ctx: Context, project: ProjectRow, row: WorkspaceRow, wanted: createconfig.CreateSettings
+) -> None:
+    """While a disk budget is set, the checkout it is about to make is checked as a create's
+    is (lifecycle/capacity.py): the free space, `max_bytes` and `max_workspaces`, room made by
+    gc first, refused before the row leaves `archived` otherwise. The estimate is the tree the
+    restore writes: the snapshot's work tree, else the branch's."""
+    gc = ctx.app.config.gc
+    if not gc.budgeted():
+        return
+    need: int | None = None
+    if row.runtime == "worktree" and project.kind == "git":
+        commit = row.snapshot_commit
+        if commit is None and row.branch is not None:
+            tip = await ctx.git.run(
+                project.path,
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                f"refs/heads/{row.branch}^{{commit}}",
+                check=False,
+            )
+            commit = tip.output.text().strip() if tip.ok else None
+        need = await capacity.tree_bytes(ctx.git, project.path, commit) if commit else None
+        if need is not None:
+            cap = ctx.app.config.create.copy_max_bytes
+            need += await capacity.copy_bytes(ctx.git, project.path, wanted.copy, cap)
+    wants = capacity.Need(row.path.parent, need, project.id, row.name)
+    await capacity.ensure(wants, gc, f"workspace {row.name!r} again", ctx.room, ctx.store)
 
 
 async def _recreate(ctx: Context, project: ProjectRow, row: WorkspaceRow) -> None:
