@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from xumd.base.errors import ErrorKind, XumError
+from xumd.lifecycle import onbytes
 from xumd.lifecycle.snapshot import (
     MAX_SPECIAL,
     Dropped,
@@ -79,16 +80,16 @@ def make_dirty(checkout: Path) -> None:
 DIRTY_FILES = ["a.txt", "bin.dat", "gone.txt", "link", "new.txt", "sub/b.txt", "sub/gone2.txt"]
 
 
-def wrapper_git(tmp_path: Path, failing: str) -> Git:
-    """A git that fails `failing` (a forced fault: the command errors as a broken repository
-    would) and runs every other command as the real git."""
+def wrapper_git(tmp_path: Path, *failing: str) -> Git:
+    """A git that fails the commands `failing` (a forced fault: the command errors as a broken
+    repository would) and runs every other command as the real git."""
     real = shutil.which("git")
     assert real is not None
-    script = tmp_path / f"git-failing-{failing}"
+    script = tmp_path / f"git-failing-{'-'.join(failing)}"
     script.write_text(
         "#!/bin/sh\n"
-        f'if [ "$3" = "{failing}" ]; then echo "fatal: forced failure of {failing}" >&2; '
-        "exit 128; fi\n"
+        f'case "$3" in {"|".join(failing)}) echo "fatal: forced failure of $3" >&2; exit 128;; '
+        "esac\n"
         f'exec {real} "$@"\n'
     )
     script.chmod(0o755)
@@ -406,13 +407,14 @@ def test_top_paths_and_specials_are_bounded(tmp_path: Path) -> None:
 
 
 def test_a_file_listed_twice_counts_once_and_the_walk_goes_on(tmp_path: Path) -> None:
-    # git may list a directory and a file in it: `d/x` then `d/`, whose walk meets `x` first
-    # (top-down) and `d/s/z` after it.
+    # git may list a directory and a file in it: `d/a` then `d/`, whose walk (in name order)
+    # meets `a` again first and `d/s/z` after it.
     checkout = make_repo(tmp_path / "co")
     (checkout / "d" / "s").mkdir(parents=True)
-    (checkout / "d" / "x").write_text("xx")
+    (checkout / "d" / "a").write_text("aa")
     (checkout / "d" / "s" / "z").write_text("zzz")
-    dropped = snapper(tmp_path)._report_and_preserve(checkout, WS, INC, ["d/x", "d/"], [])
+    assert fscopy.files_within(checkout / "d") == [("a", 2), ("s/z", 3)]
+    dropped = snapper(tmp_path)._report_and_preserve(checkout, WS, INC, ["d/a", "d/"], [])
     assert (dropped.count, dropped.bytes) == (2, 5)
     assert dropped.paths == ["d/"]
     assert Dropped().as_dict() == {
@@ -581,3 +583,209 @@ def test_an_index_that_is_a_fifo_never_blocks_the_capture(tmp_path: Path) -> Non
         pytest.fail("the capture blocked on an index that is a FIFO")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("refused: "), done.stdout
+
+
+# -- refusals: a conflict, an operation in progress; a HEAD no ref holds -------------------------
+
+
+def conflicted(tmp_path: Path, names: list[str]) -> Path:
+    """A checkout stopped in a merge whose every file in `names` conflicts."""
+    checkout = make_repo(tmp_path / "co", {n: "base\n" for n in names})
+    git(checkout, "checkout", "-q", "-b", "other")
+    for n in names:
+        (checkout / n).write_text("theirs\n")
+    git(checkout, "commit", "-q", "-a", "-m", "theirs")
+    git(checkout, "checkout", "-q", "main")
+    for n in names:
+        (checkout / n).write_text("ours\n")
+    git(checkout, "commit", "-q", "-a", "-m", "ours")
+    git(checkout, "merge", "-q", "other", check=False)
+    return checkout
+
+
+@pytest.mark.parametrize(("count", "more"), [(5, ""), (6, " and 1 more"), (101, " and 96 more")])
+async def test_a_conflict_is_refused_naming_its_first_unmerged_paths(
+    tmp_path: Path, count: int, more: str
+) -> None:
+    # A name with a tab: `ls-files -u -z` prints it as it is, after the tab that ends the stage.
+    names = sorted([f"f{i:03}" for i in range(count - 1)] + ["tab\there"])
+    checkout = conflicted(tmp_path, names)
+    snaps = snapper(tmp_path)
+    with pytest.raises(XumError) as refused:
+        await snaps.capture(checkout)
+    assert refused.value.kind == ErrorKind.NOT_SAFE
+    assert refused.value.message == (
+        f"the checkout at {checkout} has unmerged paths ({', '.join(names[:5])}{more}): "
+        "resolve them (git add) or abort first; a conflict cannot be snapshotted"
+    )
+    # Each path once (git lists three stages of it); the reply names the first hundred.
+    assert refused.value.data["files"] == names[:100]
+    assert refused.value.data["path"] == str(checkout)
+    assert list(snaps.tmp_dir.iterdir()) == []
+
+
+async def test_a_failed_capture_whose_conflict_listing_fails_too_raises_the_capture_error(
+    tmp_path: Path,
+) -> None:
+    checkout = repo(tmp_path)
+    (checkout / "a.txt").write_text("changed\n")
+    snaps = snapper(tmp_path, wrapper_git(tmp_path, "write-tree", "ls-files"))
+    with pytest.raises(GitError, match="forced failure of write-tree"):
+        await snaps.capture(checkout)
+
+
+async def test_a_listing_that_fails_names_its_git_command(tmp_path: Path) -> None:
+    checkout = repo(tmp_path)
+    with pytest.raises(XumError) as failed:
+        await snapper(tmp_path).changed_paths(checkout, "0" * 40, "HEAD")
+    assert failed.value.message.startswith("listing git diff-tree failed: git diff-tree: ")
+
+
+async def test_nothing_in_progress_is_not_refused(tmp_path: Path) -> None:
+    checkout = repo(tmp_path)
+    make_dirty(checkout)
+    await snapper(tmp_path).refuse_in_progress(checkout, "ws", "archive")
+
+
+async def test_a_merge_in_progress_is_refused_by_name(tmp_path: Path) -> None:
+    checkout = conflicted(tmp_path, ["f"])
+    with pytest.raises(XumError) as refused:
+        await snapper(tmp_path).refuse_in_progress(checkout, "ws", "archive")
+    assert refused.value.kind == ErrorKind.NOT_SAFE
+    assert refused.value.message == (
+        "cannot archive 'ws': a merge is in progress in its checkout; finish or abort it first "
+        "(its state would go with the checkout)"
+    )
+    assert refused.value.data == {"in_progress": ["a merge"], "path": str(checkout)}
+
+
+async def test_a_cherry_pick_sequence_is_refused_naming_the_first_operation(
+    tmp_path: Path,
+) -> None:
+    checkout = make_repo(tmp_path / "co", {"f": "base\n"})
+    git(checkout, "checkout", "-q", "-b", "other")
+    (checkout / "f").write_text("theirs\n")
+    git(checkout, "commit", "-q", "-a", "-m", "theirs")
+    (checkout / "g").write_text("g\n")
+    git(checkout, "add", "g")
+    git(checkout, "commit", "-q", "-m", "g")
+    git(checkout, "checkout", "-q", "main")
+    (checkout / "f").write_text("ours\n")
+    git(checkout, "commit", "-q", "-a", "-m", "ours")
+    # Two commits: git stops at the first (a conflict), its sequence still to run.
+    git(checkout, "cherry-pick", "other~1", "other", check=False)
+    with pytest.raises(XumError) as refused:
+        await snapper(tmp_path).refuse_in_progress(checkout, "ws", "remove")
+    assert refused.value.message.startswith(
+        "cannot remove 'ws': a cherry-pick is in progress in its checkout;"
+    )
+    assert refused.value.data["in_progress"] == [
+        "a cherry-pick",
+        "a cherry-pick or revert sequence",
+    ]
+
+
+async def test_a_head_on_a_branch_is_held_without_asking_which_refs_contain_it(
+    tmp_path: Path,
+) -> None:
+    checkout = repo(tmp_path)
+    head = git(checkout, "rev-parse", "HEAD").strip()
+    # A failing for-each-ref: the branch alone answers.
+    assert await snapper(tmp_path, wrapper_git(tmp_path, "for-each-ref")).head_held(checkout, head)
+
+
+async def test_a_detached_head_is_held_only_by_a_ref_that_contains_it(tmp_path: Path) -> None:
+    checkout = repo(tmp_path)
+    snaps = snapper(tmp_path)
+    git(checkout, "checkout", "-q", "--detach")
+    (checkout / "a.txt").write_text("on a detached HEAD\n")
+    git(checkout, "commit", "-q", "-a", "-m", "detached")
+    head = git(checkout, "rev-parse", "HEAD").strip()
+    assert not await snaps.head_held(checkout, head)
+    git(checkout, "tag", "kept")
+    assert await snaps.head_held(checkout, head)
+    git(checkout, "tag", "-d", "kept")
+    # HEAD may name a ref outside refs/heads (tools write their own): not a branch, so only
+    # a branch, tag or remote-tracking ref that contains the commit holds it.
+    git(checkout, "update-ref", "refs/xum/elsewhere", head)
+    git(checkout, "symbolic-ref", "HEAD", "refs/xum/elsewhere")
+    assert not await snaps.head_held(checkout, head)
+
+
+# -- the raw copy and the index flags --------------------------------------------------------------
+
+
+async def proved(snaps: Snapshotter, checkout: Path) -> onbytes.Account:
+    state = await snaps.capture(checkout)
+    return await snaps.prove(checkout, state.work_tree, None)
+
+
+async def test_raw_entries_are_saved_in_a_private_copy_and_placed_back(tmp_path: Path) -> None:
+    checkout = repo(tmp_path)
+    (checkout / "empty").mkdir()  # no snapshot holds an empty directory: a raw entry
+    (checkout / "deep" / "er").mkdir(parents=True)
+    (checkout / "deep" / "er" / "keep.log").write_text("kept\n")
+    snaps = snapper(tmp_path)
+    proof = await proved(snaps, checkout)
+    assert [(e.path, e.why) for e in proof.raw] == [("empty", "empty_directory")]
+    assert proof.flags == {}
+
+    dropped = await snaps.report_and_preserve(checkout, WS, INC, ["keep.log"], proof=proof)
+    assert dropped.preserved == ["deep/er/keep.log"]
+    store = snaps.archive_dir / WS
+    assert stat.S_IMODE(store.stat().st_mode) == 0o700  # the user's files: theirs alone
+    assert (store / "files" / "deep" / "er" / "keep.log").read_text() == "kept\n"
+    assert (store / "raw" / "empty").is_dir()
+    manifest = json.loads((store / "manifest.json").read_text())
+    assert manifest["raw"] == [{"path": "empty", "why": "empty_directory"}]
+    assert "flags" not in manifest
+
+    restored = make_repo(tmp_path / "restored")
+    placed = snaps.restore_raw(WS, restored)
+    assert (placed.placed, placed.problems) == (["empty"], [])
+    assert (restored / "empty").is_dir()
+    nothing = snaps.restore_raw("ws-without-a-copy", restored)
+    assert (nothing.placed, nothing.problems) == ([], [])
+
+
+async def test_a_raw_entry_alone_is_saved(tmp_path: Path) -> None:
+    checkout = repo(tmp_path)
+    (checkout / "empty").mkdir()
+    snaps = snapper(tmp_path)
+    dropped = await snaps.report_and_preserve(
+        checkout, WS, INC, [], proof=await proved(snaps, checkout)
+    )
+    assert dropped.preserved == []
+    assert (snaps.archive_dir / WS / "raw" / "empty").is_dir()
+
+
+async def test_index_flags_alone_are_saved(tmp_path: Path) -> None:
+    checkout = repo(tmp_path)
+    git(checkout, "update-index", "--assume-unchanged", "a.txt")
+    snaps = snapper(tmp_path)
+    proof = await proved(snaps, checkout)
+    assert (proof.raw, proof.flags) == ([], {"a.txt": "assume_unchanged"})
+    await snaps.report_and_preserve(checkout, WS, INC, [], proof=proof)
+    store = snaps.archive_dir / WS
+    assert json.loads((store / "manifest.json").read_text()) == {
+        "workspace_id": WS,
+        "incarnation": INC,
+        "files": [],
+        "flags": {"a.txt": "assume_unchanged"},
+    }
+    # A copy without raw entries: nothing to place.
+    placed = snaps.restore_raw(WS, make_repo(tmp_path / "restored"))
+    assert (placed.placed, placed.problems) == ([], [])
+
+
+async def test_the_report_speaks_of_the_listing_the_proof_was_made_against(
+    tmp_path: Path,
+) -> None:
+    checkout = repo(tmp_path)
+    (checkout / "early.log").write_text("12")
+    snaps = snapper(tmp_path)
+    proof = await proved(snaps, checkout)
+    assert proof.ignored == ["early.log"]
+    (checkout / "late.log").write_text("12345")  # after the proof: not in its listing
+    dropped = await snaps.report_and_preserve(checkout, WS, INC, [], proof=proof)
+    assert (dropped.count, dropped.bytes, dropped.paths) == (1, 2, ["early.log"])
