@@ -63,6 +63,7 @@ _.total_bytes
 _.cleared_locks
 _.base_commit
 _.ignored_copy
+_.materialised
 _.sparse_kept
 _.ports_replaced
 _.ports_taken
