@@ -18,6 +18,7 @@ from xum_protocol.models.cleanup import (
 from xumd.app import App
 from xumd.base.errors import XumError
 from xumd.checkouts.exclusion import DirectoryExclusion
+from xumd.cleanup import status as status_mod
 from xumd.cleanup.fence import WorkspaceRecords
 from xumd.cleanup.obligations import PENDING
 from xumd.cleanup.outcomes import RememberCleanup
@@ -104,7 +105,7 @@ def install(
     app.router.add(CLEANUP_RETRY, retry_)
     # Polled by monitors: recomputed only when a row changed (or after a second).
     app.status_providers[STATUS_KEY] = StoreMemo(
-        app.store, lambda: service.summary().model_dump(mode="json")
+        app.store, lambda: status_mod.summary_details(service.obligations)
     )
     app.after_ready("cleanup-retry", retry.run)
     app.on_shutdown("cleanup-retry", retry.stop)

@@ -127,6 +127,30 @@ class ObligationRow:
     def identity(self) -> tuple[int, int] | None:
         return (self.dev, self.ino) if self.dev is not None and self.ino is not None else None
 
+    def as_json(self) -> dict[str, Any]:
+        """`self.model().model_dump(mode="json")`, written without building the model
+        (`daemon.status`'s cleanup details; tests/cleanup/test_status_details.py compares)."""
+        bytes_ = self.detail.get("bytes")
+        due = self.next_attempt_at if self.state == PENDING else None
+        return {
+            "id": self.id,
+            "workspace_id": self.workspace_id,
+            "project_id": self.project_id,
+            "kind": self.kind,
+            "seq": self.seq,
+            "path": self.path,
+            "incarnation": self.incarnation,
+            "state": self.state,
+            "attempts": self.attempts,
+            "next_attempt_at": float(due) if due is not None else None,
+            "last_error": self.last_error,
+            "reason": self.reason,
+            "bytes": int(bytes_) if isinstance(bytes_, int) else None,
+            "detail": self.detail,
+            "created_at": float(self.created_at),
+            "updated_at": float(self.updated_at),
+        }
+
     def model(self) -> Obligation:
         bytes_ = self.detail.get("bytes")
         return Obligation(
@@ -227,6 +251,15 @@ class Obligations:
         """The path of every step not finished (pending, or failed and owed again)."""
         rows = self.store.execute(
             "SELECT path FROM cleanup_obligations WHERE state IN ('pending', 'failed')"
+        )
+        return {path for (path,) in rows}
+
+    def unfinished_paths_among(self, paths: Iterable[str]) -> set[str]:
+        """Those of `paths` a step not finished names (one query over the path index)."""
+        rows = self.store.execute(
+            "SELECT path FROM cleanup_obligations WHERE state IN ('pending', 'failed')"
+            " AND path IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(paths)),),
         )
         return {path for (path,) in rows}
 

@@ -7,6 +7,8 @@ reclaim of the trash entry is reported apart (`reclaim`), since the path is free
 
 from __future__ import annotations
 
+from typing import Any
+
 from xum_protocol.errors import ErrorKind
 from xum_protocol.models.cleanup import CleanupStatus, CleanupSummary, ReclaimStatus
 
@@ -69,6 +71,18 @@ def summary(obligations: Obligations) -> CleanupSummary:
         abandoned=obligations.count(ABANDONED),
         oldest=oldest.model() if oldest else None,
     )
+
+
+def summary_details(obligations: Obligations) -> dict[str, Any]:
+    """`summary(obligations).model_dump(mode="json")`, written without the models: monitors
+    poll `daemon.status`, and building `CleanupSummary` and `Obligation` at the first poll held
+    ~1.2 MiB for the daemon's life (docs/PERFORMANCE.md, "Start-up with records")."""
+    oldest = obligations.oldest_pending()
+    return {
+        "pending": obligations.count(PENDING),
+        "abandoned": obligations.count(ABANDONED),
+        "oldest": oldest.as_json() if oldest else None,
+    }
 
 
 def require_known(

@@ -372,6 +372,16 @@ def workspace_paths(store: Store) -> set[str]:
     return {path for (path,) in store.execute("SELECT path FROM workspaces")}
 
 
+def workspace_paths_among(store: Store, paths: Iterable[str]) -> set[str]:
+    """Those of `paths` a row claims, looked up by path (one query over the path index): a
+    directory of thousands of checkouts is checked a chunk at a time."""
+    found = store.execute(
+        "SELECT path FROM workspaces WHERE path IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(paths)),),
+    )
+    return {path for (path,) in found}
+
+
 def set_last_cleanup(store: Store, workspace_id: str, status: str) -> None:
     """Keep the row's `last_cleanup` (a `CleanupStatus` as JSON) current for workspace.get. Not a
     structural change: the version is not bumped. Inside the caller's transaction."""

@@ -11,7 +11,9 @@ which needs git, only when a client asks (`workspace.strays`).
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,11 +50,49 @@ class Stray:
 def _claimed(store: Store) -> set[str]:
     """Every path a row, a rename journal or an unfinished cleanup step claims."""
     claimed = rows.workspace_paths(store)
+    claimed.update(_few_claimed(store))
+    claimed.update(Obligations(store).unfinished_paths())
+    return claimed
+
+
+def _few_claimed(store: Store) -> set[str]:
+    """The paths of the claims there are few of: rename journals and the warm pool's entries
+    (the pool's checkouts are the daemon's)."""
+    claimed = pool.entry_paths(store)
     for r in rows.rename_journals(store):
         claimed.update((r["from_path"], r["to_path"]))
-    claimed.update(Obligations(store).unfinished_paths())
-    claimed.update(pool.entry_paths(store))  # the warm pool's checkouts are the daemon's
     return claimed
+
+
+CHUNK = 500
+"""Paths checked against the claims at a time (one indexed query per table)."""
+
+
+class _Claims:
+    """Which of some paths nothing claims. Looked up by the paths asked about, a chunk at a
+    time: a start-up's count on a root of 10,000 checkouts never holds every claimed path
+    (its peak stayed in the allocator's pages: docs/PERFORMANCE.md, "Start-up with records").
+    Every claimed path, resolved, only once a path is not claimed as it is spelled (a link)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._few = _few_claimed(store)
+        self._real: set[str] | None = None
+
+    def unclaimed(self, paths: Iterable[str]) -> list[str]:
+        left: list[str] = []
+        listed = iter(paths)
+        while chunk := list(itertools.islice(listed, CHUNK)):
+            claimed = rows.workspace_paths_among(self._store, chunk)
+            claimed |= Obligations(self._store).unfinished_paths_among(chunk)
+            for path in chunk:
+                if path in claimed or path in self._few:
+                    continue
+                if self._real is None:
+                    self._real = _real(_claimed(self._store))
+                if os.path.realpath(path) not in self._real:
+                    left.append(path)
+        return left
 
 
 def _real(paths: set[str]) -> set[str]:
@@ -60,16 +100,19 @@ def _real(paths: set[str]) -> set[str]:
 
 
 def _children(directory: Path | str) -> list[str]:
+    return list(_child_paths(directory))
+
+
+def _child_paths(directory: Path | str) -> Iterator[str]:
+    """The directories in `directory`, as listed (nothing when it cannot be listed)."""
     try:
         with os.scandir(directory) as entries:
-            return [
-                e.path
-                for e in entries
+            for e in entries:
                 # Dot entries are the daemon's own (.xum-trash of the cleanup feature).
-                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
-            ]
+                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False):
+                    yield e.path
     except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return []
+        return
 
 
 def _read(path: Path) -> str | None:
@@ -84,17 +127,7 @@ def _inside(path: str, tops: list[str]) -> bool:
 
 
 def scan(store: Store, paths: RootPaths, project_id: str | None = None) -> list[Stray]:
-    claimed = _claimed(store)
-    claimed_real: set[str] | None = None
-
-    def unclaimed(path: str) -> bool:
-        nonlocal claimed_real
-        if path in claimed:
-            return False
-        if claimed_real is None:
-            claimed_real = _real(claimed)
-        return os.path.realpath(path) not in claimed_real
-
+    claims = _Claims(store)
     projects = rows.list_projects(store)
     if project_id is not None:
         projects = [p for p in projects if p.id == project_id]
@@ -109,30 +142,32 @@ def scan(store: Store, paths: RootPaths, project_id: str | None = None) -> list[
 
     found: dict[str, Stray] = {}
     for directory, owner in by_dir.items():
-        for checkout in _children(directory):
-            if unclaimed(checkout):
-                found[checkout] = Stray("checkout", checkout, owner, None, None)
+        for checkout in claims.unclaimed(_child_paths(directory)):
+            found[checkout] = Stray("checkout", checkout, owner, None, None)
 
     for project in projects:
         if project.kind != "git":
             continue
         admin_root = project.path / ".git" / "worktrees"
+        entries: list[tuple[str, str]] = []
         for admin_dir in _children(admin_root):
-            admin = Path(admin_dir)
-            gitdir = _read(admin / "gitdir")
+            gitdir = _read(Path(admin_dir) / "gitdir")
             if not gitdir:
                 continue
             target = str(Path(gitdir).parent)
             if not _inside(target, tops) and not _inside(os.path.realpath(target), tops):
                 continue  # the user's own worktree elsewhere: not ours to judge
-            if not unclaimed(target):
+            entries.append((admin_dir, target))
+        unclaimed = set(claims.unclaimed([target for _, target in entries]))
+        for admin_dir, target in entries:
+            if target not in unclaimed:
                 continue
             prior = found.get(target)
             found[target] = Stray(
                 "checkout" if prior or os.path.isdir(target) else "admin_entry",
                 target,
                 project.id,
-                str(admin),
+                admin_dir,
                 str(project.path),
             )
     for kept in scan_kept(store, paths):
