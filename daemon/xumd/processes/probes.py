@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
-import psutil
 
 from xumd.system.platform import current
 from xumd.system.procstat import START_TOLERANCE_S, identity, same_process_alive
@@ -32,6 +31,8 @@ def group_members(pgid: int, *, exclude_zombies: bool = True) -> list[int]:
         return []
     except PermissionError:
         pass
+    import psutil  # at first use: an idle daemon never loads it (docs/PERFORMANCE.md)
+
     members: list[int] = []
     for proc in psutil.process_iter(["pid", "status"]):
         try:

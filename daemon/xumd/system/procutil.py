@@ -20,14 +20,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
-import psutil
 
 from xumd.base import logs
 from xumd.system import childproc, fdlimits, procstat
 from xumd.system import containment as contain
 from xumd.system.platform import current
+
+if TYPE_CHECKING:  # loaded at first use (an idle daemon never loads it)
+    import psutil
 
 log = logs.get("xumd.proc")
 
@@ -60,10 +63,14 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     # killpg(…, 0) also counts zombies; a group of zombies only is not alive.
+    import psutil  # at first use: an idle daemon never loads it (docs/PERFORMANCE.md)
+
     return any(_live_member(p, pgid) for p in psutil.process_iter(["pid"]))
 
 
 def _live_member(proc: psutil.Process, pgid: int) -> bool:
+    import psutil
+
     try:
         return os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE
     except (OSError, psutil.Error):
@@ -161,6 +168,8 @@ def _left_behind(
     command (read now: a process that ended has none)."""
     found = {p: start for p, start in tree.items() if p != pid}
     if pgid and pgid > 1:
+        import psutil
+
         for proc in psutil.process_iter(["pid"]):
             if proc.pid != pid and proc.pid not in found and _live_member(proc, pgid):
                 found[proc.pid] = procstat.start_time(proc.pid)
