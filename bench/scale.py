@@ -214,9 +214,10 @@ def _records(settings: Settings) -> list[Figure]:
         "scale", f"time to ready ({tag})", "ms", "python that reads every row, then READY=1"
     )
     # What the records cost a user against an empty root ("minus empty", and idle RSS): an
-    # empty root takes the lean start (docs/PERFORMANCE.md, "Lean start"), so both also hold
-    # the feature graph a root with records loads before READY=1. "Minus one record" is the
-    # records' own share: against the same full start on a root with one workspace.
+    # empty root takes the lean start (docs/PERFORMANCE.md, "Lean start"), a root with records
+    # builds its feature graph right after READY=1, and the idle RSS is read once it is built
+    # (`daemon.status` waits for it). "Minus one record" is the records' own share: against
+    # the same start on a root with one workspace.
     added = Figure(
         "scale",
         f"time to ready, records minus one record ({tag})",
