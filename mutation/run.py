@@ -94,6 +94,34 @@ SCOPES = [
     Scope("daemon/xumd/cleanup/fence.py", CLEANUP_TESTS),
     Scope("daemon/xumd/cleanup/steps.py", CLEANUP_TESTS),
     Scope("daemon/xumd/cleanup/runner.py", [*CLEANUP_TESTS, "tests/cleanup/test_schedule.py"]),
+    # The obligations' due times (a step made due, a failed or cut-short attempt, a write that
+    # lost to another, later steps deferred and released, the next due time) and what the
+    # start-up pass reads and writes (a clock step, old rows, the trash entries still named): on
+    # a real store, in-process, about a second; the service's tests use the same calls.
+    Scope(
+        "daemon/xumd/cleanup/obligations.py",
+        ["tests/cleanup/test_obligations_inprocess.py", "tests/cleanup/test_schedule.py"],
+        functions=[
+            "bound_error",
+            "due_now",
+            "_update",
+            "fail_attempt",
+            "cut_short",
+            "make_due",
+            "defer_later_steps",
+            "release_later_steps",
+            "release_blocked_siblings",
+            "blocking_teardown",
+            "defer",
+            "due_workspaces",
+            "next_due",
+            "clamp_future",
+            "shift_pending",
+            "purge_finished",
+            "referenced_trash_paths",
+            "unfinished_paths",
+        ],
+    ),
     Scope(
         "daemon/xumd/lifecycle/coordinator.py",
         ["tests/lifecycle/test_coordinator.py", "tests/lifecycle/test_rename_settle.py"],
@@ -191,6 +219,15 @@ SCOPES = [
             "kernel_create_time",
             "tree_since_boot",
         ],
+    ),
+    # Who listens on a busy port, as the Linux backend reads it (/proc/net/tcp, then the
+    # descriptor tables of the socket owners' processes): real listeners in real processes,
+    # another user's, a forking server's; faults of one system call. Its own scope: the
+    # procstat selection above has nothing to say about sockets.
+    Scope(
+        "daemon/xumd/system/platform/linux.py",
+        ["tests/system/test_port_listeners.py", "tests/system/test_listeners_linux.py"],
+        functions=["listeners", "_socket_inodes", "owned_by"],
     ),
     Scope(
         "daemon/xumd/system/procutil.py",
