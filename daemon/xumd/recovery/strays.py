@@ -83,10 +83,12 @@ class _Claims:
         left: list[str] = []
         listed = iter(paths)
         while chunk := list(itertools.islice(listed, CHUNK)):
-            claimed = rows.workspace_paths_among(self._store, chunk)
-            claimed |= Obligations(self._store).unfinished_paths_among(chunk)
-            for path in chunk:
-                if path in claimed or path in self._few:
+            claimed = rows.workspace_paths_among(self._store, chunk) | self._few
+            rest = [path for path in chunk if path not in claimed]
+            if rest:
+                claimed |= Obligations(self._store).unfinished_paths_among(rest)
+            for path in rest:
+                if path in claimed:
                     continue
                 if self._real is None:
                     self._real = _real(_claimed(self._store))
