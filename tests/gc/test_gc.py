@@ -153,6 +153,46 @@ def test_snapshot_refs_pruned_after_m_days(gcd: DaemonProcess, repo: Path) -> No
     assert git(repo, "rev-parse", "--verify", "--quiet", stranger, check=False).strip()
 
 
+def test_a_carry_ref_a_crash_left_is_pruned_after_m_days(root: Path, repo: Path) -> None:
+    """A create with `carry` killed after its capture (SIGKILL at the point): the start-up pass
+    takes the create back, the main checkout still holds the work, and the carry ref is left
+    as a second copy. gc prunes it (compare-and-delete) once `snapshot_refs_days` have passed
+    since the carry, not before; the main checkout's work is untouched, the interrupted row
+    is the user's to remove as before."""
+    write_config(root, POLICIES)
+    (repo / "README.md").write_text("work in progress\n")
+    (repo / "notes.txt").write_text("untracked notes\n")
+    first = DaemonProcess(root, env={"XUM_FAULT": "workspace.create.carry.after_capture"}).start()
+    try:
+        project = add_project(first, repo)
+        with pytest.raises(Exception):  # noqa: B017 - the daemon dies at the point: any error
+            first.call(
+                "workspace.create", {"project_id": project["id"], "name": "c", "carry": "copy"}
+            )
+        assert first.wait() == -signal.SIGKILL
+    finally:
+        first.close()
+    daemon = DaemonProcess(root).start()
+    try:
+        [ref] = git(repo, "for-each-ref", "--format=%(refname)", "refs/xum/carry").split()
+        [row] = daemon.call("workspace.list")["workspaces"]
+        assert (row["state"], row["interrupted"]) == ("creating", True)  # no checkout made
+        key = f"prune_carry_ref:{project['id']}:{ref}"
+        _advance(daemon, 10)
+        assert key not in _keys(daemon.call("gc.plan"))
+        _advance(daemon, 25)
+        item = _keys(daemon.call("gc.plan"))[key]
+        assert item["action"] == "prune_carry_ref", item
+        assert "the main checkout still holds it" in item["reason"], item
+        result = daemon.call("gc.run", {"keys": [key]})
+        assert [d["key"] for d in result["done"]] == [key]
+        assert git(repo, "for-each-ref", "refs/xum/carry").strip() == ""
+        assert (repo / "README.md").read_text() == "work in progress\n"
+        assert (repo / "notes.txt").read_text() == "untracked notes\n"
+    finally:
+        daemon.close()
+
+
 def test_archive_merged_clean_only(gcd: DaemonProcess, repo: Path, tmp_short: Path) -> None:
     project = add_project(gcd, repo)
     merged = _merged_workspace(gcd, repo, project["id"], "merged")

@@ -15,6 +15,7 @@ from xumd.base.config import GcConfig
 from xumd.base.paths import RootPaths
 from xumd.checkouts.marker import WorkspaceRef
 from xumd.lifecycle import rows
+from xumd.lifecycle.carry import CARRY_NS
 from xumd.lifecycle.hooks import Holder, busy_message
 from xumd.lifecycle.rows import WorkspaceRow
 from xumd.recovery import strays
@@ -24,6 +25,7 @@ from xumd.usage.service import UsageService
 
 DAY_S = 86400.0
 SNAPSHOT_REFS = "refs/xum/snapshots/"
+CARRY_REFS = f"{CARRY_NS}/"
 AHEAD_TOLERANCE_S = 60.0
 """A stamp this far after the gc clock's now was written on a clock that has since stepped back
 (or that ran ahead of the boot-anchored clock: `GcClock`); closer than this is the anchor's
@@ -123,6 +125,7 @@ class Planner:
             await self._archived(plan, self.config.archived_after_days)
         if self.config.snapshot_refs_days > 0:
             await self._snapshot_refs(plan, self.config.snapshot_refs_days)
+            await self._carry_refs(plan, self.config.snapshot_refs_days)
         if self.config.archive_merged:
             await self._merged(plan)
         if self.config.kept_after_days > 0:
@@ -223,6 +226,68 @@ class Planner:
                         update={
                             "age_days": age,
                             "reason": f"workspace removed {age:.1f} days ago (policy: {days:g})",
+                        }
+                    )
+                )
+
+    # -- carry refs left by a create that did not finish ----------------------------------------
+
+    async def _carry_refs(self, plan: Plan, days: float) -> None:
+        """`refs/xum/carry/<ws>` that a create left (a crash between its capture and the end of
+        its `move`, or a move that left paths the user changed meanwhile), aged by the carry
+        commit's own date. Either place held the work all along: the main checkout is written
+        only after the workspace is `active` with the work restored and verified, so the ref
+        is a second copy, kept as long as a removed workspace's snapshot ref (the same
+        policy). A create runs for minutes at most, so no ref this old belongs to one."""
+        for project in rows.list_projects(self.store):
+            if project.kind != "git" or not project.path.is_dir():
+                continue
+            listed = await self.git.run(
+                project.path,
+                "for-each-ref",
+                "--format=%(refname) %(objectname) %(committerdate:unix)",
+                CARRY_REFS,
+                check=False,
+            )
+            if not listed.ok:
+                continue
+            for line in listed.output.text().splitlines():
+                ref, commit, date = [*line.split(" "), "", ""][:3]
+                workspace_id = ref[len(CARRY_REFS) :]
+                row = rows.get_workspace(self.store, workspace_id)
+                item = GcItem(
+                    key=f"prune_carry_ref:{project.id}:{ref}",
+                    action="prune_carry_ref",
+                    workspace_id=workspace_id,
+                    project_id=project.id,
+                    name=row.name if row else None,
+                    ref=ref,
+                    path=str(project.path),
+                    commit=commit,
+                    age_days=0.0,
+                    reason="work carried into a new workspace",
+                )
+                if not date.isdigit():
+                    plan.skip(item, "its commit has no date git can read: its age is unknown")
+                    continue
+                stepped = plan.ahead(float(date))
+                if stepped:
+                    plan.skip(item, stepped)
+                    continue
+                age = (plan.now - float(date)) / DAY_S
+                if age < days:
+                    continue
+                if row is None:
+                    where = "its workspace is gone (a removal saves a workspace's work first)"
+                elif row.state == "creating":
+                    where = "its create never finished, so the main checkout still holds it"
+                else:
+                    where = f"it was restored into workspace {row.name!r} before it was active"
+                plan.items.append(
+                    item.model_copy(
+                        update={
+                            "age_days": age,
+                            "reason": f"carried {age:.1f} days ago (policy: {days:g}); {where}",
                         }
                     )
                 )

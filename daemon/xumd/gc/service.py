@@ -517,7 +517,12 @@ class GcService:
         if item.action == "discard_kept" and item.path:
             discarded = await discard_kept_copy(self.app, item.path)
             return f"discarded {discarded.files} file(s)"
-        if item.action == "prune_snapshot_ref" and item.ref and item.project_id and item.commit:
+        if (
+            item.action in ("prune_snapshot_ref", "prune_carry_ref")
+            and item.ref
+            and item.project_id
+            and item.commit
+        ):
             return await self._prune_ref(item)
         if item.action == pool.ACTION:
             return await pool.collect(item, workspaces)

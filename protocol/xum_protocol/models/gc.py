@@ -12,6 +12,7 @@ from xum_protocol.models.base import Params, Result
 GcAction = Literal[
     "remove_archived",
     "prune_snapshot_ref",
+    "prune_carry_ref",
     "archive_merged",
     "discard_kept",
     "evict_rebuildable",
@@ -27,7 +28,9 @@ class GcItem(Result):
     key: str = Field(description="Stable id of the item (`<action>:<subject>`), for `gc.run`.")
     action: GcAction = Field(
         description="remove_archived: `workspace.remove` of an archived workspace; "
-        "prune_snapshot_ref: delete a removed workspace's snapshot ref; archive_merged: "
+        "prune_snapshot_ref: delete a removed workspace's snapshot ref; prune_carry_ref: "
+        "delete a `refs/xum/carry/<ws>` a create left (`snapshot_refs_days` after its carry); "
+        "archive_merged: "
         "`workspace.archive` of a clean, merged workspace; discard_kept: "
         "`workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move "
         "an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to "

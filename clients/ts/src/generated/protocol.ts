@@ -424,7 +424,7 @@ export interface GcBudgetExceededEvent {
 }
 
 export interface GcDone {
-  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "collect_checkout" | "archive_idle";
+  action: "remove_archived" | "prune_snapshot_ref" | "prune_carry_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "collect_checkout" | "archive_idle";
   /** default: 0 */
   bytes?: number;
   /**
@@ -472,8 +472,8 @@ export interface GcGetParams {
 
 /** One thing a policy would collect, and what it frees. */
 export interface GcItem {
-  /** remove_archived: `workspace.remove` of an archived workspace; prune_snapshot_ref: delete a removed workspace's snapshot ref; archive_merged: `workspace.archive` of a clean, merged workspace; discard_kept: `workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to the trash while a disk budget is exceeded; drop_pool_entry: delete a warm pool checkout that is stale or beyond its project's `[create] pool`; collect_checkout: run the pending cleanup of an archived workspace whose checkout is still on disk, now (while a budget is exceeded); archive_idle: `workspace.archive` of a clean workspace unused for `[gc] archive_idle_days` (while a budget is exceeded). An open set. */
-  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "collect_checkout" | "archive_idle";
+  /** remove_archived: `workspace.remove` of an archived workspace; prune_snapshot_ref: delete a removed workspace's snapshot ref; prune_carry_ref: delete a `refs/xum/carry/<ws>` a create left (`snapshot_refs_days` after its carry); archive_merged: `workspace.archive` of a clean, merged workspace; discard_kept: `workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to the trash while a disk budget is exceeded; drop_pool_entry: delete a warm pool checkout that is stale or beyond its project's `[create] pool`; collect_checkout: run the pending cleanup of an archived workspace whose checkout is still on disk, now (while a budget is exceeded); archive_idle: `workspace.archive` of a clean workspace unused for `[gc] archive_idle_days` (while a budget is exceeded). An open set. */
+  action: "remove_archived" | "prune_snapshot_ref" | "prune_carry_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "collect_checkout" | "archive_idle";
   /** How long it has been stale, by the daemon's clock. */
   age_days: number;
   /**
@@ -597,7 +597,7 @@ export interface GcRunResult {
 
 export interface GcSkipped {
   /** The item's action; `plan`: a background run whose plan itself failed. */
-  action: "remove_archived" | "prune_snapshot_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "collect_checkout" | "archive_idle" | "plan";
+  action: "remove_archived" | "prune_snapshot_ref" | "prune_carry_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "collect_checkout" | "archive_idle" | "plan";
   key: string;
   /**
    * The refusal's error kind when a lifecycle operation refused.
