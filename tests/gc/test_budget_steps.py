@@ -181,17 +181,20 @@ def test_a_create_at_max_workspaces_is_refused_when_nothing_can_be_collected(
         daemon.close()
 
 
-def test_an_unarchive_at_max_workspaces_is_refused_before_anything_is_made(
+def test_an_unarchive_at_max_workspaces_is_refused_or_makes_room_first(
     root: Path, repo: Path, ctl: Path
 ) -> None:
     """Unarchive gives a workspace its checkout back, so it counts as a create does: at the
-    limit it is refused `conflict` with the workspace left archived (no checkout made, no
-    state changed); with room it goes through."""
-    (ctl / "ok").touch()  # teardowns pass: archived checkouts go
+    limit with nothing to collect it is refused `conflict` with the workspace left archived (no
+    checkout made, no state changed); at the limit with a lingering archived checkout gc may
+    collect, that checkout goes first, the unarchive goes through, and its answer says what
+    was collected."""
+    (ctl / "ok").touch()  # a's teardown passes: its checkout goes at its archive
     daemon, made = _start(root, repo, ["a", "b"])
     try:
         daemon.call("workspace.archive", {"workspace_id": made["a"]["id"]})
         assert not os.path.lexists(made["a"]["path"])
+        (ctl / "ok").unlink()  # teardowns fail from here
         daemon = _restart(daemon, root, "max_workspaces = 1\n")
         error = rpc_error(daemon, "workspace.unarchive", {"workspace_id": made["a"]["id"]})
         assert error.kind == "conflict", error
@@ -200,8 +203,12 @@ def test_an_unarchive_at_max_workspaces_is_refused_before_anything_is_made(
         assert names == {"a": "archived", "b": "active"}, names
         assert not os.path.lexists(made["a"]["path"])
         daemon.call("workspace.archive", {"workspace_id": made["b"]["id"]})
+        assert Path(made["b"]["path"]).is_dir()  # lingers: its teardown failed
+        (ctl / "ok").touch()  # it would pass now; its retry is an hour away
         back = daemon.call("workspace.unarchive", {"workspace_id": made["a"]["id"]})
         assert back["workspace"]["state"] == "active"
-        assert Path(made["a"]["path"]).is_dir()
+        assert Path(made["a"]["path"]).is_dir() and not os.path.lexists(made["b"]["path"])
+        [told] = back["evicted"]
+        assert (told["action"], told["workspace_id"]) == ("collect_checkout", made["b"]["id"])
     finally:
         daemon.close()

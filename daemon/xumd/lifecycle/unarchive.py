@@ -85,7 +85,7 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
         await _settle_old_checkout(ctx, row)
         _check_path_free(ctx, row)
         wanted = createconfig.load(project.path)
-        await _room(ctx, project, row, wanted)
+        room = await _room(ctx, project, row, wanted)
         old = row
         with ctx.store.transaction():
             row = ctx.update(
@@ -148,6 +148,7 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
                     setup=setup.result(cut),
                     ignored_copy=copied,
                     ports_replaced=replaced,
+                    evicted=room.evicted,
                 ),
                 "workspace.unarchive",
             )
@@ -178,6 +179,7 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
             setup=setup.result(outcome),
             ignored_copy=copied,
             ports_replaced=replaced,
+            evicted=room.evicted,
         )
 
 
@@ -386,14 +388,14 @@ def _check_path_free(ctx: Context, row: WorkspaceRow) -> None:
 
 async def _room(
     ctx: Context, project: ProjectRow, row: WorkspaceRow, wanted: createconfig.CreateSettings
-) -> None:
+) -> capacity.Made:
     """While a disk budget is set, the checkout it is about to make is checked as a create's
     is (lifecycle/capacity.py): the free space, `max_bytes` and `max_workspaces`, room made by
     gc first, refused before the row leaves `archived` otherwise. The estimate is the tree the
     restore writes: the snapshot's work tree, else the branch's."""
     gc = ctx.app.config.gc
     if not gc.budgeted():
-        return
+        return capacity.Made()
     need: int | None = None
     if row.runtime == "worktree" and project.kind == "git":
         commit = row.snapshot_commit
@@ -412,7 +414,7 @@ async def _room(
             cap = ctx.app.config.create.copy_max_bytes
             need += await capacity.copy_bytes(ctx.git, project.path, wanted.copy, cap)
     wants = capacity.Need(row.path.parent, need, project.id, row.name)
-    await capacity.ensure(wants, gc, f"workspace {row.name!r} again", ctx.room, ctx.store)
+    return await capacity.ensure(wants, gc, f"workspace {row.name!r} again", ctx.room, ctx.store)
 
 
 async def _recreate(ctx: Context, project: ProjectRow, row: WorkspaceRow) -> None:

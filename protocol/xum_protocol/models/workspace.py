@@ -470,6 +470,12 @@ class WorkspaceUnarchiveResult(Result):
         description="Ports of the workspace taken meanwhile by something else, replaced by "
         "new ones (since 1.0, additive).",
     )
+    evicted: list[GcDone] = Field(
+        default_factory=list,
+        description="While a disk budget is set: what gc collected to make room for the "
+        "checkout this unarchive writes, before the workspace left `archived` (as "
+        "`workspace.create`'s `evicted`); empty when it fit (since 1.5, additive).",
+    )
 
 
 class WorkspaceRemoveParams(Params):

@@ -2294,6 +2294,8 @@ export interface WorkspaceStateChangedEvent {
 }
 
 export interface WorkspaceUnarchiveResult {
+  /** While a disk budget is set: what gc collected to make room for the checkout this unarchive writes, before the workspace left `archived` (as `workspace.create`'s `evicted`); empty when it fit (since 1.5, additive). */
+  evicted?: GcDone[];
   /** Ignored files copied from the main checkout that the archive did not preserve (since 1.0, additive). */
   ignored_copy?: CopyReport;
   /** Ports of the workspace taken meanwhile by something else, replaced by new ones (since 1.0, additive). */
