@@ -12,7 +12,8 @@ The window between READY=1 and the graph is held open by a fault point
 - a second daemon in the window is refused (the root lock is taken before READY=1);
 - a pending cleanup obligation is retried once the graph is up;
 - a kept agent that exits in the window is seen exited at adoption, its lease reclaimed;
-- a SIGTERM in the window lets the build finish its passes, then stops cleanly.
+- a SIGTERM in the window lets the build finish its passes, then stops cleanly;
+- a start-up build that fails is built by the next request (and the passes announced then).
 """
 
 from __future__ import annotations
@@ -216,3 +217,18 @@ def test_a_sigterm_in_the_window_lets_the_passes_finish(root: Path, tmp_short: P
         assert listed["id"] == ws and listed["interrupted"] is True
     finally:
         again.close()
+
+
+def test_a_failed_start_up_build_is_built_by_the_next_request(root: Path, tmp_short: Path) -> None:
+    ws = insert_workspace(root, tmp_short / "checkouts" / "w", state="creating")
+    daemon = DaemonProcess(root, log_level="info", env={"XUM_FAULT": "lazy_start.build_fails"})
+    daemon.start(wait_ready=False)
+    try:
+        daemon.wait_for_notify("READY=1")
+        until(lambda: "lazy_start.build_failed" in daemon.log_text(), message="the failed build")
+        # The next request builds the graph and runs its passes before it is answered.
+        (listed,) = daemon.call("workspace.list", {})["workspaces"]
+        assert listed["id"] == ws and listed["interrupted"] is True
+        daemon.wait_for_notify(RECONCILED)
+    finally:
+        daemon.close()

@@ -227,9 +227,6 @@ class LazyFeatures:
             pass  # logged by the build; the next request builds again
         finally:
             self._owed = False
-        if self.built:
-            self._app.announce_reconciled()
-            self._app.release_startup_memory()
 
     async def _wait_built(self) -> None:
         """A stop during the start-up build lets it finish its passes (the drain's deadline
@@ -271,6 +268,9 @@ class LazyFeatures:
             if not app.stopping:
                 app.start_background(mark)
             self.built = True
+            if self.at_once:
+                app.announce_reconciled()
+                app.release_startup_memory()
         except Exception as exc:
             log.exception("lazy_start.build_failed", caller=why)
             # Take back what the failed build registered: the next request starts afresh.
