@@ -152,7 +152,7 @@ def why_not_lean(app: App) -> str | None:
 
 class LazyFeatures:
     """The feature graph built after READY=1: at the first request that needs it (`lean`: an
-    empty root), or at once in the background (a root with records: `AT_ONCE`)."""
+    empty root), or at once in the background (a root with records: `at_once`)."""
 
     def __init__(
         self,
