@@ -1,4 +1,6 @@
-"""`xum mcp` under a real stdio MCP client (the Python SDK's), against a real daemon."""
+"""`xum mcp` under a real stdio MCP client (the Python SDK's), against a real daemon: at a
+handshake revision (`agent`, `ClientSession.initialize`) or at 2026-07-28 (`modern`, the SDK's
+`Client`, whose listen streams `events` reads)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
+from mcp.client.subscriptions import ServerEvent, Subscription
 
 from tests.support.daemon import XUM, DaemonProcess
 
@@ -101,18 +104,44 @@ async def agent_with(
     async def on_message(message: Any) -> None:
         await send.send(message)
 
-    server_env = {k: v for k, v in os.environ.items() if k not in ("XUM_WORKSPACE_ID",)}
-    server_env.update(env or {})
-    params = StdioServerParameters(
-        command=XUM,
-        args=args,
-        env=server_env,
-        cwd=str(cwd) if cwd is not None else None,
-    )
     async with (
-        stdio_client(params) as (read, write),
+        stdio_client(_server(args, cwd=cwd, env=env)) as (read, write),
         ClientSession(read, write, message_handler=on_message) as session,
     ):
         with anyio.fail_after(30):
             await session.initialize()
         yield Agent(session, receive)
+
+
+def _server(
+    args: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> StdioServerParameters:
+    server_env = {k: v for k, v in os.environ.items() if k not in ("XUM_WORKSPACE_ID",)}
+    server_env.update(env or {})
+    return StdioServerParameters(
+        command=XUM, args=args, env=server_env, cwd=str(cwd) if cwd is not None else None
+    )
+
+
+@asynccontextmanager
+async def modern(daemon: DaemonProcess) -> AsyncIterator[Client]:
+    """`xum --root ROOT mcp` under the SDK's `Client` in its default mode: it asks
+    `server/discover` and speaks the newest revision both sides have (no response cache: every
+    read is the server's). Each request (the discovery, a listen's acknowledgment) has 30 s."""
+    server = _server(["--root", str(daemon.root), "mcp"])
+    async with Client(server, cache=None, read_timeout_seconds=30) as client:
+        yield client
+
+
+async def events(
+    subscription: Subscription, until: Callable[[ServerEvent], bool], timeout: float = 15.0
+) -> list[ServerEvent]:
+    """The events of a listen stream, in order, up to and with the first that `until` takes,
+    within `timeout` seconds."""
+    got: list[ServerEvent] = []
+    with anyio.fail_after(timeout):
+        async for event in subscription:
+            got.append(event)
+            if until(event):
+                return got
+    raise AssertionError(f"the listen stream ended after {got}")

@@ -1,9 +1,12 @@
 """The MCP resources: the workspace list, and each workspace's status, read from the daemon when
-asked (nothing is cached here); and which of them a daemon event changes, for the change
-notifications (`server.py` sends them)."""
+asked (nothing is cached here); which of them a daemon event changes, and which of them an
+agent listens to, for the change notifications (`server.py` sends them)."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,3 +62,31 @@ def change_of(event_type: str, data: dict[str, Any]) -> Change:
     if isinstance(ws_id, str):
         uris.append(workspace_uri(ws_id))
     return Change(uris, event_type in LIST_CHANGING)
+
+
+class Interest:
+    """The resource URIs an agent listens to: the handshake session's `resources/subscribe`s,
+    and each open 2026-07-28 `subscriptions/listen` stream's `resourceSubscriptions` (counted: two
+    streams may name one URI). After missed events each of them is said to be updated."""
+
+    def __init__(self) -> None:
+        self.subscribed: set[str] = set()
+        self._listened: Counter[str] = Counter()
+
+    @contextmanager
+    def listening(self, uris: Iterable[str]) -> Iterator[None]:
+        """For as long as one listen stream is open."""
+        held = set(uris)
+        self._listened.update(held)
+        try:
+            yield
+        finally:
+            self._listened.subtract(held)
+            self._listened = +self._listened  # the URIs no stream names any more go
+
+    def uris(self) -> list[str]:
+        return sorted(self.subscribed | set(self._listened))
+
+    def everything(self) -> Change:
+        """What missed events may have changed: the list, and every URI listened to."""
+        return Change(self.uris(), True)

@@ -5,10 +5,13 @@ State is the daemon's alone. Each tool call opens its own connection (found by t
 `--socket`, `--root`, `XUM_SOCKET`, `XUM_ROOT`, the default root; or `--host`, through ssh) and
 closes it when the call ends, so a command `run_command` started in the foreground goes with a
 call the agent cancels, and a daemon restarted between two calls is simply found again. One
-more connection, held for as long as the server runs, follows the daemon's event stream and
-turns workspace events into resource notifications; when it breaks it resumes from the last
-event it saw (`after_seq` with the run's `epoch`), and a daemon that restarted (or no longer
-holds the events) means every resource may have changed, which is what it then says.
+more connection, held for as long as the server runs, follows the daemon's event stream
+(`watch.py`) and turns workspace events into resource notifications.
+
+Both protocol eras are served on stdio (the SDK's `serve_dual_era_loop`: the agent's first
+request decides). The watcher's changes go to one `Publisher`, whose bus each era's delivery
+listens to: the handshake era's `Notifier` (the session, its `resources/subscribe`s) and each
+2026-07-28 `subscriptions/listen` stream (`Listen`).
 """
 
 from __future__ import annotations
@@ -27,12 +30,22 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    SubscriptionBus,
+)
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from xum_client.aio import AsyncClient
 from xum_client.errors import NotFound, RpcTimeout, XumClientError
 from xum_client.locate import acurrent
 from xum_client.mcp import resources, tools
+from xum_client.mcp.watch import watch
 from xum_client.sync import CLIENT_VERSION
 
 log = logging.getLogger("xum.mcp")
@@ -43,8 +56,6 @@ RESOURCE_NOT_FOUND = -32002
 WATCH_READY_S = 10.0
 """How long start-up waits for the event watcher's first subscription before serving: a change
 an agent makes right after start-up is then always notified."""
-
-RECONNECT_MAX_S = 5.0
 
 
 class Daemon:
@@ -71,72 +82,97 @@ class Daemon:
             return await client.call(method, params or {})
 
 
-class Notifier:
-    """Resource subscriptions of the one MCP session, and the notifications for them."""
+# -- change notifications ---------------------------------------------------------------------
 
-    def __init__(self) -> None:
-        self.session: ServerSession | None = None
-        self.subscribed: set[str] = set()
 
-    def seen(self, ctx: ServerRequestContext[Any]) -> None:
-        """Remember the session (notifications go to it outside any request)."""
-        self.session = ctx.session
+class Publisher:
+    """The one fan-out of what the watcher says: events on the SDK's subscription bus. Each era's
+    delivery is a listener on it that filters for its agent: the handshake session's `Notifier`,
+    and each 2026-07-28 `subscriptions/listen` stream (the SDK's `ListenHandler`)."""
 
-    async def changed(self, uris: list[str], list_changed: bool) -> None:
-        session = self.session
-        if session is None:
-            return
-        try:
-            if list_changed:
-                await session.send_resource_list_changed()
-            for uri in uris:
-                if uri in self.subscribed:
-                    await session.send_resource_updated(uri)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            # The agent went away: the server is ending; nothing to tell.
-            self.session = None
+    def __init__(self, bus: SubscriptionBus, interest: resources.Interest) -> None:
+        self.bus = bus
+        self.interest = interest
+
+    async def changed(self, change: resources.Change) -> None:
+        if change.list_changed:
+            await self.bus.publish(ResourcesListChanged())
+        for uri in change.uris:
+            await self.bus.publish(ResourceUpdated(uri))
 
     async def everything(self) -> None:
-        """After a gap in the events (a daemon restart): every resource may have changed."""
-        await self.changed(sorted(self.subscribed), True)
+        await self.changed(self.interest.everything())
 
 
-async def watch(daemon: Daemon, notifier: Notifier, ready: anyio.Event) -> None:
-    """Follow the daemon's workspace events for as long as the server runs."""
-    after_seq: int | None = None
-    epoch: str | None = None
-    missed = False
-    """No daemon answered at some point before the first subscription: what an agent read then
-    was an error, so the first subscription is a change of everything."""
-    delay = 0.1
-    while True:
-        try:
-            async with (
-                daemon.client(timeout=60.0) as client,
-                client.subscribe(resources.WATCHED, after_seq=after_seq, epoch=epoch) as stream,
-            ):
-                if stream.snapshot.resync_required or (missed and after_seq is None):
-                    await notifier.everything()
-                after_seq, epoch = stream.position, stream.epoch
-                ready.set()
-                delay = 0.1
-                async for event in stream:
-                    after_seq = stream.position
-                    change = resources.change_of(event.type, event.data)
-                    if change.uris or change.list_changed:
-                        await notifier.changed(change.uris, change.list_changed)
-        except XumClientError as exc:
-            log.info("event stream: %s; reconnecting", exc)
-            missed = True
-        except Exception as exc:
-            # Anything else (an event this client cannot read) must not end the server: the
-            # tools do not need the stream. Said on stderr, then the stream is taken up again.
-            log.warning("event stream: %r; reconnecting", exc)
-            missed = True
-        # No daemon yet (or it just went): serve anyway, tools say `no_daemon` meanwhile.
-        ready.set()
-        await anyio.sleep(delay)
-        delay = min(delay * 2, RECONNECT_MAX_S)
+class Notifier:
+    """The handshake era's delivery: `notifications/resources/list_changed`, and `updated` for
+    the resources subscribed, to the one session a request came on (notifications go to it
+    outside any request). Events wait here deduplicated (each says "read it again"), so the bus
+    never waits for the agent and what waits is at most one entry per resource."""
+
+    def __init__(self, interest: resources.Interest) -> None:
+        self.session: ServerSession | None = None
+        self.interest = interest
+        self._pending: dict[ServerEvent, None] = {}
+        self._wake = anyio.Event()
+
+    def seen(self, ctx: ServerRequestContext[Any]) -> None:
+        """Remember a handshake session; a 2026-07-28 one gets these on its listen streams."""
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            self.session = ctx.session
+
+    def deliver(self, event: ServerEvent) -> None:
+        """The bus's listener (synchronous: it only queues)."""
+        if self.session is None:
+            return
+        if isinstance(event, ResourceUpdated) and event.uri not in self.interest.subscribed:
+            return
+        if isinstance(event, ResourceUpdated | ResourcesListChanged):
+            self._pending[event] = None
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Send what waits, in order, for as long as the server runs."""
+        while True:
+            if not self._pending:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                continue
+            event = next(iter(self._pending))
+            del self._pending[event]
+            session = self.session
+            if session is None:
+                continue
+            try:
+                if isinstance(event, ResourceUpdated):
+                    await session.send_resource_updated(event.uri)
+                else:
+                    await session.send_resource_list_changed()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                # The agent went away: the server is ending; nothing to tell.
+                self.session = None
+                self._pending.clear()
+
+
+class Listen:
+    """`subscriptions/listen` (2026-07-28): the SDK's handler, asked only for what xum sends
+    (the resource kinds: its tools and prompts never change, so the acknowledgment leaves them
+    out), with the stream's URIs in the `Interest` while it is open."""
+
+    def __init__(self, bus: SubscriptionBus, interest: resources.Interest) -> None:
+        self.handler = ListenHandler(bus)
+        self.interest = interest
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        asked = params.notifications
+        served = types.SubscriptionFilter(
+            resources_list_changed=asked.resources_list_changed,
+            resource_subscriptions=asked.resource_subscriptions,
+        )
+        with self.interest.listening(asked.resource_subscriptions or ()):
+            return await self.handler(ctx, params.model_copy(update={"notifications": served}))
 
 
 # -- tools ------------------------------------------------------------------------------------
@@ -233,7 +269,7 @@ def _tool_entry(tool: tools.Tool) -> types.Tool:
     )
 
 
-def build(daemon: Daemon, notifier: Notifier) -> Server[Any]:
+def build(daemon: Daemon, notifier: Notifier, listen: Listen) -> Server[Any]:
     listed = [_tool_entry(tool) for tool in tools.TOOLS.values()]
 
     async def list_tools(
@@ -318,17 +354,17 @@ def build(daemon: Daemon, notifier: Notifier) -> Server[Any]:
         ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
         notifier.seen(ctx)
-        notifier.subscribed.add(str(params.uri))
+        notifier.interest.subscribed.add(str(params.uri))
         return types.EmptyResult()
 
     async def unsubscribe(
         ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
         notifier.seen(ctx)
-        notifier.subscribed.discard(str(params.uri))
+        notifier.interest.subscribed.discard(str(params.uri))
         return types.EmptyResult()
 
-    return Server(
+    server: Server[Any] = Server(
         "xum",
         version=CLIENT_VERSION,
         instructions="xum's workspaces: each agent works in its own checkout. "
@@ -340,14 +376,36 @@ def build(daemon: Daemon, notifier: Notifier) -> Server[Any]:
         on_read_resource=read_resource,
         on_subscribe_resource=subscribe,
         on_unsubscribe_resource=unsubscribe,
+        on_subscriptions_listen=listen,
     )
+
+    async def discover(
+        ctx: ServerRequestContext[Any], _params: types.RequestParams
+    ) -> types.DiscoverResult:
+        # The SDK derives every `listChanged` from `subscriptions/listen` being served; xum's
+        # tools never change, so only the resources' are said (as the handshake says them).
+        capabilities = server.get_capabilities(protocol_version=ctx.protocol_version)
+        if capabilities.tools is not None:
+            no_changes = capabilities.tools.model_copy(update={"list_changed": False})
+            capabilities = capabilities.model_copy(update={"tools": no_changes})
+        return types.DiscoverResult(
+            supported_versions=list(MODERN_PROTOCOL_VERSIONS),
+            capabilities=capabilities,
+            instructions=server.instructions,
+        )
+
+    server.add_request_handler("server/discover", types.RequestParams, discover)
+    return server
 
 
 @asynccontextmanager
-async def _watching(daemon: Daemon, notifier: Notifier) -> AsyncIterator[None]:
+async def _watching(
+    daemon: Daemon, publisher: Publisher, notifier: Notifier
+) -> AsyncIterator[None]:
     async with anyio.create_task_group() as tg:
         ready = anyio.Event()
-        tg.start_soon(watch, daemon, notifier, ready)
+        tg.start_soon(notifier.run)
+        tg.start_soon(watch, daemon.client, publisher, ready)
         with anyio.move_on_after(WATCH_READY_S):
             await ready.wait()
         try:
@@ -357,10 +415,18 @@ async def _watching(daemon: Daemon, notifier: Notifier) -> AsyncIterator[None]:
 
 
 async def _serve(daemon: Daemon) -> None:
-    notifier = Notifier()
-    server = build(daemon, notifier)
+    interest = resources.Interest()
+    bus = InMemorySubscriptionBus()
+    notifier = Notifier(interest)
+    bus.subscribe(notifier.deliver)
+    server = build(daemon, notifier, Listen(bus, interest))
+    # What the handshake era is told; a 2026-07-28 agent asks `server/discover` (above).
     options = server.create_initialization_options(NotificationOptions(resources_changed=True))
-    async with _watching(daemon, notifier), stdio_server() as (read_stream, write_stream):
+    publisher = Publisher(bus, interest)
+    async with (
+        _watching(daemon, publisher, notifier),
+        stdio_server() as (read_stream, write_stream),
+    ):
         await server.run(read_stream, write_stream, options)
 
 
