@@ -268,6 +268,7 @@ class LazyFeatures:
             if not app.stopping:
                 app.start_background(mark)
             self.built = True
+            log.info("lazy_start.features_built", caller=why, at_once=self.at_once)
             if self.at_once:
                 app.announce_reconciled()
                 app.release_startup_memory()
@@ -284,7 +285,6 @@ class LazyFeatures:
         finally:
             self._building = None
             building.set()
-        log.info("lazy_start.features_built", caller=why, at_once=self.at_once)
 
 
 def _unavailable(why: str, cause: str) -> XumError:
