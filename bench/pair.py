@@ -13,8 +13,10 @@ does), and the measured starts reuse a root whose database exists.
 `--records N` adds, in the same alternation, each tree's daemon on a root filled by
 `bench.scale.populate` (N workspaces, N/10 cleanup obligations) and this tree's on a root with
 one workspace, and prints each tree's time to ready with records minus empty, and this tree's
-records minus one record (both full starts: the startup passes' own share), wall and CPU at
-READY=1.
+records minus one record (the same start: the records' own share), wall and CPU at READY=1. Each
+records root starts with its database as populated. A root with records may build its feature
+graph after READY=1 (xumd.startup.lazy_start): its idle RSS is read after `daemon.status`, which
+waits for it.
 """
 
 from __future__ import annotations
