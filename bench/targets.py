@@ -46,8 +46,8 @@ TARGETS: dict[str, Target] = {
     "rpc: throughput, 16 client(s)": Target("factor", 2.0),
     "scale: workspace.list, all": Target("factor", 1.5),
     "startup: time to ready": Target("factor", 2.0),
-    # Met at 8a9fc4e (docs/PERFORMANCE.md, "Start-up with records"): READY=1 is when the socket
-    # answers; a root with records reconciles after it ("time to reconciled", no target).
+    # READY=1 is when the socket answers; a root with records reconciles after it ("time to
+    # reconciled", no target; docs/PERFORMANCE.md, "Start-up with records").
     "scale: time to ready, records minus one record": Target("delta", 60.0),
     "scale: time to ready, records minus empty": Target("delta", 100.0),
     "scale: idle RSS, records over empty": Target("factor", 1.5),
