@@ -203,13 +203,16 @@ GC_BUDGET = (
 
 
 def drive_evict(world: World, point: str) -> Run:
-    write_config(world.root, GC_BUDGET)
-    world.start(point)
+    # The workspace is made before the budget is set: a create is refused before it writes
+    # when the budget has no room for it (lifecycle/capacity.py).
+    world.start()
     world.add_project()
     ws, before = _dirty_workspace(world)
     modules = Path(ws["path"]) / "node_modules"
     modules.mkdir()
     (modules / "dep.js").write_text("rebuildable\n")
+    write_config(world.root, GC_BUDGET)
+    world.start(point)
     world.expect_killed("gc.run", {})
 
     def finish(w: World) -> None:
