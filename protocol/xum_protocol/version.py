@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = "1.4"
+PROTOCOL_VERSION = "1.5"
 """The version this package speaks: `major.minor`."""
 
-SUPPORTED_PROTOCOLS: tuple[str, ...] = ("1.4",)
+SUPPORTED_PROTOCOLS: tuple[str, ...] = ("1.5",)
 """Every version a server built from this package can speak."""
 
 

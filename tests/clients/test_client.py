@@ -98,7 +98,7 @@ def test_sync_events(test_daemon: DaemonProcess) -> None:
 def test_async_handshake_status_and_concurrent_calls(test_daemon: DaemonProcess) -> None:
     async def main() -> None:
         async with AsyncClient(test_daemon.root) as client:
-            assert client.server is not None and client.server.protocol == "1.4"
+            assert client.server is not None and client.server.protocol == "1.5"
             status = await client.status()
             assert isinstance(status, DaemonStatusResult) and status.pid == test_daemon.pid
             results: dict[int, dict[str, object]] = {}
@@ -140,7 +140,7 @@ def test_async_protocol_mismatch(
             async with AsyncClient(test_daemon.root):
                 pass
         assert isinstance(caught.value, XumRpcError)
-        assert caught.value.data["server_protocols"] == ["1.4"]
+        assert caught.value.data["server_protocols"] == ["1.5"]
 
     anyio.run(main)
 

@@ -16,7 +16,7 @@ def test_status_answers(daemon: DaemonProcess) -> None:
     status = daemon.call("daemon.status")
     assert status["pid"] == daemon.pid
     assert status["root"] == str(daemon.root)
-    assert status["protocol"] == "1.4"
+    assert status["protocol"] == "1.5"
 
 
 def test_root_and_socket_modes(daemon: DaemonProcess) -> None:

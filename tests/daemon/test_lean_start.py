@@ -266,20 +266,20 @@ HELLOS: list[Any] = [
     [],
     ["1.0"],
     {"protocol": "1.0"},
-    {"protocol": "1.4", "client": {"name": "xum", "version": "0.1"}},
-    {"protocol": "1.4", "client": {"name": "xum"}},
-    {"protocol": "1.4", "client": None},
-    {"protocol": "1.4", "client": {"name": ""}},
-    {"protocol": "1.4", "client": {"name": "n" * 200, "version": "v" * 200}},
-    {"protocol": "1.4", "client": {"name": "n" * 201}},
-    {"protocol": "1.4", "client": {"name": "x", "version": "v" * 201}},
-    {"protocol": "1.4", "client": {"name": "x", "extra": 1}},
-    {"protocol": "1.4", "client": {"name": 5}},
-    {"protocol": "1.4", "client": "xum"},
+    {"protocol": "1.5", "client": {"name": "xum", "version": "0.1"}},
+    {"protocol": "1.5", "client": {"name": "xum"}},
+    {"protocol": "1.5", "client": None},
+    {"protocol": "1.5", "client": {"name": ""}},
+    {"protocol": "1.5", "client": {"name": "n" * 200, "version": "v" * 200}},
+    {"protocol": "1.5", "client": {"name": "n" * 201}},
+    {"protocol": "1.5", "client": {"name": "x", "version": "v" * 201}},
+    {"protocol": "1.5", "client": {"name": "x", "extra": 1}},
+    {"protocol": "1.5", "client": {"name": 5}},
+    {"protocol": "1.5", "client": "xum"},
     {"protocol": "1" * 32},
     {"protocol": "1" * 33},
     {"protocol": 1.3},
-    {"protocol": "1.4", "other": True},
+    {"protocol": "1.5", "other": True},
     {"client": {"name": "x"}},
 ]
 
@@ -310,13 +310,13 @@ def test_lean_params_take_only_what_the_models_take(raw: Any) -> None:
 def test_hello_and_status_load_no_model(root: Path) -> None:
     daemon = DaemonProcess(root, log_level="info", env={"PYTHONPROFILEIMPORTTIME": "1"}).start()
     try:
-        hello = {"protocol": "1.4", "client": {"name": "t", "version": "1"}}
+        hello = {"protocol": "1.5", "client": {"name": "t", "version": "1"}}
         assert ask(daemon, "hello", hello)["result"]["pid"] == daemon.pid
         for _ in range(3):
             assert ask(daemon, "daemon.status")["result"]["pid"] == daemon.pid
         assert heavy(imported(daemon.log_text()), ("pydantic", "xum_protocol.models")) == []
         # Another shape goes to the model: refused with its words.
-        refused = ask(daemon, "hello", {"protocol": "1.4", "client": {"name": ""}})["error"]
+        refused = ask(daemon, "hello", {"protocol": "1.5", "client": {"name": ""}})["error"]
         assert refused["data"]["kind"] == ErrorKind.INVALID_PARAMS.value
         assert refused["data"]["errors"][0]["loc"] == ["client", "name"]
         assert "pydantic" in imported(daemon.log_text())

@@ -132,7 +132,7 @@ def test_a_client_that_disconnects_mid_request_harms_nobody(daemon: DaemonProces
 
 def test_socat_style_one_liner_without_hello(daemon: DaemonProcess) -> None:
     answers = exchange(daemon.socket_path, STATUS)
-    assert answers[0]["result"]["protocol"] == "1.4"
+    assert answers[0]["result"]["protocol"] == "1.5"
     assert answers[0]["result"]["pid"] == daemon.pid
 
 

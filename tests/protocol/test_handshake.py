@@ -23,7 +23,7 @@ def test_hello_answers_protocol_server_root_capabilities(daemon: DaemonProcess) 
     with RawPeer(daemon.socket_path) as peer:
         peer.send_json(hello("1.0"))
         result = peer.read()["result"]
-    assert result["protocol"] == "1.4"
+    assert result["protocol"] == "1.5"
     assert result["server"]["name"] == "xumd" and result["server"]["version"]
     assert result["root"] == str(daemon.root)
     assert {"hello", "daemon.status", "daemon.shutdown", "events.subscribe"} <= set(
@@ -34,7 +34,7 @@ def test_hello_answers_protocol_server_root_capabilities(daemon: DaemonProcess) 
 def test_newer_minor_of_the_same_major_is_compatible(daemon: DaemonProcess) -> None:
     with RawPeer(daemon.socket_path) as peer:
         peer.send_json(hello("1.7"))
-        assert peer.read()["result"]["protocol"] == "1.4"
+        assert peer.read()["result"]["protocol"] == "1.5"
 
 
 @pytest.mark.parametrize("version", ["2.0", "0.9", "3"])
@@ -46,12 +46,12 @@ def test_other_major_is_a_protocol_mismatch_naming_versions(
         error = peer.read()["error"]
         assert error["code"] == -32009
         assert error["data"]["kind"] == "protocol_mismatch"
-        assert error["data"]["server_protocols"] == ["1.4"]
+        assert error["data"]["server_protocols"] == ["1.5"]
         assert error["data"]["client_protocol"] == version
-        assert version in error["message"] and "1.4" in error["message"]
+        assert version in error["message"] and "1.5" in error["message"]
         # The connection stays usable: the client may retry with a version we speak.
         peer.send_json(hello("1.0"))
-        assert peer.read()["result"]["protocol"] == "1.4"
+        assert peer.read()["result"]["protocol"] == "1.5"
 
 
 @pytest.mark.parametrize("version", ["one", "1.0.0", "", "1.x"])
@@ -72,9 +72,9 @@ def test_client_handshake_and_typed_mismatch(
     daemon: DaemonProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with Client(daemon.root) as client:
-        assert client.server is not None and client.server["protocol"] == "1.4"
+        assert client.server is not None and client.server["protocol"] == "1.5"
     monkeypatch.setattr("xum_client.sync.PROTOCOL_VERSION", "2.0")
     with pytest.raises(ProtocolMismatch) as caught:
         Client(daemon.root)
     assert caught.value.kind == "protocol_mismatch"
-    assert caught.value.data["server_protocols"] == ["1.4"]
+    assert caught.value.data["server_protocols"] == ["1.5"]

@@ -63,7 +63,7 @@ _EMPTY = LeanEmpty()
 
 
 def lean_hello(raw: Any) -> LeanHello | None:
-    """`{"protocol": "1.4", "client": {"name": ..., "version": ...}}` (client optional) within
+    """`{"protocol": "1.5", "client": {"name": ..., "version": ...}}` (client optional) within
     `HelloParams`' bounds, or None: the model reads (and refuses) every other shape."""
     if type(raw) is not dict or not raw.keys() <= {"protocol", "client"}:
         return None

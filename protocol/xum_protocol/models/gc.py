@@ -29,7 +29,8 @@ class GcItem(Result):
     action: GcAction = Field(
         description="remove_archived: `workspace.remove` of an archived workspace; "
         "prune_snapshot_ref: delete a removed workspace's snapshot ref; prune_carry_ref: "
-        "delete a `refs/xum/carry/<ws>` a create left (`snapshot_refs_days` after its carry); "
+        "delete a `refs/xum/carry/<ws>` a create left (`snapshot_refs_days` after its carry; "
+        "since 1.5); "
         "archive_merged: "
         "`workspace.archive` of a clean, merged workspace; discard_kept: "
         "`workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move "

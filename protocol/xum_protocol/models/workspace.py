@@ -294,13 +294,13 @@ class WorkspaceCreateResult(Result):
         "additive).",
     )
     carried: CarryInfo | None = Field(
-        default=None, description="Set with `carry`: what was carried (since 1.3, additive)."
+        default=None, description="Set with `carry`: what was carried (since 1.4, additive)."
     )
     pool: Literal["hit", "miss", "stale"] | None = Field(
         default=None,
         description="The warm pool (`[create] pool`): hit, a ready checkout was taken over; "
         "miss, none was ready; stale, the ready one was not at this base or not clean (a fresh "
-        "checkout was made). Null when no pool is configured (since 1.3, additive).",
+        "checkout was made). Null when no pool is configured (since 1.4, additive).",
     )
     materialised: Literal["git", "pool", "directory"] | None = Field(
         default=None,
@@ -310,7 +310,8 @@ class WorkspaceCreateResult(Result):
         "ignored files of `[create] copy` say in `ignored_copy` how many were cloned "
         "copy-on-write and how many copied. An open set: a client treats a value it does not "
         "know as a checkout made some other way. Null when not known: a keyed repeat answered "
-        "from the record after a crash, or a daemon that does not report it (additive).",
+        "from the record after a crash, or a daemon that does not report it (since 1.5, "
+        "additive).",
     )
     evicted: list[GcDone] = Field(
         default_factory=list,
@@ -318,7 +319,7 @@ class WorkspaceCreateResult(Result):
         "`max_workspaces`): what gc collected to make room for this create before its intent "
         "row (warm pool entries, idle workspaces' "
         "rebuildable directories, archived workspaces' lingering checkouts), with the bytes "
-        "each freed; empty when the create fit (since 1.3, additive).",
+        "each freed; empty when the create fit (since 1.4, additive).",
     )
 
 

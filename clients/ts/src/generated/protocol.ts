@@ -3,7 +3,7 @@
 /* eslint-disable */
 
 /** The protocol version this file was generated from (`major.minor`). */
-export const PROTOCOL_VERSION = "1.4";
+export const PROTOCOL_VERSION = "1.5";
 
 /** Every error kind and its JSON-RPC code (`data.kind` on the wire). */
 export const ERROR_CODES = {
@@ -472,7 +472,7 @@ export interface GcGetParams {
 
 /** One thing a policy would collect, and what it frees. */
 export interface GcItem {
-  /** remove_archived: `workspace.remove` of an archived workspace; prune_snapshot_ref: delete a removed workspace's snapshot ref; prune_carry_ref: delete a `refs/xum/carry/<ws>` a create left (`snapshot_refs_days` after its carry); archive_merged: `workspace.archive` of a clean, merged workspace; discard_kept: `workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to the trash while a disk budget is exceeded; drop_pool_entry: delete a warm pool checkout that is stale or beyond its project's `[create] pool`; collect_checkout: run the pending cleanup of an archived workspace whose checkout is still on disk, now (while a budget is exceeded); archive_idle: `workspace.archive` of a clean workspace unused for `[gc] archive_idle_days` (while a budget is exceeded). An open set. */
+  /** remove_archived: `workspace.remove` of an archived workspace; prune_snapshot_ref: delete a removed workspace's snapshot ref; prune_carry_ref: delete a `refs/xum/carry/<ws>` a create left (`snapshot_refs_days` after its carry; since 1.5); archive_merged: `workspace.archive` of a clean, merged workspace; discard_kept: `workspace.discard_kept` of a removed workspace's kept copy; evict_rebuildable: move an idle workspace's rebuildable directory (ignored, untracked, `[gc] rebuildable`) to the trash while a disk budget is exceeded; drop_pool_entry: delete a warm pool checkout that is stale or beyond its project's `[create] pool`; collect_checkout: run the pending cleanup of an archived workspace whose checkout is still on disk, now (while a budget is exceeded); archive_idle: `workspace.archive` of a clean workspace unused for `[gc] archive_idle_days` (while a budget is exceeded). An open set. */
   action: "remove_archived" | "prune_snapshot_ref" | "prune_carry_ref" | "archive_merged" | "discard_kept" | "evict_rebuildable" | "drop_pool_entry" | "collect_checkout" | "archive_idle";
   /** How long it has been stale, by the daemon's clock. */
   age_days: number;
@@ -1949,12 +1949,12 @@ export interface WorkspaceCreateResult {
    */
   base_commit?: string | null;
   /**
-   * Set with `carry`: what was carried (since 1.3, additive).
+   * Set with `carry`: what was carried (since 1.4, additive).
    * default: null
    */
   carried?: CarryInfo | null;
   cleared_locks?: string[];
-  /** While a disk budget is set (`[gc] min_free_*`, `max_bytes`, `max_workspaces`): what gc collected to make room for this create before its intent row (warm pool entries, idle workspaces' rebuildable directories, archived workspaces' lingering checkouts), with the bytes each freed; empty when the create fit (since 1.3, additive). */
+  /** While a disk budget is set (`[gc] min_free_*`, `max_bytes`, `max_workspaces`): what gc collected to make room for this create before its intent row (warm pool entries, idle workspaces' rebuildable directories, archived workspaces' lingering checkouts), with the bytes each freed; empty when the create fit (since 1.4, additive). */
   evicted?: GcDone[];
   /**
    * Set when the base was fetched.
@@ -1964,12 +1964,12 @@ export interface WorkspaceCreateResult {
   /** Ignored files copied from the main checkout before setup (since 1.0, additive). */
   ignored_copy?: CopyReport;
   /**
-   * How the checkout's files came to be: git, git's checkout wrote them (`git worktree add`; with `sparse`, the cone only); pool, a warm pool entry was taken over and no file was written; directory, the directory runtime's empty directory. The ignored files of `[create] copy` say in `ignored_copy` how many were cloned copy-on-write and how many copied. An open set: a client treats a value it does not know as a checkout made some other way. Null when not known: a keyed repeat answered from the record after a crash, or a daemon that does not report it (additive).
+   * How the checkout's files came to be: git, git's checkout wrote them (`git worktree add`; with `sparse`, the cone only); pool, a warm pool entry was taken over and no file was written; directory, the directory runtime's empty directory. The ignored files of `[create] copy` say in `ignored_copy` how many were cloned copy-on-write and how many copied. An open set: a client treats a value it does not know as a checkout made some other way. Null when not known: a keyed repeat answered from the record after a crash, or a daemon that does not report it (since 1.5, additive).
    * default: null
    */
   materialised?: "git" | "pool" | "directory" | null;
   /**
-   * The warm pool (`[create] pool`): hit, a ready checkout was taken over; miss, none was ready; stale, the ready one was not at this base or not clean (a fresh checkout was made). Null when no pool is configured (since 1.3, additive).
+   * The warm pool (`[create] pool`): hit, a ready checkout was taken over; miss, none was ready; stale, the ready one was not at this base or not clean (a fresh checkout was made). Null when no pool is configured (since 1.4, additive).
    * default: null
    */
   pool?: "hit" | "miss" | "stale" | null;
