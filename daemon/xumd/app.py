@@ -2,9 +2,10 @@
 
 Features (lifecycle, cleanup, processes, ...) install themselves with `install(app)`: they
 register handlers on the router, provide their service object, and add hooks:
-- `on_startup`: runs before readiness, in order (recovery lives here);
-- `after_ready`: a background task started once the socket serves (at once, for a feature
-  installed later: `xumd.startup.lazy_start`), cancelled at shutdown;
+- `on_startup`: runs in order before readiness, or, for features installed after it
+  (`xumd.startup.lazy_start`), before their methods are answered (recovery lives here);
+- `after_ready`: a background task started once the socket serves (for a feature installed
+  later, once its startup steps ran), cancelled at shutdown;
 - `on_shutdown`: a drain, run with its own deadline after in-flight requests settled.
 """
 
