@@ -5,6 +5,7 @@ work no snapshot holds, a removal the daemon has no record of) is listed as skip
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -17,7 +18,7 @@ from xumd.checkouts.marker import WorkspaceRef
 from xumd.lifecycle import rows
 from xumd.lifecycle.carry import CARRY_NS
 from xumd.lifecycle.hooks import Holder, busy_message
-from xumd.lifecycle.rows import WorkspaceRow
+from xumd.lifecycle.rows import ProjectRow, WorkspaceRow
 from xumd.recovery import strays
 from xumd.store import Store
 from xumd.system.git import Git
@@ -26,6 +27,7 @@ from xumd.usage.service import UsageService
 DAY_S = 86400.0
 SNAPSHOT_REFS = "refs/xum/snapshots/"
 CARRY_REFS = f"{CARRY_NS}/"
+CARRY_FIELDS = "%(refname) %(objectname) %(committerdate:unix)"
 AHEAD_TOLERANCE_S = 60.0
 """A stamp this far after the gc clock's now was written on a clock that has since stepped back
 (or that ran ahead of the boot-anchored clock: `GcClock`); closer than this is the anchor's
@@ -176,59 +178,60 @@ class Planner:
                 why_not=_interrupted(row),
             )
 
+    async def _refs(self, prefix: str, fields: str) -> AsyncIterator[tuple[ProjectRow, str]]:
+        """Each git project's refs under `prefix`, one `for-each-ref` line (`fields`) each; a
+        project git cannot list is passed over (planned again at the next run)."""
+        for project in rows.list_projects(self.store):
+            if project.kind != "git" or not project.path.is_dir():
+                continue
+            listed = await self.git.run(
+                project.path, "for-each-ref", f"--format={fields}", prefix, check=False
+            )
+            if listed.ok:
+                for line in listed.output.text().splitlines():
+                    yield project, line
+
     # -- snapshot refs of removed workspaces --------------------------------------------------
 
     async def _snapshot_refs(self, plan: Plan, days: float) -> None:
         live = set(rows.workspace_projects(self.store))
         removed = rows.tombstone_times(self.store)
-        for project in rows.list_projects(self.store):
-            if project.kind != "git" or not project.path.is_dir():
-                continue
-            listed = await self.git.run(
-                project.path,
-                "for-each-ref",
-                "--format=%(refname) %(objectname)",
-                SNAPSHOT_REFS,
-                check=False,
+        async for project, line in self._refs(SNAPSHOT_REFS, "%(refname) %(objectname)"):
+            ref, _, commit = line.partition(" ")
+            parts = ref[len(SNAPSHOT_REFS) :].split("/")
+            workspace_id = parts[0]
+            if workspace_id in live:
+                continue  # an archived workspace's snapshot is its saved work
+            item = GcItem(
+                key=f"prune_snapshot_ref:{project.id}:{ref}",
+                action="prune_snapshot_ref",
+                workspace_id=workspace_id,
+                project_id=project.id,
+                ref=ref,
+                path=str(project.path),
+                commit=commit,
+                age_days=0.0,
+                reason="snapshot of a removed workspace",
             )
-            if not listed.ok:
+            when = removed.get(workspace_id)
+            if when is None:
+                plan.skip(item, "no record of its workspace's removal: not provably stale")
                 continue
-            for line in listed.output.text().splitlines():
-                ref, _, commit = line.partition(" ")
-                parts = ref[len(SNAPSHOT_REFS) :].split("/")
-                workspace_id = parts[0]
-                if workspace_id in live:
-                    continue  # an archived workspace's snapshot is its saved work
-                item = GcItem(
-                    key=f"prune_snapshot_ref:{project.id}:{ref}",
-                    action="prune_snapshot_ref",
-                    workspace_id=workspace_id,
-                    project_id=project.id,
-                    ref=ref,
-                    path=str(project.path),
-                    commit=commit,
-                    age_days=0.0,
-                    reason="snapshot of a removed workspace",
+            stepped = plan.ahead(when)
+            if stepped:
+                plan.skip(item, stepped)
+                continue
+            age = (plan.now - when) / DAY_S
+            if age < days:
+                continue
+            plan.items.append(
+                item.model_copy(
+                    update={
+                        "age_days": age,
+                        "reason": f"workspace removed {age:.1f} days ago (policy: {days:g})",
+                    }
                 )
-                when = removed.get(workspace_id)
-                if when is None:
-                    plan.skip(item, "no record of its workspace's removal: not provably stale")
-                    continue
-                stepped = plan.ahead(when)
-                if stepped:
-                    plan.skip(item, stepped)
-                    continue
-                age = (plan.now - when) / DAY_S
-                if age < days:
-                    continue
-                plan.items.append(
-                    item.model_copy(
-                        update={
-                            "age_days": age,
-                            "reason": f"workspace removed {age:.1f} days ago (policy: {days:g})",
-                        }
-                    )
-                )
+            )
 
     # -- carry refs left by a create that did not finish ----------------------------------------
 
@@ -239,58 +242,46 @@ class Planner:
         only after the workspace is `active` with the work restored and verified, so the ref
         is a second copy, kept as long as a removed workspace's snapshot ref (the same
         policy). A create runs for minutes at most, so no ref this old belongs to one."""
-        for project in rows.list_projects(self.store):
-            if project.kind != "git" or not project.path.is_dir():
-                continue
-            listed = await self.git.run(
-                project.path,
-                "for-each-ref",
-                "--format=%(refname) %(objectname) %(committerdate:unix)",
-                CARRY_REFS,
-                check=False,
+        async for project, line in self._refs(CARRY_REFS, CARRY_FIELDS):
+            ref, commit, date = [*line.split(" "), "", ""][:3]
+            workspace_id = ref[len(CARRY_REFS) :]
+            row = rows.get_workspace(self.store, workspace_id)
+            item = GcItem(
+                key=f"prune_carry_ref:{project.id}:{ref}",
+                action="prune_carry_ref",
+                workspace_id=workspace_id,
+                project_id=project.id,
+                name=row.name if row else None,
+                ref=ref,
+                path=str(project.path),
+                commit=commit,
+                age_days=0.0,
+                reason="work carried into a new workspace",
             )
-            if not listed.ok:
+            if not date.isdigit():
+                plan.skip(item, "its commit has no date git can read: its age is unknown")
                 continue
-            for line in listed.output.text().splitlines():
-                ref, commit, date = [*line.split(" "), "", ""][:3]
-                workspace_id = ref[len(CARRY_REFS) :]
-                row = rows.get_workspace(self.store, workspace_id)
-                item = GcItem(
-                    key=f"prune_carry_ref:{project.id}:{ref}",
-                    action="prune_carry_ref",
-                    workspace_id=workspace_id,
-                    project_id=project.id,
-                    name=row.name if row else None,
-                    ref=ref,
-                    path=str(project.path),
-                    commit=commit,
-                    age_days=0.0,
-                    reason="work carried into a new workspace",
+            stepped = plan.ahead(float(date))
+            if stepped:
+                plan.skip(item, stepped)
+                continue
+            age = (plan.now - float(date)) / DAY_S
+            if age < days:
+                continue
+            if row is None:
+                where = "its workspace is gone (a removal saves a workspace's work first)"
+            elif row.state == "creating":
+                where = "its create never finished, so the main checkout still holds it"
+            else:
+                where = f"it was restored into workspace {row.name!r} before it was active"
+            plan.items.append(
+                item.model_copy(
+                    update={
+                        "age_days": age,
+                        "reason": f"carried {age:.1f} days ago (policy: {days:g}); {where}",
+                    }
                 )
-                if not date.isdigit():
-                    plan.skip(item, "its commit has no date git can read: its age is unknown")
-                    continue
-                stepped = plan.ahead(float(date))
-                if stepped:
-                    plan.skip(item, stepped)
-                    continue
-                age = (plan.now - float(date)) / DAY_S
-                if age < days:
-                    continue
-                if row is None:
-                    where = "its workspace is gone (a removal saves a workspace's work first)"
-                elif row.state == "creating":
-                    where = "its create never finished, so the main checkout still holds it"
-                else:
-                    where = f"it was restored into workspace {row.name!r} before it was active"
-                plan.items.append(
-                    item.model_copy(
-                        update={
-                            "age_days": age,
-                            "reason": f"carried {age:.1f} days ago (policy: {days:g}); {where}",
-                        }
-                    )
-                )
+            )
 
     # -- merged, clean, active workspaces -----------------------------------------------------
 
