@@ -12,7 +12,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,8 @@ import pytest
 from xumd.system.platform import linux
 
 from tests.lifecycle.test_workspace_env_ports import port_range
+from tests.support.listeners import LISTENER, Listen, listening
 from tests.support.otheruser import NOBODY, as_nobody
-from tests.system.test_port_listeners import LISTENER
 
 if not sys.platform.startswith("linux"):
     pytest.skip("the Linux backend", allow_module_level=True)
@@ -33,36 +33,10 @@ FORKING = LISTENER.replace(
 )
 """A listener whose forked child holds the same socket (a pre-forking server)."""
 
-Listen = Callable[..., subprocess.Popen[str]]
-
 
 @pytest.fixture
 def listen() -> Iterator[Listen]:
-    started: list[subprocess.Popen[str]] = []
-
-    def start(port: int, *, code: str = LISTENER, **how: Any) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code, "127.0.0.1", str(port)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            **how,
-        )
-        started.append(proc)
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != "listening":
-            proc.kill()
-            assert proc.stderr is not None
-            pytest.fail(f"the listener did not start: {proc.stderr.read().strip()}")
-        return proc
-
-    yield start
-    for proc in started:
-        assert proc.stdin is not None
-        proc.stdin.close()  # a forked child ends on its end of stdin too
-        proc.kill()
-        proc.wait(timeout=10)
+    yield from listening()
 
 
 def children(pid: int) -> list[int]:
