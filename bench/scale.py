@@ -1,10 +1,12 @@
-"""Scale figures: startup and workspace.list with 10,000 workspaces and 1,000 pending
-obligations on record; 64 parallel creates across 4 repositories; event fan-out to 100
-subscribers."""
+"""Scale figures: startup and workspace.list with 10,000 workspaces on record, 333 of them
+archived with their cleanup pending (999 pending obligations, asked as 1,000: whole workspaces
+of 3 steps), every row made through the API or copied from one it made (`populate`); 64
+parallel creates across 4 repositories; event fan-out to 100 subscribers."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 import shutil
 import sqlite3
@@ -24,46 +26,93 @@ from bench.settings import Settings
 from bench.stats import Figure
 
 DAY = 86_400.0
+# The root's config while the records are made and measured: a failed cleanup step is retried a
+# day later, so the pending template's steps are not due during a run (see `populate`).
+SLOW_RETRY = f"[cleanup]\nbackoff_initial_s = {DAY}\nbackoff_max_s = {DAY}\n"
+# The pending template's project: a teardown that always fails keeps its cleanup pending.
+FAILING_TEARDOWN = '[scripts]\nteardown = ["exit 1"]\n'
 
 
 def _hex() -> str:
     return secrets.token_hex(8)
 
 
-# The columns a copy of a template row gets of its own; every other column is the template's.
+# The columns a copy of a template row gets of its own; every other column is the template's,
+# with the template's own values in it (its id, name, path, its steps' ids) replaced by the
+# copy's (`owned`).
 OWN_COLUMNS = frozenset(
     {"id", "name", "path", "incarnation", "dev", "ino", "created_at", "updated_at", "listing_seq"}
 )
-OWN_OBLIGATION_COLUMNS = frozenset({"id", "workspace_id", "path", "incarnation"})
-PROJECT_ID_OF = "SELECT id FROM projects WHERE name = 'proj'"
+OWN_OBLIGATION_COLUMNS = frozenset({"id", "workspace_id", "path", "incarnation", "dev", "ino"})
 SETTLE_S = 60.0
+MARKER = ".xum-incarnation"
+
+
+def owned(value: Any, mine: dict[str, str]) -> Any:
+    """`value` of a template's column with the template's own values (keys of `mine`: its id,
+    path, quoted name, its steps' ids) replaced by a copy's; other values as they are."""
+    if not isinstance(value, str):
+        return value
+    for theirs, ours in mine.items():
+        value = value.replace(theirs, ours)
+    return value
+
+
+def pending_workspaces(obligations: int, steps: int) -> int:
+    """Workspaces whose cleanup is pending for `obligations` pending steps, `steps` each: whole
+    workspaces, rounded (1,000 steps of 3 each: 333 workspaces, 999 steps), at least one."""
+    return max(1, round(obligations / steps)) if obligations else 0
 
 
 def populate(
     root: Path, workspaces: int, obligations: int, env: dict[str, str] | None = None
 ) -> None:
     """`workspaces` workspaces on record (every tenth archived), made the way a real run makes
-    them: a daemon on `root` adds the project and makes the first active and the first archived
-    workspace through the API (create; archive, its cleanup steps run to the end), then stops;
-    the others are copies of those two rows, every column the daemon wrote kept but the ones a
-    workspace has of its own (`OWN_COLUMNS`: id, name, path, incarnation, its directory's
-    identity, times, listing order), with their cleanup steps copied the same way. An active
-    copy gets a real directory and its incarnation marker, so a startup pass that reconciles
-    records with the disk finds them consistent. Then `obligations` pending reclaim steps of
-    workspaces already removed (their rows gone, the steps still due), not due during the
-    measurement. `tests/bench/test_rows.py` holds the copies to their templates column for
-    column. `env`: the daemon's extra environment (another tree through PYTHONPATH)."""
+    them: a daemon on `root` adds a project and makes the first active and the first archived
+    workspace through the API (create; archive, its cleanup steps run to the end), and with
+    `obligations` a second project whose teardown fails (`FAILING_TEARDOWN`, trusted), where a
+    workspace is made and archived: its cleanup stays pending (the teardown failed, the trash
+    and reclaim steps wait for it). Then the daemon stops; the others are copies of those rows,
+    every column the daemon wrote kept but the ones a workspace has of its own (`OWN_COLUMNS`:
+    id, name, path, incarnation, its directory's identity, times, listing order), the template's
+    own values inside the others replaced by the copy's (`owned`: its id, name, path and steps'
+    ids in the teardown's environment, the trash path, the cleanup status), with their cleanup
+    steps copied the same way. The pending copies are the archived ones after the first, as
+    many as give `obligations` pending steps in whole workspaces (`pending_workspaces`).
+    A copy whose checkout exists (active, or archived with its cleanup pending) gets a real
+    directory and its incarnation marker, so a startup pass that reconciles records with the
+    disk finds them consistent. The root keeps `SLOW_RETRY` as its config: the pending steps'
+    retries stay a day off, and a start finds none due (on the default 300 s cap a start would
+    pull each of them in to that cap, and a run of several minutes would find them due).
+    `tests/bench/test_rows.py` holds the copies to their templates column for column, and a
+    start to changing none of them. `env`: the daemon's extra environment (another tree
+    through PYTHONPATH)."""
+    if obligations and workspaces < 20:
+        raise ValueError("pending obligations need at least 20 workspaces (two archived)")
     project_dir = root.parent / "proj"
     project_dir.mkdir()
+    held_dir = root.parent / "held"
+    if obligations:
+        (held_dir / ".xum").mkdir(parents=True)
+        (held_dir / ".xum" / "config.toml").write_text(FAILING_TEARDOWN)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (root / "config.toml").write_text(SLOW_RETRY)
     daemon = procs.xumd(root, env=env)
-    templates = asyncio.run(_api_rows(daemon, project_dir, archived=workspaces >= 10))
+    made = asyncio.run(
+        _api_rows(
+            daemon,
+            project_dir,
+            archived=workspaces >= 10,
+            held_dir=held_dir if obligations else None,
+        )
+    )
     now = time.time()
     db = sqlite3.connect(root / "state.db")
     db.row_factory = sqlite3.Row
     with db:
         rows = {
             kind: dict(db.execute("SELECT * FROM workspaces WHERE id = ?", (ws_id,)).fetchone())
-            for kind, ws_id in templates.items()
+            for kind, ws_id in made.items()
         }
         steps = {
             kind: [
@@ -73,82 +122,105 @@ def populate(
                     (ws_id,),
                 )
             ]
-            for kind, ws_id in templates.items()
+            for kind, ws_id in made.items()
         }
-        active = rows["active"]
-        marker_name = ".xum-incarnation"
-        marker = (Path(active["path"]) / marker_name).read_text()
-        columns = [c for c in active if c != "listing_seq"]
+        held = (
+            pending_workspaces(obligations, sum(s["state"] == "pending" for s in steps["pending"]))
+            if obligations
+            else 0
+        )
+        if held and held >= workspaces // 10:
+            raise ValueError(f"{held} pending workspaces need more than {workspaces} workspaces")
+        columns = [c for c in rows["active"] if c != "listing_seq"]
         insert = (
             f"INSERT INTO workspaces ({', '.join(columns)})"
             f" VALUES ({', '.join('?' for _ in columns)})"
         )
-        base = Path(active["path"]).parent
+        templates = {0: "active", 9: "archived", 19: "pending"}
         for index in range(workspaces):
-            kind = "archived" if index % 10 == 9 else "active"
-            template = rows[kind]
-            if index == (0 if kind == "active" else 9):
+            kind = _kind(index, held)
+            if templates.get(index) == kind:
                 continue  # the template itself
-            ws_id, inc = f"ws_{_hex()}", secrets.token_hex(16)
-            path = base / f"w{index}"
-            # An archived copy keeps the template's directory identity (that directory is gone).
-            dev, ino = template["dev"], template["ino"]
-            if kind == "active":
-                path.mkdir()
-                text = marker.replace(template["id"], ws_id).replace(template["incarnation"], inc)
-                (path / marker_name).write_text(text)
-                pst = path.stat()
-                dev, ino = pst.st_dev, pst.st_ino
-            own = {
-                "id": ws_id,
-                "name": f"w{index}",
-                "path": str(path),
-                "incarnation": inc,
-                "dev": dev,
-                "ino": ino,
-                "created_at": now + index * 1e-3,
-                "updated_at": now + index * 1e-3,
-            }
-            row = {c: v for c, v in template.items() if c not in OWN_COLUMNS} | own
-            db.execute(insert, [row[c] for c in columns])
-            for step in steps[kind]:
-                copied = {
-                    **{c: v for c, v in step.items() if c not in OWN_OBLIGATION_COLUMNS},
-                    "id": f"ob_{_hex()}",
-                    "workspace_id": ws_id,
-                    "path": step["path"].replace(template["id"], ws_id),
-                    "incarnation": inc,
-                }
-                names = list(copied)
-                db.execute(
-                    f"INSERT INTO cleanup_obligations ({', '.join(names)})"
-                    f" VALUES ({', '.join('?' for _ in names)})",
-                    [copied[n] for n in names],
-                )
-        (project_id,) = db.execute(PROJECT_ID_OF).fetchone()
-        for index in range(obligations):
-            db.execute(
-                "INSERT INTO cleanup_obligations (id, workspace_id, project_id, kind, seq, path,"
-                " incarnation, state, attempts, next_attempt_at, last_error, detail, created_at,"
-                " updated_at) VALUES (?, ?, ?, 'reclaim', 0, ?, ?,"
-                " 'pending', 3, ?, 'device busy (synthetic)', '{}', ?, ?)",
-                (
-                    f"ob_{_hex()}",
-                    f"ws_{_hex()}",
-                    project_id,
-                    str(root / "trash" / f"gone{index}"),
-                    secrets.token_hex(16),
-                    now + DAY,  # on record and pending, not due during the measurement
-                    now,
-                    now,
-                ),
-            )
+            _copy(db, insert, columns, rows[kind], steps[kind], index, now)
     db.close()
 
 
-async def _api_rows(daemon: procs.Launched, project_dir: Path, *, archived: bool) -> dict[str, str]:
-    """The template workspaces, made through the API of a daemon on the root: `active` (w0)
-    and, with `archived`, `archived` (w9, archived and its cleanup run to the end). Their ids."""
+def _kind(index: int, held: int) -> str:
+    """The template of the `index`-th workspace: every tenth archived, the `held` archived
+    ones after the first pending."""
+    if index % 10 != 9:
+        return "active"
+    return "pending" if 1 <= index // 10 <= held else "archived"
+
+
+def _copy(
+    db: sqlite3.Connection,
+    insert: str,
+    columns: list[str],
+    template: dict[str, Any],
+    steps: list[dict[str, Any]],
+    index: int,
+    now: float,
+) -> None:
+    """The `index`-th workspace: a copy of `template` and of its cleanup steps."""
+    ws_id, inc, name = f"ws_{_hex()}", secrets.token_hex(16), f"w{index}"
+    path = Path(template["path"]).parent / name
+    step_ids = {s["id"]: f"ob_{_hex()}" for s in steps}
+    mine = {
+        template["id"]: ws_id,
+        template["path"]: str(path),
+        '"' + template["name"] + '"': f'"{name}"',
+        **step_ids,
+    }
+    # A copy without a checkout keeps the template's directory identity (that directory is gone).
+    dev, ino = template["dev"], template["ino"]
+    marker = Path(template["path"]) / MARKER
+    if marker.exists():
+        path.mkdir()
+        text = marker.read_text()
+        (path / MARKER).write_text(
+            text.replace(template["id"], ws_id).replace(template["incarnation"], inc)
+        )
+        pst = path.stat()
+        dev, ino = pst.st_dev, pst.st_ino
+    own = {
+        "id": ws_id,
+        "name": name,
+        "path": str(path),
+        "incarnation": inc,
+        "dev": dev,
+        "ino": ino,
+        "created_at": now + index * 1e-3,
+        "updated_at": now + index * 1e-3,
+    }
+    row = {c: owned(v, mine) for c, v in template.items() if c not in OWN_COLUMNS} | own
+    db.execute(insert, [row[c] for c in columns])
+    for step in steps:
+        same_dir = (step["dev"], step["ino"]) == (template["dev"], template["ino"])
+        copied = {
+            **{c: owned(v, mine) for c, v in step.items() if c not in OWN_OBLIGATION_COLUMNS},
+            "id": step_ids[step["id"]],
+            "workspace_id": ws_id,
+            "path": owned(step["path"], mine),
+            "incarnation": inc,
+            "dev": dev if same_dir else step["dev"],
+            "ino": ino if same_dir else step["ino"],
+        }
+        names = list(copied)
+        db.execute(
+            f"INSERT INTO cleanup_obligations ({', '.join(names)})"
+            f" VALUES ({', '.join('?' for _ in names)})",
+            [copied[n] for n in names],
+        )
+
+
+async def _api_rows(
+    daemon: procs.Launched, project_dir: Path, *, archived: bool, held_dir: Path | None
+) -> dict[str, str]:
+    """The template workspaces, made through the API of a daemon on the root: `active` (w0);
+    with `archived`, `archived` (w9, archived and its cleanup run to the end); with `held_dir`,
+    `pending` (w19 of that project, its config trusted, archived: the teardown fails, its
+    cleanup stays pending). Their ids."""
     daemon.start()
     try:
         conn = await Conn.open(daemon.socket_path, hello=True)
@@ -159,9 +231,19 @@ async def _api_rows(daemon: procs.Launched, project_dir: Path, *, archived: bool
             for kind, name in (("active", "w0"), ("archived", "w9"))[: 2 if archived else 1]:
                 params = {"project_id": pid, "name": name, "runtime": "directory"}
                 made[kind] = (await conn.call("workspace.create", params))["workspace"]["id"]
+            if held_dir is not None:
+                held = (await conn.call("project.add", {"path": str(held_dir)}))["project"]["id"]
+                digest = hashlib.sha256((held_dir / ".xum" / "config.toml").read_bytes())
+                await conn.call("project.trust", {"project_id": held, "hash": digest.hexdigest()})
+                params = {"project_id": held, "name": "w19", "runtime": "directory"}
+                made["pending"] = (await conn.call("workspace.create", params))["workspace"]["id"]
             if archived:
                 await conn.call("workspace.archive", {"workspace_id": made["archived"]})
                 await _settled(conn, made["archived"])
+            if held_dir is not None:
+                answer = await conn.call("workspace.archive", {"workspace_id": made["pending"]})
+                if answer["cleanup"]["status"] != "pending":
+                    raise RuntimeError(f"the held archive's cleanup is not pending: {answer}")
             return made
         finally:
             await conn.close()
@@ -272,12 +354,14 @@ def _records(settings: Settings) -> list[Figure]:
             procs.xumd(fresh).start().stop()
         populate(root, settings.list_workspaces, settings.list_obligations)
         populate(one_root, 1, 0)
+        # The three starts differ in their records only: the same config on each.
+        (empty_root / "config.toml").write_text(SLOW_RETRY)
         db = root / "state.db"
         pristine = work / "pristine.db"
         shutil.copyfile(db, pristine)
         for _ in range(settings.repeats):
-            # Every repetition on the records as populated: a start's retry service settles
-            # or gives up obligations, which the next start would no longer find pending.
+            # Every repetition on the records as populated (a start changes none of them,
+            # tests/bench/test_rows.py; the copy keeps it so should that ever break).
             _restore(db, pristine)
             empty = procs.xumd(empty_root).start()
             empty_reconciled = empty.wait_reconciled()
