@@ -59,7 +59,8 @@ Requires={SOCKET_NAME}
 After={SOCKET_NAME}
 
 [Service]
-# READY=1 once recovery has run and the socket serves; STOPPING=1 when a stop begins.
+# READY=1 once the socket serves (requests that read records wait for recovery);
+# STOPPING=1 when a stop begins.
 Type=notify
 NotifyAccess=main
 ExecStart={exec_start}
