@@ -82,8 +82,9 @@ def populate(
     A copy whose checkout exists (active, or archived with its cleanup pending) gets a real
     directory and its incarnation marker, so a startup pass that reconciles records with the
     disk finds them consistent. The root keeps `SLOW_RETRY` as its config: the pending steps'
-    retries stay a day off, and a start finds none due (on the default 300 s cap a start would
-    pull each of them in to that cap, and a run of several minutes would find them due).
+    retries stay a day off, and a start finds none due and changes none (on the default 300 s
+    cap, steps written under it come due within a run; steps written a day off are pulled in to
+    the cap by a start's first cleanup look, a rewrite a root on defaults never does).
     `tests/bench/test_rows.py` holds the copies to their templates column for column, and a
     start to changing none of them. `env`: the daemon's extra environment (another tree
     through PYTHONPATH)."""
