@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             procs.xumd(root, env=tree_path).start().stop()
         scale.populate(rec, args.records, args.records // 10, tree_path)
         scale.populate(one, 1, 0, tree_path)
+        (empty / "config.toml").write_text(scale.SLOW_RETRY)  # the records' config: same starts
         firsts: dict[str, list[dict[str, float]]] = {name: [] for name in roots}
         starts: dict[str, list[dict[str, float]]] = {"empty": [], "records": []}
         cli: dict[str, list[float]] = {"python -c pass": [], "entry": [], "click": []}

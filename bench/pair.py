@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
             for which in ("base+rec", "this+rec"):
                 scale.populate(roots[which], args.records, args.records // 10)
             scale.populate(roots["this+one"], 1, 0)
+            # The starts differ in their records only: the empty roots get the records' config.
+            for which in ("base", "this"):
+                (roots[which] / "config.toml").write_text(scale.SLOW_RETRY)
         pristine = {which: work / f"{which}.db" for which in ("base+rec", "this+rec")}
         for which, copy in pristine.items() if args.records else ():
             shutil.copyfile(roots[which] / "state.db", copy)
@@ -187,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         cli: dict[str, list[list[float]]] = {"python -c pass": [], "base": [], "this tree": []}
         for _ in range(args.repeats):
             for name, argv_ in daemons.items():
-                if name in restore:  # the records as populated (a start settles obligations)
+                if name in restore:  # the records as populated, whatever a start wrote
                     which = restore[name]
                     scale._restore(roots[which] / "state.db", pristine[which])
                 results[name].append(_daemon(argv_, envs.get(name, env), socks[name]))
