@@ -72,15 +72,20 @@ class GitProcess:
 
 
 def _read(path: str) -> bytes:
+    """A `.git` file's bytes (the regular file only: smallfile never blocks on a FIFO swapped
+    in), empty when it cannot be read; out of descriptors raises."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read(256 * 1024)
+        return smallfile.read_head(path, DOTGIT_MAX)
     except OSError as exc:
         if is_exhausted(exc):
             # Out of descriptors is not "no such process": a scan that could not look must
             # not conclude that nobody holds a lock (fail closed; the caller answers).
             raise
         return b""
+
+
+DOTGIT_MAX = 256 * 1024
+"""A `.git` file's `gitdir:` line, read whole (far beyond a path)."""
 
 
 COMMONDIR_MAX = 16384
