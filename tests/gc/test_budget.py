@@ -35,12 +35,26 @@ def fs(tmp_short: Path) -> Iterator[Path]:
         yield mount
 
 
-@pytest.fixture
-def repo(tmp_short: Path) -> Path:
+def budget_repo(where: Path) -> Path:
+    """A repository whose node_modules/ and .cache/ are ignored (rebuildable)."""
     return make_repo(
-        tmp_short / "repo",
+        where,
         {"README.md": "hi\n", "src.txt": "code\n", ".gitignore": "node_modules/\n.cache/\n"},
     )
+
+
+@pytest.fixture
+def repo(tmp_short: Path) -> Path:
+    return budget_repo(tmp_short / "repo")
+
+
+def _lease(daemon: DaemonProcess, workspace_id: str, pid: int) -> dict[str, Any]:
+    """An editor's lease on the workspace, held by the live process `pid`."""
+    answer: dict[str, Any] = daemon.call(
+        "lease.acquire",
+        {"workspace_id": workspace_id, "kind": "editor", "pid": pid, "label": "vim"},
+    )
+    return answer
 
 
 def _config(root: Path, min_free: int, interval_s: float = 3600) -> None:
@@ -137,10 +151,7 @@ def test_busy_workspace_is_skipped_with_the_reason(rooted: Path, fs: Path, repo:
     sleeper = subprocess.Popen(["sleep", "300"])
     try:
         held = made["a"]["id"]
-        daemon.call(
-            "lease.acquire",
-            {"workspace_id": held, "kind": "editor", "pid": sleeper.pid, "label": "vim"},
-        )
+        _lease(daemon, held, sleeper.pid)
         plan = daemon.call("gc.plan")
         skipped = {s["key"]: s for s in plan["skipped"]}
         assert skipped[f"evict_rebuildable:{held}"]["reason"].startswith("busy"), plan
@@ -274,10 +285,7 @@ def test_a_create_refused_when_everything_is_busy(rooted: Path, fs: Path, repo: 
     sleeper = subprocess.Popen(["sleep", "300"])
     try:
         for ws in made.values():
-            daemon.call(
-                "lease.acquire",
-                {"workspace_id": ws["id"], "kind": "editor", "pid": sleeper.pid, "label": "vim"},
-            )
+            _lease(daemon, ws["id"], sleeper.pid)
         project_id = made["a"]["project_id"]
         error = rpc_error(daemon, "workspace.create", {"project_id": project_id, "name": "d"})
         assert error.kind == "disk_full", error
@@ -304,10 +312,7 @@ def test_an_unmet_budget_is_reported_once_naming_the_largest_holders(
         # Held before the checks begin: a lease names a live process, so it outlives the
         # restart that sets the short interval.
         for ws in made.values():
-            daemon.call(
-                "lease.acquire",
-                {"workspace_id": ws["id"], "kind": "editor", "pid": sleeper.pid, "label": "vim"},
-            )
+            _lease(daemon, ws["id"], sleeper.pid)
         daemon.close()
         big = Path(made["b"]["path"]) / "big.bin"
         big.write_bytes(os.urandom(4 * MB))  # b's checkout is the largest
@@ -366,10 +371,7 @@ def test_a_released_lease_keeps_the_workspace_in_use_across_a_restart(
     sleeper = subprocess.Popen(["sleep", "300"])
     try:
         held = made["a"]["id"]
-        lease = daemon.call(
-            "lease.acquire",
-            {"workspace_id": held, "kind": "editor", "pid": sleeper.pid, "label": "vim"},
-        )
+        lease = _lease(daemon, held, sleeper.pid)
         daemon.call("lease.release", {"lease_id": lease["lease"]["id"]})
         daemon.close()
         daemon = DaemonProcess(rooted).start()

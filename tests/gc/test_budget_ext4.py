@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gc.test_budget import PACKAGE, _free, _start
-from tests.support.gitrepo import make_repo
+from tests.gc.test_budget import PACKAGE, _free, _start, budget_repo
 from tests.support.lifecycle_helpers import create, rpc_error
 from tests.support.tmpfs import loop_filesystem
 
@@ -32,10 +31,7 @@ def ext4(tmp_short: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def repo(tmp_short: Path) -> Path:
-    return make_repo(
-        tmp_short / "repo",
-        {"README.md": "hi\n", "src.txt": "code\n", ".gitignore": "node_modules/\n.cache/\n"},
-    )
+    return budget_repo(tmp_short / "repo")
 
 
 def test_a_create_on_a_full_ext4_image_makes_room_or_refuses(ext4: Path, repo: Path) -> None:
