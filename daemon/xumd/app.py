@@ -211,9 +211,9 @@ class App:
                     self.ready = True
                     self.notifier.ready(f"serving {self.paths.root}")
                     log.info("daemon.ready", root=str(self.paths.root), pid=os.getpid())
-                    if not self.reconciling:
+                    if not self.reconciling:  # else both once the passes ran (lazy_start)
                         self.announce_reconciled()
-                    self.release_startup_memory()
+                        self.release_startup_memory()
                     for name, fn in self._background:
                         background.start_soon(self._run_background, name, fn)
                     if self.notifier.watchdog_s:
@@ -248,7 +248,7 @@ class App:
 
     def reconcile_after_ready(self) -> None:
         """This start runs its startup passes after READY=1 (`xumd.startup.lazy_start`):
-        RECONCILED is sent once they ran (`announce_reconciled`), not with READY=1."""
+        RECONCILED is sent, and the startup memory released, once they ran, not with READY=1."""
         self.reconciling = True
 
     def announce_reconciled(self) -> None:
@@ -258,9 +258,9 @@ class App:
     def release_startup_memory(self) -> None:
         """Give back what the startup passes held at their peak (a pass over 10,000 records
         peaks some 6 MiB above what the daemon keeps): their cyclic garbage, SQLite's page cache
-        filled by the scans, and the C heap's free pages. Right after READY=1 (it is not
-        readiness work), before the first request is read, and after a feature graph built
-        after READY=1 ran its passes."""
+        filled by the scans, and the C heap's free pages. Once, when the passes ran: right after
+        READY=1 (it is not readiness work), before the first request is read; on a start whose
+        feature graph is built after READY=1 with its passes, after they ran."""
         started = time.perf_counter()
         gc.collect()
         self.store.shrink_memory()

@@ -13,11 +13,13 @@ The window between READY=1 and the graph is held open by a fault point
 - a pending cleanup obligation is retried once the graph is up;
 - a kept agent that exits in the window is seen exited at adoption, its lease reclaimed;
 - a SIGTERM in the window lets the build finish its passes, then stops cleanly;
-- a start-up build that fails is built by the next request (and the passes announced then).
+- a start-up build that fails is built by the next request (and the passes announced then);
+- what the passes held is given back once, after they ran (not also at READY=1, before them).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -232,3 +234,14 @@ def test_a_failed_start_up_build_is_built_by_the_next_request(root: Path, tmp_sh
         daemon.wait_for_notify(RECONCILED)
     finally:
         daemon.close()
+
+
+def test_the_startup_memory_is_released_once_after_the_passes(root: Path, tmp_short: Path) -> None:
+    insert_workspace(root, tmp_short / "checkouts" / "w")
+    daemon = DaemonProcess(root, log_level="info").start()  # till RECONCILED
+    daemon.close()
+    lines = daemon.log_text().splitlines()
+    names = [json.loads(line)["event"] for line in lines if line.startswith("{")]
+    assert names.count("daemon.startup_memory_released") == 1
+    released = names.index("daemon.startup_memory_released")
+    assert names.index("daemon.ready") < names.index("lazy_start.features_built") < released
