@@ -21,6 +21,11 @@ def _subject(item: dict[str, Any]) -> str:
     return str(item.get("name") or item.get("ref") or item.get("workspace_id") or item["key"])
 
 
+def evicted_lines(evicted: list[dict[str, Any]]) -> list[str]:
+    """What gc collected to make room for a create or an unarchive (their `evicted`)."""
+    return [f"made room: {d['action']} {_subject(d)} ({human_bytes(d['bytes'])})" for d in evicted]
+
+
 def _policy_line(policies: dict[str, Any]) -> str:
     on = [f"{k}={v}" for k, v in policies.items() if v not in (None, False, 0)]
     return "policies: " + (", ".join(on) if on else "none enabled (ROOT/config.toml [gc])")

@@ -13,6 +13,7 @@ from xum_client.commands._context import Ctx, host_timeout_option
 from xum_client.commands._outcomes import cleanup_failed, cleanup_line, setup_failed, setup_line
 from xum_client.commands._progress import SetupDisplay, by_id, by_name, setup_progress
 from xum_client.commands._resolve import env_option, given, project_id, short, workspace_id
+from xum_client.commands.gc import evicted_lines
 from xum_client.sync import Client
 
 LONG_TIMEOUT_S = 3600.0
@@ -83,9 +84,9 @@ def _dropped_line(dropped: dict[str, Any]) -> str:
 
 
 def _create_extras(result: dict[str, Any]) -> str:
-    """The warm pool's outcome, the base fetch, the sparse cone and the submodules of a create,
-    when there were any."""
-    lines: list[str] = []
+    """What gc collected to make room, the warm pool's outcome, the base fetch, the sparse cone
+    and the submodules of a create, when there were any."""
+    lines = evicted_lines(result.get("evicted") or [])
     if result.get("pool") is not None:
         made = result.get("materialised") or "unknown"
         lines.append(f"pool: {result['pool']} (checkout: {made})")
@@ -439,6 +440,8 @@ def register(cli: click.Group) -> None:
             f"restored {w['name']} at {w['path']} ({files} file(s) from the snapshot, "
             f"{len(restored['preserved'])} preserved)\n{setup_line(result['setup'], ref)}"
         )
+        for line in evicted_lines(result.get("evicted") or []):
+            human += f"\n{line}"
         if restored.get("raw"):
             human += "\nwritten back as they were kept: " + ", ".join(restored["raw"][:10])
         if restored.get("replaced"):
