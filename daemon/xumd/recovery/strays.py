@@ -47,14 +47,6 @@ class Stray:
     workspace_id: str | None = None
 
 
-def _claimed(store: Store) -> set[str]:
-    """Every path a row, a rename journal or an unfinished cleanup step claims."""
-    claimed = rows.workspace_paths(store)
-    claimed.update(_few_claimed(store))
-    claimed.update(Obligations(store).unfinished_paths())
-    return claimed
-
-
 def _few_claimed(store: Store) -> set[str]:
     """The paths of the claims there are few of: rename journals and the warm pool's entries
     (the pool's checkouts are the daemon's)."""
@@ -76,6 +68,7 @@ class _Claims:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._steps = Obligations(store)
         self._few = _few_claimed(store)
         self._real: set[str] | None = None
 
@@ -86,19 +79,21 @@ class _Claims:
             claimed = rows.workspace_paths_among(self._store, chunk) | self._few
             rest = [path for path in chunk if path not in claimed]
             if rest:
-                claimed |= Obligations(self._store).unfinished_paths_among(rest)
+                claimed |= self._steps.unfinished_paths_among(rest)
             for path in rest:
                 if path in claimed:
                     continue
-                if self._real is None:
-                    self._real = _real(_claimed(self._store))
-                if os.path.realpath(path) not in self._real:
+                if os.path.realpath(path) not in self._every_claimed_real():
                     left.append(path)
         return left
 
-
-def _real(paths: set[str]) -> set[str]:
-    return {os.path.realpath(p) for p in paths}
+    def _every_claimed_real(self) -> set[str]:
+        """Every path a row, a rename journal or an unfinished cleanup step claims, resolved."""
+        if self._real is None:
+            claimed = rows.workspace_paths(self._store) | self._few
+            claimed.update(self._steps.unfinished_paths())
+            self._real = {os.path.realpath(p) for p in claimed}
+        return self._real
 
 
 def _children(directory: Path | str) -> list[str]:
