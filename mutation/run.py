@@ -311,10 +311,28 @@ SCOPES = [
         "daemon/xumd/system/walk.py",
         [
             "tests/system/test_walk.py",
+            # The errors a walk names (a file it may not delete or read, a parent it cannot
+            # enter), in-process; the file's daemon test takes a daemon a mutant.
+            *(
+                f"tests/system/test_walk_errors.py::test_{name}"
+                for name in (
+                    "delete_tree_names_the_file_it_may_not_delete",
+                    "delete_tree_as_an_ordinary_user_names_another_user_s_file",
+                    "a_copy_names_the_file_or_directory_it_cannot_read",
+                    "opening_an_entry_s_parents_names_the_directory_it_cannot_enter",
+                )
+            ),
             "tests/system/test_fsdelete.py",
             "tests/system/test_fscopy.py",
             "tests/system/test_fscopy_mounts.py",
         ],
+    ),
+    # The strays count's claims, a chunk of a directory's checkouts at a time (a row, an
+    # unfinished step, a link to a claimed path): in-process, a real store and directories.
+    Scope(
+        "daemon/xumd/recovery/strays.py",
+        ["tests/recovery/test_strays_claims.py"],
+        functions=["unclaimed", "_every_claimed_real", "_few_claimed"],
     ),
     # The copy primitive (archive store, preserved and ignored files): in-process tests of the
     # copy itself, its callers' plans (seed) and the snapshot's use of it; real FIFOs, holes,
