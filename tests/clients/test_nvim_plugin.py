@@ -259,6 +259,10 @@ def test_json_null_is_handled(shared: World) -> None:
     run_scenario(shared, "nulls")
 
 
+def test_only_mutating_calls_carry_a_request_key(shared: World) -> None:
+    run_scenario(shared, "request_keys")
+
+
 def test_commands_new_open_archive_unarchive_rm(shared: World) -> None:
     before = set(workspaces(shared))
     output = run_scenario(shared, "lifecycle")

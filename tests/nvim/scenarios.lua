@@ -1309,4 +1309,25 @@ function S.keyed(T)
   end
 end
 
+-- Which calls carry a request key: a mutating method's params get one (a copy: the caller's
+-- table is left as it was; a key the caller gave is kept), a read's params go as they are.
+function S.request_keys(T)
+  local client = require('xum.client')
+  local read = { workspace_id = 'w1' }
+  T.check(client.with_request_key('workspace.get', read) == read, 'a read goes as it is')
+  T.eq(read.request_key, nil, 'a read carries no key')
+  T.eq(client.with_request_key('workspace.list', nil), nil, 'a read without params')
+  local params = { project_id = 'p1', name = 'n' }
+  local keyed = client.with_request_key('workspace.create', params)
+  T.eq(params.request_key, nil, "the caller's params are left as they were")
+  T.check(type(keyed.request_key) == 'string' and keyed.request_key:match('^[a-z0-9]+$') ~= nil
+    and #keyed.request_key == 32, 'a new key of 32 letters and digits: ' .. tostring(keyed.request_key))
+  T.eq(keyed.name, 'n', 'the other params kept')
+  local other = client.with_request_key('workspace.create', params)
+  T.check(other.request_key ~= keyed.request_key, 'each call its own key')
+  local given = client.with_request_key('workspace.archive', { workspace_id = 'w1', request_key = 'mine' })
+  T.eq(given.request_key, 'mine', 'a key the caller gave is kept')
+  T.check(type(client.with_request_key('gc.run', nil).request_key) == 'string', 'a mutating call without params')
+end
+
 return S
