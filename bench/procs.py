@@ -45,45 +45,42 @@ class Launched:
         env = {**os.environ, "NOTIFY_SOCKET": str(self._notify_path), **self._env}
         env.pop("XUM_SOCKET", None)
         with open(self.log_path, "ab") as log:
-            self._started = started = time.perf_counter()
+            self._started = time.perf_counter()
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
             )
+        self.ready_s = self._seconds_to("READY=1", timeout)
+        return self
+
+    def wait_reconciled(self, timeout: float = 60.0) -> float:
+        """Seconds from spawn to XUM_RECONCILED=1 (xumd: every record agrees with the disk; a
+        root with records says it once its feature graph ran its startup passes, after
+        READY=1)."""
+        if self.reconciled_s is None:
+            self.reconciled_s = self._seconds_to("XUM_RECONCILED=1", timeout)
+        return self.reconciled_s
+
+    def _seconds_to(self, field: str, timeout: float) -> float:
+        """Seconds from spawn to the next notify datagram carrying `field`; the process is
+        stopped and its log raised when it exits or `timeout` passes first."""
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or self.proc.poll() is not None:
+                said = self.log_path.read_text(errors="replace")[-2000:]  # stop() removes it
                 self.stop()
                 raise RuntimeError(
-                    f"{self.argv[:3]} not ready within {timeout}s (exit {self.proc.returncode}): "
-                    + self.log_path.read_text(errors="replace")[-2000:]
+                    f"{self.argv[:3]}: no {field} within {timeout}s (exit {self.proc.returncode}): "
+                    + said
                 )
             self._notify.settimeout(min(left, 0.5))
             try:
                 message = self._notify.recv(4096).decode()
             except TimeoutError:
                 continue
-            if "READY=1" in message.split("\n"):
-                self.ready_s = time.perf_counter() - started
-                return self
-
-    def wait_reconciled(self, timeout: float = 60.0) -> float:
-        """Seconds from spawn to XUM_RECONCILED=1 (xumd: every record agrees with the disk; a
-        root with records says it once its feature graph ran its startup passes, after
-        READY=1)."""
-        deadline = time.monotonic() + timeout
-        while self.reconciled_s is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"{self.argv[:3]}: no XUM_RECONCILED=1 within {timeout}s")
-            self._notify.settimeout(min(left, 0.5))
-            try:
-                message = self._notify.recv(4096).decode()
-            except TimeoutError:
-                continue
-            if "XUM_RECONCILED=1" in message.split("\n"):
-                self.reconciled_s = time.perf_counter() - self._started
-        return self.reconciled_s
+            if field in message.split("\n"):
+                return time.perf_counter() - self._started
 
     @property
     def pid(self) -> int:
