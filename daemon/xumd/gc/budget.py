@@ -123,8 +123,8 @@ async def measure(
     if mounts is None and (config.min_free_bytes or config.min_free_percent or config.max_bytes):
         mounts = workspace_mounts(app)
     mark = ledger.begin(mounts or ()) if ledger is not None and config.max_bytes else None
-    owed = await _owed(usage)
     if config.min_free_bytes or config.min_free_percent:
+        owed = await _owed(usage)  # only the free space's parts tell it
         for mount in sorted(mounts or ()):
             part = free_part(mount, config.min_free_bytes, config.min_free_percent)
             if part is not None:
@@ -143,7 +143,8 @@ async def measure(
                 used_bytes=total,
                 limit_bytes=config.max_bytes,
                 deficit_bytes=max(0, total - config.max_bytes),
-                pending_bytes=sum(owed.values()),
+                # The root's walk measured the pending reclaims' sources too.
+                pending_bytes=listed.root.pending_reclaim_bytes if listed.root is not None else 0,
             )
         )
     return budget

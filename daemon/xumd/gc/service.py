@@ -316,7 +316,10 @@ class GcService:
         for workspace_id in sorted({ob.workspace_id for ob in owed if ob.kind == "reclaim"}):
             row = rows.get_workspace(self.app.store, workspace_id)
             lingering = row is not None and row.state == "archived" and row.path.is_dir()
-            held = (await self.usage.measure(row.path)).bytes if row and lingering else 0
+            # Its figures as the budget check just walked them (cached per incarnation), not
+            # a walk of its own: the bytes are told, never checked against anything.
+            figures = await self.usage.figures(row) if row and lingering else None
+            held = figures.bytes if figures is not None else 0
             await self.reclaims.run_workspace(workspace_id, force=True, include_reclaim=True)
             if row is not None and lingering and not os.path.lexists(row.path):
                 log.info(
