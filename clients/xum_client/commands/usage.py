@@ -9,6 +9,7 @@ import click
 
 from xum_client.commands._context import Ctx
 from xum_client.commands._resolve import workspace_id
+from xum_client.sync import Client
 
 USAGE_TIMEOUT_S = 600.0
 """A walk of every checkout runs under the daemon's own deadline (`usage.deadline_s`)."""
@@ -70,17 +71,20 @@ def budget_lines(parts: list[dict[str, Any]]) -> list[str]:
 
 def fetch_usage(obj: Ctx, ref: str | None = None, refresh: bool = False) -> dict[str, Any]:
     with obj.client(timeout=USAGE_TIMEOUT_S) as client:
-        params: dict[str, Any] = {"refresh": refresh} if refresh else {}
-        if ref is not None:
-            params["workspace_id"] = workspace_id(client, ref)
-        return client.call("workspace.usage", params)
+        return _usage(client, ref, refresh)
 
 
-def fetch_budget(obj: Ctx) -> list[dict[str, Any]]:
+def _usage(client: Client, ref: str | None, refresh: bool) -> dict[str, Any]:
+    params: dict[str, Any] = {"refresh": refresh} if refresh else {}
+    if ref is not None:
+        params["workspace_id"] = workspace_id(client, ref)
+    return client.call("workspace.usage", params)
+
+
+def _budget(client: Client) -> list[dict[str, Any]]:
     """The disk budget's parts, measured now (empty: no budget set)."""
-    with obj.client(timeout=USAGE_TIMEOUT_S) as client:
-        parts: list[dict[str, Any]] = client.call("gc.plan", {"budget_only": True})["budget"]
-        return parts
+    parts: list[dict[str, Any]] = client.call("gc.plan", {"budget_only": True})["budget"]
+    return parts
 
 
 def _figures_line(label: str, figures: dict[str, Any]) -> str:
@@ -100,7 +104,10 @@ def register(cli: click.Group) -> None:
     def du(obj: Ctx, ref: str | None, refresh: bool) -> None:
         """Disk usage: allocated bytes of each checkout (or of REF), its ignored share and
         largest top-level entries, and the root's trash, archive store and pending reclaims."""
-        result = fetch_usage(obj, ref, refresh)
+        with obj.client(timeout=USAGE_TIMEOUT_S) as client:  # one connection for both
+            result = _usage(client, ref, refresh)
+            if ref is None:
+                result = {**result, "budget": _budget(client)}
         lines: list[str] = []
         for entry in result["workspaces"]:
             figures = entry.get("usage")
@@ -124,8 +131,5 @@ def register(cli: click.Group) -> None:
                 f"({human_bytes(root['pending_reclaim_bytes'])})"
             )
             lines.append(f"total: {human_bytes(root['total_bytes'])}")
-        if ref is None:
-            parts = fetch_budget(obj)
-            lines += budget_lines(parts)
-            result = {**result, "budget": parts}
+        lines += budget_lines(result.get("budget") or [])
         obj.emit(result, "\n".join(lines) if lines else "no workspaces")
