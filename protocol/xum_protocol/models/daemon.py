@@ -105,8 +105,8 @@ class PlatformStatus(Result):
 
 
 class GcStatus(Result):
-    """`daemon.status` details['gc']: the disk budget (`[gc] min_free_*`, `max_bytes`) in one
-    line (since 1.5, additive)."""
+    """`daemon.status` details['gc']: the disk budget (`[gc] min_free_*`, `max_bytes`,
+    `max_workspaces`) in one line (since 1.5, additive)."""
 
     budget: str = Field(
         description="off (no budget set); not checked yet; holds: how far from it each "
