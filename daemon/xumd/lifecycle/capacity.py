@@ -6,7 +6,8 @@ The estimate is the base's tree plus what `[create] copy` will copy from the mai
 matching ignored entries, sized as the copy sizes them, up to `copy_max_bytes`). The tree:
 `git ls-tree -r -l <commit>` sums its blobs' sizes (one run per commit, cached; bounded by the
 git timeout), each blob rounded up to a 4 KiB block (a small file takes a block). A create
-that takes a ready warm pool entry writes nothing new: it is not estimated. Checked only while a
+that takes a ready warm pool entry writes nothing new: it is not estimated; nor is any create
+while no budget on bytes is set (`max_workspaces` alone: `sizes`). Checked only while a
 budget is set: without one, a checkout that fills the disk fails as it writes and is undone
 (tests/daemon/test_disk_full.py).
 
@@ -154,7 +155,8 @@ async def tree_bytes(git: Git, repo: Path, commit: str) -> int | None:
 @dataclass(frozen=True, slots=True)
 class Need:
     """What a create is about to make: a checkout of about `bytes` (None: git could not say,
-    nothing measured against bytes) under `path`, one more workspace of `project_id`."""
+    or no budget on bytes is set; nothing measured against bytes) under `path`, one more
+    workspace of `project_id`."""
 
     path: Path
     bytes: int | None
@@ -213,6 +215,12 @@ def shortfall(path: Path, need: int, config: GcConfig) -> Shortfall | None:
     if fs.free_bytes - need >= keep:
         return None
     return Shortfall(fs, fs.free_bytes, keep)
+
+
+def sizes(config: GcConfig) -> bool:
+    """Whether a budget on bytes is set (free space or `max_bytes`): only then is what a create
+    writes estimated (`max_workspaces` alone counts rows, never bytes)."""
+    return bool(config.min_free_bytes or config.min_free_percent or config.max_bytes)
 
 
 def figure_age(config: GcConfig) -> float:

@@ -276,7 +276,7 @@ async def _room(
     if not gc.budgeted():
         return capacity.Made()
     need: int | None = None
-    if plan is not None and sparse is None:
+    if plan is not None and sparse is None and capacity.sizes(gc):
         size = pool.size(wanted, ctx.app.config.create.pool)
         ready = pool_records.take_ready(ctx.store, project.id, plan.base, None)
         hit = size > 0 and ready is not None

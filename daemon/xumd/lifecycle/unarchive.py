@@ -397,7 +397,7 @@ async def _room(
     if not gc.budgeted():
         return capacity.Made()
     need: int | None = None
-    if row.runtime == "worktree" and project.kind == "git":
+    if row.runtime == "worktree" and project.kind == "git" and capacity.sizes(gc):
         commit = row.snapshot_commit
         if commit is None and row.branch is not None:
             tip = await ctx.git.run(

@@ -345,7 +345,7 @@ class PoolService:
     ) -> str | None:
         """Why one more entry would break the disk budget, or None."""
         config = self.budget
-        if not config.budgeted():
+        if not capacity.sizes(config):  # `max_workspaces` counts workspaces, not entries
             return None
         size = 0
         if sparse is None:
