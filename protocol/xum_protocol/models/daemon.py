@@ -91,7 +91,7 @@ class ContainmentStatus(Result):
 
 class PlatformStatus(Result):
     """`daemon.status` details['platform']: which backend asks the operating system, and what
-    it cannot guarantee (docs/RELIABILITY.md, "Platforms") (since 1.5)."""
+    it cannot guarantee (docs/RELIABILITY.md, "Platforms") (since 1.4)."""
 
     backend: Literal["linux", "portable"] = Field(
         description="`linux` (/proc, subreaper, pidfds, mount ids, cgroups) or `portable` "
@@ -106,7 +106,7 @@ class PlatformStatus(Result):
 
 class GcStatus(Result):
     """`daemon.status` details['gc']: the disk budget (`[gc] min_free_*`, `max_bytes`,
-    `max_workspaces`) in one line (since 1.5, additive)."""
+    `max_workspaces`) in one line (since 1.4, additive)."""
 
     budget: str = Field(
         description="off (no budget set); not checked yet; holds: how far from it each "

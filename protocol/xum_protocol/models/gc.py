@@ -100,7 +100,7 @@ class GcBudget(Result):
         description="free: a filesystem's free space against `min_free_bytes` / "
         "`min_free_percent`; bytes: the root's checkouts, trash and archive store against "
         "`max_bytes`; workspaces: a project's workspaces holding a checkout against "
-        "`max_workspaces` (since 1.5)."
+        "`max_workspaces` (since 1.4)."
     )
     filesystem: str = Field(
         description="The mount point (bytes: the root's; workspaces: the project's workspaces "
@@ -131,7 +131,7 @@ class GcPlanParams(Params):
     budget_only: bool = Field(
         default=False,
         description="Only the disk budget, measured now (`budget`): no item is planned, no "
-        "checkout walked beyond what the budget measures (`xum du`) (since 1.5, additive).",
+        "checkout walked beyond what the budget measures (`xum du`) (since 1.4, additive).",
     )
 
 

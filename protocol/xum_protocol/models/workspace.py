@@ -319,7 +319,7 @@ class WorkspaceCreateResult(Result):
         "`max_workspaces`): what gc collected to make room for this create before its intent "
         "row (warm pool entries, idle workspaces' "
         "rebuildable directories, archived workspaces' lingering checkouts), with the bytes "
-        "each freed; empty when the create fit (since 1.5, additive).",
+        "each freed; empty when the create fit (since 1.4, additive).",
     )
 
 

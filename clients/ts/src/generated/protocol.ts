@@ -391,7 +391,7 @@ export interface GcBudget {
    * default: 0
    */
   used_bytes?: number;
-  /** free: a filesystem's free space against `min_free_bytes` / `min_free_percent`; bytes: the root's checkouts, trash and archive store against `max_bytes`; workspaces: a project's workspaces holding a checkout against `max_workspaces` (since 1.5). */
+  /** free: a filesystem's free space against `min_free_bytes` / `min_free_percent`; bytes: the root's checkouts, trash and archive store against `max_bytes`; workspaces: a project's workspaces holding a checkout against `max_workspaces` (since 1.4). */
   what: "free" | "bytes" | "workspaces";
   /**
    * workspaces: its workspaces holding a checkout now.
@@ -510,7 +510,7 @@ export interface GcItem {
 
 export interface GcPlanParams {
   /**
-   * Only the disk budget, measured now (`budget`): no item is planned, no checkout walked beyond what the budget measures (`xum du`) (since 1.5, additive).
+   * Only the disk budget, measured now (`budget`): no item is planned, no checkout walked beyond what the budget measures (`xum du`) (since 1.4, additive).
    * default: false
    */
   budget_only?: boolean;
@@ -1954,7 +1954,7 @@ export interface WorkspaceCreateResult {
    */
   carried?: CarryInfo | null;
   cleared_locks?: string[];
-  /** While a disk budget is set (`[gc] min_free_*`, `max_bytes`, `max_workspaces`): what gc collected to make room for this create before its intent row (warm pool entries, idle workspaces' rebuildable directories, archived workspaces' lingering checkouts), with the bytes each freed; empty when the create fit (since 1.5, additive). */
+  /** While a disk budget is set (`[gc] min_free_*`, `max_bytes`, `max_workspaces`): what gc collected to make room for this create before its intent row (warm pool entries, idle workspaces' rebuildable directories, archived workspaces' lingering checkouts), with the bytes each freed; empty when the create fit (since 1.4, additive). */
   evicted?: GcDone[];
   /**
    * Set when the base was fetched.
