@@ -462,10 +462,13 @@ end
 -- its deadline: the daemon answers the first call's outcome rather than doing it twice.
 function M.request(method, params, cb, timeout_ms)
   timeout_ms = timeout_ms or (LONG[method] and M.config.long_timeout_ms or M.config.timeout_ms)
-  if not M.config.retry_lost or not methods.MUTATING[method] then
+  if not methods.MUTATING[method] then
     return M.send(method, params, cb, timeout_ms)
   end
   local keyed = M.with_request_key(method, params)
+  if not M.config.retry_lost then
+    return M.send(method, keyed, cb, timeout_ms)
+  end
   local deadline = uv.now() + timeout_ms
   M.send(method, keyed, function(err, result)
     local data = err and util.nn(err.data)
