@@ -45,9 +45,12 @@ def _item(row: WorkspaceRow, action: GcAction, reason: str, size: int, age: floa
     return workspace_item(row, action, reason, age_days=age, size=size)
 
 
-async def plan_lingering(planner: Planner, plan: Plan, parts: list[GcBudget]) -> list[GcBudget]:
+async def plan_lingering(
+    planner: Planner, plan: Plan, parts: list[GcBudget], *, walked: bool = False
+) -> list[GcBudget]:
     """Step 3: archived workspaces' lingering checkouts, largest first. The parts still
-    unmet."""
+    unmet. `walked`: the budget's measurement just walked every checkout anew (its figures
+    are the usage cache's), so none is walked again here."""
     if not parts:
         return []
     found: list[_Freeing] = []
@@ -61,7 +64,7 @@ async def plan_lingering(planner: Planner, plan: Plan, parts: list[GcBudget]) ->
                 "its cleanup has no pending step (given up: `xum cleanup status` says why)",
             )
             continue
-        figures = await planner.usage.figures(row, refresh=True)
+        figures = await planner.usage.figures(row, refresh=not walked)
         size = figures.bytes if figures else 0
         reason = "archived, its checkout still on disk: its pending cleanup runs now"
         found.append(_Freeing(row, size, _item(row, COLLECT, reason, size, 0.0)))
@@ -70,10 +73,15 @@ async def plan_lingering(planner: Planner, plan: Plan, parts: list[GcBudget]) ->
 
 
 async def plan_idle_archives(
-    planner: Planner, plan: Plan, parts: list[GcBudget], activity: Activity
+    planner: Planner,
+    plan: Plan,
+    parts: list[GcBudget],
+    activity: Activity,
+    *,
+    walked: bool = False,
 ) -> list[GcBudget]:
     """Step 4 (`archive_idle_days`): idle clean workspaces, least recently used first. The
-    parts still unmet."""
+    parts still unmet. `walked`: as for `plan_lingering`."""
     days = planner.config.archive_idle_days
     if not parts or days <= 0:
         return parts
@@ -92,7 +100,7 @@ async def plan_idle_archives(
         if why_not:
             plan.skip(_item(row, ARCHIVE, reason, 0, idle / DAY_S), why_not)
             continue
-        figures = await planner.usage.figures(row, refresh=True)
+        figures = await planner.usage.figures(row, refresh=not walked)
         size = figures.bytes if figures else 0
         found.append(_Freeing(row, size, _item(row, ARCHIVE, reason, size, idle / DAY_S)))
     found.sort(key=lambda f: (-f.item.age_days, f.row.id))

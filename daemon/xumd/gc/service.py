@@ -214,8 +214,12 @@ class GcService:
         await pool.plan_pressure(plan, budget, self.workspaces, self.usage)
         unmet = await plan_evictions(planner, plan, budget, self.activity)
         counts = [p for p in budget.exceeded() if p.what == "workspaces"]
-        unmet = await budgetsteps.plan_lingering(planner, plan, unmet + counts)
-        unmet = await budgetsteps.plan_idle_archives(planner, plan, unmet, self.activity)
+        # With `refresh` and `max_bytes`, the measurement just walked every checkout anew.
+        walked = refresh and bool(self.app.config.gc.max_bytes)
+        unmet = await budgetsteps.plan_lingering(planner, plan, unmet + counts, walked=walked)
+        unmet = await budgetsteps.plan_idle_archives(
+            planner, plan, unmet, self.activity, walked=walked
+        )
         if need is None:  # a create's hypothetical budget is not the state
             self.budget_line = describe(budget.parts, unmet)
         return Planned(plan, budget.parts, unmet)
