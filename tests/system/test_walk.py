@@ -298,3 +298,64 @@ def test_listing_inodes_that_differ_on_one_mount_are_walked(
             ("entry", "d/sub"),
             ("entry", "d/sub/f"),
         ]
+
+
+def test_a_directory_its_opener_refuses_as_another_mount_is_a_mount_step_and_held(
+    tmp_short: Path,
+) -> None:
+    """A caller's opener that refuses a directory as the root of another mount
+    (`walk.OtherMount`: the deletion's, from its mount table) makes it a MOUNT step, not
+    entered, and the directories above it say `held` when left; a sibling is walked."""
+    top = tmp_short / "top"
+    (top / "keep" / "mnt").mkdir(parents=True)
+    (top / "keep" / "mnt" / "theirs").write_text("t")
+    (top / "keep" / "own").mkdir()
+
+    def opener(name: str, dir_fd: int) -> int:
+        if name == "mnt":
+            raise walk.OtherMount
+        return walk.open_dir(name, dir_fd)
+
+    fd = os.open(top, _DIR)
+    try:
+        steps = [
+            (s.kind, s.rel, s.held if s.kind == walk.LEAVE else None)
+            for s in walk.Walk(fd, walk.Policy(leave=True, open=opener))
+        ]
+    finally:
+        os.close(fd)
+    assert steps == [
+        ("entry", "keep", None),
+        ("mount", "keep/mnt", None),
+        ("entry", "keep/own", None),
+        ("leave", "keep/own", False),
+        ("leave", "keep", True),
+    ]
+
+
+def test_a_bind_mount_looked_at_again_by_name_is_told_by_its_mount_id(
+    tmp_short: Path, mounts: Mounts
+) -> None:
+    """An entry handed back by name (`again`: no listing entry, so no listing inode to compare)
+    that is a bind mount of the same filesystem is told by its mount id: a MOUNT step again,
+    never entered."""
+    top = tmp_short / "top"
+    inner = top / "keep" / "mnt"
+    inner.mkdir(parents=True)
+    (top / "keep" / "a").write_text("a")
+    other = tmp_short / "other"
+    other.mkdir()
+    mounts.bind(other, inner)
+    (inner / "theirs").write_text("t")
+    fd = os.open(top, _DIR)
+    steps: list[tuple[str, str]] = []
+    try:
+        w = walk.Walk(fd)
+        for step in w:
+            steps.append((step.kind, step.rel))
+            if step.rel == "keep/a":
+                w.again("mnt")
+    finally:
+        os.close(fd)
+    assert steps.count(("mount", "keep/mnt")) == 2
+    assert ("entry", "keep/mnt/theirs") not in steps

@@ -381,7 +381,7 @@ class Walk:
         """The top's mount id, read once when first needed (None: the platform has none)."""
         if not self._top_mount_read:
             self.mount = mount_id(self.top_fd)
-            self._top_mount_read = True
+            self._top_mount_read = True  # pragma: no mutate (a cache: the same id read again)
         return self.mount
 
     def _open(
