@@ -320,10 +320,12 @@ class GcService:
         for workspace_id in sorted({ob.workspace_id for ob in owed if ob.kind == "reclaim"}):
             row = rows.get_workspace(self.app.store, workspace_id)
             lingering = row is not None and row.state == "archived" and row.path.is_dir()
-            # Its figures as the budget check just walked them (cached per incarnation), not
-            # a walk of its own: the bytes are told, never checked against anything.
-            figures = await self.usage.figures(row) if row and lingering else None
-            held = figures.bytes if figures is not None else 0
+            held = 0
+            if row is not None and lingering:
+                # Told, never checked against anything: a recent walk's figure when there is
+                # one (the plan just sized a lingering checkout it chose), else a plain walk.
+                figures = self.usage.cached(row) or await self.usage.measure(row.path)
+                held = figures.bytes
             await self.reclaims.run_workspace(workspace_id, force=True, include_reclaim=True)
             if row is not None and lingering and not os.path.lexists(row.path):
                 log.info(

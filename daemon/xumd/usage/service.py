@@ -107,18 +107,27 @@ class UsageService:
         under the configured deadline, at most two walks at once, never cached."""
         return await self._walk(path, time.monotonic() + self.config.deadline_s)
 
-    async def _one(self, row: WorkspaceRow, deadline: float, refresh: bool) -> WorkspaceUsage:
-        now, wall = time.monotonic(), time.time()
+    def cached(self, row: WorkspaceRow) -> UsageFigures | None:
+        """For gc's report of what it freed: the checkout's figures as a walk within `cache_s`
+        found them (None: no such walk), never a walk of its own."""
         cached = self._cache.get(row.id)
-        fresh = (
+        if cached is None or not self._fresh(cached, row, time.monotonic()):
+            return None
+        return cached.figures
+
+    def _fresh(self, cached: _Cached | None, row: WorkspaceRow, now: float) -> bool:
+        return (
             cached is not None
-            and not refresh
             and cached.incarnation == row.incarnation
             and cached.path == str(row.path)
             and now - cached.walked <= self.config.cache_s
             and (cached.figures is None or cached.figures.complete)
         )
-        if not fresh:
+
+    async def _one(self, row: WorkspaceRow, deadline: float, refresh: bool) -> WorkspaceUsage:
+        now, wall = time.monotonic(), time.time()
+        cached = self._cache.get(row.id)
+        if refresh or not self._fresh(cached, row, now):
             figures = await self._walk_checkout(row, deadline)
             cached = _Cached(row.incarnation, str(row.path), wall, now, figures)
             self._cache[row.id] = cached
