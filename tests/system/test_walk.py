@@ -359,3 +359,58 @@ def test_a_bind_mount_looked_at_again_by_name_is_told_by_its_mount_id(
         os.close(fd)
     assert steps.count(("mount", "keep/mnt")) == 2
     assert ("entry", "keep/mnt/theirs") not in steps
+
+
+def test_links_are_told_from_what_they_point_to_by_the_listing_and_the_order_holds(
+    tmp_short: Path,
+) -> None:
+    """With the listing's entry types answering (`stat=False`), a link to a directory or a file
+    is a link, never a directory or a file, and its `lstat` is the link's; a directory's own
+    entries come right after it (name order), or after its files, links and special files with
+    `files_first`, where a link to a directory counts with the files."""
+    top = tmp_short / "top"
+    (top / "d").mkdir(parents=True)
+    (top / "d" / "x").write_text("x")
+    (top / "f").write_text("f")
+    os.symlink("d", top / "ld")
+    os.symlink("f", top / "lf")
+    fd = os.open(top, _DIR)
+    try:
+        kinds = {
+            s.rel: (s.is_dir(), s.is_file(), s.is_symlink(), stat.S_ISLNK(s.lstat().st_mode))
+            for s in walk.Walk(fd, walk.Policy(stat=False))
+            if s.kind == walk.ENTRY
+        }
+        # A LEAVE step has neither a listing entry nor an lstat: it is looked up by name (each
+        # question asked first in a walk of its own: the first answer keeps the lstat).
+        leaves = {
+            question: [
+                answer(s)
+                for s in walk.Walk(fd, walk.Policy(stat=False, leave=True))
+                if s.kind == walk.LEAVE
+            ]
+            for question, answer in {
+                "is_dir": walk.Step.is_dir,
+                "is_file": walk.Step.is_file,
+                "is_symlink": walk.Step.is_symlink,
+                "lstat": lambda s: stat.S_ISDIR(s.lstat().st_mode),
+            }.items()
+        }
+    finally:
+        os.close(fd)
+    assert kinds == {
+        "d": (True, False, False, False),
+        "d/x": (False, True, False, False),
+        "f": (False, True, False, False),
+        "ld": (False, False, True, True),
+        "lf": (False, False, True, True),
+    }
+    assert leaves == {"is_dir": [True], "is_file": [False], "is_symlink": [False], "lstat": [True]}
+    assert [rel for _, rel in _steps(top)] == ["d", "d/x", "f", "ld", "lf"]
+    assert [rel for _, rel in _steps(top, walk.Policy(files_first=True))] == [
+        "f",
+        "ld",
+        "lf",
+        "d",
+        "d/x",
+    ]
