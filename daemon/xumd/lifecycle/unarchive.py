@@ -173,6 +173,8 @@ async def unarchive(ctx: Context, workspace_id: str) -> WorkspaceUnarchiveResult
             restored = restored.model_copy(
                 update={"kept_at": finished.kept_at, "unverified": finished.unverified}
             )
+        if ctx.app.config.gc.budgeted():
+            ctx.room.created()  # the budget checked in the background, after what this wrote
         return WorkspaceUnarchiveResult(
             workspace=ctx.info(row),
             restored=restored,
