@@ -414,3 +414,24 @@ def test_links_are_told_from_what_they_point_to_by_the_listing_and_the_order_hol
         "d",
         "d/x",
     ]
+
+
+def test_hold_marks_the_directories_along_the_current_path_held(tmp_short: Path) -> None:
+    """`hold()` at an entry (a caller that left it in place) makes its directories' LEAVE
+    steps say `held`, and no other's."""
+    top = tmp_short / "top"
+    (top / "a" / "b").mkdir(parents=True)
+    (top / "a" / "b" / "kept").write_text("k")
+    (top / "c").mkdir()
+    fd = os.open(top, _DIR)
+    try:
+        w = walk.Walk(fd, walk.Policy(leave=True))
+        held = {}
+        for s in w:
+            if s.rel == "a/b/kept":
+                w.hold()
+            if s.kind == walk.LEAVE:
+                held[s.rel] = s.held
+    finally:
+        os.close(fd)
+    assert held == {"a/b": True, "a": True, "c": False}

@@ -312,6 +312,8 @@ class Walk:
                 frame = frames[-1]
                 pending, dir_fd, base = frame.pending, frame.fd, frame.base
                 assert dir_fd is not None
+                # Not mutated (each `continue` below): a `break` would end this loop without its
+                # `else`, and the loop around it starts it again on the same frame and pending list.
                 while pending:
                     item = pending.pop()
                     if isinstance(item, str):
@@ -320,30 +322,30 @@ class Walk:
                         name, entry = item.name, item
                     rel = base + name
                     if rel in leave_out or (skip is not None and skip(rel)):
-                        continue
+                        continue  # pragma: no mutate
                     st: os.stat_result | None = None
                     if want_stat or entry is None:
                         try:
                             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                         except FileNotFoundError:
-                            continue  # gone since the listing
+                            continue  # gone since the listing  # pragma: no mutate
                         except OSError as exc:
                             self._failed(rel, exc)
-                            continue
+                            continue  # pragma: no mutate
                         entry = None
                         if not stat.S_ISDIR(st.st_mode):
                             yield Step(ENTRY, dir_fd, name, rel, None, st)
-                            continue
+                            continue  # pragma: no mutate
                     elif not entry.is_dir(follow_symlinks=False):
                         yield Step(ENTRY, dir_fd, name, rel, entry)
-                        continue
+                        continue  # pragma: no mutate
                     opened = self._open(frame, name, rel, None if isinstance(item, str) else item)
                     if opened is None:
-                        continue
+                        continue  # pragma: no mutate
                     sub, ident = opened
                     if sub < 0:
                         yield Step(MOUNT, dir_fd, name, rel, entry, st)
-                        continue
+                        continue  # pragma: no mutate
                     step = Step(ENTRY, dir_fd, name, rel, entry, st, sub)
                     step.enter = True
                     try:
@@ -353,10 +355,10 @@ class Walk:
                         raise
                     if not step.enter:
                         os.close(sub)
-                        continue
+                        continue  # pragma: no mutate
                     below = self._push(sub, ident, name, rel)
                     if below is None:
-                        continue
+                        continue  # pragma: no mutate
                     if listings:
                         listed = _listed(sub, name, rel, below)
                         yield listed
